@@ -1,0 +1,3 @@
+from tinytrain.pipeline.cli import main
+
+raise SystemExit(main())
