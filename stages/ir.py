@@ -278,7 +278,8 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
         for name in sorted(arrays):
-            arr = np.ascontiguousarray(arrays[name])
+            # np.ascontiguousarray would turn a 0-d array (e.g. MEAN's scalar axes) into shape (1,).
+            arr = np.asarray(arrays[name], order="C")
             item = io.BytesIO()
             np.lib.format.write_array(item, arr, allow_pickle=False)
             info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))

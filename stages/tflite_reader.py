@@ -1,0 +1,585 @@
+"""Read a `.tflite` / `.circle` flatbuffer into the IR (`stages/ir.py`).
+
+The flatbuffer schema comes from the `tflite` package (generated accessors); circle files share the
+schema family, so the same accessors read them. Only subgraph 0 is read, and only the ops listed in
+`SUPPORTED_OPS`; anything else is a `ModelError` with a message meant for the user.
+
+Robustness: the generated accessors trust every offset in the file, so a truncated or corrupted
+file surfaces as struct/index/type errors deep inside them. All of that is turned into one
+`ModelError`; vector lengths are also checked against the file size before we loop over them, so
+that a corrupted length cannot make us spin over billions of entries.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import tflite
+from tflite.BuiltinOperator import BuiltinOperator as BO
+from tflite.BuiltinOptions import BuiltinOptions as BOpt
+from tflite.TensorType import TensorType as TT
+
+from tinytrain.pipeline.errors import ModelError, UnsupportedOpError
+from tinytrain.stages.ir import Graph, Op, QuantParams, Tensor
+
+IDENTIFIERS = {b"TFL3": "tflite", b"CIR0": "circle"}
+_FORMAT_TITLES = {"tflite": "TFLite", "circle": "circle"}
+
+# Errors the generated accessors raise on bytes that are not a valid flatbuffer.
+_PARSE_ERRORS = (struct.error, IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError,
+                 AttributeError, KeyError, MemoryError, RecursionError)
+
+_OP_NAMES: dict[int, str] = {v: k for k, v in vars(BO).items() if not k.startswith("_") and isinstance(v, int)}
+
+_DTYPES = {TT.FLOAT32: "float32", TT.FLOAT16: "float16", TT.INT8: "int8", TT.INT32: "int32",
+           TT.INT64: "int64"}
+_TT_NAMES: dict[int, str] = {v: k for k, v in vars(TT).items() if not k.startswith("_") and isinstance(v, int)}
+
+# Beyond anything a microcontroller model holds; larger means a corrupted shape field.
+_MAX_ELEMENTS = 1 << 31
+
+_ACTIVATIONS = {0: "none", 1: "relu", 2: "relu_n1_to_1", 3: "relu6", 4: "tanh"}
+_PADDINGS = {0: "same", 1: "valid"}
+
+# Operand positions that hold a conv/fc layer's parameters (the rest of the constants are "constant").
+_WEIGHT_SLOT = 1
+_BIAS_SLOT = 2
+_LAYER_OPS = ("conv2d", "depthwise_conv2d", "fully_connected")
+
+
+# ---- public API ------------------------------------------------------------------------------------
+
+def read_model(path: Path, fmt: str = "auto") -> Graph:
+    """Read subgraph 0 of a .tflite/.circle file into a validated Graph. Raises ModelError.
+    `fmt` is model.format: "auto", "tflite" or "circle" (checked against the file identifier)."""
+    path = Path(path)
+    buf = _read_bytes(path)
+    detected = _check_identifier(buf, path, fmt)
+    kind = _FORMAT_TITLES.get(detected, "TFLite")
+    _check_root(buf, path, kind)
+    graph = _parse(buf, path, kind)
+    graph.meta["format"] = detected or (fmt if fmt != "auto" else _format_from_suffix(path))
+    try:
+        graph.validate()
+    except ValueError as e:
+        raise ModelError(f"{path}: inconsistent model graph: {e}") from None
+    return graph
+
+
+def supported_ops() -> list[str]:
+    return sorted(_OP_NAMES[code] for code in _HANDLERS)
+
+
+# ---- file level checks -----------------------------------------------------------------------------
+
+def _read_bytes(path: Path) -> bytes:
+    if not path.exists():
+        raise ModelError(f"model file not found: {path}")
+    if not path.is_file():
+        raise ModelError(f"model path is not a file: {path}")
+    try:
+        buf = path.read_bytes()
+    except OSError as e:
+        raise ModelError(f"cannot read model file {path}: {e.strerror or e}") from None
+    if not buf:
+        raise ModelError(f"model file is empty: {path}")
+    if len(buf) < 16:
+        raise ModelError(f"{path}: file too small to be a TFLite model ({len(buf)} bytes)")
+    return buf
+
+
+def _check_identifier(buf: bytes, path: Path, fmt: str) -> str | None:
+    """The detected format, or None for a file without identifier (legal in flatbuffers)."""
+    ident = buf[4:8]
+    detected = IDENTIFIERS.get(ident)
+    if detected is None and _looks_like_identifier(ident):
+        raise ModelError(
+            f"{path}: not a TFLite or circle model (file identifier {ident.decode('ascii')!r}, "
+            f"expected 'TFL3' or 'CIR0')")
+    if detected is not None and fmt not in ("auto", detected):
+        raise ModelError(f"{path}: model.format is {fmt!r} but the file is a {detected} model "
+                         f"(identifier {ident.decode('ascii')!r})", hint="set model.format: auto")
+    return detected
+
+
+def _check_root(buf: bytes, path: Path, kind: str) -> None:
+    root = struct.unpack_from("<I", buf, 0)[0]
+    if not 8 <= root < len(buf):
+        raise ModelError(f"{path}: not a valid {kind} flatbuffer (root table offset {root} outside the "
+                         f"{len(buf)}-byte file: truncated or not a model)")
+
+
+def _parse(buf: bytes, path: Path, kind: str) -> Graph:
+    try:
+        return _Reader(buf, path).read()
+    except ModelError:
+        raise
+    except _PARSE_ERRORS as e:
+        raise ModelError(f"{path}: not a valid {kind} flatbuffer (corrupt or truncated file: "
+                         f"{type(e).__name__}: {e})",
+                         hint="re-export the model; check that the download or copy completed") from None
+
+
+def _looks_like_identifier(ident: bytes) -> bool:
+    # Without an identifier these bytes are part of a vtable/table: small binary numbers, rarely
+    # four printable characters. Four printable characters are another file type (PK.., %PDF, ...).
+    return len(ident) == 4 and all(32 < b < 127 for b in ident)
+
+
+def _format_from_suffix(path: Path) -> str:
+    return "circle" if path.suffix.lower() == ".circle" else "tflite"
+
+
+# ---- the reader ------------------------------------------------------------------------------------
+
+class _Reader:
+    def __init__(self, buf: bytes, path: Path):
+        self.buf = buf
+        self.path = path
+        self.model = tflite.Model.GetRootAs(buf, 0)
+        self.sg: Any = None
+        self.raw_names: list[str] = []
+        self.names: list[str] = []
+
+    def err(self, message: str, hint: str | None = None) -> ModelError:
+        return ModelError(f"{self.path}: {message}", hint=hint)
+
+    def length(self, n: int, what: str, elem_bytes: int = 4) -> int:
+        """Guard a vector length read from the file before looping over it."""
+        if n < 0 or n * elem_bytes > len(self.buf):
+            raise self.err(f"corrupt file: {what} claims {n} entries, more than the file can hold")
+        return n
+
+    def read(self) -> Graph:
+        self.sg = self._subgraph0()
+        ops_raw = self._operators()
+        n_tensors = self.length(self.sg.TensorsLength(), "tensor table")
+        g_inputs = self._index_list(self.sg.InputsAsNumpy(), n_tensors, "subgraph inputs")
+        g_outputs = self._index_list(self.sg.OutputsAsNumpy(), n_tensors, "subgraph outputs")
+        used = self._used_tensors(ops_raw, n_tensors) | set(g_inputs) | set(g_outputs)
+        self.raw_names = [self._tensor_name(i) for i in range(n_tensors)]
+        self.names = _unique_names(self.raw_names)
+        # Tensors no op or graph I/O refers to (converter leftovers) are dropped.
+        tensors = {self.names[i]: self._tensor(i) for i in sorted(used)}
+        ops = [self._op(idx, code, op, ins, outs, tensors) for idx, (code, op, ins, outs) in enumerate(ops_raw)]
+        inputs, outputs = [self.names[i] for i in g_inputs], [self.names[i] for i in g_outputs]
+        _assign_roles(tensors, ops, inputs, outputs)
+        return Graph(tensors=tensors, ops=ops, inputs=inputs, outputs=outputs, meta=self._meta(sorted(used)))
+
+    def _used_tensors(self, ops_raw: list, n_tensors: int) -> set[int]:
+        used: set[int] = set()
+        for _, _, ins, outs in ops_raw:
+            used.update(i for i in self._index_list(ins, n_tensors, "operator inputs", allow_missing=True) if i >= 0)
+            used.update(self._index_list(outs, n_tensors, "operator outputs"))
+        return used
+
+    def _meta(self, used: list[int]) -> dict[str, Any]:
+        meta: dict[str, Any] = {"schema_version": int(self.model.Version()),
+                                "subgraph_name": _decode(self.sg.Name())}
+        desc = _decode(self.model.Description())
+        if desc:
+            meta["description"] = desc
+        renamed = {self.names[i]: self.raw_names[i] for i in used if self.names[i] != self.raw_names[i]}
+        if renamed:
+            meta["original_tensor_names"] = renamed
+        return meta
+
+    # -- structure --
+
+    def _subgraph0(self) -> Any:
+        n = self.length(self.model.SubgraphsLength(), "subgraph table")
+        if n == 0:
+            raise self.err("the model has no subgraph")
+        if n > 1:
+            raise self.err(f"the model has {n} subgraphs ({self._describe_subgraphs(n)}); "
+                           "only single-subgraph models are supported",
+                           hint="control flow (WHILE/IF) and multi-signature models are not supported; "
+                                "export a single inference signature")
+        return self.model.Subgraphs(0)
+
+    def _describe_subgraphs(self, n: int) -> str:
+        signatures: dict[int, list[str]] = {}
+        for j in range(self.length(self.model.SignatureDefsLength(), "signature table")):
+            sig = self.model.SignatureDefs(j)
+            signatures.setdefault(sig.SubgraphIndex(), []).append(_decode(sig.SignatureKey()))
+        parts = []
+        for i in range(min(n, 8)):
+            sg = self.model.Subgraphs(i)
+            name = _decode(sg.Name()) or "unnamed"
+            sig = f", signature {'/'.join(signatures[i])}" if i in signatures else ""
+            parts.append(f"#{i} {name!r}: {sg.OperatorsLength()} ops{sig}")
+        return "; ".join(parts) + ("; ..." if n > 8 else "")
+
+    def _operators(self) -> list[tuple[int, Any, list[int], list[int]]]:
+        """(builtin code, operator, input indices, output indices) per op; unsupported ops raise here,
+        before any tensor is looked at, because that is the most useful error for such a model."""
+        n_codes = self.length(self.model.OperatorCodesLength(), "operator code table")
+        codes = [self._opcode(j) for j in range(n_codes)]
+        n_ops = self.length(self.sg.OperatorsLength(), "operator table")
+        result, unsupported = [], []
+        for idx in range(n_ops):
+            op = self.sg.Operators(idx)
+            k = op.OpcodeIndex()
+            if k >= n_codes:
+                raise self.err(f"corrupt file: operator {idx} uses opcode index {k} of {n_codes}")
+            code, custom = codes[k]
+            if code not in _HANDLERS:
+                unsupported.append((idx, _op_display_name(code, custom)))
+                continue
+            result.append((code, op, _int_list(op.InputsAsNumpy()), _int_list(op.OutputsAsNumpy())))
+        if unsupported:
+            idx, name = unsupported[0]
+            others = ", ".join(f"{n} at {i}" for i, n in unsupported[1:6])
+            more = f"; also unsupported: {others}{', ...' if len(unsupported) > 6 else ''}" if others else ""
+            raise UnsupportedOpError(name, idx, where=str(self.path),
+                                     hint=f"supported ops: {', '.join(supported_ops())}{more}")
+        return result
+
+    def _opcode(self, j: int) -> tuple[int, str]:
+        oc = self.model.OperatorCodes(j)
+        # Newer files keep codes >= 127 in `builtin_code` and a placeholder in the deprecated int8
+        # field; older files only have the deprecated one. TFLite takes the larger of the two.
+        code = max(int(oc.BuiltinCode()), int(oc.DeprecatedBuiltinCode()))
+        return code, _decode(oc.CustomCode())
+
+    def _index_list(self, arr: Any, n_tensors: int, what: str, allow_missing: bool = False) -> list[int]:
+        idx = _int_list(arr)
+        lo = -1 if allow_missing else 0
+        bad = [i for i in idx if i < lo or i >= n_tensors]
+        if bad:
+            raise self.err(f"corrupt file: {what} refer to tensor {bad[0]} (the model has {n_tensors})")
+        return idx
+
+    # -- tensors --
+
+    def _tensor_name(self, i: int) -> str:
+        return _decode(self.sg.Tensors(i).Name())
+
+    def _tensor(self, i: int) -> Tensor:
+        t = self.sg.Tensors(i)
+        name = self.names[i]
+        shape = _int_list(t.ShapeAsNumpy())
+        if any(d < 0 for d in shape):
+            raise self.err(f"tensor {name!r} has a negative dimension in shape {shape}")
+        if len(shape) > 8 or int(np.prod([float(d) for d in shape])) >= _MAX_ELEMENTS:
+            raise self.err(f"tensor {name!r} has an implausible shape {shape}")
+        self._check_static(t, name)
+        if t.Sparsity() is not None:
+            raise self.err(f"tensor {name!r} is sparse; sparse tensors are not supported")
+        data = self._buffer(t, name, shape)
+        ttype = t.Type()
+        dtype = _DTYPES.get(ttype)
+        if dtype is None or (dtype == "int64" and data is None):
+            raise self.err(f"tensor {name!r} has unsupported dtype {_TT_NAMES.get(ttype, f'type {ttype}')}",
+                           hint="supported: float32, float16, int8, int32 (and int64 constants)")
+        if data is not None:
+            data = self._decode_data(data, dtype, shape, name)
+        return Tensor(name=name, shape=shape, dtype=dtype, quant=self._quant(t, name, shape),
+                      source_index=i, data=data)
+
+    def _check_static(self, t: Any, name: str) -> None:
+        sig = _int_list(t.ShapeSignatureAsNumpy())
+        if any(d < 0 for d in sig[1:]):
+            raise self.err(f"tensor {name!r} has a dynamic shape {sig} (-1 beyond the batch dimension)",
+                           hint="export the model with fixed input shapes")
+
+    def _buffer(self, t: Any, name: str, shape: list[int]) -> bytes | None:
+        bi = t.Buffer()
+        if bi == 0:  # buffer 0 is the schema's empty sentinel
+            return None
+        n_buffers = self.length(self.model.BuffersLength(), "buffer table")
+        if bi >= n_buffers:
+            raise self.err(f"corrupt file: tensor {name!r} refers to buffer {bi} of {n_buffers}")
+        b = self.model.Buffers(bi)
+        offset, size = int(b.Offset()), int(b.Size())
+        if offset > 1:  # large-model format: data lives after the flatbuffer, addressed from file start
+            if offset + size > len(self.buf):
+                raise self.err(f"truncated file: buffer {bi} of tensor {name!r} needs bytes "
+                               f"{offset}..{offset + size}, the file has {len(self.buf)}")
+            return self.buf[offset:offset + size] if size else None
+        raw = b.DataAsNumpy()
+        if isinstance(raw, int) or raw.size == 0:
+            return None
+        return raw.tobytes()
+
+    def _decode_data(self, raw: bytes, dtype: str, shape: list[int], name: str) -> np.ndarray:
+        want = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if len(raw) != want:
+            raise self.err(f"tensor {name!r}: buffer has {len(raw)} bytes, shape {shape} of {dtype} "
+                           f"needs {want}")
+        return np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype).reshape(shape)
+
+    def _quant(self, t: Any, name: str, shape: list[int]) -> QuantParams | None:
+        q = t.Quantization()
+        if q is None:
+            return None
+        if q.DetailsType() != 0:
+            raise self.err(f"tensor {name!r} uses custom quantization, which is not supported")
+        scale = _float_list(q.ScaleAsNumpy())
+        if not scale:
+            return None  # min/max only: a float tensor with calibration ranges
+        if not all(np.isfinite(scale)):
+            raise self.err(f"tensor {name!r} has a non-finite quantization scale")
+        zp = _int_list(q.ZeroPointAsNumpy()) or [0] * len(scale)
+        axis = int(q.QuantizedDimension())
+        if len(zp) != len(scale):
+            raise self.err(f"tensor {name!r}: {len(scale)} quantization scales but {len(zp)} zero points")
+        if len(scale) > 1 and (axis >= len(shape) or shape[axis] != len(scale)):
+            raise self.err(f"tensor {name!r}: {len(scale)} per-channel scales do not match dimension "
+                           f"{axis} of shape {shape}")
+        return QuantParams(scale=scale, zero_point=zp, axis=axis)
+
+    # -- ops --
+
+    def _op(self, idx: int, code: int, op: Any, ins: list[int], outs: list[int],
+            tensors: dict[str, Tensor]) -> Op:
+        op_type, arity, parse = _HANDLERS[code]
+        op_name = _OP_NAMES[code]
+        lo, hi, n_out = arity
+        if not (lo <= len(ins) <= hi) or len(outs) != n_out or any(i < 0 for i in ins[:lo]):
+            raise self.err(f"operator {idx} ({op_name}) has {len(ins)} inputs and {len(outs)} outputs, "
+                           f"expected {lo}..{hi} inputs and {n_out} output(s)")
+        in_names = [None if i < 0 else self.names[i] for i in ins]
+        out_names = [self.names[i] for i in outs]
+        ctx = _OpCtx(self, idx, op_name, op, [None if n is None else tensors[n] for n in in_names],
+                     [tensors[n] for n in out_names])
+        attrs = parse(ctx)
+        if op_type == "pad" and len(in_names) == 3:
+            in_names = in_names[:2]  # PADV2 whose pad value is what PAD uses (checked by the parser)
+        return Op(type=op_type, inputs=in_names, outputs=out_names, attrs=attrs, source_index=idx)
+
+
+class _OpCtx:
+    """What an option parser needs: the op's options table and its operand tensors."""
+
+    def __init__(self, reader: _Reader, idx: int, name: str, op: Any, ins: list, outs: list):
+        self.reader, self.idx, self.name, self.op, self.ins, self.outs = reader, idx, name, op, ins, outs
+
+    def err(self, message: str) -> ModelError:
+        return self.reader.err(f"operator {self.idx} ({self.name}): {message}")
+
+    def options(self, cls: type, opt_type: int, required: bool = True) -> Any:
+        if self.op.BuiltinOptionsType() == opt_type:
+            table = self.op.BuiltinOptions()
+            if table is not None:
+                o = cls()
+                o.Init(table.Bytes, table.Pos)
+                return o
+        if required:
+            raise self.err("builtin options are missing or of the wrong kind")
+        return None
+
+    def act(self, o: Any) -> str:
+        code = 0 if o is None else o.FusedActivationFunction()
+        if code not in _ACTIVATIONS:
+            raise self.err(f"unsupported fused activation (code {code})")
+        return _ACTIVATIONS[code]
+
+    def padding(self, o: Any) -> str:
+        code = o.Padding()
+        if code not in _PADDINGS:
+            raise self.err(f"unknown padding (code {code})")
+        return _PADDINGS[code]
+
+    def rank(self, what: str, t: Tensor | None, rank: int) -> None:
+        """Later stages index shapes by position; a wrong rank must fail here, clearly."""
+        if t is not None and len(t.shape) != rank:
+            raise self.err(f"{what} {t.name!r} has shape {t.shape}, expected rank {rank}")
+
+    def layer_ranks(self, w_rank: int, io_rank: int | None) -> None:
+        if io_rank is not None:
+            self.rank("input", self.ins[0], io_rank)
+            self.rank("output", self.outs[0], io_rank)
+        self.rank("filter", self.ins[1], w_rank)
+        self.rank("bias", self.ins[2] if len(self.ins) > 2 else None, 1)
+
+    def positive(self, **values: int) -> dict[str, int]:
+        for k, v in values.items():
+            if v < 1:
+                raise self.err(f"{k} must be >= 1, got {v}")
+        return {k: int(v) for k, v in values.items()}
+
+
+def _conv_common(c: _OpCtx, o: Any) -> dict[str, Any]:
+    attrs = c.positive(stride_h=o.StrideH(), stride_w=o.StrideW(),
+                       dilation_h=o.DilationHFactor(), dilation_w=o.DilationWFactor())
+    attrs.update(padding=c.padding(o), act=c.act(o))
+    return attrs
+
+
+def _parse_conv(c: _OpCtx) -> dict[str, Any]:
+    c.layer_ranks(4, 4)
+    return _conv_common(c, c.options(tflite.Conv2DOptions, BOpt.Conv2DOptions))
+
+
+def _parse_dwconv(c: _OpCtx) -> dict[str, Any]:
+    o = c.options(tflite.DepthwiseConv2DOptions, BOpt.DepthwiseConv2DOptions)
+    c.layer_ranks(4, 4)
+    if c.ins[1].shape[0] != 1:
+        raise c.err(f"depthwise filter shape {c.ins[1].shape} must start with 1")
+    attrs = _conv_common(c, o)
+    attrs.update(c.positive(depth_multiplier=o.DepthMultiplier()))
+    return attrs
+
+
+def _parse_fc(c: _OpCtx) -> dict[str, Any]:
+    o = c.options(tflite.FullyConnectedOptions, BOpt.FullyConnectedOptions, required=False)
+    c.layer_ranks(2, None)
+    if o is not None and o.WeightsFormat() != 0:
+        raise c.err("shuffled weight formats are not supported")
+    return {"act": c.act(o), "keep_num_dims": bool(o.KeepNumDims()) if o is not None else False}
+
+
+def _parse_add(c: _OpCtx) -> dict[str, Any]:
+    return {"act": c.act(c.options(tflite.AddOptions, BOpt.AddOptions, required=False))}
+
+
+def _parse_pool(c: _OpCtx) -> dict[str, Any]:
+    o = c.options(tflite.Pool2DOptions, BOpt.Pool2DOptions)
+    c.rank("input", c.ins[0], 4)
+    c.rank("output", c.outs[0], 4)
+    attrs = c.positive(filter_h=o.FilterHeight(), filter_w=o.FilterWidth(),
+                       stride_h=o.StrideH(), stride_w=o.StrideW())
+    attrs.update(padding=c.padding(o), act=c.act(o))
+    return attrs
+
+
+def _parse_mean(c: _OpCtx) -> dict[str, Any]:
+    o = c.options(tflite.ReducerOptions, BOpt.ReducerOptions, required=False)
+    return {"keep_dims": bool(o.KeepDims()) if o is not None else False}
+
+
+def _parse_reshape(c: _OpCtx) -> dict[str, Any]:
+    # The output tensor's shape is authoritative: the options' new_shape is optional and the shape
+    # operand may be computed at run time.
+    return {"new_shape": list(c.outs[0].shape)}
+
+
+def _parse_softmax(c: _OpCtx) -> dict[str, Any]:
+    beta = float(c.options(tflite.SoftmaxOptions, BOpt.SoftmaxOptions).Beta())
+    if not np.isfinite(beta):
+        raise c.err(f"softmax beta is {beta}")
+    return {"beta": beta}
+
+
+def _parse_concat(c: _OpCtx) -> dict[str, Any]:
+    o = c.options(tflite.ConcatenationOptions, BOpt.ConcatenationOptions)
+    rank = len(c.outs[0].shape)
+    axis = int(o.Axis())
+    if not -rank <= axis < rank:
+        raise c.err(f"axis {axis} out of range for rank {rank}")
+    # Normalised so that later stages never see a negative axis.
+    return {"axis": axis % rank, "act": c.act(o)}
+
+
+def _parse_padv2(c: _OpCtx) -> dict[str, Any]:
+    """PADV2 is read as PAD when its pad value is the one PAD implies (0.0, or the zero point)."""
+    value = c.ins[2] if len(c.ins) > 2 else None
+    if value is None:
+        return {}
+    if value.data is None or value.data.size != 1:
+        raise c.err("only a constant scalar pad value is supported")
+    out_q = c.outs[0].quant
+    implied = out_q.zero_point[0] if (out_q is not None and c.outs[0].dtype == "int8") else 0
+    if value.data.reshape(-1)[0] != implied:
+        raise UnsupportedOpError("PADV2", c.idx, where=str(c.reader.path),
+                                 hint=f"only a pad value of {implied} (what PAD uses) is supported")
+    return {}
+
+
+def _no_attrs(c: _OpCtx) -> dict[str, Any]:
+    return {}
+
+
+# builtin code -> (IR op type, (min inputs, max inputs, outputs), option parser)
+_HANDLERS: dict[int, tuple[str, tuple[int, int, int], Callable[[_OpCtx], dict[str, Any]]]] = {
+    BO.CONV_2D: ("conv2d", (2, 3, 1), _parse_conv),
+    BO.DEPTHWISE_CONV_2D: ("depthwise_conv2d", (2, 3, 1), _parse_dwconv),
+    BO.FULLY_CONNECTED: ("fully_connected", (2, 3, 1), _parse_fc),
+    BO.ADD: ("add", (2, 2, 1), _parse_add),
+    BO.AVERAGE_POOL_2D: ("average_pool2d", (1, 1, 1), _parse_pool),
+    BO.MAX_POOL_2D: ("max_pool2d", (1, 1, 1), _parse_pool),
+    BO.MEAN: ("mean", (2, 2, 1), _parse_mean),
+    BO.RESHAPE: ("reshape", (1, 2, 1), _parse_reshape),
+    BO.SOFTMAX: ("softmax", (1, 1, 1), _parse_softmax),
+    BO.RELU: ("relu", (1, 1, 1), _no_attrs),
+    BO.RELU6: ("relu6", (1, 1, 1), _no_attrs),
+    BO.PAD: ("pad", (2, 2, 1), _no_attrs),
+    BO.PADV2: ("pad", (2, 3, 1), _parse_padv2),
+    BO.CONCATENATION: ("concatenation", (1, 1 << 16, 1), _parse_concat),
+    BO.QUANTIZE: ("quantize", (1, 1, 1), _no_attrs),
+    BO.DEQUANTIZE: ("dequantize", (1, 1, 1), _no_attrs),
+}
+
+
+# ---- roles -----------------------------------------------------------------------------------------
+
+def _assign_roles(tensors: dict[str, Tensor], ops: list[Op], inputs: list[str], outputs: list[str]) -> None:
+    """weight/bias: the filter/bias operands of conv/dwconv/fc, also when they reach the layer
+    through a DEQUANTIZE (float16 or int8 weights stored compressed); other constants: constant."""
+    dequant_src = {op.outputs[0]: op.inputs[0] for op in ops
+                   if op.type == "dequantize" and tensors[op.inputs[0]].is_constant}
+    roles: dict[str, str] = {}
+    for op in ops:
+        if op.type not in _LAYER_OPS:
+            continue
+        for slot, role in ((_WEIGHT_SLOT, "weight"), (_BIAS_SLOT, "bias")):
+            name = op.inputs[slot] if slot < len(op.inputs) else None
+            name = dequant_src.get(name, name) if name is not None else None
+            if name is not None and tensors[name].is_constant and roles.get(name) != "weight":
+                roles[name] = role
+    for t in tensors.values():
+        if t.is_constant:
+            t.role = roles.get(t.name, "constant")
+    for name in inputs:
+        if not tensors[name].is_constant:
+            tensors[name].role = "input"
+    for name in outputs:
+        if not tensors[name].is_constant:
+            tensors[name].role = "output"
+
+
+# ---- helpers ---------------------------------------------------------------------------------------
+
+def _unique_names(raw: list[str]) -> list[str]:
+    """TFLite allows repeated and empty names; the IR keys tensors by name. Every member of a
+    repeated group gets `_t<index>` (so a name never depends on which copy came first)."""
+    counts: dict[str, int] = {}
+    for n in raw:
+        counts[n] = counts.get(n, 0) + 1
+    taken = {n for n in raw if counts[n] == 1 and n}
+    out = []
+    for i, n in enumerate(raw):
+        if n and counts[n] == 1:
+            out.append(n)
+            continue
+        cand = f"{n}_t{i}" if n else f"t{i}"
+        while cand in taken:
+            cand += "_"
+        taken.add(cand)
+        out.append(cand)
+    return out
+
+
+def _decode(b: bytes | None) -> str:
+    if not b:
+        return ""
+    # Control characters would break the text form and npz entry names.
+    return "".join(ch if ch.isprintable() else "?" for ch in b.decode("utf-8", errors="replace"))
+
+
+def _op_display_name(code: int, custom: str) -> str:
+    if code == BO.CUSTOM:
+        return f"CUSTOM({custom or '?'})"
+    return _OP_NAMES.get(code, f"BUILTIN_{code}")
+
+
+def _int_list(arr: Any) -> list[int]:
+    return [] if isinstance(arr, int) else [int(x) for x in arr]
+
+
+def _float_list(arr: Any) -> list[float]:
+    return [] if isinstance(arr, int) else [float(x) for x in arr]
