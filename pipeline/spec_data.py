@@ -1,0 +1,100 @@
+"""The `data` section of the spec: where training/calibration/test samples come from.
+
+Normalisation story (one rule for every source): the float the model sees is
+    x_float = x_raw * scale + offset
+where x_raw is what the source holds (digits: 0..16; images: 0..255; npz: whatever is stored).
+`scale: null` (the default) picks the source's natural scale so that values land in [0, 1]:
+1/16 for digits, 1/255 for images, 1.0 for npz (assumed already normalised).
+Match this to what the model was trained with; quantize calibrates on these floats.
+
+Class selection: `classes: [3, 5, 8]` keeps only those raw labels. With `relabel: true` (default)
+they become 0..k-1 in the order given (3->0, 5->1, 8->2), which is what a model with k outputs
+expects; with `relabel: false` the raw labels are kept.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tinytrain.pipeline.spec_paths import SpecPath
+
+# Natural x_raw -> [0, 1] scale of each source (used when `scale` is not given).
+DEFAULT_SCALE = {"digits": 1.0 / 16.0, "images": 1.0 / 255.0, "npz": 1.0}
+
+
+class DataSpec(BaseModel):
+    """Dataset for calibration (quantize), accuracy reports and on-device training runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: Literal["digits", "npz", "images"] = Field(
+        description="digits: scikit-learn's bundled 8x8 digits (offline); npz: a .npz file with "
+                    "x_train/y_train/x_test/y_test (or x/y, split here); images: a folder with one "
+                    "subfolder of images per class")
+    # Existence is checked when the data is loaded (stages/data.py), not here, so that a spec can be
+    # validated before its data is made.
+    path: SpecPath | None = Field(default=None, description="the .npz file or image folder (not for digits), "
+                                                            "relative to this YAML file's folder")
+    classes: list[int] | None = Field(default=None, description="raw labels to keep; null = all")
+    relabel: bool = Field(default=True, description="map the kept classes to 0..k-1 in the order given")
+    test_fraction: float = Field(default=0.2, description="test share when the source has no split")
+    split_seed: int = Field(default=0, ge=0, description="seed of the stratified train/test split")
+    image_size: tuple[int, int] | None = Field(default=None, description="[height, width] to resize images to")
+    grayscale: bool = Field(default=True, description="images: load as 1 channel (false: 3 channels)")
+    scale: float | None = Field(default=None, description="x_float = x_raw * scale + offset; null = "
+                                                          "source default (digits 1/16, images 1/255, npz 1)")
+    offset: float = Field(default=0.0, description="see scale")
+    layout: Literal["nhwc"] = Field(default="nhwc", description="sample layout; TFLite models are NHWC")
+
+    @field_validator("test_fraction")
+    @classmethod
+    def _fraction(cls, v: float) -> float:
+        if not 0.0 < v < 1.0:
+            raise ValueError(f"test_fraction must be strictly between 0 and 1, got {v}")
+        return v
+
+    @field_validator("classes")
+    @classmethod
+    def _classes(cls, v: list[int] | None) -> list[int] | None:
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("classes is empty: leave it out (or null) to keep all classes")
+        if any(c < 0 for c in v):
+            raise ValueError(f"classes must be non-negative labels, got {v}")
+        dup = sorted({c for c in v if v.count(c) > 1})
+        if dup:
+            raise ValueError(f"classes lists {dup} more than once")
+        return v
+
+    @field_validator("image_size")
+    @classmethod
+    def _size(cls, v: tuple[int, int] | None) -> tuple[int, int] | None:
+        if v is not None and (v[0] <= 0 or v[1] <= 0):
+            raise ValueError(f"image_size must be two positive integers [height, width], got {list(v)}")
+        return v
+
+    @field_validator("scale")
+    @classmethod
+    def _scale(cls, v: float | None) -> float | None:
+        if v is not None and (v != v or v == 0.0 or abs(v) == float("inf")):
+            raise ValueError(f"scale must be a finite non-zero number, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _path_matches_source(self) -> "DataSpec":
+        if self.source == "digits":
+            if self.path is not None:
+                raise ValueError("source 'digits' is built in and takes no path; remove `path` "
+                                 "(or use source: npz / images for your own files)")
+        elif self.path is None:
+            what = "a .npz file" if self.source == "npz" else "a folder with one subfolder per class"
+            raise ValueError(f"source {self.source!r} needs `path`: {what}")
+        if self.image_size is not None and self.source != "images":
+            raise ValueError("image_size only applies to source 'images'")
+        return self
+
+    def effective_scale(self) -> float:
+        return self.scale if self.scale is not None else DEFAULT_SCALE[self.source]

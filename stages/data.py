@@ -1,0 +1,465 @@
+"""Datasets for calibration, accuracy reports and on-device training (the spec's `data` section).
+
+`load_dataset(spec)` returns float32 NHWC samples with int64 labels, already split into train and
+test. Sources:
+- digits: scikit-learn's bundled 8x8 digits (no download): [N, 8, 8, 1], raw values 0..16.
+- npz: keys x_train, y_train, x_test, y_test (the file's own split is kept), or x, y (split here).
+  x must be 4-D NHWC of a numeric dtype; y 1-D integer labels. An optional `class_names` array
+  of strings names the labels.
+- images: a folder with one subfolder per class (class label = index of the subfolder in sorted
+  name order, class name = folder name). PGM/PPM/PNM and .npy files are read without extra
+  packages; PNG/JPEG/BMP/GIF need Pillow. Hidden files and other suffixes are ignored. 16-bit
+  PGM/PPM values are rescaled to 0..255 so that every image source has the same raw range.
+  `image_size` resizes with bilinear interpolation (half-pixel centres, no antialiasing, as
+  tf.image.resize), done here in numpy so the result does not depend on the Pillow version.
+  `grayscale` converts RGB with the ITU-R 601 luma weights (as Pillow's "L" mode); with
+  `grayscale: false`, gray images are repeated into 3 channels.
+
+Every source then goes through the same steps: x_float = x_raw * scale + offset (see
+pipeline/spec_data.py), class selection (with relabelling to 0..k-1 in the order given unless
+`relabel: false`), checks (NaN/inf, empty, shapes), and, when the source has no split of its own,
+a stratified split with scikit-learn's `train_test_split(test_size=test_fraction,
+random_state=split_seed, stratify=y)`: the split most training scripts use, so `digits` with
+classes [0..4], test_fraction 0.25, split_seed 0 holds out exactly the samples the digits_cnn
+fixture was not trained on. The same spec always gives the same arrays (`Dataset.digest()`).
+
+Streaming format for the firmware (`write_stream` / `read_stream`), all little-endian:
+
+    offset size  field
+    0      4     magic  b"TTDS"
+    4      2     version (u16) = 1
+    6      1     dtype code (u8): 0 int8, 1 uint8, 2 int16, 3 float32
+    7      1     rank R of one sample (u8), 1..4
+    8      4     N, the number of records (u32)
+    12     16    sample dims (u32[4]); the first R are used, the rest are 0
+    28     4     reserved, 0
+    32     N x record: label (i32), then the sample, C order (prod(dims) * itemsize bytes)
+
+A 32-byte header keeps it aligned and lets the firmware read one record at a time into a
+fixed buffer of 4 + sample-bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..pipeline.errors import UserError
+from ..pipeline.spec_data import DataSpec
+
+
+class DataError(UserError):
+    """The dataset named by the spec cannot be used as given."""
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    x_train: np.ndarray     # float32 [N, H, W, C]
+    y_train: np.ndarray     # int64 [N]
+    x_test: np.ndarray
+    y_test: np.ndarray
+    class_names: list[str]  # index = label
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+    def digest(self) -> str:
+        """sha256 of the content (arrays with their dtype and shape, and the class names)."""
+        h = hashlib.sha256()
+        h.update(json.dumps(self.class_names).encode())
+        for name in ("x_train", "y_train", "x_test", "y_test"):
+            a = np.ascontiguousarray(getattr(self, name))
+            h.update(f"{name}:{a.dtype.str}:{list(a.shape)}".encode())
+            h.update(a.tobytes())
+        return h.hexdigest()
+
+
+# ---- public API ---------------------------------------------------------------------------------
+
+def load_dataset(spec: DataSpec) -> Dataset:
+    raw = _LOADERS[spec.source](spec)
+    split = raw.get("x_test") is not None
+    names = raw["class_names"]
+    parts = {k: raw[k] for k in ("x_train", "y_train", "x_test", "y_test") if raw.get(k) is not None}
+    for key in ("x_train", "x_test"):
+        if key in parts:
+            parts[key] = _normalise(parts[key], spec, key)
+    parts, names = _select_classes(parts, names, spec)
+    if len(parts["y_train"]) == 0:
+        raise DataError(f"{spec.path or spec.source}: no training samples (the data is empty"
+                        f"{' after class selection' if spec.classes else ''})")
+    if not split:
+        parts = _stratified_split(parts["x_train"], parts["y_train"], spec.test_fraction, spec.split_seed)
+    ds = Dataset(class_names=names, **parts)
+    _check_dataset(ds)
+    return ds
+
+
+def input_files(spec: DataSpec) -> list[Path]:
+    """The files `load_dataset(spec)` reads, in a fixed order, for the runner to hash into a cache
+    key (digits: none, it ships with scikit-learn). Missing paths give the same errors as loading."""
+    if spec.source == "digits":
+        return []
+    if spec.source == "npz":
+        return [_existing(spec.path, "npz file", want_dir=False)]
+    root = _existing(spec.path, "image folder", want_dir=True)
+    return sorted(f for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")
+                  for f in d.iterdir() if f.is_file() and not f.name.startswith(".")
+                  and f.suffix.lower() in _IMAGE_SUFFIXES)
+
+
+def calibration_samples(ds: Dataset, n: int, seed: int = 0) -> np.ndarray:
+    """`n` samples drawn without replacement from the TRAIN split only (the test split must stay
+    unseen by calibration so that reported accuracy is honest); all of them if there are fewer.
+    Returned in train order, float32 [n, H, W, C]."""
+    if n <= 0:
+        raise DataError(f"the number of calibration samples must be positive, got {n}")
+    total = len(ds.x_train)
+    if n >= total:
+        return ds.x_train.copy()
+    idx = np.sort(np.random.default_rng(seed).choice(total, size=n, replace=False))
+    return ds.x_train[idx]
+
+
+def check_compatible(ds: Dataset, input_shape: list[int] | tuple[int, ...], num_classes: int | None = None) -> None:
+    """Raise a DataError when the data cannot feed the model: sample shape differs from the model
+    input (batch dimension excluded), or labels exceed the model's number of outputs."""
+    want = tuple(int(d) for d in input_shape[1:])
+    if ds.sample_shape != want:
+        raise DataError(f"data samples have shape {list(ds.sample_shape)} but the model input is "
+                        f"{list(input_shape)} (batch first)",
+                        hint="set data.image_size / data.grayscale, or check the model")
+    if num_classes is not None:
+        top = int(max(ds.y_train.max(initial=-1), ds.y_test.max(initial=-1)))
+        if top >= num_classes:
+            raise DataError(f"labels go up to {top} but the model has {num_classes} classes (outputs)",
+                            hint="select fewer classes with data.classes (relabelled to 0..k-1)")
+
+
+# ---- sources --------------------------------------------------------------------------------------
+
+def _load_digits(spec: DataSpec) -> dict:
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    return {"x_train": d.images.astype(np.float32)[..., None], "y_train": d.target.astype(np.int64),
+            "class_names": [str(int(c)) for c in d.target_names]}
+
+
+def _load_npz(spec: DataSpec) -> dict:
+    path = _existing(spec.path, "npz file", want_dir=False)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError) as e:
+        raise DataError(f"{path}: not a readable .npz file ({e})") from None
+    have = sorted(arrays)
+    if {"x_train", "y_train", "x_test", "y_test"} <= arrays.keys():
+        out = {k: arrays[k] for k in ("x_train", "y_train", "x_test", "y_test")}
+    elif {"x", "y"} <= arrays.keys():
+        out = {"x_train": arrays["x"], "y_train": arrays["y"]}
+    else:
+        raise DataError(f"{path}: needs arrays x_train, y_train, x_test, y_test (or x, y to split here); "
+                        f"it has {have}")
+    for xk, yk in (("x_train", "y_train"), ("x_test", "y_test")):
+        if xk in out:
+            tag = xk.removeprefix("x_") if "x_train" in arrays else ""
+            out[xk], out[yk] = _check_xy(out[xk], out[yk], f"{path} ({tag or 'x/y'})")
+    labels = np.concatenate([out["y_train"], out.get("y_test", out["y_train"][:0])])
+    out["class_names"] = _npz_class_names(arrays, labels, path)
+    return out
+
+
+def _load_images(spec: DataSpec) -> dict:
+    root = _existing(spec.path, "image folder", want_dir=True)
+    class_dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not class_dirs:
+        raise DataError(f"{root}: no class subfolders; expected one subfolder of images per class")
+    xs, ys = [], []
+    for label, d in enumerate(class_dirs):
+        files = sorted(p for p in d.iterdir() if p.is_file() and not p.name.startswith(".")
+                       and p.suffix.lower() in _IMAGE_SUFFIXES)
+        if not files:
+            raise DataError(f"{d}: no images (supported: {', '.join(sorted(_IMAGE_SUFFIXES))})")
+        for f in files:
+            xs.append(_prepare_image(_read_image(f), spec, f))
+            ys.append(label)
+    shapes = sorted({x.shape for x in xs})
+    if len(shapes) > 1:
+        raise DataError(f"{root}: images have different sizes {[list(s) for s in shapes[:4]]}",
+                        hint="set data.image_size: [height, width] to resize them")
+    return {"x_train": np.stack(xs).astype(np.float32), "y_train": np.asarray(ys, dtype=np.int64),
+            "class_names": [d.name for d in class_dirs]}
+
+
+_LOADERS = {"digits": _load_digits, "npz": _load_npz, "images": _load_images}
+
+
+def _existing(path: Path | None, what: str, *, want_dir: bool) -> Path:
+    if path is None:
+        raise DataError(f"data.path is required: the {what}")
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"data.path {path} does not exist (the {what})")
+    if want_dir != path.is_dir():
+        raise DataError(f"data.path {path} is {'a file' if want_dir else 'a folder'}; expected the {what}")
+    return path
+
+
+def _check_xy(x: np.ndarray, y: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray]:
+    if x.dtype.kind not in "iuf":
+        raise DataError(f"{where}: x has dtype {x.dtype}; expected a numeric array (float or integer)")
+    if x.ndim != 4:
+        raise DataError(f"{where}: x has shape {list(x.shape)}; expected 4-D NHWC [N, H, W, C]",
+                        hint="for single-channel images add a channel axis: x[..., None]" if x.ndim == 3 else None)
+    if y.ndim != 1 or len(y) != len(x):
+        raise DataError(f"{where}: y has shape {list(y.shape)}; expected 1-D with one label per sample ({len(x)})")
+    if y.dtype.kind == "f" and np.all(np.isfinite(y)) and np.all(y == np.round(y)):
+        y = y.astype(np.int64)
+    if y.dtype.kind not in "iu":
+        raise DataError(f"{where}: y has dtype {y.dtype}; expected integer class labels")
+    if len(y) and int(y.min()) < 0:
+        raise DataError(f"{where}: labels must be >= 0, found {int(y.min())}")
+    return x, y.astype(np.int64)
+
+
+def _npz_class_names(arrays: dict, labels: np.ndarray, path: Path) -> list[str]:
+    k = int(labels.max()) + 1 if len(labels) else 0
+    if "class_names" not in arrays:
+        return [str(i) for i in range(k)]
+    names = [str(n) for n in arrays["class_names"].tolist()]
+    if len(names) < k:
+        raise DataError(f"{path}: class_names has {len(names)} entries but labels go up to {k - 1}")
+    return names
+
+
+# ---- images ---------------------------------------------------------------------------------------
+
+_PNM_SUFFIXES = {".pgm", ".ppm", ".pnm"}
+_PILLOW_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif"}
+_IMAGE_SUFFIXES = _PNM_SUFFIXES | _PILLOW_SUFFIXES | {".npy"}
+
+
+def _read_image(path: Path) -> np.ndarray:
+    """Raw pixels as float32 [H, W, C] (C = 1 or 3), values 0..255."""
+    suffix = path.suffix.lower()
+    try:
+        if suffix in _PNM_SUFFIXES:
+            img = _read_pnm(path.read_bytes())
+        elif suffix == ".npy":
+            img = np.load(path, allow_pickle=False)
+        else:
+            img = _read_with_pillow(path)
+    except DataError:
+        raise
+    except (OSError, ValueError) as e:
+        raise DataError(f"{path}: cannot read image ({e})") from None
+    if img.ndim == 2:
+        img = img[..., None]
+    if img.ndim != 3 or img.shape[2] not in (1, 3, 4) or img.dtype.kind not in "iuf":
+        raise DataError(f"{path}: image array of shape {list(img.shape)} and dtype {img.dtype}; "
+                        "expected [H, W] or [H, W, 1|3|4] numbers")
+    return img[..., :3].astype(np.float32)   # alpha is dropped: models see colour only
+
+
+def _read_with_pillow(path: Path) -> np.ndarray:
+    try:
+        from PIL import Image
+    except ImportError:
+        raise DataError(f"{path}: reading {path.suffix} images needs Pillow, which is not installed",
+                        hint="pip install Pillow, or convert the images to .pgm/.ppm/.npy") from None
+    with Image.open(path) as im:
+        return np.asarray(im.convert("RGB" if im.mode not in ("L", "I;16", "I") else im.mode))
+
+
+def _read_pnm(data: bytes) -> np.ndarray:
+    """Netpbm P2/P3 (ASCII) and P5/P6 (binary) grey and colour images."""
+    magic = data[:2]
+    if magic not in (b"P2", b"P3", b"P5", b"P6"):
+        raise ValueError(f"not a PGM/PPM file (magic {magic!r})")
+    channels = 3 if magic in (b"P3", b"P6") else 1
+    tokens, pos = _pnm_header(data, 3)
+    width, height, maxval = tokens
+    if not (0 < maxval < 65536) or width <= 0 or height <= 0:
+        raise ValueError(f"bad header: width {width}, height {height}, maxval {maxval}")
+    count = width * height * channels
+    if magic in (b"P2", b"P3"):
+        pixels = np.array(data[pos:].split()[:count], dtype=np.int64)
+    else:
+        dtype = np.dtype(">u2") if maxval > 255 else np.dtype("u1")
+        pixels = np.frombuffer(data, dtype=dtype, count=min(count, (len(data) - pos) // dtype.itemsize), offset=pos)
+    if pixels.size != count:
+        raise ValueError(f"truncated: {pixels.size} of {count} values")
+    img = pixels.reshape(height, width, channels).astype(np.float32)
+    return img if maxval == 255 else img * (255.0 / maxval)
+
+
+def _pnm_header(data: bytes, n: int) -> tuple[list[int], int]:
+    """The n integers after the magic, skipping # comments; returns them and the offset of the pixel data
+    (one whitespace byte after the last header token)."""
+    values, pos = [], 2
+    while len(values) < n:
+        while pos < len(data) and data[pos:pos + 1].isspace():
+            pos += 1
+        if data[pos:pos + 1] == b"#":
+            pos = data.find(b"\n", pos) + 1 or len(data)
+            continue
+        start = pos
+        while pos < len(data) and data[pos:pos + 1].isdigit():
+            pos += 1
+        if start == pos:
+            raise ValueError("malformed header")
+        values.append(int(data[start:pos]))
+    return values, pos + 1
+
+
+def _prepare_image(img: np.ndarray, spec: DataSpec, path: Path) -> np.ndarray:
+    if spec.grayscale and img.shape[2] == 3:
+        img = img @ np.array([[0.299], [0.587], [0.114]], dtype=np.float32)
+    elif not spec.grayscale and img.shape[2] == 1:
+        img = np.repeat(img, 3, axis=2)
+    if spec.image_size is not None and tuple(img.shape[:2]) != tuple(spec.image_size):
+        img = resize_bilinear(img, spec.image_size)
+    return img
+
+
+def resize_bilinear(img: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """[H, W, C] -> [h, w, C], half-pixel centres, edge clamp (tf.image.resize 'bilinear', no antialias)."""
+    def axis(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        pos = np.clip((np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5, 0, n_in - 1)
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, n_in - 1)
+        return lo, hi, (pos - lo).astype(np.float32)
+
+    (y0, y1, fy), (x0, x1, fx) = axis(img.shape[0], size[0]), axis(img.shape[1], size[1])
+    rows = img[y0] * (1 - fy)[:, None, None] + img[y1] * fy[:, None, None]
+    return rows[:, x0] * (1 - fx)[None, :, None] + rows[:, x1] * fx[None, :, None]
+
+
+# ---- common steps ---------------------------------------------------------------------------------
+
+def _normalise(x: np.ndarray, spec: DataSpec, where: str) -> np.ndarray:
+    x = x.astype(np.float32) * np.float32(spec.effective_scale()) + np.float32(spec.offset)
+    bad = ~np.isfinite(x)
+    if bad.any():
+        first = int(np.argwhere(bad)[0][0])
+        raise DataError(f"{spec.path or spec.source} ({where}): {int(bad.sum())} values are NaN or infinite (first in sample {first})")
+    return x
+
+
+def _select_classes(parts: dict, names: list[str], spec: DataSpec) -> tuple[dict, list[str]]:
+    if spec.classes is None:
+        return parts, names
+    present = set(np.unique(np.concatenate([parts[k] for k in ("y_train", "y_test") if k in parts])).tolist())
+    missing = [c for c in spec.classes if c not in present]
+    if missing:
+        raise DataError(f"data.classes asks for {missing}, which the data does not have; "
+                        f"labels present: {sorted(present)}")
+    keep = np.asarray(spec.classes, dtype=np.int64)
+    out = dict(parts)
+    for xk, yk in (("x_train", "y_train"), ("x_test", "y_test")):
+        if yk not in parts:
+            continue
+        mask = np.isin(parts[yk], keep)
+        y = parts[yk][mask]
+        if spec.relabel:
+            y = _relabel_table(spec.classes)[y]
+        out[xk], out[yk] = parts[xk][mask], y.astype(np.int64)
+    # Without relabelling the labels keep their raw values, so names stay indexed by raw label.
+    labels = spec.classes if spec.relabel else range(max(spec.classes) + 1)
+    return out, [names[c] if c < len(names) else str(c) for c in labels]
+
+
+def _relabel_table(classes: list[int]) -> np.ndarray:
+    """Lookup raw label -> new label: position in `classes` as given (classes [8, 3]: 8->0, 3->1)."""
+    table = np.full(max(classes) + 1, -1, dtype=np.int64)
+    table[classes] = np.arange(len(classes))
+    return table
+
+
+def _stratified_split(x: np.ndarray, y: np.ndarray, test_fraction: float, seed: int) -> dict:
+    """scikit-learn's stratified `train_test_split`, so that a model trained on a split made the usual
+    way (e.g. tests/fixtures/digits_cnn_*) is evaluated on exactly its held-out samples."""
+    from sklearn.model_selection import train_test_split
+
+    counts = np.bincount(y)
+    if counts[counts > 0].min() < 2:
+        rare = [int(c) for c in np.flatnonzero((counts > 0) & (counts < 2))]
+        raise DataError(f"classes {rare} have a single sample: a stratified split needs at least 2 per class")
+    n_test = int(np.ceil(len(y) * test_fraction))
+    n_classes = int((counts > 0).sum())
+    if n_test < n_classes or len(y) - n_test < n_classes:
+        raise DataError(f"{len(y)} samples of {n_classes} classes cannot be split with test_fraction "
+                        f"{test_fraction}: each split needs at least one sample per class",
+                        hint="add samples, or change data.test_fraction")
+    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=test_fraction, random_state=seed, stratify=y)
+    return {"x_train": x_tr, "y_train": y_tr, "x_test": x_te, "y_test": y_te}
+
+
+def _check_dataset(ds: Dataset) -> None:
+    if len(ds.x_train) == 0:
+        raise DataError("the training split is empty: no samples left after loading and class selection")
+    if len(ds.x_test) == 0:
+        raise DataError("the test split is empty: too few samples per class to hold any out",
+                        hint="add samples, or raise data.test_fraction")
+    if ds.x_train.shape[1:] != ds.x_test.shape[1:]:
+        raise DataError(f"train samples have shape {list(ds.x_train.shape[1:])} but test samples "
+                        f"{list(ds.x_test.shape[1:])}")
+
+
+# ---- streaming format -----------------------------------------------------------------------------
+
+STREAM_MAGIC = b"TTDS"
+STREAM_VERSION = 1
+_STREAM_HEADER = struct.Struct("<4sHBBI4II")
+_STREAM_DTYPES = {0: np.dtype("i1"), 1: np.dtype("u1"), 2: np.dtype("<i2"), 3: np.dtype("<f4")}
+_STREAM_CODES = {v: k for k, v in _STREAM_DTYPES.items()}
+
+
+def write_stream(path: Path, x: np.ndarray, y: np.ndarray) -> None:
+    """Write samples `x` [N, ...] (int8, uint8, int16 or float32; usually int8 already quantized
+    with the model's input parameters) and labels `y` [N] in the TTDS format of the module docstring."""
+    x = np.asarray(x)
+    y = np.asarray(y)
+    code = _STREAM_CODES.get(x.dtype.newbyteorder("<") if x.dtype.itemsize > 1 else x.dtype)
+    if code is None:
+        raise DataError(f"stream samples must be int8, uint8, int16 or float32, not {x.dtype}")
+    if not 2 <= x.ndim <= 5:
+        raise DataError(f"stream samples must be [N, d1..dR] with 1 <= R <= 4, got shape {list(x.shape)}")
+    if y.shape != (len(x),) or y.dtype.kind not in "iu":
+        raise DataError(f"stream labels must be 1-D integers, one per sample ({len(x)}); got "
+                        f"shape {list(y.shape)} dtype {y.dtype}")
+    dims = list(x.shape[1:]) + [0] * (5 - x.ndim)
+    header = _STREAM_HEADER.pack(STREAM_MAGIC, STREAM_VERSION, code, x.ndim - 1, len(x), *dims, 0)
+    labels = y.astype("<i4").reshape(-1, 1).view(np.uint8)
+    samples = np.ascontiguousarray(x, dtype=_STREAM_DTYPES[code]).reshape(len(x), -1).view(np.uint8)
+    Path(path).write_bytes(header + np.concatenate([labels, samples], axis=1).tobytes())
+
+
+def read_stream(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of write_stream: (x [N, ...], y int64 [N])."""
+    data = Path(path).read_bytes()
+    if len(data) < _STREAM_HEADER.size or data[:4] != STREAM_MAGIC:
+        raise DataError(f"{path}: not a TTDS data stream")
+    magic, version, code, rank, n, *rest = _STREAM_HEADER.unpack_from(data)
+    if version != STREAM_VERSION or code not in _STREAM_DTYPES or not 1 <= rank <= 4:
+        raise DataError(f"{path}: unsupported TTDS stream (version {version}, dtype code {code}, rank {rank})")
+    dims, dtype = rest[:rank], _STREAM_DTYPES[code]
+    record = 4 + int(np.prod(dims)) * dtype.itemsize
+    body = data[_STREAM_HEADER.size:]
+    if len(body) != n * record:
+        raise DataError(f"{path}: truncated or padded TTDS stream ({len(body)} bytes of records, expected {n * record})")
+    rows = np.frombuffer(body, dtype=np.uint8).reshape(n, record)
+    y = rows[:, :4].copy().view("<i4").reshape(n).astype(np.int64)
+    x = rows[:, 4:].copy().view(dtype).reshape(n, *dims)
+    return x, y
