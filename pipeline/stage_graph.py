@@ -21,25 +21,33 @@ class StageDef:
     # Modules whose source text is the stage's implementation version (besides `impl` itself).
     sources: tuple[str, ...] = ()
     description: str = ""
+    # Commands whose first output line identifies an external tool the stage runs (e.g.
+    # ("arm-none-eabi-gcc", "--version")); part of the cache key, so a new compiler rebuilds.
+    tools: tuple[tuple[str, ...], ...] = ()
 
 
 STAGES: tuple[StageDef, ...] = (
     StageDef("load", ("model",), (), "tinytrain.stages.load",
              ("tinytrain.stages.ir", "tinytrain.stages.tflite_reader"),
              "read .tflite/.circle into the IR"),
-    StageDef("quantize", ("quantize", "data"), ("load",), None, (),
+    StageDef("quantize", ("quantize", "data"), ("load",), "tinytrain.stages.quantize",
+             ("tinytrain.stages.ir", "tinytrain.stages.ptq", "tinytrain.stages.calibrate",
+              "tinytrain.stages.bn_fold", "tinytrain.stages.executor", "tinytrain.stages.int8_arith",
+              "tinytrain.stages.tflite_writer", "tinytrain.stages.data", "tinytrain.pipeline.spec_quantize",
+              "tinytrain.pipeline.spec_data"),
              "float IR -> real int8 IR (+ model_int8.tflite)"),
-    StageDef("sparse-plan", ("train.update", "target"), ("quantize",), None, (),
+    StageDef("sparse-plan", ("train.update", "target.board"), ("quantize",), None, (),
              "choose what to train under the memory budget"),
-    StageDef("autodiff", ("train.loss", "train.optimizer", "train.batch_size"), ("quantize", "sparse-plan"),
+    StageDef("autodiff", ("train.loss", "train.optimizer", "train.batch_size", "train.qas"), ("quantize", "sparse-plan"),
              None, (), "compile-time backward graph and update ops"),
     StageDef("reorder", ("train.reorder",), ("autodiff",), None, (),
              "schedule with in-place updates; static arena plan"),
     StageDef("codegen", ("target.kernels",), ("reorder",), None, (),
              "C sources for the training program"),
-    StageDef("cross-compile", ("target",), ("codegen",), None, (),
+    StageDef("cross-compile", ("target.board", "target.cflags", "target.kernels"), ("codegen",), None, (),
              "ELF for the board, size report and fit check"),
-    StageDef("emulate-run", ("train.learning_rate", "train.epochs", "train.seed", "data"),
+    StageDef("emulate-run", ("train.learning_rate", "train.epochs", "train.seed", "data", "target.board",
+                             "target.timeout_s"),
              ("cross-compile", "quantize"), None, (), "train inside QEMU (or natively for host)"),
 )
 

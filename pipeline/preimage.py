@@ -1,0 +1,123 @@
+"""What a stage's result depends on, as the JSON "preimage" its cache key is the hash of (DESIGN §4).
+
+    {"key_schema": 1, "stage": "load",
+     "impl":   {"tinytrain.stages.load": "<source sha256>", ...},
+     "config": {"model": {"path": {"sha256": "..."}, "format": "auto"}},
+     "inputs": {"load/graph.json": "<content sha256>", ...},
+     "tools":  {"arm-none-eabi-gcc --version": "arm-none-eabi-gcc (15:13.2) 13.2.1"},
+     "salt":   ""}
+
+File-valued config fields enter by content ({"sha256": ...}; folders {"tree": ...}), never by
+absolute path, so that the same project checked out elsewhere still hits the cache. Inputs enter
+by content digest, not by the upstream key: an upstream rebuild that yields the same bytes keeps
+this stage cached. The top-level field names double as the "why" of `status` and `explain`.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+
+from tinytrain.cache.keys import KEY_SCHEMA_VERSION, module_source_digest, sha256_file, tool_identity, tree_digest
+from tinytrain.pipeline.errors import UserError
+from tinytrain.pipeline.stage_graph import StageDef
+
+
+def config_value(spec: BaseModel, dotted: str) -> Any:
+    """The part of the spec at a dotted path ("train.update"); None where an optional section is absent."""
+    value: Any = spec
+    for part in dotted.split("."):
+        if value is None:
+            return None
+        if not isinstance(value, BaseModel) or part not in type(value).model_fields:
+            raise KeyError(f"the spec has no field {dotted!r} (stage table and spec disagree)")
+        value = getattr(value, part)
+    return value
+
+
+def config_slice(spec: BaseModel, paths: Iterable[str]) -> dict[str, Any]:
+    return {p: config_value(spec, p) for p in paths}
+
+
+def slice_preimage(value: Any, where: str = "") -> Any:
+    """A config value in hashable JSON form: defaults included, paths replaced by content digests."""
+    if isinstance(value, BaseModel):
+        return {name: slice_preimage(getattr(value, name), _join(where, name)) for name in type(value).model_fields}
+    if isinstance(value, Path):
+        return path_digest(value, where)
+    if isinstance(value, Mapping):
+        return {str(k): slice_preimage(v, _join(where, str(k))) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [slice_preimage(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, enum.Enum):
+        return slice_preimage(value.value, where)
+    return to_jsonable_python(value)
+
+
+def path_digest(path: Path, where: str = "") -> dict[str, str]:
+    if path.is_file():
+        return {"sha256": sha256_file(path)}
+    if path.is_dir():
+        return {"tree": tree_digest(path)}
+    raise UserError(f"{where or 'spec'}: {path} does not exist")
+
+
+def impl_digests(stage: StageDef) -> dict[str, str]:
+    # One digest per module, so that `explain` can say which module's source changed.
+    modules = [m for m in (stage.impl, *stage.sources) if m]
+    return {m: module_source_digest([m]) for m in modules}
+
+
+def tool_digests(stage: StageDef) -> dict[str, str]:
+    return {" ".join(cmd): tool_identity(list(cmd)) for cmd in stage.tools}
+
+
+def stage_preimage(stage: StageDef, spec: BaseModel, input_digests: Mapping[str, str], salt: str) -> dict[str, Any]:
+    return {
+        "key_schema": KEY_SCHEMA_VERSION,
+        "stage": stage.name,
+        "impl": impl_digests(stage),
+        "config": {p: slice_preimage(v, p) for p, v in config_slice(spec, stage.config).items()},
+        "inputs": dict(sorted(input_digests.items())),
+        "tools": tool_digests(stage),
+        "salt": salt,
+    }
+
+
+def change_reason(diffs: list[tuple[str, Any, Any]]) -> str:
+    """The first thing a user should hear about why a key changed, from a preimage diff."""
+    if not diffs:
+        return "no cache entry (evicted, or never stored)"
+    heads = [d[0] for d in diffs]
+
+    def first(prefix: str) -> str | None:
+        return next((h for h in heads if h == prefix or h.startswith(prefix + ".")), None)
+
+    if first("key_schema") or first("stage"):
+        return "tinytrain's key format changed"
+    h = first("impl")
+    if h:
+        return f"source changed ({h[len('impl.'):] or 'stage modules'})"
+    content = [h for h in heads if h.startswith("config.") and h.endswith((".sha256", ".tree"))]
+    if content:
+        return f"input file changed ({content[0][len('config.'):].rsplit('.', 1)[0]})"
+    h = first("config")
+    if h:
+        return f"config changed ({h[len('config.'):]})"
+    h = first("inputs")
+    if h:
+        return f"input changed ({h[len('inputs.'):] or 'upstream artifacts'})"
+    h = first("tools")
+    if h:
+        return f"tool changed ({h[len('tools.'):]})"
+    if first("salt"):
+        return "salt changed"
+    return f"changed: {heads[0]}"
+
+
+def _join(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name

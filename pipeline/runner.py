@@ -1,0 +1,310 @@
+"""Build a spec: doit walks the stage DAG; each stage is restored from the cache or run.
+
+Per stage (DESIGN §2, §4):
+  1. preimage from the stage's config slice and the content digests of its upstream artifacts
+     (known now: upstream tasks have finished) -> key;
+  2. doit's `uptodate` is the action-cache lookup: on a hit the entry is materialised under
+     `<out_dir>/<name>/<stage>/` and the stage function is not called;
+  3. on a miss the stage function runs in a fresh temp folder; only if it returns normally are
+     its files stored (blobs, then the entry) and materialised. A failure or a kill leaves no
+     entry and no stage folder: the old folder is removed before the run, the new one appears
+     whole by a rename.
+A stage without an implementation stops the build with StageNotImplemented (exit code 1: the spec
+is fine, the tool cannot do it yet; `--until` builds the stages before it).
+Builds of one spec are serialised by a lock on its build folder (see workspace.build_lock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import shutil
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from tinytrain.cache.store import ActionEntry, Cache
+from tinytrain.pipeline import stage_graph
+from tinytrain.pipeline.console import BuildLog
+from tinytrain.pipeline.contract import StageContext, StageResult
+from tinytrain.pipeline.doit_driver import run_tasks
+from tinytrain.pipeline.errors import StageFailed, TinytrainError, UserError
+from tinytrain.pipeline.planner import (CACHED, NOT_IMPLEMENTED, find_stage, in_order, plan,
+                                        preimage_and_key, remember, with_ancestors)
+from tinytrain.pipeline.preimage import config_slice
+from tinytrain.pipeline.spec import Spec
+from tinytrain.pipeline.stage_graph import StageDef
+from tinytrain.pipeline.workspace import build_dir, build_lock, stage_dir
+
+
+class StageNotImplemented(StageFailed):
+    """The build reached a stage that is registered but has no implementation yet (exit code 1)."""
+
+
+@dataclass
+class StageOutcome:
+    stage: str
+    # ran | cached | failed | not implemented | will run (dry run)
+    state: str
+    key: str | None = None
+    duration_s: float = 0.0
+    summary: str = ""
+    metrics: dict = field(default_factory=dict)
+    reason: str = ""
+    out_dir: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"stage": self.stage, "state": self.state, "key": self.key, "duration_s": round(self.duration_s, 4),
+                "summary": self.summary, "metrics": self.metrics, "reason": self.reason, "out_dir": self.out_dir}
+
+
+@dataclass
+class BuildResult:
+    name: str
+    spec_path: str | None
+    out_dir: str
+    outcomes: list[StageOutcome]
+    duration_s: float
+    dry_run: bool = False
+    cache: dict = field(default_factory=dict)
+    error: TinytrainError | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return self.error.exit_code if self.error is not None else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "spec": self.spec_path, "out_dir": self.out_dir, "ok": self.error is None,
+            "exit_code": self.exit_code, "dry_run": self.dry_run,
+            "error": str(self.error) if self.error is not None else None,
+            "duration_s": round(self.duration_s, 4),
+            "ran": [o.stage for o in self.outcomes if o.state == "ran"],
+            "cached": [o.stage for o in self.outcomes if o.state == CACHED],
+            "stages": [o.to_json() for o in self.outcomes],
+            "cache": self.cache,
+        }
+
+
+@dataclass(frozen=True)
+class Selection:
+    run: tuple[str, ...]        # stages to build (restore or run)
+    restore_only: tuple[str, ...]  # upstream of --only: must come from the cache
+
+
+def select(stages: Sequence[StageDef], until: str | None = None, only: str | None = None,
+           force: Sequence[str] = ()) -> Selection:
+    if until and only:
+        raise UserError("--until and --only cannot be combined")
+    for name in force:
+        find_stage(name, stages)
+    if only:
+        st = find_stage(only, stages)
+        run, restore = {st.name}, with_ancestors(st.deps, stages)
+    elif until:
+        run, restore = with_ancestors([find_stage(until, stages).name], stages), set()
+    else:
+        run, restore = {s.name for s in stages}, set()
+    stray = [f for f in force if f not in run]
+    if stray:
+        raise UserError(f"--force {stray[0]}: that stage is not part of this build")
+    return Selection(tuple(s.name for s in in_order(run, stages)), tuple(s.name for s in in_order(restore, stages)))
+
+
+def build(spec: Spec, cache: Cache, log: BuildLog, *, until: str | None = None, only: str | None = None,
+          force: Sequence[str] = (), dry_run: bool = False, stages: Sequence[StageDef] | None = None,
+          stage_stdout: Any = None) -> BuildResult:
+    stages = tuple(stages if stages is not None else stage_graph.STAGES)
+    sel = select(stages, until, only, force)
+    t0 = time.perf_counter()
+    result = BuildResult(spec.name, str(spec.source) if spec.source else None, str(build_dir(spec)), [], 0.0,
+                         dry_run=dry_run)
+    if dry_run:
+        result.outcomes = _dry_run(spec, cache, stages, sel, force, log)
+    else:
+        with build_lock(spec):
+            cache.begin_build()
+            run = _Run(spec, cache, log, stages, sel, frozenset(force), stage_stdout)
+            result.outcomes, result.error = run.execute()
+        result.cache = cache.stats()
+    result.duration_s = time.perf_counter() - t0
+    return result
+
+
+def _dry_run(spec: Spec, cache: Cache, stages: Sequence[StageDef], sel: Selection, force: Sequence[str],
+             log: BuildLog) -> list[StageOutcome]:
+    outcomes = []
+    for item in plan(spec, cache, stages, wanted=sel.run, force=force):
+        if item.stage.name not in sel.run:
+            continue
+        name = item.stage.name
+        summary = item.entry.summary if item.entry else ""
+        outcomes.append(StageOutcome(name, item.state, item.key, summary=summary, reason=item.reason))
+        if item.state == CACHED and item.key:
+            log.cached(name, item.key, summary)
+        else:
+            log.line(f"[{name}] {'would run' if item.state != NOT_IMPLEMENTED else item.state}"
+                     + (f" — {item.reason}" if item.reason and item.state != NOT_IMPLEMENTED else ""))
+    return outcomes
+
+
+class _Run:
+    """One build's state while doit drives it: entries and artifact paths of finished stages."""
+
+    def __init__(self, spec: Spec, cache: Cache, log: BuildLog, stages: Sequence[StageDef], sel: Selection,
+                 force: frozenset[str], stage_stdout: Any):
+        self.spec, self.cache, self.log, self.sel, self.force = spec, cache, log, sel, force
+        self.stages = {s.name: s for s in stages}
+        self.stage_stdout = stage_stdout
+        self.entries: dict[str, ActionEntry] = {}
+        self.paths: dict[str, dict[str, Path]] = {}
+        self.keys: dict[str, tuple[dict, str]] = {}
+        self.outcomes: list[StageOutcome] = []
+        self.error: TinytrainError | None = None
+
+    def execute(self) -> tuple[list[StageOutcome], TinytrainError | None]:
+        names = [n for n in self.stages if n in self.sel.run or n in self.sel.restore_only]
+        tasks = [{
+            "name": n,
+            "actions": [(self._act, [n])],
+            "uptodate": [(self._uptodate, [n])],
+            "task_dep": [d for d in self.stages[n].deps if d in names],
+            "verbosity": 2,
+        } for n in names]
+        code, messages = run_tasks(tasks, list(self.sel.run))
+        if self.error is None and code != 0:
+            self.error = StageFailed("the build engine (doit) failed: " + " | ".join(m.strip() for m in messages))
+        return self.outcomes, self.error
+
+    # ---- doit callbacks: they never raise, doit would print a traceback ----------------------
+    def _uptodate(self, name: str) -> bool:
+        try:
+            return self._restore(name)
+        except TinytrainError as e:
+            self.error = e
+        except Exception as e:  # noqa: BLE001 - reported as a failed build, with the cause chained
+            self.error = _wrap(name, e)
+        return False
+
+    def _act(self, name: str) -> bool:
+        # self.error may already be set by this stage's own uptodate (e.g. its key could not be made).
+        if self.error is None:
+            try:
+                self._run(name)
+                return True
+            except TinytrainError as e:
+                self.error = e
+            except Exception as e:  # noqa: BLE001
+                self.error = _wrap(name, e)
+        state = NOT_IMPLEMENTED if isinstance(self.error, StageNotImplemented) else "failed"
+        self.outcomes.append(StageOutcome(name, state, reason=str(self.error)))
+        if state == NOT_IMPLEMENTED:
+            self.log.line(f"[{name}] not implemented yet")
+        else:
+            self.log.failed(name, str(self.error))
+        return False
+
+    # ---- the two paths ----------------------------------------------------------------------
+    def _restore(self, name: str) -> bool:
+        st = self.stages[name]
+        if st.impl is None:
+            return False
+        pre, key = preimage_and_key(st, self.spec, self.entries)
+        self.keys[name] = (pre, key)
+        if name in self.force:
+            return False
+        entry = self.cache.lookup(key)
+        if entry is None:
+            return False
+        self._materialize(name, entry, pre)
+        self.cache.note_hit(key)
+        if name in self.sel.run:
+            self.outcomes.append(StageOutcome(name, CACHED, key, 0.0, entry.summary, entry.metrics,
+                                              out_dir=str(stage_dir(self.spec, name))))
+            self.log.cached(name, key, entry.summary)
+        return True
+
+    def _run(self, name: str) -> None:
+        st = self.stages[name]
+        if name in self.sel.restore_only:
+            raise UserError(f"--only {self.sel.run[0]} needs the artifacts of {name}, which are not cached "
+                            f"for this spec", hint=f"build them first: tinytrain build SPEC --until {name}")
+        if st.impl is None:
+            raise StageNotImplemented(f"stage {name} is not implemented yet",
+                                      hint=_until_hint(st, self.stages))
+        pre, key = self.keys[name]
+        fn = load_stage_function(st)
+        dest = stage_dir(self.spec, name)
+        # Artifacts of an older config must not survive a failed rerun looking current.
+        shutil.rmtree(dest, ignore_errors=True)
+        with tempfile.TemporaryDirectory(prefix=f"tinytrain-{name}-") as tmp:
+            out = Path(tmp) / "out"
+            out.mkdir()
+            ctx = StageContext(config=config_slice(self.spec, st.config), inputs=self._inputs(st), out_dir=out,
+                               progress=partial(self.log.progress, name))
+            self.log.started(name)
+            t0 = time.perf_counter()
+            try:
+                with _stdout_to(self.stage_stdout):
+                    result = fn(ctx)
+            finally:
+                self.log.finished()
+            duration = time.perf_counter() - t0
+            if not isinstance(result, StageResult):
+                raise StageFailed(f"stage {name} returned {type(result).__name__}, not a StageResult")
+            entry = self.cache.store(key, pre, out, result.summary, result.metrics, duration)
+        self._materialize(name, entry, pre)
+        self.cache.note_miss(key)
+        self.outcomes.append(StageOutcome(name, "ran", key, duration, entry.summary, entry.metrics,
+                                          out_dir=str(dest)))
+        self.log.ran(name, duration, entry.summary)
+
+    def _materialize(self, name: str, entry: ActionEntry, pre: dict) -> None:
+        self.paths[name] = self.cache.materialize(entry, stage_dir(self.spec, name))
+        self.entries[name] = entry
+        remember(self.cache, self.spec, name, pre)
+
+    def _inputs(self, st: StageDef) -> dict[str, Path]:
+        return {f"{dep}/{n}": p for dep in st.deps for n, p in self.paths[dep].items()}
+
+
+def load_stage_function(st: StageDef) -> Callable[[StageContext], StageResult]:
+    try:
+        module = importlib.import_module(st.impl or "")
+    except ImportError as e:
+        raise StageFailed(f"stage {st.name}: cannot import {st.impl}: {e}") from e
+    fn = getattr(module, "run", None)
+    if not callable(fn):
+        raise StageFailed(f"stage {st.name}: module {st.impl} has no run(ctx) function")
+    return fn
+
+
+def _wrap(name: str, e: BaseException) -> StageFailed:
+    err = StageFailed(f"stage {name} failed: {type(e).__name__}: {e}",
+                      hint="set TINYTRAIN_DEBUG=1 to see the traceback")
+    err.__cause__ = e
+    err.traceback = "".join(traceback.format_exception(e))  # type: ignore[attr-defined]
+    return err
+
+
+def _until_hint(st: StageDef, stages: dict[str, StageDef]) -> str:
+    ready = [n for n, s in stages.items() if s.impl is not None and n in with_ancestors(st.deps, list(stages.values()))]
+    last = ready[-1] if ready else None
+    return f"build the stages before it with --until {last}" if last else "no stage before it is implemented"
+
+
+@contextlib.contextmanager
+def _stdout_to(stream: Any):
+    # With --json, stdout carries one JSON document: a stage's stray prints go to stderr instead.
+    if stream is None:
+        yield
+        return
+    with contextlib.redirect_stdout(stream):
+        yield
+
+
+__all__ = ["BuildResult", "StageOutcome", "StageNotImplemented", "build", "select", "load_stage_function"]

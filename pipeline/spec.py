@@ -1,0 +1,257 @@
+"""The build spec: what `tinytrain.yaml` may hold, validated (pydantic v2).
+
+Every model forbids unknown keys, so a typo is an error with a suggestion rather than a setting
+silently ignored. `load_spec` reads the YAML with line numbers and reports every problem as
+`file:line: yaml.path: message` (a `SpecError`, exit code 2). Paths are relative to the YAML file's
+folder. The stage table (`stage_graph.py`) names which dotted parts of this spec each stage reads;
+only those parts reach its cache key.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from tinytrain.pipeline.errors import SpecError
+from tinytrain.pipeline.spec_data import DataSpec
+from tinytrain.pipeline.spec_errors import format_errors
+from tinytrain.pipeline.spec_paths import ExistingFile, SpecPath, resolve_paths
+from tinytrain.pipeline.spec_quantize import QuantizeSpec
+from tinytrain.pipeline.yaml_source import load_yaml
+
+BOARDS = ("host", "stm32f746-disco", "mps2-an386-m4")
+WEIGHT_RATIOS = (0.0, 0.125, 0.25, 0.5, 1.0)
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---- model ------------------------------------------------------------------------------------
+
+class ModelSpec(_Strict):
+    """The network to train: a TFLite flatbuffer as the TensorFlow converter writes it."""
+
+    path: ExistingFile = Field(description="the .tflite or .circle file (relative to this YAML file's folder)")
+    format: Literal["auto", "tflite", "circle"] = Field(
+        default="auto", description="auto: decided by the file's identifier (TFL3 or CIR0)")
+
+
+# ---- train ------------------------------------------------------------------------------------
+
+class LayerUpdate(_Strict):
+    """What to train in one layer (scheme `manual`)."""
+
+    bias: bool = Field(default=False, description="update this layer's bias")
+    weight_ratio: float = Field(
+        default=0.0, description="share of input channels whose weights are updated (the first ones): "
+                                 "0, 1/8, 1/4, 1/2 or 1; fractions may be written as \"1/8\"")
+
+    @field_validator("weight_ratio", mode="before")
+    @classmethod
+    def _ratio(cls, v: Any) -> Any:
+        shown = v
+        if isinstance(v, str):
+            try:
+                v = float(Fraction(v.strip()))
+            except (ValueError, ZeroDivisionError):
+                raise ValueError(f"weight_ratio {shown!r} is not a number or a fraction like 1/8") from None
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and float(v) not in WEIGHT_RATIOS:
+            raise ValueError(f"weight_ratio {shown} is not one of 0, 1/8, 1/4, 1/2, 1")
+        return v
+
+
+class UpdateSpec(_Strict):
+    """Which parameters are trained on the device (sparse update)."""
+
+    scheme: Literal["full", "last_k", "bias_only", "manual", "auto"] = Field(
+        default="auto",
+        description="full: every weight and bias; last_k: weights and biases of the last k layers; "
+                    "bias_only: biases only (of the last k layers when k is given); manual: per layer, "
+                    "see `layers`; auto: the most useful update that fits `budget_kb`")
+    k: int | None = Field(default=None, ge=1, description="layer count for last_k (required) and bias_only")
+    budget_kb: float | None = Field(
+        default=None, gt=0,
+        description="auto: SRAM budget in KB for the whole training program; null = the board's SRAM minus "
+                    "what the runtime itself needs")
+    layers: dict[str, LayerUpdate] = Field(
+        default_factory=dict, description="manual: layer name (as `tinytrain inspect SPEC load` lists it) -> "
+                                          "what to update; layers not listed are frozen")
+
+    @model_validator(mode="after")
+    def _scheme_fields(self) -> "UpdateSpec":
+        if self.scheme == "last_k" and self.k is None:
+            raise ValueError("scheme last_k needs k (how many of the last layers to update)")
+        if self.scheme == "manual" and not self.layers:
+            raise ValueError("scheme manual needs `layers` (layer name -> {bias, weight_ratio})")
+        if self.scheme != "manual" and self.layers:
+            raise ValueError(f"`layers` only applies to scheme manual (scheme is {self.scheme})")
+        if self.scheme in ("full", "manual", "auto") and self.k is not None:
+            raise ValueError(f"k does not apply to scheme {self.scheme}")
+        return self
+
+
+class OptimizerSpec(_Strict):
+    """The update rule compiled into the firmware; its state tensors are counted in memory."""
+
+    kind: Literal["sgd", "momentum", "adam", "rmsprop"] = Field(default="sgd")
+    momentum: float = Field(default=0.9, ge=0, lt=1, description="momentum: velocity decay")
+    beta1: float = Field(default=0.9, ge=0, lt=1, description="adam: first-moment decay")
+    beta2: float = Field(default=0.999, ge=0, lt=1, description="adam: second-moment decay")
+    rho: float = Field(default=0.9, ge=0, lt=1, description="rmsprop: decay of the squared-gradient average")
+    eps: float = Field(default=1e-7, gt=0, description="adam, rmsprop: added to the denominator")
+
+
+class QASSpec(_Strict):
+    """Quantization-aware scaling of int8 updates (DESIGN §6)."""
+
+    enabled: bool = Field(default=True, description="scale int8 weight/bias updates to match fp32 ones")
+    rounding: Literal["nearest", "stochastic"] = Field(default="nearest",
+                                                       description="rounding of updated weights back to int8")
+    master_copy: bool = Field(default=False,
+                              description="keep an fp32 copy of the trained slice (more SRAM, more precision)")
+
+
+class ReorderSpec(_Strict):
+    """Operator scheduling of the training step."""
+
+    enabled: bool = Field(default=True, description="apply each update as soon as its gradient is ready and "
+                                                    "reorder ops to shrink peak memory")
+
+
+class TrainSpec(_Strict):
+    """On-device training. learning_rate, epochs and seed are runtime values: changing them reruns only
+    emulate-run."""
+
+    update: UpdateSpec = Field(default_factory=UpdateSpec)
+    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
+    loss: Literal["cross_entropy", "mse"] = Field(default="cross_entropy",
+                                                  description="cross_entropy: fused softmax cross-entropy on "
+                                                              "integer labels")
+    batch_size: int = Field(default=1, ge=1, description="samples per update (gradients are accumulated)")
+    epochs: int = Field(default=1, ge=1)
+    learning_rate: float = Field(default=0.01, gt=0)
+    seed: int = Field(default=0, ge=0, description="sample order and stochastic rounding")
+    qas: QASSpec = Field(default_factory=QASSpec)
+    reorder: ReorderSpec = Field(default_factory=ReorderSpec)
+
+
+# ---- target -----------------------------------------------------------------------------------
+
+class TargetSpec(_Strict):
+    """Where the firmware runs."""
+
+    board: Literal[BOARDS] = Field(  # type: ignore[valid-type]
+        default="host", description="host: native C on this machine; stm32f746-disco: Cortex-M7, 320 KB SRAM, "
+                                    "1 MB flash (QEMU mps2-an500); mps2-an386-m4: Cortex-M4 (QEMU mps2-an386)")
+    kernels: Literal["portable", "dsp"] = Field(default="portable",
+                                                description="portable C99, or Cortex-M DSP (ACLE) variants")
+    cflags: list[str] = Field(default_factory=list, description="extra compiler flags")
+    timeout_s: float = Field(default=600.0, gt=0, description="emulator run time limit, seconds")
+
+
+# ---- build ------------------------------------------------------------------------------------
+
+class RemoteCacheSpec(_Strict):
+    """An HTTP cache speaking Bazel's protocol (GET/PUT/HEAD of /ac/<key> and /cas/<digest>)."""
+
+    url: str = Field(description="e.g. http://cache.example:8080/tinytrain")
+    write: bool = Field(default=False, description="also upload results (typically only in CI)")
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, v: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError(f"url must start with http:// or https://, got {v!r}")
+        return v.rstrip("/")
+
+
+class BuildSpec(_Strict):
+    """Where results go. Nothing here changes a result, so none of it is part of a cache key
+    (except `salt`, whose only job is to change every key)."""
+
+    out_dir: SpecPath = Field(default=Path("build"), description="artifacts go to <out_dir>/<name>/<stage>/")
+    cache_dir: SpecPath | None = Field(
+        default=None, description="local cache; null = $TINYTRAIN_CACHE_DIR, else ~/.cache/tinytrain "
+                                  "(the --cache-dir option overrides all)")
+    remote_cache: RemoteCacheSpec | None = Field(default=None)
+    salt: str = Field(default="", description="any text; changing it invalidates every cached result of this spec")
+
+
+# ---- the spec ---------------------------------------------------------------------------------
+
+class Spec(_Strict):
+    """A tinytrain build: model, data, quantization, training, target board."""
+
+    name: str = Field(description="build name: artifacts go to <out_dir>/<name>/; default: the file name "
+                                  "without .yaml/.yml/.example")
+    model: ModelSpec
+    data: DataSpec | None = Field(default=None)
+    quantize: QuantizeSpec = Field(default_factory=QuantizeSpec)
+    train: TrainSpec = Field(default_factory=TrainSpec)
+    target: TargetSpec = Field(default_factory=TargetSpec)
+    build: BuildSpec = Field(default_factory=BuildSpec)
+
+    _source: Path | None = PrivateAttr(default=None)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError(f"name {v!r} must be letters, digits, '.', '_' or '-' (it names a folder)")
+        return v
+
+    @property
+    def source(self) -> Path | None:
+        """The YAML file this spec was read from (None when built in code)."""
+        return self._source
+
+
+def default_name(path: Path) -> str:
+    name = path.name
+    for suffix in (".example", ".yaml", ".yml"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            name = name[: -len(suffix)]
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", name).lstrip(".-_")
+    return name or "build"
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and validate a spec file. Every problem is a SpecError naming the YAML line."""
+    path = Path(path)
+    shown = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{shown}: spec file not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError(f"{shown}: cannot read spec file: {e}") from None
+    doc = load_yaml(text, shown)
+    if not isinstance(doc.data, dict):
+        raise SpecError(f"{shown}:1: the spec must be a mapping of keys (model:, data:, train:, ...), "
+                        f"not a {type(doc.data).__name__}")
+    data = dict(doc.data)
+    data.setdefault("name", default_name(path))
+    base = path.resolve().parent
+    try:
+        spec = Spec.model_validate(data, context={"base_dir": base})
+    except ValidationError as e:
+        raise SpecError(format_errors(e, doc, Spec, shown)) from None
+    resolve_paths(spec, base)
+    spec._source = path.resolve()
+    return spec
+
+
+def json_schema() -> dict[str, Any]:
+    schema = Spec.model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+
+
+def json_schema_text() -> str:
+    return json.dumps(json_schema(), indent=2, sort_keys=False) + "\n"

@@ -1,0 +1,41 @@
+"""The `quantize` section of the spec: how a float model becomes a real int8 model.
+
+Every field changes the int8 graph, so all of them belong in the quantize stage's cache key
+(and none of them in load's).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class QuantizeSpec(BaseModel):
+    """Post-training int8 quantization (TFLite int8 spec) calibrated on samples of `data`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(default=True, description="false: a float model stays float (the stage passes the "
+                                                    "graph through and only reports); int8 models always pass")
+    calibration: Literal["minmax", "percentile", "mse"] = Field(
+        default="minmax",
+        description="activation range per tensor: minmax = observed min/max; percentile = clip at "
+                    "`percentile` of |values|; mse = clipping range that minimises the quantization MSE")
+    percentile: float = Field(default=99.99, description="percentile for calibration: percentile (50 < p <= 100)")
+    num_samples: int = Field(default=200, ge=1, description="calibration samples drawn from the train split")
+    seed: int = Field(default=0, ge=0, description="seed of the calibration sample draw")
+    per_channel: bool = Field(default=True, description="per-output-channel weight scales (false: one per tensor)")
+    io: Literal["int8", "float"] = Field(
+        default="int8",
+        description="int8: the graph's inputs/outputs are int8 (as the converter's full-int8 mode); float: "
+                    "float32 I/O with QUANTIZE/DEQUANTIZE inserted at the boundaries")
+    eval_samples: int | None = Field(default=None, ge=1,
+                                     description="test samples used for the report (SQNR, accuracy); null = all")
+
+    @field_validator("percentile")
+    @classmethod
+    def _pct(cls, v: float) -> float:
+        if not (50.0 < v <= 100.0):
+            raise ValueError(f"percentile must be in (50, 100], got {v}")
+        return v
