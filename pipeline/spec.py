@@ -67,6 +67,25 @@ class LayerUpdate(_Strict):
         return v
 
 
+class AnalysisSpec(_Strict):
+    """auto: contribution analysis (TTE). Each option (the last k biases; one layer's weights at one ratio) is
+    scored by a short, seeded fine-tuning run of the dequantized model on part of the TRAIN split and its accuracy
+    on another, disjoint part of it (the test split stays unseen). None of this depends on the budget, so
+    re-planning with another budget reuses every measurement."""
+
+    samples: int = Field(default=256, ge=1, description="train samples each measurement fine-tunes on")
+    eval_samples: int = Field(default=256, ge=1,
+                              description="held-out train samples each measurement is scored on (disjoint)")
+    steps: int | None = Field(default=None, ge=1,
+                              description="fine-tuning steps (batch 1) per measurement; null = one pass over "
+                                          "`samples`")
+    learning_rate: float = Field(default=0.01, gt=0, description="SGD learning rate of the measurement runs")
+    seed: int = Field(default=0, ge=0, description="sample selection and order of the measurement runs")
+    max_layers: int | None = Field(
+        default=None, ge=1, description="analyse only the last N trainable layers (biases and weights); "
+                                        "null = all (cost: N bias runs + 4 weight runs per layer)")
+
+
 class UpdateSpec(_Strict):
     """Which parameters are trained on the device (sparse update)."""
 
@@ -78,11 +97,18 @@ class UpdateSpec(_Strict):
     k: int | None = Field(default=None, ge=1, description="layer count for last_k (required) and bias_only")
     budget_kb: float | None = Field(
         default=None, gt=0,
-        description="auto: SRAM budget in KB for the whole training program; null = the board's SRAM minus "
-                    "what the runtime itself needs")
+        description="SRAM budget in KB (1 KB = 1024 bytes) for the whole training program (auto searches under "
+                    "it; other schemes are checked against it); null = the board's SRAM minus what the runtime "
+                    "itself needs")
     layers: dict[str, LayerUpdate] = Field(
-        default_factory=dict, description="manual: layer name (as `tinytrain inspect SPEC load` lists it) -> "
-                                          "what to update; layers not listed are frozen")
+        default_factory=dict, description="manual: layer -> what to update; a layer is named by its weight "
+                                          "tensor (full or the part before ';', as `tinytrain inspect SPEC "
+                                          "sparse-plan` lists them), its output tensor, or its op index "
+                                          "(\"5\" or \"#5\"); layers not listed are frozen")
+    search: Literal["dp", "evolutionary"] = Field(
+        default="dp", description="auto: dp = exact knapsack over the additive contribution model; "
+                                  "evolutionary = seeded evolutionary search (an alternative for comparison)")
+    analysis: AnalysisSpec = Field(default_factory=AnalysisSpec)
 
     @model_validator(mode="after")
     def _scheme_fields(self) -> "UpdateSpec":

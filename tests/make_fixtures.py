@@ -105,12 +105,23 @@ def build_mbv2_block():
     return keras.Model(x, y, name="mbv2_block")
 
 
+def build_softmax_sweep():
+    # Many softmax rows per sample (64 rows of 16) so that int8 inputs hit the fixed-point exp/reciprocal at
+    # many points; one SOFTMAX straight on the input, one behind a FULLY_CONNECTED on a 3-D tensor.
+    x = _input((64, 16))
+    a = layers.Softmax(name="softmax_in")(x)
+    h = layers.Dense(12, bias_initializer=_bias())(x)
+    b = layers.Softmax(name="softmax_fc")(h)
+    return keras.Model(x, [a, b], name="softmax_sweep")
+
+
 MODELS = {
     "mlp": build_mlp,
     "convnet": build_convnet,
     "residual": build_residual,
     "dwsep": build_dwsep,
     "mbv2_block": build_mbv2_block,
+    "softmax_sweep": build_softmax_sweep,
 }
 
 
@@ -159,8 +170,15 @@ def _ops(data: bytes) -> list[str]:
     return sorted({d["op_name"] for d in interp._get_ops_details()})
 
 
+def _fresh(seed: int = SEED) -> None:
+    # Layer names (and so tensor names in the file) count up per Keras session: reset it so that a model's bytes
+    # do not depend on which models were built before it in this process (--only vs all).
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(seed)
+
+
 def make_model(name: str) -> dict:
-    keras.utils.set_random_seed(SEED)
+    _fresh()
     model = MODELS[name]()
     rng = np.random.default_rng(SEED)
     shape = tuple(model.input_shape[1:])
@@ -211,7 +229,7 @@ def _tflite_accuracy(data: bytes, x: np.ndarray, y: np.ndarray) -> float:
 
 
 def make_digits() -> dict:
-    keras.utils.set_random_seed(SEED)
+    _fresh()
     x_tr, x_te, y_tr, y_te = digits_split()
     x = _input((8, 8, 1))
     h = layers.Conv2D(8, 3, activation="relu")(x)

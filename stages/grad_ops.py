@@ -1,0 +1,361 @@
+"""Numpy kernels of the backward ops, losses and optimizer updates (DESIGN §6: fp32 end to end for float models).
+
+Every kernel is a pure function of arrays and op attrs; `train_executor` maps the training IR's op types onto them.
+They compute in float32 like the forward kernels, so that a float model trains as the firmware will; the tests
+check them against float64 central differences and the whole loop against PyTorch (float32).
+
+Activations carry a leading batch dim N (the training executor feeds one sample at a time, N = 1, but nothing here
+depends on it). Layout NHWC; weights as in the IR: conv [O,KH,KW,I], depthwise [1,KH,KW,C*M], FC [O,I].
+
+Channel-sliced weight gradients (sparse update, DESIGN §6): `k` is the number of leading *input* channels whose
+weights are trained; the gradient has that many channels on the weight's last axis (depthwise: k·M, the output
+channels fed by input channels [0, k)).
+
+Geometry is TFLite's (kernels/padding.h): SAME puts total//2 before and the odd extra pixel after.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+F32 = np.float32
+
+
+# ---- geometry --------------------------------------------------------------------------------------------------
+
+def out_size_and_pad(padding: str, in_size: int, filt: int, stride: int, dilation: int = 1) -> tuple[int, int]:
+    """(output size, padding before) as ComputeOutSize + ComputePaddingWithOffset compute them."""
+    eff = (filt - 1) * dilation + 1
+    if padding == "same":
+        out = (in_size + stride - 1) // stride
+    elif padding == "valid":
+        out = (in_size + stride - eff) // stride
+    else:
+        raise ValueError(f"unknown padding {padding!r}")
+    total = max((out - 1) * stride + eff - in_size, 0)
+    return out, total // 2
+
+
+class _Geo:
+    """Where each tap of a strided, dilated window lands in the padded input."""
+
+    def __init__(self, in_hw: tuple[int, int], kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, padding: str):
+        self.h, self.w = in_hw
+        self.kh, self.kw, self.sh, self.sw, self.dh, self.dw = kh, kw, sh, sw, dh, dw
+        self.oh, self.pt = out_size_and_pad(padding, self.h, kh, sh, dh)
+        self.ow, self.pl = out_size_and_pad(padding, self.w, kw, sw, dw)
+        need_h = (self.oh - 1) * sh + (kh - 1) * dh + 1
+        need_w = (self.ow - 1) * sw + (kw - 1) * dw + 1
+        # The padded extent covers every tap; taps past the image on either side read padding.
+        self.hp = max(need_h, self.pt + self.h)
+        self.wp = max(need_w, self.pl + self.w)
+
+    def pad(self, x: np.ndarray, value=0.0) -> np.ndarray:
+        return np.pad(x, ((0, 0), (self.pt, self.hp - self.h - self.pt), (self.pl, self.wp - self.w - self.pl), (0, 0)),
+                      constant_values=value)
+
+    def crop(self, xp: np.ndarray) -> np.ndarray:
+        return xp[:, self.pt:self.pt + self.h, self.pl:self.pl + self.w, :]
+
+    def tap(self, ky: int, kx: int) -> tuple[slice, slice]:
+        y0, x0 = ky * self.dh, kx * self.dw
+        return (slice(y0, y0 + (self.oh - 1) * self.sh + 1, self.sh), slice(x0, x0 + (self.ow - 1) * self.sw + 1, self.sw))
+
+    def taps(self):
+        for ky in range(self.kh):
+            for kx in range(self.kw):
+                yield ky, kx, self.tap(ky, kx)
+
+
+def _conv_geo(x_shape, kh, kw, attrs) -> _Geo:
+    return _Geo((x_shape[1], x_shape[2]), kh, kw, int(attrs["stride_h"]), int(attrs["stride_w"]),
+                int(attrs.get("dilation_h", 1)), int(attrs.get("dilation_w", 1)), attrs["padding"])
+
+
+def _pool_geo(x_shape, attrs) -> _Geo:
+    return _Geo((x_shape[1], x_shape[2]), int(attrs["filter_h"]), int(attrs["filter_w"]),
+                int(attrs["stride_h"]), int(attrs["stride_w"]), 1, 1, attrs["padding"])
+
+
+def _f32(a) -> np.ndarray:
+    return np.asarray(a, dtype=F32)
+
+
+# ---- activations -----------------------------------------------------------------------------------------------
+
+def act_grad(dy: np.ndarray, y: np.ndarray, act: str) -> np.ndarray:
+    """Gradient through a (fused) activation, masked by the forward *output*: zero where the forward clamped
+    (straight-through inside the range). Matches PyTorch's relu (result > 0) and hardtanh (min < x < max)."""
+    dy, y = _f32(dy), _f32(y)
+    if act == "none":
+        return dy
+    if act == "relu":
+        mask = y > 0
+    elif act == "relu6":
+        mask = (y > 0) & (y < 6)
+    elif act == "relu_n1_to_1":
+        mask = (y > -1) & (y < 1)
+    else:
+        raise NotImplementedError(f"gradient of activation {act!r}")
+    return np.where(mask, dy, F32(0)).astype(F32)
+
+
+def softmax_grad(dy: np.ndarray, y: np.ndarray, beta: float = 1.0) -> np.ndarray:
+    """y = softmax(beta·x) along the last axis: dx = beta · y · (dy − Σ dy·y)."""
+    dy, y = _f32(dy), _f32(y)
+    s = (dy * y).sum(axis=-1, keepdims=True, dtype=F32)
+    return (F32(beta) * y * (dy - s)).astype(F32)
+
+
+# ---- convolution family ----------------------------------------------------------------------------------------
+
+def conv2d_grad_input(dy: np.ndarray, w: np.ndarray, x_shape, attrs) -> np.ndarray:
+    """dL/dx of conv2d (dy is the gradient of the pre-activation output)."""
+    dy, w = _f32(dy), _f32(w)
+    o, kh, kw, ci = w.shape
+    g = _conv_geo(x_shape, kh, kw, attrs)
+    dxp = np.zeros((x_shape[0], g.hp, g.wp, ci), dtype=F32)
+    for ky, kx, (sy, sx) in g.taps():
+        dxp[:, sy, sx, :] += dy @ w[:, ky, kx, :]
+    return np.ascontiguousarray(g.crop(dxp))
+
+
+def conv2d_grad_weight(dy: np.ndarray, x: np.ndarray, w_shape, attrs, k: int | None = None) -> np.ndarray:
+    """dL/dw[O,KH,KW,:k] of conv2d: the first k input channels only (all when k is None)."""
+    dy, x = _f32(dy), _f32(x)
+    o, kh, kw, ci = w_shape
+    k = ci if k is None else int(k)
+    g = _conv_geo(x.shape, kh, kw, attrs)
+    xp = g.pad(x[..., :k])
+    d2 = dy.reshape(-1, o)
+    dw = np.zeros((o, kh, kw, k), dtype=F32)
+    for ky, kx, (sy, sx) in g.taps():
+        dw[:, ky, kx, :] = d2.T @ xp[:, sy, sx, :].reshape(-1, k)
+    return dw
+
+
+def _dw_mult(c_in: int, o: int) -> int:
+    if o % c_in:
+        raise ValueError(f"depthwise filter has {o} channels for {c_in} input channels")
+    return o // c_in
+
+
+def depthwise_conv2d_grad_input(dy: np.ndarray, w: np.ndarray, x_shape, attrs) -> np.ndarray:
+    dy, w = _f32(dy), _f32(w)
+    _, kh, kw, o = w.shape
+    c = x_shape[3]
+    m = _dw_mult(c, o)
+    g = _conv_geo(x_shape, kh, kw, attrs)
+    dxp = np.zeros((x_shape[0], g.hp, g.wp, o), dtype=F32)
+    for ky, kx, (sy, sx) in g.taps():
+        dxp[:, sy, sx, :] += dy * w[0, ky, kx, :]
+    # Output channel ic·M + m reads input channel ic: fold the multiplier back.
+    return np.ascontiguousarray(g.crop(dxp).reshape(x_shape[0], g.h, g.w, c, m).sum(axis=-1, dtype=F32))
+
+
+def depthwise_conv2d_grad_weight(dy: np.ndarray, x: np.ndarray, w_shape, attrs, k: int | None = None) -> np.ndarray:
+    """dL/dw[1,KH,KW,:k·M]: the filters fed by the first k input channels."""
+    dy, x = _f32(dy), _f32(x)
+    _, kh, kw, o = w_shape
+    c = x.shape[3]
+    m = _dw_mult(c, o)
+    k = c if k is None else int(k)
+    n_out = k * m
+    g = _conv_geo(x.shape, kh, kw, attrs)
+    xp = g.pad(np.repeat(x[..., :k], m, axis=-1))
+    d = dy[..., :n_out]
+    dw = np.zeros((1, kh, kw, n_out), dtype=F32)
+    for ky, kx, (sy, sx) in g.taps():
+        dw[0, ky, kx, :] = (d * xp[:, sy, sx, :]).reshape(-1, n_out).sum(axis=0, dtype=F32)
+    return dw
+
+
+def fully_connected_grad_input(dy: np.ndarray, w: np.ndarray, x_shape) -> np.ndarray:
+    dy, w = _f32(dy), _f32(w)
+    return (dy.reshape(-1, w.shape[0]) @ w).reshape(x_shape).astype(F32)
+
+
+def fully_connected_grad_weight(dy: np.ndarray, x: np.ndarray, w_shape, k: int | None = None) -> np.ndarray:
+    dy, x = _f32(dy), _f32(x)
+    o, depth = w_shape
+    k = depth if k is None else int(k)
+    return (dy.reshape(-1, o).T @ x.reshape(-1, depth)[:, :k]).astype(F32)
+
+
+def bias_grad(dy: np.ndarray) -> np.ndarray:
+    """Sum over everything but the channel (last) axis, the batch included."""
+    dy = _f32(dy)
+    return dy.reshape(-1, dy.shape[-1]).sum(axis=0, dtype=F32)
+
+
+# ---- element-wise, pooling, data movement ----------------------------------------------------------------------
+
+def unbroadcast(dy: np.ndarray, shape) -> np.ndarray:
+    """The gradient of an input that was broadcast up to dy's shape (ADD with a smaller operand)."""
+    dy = _f32(dy)
+    shape = tuple(shape)
+    while dy.ndim > len(shape):
+        dy = dy.sum(axis=0, dtype=F32)
+    for ax, n in enumerate(shape):
+        if n == 1 and dy.shape[ax] != 1:
+            dy = dy.sum(axis=ax, keepdims=True, dtype=F32)
+    return dy
+
+
+def average_pool2d_grad(dy: np.ndarray, x_shape, attrs) -> np.ndarray:
+    """Each output spreads dy/count over its window; count is the number of in-image taps (TFLite's divisor)."""
+    dy = _f32(dy)
+    g = _pool_geo(x_shape, attrs)
+    valid = g.pad(np.ones((1, g.h, g.w, 1), dtype=F32))
+    count = np.zeros((1, g.oh, g.ow, 1), dtype=F32)
+    for _, _, (sy, sx) in g.taps():
+        count += valid[:, sy, sx, :]
+    share = dy / count
+    dxp = np.zeros((x_shape[0], g.hp, g.wp, x_shape[3]), dtype=F32)
+    for _, _, (sy, sx) in g.taps():
+        dxp[:, sy, sx, :] += share
+    return np.ascontiguousarray(g.crop(dxp))
+
+
+def max_pool2d_grad(dy: np.ndarray, x: np.ndarray, attrs) -> np.ndarray:
+    """All of dy goes to the window's first maximum in row-major tap order (TFLite and PyTorch pick it)."""
+    dy, x = _f32(dy), _f32(x)
+    g = _pool_geo(x.shape, attrs)
+    xp = g.pad(x, value=-np.inf)
+    best = np.full((x.shape[0], g.oh, g.ow, x.shape[3]), -np.inf, dtype=F32)
+    arg = np.zeros(best.shape, dtype=np.int64)
+    taps = list(g.taps())
+    for t, (_, _, (sy, sx)) in enumerate(taps):
+        v = xp[:, sy, sx, :]
+        better = v > best  # strict: ties keep the earlier tap
+        best = np.where(better, v, best)
+        arg = np.where(better, t, arg)
+    dxp = np.zeros_like(xp, dtype=F32)
+    for t, (_, _, (sy, sx)) in enumerate(taps):
+        dxp[:, sy, sx, :] += np.where(arg == t, dy, F32(0))
+    return np.ascontiguousarray(g.crop(dxp))
+
+
+def mean_grad(dy: np.ndarray, x_shape, axes) -> np.ndarray:
+    x_shape = tuple(x_shape)
+    rank = len(x_shape)
+    axes = sorted({int(a) % rank for a in np.asarray(axes).reshape(-1)})
+    count = int(np.prod([x_shape[a] for a in axes], dtype=np.int64))
+    keep = [1 if d in axes else x_shape[d] for d in range(rank)]
+    g = _f32(dy).reshape(keep) / F32(count)
+    return np.broadcast_to(g, x_shape).astype(F32)
+
+
+def reshape_grad(dy: np.ndarray, x_shape) -> np.ndarray:
+    return _f32(dy).reshape(tuple(x_shape))
+
+
+def pad_grad(dy: np.ndarray, paddings) -> np.ndarray:
+    p = np.asarray(paddings).reshape(dy.ndim, 2).astype(np.int64)
+    idx = tuple(slice(int(a), dy.shape[d] - int(b)) for d, (a, b) in enumerate(p))
+    return np.ascontiguousarray(_f32(dy)[idx])
+
+
+def concatenation_grad(dy: np.ndarray, sizes: list[int], axis: int) -> list[np.ndarray]:
+    """Split dy back into the inputs' extents along `axis`."""
+    dy = _f32(dy)
+    cuts = np.cumsum(sizes)[:-1]
+    return [np.ascontiguousarray(p) for p in np.split(dy, cuts, axis=axis)]
+
+
+def grad_sum(grads: list[np.ndarray]) -> np.ndarray:
+    """Gradient of a tensor read by several ops: the sum of each reader's contribution (in reader order)."""
+    out = _f32(grads[0]).copy()
+    for g in grads[1:]:
+        out += _f32(g)
+    return out
+
+
+# ---- losses (per sample; the batch mean is the update's 1/B) ---------------------------------------------------
+
+def softmax_ce_loss(logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Fused softmax + cross-entropy with integer labels, summed over the rows given (the caller divides by
+    the batch). Stable: log-sum-exp around the row max. Returns (loss[()], dlogits)."""
+    z = _f32(logits)
+    z2 = z.reshape(-1, z.shape[-1])
+    lab = np.asarray(labels).reshape(-1).astype(np.int64)
+    if lab.shape[0] != z2.shape[0]:
+        raise ValueError(f"{lab.shape[0]} labels for {z2.shape[0]} rows of logits")
+    if (lab < 0).any() or (lab >= z2.shape[1]).any():
+        raise ValueError(f"labels outside [0, {z2.shape[1]})")
+    sh = z2 - z2.max(axis=-1, keepdims=True)
+    e = np.exp(sh).astype(F32)
+    s = e.sum(axis=-1, keepdims=True, dtype=F32)
+    rows = np.arange(z2.shape[0])
+    loss = (np.log(s[:, 0]) - sh[rows, lab]).astype(F32).sum(dtype=F32)
+    d = (e / s).astype(F32)
+    d[rows, lab] -= F32(1)
+    return np.asarray(loss, dtype=F32), d.reshape(z.shape)
+
+
+def mse_loss(y: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per sample: mean over the sample's elements of (y − t)², summed over the samples given; with the
+    update's 1/B this is PyTorch's MSELoss(reduction='mean') over the batch (every sample has as many
+    elements). Returns (loss[()], dy)."""
+    y, t = _f32(y), _f32(target).reshape(np.shape(y))
+    per = int(np.prod(y.shape[1:], dtype=np.int64)) if y.ndim > 1 else 1
+    diff = (y - t).astype(F32)
+    loss = ((diff * diff).reshape(y.shape[0], -1).sum(axis=1, dtype=F32) / F32(per)).sum(dtype=F32)
+    return np.asarray(loss, dtype=F32), (F32(2) * diff / F32(per)).astype(F32)
+
+
+# ---- optimizer updates (in place on the trained slice [..., :n] of the last axis) ------------------------------
+# PyTorch's exact formulas (torch/optim/*.py, single-tensor, foreach=False, no weight decay unless given).
+
+def _slice(n: int | None):
+    return (Ellipsis,) if n is None else (Ellipsis, slice(0, int(n)))
+
+
+def sgd_update(w: np.ndarray, g: np.ndarray, lr: float, scale: float = 1.0, weight_decay: float = 0.0,
+               n: int | None = None) -> None:
+    s = _slice(n)
+    gg = _f32(g) * F32(scale)
+    if weight_decay:
+        gg = gg + F32(weight_decay) * w[s]
+    w[s] -= F32(lr) * gg
+
+
+def momentum_update(w: np.ndarray, g: np.ndarray, buf: np.ndarray, lr: float, momentum: float, scale: float = 1.0,
+                    weight_decay: float = 0.0, n: int | None = None) -> None:
+    """torch.optim.SGD(momentum, dampening=0, nesterov=False): buf = μ·buf + g (buf starts at 0, so the first
+    step's buf = g as PyTorch's clone); w −= lr·buf."""
+    s = _slice(n)
+    gg = _f32(g) * F32(scale)
+    if weight_decay:
+        gg = gg + F32(weight_decay) * w[s]
+    buf *= F32(momentum)
+    buf += gg
+    w[s] -= F32(lr) * buf
+
+
+def adam_update(w: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, step: int, lr: float, beta1: float,
+                beta2: float, eps: float, scale: float = 1.0, weight_decay: float = 0.0, n: int | None = None) -> None:
+    """torch.optim.Adam: m, v lerps; w −= (lr / bc1) · m / (sqrt(v) / sqrt(bc2) + eps); `step` counts from 1."""
+    s = _slice(n)
+    gg = _f32(g) * F32(scale)
+    if weight_decay:
+        gg = gg + F32(weight_decay) * w[s]
+    m += (gg - m) * F32(1 - beta1)
+    v *= F32(beta2)
+    v += F32(1 - beta2) * gg * gg
+    bc1 = 1 - beta1 ** step
+    bc2 = 1 - beta2 ** step
+    denom = np.sqrt(v) / F32(np.sqrt(bc2)) + F32(eps)
+    w[s] -= F32(lr / bc1) * m / denom
+
+
+def rmsprop_update(w: np.ndarray, g: np.ndarray, sq: np.ndarray, lr: float, alpha: float, eps: float,
+                   scale: float = 1.0, weight_decay: float = 0.0, n: int | None = None) -> None:
+    """torch.optim.RMSprop(centered=False, momentum=0): sq = α·sq + (1−α)·g²; w −= lr · g / (sqrt(sq) + eps)."""
+    s = _slice(n)
+    gg = _f32(g) * F32(scale)
+    if weight_decay:
+        gg = gg + F32(weight_decay) * w[s]
+    sq *= F32(alpha)
+    sq += F32(1 - alpha) * gg * gg
+    w[s] -= F32(lr) * gg / (np.sqrt(sq) + F32(eps))

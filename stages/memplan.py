@@ -1,0 +1,346 @@
+"""Static memory plan of a training step: what lives in SRAM, when, and where (DESIGN §3 `reorder`, §7).
+
+    counted_bytes(graph, options)       -> {tensor: bytes it occupies in SRAM}   (absent = not in SRAM)
+    plan_memory(graph, order, options)  -> MemPlan (lifetimes, arena offsets, arena size, lower bound)
+
+Memory is counted the way the Tiny Training Engine counts it:
+- constants stay in flash and cost no SRAM, except tensors the step writes (trained weights and biases, optimizer
+  state, batch accumulators): those live in SRAM for the whole step;
+- a trained weight costs only its trained slice (ratio r -> ceil(r·C_in) input channels on the last axis, as
+  autodiff's `n`); the frozen rest stays in flash;
+- int8 tensors cost 1 byte per element. A float graph that stands in for an int8 one (autodiff cannot build int8
+  training graphs yet) names its int8 tensors in `meta["memplan"]["int8_tensors"]` (see `int8_twin`), and those are
+  counted at 1 byte too; gradients are fp32 (4 bytes);
+- with `master_copy`, every trained int8 parameter also keeps an fp32 copy of its trained slice (QAS, DESIGN §6);
+- activations and gradients are transient: they live from the step of the op that writes them (or step 0 for
+  graph inputs) to the step of their last reader (graph outputs: to the end). A saved activation that a weight
+  gradient reads therefore counts until that backward op runs.
+
+A step is one op of the schedule; at step s every tensor it reads or writes is live. `in_place` lets an op write
+its output into an input that dies at that op (elementwise ops, reshape, TinyEngine's channel-by-channel in-place
+depthwise convolution, which needs one output channel of scratch, counted), so the two share one buffer.
+
+The arena is planned by greedy best-fit (largest buffer first, lowest gap that fits among the buffers whose
+lifetimes overlap), like TFLite Micro's GreedyMemoryPlanner. The lower bound is the largest sum of live bytes at
+any step: no placement of these lifetimes can use less.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+
+from tinytrain.stages.ir import Graph
+
+ALIGN = 16
+# Ops whose output may overwrite a dying input of at least its size. Depthwise: TinyEngine computes one output
+# channel into a scratch buffer and copies it over the input channel it came from.
+IN_PLACE_OPS = ("relu", "relu6", "add", "act_grad", "reshape", "reshape_grad", "grad_accumulate", "bias_add",
+                "depthwise_conv2d")
+ROLE_ORDER = ("weight", "bias", "optimizer_state", "accumulator", "master_copy", "input", "activation",
+              "gradient", "scratch")
+
+
+@dataclass
+class MemOptions:
+    align: int = ALIGN
+    in_place: bool = True
+    master_copy: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"align": self.align, "in_place": self.in_place, "master_copy": self.master_copy}
+
+
+@dataclass
+class Buffer:
+    """One block of the arena: a tensor, or a chain of tensors written in place over each other."""
+    name: str
+    size: int
+    start: int
+    end: int
+    role: str
+    tensors: list[str] = field(default_factory=list)
+    offset: int = -1
+
+
+@dataclass
+class MemPlan:
+    order: list[int]
+    buffers: list[Buffer]
+    arena: int
+    lower_bound: int
+    steps: int
+    # Live bytes per step, by role (for the timeline picture).
+    live_by_role: list[dict[str, int]]
+    options: MemOptions
+
+    @property
+    def peak(self) -> int:
+        return self.arena
+
+    def tensor_rows(self) -> list[dict[str, Any]]:
+        rows = []
+        for b in self.buffers:
+            for t in b.tensors or [b.name]:
+                rows.append({"tensor": t, "buffer": b.name, "role": b.role, "size": b.size, "start": b.start,
+                             "end": b.end, "offset": b.offset})
+        return rows
+
+    def to_json(self) -> dict[str, Any]:
+        return {"arena_bytes": self.arena, "peak_bytes": self.arena, "lower_bound_bytes": self.lower_bound,
+                "steps": self.steps, "options": self.options.to_json(),
+                "resident_bytes": sum(b.size for b in self.buffers if b.role in _RESIDENT),
+                "buffers": [{"name": b.name, "size": b.size, "start": b.start, "end": b.end, "offset": b.offset,
+                             "role": b.role, "tensors": b.tensors} for b in self.buffers]}
+
+
+_RESIDENT = ("weight", "bias", "optimizer_state", "accumulator", "master_copy")
+
+
+# ---- what counts ---------------------------------------------------------------------------------------------
+
+def int8_twin(graph: Graph) -> Graph:
+    """A float32 copy of an int8 graph (weights and biases dequantized, activations float32, quantization dropped)
+    that names its int8 tensors in meta["memplan"]["int8_tensors"], so that memory is counted as the int8 model's
+    while autodiff (float only for now) builds its training graph. autodiff deep-copies meta, so the names reach
+    the training IR."""
+    g = Graph(tensors={k: copy.copy(t) for k, t in graph.tensors.items()}, ops=copy.deepcopy(graph.ops),
+              inputs=list(graph.inputs), outputs=list(graph.outputs), meta=copy.deepcopy(graph.meta))
+    int8 = sorted(n for n, t in graph.tensors.items() if t.dtype == "int8")
+    for name, t in g.tensors.items():
+        if t.dtype not in ("int8", "int16", "int32") or (t.data is None and t.quant is None):
+            continue
+        if t.data is not None and t.quant is not None and t.role in ("weight", "bias", "constant"):
+            t.data = _dequant(np.asarray(t.data), t.quant).astype(np.float32)
+        elif t.data is not None:
+            continue  # integer shape operands (reshape, mean axes) stay integers
+        t.dtype, t.quant = "float32", None
+    g.meta.setdefault("memplan", {})["int8_tensors"] = int8
+    return g
+
+
+def _dequant(q: np.ndarray, qp) -> np.ndarray:
+    scale = np.asarray(qp.scale, np.float64)
+    zp = np.asarray(qp.zero_point, np.float64)
+    if len(qp.scale) > 1:
+        shape = [1] * q.ndim
+        shape[qp.axis] = -1
+        scale, zp = scale.reshape(shape), zp.reshape(shape)
+    return (q.astype(np.float64) - zp) * scale
+
+
+def element_bytes(graph: Graph, name: str, int8: set[str] | None = None) -> int:
+    t = graph.tensors[name]
+    if name in (int8 if int8 is not None else int8_names(graph)):
+        return 1
+    return int(np.dtype(t.dtype).itemsize)
+
+
+def int8_names(graph: Graph) -> set[str]:
+    return set(graph.meta.get("memplan", {}).get("int8_tensors", []))
+
+
+def _numel(shape: Iterable[int]) -> int:
+    return int(np.prod(list(shape), dtype=np.int64)) if list(shape) else 1
+
+
+def tensor_roles(graph: Graph) -> dict[str, str]:
+    """Memory role of every SRAM tensor: weight / bias (trained), optimizer_state, accumulator, input, activation,
+    gradient. Constants that no op writes are absent (flash)."""
+    train = graph.meta.get("train", {})
+    trained = train.get("trained", {})
+    accs = set(train.get("accumulators", []))
+    opt = set(train.get("optimizer_state", []))
+    written = {t for op in graph.ops for t in op.outputs}
+    roles: dict[str, str] = {}
+    for name, t in graph.tensors.items():
+        if t.data is not None:
+            if name not in written:
+                continue  # flash
+            if name in trained:
+                roles[name] = "bias" if t.role == "bias" else "weight"
+            elif name in accs:
+                roles[name] = "accumulator"
+            elif name in opt or t.role == "optimizer_state":
+                roles[name] = "optimizer_state"
+            else:
+                roles[name] = "weight"  # some other constant the step writes: it must be in SRAM
+        elif name in graph.inputs:
+            roles[name] = "input"
+        elif t.role == "gradient":
+            roles[name] = "gradient"
+        else:
+            roles[name] = "activation"
+    return roles
+
+
+def counted_bytes(graph: Graph, options: MemOptions | None = None) -> dict[str, int]:
+    """SRAM bytes of every tensor that has any (see the module doc)."""
+    trained = graph.meta.get("train", {}).get("trained", {})
+    int8 = int8_names(graph)
+    out: dict[str, int] = {}
+    for name, role in tensor_roles(graph).items():
+        t = graph.tensors[name]
+        shape = list(t.shape)
+        if name in trained and trained[name].get("n") is not None and shape:
+            shape[-1] = int(trained[name]["n"])  # the trained slice; the frozen rest is in flash
+        out[name] = _numel(shape) * element_bytes(graph, name, int8)
+    return out
+
+
+def master_copies(graph: Graph) -> dict[str, int]:
+    """fp32 master copies of the trained slices of int8 parameters (QAS with master_copy)."""
+    trained = graph.meta.get("train", {}).get("trained", {})
+    out = {}
+    for name, info in trained.items():
+        t = graph.tensors[name]
+        if element_bytes(graph, name) == 1:
+            shape = list(t.shape)
+            if info.get("n") is not None and shape:
+                shape[-1] = int(info["n"])
+            out[f"master/{name}"] = _numel(shape) * 4
+    return out
+
+
+# ---- lifetimes -----------------------------------------------------------------------------------------------
+
+def plan_memory(graph: Graph, order: list[int] | None = None, options: MemOptions | None = None) -> MemPlan:
+    """Lifetimes of the SRAM tensors under `order` (op indices; default: the graph's order), buffers (with
+    in-place sharing), arena offsets and the lower bound."""
+    options = options or MemOptions()
+    order = list(range(len(graph.ops))) if order is None else list(order)
+    if sorted(order) != list(range(len(graph.ops))):
+        raise ValueError("order must be a permutation of the graph's op indices")
+    sizes = counted_bytes(graph, options)
+    roles = tensor_roles(graph)
+    n = max(len(order), 1)
+    last = n - 1
+    resident = {t for t, r in roles.items() if r in _RESIDENT}
+
+    first: dict[str, int] = {}
+    end: dict[str, int] = {}
+    for t in graph.inputs:
+        if t in sizes and t not in resident:
+            first[t], end[t] = 0, 0
+    for s, i in enumerate(order):
+        op = graph.ops[i]
+        for t in op.inputs:
+            if t is not None and t in sizes and t not in resident:
+                end[t] = s
+        for t in op.outputs:
+            if t in sizes and t not in resident and t not in first:
+                first[t], end[t] = s, max(end.get(t, s), s)
+    for t in graph.outputs:
+        if t in first:
+            end[t] = last
+
+    buffers: list[Buffer] = []
+    by_tensor: dict[str, Buffer] = {}
+    for t in sorted(resident, key=lambda x: (ROLE_ORDER.index(roles[x]), x)):
+        b = Buffer(t, sizes[t], 0, last, roles[t], [t])
+        buffers.append(b)
+    if options.master_copy:
+        for name, size in sorted(master_copies(graph).items()):
+            buffers.append(Buffer(name, size, 0, last, "master_copy", [name]))
+
+    scratch: list[Buffer] = []
+    # Transient tensors in order of definition; an output may take over a dying input's buffer.
+    born_at: dict[int, list[str]] = {}
+    for t, s in first.items():
+        born_at.setdefault(s, []).append(t)
+    for t in graph.inputs:
+        if t in first:
+            b = Buffer(t, sizes[t], 0, end[t], roles[t], [t])
+            buffers.append(b)
+            by_tensor[t] = b
+    for s, i in enumerate(order):
+        op = graph.ops[i]
+        taken: set[int] = set()
+        for t in op.outputs:
+            if t not in first or first[t] != s or t in by_tensor:
+                continue
+            host = _in_place_host(graph, op, t, s, sizes, end, by_tensor, taken) if options.in_place else None
+            if host is not None:
+                taken.add(id(host))
+                host.tensors.append(t)
+                host.end = max(host.end, end[t])
+                by_tensor[t] = host
+                if op.type == "depthwise_conv2d":
+                    out = graph.tensors[t]
+                    ch = _numel(out.shape[:-1]) * element_bytes(graph, t)
+                    scratch.append(Buffer(f"scratch/{t}", ch, s, s, "scratch", []))
+                continue
+            b = Buffer(t, sizes[t], s, end[t], roles[t], [t])
+            buffers.append(b)
+            by_tensor[t] = b
+    buffers.extend(scratch)
+
+    _place(buffers, options.align)
+    arena = max((b.offset + _aligned(b.size, options.align) for b in buffers), default=0)
+    live = [dict.fromkeys(ROLE_ORDER, 0) for _ in range(n)]
+    for b in buffers:
+        for s in range(b.start, b.end + 1):
+            live[s][b.role] += b.size
+    lower = max((sum(d.values()) for d in live), default=0)
+    return MemPlan(order, buffers, arena, lower, n, live, options)
+
+
+def _in_place_host(graph, op, out, s, sizes, end, by_tensor, taken) -> Buffer | None:
+    if op.type not in IN_PLACE_OPS:
+        return None
+    if op.type == "depthwise_conv2d" and int(op.attrs.get("depth_multiplier", 1)) != 1:
+        return None
+    cands = op.inputs[:1] if op.type == "depthwise_conv2d" else op.inputs
+    for t in cands:
+        if t is None or t not in by_tensor or t in graph.outputs:
+            continue
+        host = by_tensor[t]
+        if id(host) in taken or end.get(t) != s or host.end != s:
+            continue
+        if op.inputs.count(t) != 1 or host.size < sizes[out]:
+            continue
+        return host
+    return None
+
+
+def _aligned(n: int, align: int) -> int:
+    return -(-n // align) * align if align > 1 else n
+
+
+def _place(buffers: list[Buffer], align: int) -> None:
+    """Greedy best-fit: largest first (ties: earliest start, then name, so the plan is deterministic); each goes
+    into the smallest gap between the already placed buffers whose lifetimes overlap its own, else on top."""
+    placed: list[Buffer] = []
+    for b in sorted(buffers, key=lambda x: (-x.size, x.start, x.name)):
+        need = _aligned(b.size, align)
+        busy = sorted((p.offset, p.offset + _aligned(p.size, align)) for p in placed
+                      if p.start <= b.end and b.start <= p.end)
+        best, best_gap, cursor = None, math.inf, 0
+        for lo, hi in busy:
+            gap = lo - cursor
+            if gap >= need and gap < best_gap:
+                best, best_gap = cursor, gap
+            cursor = max(cursor, hi)
+        b.offset = best if best is not None else cursor
+        placed.append(b)
+
+
+def check_plan(plan: MemPlan) -> None:
+    """No two buffers that are live at the same step overlap in the arena; everything fits in the arena."""
+    bs = sorted(plan.buffers, key=lambda b: b.offset)
+    for i, a in enumerate(bs):
+        if a.offset < 0 or a.offset % plan.options.align or a.offset + a.size > plan.arena:
+            raise AssertionError(f"buffer {a.name} at {a.offset}+{a.size} is outside the arena {plan.arena}")
+        for b in bs[i + 1:]:
+            if b.offset >= a.offset + a.size:
+                break
+            if a.start <= b.end and b.start <= a.end and a.size and b.size:
+                raise AssertionError(f"buffers {a.name} and {b.name} overlap in time and space")
+
+
+def kb(n: int) -> str:
+    return f"{n / 1024:.1f} KB"

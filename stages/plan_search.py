@@ -1,0 +1,217 @@
+"""Search for the sparse-update plan with the largest predicted accuracy gain that fits a memory budget (TTE §2.2).
+
+The problem (additive contribution model):
+  choose k in 1..K (biases of the last k trainable layers) and, for each of those k layers, at most one weight
+  ratio r in {1/8, 1/4, 1/2, 1} (or none), to
+      maximise   gain_bias[k] + sum of gain_weight[j][r]
+      subject to cost_bias[k] + sum of cost_weight[j][r] <= capacity.
+Layer positions j count from the end (0 = the classifier). A layer's weights may train only inside the bias
+region (j < k): its gradient has to reach it anyway, which is what the region's cost pays for, and its bias
+gradient is then almost free. With k fixed, the weight terms are independent (plan_memory.py), so the problem is
+a group knapsack per k.
+
+`knapsack_dp` solves it exactly with a Pareto-frontier DP: after the first j layers (from the end) the frontier
+holds every non-dominated (cost, gain) of weight choices among them; the answer for k is the best frontier
+point that fits capacity - cost_bias[k]. Costs stay exact integers (bytes) whatever their size: the frontier
+never grows past the number of distinct gains, so no capacity-sized table is needed (a host budget of
+gigabytes costs the same as 256 KB). `brute_force` enumerates everything (tests); `evolutionary` is a seeded
+evolutionary search, the alternative TTE mentions, kept for comparison.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+RATIOS = (0.125, 0.25, 0.5, 1.0)
+
+
+@dataclass(frozen=True)
+class Option:
+    cost: int
+    gain: float
+
+
+@dataclass
+class Problem:
+    # bias[k-1]: biases of the last k layers (None: not a valid choice, e.g. a region without any bias)
+    bias: list[Option | None]
+    # weights[j]: ratio -> option for the layer at position j from the end (missing ratio: not offered)
+    weights: list[dict[float, Option]]
+
+    @property
+    def k_max(self) -> int:
+        return len(self.bias)
+
+    def cost(self, k: int, ratios: dict[int, float]) -> int:
+        return self.bias[k - 1].cost + sum(self.weights[j][r].cost for j, r in ratios.items() if r)
+
+    def gain(self, k: int, ratios: dict[int, float]) -> float:
+        return self.bias[k - 1].gain + sum(self.weights[j][r].gain for j, r in ratios.items() if r)
+
+    def smallest(self) -> tuple[int, int] | None:
+        """(k, cost) of the cheapest valid plan: some bias region alone (weights only add cost)."""
+        valid = [(o.cost, k) for k, o in enumerate(self.bias, 1) if o is not None]
+        if not valid:
+            return None
+        cost, k = min(valid)
+        return k, cost
+
+
+@dataclass
+class Choice:
+    k: int
+    ratios: dict[int, float]          # position from the end -> ratio (only non-zero ones)
+    cost: int
+    gain: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"k": self.k, "weights": {str(j): r for j, r in sorted(self.ratios.items())}, "cost": int(self.cost),
+                "gain": float(self.gain)}
+
+
+@dataclass
+class SearchResult:
+    best: Choice | None
+    trace: list[dict[str, Any]] = field(default_factory=list)
+    method: str = "dp"
+    evaluated: int = 0
+
+
+def _better(a: Choice, b: Choice | None) -> bool:
+    """More gain wins; then less memory; then fewer biases (deterministic ties)."""
+    if b is None:
+        return True
+    if not math.isclose(a.gain, b.gain, rel_tol=0, abs_tol=1e-12):
+        return a.gain > b.gain
+    return (a.cost, a.k) < (b.cost, b.k)
+
+
+def _prune(points: list[tuple[int, float, tuple]], cap: int) -> list[tuple[int, float, tuple]]:
+    """Keep the Pareto frontier (ascending cost, strictly ascending gain) of points that fit `cap`."""
+    points = sorted((p for p in points if p[0] <= cap), key=lambda p: (p[0], -p[1]))
+    out: list[tuple[int, float, tuple]] = []
+    for p in points:
+        if not out or p[1] > out[-1][1] + 1e-12:
+            out.append(p)
+    return out
+
+
+def knapsack_dp(problem: Problem, capacity: int) -> SearchResult:
+    """Exact optimum of the additive model (see the module docstring)."""
+    valid = [o for o in problem.bias if o is not None]
+    result = SearchResult(None, method="dp")
+    if not valid:
+        return result
+    # No weight choice may cost more than what is left after the cheapest bias region.
+    cap = capacity - min(o.cost for o in valid)
+    frontier: list[tuple[int, float, tuple]] = [(0, 0.0, ())] if cap >= 0 else []
+    for k in range(1, problem.k_max + 1):
+        j = k - 1
+        opts = problem.weights[j] if j < len(problem.weights) else {}
+        grown = list(frontier)
+        for p in frontier:
+            for r, o in opts.items():
+                grown.append((p[0] + o.cost, p[1] + o.gain, p[2] + ((j, r),)))
+        frontier = _prune(grown, cap)
+        result.evaluated += len(grown)
+        b = problem.bias[k - 1]
+        if b is None:
+            continue
+        room = capacity - b.cost
+        fits = [p for p in frontier if p[0] <= room]
+        if not fits:
+            result.trace.append({"k": k, "fits": False, "bias_cost": b.cost, "frontier": len(frontier)})
+            continue
+        p = fits[-1]                       # the frontier's gain rises with cost: the last that fits is the best
+        cand = Choice(k, dict(p[2]), b.cost + p[0], b.gain + p[1])
+        if _better(cand, result.best):
+            result.best = cand
+        result.trace.append({"k": k, "fits": True, "candidate": cand.to_json(), "frontier": len(frontier),
+                             "best_so_far": result.best.to_json()})
+    return result
+
+
+def brute_force(problem: Problem, capacity: int) -> SearchResult:
+    """Every plan, for testing the DP on small instances."""
+    result = SearchResult(None, method="brute_force")
+    for k, b in enumerate(problem.bias, 1):
+        if b is None:
+            continue
+        layers = list(range(min(k, len(problem.weights))))
+        for combo in itertools.product(*[[0.0, *problem.weights[j]] for j in layers]):
+            ratios = {j: r for j, r in zip(layers, combo) if r}
+            result.evaluated += 1
+            cost = problem.cost(k, ratios)
+            if cost > capacity:
+                continue
+            cand = Choice(k, ratios, cost, problem.gain(k, ratios))
+            if _better(cand, result.best):
+                result.best = cand
+    return result
+
+
+def evolutionary(problem: Problem, capacity: int, *, seed: int = 0, population: int = 32,
+                 generations: int = 60, mutation: float = 0.2) -> SearchResult:
+    """Seeded evolutionary search over (k, ratio per layer); infeasible genomes score -inf. Not guaranteed
+    optimal (the DP is); offered because TTE used one, and as a cross-check on large models."""
+    rng = np.random.default_rng(seed)
+    result = SearchResult(None, method="evolutionary")
+    ks = [k for k, b in enumerate(problem.bias, 1) if b is not None]
+    if not ks:
+        return result
+    n = len(problem.weights)
+    choices = [[0.0, *sorted(problem.weights[j])] for j in range(n)]
+
+    def decode(genome: tuple[int, tuple[int, ...]]) -> Choice:
+        k, genes = genome
+        ratios = {j: choices[j][g] for j, g in enumerate(genes) if j < k and choices[j][g]}
+        return Choice(k, ratios, problem.cost(k, ratios), problem.gain(k, ratios))
+
+    def fitness(c: Choice) -> float:
+        return c.gain if c.cost <= capacity else -math.inf
+
+    def random_genome() -> tuple[int, tuple[int, ...]]:
+        # Start small: most random full-width genomes do not fit a tight budget.
+        return (int(rng.choice(ks)), tuple(int(rng.integers(len(c))) if rng.random() < 0.3 else 0 for c in choices))
+
+    def mutate(genome):
+        k, genes = genome
+        if rng.random() < mutation:
+            k = int(rng.choice(ks))
+        genes = tuple(int(rng.integers(len(choices[j]))) if rng.random() < mutation else g
+                      for j, g in enumerate(genes))
+        return k, genes
+
+    smallest = problem.smallest()
+    pop = [(smallest[0], (0,) * n)] + [random_genome() for _ in range(population - 1)]
+    for gen in range(generations):
+        scored = sorted(((fitness(decode(g)), g) for g in pop), key=lambda t: -t[0])
+        result.evaluated += len(pop)
+        for f, g in scored:
+            c = decode(g)
+            if f > -math.inf and _better(c, result.best):
+                result.best = c
+        result.trace.append({"generation": gen, "best_fitness": scored[0][0] if scored[0][0] > -math.inf else None,
+                             "feasible": sum(f > -math.inf for f, _ in scored),
+                             "best_so_far": result.best.to_json() if result.best else None})
+        parents = [g for _, g in scored[: max(2, population // 4)]]
+        pop = list(parents)
+        while len(pop) < population:
+            a, b = (parents[int(i)] for i in rng.integers(len(parents), size=2))
+            k = a[0] if rng.random() < 0.5 else b[0]
+            genes = tuple(x if rng.random() < 0.5 else y for x, y in zip(a[1], b[1]))
+            pop.append(mutate((k, genes)))
+    return result
+
+
+def search(problem: Problem, capacity: int, method: str = "dp", seed: int = 0) -> SearchResult:
+    if method == "dp":
+        return knapsack_dp(problem, capacity)
+    if method == "evolutionary":
+        return evolutionary(problem, capacity, seed=seed)
+    raise ValueError(f"unknown search method {method!r}")

@@ -1,0 +1,195 @@
+"""Oracles we did not write: LiteRT's reference kernels and TFLite Micro, each run in a child process.
+
+Why a child process: both interpreters can abort the whole process (a failed TFLITE_CHECK, a crash on a graph
+they do not expect); a test must report that, not die with it. The child writes every tensor of every sample to
+an .npz that the parent reads back.
+
+    res = run_litert(path, [x_batch])      # OpResolverType.BUILTIN_REF, experimental_preserve_all_tensors
+    res = run_tflm(path, [x_batch])        # tflite_micro, kPreserveAllTensors
+    res.outputs[0]                         # [N, ...] (the file's batch-1 dim folded into N)
+    res.tensors[file_tensor_index]         # [N, ...] for activations; constants as stored
+
+Models are run one sample at a time (the fixtures have a static batch of 1), so N can be anything.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+CHILD_TIMEOUT_S = 120
+
+
+class OracleCrashed(RuntimeError):
+    """The interpreter process died or reported an error; `.stderr` has its last words."""
+
+    def __init__(self, message: str, stderr: str = ""):
+        super().__init__(f"{message}\n{stderr[-3000:]}" if stderr else message)
+        self.stderr = stderr
+
+
+@dataclass
+class OracleResult:
+    outputs: list[np.ndarray]
+    tensors: dict[int, np.ndarray] = field(default_factory=dict)
+    input_indices: list[int] = field(default_factory=list)
+    output_indices: list[int] = field(default_factory=list)
+
+
+def tflm_available() -> bool:
+    try:
+        import tflite_micro  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def run_litert(model_path: Path, inputs: list[np.ndarray], timeout: float = CHILD_TIMEOUT_S) -> OracleResult:
+    return _run_child("litert", model_path, inputs, timeout)
+
+
+def run_tflm(model_path: Path, inputs: list[np.ndarray], timeout: float = CHILD_TIMEOUT_S) -> OracleResult:
+    return _run_child("tflm", model_path, inputs, timeout)
+
+
+def _run_child(backend: str, model_path: Path, inputs: list[np.ndarray], timeout: float) -> OracleResult:
+    with tempfile.TemporaryDirectory(prefix=f"oracle-{backend}-") as tmp:
+        in_path, out_path = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
+        np.savez(in_path, **{f"in{i}": np.asarray(a) for i, a in enumerate(inputs)})
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1")
+        try:
+            proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), backend, str(model_path),
+                                   str(in_path), str(out_path)],
+                                  capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            raise OracleCrashed(f"{backend} did not finish {model_path.name} within {timeout}s") from None
+        if proc.returncode != 0 or not out_path.exists():
+            raise OracleCrashed(f"{backend} failed on {model_path.name} (exit code {proc.returncode})",
+                                proc.stderr + proc.stdout)
+        with np.load(out_path, allow_pickle=False) as z:
+            res = OracleResult(outputs=[], input_indices=[int(i) for i in z["input_indices"]],
+                               output_indices=[int(i) for i in z["output_indices"]])
+            for k in z.files:
+                if k.startswith("t"):
+                    res.tensors[int(k[1:])] = z[k]
+            res.outputs = [z[f"out{i}"] for i in range(len(res.output_indices))]
+        return res
+
+
+# ---- child side ---------------------------------------------------------------------------------
+
+def _fold(samples: list[np.ndarray]) -> np.ndarray:
+    """Per-sample arrays of the file's shape [1, ...] -> [N, ...]; other shapes are stacked."""
+    first = samples[0]
+    if first.ndim >= 1 and first.shape[0] == 1:
+        return np.concatenate(samples, axis=0)
+    return np.stack(samples, axis=0)
+
+
+def _child_litert(model: str, feeds: list[np.ndarray]) -> dict[str, np.ndarray]:
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    interp = Interpreter(model_path=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
+                         experimental_preserve_all_tensors=True, num_threads=1)
+    interp.allocate_tensors()
+    ins, outs = interp.get_input_details(), interp.get_output_details()
+    details = interp.get_tensor_details()
+    n = feeds[0].shape[0]
+    per_tensor: dict[int, list[np.ndarray]] = {}
+    per_output: list[list[np.ndarray]] = [[] for _ in outs]
+    for s in range(n):
+        for d, x in zip(ins, feeds):
+            interp.set_tensor(d["index"], x[s:s + 1].astype(d["dtype"]))
+        interp.invoke()
+        for j, d in enumerate(outs):
+            per_output[j].append(np.array(interp.get_tensor(d["index"])))
+        for d in details:
+            try:
+                per_tensor.setdefault(d["index"], []).append(np.array(interp.get_tensor(d["index"])))
+            except ValueError:
+                pass  # tensors without data (e.g. optional operands)
+    result = {f"out{j}": _fold(v) for j, v in enumerate(per_output)}
+    result.update({f"t{i}": _fold(v) for i, v in per_tensor.items()})
+    result["input_indices"] = np.array([d["index"] for d in ins])
+    result["output_indices"] = np.array([d["index"] for d in outs])
+    return result
+
+
+def _child_tflm(model: str, feeds: list[np.ndarray]) -> dict[str, np.ndarray]:
+    from tflite_micro.python.tflite_micro import runtime
+
+    interp = runtime.Interpreter.from_file(model, arena_size=4 << 20,
+                                           intrepreter_config=runtime.InterpreterConfig.kPreserveAllTensors)
+    n_in = len(feeds)
+    in_details = [interp.get_input_details(i) for i in range(n_in)]
+    n_out = _count_outputs(model)
+    n = feeds[0].shape[0]
+    n_tensors = _count_tensors(model)
+    per_tensor: dict[int, list[np.ndarray]] = {}
+    per_output: list[list[np.ndarray]] = [[] for _ in range(n_out)]
+    for s in range(n):
+        for i, x in enumerate(feeds):
+            interp.set_input(x[s:s + 1].astype(in_details[i]["dtype"]), i)
+        interp.invoke()
+        for j in range(n_out):
+            per_output[j].append(np.array(interp.get_output(j)))
+        for t in range(n_tensors):
+            try:
+                arr = interp.GetTensor(t, 0)
+            except Exception:
+                continue
+            if isinstance(arr, dict):  # {'dtype', 'shape', 'tensor_data'} in the tflite_micro wheel
+                arr = arr.get("tensor_data")
+            arr = None if arr is None else np.asarray(arr)
+            if arr is not None and arr.dtype.kind in "fiub":
+                per_tensor.setdefault(t, []).append(arr.copy())
+    result = {f"out{j}": _fold(v) for j, v in enumerate(per_output)}
+    result.update({f"t{i}": _fold(v) for i, v in per_tensor.items()
+                   if len({a.shape for a in v}) == 1})
+    ins, outs = _io_indices(model)
+    result["input_indices"] = np.array(ins)
+    result["output_indices"] = np.array(outs)
+    return result
+
+
+def _subgraph0(model: str):
+    import tflite
+
+    buf = Path(model).read_bytes()
+    return tflite.Model.GetRootAsModel(buf, 0).Subgraphs(0)
+
+
+def _count_tensors(model: str) -> int:
+    return _subgraph0(model).TensorsLength()
+
+
+def _count_outputs(model: str) -> int:
+    return _subgraph0(model).OutputsLength()
+
+
+def _io_indices(model: str) -> tuple[list[int], list[int]]:
+    sg = _subgraph0(model)
+    return ([int(sg.Inputs(i)) for i in range(sg.InputsLength())],
+            [int(sg.Outputs(i)) for i in range(sg.OutputsLength())])
+
+
+def _child_main(argv: list[str]) -> int:
+    backend, model, in_path, out_path = argv
+    with np.load(in_path, allow_pickle=False) as z:
+        feeds = [z[f"in{i}"] for i in range(len(z.files))]
+    fn = {"litert": _child_litert, "tflm": _child_tflm}[backend]
+    result = fn(model, feeds)
+    tmp = out_path + ".part.npz"
+    np.savez(tmp, **result)
+    os.replace(tmp, out_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))
