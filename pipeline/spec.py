@@ -13,9 +13,10 @@ import json
 import re
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
+                      model_validator)
 
 from tinytrain.pipeline.errors import SpecError
 from tinytrain.pipeline.spec_data import DataSpec
@@ -35,10 +36,24 @@ class _Strict(BaseModel):
 
 # ---- model ------------------------------------------------------------------------------------
 
+def _zoo_model(v: Any) -> Any:
+    """`zoo:<name>` names a model shipped with tinytrain; it resolves to that file (hashed like any other)."""
+    from tinytrain.stages import zoo
+
+    if isinstance(v, str) and zoo.is_zoo_ref(v):
+        try:
+            return zoo.resolve(v)
+        except Exception as e:  # an unknown name: its message lists the known ones
+            raise ValueError(str(e)) from None
+    return v
+
+
 class ModelSpec(_Strict):
     """The network to train: a TFLite flatbuffer as the TensorFlow converter writes it."""
 
-    path: ExistingFile = Field(description="the .tflite or .circle file (relative to this YAML file's folder)")
+    path: Annotated[ExistingFile, BeforeValidator(_zoo_model)] = Field(
+        description="the .tflite or .circle file (relative to this YAML file's folder), or a zoo name such as "
+                    "zoo:mbv2-w0.35-128")
     format: Literal["auto", "tflite", "circle"] = Field(
         default="auto", description="auto: decided by the file's identifier (TFL3 or CIR0)")
 
