@@ -1,0 +1,166 @@
+/* Backward of conv2d and depthwise_conv2d in float32 (grad_ops.conv2d_grad_*, depthwise_conv2d_grad_*).
+ *
+ * dy is the gradient of the pre-activation output. Input gradients are gathered: each dx element sums its taps
+ * in (filter y, filter x) order, as grad_ops accumulates one tap after the other; weight gradients sum over the
+ * batch and output positions. Out-of-image taps (padding) contribute nothing, which is what cropping the padded
+ * gradient in grad_ops does. Partial weight gradients (sparse update) cover input channels [0, k) only and are
+ * stored compact: conv [O,KH,KW,k], depthwise [1,KH,KW,k*M]. */
+#include "tt_kernels.h"
+
+/* Output coordinate that reads input coordinate i through tap k, or -1. */
+static inline int32_t tt_src_out(int32_t i, int32_t pad, int32_t k, int32_t dil, int32_t stride, int32_t out_size)
+{
+    const int32_t t = i + pad - k * dil;
+    int32_t o;
+    if (t < 0 || t % stride != 0) {
+        return -1;
+    }
+    o = t / stride;
+    return o < out_size ? o : -1;
+}
+
+void tt_conv2d_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *w, float *dx)
+{
+    int32_t b, iy, ix, ic, ky, kx, o;
+    for (b = 0; b < d->batches; ++b) {
+        for (iy = 0; iy < d->in_h; ++iy) {
+            for (ix = 0; ix < d->in_w; ++ix) {
+                float *dxp = dx + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
+                for (ic = 0; ic < d->in_c; ++ic) {
+                    dxp[ic] = 0.0f;
+                }
+                for (ky = 0; ky < d->k_h; ++ky) {
+                    const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
+                    if (oy < 0) {
+                        continue;
+                    }
+                    for (kx = 0; kx < d->k_w; ++kx) {
+                        const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
+                        const float *dyp;
+                        if (ox < 0) {
+                            continue;
+                        }
+                        dyp = dy + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
+                        for (ic = 0; ic < d->in_c; ++ic) {
+                            float s = 0.0f;
+                            for (o = 0; o < d->out_c; ++o) {
+                                s += dyp[o] * w[((o * d->k_h + ky) * d->k_w + kx) * d->in_c + ic];
+                            }
+                            dxp[ic] += s;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+void tt_conv2d_grad_weight_f32(const tt_conv_dims *d, int32_t k, const float *dy, const float *x, float *dw)
+{
+    int32_t o, ky, kx, c, b, oy, ox;
+    for (o = 0; o < d->out_c; ++o) {
+        for (ky = 0; ky < d->k_h; ++ky) {
+            for (kx = 0; kx < d->k_w; ++kx) {
+                float *dwp = dw + ((o * d->k_h + ky) * d->k_w + kx) * k;
+                for (c = 0; c < k; ++c) {
+                    dwp[c] = 0.0f;
+                }
+                for (b = 0; b < d->batches; ++b) {
+                    for (oy = 0; oy < d->out_h; ++oy) {
+                        const int32_t iy = oy * d->stride_h - d->pad_top + ky * d->dilation_h;
+                        if (iy < 0 || iy >= d->in_h) {
+                            continue;
+                        }
+                        for (ox = 0; ox < d->out_w; ++ox) {
+                            const int32_t ix = ox * d->stride_w - d->pad_left + kx * d->dilation_w;
+                            const float *xp;
+                            float g;
+                            if (ix < 0 || ix >= d->in_w) {
+                                continue;
+                            }
+                            g = dy[((b * d->out_h + oy) * d->out_w + ox) * d->out_c + o];
+                            xp = x + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
+                            for (c = 0; c < k; ++c) {
+                                dwp[c] += g * xp[c];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+void tt_depthwise_conv2d_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *w, float *dx)
+{
+    int32_t b, iy, ix, ic, m, ky, kx;
+    const int32_t mult = d->depth_multiplier;
+    for (b = 0; b < d->batches; ++b) {
+        for (iy = 0; iy < d->in_h; ++iy) {
+            for (ix = 0; ix < d->in_w; ++ix) {
+                for (ic = 0; ic < d->in_c; ++ic) {
+                    float total = 0.0f;
+                    /* grad_ops accumulates each output channel over the taps, then folds the multiplier. */
+                    for (m = 0; m < mult; ++m) {
+                        const int32_t oc = ic * mult + m;
+                        float s = 0.0f;
+                        for (ky = 0; ky < d->k_h; ++ky) {
+                            const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
+                            if (oy < 0) {
+                                continue;
+                            }
+                            for (kx = 0; kx < d->k_w; ++kx) {
+                                const int32_t ox =
+                                    tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
+                                if (ox < 0) {
+                                    continue;
+                                }
+                                s += dy[((b * d->out_h + oy) * d->out_w + ox) * d->out_c + oc] *
+                                     w[(ky * d->k_w + kx) * d->out_c + oc];
+                            }
+                        }
+                        total += s;
+                    }
+                    dx[((b * d->in_h + iy) * d->in_w + ix) * d->in_c + ic] = total;
+                }
+            }
+        }
+    }
+}
+
+void tt_depthwise_conv2d_grad_weight_f32(const tt_conv_dims *d, int32_t k, const float *dy, const float *x,
+                                         float *dw)
+{
+    int32_t ky, kx, oc, b, oy, ox;
+    const int32_t mult = d->depth_multiplier;
+    const int32_t n_out = k * mult;
+    for (ky = 0; ky < d->k_h; ++ky) {
+        for (kx = 0; kx < d->k_w; ++kx) {
+            float *dwp = dw + (ky * d->k_w + kx) * n_out;
+            for (oc = 0; oc < n_out; ++oc) {
+                dwp[oc] = 0.0f;
+            }
+            for (b = 0; b < d->batches; ++b) {
+                for (oy = 0; oy < d->out_h; ++oy) {
+                    const int32_t iy = oy * d->stride_h - d->pad_top + ky * d->dilation_h;
+                    if (iy < 0 || iy >= d->in_h) {
+                        continue;
+                    }
+                    for (ox = 0; ox < d->out_w; ++ox) {
+                        const int32_t ix = ox * d->stride_w - d->pad_left + kx * d->dilation_w;
+                        const float *dyp;
+                        const float *xp;
+                        if (ix < 0 || ix >= d->in_w) {
+                            continue;
+                        }
+                        dyp = dy + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
+                        xp = x + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
+                        for (oc = 0; oc < n_out; ++oc) {
+                            dwp[oc] += dyp[oc] * xp[oc / mult];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

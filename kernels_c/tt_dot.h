@@ -1,0 +1,51 @@
+/* The int8 inner product of conv2d / fully_connected: sum over i of (x[i] - x_zero_point) * w[i].
+ *
+ * Portable C99 by default. With TT_USE_DSP=1 on a core with the DSP extension (Cortex-M4/M7/M33:
+ * __ARM_FEATURE_DSP and __ARM_FEATURE_SIMD32), four taps at a time go through ACLE SIMD: SXTAB16 sign-extends
+ * bytes 0/2 (and, after a rotate by 8, bytes 1/3) to int16 lanes while adding -zero_point (|x - z| <= 255 fits an
+ * int16 lane), SXTB16 does the same for the weights, and SMLAD adds both lane products to the int32
+ * accumulator. Integer addition is associative and the sum never overflows int32 for any layer we run
+ * (< 2^16 taps), so the result is identical to the portable loop (and to the numpy golden model) bit for bit.
+ * This is the CMSIS-NN arm_nn_mat_mult / read_and_pad technique. */
+#ifndef TT_DOT_H
+#define TT_DOT_H
+
+#include <stdint.h>
+#include <string.h>
+
+#if defined(TT_USE_DSP) && TT_USE_DSP && defined(__ARM_FEATURE_DSP) && defined(__ARM_FEATURE_SIMD32)
+#include <arm_acle.h>
+#define TT_DOT_DSP 1
+#else
+#define TT_DOT_DSP 0
+#endif
+
+static inline int32_t tt_dot_s8(const int8_t *x, const int8_t *w, int32_t n, int32_t x_zero_point)
+{
+    int32_t acc = 0;
+    int32_t i = 0;
+#if TT_DOT_DSP
+    {
+        const uint32_t neg = (uint32_t)(uint16_t)(int16_t)(-x_zero_point);
+        const int16x2_t off = (int16x2_t)((neg << 16) | neg);
+        for (; i + 4 <= n; i += 4) {
+            uint32_t xw, ww;
+            int16x2_t x02, x13, w02, w13;
+            memcpy(&xw, x + i, 4); /* one unaligned LDR on M4/M7 */
+            memcpy(&ww, w + i, 4);
+            x02 = __sxtab16(off, (int8x4_t)xw);
+            x13 = __sxtab16(off, (int8x4_t)((xw >> 8) | (xw << 24)));
+            w02 = __sxtb16((int8x4_t)ww);
+            w13 = __sxtb16((int8x4_t)((ww >> 8) | (ww << 24)));
+            acc = __smlad(x02, w02, acc);
+            acc = __smlad(x13, w13, acc);
+        }
+    }
+#endif
+    for (; i < n; ++i) {
+        acc += ((int32_t)x[i] - x_zero_point) * (int32_t)w[i];
+    }
+    return acc;
+}
+
+#endif /* TT_DOT_H */

@@ -1,0 +1,46 @@
+/* Backward of fully_connected and of a bias, float32 (grad_ops.fully_connected_grad_*, bias_grad). */
+#include "tt_kernels.h"
+
+void tt_fully_connected_grad_input_f32(int32_t rows, int32_t depth, int32_t out_c, const float *dy, const float *w,
+                                       float *dx)
+{
+    int32_t r, d, o;
+    for (r = 0; r < rows; ++r) {
+        for (d = 0; d < depth; ++d) {
+            float s = 0.0f;
+            for (o = 0; o < out_c; ++o) {
+                s += dy[r * out_c + o] * w[o * depth + d];
+            }
+            dx[r * depth + d] = s;
+        }
+    }
+}
+
+/* dw [out_c, k] = dy^T x[:, :k]. */
+void tt_fully_connected_grad_weight_f32(int32_t rows, int32_t depth, int32_t out_c, int32_t k, const float *dy,
+                                        const float *x, float *dw)
+{
+    int32_t r, d, o;
+    for (o = 0; o < out_c; ++o) {
+        for (d = 0; d < k; ++d) {
+            float s = 0.0f;
+            for (r = 0; r < rows; ++r) {
+                s += dy[r * out_c + o] * x[r * depth + d];
+            }
+            dw[o * k + d] = s;
+        }
+    }
+}
+
+void tt_bias_grad_f32(int32_t rows, int32_t channels, const float *dy, float *db)
+{
+    int32_t r, c;
+    for (c = 0; c < channels; ++c) {
+        db[c] = 0.0f;
+    }
+    for (r = 0; r < rows; ++r) {
+        for (c = 0; c < channels; ++c) {
+            db[c] += dy[r * channels + c];
+        }
+    }
+}

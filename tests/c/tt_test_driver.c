@@ -1,0 +1,309 @@
+/* Host test driver for kernels_c (tests/test_kernels_c.py).
+ *
+ * Usage: tt_test_driver CASE_FILE...   For each case file writes CASE_FILE.out.
+ * Case file (little-endian): char op[32] (NUL-padded); int32 ni, int32 ints[ni]; int32 nf, float64 floats[nf];
+ * int32 nb, then nb times: int32 nbytes, bytes. Every buffer gets its own exact-size allocation so that
+ * AddressSanitizer catches any out-of-bounds access; an empty buffer is passed as NULL. After the op, every
+ * buffer (inputs included, so in-place updates come back) is written to CASE_FILE.out as int32 nbytes, bytes.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tt_kernels.h"
+
+#define MAX_BUF 64
+#define MAX_INT 256
+#define MAX_FLT 32
+
+static char op[33];
+static int32_t ni, nf, nb;
+static int32_t I[MAX_INT];
+static double F[MAX_FLT];
+static void *B[MAX_BUF];
+static int32_t NB[MAX_BUF];
+
+static void die(const char *msg, const char *arg)
+{
+    fprintf(stderr, "tt_test_driver: %s %s\n", msg, arg ? arg : "");
+    exit(2);
+}
+
+static void rd(FILE *f, void *p, size_t n)
+{
+    if (n && fread(p, 1, n, f) != n) {
+        die("short read", op);
+    }
+}
+
+static void conv_dims(tt_conv_dims *d, const int32_t *v)
+{
+    d->batches = v[0]; d->in_h = v[1]; d->in_w = v[2]; d->in_c = v[3];
+    d->out_h = v[4]; d->out_w = v[5]; d->out_c = v[6]; d->k_h = v[7]; d->k_w = v[8];
+    d->stride_h = v[9]; d->stride_w = v[10]; d->dilation_h = v[11]; d->dilation_w = v[12];
+    d->pad_top = v[13]; d->pad_left = v[14]; d->depth_multiplier = v[15];
+}
+
+static void pool_dims(tt_pool_dims *d, const int32_t *v)
+{
+    d->batches = v[0]; d->in_h = v[1]; d->in_w = v[2]; d->channels = v[3];
+    d->out_h = v[4]; d->out_w = v[5]; d->filter_h = v[6]; d->filter_w = v[7];
+    d->stride_h = v[8]; d->stride_w = v[9]; d->pad_top = v[10]; d->pad_left = v[11];
+}
+
+static tt_requant_s8 requant(const int32_t *v, const void *mult, const void *shift)
+{
+    tt_requant_s8 q;
+    q.input_zero_point = v[0]; q.output_zero_point = v[1]; q.act_min = v[2]; q.act_max = v[3];
+    q.per_channel = v[4]; q.multiplier = (const int32_t *)mult; q.shift = (const int32_t *)shift;
+    return q;
+}
+
+static inline tt_slice slice3(const int32_t *v)
+{
+    tt_slice s;
+    s.rows = v[0]; s.cols = v[1]; s.n = v[2];
+    return s;
+}
+
+#define IS(name) (strcmp(op, name) == 0)
+#define S8(k) ((int8_t *)B[k])
+#define I32(k) ((int32_t *)B[k])
+#define F32(k) ((float *)B[k])
+#define U32(k) ((uint32_t *)B[k])
+
+static void run(void)
+{
+    tt_conv_dims cd;
+    tt_pool_dims pd;
+    tt_requant_s8 q;
+    int32_t i;
+    if (IS("conv2d_s8") || IS("depthwise_conv2d_s8")) {
+        conv_dims(&cd, I);
+        q = requant(I + 16, B[3], B[4]);
+        (IS("conv2d_s8") ? tt_conv2d_s8 : tt_depthwise_conv2d_s8)(&cd, &q, S8(0), S8(1), I32(2), S8(5));
+    } else if (IS("conv2d_f32") || IS("depthwise_conv2d_f32")) {
+        conv_dims(&cd, I);
+        (IS("conv2d_f32") ? tt_conv2d_f32 : tt_depthwise_conv2d_f32)(&cd, (float)F[0], (float)F[1], F32(0), F32(1),
+                                                                      F32(2), F32(3));
+    } else if (IS("fully_connected_s8")) {
+        q = requant(I + 3, B[3], B[4]);
+        tt_fully_connected_s8(I[0], I[1], I[2], &q, S8(0), S8(1), I32(2), S8(5));
+    } else if (IS("fully_connected_f32")) {
+        tt_fully_connected_f32(I[0], I[1], I[2], (float)F[0], (float)F[1], F32(0), F32(1), F32(2), F32(3));
+    } else if (IS("add_s8")) {
+        tt_add_params_s8 p;
+        p.input1_zero_point = I[0]; p.input2_zero_point = I[1]; p.output_zero_point = I[2]; p.left_shift = I[3];
+        p.input1_multiplier = I[4]; p.input1_shift = I[5]; p.input2_multiplier = I[6]; p.input2_shift = I[7];
+        p.output_multiplier = I[8]; p.output_shift = I[9]; p.act_min = I[10]; p.act_max = I[11];
+        tt_add_s8(&p, I[12], S8(0), S8(1), S8(2));
+    } else if (IS("add_f32")) {
+        tt_add_f32(I[0], (float)F[0], (float)F[1], F32(0), F32(1), F32(2));
+    } else if (IS("average_pool2d_s8") || IS("max_pool2d_s8")) {
+        pool_dims(&pd, I);
+        (IS("average_pool2d_s8") ? tt_average_pool2d_s8 : tt_max_pool2d_s8)(&pd, I[12], I[13], S8(0), S8(1));
+    } else if (IS("average_pool2d_f32") || IS("max_pool2d_f32")) {
+        pool_dims(&pd, I);
+        (IS("average_pool2d_f32") ? tt_average_pool2d_f32 : tt_max_pool2d_f32)(&pd, (float)F[0], (float)F[1],
+                                                                                F32(0), F32(1));
+    } else if (IS("mean_s8")) {
+        tt_mean_params_s8 p;
+        p.input_zero_point = I[0]; p.output_zero_point = I[1]; p.multiplier = I[2]; p.shift = I[3];
+        tt_mean_hw_s8(&p, I[4], I[5], I[6], I[7], S8(0), S8(1));
+    } else if (IS("mean_f32")) {
+        tt_mean_hw_f32(I[0], I[1], I[2], I[3], F32(0), F32(1));
+    } else if (IS("softmax_s8")) {
+        tt_softmax_s8(I[0], I[1], I[2], I[3], I[4], S8(0), S8(1));
+    } else if (IS("softmax_f32")) {
+        tt_softmax_f32(I[0], I[1], (float)F[0], F32(0), F32(1));
+    } else if (IS("relu_s8")) {
+        tt_relu_s8(I[0], I[1], I[2], I[3], I[4], I[5], I[6], S8(0), S8(1));
+    } else if (IS("clamp_f32")) {
+        tt_clamp_f32(I[0], (float)F[0], (float)F[1], F32(0), F32(1));
+    } else if (IS("quantize_f32_s8")) {
+        tt_quantize_f32_s8(I[0], (float)F[0], I[1], F32(0), S8(1));
+    } else if (IS("requantize_s8")) {
+        tt_requantize_s8(I[0], I[1], I[2], I[3], I[4], S8(0), S8(1));
+    } else if (IS("dequantize_s8_f32")) {
+        tt_dequantize_s8_f32(I[0], (float)F[0], I[1], S8(0), F32(1));
+    } else if (IS("dequantize_per_channel_s8_f32")) {
+        tt_dequantize_per_channel_s8_f32(I[0], I[1], I[2], F32(0), I32(1), S8(2), F32(3));
+    } else if (IS("pad_s8")) {
+        tt_pad_s8(I, I + 4, (int8_t)I[12], S8(0), S8(1));
+    } else if (IS("pad_f32")) {
+        tt_pad_f32(I, I + 4, (float)F[0], F32(0), F32(1));
+    } else if (IS("concatenation_s8")) {
+        const int8_t *ins[MAX_BUF];
+        tt_concat_params_s8 p;
+        const int32_t n = I[0];
+        for (i = 0; i < n; ++i) {
+            ins[i] = S8(2 + i);
+        }
+        p.input_scale = F32(0); p.input_zero_point = I32(1); p.output_scale = (float)F[0];
+        p.output_zero_point = I[3]; p.act_min = I[4]; p.act_max = I[5];
+        tt_concatenation_s8(n, ins, I + 6, I[1], I[2] ? &p : 0, S8(2 + n));
+    } else if (IS("concatenation_f32")) {
+        const float *ins[MAX_BUF];
+        const int32_t n = I[0];
+        for (i = 0; i < n; ++i) {
+            ins[i] = F32(i);
+        }
+        tt_concatenation_f32(n, ins, I + 2, I[1], (float)F[0], (float)F[1], F32(n));
+    } else if (IS("copy_s8")) {
+        tt_copy_s8(I[0], S8(0), S8(1));
+    } else if (IS("copy_f32")) {
+        tt_copy_f32(I[0], F32(0), F32(1));
+    } else if (IS("out_size_and_pad")) {
+        tt_out_size_and_pad(I[0], I[1], I[2], I[3], I[4], I32(0), I32(0) + 1);
+    }
+#ifndef TT_DRIVER_FORWARD_ONLY
+    else if (IS("conv2d_grad_input_f32")) {
+        conv_dims(&cd, I);
+        tt_conv2d_grad_input_f32(&cd, F32(0), F32(1), F32(2));
+    } else if (IS("conv2d_grad_weight_f32")) {
+        conv_dims(&cd, I);
+        tt_conv2d_grad_weight_f32(&cd, I[16], F32(0), F32(1), F32(2));
+    } else if (IS("depthwise_conv2d_grad_input_f32")) {
+        conv_dims(&cd, I);
+        tt_depthwise_conv2d_grad_input_f32(&cd, F32(0), F32(1), F32(2));
+    } else if (IS("depthwise_conv2d_grad_weight_f32")) {
+        conv_dims(&cd, I);
+        tt_depthwise_conv2d_grad_weight_f32(&cd, I[16], F32(0), F32(1), F32(2));
+    } else if (IS("fully_connected_grad_input_f32")) {
+        tt_fully_connected_grad_input_f32(I[0], I[1], I[2], F32(0), F32(1), F32(2));
+    } else if (IS("fully_connected_grad_weight_f32")) {
+        tt_fully_connected_grad_weight_f32(I[0], I[1], I[2], I[3], F32(0), F32(1), F32(2));
+    } else if (IS("bias_grad_f32")) {
+        tt_bias_grad_f32(I[0], I[1], F32(0), F32(1));
+    } else if (IS("average_pool2d_grad_f32")) {
+        pool_dims(&pd, I);
+        tt_average_pool2d_grad_f32(&pd, F32(0), F32(1));
+    } else if (IS("max_pool2d_grad_f32")) {
+        pool_dims(&pd, I);
+        tt_max_pool2d_grad_f32(&pd, F32(0), F32(1), F32(2));
+    } else if (IS("mean_hw_grad_f32")) {
+        tt_mean_hw_grad_f32(I[0], I[1], I[2], I[3], F32(0), F32(1));
+    } else if (IS("pad_grad_f32")) {
+        tt_pad_grad_f32(I, I + 4, F32(0), F32(1));
+    } else if (IS("concatenation_grad_f32")) {
+        float *outs[MAX_BUF];
+        const int32_t n = I[0];
+        for (i = 0; i < n; ++i) {
+            outs[i] = F32(1 + i);
+        }
+        tt_concatenation_grad_f32(n, I + 2, I[1], F32(0), outs);
+    } else if (IS("act_grad_f32")) {
+        tt_act_grad_f32(I[0], (tt_act)I[1], F32(0), F32(1), F32(2));
+    } else if (IS("softmax_grad_f32")) {
+        tt_softmax_grad_f32(I[0], I[1], (float)F[0], F32(0), F32(1), F32(2));
+    } else if (IS("accumulate_f32")) {
+        tt_accumulate_f32(I[0], F32(0), F32(1));
+    } else if (IS("softmax_cross_entropy_f32")) {
+        F32(3)[0] = tt_softmax_cross_entropy_f32(I[0], I[1], F32(0), I32(1), F32(2));
+    } else if (IS("mse_f32")) {
+        F32(3)[0] = tt_mse_f32(I[0], I[1], F32(0), F32(1), F32(2));
+    } else if (IS("sgd_f32")) {
+        tt_slice s = slice3(I);
+        tt_sgd_params p;
+        p.lr = (float)F[0]; p.scale = (float)F[1]; p.weight_decay = (float)F[2];
+        tt_sgd_f32(&s, &p, F32(0), F32(1));
+    } else if (IS("momentum_f32")) {
+        tt_slice s = slice3(I);
+        tt_momentum_params p;
+        p.lr = (float)F[0]; p.momentum = (float)F[1]; p.scale = (float)F[2]; p.weight_decay = (float)F[3];
+        tt_momentum_f32(&s, &p, F32(0), F32(1), F32(2));
+    } else if (IS("adam_f32")) {
+        tt_slice s = slice3(I);
+        tt_adam_params p;
+        tt_adam_prepare(F[0], F[1], F[2], F[3], I[3], (float)F[4], (float)F[5], &p);
+        tt_adam_f32(&s, &p, F32(0), F32(1), F32(2), F32(3));
+    } else if (IS("rmsprop_f32")) {
+        tt_slice s = slice3(I);
+        tt_rmsprop_params p;
+        p.lr = (float)F[0]; p.alpha = (float)F[1]; p.one_minus_alpha = (float)F[2]; p.eps = (float)F[3];
+        p.scale = (float)F[4]; p.weight_decay = (float)F[5];
+        tt_rmsprop_f32(&s, &p, F32(0), F32(1), F32(2));
+    } else if (IS("qas_s8")) {
+        tt_qas_layout l;
+        float factor[4096];
+        l.s = slice3(I);
+        l.rows_per_channel = I[3];
+        l.rounding = (tt_rounding)I[4];
+        if (I[5] > 4096) {
+            die("too many channels", op);
+        }
+        tt_qas_factors(I[5], (float)F[0], F32(0), 1.0f, factor);
+        tt_qas_update_s8(&l, factor, S8(1), F32(2), F32(3), U32(4));
+    } else if (IS("qas_bias_s32")) {
+        float factor[4096];
+        if (I[0] > 4096) {
+            die("too many channels", op);
+        }
+        tt_qas_factors(I[0], (float)F[0], F32(0), (float)F[1], factor);
+        tt_qas_update_bias_s32(I[0], (tt_rounding)I[1], factor, I32(1), F32(2), F32(3), U32(4));
+    } else if (IS("xorshift32")) {
+        for (i = 0; i < I[0]; ++i) {
+            U32(1)[i] = tt_xorshift32(U32(0));
+        }
+    }
+#endif
+    else {
+        die("unknown op", op);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int a;
+    int32_t k;
+    for (a = 1; a < argc; ++a) {
+        char out_path[4096];
+        FILE *f = fopen(argv[a], "rb");
+        if (!f) {
+            die("cannot open", argv[a]);
+        }
+        memset(op, 0, sizeof op);
+        rd(f, op, 32);
+        rd(f, &ni, 4);
+        if (ni < 0 || ni > MAX_INT) {
+            die("too many ints", op);
+        }
+        rd(f, I, (size_t)ni * 4);
+        rd(f, &nf, 4);
+        if (nf < 0 || nf > MAX_FLT) {
+            die("too many floats", op);
+        }
+        rd(f, F, (size_t)nf * 8);
+        rd(f, &nb, 4);
+        if (nb < 0 || nb > MAX_BUF) {
+            die("too many buffers", op);
+        }
+        for (k = 0; k < nb; ++k) {
+            rd(f, &NB[k], 4);
+            B[k] = 0;
+            if (NB[k] > 0) {
+                B[k] = malloc((size_t)NB[k]);
+                if (!B[k]) {
+                    die("out of memory", op);
+                }
+                rd(f, B[k], (size_t)NB[k]);
+            }
+        }
+        fclose(f);
+        run();
+        snprintf(out_path, sizeof out_path, "%s.out", argv[a]);
+        f = fopen(out_path, "wb");
+        if (!f) {
+            die("cannot write", out_path);
+        }
+        for (k = 0; k < nb; ++k) {
+            fwrite(&NB[k], 4, 1, f);
+            if (NB[k] > 0) {
+                fwrite(B[k], 1, (size_t)NB[k], f);
+            }
+            free(B[k]);
+        }
+        fclose(f);
+    }
+    return 0;
+}

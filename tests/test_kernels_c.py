@@ -1,0 +1,897 @@
+"""kernels_c/ (the C99 kernel library) against the numpy golden model (DESIGN §8 step 4).
+
+All kernels and tests/c/tt_test_driver.c are compiled once per session for the host with ASan + UBSan
+(-std=c99 -Wall -Wextra -Werror -ffp-contract=off). Each test writes its random cases as small binary files (the
+format is in the driver's header comment), runs the driver once on all of them and compares with:
+  - int8 forward: stages/executor.py (+ int8_arith) on one-op graphs, bit-exact;
+  - float forward: the same executor, within 1e-5 relative (in practice identical: same loop order);
+  - backward, losses, float optimizers: stages/grad_ops.py, within 1e-5 / 1e-6 relative;
+  - int8 QAS update: the numpy reference `qas_update_ref` below (DESIGN §6 formula with the rounding rules
+    documented in kernels_c/tt_kernels.h), exactly.
+Every kernel file also cross-compiles warning-free for Cortex-M7 (skipped without arm-none-eabi-gcc).
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinytrain.stages import grad_ops as go
+from tinytrain.stages import int8_arith as ia
+from tinytrain.stages.executor import run_graph
+from tinytrain.stages.ir import Graph, Op, QuantParams, Tensor
+
+ROOT = Path(__file__).resolve().parents[1]
+KDIR = ROOT / "kernels_c"
+DRIVER = ROOT / "tests" / "c" / "tt_test_driver.c"
+CFLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off"]
+HOST_FLAGS = CFLAGS + ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+ARM_FLAGS = ["-mcpu=cortex-m7", "-mthumb", "-mfpu=fpv5-d16", "-mfloat-abi=hard"] + CFLAGS + ["-O2", "-c"]
+
+F32 = np.float32
+ACTS = ("none", "relu", "relu6")
+FLOAT_BOUNDS = {"none": (-np.inf, np.inf), "relu": (0.0, np.inf), "relu6": (0.0, 6.0),
+                "relu_n1_to_1": (-1.0, 1.0)}
+ACT_ENUM = {"none": 0, "relu": 1, "relu6": 2, "relu_n1_to_1": 3}
+
+
+def kernel_sources() -> list[Path]:
+    return sorted(KDIR.glob("*.c"))
+
+
+# ---- the compiled driver ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory) -> Path:
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no host C compiler")
+    out = tmp_path_factory.mktemp("ttk") / "tt_test_driver"
+    cmd = [cc, *HOST_FLAGS, f"-I{KDIR}", *map(str, kernel_sources()), str(DRIVER), "-lm", "-o", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, f"host build failed:\n{' '.join(cmd)}\n{res.stderr}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def dsp_driver(tmp_path_factory) -> Path:
+    """The driver with the ACLE DSP path of tt_dot.h enabled, the intrinsics emulated by tests/c/acle_host."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no host C compiler")
+    out = tmp_path_factory.mktemp("ttk_dsp") / "tt_test_driver_dsp"
+    cmd = [cc, *HOST_FLAGS, "-DTT_USE_DSP=1", "-D__ARM_FEATURE_DSP=1", "-D__ARM_FEATURE_SIMD32=1",
+           f"-I{ROOT / 'tests' / 'c' / 'acle_host'}", f"-I{KDIR}", *map(str, kernel_sources()), str(DRIVER), "-lm",
+           "-o", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, f"host DSP build failed:\n{' '.join(cmd)}\n{res.stderr}"
+    return out
+
+
+class Batch:
+    """Cases for one driver run: add(op, ints, floats, buffers) -> index; run() -> per case, the buffers after the
+    op as arrays of the dtype/shape they were given with."""
+
+    def __init__(self, driver: Path, tmp: Path):
+        self.driver, self.tmp, self.cases = driver, tmp, []
+
+    def add(self, op: str, ints, floats, bufs) -> int:
+        bufs = [np.ascontiguousarray(np.asarray(b)) if b is not None else None for b in bufs]
+        self.cases.append((op, [int(i) for i in ints], [float(f) for f in floats], bufs))
+        return len(self.cases) - 1
+
+    def run(self, driver: Path | None = None, keep: bool = False) -> list[list[np.ndarray | None]]:
+        """Run the cases (through `driver` if given, e.g. the DSP build); keep=True leaves them for another run."""
+        paths = []
+        for k, (op, ints, floats, bufs) in enumerate(self.cases):
+            blob = bytearray(op.encode().ljust(32, b"\0"))
+            blob += struct.pack(f"<i{len(ints)}i", len(ints), *ints)
+            blob += struct.pack(f"<i{len(floats)}d", len(floats), *floats)
+            blob += struct.pack("<i", len(bufs))
+            for b in bufs:
+                raw = b"" if b is None else b.tobytes()
+                blob += struct.pack("<i", len(raw)) + raw
+            p = self.tmp / f"case{k:04d}.bin"
+            p.write_bytes(bytes(blob))
+            paths.append(p)
+        res = subprocess.run([str(driver or self.driver), *map(str, paths)], capture_output=True, text=True)
+        assert res.returncode == 0, f"driver failed ({res.returncode}):\n{res.stderr[-4000:]}"
+        results = []
+        for p, (_, _, _, bufs) in zip(paths, self.cases):
+            data = p.with_suffix(".bin.out").read_bytes()
+            pos, outs = 0, []
+            for b in bufs:
+                (n,) = struct.unpack_from("<i", data, pos)
+                pos += 4
+                if b is None:
+                    outs.append(None)
+                else:
+                    outs.append(np.frombuffer(data[pos:pos + n], dtype=b.dtype).reshape(b.shape).copy())
+                pos += n
+            results.append(outs)
+        if not keep:
+            self.cases = []
+        return results
+
+
+@pytest.fixture
+def batch(driver, tmp_path) -> Batch:
+    return Batch(driver, tmp_path)
+
+
+# ---- one-op graphs for the executor ----------------------------------------------------------------------------
+
+def _f32s(x) -> float:
+    return float(np.float32(x))
+
+
+def _q(scale, zp, axis=0) -> QuantParams:
+    scale = [_f32s(s) for s in np.atleast_1d(scale)]
+    zp = [int(z) for z in np.atleast_1d(zp)]
+    return QuantParams(scale=scale, zero_point=zp, axis=axis)
+
+
+def _run(op_type: str, inputs: list[Tensor], out: Tensor, attrs: dict, feeds: dict) -> np.ndarray:
+    tensors = {t.name: t for t in inputs if t is not None}
+    tensors[out.name] = out
+    g = Graph(tensors=tensors, ops=[Op(op_type, [t.name if t is not None else None for t in inputs], [out.name],
+                                       attrs)],
+              inputs=list(feeds), outputs=[out.name])
+    return run_graph(g, feeds)[out.name]
+
+
+def _conv_case(rng, depthwise: bool, quantized: bool):
+    n = int(rng.integers(1, 3))
+    h, w = int(rng.integers(3, 9)), int(rng.integers(3, 9))
+    c = int(rng.integers(1, 6))
+    kh, kw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    sh, sw = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+    dh, dw = (int(rng.integers(1, 3)), int(rng.integers(1, 3))) if rng.random() < 0.4 else (1, 1)
+    padding = "same" if rng.random() < 0.5 else "valid"
+    if (h - (kh - 1) * dh) < 1 or (w - (kw - 1) * dw) < 1:
+        padding = "same"
+    mult = int(rng.integers(1, 4)) if depthwise else 1
+    o = c * mult if depthwise else int(rng.integers(1, 7))
+    act = str(rng.choice(ACTS))
+    oh, pt = go.out_size_and_pad(padding, h, kh, sh, dh)
+    ow, pl = go.out_size_and_pad(padding, w, kw, sw, dw)
+    attrs = dict(stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw, padding=padding, act=act)
+    if depthwise:
+        attrs["depth_multiplier"] = mult
+    wshape = [1, kh, kw, o] if depthwise else [o, kh, kw, c]
+    dims = [n, h, w, c, oh, ow, o, kh, kw, sh, sw, dh, dw, pt, pl, mult]
+    has_bias = rng.random() < 0.8
+    if quantized:
+        sx, zx = _f32s(rng.uniform(0.01, 0.1)), int(rng.integers(-128, 128))
+        per_channel = rng.random() < 0.7
+        sws = rng.uniform(0.002, 0.03, size=o if per_channel else 1).astype(np.float32)
+        sy, zy = _f32s(rng.uniform(0.02, 0.6)), int(rng.integers(-60, 60))
+        x = rng.integers(-128, 128, size=(n, h, w, c)).astype(np.int8)
+        wq = rng.integers(-127, 128, size=wshape).astype(np.int8)
+        b = rng.integers(-3000, 3000, size=o).astype(np.int32) if has_bias else None
+        xt = Tensor("x", [n, h, w, c], "int8", quant=_q(sx, zx))
+        wt = Tensor("w", wshape, "int8", role="weight", quant=_q(sws, [0] * len(sws), 3 if depthwise else 0),
+                    data=wq)
+        bt = (Tensor("b", [o], "int32", role="bias", quant=_q(sx * sws, [0] * len(sws)), data=b)
+              if has_bias else None)
+        yt = Tensor("y", [n, oh, ow, o], "int8", quant=_q(sy, zy))
+        ref = _run("depthwise_conv2d" if depthwise else "conv2d", [xt, wt, bt], yt, attrs, {"x": x})
+        pairs = [ia.quantize_multiplier(float(sx) * float(s) / float(sy)) for s in sws]
+        lo, hi = ia.activation_range(act, sy, zy)
+        ints = dims + [zx, zy, lo, hi, int(per_channel)]
+        bufs = [x, wq, b, np.array([p[0] for p in pairs], np.int32), np.array([p[1] for p in pairs], np.int32),
+                np.zeros((n, oh, ow, o), np.int8)]
+        return ints, [], bufs, ref
+    x = rng.standard_normal((n, h, w, c)).astype(np.float32)
+    wf = rng.standard_normal(wshape).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32) if has_bias else None
+    xt = Tensor("x", [n, h, w, c], "float32")
+    wt = Tensor("w", wshape, "float32", role="weight", data=wf)
+    bt = Tensor("b", [o], "float32", role="bias", data=b) if has_bias else None
+    yt = Tensor("y", [n, oh, ow, o], "float32")
+    ref = _run("depthwise_conv2d" if depthwise else "conv2d", [xt, wt, bt], yt, attrs, {"x": x})
+    return dims, list(FLOAT_BOUNDS[act]), [x, wf, b, np.zeros((n, oh, ow, o), np.float32)], ref
+
+
+def _assert_close(got, ref, rtol=1e-5):
+    ref = np.asarray(ref, dtype=np.float64)
+    scale = max(float(np.max(np.abs(ref))) if ref.size else 0.0, 1e-30)
+    np.testing.assert_allclose(np.asarray(got, np.float64), ref, rtol=rtol, atol=rtol * scale)
+
+
+# ---- fixed-point helpers (through the ops that use them) -------------------------------------------------------
+
+def test_requantize_op_matches_multiply_by_quantized_multiplier_edges(batch):
+    """tt_requantize_s8 is MBQM(x - z_in) + z_out, clamped: drive the fixed-point helpers over their edge cases
+    (ties, negative values, left and right shifts, tiny and huge multipliers)."""
+    rng = np.random.default_rng(1)
+    x = np.arange(-128, 128, dtype=np.int8)
+    cases = []
+    for real in [1.0, 0.5, 0.25, 1 / 3, 2.0, 7.5, 100.0, 1e-3, 1e-6, 0.999999, 0.75, 3.0 / 256]:
+        cases.append(real)
+    cases += list(rng.uniform(1e-4, 50.0, size=20))
+    idx = []
+    for real in cases:
+        m, s = ia.quantize_multiplier(real)
+        zin, zout = int(rng.integers(-128, 128)), int(rng.integers(-128, 128))
+        ref = np.clip(ia.multiply_by_quantized_multiplier(x.astype(np.int64) - zin, m, s) + zout, -128, 127)
+        idx.append((batch.add("requantize_s8", [x.size, zin, zout, m, s], [], [x, np.zeros_like(x)]), ref))
+    out = batch.run()
+    for k, ref in idx:
+        np.testing.assert_array_equal(out[k][1], ref.astype(np.int8))
+
+
+# ---- int8 forward, bit-exact -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_conv_int8_bit_exact(batch, dsp_driver, depthwise):
+    """Also through the DSP build (tt_dot.h with emulated SXTAB16/SMLAD): identical bits."""
+    rng = np.random.default_rng(10 + depthwise)
+    refs = []
+    for _ in range(40):
+        ints, floats, bufs, ref = _conv_case(rng, depthwise, True)
+        refs.append((batch.add("depthwise_conv2d_s8" if depthwise else "conv2d_s8", ints, floats, bufs), ref))
+    out = batch.run(keep=True)
+    out_dsp = batch.run(driver=dsp_driver)
+    for k, ref in refs:
+        np.testing.assert_array_equal(out[k][5], ref)
+        np.testing.assert_array_equal(out_dsp[k][5], ref)
+
+
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_conv_float_close(batch, depthwise):
+    rng = np.random.default_rng(20 + depthwise)
+    refs = []
+    for _ in range(30):
+        ints, floats, bufs, ref = _conv_case(rng, depthwise, False)
+        refs.append((batch.add("depthwise_conv2d_f32" if depthwise else "conv2d_f32", ints, floats, bufs), ref))
+    out = batch.run()
+    for k, ref in refs:
+        _assert_close(out[k][3], ref)
+
+
+def _fc_case(rng, quantized: bool):
+    rows, depth, o = int(rng.integers(1, 4)), int(rng.integers(1, 40)), int(rng.integers(1, 12))
+    act = str(rng.choice(ACTS))
+    has_bias = rng.random() < 0.8
+    attrs = dict(act=act, keep_num_dims=False)
+    if quantized:
+        sx, zx = _f32s(rng.uniform(0.01, 0.1)), int(rng.integers(-128, 128))
+        per_channel = rng.random() < 0.5
+        sws = rng.uniform(0.002, 0.03, size=o if per_channel else 1).astype(np.float32)
+        sy, zy = _f32s(rng.uniform(0.05, 1.0)), int(rng.integers(-60, 60))
+        x = rng.integers(-128, 128, size=(rows, depth)).astype(np.int8)
+        wq = rng.integers(-127, 128, size=(o, depth)).astype(np.int8)
+        b = rng.integers(-3000, 3000, size=o).astype(np.int32) if has_bias else None
+        xt = Tensor("x", [rows, depth], "int8", quant=_q(sx, zx))
+        wt = Tensor("w", [o, depth], "int8", role="weight", quant=_q(sws, [0] * len(sws)), data=wq)
+        bt = Tensor("b", [o], "int32", role="bias", quant=_q(sx * sws, [0] * len(sws)), data=b) if has_bias else None
+        yt = Tensor("y", [rows, o], "int8", quant=_q(sy, zy))
+        ref = _run("fully_connected", [xt, wt, bt], yt, attrs, {"x": x})
+        pairs = [ia.quantize_multiplier(float(sx) * float(s) / float(sy)) for s in sws]
+        lo, hi = ia.activation_range(act, sy, zy)
+        ints = [rows, depth, o, zx, zy, lo, hi, int(per_channel)]
+        bufs = [x, wq, b, np.array([p[0] for p in pairs], np.int32), np.array([p[1] for p in pairs], np.int32),
+                np.zeros((rows, o), np.int8)]
+        return ints, [], bufs, ref
+    x = rng.standard_normal((rows, depth)).astype(np.float32)
+    wf = rng.standard_normal((o, depth)).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32) if has_bias else None
+    xt = Tensor("x", [rows, depth], "float32")
+    wt = Tensor("w", [o, depth], "float32", role="weight", data=wf)
+    bt = Tensor("b", [o], "float32", role="bias", data=b) if has_bias else None
+    yt = Tensor("y", [rows, o], "float32")
+    ref = _run("fully_connected", [xt, wt, bt], yt, attrs, {"x": x})
+    return [rows, depth, o], list(FLOAT_BOUNDS[act]), [x, wf, b, np.zeros((rows, o), np.float32)], ref
+
+
+@pytest.mark.parametrize("quantized", [True, False])
+def test_fully_connected(batch, dsp_driver, quantized):
+    rng = np.random.default_rng(30 + quantized)
+    refs = []
+    for _ in range(40):
+        ints, floats, bufs, ref = _fc_case(rng, quantized)
+        refs.append((batch.add("fully_connected_s8" if quantized else "fully_connected_f32", ints, floats, bufs), ref))
+    out = batch.run(keep=quantized)
+    out_dsp = batch.run(driver=dsp_driver) if quantized else None
+    for k, ref in refs:
+        if quantized:
+            np.testing.assert_array_equal(out[k][5], ref)
+            np.testing.assert_array_equal(out_dsp[k][5], ref)
+        else:
+            _assert_close(out[k][3], ref)
+
+
+def test_add(batch):
+    rng = np.random.default_rng(40)
+    refs = []
+    for _ in range(30):
+        shape = [int(rng.integers(1, 3)), int(rng.integers(1, 6)), int(rng.integers(1, 6)), int(rng.integers(1, 8))]
+        act = str(rng.choice(ACTS))
+        s1, s2, so = (_f32s(rng.uniform(0.005, 0.2)) for _ in range(3))
+        z1, z2, zo = (int(rng.integers(-128, 128)) for _ in range(3))
+        a = rng.integers(-128, 128, size=shape).astype(np.int8)
+        b = rng.integers(-128, 128, size=shape).astype(np.int8)
+        ta, tb = Tensor("a", shape, "int8", quant=_q(s1, z1)), Tensor("b", shape, "int8", quant=_q(s2, z2))
+        ref = _run("add", [ta, tb], Tensor("y", shape, "int8", quant=_q(so, zo)), {"act": act}, {"a": a, "b": b})
+        # add.cc Prepare, as executor._add computes it.
+        twice_max = float(np.float32(2) * np.float32(max(s1, s2)))
+        m1, sh1 = ia.quantize_multiplier_smaller_than_one_exp(s1 / twice_max)
+        m2, sh2 = ia.quantize_multiplier_smaller_than_one_exp(s2 / twice_max)
+        mo, sho = ia.quantize_multiplier_smaller_than_one_exp(
+            twice_max / float(np.float32((1 << 20) * np.float32(so))))
+        lo, hi = ia.activation_range(act, so, zo)
+        ints = [z1, z2, zo, 20, m1, sh1, m2, sh2, mo, sho, lo, hi, a.size]
+        refs.append((batch.add("add_s8", ints, [], [a, b, np.zeros_like(a)]), ref, 2))
+        af, bf = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+        reff = _run("add", [Tensor("a", shape, "float32"), Tensor("b", shape, "float32")],
+                    Tensor("y", shape, "float32"), {"act": act}, {"a": af, "b": bf})
+        refs.append((batch.add("add_f32", [af.size], FLOAT_BOUNDS[act], [af, bf, np.zeros_like(af)]), reff, 2))
+    out = batch.run()
+    for k, ref, j in refs:
+        if ref.dtype == np.int8:
+            np.testing.assert_array_equal(out[k][j], ref)
+        else:
+            _assert_close(out[k][j], ref)
+
+
+def _pool_geometry(rng):
+    n, h, w, c = int(rng.integers(1, 3)), int(rng.integers(2, 9)), int(rng.integers(2, 9)), int(rng.integers(1, 5))
+    fh, fw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    sh, sw = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+    padding = "same" if (rng.random() < 0.5 or fh > h or fw > w) else "valid"
+    oh, pt = go.out_size_and_pad(padding, h, fh, sh)
+    ow, pl = go.out_size_and_pad(padding, w, fw, sw)
+    attrs = dict(filter_h=fh, filter_w=fw, stride_h=sh, stride_w=sw, padding=padding)
+    return (n, h, w, c), (oh, ow), [n, h, w, c, oh, ow, fh, fw, sh, sw, pt, pl], attrs
+
+
+@pytest.mark.parametrize("kind", ["average_pool2d", "max_pool2d"])
+def test_pooling(batch, kind):
+    rng = np.random.default_rng(50 + len(kind))
+    refs = []
+    for _ in range(40):
+        (n, h, w, c), (oh, ow), dims, attrs = _pool_geometry(rng)
+        act = str(rng.choice(ACTS))
+        attrs["act"] = act
+        s, z = _f32s(rng.uniform(0.01, 0.2)), int(rng.integers(-100, 100))
+        x = rng.integers(-128, 128, size=(n, h, w, c)).astype(np.int8)
+        ref = _run(kind, [Tensor("x", [n, h, w, c], "int8", quant=_q(s, z))],
+                   Tensor("y", [n, oh, ow, c], "int8", quant=_q(s, z)), attrs, {"x": x})
+        lo, hi = ia.activation_range(act, s, z)
+        refs.append((batch.add(kind + "_s8", dims + [lo, hi], [], [x, np.zeros((n, oh, ow, c), np.int8)]), ref))
+        xf = rng.standard_normal((n, h, w, c)).astype(np.float32) * 4
+        reff = _run(kind, [Tensor("x", [n, h, w, c], "float32")], Tensor("y", [n, oh, ow, c], "float32"), attrs,
+                    {"x": xf})
+        refs.append((batch.add(kind + "_f32", dims, FLOAT_BOUNDS[act],
+                               [xf, np.zeros((n, oh, ow, c), np.float32)]), reff))
+    out = batch.run()
+    for k, ref in refs:
+        if ref.dtype == np.int8:
+            np.testing.assert_array_equal(out[k][1], ref)
+        else:
+            _assert_close(out[k][1], ref)
+
+
+def _mean_params(count, s_in, z_in, s_out, z_out):
+    """executor._quantized_mean's parameter folding."""
+    mult, shift = ia.quantize_multiplier(float(s_in) / float(s_out))
+    extra = min(count.bit_length() - 1, 32, 31 + shift)
+    mult = int((mult << extra) // count) if extra >= 0 else int((mult >> -extra) // count)
+    return mult, shift - extra
+
+
+def test_mean(batch):
+    rng = np.random.default_rng(60)
+    refs = []
+    for _ in range(30):
+        n, h, w, c = int(rng.integers(1, 3)), int(rng.integers(1, 9)), int(rng.integers(1, 9)), int(rng.integers(1, 9))
+        si, so = _f32s(rng.uniform(0.01, 0.2)), _f32s(rng.uniform(0.005, 0.2))
+        zi, zo = int(rng.integers(-128, 128)), int(rng.integers(-128, 128))
+        x = rng.integers(-128, 128, size=(n, h, w, c)).astype(np.int8)
+        axes = Tensor("axes", [2], "int32", role="constant", data=np.array([1, 2], np.int32))
+        ref = _run("mean", [Tensor("x", [n, h, w, c], "int8", quant=_q(si, zi)), axes],
+                   Tensor("y", [n, c], "int8", quant=_q(so, zo)), {"keep_dims": False}, {"x": x})
+        m, s = _mean_params(h * w, si, zi, so, zo)
+        refs.append((batch.add("mean_s8", [zi, zo, m, s, n, h, w, c], [], [x, np.zeros((n, c), np.int8)]), ref))
+        xf = rng.standard_normal((n, h, w, c)).astype(np.float32)
+        reff = _run("mean", [Tensor("x", [n, h, w, c], "float32"), axes], Tensor("y", [n, c], "float32"),
+                    {"keep_dims": False}, {"x": xf})
+        refs.append((batch.add("mean_f32", [n, h, w, c], [], [xf, np.zeros((n, c), np.float32)]), reff))
+    out = batch.run()
+    for k, ref in refs:
+        if ref.dtype == np.int8:
+            np.testing.assert_array_equal(out[k][1], ref)
+        else:
+            _assert_close(out[k][1], ref)
+
+
+def test_softmax(batch):
+    rng = np.random.default_rng(70)
+    refs = []
+    for i in range(40):
+        rows, depth = int(rng.integers(1, 5)), int(rng.integers(1, 40))
+        beta = 1.0 if i % 2 else _f32s(rng.uniform(0.3, 2.0))
+        si, zi = _f32s(rng.uniform(0.005, 0.5)), int(rng.integers(-128, 128))
+        x = rng.integers(-128, 128, size=(rows, depth)).astype(np.int8)
+        if i % 5 == 0:
+            x[:, : depth // 2] = 127  # ties of the row max
+        ref = _run("softmax", [Tensor("x", [rows, depth], "int8", quant=_q(si, zi))],
+                   Tensor("y", [rows, depth], "int8", quant=_q(1 / 256, -128)), {"beta": beta}, {"x": x})
+        mult, lshift, diff_min = ia.softmax_params(beta, si)
+        refs.append((batch.add("softmax_s8", [rows, depth, mult, lshift, diff_min], [],
+                               [x, np.zeros_like(x)]), ref))
+        xf = (rng.standard_normal((rows, depth)) * 5).astype(np.float32)
+        reff = _run("softmax", [Tensor("x", [rows, depth], "float32")], Tensor("y", [rows, depth], "float32"),
+                    {"beta": beta}, {"x": xf})
+        refs.append((batch.add("softmax_f32", [rows, depth], [beta], [xf, np.zeros_like(xf)]), reff))
+    out = batch.run()
+    for k, ref in refs:
+        if ref.dtype == np.int8:
+            np.testing.assert_array_equal(out[k][1], ref)
+        else:
+            _assert_close(out[k][1], ref)
+
+
+@pytest.mark.parametrize("kind", ["relu", "relu6"])
+def test_relu(batch, kind):
+    rng = np.random.default_rng(80 + len(kind))
+    refs = []
+    for _ in range(20):
+        shape = [int(rng.integers(1, 3)), int(rng.integers(1, 50))]
+        si, so = _f32s(rng.uniform(0.005, 0.2)), _f32s(rng.uniform(0.005, 0.2))
+        zi, zo = int(rng.integers(-128, 128)), int(rng.integers(-128, 0))
+        x = rng.integers(-128, 128, size=shape).astype(np.int8)
+        ref = _run(kind, [Tensor("x", shape, "int8", quant=_q(si, zi))], Tensor("y", shape, "int8", quant=_q(so, zo)),
+                   {}, {"x": x})
+        m, s = ia.quantize_multiplier(float(si) / float(so))
+        qlo, qhi = ia.relu_op_range(0.0, 6.0 if kind == "relu6" else None, so, zo)
+        refs.append((batch.add("relu_s8", [x.size, zi, zo, m, s, qlo, qhi], [], [x, np.zeros_like(x)]), ref))
+        xf = (rng.standard_normal(shape) * 5).astype(np.float32)
+        reff = _run(kind, [Tensor("x", shape, "float32")], Tensor("y", shape, "float32"), {}, {"x": xf})
+        refs.append((batch.add("clamp_f32", [xf.size], FLOAT_BOUNDS[kind], [xf, np.zeros_like(xf)]), reff))
+    out = batch.run()
+    for k, ref in refs:
+        np.testing.assert_array_equal(out[k][1], ref)
+
+
+def test_quantize_dequantize(batch):
+    rng = np.random.default_rng(90)
+    refs = []
+    for _ in range(20):
+        shape = [int(rng.integers(1, 3)), int(rng.integers(1, 60))]
+        s, z = _f32s(rng.uniform(0.005, 0.2)), int(rng.integers(-128, 128))
+        xf = (rng.standard_normal(shape) * 10).astype(np.float32)
+        xf.flat[:5] = (np.arange(5) + 0.5) * np.float32(s)  # exact-ish ties
+        ref = _run("quantize", [Tensor("x", shape, "float32")], Tensor("y", shape, "int8", quant=_q(s, z)), {},
+                   {"x": xf})
+        refs.append((batch.add("quantize_f32_s8", [xf.size, z], [s], [xf, np.zeros(shape, np.int8)]), ref))
+        s2, z2 = _f32s(rng.uniform(0.005, 0.2)), int(rng.integers(-128, 128))
+        x = rng.integers(-128, 128, size=shape).astype(np.int8)
+        ref = _run("quantize", [Tensor("x", shape, "int8", quant=_q(s, z))],
+                   Tensor("y", shape, "int8", quant=_q(s2, z2)), {}, {"x": x})
+        m, sh = ia.quantize_multiplier(float(s) / float(s2))
+        refs.append((batch.add("requantize_s8", [x.size, z, z2, m, sh], [], [x, np.zeros_like(x)]), ref))
+        ref = _run("dequantize", [Tensor("x", shape, "int8", quant=_q(s, z))], Tensor("y", shape, "float32"), {},
+                   {"x": x})
+        refs.append((batch.add("dequantize_s8_f32", [x.size, z], [s], [x, np.zeros(shape, np.float32)]), ref))
+    # Per channel (weights along axis 0 and along the last axis).
+    for axis in (0, 3):
+        shape = [4, 2, 3, 5]
+        ch = shape[axis]
+        sc = rng.uniform(0.001, 0.1, size=ch).astype(np.float32)
+        zp = rng.integers(-5, 5, size=ch).astype(np.int32)
+        w = rng.integers(-127, 128, size=shape).astype(np.int8)
+        wt = Tensor("w", shape, "int8", role="weight", quant=_q(sc, zp, axis), data=w)
+        g = Graph(tensors={"w": wt, "y": Tensor("y", shape, "float32")}, ops=[Op("dequantize", ["w"], ["y"], {})],
+                  inputs=[], outputs=["y"])
+        ref = run_graph(g, {})["y"]
+        outer, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1:]))
+        refs.append((batch.add("dequantize_per_channel_s8_f32", [outer, ch, inner], [],
+                               [sc, zp, w, np.zeros(shape, np.float32)]), ref))
+    out = batch.run()
+    for k, ref in refs:
+        np.testing.assert_array_equal(out[k][-1], ref)
+
+
+def test_pad_concat_copy(batch):
+    rng = np.random.default_rng(100)
+    refs = []
+    for _ in range(15):
+        shape = [int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(1, 5)), int(rng.integers(1, 5))]
+        pads = np.zeros((4, 2), np.int32)
+        pads[1:] = rng.integers(0, 3, size=(3, 2))
+        s, z = _f32s(rng.uniform(0.01, 0.1)), int(rng.integers(-128, 128))
+        x = rng.integers(-128, 128, size=shape).astype(np.int8)
+        pt = Tensor("p", [4, 2], "int32", role="constant", data=pads)
+        oshape = [shape[d] + int(pads[d].sum()) for d in range(4)]
+        ref = _run("pad", [Tensor("x", shape, "int8", quant=_q(s, z)), pt],
+                   Tensor("y", oshape, "int8", quant=_q(s, z)), {}, {"x": x})
+        refs.append((batch.add("pad_s8", shape + list(pads.reshape(-1)) + [z], [], [x, np.zeros(oshape, np.int8)]),
+                     ref, 1))
+        xf = rng.standard_normal(shape).astype(np.float32)
+        reff = _run("pad", [Tensor("x", shape, "float32"), pt], Tensor("y", oshape, "float32"), {}, {"x": xf})
+        refs.append((batch.add("pad_f32", shape + list(pads.reshape(-1)), [0.0], [xf, np.zeros(oshape, np.float32)]),
+                     reff, 1))
+        # concatenation along a random non-batch axis, 1..3 inputs, sometimes with differing quant params
+        axis = int(rng.integers(1, 4))
+        k = int(rng.integers(1, 4))
+        shapes = []
+        for _ in range(k):
+            sh_ = list(shape)
+            sh_[axis] = int(rng.integers(1, 4))
+            shapes.append(sh_)
+        oshape = list(shape)
+        oshape[axis] = sum(sh_[axis] for sh_ in shapes)
+        act = str(rng.choice(ACTS))
+        so, zo = _f32s(rng.uniform(0.01, 0.1)), int(rng.integers(-100, 100))
+        mixed = rng.random() < 0.5
+        qs = [(_f32s(rng.uniform(0.01, 0.1)), int(rng.integers(-100, 100))) if mixed and rng.random() < 0.7
+              else (so, zo) for _ in range(k)]
+        xs = [rng.integers(-128, 128, size=sh_).astype(np.int8) for sh_ in shapes]
+        ins = [Tensor(f"x{i}", sh_, "int8", quant=_q(*q)) for i, (sh_, q) in enumerate(zip(shapes, qs))]
+        ref = _run("concatenation", ins, Tensor("y", oshape, "int8", quant=_q(so, zo)), {"axis": axis, "act": act},
+                   {f"x{i}": x_ for i, x_ in enumerate(xs)})
+        outer = int(np.prod(shape[:axis]))
+        inner = [int(np.prod(sh_[axis:])) for sh_ in shapes]
+        lo, hi = ia.activation_range(act, so, zo)
+        use_q = int(mixed or act != "none")
+        refs.append((batch.add("concatenation_s8", [k, outer, use_q, zo, lo, hi] + inner, [so],
+                               [np.array([q[0] for q in qs], np.float32), np.array([q[1] for q in qs], np.int32)]
+                               + xs + [np.zeros(oshape, np.int8)]), ref, 2 + k))
+        xfs = [rng.standard_normal(sh_).astype(np.float32) for sh_ in shapes]
+        reff = _run("concatenation", [Tensor(f"x{i}", sh_, "float32") for i, sh_ in enumerate(shapes)],
+                    Tensor("y", oshape, "float32"), {"axis": axis, "act": act},
+                    {f"x{i}": x_ for i, x_ in enumerate(xfs)})
+        refs.append((batch.add("concatenation_f32", [k, outer] + inner, FLOAT_BOUNDS[act],
+                               xfs + [np.zeros(oshape, np.float32)]), reff, k))
+        refs.append((batch.add("copy_s8", [x.size], [], [x, np.zeros_like(x)]), x, 1))
+        refs.append((batch.add("copy_f32", [xf.size], [], [xf, np.zeros_like(xf)]), xf, 1))
+    out = batch.run()
+    for k, ref, j in refs:
+        np.testing.assert_array_equal(out[k][j], ref)
+
+
+def test_out_size_and_pad(batch):
+    refs = []
+    for same in (0, 1):
+        for n in range(1, 9):
+            for f in range(1, 4):
+                for s in (1, 2, 3):
+                    for d in (1, 2):
+                        if not same and (f - 1) * d + 1 > n:
+                            continue
+                        ref = go.out_size_and_pad("same" if same else "valid", n, f, s, d)
+                        refs.append((batch.add("out_size_and_pad", [same, n, f, s, d], [],
+                                               [np.zeros(2, np.int32)]), ref))
+    out = batch.run()
+    for k, ref in refs:
+        assert tuple(out[k][0]) == ref
+
+
+# ---- float32 backward (grad_ops) ------------------------------------------------------------------------------
+
+def _conv_geom_case(rng, depthwise: bool):
+    n = int(rng.integers(1, 3))
+    h, w, c = int(rng.integers(3, 9)), int(rng.integers(3, 9)), int(rng.integers(1, 6))
+    kh, kw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    sh, sw = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+    dh, dw = (int(rng.integers(1, 3)), int(rng.integers(1, 3))) if rng.random() < 0.4 else (1, 1)
+    padding = "same" if rng.random() < 0.5 else "valid"
+    if (h - (kh - 1) * dh) < 1 or (w - (kw - 1) * dw) < 1:
+        padding = "same"
+    mult = int(rng.integers(1, 4)) if depthwise else 1
+    o = c * mult if depthwise else int(rng.integers(1, 7))
+    oh, pt = go.out_size_and_pad(padding, h, kh, sh, dh)
+    ow, pl = go.out_size_and_pad(padding, w, kw, sw, dw)
+    attrs = dict(stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw, padding=padding)
+    dims = [n, h, w, c, oh, ow, o, kh, kw, sh, sw, dh, dw, pt, pl, mult]
+    wshape = (1, kh, kw, o) if depthwise else (o, kh, kw, c)
+    return dims, attrs, (n, h, w, c), (n, oh, ow, o), wshape
+
+
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_conv_backward(batch, depthwise):
+    rng = np.random.default_rng(200 + depthwise)
+    pre = "depthwise_conv2d" if depthwise else "conv2d"
+    gi = go.depthwise_conv2d_grad_input if depthwise else go.conv2d_grad_input
+    gw = go.depthwise_conv2d_grad_weight if depthwise else go.conv2d_grad_weight
+    refs = []
+    for _ in range(30):
+        dims, attrs, xs, ys, wshape = _conv_geom_case(rng, depthwise)
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = rng.standard_normal(wshape).astype(np.float32)
+        dy = rng.standard_normal(ys).astype(np.float32)
+        k = int(rng.integers(1, xs[3] + 1))
+        refs.append((batch.add(pre + "_grad_input_f32", dims, [], [dy, w, np.zeros(xs, np.float32)]),
+                     gi(dy, w, xs, attrs)))
+        ref_w = gw(dy, x, wshape, attrs, k)
+        refs.append((batch.add(pre + "_grad_weight_f32", dims + [k], [], [dy, x, np.zeros(ref_w.shape, np.float32)]),
+                     ref_w))
+    out = batch.run()
+    for i, ref in refs:
+        _assert_close(out[i][2], ref)
+
+
+def test_fully_connected_and_bias_backward(batch):
+    rng = np.random.default_rng(210)
+    refs = []
+    for _ in range(30):
+        rows, depth, o = int(rng.integers(1, 5)), int(rng.integers(1, 40)), int(rng.integers(1, 12))
+        k = int(rng.integers(1, depth + 1))
+        x = rng.standard_normal((rows, depth)).astype(np.float32)
+        w = rng.standard_normal((o, depth)).astype(np.float32)
+        dy = rng.standard_normal((rows, o)).astype(np.float32)
+        refs.append((batch.add("fully_connected_grad_input_f32", [rows, depth, o], [],
+                               [dy, w, np.zeros_like(x)]), go.fully_connected_grad_input(dy, w, x.shape), 2))
+        refs.append((batch.add("fully_connected_grad_weight_f32", [rows, depth, o, k], [],
+                               [dy, x, np.zeros((o, k), np.float32)]),
+                     go.fully_connected_grad_weight(dy, x, w.shape, k), 2))
+        dy4 = rng.standard_normal((rows, 3, 2, o)).astype(np.float32)
+        refs.append((batch.add("bias_grad_f32", [rows * 6, o], [], [dy4, np.zeros(o, np.float32)]),
+                     go.bias_grad(dy4), 1))
+    out = batch.run()
+    for i, ref, j in refs:
+        _assert_close(out[i][j], ref)
+
+
+def test_pool_mean_backward(batch):
+    rng = np.random.default_rng(220)
+    refs = []
+    for _ in range(30):
+        (n, h, w, c), (oh, ow), dims, attrs = _pool_geometry(rng)
+        dy = rng.standard_normal((n, oh, ow, c)).astype(np.float32)
+        x = rng.integers(-4, 5, size=(n, h, w, c)).astype(np.float32)  # small integers: many ties
+        refs.append((batch.add("average_pool2d_grad_f32", dims, [], [dy, np.zeros(x.shape, np.float32)]),
+                     go.average_pool2d_grad(dy, x.shape, attrs), 1))
+        refs.append((batch.add("max_pool2d_grad_f32", dims, [], [dy, x, np.zeros(x.shape, np.float32)]),
+                     go.max_pool2d_grad(dy, x, attrs), 2))
+        dym = rng.standard_normal((n, 1, 1, c)).astype(np.float32)
+        refs.append((batch.add("mean_hw_grad_f32", [n, h, w, c], [], [dym, np.zeros(x.shape, np.float32)]),
+                     go.mean_grad(dym, x.shape, [1, 2]), 1))
+    out = batch.run()
+    for i, ref, j in refs:
+        _assert_close(out[i][j], ref)
+
+
+def test_data_movement_and_activation_backward(batch):
+    rng = np.random.default_rng(230)
+    refs = []
+    for _ in range(20):
+        shape = [int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(1, 5)), int(rng.integers(1, 5))]
+        pads = np.zeros((4, 2), np.int64)
+        pads[1:] = rng.integers(0, 3, size=(3, 2))
+        oshape = [shape[d] + int(pads[d].sum()) for d in range(4)]
+        dy = rng.standard_normal(oshape).astype(np.float32)
+        refs.append((batch.add("pad_grad_f32", shape + list(pads.reshape(-1)), [], [dy, np.zeros(shape, np.float32)]),
+                     [go.pad_grad(dy, pads)], [1]))
+        axis = int(rng.integers(1, 4))
+        sizes = [int(rng.integers(1, 4)) for _ in range(int(rng.integers(1, 4)))]
+        cshape = list(shape)
+        cshape[axis] = sum(sizes)
+        dyc = rng.standard_normal(cshape).astype(np.float32)
+        parts = go.concatenation_grad(dyc, sizes, axis)
+        inner = [int(np.prod(p.shape[axis:])) for p in parts]
+        refs.append((batch.add("concatenation_grad_f32", [len(sizes), int(np.prod(shape[:axis]))] + inner, [],
+                               [dyc] + [np.zeros(p.shape, np.float32) for p in parts]),
+                     parts, list(range(1, 1 + len(parts)))))
+        for act in ("none", "relu", "relu6", "relu_n1_to_1"):
+            y = rng.choice(np.array([-1, 0, 1, 6, 0.5, 3, -0.5, 7], np.float32), size=shape)
+            g = rng.standard_normal(shape).astype(np.float32)
+            refs.append((batch.add("act_grad_f32", [g.size, ACT_ENUM[act]], [], [g, y, np.zeros_like(g)]),
+                         [go.act_grad(g, y, act)], [2]))
+        rows, depth = int(rng.integers(1, 4)), int(rng.integers(1, 12))
+        beta = float(rng.choice([1.0, _f32s(0.7)]))
+        z = rng.standard_normal((rows, depth)).astype(np.float32)
+        ys = np.exp(z) / np.exp(z).sum(-1, keepdims=True)
+        ys = ys.astype(np.float32)
+        g = rng.standard_normal((rows, depth)).astype(np.float32)
+        refs.append((batch.add("softmax_grad_f32", [rows, depth], [beta], [g, ys, np.zeros_like(g)]),
+                     [go.softmax_grad(g, ys, beta)], [2]))
+        gs = [rng.standard_normal(shape).astype(np.float32) for _ in range(2)]
+        refs.append((batch.add("accumulate_f32", [gs[0].size], [], [gs[0], gs[1]]), [go.grad_sum(gs)], [0]))
+    out = batch.run()
+    for i, ref, js in refs:
+        for r, j in zip(ref, js):
+            _assert_close(out[i][j], r)
+
+
+def test_losses(batch):
+    rng = np.random.default_rng(240)
+    refs = []
+    for t in range(30):
+        rows, depth = int(rng.integers(1, 5)), int(rng.integers(2, 20))
+        z = (rng.standard_normal((rows, depth)) * (30 if t % 3 == 0 else 2)).astype(np.float32)  # large: stability
+        lab = rng.integers(0, depth, size=rows).astype(np.int32)
+        loss, d = go.softmax_ce_loss(z, lab)
+        refs.append((batch.add("softmax_cross_entropy_f32", [rows, depth], [],
+                               [z, lab, np.zeros_like(z), np.zeros(1, np.float32)]), loss, d))
+        y = rng.standard_normal((rows, depth)).astype(np.float32)
+        tg = rng.standard_normal((rows, depth)).astype(np.float32)
+        loss, d = go.mse_loss(y, tg)
+        refs.append((batch.add("mse_f32", [rows, depth], [], [y, tg, np.zeros_like(y), np.zeros(1, np.float32)]),
+                     loss, d))
+    out = batch.run()
+    for i, loss, d in refs:
+        _assert_close(out[i][2], d)
+        _assert_close(out[i][3][0], loss)
+
+
+# ---- optimizer updates -----------------------------------------------------------------------------------------
+
+def _slice_case(rng):
+    rows, cols = int(rng.integers(1, 12)), int(rng.integers(1, 12))
+    n = int(rng.integers(1, cols + 1))
+    w = rng.standard_normal((rows, cols)).astype(np.float32)
+    g = rng.standard_normal((rows, n)).astype(np.float32)
+    return rows, cols, n, w, g
+
+
+def test_float_optimizers(batch):
+    rng = np.random.default_rng(300)
+    refs = []
+    for t in range(20):
+        scale = 1.0 if t % 2 else _f32s(1 / 8)
+        wd = 0.0 if t % 3 else 1e-3
+        rows, cols, n, w, g = _slice_case(rng)
+        ref = w.copy()
+        go.sgd_update(ref, g, 0.05, scale, wd, n)
+        refs.append((batch.add("sgd_f32", [rows, cols, n], [_f32s(0.05), _f32s(scale), _f32s(wd)], [w, g]),
+                     [ref], [0]))
+        buf = rng.standard_normal((rows, n)).astype(np.float32)
+        ref, rbuf = w.copy(), buf.copy()
+        go.momentum_update(ref, g, rbuf, 0.05, 0.9, scale, wd, n)
+        refs.append((batch.add("momentum_f32", [rows, cols, n], [_f32s(0.05), _f32s(0.9), _f32s(scale), _f32s(wd)],
+                               [w, g, buf]), [ref, rbuf], [0, 2]))
+        m = rng.standard_normal((rows, n)).astype(np.float32) * 0.1
+        v = np.abs(rng.standard_normal((rows, n))).astype(np.float32) * 0.01
+        step = int(rng.integers(1, 20))
+        ref, rm, rv = w.copy(), m.copy(), v.copy()
+        go.adam_update(ref, g, rm, rv, step, 1e-3, 0.9, 0.999, 1e-8, scale, wd, n)
+        refs.append((batch.add("adam_f32", [rows, cols, n, step], [1e-3, 0.9, 0.999, 1e-8, _f32s(scale), _f32s(wd)],
+                               [w, g, m, v]), [ref, rm, rv], [0, 2, 3]))
+        sq = np.abs(rng.standard_normal((rows, n))).astype(np.float32) * 0.01
+        ref, rsq = w.copy(), sq.copy()
+        go.rmsprop_update(ref, g, rsq, 1e-2, 0.99, 1e-8, scale, wd, n)
+        refs.append((batch.add("rmsprop_f32", [rows, cols, n],
+                               [_f32s(1e-2), _f32s(0.99), _f32s(1 - 0.99), _f32s(1e-8), _f32s(scale), _f32s(wd)],
+                               [w, g, sq]), [ref, rsq], [0, 2]))
+    out = batch.run()
+    for i, ref, js in refs:
+        for r, j in zip(ref, js):
+            np.testing.assert_allclose(out[i][j], r, rtol=1e-6, atol=1e-7)
+
+
+# ---- int8 QAS update: numpy mirror of kernels_c/tt_qas.c -------------------------------------------------------
+
+def xorshift32(state: int, count: int) -> tuple[np.ndarray, int]:
+    """Marsaglia xorshift32 (13, 17, 5): `count` outputs and the final state."""
+    out = np.empty(count, dtype=np.uint32)
+    x = int(state)
+    for i in range(count):
+        x ^= (x << 13) & 0xFFFFFFFF
+        x ^= x >> 17
+        x ^= (x << 5) & 0xFFFFFFFF
+        out[i] = x
+    return out, x
+
+
+def _qas_round(v: np.ndarray, rounding: int, state: int) -> tuple[np.ndarray, int]:
+    if rounding == 1:
+        draws, state = xorshift32(state, v.size)
+        u = (draws >> np.uint32(8)).astype(np.float32) * F32(1.0 / 16777216.0)
+        return np.floor((v.reshape(-1) + u).astype(F32)).reshape(v.shape), state
+    return np.floor((v + F32(0.5)).astype(F32)), state
+
+
+def qas_update_ref(w, g, w_scale, lr, rows_per_channel, n, rounding, master, state, x_scale=1.0, bias=False):
+    """DESIGN §6 QAS: x = -(g * factor[c]) with factor = lr / (s_x * s_w[c]) (float32); round (nearest:
+    floor(x + 0.5), stochastic: floor(x + u), u from xorshift32 in row-major order); add and clamp, or with a
+    master copy accumulate the unrounded value. Returns (w, master, state)."""
+    factor = (F32(lr) / (F32(x_scale) * np.asarray(w_scale, F32))).astype(F32)
+    w = w.copy()
+    if bias:
+        ch = np.arange(g.shape[0])
+        lo, hi = F32(-2147483648.0), F32(2147483520.0)
+    else:
+        rows = g.shape[0]
+        ch = (np.arange(rows)[:, None] // rows_per_channel * np.ones((1, n), np.int64) if rows_per_channel
+              else np.arange(n)[None, :] * np.ones((rows, 1), np.int64))
+        lo, hi = F32(-127), F32(127)
+    x = -(g * factor[ch]).astype(F32)
+    view = w if bias else w[:, :n]
+    if master is not None:
+        m = np.clip((master + x).astype(F32), lo, hi)
+        r, state = _qas_round(m, rounding, state)
+        view[...] = np.clip(r, lo, hi).astype(np.int64)
+        return w, m, state
+    r, state = _qas_round(x, rounding, state)
+    limit = (-(2 ** 31), 2 ** 31 - 1) if bias else (-127, 127)
+    view[...] = np.clip(view.astype(np.int64) + r.astype(np.int64), *limit)
+    return w, None, state
+
+
+def test_qas_int8_update_exact(batch):
+    rng = np.random.default_rng(400)
+    refs = []
+    for t in range(40):
+        rounding = t % 2
+        use_master = (t // 2) % 2 == 1
+        seed = int(rng.integers(1, 2 ** 32))
+        kind = t % 3  # conv [O,KH,KW,I], fc [O,I], depthwise [1,KH,KW,C*M]
+        if kind == 0:
+            o, kh, kw, i = (int(rng.integers(1, 6)) for _ in range(4))
+            rows, cols, rpc, ch = o * kh * kw, i, kh * kw, o
+            n = int(rng.integers(1, cols + 1))
+        elif kind == 1:
+            o, i = int(rng.integers(1, 10)), int(rng.integers(1, 20))
+            rows, cols, rpc, ch = o, i, 1, o
+            n = int(rng.integers(1, cols + 1))
+        else:
+            kh, kw, c, mlt = int(rng.integers(1, 4)), int(rng.integers(1, 4)), int(rng.integers(1, 6)), 2
+            rows, cols, rpc, ch = kh * kw, c * mlt, 0, c * mlt
+            n = int(rng.integers(1, c + 1)) * mlt
+        w = rng.integers(-127, 128, size=(rows, cols)).astype(np.int8)
+        w.flat[:3] = [127, -127, 126][: min(3, w.size)]  # saturation
+        s_w = rng.uniform(0.002, 0.02, size=ch).astype(np.float32)
+        g = (rng.standard_normal((rows, n)) * 0.5).astype(np.float32)
+        g.flat[0] = -50.0  # a large step: saturates
+        lr = _f32s(0.05)
+        master = (w[:, :n].astype(np.float32) + rng.uniform(-0.5, 0.5, size=(rows, n)).astype(np.float32)
+                  if use_master else None)
+        rw, rm, rstate = qas_update_ref(w, g, s_w, lr, rpc, n, rounding, master, seed)
+        bufs = [s_w, w, g, master if use_master else None, np.array([seed], np.uint32)]
+        refs.append((batch.add("qas_s8", [rows, cols, n, rpc, rounding, ch], [lr], bufs), rw, rm, rstate))
+        # bias: int32 with scale s_x * s_w
+        s_x = _f32s(rng.uniform(0.01, 0.1))
+        b = rng.integers(-5000, 5000, size=ch).astype(np.int32)
+        b[0] = 2 ** 31 - 3
+        gb = (rng.standard_normal(ch) * 0.2).astype(np.float32)
+        gb[0] = -1e3
+        mb = b.astype(np.float32) if use_master else None
+        rb, rmb, rsb = qas_update_ref(b, gb, s_w, lr, 0, 0, rounding, mb, seed, x_scale=s_x, bias=True)
+        refs.append((batch.add("qas_bias_s32", [ch, rounding], [lr, s_x],
+                               [s_w, b, gb, mb, np.array([seed], np.uint32)]), rb, rmb, rsb))
+    out = batch.run()
+    for i, rw, rm, rstate in refs:
+        np.testing.assert_array_equal(out[i][1], rw)
+        if rm is not None:
+            np.testing.assert_array_equal(out[i][3], rm)
+        assert int(out[i][4][0]) == rstate
+
+
+def test_xorshift32_sequence(batch):
+    k = batch.add("xorshift32", [1000], [], [np.array([2463534242], np.uint32), np.zeros(1000, np.uint32)])
+    out = batch.run()[k]
+    ref, state = xorshift32(2463534242, 1000)
+    np.testing.assert_array_equal(out[1], ref)
+    assert int(out[0][0]) == state
+    assert ref[0] == 723471715  # Marsaglia's published first output for this seed
+
+
+# ---- cross compilation -----------------------------------------------------------------------------------------
+
+ARM_CORES = {"cortex-m7": ["-mcpu=cortex-m7", "-mfpu=fpv5-d16"], "cortex-m4": ["-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16"]}
+
+
+@pytest.mark.parametrize("core", sorted(ARM_CORES))
+@pytest.mark.parametrize("dsp", [False, True])
+def test_every_kernel_cross_compiles_warning_free(tmp_path, core, dsp):
+    cc = shutil.which("arm-none-eabi-gcc")
+    if cc is None:
+        pytest.skip("arm-none-eabi-gcc is not installed")
+    flags = ARM_CORES[core] + ["-mthumb", "-mfloat-abi=hard"] + CFLAGS + ["-O2", f"-I{KDIR}"]
+    flags += ["-DTT_USE_DSP=1"] if dsp else []
+    for src in kernel_sources():
+        res = subprocess.run([cc, *flags, "-c", str(src), "-o", str(tmp_path / (src.stem + ".o"))],
+                             capture_output=True, text=True)
+        assert res.returncode == 0 and not res.stderr.strip(), f"{src.name} ({core}):\n{res.stderr}"
+    # The DSP build really uses the SIMD instructions (and the portable one does not).
+    asm = subprocess.run([cc, *flags, "-S", "-o", "-", str(KDIR / "tt_fully_connected.c")], capture_output=True,
+                         text=True, check=True).stdout
+    assert ("smlad" in asm) == dsp
