@@ -509,18 +509,32 @@ class Cache:
                     freed += size
             _remove_empty_dirs(self.cas_dir)
             _remove_empty_dirs(self.ac_dir)
+            units = self._expire_units(max_age_s, time.time())
         return {
             "entries_removed": len(doomed),
+            "units_removed": units,
             "blobs_removed": blobs_removed,
             "temp_files_removed": temps,
             "bytes_freed": freed,
             "size_bytes": self.stats()["size_bytes"],
         }
 
+    def _expire_units(self, max_age_s: float | None, now: float) -> int:
+        """Sub-stage memo files (StageContext.unit_cache_dir) are small and content-keyed: only age drops them."""
+        if max_age_s is None:
+            return 0
+        removed = 0
+        for p in (self.root / "units").rglob("*.json"):
+            with contextlib.suppress(OSError):
+                if now - p.stat().st_mtime > max_age_s:
+                    p.unlink()
+                    removed += 1
+        return removed
+
     def _sweep_temp_files(self) -> int:
         # Safe to delete every temp file: all writers hold the lock we hold now.
         removed = 0
-        for sub in ("cas", "ac", "last"):
+        for sub in ("cas", "ac", "last", "units"):
             for p in (self.root / sub).rglob(f"{TMP_PREFIX}*"):
                 with contextlib.suppress(OSError):
                     _remove_any(p)
@@ -551,7 +565,7 @@ class Cache:
 
     def clear(self) -> None:
         with self.lock():
-            for sub in ("cas", "ac", "last"):
+            for sub in ("cas", "ac", "last", "units"):
                 shutil.rmtree(self.root / sub, ignore_errors=True)
             with contextlib.suppress(FileNotFoundError):
                 (self.root / "stats.json").unlink()

@@ -31,6 +31,10 @@ class StageContext:
     # An empty folder that is the stage's own; everything written here becomes an artifact.
     out_dir: Path
     progress: Progress = no_progress
+    # A persistent, content-addressed memo for sub-stage units (e.g. one contribution measurement each),
+    # owned by the cache: a stage keys entries by the content of what they depend on, so a rerun of the
+    # stage for another reason (a new budget) reuses every unit that did not change. None: no memo.
+    unit_cache_dir: Path | None = None
 
     def input(self, key: str) -> Path:
         try:

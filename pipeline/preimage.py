@@ -67,9 +67,24 @@ def path_digest(path: Path, where: str = "") -> dict[str, str]:
 
 
 def impl_digests(stage: StageDef) -> dict[str, str]:
-    # One digest per module, so that `explain` can say which module's source changed.
+    # One digest per module (and per file glob), so that `explain` can say which source changed.
     modules = [m for m in (stage.impl, *stage.sources) if m]
-    return {m: module_source_digest([m]) for m in modules}
+    digests = {m: module_source_digest([m]) for m in modules}
+    digests.update({f"files:{pattern}": package_files_digest(pattern) for pattern in stage.source_files})
+    return digests
+
+
+def package_files_digest(pattern: str) -> str:
+    """Digest of the package's non-Python sources matching `pattern` (e.g. the C kernels a stage compiles)."""
+    import hashlib
+
+    import tinytrain
+
+    root = Path(tinytrain.__file__).parent
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.glob(pattern) if p.is_file()):
+        h.update(f"{path.relative_to(root).as_posix()}\0{sha256_file(path)}\0".encode())
+    return h.hexdigest()
 
 
 def tool_digests(stage: StageDef) -> dict[str, str]:

@@ -245,7 +245,8 @@ class _Run:
             out = Path(tmp) / "out"
             out.mkdir()
             ctx = StageContext(config=config_slice(self.spec, st.config), inputs=self._inputs(st), out_dir=out,
-                               progress=partial(self.log.progress, name))
+                               progress=partial(self.log.progress, name),
+                               unit_cache_dir=self.cache.root / "units" / name)
             self.log.started(name)
             t0 = time.perf_counter()
             try:

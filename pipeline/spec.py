@@ -25,7 +25,8 @@ from tinytrain.pipeline.spec_paths import ExistingFile, SpecPath, resolve_paths
 from tinytrain.pipeline.spec_quantize import QuantizeSpec
 from tinytrain.pipeline.yaml_source import load_yaml
 
-BOARDS = ("host", "stm32f746-disco", "mps2-an386-m4")
+# The board choices come from the board registry, so a new board needs no edit here.
+from tinytrain.stages.boards import BOARD_NAMES as BOARDS, describe_boards  # noqa: E402
 WEIGHT_RATIOS = (0.0, 0.125, 0.25, 0.5, 1.0)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -189,8 +190,7 @@ class TargetSpec(_Strict):
     """Where the firmware runs."""
 
     board: Literal[BOARDS] = Field(  # type: ignore[valid-type]
-        default="host", description="host: native C on this machine; stm32f746-disco: Cortex-M7, 320 KB SRAM, "
-                                    "1 MB flash (QEMU mps2-an500); mps2-an386-m4: Cortex-M4 (QEMU mps2-an386)")
+        default="host", description=describe_boards())
     kernels: Literal["portable", "dsp"] = Field(default="portable",
                                                 description="portable C99, or Cortex-M DSP (ACLE) variants")
     cflags: list[str] = Field(default_factory=list, description="extra compiler flags")

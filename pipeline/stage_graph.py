@@ -24,6 +24,9 @@ class StageDef:
     # Commands whose first output line identifies an external tool the stage runs (e.g.
     # ("arm-none-eabi-gcc", "--version")); part of the cache key, so a new compiler rebuilds.
     tools: tuple[tuple[str, ...], ...] = ()
+    # Globs (relative to the tinytrain package) of non-Python sources the stage uses, e.g. the C kernels it
+    # compiles: part of the implementation version, so editing a kernel rebuilds.
+    source_files: tuple[str, ...] = ()
 
 
 STAGES: tuple[StageDef, ...] = (
@@ -36,20 +39,32 @@ STAGES: tuple[StageDef, ...] = (
               "tinytrain.stages.tflite_writer", "tinytrain.stages.data", "tinytrain.pipeline.spec_quantize",
               "tinytrain.pipeline.spec_data"),
              "float IR -> real int8 IR (+ model_int8.tflite)"),
-    StageDef("sparse-plan", ("train.update", "target.board"), ("quantize",), None, (),
+    StageDef("sparse-plan", ("train.update", "train.optimizer.kind", "train.batch_size", "train.qas.master_copy",
+                             "target.board", "data"), ("quantize",), "tinytrain.stages.sparse_plan",
+             ("tinytrain.stages.contribution", "tinytrain.stages.plan_memory", "tinytrain.stages.plan_search",
+              "tinytrain.stages.train_plan", "tinytrain.stages.boards", "tinytrain.stages.ir",
+              "tinytrain.stages.autodiff", "tinytrain.stages.train_executor", "tinytrain.stages.grad_ops",
+              "tinytrain.stages.executor", "tinytrain.stages.data", "tinytrain.pipeline.spec_data"),
              "choose what to train under the memory budget"),
     StageDef("autodiff", ("train.loss", "train.optimizer", "train.batch_size", "train.qas"), ("quantize", "sparse-plan"),
-             None, (), "compile-time backward graph and update ops"),
+             "tinytrain.stages.autodiff",
+             ("tinytrain.stages.ir", "tinytrain.stages.train_plan", "tinytrain.stages.qas",
+              "tinytrain.stages.int8_arith"),
+             "compile-time backward graph and update ops (int8: QAS)"),
     StageDef("reorder", ("train.reorder",), ("autodiff",), "tinytrain.stages.reorder",
              ("tinytrain.stages.memplan", "tinytrain.stages.schedule", "tinytrain.stages.ir"),
              "schedule with in-place updates; static arena plan"),
     StageDef("codegen", ("target.kernels",), ("reorder",), None, (),
              "C sources for the training program"),
-    StageDef("cross-compile", ("target.board", "target.cflags", "target.kernels"), ("codegen",), None, (),
-             "ELF for the board, size report and fit check"),
+    StageDef("cross-compile", ("target.board", "target.cflags", "target.kernels"), ("codegen",),
+             "tinytrain.stages.cross_compile", ("tinytrain.stages.boards",),
+             "ELF for the board, size report and fit check",
+             tools=(("arm-none-eabi-gcc", "--version"), ("cc", "--version")),
+             source_files=("kernels_c/*.c", "kernels_c/*.h", "kernels_c/boards/*")),
     StageDef("emulate-run", ("train.learning_rate", "train.epochs", "train.seed", "data", "target.board",
                              "target.timeout_s"),
-             ("cross-compile", "quantize"), None, (), "train inside QEMU (or natively for host)"),
+             ("cross-compile", "quantize"), None, (), "train inside QEMU (or natively for host)",
+             tools=(("qemu-system-arm", "--version"),)),
 )
 
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)

@@ -59,10 +59,15 @@ from typing import Any
 import numpy as np
 
 from tinytrain.pipeline.errors import UserError
+from tinytrain.stages import int8_arith as ia
 from tinytrain.stages.ir import Graph, Op, Tensor
+from tinytrain.stages.qas import BIAS_RANGE, ROUNDINGS, STATE_COUNT, WEIGHT_RANGE, seed_state
 from tinytrain.stages.train_plan import TrainPlan
 
 LOSSES = ("cross_entropy", "mse")
+FLOAT_UPDATE_OPS = ("sgd_update", "momentum_update", "adam_update", "rmsprop_update")
+QAS_UPDATE_OPS = ("qas_sgd_update", "qas_momentum_update", "qas_adam_update", "qas_rmsprop_update")
+UPDATE_OPS = FLOAT_UPDATE_OPS + QAS_UPDATE_OPS
 OPTIMIZERS = ("sgd", "momentum", "adam", "rmsprop")
 
 # Forward ops the backward pass knows.
@@ -97,6 +102,29 @@ class OptimizerSpec:
         return {k: float(d[k]) for k in keys}
 
 
+@dataclass
+class QASOptions:
+    """How int8 parameters update (config `train.qas`, DESIGN §6; formulas in stages/qas.py). Ignored for float
+    graphs."""
+
+    enabled: bool = True
+    rounding: str = "nearest"
+    master_copy: bool = False
+
+    def __post_init__(self):
+        if self.rounding not in ROUNDINGS:
+            raise UserError(f"unknown QAS rounding {self.rounding!r}", hint=f"choose one of {', '.join(ROUNDINGS)}")
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "QASOptions":
+        if cfg is None:
+            return cls()
+        if isinstance(cfg, cls):
+            return cfg
+        d = cfg.model_dump() if hasattr(cfg, "model_dump") else dict(cfg)
+        return cls(bool(d.get("enabled", True)), str(d.get("rounding", "nearest")), bool(d.get("master_copy", False)))
+
+
 class _Builder:
     def __init__(self, graph: Graph):
         self.g = graph
@@ -115,7 +143,9 @@ class _Builder:
 
 
 def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: OptimizerSpec,
-                         batch_size: int = 1) -> Graph:
+                         batch_size: int = 1, qas: QASOptions | None = None) -> Graph:
+    """The training IR of `graph` (float32, or int8 from the quantize stage: then `qas` says how int8 parameters
+    update; default QASOptions())."""
     if loss not in LOSSES:
         raise UserError(f"unknown loss {loss!r}", hint=f"choose one of {', '.join(LOSSES)}")
     if int(batch_size) < 1:
@@ -123,11 +153,17 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
     batch_size = int(batch_size)
     if len(graph.outputs) != 1:
         raise UserError(f"training needs a model with one output (this one has {len(graph.outputs)})")
+    int8 = False
     for i, op in enumerate(graph.ops):
         for name in op.inputs + op.outputs:
-            if name is not None and graph.tensors[name].dtype not in ("float32", "int32", "int64"):
-                raise NotImplementedError(f"autodiff of {graph.tensors[name].dtype} tensors (op #{i} {op.type}): "
-                                          "int8 training (QAS) is not implemented yet")
+            if name is None:
+                continue
+            dt = graph.tensors[name].dtype
+            if dt == "int8":
+                int8 = True
+            elif dt not in ("float32", "int32", "int64"):
+                raise NotImplementedError(f"autodiff of {dt} tensors (op #{i} {op.type})")
+    qas = qas or QASOptions()
 
     layers = plan.resolve(graph)
     g = Graph(tensors={k: copy.copy(t) for k, t in graph.tensors.items()}, ops=[], inputs=list(graph.inputs),
@@ -144,11 +180,19 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
         if lay.train_bias and lay.bias_tensor:
             bias_on.add(lay.bias_tensor)
     trained = set(wk) | bias_on
+    # The layer that reads each trained parameter (QAS needs its input activation's scale for the bias).
+    producers_of_param = {p: graph.ops[lay.op_index] for lay in layers
+                          for p in (lay.weight, lay.bias_tensor) if p is not None}
 
     # ---- forward (+ loss head) ----------------------------------------------------------------------------
     fwd = [copy.deepcopy(op) for op in graph.ops]
     head = graph.outputs[0]
     producers = {t: i for i, op in enumerate(fwd) for t in op.outputs}
+    if int8 and head in producers and fwd[producers[head]].type == "dequantize" \
+            and g.tensors[fwd[producers[head]].inputs[0]].dtype == "int8":
+        # Float I/O (quantize.io: float): the loss dequantizes the int8 head itself.
+        head = fwd.pop(producers[head]).inputs[0]
+        producers = {t: i for i, op in enumerate(fwd) for t in op.outputs}
     if loss == "cross_entropy" and head in producers and fwd[producers[head]].type == "softmax":
         # The fused loss wants logits; the softmax exists only for inference.
         sm = fwd.pop(producers[head])
@@ -171,15 +215,20 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
         raise UserError("the plan trains nothing", hint="name at least one layer's bias or weights")
 
     head_t = g.tensors[head]
+    n_fwd = len(b.ops)
+    deq = _Dequantizer(b) if int8 else None
+    # The loss reads real values: an int8 head is dequantized first (its gradient is that of the real value).
+    head_in = deq.full(head) if int8 and head_t.dtype == "int8" else head
     loss_t = b.tensor("train/loss", [], role="output")
     if loss == "cross_entropy":
         lab = b.tensor("train/labels", [1], role="input", dtype="int32")
         contrib = {head: [b.tensor(f"grad/{head}", head_t)]}
-        b.emit("softmax_ce_loss", [head, lab], [loss_t, contrib[head][0]])
+        b.emit("softmax_ce_loss", [head_in, lab], [loss_t, contrib[head][0]])
     else:
         lab = b.tensor("train/target", head_t, role="input")
         contrib = {head: [b.tensor(f"grad/{head}", head_t)]}
-        b.emit("mse_loss", [head, lab], [loss_t, contrib[head][0]])
+        b.emit("mse_loss", [head_in, lab], [loss_t, contrib[head][0]])
+    n_loss = len(b.ops) - n_fwd
     g.inputs.append(lab)
     g.outputs = [loss_t]
 
@@ -219,28 +268,44 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
         a = dict(op.attrs)
         y = op.outputs[0]
         act = a.get("act", "none")
-        if act != "none":
+        t = op.type
+        bounds = _clamp_bounds(g, op) if int8 else None
+        if bounds is not None and t not in ("relu", "relu6"):
+            # Straight-through estimator: the gradient passes where the int8 forward did not clamp.
+            dz = b.tensor(f"grad/{y}:pre", g.tensors[y])
+            b.emit("int8_clamp_grad", [dy, y], [dz], lo=bounds[0], hi=bounds[1])
+        elif act != "none" and not (int8 and g.tensors[y].dtype == "int8"):
             dz = b.tensor(f"grad/{y}:pre", g.tensors[y])
             b.emit("act_grad", [dy, y], [dz], act=act)
         else:
             dz = dy
         geo = {k: v for k, v in a.items() if k != "act"}
-        t = op.type
         if t in ("conv2d", "depthwise_conv2d", "fully_connected"):
             x, w = op.inputs[0], op.inputs[1]
             bias = op.inputs[2] if len(op.inputs) > 2 else None
             wt = g.tensors[w]
+            q = int8 and wt.dtype == "int8"
             if w in wk:
                 k = wk[w]
                 shape = list(wt.shape)
-                shape[-1] = k * (shape[-1] // g.tensors[x].shape[-1]) if t == "depthwise_conv2d" else k
-                b.emit(f"{t}_grad_weight", [dz, x], [pshare(w, i, shape)], **geo, in_channels=k,
-                       w_shape=list(wt.shape))
+                mult = shape[-1] // g.tensors[x].shape[-1]
+                shape[-1] = k * mult if t == "depthwise_conv2d" else k
+                extra = {}
+                if q:
+                    # Only the trained input-channel slice of the saved activation is dequantized.
+                    depth = int(wt.shape[-1]) if t == "fully_connected" else None
+                    xs = deq.slice(x, k, depth)
+                    if t == "depthwise_conv2d":
+                        extra["multiplier"] = int(mult)
+                else:
+                    xs = x
+                b.emit(f"{t}_grad_weight", [dz, xs], [pshare(w, i, shape)], **geo, in_channels=k,
+                       w_shape=list(wt.shape), **extra)
             if bias in bias_on:
                 b.emit("bias_grad", [dz], [pshare(bias, i, g.tensors[bias].shape)])
             dx = share(x, i)
             if dx:
-                b.emit(f"{t}_grad_input", [dz, w], [dx], **geo)
+                b.emit(f"{t}_grad_input", [dz, deq.full(w) if q else w], [dx], **geo)
         elif t == "add":
             outs = [share(op.inputs[0], i), share(op.inputs[1], i)]
             b.emit("add_grad", [dz], [o for o in outs if o], which=[j for j, o in enumerate(outs) if o])
@@ -272,12 +337,15 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
                    sizes=[int(g.tensors[n].shape[axis]) for n in ins], which=[j for j, o in enumerate(outs) if o])
         elif t in ("relu", "relu6"):
             dx = share(op.inputs[0], i)
-            if dx:
+            if dx and bounds is not None:
+                b.emit("int8_clamp_grad", [dz, y], [dx], lo=bounds[0], hi=bounds[1])
+            elif dx:
                 b.emit("act_grad", [dz, y], [dx], act=t)
         elif t == "softmax":
             dx = share(op.inputs[0], i)
             if dx:
-                b.emit("softmax_grad", [dz, y], [dx], beta=float(a.get("beta", 1.0)))
+                yy = deq.full(y) if int8 and g.tensors[y].dtype == "int8" else y
+                b.emit("softmax_grad", [dz, yy], [dx], beta=float(a.get("beta", 1.0)))
         else:
             raise NotImplementedError(f"backward of op {t!r}")
 
@@ -309,6 +377,9 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
         step = b.tensor("opt/step", [], role="optimizer_state", dtype="int32", data=np.zeros((), np.int32))
         b.emit("step_counter", [step], [step])
     state: list[str] = []
+    masters: dict[str, str] = {}
+    prngs: dict[str, str] = {}
+    scales: dict[str, str] = {}
     for p, gname in final.items():
         gshape = g.tensors[gname].shape
         n = wk.get(p)
@@ -316,11 +387,15 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
         if n is not None and list(gshape) != list(g.tensors[p].shape):
             attrs["n"] = int(gshape[-1])
 
-        def st(suffix: str) -> str:
-            name = b.tensor(f"opt/{p}/{suffix}", gshape, role="optimizer_state",
-                            data=np.zeros(gshape, np.float32))
+        def st(suffix: str, dtype: str = "float32", data: np.ndarray | None = None, shape=gshape) -> str:
+            name = b.tensor(f"opt/{p}/{suffix}", list(shape), role="optimizer_state", dtype=dtype,
+                            data=np.zeros(shape, np.float32) if data is None else data)
             state.append(name)
             return name
+        if g.tensors[p].dtype in ("int8", "int32") and g.tensors[p].quant is not None:
+            _emit_qas_update(b, g, p, gname, kind, attrs, step, st, qas, producers_of_param[p], wk, masters,
+                             prngs, scales)
+            continue
         if kind == "sgd":
             b.emit("sgd_update", [p, gname], [p], **attrs)
         elif kind == "momentum":
@@ -334,11 +409,15 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
             b.emit("rmsprop_update", [p, gname, sq], [p, sq], **attrs)
 
     g.ops = b.ops
+    n_acc = len(final) if batch_size > 1 else 0
+    defaults = optimizer.runtime_defaults()
+    if prngs:
+        defaults["seed"] = 0.0
     g.meta["train"] = {
         "loss": loss,
         "batch_size": batch_size,
         "optimizer": optimizer.kind,
-        "runtime_defaults": optimizer.runtime_defaults(),
+        "runtime_defaults": defaults,
         "sample_ops": sample_ops,
         "loss_tensor": loss_t,
         "prediction": head,
@@ -347,14 +426,209 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
         "accumulators": [final[p] for p in final] if batch_size > 1 else [],
         "optimizer_state": ([step] if step else []) + state,
         "plan": plan.to_json(),
+        "precision": "int8" if int8 else "float32",
+        "phases": {"forward": n_fwd, "loss": n_loss, "backward": sample_ops - n_fwd - n_loss - n_acc,
+                   "accumulate": n_acc, "update": len(b.ops) - sample_ops},
     }
+    if int8:
+        g.meta["train"]["qas"] = {"enabled": qas.enabled, "rounding": qas.rounding, "master_copy": qas.master_copy,
+                                  "scales": scales, "master_copies": masters, "prng_states": prngs,
+                                  "prediction_float": head_in}
     g.validate()
     return g
 
 
+class _Dequantizer:
+    """Emits the backward's explicit int8 -> fp32 conversions, each tensor (or slice) once per sample."""
+
+    def __init__(self, b: _Builder):
+        self.b = b
+        self.done: dict[tuple, str] = {}
+
+    def full(self, name: str) -> str:
+        key = (name,)
+        if key not in self.done:
+            out = self.b.tensor(f"deq/{name}", self.b.g.tensors[name], role="activation")
+            self.b.emit("dequantize", [name], [out])
+            self.done[key] = out
+        return self.done[key]
+
+    def slice(self, name: str, k: int, depth: int | None) -> str:
+        """x[..., :k] as fp32 (FC: the first k columns of x's rows of `depth`)."""
+        key = (name, k, depth)
+        if key not in self.done:
+            shape = list(self.b.g.tensors[name].shape)
+            if depth is not None:
+                shape = [int(np.prod(shape, dtype=np.int64)) // depth, k]
+            else:
+                shape[-1] = k
+            out = self.b.tensor(f"deq/{name}[:{k}]", shape, role="activation")
+            attrs = {"channels": int(k)}
+            if depth is not None:
+                attrs["depth"] = int(depth)
+            self.b.emit("dequantize_slice", [name], [out], **attrs)
+            self.done[key] = out
+        return self.done[key]
+
+
+# Ops whose int8 output is requantized and clamped to [lo, hi] (the activation's range, the int8 range at most).
+_REQUANTIZING = ("conv2d", "depthwise_conv2d", "fully_connected", "add", "mean", "quantize")
+
+
+def _clamp_bounds(g: Graph, op: Op) -> tuple[int, int] | None:
+    """The int range the forward clamped op's int8 output to, or None where it cannot clamp (max pool, reshape,
+    pad, equal-scale concatenation without an activation: their outputs are input values)."""
+    y = g.tensors[op.outputs[0]]
+    if y.dtype != "int8" or y.quant is None:
+        return None
+    s, z = float(y.quant.scale[0]), int(y.quant.zero_point[0])
+    act = op.attrs.get("act", "none")
+    if op.type == "relu":
+        return ia.relu_op_range(0.0, None, s, z)
+    if op.type == "relu6":
+        return ia.relu_op_range(0.0, 6.0, s, z)
+    if op.type in _REQUANTIZING or act != "none":
+        return ia.activation_range(act, s, z)
+    return None
+
+
+def _channel_scales(t: Tensor, channels: int) -> np.ndarray:
+    sc = np.asarray(t.quant.scale, np.float64).reshape(-1)
+    return np.broadcast_to(sc, (channels,)) if len(sc) == 1 else sc
+
+
+def _emit_qas_update(b: _Builder, g: Graph, p: str, gname: str, kind: str, attrs: dict, step: str | None, st,
+                     qas: QASOptions, layer: Op, wk: dict, masters: dict, prngs: dict, scales: dict) -> None:
+    """One qas_<kind>_update of an int8 weight or int32 bias (semantics: stages/qas.py)."""
+    pt = g.tensors[p]
+    is_weight = pt.dtype == "int8"
+    if is_weight:
+        axis = int(pt.quant.axis) if pt.quant.per_channel else (3 if layer.type == "depthwise_conv2d" else 0)
+        scale = _channel_scales(pt, int(pt.shape[axis])).astype(np.float32)
+        bounds = WEIGHT_RANGE
+    else:
+        x_t, w_t = g.tensors[layer.inputs[0]], g.tensors[layer.inputs[1]]
+        if x_t.quant is None or w_t.quant is None:
+            raise UserError(f"int32 bias {p!r} trains with QAS, but its layer's input or weights are not quantized")
+        axis = 0
+        # s_B = s_x · s_W[c]: the accumulator's scale, the product taken in double as TFLite's Prepare does.
+        scale = (float(x_t.quant.scale[0]) * _channel_scales(w_t, int(pt.shape[0]))).astype(np.float32)
+        bounds = BIAS_RANGE
+    sname = b.tensor(f"qas/{p}/scale", [len(scale)], role="constant", data=scale)
+    scales[p] = sname
+    n = attrs.get("n")
+    gshape = g.tensors[gname].shape
+    ins, outs = [p, gname, sname], [p]
+    state_names = {"sgd": [], "momentum": ["momentum"], "adam": ["m", "v"], "rmsprop": ["square_avg"]}[kind]
+    assert len(state_names) == STATE_COUNT[kind]
+    for suffix in state_names:
+        name = st(suffix)
+        ins.append(name)
+        outs.append(name)
+    if kind == "adam":
+        ins.append(step)
+    master = qas.master_copy and is_weight
+    rounding = "nearest" if master else qas.rounding
+    if master:
+        sl = (Ellipsis,) if n is None else (Ellipsis, slice(0, int(n)))
+        m = b.tensor(f"opt/{p}/master", gshape, role="optimizer_state",
+                     data=np.ascontiguousarray(np.asarray(pt.data)[sl].astype(np.float32)))
+        masters[p] = m
+        ins.append(m)
+        outs.append(m)
+    extra: dict[str, Any] = {}
+    if rounding == "stochastic":
+        stream = len(prngs)
+        r = st("prng", dtype="int32", data=np.array(seed_state(0, stream), np.uint32).view(np.int32).reshape(()),
+               shape=[])
+        prngs[p] = r
+        ins.append(r)
+        outs.append(r)
+        extra = {"stream": stream, "seed_ref": "runtime.seed"}
+    b.emit(f"qas_{kind}_update", ins, outs, **attrs, qas=bool(qas.enabled), rounding=rounding, master=master,
+           axis=axis, bounds=[int(bounds[0]), int(bounds[1])], **extra)
+
+
+def _read_plan(ctx, graph: Graph) -> tuple[TrainPlan, str]:
+    """The plan from sparse-plan's plan.json (TrainPlan JSON at top level or under "plan" / "train_plan"), or a
+    full update when no sparse-plan artifacts were given."""
+    import json
+
+    try:
+        path = ctx.input_dir("sparse-plan") / "plan.json"
+    except KeyError:
+        return TrainPlan.full(graph), "full (no sparse-plan input)"
+    if not path.exists():
+        raise UserError(f"sparse-plan produced no plan.json in {path.parent}")
+    doc = json.loads(path.read_text())
+    for cand in (doc, doc.get("plan"), doc.get("train_plan")):
+        if isinstance(cand, dict) and isinstance(cand.get("layers"), list):
+            return TrainPlan.from_json(cand), str(doc.get("scheme", "sparse-plan"))
+    raise UserError(f"{path} holds no TrainPlan (a 'layers' list at the top level or under 'plan')",
+                    hint='expected {"version": 1, "layers": [{"layer": 5, "bias": true, "weight_ratio": 0.125}]}')
+
+
+def _optimizer_from_config(opt: Any) -> OptimizerSpec:
+    """train.optimizer (pipeline/spec.py OptimizerSpec, a dict or a kind) -> this module's OptimizerSpec; the
+    spec's values become the runtime defaults (rho is RMSProp's alpha)."""
+    if opt is None:
+        return OptimizerSpec()
+    if isinstance(opt, str):
+        return OptimizerSpec(kind=opt)
+    d = opt.model_dump() if hasattr(opt, "model_dump") else dict(opt)
+    kw = {k: float(d[k]) for k in ("momentum", "beta1", "beta2", "eps") if k in d}
+    if "rho" in d:
+        kw["alpha"] = float(d["rho"])
+    return OptimizerSpec(kind=d.get("kind", "sgd"), **kw)
+
+
+def _fmt_count(n: int) -> str:
+    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+
+
+def summarize(tg: Graph) -> dict[str, Any]:
+    """summary.json of the stage: ops by phase, trained parameters and the bytes training adds."""
+    tr = tg.meta["train"]
+    trained = {}
+    for p, d in tr["trained"].items():
+        gshape = tg.tensors[d["gradient"]].shape
+        trained[p] = {"dtype": tg.tensors[p].dtype, "shape": list(tg.tensors[p].shape), "trained_shape": list(gshape),
+                      "elements": int(np.prod(gshape, dtype=np.int64))}
+    qas = tr.get("qas")
+    masters = set((qas or {}).get("master_copies", {}).values())
+    grads = [t for t in tg.tensors.values() if t.role == "gradient"]
+    return {
+        "precision": tr.get("precision", "float32"),
+        "qas": qas and {k: qas[k] for k in ("enabled", "rounding", "master_copy")},
+        "loss": tr["loss"], "optimizer": tr["optimizer"], "batch_size": tr["batch_size"],
+        "ops": len(tg.ops), "ops_by_phase": tr["phases"],
+        "op_types": {t: sum(1 for op in tg.ops if op.type == t) for t in sorted({op.type for op in tg.ops})},
+        "trained": trained,
+        "trained_params": sum(v["elements"] for v in trained.values()),
+        "parameter_gradient_bytes": sum(tg.tensors[d["gradient"]].nbytes for d in tr["trained"].values()),
+        "gradient_tensor_bytes": sum(t.nbytes for t in grads),
+        "optimizer_state_bytes": sum(tg.tensors[n].nbytes for n in tr["optimizer_state"]),
+        "master_copy_bytes": sum(tg.tensors[n].nbytes for n in masters),
+        "accumulator_bytes": sum(tg.tensors[n].nbytes for n in tr["accumulators"]),
+    }
+
+
+def summary_line(s: dict[str, Any]) -> str:
+    ph = s["ops_by_phase"]
+    mode = "fp32"
+    if s["precision"] == "int8":
+        q = s["qas"]
+        mode = ("int8+QAS" if q["enabled"] else "int8 (no QAS)") + f", {q['rounding']}" \
+            + (", master copy" if q["master_copy"] else "")
+    return (f"train graph: {ph['forward']} fwd + {ph['loss'] + ph['backward'] + ph['accumulate']} bwd + "
+            f"{ph['update']} update ops, {_fmt_count(s['trained_params'])} trained params, {mode}")
+
+
 def run(ctx) -> Any:
-    """Stage entry (until sparse-plan exists the plan comes from the config: `train.update` as a TrainPlan JSON
-    document, or absent for a full update)."""
+    """Stage `autodiff`: the IR of quantize (int8, or float when quantization is off) + sparse-plan's plan.json
+    -> train_graph.json, train_tensors.npz, train_graph.txt, summary.json."""
+    import json
+
     from tinytrain.pipeline.contract import StageResult
 
     src = None
@@ -365,17 +639,21 @@ def run(ctx) -> Any:
         except KeyError:
             continue
     if src is None:
-        raise UserError("autodiff needs the IR of quantize or load")
+        raise UserError("autodiff needs the IR of quantize (or load)")
     graph = Graph.load(src)
     cfg = ctx.config
-    upd = cfg.get("train.update")
-    plan = TrainPlan.from_json(upd) if isinstance(upd, dict) and "layers" in upd else TrainPlan.full(graph)
-    opt = cfg.get("train.optimizer") or "sgd"
-    opt_spec = OptimizerSpec(kind=opt if isinstance(opt, str) else getattr(opt, "kind", "sgd"))
-    tg = build_training_graph(graph, plan, cfg.get("train.loss") or "cross_entropy", opt_spec,
-                              int(cfg.get("train.batch_size") or 1))
+    plan, scheme = _read_plan(ctx, graph)
+    tg = build_training_graph(graph, plan, cfg.get("train.loss") or "cross_entropy",
+                              _optimizer_from_config(cfg.get("train.optimizer")),
+                              int(cfg.get("train.batch_size") or 1), QASOptions.from_config(cfg.get("train.qas")))
     tg.save(ctx.out_dir, stem="train_")
     (ctx.out_dir / "train_graph.txt").write_text(tg.to_text())
-    n_grad = sum(1 for op in tg.ops if "grad" in op.type or op.type.endswith("_loss"))
-    return StageResult(summary=f"{len(tg.ops)} ops ({n_grad} backward), {len(tg.meta['train']['trained'])} "
-                               f"trained tensors", metrics={"ops": len(tg.ops), "backward_ops": n_grad})
+    summ = summarize(tg)
+    summ["plan_scheme"] = scheme
+    (ctx.out_dir / "summary.json").write_text(json.dumps(summ, indent=2, sort_keys=True) + "\n")
+    ph = summ["ops_by_phase"]
+    return StageResult(summary=summary_line(summ),
+                       metrics={"ops": len(tg.ops), "backward_ops": ph["loss"] + ph["backward"],
+                                "update_ops": ph["update"], "trained_params": summ["trained_params"],
+                                "precision": summ["precision"],
+                                "optimizer_state_bytes": summ["optimizer_state_bytes"]})

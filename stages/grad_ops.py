@@ -153,12 +153,15 @@ def depthwise_conv2d_grad_input(dy: np.ndarray, w: np.ndarray, x_shape, attrs) -
     return np.ascontiguousarray(g.crop(dxp).reshape(x_shape[0], g.h, g.w, c, m).sum(axis=-1, dtype=F32))
 
 
-def depthwise_conv2d_grad_weight(dy: np.ndarray, x: np.ndarray, w_shape, attrs, k: int | None = None) -> np.ndarray:
-    """dL/dw[1,KH,KW,:k·M]: the filters fed by the first k input channels."""
+def depthwise_conv2d_grad_weight(dy: np.ndarray, x: np.ndarray, w_shape, attrs, k: int | None = None,
+                                 multiplier: int | None = None) -> np.ndarray:
+    """dL/dw[1,KH,KW,:k·M]: the filters fed by the first k input channels. x may hold only those k channels
+    (int8 training dequantizes just the trained slice); then `multiplier` (M) must be given, since x's depth no
+    longer tells it."""
     dy, x = _f32(dy), _f32(x)
     _, kh, kw, o = w_shape
     c = x.shape[3]
-    m = _dw_mult(c, o)
+    m = int(multiplier) if multiplier else _dw_mult(c, o)
     k = c if k is None else int(k)
     n_out = k * m
     g = _conv_geo(x.shape, kh, kw, attrs)
@@ -176,10 +179,13 @@ def fully_connected_grad_input(dy: np.ndarray, w: np.ndarray, x_shape) -> np.nda
 
 
 def fully_connected_grad_weight(dy: np.ndarray, x: np.ndarray, w_shape, k: int | None = None) -> np.ndarray:
+    """x: the FC's input (any shape that flattens to rows of `depth`), or already its rows' first k columns
+    (int8 training dequantizes just the trained slice): rows are counted from dy."""
     dy, x = _f32(dy), _f32(x)
     o, depth = w_shape
     k = depth if k is None else int(k)
-    return (dy.reshape(-1, o).T @ x.reshape(-1, depth)[:, :k]).astype(F32)
+    d2 = dy.reshape(-1, o)
+    return (d2.T @ x.reshape(d2.shape[0], -1)[:, :k]).astype(F32)
 
 
 def bias_grad(dy: np.ndarray) -> np.ndarray:
@@ -306,18 +312,54 @@ def mse_loss(y: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 # ---- optimizer updates (in place on the trained slice [..., :n] of the last axis) ------------------------------
 # PyTorch's exact formulas (torch/optim/*.py, single-tensor, foreach=False, no weight decay unless given).
+# Each optimizer is split in two: `*_step` updates its fp32 state and returns the fp32 step d (the parameter
+# moves by −d), and the float update applies it. The int8 updates (stages/qas.py) reuse the very same `*_step`
+# functions and only change how −d reaches the integer parameter, so float and int8 training share one
+# definition of every optimizer.
 
 def _slice(n: int | None):
     return (Ellipsis,) if n is None else (Ellipsis, slice(0, int(n)))
 
 
+def prepare_grad(g: np.ndarray, scale: float, weight_decay: float = 0.0, w: np.ndarray | None = None) -> np.ndarray:
+    """gg = g·(1/B) (+ wd·w): float32, in this order."""
+    gg = _f32(g) * F32(scale)
+    if weight_decay:
+        gg = gg + F32(weight_decay) * w
+    return gg
+
+
+def sgd_step(gg: np.ndarray, lr: float) -> np.ndarray:
+    return F32(lr) * gg
+
+
+def momentum_step(gg: np.ndarray, buf: np.ndarray, lr: float, momentum: float) -> np.ndarray:
+    buf *= F32(momentum)
+    buf += gg
+    return F32(lr) * buf
+
+
+def adam_step(gg: np.ndarray, m: np.ndarray, v: np.ndarray, step: int, lr: float, beta1: float, beta2: float,
+              eps: float) -> np.ndarray:
+    m += (gg - m) * F32(1 - beta1)
+    v *= F32(beta2)
+    v += F32(1 - beta2) * gg * gg
+    bc1 = 1 - beta1 ** step
+    bc2 = 1 - beta2 ** step
+    denom = np.sqrt(v) / F32(np.sqrt(bc2)) + F32(eps)
+    return F32(lr / bc1) * m / denom
+
+
+def rmsprop_step(gg: np.ndarray, sq: np.ndarray, lr: float, alpha: float, eps: float) -> np.ndarray:
+    sq *= F32(alpha)
+    sq += F32(1 - alpha) * gg * gg
+    return F32(lr) * gg / (np.sqrt(sq) + F32(eps))
+
+
 def sgd_update(w: np.ndarray, g: np.ndarray, lr: float, scale: float = 1.0, weight_decay: float = 0.0,
                n: int | None = None) -> None:
     s = _slice(n)
-    gg = _f32(g) * F32(scale)
-    if weight_decay:
-        gg = gg + F32(weight_decay) * w[s]
-    w[s] -= F32(lr) * gg
+    w[s] -= sgd_step(prepare_grad(g, scale, weight_decay, w[s]), lr)
 
 
 def momentum_update(w: np.ndarray, g: np.ndarray, buf: np.ndarray, lr: float, momentum: float, scale: float = 1.0,
@@ -325,37 +367,18 @@ def momentum_update(w: np.ndarray, g: np.ndarray, buf: np.ndarray, lr: float, mo
     """torch.optim.SGD(momentum, dampening=0, nesterov=False): buf = μ·buf + g (buf starts at 0, so the first
     step's buf = g as PyTorch's clone); w −= lr·buf."""
     s = _slice(n)
-    gg = _f32(g) * F32(scale)
-    if weight_decay:
-        gg = gg + F32(weight_decay) * w[s]
-    buf *= F32(momentum)
-    buf += gg
-    w[s] -= F32(lr) * buf
+    w[s] -= momentum_step(prepare_grad(g, scale, weight_decay, w[s]), buf, lr, momentum)
 
 
 def adam_update(w: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, step: int, lr: float, beta1: float,
                 beta2: float, eps: float, scale: float = 1.0, weight_decay: float = 0.0, n: int | None = None) -> None:
     """torch.optim.Adam: m, v lerps; w −= (lr / bc1) · m / (sqrt(v) / sqrt(bc2) + eps); `step` counts from 1."""
     s = _slice(n)
-    gg = _f32(g) * F32(scale)
-    if weight_decay:
-        gg = gg + F32(weight_decay) * w[s]
-    m += (gg - m) * F32(1 - beta1)
-    v *= F32(beta2)
-    v += F32(1 - beta2) * gg * gg
-    bc1 = 1 - beta1 ** step
-    bc2 = 1 - beta2 ** step
-    denom = np.sqrt(v) / F32(np.sqrt(bc2)) + F32(eps)
-    w[s] -= F32(lr / bc1) * m / denom
+    w[s] -= adam_step(prepare_grad(g, scale, weight_decay, w[s]), m, v, step, lr, beta1, beta2, eps)
 
 
 def rmsprop_update(w: np.ndarray, g: np.ndarray, sq: np.ndarray, lr: float, alpha: float, eps: float,
                    scale: float = 1.0, weight_decay: float = 0.0, n: int | None = None) -> None:
     """torch.optim.RMSprop(centered=False, momentum=0): sq = α·sq + (1−α)·g²; w −= lr · g / (sqrt(sq) + eps)."""
     s = _slice(n)
-    gg = _f32(g) * F32(scale)
-    if weight_decay:
-        gg = gg + F32(weight_decay) * w[s]
-    sq *= F32(alpha)
-    sq += F32(1 - alpha) * gg * gg
-    w[s] -= F32(lr) * gg / (np.sqrt(sq) + F32(eps))
+    w[s] -= rmsprop_step(prepare_grad(g, scale, weight_decay, w[s]), sq, lr, alpha, eps)

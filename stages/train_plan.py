@@ -1,7 +1,8 @@
 """What to train: per trainable layer, its bias on/off and the ratio of its weights' input channels (DESIGN §3, §6).
 
 The sparse-plan stage will write this as `plan.json`; autodiff reads it. A layer is named by its op index in the
-graph or by its weight tensor's name (names survive re-quantization, indices survive renames; either works).
+graph or by its weight tensor's name (names survive re-quantization, indices survive renames; either works); also
+"#5"/"5", its output tensor, or the weight name's part before the first ';' (the spec's manual naming).
 A ratio r trains input channels [0, ceil(r·C_in)).
 
 JSON: {"version": 1, "layers": [{"layer": 5, "bias": true, "weight_ratio": 0.125}, ...]}
@@ -109,11 +110,14 @@ class TrainPlan:
         by_weight = {graph.ops[i].inputs[1]: i for i in trainable}
         out: list[ResolvedLayer] = []
         seen: set[int] = set()
+        by_name = _names(graph, trainable)
         for lp in self.layers:
             if isinstance(lp.layer, str) and lp.layer in by_weight:
                 idx = by_weight[lp.layer]
             elif isinstance(lp.layer, int) and not isinstance(lp.layer, bool) and lp.layer in trainable:
                 idx = lp.layer
+            elif isinstance(lp.layer, str) and lp.layer in by_name:
+                idx = by_name[lp.layer]
             else:
                 raise PlanError(f"plan names layer {lp.layer!r}, which is not a trainable layer of the model",
                                 hint=f"trainable layers (op index: weight): "
@@ -134,6 +138,21 @@ class TrainPlan:
             out.append(ResolvedLayer(idx, w.name, op.inputs[2] if has_b else None, bool(lp.bias),
                                      float(lp.weight_ratio), int(k)))
         return sorted(out, key=lambda r: r.op_index)
+
+
+def _names(graph: Graph, trainable: list[int]) -> dict[str, int]:
+    """The other names the spec allows for a layer (pipeline/spec.py UpdateSpec.layers): "5" or "#5" (op index),
+    its output tensor, its weight tensor's name before the first ';' (the converter joins fused names with ';');
+    a short name that two layers share is left out rather than guessed."""
+    out: dict[str, int] = {}
+    clash: set[str] = set()
+    for i in trainable:
+        op = graph.ops[i]
+        for name in (str(i), f"#{i}", op.outputs[0], op.inputs[1].split(";")[0]):
+            if name in out and out[name] != i:
+                clash.add(name)
+            out[name] = i
+    return {k: v for k, v in out.items() if k not in clash}
 
 
 def _has_bias(graph: Graph, i: int) -> bool:

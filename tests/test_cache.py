@@ -500,3 +500,22 @@ def test_an_interrupted_store_leaves_no_entry_and_no_temp_file(cache, tmp_path, 
         cache.store("d" * 64, {}, make_out(tmp_path / "out"), "s", {}, 0)
     assert cache.lookup("d" * 64) is None
     assert not list(cache.root.rglob(".tmp-*"))
+
+
+def test_gc_expires_old_unit_memos_and_clear_removes_them(tmp_path):
+    import os
+    import time as _time
+
+    from tinytrain.cache.store import Cache
+
+    cache = Cache(tmp_path / "c")
+    old = cache.root / "units" / "sparse-plan" / "contribution" / "ab" / "ab12.json"
+    new = old.with_name("ab34.json")
+    old.parent.mkdir(parents=True)
+    old.write_text("{}")
+    new.write_text("{}")
+    os.utime(old, (_time.time() - 3600, _time.time() - 3600))
+    assert cache.gc(max_age_s=60)["units_removed"] == 1
+    assert not old.exists() and new.exists()
+    cache.clear()
+    assert not (cache.root / "units").exists()

@@ -265,3 +265,24 @@ def test_cache_dir_precedence(fake_project, tmp_path, monkeypatch):
     assert Path(open_cache(spec).root) == fake_project.root / "spec-cache"
     assert Path(open_cache(spec, tmp_path / "cli").root) == tmp_path / "cli"
     assert isinstance(Cache(tmp_path / "x"), Cache)
+
+
+def test_editing_a_c_kernel_changes_the_cross_compile_implementation_version(tmp_path, monkeypatch):
+    """The C sources a stage compiles are part of its implementation version, like its Python modules."""
+    import tinytrain
+    from tinytrain.pipeline import preimage
+    from tinytrain.pipeline.stage_graph import stage
+
+    fake_pkg = tmp_path / "pkg"
+    (fake_pkg / "kernels_c" / "boards").mkdir(parents=True)
+    kernel = fake_pkg / "kernels_c" / "tt_conv.c"
+    kernel.write_text("int f(void) { return 1; }\n")
+    (fake_pkg / "__init__.py").write_text("")
+    monkeypatch.setattr(tinytrain, "__file__", str(fake_pkg / "__init__.py"))
+
+    before = preimage.impl_digests(stage("cross-compile"))
+    kernel.write_text("int f(void) { return 2; }\n")
+    after = preimage.impl_digests(stage("cross-compile"))
+    assert before["files:kernels_c/*.c"] != after["files:kernels_c/*.c"]
+    assert {k: v for k, v in before.items() if k != "files:kernels_c/*.c"} == \
+           {k: v for k, v in after.items() if k != "files:kernels_c/*.c"}

@@ -1,0 +1,427 @@
+"""cross-compile: the generated C program + kernel library + board support -> firmware.elf.
+
+Inputs: the codegen stage's folder (every `*.c` there is compiled; its headers are on the include
+path) and, when present, its `sources.json`:
+
+    {"kernels": ["conv2d_int8.c", ...],   # kernel-library files (relative to kernels_c/) to build;
+                                          # absent or null: every kernels_c/*.c
+     "defines": {"TT_ARENA_BYTES": "4096"},   # extra -D for every file
+     "stack_bytes": 12288}                # stack the linker script reserves (default: the board's)
+
+Outputs: `firmware.elf` (for `host`, a native executable), `firmware.map`, `size.json` (flash and
+SRAM by section and by region against the board), `build.json` (flags and source digests).
+A program that does not fit fails with a UserError saying how many KB each region is over.
+
+Every build is reproducible byte for byte: sources are copied into a scratch folder and compiled
+by relative path, so no absolute path reaches the ELF or the map, and an unchanged program keeps
+the same digest (the emulate-run cache key depends on it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from tinytrain.pipeline.contract import StageContext, StageResult, no_progress
+from tinytrain.pipeline.errors import StageFailed, UserError
+from tinytrain.stages.boards import BOARD_DIR, Board, get_board
+
+KERNELS_DIR = BOARD_DIR.parent  # kernels_c/
+
+ARM_CC = "arm-none-eabi-gcc"
+HOST_CC = "cc"
+
+# DESIGN §6: -ffp-contract=off on host and target, so that no a*b+c becomes one fused rounding on
+# one side only; that is what makes QEMU and host results bit-identical.
+BASE_CFLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off", "-O2",
+               "-ffunction-sections", "-fdata-sections")
+# No start files (startup.c owns reset), newlib-nano for memcpy/memset and libm, and no syscall
+# stubs on purpose: a program that calls malloc or printf fails to link instead of getting a
+# heap or stdio the memory plan does not know about.
+ARM_LDFLAGS = ("-nostartfiles", "--specs=nano.specs", "-Wl,--gc-sections")
+SANITIZE_FLAGS = ("-fno-omit-frame-pointer", "-fno-sanitize-recover=all", "-g")
+
+_OVERFLOW_RE = re.compile(r"region `(\w+)' overflowed by (\d+) bytes")
+_UNDEFINED_RE = re.compile(r"undefined reference to `([^']+)'")
+
+
+@dataclass
+class BuildResult:
+    board: Board
+    elf: Path
+    map: Path
+    size: dict[str, Any]
+    sources: list[str] = field(default_factory=list)  # as compiled, relative to the scratch folder
+    cflags: list[str] = field(default_factory=list)
+    ldflags: list[str] = field(default_factory=list)
+
+
+# ---- the stage ----------------------------------------------------------------------------------
+
+def run(ctx: StageContext) -> StageResult:
+    board = get_board(ctx.config["target.board"])
+    kernels_variant = ctx.config.get("target.kernels", "portable")
+    user_cflags = list(ctx.config.get("target.cflags") or [])
+    program_dir = ctx.input_dir("codegen")
+    manifest = _read_sources_json(program_dir / "sources.json")
+    defines = {"TT_KERNELS_DSP" if kernels_variant == "dsp" else "TT_KERNELS_PORTABLE": "1"}
+    defines.update({str(k): str(v) for k, v in (manifest.get("defines") or {}).items()})
+    result = build_firmware(
+        board, program_dir, ctx.out_dir, kernels=manifest.get("kernels"), defines=defines,
+        extra_cflags=user_cflags, stack_bytes=manifest.get("stack_bytes"), progress=ctx.progress)
+    return StageResult(_summary(result.size), _metrics(result.size))
+
+
+def _read_sources_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise StageFailed(f"codegen's sources.json is not JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise StageFailed("codegen's sources.json must be an object")
+    kernels = doc.get("kernels")
+    if kernels is not None and not (isinstance(kernels, list) and all(isinstance(k, str) for k in kernels)):
+        raise StageFailed("sources.json: `kernels` must be a list of file names under kernels_c/")
+    return doc
+
+
+def _summary(size: dict[str, Any]) -> str:
+    if size.get("host"):
+        return f"host executable, {size['flash']['used'] / 1024:.1f} KB code+data"
+    f, s = size["flash"], size["sram"]
+    return (f"{size['board']}: flash {f['used'] / 1024:.1f}/{f['available'] / 1024:.0f} KB, "
+            f"SRAM {s['used'] / 1024:.1f}/{s['available'] / 1024:.0f} KB (stack {s['stack'] / 1024:.1f} KB)")
+
+
+def _metrics(size: dict[str, Any]) -> dict[str, Any]:
+    return {"board": size["board"], "flash_used": size["flash"]["used"], "sram_used": size["sram"]["used"],
+            "flash_free": size["flash"].get("free"), "sram_free": size["sram"].get("free")}
+
+
+# ---- building -----------------------------------------------------------------------------------
+
+def build_firmware(board: Board, program_dir: Path, out_dir: Path, *,
+                   kernels: Sequence[str] | None = None,
+                   defines: dict[str, str] | None = None,
+                   extra_cflags: Sequence[str] = (),
+                   sanitize: Sequence[str] = (),
+                   stack_bytes: int | None = None,
+                   progress=no_progress) -> BuildResult:
+    """Compile every `*.c` of `program_dir` (which defines `tt_main`), the kernel library files
+    `kernels` (names under kernels_c/; None = every kernels_c/*.c, [] = none) and the board
+    support into `out_dir/firmware.elf` (+ firmware.map, size.json, build.json).
+
+    `sanitize` (host only), e.g. ("address", "undefined"), adds -fsanitize=... for tests.
+    Raises UserError when the program does not fit the board, StageFailed when it does not build.
+    """
+    program_dir, out_dir = Path(program_dir), Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if sanitize and not board.host:
+        raise UserError(f"-fsanitize needs the host board, not {board.name}")
+    cc = HOST_CC if board.host else ARM_CC
+    if shutil.which(cc) is None:
+        raise UserError(f"the compiler for board {board.name} ({cc}) is not installed",
+                        hint="install gcc-arm-none-eabi and libnewlib-arm-none-eabi" if not board.host else None)
+
+    with tempfile.TemporaryDirectory(prefix="tt-cc-") as tmp:
+        work = Path(tmp)
+        sources = _stage_sources(work, board, program_dir, kernels)
+        cflags = _cflags(board, defines or {}, extra_cflags, sanitize)
+        objects = _compile_all(work, cc, cflags, sources, progress)
+        progress(f"linking for {board.name}", 0.95)
+        ldflags = _ldflags(board, extra_cflags, sanitize, stack_bytes)
+        elf, mapfile = work / "firmware.elf", work / "firmware.map"
+        proc = _link(work, cc, cflags, ldflags, objects, elf, mapfile, board)
+        if proc.returncode != 0:
+            overflows = {m.group(1): int(m.group(2)) for m in _OVERFLOW_RE.finditer(proc.stderr)}
+            if overflows and not board.host:
+                size = _measure_unlimited(work, cc, cflags, ldflags, objects, board)
+                raise _does_not_fit(board, size, overflows)
+            raise StageFailed(_link_failure(board, proc.stderr))
+        size = size_report(board, elf)
+        if not size["fits"]:  # the linker script is the first check; this one cannot disagree
+            raise _does_not_fit(board, size, {})
+        shutil.copyfile(elf, out_dir / "firmware.elf")
+        os.chmod(out_dir / "firmware.elf", 0o755)
+        shutil.copyfile(mapfile, out_dir / "firmware.map")
+        rel_sources = [str(s) for s in sources]
+        build = {"board": board.name, "compiler": cc, "cflags": cflags, "ldflags": ldflags,
+                 "sources": {s: _sha256(work / s) for s in rel_sources}}
+    (out_dir / "size.json").write_text(json.dumps(size, indent=1) + "\n")
+    (out_dir / "build.json").write_text(json.dumps(build, indent=1) + "\n")
+    return BuildResult(board, out_dir / "firmware.elf", out_dir / "firmware.map", size, rel_sources, cflags, ldflags)
+
+
+def _stage_sources(work: Path, board: Board, program_dir: Path, kernels: Sequence[str] | None) -> list[Path]:
+    """Copy program, kernel library and board support under `work/src/` and return the .c files
+    to compile, relative to `work` (in a fixed order: program, kernels, board)."""
+    src = work / "src"
+    ignore = shutil.ignore_patterns("__pycache__", "*.py", "*.pyc")
+    shutil.copytree(program_dir, src / "program", ignore=ignore)
+    shutil.copytree(KERNELS_DIR, src / "kernels_c", ignore=ignore)
+    program = sorted(p.relative_to(work) for p in (src / "program").glob("*.c"))
+    if not program:
+        raise StageFailed(f"no C sources (*.c) in {program_dir}")
+    if kernels is None:
+        lib = sorted(p.relative_to(work) for p in (src / "kernels_c").glob("*.c"))
+    else:
+        lib = []
+        for name in kernels:
+            p = src / "kernels_c" / name
+            if ".." in Path(name).parts or not p.is_file():
+                raise StageFailed(f"sources.json names kernel {name!r}, which is not in kernels_c/")
+            lib.append(p.relative_to(work))
+    support = [Path("src/kernels_c/boards") / p.name for p in board.support_sources]
+    return program + lib + support
+
+
+def _cflags(board: Board, defines: dict[str, str], extra: Sequence[str], sanitize: Sequence[str]) -> list[str]:
+    flags = [*BASE_CFLAGS, *board.cflags,
+             "-Isrc/program", "-Isrc/kernels_c", "-Isrc/kernels_c/boards",
+             f'-DTT_BOARD_NAME="{board.name}"']
+    if board.host:
+        flags.append("-DTT_HOST=1")
+    else:
+        flags.append(f"-DTT_INSNS_PER_TICK={board.instructions_per_tick}")
+    flags += [f"-D{k}={v}" for k, v in sorted(defines.items())]
+    if sanitize:
+        flags += [f"-fsanitize={','.join(sanitize)}", *SANITIZE_FLAGS]
+    return flags + list(extra)  # the user's flags last, so they can override ours
+
+
+def _ldflags(board: Board, extra: Sequence[str], sanitize: Sequence[str], stack_bytes: int | None) -> list[str]:
+    if board.host:
+        flags = ["-Wl,--gc-sections"]
+        if sanitize:
+            flags.append(f"-fsanitize={','.join(sanitize)}")
+        return flags + list(extra)
+    flags = [*ARM_LDFLAGS, "-Lsrc/kernels_c/boards", f"-Tsrc/kernels_c/boards/{board.linker_script}"]
+    if stack_bytes is not None:
+        flags.append(f"-Wl,--defsym=__stack_size={int(stack_bytes)}")
+    return flags + list(extra)
+
+
+def _compile_all(work: Path, cc: str, cflags: list[str], sources: list[Path], progress) -> list[Path]:
+    objects = [Path("obj") / s.relative_to("src").with_suffix(".o") for s in sources]
+    for o in objects:
+        (work / o).parent.mkdir(parents=True, exist_ok=True)
+
+    def one(pair: tuple[Path, Path]) -> tuple[Path, subprocess.CompletedProcess]:
+        s, o = pair
+        cmd = [cc, *cflags, "-c", str(s), "-o", str(o)]
+        return s, subprocess.run(cmd, cwd=work, capture_output=True, text=True, errors="replace")
+
+    failures = []
+    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+        for i, (s, proc) in enumerate(pool.map(one, zip(sources, objects))):
+            progress(f"compiled {s.name}", 0.9 * (i + 1) / len(sources))
+            if proc.returncode != 0:
+                failures.append(f"{s}:\n{proc.stderr.strip()}")
+    if failures:
+        text = "\n".join(failures)
+        lines = text.splitlines()
+        shown = "\n".join(lines[:60]) + (f"\n... ({len(lines) - 60} more lines)" if len(lines) > 60 else "")
+        raise StageFailed(f"C compilation failed ({len(failures)} file(s), {cc} {' '.join(BASE_CFLAGS)}):\n{shown}")
+    return objects
+
+
+def _link(work: Path, cc: str, cflags: list[str], ldflags: list[str], objects: list[Path], elf: Path,
+          mapfile: Path, board: Board) -> subprocess.CompletedProcess:
+    # The map file is named relative to `work` as well, so the map itself holds no scratch path.
+    cmd = [cc, *cflags, *[str(o) for o in objects], *ldflags, f"-Wl,-Map={mapfile.name}", "-o", elf.name, "-lm"]
+    return subprocess.run(cmd, cwd=work, capture_output=True, text=True, errors="replace")
+
+
+def _measure_unlimited(work: Path, cc: str, cflags: list[str], ldflags: list[str], objects: list[Path],
+                       board: Board) -> dict[str, Any]:
+    """Link once more with the regions as large as QEMU's RAMs (4 MB each), only to measure what
+    the program would need; the result is reported, never shipped."""
+    roomy = work / "measure.ld"
+    roomy.write_text(
+        "MEMORY {\n"
+        f"  FLASH (rx) : ORIGIN = {board.flash_origin:#x}, LENGTH = 4M\n"
+        f"  RAM (rwx) : ORIGIN = {board.sram_origin:#x}, LENGTH = 4M\n"
+        "}\n"
+        f"__stack_size = DEFINED(__stack_size) ? __stack_size : {board.stack_bytes};\n"
+        "INCLUDE cortexm_sections.ld\n")
+    flags = [f for f in ldflags if not f.startswith("-T")] + ["-Tmeasure.ld"]
+    proc = subprocess.run([cc, *cflags, *[str(o) for o in objects], *flags, "-o", "measure.elf", "-lm"],
+                          cwd=work, capture_output=True, text=True, errors="replace")
+    if proc.returncode != 0:
+        raise StageFailed(_link_failure(board, proc.stderr))
+    return size_report(board, work / "measure.elf")
+
+
+def _link_failure(board: Board, stderr: str) -> str:
+    undefined = sorted(set(_UNDEFINED_RE.findall(stderr)))
+    msg = f"linking for {board.name} failed:\n" + "\n".join(stderr.strip().splitlines()[:40])
+    stdio = {"_sbrk", "_write", "_read", "_open", "_close", "_lseek", "_fstat", "_isatty", "_exit", "_kill",
+             "_getpid", "_sbrk_r", "_write_r"}
+    if not board.host and stdio & set(undefined):
+        msg += ("\n(the program uses malloc, printf or another libc call that needs an operating system; "
+                "on boards use the tt_platform.h API and the static arena instead)")
+    return msg
+
+
+def _does_not_fit(board: Board, size: dict[str, Any], overflows: dict[str, int]) -> UserError:
+    lines = []
+    for region, key, label in (("FLASH", "flash", "flash"), ("RAM", "sram", "SRAM")):
+        r = size[key]
+        over = max(r["used"] - r["available"], overflows.get(region, 0))
+        if over <= 0:
+            continue
+        parts = " + ".join(f"{name} {_kb(r[name])}" for name in r["parts"] if r[name])
+        # Only what is worth shrinking: symbols of at least 1 KB.
+        top = ", ".join(f"{s['name']} {_kb(s['size'])}" for s in size["top_symbols"][key][:5] if s["size"] >= 1024)
+        lines.append(f"{label} over by {over / 1024:.1f} KB ({over} bytes): needs {r['used'] / 1024:.1f} KB "
+                     f"({parts}), the board has {r['available'] / 1024:.0f} KB"
+                     + (f"; largest: {top}" if top else ""))
+    if not lines:  # the linker said so but our measurement disagrees: report the linker's figures
+        lines = [f"{region} overflowed by {n / 1024:.1f} KB ({n} bytes)" for region, n in overflows.items()]
+    return UserError(f"the firmware does not fit {board.name}:\n  " + "\n  ".join(lines),
+                     hint="train fewer parameters (train.update), pick a board with more memory, "
+                          "or lower train.update.budget_kb")
+
+
+def _kb(n: int) -> str:
+    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KB"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# ---- size report --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ElfSection:
+    name: str
+    type: int
+    flags: int
+    addr: int
+    size: int
+    index: int
+
+
+@dataclass(frozen=True)
+class ElfSymbol:
+    name: str
+    value: int
+    size: int
+    type: int   # 1 object, 2 function
+    shndx: int
+
+
+SHT_SYMTAB, SHT_NOBITS = 2, 8
+SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
+
+
+def read_elf(path: Path) -> tuple[list[ElfSection], list[ElfSymbol]]:
+    """Section headers and symbols of a little-endian ELF32 or ELF64 file (all we need of ELF)."""
+    data = Path(path).read_bytes()
+    if data[:4] != b"\x7fELF" or data[5] != 1:
+        raise StageFailed(f"{path} is not a little-endian ELF file")
+    is64 = data[4] == 2
+    if is64:
+        shoff, = struct.unpack_from("<Q", data, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+        sh_fmt, sym_fmt, sym_size = "<IIQQQQIIQQ", "<IBBHQQ", 24
+    else:
+        shoff, = struct.unpack_from("<I", data, 0x20)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x2E)
+        sh_fmt, sym_fmt, sym_size = "<IIIIIIIIII", "<IIIBBH", 16
+    raw = [struct.unpack_from(sh_fmt, data, shoff + i * shentsize) for i in range(shnum)]
+    # (name, type, flags, addr, offset, size, link, info, addralign, entsize)
+    strtab_off = raw[shstrndx][4]
+
+    def cstr(off: int) -> str:
+        end = data.index(b"\0", off)
+        return data[off:end].decode("utf-8", "replace")
+
+    sections = [ElfSection(cstr(strtab_off + r[0]), r[1], r[2], r[3], r[5], i) for i, r in enumerate(raw)]
+    symbols: list[ElfSymbol] = []
+    for r in raw:
+        if r[1] != SHT_SYMTAB:
+            continue
+        str_off = raw[r[6]][4]
+        for k in range(r[5] // sym_size):
+            off = r[4] + k * sym_size
+            if is64:
+                name, info, _other, shndx, value, size = struct.unpack_from(sym_fmt, data, off)
+            else:
+                name, value, size, info, _other, shndx = struct.unpack_from(sym_fmt, data, off)
+            if size and (info & 0xF) in (1, 2):
+                symbols.append(ElfSymbol(cstr(str_off + name), value, size, info & 0xF, shndx))
+    return sections, symbols
+
+
+def size_report(board: Board, elf: Path) -> dict[str, Any]:
+    """Flash and SRAM use by section and by region, checked against the board.
+
+    flash = .isr_vector + .text (+ unwind tables, init arrays) + .rodata + the .data image;
+    SRAM = .stack + .data + .bss + .heap. Sections that are not loaded (debug info) do not count.
+    """
+    sections, symbols = read_elf(elf)
+    table: dict[str, dict[str, Any]] = {}
+    flash = {"vectors": 0, "text": 0, "rodata": 0, "data": 0}
+    sram = {"stack": 0, "data": 0, "bss": 0, "heap": 0}
+    region_of: dict[int, str] = {}
+    for s in sections:
+        if not s.flags & SHF_ALLOC or (s.size == 0 and s.name not in (".heap", ".stack")):
+            continue
+        in_ram = s.addr >= board.sram_origin if not board.host else bool(s.flags & SHF_WRITE)
+        if not in_ram:
+            key = ("vectors" if s.name == ".isr_vector" else
+                   "rodata" if s.name.startswith(".rodata") else "text")
+            flash[key] += s.size
+            region = "flash"
+        elif s.name == ".stack":
+            sram["stack"] += s.size
+            region = "sram"
+        elif s.name == ".heap":
+            sram["heap"] += s.size
+            region = "sram"
+        elif s.type == SHT_NOBITS:
+            sram["bss"] += s.size
+            region = "sram"
+        else:  # initialised data: lives in SRAM, its initial image in flash
+            sram["data"] += s.size
+            flash["data"] += s.size
+            region = "sram+flash"
+        region_of[s.index] = region
+        table[s.name] = {"addr": s.addr, "size": s.size, "region": region}
+
+    def top(region: str) -> list[dict[str, Any]]:
+        syms = [y for y in symbols if region in region_of.get(y.shndx, "")]
+        syms.sort(key=lambda y: (-y.size, y.name))
+        return [{"name": y.name, "size": y.size, "kind": "function" if y.type == 2 else "object"} for y in syms[:10]]
+
+    flash_used, sram_used = sum(flash.values()), sum(sram.values())
+    report: dict[str, Any] = {
+        "board": board.name,
+        "host": board.host,
+        "sections": table,
+        "flash": {**flash, "parts": list(flash), "used": flash_used,
+                  "available": board.flash_bytes or None,
+                  "free": board.flash_bytes - flash_used if board.flash_bytes else None},
+        "sram": {**sram, "parts": list(sram), "used": sram_used,
+                 "available": board.sram_bytes or None,
+                 "free": board.sram_bytes - sram_used if board.sram_bytes else None,
+                 "static": sram["data"] + sram["bss"]},
+        "top_symbols": {"flash": top("flash"), "sram": top("sram")},
+    }
+    report["fits"] = board.host or (flash_used <= board.flash_bytes and sram_used <= board.sram_bytes)
+    return report
+

@@ -1,0 +1,458 @@
+"""Stage `sparse-plan`: choose what to train on the device (DESIGN §3, §6; TTE's sparse update).
+
+Schemes (`train.update.scheme`)
+  full        every weight and bias
+  last_k      weights and biases of the last k trainable layers (op order)
+  bias_only   biases only: of all layers, or of the last k that have one
+  manual      per layer (`layers`: weight tensor name, its part before ';', output tensor, or op index "5"/"#5"):
+              bias on/off and weight ratio r in {0, 1/8, 1/4, 1/2, 1} (the first ceil(r·C_in) input channels)
+  auto        contribution analysis (contribution.py) + search (plan_search.py) for the largest predicted
+              accuracy gain whose estimated memory (plan_memory.py) fits the budget
+Budget: `train.update.budget_kb` (KB = 1024 bytes), else the board's SRAM minus the runtime's own needs
+(stages/boards.py). Fixed schemes are checked against it (a plan over budget is reported, not refused: the
+estimate is an upper bound and cross-compile does the real fit check); `auto` must fit it.
+
+The budget enters only the search: the contribution table (one cached unit per measurement) and the memory of
+each option do not depend on it, so re-planning with another budget re-runs the search alone (milliseconds) —
+with the `contribution` stage upstream the table even comes from the cache; without it, from the unit cache
+when the runner provides one.
+
+Artifacts
+  plan.json           TrainPlan JSON (layers by op index of the quantize graph, with their names) + scheme,
+                      budget, the memory estimate of the plan and, for auto, the predicted gain
+  memory.json         memory of every option: bias regions k = 1..K, every layer's weights at every ratio
+  plan.txt            readable plan, memory breakdown, and for auto the best candidate per k
+  contributions.json  auto: the contribution table (contribution.py)
+  search_trace.json   auto: candidates considered (best per k for dp, per generation for evolutionary), best so far
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from tinytrain.pipeline.contract import StageContext, StageResult
+from tinytrain.stages import contribution as contrib
+from tinytrain.stages.ir import Graph
+from tinytrain.stages.plan_memory import WEIGHT_RATIOS, MemoryModel, MemorySettings, channels, kb
+from tinytrain.stages.plan_search import Option, Problem, SearchResult, search
+from tinytrain.stages.train_plan import RATIOS, LayerPlan, PlanError, TrainPlan
+
+NO_LIMIT = 1 << 62      # capacity of the search when the board sets no limit (host)
+RATIO_TEXT = "0, 1/8, 1/4, 1/2, 1"
+
+
+# ---- config ------------------------------------------------------------------------------------------
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    if obj is None:
+        return default
+    if isinstance(obj, dict):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def update_spec(value: Any):
+    from tinytrain.pipeline.spec import UpdateSpec
+    if value is None:
+        return UpdateSpec()
+    return value if isinstance(value, UpdateSpec) else UpdateSpec.model_validate(value)
+
+
+def memory_settings(config: dict[str, Any]) -> MemorySettings:
+    kind = config.get("train.optimizer.kind") or _get(config.get("train.optimizer"), "kind", "sgd")
+    master = config.get("train.qas.master_copy")
+    if master is None:
+        master = _get(config.get("train.qas"), "master_copy", False)
+    return MemorySettings(optimizer=str(kind), batch_size=int(config.get("train.batch_size") or 1),
+                          master_copy=bool(master))
+
+
+def resolve_budget(budget_kb: float | None, board: str | None) -> tuple[int | None, str]:
+    """Budget in bytes and where it came from; (None, why) when there is no limit (host) or none is known."""
+    if budget_kb is not None:
+        return int(round(budget_kb * 1024)), f"train.update.budget_kb = {budget_kb:g}"
+    try:
+        from tinytrain.stages.boards import get_board
+    except ImportError:      # the registry is optional for this stage: an explicit budget_kb always works
+        return None, "no budget_kb and no board registry"
+    try:
+        b = get_board(board or "host")
+    except KeyError as e:
+        raise PlanError(str(e.args[0]) if e.args else str(e)) from None
+    if getattr(b, "host", False):
+        return None, f"board {b.name}: no memory limit"
+    sram, reserve = int(_get(b, "sram_bytes")), int(_get(b, "runtime_reserve_bytes", 0) or 0)
+    return sram - reserve, f"board {b.name}: {kb(sram)} SRAM - {kb(reserve)} runtime reserve"
+
+
+# ---- fixed schemes -------------------------------------------------------------------------------------
+
+def layer_table(mm: MemoryModel) -> str:
+    return ", ".join(f"#{lay.op_index} {lay.name} ({lay.type})" for lay in mm.layers)
+
+
+def find_layer(mm: MemoryModel, graph: Graph, key: str | int) -> int:
+    """Op index of the trainable layer named `key` (see the module docstring for the accepted names)."""
+    ops = [lay.op_index for lay in mm.layers]
+    text = str(key).strip()
+    if isinstance(key, int) or text.lstrip("#").isdigit():
+        i = int(text.lstrip("#"))
+        if i in ops:
+            return i
+        raise PlanError(f"manual plan names op #{i}, which is not a trainable layer",
+                        hint=f"trainable layers: {layer_table(mm)}")
+    for match in (lambda lay: lay.weight == text,
+                  lambda lay: graph.ops[lay.op_index].outputs[0] == text,
+                  lambda lay: lay.name == text,
+                  lambda lay: graph.ops[lay.op_index].outputs[0].split(";")[0] == text):
+        hits = [lay.op_index for lay in mm.layers if match(lay)]
+        if len(hits) == 1:
+            return hits[0]
+        if len(hits) > 1:
+            raise PlanError(f"manual plan names layer {text!r}, which matches ops {hits}",
+                            hint="name it by op index (\"#5\") or by its full weight tensor name")
+    raise PlanError(f"manual plan names layer {text!r}, which does not exist (or has no trainable weights)",
+                    hint=f"trainable layers (op index, weight name, type): {layer_table(mm)}")
+
+
+def check_ratio(ratio: Any, layer: str) -> float:
+    try:
+        r = float(ratio)
+    except (TypeError, ValueError):
+        raise PlanError(f"weight ratio {ratio!r} of layer {layer!r} is not a number; use one of {RATIO_TEXT}") \
+            from None
+    if not any(math.isclose(r, x) for x in RATIOS):
+        raise PlanError(f"weight ratio {ratio} of layer {layer!r} is not one of {RATIO_TEXT}",
+                        hint="the ratio is the share of input channels (the first ones) whose weights train")
+    return next(x for x in RATIOS if math.isclose(r, x))
+
+
+def manual_plan(mm: MemoryModel, graph: Graph, layers: dict[str, Any]) -> TrainPlan:
+    seen: dict[int, str] = {}
+    out = []
+    for key, lu in layers.items():
+        i = find_layer(mm, graph, key)
+        if i in seen:
+            raise PlanError(f"manual plan names op #{i} twice ({seen[i]!r} and {key!r})")
+        seen[i] = key
+        ratio = check_ratio(_get(lu, "weight_ratio", 0.0), key)
+        bias = bool(_get(lu, "bias", False))
+        if bias and mm.by_op[i].bias is None:
+            raise PlanError(f"manual plan trains the bias of {key!r} (op #{i}), which has no bias",
+                            hint="set bias: false for it")
+        if bias or ratio:
+            out.append(LayerPlan(i, bias=bias, weight_ratio=ratio))
+    if not out:
+        raise PlanError("the manual plan trains nothing (every listed layer has bias: false and weight_ratio 0)")
+    return TrainPlan(sorted(out, key=lambda lp: lp.layer))
+
+
+def fixed_plan(mm: MemoryModel, graph: Graph, upd) -> TrainPlan:
+    n = len(mm.layers)
+    if upd.scheme == "full":
+        return TrainPlan.full(graph)
+    if upd.scheme == "last_k":
+        if upd.k > n:
+            raise PlanError(f"last_k with k = {upd.k}, but the model has {n} trainable layers",
+                            hint=f"use k <= {n}; trainable layers: {layer_table(mm)}")
+        return TrainPlan.last_k(graph, upd.k)
+    if upd.scheme == "bias_only":
+        with_bias = sum(lay.bias is not None for lay in mm.layers)
+        if with_bias == 0:
+            raise PlanError("bias_only, but no trainable layer of the model has a bias",
+                            hint="use last_k or manual (weights)")
+        if upd.k is not None and upd.k > with_bias:
+            raise PlanError(f"bias_only with k = {upd.k}, but only {with_bias} layers have a bias",
+                            hint=f"use k <= {with_bias}")
+        return TrainPlan.bias_only(graph, upd.k)
+    if upd.scheme == "manual":
+        return manual_plan(mm, graph, upd.layers)
+    raise PlanError(f"unknown scheme {upd.scheme!r}")
+
+
+# ---- auto ----------------------------------------------------------------------------------------------
+
+def build_problem(mm: MemoryModel, table: dict[str, Any]) -> tuple[Problem, list[int]]:
+    """The search problem from the memory model and a contribution table. Returns it and the op index of each
+    position from the end (0 = the classifier)."""
+    positions = [lay.op_index for lay in reversed(mm.layers)]
+    bias_delta = {b["k"]: float(b["delta"]) for b in table["bias"]}
+    depth = len(bias_delta)
+    bias: list[Option | None] = []
+    for k in range(1, depth + 1):
+        opt = mm.bias_option(k)
+        bias.append(Option(int(opt["total"]), bias_delta[k]) if opt["biases"] else None)
+    wdelta = {(w["op"], float(w["ratio"])): float(w["delta"]) for w in table["weights"]}
+    weights = []
+    for j in range(depth):
+        op = positions[j]
+        weights.append({r: Option(int(mm.weight_cost(op, r)["total"]), wdelta[(op, r)])
+                        for r in WEIGHT_RATIOS if (op, r) in wdelta})
+    return Problem(bias, weights), positions
+
+
+def smallest_plan_check(mm: MemoryModel, budget: int, depth: int) -> None:
+    """Refuse a budget below the cheapest useful plan: the bias of the classifier (or of the last layers down to
+    the first with a bias). Needs no measurement, so it runs before any."""
+    costs = [(mm.bias_option(k)["total"], k) for k in range(1, depth + 1) if mm.bias_option(k)["biases"]]
+    if not costs:
+        raise PlanError("scheme auto starts from the classifier's bias, but none of the analysed layers has a bias",
+                        hint="raise train.update.analysis.max_layers, or use scheme manual / last_k")
+    cost, k = min(costs)
+    if budget < cost:
+        lay = mm.layers[-k]
+        need_kb = math.ceil(cost / 1024 * 10) / 10
+        raise PlanError(f"budget {kb(budget)} is too small for even the classifier's bias: the smallest plan "
+                        f"(bias of {lay.name}, op #{lay.op_index}) needs {kb(cost)} "
+                        f"(activations {kb(mm.bias_option(k)['activations'])}, saved "
+                        f"{kb(mm.bias_option(k)['saved_activations'])}, bias {kb(mm.bias_option(k)['bias_params'])})",
+                        hint=f"set train.update.budget_kb to at least {need_kb:g}, or pick a board with more SRAM")
+
+
+def choice_plan(mm: MemoryModel, positions: list[int], k: int, ratios: dict[int, float]) -> TrainPlan:
+    by_op = {positions[j]: r for j, r in ratios.items()}
+    out = []
+    for lay in mm.layers[len(mm.layers) - k:]:
+        r = by_op.get(lay.op_index, 0.0)
+        if lay.bias is not None or r:
+            out.append(LayerPlan(lay.op_index, bias=lay.bias is not None, weight_ratio=r))
+    return TrainPlan(out)
+
+
+def get_table(ctx: StageContext, graph: Graph, upd) -> dict[str, Any]:
+    """The contribution table: the contribution stage's artifact when it is upstream and current, else measured
+    here (units from the runner's unit cache when it provides one)."""
+    settings = contrib.AnalysisSettings.from_spec(upd.analysis)
+    gd = contrib.graph_digest(graph)
+    upstream = None
+    path = ctx.inputs.get("contribution/contributions.json")
+    if path is not None:
+        upstream = json.loads(Path(path).read_text())
+        if contrib.table_matches(upstream, gd, settings):
+            return {**upstream, "measured": 0, "reused": len(upstream.get("units", []))}
+    return contrib.compute_table(graph, ctx.config.get("data"), settings, cache=contrib.unit_cache_of(ctx),
+                                 known=upstream, progress=ctx.progress)
+
+
+def plan_auto(mm: MemoryModel, table: dict[str, Any], budget: int, method: str = "dp",
+              seed: int = 0) -> tuple[TrainPlan, dict[str, Any], SearchResult, list[int]]:
+    """Search the table under `budget` bytes -> (plan, predicted, search result, positions). Pure: no measuring."""
+    problem, positions = build_problem(mm, table)
+    smallest_plan_check(mm, budget, problem.k_max)
+    res = search(problem, budget, method, seed)
+    if res.best is None:   # cannot happen after the check (the smallest plan fits), kept as a clear message
+        raise PlanError(f"no plan fits the budget {kb(budget)}")
+    best = res.best
+    plan = choice_plan(mm, positions, best.k, best.ratios)
+    predicted = {"delta_accuracy": best.gain, "reference_accuracy": table["reference"]["accuracy"],
+                 "k": best.k, "weights": {str(positions[j]): r for j, r in sorted(best.ratios.items())},
+                 "search_cost": best.cost}
+    return plan, predicted, res, positions
+
+
+# ---- stage -------------------------------------------------------------------------------------------
+
+def run(ctx: StageContext) -> StageResult:
+    cfg = ctx.config
+    upd = update_spec(cfg.get("train.update"))
+    board = cfg.get("target.board") or "host"
+    graph = contrib.load_graph(ctx)
+    mm = MemoryModel(graph, memory_settings(cfg))
+    if not mm.layers:
+        raise PlanError("the model has no trainable layer (conv2d, depthwise_conv2d or fully_connected with "
+                        "constant weights)")
+    budget, budget_src = resolve_budget(upd.budget_kb, board)
+    out = Path(ctx.out_dir)
+    doc: dict[str, Any] = {"scheme": upd.scheme, "budget_bytes": budget, "budget_source": budget_src}
+    if upd.scheme == "auto":
+        # host has no memory limit: auto then picks the plan with the largest predicted gain.
+        capacity = budget if budget is not None else NO_LIMIT
+        # Before measuring anything: a budget below the smallest plan fails at once.
+        depth = len(mm.layers) if upd.analysis.max_layers is None else min(upd.analysis.max_layers, len(mm.layers))
+        smallest_plan_check(mm, capacity, depth)
+        ctx.progress("contribution analysis", 0.0)
+        table = get_table(ctx, graph, upd)
+        ctx.progress("search", 0.9)
+        plan, predicted, res, positions = plan_auto(mm, table, capacity, upd.search, upd.analysis.seed)
+        doc["predicted"] = predicted
+        contrib.write_table(out / "contributions.json", table)
+        _write_json(out / "search_trace.json", trace_doc(res, positions, mm, budget))
+    else:
+        plan = fixed_plan(mm, graph, upd)
+        table = None
+    plan.resolve(graph)   # the same checks autodiff will make
+    est = mm.estimate(plan)
+    doc.update(plan_json(plan, mm))
+    doc["memory"] = est
+    doc["fits"] = None if budget is None else bool(est["total"] <= budget)
+    doc["memory_settings"] = mm.s.to_json()
+    _write_json(out / "plan.json", doc)
+    _write_json(out / "memory.json", {**mm.table(), "plan": est, "budget_bytes": budget})
+    line = summary_line(doc, mm)
+    (out / "plan.txt").write_text(plan_text(doc, mm, table))
+    metrics = {"scheme": upd.scheme, "memory_bytes": est["total"], "budget_bytes": budget, "fits": doc["fits"],
+               "trained_layers": len(plan.layers),
+               "weight_layers": sum(1 for lp in plan.layers if lp.weight_ratio > 0),
+               "biases": sum(1 for lp in plan.layers if lp.bias)}
+    if upd.scheme == "auto":
+        metrics["predicted_delta_accuracy"] = doc["predicted"]["delta_accuracy"]
+        metrics["measured_units"] = table.get("measured", 0)
+    return StageResult(summary=line, metrics=metrics)
+
+
+def plan_json(plan: TrainPlan, mm: MemoryModel) -> dict[str, Any]:
+    """TrainPlan JSON (what autodiff reads), each layer with its name and channel count for people."""
+    doc = plan.to_json()
+    for d in doc["layers"]:
+        lay = mm.by_op[d["layer"]]
+        d["name"], d["type"] = lay.name, lay.type
+        d["channels"] = channels(lay.c_in, d["weight_ratio"])
+    return doc
+
+
+def _write_json(path: Path, doc: Any) -> None:
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def _kb_short(n: float) -> str:
+    return f"{n / 1024:.1f}".rstrip("0").rstrip(".") + " KB"
+
+
+def summary_line(doc: dict[str, Any], mm: MemoryModel) -> str:
+    layers = doc["layers"]
+    w = sum(1 for d in layers if d["weight_ratio"] > 0)
+    b = sum(1 for d in layers if d["bias"])
+    total = doc["memory"]["total"]
+    budget = doc["budget_bytes"]
+    mem = f"est. {kb(total)}" + (f" of {_kb_short(budget)} budget" if budget is not None else ", no budget")
+    scheme = doc["scheme"]
+    if scheme == "auto":
+        k = doc["predicted"]["k"]
+        return (f"auto: {w} layer{'s' * (w != 1)} + last {k} biases, {mem}, "
+                f"ΔAcc {100 * doc['predicted']['delta_accuracy']:+.1f} (predicted)")
+    what = {"full": f"all {len(mm.layers)} layers (weights + biases)",
+            "last_k": f"weights + biases of the last {len(layers)} layers",
+            "bias_only": f"{b} biases",
+            "manual": f"{w} layer{'s' * (w != 1)} weights + {b} biases"}[scheme]
+    over = " — OVER BUDGET" if doc["fits"] is False else ""
+    return f"{scheme}: {what}, {mem}{over}"
+
+
+# ---- readable forms --------------------------------------------------------------------------------------
+
+def plan_text(doc: dict[str, Any], mm: MemoryModel, table: dict[str, Any] | None = None) -> str:
+    lines = [summary_line(doc, mm), f"budget: {doc['budget_source']}",
+             "memory settings: " + ", ".join(f"{k}={v}" for k, v in doc["memory_settings"].items()), ""]
+    trained = {d["layer"]: d for d in doc["layers"]}
+    per = {r["op"]: r for r in doc["memory"].get("per_layer", [])}
+    width = max([len("layer")] + [len(lay.name) for lay in mm.layers])
+    lines.append(f"{'op':>4}  {'layer':<{width}}  {'type':<16} {'bias':<5} {'ratio':>6} {'ch':>9} {'memory':>10}")
+    for lay in mm.layers:
+        d = trained.get(lay.op_index)
+        if d is None:
+            lines.append(f"{lay.op_index:>4}  {lay.name:<{width}}  {lay.type:<16} {'-':<5} {'-':>6} {'':>9} {'frozen':>10}")
+            continue
+        row = per.get(lay.op_index, {})
+        ratio = _ratio_text(d["weight_ratio"])
+        mem = row.get("bias", 0) + row.get("weight", 0)
+        lines.append(f"{lay.op_index:>4}  {lay.name:<{width}}  {lay.type:<16} {'yes' if d['bias'] else 'no':<5} "
+                     f"{ratio:>6} {d['channels']:>4}/{lay.c_in:<4} {kb(mem):>10}")
+    m = doc["memory"]
+    lines += ["", f"memory estimate: {kb(m['total'])} = activations {kb(m['activations'])} "
+                  f"(max of forward peak {kb(m['forward_peak'])}, gradient peak {kb(m['gradient_peak'])}) "
+                  f"+ saved activations {kb(m['saved_activations'])} + biases {kb(m['bias_params'])} "
+                  f"+ weights {kb(m['weights'])}"]
+    if doc["budget_bytes"] is not None:
+        lines.append(f"budget: {kb(doc['budget_bytes'])} — {'fits' if doc['fits'] else 'OVER BUDGET'}")
+    if doc["scheme"] == "auto":
+        p = doc["predicted"]
+        lines.append(f"predicted: accuracy {p['reference_accuracy']:.1%} (no update) "
+                     f"{100 * p['delta_accuracy']:+.1f} points (held-out train samples; additive model: gains "
+                     f"measured one option at a time and summed, so overlapping gains are overstated)")
+    if table is not None:
+        lines += ["", contrib.table_text(table).rstrip()]
+    return "\n".join(lines) + "\n"
+
+
+def _ratio_text(r: float) -> str:
+    return {0.0: "0", 0.125: "1/8", 0.25: "1/4", 0.5: "1/2", 1.0: "1"}.get(float(r), f"{r:g}")
+
+
+def trace_doc(res: SearchResult, positions: list[int], mm: MemoryModel, budget: int) -> dict[str, Any]:
+    def named(c: dict[str, Any] | None) -> dict[str, Any] | None:
+        if c is None:
+            return None
+        ops = {str(positions[int(j)]): r for j, r in c["weights"].items()}
+        return {"k": c["k"], "cost": c["cost"], "gain": c["gain"], "weights_by_op": ops,
+                "weights_by_layer": {mm.by_op[int(o)].name: r for o, r in ops.items()}}
+    trace = []
+    for t in res.trace:
+        row = dict(t)
+        for key in ("candidate", "best_so_far"):
+            if key in row:
+                row[key] = named(row[key])
+        trace.append(row)
+    return {"method": res.method, "budget_bytes": budget, "evaluated": res.evaluated,
+            "best": named(res.best.to_json()) if res.best else None, "trace": trace}
+
+
+def trace_text(doc: dict[str, Any]) -> str:
+    budget = kb(doc["budget_bytes"]) if doc["budget_bytes"] is not None else "none (no limit)"
+    lines = [f"search: {doc['method']}, budget {budget}, {doc['evaluated']} candidates evaluated"]
+    for t in doc["trace"]:
+        if "k" in t:
+            if not t.get("fits"):
+                lines.append(f"  k={t['k']:<3} bias region alone {kb(t['bias_cost'])}: does not fit")
+                continue
+            c = t["candidate"]
+            ws = ", ".join(f"{n} @ {_ratio_text(r)}" for n, r in c["weights_by_layer"].items()) or "no weights"
+            lines.append(f"  k={t['k']:<3} {kb(c['cost']):>10}  Δ {100 * c['gain']:+6.1f}  {ws}")
+        else:
+            b = t.get("best_so_far")
+            lines.append(f"  gen {t['generation']:<3} feasible {t['feasible']:<3} best so far "
+                         + (f"{kb(b['cost'])} Δ {100 * b['gain']:+.1f} (k={b['k']})" if b else "-"))
+    b = doc.get("best")
+    if b:
+        ws = ", ".join(f"{n} @ {_ratio_text(r)}" for n, r in b["weights_by_layer"].items()) or "no weights"
+        lines.append(f"best: k={b['k']}, {ws}: {kb(b['cost'])}, Δ {100 * b['gain']:+.1f} (predicted)")
+    return "\n".join(lines) + "\n"
+
+
+def memory_text(doc: dict[str, Any]) -> str:
+    lines = ["memory of each option (" + ", ".join(f"{k}={v}" for k, v in doc["settings"].items()) + ")",
+             f"forward peak: {kb(doc['forward_peak'])}", "", "bias regions (biases of the last k layers):"]
+    for b in doc["bias_options"]:
+        lines.append(f"  k={b['k']:<3} down to {b['earliest']:<40} {kb(b['total']):>10}  (activations "
+                     f"{kb(b['activations'])}, saved {kb(b['saved_activations'])}, biases {kb(b['bias_params'])})")
+    lines += ["", "weights (saved input slice + copy + gradient + optimizer state):"]
+    rows: dict[int, dict[float, int]] = {}
+    names = {}
+    for w in doc["weight_options"]:
+        rows.setdefault(w["op"], {})[w["ratio"]] = w["total"]
+        names[w["op"]] = w["name"]
+    lines.append(f"  {'op':>4}  {'layer':<40} " + " ".join(f"{_ratio_text(r):>10}" for r in WEIGHT_RATIOS))
+    for op, r in rows.items():
+        lines.append(f"  {op:>4}  {names[op][:40]:<40} " + " ".join(f"{kb(r[x]):>10}" for x in WEIGHT_RATIOS))
+    return "\n".join(lines) + "\n"
+
+
+def inspect(path: Path) -> str | None:
+    """`tinytrain inspect sparse-plan`: the plan (and for auto the search trace) by default."""
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    name = "plan.json" if path.is_dir() else path.name
+    if name == "plan.json":
+        text = (folder / "plan.txt").read_text() if (folder / "plan.txt").exists() else None
+        if path.is_dir() and (folder / "search_trace.json").exists():
+            text = (text or "") + "\n" + trace_text(json.loads((folder / "search_trace.json").read_text()))
+        return text
+    if name == "search_trace.json":
+        return trace_text(json.loads(path.read_text()))
+    if name == "memory.json":
+        return memory_text(json.loads(path.read_text()))
+    if name == "contributions.json":
+        return contrib.table_text(json.loads(path.read_text()))
+    return None

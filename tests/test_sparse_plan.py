@@ -1,0 +1,511 @@
+"""sparse-plan: schemes, the analytic memory model, contribution analysis and its reuse, the knapsack search.
+
+Most tests inject a fake measurement (a deterministic function of the plan, counting its calls) so that they are
+fast and can assert exactly when measuring happens; `test_real_measurement_*` runs the float fine-tuning path.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinytrain.pipeline.contract import StageContext
+from tinytrain.pipeline.errors import UserError
+from tinytrain.pipeline.spec import UpdateSpec
+from tinytrain.pipeline.spec_data import DataSpec
+from tinytrain.pipeline.spec_quantize import QuantizeSpec
+from tinytrain.stages import contribution as C
+from tinytrain.stages import plan_search as S
+from tinytrain.stages import sparse_plan as SP
+from tinytrain.stages.ir import Graph
+from tinytrain.stages.plan_memory import MemoryModel, MemorySettings
+from tinytrain.stages.tflite_reader import read_model
+from tinytrain.stages.train_plan import PlanError, TrainPlan
+
+FIX = Path(__file__).parent / "fixtures"
+INT8_MODELS = ["digits_cnn_int8", "convnet_int8", "residual_int8", "dwsep_int8", "mbv2_block_int8",
+               "convnet_int8_floatio"]
+# digits 5..9 relabelled 0..4: a transfer task for the digits CNN (trained on 0..4)
+DIGITS = DataSpec(source="digits", classes=[5, 6, 7, 8, 9], test_fraction=0.25)
+FAST = {"samples": 48, "eval_samples": 48}
+
+
+@dataclass(frozen=True)
+class UnitCacheCtx(StageContext):
+    """A StageContext as a runner that offers a per-unit cache folder would pass it."""
+
+    unit_cache_dir: Path | None = None
+
+
+def graph_of(name: str) -> Graph:
+    return read_model(FIX / f"{name}.tflite")
+
+
+def quantized_mlp() -> Graph:
+    from tinytrain.stages.quantize import quantize_model
+    g = graph_of("mlp_float")
+    x = np.random.default_rng(0).standard_normal((32, 16)).astype(np.float32)
+    q, _ = quantize_model(g, x, QuantizeSpec(num_samples=32))
+    return q
+
+
+def make_ctx(tmp: Path, graph: Graph, update: dict, *, data=DIGITS, extra_inputs=None, unit_cache=None,
+             **config) -> StageContext:
+    qdir = tmp / "quantize"
+    if not qdir.exists():
+        qdir.mkdir(parents=True)
+        graph.save(qdir)
+    out = tmp / f"out{len(list(tmp.glob('out*')))}"
+    out.mkdir()
+    inputs = {"quantize/graph.json": qdir / "graph.json", "quantize/tensors.npz": qdir / "tensors.npz",
+              **(extra_inputs or {})}
+    cfg = {"train.update": UpdateSpec.model_validate(update), "target.board": "host", "data": data, **config}
+    if unit_cache is not None:
+        return UnitCacheCtx(config=cfg, inputs=inputs, out_dir=out, unit_cache_dir=unit_cache)
+    return StageContext(config=cfg, inputs=inputs, out_dir=out)
+
+
+class FakeMeasure:
+    """Accuracy as a fixed function of the plan: each bias adds a little, each weight slice more (with
+    diminishing returns in the ratio), per-layer weights from a stable hash of the layer name."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def factory(self, graph, ds, settings):
+        def measure(plan):
+            self.calls += 1
+            acc = 0.2
+            for lp in (plan.layers if plan else []):
+                w = (zlib.crc32(str(lp.layer).encode()) % 7 + 1) / 7
+                acc += 0.01 * lp.bias + 0.1 * w * math.sqrt(lp.weight_ratio)
+            return {"accuracy": acc}
+        return measure
+
+
+@pytest.fixture
+def fake(monkeypatch) -> FakeMeasure:
+    f = FakeMeasure()
+    monkeypatch.setattr(C, "make_measure", f.factory)
+    return f
+
+
+def read(ctx: StageContext, name: str):
+    return json.loads((ctx.out_dir / name).read_text())
+
+
+# ---- fixed schemes -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", INT8_MODELS + ["mlp_quantized"])
+def test_fixed_schemes_on_fixture_models(name, tmp_path):
+    g = quantized_mlp() if name == "mlp_quantized" else graph_of(name)
+    ops = TrainPlan.trainable_ops(g)
+    w0 = g.ops[ops[-1]].inputs[1]
+    mem = {}
+    for scheme, upd in {"full": {"scheme": "full"}, "last_k": {"scheme": "last_k", "k": 1},
+                        "bias_only": {"scheme": "bias_only"},
+                        "manual": {"scheme": "manual", "layers": {w0: {"bias": True, "weight_ratio": "1/2"}}}}.items():
+        ctx = make_ctx(tmp_path, g, upd)
+        res = SP.run(ctx)
+        assert res.summary.startswith(scheme + ":")
+        doc = read(ctx, "plan.json")
+        plan = TrainPlan.from_json(doc)               # what autodiff reads
+        resolved = plan.resolve(g)
+        mem[scheme] = doc["memory"]["total"]
+        if scheme == "full":
+            assert [r.op_index for r in resolved] == ops and all(r.weight_ratio == 1.0 for r in resolved)
+        elif scheme == "last_k":
+            assert [r.op_index for r in resolved] == ops[-1:] and resolved[0].weight_ratio == 1.0
+        elif scheme == "bias_only":
+            assert all(r.weight_ratio == 0 and r.train_bias for r in resolved)
+        else:
+            assert len(resolved) == 1 and resolved[0].weight_ratio == 0.5 and resolved[0].train_bias
+        for f in ("plan.txt", "memory.json"):
+            assert (ctx.out_dir / f).exists()
+        assert not (ctx.out_dir / "contributions.json").exists()
+    assert mem["full"] >= mem["last_k"] >= mem["manual"] > 0
+    assert mem["full"] > mem["bias_only"]
+
+
+def test_plan_trains_on_the_float_path():
+    """The stage's plan is accepted by autodiff and trains (float path on the dequantized graph)."""
+    from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
+    from tinytrain.stages.train_executor import train
+    g = graph_of("digits_cnn_int8")
+    mm = MemoryModel(g)
+    plan = SP.manual_plan(mm, g, {"#1": {"bias": True, "weight_ratio": 0.25},
+                                  "digits_cnn_1/dense_1/MatMul": {"bias": True, "weight_ratio": 1}})
+    tg = build_training_graph(C.dequantize_graph(g), plan, "cross_entropy", OptimizerSpec(), 1)
+    x = np.random.default_rng(0).random((4, 8, 8, 1)).astype(np.float32)
+    losses, _ = train(tg, x, np.arange(4), steps=4)
+    assert len(losses) == 4 and all(np.isfinite(losses))
+
+
+def test_manual_layer_names(tmp_path):
+    g = graph_of("digits_cnn_int8")
+    mm = MemoryModel(g)
+    full_w = g.ops[1].inputs[1]
+    for key in ("1", "#1", full_w, "digits_cnn_1/conv2d_1_2/convolution", g.ops[1].outputs[0]):
+        assert SP.find_layer(mm, g, key) == 1
+
+
+# ---- bad inputs ----------------------------------------------------------------------------------------
+
+def test_manual_unknown_layer_lists_layers(tmp_path):
+    g = graph_of("digits_cnn_int8")
+    ctx = make_ctx(tmp_path, g, {"scheme": "manual", "layers": {"conv9": {"bias": True}}})
+    with pytest.raises(PlanError) as e:
+        SP.run(ctx)
+    text = str(e.value)
+    assert "'conv9'" in text and "does not exist" in text
+    assert "digits_cnn_1/conv2d_1/convolution" in text and "digits_cnn_1/dense_1/MatMul" in text
+    with pytest.raises(PlanError, match="op #2, which is not a trainable layer"):   # the reshape
+        SP.run(make_ctx(tmp_path, g, {"scheme": "manual", "layers": {"#2": {"bias": True}}}))
+
+
+def test_ratio_outside_the_set(tmp_path):
+    from pydantic import ValidationError
+    with pytest.raises(ValidationError, match="not one of 0, 1/8, 1/4, 1/2, 1"):
+        UpdateSpec.model_validate({"scheme": "manual", "layers": {"x": {"weight_ratio": 0.3}}})
+    # A plan that bypassed the spec (e.g. built in code) meets the same rule in the stage.
+    g = graph_of("digits_cnn_int8")
+    with pytest.raises(PlanError, match=r"weight ratio 0.3 of layer '#1' is not one of 0, 1/8, 1/4, 1/2, 1"):
+        SP.manual_plan(MemoryModel(g), g, {"#1": {"bias": True, "weight_ratio": 0.3}})
+
+
+def test_budget_too_small_says_what_fits(tmp_path, fake):
+    g = graph_of("digits_cnn_int8")
+    need = MemoryModel(g).bias_option(1)["total"]
+    ctx = make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 0.25})
+    with pytest.raises(PlanError) as e:
+        SP.run(ctx)
+    text = str(e.value)
+    assert "too small for even the classifier's bias" in text and "digits_cnn_1/dense_1/MatMul" in text
+    smallest = math.ceil(need / 1024 * 10) / 10
+    assert f"budget_kb to at least {smallest:g}" in text
+    assert fake.calls == 0                      # refused before measuring anything
+    assert isinstance(e.value, UserError)       # exit code 2
+    SP.run(make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": smallest}))     # and that budget fits
+
+
+def test_last_k_larger_than_the_model(tmp_path):
+    g = graph_of("digits_cnn_int8")
+    with pytest.raises(PlanError, match="3 trainable layers"):
+        SP.run(make_ctx(tmp_path, g, {"scheme": "last_k", "k": 5}))
+
+
+# ---- auto ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["digits_cnn_int8", "mbv2_block_int8", "dwsep_int8", "residual_int8"])
+def test_auto_fits_the_budget_and_bigger_budgets_never_predict_less(name, tmp_path, fake):
+    g = graph_of(name)
+    mm = MemoryModel(g)
+    lo = mm.bias_option(1)["total"]
+    hi = MemoryModel(g).estimate(TrainPlan.full(g))["total"] * 1.2
+    table = C.analyse(g, fake.factory(g, None, None), C.AnalysisSettings(), graph_dig="g", data_dig="d")
+    last = -math.inf
+    for budget in np.linspace(lo, hi, 12).astype(int):
+        plan, predicted, res, _ = SP.plan_auto(mm, table, int(budget))
+        est = mm.estimate(plan)["total"]
+        assert est <= predicted["search_cost"] <= budget
+        assert predicted["delta_accuracy"] >= last - 1e-12
+        last = predicted["delta_accuracy"]
+
+
+def test_auto_stage_artifacts_and_inspect(tmp_path, fake):
+    g = graph_of("digits_cnn_int8")
+    ctx = make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 16})
+    res = SP.run(ctx)
+    assert res.summary.startswith("auto: ") and "of 16 KB budget" in res.summary and "(predicted)" in res.summary
+    plan = read(ctx, "plan.json")
+    assert plan["memory"]["total"] <= 16 * 1024 == plan["budget_bytes"] and plan["fits"]
+    table = read(ctx, "contributions.json")
+    assert len(table["bias"]) == 3 and len(table["weights"]) == 12 and table["measured"] == fake.calls == 16
+    trace = read(ctx, "search_trace.json")
+    assert trace["method"] == "dp" and [t["k"] for t in trace["trace"]] == [1, 2, 3]
+    mem = read(ctx, "memory.json")
+    assert len(mem["bias_options"]) == 3 and len(mem["weight_options"]) == 12
+    text = SP.inspect(ctx.out_dir)
+    assert "best: k=" in text and "memory estimate" in text
+    assert "k=1" in SP.inspect(ctx.out_dir / "search_trace.json")
+    assert "forward peak" in SP.inspect(ctx.out_dir / "memory.json")
+    assert "reference (no update)" in SP.inspect(ctx.out_dir / "contributions.json")
+
+
+def test_evolutionary_search_fits(tmp_path, fake):
+    g = graph_of("mbv2_block_int8")
+    ctx = make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 40, "search": "evolutionary"})
+    SP.run(ctx)
+    assert read(ctx, "plan.json")["memory"]["total"] <= 40 * 1024
+    assert read(ctx, "search_trace.json")["method"] == "evolutionary"
+
+
+# ---- reuse: the budget enters only the search --------------------------------------------------------------
+
+def test_contribution_stage_table_is_reused_when_only_the_budget_changes(tmp_path, fake):
+    g = graph_of("digits_cnn_int8")
+    cctx = make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 8},
+                    **{"train.update.scheme": "auto", "train.update.analysis": UpdateSpec().analysis})
+    C.run(cctx)
+    assert fake.calls == 16
+    up = {"contribution/contributions.json": cctx.out_dir / "contributions.json"}
+    plans = []
+    for budget in (8, 12, 30):
+        ctx = make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": budget}, extra_inputs=up)
+        res = SP.run(ctx)
+        plans.append(read(ctx, "plan.json"))
+        assert res.metrics["measured_units"] == 0
+    assert fake.calls == 16                     # nothing measured again
+    assert [p["budget_bytes"] for p in plans] == [8192, 12288, 30720]
+    gains = [p["predicted"]["delta_accuracy"] for p in plans]
+    assert gains == sorted(gains)
+
+
+def test_unit_cache_is_reused_when_only_the_budget_changes(tmp_path, fake):
+    g = graph_of("digits_cnn_int8")
+    units = tmp_path / "units"
+    SP.run(make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 10}, unit_cache=units))
+    assert fake.calls == 16
+    ctx = make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 25}, unit_cache=units)
+    SP.run(ctx)
+    assert fake.calls == 16 and read(ctx, "contributions.json")["reused"] == 16
+    # Analysing one layer more... fewer: max_layers 2 needs only units already measured.
+    ctx = make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 25, "analysis": {"max_layers": 2}}, unit_cache=units)
+    SP.run(ctx)
+    assert fake.calls == 16
+    # Other fine-tuning settings are other units.
+    SP.run(make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 25, "analysis": {"learning_rate": 0.05}},
+                    unit_cache=units))
+    assert fake.calls == 32
+
+
+def test_stale_upstream_table_is_not_trusted(tmp_path, fake):
+    g = graph_of("digits_cnn_int8")
+    cctx = make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 8},
+                    **{"train.update.scheme": "auto", "train.update.analysis": UpdateSpec().analysis})
+    C.run(cctx)
+    up = {"contribution/contributions.json": cctx.out_dir / "contributions.json"}
+    SP.run(make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 8, "analysis": {"seed": 3}}, extra_inputs=up))
+    assert fake.calls == 32
+
+
+def test_max_layers_limits_the_units(fake):
+    g = graph_of("mbv2_block_int8")
+    table = C.analyse(g, fake.factory(g, None, None), C.AnalysisSettings(max_layers=2), graph_dig="g", data_dig="d")
+    assert fake.calls == 1 + 2 + 4 * 2 and len(table["bias"]) == 2
+
+
+# ---- the knapsack --------------------------------------------------------------------------------------------
+
+def random_problem(rng, k_max: int) -> S.Problem:
+    bias = [None if rng.random() < 0.15 else S.Option(int(rng.integers(10, 200)), float(rng.normal(0.05, 0.05)))
+            for _ in range(k_max)]
+    if all(b is None for b in bias):
+        bias[0] = S.Option(50, 0.0)
+    weights = []
+    for _ in range(k_max):
+        opts = {}
+        for r in S.RATIOS:
+            if rng.random() < 0.9:
+                opts[r] = S.Option(int(rng.integers(1, 300) * r * 8), float(rng.normal(0.03, 0.04)))
+        weights.append(opts)
+    return S.Problem(bias, weights)
+
+
+def test_knapsack_dp_is_optimal_vs_brute_force():
+    rng = np.random.default_rng(7)
+    for trial in range(150):
+        p = random_problem(rng, int(rng.integers(1, 5)))
+        cap = int(rng.integers(0, 1500))
+        dp, bf = S.knapsack_dp(p, cap), S.brute_force(p, cap)
+        if bf.best is None:
+            assert dp.best is None, trial
+            continue
+        assert dp.best is not None, trial
+        assert math.isclose(dp.best.gain, bf.best.gain, abs_tol=1e-9), trial
+        assert dp.best.cost <= cap and math.isclose(p.gain(dp.best.k, dp.best.ratios), dp.best.gain, abs_tol=1e-9)
+        assert p.cost(dp.best.k, dp.best.ratios) == dp.best.cost
+        assert all(j < dp.best.k for j in dp.best.ratios)
+        ev = S.evolutionary(p, cap, seed=trial, generations=10)
+        assert ev.best is not None and ev.best.cost <= cap and ev.best.gain <= bf.best.gain + 1e-9
+
+
+def test_knapsack_dp_handles_huge_budgets_fast():
+    rng = np.random.default_rng(1)
+    p = random_problem(rng, 40)
+    res = S.knapsack_dp(p, 10**12)                 # a "host" budget: no capacity-sized table
+    # Everything fits: the best is, over k, the bias gain plus each allowed layer's best weight gain.
+    best = max(b.gain + sum(max([0.0] + [o.gain for o in w.values()]) for w in p.weights[:k])
+               for k, b in enumerate(p.bias, 1) if b is not None)
+    assert res.best is not None and math.isclose(res.best.gain, best, abs_tol=1e-9)
+
+
+# ---- the memory model ------------------------------------------------------------------------------------
+
+def test_memory_model_matches_hand_count():
+    g = graph_of("digits_cnn_int8")
+    fc = 3                                              # fully_connected [10, 256], int8 input [1, 256]
+    w = MemoryModel(g).weight_cost(fc, 1.0)
+    assert w["weight_copy"] == 2560 and w["gradient"] == 4 * 2560 and w["saved_input"] == 256
+    assert w["optimizer_state"] == 0 and w["total"] == 2560 + 4 * 2560 + 256
+    half = MemoryModel(g).weight_cost(1, 0.5)           # conv [16, 3, 3, 8] on [1, 6, 6, 8]: 4 channels
+    assert half["channels"] == 4 and half["weight_copy"] == 16 * 9 * 4 and half["saved_input"] == 36 * 4
+    adam = MemoryModel(g, MemorySettings("adam", batch_size=4, master_copy=True)).weight_cost(fc, 1.0)
+    assert adam["optimizer_state"] == 8 * 2560 and adam["accumulator"] == adam["master_copy"] == 4 * 2560
+    b = MemoryModel(g).bias_option(1)
+    assert b["bias_params"] == 10 * (4 + 4)             # int32 copy + fp32 gradient
+    assert b["gradient_peak"] == 10 * 4                 # dlogits only: nothing flows below the classifier
+    b3 = MemoryModel(g).bias_option(3)
+    # backward through conv2 needs dy [1,4,4,16] and dx [1,6,6,8] in fp32 at once
+    assert b3["gradient_peak"] == 4 * (256 + 288)
+    assert b3["saved_activations"] == 256 + 288         # the two ReLU outputs (masks), int8
+
+
+@pytest.mark.parametrize("name", INT8_MODELS)
+def test_memory_grows_with_options(name):
+    g = graph_of(name)
+    mm = MemoryModel(g)
+    totals = [mm.bias_option(k)["total"] for k in range(1, len(mm.layers) + 1)]
+    assert totals == sorted(totals)
+    for lay in mm.layers:
+        costs = [mm.weight_cost(lay.op_index, r)["total"] for r in (0.125, 0.25, 0.5, 1.0)]
+        assert costs == sorted(costs) and costs[0] > 0
+
+
+# ---- the real measurement ----------------------------------------------------------------------------------
+
+def test_dequantized_graph_agrees_with_int8():
+    from tinytrain.stages.executor import run_graph
+    from tinytrain.stages.data import load_dataset
+    g = graph_of("digits_cnn_int8")
+    fg = C.dequantize_graph(g)
+    assert all(t.dtype in ("float32", "int32") for t in fg.tensors.values())
+    x = load_dataset(DIGITS).x_train[:32]
+    t = g.tensors[g.inputs[0]]
+    xq = np.clip(np.round(x / t.quant.scale[0]) + t.quant.zero_point[0], -128, 127).astype(np.int8)
+    yq = run_graph(g, {g.inputs[0]: xq})[g.outputs[0]]
+    yf = run_graph(fg, {fg.inputs[0]: x})[fg.outputs[0]]
+    assert np.mean(np.argmax(yq, 1) == np.argmax(yf, 1)) >= 0.9
+    floatio = C.dequantize_graph(graph_of("convnet_int8_floatio"))
+    assert not any(op.type in ("quantize", "dequantize") for op in floatio.ops)
+
+
+def test_holdout_split_uses_only_train_data_and_is_disjoint():
+    from tinytrain.stages.data import load_dataset
+    ds = load_dataset(DIGITS)
+    xt, yt, xe, ye = C.holdout_split(ds, C.AnalysisSettings(samples=100, eval_samples=50, seed=1))
+    assert len(xt) == 100 and len(xe) == 50
+    rows = {r.tobytes(): i for i, r in enumerate(ds.x_train)}
+    test_rows = {r.tobytes() for r in ds.x_test}
+    ti = {rows[r.tobytes()] for r in xt}
+    ei = {rows[r.tobytes()] for r in xe}
+    assert not ti & ei and len(ti) == 100 and len(ei) == 50
+    assert not any(r.tobytes() in test_rows for r in np.concatenate([xt, xe]))
+
+
+def test_real_measurement_is_deterministic_and_plans(tmp_path):
+    g = graph_of("digits_cnn_int8")
+    ctx = make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 12, "analysis": FAST})
+    res = SP.run(ctx)
+    t1 = read(ctx, "contributions.json")
+    assert t1["measured"] == 16 and 0 <= t1["reference"]["accuracy"] <= 1
+    ctx2 = make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 12, "analysis": FAST})
+    SP.run(ctx2)
+    t2 = read(ctx2, "contributions.json")
+    assert [u["accuracy"] for u in t1["units"]] == [u["accuracy"] for u in t2["units"]]
+    assert read(ctx, "plan.json")["memory"]["total"] <= 12 * 1024 and "ΔAcc" in res.summary
+
+
+def test_auto_needs_data_and_a_classifier(tmp_path):
+    g = graph_of("digits_cnn_int8")
+    with pytest.raises(UserError, match="no `data` section"):
+        SP.run(make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 64}, data=None))
+    m = graph_of("mbv2_block_int8")                      # output [1, 16, 16, 8]: not a class vector
+    with pytest.raises(UserError, match="not a class vector"):
+        SP.run(make_ctx(tmp_path / "m", m, {"scheme": "auto", "budget_kb": 256}))
+
+
+def test_real_analysis_prefers_useful_updates(tmp_path):
+    """On the digits transfer task a full-size analysis must rate retraining the head's weights above its bias."""
+    g = graph_of("digits_cnn_int8")
+    ctx = make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 64})
+    SP.run(ctx)
+    table = read(ctx, "contributions.json")
+    fc = {w["ratio"]: w["delta"] for w in table["weights"] if w["op"] == 3}
+    assert fc[1.0] > 0.1
+    assert read(ctx, "plan.json")["predicted"]["weights"].get("3") == 1.0
+
+
+def test_runner_restores_the_contribution_stage_when_only_the_budget_changes(tmp_path, fake):
+    """With the proposed stage rows (contribution before sparse-plan), the real runner re-runs only the search."""
+    import shutil
+
+    import yaml
+
+    from tinytrain.pipeline.console import BuildLog
+    from tinytrain.pipeline.runner import build
+    from tinytrain.pipeline.spec import load_spec
+    from tinytrain.pipeline.stage_graph import StageDef, stage
+    from tinytrain.pipeline.workspace import open_cache
+
+    shutil.copy(FIX / "digits_cnn_int8.tflite", tmp_path / "net.tflite")
+    table = (stage("load"), stage("quantize"),
+             StageDef("contribution", ("train.update.scheme", "train.update.analysis", "data"), ("quantize",),
+                      "tinytrain.stages.contribution"),
+             StageDef("sparse-plan", ("train.update", "train.optimizer.kind", "train.batch_size",
+                                      "train.qas.master_copy", "target.board", "data"), ("quantize", "contribution"),
+                      "tinytrain.stages.sparse_plan"))
+
+    def build_with(budget_kb):
+        doc = {"model": {"path": "net.tflite"}, "data": {"source": "digits", "classes": [5, 6, 7, 8, 9]},
+               "train": {"update": {"scheme": "auto", "budget_kb": budget_kb}}, "build": {"out_dir": "out"}}
+        (tmp_path / "tt.yaml").write_text(yaml.safe_dump(doc))
+        spec = load_spec(tmp_path / "tt.yaml")
+        r = build(spec, open_cache(spec), BuildLog(quiet=True), stages=table)
+        assert r.error is None, r.error
+        return {o.stage: o.state for o in r.outcomes}
+
+    assert build_with(10)["sparse-plan"] == "ran" and fake.calls == 16
+    states = build_with(20)
+    assert states["contribution"] == "cached" and states["sparse-plan"] == "ran" and fake.calls == 16
+    plan = json.loads((tmp_path / "out" / "tt" / "sparse-plan" / "plan.json").read_text())
+    assert plan["budget_bytes"] == 20 * 1024 and plan["memory"]["total"] <= 20 * 1024
+
+
+def test_default_budget_is_the_boards_sram_minus_the_runtime_reserve(tmp_path, fake):
+    from tinytrain.stages.boards import get_board
+    g = graph_of("digits_cnn_int8")
+    b = get_board("m4-128k")
+    ctx = make_ctx(tmp_path, g, {"scheme": "auto"}, **{"target.board": "m4-128k"})
+    SP.run(ctx)
+    plan = read(ctx, "plan.json")
+    assert plan["budget_bytes"] == b.sram_bytes - b.runtime_reserve_bytes and plan["fits"]
+    # host sets no limit: auto takes the plan with the largest predicted gain
+    host = make_ctx(tmp_path, g, {"scheme": "auto"})
+    res = SP.run(host)
+    doc = read(host, "plan.json")
+    assert doc["budget_bytes"] is None and "no budget" in res.summary
+    table = read(host, "contributions.json")
+    problem, _ = SP.build_problem(MemoryModel(g), table)
+    assert math.isclose(doc["predicted"]["delta_accuracy"], S.brute_force(problem, 1 << 62).best.gain)
+
+
+@pytest.mark.parametrize("name", ["digits_cnn_int8", "convnet_int8", "residual_int8", "dwsep_int8", "mlp_int8"])
+def test_analytic_estimate_bounds_the_planned_peak(name):
+    """The search's fast model is an upper bound of what reorder's exact planner finds for the same plan."""
+    memplan = pytest.importorskip("tinytrain.stages.memplan")
+    reorder = pytest.importorskip("tinytrain.stages.reorder")
+    from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
+    g = graph_of(name)
+    mm = MemoryModel(g)
+    for plan in (TrainPlan.full(g), TrainPlan.last_k(g, 1), TrainPlan.bias_only(g)):
+        tg = build_training_graph(memplan.int8_twin(g), plan, "cross_entropy", OptimizerSpec(), 1)
+        _, best, plain, _ = reorder.plan_schedules(tg)
+        est = mm.estimate(plan)["total"]
+        assert best.arena <= est <= 2 * plain.arena, (plan.to_json(), est, plain.arena, best.arena)
