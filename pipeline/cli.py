@@ -194,9 +194,14 @@ def _cmd_cache_gc(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    from tinytrain.pipeline.spec import json_schema_text
+    from tinytrain.pipeline.spec import json_schema, json_schema_text
 
-    sys.stdout.write(json_schema_text())
+    if args.markdown:
+        from tinytrain.pipeline.spec_docs import reference_markdown
+
+        sys.stdout.write(reference_markdown(json_schema()))
+    else:
+        sys.stdout.write(json_schema_text())
     return EXIT_OK
 
 
@@ -334,6 +339,7 @@ def _parser() -> argparse.ArgumentParser:
     ca.set_defaults(func=lambda a: (ca.print_help(sys.stderr), EXIT_USER_ERROR)[1])
 
     sc = sub.add_parser("schema", help="print the JSON Schema of the spec (for editors)")
+    sc.add_argument("--markdown", action="store_true", help="print the YAML reference table of the README instead")
     sc.set_defaults(func=_cmd_schema)
     return p
 
