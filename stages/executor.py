@@ -30,6 +30,7 @@ import numpy as np
 from tinytrain.pipeline.errors import ModelError, UnsupportedOpError
 from tinytrain.stages import int8_arith as ia
 from tinytrain.stages.ir import Graph, Op, Tensor
+from tinytrain.stages.geometry import out_size_and_pad
 
 __all__ = ["run_graph", "run_op", "supported_ops", "ExecutionError", "FC_REQUANT_MODES"]
 
@@ -207,24 +208,10 @@ def _round_half_away_f32(q: np.ndarray) -> np.ndarray:
 
 # ---- spatial helpers ----------------------------------------------------------------------------
 
-def _out_size_and_pad(padding: str, in_size: int, filt: int, stride: int, dilation: int) -> tuple[int, int]:
-    """ComputeOutSize + ComputePaddingWithOffset (kernels/padding.h): the before-padding is total // 2; the
-    extra odd pixel goes after, which the kernels get for free by skipping out-of-range taps."""
-    eff = (filt - 1) * dilation + 1
-    if padding == "same":
-        out = (in_size + stride - 1) // stride
-    elif padding == "valid":
-        out = (in_size + stride - eff) // stride
-    else:
-        raise ValueError(f"unknown padding {padding!r}")
-    total = max((out - 1) * stride + eff - in_size, 0)
-    return out, total // 2
-
-
 def _spatial(ctx: _Ctx, x: np.ndarray, kh: int, kw: int, sh: int, sw: int, dh: int = 1, dw: int = 1):
     h, w = x.shape[1], x.shape[2]
-    oh, pt = _out_size_and_pad(ctx.attrs["padding"], h, kh, sh, dh)
-    ow, pl = _out_size_and_pad(ctx.attrs["padding"], w, kw, sw, dw)
+    oh, pt = out_size_and_pad(ctx.attrs["padding"], h, kh, sh, dh)
+    ow, pl = out_size_and_pad(ctx.attrs["padding"], w, kw, sw, dw)
     return oh, ow, pt, pl
 
 
