@@ -1,6 +1,6 @@
 """Models users and benchmarks can name: `zoo:<name>` -> a converter-made .tflite shipped with tinytrain.
 
-    resolve("zoo:mbv2-w0.35-128")  -> Path to tests/fixtures/zoo/mbv2_w035_128_int8.tflite
+    resolve("zoo:mbv2-w0.35-128")  -> Path to stages/zoo_models/mbv2_w035_128_int8.tflite (shipped in the wheel)
     names()                        -> the known names
 
 The files are made by tests/make_zoo.py with TensorFlow's own converter (see that script for how).
@@ -14,7 +14,7 @@ from pathlib import Path
 from tinytrain.pipeline.errors import UserError
 
 PREFIX = "zoo:"
-ZOO_DIR = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "zoo"
+ZOO_DIR = Path(__file__).resolve().parent / "zoo_models"
 
 # name -> (file in ZOO_DIR, one line for `tinytrain` help and error messages)
 MODELS: dict[str, tuple[str, str]] = {
@@ -42,5 +42,5 @@ def resolve(ref: str) -> Path:
     path = ZOO_DIR / MODELS[name][0]
     if not path.is_file():
         raise UserError(f"zoo model {name!r} is registered but its file {path} is missing",
-                        hint="make it with: /opt/tfvenv/bin/python tests/make_zoo.py")
+                        hint="make it with tests/make_zoo.py (needs TensorFlow)")
     return path

@@ -1,4 +1,4 @@
-"""Make the zoo models in tests/fixtures/zoo/ with TensorFlow's own converter (run by hand, not in CI).
+"""Make the zoo models in stages/zoo_models/ with TensorFlow's own converter (run by hand, not in CI).
 
     /opt/tfvenv/bin/python tests/make_zoo.py
 
@@ -28,7 +28,7 @@ import tensorflow as tf  # noqa: E402
 
 keras = tf.keras
 
-ZOO = Path(__file__).resolve().parent / "fixtures" / "zoo"
+ZOO = Path(__file__).resolve().parents[1] / "stages" / "zoo_models"
 SEED = 1234
 N_REPRESENTATIVE = 32
 FLOAT_LIMIT = 1_500_000  # keep the repository small: the float model is a convenience, not a requirement

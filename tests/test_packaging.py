@@ -4,6 +4,7 @@ another folder."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -21,13 +22,19 @@ def test_editable_install_imports_from_the_checkout():
 
 
 def test_wheel_install_works_outside_the_checkout(tmp_path):
+    # Build from a copy: setuptools writes build/ and *.egg-info next to the sources it builds.
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__"))
     wheel_dir = tmp_path / "wheel"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(wheel_dir), str(REPO)], check=True, capture_output=True)
+                    "-w", str(wheel_dir), str(src)], check=True, capture_output=True)
     (wheel,) = wheel_dir.glob("tinytrain-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for module in ("tinytrain/__init__.py", "tinytrain/pipeline/cli.py", "tinytrain/stages/ir.py",
-                   "tinytrain/stages/load.py", "tinytrain/cache/store.py"):
+                   "tinytrain/stages/load.py", "tinytrain/cache/store.py", "tinytrain/kernels_c/tt_kernels.h",
+                   "tinytrain/kernels_c/tt_conv.c", "tinytrain/kernels_c/boards/startup.c",
+                   "tinytrain/kernels_c/boards/stm32f746-disco.ld",
+                   "tinytrain/stages/zoo_models/mbv2_w035_128_int8.tflite"):
         assert module in names, f"{module} missing from the wheel"
     assert not any(n.startswith("tinytrain/tests/") for n in names), "tests must not ship in the wheel"
 
