@@ -167,9 +167,18 @@ class ReorderSpec(_Strict):
                                                     "reorder ops to shrink peak memory")
 
 
+class GateSpec(_Strict):
+    """Improvement gate (seed 000, step 3): keep the trained weights only if test accuracy did not drop."""
+
+    enabled: bool = Field(default=True, description="false: always export the trained weights")
+    min_delta: float = Field(default=0.0, description="keep the trained weights when accuracy after - before >= "
+                                                      "min_delta, in percentage points (e.g. -1.0 tolerates a "
+                                                      "1-point drop); otherwise the original weights are exported")
+
+
 class TrainSpec(_Strict):
-    """On-device training. learning_rate, epochs and seed are runtime values: changing them reruns only
-    emulate-run."""
+    """On-device training. learning_rate, epochs, seed, max_train_samples and gate are runtime values: changing
+    them reruns only emulate-run."""
 
     update: UpdateSpec = Field(default_factory=UpdateSpec)
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
@@ -180,6 +189,10 @@ class TrainSpec(_Strict):
     epochs: int = Field(default=1, ge=1)
     learning_rate: float = Field(default=0.01, gt=0)
     seed: int = Field(default=0, ge=0, description="sample order and stochastic rounding")
+    max_train_samples: int | None = Field(
+        default=None, ge=1, description="runtime value: train samples used per epoch (the first ones of the train "
+                                        "split); null = all")
+    gate: GateSpec = Field(default_factory=GateSpec)
     qas: QASSpec = Field(default_factory=QASSpec)
     reorder: ReorderSpec = Field(default_factory=ReorderSpec)
 

@@ -61,9 +61,17 @@ STAGES: tuple[StageDef, ...] = (
              "ELF for the board, size report and fit check",
              tools=(("arm-none-eabi-gcc", "--version"), ("cc", "--version")),
              source_files=("kernels_c/*.c", "kernels_c/*.h", "kernels_c/boards/*")),
-    StageDef("emulate-run", ("train.learning_rate", "train.epochs", "train.seed", "data", "target.board",
-                             "target.timeout_s"),
-             ("cross-compile", "quantize"), None, (), "train inside QEMU (or natively for host)",
+    # Runtime values only (they go into runtime.bin, never into the program): changing them reruns this stage
+    # alone. `model` is read for the original file's tensor count (the .wof's n_buffers); train.optimizer for
+    # its hyper-parameters (the kind is compiled in by autodiff, so it changes the ELF too).
+    StageDef("emulate-run", ("train.learning_rate", "train.epochs", "train.seed", "train.batch_size",
+                             "train.optimizer", "train.max_train_samples", "train.gate", "data", "model",
+                             "target.board", "target.timeout_s"),
+             ("cross-compile", "codegen", "quantize", "load"), "tinytrain.stages.emulate_run",
+             ("tinytrain.stages.emulate", "tinytrain.stages.export", "tinytrain.stages.wof",
+              "tinytrain.stages.runtime_config", "tinytrain.stages.data", "tinytrain.stages.boards",
+              "tinytrain.stages.ir", "tinytrain.stages.tflite_writer", "tinytrain.pipeline.spec_data"),
+             "train inside QEMU (or natively for host); export trained weights (.wof, .tflite)",
              tools=(("qemu-system-arm", "--version"),)),
 )
 

@@ -47,7 +47,39 @@ Pruning: only tensors that depend on a trained parameter get a gradient, so noth
 trained layer; frozen weights get no gradient; a weight trained at ratio r gets a gradient of ceil(r·C_in) input
 channels only. A parameter read by several ops (the converter shares identical constants) gets the sum.
 
-Float graphs only for now: int8 (QAS, DESIGN §6) raises NotImplementedError.
+Int8 graphs (the quantize stage's real int8 IR; DESIGN §6, TTE's QAS). The forward is the int8 IR's own ops,
+unchanged (bit-exact with the executor: the forward the MCU runs). The backward runs in fp32 on real values;
+every gradient is the float32 gradient of the *real* tensor (dL/dx for x = s·(x_q − z)). Extra ops:
+  dequantize:        x_q -> x_f                  the executor's op (reference Dequantize); inserted for the loss's
+                                                 logits/output (`deq/<head>`), for the weights an input gradient
+                                                 reads (`deq/<w>`, per channel) and for an int8 softmax's output
+  dequantize_slice:  x_q -> x_f;  channels=k [, depth=D]
+                     the saved int8 input of a weight gradient, only its trained slice: x[..., :k] (FC: the first
+                     k columns of x's rows of D = the weight's depth), as float32: f32(q − zp) · f32(scale), one
+                     float32 multiply (bit-equal to the reference's double product rounded to float)
+  int8_clamp_grad:   dy, y_q -> dz;   lo, hi     straight-through estimator: dz = dy where lo < y_q < hi, else 0.
+                     [lo, hi] is the int range the forward clamped y_q to (CalculateActivationRangeQuantized of
+                     the fused act, the int8 range at least; RELU/RELU6 ops: their op range). Emitted for ops that
+                     requantize (conv2d, depthwise_conv2d, fully_connected, add, mean, quantize, relu, relu6) and
+                     for any op with a fused act; it replaces act_grad in int8 graphs. It compares integers:
+                     exact, and no fp32 copy of y is needed.
+  *_grad_weight read the dequantized slice (depthwise: attr multiplier = M, since the slice hides it); *_grad_input
+  read the dequantized weights; max_pool2d_grad reads x_q itself (only its argmax matters, which int8 keeps).
+Updates of int8 weights / int32 biases (stages/qas.py has the exact float32 formulas, rounding and PRNG):
+  qas_sgd_update(p, g, scale [, master] [, prng]) -> p [, master] [, prng]
+  qas_momentum_update(p, g, scale, buf [, master] [, prng]) -> p, buf [, master] [, prng]
+  qas_adam_update(p, g, scale, m, v, step [, master] [, prng]) -> p, m, v [, master] [, prng]
+  qas_rmsprop_update(p, g, scale, sq [, master] [, prng]) -> p, sq [, master] [, prng]
+  `scale` is a float32 constant `qas/<p>/scale` indexed along attr `axis` (weights: s_W per output channel; biases:
+  s_x·s_W, the product taken in double then rounded to float32); attrs as the float updates (n, batch_size,
+  reset_grad, *_ref) plus qas (true: Δ = −d/scale; false: the naive Δ = −d on G_W̄ = scale·G_W), rounding
+  (nearest | stochastic; "nearest" whenever a master copy is used), master (bool), bounds [lo, hi] ([−127, 127]
+  weights, int32 range biases), and for stochastic rounding stream (the PRNG stream index) and
+  seed_ref="runtime.seed" (the PRNG state `opt/<p>/prng`, int32 holding uint32 bits, is seeded at run time).
+  Master copies (`opt/<p>/master`, fp32, integer units, trained slice only, int8 weights only) are listed in
+  meta["train"]["qas"]["master_copies"]; PRNG states are optimizer state.
+meta["train"]["qas"]: enabled, rounding, master_copy, scales, master_copies, prng_states, prediction_float.
+meta["train"]["phases"]: op counts of forward, loss (incl. the head's dequantize), backward, accumulate, update.
 """
 
 from __future__ import annotations

@@ -18,23 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from tinytrain.stages.geometry import out_size_and_pad
+
 F32 = np.float32
 
 
 # ---- geometry --------------------------------------------------------------------------------------------------
-
-def out_size_and_pad(padding: str, in_size: int, filt: int, stride: int, dilation: int = 1) -> tuple[int, int]:
-    """(output size, padding before) as ComputeOutSize + ComputePaddingWithOffset compute them."""
-    eff = (filt - 1) * dilation + 1
-    if padding == "same":
-        out = (in_size + stride - 1) // stride
-    elif padding == "valid":
-        out = (in_size + stride - eff) // stride
-    else:
-        raise ValueError(f"unknown padding {padding!r}")
-    total = max((out - 1) * stride + eff - in_size, 0)
-    return out, total // 2
-
 
 class _Geo:
     """Where each tap of a strided, dilated window lands in the padded input."""

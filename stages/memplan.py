@@ -155,6 +155,8 @@ def tensor_roles(graph: Graph) -> dict[str, str]:
     trained = train.get("trained", {})
     accs = set(train.get("accumulators", []))
     opt = set(train.get("optimizer_state", []))
+    # autodiff's real fp32 master tensors (QAS master_copy): counted as what they are, once.
+    masters = set((train.get("qas") or {}).get("master_copies", {}).values())
     written = {t for op in graph.ops for t in op.outputs}
     roles: dict[str, str] = {}
     for name, t in graph.tensors.items():
@@ -163,6 +165,8 @@ def tensor_roles(graph: Graph) -> dict[str, str]:
                 continue  # flash
             if name in trained:
                 roles[name] = "bias" if t.role == "bias" else "weight"
+            elif name in masters:
+                roles[name] = "master_copy"
             elif name in accs:
                 roles[name] = "accumulator"
             elif name in opt or t.role == "optimizer_state":
@@ -193,7 +197,10 @@ def counted_bytes(graph: Graph, options: MemOptions | None = None) -> dict[str, 
 
 
 def master_copies(graph: Graph) -> dict[str, int]:
-    """fp32 master copies of the trained slices of int8 parameters (QAS with master_copy)."""
+    """fp32 master copies of the trained slices of int8 parameters (QAS with master_copy), for a graph that
+    does not hold them itself (a training graph from autodiff has real master tensors: nothing to add)."""
+    if (graph.meta.get("train", {}).get("qas") or {}).get("master_copies"):
+        return {}
     trained = graph.meta.get("train", {}).get("trained", {})
     out = {}
     for name, info in trained.items():

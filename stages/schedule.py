@@ -26,7 +26,8 @@ from typing import Iterable
 
 from tinytrain.stages.ir import Graph
 
-EAGER_OPS = ("sgd_update", "momentum_update", "adam_update", "rmsprop_update", "batch_accumulate")
+EAGER_OPS = ("sgd_update", "momentum_update", "adam_update", "rmsprop_update",
+             "qas_sgd_update", "qas_momentum_update", "qas_adam_update", "qas_rmsprop_update", "batch_accumulate")
 
 
 def dependencies(graph: Graph) -> list[set[int]]:

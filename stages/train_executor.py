@@ -8,6 +8,10 @@ A step runs the sample phase once per sample of the batch (batch dim 1, as the f
 once. Forward ops run on the reference executor's kernels (stages/executor.py), so training sees the very forward
 that inference does; backward, loss and update ops run on stages/grad_ops.py.
 
+Int8 training graphs run the same way: the int8 forward on the executor's int8 kernels (bit-exact), float inputs
+quantized as QUANTIZE does, the fp32 backward on grad_ops, the QAS updates on stages/qas.py; `runtime["seed"]`
+seeds the stochastic-rounding PRNG streams (train() passes its own seed unless runtime has one).
+
 `runtime` carries the runtime values the update ops reference (`lr_ref="runtime.learning_rate"` etc.); missing
 keys take meta["train"]["runtime_defaults"].
 """

@@ -24,6 +24,7 @@ import pytest
 from tinytrain.stages import grad_ops as go
 from tinytrain.stages import int8_arith as ia
 from tinytrain.stages.executor import run_graph
+from tinytrain.stages.geometry import out_size_and_pad
 from tinytrain.stages.ir import Graph, Op, QuantParams, Tensor
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,8 +159,8 @@ def _conv_case(rng, depthwise: bool, quantized: bool):
     mult = int(rng.integers(1, 4)) if depthwise else 1
     o = c * mult if depthwise else int(rng.integers(1, 7))
     act = str(rng.choice(ACTS))
-    oh, pt = go.out_size_and_pad(padding, h, kh, sh, dh)
-    ow, pl = go.out_size_and_pad(padding, w, kw, sw, dw)
+    oh, pt = out_size_and_pad(padding, h, kh, sh, dh)
+    ow, pl = out_size_and_pad(padding, w, kw, sw, dw)
     attrs = dict(stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw, padding=padding, act=act)
     if depthwise:
         attrs["depth_multiplier"] = mult
@@ -345,8 +346,8 @@ def _pool_geometry(rng):
     fh, fw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
     sh, sw = int(rng.integers(1, 3)), int(rng.integers(1, 3))
     padding = "same" if (rng.random() < 0.5 or fh > h or fw > w) else "valid"
-    oh, pt = go.out_size_and_pad(padding, h, fh, sh)
-    ow, pl = go.out_size_and_pad(padding, w, fw, sw)
+    oh, pt = out_size_and_pad(padding, h, fh, sh)
+    ow, pl = out_size_and_pad(padding, w, fw, sw)
     attrs = dict(filter_h=fh, filter_w=fw, stride_h=sh, stride_w=sw, padding=padding)
     return (n, h, w, c), (oh, ow), [n, h, w, c, oh, ow, fh, fw, sh, sw, pt, pl], attrs
 
@@ -566,7 +567,7 @@ def test_out_size_and_pad(batch):
                     for d in (1, 2):
                         if not same and (f - 1) * d + 1 > n:
                             continue
-                        ref = go.out_size_and_pad("same" if same else "valid", n, f, s, d)
+                        ref = out_size_and_pad("same" if same else "valid", n, f, s, d)
                         refs.append((batch.add("out_size_and_pad", [same, n, f, s, d], [],
                                                [np.zeros(2, np.int32)]), ref))
     out = batch.run()
@@ -587,8 +588,8 @@ def _conv_geom_case(rng, depthwise: bool):
         padding = "same"
     mult = int(rng.integers(1, 4)) if depthwise else 1
     o = c * mult if depthwise else int(rng.integers(1, 7))
-    oh, pt = go.out_size_and_pad(padding, h, kh, sh, dh)
-    ow, pl = go.out_size_and_pad(padding, w, kw, sw, dw)
+    oh, pt = out_size_and_pad(padding, h, kh, sh, dh)
+    ow, pl = out_size_and_pad(padding, w, kw, sw, dw)
     attrs = dict(stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw, padding=padding)
     dims = [n, h, w, c, oh, ow, o, kh, kw, sh, sw, dh, dw, pt, pl, mult]
     wshape = (1, kh, kw, o) if depthwise else (o, kh, kw, c)

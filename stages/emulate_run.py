@@ -1,0 +1,516 @@
+"""Stage `emulate-run`: train inside the emulated MCU (QEMU; natively for `host`), then export (DESIGN §3, §7).
+
+Inputs: cross-compile's `firmware.elf` + `size.json`, codegen's `io_layout.json` ("input": the model
+input's dtype / scale / zero point; "trained_tensors": name, dtype, shape, offset, nbytes, source_index
+of each tensor in weights.bin), quantize's int8 IR (graph.json + tensors.npz), load's IR, the model
+file (`model`: its tensor count is the .wof's n_buffers), the data (`data`) and the runtime values
+(`train.learning_rate`, `epochs`, `seed`, `batch_size`, `optimizer`, `max_train_samples`, `gate`,
+`target.board`, `target.timeout_s`). Runtime values reach the firmware in `runtime.bin`
+(stages/runtime_config.py), never through the program, so changing them reruns only this stage.
+
+The run folder (a temp folder, not an artifact) holds runtime.bin, train.ttds (the train split) and
+test.ttds (the test split) -- the same `load_dataset` split quantize calibrated on, samples quantized
+with the model input's scale / zero point exactly as TFLite's QUANTIZE op does.
+
+Artifacts
+  run.json            loss per step, accuracy before/after (%), instructions per training step
+                      (mean/min/max, total), a cycle estimate at the board's real clock as ms/step,
+                      stack high-water mark, arena planned vs used, flash/SRAM from size.json, the
+                      improvement gate's decision, what was exported
+  loss.svg            per-step loss, its moving average, epoch boundaries
+  weights.bin         the firmware's trained tensors as it wrote them (whatever the gate decided)
+  trained.wof         weights-only format of seed 000 (layout: stages/wof.py), indexed by the
+                      ORIGINAL model file's tensors
+  trained_int8.tflite the int8 model with the trained tensors replaced (LiteRT runs it)
+  run.log             the console of the firmware and the emulator's log
+
+Improvement gate (seed 000, step 3): with `train.gate.enabled`, the trained weights are exported
+only if accuracy after - before >= `train.gate.min_delta` (percentage points); otherwise the
+original weights are exported and run.json / the summary say so.
+
+Cycle estimate: QEMU counts instructions, not cycles. We assume one cycle per instruction at the
+board's real clock (216 MHz for the STM32F746): an estimate, not a measurement -- the M7 can issue two
+instructions per cycle and waits on flash; that is why run.json keeps the instruction counts too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+from xml.sax.saxutils import escape
+
+import numpy as np
+
+from tinytrain.pipeline.contract import StageContext, StageResult
+from tinytrain.pipeline.errors import StageFailed, UserError
+from tinytrain.stages import export, wof
+from tinytrain.stages.boards import Board, get_board
+from tinytrain.stages.emulate import EmulationError, RunResult, run_firmware
+from tinytrain.stages.ir import Graph
+from tinytrain.stages.runtime_config import FLAG_EVAL_AFTER, FLAG_EVAL_BEFORE, PROTOCOL, RuntimeConfig
+
+ARTIFACTS = ("run.json", "loss.svg", "weights.bin", "trained.wof", "trained_int8.tflite", "run.log")
+RUN_JSON_VERSION = 1
+
+# The real parts' core clocks (the emulator runs the mps2 machines at 25 MHz; that is not the board's).
+BOARD_CLOCK_HZ = {"stm32f746-disco": 216_000_000, "m4-256k": 180_000_000, "m4-128k": 100_000_000}
+
+# MIT TTE (tiny-training) on STM32F746 @216 MHz: MobileNetV2-w0.35 @128, sparse update, 373 ms per step.
+TTE_MS_PER_STEP = 373.0
+TTE_CLOCK_HZ = 216_000_000
+TTE_CYCLES_PER_STEP = TTE_MS_PER_STEP * 1e-3 * TTE_CLOCK_HZ   # ~80.6 M
+
+
+class DivergedError(StageFailed):
+    """The loss became NaN or infinite."""
+
+
+# ---- stage ---------------------------------------------------------------------------------------
+
+def run(ctx: StageContext) -> StageResult:
+    cfg = ctx.config
+    board = get_board(cfg["target.board"])
+    timeout_s = float(cfg.get("target.timeout_s") or 600.0)
+    cc_dir = ctx.input_dir("cross-compile")
+    elf = cc_dir / "firmware.elf"
+    size = _read_json(cc_dir / "size.json", "cross-compile's size.json")
+    layout = _read_json(ctx.input("codegen/io_layout.json"), "codegen's io_layout.json")
+    qgraph = Graph.load(ctx.input_dir("quantize"))
+    n_buffers = _original_tensor_count(cfg, ctx)
+    rc = runtime_config(cfg)
+    data_spec = cfg.get("data")
+    if data_spec is None:
+        raise UserError("emulate-run needs data to train on, but the spec has no `data` section",
+                        hint="add data: {source: digits} (or npz / images)")
+
+    ctx.progress("preparing the run folder", 0.0)
+    files, data_info = run_files(data_spec, layout, rc, qgraph)
+    with tempfile.TemporaryDirectory(prefix="tinytrain-run-") as tmp:
+        result, error = _run(board, elf, Path(tmp), files, timeout_s, ctx)
+    log_text = run_log(result, rc, board)
+    if error is not None:
+        raise _explain_failure(error, rc, log_text)
+
+    outcome = collect(result, layout, rc)
+    out = Path(ctx.out_dir)
+    (out / "run.log").write_text(log_text)
+    doc = finish(out, outcome, qgraph, layout, n_buffers, rc, cfg.get("train.gate"), board, size, data_info,
+                 result)
+    return StageResult(summary=doc["summary"], metrics=_metrics(doc))
+
+
+def runtime_config(cfg: Mapping[str, Any]) -> RuntimeConfig:
+    """The spec's runtime values -> runtime.bin's record (optimizer hyper-parameters included)."""
+    opt = cfg.get("train.optimizer")
+    d = opt.model_dump() if hasattr(opt, "model_dump") else dict(opt or {})
+    kind = d.get("kind", "sgd")
+    return RuntimeConfig(
+        learning_rate=float(cfg["train.learning_rate"]), epochs=int(cfg["train.epochs"]),
+        seed=int(cfg.get("train.seed") or 0), batch_size=int(cfg.get("train.batch_size") or 1),
+        # The firmware's SGD reads momentum too: plain sgd must get 0 whatever the spec's default says.
+        momentum=float(d.get("momentum", 0.9)) if kind == "momentum" else 0.0,
+        beta1=float(d.get("beta1", 0.9)), beta2=float(d.get("beta2", 0.999)), eps=float(d.get("eps", 1e-7)),
+        alpha=float(d.get("rho", 0.9)), weight_decay=0.0,
+        max_train_samples=int(cfg.get("train.max_train_samples") or 0),
+        flags=FLAG_EVAL_BEFORE | FLAG_EVAL_AFTER)
+
+
+def run_files(data_spec: Any, layout: Mapping[str, Any], rc: RuntimeConfig,
+              qgraph: Graph | None = None) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """runtime.bin, train.ttds, test.ttds as bytes, and what they hold (for run.json)."""
+    from tinytrain.stages.data import check_compatible, load_dataset, write_stream
+
+    ds = load_dataset(data_spec)
+    inp = layout.get("input") or {}
+    shape = inp.get("shape")
+    if shape is None and qgraph is not None:
+        shape = qgraph.tensors[qgraph.inputs[0]].shape
+    if shape is not None:
+        n_classes = None
+        if qgraph is not None and qgraph.outputs:
+            n_classes = int(qgraph.tensors[qgraph.outputs[0]].shape[-1])
+        check_compatible(ds, shape, n_classes)
+    with tempfile.TemporaryDirectory(prefix="tinytrain-ttds-") as tmp:
+        out = {}
+        for split, x, y in (("train", ds.x_train, ds.y_train), ("test", ds.x_test, ds.y_test)):
+            p = Path(tmp) / f"{split}.ttds"
+            write_stream(p, quantize_input(x, inp), y)
+            out[f"{split}.ttds"] = p.read_bytes()
+    out["runtime.bin"] = rc.to_bytes()
+    used = len(ds.y_train) if not rc.max_train_samples else min(rc.max_train_samples, len(ds.y_train))
+    info = {"train_samples": int(len(ds.y_train)), "test_samples": int(len(ds.y_test)),
+            "train_samples_per_epoch": int(used), "classes": len(ds.class_names),
+            "input_dtype": str(inp.get("dtype", "int8"))}
+    return out, info
+
+
+def quantize_input(x: np.ndarray, inp: Mapping[str, Any]) -> np.ndarray:
+    """Float samples -> the model input's dtype, as TFLite's QUANTIZE does (reference_ops::AffineQuantize:
+    round half away from zero of x / scale in float32, plus the zero point, clamped)."""
+    dtype = str(inp.get("dtype", "int8"))
+    if dtype == "float32":
+        return np.asarray(x, dtype=np.float32)
+    if dtype != "int8":
+        raise StageFailed(f"io_layout.json: input dtype {dtype} is not supported (int8 or float32)")
+    scale, zp = float(_first(inp["scale"])), int(_first(inp["zero_point"]))
+    q = (np.asarray(x, dtype=np.float32) / np.float32(scale)).astype(np.float32)
+    r = np.sign(q) * np.floor(np.abs(q) + np.float32(0.5))
+    return np.clip(r + zp, -128, 127).astype(np.int8)
+
+
+def _first(v: Any) -> Any:
+    return v[0] if isinstance(v, (list, tuple)) else v
+
+
+def _run(board: Board, elf: Path, workdir: Path, files: dict[str, bytes], timeout_s: float,
+         ctx: StageContext) -> tuple[RunResult | None, EmulationError | None]:
+    where = "natively" if board.host else f"in QEMU {board.qemu_machine}"
+    ctx.progress(f"training on {board.name} {where}", 0.05)
+    try:
+        return run_firmware(board, elf, workdir, files, timeout_s, progress=ctx.progress), None
+    except EmulationError as e:
+        return e.result, e
+
+
+# ---- failures ------------------------------------------------------------------------------------
+
+def _explain_failure(err: EmulationError, rc: RuntimeConfig, log_text: str) -> StageFailed:
+    """A NaN loss is the user's learning rate, not a crash: say which step and what to change."""
+    result = err.result
+    results = _parse_results(result)
+    losses = _losses(result.files.get("losses.bin", b"")) if result is not None else []
+    bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
+    if (results or {}).get("loss_nan") or bad is not None:
+        return diverged(bad if bad is not None else max(len(losses) - 1, 0), rc, str(err))
+    return err
+
+
+def diverged(step: int, rc: RuntimeConfig, detail: str = "") -> DivergedError:
+    e = DivergedError(f"loss became NaN at step {step}: lower train.learning_rate (now {rc.learning_rate:g})"
+                      + (f"\n{_indent(detail)}" if detail else ""),
+                      hint="steps count sample steps from 0 over all epochs; try a learning rate 10x smaller")
+    return e
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + ln for ln in text.splitlines())
+
+
+def _parse_results(result: RunResult | None) -> dict[str, Any] | None:
+    if result is None:
+        return None
+    if isinstance(result.results, dict):
+        return result.results
+    raw = result.files.get("results.json")
+    try:
+        return json.loads(raw) if raw else None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+
+
+def _losses(raw: bytes) -> list[float]:
+    n = len(raw) // 4
+    return [float(v) for v in struct.unpack(f"<{n}f", raw[: 4 * n])]
+
+
+# ---- results -------------------------------------------------------------------------------------
+
+def collect(result: RunResult, layout: Mapping[str, Any], rc: RuntimeConfig) -> dict[str, Any]:
+    """Check the firmware's outputs against the protocol; raise on anything missing or diverged."""
+    res = _parse_results(result)
+    for name in ("results.json", "losses.bin", "weights.bin"):
+        if name not in result.files:
+            raise StageFailed(f"the firmware ended without writing {name} (protocol {PROTOCOL})"
+                              + _console_tail(result))
+    if not isinstance(res, dict) or res.get("protocol") != PROTOCOL:
+        raise StageFailed(f"results.json speaks protocol {None if not isinstance(res, dict) else res.get('protocol')}, "
+                          f"expected {PROTOCOL}" + _console_tail(result))
+    losses = _losses(result.files["losses.bin"])
+    bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
+    if res.get("loss_nan") or bad is not None:
+        raise diverged(bad if bad is not None else len(losses), rc, _console_tail(result).strip())
+    return {"results": res, "losses": losses, "weights": result.files["weights.bin"]}
+
+
+def _console_tail(result: RunResult, n: int = 15) -> str:
+    lines = [ln for ln in result.console.splitlines() if not ln.startswith("@tt progress")]
+    return ("\n  last lines of the console:\n" + "\n".join("    " + ln for ln in lines[-n:])) if lines else ""
+
+
+def run_log(result: RunResult | None, rc: RuntimeConfig, board: Board) -> str:
+    if result is None:
+        return ""
+    parts = [f"# {board.name}: {' '.join(result.command)}",
+             f"# runtime: {json.dumps(_rc_json(rc), sort_keys=True)}",
+             f"# exit code {result.exit_code}", "", "## console", result.console.rstrip(), "",
+             "## emulator log", result.log.rstrip() or "(empty)", ""]
+    return "\n".join(parts)
+
+
+def _rc_json(rc: RuntimeConfig) -> dict[str, Any]:
+    return {k: (round(v, 9) if isinstance(v, float) else v) for k, v in rc.__dict__.items()}
+
+
+def pct(acc: Mapping[str, Any] | None) -> float | None:
+    if not acc or not int(acc.get("total", 0)):
+        return None
+    return 100.0 * int(acc["correct"]) / int(acc["total"])
+
+
+def gate_decision(gate: Any, before: float | None, after: float | None) -> dict[str, Any]:
+    d = gate.model_dump() if hasattr(gate, "model_dump") else dict(gate or {})
+    enabled, min_delta = bool(d.get("enabled", True)), float(d.get("min_delta", 0.0))
+    doc: dict[str, Any] = {"enabled": enabled, "min_delta_points": min_delta,
+                           "delta_points": None if before is None or after is None else round(after - before, 4)}
+    if not enabled:
+        doc.update(accepted=True, reason="gate disabled: the trained weights are exported")
+    elif before is None or after is None:
+        doc.update(accepted=True, reason="no test accuracy to judge by: the trained weights are exported")
+    elif after - before >= min_delta:
+        doc.update(accepted=True, reason=f"accuracy {before:.1f}% -> {after:.1f}% "
+                                         f"(change {after - before:+.1f} >= {min_delta:+.1f} points): kept")
+    else:
+        doc.update(accepted=False, reason=f"accuracy {before:.1f}% -> {after:.1f}% "
+                                          f"(change {after - before:+.1f} < {min_delta:+.1f} points): rejected, "
+                                          f"the ORIGINAL weights are exported")
+    return doc
+
+
+def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[str, Any], n_buffers: int,
+           rc: RuntimeConfig, gate: Any, board: Board, size: Mapping[str, Any], data_info: Mapping[str, Any],
+           result: RunResult) -> dict[str, Any]:
+    """Write run.json, loss.svg, weights.bin, trained.wof, trained_int8.tflite; return run.json's document."""
+    res, losses = outcome["results"], outcome["losses"]
+    entries = list(layout.get("trained_tensors") or [])
+    trained = export.parse_weights(entries, outcome["weights"])
+    names = export.resolve(qgraph, entries)
+    before, after = pct(res.get("acc_before")), pct(res.get("acc_after"))
+    decision = gate_decision(gate, before, after)
+    chosen = trained if decision["accepted"] else export.original_weights(qgraph, entries)
+
+    (out / "weights.bin").write_bytes(outcome["weights"])
+    updated = export.apply_weights(qgraph, chosen, names)
+    export.write_tflite(updated, out / "trained_int8.tflite")
+    wdata, not_in_wof = export.wof_data(qgraph, chosen, names)
+    wof.write_wof(out / "trained.wof", n_buffers, wdata)
+    changed = {n: int(np.count_nonzero(trained[n] != qgraph.tensors[names[n]].data)) for n in trained}
+
+    steps = len(losses)
+    epochs = max(int(rc.epochs), 1)
+    per_epoch = steps // epochs if steps % epochs == 0 and steps else None
+    clock = BOARD_CLOCK_HZ.get(board.name)
+    mean = float(res.get("instructions_per_step_mean") or 0)
+    counted = not board.host and mean > 0
+    instr = {"counted": counted, "per_step_mean": mean if counted else None,
+             "per_step_min": int(res.get("instructions_per_step_min") or 0) if counted else None,
+             "per_step_max": int(res.get("instructions_per_step_max") or 0) if counted else None,
+             "total_train": int(res.get("instructions_total_train") or 0) if counted else None,
+             "total_run": result.instructions if counted else None,
+             "how": ("QEMU -icount shift=0: SysTick counts every 40 instructions" if counted
+                     else "not counted on host")}
+    cycles = None
+    if counted and clock:
+        ms = mean / clock * 1e3
+        cycles = {"clock_hz": clock, "cycles_per_step": mean, "ms_per_step": round(ms, 4),
+                  "assumption": "1 cycle per instruction (an estimate: QEMU counts instructions, not cycles)",
+                  "tte_reference": {"ms_per_step": TTE_MS_PER_STEP, "clock_hz": TTE_CLOCK_HZ,
+                                    "cycles_per_step": TTE_CYCLES_PER_STEP,
+                                    "model": "MobileNetV2-w0.35 @128, sparse update (MIT TTE, STM32F746)",
+                                    "ratio": round(mean / TTE_CYCLES_PER_STEP, 6)}}
+    planned, used = int(res.get("arena_bytes_planned") or 0), int(res.get("arena_bytes_used") or 0)
+    flash, sram = size.get("flash", {}), size.get("sram", {})
+    doc: dict[str, Any] = {
+        "version": RUN_JSON_VERSION, "protocol": res.get("protocol"), "board": board.name, "host": board.host,
+        "runtime": _rc_json(rc),
+        "data": dict(data_info),
+        "loss": {"per_step": [_f(v) for v in losses], "steps": steps, "epochs": epochs,
+                 "steps_per_epoch": per_epoch,
+                 "epoch_mean": ([_f(float(np.mean(losses[i * per_epoch:(i + 1) * per_epoch])))
+                                 for i in range(epochs)] if per_epoch else None),
+                 "first": _f(losses[0]) if losses else None, "last": _f(losses[-1]) if losses else None},
+        "accuracy": {"split": "test", "before": res.get("acc_before"), "after": res.get("acc_after"),
+                     "before_pct": _r(before), "after_pct": _r(after),
+                     "delta_points": None if before is None or after is None else _r(after - before)},
+        "steps": int(res.get("steps") or steps), "samples": int(res.get("samples") or 0),
+        "instructions": instr, "cycles_estimate": cycles,
+        "stack": {"high_water_bytes": result.stack_high_water, "size_bytes": result.stack_size},
+        "arena": {"planned_bytes": planned, "used_bytes": used, "equal": planned == used},
+        "memory": {"flash_used": flash.get("used"), "flash_available": flash.get("available"),
+                   "sram_used": sram.get("used"), "sram_available": sram.get("available"),
+                   "fits": size.get("fits"), "source": "cross-compile/size.json"},
+        "gate": decision,
+        "export": {"weights": "trained" if decision["accepted"] else "original",
+                   "wof": "trained.wof", "wof_n_buffers": n_buffers, "wof_absent_offset": wof.ABSENT,
+                   "wof_tensors": sorted(wdata), "not_in_wof": not_in_wof,
+                   "tflite": "trained_int8.tflite", "firmware_weights": "weights.bin",
+                   "tensors": [{"name": e["name"], "source_index": e.get("source_index"), "dtype": e["dtype"],
+                                "shape": list(e["shape"]), "elements_changed": changed[str(e["name"])]}
+                               for e in entries]},
+    }
+    doc["summary"] = summary_line(doc)
+    (out / "run.json").write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    (out / "loss.svg").write_text(loss_svg(losses, per_epoch, title=doc["summary"]))
+    return doc
+
+
+def _f(v: float) -> float:
+    return float(np.float32(v))
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 4)
+
+
+# ---- readable forms ------------------------------------------------------------------------------
+
+def human_count(n: float) -> str:
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return f"{n / div:.3g}{suffix}"
+    return f"{n:.0f}"
+
+
+def _kb(n: int | None) -> str:
+    return "?" if n is None else f"{n / 1024:.1f}"
+
+
+def summary_line(doc: Mapping[str, Any]) -> str:
+    """e.g. `trained 3 epochs on stm32f746-disco: acc 49.6% → 91.3%, 1.92M instr/step (8.9 ms @216 MHz),
+    stack 2.1 KB, arena 13.4/13.4 KB` (+ `; gate rejected: original weights exported`)."""
+    acc = doc["accuracy"]
+    a = ("acc n/a" if acc["before_pct"] is None or acc["after_pct"] is None
+         else f"acc {acc['before_pct']:.1f}% → {acc['after_pct']:.1f}%")
+    ins = doc["instructions"]
+    if ins["counted"]:
+        i = f"{human_count(ins['per_step_mean'])} instr/step"
+        c = doc.get("cycles_estimate")
+        if c:
+            i += f" ({c['ms_per_step']:.1f} ms @{c['clock_hz'] / 1e6:.0f} MHz)"
+    else:
+        i = "instr/step not counted on host"
+    parts = [a, i]
+    if doc["stack"]["high_water_bytes"]:
+        parts.append(f"stack {_kb(doc['stack']['high_water_bytes'])} KB")
+    ar = doc["arena"]
+    parts.append(f"arena {_kb(ar['used_bytes'])}/{_kb(ar['planned_bytes'])} KB")
+    epochs = doc["runtime"]["epochs"]
+    line = f"trained {epochs} epoch{'s' if epochs != 1 else ''} on {doc['board']}: " + ", ".join(parts)
+    if not doc["gate"]["accepted"]:
+        line += "; gate rejected the run: original weights exported"
+    return line
+
+
+def _metrics(doc: Mapping[str, Any]) -> dict[str, Any]:
+    return {"acc_before_pct": doc["accuracy"]["before_pct"], "acc_after_pct": doc["accuracy"]["after_pct"],
+            "instructions_per_step": doc["instructions"]["per_step_mean"],
+            "ms_per_step": (doc["cycles_estimate"] or {}).get("ms_per_step"),
+            "stack_high_water_bytes": doc["stack"]["high_water_bytes"],
+            "arena_planned_bytes": doc["arena"]["planned_bytes"], "arena_used_bytes": doc["arena"]["used_bytes"],
+            "gate_accepted": doc["gate"]["accepted"], "steps": doc["loss"]["steps"]}
+
+
+def moving_average(v: list[float], window: int) -> list[float]:
+    if not v:
+        return []
+    c = np.cumsum(np.asarray(v, dtype=np.float64))
+    out = []
+    for i in range(len(v)):
+        lo = max(0, i - window + 1)
+        out.append(float((c[i] - (c[lo - 1] if lo else 0.0)) / (i - lo + 1)))
+    return out
+
+
+def loss_svg(losses: list[float], steps_per_epoch: int | None, title: str = "") -> str:
+    """Loss per training step (thin), its moving average (thick), dashed lines at epoch ends. Plain SVG,
+    no plotting library: the picture must be the same bytes for the same run (the cache relies on it)."""
+    w, h, ml, mr, mt, mb = 760, 320, 60, 20, 40, 40
+    pw, ph = w - ml - mr, h - mt - mb
+    n = len(losses)
+    top = max(losses) if losses else 1.0
+    top = top if top > 0 else 1.0
+    window = max(1, min(50, n // 20))
+
+    def x(i: float) -> float:
+        return ml + (pw * i / max(n - 1, 1))
+
+    def y(v: float) -> float:
+        return mt + ph * (1 - max(0.0, v) / top)
+
+    def path(vals: list[float]) -> str:
+        return " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(vals))
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
+             f'font-family="sans-serif" font-size="11">',
+             f'<rect width="{w}" height="{h}" fill="white"/>',
+             f'<text x="{ml}" y="18" font-size="12">{escape(title)}</text>',
+             f'<line x1="{ml}" y1="{mt + ph}" x2="{ml + pw}" y2="{mt + ph}" stroke="black"/>',
+             f'<line x1="{ml}" y1="{mt}" x2="{ml}" y2="{mt + ph}" stroke="black"/>']
+    for frac in (0.0, 0.25, 0.5, 0.75, 1.0):
+        v = top * frac
+        parts.append(f'<text x="{ml - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.3g}</text>')
+        parts.append(f'<line x1="{ml}" y1="{y(v):.1f}" x2="{ml + pw}" y2="{y(v):.1f}" stroke="#eee"/>')
+    if steps_per_epoch and n:
+        for e in range(1, n // steps_per_epoch + 1):
+            xe = x(e * steps_per_epoch - 1)
+            parts.append(f'<line x1="{xe:.1f}" y1="{mt}" x2="{xe:.1f}" y2="{mt + ph}" stroke="#999" '
+                         f'stroke-dasharray="4,3"/>')
+            parts.append(f'<text x="{xe - 3:.1f}" y="{mt + 12}" text-anchor="end" fill="#666">epoch {e}</text>')
+    if n:
+        parts.append(f'<polyline fill="none" stroke="#9ecae1" stroke-width="0.8" points="{path(losses)}"/>')
+        parts.append(f'<polyline fill="none" stroke="#08519c" stroke-width="2" '
+                     f'points="{path(moving_average(losses, window))}"/>')
+    parts.append(f'<text x="{ml + pw / 2}" y="{h - 8}" text-anchor="middle">training step (sample)</text>')
+    parts.append(f'<text x="14" y="{mt + ph / 2}" transform="rotate(-90 14 {mt + ph / 2})" '
+                 f'text-anchor="middle">loss</text>')
+    parts.append(f'<text x="{ml + pw}" y="{mt - 4}" text-anchor="end" fill="#08519c">'
+                 f'moving average of {window} step{"s" if window != 1 else ""}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def inspect(path: Path) -> str | None:
+    path = Path(path)
+    if path.is_dir():
+        path = path / "run.json"
+    if path.suffix == ".wof":
+        return wof.describe(path)
+    if path.name != "run.json":
+        return None
+    doc = json.loads(path.read_text())
+    lines = [doc["summary"], ""]
+    loss = doc["loss"]
+    lines.append(f"loss: {loss['steps']} steps, first {loss['first']:.4g}, last {loss['last']:.4g}"
+                 + (f", per-epoch means {', '.join(f'{v:.4g}' for v in loss['epoch_mean'])}"
+                    if loss.get("epoch_mean") else ""))
+    acc = doc["accuracy"]
+    lines.append(f"accuracy (test split): before {acc['before']}, after {acc['after']}")
+    lines.append(f"gate: {doc['gate']['reason']}")
+    ex = doc["export"]
+    lines.append(f"exported {ex['weights']} weights: {ex['wof']} ({ex['wof_n_buffers']} buffers, data for tensors "
+                 f"{ex['wof_tensors']}), {ex['tflite']}")
+    m = doc["memory"]
+    lines.append(f"memory: flash {m['flash_used']} / {m['flash_available']} B, SRAM {m['sram_used']} / "
+                 f"{m['sram_available']} B (size.json)")
+    return "\n".join(lines) + "\n"
+
+
+# ---- helpers -------------------------------------------------------------------------------------
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise StageFailed(f"cannot read {what}: {e}") from None
+
+
+def _original_tensor_count(cfg: Mapping[str, Any], ctx: StageContext) -> int:
+    """The .wof's n_buffers: tensors in the ORIGINAL model file (what onert-micro checks it against)."""
+    model = cfg.get("model")
+    path = getattr(model, "path", None) if model is not None else None
+    if path is not None and Path(path).is_file():
+        return export.model_tensor_count(Path(path))
+    return export.graph_tensor_count(_read_json(ctx.input("load/graph.json"), "load's graph.json"))

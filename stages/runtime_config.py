@@ -1,0 +1,116 @@
+"""Runtime configuration of a generated training firmware (`runtime.bin`) and the firmware protocol.
+
+Values that only change how the firmware *runs* (learning rate, epochs, seed, ...) are passed in a
+small binary file at start-up, so that changing them reruns only `emulate-run`, never `codegen` or
+`cross-compile` (DESIGN §3).
+
+`runtime.bin` (protocol 1), little-endian, 56 bytes, no padding:
+
+    offset size  field
+    0      4     magic  b"TTRC"
+    4      4     version (u32) = 1
+    8      4     learning_rate (f32)
+    12     4     epochs (u32)
+    16     4     seed (u32)
+    20     4     batch_size (u32, >= 1): updates are applied after every batch_size samples
+    24     4     momentum (f32)        SGD momentum / RMSProp momentum
+    28     4     beta1 (f32)           Adam
+    32     4     beta2 (f32)           Adam
+    36     4     eps (f32)             Adam / RMSProp
+    40     4     alpha (f32)           RMSProp decay
+    44     4     weight_decay (f32)
+    48     4     max_train_samples (u32): samples of train.ttds used per epoch, 0 = all
+    52     4     flags (u32): bit0 evaluate on test.ttds before training, bit1 evaluate after
+
+The C side (`tt_runtime_config` in the generated `tt_model.c`) parses it field by field from the
+bytes (never a memcpy of a struct, whose padding and endianness are the compiler's), and fails
+with `tt_fail` on a wrong magic, version or size.
+
+The firmware's run folder holds:
+  * `runtime.bin`   this file;
+  * `train.ttds`, `test.ttds`  TTDS streams (stages/data.py `write_stream`): int8 samples already
+    quantized with the model input's scale / zero point (float32 samples for float models), int32
+    labels.
+
+The firmware (protocol 1):
+  1. reads runtime.bin; paints the arena with 0xA5;
+  2. if flags bit0: evaluates test.ttds (forward only, argmax of the output) -> acc_before;
+  3. trains `epochs` times over the first max_train_samples records of train.ttds; per sample:
+     forward, loss, backward (gradients accumulate), and every batch_size samples (and once more
+     at the end of an epoch when samples are left over) the updates, in the schedule's order,
+     in place. `tt_instructions()` is read around every sample step;
+  4. if flags bit1: evaluates again -> acc_after;
+  5. writes `losses.bin` (f32 little-endian, one per sample step, in order), `weights.bin` (the
+     final bytes of every trained tensor -- whole tensors, untrained channels included --
+     concatenated in the order of codegen's `io_layout.json`), and `results.json`:
+       {"protocol": 1, "acc_before": {"correct": c, "total": t}, "acc_after": {...},
+        "steps": S, "samples": N, "instructions_total_train": I,
+        "instructions_per_step_min": a, "instructions_per_step_max": b,
+        "instructions_per_step_mean": m, "arena_bytes_planned": A, "arena_bytes_used": U,
+        "loss_nan": false}
+     integers only (acc_* are {"correct": 0, "total": 0} when not evaluated; instruction counts
+     are 0 on host). arena_bytes_used is the highest arena offset no longer holding the paint.
+  6. On a NaN/inf loss it stops, writes results.json with "loss_nan": true (and losses.bin up
+     to and including that loss), and calls tt_fail("loss is NaN at step k").
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, fields
+
+MAGIC = b"TTRC"
+VERSION = 1
+PROTOCOL = 1
+
+FLAG_EVAL_BEFORE = 1 << 0
+FLAG_EVAL_AFTER = 1 << 1
+
+# One struct format for the whole record: '<' = little-endian, no padding.
+_FORMAT = "<4sIfIIIffffffII"
+SIZE = struct.calcsize(_FORMAT)  # 56
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    learning_rate: float = 0.01
+    epochs: int = 1
+    seed: int = 0
+    batch_size: int = 1
+    momentum: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-7
+    alpha: float = 0.9
+    weight_decay: float = 0.0
+    max_train_samples: int = 0
+    flags: int = FLAG_EVAL_BEFORE | FLAG_EVAL_AFTER
+
+    def __post_init__(self):
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.type in (int, "int") and not (0 <= int(v) < 2**32):
+                raise ValueError(f"runtime config {f.name}={v} does not fit in a u32")
+        if self.batch_size < 1:
+            raise ValueError("runtime config batch_size must be >= 1")
+
+    def to_bytes(self) -> bytes:
+        return struct.pack(
+            _FORMAT, MAGIC, VERSION, float(self.learning_rate), int(self.epochs), int(self.seed),
+            int(self.batch_size), float(self.momentum), float(self.beta1), float(self.beta2),
+            float(self.eps), float(self.alpha), float(self.weight_decay),
+            int(self.max_train_samples), int(self.flags))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "RuntimeConfig":
+        if len(data) != SIZE:
+            raise ValueError(f"runtime.bin: {len(data)} bytes, expected {SIZE}")
+        (magic, version, lr, epochs, seed, bs, mom, b1, b2, eps, alpha, wd, maxn,
+         flags) = struct.unpack(_FORMAT, data)
+        if magic != MAGIC:
+            raise ValueError(f"runtime.bin: bad magic {magic!r}")
+        if version != VERSION:
+            raise ValueError(f"runtime.bin: version {version}, expected {VERSION}")
+        return cls(learning_rate=lr, epochs=epochs, seed=seed, batch_size=bs, momentum=mom,
+                   beta1=b1, beta2=b2, eps=eps, alpha=alpha, weight_decay=wd,
+                   max_train_samples=maxn, flags=flags)
