@@ -202,6 +202,7 @@ void tt_max_pool2d_grad_f32(const tt_pool_dims *d, const float *dy, const float 
 void tt_mean_hw_grad_f32(int32_t batches, int32_t h, int32_t w, int32_t c, const float *dy, float *dx);
 /* in_shape is the forward input's (dx's) shape; dy has the padded shape. */
 void tt_pad_grad_f32(const int32_t in_shape[4], const int32_t pads[8], const float *dy, float *dx);
+/* dxs[i] == NULL: input i needs no gradient and is skipped. */
 void tt_concatenation_grad_f32(int32_t n_inputs, const int32_t *inner_sizes, int32_t outer, const float *dy,
                                float *const *dxs);
 /* Straight-through mask from the forward *output* y: relu y>0, relu6 0<y<6, relu_n1_to_1 -1<y<1 (dx may be dy). */

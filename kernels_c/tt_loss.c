@@ -1,5 +1,6 @@
 /* Losses with their gradients, float32 (grad_ops.softmax_ce_loss, mse_loss). */
 #include "tt_kernels.h"
+#include "tt_math.h"
 
 #include <math.h>
 
@@ -20,10 +21,10 @@ float tt_softmax_cross_entropy_f32(int32_t rows, int32_t depth, const float *log
             }
         }
         for (c = 0; c < depth; ++c) {
-            d[c] = expf(z[c] - mx);
+            d[c] = tt_expf(z[c] - mx);
             s += d[c];
         }
-        loss += logf(s) - (z[lab] - mx);
+        loss += tt_logf(s) - (z[lab] - mx);
         for (c = 0; c < depth; ++c) {
             d[c] = d[c] / s;
         }

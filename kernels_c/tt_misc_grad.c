@@ -28,9 +28,12 @@ void tt_concatenation_grad_f32(int32_t n_inputs, const int32_t *inner_sizes, int
     for (o = 0; o < outer; ++o) {
         for (i = 0; i < n_inputs; ++i) {
             const int32_t len = inner_sizes[i];
-            float *dst = dxs[i] + o * len;
-            for (j = 0; j < len; ++j) {
-                dst[j] = dy[j];
+            /* A NULL destination is an input that needs no gradient (autodiff prunes it): skipped. */
+            if (dxs[i] != 0) {
+                float *dst = dxs[i] + o * len;
+                for (j = 0; j < len; ++j) {
+                    dst[j] = dy[j];
+                }
             }
             dy += len;
         }

@@ -1,6 +1,7 @@
 /* softmax, int8 (reference_ops::Softmax<int8_t, int8_t>, gemmlowp fixed-point exp and reciprocal) and float32.
  * The int8 path is a line-by-line port of int8_arith.softmax_int8 and its gemmlowp helpers. */
 #include "tt_kernels.h"
+#include "tt_math.h"
 
 #include <math.h>
 
@@ -133,7 +134,7 @@ void tt_softmax_f32(int32_t rows, int32_t depth, float beta, const float *x, flo
             }
         }
         for (c = 0; c < depth; ++c) {
-            yr[c] = expf((xr[c] - mx) * beta);
+            yr[c] = tt_expf((xr[c] - mx) * beta);
             total += yr[c];
         }
         for (c = 0; c < depth; ++c) {

@@ -35,10 +35,13 @@ The firmware's run folder holds:
 The firmware (protocol 1):
   1. reads runtime.bin; paints the arena with 0xA5;
   2. if flags bit0: evaluates test.ttds (forward only, argmax of the output) -> acc_before;
-  3. trains `epochs` times over the first max_train_samples records of train.ttds; per sample:
-     forward, loss, backward (gradients accumulate), and every batch_size samples (and once more
-     at the end of an epoch when samples are left over) the updates, in the schedule's order,
-     in place. `tt_instructions()` is read around every sample step;
+  3. trains `epochs` times over the first max_train_samples records of train.ttds, in file order
+     (no shuffling; a last partial batch is dropped, as train_executor.train does); per sample:
+     forward, loss, backward (gradients accumulate), and every batch_size samples the updates, in
+     the schedule's order, in place (batch 1: the updates run inside the sample step, in the
+     in-place order). batch_size must equal the compiled one (the update's 1/B is a constant of
+     the program), else tt_fail. `tt_instructions()` is read around every training step (one
+     step = batch_size samples + their update), giving instructions_per_step_*;
   4. if flags bit1: evaluates again -> acc_after;
   5. writes `losses.bin` (f32 little-endian, one per sample step, in order), `weights.bin` (the
      final bytes of every trained tensor -- whole tensors, untrained channels included --

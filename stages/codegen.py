@@ -1,0 +1,1175 @@
+"""Stage `codegen`: training IR + schedule + memory plan -> one C99 training program (DESIGN §3, §7).
+
+    generate(train_graph, order, memplan_doc, out_dir) -> summary dict
+
+Inputs: autodiff's `train_graph.json`/`train_tensors.npz`, reorder's `schedule.json` (op order) and `memplan.json`
+(buffers with arena offsets). Outputs in the stage folder:
+  tt_model.c     the program: `static uint8_t tt_arena[A]`, frozen constants `static const` (flash), trained
+                 tensors and optimizer state in SRAM (at their planned arena offsets) initialised from flash
+                 copies at start, requantization multipliers / shifts / QAS scales as const tables (computed here
+                 with stages/int8_arith.py, in double exactly as the numpy executor does), the schedule as
+                 straight-line kernel calls, and `tt_main` implementing the firmware protocol of
+                 stages/runtime_config.py (runtime.bin in; losses.bin, weights.bin, results.json out);
+  sources.json   {"kernels": null (every kernels_c/*.c), "defines": {}, "stack_bytes": ...} for cross-compile;
+  io_layout.json where weights.bin's tensors are, the model input's quantization, the output, arena bytes;
+  codegen.json   lines of C, kernel calls, const bytes, arena bytes.
+
+Placement: every SRAM tensor of the plan lives at its buffer's offset in the arena (tensors written in place over
+each other share one). The in-place ops of the plan (elementwise, reshape, depthwise with one channel of
+scratch) are emitted as in-place kernel calls. Known gap: a weight trained on a channel slice (ratio < 1) is kept
+whole in a static SRAM array (outside the arena) instead of as the compact slice the plan counts, because the
+forward kernels read one weight pointer; the arena's slot for it stays unused.
+
+Compile-time options: -DTT_DUMP_TENSORS=1 makes the program write every trained tensor after each sample step
+(`dump_<step>.bin`, weights.bin's layout) and appends the forward output of every evaluated sample to
+`eval_out.bin`, for bit-exact checks against the numpy model (tests/test_codegen.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tinytrain.stages import int8_arith as ia
+from tinytrain.stages.ir import Graph, Op, Tensor
+from tinytrain.stages.runtime_config import PROTOCOL
+
+CTYPE = {"int8": "int8_t", "int32": "int32_t", "float32": "float", "uint8": "uint8_t", "int16": "int16_t",
+         "int64": "int64_t"}
+ACT_ENUM = {"none": "TT_ACT_NONE", "relu": "TT_ACT_RELU", "relu6": "TT_ACT_RELU6",
+            "relu_n1_to_1": "TT_ACT_RELU_N1_TO_1"}
+FLOAT_BOUNDS = {"none": (-math.inf, math.inf), "relu": (0.0, math.inf), "relu6": (0.0, 6.0),
+                "relu_n1_to_1": (-1.0, 1.0)}
+RUNTIME_FIELDS = {"learning_rate": "learning_rate", "momentum": "momentum", "beta1": "beta1", "beta2": "beta2",
+                  "eps": "eps", "alpha": "alpha", "weight_decay": "weight_decay"}
+PAINT = 0xA5
+DEFAULT_STACK = 16 * 1024
+
+
+class CodegenError(NotImplementedError):
+    pass
+
+
+def flit(x: float) -> str:
+    """A float32 constant as an exact C literal."""
+    v = float(np.float32(x))
+    if math.isinf(v):
+        return "INFINITY" if v > 0 else "(-INFINITY)"
+    if math.isnan(v):
+        raise CodegenError("NaN constant")
+    return f"{v.hex()}f" if v != 0 else ("-0.0f" if math.copysign(1, v) < 0 else "0.0f")
+
+
+def numel(shape) -> int:
+    return int(np.prod(list(shape), dtype=np.int64)) if len(shape) else 1
+
+
+def _c_array(ctype: str, values, per_line: int = 16) -> str:
+    vals = list(values)
+    if not vals:
+        return "{0}"
+    items = []
+    for v in vals:
+        if ctype == "float":
+            items.append(flit(v))
+        elif ctype == "int32_t" and int(v) == -(1 << 31):
+            items.append("INT32_MIN")
+        else:
+            items.append(str(int(v)))
+    lines = [", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
+    return "{\n    " + ",\n    ".join(lines) + "\n}"
+
+
+@dataclass
+class _Loc:
+    kind: str     # arena | flash | static
+    expr: str     # C expression of the pointer to the first element
+
+
+class _Gen:
+    def __init__(self, g: Graph, order: list[int], plan: dict[str, Any]):
+        self.g = g
+        self.order = order
+        self.plan = plan
+        self.meta = g.meta["train"]
+        self.globals: list[str] = []      # const tables and static arrays
+        self.const_bytes = 0
+        self.calls = 0
+        self.ids: dict[str, int] = {}
+        self.arena = int(plan["arena_bytes"])
+        self.offset: dict[str, int] = {}
+        self.scratch: dict[str, int] = {}
+        for b in plan["buffers"]:
+            if b["name"].startswith("scratch/") and not b["tensors"]:
+                self.scratch[b["name"][len("scratch/"):]] = int(b["offset"])
+            for t in b["tensors"]:
+                self.offset[t] = int(b["offset"])
+        self.trained = dict(self.meta["trained"])
+        self.written = {t for op in g.ops for t in op.outputs}
+        self.locs: dict[str, _Loc] = {}
+        self.init_lines: list[str] = []
+        self._uid = 0
+
+    # ---- names and places ------------------------------------------------------------------------------------
+    def cid(self, name: str) -> int:
+        if name not in self.ids:
+            self.ids[name] = len(self.ids)
+        return self.ids[name]
+
+    def uid(self, prefix: str) -> str:
+        self._uid += 1
+        return f"{prefix}{self._uid}"
+
+    def const_table(self, prefix: str, ctype: str, values) -> str:
+        name = self.uid(prefix)
+        vals = list(values)
+        self.globals.append(f"static const {ctype} {name}[{max(len(vals), 1)}] = {_c_array(ctype, vals)};")
+        self.const_bytes += max(len(vals), 1) * {"float": 4, "int32_t": 4, "int8_t": 1}.get(ctype, 4)
+        return name
+
+    def ctype(self, name: str) -> str:
+        return CTYPE[self.g.tensors[name].dtype]
+
+    def loc(self, name: str) -> str:
+        if name in self.locs:
+            return self.locs[name].expr
+        t = self.g.tensors[name]
+        ct = CTYPE[t.dtype]
+        i = self.cid(name)
+        if t.data is not None and name not in self.written:
+            data = np.ascontiguousarray(np.asarray(t.data).astype(t.dtype)).reshape(-1)
+            self.globals.append(f"/* {name} */\nstatic const {ct} tt_c{i}[{max(data.size, 1)}] = "
+                                f"{_c_array(ct, data.tolist())};")
+            self.const_bytes += max(data.size, 1) * np.dtype(t.dtype).itemsize
+            self.locs[name] = _Loc("flash", f"tt_c{i}")
+            return self.locs[name].expr
+        if t.data is not None:
+            # Written by the step: SRAM, initialised from a flash copy at start (zeros: a memset).
+            data = np.ascontiguousarray(np.asarray(t.data).astype(t.dtype)).reshape(-1)
+            partial = name in self.trained and self.trained[name].get("n") is not None
+            if partial or name not in self.offset:
+                self.globals.append(f"/* {name}: trained slice of a partially trained tensor, whole in SRAM */\n"
+                                    f"static {ct} tt_s{i}[{max(data.size, 1)}];")
+                expr = f"tt_s{i}"
+                kind = "static"
+            else:
+                expr = f"(({ct} *)(tt_arena + {self.offset[name]}))"
+                kind = "arena"
+            nbytes = data.size * data.dtype.itemsize
+            if not data.any():
+                self.init_lines.append(f"memset({expr}, 0, {nbytes}); /* {name} */")
+            else:
+                self.globals.append(f"/* initial {name} */\nstatic const {ct} tt_i{i}[{data.size}] = "
+                                    f"{_c_array(ct, data.tolist())};")
+                self.const_bytes += nbytes
+                self.init_lines.append(f"memcpy({expr}, tt_i{i}, {nbytes}); /* {name} */")
+            self.locs[name] = _Loc(kind, expr)
+            return expr
+        if name not in self.offset:
+            raise CodegenError(f"tensor {name!r} has no place in the memory plan")
+        self.locs[name] = _Loc("arena", f"(({ct} *)(tt_arena + {self.offset[name]}))")
+        return self.locs[name].expr
+
+    def same_place(self, a: str, b: str) -> bool:
+        return a in self.offset and b in self.offset and self.offset[a] == self.offset[b] \
+            and self.locs.get(a, _Loc("arena", "")).kind == "arena"
+
+    # ---- quantization helpers --------------------------------------------------------------------------------
+    def qp(self, name: str) -> tuple[float, int]:
+        t = self.g.tensors[name]
+        return float(t.quant.scale[0]), int(t.quant.zero_point[0])
+
+    def requant(self, x: str, w: str, y: str, act: str, channels: int) -> str:
+        x_t, w_t, y_t = self.g.tensors[x], self.g.tensors[w], self.g.tensors[y]
+        s_in, z_in = self.qp(x)
+        s_out, z_out = self.qp(y)
+        scales = list(w_t.quant.scale)
+        if len(scales) == 1:
+            scales = scales * channels
+        pairs = [ia.quantize_multiplier(float(s_in) * float(s) / float(s_out)) for s in scales]
+        m = self.const_table("tt_mult", "int32_t", [p[0] for p in pairs])
+        sh = self.const_table("tt_shift", "int32_t", [p[1] for p in pairs])
+        lo, hi = ia.activation_range(act, s_out, z_out)
+        name = self.uid("tt_rq")
+        self.globals.append(f"static const tt_requant_s8 {name} = {{{z_in}, {z_out}, {lo}, {hi}, {m}, {sh}, 1}};")
+        return name
+
+    def conv_dims(self, op: Op, x: str, y: str, kh: int, kw: int, mult: int = 1) -> str:
+        a = op.attrs
+        xs, ys = self.g.tensors[x].shape, self.g.tensors[y].shape
+        sh, sw = int(a["stride_h"]), int(a["stride_w"])
+        dh, dw = int(a.get("dilation_h", 1)), int(a.get("dilation_w", 1))
+        oh, pt = _out_pad(a["padding"], xs[1], kh, sh, dh)
+        ow, pl = _out_pad(a["padding"], xs[2], kw, sw, dw)
+        if oh != ys[1] or ow != ys[2]:
+            raise CodegenError(f"{op.type}: output {ys} does not match the geometry")
+        name = self.uid("tt_cd")
+        self.globals.append(f"static const tt_conv_dims {name} = {{{xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {oh}, {ow}, "
+                            f"{ys[3]}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {mult}}};")
+        return name
+
+    def pool_dims(self, op: Op, x: str) -> str:
+        a = op.attrs
+        xs = self.g.tensors[x].shape
+        kh, kw, sh, sw = int(a["filter_h"]), int(a["filter_w"]), int(a["stride_h"]), int(a["stride_w"])
+        oh, pt = _out_pad(a["padding"], xs[1], kh, sh, 1)
+        ow, pl = _out_pad(a["padding"], xs[2], kw, sw, 1)
+        name = self.uid("tt_pd")
+        self.globals.append(f"static const tt_pool_dims {name} = {{{xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {oh}, {ow}, "
+                            f"{kh}, {kw}, {sh}, {sw}, {pt}, {pl}}};")
+        return name
+
+    # ---- ops -------------------------------------------------------------------------------------------------
+    def emit(self, op: Op) -> list[str]:
+        fn = getattr(self, "op_" + op.type, None)
+        if fn is None:
+            raise CodegenError(f"codegen: no C for op {op.type!r}")
+        lines = fn(op)
+        self.calls += sum(1 for ln in lines if ln.lstrip().startswith("tt_"))
+        head = f"/* {op.type}: {', '.join(op.outputs)} */"
+        return [head] + lines
+
+    def _int8(self, name: str) -> bool:
+        return self.g.tensors[name].dtype == "int8"
+
+    def op_conv2d(self, op: Op) -> list[str]:
+        x, w, b = op.inputs[0], op.inputs[1], op.inputs[2] if len(op.inputs) > 2 else None
+        y = op.outputs[0]
+        o, kh, kw, ci = self.g.tensors[w].shape
+        d = self.conv_dims(op, x, y, kh, kw)
+        bias = self.loc(b) if b else "0"
+        act = op.attrs.get("act", "none")
+        if self._int8(x):
+            q = self.requant(x, w, y, act, o)
+            return [f"tt_conv2d_s8(&{d}, &{q}, {self.loc(x)}, {self.loc(w)}, {bias}, {self.loc(y)});"]
+        lo, hi = FLOAT_BOUNDS[act]
+        return [f"tt_conv2d_f32(&{d}, {flit(lo)}, {flit(hi)}, {self.loc(x)}, {self.loc(w)}, {bias}, {self.loc(y)});"]
+
+    def op_depthwise_conv2d(self, op: Op) -> list[str]:
+        x, w, b = op.inputs[0], op.inputs[1], op.inputs[2] if len(op.inputs) > 2 else None
+        y = op.outputs[0]
+        _, kh, kw, o = self.g.tensors[w].shape
+        mult = o // self.g.tensors[x].shape[3]
+        d = self.conv_dims(op, x, y, kh, kw, mult)
+        bias = self.loc(b) if b else "0"
+        act = op.attrs.get("act", "none")
+        inplace = self.same_place(x, y)
+        if inplace:
+            if y not in self.scratch:
+                raise CodegenError(f"in-place depthwise {y} has no scratch buffer in the plan")
+            scr = f"({self.ctype(y)} *)(tt_arena + {self.scratch[y]})"
+        if self._int8(x):
+            q = self.requant(x, w, y, act, o)
+            if inplace:
+                return [f"tt_depthwise_conv2d_s8_inplace(&{d}, &{q}, {self.loc(x)}, {self.loc(w)}, {bias}, {scr});"]
+            return [f"tt_depthwise_conv2d_s8(&{d}, &{q}, {self.loc(x)}, {self.loc(w)}, {bias}, {self.loc(y)});"]
+        lo, hi = FLOAT_BOUNDS[act]
+        if inplace:
+            return [f"tt_depthwise_conv2d_f32_inplace(&{d}, {flit(lo)}, {flit(hi)}, {self.loc(x)}, {self.loc(w)}, "
+                    f"{bias}, {scr});"]
+        return [f"tt_depthwise_conv2d_f32(&{d}, {flit(lo)}, {flit(hi)}, {self.loc(x)}, {self.loc(w)}, {bias}, "
+                f"{self.loc(y)});"]
+
+    def op_fully_connected(self, op: Op) -> list[str]:
+        x, w, b = op.inputs[0], op.inputs[1], op.inputs[2] if len(op.inputs) > 2 else None
+        y = op.outputs[0]
+        o, depth = self.g.tensors[w].shape
+        rows = numel(self.g.tensors[x].shape) // depth
+        bias = self.loc(b) if b else "0"
+        act = op.attrs.get("act", "none")
+        if self._int8(x):
+            q = self.requant(x, w, y, act, o)
+            return [f"tt_fully_connected_s8({rows}, {depth}, {o}, &{q}, {self.loc(x)}, {self.loc(w)}, {bias}, "
+                    f"{self.loc(y)});"]
+        lo, hi = FLOAT_BOUNDS[act]
+        return [f"tt_fully_connected_f32({rows}, {depth}, {o}, {flit(lo)}, {flit(hi)}, {self.loc(x)}, "
+                f"{self.loc(w)}, {bias}, {self.loc(y)});"]
+
+    def op_add(self, op: Op) -> list[str]:
+        a, b = op.inputs[0], op.inputs[1]
+        y = op.outputs[0]
+        if self.g.tensors[a].shape != self.g.tensors[b].shape:
+            raise CodegenError("add with broadcasting")
+        n = numel(self.g.tensors[y].shape)
+        act = op.attrs.get("act", "none")
+        if self._int8(a):
+            s1, z1 = self.qp(a)
+            s2, z2 = self.qp(b)
+            so, zo = self.qp(y)
+            left_shift = 20
+            twice_max = float(np.float32(2) * np.float32(max(s1, s2)))
+            m1, sh1 = ia.quantize_multiplier_smaller_than_one_exp(s1 / twice_max)
+            m2, sh2 = ia.quantize_multiplier_smaller_than_one_exp(s2 / twice_max)
+            mo, sho = ia.quantize_multiplier_smaller_than_one_exp(
+                twice_max / float(np.float32((1 << left_shift) * np.float32(so))))
+            lo, hi = ia.activation_range(act, so, zo)
+            name = self.uid("tt_ap")
+            self.globals.append(f"static const tt_add_params_s8 {name} = {{{z1}, {z2}, {zo}, {left_shift}, {m1}, "
+                                f"{sh1}, {m2}, {sh2}, {mo}, {sho}, {lo}, {hi}}};")
+            return [f"tt_add_s8(&{name}, {n}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
+        lo, hi = FLOAT_BOUNDS[act]
+        return [f"tt_add_f32({n}, {flit(lo)}, {flit(hi)}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
+
+    def _pool(self, op: Op, kind: str) -> list[str]:
+        x, y = op.inputs[0], op.outputs[0]
+        d = self.pool_dims(op, x)
+        act = op.attrs.get("act", "none")
+        if self._int8(x):
+            lo, hi = ia.activation_range(act, *self.qp(y))
+            return [f"tt_{kind}_s8(&{d}, {lo}, {hi}, {self.loc(x)}, {self.loc(y)});"]
+        lo, hi = FLOAT_BOUNDS[act]
+        return [f"tt_{kind}_f32(&{d}, {flit(lo)}, {flit(hi)}, {self.loc(x)}, {self.loc(y)});"]
+
+    def op_average_pool2d(self, op: Op) -> list[str]:
+        return self._pool(op, "average_pool2d")
+
+    def op_max_pool2d(self, op: Op) -> list[str]:
+        return self._pool(op, "max_pool2d")
+
+    def _mean_axes(self, op: Op) -> tuple[int, int, int, int]:
+        x = op.inputs[0]
+        xs = self.g.tensors[x].shape
+        axes = sorted({int(v) % len(xs) for v in np.asarray(self.g.tensors[op.inputs[1]].data).reshape(-1)})
+        if len(xs) != 4 or axes != [1, 2]:
+            raise CodegenError(f"mean over axes {axes} of a rank-{len(xs)} tensor (only H, W of NHWC)")
+        return xs[0], xs[1], xs[2], xs[3]
+
+    def op_mean(self, op: Op) -> list[str]:
+        x, y = op.inputs[0], op.outputs[0]
+        b, h, w, c = self._mean_axes(op)
+        if self._int8(x):
+            s_in, z_in = self.qp(x)
+            s_out, z_out = self.qp(y)
+            count = h * w
+            mult, shift = ia.quantize_multiplier(float(s_in) / float(s_out))
+            extra = min(count.bit_length() - 1, 32, 31 + shift)
+            mult = int((mult << extra) // count) if extra >= 0 else int((mult >> -extra) // count)
+            shift -= extra
+            name = self.uid("tt_mp")
+            self.globals.append(f"static const tt_mean_params_s8 {name} = {{{z_in}, {z_out}, {mult}, {shift}}};")
+            return [f"tt_mean_hw_s8(&{name}, {b}, {h}, {w}, {c}, {self.loc(x)}, {self.loc(y)});"]
+        return [f"tt_mean_hw_f32({b}, {h}, {w}, {c}, {self.loc(x)}, {self.loc(y)});"]
+
+    def op_softmax(self, op: Op) -> list[str]:
+        x, y = op.inputs[0], op.outputs[0]
+        xs = self.g.tensors[x].shape
+        depth = xs[-1]
+        rows = numel(xs) // depth
+        beta = float(op.attrs.get("beta", 1.0))
+        if self._int8(x):
+            m, ls, dmin = ia.softmax_params(beta, self.qp(x)[0])
+            return [f"tt_softmax_s8({rows}, {depth}, {m}, {ls}, {dmin}, {self.loc(x)}, {self.loc(y)});"]
+        return [f"tt_softmax_f32({rows}, {depth}, {flit(beta)}, {self.loc(x)}, {self.loc(y)});"]
+
+    def _relu(self, op: Op, lo: float, hi: float | None) -> list[str]:
+        x, y = op.inputs[0], op.outputs[0]
+        n = numel(self.g.tensors[x].shape)
+        if self._int8(x):
+            s_in, z_in = self.qp(x)
+            s_out, z_out = self.qp(y)
+            mult, shift = ia.quantize_multiplier(float(s_in) / float(s_out))
+            qlo, qhi = ia.relu_op_range(lo, hi, s_out, z_out)
+            return [f"tt_relu_s8({n}, {z_in}, {z_out}, {mult}, {shift}, {qlo}, {qhi}, {self.loc(x)}, "
+                    f"{self.loc(y)});"]
+        return [f"tt_clamp_f32({n}, {flit(lo)}, {flit(math.inf if hi is None else hi)}, {self.loc(x)}, "
+                f"{self.loc(y)});"]
+
+    def op_relu(self, op: Op) -> list[str]:
+        return self._relu(op, 0.0, None)
+
+    def op_relu6(self, op: Op) -> list[str]:
+        return self._relu(op, 0.0, 6.0)
+
+    def _copy(self, x: str, y: str) -> list[str]:
+        if self.same_place(x, y):
+            return [f"/* {y} aliases {x} */"]
+        n = numel(self.g.tensors[x].shape)
+        suffix = "s8" if self._int8(x) else "f32"
+        return [f"tt_copy_{suffix}({n}, {self.loc(x)}, {self.loc(y)});"]
+
+    def op_reshape(self, op: Op) -> list[str]:
+        return self._copy(op.inputs[0], op.outputs[0])
+
+    def op_reshape_grad(self, op: Op) -> list[str]:
+        return self._copy(op.inputs[0], op.outputs[0])
+
+    def _pads(self, x: str, p: str) -> tuple[str, str]:
+        xs = list(self.g.tensors[x].shape)
+        pads = np.asarray(self.g.tensors[p].data).reshape(len(xs), 2).astype(int).tolist()
+        while len(xs) < 4:
+            xs.insert(0, 1)
+            pads.insert(0, [0, 0])
+        shp = self.const_table("tt_shape", "int32_t", xs)
+        pd = self.const_table("tt_pads", "int32_t", [v for pr in pads for v in pr])
+        return shp, pd
+
+    def op_pad(self, op: Op) -> list[str]:
+        x, p, y = op.inputs[0], op.inputs[1], op.outputs[0]
+        shp, pd = self._pads(x, p)
+        if self._int8(x):
+            return [f"tt_pad_s8({shp}, {pd}, {self.qp(y)[1]}, {self.loc(x)}, {self.loc(y)});"]
+        return [f"tt_pad_f32({shp}, {pd}, 0.0f, {self.loc(x)}, {self.loc(y)});"]
+
+    def op_pad_grad(self, op: Op) -> list[str]:
+        dy, p, dx = op.inputs[0], op.inputs[1], op.outputs[0]
+        shp, pd = self._pads(dx, p)
+        return [f"tt_pad_grad_f32({shp}, {pd}, {self.loc(dy)}, {self.loc(dx)});"]
+
+    def _concat_geo(self, names: list[str], axis: int, out: str) -> tuple[str, int]:
+        ys = self.g.tensors[out].shape
+        axis %= len(ys)
+        outer = numel(ys[:axis])
+        inner = [numel(self.g.tensors[n].shape[axis:]) for n in names]
+        return self.const_table("tt_inner", "int32_t", inner), outer
+
+    def op_concatenation(self, op: Op) -> list[str]:
+        names = [n for n in op.inputs if n is not None]
+        y = op.outputs[0]
+        inner, outer = self._concat_geo(names, int(op.attrs.get("axis", -1)), y)
+        act = op.attrs.get("act", "none")
+        ptrs = self.uid("tt_in")
+        ct = self.ctype(y)
+        lines = [f"{{ const {ct} *const {ptrs}[{len(names)}] = {{{', '.join(self.loc(n) for n in names)}}};"]
+        if self._int8(y):
+            so, zo = self.qp(y)
+            same = all(self.qp(n) == (so, zo) for n in names) and act == "none"
+            q = "0"
+            if not same:
+                sc = self.const_table("tt_cs", "float", [self.qp(n)[0] for n in names])
+                zp = self.const_table("tt_cz", "int32_t", [self.qp(n)[1] for n in names])
+                lo, hi = ia.activation_range(act, so, zo)
+                q = self.uid("tt_cq")
+                self.globals.append(f"static const tt_concat_params_s8 {q} = {{{sc}, {zp}, {flit(so)}, {zo}, "
+                                    f"{lo}, {hi}}};")
+                q = "&" + q
+            lines.append(f"  tt_concatenation_s8({len(names)}, {ptrs}, {inner}, {outer}, {q}, {self.loc(y)}); }}")
+        else:
+            lo, hi = FLOAT_BOUNDS[act]
+            lines.append(f"  tt_concatenation_f32({len(names)}, {ptrs}, {inner}, {outer}, {flit(lo)}, {flit(hi)}, "
+                         f"{self.loc(y)}); }}")
+        return lines
+
+    def op_concatenation_grad(self, op: Op) -> list[str]:
+        dy = op.inputs[0]
+        sizes, axis, which = op.attrs["sizes"], int(op.attrs["axis"]), op.attrs["which"]
+        ys = self.g.tensors[dy].shape
+        axis %= len(ys)
+        outer = numel(ys[:axis])
+        rest = numel(ys[axis + 1:])
+        inner = self.const_table("tt_inner", "int32_t", [int(s) * rest for s in sizes])
+        # Parts that need no gradient (not in `which`) get NULL: the kernel skips them.
+        dst = ["0"] * len(sizes)
+        for j, name in zip(which, op.outputs):
+            dst[int(j)] = self.loc(name)
+        ptrs = self.uid("tt_out")
+        return [f"{{ float *const {ptrs}[{len(sizes)}] = {{{', '.join(dst)}}};",
+                f"  tt_concatenation_grad_f32({len(sizes)}, {inner}, {outer}, {self.loc(dy)}, {ptrs}); }}"]
+
+    def op_quantize(self, op: Op) -> list[str]:
+        x, y = op.inputs[0], op.outputs[0]
+        n = numel(self.g.tensors[x].shape)
+        so, zo = self.qp(y)
+        if self.g.tensors[x].dtype == "float32":
+            return [f"tt_quantize_f32_s8({n}, {flit(so)}, {zo}, {self.loc(x)}, {self.loc(y)});"]
+        si, zi = self.qp(x)
+        m, s = ia.quantize_multiplier(float(si) / float(so))
+        return [f"tt_requantize_s8({n}, {zi}, {zo}, {m}, {s}, {self.loc(x)}, {self.loc(y)});"]
+
+    def op_dequantize(self, op: Op) -> list[str]:
+        x, y = op.inputs[0], op.outputs[0]
+        t = self.g.tensors[x]
+        n = numel(t.shape)
+        if t.quant.per_channel:
+            ax = int(t.quant.axis) % len(t.shape)
+            outer, ch, inner = numel(t.shape[:ax]), t.shape[ax], numel(t.shape[ax + 1:])
+            sc = self.const_table("tt_dqs", "float", t.quant.scale)
+            zp = self.const_table("tt_dqz", "int32_t", t.quant.zero_point)
+            return [f"tt_dequantize_per_channel_s8_f32({outer}, {ch}, {inner}, {sc}, {zp}, {self.loc(x)}, "
+                    f"{self.loc(y)});"]
+        s, z = self.qp(x)
+        return [f"tt_dequantize_s8_f32({n}, {flit(s)}, {z}, {self.loc(x)}, {self.loc(y)});"]
+
+    def op_dequantize_slice(self, op: Op) -> list[str]:
+        x, y = op.inputs[0], op.outputs[0]
+        t = self.g.tensors[x]
+        k = int(op.attrs["channels"])
+        depth = int(op.attrs.get("depth", t.shape[-1]))
+        rows = numel(t.shape) // depth
+        s, z = self.qp(x)
+        return [f"tt_dequantize_slice_s8_f32({rows}, {depth}, {k}, {flit(s)}, {z}, {self.loc(x)}, {self.loc(y)});"]
+
+    # ---- backward --------------------------------------------------------------------------------------------
+    def op_act_grad(self, op: Op) -> list[str]:
+        dy, y, dx = op.inputs[0], op.inputs[1], op.outputs[0]
+        n = numel(self.g.tensors[dy].shape)
+        return [f"tt_act_grad_f32({n}, {ACT_ENUM[op.attrs['act']]}, {self.loc(dy)}, {self.loc(y)}, {self.loc(dx)});"]
+
+    def op_int8_clamp_grad(self, op: Op) -> list[str]:
+        dy, y, dx = op.inputs[0], op.inputs[1], op.outputs[0]
+        n = numel(self.g.tensors[dy].shape)
+        return [f"tt_int8_clamp_grad_f32({n}, {int(op.attrs['lo'])}, {int(op.attrs['hi'])}, {self.loc(dy)}, "
+                f"{self.loc(y)}, {self.loc(dx)});"]
+
+    def _grad_geo(self, op: Op, x_shape, w_shape, dy: str, depthwise: bool, in_c: int | None = None) -> str:
+        """tt_conv_dims of the forward conv from the gradient op's attrs (x: the forward input's shape)."""
+        a = op.attrs
+        kh, kw = w_shape[1], w_shape[2]
+        sh, sw = int(a["stride_h"]), int(a["stride_w"])
+        dh, dw = int(a.get("dilation_h", 1)), int(a.get("dilation_w", 1))
+        oh, pt = _out_pad(a["padding"], x_shape[1], kh, sh, dh)
+        ow, pl = _out_pad(a["padding"], x_shape[2], kw, sw, dw)
+        ys = self.g.tensors[dy].shape
+        c_in = x_shape[3] if in_c is None else in_c
+        mult = int(a.get("multiplier") or a.get("depth_multiplier") or (w_shape[3] // x_shape[3] if depthwise else 1)) \
+            if depthwise else 1
+        name = self.uid("tt_cd")
+        self.globals.append(f"static const tt_conv_dims {name} = {{{x_shape[0]}, {x_shape[1]}, {x_shape[2]}, {c_in}, "
+                            f"{oh}, {ow}, {ys[3]}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {mult}}};")
+        return name
+
+    def op_conv2d_grad_input(self, op: Op) -> list[str]:
+        dz, w, dx = op.inputs[0], op.inputs[1], op.outputs[0]
+        d = self._grad_geo(op, self.g.tensors[dx].shape, self.g.tensors[w].shape, dz, False)
+        return [f"tt_conv2d_grad_input_f32(&{d}, {self.loc(dz)}, {self.loc(w)}, {self.loc(dx)});"]
+
+    def op_depthwise_conv2d_grad_input(self, op: Op) -> list[str]:
+        dz, w, dx = op.inputs[0], op.inputs[1], op.outputs[0]
+        ws = self.g.tensors[w].shape
+        xs = self.g.tensors[dx].shape
+        d = self._grad_geo(op, xs, ws, dz, True)
+        return [f"tt_depthwise_conv2d_grad_input_f32(&{d}, {self.loc(dz)}, {self.loc(w)}, {self.loc(dx)});"]
+
+    def op_conv2d_grad_weight(self, op: Op) -> list[str]:
+        dz, x, dw = op.inputs[0], op.inputs[1], op.outputs[0]
+        ws = list(op.attrs["w_shape"])
+        k = int(op.attrs.get("in_channels") or ws[3])
+        xs = self.g.tensors[x].shape
+        d = self._grad_geo(op, xs, ws, dz, False, in_c=xs[3])
+        return [f"tt_conv2d_grad_weight_f32(&{d}, {k}, {self.loc(dz)}, {self.loc(x)}, {self.loc(dw)});"]
+
+    def op_depthwise_conv2d_grad_weight(self, op: Op) -> list[str]:
+        dz, x, dw = op.inputs[0], op.inputs[1], op.outputs[0]
+        ws = list(op.attrs["w_shape"])
+        xs = self.g.tensors[x].shape
+        k = int(op.attrs.get("in_channels") or xs[3])
+        mult = int(op.attrs.get("multiplier") or 0) or ws[3] // xs[3]
+        a = op.attrs
+        kh, kw = ws[1], ws[2]
+        sh, sw = int(a["stride_h"]), int(a["stride_w"])
+        dh, dwl = int(a.get("dilation_h", 1)), int(a.get("dilation_w", 1))
+        oh, pt = _out_pad(a["padding"], xs[1], kh, sh, dh)
+        ow, pl = _out_pad(a["padding"], xs[2], kw, sw, dwl)
+        ys = self.g.tensors[dz].shape
+        name = self.uid("tt_cd")
+        self.globals.append(f"static const tt_conv_dims {name} = {{{xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {oh}, {ow}, "
+                            f"{ys[3]}, {kh}, {kw}, {sh}, {sw}, {dh}, {dwl}, {pt}, {pl}, {mult}}};")
+        return [f"tt_depthwise_conv2d_grad_weight_f32(&{name}, {k}, {self.loc(dz)}, {self.loc(x)}, {self.loc(dw)});"]
+
+    def op_fully_connected_grad_input(self, op: Op) -> list[str]:
+        dz, w, dx = op.inputs[0], op.inputs[1], op.outputs[0]
+        o, depth = self.g.tensors[w].shape
+        rows = numel(self.g.tensors[dx].shape) // depth
+        return [f"tt_fully_connected_grad_input_f32({rows}, {depth}, {o}, {self.loc(dz)}, {self.loc(w)}, "
+                f"{self.loc(dx)});"]
+
+    def op_fully_connected_grad_weight(self, op: Op) -> list[str]:
+        dz, x, dw = op.inputs[0], op.inputs[1], op.outputs[0]
+        o, depth = op.attrs["w_shape"]
+        k = int(op.attrs.get("in_channels") or depth)
+        rows = numel(self.g.tensors[dz].shape) // o
+        xdepth = numel(self.g.tensors[x].shape) // rows  # the int8 path hands over only the k trained columns
+        if xdepth == k and k != depth:
+            depth_arg = k
+        else:
+            depth_arg = depth
+        return [f"tt_fully_connected_grad_weight_f32({rows}, {depth_arg}, {o}, {k}, {self.loc(dz)}, {self.loc(x)}, "
+                f"{self.loc(dw)});"]
+
+    def op_bias_grad(self, op: Op) -> list[str]:
+        dz, db = op.inputs[0], op.outputs[0]
+        c = self.g.tensors[dz].shape[-1]
+        rows = numel(self.g.tensors[dz].shape) // c
+        return [f"tt_bias_grad_f32({rows}, {c}, {self.loc(dz)}, {self.loc(db)});"]
+
+    def op_add_grad(self, op: Op) -> list[str]:
+        dz = op.inputs[0]
+        lines = []
+        for o in op.outputs:
+            if self.g.tensors[o].shape != self.g.tensors[dz].shape:
+                raise CodegenError("add_grad with broadcasting")
+            lines += self._copy(dz, o)
+        return lines
+
+    def op_average_pool2d_grad(self, op: Op) -> list[str]:
+        dy, dx = op.inputs[0], op.outputs[0]
+        d = self.pool_dims(op, dx)
+        return [f"tt_average_pool2d_grad_f32(&{d}, {self.loc(dy)}, {self.loc(dx)});"]
+
+    def op_max_pool2d_grad(self, op: Op) -> list[str]:
+        dy, x, dx = op.inputs[0], op.inputs[1], op.outputs[0]
+        d = self.pool_dims(op, x)
+        if self._int8(x):
+            return [f"tt_max_pool2d_grad_s8(&{d}, {self.loc(dy)}, {self.loc(x)}, {self.loc(dx)});"]
+        return [f"tt_max_pool2d_grad_f32(&{d}, {self.loc(dy)}, {self.loc(x)}, {self.loc(dx)});"]
+
+    def op_mean_grad(self, op: Op) -> list[str]:
+        dy, dx = op.inputs[0], op.outputs[0]
+        xs = self.g.tensors[dx].shape
+        axes = sorted({int(v) % len(xs) for v in np.asarray(self.g.tensors[op.inputs[1]].data).reshape(-1)})
+        if len(xs) != 4 or axes != [1, 2]:
+            raise CodegenError("mean_grad other than over H, W")
+        return [f"tt_mean_hw_grad_f32({xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {self.loc(dy)}, {self.loc(dx)});"]
+
+    def op_softmax_grad(self, op: Op) -> list[str]:
+        dy, y, dx = op.inputs[0], op.inputs[1], op.outputs[0]
+        ys = self.g.tensors[y].shape
+        return [f"tt_softmax_grad_f32({numel(ys) // ys[-1]}, {ys[-1]}, {flit(op.attrs.get('beta', 1.0))}, "
+                f"{self.loc(dy)}, {self.loc(y)}, {self.loc(dx)});"]
+
+    def op_grad_accumulate(self, op: Op) -> list[str]:
+        y = op.outputs[0]
+        n = numel(self.g.tensors[y].shape)
+        ptrs = self.uid("tt_g")
+        return [f"{{ const float *const {ptrs}[{len(op.inputs)}] = {{{', '.join(self.loc(t) for t in op.inputs)}}};",
+                f"  tt_sum_f32({len(op.inputs)}, {ptrs}, {n}, {self.loc(y)}); }}"]
+
+    def op_batch_accumulate(self, op: Op) -> list[str]:
+        acc, g = op.inputs
+        n = numel(self.g.tensors[acc].shape)
+        return [f"tt_accumulate_f32({n}, {self.loc(acc)}, {self.loc(g)});"]
+
+    def op_softmax_ce_loss(self, op: Op) -> list[str]:
+        z, lab = op.inputs
+        loss, dz = op.outputs
+        zs = self.g.tensors[z].shape
+        depth = zs[-1]
+        if numel(zs) // depth != numel(self.g.tensors[lab].shape):
+            raise CodegenError(f"softmax_ce_loss: {numel(zs) // depth} rows of logits for "
+                               f"{numel(self.g.tensors[lab].shape)} label(s): not a classifier head")
+        return [f"{self.loc(loss)}[0] = tt_softmax_cross_entropy_f32({numel(zs) // depth}, {depth}, {self.loc(z)}, "
+                f"{self.loc(lab)}, {self.loc(dz)});"]
+
+    def op_mse_loss(self, op: Op) -> list[str]:
+        raise CodegenError("mse_loss: the firmware protocol streams integer labels, not regression targets")
+
+    # ---- updates ---------------------------------------------------------------------------------------------
+    def rt(self, op: Op, key: str) -> str:
+        ref = op.attrs.get(f"{key}_ref")
+        if ref is None:
+            if key == "weight_decay":
+                return "0.0f"
+            return flit(self.meta["runtime_defaults"][key])
+        name = ref.split(".", 1)[1] if ref.startswith("runtime.") else ref
+        if name not in RUNTIME_FIELDS:
+            raise CodegenError(f"runtime value {name!r} is not in runtime.bin")
+        return f"tt_cfg.{RUNTIME_FIELDS[name]}"
+
+    def _slice(self, p: str, gname: str) -> tuple[int, int, int]:
+        ps = self.g.tensors[p].shape
+        cols = ps[-1] if ps else 1
+        rows = numel(ps) // cols
+        gs = self.g.tensors[gname].shape
+        n = gs[-1] if gs else 1
+        return rows, cols, n
+
+    def _reset(self, op: Op, gname: str) -> list[str]:
+        if op.attrs.get("reset_grad"):
+            return [f"memset({self.loc(gname)}, 0, {numel(self.g.tensors[gname].shape) * 4});"]
+        return []
+
+    def _float_update(self, op: Op, body) -> list[str]:
+        p, gname = op.inputs[0], op.inputs[1]
+        rows, cols, n = self._slice(p, gname)
+        sl = self.uid("tt_sl")
+        self.globals.append(f"static const tt_slice {sl} = {{{rows}, {cols}, {n}}};")
+        scale = flit(1.0 / float(op.attrs.get("batch_size", 1)))
+        return body(sl, scale) + self._reset(op, gname)
+
+    def op_sgd_update(self, op: Op) -> list[str]:
+        p, g = op.inputs[0], op.inputs[1]
+        return self._float_update(op, lambda sl, sc: [
+            f"{{ const tt_sgd_params pp = {{{self.rt(op, 'learning_rate')}, {sc}, {self.rt(op, 'weight_decay')}}};",
+            f"  tt_sgd_f32(&{sl}, &pp, {self.loc(p)}, {self.loc(g)}); }}"])
+
+    def op_momentum_update(self, op: Op) -> list[str]:
+        p, g, buf = op.inputs[:3]
+        return self._float_update(op, lambda sl, sc: [
+            f"{{ const tt_momentum_params pp = {{{self.rt(op, 'learning_rate')}, {self.rt(op, 'momentum')}, {sc}, "
+            f"{self.rt(op, 'weight_decay')}}};",
+            f"  tt_momentum_f32(&{sl}, &pp, {self.loc(p)}, {self.loc(g)}, {self.loc(buf)}); }}"])
+
+    def op_adam_update(self, op: Op) -> list[str]:
+        p, g, m, v, step = op.inputs[:5]
+        return self._float_update(op, lambda sl, sc: [
+            "{ tt_adam_params pp;",
+            f"  tt_adam_prepare((double){self.rt(op, 'learning_rate')}, (double){self.rt(op, 'beta1')}, "
+            f"(double){self.rt(op, 'beta2')}, (double){self.rt(op, 'eps')}, {self.loc(step)}[0], {sc}, "
+            f"{self.rt(op, 'weight_decay')}, &pp);",
+            f"  tt_adam_f32(&{sl}, &pp, {self.loc(p)}, {self.loc(g)}, {self.loc(m)}, {self.loc(v)}); }}"])
+
+    def op_rmsprop_update(self, op: Op) -> list[str]:
+        p, g, sq = op.inputs[:3]
+        return self._float_update(op, lambda sl, sc: [
+            f"{{ const tt_rmsprop_params pp = {{{self.rt(op, 'learning_rate')}, {self.rt(op, 'alpha')}, "
+            f"(float)(1.0 - (double){self.rt(op, 'alpha')}), {self.rt(op, 'eps')}, {sc}, "
+            f"{self.rt(op, 'weight_decay')}}};",
+            f"  tt_rmsprop_f32(&{sl}, &pp, {self.loc(p)}, {self.loc(g)}, {self.loc(sq)}); }}"])
+
+    def op_step_counter(self, op: Op) -> list[str]:
+        return [f"{self.loc(op.inputs[0])}[0] += 1;"]
+
+    def _qas(self, op: Op) -> list[str]:
+        a = op.attrs
+        kind = op.type[len("qas_"):-len("_update")]
+        p, gname, scale = op.inputs[:3]
+        ns = {"sgd": 0, "momentum": 1, "adam": 2, "rmsprop": 1}[kind]
+        states = op.inputs[3:3 + ns]
+        pos = 3 + ns
+        step = None
+        if kind == "adam":
+            step = op.inputs[pos]
+            pos += 1
+        master = None
+        if a.get("master"):
+            master = op.inputs[pos]
+            pos += 1
+        rng = op.inputs[pos] if a.get("rounding") == "stochastic" and master is None else None
+        pt = self.g.tensors[p]
+        rows, cols, n = self._slice(p, gname)
+        axis = int(a["axis"]) % max(len(pt.shape), 1)
+        if len(pt.shape) <= 1 or axis == len(pt.shape) - 1:
+            rpc = 0
+        elif axis == 0:
+            rpc = rows // pt.shape[0]
+        else:
+            raise CodegenError(f"QAS scale along axis {axis} of {pt.shape}")
+        sc_count = numel(self.g.tensors[scale].shape)
+        lo, hi = a["bounds"]
+        kinds = {"sgd": "TT_OPT_SGD", "momentum": "TT_OPT_MOMENTUM", "adam": "TT_OPT_ADAM",
+                 "rmsprop": "TT_OPT_RMSPROP"}
+        rounding = "TT_ROUND_STOCHASTIC" if a.get("rounding") == "stochastic" else "TT_ROUND_NEAREST"
+        wd = self.rt(op, "weight_decay") if "weight_decay_ref" in a else "0.0f"
+        lines = ["{ tt_qas_params pp;",
+                 "  memset(&pp, 0, sizeof pp);",
+                 f"  pp.kind = {kinds[kind]}; pp.qas = {1 if a.get('qas', True) else 0}; pp.rounding = {rounding};",
+                 f"  pp.lo = {'INT32_MIN' if int(lo) == -(1 << 31) else int(lo)}; pp.hi = {int(hi)};",
+                 f"  pp.batch_scale = {flit(1.0 / float(a.get('batch_size', 1)))}; "
+                 f"pp.lr = {self.rt(op, 'learning_rate')}; pp.weight_decay = {wd};"]
+        if kind == "momentum":
+            lines.append(f"  pp.momentum = {self.rt(op, 'momentum')};")
+        elif kind == "adam":
+            lines += ["  { tt_adam_params ap;",
+                      f"    tt_adam_prepare((double){self.rt(op, 'learning_rate')}, (double){self.rt(op, 'beta1')}, "
+                      f"(double){self.rt(op, 'beta2')}, (double){self.rt(op, 'eps')}, {self.loc(step)}[0], 1.0f, "
+                      "0.0f, &ap);",
+                      "    pp.one_minus_beta1 = ap.one_minus_beta1; pp.beta2 = ap.beta2; "
+                      "pp.one_minus_beta2 = ap.one_minus_beta2;",
+                      "    pp.lr_over_bc1 = ap.lr_over_bc1; pp.sqrt_bc2 = ap.sqrt_bc2; pp.eps = ap.eps; }"]
+        elif kind == "rmsprop":
+            lines.append(f"  pp.alpha = {self.rt(op, 'alpha')}; pp.one_minus_alpha = "
+                         f"(float)(1.0 - (double){self.rt(op, 'alpha')}); pp.eps = {self.rt(op, 'eps')};")
+        st0 = self.loc(states[0]) if ns >= 1 else "0"
+        st1 = self.loc(states[1]) if ns >= 2 else "0"
+        ms = self.loc(master) if master else "0"
+        rg = f"(uint32_t *){self.loc(rng)}" if rng else "0"
+        lines.append(f"  tt_qas_update(&pp, {rows}, {cols}, {n}, {rpc}, {sc_count}, {self.loc(scale)}, "
+                     f"{self.loc(p)}, {1 if pt.dtype == 'int32' else 0}, {self.loc(gname)}, {st0}, {st1}, {ms}, "
+                     f"{rg}); }}")
+        return lines + self._reset(op, gname)
+
+    op_qas_sgd_update = _qas
+    op_qas_momentum_update = _qas
+    op_qas_adam_update = _qas
+    op_qas_rmsprop_update = _qas
+
+
+def _out_pad(padding: str, in_size: int, filt: int, stride: int, dilation: int) -> tuple[int, int]:
+    eff = (filt - 1) * dilation + 1
+    if padding == "same":
+        out = (in_size + stride - 1) // stride
+    elif padding == "valid":
+        out = (in_size + stride - eff) // stride
+    else:
+        raise CodegenError(f"unknown padding {padding!r}")
+    return out, max((out - 1) * stride + eff - in_size, 0) // 2
+
+
+# ---- the program ---------------------------------------------------------------------------------------------
+
+def _program(gen: _Gen, fwd_lines: list[str], sample_lines: list[str], step_lines: list[str], x_name: str,
+             lab_name: str, head: str, loss: str, batch_size: int, trained: list[dict], prng_inits: list[str],
+             stack_bytes: int) -> str:
+    g = gen.g
+    x_t = g.tensors[x_name]
+    head_t = g.tensors[head]
+    x_bytes = x_t.nbytes
+    n_classes = head_t.shape[-1]
+    argmax = "tt_argmax_s8" if head_t.dtype == "int8" else "tt_argmax_f32"
+    ttds_dtype = {"int8": "TT_TTDS_INT8", "float32": "TT_TTDS_FLOAT32"}.get(x_t.dtype)
+    if ttds_dtype is None:
+        raise CodegenError(f"model input of dtype {x_t.dtype}")
+    weights_bytes = sum(t["nbytes"] for t in trained)
+    wb_lines = []
+    for t in trained:
+        loc = gen.loc(t["name"])
+        wb_lines.append(f"    if (tt_write(fd, {loc}, {t['nbytes']}) != 0) {{ tt_fail(\"cannot write weights.bin\"); }}")
+    ind = lambda ls, n: "\n".join(" " * n + ln for ln in ls)  # noqa: E731
+    return f"""/* Generated by tinytrain codegen (stages/codegen.py): the training program of one model.
+ * Protocol {PROTOCOL}: see stages/runtime_config.py. Do not edit: regenerate. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "tt_kernels.h"
+#include "tt_train_ops.h"
+#include "tt_platform.h"
+#include "tt_ttds.h"
+
+#define TT_ARENA_SIZE {max(gen.arena, 16)}u
+#define TT_ARENA_PLANNED {gen.arena}u
+#define TT_BATCH_SIZE {batch_size}u
+#define TT_NUM_CLASSES {n_classes}
+#define TT_INPUT_BYTES {x_bytes}u
+#define TT_PAINT 0x{PAINT:02X}u
+
+static uint8_t tt_arena[TT_ARENA_SIZE] __attribute__((aligned(16)));
+
+/* runtime.bin, parsed field by field (little-endian) so no struct padding or byte order leaks in. */
+typedef struct {{
+    float learning_rate;
+    uint32_t epochs, seed, batch_size;
+    float momentum, beta1, beta2, eps, alpha, weight_decay;
+    uint32_t max_train_samples, flags;
+}} tt_runtime_config;
+
+static tt_runtime_config tt_cfg;
+
+{chr(10).join(gen.globals)}
+
+static uint32_t tt_le32(const uint8_t *p)
+{{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}}
+
+static float tt_lef32(const uint8_t *p)
+{{
+    const uint32_t u = tt_le32(p);
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}}
+
+static void tt_read_config(void)
+{{
+    uint8_t b[64];
+    const long n = tt_read_file("runtime.bin", b, sizeof b);
+    if (n != 56) {{
+        tt_fail("runtime.bin missing or not 56 bytes");
+    }}
+    if (b[0] != 'T' || b[1] != 'T' || b[2] != 'R' || b[3] != 'C' || tt_le32(b + 4) != 1u) {{
+        tt_fail("runtime.bin: bad magic or version");
+    }}
+    tt_cfg.learning_rate = tt_lef32(b + 8);
+    tt_cfg.epochs = tt_le32(b + 12);
+    tt_cfg.seed = tt_le32(b + 16);
+    tt_cfg.batch_size = tt_le32(b + 20);
+    tt_cfg.momentum = tt_lef32(b + 24);
+    tt_cfg.beta1 = tt_lef32(b + 28);
+    tt_cfg.beta2 = tt_lef32(b + 32);
+    tt_cfg.eps = tt_lef32(b + 36);
+    tt_cfg.alpha = tt_lef32(b + 40);
+    tt_cfg.weight_decay = tt_lef32(b + 44);
+    tt_cfg.max_train_samples = tt_le32(b + 48);
+    tt_cfg.flags = tt_le32(b + 52);
+    if (tt_cfg.batch_size != TT_BATCH_SIZE) {{
+        tt_fail("runtime.bin: batch_size differs from the compiled batch size");
+    }}
+}}
+
+static void tt_init_state(void)
+{{
+{ind(gen.init_lines, 4)}
+{ind(prng_inits, 4)}
+}}
+
+/* Forward only (evaluation): the schedule's forward ops in its order. */
+static void tt_forward(void)
+{{
+{ind(fwd_lines, 4)}
+}}
+
+/* One sample: forward, loss, backward{', accumulation' if batch_size > 1 else ', in-place updates'}. */
+static void tt_sample_step(void)
+{{
+{ind(sample_lines, 4)}
+}}
+
+/* Once per batch: the updates (empty when they run in the sample step). */
+static void tt_update_step(void)
+{{
+{ind(step_lines, 4) if step_lines else '    /* updates run inside the sample step (batch 1, in-place order) */'}
+}}
+
+static void tt_write_weights(const char *name)
+{{
+    const int fd = tt_open(name, TT_WRITE);
+    if (fd < 0) {{
+        tt_fail("cannot open weights file");
+    }}
+{chr(10).join(wb_lines)}
+    tt_close(fd);
+}}
+
+static void tt_evaluate(uint32_t *correct, uint32_t *total)
+{{
+    tt_ttds s;
+    int32_t label;
+    int rc = tt_ttds_open(&s, "test.ttds");
+    *correct = 0;
+    *total = 0;
+    if (rc != 0) {{
+        tt_fail("cannot open test.ttds");
+    }}
+    if (s.sample_bytes != TT_INPUT_BYTES || s.dtype != {ttds_dtype}) {{
+        tt_fail("test.ttds: samples do not match the model input");
+    }}
+    while ((rc = tt_ttds_next(&s, &label, {gen.loc(x_name)})) == 1) {{
+        tt_forward();
+#if defined(TT_DUMP_TENSORS) && TT_DUMP_TENSORS
+        {{ /* the forward output of every test sample, for bit-exact checks against the executor */
+            const int dfd = tt_open("eval_out.bin", TT_APPEND);
+            if (dfd < 0 || tt_write(dfd, {gen.loc(head)}, {head_t.nbytes}) != 0) {{
+                tt_fail("cannot write eval_out.bin");
+            }}
+            tt_close(dfd);
+        }}
+#endif
+        *correct += ({argmax}(TT_NUM_CLASSES, {gen.loc(head)}) == label) ? 1u : 0u;
+        *total += 1;
+    }}
+    if (rc < 0) {{
+        tt_fail("test.ttds: read error");
+    }}
+    tt_ttds_close(&s);
+}}
+
+static uint32_t tt_arena_used(void)
+{{
+    uint32_t i = TT_ARENA_SIZE;
+    while (i > 0 && tt_arena[i - 1] == TT_PAINT) {{
+        --i;
+    }}
+    return i;
+}}
+
+static void tt_write_results(uint32_t cb, uint32_t tb, uint32_t ca, uint32_t ta, uint32_t steps,
+                             uint32_t samples, uint64_t itotal, uint64_t imin, uint64_t imax, int nan)
+{{
+    static char buf[768];
+    const uint64_t imean = steps ? itotal / steps : 0;
+    const int n = tt_snprintf(buf, sizeof buf,
+        "{{\\"protocol\\": {PROTOCOL}, \\"acc_before\\": {{\\"correct\\": %lu, \\"total\\": %lu}}, "
+        "\\"acc_after\\": {{\\"correct\\": %lu, \\"total\\": %lu}}, \\"steps\\": %lu, \\"samples\\": %lu, "
+        "\\"instructions_total_train\\": %llu, \\"instructions_per_step_min\\": %llu, "
+        "\\"instructions_per_step_max\\": %llu, \\"instructions_per_step_mean\\": %llu, "
+        "\\"arena_bytes_planned\\": %lu, \\"arena_bytes_used\\": %lu, \\"loss_nan\\": %s}}\\n",
+        (unsigned long)cb, (unsigned long)tb, (unsigned long)ca, (unsigned long)ta, (unsigned long)steps,
+        (unsigned long)samples, (unsigned long long)itotal, (unsigned long long)imin, (unsigned long long)imax,
+        (unsigned long long)imean, (unsigned long)TT_ARENA_PLANNED, (unsigned long)tt_arena_used(),
+        nan ? "true" : "false");
+    if (n <= 0 || tt_write_file("results.json", buf, (size_t)n) != 0) {{
+        tt_fail("cannot write results.json");
+    }}
+}}
+
+int tt_main(void)
+{{
+    uint32_t cb = 0, tb = 0, ca = 0, ta = 0, steps = 0, samples = 0, epoch, used, i;
+    uint64_t itotal = 0, imin = 0, imax = 0;
+    int32_t label;
+    int lfd, rc;
+    tt_ttds s;
+    tt_read_config();
+    memset(tt_arena, TT_PAINT, sizeof tt_arena);
+    tt_init_state();
+    if (tt_cfg.flags & 1u) {{
+        tt_evaluate(&cb, &tb);
+    }}
+    if (tt_ttds_open(&s, "train.ttds") != 0) {{
+        tt_fail("cannot open train.ttds");
+    }}
+    if (s.sample_bytes != TT_INPUT_BYTES || s.dtype != {ttds_dtype}) {{
+        tt_fail("train.ttds: samples do not match the model input");
+    }}
+    used = s.count;
+    if (tt_cfg.max_train_samples != 0 && tt_cfg.max_train_samples < used) {{
+        used = tt_cfg.max_train_samples;
+    }}
+    used -= used % TT_BATCH_SIZE; /* a last partial batch is dropped, as train_executor.train does */
+    lfd = tt_open("losses.bin", TT_WRITE);
+    if (lfd < 0) {{
+        tt_fail("cannot open losses.bin");
+    }}
+    for (epoch = 0; epoch < tt_cfg.epochs; ++epoch) {{
+        if (tt_ttds_seek(&s, 0) != 0) {{
+            tt_fail("train.ttds: seek failed");
+        }}
+        for (i = 0; i < used; i += TT_BATCH_SIZE) {{
+            const uint64_t t0 = tt_instructions();
+            uint64_t dt;
+            uint32_t j;
+            for (j = 0; j < TT_BATCH_SIZE; ++j) {{
+                float lv;
+                uint8_t lb[4];
+                uint32_t bits;
+                rc = tt_ttds_next(&s, &label, {gen.loc(x_name)});
+                if (rc != 1) {{
+                    tt_fail("train.ttds: read error");
+                }}
+                if (label < 0 || label >= TT_NUM_CLASSES) {{
+                    tt_fail("train.ttds: label out of range");
+                }}
+                {gen.loc(lab_name)}[0] = label;
+                tt_sample_step();
+                lv = {gen.loc(loss)}[0];
+                bits = tt_f32_bits(lv);
+                lb[0] = (uint8_t)bits; lb[1] = (uint8_t)(bits >> 8); lb[2] = (uint8_t)(bits >> 16); lb[3] = (uint8_t)(bits >> 24);
+                if (tt_write(lfd, lb, 4) != 0) {{
+                    tt_fail("cannot write losses.bin");
+                }}
+                ++samples;
+#if defined(TT_DUMP_TENSORS) && TT_DUMP_TENSORS
+                {{
+                    char name[32];
+                    tt_snprintf(name, sizeof name, "dump_%lu.bin", (unsigned long)samples);
+                    tt_write_weights(name);
+                }}
+#endif
+                if (!(lv == lv) || lv - lv != 0.0f) {{
+                    static char msg[64];
+                    tt_close(lfd);
+                    tt_write_results(cb, tb, ca, ta, steps, samples, itotal, imin, imax, 1);
+                    tt_snprintf(msg, sizeof msg, "loss is NaN at step %lu", (unsigned long)(samples - 1));
+                    tt_fail(msg);
+                }}
+            }}
+            tt_update_step();
+            dt = tt_instructions() - t0;
+            if (steps == 0 || dt < imin) {{
+                imin = dt;
+            }}
+            if (dt > imax) {{
+                imax = dt;
+            }}
+            itotal += dt;
+            ++steps;
+            tt_progress(steps, (used / TT_BATCH_SIZE) * tt_cfg.epochs, "training steps");
+        }}
+    }}
+    tt_close(lfd);
+    tt_ttds_close(&s);
+    if (tt_cfg.flags & 2u) {{
+        tt_evaluate(&ca, &ta);
+    }}
+    tt_write_weights("weights.bin");
+    tt_write_results(cb, tb, ca, ta, steps, samples, itotal, imin, imax, 0);
+    (void)tt_arena_used;
+    return 0;
+}}
+"""
+
+
+def generate(tg: Graph, order: list[int], memplan_doc: dict[str, Any], out_dir: Path,
+             kernels: str = "portable", stack_bytes: int = DEFAULT_STACK) -> dict[str, Any]:
+    """Write the program for training IR `tg` run in schedule `order` with memory plan `memplan_doc` (reorder's
+    memplan.json) into `out_dir`; returns codegen.json's content."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    meta = tg.meta["train"]
+    gen = _Gen(tg, list(order), memplan_doc)
+    n_fwd = int(meta["phases"]["forward"])
+    split = int(meta["sample_ops"])
+    bsz = int(meta["batch_size"])
+    lab = meta["label_input"]
+    x_names = [n for n in tg.inputs if n != lab]
+    if len(x_names) != 1:
+        raise CodegenError("models with several inputs")
+    x_name = x_names[0]
+    fwd_lines: list[str] = []
+    sample_lines: list[str] = []
+    step_lines: list[str] = []
+    for i in order:
+        op = tg.ops[i]
+        lines = gen.emit(op)
+        if i < n_fwd:
+            fwd_lines += lines
+        if bsz > 1 and i >= split:
+            step_lines += lines
+        else:
+            sample_lines += lines
+    # Trained tensors in io_layout order (meta order), their whole bytes.
+    trained = []
+    off = 0
+    for p in meta["trained"]:
+        t = tg.tensors[p]
+        trained.append({"name": p, "dtype": t.dtype, "shape": list(t.shape), "offset": off, "nbytes": t.nbytes,
+                        "source_index": t.source_index})
+        off += t.nbytes
+    prng_inits = []
+    for op in tg.ops:
+        if op.type.startswith("qas_") and op.attrs.get("rounding") == "stochastic" and not op.attrs.get("master"):
+            r = gen.loc(op.inputs[-1])
+            stream = int(op.attrs["stream"])
+            prng_inits.append(f"{{ uint32_t x = tt_cfg.seed + {stream}u * 0x6D2B79F5u; "
+                              f"if (x == 0u) {{ x = 0x9E3779B9u; }} memcpy({r}, &x, 4); }}")
+    for t in trained:
+        gen.loc(t["name"])
+    head = meta["prediction"]
+    text = _program(gen, fwd_lines, sample_lines, step_lines, x_name, lab, head, meta["loss_tensor"], bsz,
+                    trained, prng_inits, stack_bytes)
+    (out_dir / "tt_model.c").write_text(text)
+    (out_dir / "sources.json").write_text(json.dumps({"kernels": None, "defines": {}, "stack_bytes": stack_bytes},
+                                                     indent=1) + "\n")
+    x_t, h_t = tg.tensors[x_name], tg.tensors[head]
+
+    def _q(t: Tensor):
+        if t.quant is None:
+            return None, None
+        return [float(s) for s in t.quant.scale], [int(z) for z in t.quant.zero_point]
+    xs, xz = _q(x_t)
+    hs, hz = _q(h_t)
+    io = {"protocol": PROTOCOL, "trained_tensors": trained,
+          "input": {"name": x_name, "shape": list(x_t.shape), "dtype": x_t.dtype,
+                    "scale": xs[0] if xs else None, "zero_point": xz[0] if xz else None},
+          "output": {"name": head, "shape": list(h_t.shape), "dtype": h_t.dtype,
+                     "scale": hs[0] if hs else None, "zero_point": hz[0] if hz else None},
+          "arena_bytes": gen.arena, "num_classes": int(h_t.shape[-1]), "batch_size": bsz,
+          "weights_bytes": off}
+    (out_dir / "io_layout.json").write_text(json.dumps(io, indent=1) + "\n")
+    summary = {"lines": text.count("\n"), "kernel_calls": gen.calls, "arena_bytes": gen.arena,
+               "const_bytes": gen.const_bytes, "ops": len(order), "trained_tensors": len(trained)}
+    (out_dir / "codegen.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def summary_line(s: dict[str, Any]) -> str:
+    return (f"C: {s['lines']} lines, {s['kernel_calls']} kernel calls, arena {s['arena_bytes'] / 1024:.1f} KB, "
+            f"const {s['const_bytes'] / 1024:.1f} KB")
+
+
+def run(ctx) -> Any:
+    """Stage `codegen`: autodiff's training IR + reorder's schedule.json and memplan.json -> C sources."""
+    from tinytrain.pipeline.contract import StageResult
+
+    tg = Graph.load(ctx.input_dir("autodiff"), stem="train_")
+    rdir = Path(ctx.input_dir("reorder"))
+    order = json.loads((rdir / "schedule.json").read_text())["order"]
+    plan = json.loads((rdir / "memplan.json").read_text())
+    kernels = ctx.config.get("target.kernels", "portable") or "portable"
+    s = generate(tg, order, plan, ctx.out_dir, kernels=str(kernels))
+    return StageResult(summary=summary_line(s), metrics=s)

@@ -1,0 +1,259 @@
+"""codegen: generated C training programs against the numpy golden model (DESIGN §8 step 4), and QEMU vs host.
+
+Per case: fixture model -> training IR (autodiff) -> schedule + memory plan (reorder) -> C (codegen) -> host build
+(-std=c99 -Wall -Wextra -Werror -ffp-contract=off + ASan/UBSan, TT_DUMP_TENSORS=1) -> run on a small TTDS set
+(firmware protocol of stages/runtime_config.py). Checked:
+  - int8 forward outputs (the prediction of every test sample, eval_out.bin) bit-exact vs stages/executor.py,
+    float forward within 1e-5 relative;
+  - per-sample losses (losses.bin) vs stages/train_executor.py within 1e-5 relative (or 1e-6 absolute: a loss
+    near 0 is log(1 + tiny), where one ulp of the sum is a large relative error on either side);
+  - after 20 steps: int8/int32 trained tensors identical to the golden model, float ones within 1e-5 relative
+    (of the tensor's largest magnitude) -- the gradients feed these, so this checks the fp32 backward too;
+  - results.json (accuracy counts vs the executor, steps, arena planned/used).
+One QEMU run (stm32f746-disco): results.json, losses.bin, weights.bin byte-identical to the host's.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinytrain.stages import codegen
+from tinytrain.stages import train_executor as te
+from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
+from tinytrain.stages.boards import get_board
+from tinytrain.stages.cross_compile import build_firmware
+from tinytrain.stages.data import write_stream
+from tinytrain.stages.emulate import run_firmware
+from tinytrain.stages.executor import run_graph
+from tinytrain.stages.reorder import plan_schedules
+from tinytrain.stages.runtime_config import RuntimeConfig
+from tinytrain.stages.tflite_reader import read_model
+from tinytrain.stages.train_plan import LayerPlan, TrainPlan
+
+FIX = Path(__file__).resolve().parent / "fixtures"
+STEPS = 20
+RT_KEYS = ("learning_rate", "momentum", "beta1", "beta2", "eps", "alpha", "weight_decay")
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler")
+
+
+@pytest.fixture(scope="module")
+def digits_int8():
+    from tinytrain.pipeline.spec_quantize import QuantizeSpec
+    from tinytrain.stages.quantize import quantize_model
+
+    g = read_model(FIX / "digits_cnn_float.tflite")
+    x = np.load(FIX / "digits_cnn.input.npy").astype(np.float32)
+    calib = np.concatenate([x, np.random.default_rng(1).uniform(0, 1, (32,) + x.shape[1:]).astype(np.float32)])
+    qg, _ = quantize_model(g, calib, QuantizeSpec())
+    return qg
+
+
+def _plan(g, scheme: str) -> TrainPlan:
+    if scheme == "full":
+        return TrainPlan.full(g)
+    if scheme == "last_k":
+        return TrainPlan.last_k(g, 2)
+    if scheme == "bias_only":
+        return TrainPlan.bias_only(g)
+    if scheme == "partial":
+        ops = TrainPlan.trainable_ops(g)
+        # The last layer whole, the one before on half of its input channels (sparse update, DESIGN §6).
+        return TrainPlan([LayerPlan(ops[-2], bias=True, weight_ratio=0.5), LayerPlan(ops[-1], bias=True,
+                                                                                    weight_ratio=1.0)])
+    raise ValueError(scheme)
+
+
+def _build_case(g, scheme, opt, out: Path, lr=0.05):
+    tg = build_training_graph(g, _plan(g, scheme), "cross_entropy", OptimizerSpec(kind=opt, learning_rate=lr), 1)
+    _, mp, _, _ = plan_schedules(tg, True)
+    summ = codegen.generate(tg, mp.order, mp.to_json(), out / "prog")
+    return tg, mp, summ
+
+
+def _data(tg, n, seed=0):
+    meta = tg.meta["train"]
+    x_t = tg.tensors[[t for t in tg.inputs if t != meta["label_input"]][0]]
+    rng = np.random.default_rng(seed)
+    if x_t.dtype == "int8":
+        x = rng.integers(-128, 128, size=[n] + list(x_t.shape[1:])).astype(np.int8)
+    else:
+        x = rng.standard_normal([n] + list(x_t.shape[1:])).astype(np.float32)
+    k = tg.tensors[meta["prediction"]].shape[-1]
+    return x, rng.integers(0, k, n)
+
+
+def _run(board_name, prog: Path, build: Path, rundir: Path, cfg: RuntimeConfig, data: dict, sanitize=(),
+         defines=None):
+    board = get_board(board_name)
+    b = build_firmware(board, prog, build, sanitize=sanitize, defines=defines or {})
+    files = {"runtime.bin": cfg.to_bytes(), **data}
+    run_firmware(board, b.elf, rundir, files, 300)
+    return {n: (rundir / n).read_bytes() for n in ("results.json", "losses.bin", "weights.bin")}
+
+
+def _golden(tg, x, y, cfg):
+    back = RuntimeConfig.from_bytes(cfg.to_bytes())  # the f32 values the firmware reads
+    rt = {k: float(getattr(back, k)) for k in RT_KEYS}
+    state = te.init_state(tg, {**rt, "seed": cfg.seed})
+    losses = [te.train_step(tg, state, x[i:i + 1], y[i:i + 1], rt) for i in range(len(x))]
+    return np.array(losses, np.float32), state
+
+
+def _forward_ref(tg, x):
+    """The prediction head of the training forward, per sample, by the reference executor."""
+    meta = tg.meta["train"]
+    n_fwd = int(meta["phases"]["forward"])
+    from tinytrain.stages.ir import Graph
+    fg = Graph(tensors=tg.tensors, ops=tg.ops[:n_fwd], inputs=[t for t in tg.inputs if t != meta["label_input"]],
+               outputs=[meta["prediction"]], meta={})
+    return run_graph(fg, {fg.inputs[0]: x})[meta["prediction"]]
+
+
+CASES = [
+    ("mlp_float", "full", "sgd"),
+    ("convnet_float", "full", "adam"),
+    ("dwsep_float", "last_k", "momentum"),
+    ("residual_float", "partial", "rmsprop"),
+    ("mlp_int8", "full", "sgd"),
+    ("convnet_int8", "full", "rmsprop"),
+    ("dwsep_int8", "full", "adam"),
+    ("residual_int8", "bias_only", "sgd"),
+    ("digits", "full", "sgd"),
+    ("digits", "last_k", "momentum"),
+    ("digits", "partial", "sgd"),
+]
+
+
+@pytest.mark.parametrize("fixture,scheme,opt", CASES, ids=["-".join(c) for c in CASES])
+def test_host_matches_golden_model(fixture, scheme, opt, tmp_path, digits_int8):
+    g = digits_int8 if fixture == "digits" else read_model(FIX / f"{fixture}.tflite")
+    tg, mp, summ = _build_case(g, scheme, opt, tmp_path)
+    x, y = _data(tg, STEPS)
+    write_stream(tmp_path / "train.ttds", x, y)
+    write_stream(tmp_path / "test.ttds", x[:8], y[:8])
+    cfg = RuntimeConfig(learning_rate=0.05, epochs=1, momentum=0.9, alpha=0.99, eps=1e-7)
+    out = _run("host", tmp_path / "prog", tmp_path / "build", tmp_path / "run", cfg,
+               {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"},
+               sanitize=("address", "undefined"), defines={"TT_DUMP_TENSORS": "1"})
+    res = json.loads(out["results.json"])
+    meta = tg.meta["train"]
+    head_t = tg.tensors[meta["prediction"]]
+
+    # Forward: evaluated before (untrained weights) and after; compare the first evaluation.
+    ev = np.frombuffer((tmp_path / "run" / "eval_out.bin").read_bytes(), head_t.dtype).reshape(16, -1)
+    ref = _forward_ref(tg, x[:8]).reshape(8, -1)
+    if head_t.dtype == "int8":
+        np.testing.assert_array_equal(ev[:8], ref)
+    else:
+        np.testing.assert_allclose(ev[:8], ref, rtol=1e-5, atol=1e-6)
+    assert res["acc_before"] == {"correct": int((ref.argmax(axis=1) == y[:8]).sum()), "total": 8}
+
+    losses = np.frombuffer(out["losses.bin"], "<f4")
+    want, state = _golden(tg, x, y, cfg)
+    assert losses.shape == (STEPS,)
+    np.testing.assert_allclose(losses, want, rtol=1e-5, atol=1e-6)
+
+    io = json.loads((tmp_path / "prog" / "io_layout.json").read_text())
+    assert [t["name"] for t in io["trained_tensors"]] == list(meta["trained"])
+    wb = out["weights.bin"]
+    assert len(wb) == io["weights_bytes"]
+    for t in io["trained_tensors"]:
+        got = np.frombuffer(wb[t["offset"]:t["offset"] + t["nbytes"]], t["dtype"]).reshape(t["shape"])
+        exp = state[t["name"]]
+        if t["dtype"] == "float32":
+            scale = max(float(np.max(np.abs(exp))), 1e-30)
+            assert float(np.max(np.abs(got - exp))) <= 1e-5 * scale, t["name"]
+        else:
+            np.testing.assert_array_equal(got, exp, err_msg=t["name"])
+
+    assert res["protocol"] == 1 and res["steps"] == STEPS and res["samples"] == STEPS
+    assert res["loss_nan"] is False
+    assert res["arena_bytes_planned"] == mp.arena == summ["arena_bytes"]
+    assert 0 < res["arena_bytes_used"] <= res["arena_bytes_planned"]
+
+
+def test_codegen_artifacts_and_summary(tmp_path, digits_int8):
+    _, _, summ = _build_case(digits_int8, "full", "sgd", tmp_path)
+    prog = tmp_path / "prog"
+    assert {p.name for p in prog.iterdir()} >= {"tt_model.c", "sources.json", "io_layout.json", "codegen.json"}
+    src = (prog / "tt_model.c").read_text()
+    assert "malloc" not in src and "printf(" not in src.replace("snprintf(", "")
+    assert "static const int8_t" in src  # frozen weights in flash
+    line = codegen.summary_line(summ)
+    assert line.startswith("C: ") and "kernel calls" in line and "arena" in line
+
+
+def test_nan_loss_stops_with_results(tmp_path):
+    g = read_model(FIX / "mlp_float.tflite")
+    tg, _, _ = _build_case(g, "full", "sgd", tmp_path, lr=1e30)
+    x, y = _data(tg, 10)
+    x = (x * 1e3).astype(np.float32)
+    write_stream(tmp_path / "train.ttds", x, y)
+    write_stream(tmp_path / "test.ttds", x[:2], y[:2])
+    board = get_board("host")
+    b = build_firmware(board, tmp_path / "prog", tmp_path / "build")
+    r = run_firmware(board, b.elf, tmp_path / "run", {"runtime.bin": RuntimeConfig(learning_rate=1e30).to_bytes(),
+                                                      "train.ttds": tmp_path / "train.ttds",
+                                                      "test.ttds": tmp_path / "test.ttds"}, 60, check=False)
+    assert r.exit_code == 1
+    res = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert res["loss_nan"] is True
+
+
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
+                    reason="arm-none-eabi-gcc or qemu-system-arm not installed")
+def test_qemu_matches_host_bit_for_bit(tmp_path, digits_int8):
+    tg, mp, _ = _build_case(digits_int8, "full", "sgd", tmp_path)
+    x, y = _data(tg, 12, seed=3)
+    write_stream(tmp_path / "train.ttds", x, y)
+    write_stream(tmp_path / "test.ttds", x[:6], y[:6])
+    cfg = RuntimeConfig(learning_rate=0.05, epochs=1)
+    data = {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"}
+    host = _run("host", tmp_path / "prog", tmp_path / "bh", tmp_path / "rh", cfg, data)
+    qemu = _run("stm32f746-disco", tmp_path / "prog", tmp_path / "bq", tmp_path / "rq", cfg, data)
+    assert qemu["losses.bin"] == host["losses.bin"]
+    assert qemu["weights.bin"] == host["weights.bin"]
+    rh, rq = json.loads(host["results.json"]), json.loads(qemu["results.json"])
+    assert rq["instructions_per_step_min"] > 0
+    for k in ("instructions_total_train", "instructions_per_step_min", "instructions_per_step_max",
+              "instructions_per_step_mean"):
+        rh.pop(k), rq.pop(k)  # host has no instruction counter (0)
+    assert rq == rh
+    assert rq["arena_bytes_used"] <= rq["arena_bytes_planned"] == mp.arena
+
+
+QAS_CASES = [("convnet_int8", "stochastic", False, "sgd"), ("convnet_int8", "nearest", True, "adam"),
+             ("dwsep_int8", "stochastic", False, "momentum")]
+
+
+@pytest.mark.parametrize("fixture,rounding,master,opt", QAS_CASES,
+                         ids=[f"{c[0]}-{c[1]}-{'master' if c[2] else 'nomaster'}-{c[3]}" for c in QAS_CASES])
+def test_qas_variants_bit_exact(fixture, rounding, master, opt, tmp_path):
+    """QAS rounding modes (stochastic: the xorshift32 streams seeded from runtime.bin's seed) and the fp32 master
+    copy: int8/int32 parameters identical to stages/qas.py after 20 steps."""
+    from tinytrain.stages.autodiff import QASOptions
+
+    g = read_model(FIX / f"{fixture}.tflite")
+    tg = build_training_graph(g, TrainPlan.full(g), "cross_entropy", OptimizerSpec(kind=opt), 1,
+                              QASOptions(True, rounding, master))
+    _, mp, _, _ = plan_schedules(tg, True)
+    codegen.generate(tg, mp.order, mp.to_json(), tmp_path / "prog")
+    x, y = _data(tg, STEPS)
+    write_stream(tmp_path / "train.ttds", x, y)
+    write_stream(tmp_path / "test.ttds", x[:4], y[:4])
+    cfg = RuntimeConfig(learning_rate=0.05, seed=7)
+    out = _run("host", tmp_path / "prog", tmp_path / "b", tmp_path / "r", cfg,
+               {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"},
+               sanitize=("address", "undefined"))
+    want, state = _golden(tg, x, y, cfg)
+    np.testing.assert_allclose(np.frombuffer(out["losses.bin"], "<f4"), want, rtol=1e-5, atol=1e-6)
+    io = json.loads((tmp_path / "prog" / "io_layout.json").read_text())
+    for t in io["trained_tensors"]:
+        got = np.frombuffer(out["weights.bin"][t["offset"]:t["offset"] + t["nbytes"]], t["dtype"])
+        np.testing.assert_array_equal(got.reshape(t["shape"]), state[t["name"]], err_msg=t["name"])
