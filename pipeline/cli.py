@@ -59,12 +59,20 @@ def _cmd_build(args: argparse.Namespace) -> int:
         if os.environ.get("TINYTRAIN_DEBUG", "") not in ("", "0"):
             raise result.error
         print(f"error: {result.error}", file=sys.stderr)
+        report = Path(result.out_dir) / "report.md"
+        if not args.dry_run and report.is_file():
+            print(f"what was built so far: {_shown(report)}", file=sys.stderr)
         return result.exit_code
     if not args.dry_run:
+        from tinytrain.pipeline.report import summary_block
+
         ran = sum(o.state == "ran" for o in result.outcomes)
         hit = sum(o.state == "cached" for o in result.outcomes)
         log.line(f"build ok in {format_seconds(result.duration_s)}: {ran} ran, {hit} cached; "
                  f"artifacts in {_shown(Path(result.out_dir))}/")
+        # Every figure of the closing block is read back from an artifact, named beside it.
+        for line in summary_block(Path(result.out_dir), _shown):
+            log.line(line)
     return EXIT_OK
 
 

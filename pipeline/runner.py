@@ -132,7 +132,28 @@ def build(spec: Spec, cache: Cache, log: BuildLog, *, until: str | None = None, 
             result.outcomes, result.error = run.execute()
         result.cache = cache.stats()
     result.duration_s = time.perf_counter() - t0
+    if not dry_run:
+        _write_record_and_report(result, log)
     return result
+
+
+def _write_record_and_report(result: BuildResult, log: BuildLog) -> None:
+    """build/<name>/build.json (what ran, what was restored, the cache counters) and report.md: the final
+    summary reads only artifacts, and this record is the artifact for the build itself. Never fails the
+    build: a report that cannot be written is a warning."""
+    import json
+
+    from tinytrain.pipeline.report import BUILD_RECORD, write_report
+
+    folder = Path(result.out_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{BUILD_RECORD}.tmp"
+        tmp.write_text(json.dumps(result.to_json(), indent=1, sort_keys=True, default=str) + "\n")
+        tmp.replace(folder / BUILD_RECORD)
+        write_report(folder)
+    except Exception as e:  # noqa: BLE001 - the build's own outcome matters more than its report
+        log.line(f"warning: could not write the build report in {folder}: {type(e).__name__}: {e}", style="yellow")
 
 
 def _dry_run(spec: Spec, cache: Cache, stages: Sequence[StageDef], sel: Selection, force: Sequence[str],

@@ -90,7 +90,7 @@ from typing import Any
 
 import numpy as np
 
-from tinytrain.pipeline.errors import UserError
+from tinytrain.pipeline.errors import UnsupportedOpError, UserError
 from tinytrain.stages import int8_arith as ia
 from tinytrain.stages.ir import Graph, Op, Tensor
 from tinytrain.stages.qas import BIAS_RANGE, ROUNDINGS, STATE_COUNT, WEIGHT_RANGE, seed_state
@@ -231,9 +231,12 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
         if float(sm.attrs.get("beta", 1.0)) != 1.0:
             raise NotImplementedError("cross-entropy on a softmax with beta != 1")
         head = sm.inputs[0]
-    for op in fwd:
+    for i, op in enumerate(fwd):
         if op.type not in DIFFERENTIABLE and op.type not in ("quantize", "dequantize"):
-            raise NotImplementedError(f"backward of op {op.type!r}")
+            # A user error, not a crash: the model loads and quantizes, only training it needs this op's backward.
+            raise UnsupportedOpError(op.type, op.source_index if op.source_index is not None else i,
+                                     where="autodiff (no backward for this op yet)",
+                                     hint=f"autodiff differentiates: {', '.join(DIFFERENTIABLE)}")
     b.ops.extend(fwd)
 
     needs: set[str] = set()  # activations that depend on a trained parameter

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import struct
 import tempfile
 from pathlib import Path
@@ -90,7 +91,12 @@ def run(ctx: StageContext) -> StageResult:
     ctx.progress("preparing the run folder", 0.0)
     files, data_info = run_files(data_spec, layout, rc, qgraph)
     with tempfile.TemporaryDirectory(prefix="tinytrain-run-") as tmp:
-        result, error = _run(board, elf, Path(tmp), files, timeout_s, ctx)
+        # Artifacts come out of the cache read-only and without the execute bit: the host board runs a
+        # private copy. The run folder is a sibling, so the firmware cannot see (or clobber) its ELF.
+        exe = Path(tmp) / "firmware.elf"
+        shutil.copyfile(elf, exe)
+        exe.chmod(0o755)
+        result, error = _run(board, exe, Path(tmp) / "run", files, timeout_s, ctx)
     log_text = run_log(result, rc, board)
     if error is not None:
         raise _explain_failure(error, rc, log_text)
@@ -244,10 +250,20 @@ def _console_tail(result: RunResult, n: int = 15) -> str:
 def run_log(result: RunResult | None, rc: RuntimeConfig, board: Board) -> str:
     if result is None:
         return ""
-    parts = [f"# {board.name}: {' '.join(result.command)}",
+    # Progress lines are for the live display; in the log one in 50 is plenty (the rest would be most of it).
+    lines, seen = [], 0
+    for ln in result.console.splitlines():
+        if ln.startswith("@tt progress"):
+            seen += 1
+            if seen % 50 != 1:
+                continue
+        lines.append(ln)
+    # The ELF runs from a temp folder; its name alone keeps the log the same bytes run to run.
+    cmd = " ".join(Path(c).name if c.endswith("firmware.elf") else c for c in result.command)
+    parts = [f"# {board.name}: {cmd}",
              f"# runtime: {json.dumps(_rc_json(rc), sort_keys=True)}",
-             f"# exit code {result.exit_code}", "", "## console", result.console.rstrip(), "",
-             "## emulator log", result.log.rstrip() or "(empty)", ""]
+             f"# exit code {result.exit_code}; {seen} progress lines, 1 in 50 kept", "", "## console",
+             "\n".join(lines).rstrip(), "", "## emulator log", result.log.rstrip() or "(empty)", ""]
     return "\n".join(parts)
 
 
@@ -315,7 +331,7 @@ def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[st
     cycles = None
     if counted and clock:
         ms = mean / clock * 1e3
-        cycles = {"clock_hz": clock, "cycles_per_step": mean, "ms_per_step": round(ms, 4),
+        cycles = {"clock_hz": clock, "cycles_per_step": mean, "ms_per_step": ms,
                   "assumption": "1 cycle per instruction (an estimate: QEMU counts instructions, not cycles)",
                   "tte_reference": {"ms_per_step": TTE_MS_PER_STEP, "clock_hz": TTE_CLOCK_HZ,
                                     "cycles_per_step": TTE_CYCLES_PER_STEP,

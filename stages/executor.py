@@ -552,7 +552,45 @@ def _relu6(ctx: _Ctx) -> list[np.ndarray]:
     return _relu_common(ctx, 0.0, 6.0)
 
 
+def _prelu(ctx: _Ctx) -> list[np.ndarray]:
+    """activations.cc PreluEval. float: ApplyPrelu, `x >= 0 ? x : x * alpha` in float32. int8:
+    reference_ops::(Broadcast)Prelu4D: the non-negative side rescaled by s_in / s_out, the negative side
+    by s_in * s_alpha / s_out on the int32 product (x - z_in) * (alpha - z_alpha); both multipliers come
+    from float (not double) arithmetic on the tensor scales, as PreluPrepare computes them."""
+    x, alpha = ctx.x(0), ctx.x(1)
+    if alpha is None:
+        raise ValueError("PRELU needs an alpha operand")
+    if ctx.quantized():
+        s_in, z_in = _qp(ctx.tin(0))
+        s_a, z_a = _qp(ctx.tin(1))
+        s_out, z_out = _qp(ctx.tout())
+        m1, sh1 = ia.quantize_multiplier(ia.f32(np.float32(s_in) / np.float32(s_out)))
+        m2, sh2 = ia.quantize_multiplier(ia.f32(np.float32(np.float32(s_in) * np.float32(s_a)) / np.float32(s_out)))
+        xi = x.astype(np.int64) - z_in
+        ai = np.broadcast_to(alpha.astype(np.int64) - z_a, xi.shape) if alpha.ndim <= xi.ndim else None
+        if ai is None:
+            raise ValueError(f"alpha of rank {alpha.ndim} does not broadcast to the input")
+        pos = ia.multiply_by_quantized_multiplier(xi, m1, sh1)
+        neg = ia.multiply_by_quantized_multiplier(ia.wrap32(xi * ai), m2, sh2)
+        return [np.clip(np.where(xi >= 0, pos, neg) + z_out, -128, 127).astype(np.int8)]
+    xf, af = x.astype(np.float32), alpha.astype(np.float32)
+    return [np.where(xf >= np.float32(0), xf, xf * af).astype(np.float32)]
+
+
 # ---- data movement and (de)quantization ---------------------------------------------------------
+
+def _strided_slice(ctx: _Ctx) -> list[np.ndarray]:
+    """reference_ops::StridedSlice: a copy of the selected elements (int8 keeps the input's parameters). The
+    reader resolved begin/end/masks into per-axis (start, stop, step); axis 0 (the batch) is always whole."""
+    x = ctx.x(0)
+    a = ctx.attrs
+    out = x
+    for ax in range(1, x.ndim):
+        idx = np.arange(int(a["starts"][ax]), int(a["stops"][ax]), int(a["strides"][ax]))
+        out = np.take(out, idx, axis=ax)
+    y_t = ctx.tout()
+    return [out.reshape((x.shape[0],) + tuple(y_t.shape[1:]))]
+
 
 def _reshape(ctx: _Ctx) -> list[np.ndarray]:
     x = ctx.x(0)
@@ -659,4 +697,6 @@ _KERNELS: dict[str, Callable[[_Ctx], list[np.ndarray]]] = {
     "concatenation": _concatenation,
     "quantize": _quantize,
     "dequantize": _dequantize,
+    "prelu": _prelu,
+    "strided_slice": _strided_slice,
 }

@@ -23,6 +23,14 @@ Op vocabulary (type: inputs -> outputs; attrs)
   concatenation:    x0, x1, ... -> y;           axis, act
   quantize:         x -> y                      (float->int8, or int8->int8 requantize)
   dequantize:       x -> y                      (int8/float16 -> float32)
+  prelu:            x, alpha -> y               (alpha constant, broadcast over x without the batch axis;
+                                                 y = x >= 0 ? x : x * alpha)
+  strided_slice:    x, begin, end, strides -> y; starts, stops, strides (per axis, resolved by the reader with
+                                                 TFLite's StartForAxis/StopForAxis against the static shape; a
+                                                 negative stride stops before `stops`, -1 meaning past index 0),
+                                                 begin_mask, end_mask, ellipsis_mask, new_axis_mask,
+                                                 shrink_axis_mask, offset (as in the file, for the writer);
+                                                 axis 0 is always taken whole
 `padding` is "same" or "valid"; `act` is one of ACTIVATIONS. Optional inputs are None.
 Later stages add their own op types (gradients, losses, updates) in the same form.
 """

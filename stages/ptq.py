@@ -6,8 +6,10 @@
   activations  int8, asymmetric, one (scale, zero point) per tensor, real 0 exactly representable
   biases       int32, zero point 0, scale s_in * s_w[c]
   op rules     softmax output (1/256, -128); reshape / max pool / average pool / pad /
-               concatenation outputs share their input's (scale, zero point), so these tensors are
-               put in one group whose range is the union of its members' ranges
+               concatenation / strided slice outputs share their input's (scale, zero point), so these
+               tensors are put in one group whose range is the union of its members' ranges;
+               prelu's constant alpha is int8 per tensor over its own range (asymmetric, like an
+               activation: the kernel takes an alpha zero point), its output is calibrated
 
 Steps: `prepare` (constants to float32, NaN check, BN folding, ReLU fusion) -> calibration (elsewhere)
 -> `quantize_graph`. `validate_int8` checks a graph that arrives already quantized.
@@ -28,10 +30,11 @@ from .calibrate import QMAX, QMIN, activation_qparams
 from .ir import Graph, Op, QuantParams, Tensor
 
 INT8_OPS = ("conv2d", "depthwise_conv2d", "fully_connected", "add", "average_pool2d", "max_pool2d", "mean",
-            "reshape", "softmax", "relu", "relu6", "pad", "concatenation", "quantize", "dequantize")
+            "reshape", "softmax", "relu", "relu6", "pad", "concatenation", "quantize", "dequantize", "prelu",
+            "strided_slice")
 LINEAR_OPS = bn_fold.LINEAR_OPS
 # Ops whose int8 kernels do no rescaling: output (and for concatenation every input) shares params.
-SHARED_PARAM_OPS = ("reshape", "max_pool2d", "average_pool2d", "pad", "concatenation")
+SHARED_PARAM_OPS = ("reshape", "max_pool2d", "average_pool2d", "pad", "concatenation", "strided_slice")
 SOFTMAX_PARAMS = (1.0 / 256.0, -128)
 INT32_MAX = 2**31 - 1
 
@@ -254,9 +257,9 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]],
     for op in q.ops:
         if op.type in LINEAR_OPS:
             _quantize_linear(q, op, options.per_channel, done)
-        elif op.type in ("add", "concatenation"):
-            # A constant operand (a learned offset, a fixed feature map) is quantized per tensor over
-            # its own range, like an activation.
+        elif op.type in ("add", "concatenation", "prelu"):
+            # A constant operand (a learned offset, a fixed feature map, PReLU's slopes) is quantized per
+            # tensor over its own range, like an activation.
             for x in op.inputs:
                 t = q.tensors[x] if x else None
                 if t is not None and t.data is not None and t.dtype == "float32" and x not in done:
@@ -405,7 +408,7 @@ def validate_int8(g: Graph, rel_tol: float = 1e-4) -> list[str]:
             if qp is not None and (abs(qp.scale[0] - 1 / 256) > 1e-9 or qp.zero_point[0] != -128):
                 problems.append(f"{where}: int8 softmax output must have scale 1/256 and zero point -128, "
                                 f"has {qp.scale[0]:.6g}, {qp.zero_point[0]}")
-        if op.type in ("reshape", "max_pool2d", "average_pool2d", "pad", "concatenation"):
+        if op.type in SHARED_PARAM_OPS:
             out = g.tensors[op.outputs[0]]
             ins = op.inputs if op.type == "concatenation" else op.inputs[:1]
             for x in ins:

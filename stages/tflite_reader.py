@@ -232,10 +232,12 @@ class _Reader:
             result.append((code, op, _int_list(op.InputsAsNumpy()), _int_list(op.OutputsAsNumpy())))
         if unsupported:
             idx, name = unsupported[0]
-            others = ", ".join(f"{n} at {i}" for i, n in unsupported[1:6])
-            more = f"; also unsupported: {others}{', ...' if len(unsupported) > 6 else ''}" if others else ""
-            raise UnsupportedOpError(name, idx, where=str(self.path),
+            more = _also_unsupported(unsupported)
+            err = UnsupportedOpError(name, idx, where=str(self.path),
                                      hint=f"supported ops: {', '.join(supported_ops())}{more}")
+            # Every (operator index, op name) the model needs and we lack, for callers that list them all.
+            err.unsupported = list(unsupported)
+            raise err
         return result
 
     def _opcode(self, j: int) -> tuple[int, str]:
@@ -494,6 +496,72 @@ def _no_attrs(c: _OpCtx) -> dict[str, Any]:
     return {}
 
 
+def _parse_prelu(c: _OpCtx) -> dict[str, Any]:
+    x, alpha = c.ins[0], c.ins[1]
+    # The output has the input's shape (LiteRT checks it); alpha must broadcast into it without
+    # touching the batch axis, or the result would depend on the batch the executor runs.
+    a_shape = list(alpha.shape)
+    if len(a_shape) > len(x.shape) or (len(a_shape) == len(x.shape) and a_shape and a_shape[0] != 1):
+        raise c.err(f"alpha shape {a_shape} does not broadcast over input {x.shape} without the batch axis")
+    for da, dx in zip(reversed(a_shape), reversed(x.shape)):
+        if da not in (1, dx):
+            raise c.err(f"alpha shape {a_shape} does not broadcast to input shape {x.shape}")
+    if list(c.outs[0].shape) != list(x.shape):
+        raise c.err(f"output shape {c.outs[0].shape} differs from input shape {x.shape}")
+    return {}
+
+
+def _parse_strided_slice(c: _OpCtx) -> dict[str, Any]:
+    """Resolved per axis with TFLite's strided_slice_logic (StartForAxis / StopForAxis) against the
+    model's static input shape, so the executor and later stages see plain (start, stop, step)."""
+    o = c.options(tflite.StridedSliceOptions, BOpt.StridedSliceOptions, required=False)
+    masks = {"begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0, "new_axis_mask": 0, "shrink_axis_mask": 0}
+    offset = False
+    if o is not None:
+        masks = {"begin_mask": int(o.BeginMask()), "end_mask": int(o.EndMask()),
+                 "ellipsis_mask": int(o.EllipsisMask()), "new_axis_mask": int(o.NewAxisMask()),
+                 "shrink_axis_mask": int(o.ShrinkAxisMask())}
+        offset = bool(o.Offset())
+    if masks["ellipsis_mask"] or masks["new_axis_mask"]:
+        raise UnsupportedOpError("STRIDED_SLICE", c.idx, where=str(c.reader.path),
+                                 hint="ellipsis_mask and new_axis_mask are not supported")
+    shape = list(c.ins[0].shape)
+    vecs = []
+    for what, t in zip(("begin", "end", "strides"), c.ins[1:4]):
+        if t is None or t.data is None:
+            raise c.err(f"{what} must be a constant")
+        v = [int(a) for a in np.asarray(t.data).reshape(-1)]
+        if len(v) != len(shape):
+            raise c.err(f"{what} has {len(v)} entries for an input of rank {len(shape)}")
+        vecs.append(v)
+    begin, end, strides = vecs
+    if any(s == 0 for s in strides):
+        raise c.err("a stride is 0")
+    starts, stops = [], []
+    for ax, dim in enumerate(shape):
+        st = strides[ax]
+        start = begin[ax]
+        if masks["begin_mask"] >> ax & 1:
+            start = -(1 << 31) if st > 0 else (1 << 31) - 1
+        if start < 0:
+            start += dim
+        start = min(max(start, 0), dim) if st > 0 else min(max(start, -1), dim - 1)
+        if masks["shrink_axis_mask"] >> ax & 1:
+            stop = start + 1
+        else:
+            stop = end[ax] + (start if offset else 0)
+            if masks["end_mask"] >> ax & 1:
+                stop = (1 << 31) - 1 if st > 0 else -(1 << 31)
+            if stop < 0:
+                stop += dim
+            stop = min(max(stop, 0), dim) if st > 0 else min(max(stop, -1), dim - 1)
+        starts.append(start)
+        stops.append(stop)
+    if shape and ((starts[0], stops[0], strides[0]) != (0, shape[0], 1) or masks["shrink_axis_mask"] & 1):
+        raise c.err("slicing the batch axis is not supported")
+    return {"starts": starts, "stops": stops, "strides": strides, **masks, "offset": offset}
+
+
 # builtin code -> (IR op type, (min inputs, max inputs, outputs), option parser)
 _HANDLERS: dict[int, tuple[str, tuple[int, int, int], Callable[[_OpCtx], dict[str, Any]]]] = {
     BO.CONV_2D: ("conv2d", (2, 3, 1), _parse_conv),
@@ -512,6 +580,8 @@ _HANDLERS: dict[int, tuple[str, tuple[int, int, int], Callable[[_OpCtx], dict[st
     BO.CONCATENATION: ("concatenation", (1, 1 << 16, 1), _parse_concat),
     BO.QUANTIZE: ("quantize", (1, 1, 1), _no_attrs),
     BO.DEQUANTIZE: ("dequantize", (1, 1, 1), _no_attrs),
+    BO.PRELU: ("prelu", (2, 2, 1), _parse_prelu),
+    BO.STRIDED_SLICE: ("strided_slice", (4, 4, 1), _parse_strided_slice),
 }
 
 
@@ -569,6 +639,25 @@ def _decode(b: bytes | None) -> str:
         return ""
     # Control characters would break the text form and npz entry names.
     return "".join(ch if ch.isprintable() else "?" for ch in b.decode("utf-8", errors="replace"))
+
+
+def _also_unsupported(unsupported: list[tuple[int, str]]) -> str:
+    """Every other op name the model lacks support for, once each with its count and first index, so that
+    a model with many unsupported ops (a custom op far down the graph) shows them all in one error."""
+    first: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for i, n in unsupported:
+        first.setdefault(n, i)
+        count[n] = count.get(n, 0) + 1
+    head = unsupported[0][1]
+    parts = []
+    for n, i in first.items():
+        k = count[n] - (1 if n == head else 0)
+        if k <= 0:
+            continue
+        later = [j for j, m in unsupported[1:] if m == n]
+        parts.append(f"{n} at {later[0]}" + (f" (+{k - 1} more)" if k > 1 else ""))
+    return f"; also unsupported: {', '.join(parts)}" if parts else ""
 
 
 def _op_display_name(code: int, custom: str) -> str:

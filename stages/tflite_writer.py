@@ -55,7 +55,8 @@ _BUILTIN = {
     "softmax": fb.BuiltinOperator.SOFTMAX, "relu": fb.BuiltinOperator.RELU,
     "relu6": fb.BuiltinOperator.RELU6, "pad": fb.BuiltinOperator.PAD,
     "concatenation": fb.BuiltinOperator.CONCATENATION, "quantize": fb.BuiltinOperator.QUANTIZE,
-    "dequantize": fb.BuiltinOperator.DEQUANTIZE,
+    "dequantize": fb.BuiltinOperator.DEQUANTIZE, "prelu": fb.BuiltinOperator.PRELU,
+    "strided_slice": fb.BuiltinOperator.STRIDED_SLICE,
 }
 SUPPORTED_OPS = tuple(_BUILTIN)
 
@@ -427,6 +428,18 @@ def _concat_options(b, op):
     return fb.BuiltinOptions.ConcatenationOptions, fb.ConcatenationOptionsEnd(b)
 
 
+def _strided_slice_options(b, op):
+    # The begin/end/strides operands stay in the graph as constants; the masks say how to read them.
+    fb.StridedSliceOptionsStart(b)
+    fb.StridedSliceOptionsAddBeginMask(b, int(_attr(op, "begin_mask", 0)))
+    fb.StridedSliceOptionsAddEndMask(b, int(_attr(op, "end_mask", 0)))
+    fb.StridedSliceOptionsAddEllipsisMask(b, int(_attr(op, "ellipsis_mask", 0)))
+    fb.StridedSliceOptionsAddNewAxisMask(b, int(_attr(op, "new_axis_mask", 0)))
+    fb.StridedSliceOptionsAddShrinkAxisMask(b, int(_attr(op, "shrink_axis_mask", 0)))
+    fb.StridedSliceOptionsAddOffset(b, bool(_attr(op, "offset", False)))
+    return fb.BuiltinOptions.StridedSliceOptions, fb.StridedSliceOptionsEnd(b)
+
+
 def _empty_options(start, end, kind):
     def write(b, op):
         start(b)
@@ -438,7 +451,7 @@ _OPTION_WRITERS = {
     "conv2d": _conv_options, "depthwise_conv2d": _dwconv_options, "fully_connected": _fc_options,
     "average_pool2d": _pool_options, "max_pool2d": _pool_options, "add": _add_options,
     "mean": _mean_options, "reshape": _reshape_options, "softmax": _softmax_options,
-    "concatenation": _concat_options,
+    "concatenation": _concat_options, "strided_slice": _strided_slice_options,
     "pad": _empty_options(fb.PadOptionsStart, fb.PadOptionsEnd, fb.BuiltinOptions.PadOptions),
     "quantize": _empty_options(fb.QuantizeOptionsStart, fb.QuantizeOptionsEnd, fb.BuiltinOptions.QuantizeOptions),
     "dequantize": _empty_options(fb.DequantizeOptionsStart, fb.DequantizeOptionsEnd,
@@ -480,6 +493,12 @@ def _op_version(graph: Graph, op: Op) -> int:
         return 2 if x in ("int8", "int16", "uint8") else 1
     if t in ("add", "mean"):
         return {"int8": 2, "int16": 3}.get(x, 1)
+    if t == "prelu":
+        return 1  # LiteRT registers PRELU version 1 only, for every type (its int8 kernel included)
+    if t == "strided_slice":
+        if op.attrs.get("offset"):
+            return 7
+        return {"int8": 2, "int16": 4}.get(x, 1)
     if t in ("average_pool2d", "max_pool2d", "softmax", "relu", "relu6", "concatenation", "pad"):
         return {"int8": 2, "int16": 3}.get(x if t != "concatenation" else y, 1)
     return 1

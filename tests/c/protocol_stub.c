@@ -122,7 +122,7 @@ int tt_main(void) {
     memset(arena, 0xA5, sizeof arena);
 #if defined(STUB_FAULT) && STUB_FAULT
     tt_log("stub: about to fault\n");
-    *(volatile uint32_t *)(uintptr_t)0xFFFFFFF0u = 1u; /* bus fault -> HardFault on Cortex-M, SIGSEGV on host */
+    *(volatile uint32_t *)(uintptr_t)0x30000000u = 1u; /* no memory there: HardFault on Cortex-M, SIGSEGV on host */
 #endif
 #if defined(STUB_HANG) && STUB_HANG
     tt_log("stub: hanging\n");
