@@ -131,12 +131,12 @@ def ref_softmax(x, beta):
 
 def float_cases() -> list[Case]:
     return [_conv_f(), _conv_nobias_dilated_f(), _dwconv_f(), _fc_f(), _fc_keepdims_nobias_f(), _add_f(),
-            _pools_f(), _mean_f(), _reshape_f(), _softmax_f(), _relu_pad_concat_f(), _f16_weights()]
+            _pools_f(), _mean_f(), _reshape_f(), _softmax_f(), _relu_pad_concat_f(), _f16_weights(), _prelu_slice_f()]
 
 
 def int8_cases() -> list[Case]:
     return [_conv_i8(), _dwconv_nobias_i8(), _dwconv_i8(), _fc_i8(), _add_i8(), _pools_i8(), _mean_i8(), _reshape_softmax_i8(),
-            _relu_pad_concat_i8(), _quant_roundtrip()]
+            _relu_pad_concat_i8(), _quant_roundtrip(), _prelu_slice_i8()]
 
 
 def all_cases() -> list[Case]:
@@ -380,3 +380,32 @@ def _quant_roundtrip() -> Case:
     rq = b.op("quantize", [q], [2, 8], "int8", _aq(0.05, -3))
     y = b.op("dequantize", [rq], [2, 8])
     return Case("quantize_dequantize", b.graph([y]), {x: b.normal(2, 8)})
+
+
+def _slice(b: _B, x: str, begin, end, steps, out_shape, dtype="float32", q=None, **attrs) -> str:
+    ops = [b.const(np.array(v, np.int32), role="constant") for v in (begin, end, steps)]
+    return b.op("strided_slice", [x] + ops, out_shape, dtype, q, **attrs)
+
+
+def _prelu_slice_f() -> Case:
+    # x[:, 1:4:2, ::-1, 1] (stride 2, stride -1 via masks, shrink): starts/stops as the reader resolves them.
+    b = _B(40)
+    x = b.input([1, 4, 3, 2])
+    alpha = b.const(b.normal(1, 1, 2), role="constant")
+    p = b.op("prelu", [x, alpha], [1, 4, 3, 2])
+    y = _slice(b, p, [0, 1, 0, 1], [1, 4, 0, 2], [1, 2, -1, 1], [1, 2, 3], starts=[0, 1, 2, 1],
+               stops=[1, 4, -1, 2], strides=[1, 2, -1, 1], begin_mask=4, end_mask=4, shrink_axis_mask=8)
+    feeds = {x: b.normal(1, 4, 3, 2)}
+    a = b.tensors[alpha].data
+    ref = np.where(feeds[x] >= 0, feeds[x], feeds[x] * a)[:, 1:4:2, ::-1, 1]
+    return Case("prelu_slice_f", b.graph([y]), feeds, {y: ref})
+
+
+def _prelu_slice_i8() -> Case:
+    b = _B(41)
+    x = b.input([1, 4, 3, 2], "int8", _aq(0.05, 3))
+    alpha = b.const(b.int8(1, 1, 2), _aq(0.01, -20), role="constant")
+    p = b.op("prelu", [x, alpha], [1, 4, 3, 2], "int8", _aq(0.04, -5))
+    y = _slice(b, p, [0, 0, 1, 0], [1, 4, 3, 2], [1, 1, 1, 1], [1, 4, 2, 2], "int8", _aq(0.04, -5),
+               starts=[0, 0, 1, 0], stops=[1, 4, 3, 2], strides=[1, 1, 1, 1])
+    return Case("prelu_slice_i8", b.graph([y]), {x: b.int8(1, 4, 3, 2)})
