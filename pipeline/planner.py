@@ -63,7 +63,8 @@ def in_order(names: set[str], stages: Sequence[StageDef]) -> list[StageDef]:
 # ---- keys --------------------------------------------------------------------------------------
 
 def input_digests(stage: StageDef, entries: Mapping[str, ActionEntry]) -> dict[str, str]:
-    return {f"{dep}/{o.name}": o.digest for dep in stage.deps for o in entries[dep].outputs}
+    return {f"{dep}/{o.name}": o.digest for dep in stage.deps for o in entries[dep].outputs
+            if stage.reads_artifact(dep, o.name)}
 
 
 def preimage_and_key(stage: StageDef, spec: Spec, entries: Mapping[str, ActionEntry]) -> tuple[dict, str]:

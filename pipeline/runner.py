@@ -291,7 +291,7 @@ class _Run:
         remember(self.cache, self.spec, name, pre)
 
     def _inputs(self, st: StageDef) -> dict[str, Path]:
-        return {f"{dep}/{n}": p for dep in st.deps for n, p in self.paths[dep].items()}
+        return {f"{dep}/{n}": p for dep in st.deps for n, p in self.paths[dep].items() if st.reads_artifact(dep, n)}
 
 
 def load_stage_function(st: StageDef) -> Callable[[StageContext], StageResult]:

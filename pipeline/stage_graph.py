@@ -6,6 +6,7 @@ This table is data: the runner, `status`, `graph` and the cache key all read it.
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
 
 
@@ -27,6 +28,14 @@ class StageDef:
     # Globs (relative to the tinytrain package) of non-Python sources the stage uses, e.g. the C kernels it
     # compiles: part of the implementation version, so editing a kernel rebuilds.
     source_files: tuple[str, ...] = ()
+    # Upstream artifacts the stage reads, as "<stage>/<glob>". A dependency named here contributes only the
+    # matching artifacts (to the stage's inputs and its cache key); one not named contributes all of its
+    # artifacts. Precise reads keep a stage cached when an upstream stage reran but what it reads is unchanged.
+    reads: tuple[str, ...] = ()
+
+    def reads_artifact(self, dep: str, name: str) -> bool:
+        patterns = [r.split("/", 1)[1] for r in self.reads if r.split("/", 1)[0] == dep]
+        return not patterns or any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
 STAGES: tuple[StageDef, ...] = (
@@ -50,7 +59,8 @@ STAGES: tuple[StageDef, ...] = (
              "tinytrain.stages.autodiff",
              ("tinytrain.stages.ir", "tinytrain.stages.train_plan", "tinytrain.stages.qas",
               "tinytrain.stages.int8_arith"),
-             "compile-time backward graph and update ops (int8: QAS)"),
+             "compile-time backward graph and update ops (int8: QAS)",
+             reads=("quantize/graph.json", "quantize/tensors.npz", "sparse-plan/train_plan.json")),
     StageDef("reorder", ("train.reorder",), ("autodiff",), "tinytrain.stages.reorder",
              ("tinytrain.stages.memplan", "tinytrain.stages.schedule", "tinytrain.stages.ir"),
              "schedule with in-place updates; static arena plan"),
@@ -74,7 +84,9 @@ STAGES: tuple[StageDef, ...] = (
               "tinytrain.stages.runtime_config", "tinytrain.stages.data", "tinytrain.stages.boards",
               "tinytrain.stages.ir", "tinytrain.stages.tflite_writer", "tinytrain.pipeline.spec_data"),
              "train inside QEMU (or natively for host); export trained weights (.wof, .tflite)",
-             tools=(("qemu-system-arm", "--version"),)),
+             tools=(("qemu-system-arm", "--version"),),
+             reads=("cross-compile/firmware.elf", "cross-compile/size.json", "codegen/io_layout.json",
+                    "quantize/graph.json", "quantize/tensors.npz", "load/graph.json")),
 )
 
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)

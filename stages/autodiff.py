@@ -590,9 +590,14 @@ def _read_plan(ctx, graph: Graph) -> tuple[TrainPlan, str]:
     import json
 
     try:
-        path = ctx.input_dir("sparse-plan") / "plan.json"
+        folder = ctx.input_dir("sparse-plan")
     except KeyError:
         return TrainPlan.full(graph), "full (no sparse-plan input)"
+    # train_plan.json holds the plan alone (the stage table declares it as autodiff's only sparse-plan input);
+    # plan.json, with the budget and estimates, is the fallback for plans written by hand or older builds.
+    path = folder / "train_plan.json"
+    if not path.exists():
+        path = folder / "plan.json"
     if not path.exists():
         raise UserError(f"sparse-plan produced no plan.json in {path.parent}")
     doc = json.loads(path.read_text())

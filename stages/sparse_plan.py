@@ -20,6 +20,7 @@ when the runner provides one.
 Artifacts
   plan.json           TrainPlan JSON (layers by op index of the quantize graph, with their names) + scheme,
                       budget, the memory estimate of the plan and, for auto, the predicted gain
+  train_plan.json     the plan alone (version, scheme, layers): the only file autodiff reads
   memory.json         memory of every option: bias regions k = 1..K, every layer's weights at every ratio
   plan.txt            readable plan, memory breakdown, and for auto the best candidate per k
   contributions.json  auto: the contribution table (contribution.py)
@@ -290,6 +291,9 @@ def run(ctx: StageContext) -> StageResult:
     doc["fits"] = None if budget is None else bool(est["total"] <= budget)
     doc["memory_settings"] = mm.s.to_json()
     _write_json(out / "plan.json", doc)
+    # What autodiff consumes, alone: a new budget or board that picks the same plan leaves these bytes (and so
+    # autodiff and everything after it up to cross-compile) unchanged in the cache.
+    _write_json(out / "train_plan.json", {k: doc[k] for k in ("version", "scheme", "layers") if k in doc})
     _write_json(out / "memory.json", {**mm.table(), "plan": est, "budget_bytes": budget})
     line = summary_line(doc, mm)
     (out / "plan.txt").write_text(plan_text(doc, mm, table))

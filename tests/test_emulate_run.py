@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import struct
 import subprocess
@@ -521,3 +522,39 @@ def test_example_trains_in_qemu_and_the_exports_reproduce_it(tmp_path, capsys):
     pytest.importorskip("tflite_micro")
     acc = doc["accuracy"]["after"]
     assert _tflm_accuracy(build) == (acc["correct"], acc["total"])
+
+
+def test_changing_the_board_reruns_from_cross_compile(tmp_path):
+    """Issue 5: a new board reruns cross-compile and emulate-run. sparse-plan reruns too (its budget is the
+    board's SRAM) but picks the same plan, so autodiff, reorder and codegen stay cached: autodiff reads only
+    sparse-plan's train_plan.json."""
+    import shutil as _sh
+
+    from tinytrain.pipeline.cli import main as cli_main
+
+    if _sh.which("arm-none-eabi-gcc") is None or _sh.which("qemu-system-arm") is None:
+        pytest.skip("needs arm-none-eabi-gcc and qemu-system-arm")
+    repo = Path(__file__).resolve().parents[1]
+    spec = tmp_path / "spec.yaml"
+    text = (repo / "tinytrain.yaml.example").read_text()
+    text = text.replace("tests/fixtures/digits_cnn_float.tflite", str(repo / "tests/fixtures/digits_cnn_float.tflite"))
+    text = text.replace("epochs: 3", "epochs: 1").replace("max_train_samples: null", "max_train_samples: 40")
+    spec.write_text(text)
+    cache = tmp_path / "cache"
+
+    def build(board: str) -> dict:
+        spec.write_text(re.sub(r"board: \S+", f"board: {board}", spec.read_text(), count=1))
+        out = tmp_path / f"{board}.json"
+        import contextlib
+        import io
+
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            assert cli_main(["build", str(spec), "--json", "--cache-dir", str(cache)]) == 0
+        out.write_text(buf.getvalue())
+        return {s["stage"]: s["state"] for s in json.loads(buf.getvalue())["stages"]}
+
+    build("stm32f746-disco")
+    second = build("m4-256k")
+    assert second["autodiff"] == second["reorder"] == second["codegen"] == "cached", second
+    assert second["cross-compile"] == second["emulate-run"] == "ran", second
