@@ -10,8 +10,9 @@ range right where BN's rescaling makes ranges worst.
 A standalone ReLU/ReLU6 right after a linear op (with no fused activation) is fused into it too: in
 int8 a fused clamp costs nothing while a separate op adds a requantization step.
 
-`mul` is float-only and not in the reader's op list; a graph that still holds a `mul` after folding is
-rejected by ptq with the op named.
+A `sub` of a constant per-channel vector (y - a) folds as an add of -a. A `mul`/`add`/`sub` that cannot
+be folded (BatchNorm right on the input, a vector that is not per output channel, an operand shared with
+another op) stays in the graph and is quantized as an ordinary int8 op.
 """
 
 from __future__ import annotations
@@ -82,8 +83,10 @@ def _try_fold_after(g: Graph, i: int) -> str | None:
         _bypass(g, users[0], y)
         return f"fused {nxt.type} into {op.type} -> {nxt.outputs[0]}"
 
-    if nxt.type not in ("mul", "add") or len(nxt.inputs) != 2:
+    if nxt.type not in ("mul", "add", "sub") or len(nxt.inputs) != 2 or nxt.inputs[0] == nxt.inputs[1]:
         return None
+    if nxt.type == "sub" and nxt.inputs[0] != y:
+        return None  # a - y negates the layer: foldable, but not what BatchNorm exports; left as an op
     other = nxt.inputs[1] if nxt.inputs[0] == y else nxt.inputs[0]
     vec = _per_channel(g, other, channels)
     if vec is None:
@@ -94,6 +97,8 @@ def _try_fold_after(g: Graph, i: int) -> str | None:
     if nxt.type == "mul":
         w.data = (w.data * vec.reshape(shape)).astype(np.float32)
         bias.data = (bias.data * vec).astype(np.float32)
+    elif nxt.type == "sub":
+        bias.data = (bias.data - vec).astype(np.float32)
     else:
         bias.data = (bias.data + vec).astype(np.float32)
     op.attrs["act"] = nxt.attrs.get("act", "none")

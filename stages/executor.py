@@ -16,8 +16,8 @@ what TFLite Micro runs:
     channel; pooling windows row by row), so results match the reference bit for bit on the fixtures (SOFTMAX
     aside: numpy's exp and libm's expf differ in the last bit, < 4e-7 relative) and do not depend on the batch
     size (a BLAS matmul would change its blocking with N).
-  - int8 FULLY_CONNECTED: LiteRT's reference kernel rescales in double, TFLite Micro in fixed point; see
-    `run_graph(fc_requant=...)`. TFLite Micro's int8 RELU6 ignores the output quantization (a TFLM quirk we do
+  - int8 FULLY_CONNECTED: LiteRT's reference kernel rescales in double, TFLite Micro in fixed point; int8
+    RELU/RELU6/MUL multipliers and LOGISTIC/TANH also differ in detail; see `run_graph(fc_requant=...)`. TFLite Micro's int8 RELU6 ignores the output quantization (a TFLM quirk we do
     not copy: we follow LiteRT's QuantizedReluX, which requantizes).
 """
 
@@ -57,7 +57,11 @@ def run_graph(graph: Graph, feeds: dict[str, np.ndarray], keep_intermediates: bo
                       reference_integer_ops fixed-point overload, i.e. what the generated C runs on the MCU;
       "litert_double" round(double(acc) * s_in * s_w / s_out): what LiteRT's BUILTIN_REF FULLY_CONNECTED runs
                       (fully_connected.cc FullyConnected[PerChannel]Int8<kReference> call the float-scale
-                      overload). The two differ by 1 LSB on near-ties; every other op is the same in both."""
+                      overload). The two differ by 1 LSB on near-ties.
+    The same switch picks LiteRT's or TFLite Micro's arithmetic wherever else the two runtimes differ: int8
+    RELU/RELU6 and MUL form their multiplier from float (LiteRT) or double (TFLM) scale ratios, and int8
+    LOGISTIC/TANH are a float-filled lookup table in LiteRT, gemmlowp fixed point in TFLM (the two agreed on
+    every input of every scale we swept). Every other op is the same in both."""
     if fc_requant not in FC_REQUANT_MODES:
         raise ValueError(f"fc_requant must be one of {FC_REQUANT_MODES}, got {fc_requant!r}")
     values: dict[str, np.ndarray] = {}
@@ -392,6 +396,16 @@ def _exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # ---- element-wise and pooling -------------------------------------------------------------------
 
 def _add(ctx: _Ctx) -> list[np.ndarray]:
+    return _add_or_sub(ctx, 1)
+
+
+def _sub(ctx: _Ctx) -> list[np.ndarray]:
+    """sub.cc: float a - b; int8 is ADD's general 8-bit path (PrepareGeneralSubOp computes the same left shift 20
+    and multipliers as add.cc) with the rescaled second operand subtracted (reference_ops::SubElementwise)."""
+    return _add_or_sub(ctx, -1)
+
+
+def _add_or_sub(ctx: _Ctx, sign: int) -> list[np.ndarray]:
     a, b = ctx.x(0), ctx.x(1)
     act = ctx.attrs.get("act", "none")
     if ctx.quantized():
@@ -410,9 +424,33 @@ def _add(ctx: _Ctx) -> list[np.ndarray]:
         v2 = ia.wrap32((b.astype(np.int64) - z2) * (1 << left_shift))
         r1 = ia.multiply_by_quantized_multiplier_smaller_than_one_exp(v1, m1, sh1)
         r2 = ia.multiply_by_quantized_multiplier_smaller_than_one_exp(v2, m2, sh2)
-        raw = ia.multiply_by_quantized_multiplier_smaller_than_one_exp(ia.wrap32(r1 + r2), mo, sho) + zo
+        raw = ia.multiply_by_quantized_multiplier_smaller_than_one_exp(ia.wrap32(r1 + sign * r2), mo, sho) + zo
         return [np.clip(raw, lo, hi).astype(np.int8)]
-    return [_float_act(a.astype(np.float32) + b.astype(np.float32), act).astype(np.float32)]
+    fa, fb = a.astype(np.float32), b.astype(np.float32)
+    return [_float_act(fa + fb if sign > 0 else fa - fb, act).astype(np.float32)]
+
+def _mul(ctx: _Ctx) -> list[np.ndarray]:
+    """mul.cc / reference_integer_ops::MulElementwise: one requantization of the int32 product
+    (a - z_a) * (b - z_b) by s_a * s_b / s_out, + output zero point, clamped to the fused activation's range.
+    LiteRT's MulPrepare forms that ratio in float (`input1->params.scale * input2->params.scale /
+    output->params.scale`, promoted to double only for QuantizeMultiplier); TFLite Micro's CalculateOpDataMul in
+    double. fc_requant="litert_double" picks LiteRT's, the default TFLite Micro's."""
+    a, b = ctx.x(0), ctx.x(1)
+    act = ctx.attrs.get("act", "none")
+    if ctx.quantized():
+        s1, z1 = _qp(ctx.tin(0))
+        s2, z2 = _qp(ctx.tin(1))
+        so, zo = _qp(ctx.tout())
+        if ctx.fc_requant == "litert_double":
+            real = ia.f32(np.float32(np.float32(s1) * np.float32(s2)) / np.float32(so))
+        else:
+            real = ia.f32(s1) * ia.f32(s2) / ia.f32(so)
+        mult, shift = ia.quantize_multiplier(real)
+        lo, hi = ia.activation_range(act, so, zo)
+        prod = ia.wrap32((a.astype(np.int64) - z1) * (b.astype(np.int64) - z2))
+        raw = ia.multiply_by_quantized_multiplier(prod, mult, shift) + zo
+        return [np.clip(raw, lo, hi).astype(np.int8)]
+    return [_float_act(a.astype(np.float32) * b.astype(np.float32), act).astype(np.float32)]
 
 
 def _pool_windows(ctx: _Ctx, x: np.ndarray, pad_value):
@@ -531,10 +569,16 @@ def _relu_common(ctx: _Ctx, lo: float, hi: float | None) -> list[np.ndarray]:
     x = ctx.x(0)
     if ctx.quantized():
         # activations.cc QuantizedReluX: RELU/RELU6 requantize from the input's to the output's parameters
-        # (the converter gives them different ones), then clamp.
+        # (the converter gives them different ones), then clamp. LiteRT's ReluPrepare divides the two float
+        # scales in float (`input->params.scale / output->params.scale`) and only then widens to double;
+        # TFLite Micro divides in double. The quotients round to different Q0.31 mantissas for some scale
+        # pairs (and then differ by an LSB on some inputs), so fc_requant="litert_double" takes LiteRT's.
         s_in, z_in = _qp(ctx.tin(0))
         s_out, z_out = _qp(ctx.tout())
-        mult, shift = ia.quantize_multiplier(float(s_in) / float(s_out))
+        if ctx.fc_requant == "litert_double":
+            mult, shift = ia.quantize_multiplier(ia.f32(np.float32(s_in) / np.float32(s_out)))
+        else:
+            mult, shift = ia.quantize_multiplier(float(s_in) / float(s_out))
         qlo, qhi = ia.relu_op_range(lo, hi, s_out, z_out)
         y = z_out + ia.multiply_by_quantized_multiplier(x.astype(np.int64) - z_in, mult, shift)
         return [np.clip(y, qlo, qhi).astype(np.int8)]
@@ -550,6 +594,84 @@ def _relu(ctx: _Ctx) -> list[np.ndarray]:
 
 def _relu6(ctx: _Ctx) -> list[np.ndarray]:
     return _relu_common(ctx, 0.0, 6.0)
+
+
+def _leaky_relu(ctx: _Ctx) -> list[np.ndarray]:
+    """activations.cc LeakyRelu. float: `x > 0 ? x : x * alpha`. int8: reference_ops::QuantizeLeakyRelu, two
+    multipliers, s_in / s_out for x >= z_in and s_in * alpha / s_out below, each formed in float (LeakyReluPrepare
+    divides float scales) and then quantized."""
+    x = ctx.x(0)
+    alpha = np.float32(ctx.attrs.get("alpha", 0.2))
+    if ctx.quantized():
+        s_in, z_in = _qp(ctx.tin(0))
+        s_out, z_out = _qp(ctx.tout())
+        m_id, sh_id = ia.quantize_multiplier(ia.f32(np.float32(s_in) / np.float32(s_out)))
+        m_a, sh_a = ia.quantize_multiplier(ia.f32(np.float32(np.float32(s_in) * alpha) / np.float32(s_out)))
+        v = x.astype(np.int64) - z_in
+        y = np.where(v >= 0, ia.multiply_by_quantized_multiplier(v, m_id, sh_id),
+                     ia.multiply_by_quantized_multiplier(v, m_a, sh_a)) + z_out
+        return [np.clip(y, -128, 127).astype(np.int8)]
+    xf = x.astype(np.float32)
+    return [np.where(xf > np.float32(0), xf, xf * alpha).astype(np.float32)]
+
+
+_LOGISTIC_CUTOFF_UPPER = np.float32(16.619047164916992188)
+_LOGISTIC_CUTOFF_LOWER = np.float32(-9.0)
+
+
+def _logistic(ctx: _Ctx) -> list[np.ndarray]:
+    """float: reference_ops::Logistic (1 above 16.619, exp(x) below -9, else 1 / (1 + exp(-x)), in float).
+    int8 (output (1/256, -128)): LiteRT's BUILTIN_REF kernel looks each value up in a table it fills with float
+    math (fc_requant="litert_double"); TFLite Micro runs reference_integer_ops::Logistic, gemmlowp fixed point
+    (the default). The two differ by an LSB on some inputs."""
+    x = ctx.x(0)
+    if ctx.quantized():
+        s_in, z_in = _qp(ctx.tin(0))
+        s_out, z_out = _qp(ctx.tout())
+        _check_fixed_output("logistic", s_out, z_out, 1.0 / 256, -128)
+        if ctx.fc_requant == "litert_double":
+            return [ia.apply_lut(x, ia.lut_int8(s_in, z_in, s_out, z_out, ia.logistic_f32))]
+        mult, shift, radius = ia.logistic_tanh_params(s_in)
+        return [ia.logistic_int8_fixed(x, z_in, mult, shift, radius)]
+    xf = x.astype(np.float32)
+    with np.errstate(over="ignore"):
+        mid = (np.float32(1) / (np.float32(1) + np.exp(-xf))).astype(np.float32)
+    y = np.where(xf > _LOGISTIC_CUTOFF_UPPER, np.float32(1), np.where(xf < _LOGISTIC_CUTOFF_LOWER, np.exp(xf), mid))
+    return [y.astype(np.float32)]
+
+
+def _tanh(ctx: _Ctx) -> list[np.ndarray]:
+    """float: std::tanh. int8 (output (1/128, 0)): as LOGISTIC, LiteRT's float-filled table or TFLite Micro's
+    reference_integer_ops::Tanh."""
+    x = ctx.x(0)
+    if ctx.quantized():
+        s_in, z_in = _qp(ctx.tin(0))
+        s_out, z_out = _qp(ctx.tout())
+        _check_fixed_output("tanh", s_out, z_out, 1.0 / 128, 0)
+        if ctx.fc_requant == "litert_double":
+            return [ia.apply_lut(x, ia.lut_int8(s_in, z_in, s_out, z_out, ia.tanhf))]
+        mult, shift, radius = ia.logistic_tanh_params(s_in)
+        return [ia.tanh_int8_fixed(x, z_in, mult, shift, radius)]
+    return [np.tanh(x.astype(np.float32)).astype(np.float32)]
+
+
+def _check_fixed_output(op: str, s: float, z: int, want_s: float, want_z: int) -> None:
+    # The fixed-point kernels hard-code the output encoding; other parameters would silently mean other numbers.
+    if z != want_z or abs(s - want_s) > 1e-6 * want_s:
+        raise ValueError(f"int8 {op} output must have scale {want_s:g} and zero point {want_z} (got {s}, {z})")
+
+
+def _hard_swish(ctx: _Ctx) -> list[np.ndarray]:
+    """float: reference_ops::HardSwish, x * min(6, max(0, x + 3)) / 6 in float. int8: its 16-bit fixed-point
+    version (HardSwishPrepare's float-formed multipliers scaled down to Q0.15)."""
+    x = ctx.x(0)
+    if ctx.quantized():
+        s_in, z_in = _qp(ctx.tin(0))
+        s_out, z_out = _qp(ctx.tout())
+        return [ia.hard_swish_int8(x, z_in, z_out, ia.hard_swish_params(s_in, s_out))]
+    xf = x.astype(np.float32)
+    r = np.minimum(np.float32(6), np.maximum(np.float32(0), xf + np.float32(3)))
+    return [((xf * r) / np.float32(6)).astype(np.float32)]
 
 
 def _prelu(ctx: _Ctx) -> list[np.ndarray]:
@@ -699,4 +821,10 @@ _KERNELS: dict[str, Callable[[_Ctx], list[np.ndarray]]] = {
     "dequantize": _dequantize,
     "prelu": _prelu,
     "strided_slice": _strided_slice,
+    "mul": _mul,
+    "sub": _sub,
+    "logistic": _logistic,
+    "tanh": _tanh,
+    "hard_swish": _hard_swish,
+    "leaky_relu": _leaky_relu,
 }

@@ -319,3 +319,200 @@ def softmax_int8(x: np.ndarray, input_multiplier: int, input_left_shift: int, di
     unsat = rounding_divide_by_pot(_fx_mul(shifted_scale, exps), exponent)
     out = np.clip(unsat - 128, -128, 127)
     return np.where(valid, out, -128).astype(np.int8)
+
+
+# ---- LOGISTIC / TANH (reference_integer_ops, what TFLite Micro runs) and LiteRT's lookup tables -----------------
+
+def logistic_tanh_params(input_scale: float, input_integer_bits: int = 4) -> tuple[int, int, int]:
+    """TFLite Micro's CalculateArithmeticOpData for int8 LOGISTIC/TANH: frexp of double(s_in) * 2^(31 - 4), the
+    mantissa rounded to Q0.31 (no renormalisation when it rounds up to 2^31: the C cast keeps the wrapped value,
+    as below), and the input radius beyond which the output saturates. Returns (multiplier, left_shift, radius)."""
+    real = float(np.float32(input_scale)) * float(1 << (31 - input_integer_bits))
+    q, left_shift = math.frexp(real)
+    mult = round_half_away(q * float(1 << 31))
+    mult = int(wrap32(mult))
+    radius = calculate_input_radius(input_integer_bits, left_shift, 31)
+    return mult, int(left_shift), int(radius)
+
+
+def _fx_neg(a) -> np.ndarray:
+    return wrap32(-_i64(a))
+
+
+def gemmlowp_logistic(a, integer_bits: int) -> np.ndarray:
+    """gemmlowp::logistic(FixedPoint<int32, integer_bits>) -> Q0.31: 1 / (1 + exp(-|a|)) for the positive side,
+    One() - that for the negative side, exactly 1/2 (2^30) at 0."""
+    a = _i64(a)
+    positive = a > 0
+    abs_a = np.where(positive, a, _fx_neg(a))
+    on_positive = one_over_one_plus_x_for_x_in_0_1(exp_on_negative_values(_fx_neg(abs_a), integer_bits))
+    on_negative = _fx_sub(INT32_MAX, on_positive)
+    return np.where(a == 0, 1 << 30, np.where(positive, on_positive, on_negative))
+
+
+def one_minus_x_over_one_plus_x_for_x_in_0_1(a) -> np.ndarray:
+    """gemmlowp one_minus_x_over_one_plus_x_for_x_in_0_1: Newton-Raphson in Q2.29 as for 1/(1+x), then
+    Rescale<0>(x - One) (a saturating left shift by 2)."""
+    half_denominator = rounding_half_sum(a, INT32_MAX)
+    x = _fx_add(1515870810, _fx_mul(half_denominator, -1010580540))
+    one_q2 = 1 << 29
+    for _ in range(3):
+        half_denominator_times_x = _fx_mul(half_denominator, x)
+        one_minus = _fx_sub(one_q2, half_denominator_times_x)
+        x = _fx_add(x, _rescale(_fx_mul(x, one_minus), 4, 2))
+    return _rescale(_fx_sub(x, one_q2), 2, 0)
+
+
+def gemmlowp_tanh(a, integer_bits: int) -> np.ndarray:
+    """gemmlowp::tanh(FixedPoint<int32, integer_bits>) -> Q0.31: with n = -|a|, t = (1 - e^{2n}) / (1 + e^{2n})
+    (ExactMulByPot<1>: the same raw value read with one more integer bit); -t for negative a, 0 at 0."""
+    a = _i64(a)
+    negative = a < 0
+    n = np.where(negative, a, _fx_neg(a))
+    t = one_minus_x_over_one_plus_x_for_x_in_0_1(exp_on_negative_values(n, integer_bits + 1))
+    return np.where(a == 0, 0, np.where(negative, _fx_neg(t), t))
+
+
+def logistic_int8_fixed(x: np.ndarray, input_zero_point: int, multiplier: int, left_shift: int,
+                        radius: int) -> np.ndarray:
+    """reference_integer_ops::Logistic (int8, output (1/256, -128))."""
+    v = _i64(x) - input_zero_point
+    q4 = multiply_by_quantized_multiplier(v, multiplier, left_shift)
+    out = rounding_divide_by_pot(gemmlowp_logistic(q4, 4), 31 - 8) - 128
+    out = np.clip(out, -128, 127)
+    out = np.where(v <= -radius, -128, np.where(v >= radius, 127, out))
+    return out.astype(np.int8)
+
+
+def tanh_int8_fixed(x: np.ndarray, input_zero_point: int, multiplier: int, left_shift: int,
+                    radius: int) -> np.ndarray:
+    """reference_integer_ops::Tanh (int8, output (1/128, 0))."""
+    v = _i64(x) - input_zero_point
+    q4 = multiply_by_quantized_multiplier(v, multiplier, left_shift)
+    out = np.clip(rounding_divide_by_pot(gemmlowp_tanh(q4, 4), 31 - 7), -128, 127)
+    out = np.where(v <= -radius, -128, np.where(v >= radius, 127, out))
+    return out.astype(np.int8)
+
+
+def _libm():
+    import ctypes
+    import ctypes.util
+
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+        fns = []
+        for name in ("expf", "tanhf"):
+            f = getattr(lib, name)
+            f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float]
+            fns.append(f)
+        return tuple(fns)
+    except (OSError, AttributeError):
+        return None
+
+
+_LIBM = _libm()
+
+
+def expf(v: float) -> float:
+    """C's expf (what std::exp(float) calls): libm itself where it can be loaded, so that a lookup-table entry
+    near a rounding tie comes out as in LiteRT; numpy's float32 exp otherwise."""
+    return float(_LIBM[0](v)) if _LIBM else float(np.exp(np.float32(v)))
+
+
+def tanhf(v: float) -> float:
+    return float(_LIBM[1](v)) if _LIBM else float(np.tanh(np.float32(v)))
+
+
+def lut_int8(input_scale: float, input_zero_point: int, output_scale: float, output_zero_point: int,
+             transform) -> np.ndarray:
+    """LiteRT's PopulateLookupTable / LUTPopulate<int8_t>: for each int8 input value, dequantize in float
+    (float scale * float(val - zp)), apply `transform` in float, round(result * (1 / s_out)) (float), add the zero
+    point, clamp. Indexed by uint8(val)."""
+    table = np.zeros(256, np.int8)
+    inv = np.float32(1.0) / np.float32(output_scale)
+    for val in range(-128, 128):
+        deq = np.float32(np.float32(input_scale) * np.float32(val - input_zero_point))
+        t = np.float32(transform(float(deq)))
+        rescaled = round_half_away(float(np.float32(t * inv)))
+        table[val & 0xFF] = max(-128, min(127, rescaled + output_zero_point))
+    return table
+
+
+def logistic_f32(v: float) -> float:
+    """The transform of LiteRT's int8 LOGISTIC table: 1.0f / (1.0f + std::exp(-value)) in float."""
+    return float(np.float32(1.0) / np.float32(np.float32(1.0) + np.float32(expf(float(np.float32(-v))))))
+
+
+def apply_lut(x: np.ndarray, table: np.ndarray) -> np.ndarray:
+    return table[_i64(x) & 0xFF]
+
+
+# ---- HARD_SWISH (reference_ops::HardSwish<int8_t>, 16-bit fixed point) ------------------------------------------
+
+def _down_scale_to_int16(m: int) -> int:
+    """DownScaleInt32ToInt16Multiplier."""
+    if m >= INT32_MAX - (1 << 15):
+        return (1 << 15) - 1
+    return (m + (1 << 15)) >> 16
+
+
+def hard_swish_params(input_scale: float, output_scale: float) -> tuple[int, int, int, int]:
+    """HardSwishPrepare: every scale ratio in float, QuantizeMultiplier on the float promoted to double, the Q0.31
+    mantissas scaled down to Q0.15. Returns (output_multiplier_int16, output_exponent, reluish_multiplier_int16,
+    reluish_exponent)."""
+    hires = f32(f32(1.0 / 128.0) * f32(input_scale))
+    reluish_scale = f32(3.0 / 32768.0)
+    om, oe = quantize_multiplier(f32(hires / f32(output_scale)))
+    rm, re = quantize_multiplier(f32(hires / reluish_scale))
+    if oe > 0:
+        raise ValueError("hard_swish output multiplier exponent must be <= 0 (LiteRT checks it): the output "
+                         "scale is too small for the input scale")
+    return _down_scale_to_int16(om), oe, _down_scale_to_int16(rm), re
+
+
+def _srdhm16(a, b) -> np.ndarray:
+    """gemmlowp SaturatingRoundingDoublingHighMul<int16_t>."""
+    a, b = _i64(a), _i64(b)
+    overflow = (a == b) & (a == -(1 << 15))
+    ab = a * b
+    s = ab + np.where(ab >= 0, 1 << 14, 1 - (1 << 14))
+    q = np.where(s >= 0, s >> 15, -((-s) >> 15))
+    return np.where(overflow, (1 << 15) - 1, _wrap16(q))
+
+
+def _sdhm16(a, b) -> np.ndarray:
+    """reference_ops::SaturatingDoublingHighMul (int16, truncating: SQDMULH)."""
+    a, b = _i64(a), _i64(b)
+    overflow = (a == b) & (a == -(1 << 15))
+    ab = a * b
+    q = np.where(ab >= 0, ab >> 15, -((-ab) >> 15))
+    return np.where(overflow, (1 << 15) - 1, _wrap16(q))
+
+
+def _wrap16(x) -> np.ndarray:
+    x = _i64(x)
+    return ((x + (1 << 15)) & 0xFFFF) - (1 << 15)
+
+
+def _sat_left_shift16(x, amount: int) -> np.ndarray:
+    return np.clip(_i64(x) * (1 << amount), -(1 << 15), (1 << 15) - 1)
+
+
+def hard_swish_int8(x: np.ndarray, input_zero_point: int, output_zero_point: int,
+                    params: tuple[int, int, int, int]) -> np.ndarray:
+    om16, oe, rm16, re = params
+    v = _wrap16(_i64(x) - input_zero_point)
+    hires = _wrap16(v * (1 << 7))
+    preshift_out = _srdhm16(hires, om16)
+    reluish = hires
+    if re > 0:
+        reluish = _sat_left_shift16(reluish, re - 1)
+    reluish = _srdhm16(reluish, rm16)
+    if re > 0:
+        reluish = _sat_left_shift16(reluish, 1)
+    if re < 0:
+        reluish = rounding_divide_by_pot(reluish, -re)
+    reluish = _wrap16((reluish + (1 << 15)) >> 1)
+    pre = _sdhm16(reluish, preshift_out)
+    out = _wrap16(rounding_divide_by_pot(pre, -oe) + output_zero_point)
+    return np.clip(out, -128, 127).astype(np.int8)

@@ -13,12 +13,18 @@ Op vocabulary (type: inputs -> outputs; attrs)
                                                  depth_multiplier, act
   fully_connected:  x, w[O,I], b? -> y;         act, keep_num_dims
   add:              a, b -> y;                  act
+  mul, sub:         a, b -> y;                  act   (a * b, a - b; numpy broadcasting, either operand may be a
+                                                 constant such as BatchNorm's per-channel scale [C]; a constant
+                                                 never spans the batch axis)
   average_pool2d:   x -> y;                     filter_h, filter_w, stride_h, stride_w, padding, act
   max_pool2d:       x -> y;                     (as average_pool2d)
   mean:             x, axes -> y;               keep_dims
   reshape:          x, shape? -> y;             new_shape (the output shape, always present)
   softmax:          x -> y;                     beta
   relu, relu6:      x -> y
+  logistic, tanh:   x -> y                      (int8: output fixed at (1/256, -128) and (1/128, 0))
+  hard_swish:       x -> y                      (x * relu6(x + 3) / 6)
+  leaky_relu:       x -> y;                     alpha (y = x > 0 ? x : x * alpha)
   pad:              x, paddings[N,2] -> y
   concatenation:    x0, x1, ... -> y;           axis, act
   quantize:         x -> y                      (float->int8, or int8->int8 requantize)

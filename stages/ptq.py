@@ -5,11 +5,13 @@
                (conv axis 0, depthwise axis 3, fully-connected axis 0) or per tensor
   activations  int8, asymmetric, one (scale, zero point) per tensor, real 0 exactly representable
   biases       int32, zero point 0, scale s_in * s_w[c]
-  op rules     softmax output (1/256, -128); reshape / max pool / average pool / pad /
+  op rules     softmax and logistic outputs (1/256, -128), tanh output (1/128, 0); reshape / max pool / average pool / pad /
                concatenation / strided slice outputs share their input's (scale, zero point), so these
                tensors are put in one group whose range is the union of its members' ranges;
                prelu's constant alpha is int8 per tensor over its own range (asymmetric, like an
-               activation: the kernel takes an alpha zero point), its output is calibrated
+               activation: the kernel takes an alpha zero point), its output is calibrated; so is a
+               constant operand of add / mul / sub (BatchNorm's scale and offset when they could not be
+               folded); mul, sub, hard_swish and leaky_relu outputs are calibrated
 
 Steps: `prepare` (constants to float32, NaN check, BN folding, ReLU fusion) -> calibration (elsewhere)
 -> `quantize_graph`. `validate_int8` checks a graph that arrives already quantized.
@@ -31,11 +33,13 @@ from .ir import Graph, Op, QuantParams, Tensor
 
 INT8_OPS = ("conv2d", "depthwise_conv2d", "fully_connected", "add", "average_pool2d", "max_pool2d", "mean",
             "reshape", "softmax", "relu", "relu6", "pad", "concatenation", "quantize", "dequantize", "prelu",
-            "strided_slice")
+            "strided_slice", "mul", "sub", "logistic", "tanh", "hard_swish", "leaky_relu")
 LINEAR_OPS = bn_fold.LINEAR_OPS
 # Ops whose int8 kernels do no rescaling: output (and for concatenation every input) shares params.
 SHARED_PARAM_OPS = ("reshape", "max_pool2d", "average_pool2d", "pad", "concatenation", "strided_slice")
 SOFTMAX_PARAMS = (1.0 / 256.0, -128)
+# Output encodings the int8 kernels hard-code (LiteRT checks LOGISTIC's; TANH's fixed-point kernel assumes it).
+FIXED_OUTPUT_PARAMS = {"softmax": SOFTMAX_PARAMS, "logistic": (1.0 / 256.0, -128), "tanh": (1.0 / 128.0, 0)}
 INT32_MAX = 2**31 - 1
 
 
@@ -176,8 +180,8 @@ def activation_params(g: Graph, ranges: dict[str, tuple[float, float]]) -> dict[
             for x in ins:
                 if x is not None and g.tensors[x].data is None:
                     uf.union(op.outputs[0], x)
-        if op.type == "softmax":
-            fixed[op.outputs[0]] = SOFTMAX_PARAMS
+        if op.type in FIXED_OUTPUT_PARAMS:
+            fixed[op.outputs[0]] = FIXED_OUTPUT_PARAMS[op.type]
         act = op.type if op.type in ("relu", "relu6") else op.attrs.get("act", "none")
         if act == "relu":
             clamp[op.outputs[0]] = (0.0, np.inf)
@@ -193,8 +197,8 @@ def activation_params(g: Graph, ranges: dict[str, tuple[float, float]]) -> dict[
     for members in groups.values():
         fx = {fixed[m] for m in members if m in fixed}
         if len(fx) > 1:
-            raise ModelError(f"tensors {members} must share int8 parameters but two softmax outputs fix "
-                             f"them differently")
+            raise ModelError(f"tensors {members} must share int8 parameters but two softmax/logistic/tanh "
+                             f"outputs fix them differently")
         if fx:
             p = fx.pop()
         else:
@@ -257,7 +261,7 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]],
     for op in q.ops:
         if op.type in LINEAR_OPS:
             _quantize_linear(q, op, options.per_channel, done)
-        elif op.type in ("add", "concatenation", "prelu"):
+        elif op.type in ("add", "sub", "mul", "concatenation", "prelu"):
             # A constant operand (a learned offset, a fixed feature map, PReLU's slopes) is quantized per
             # tensor over its own range, like an activation.
             for x in op.inputs:
@@ -403,11 +407,12 @@ def validate_int8(g: Graph, rel_tol: float = 1e-4) -> list[str]:
                         problems.append(f"{where}: bias {b.name!r} scale is not input scale x weight scale "
                                         f"({x.quant.scale[0]:.6g} x w); relative error "
                                         f"{worst if worst is not None else 'shape mismatch'}")
-        if op.type == "softmax" and g.tensors[op.outputs[0]].dtype == "int8":
+        if op.type in FIXED_OUTPUT_PARAMS and g.tensors[op.outputs[0]].dtype == "int8":
             qp = g.tensors[op.outputs[0]].quant
-            if qp is not None and (abs(qp.scale[0] - 1 / 256) > 1e-9 or qp.zero_point[0] != -128):
-                problems.append(f"{where}: int8 softmax output must have scale 1/256 and zero point -128, "
-                                f"has {qp.scale[0]:.6g}, {qp.zero_point[0]}")
+            want_s, want_z = FIXED_OUTPUT_PARAMS[op.type]
+            if qp is not None and (abs(qp.scale[0] - want_s) > 1e-9 or qp.zero_point[0] != want_z):
+                problems.append(f"{where}: int8 {op.type} output must have scale 1/{round(1 / want_s)} and zero "
+                                f"point {want_z}, has {qp.scale[0]:.6g}, {qp.zero_point[0]}")
         if op.type in SHARED_PARAM_OPS:
             out = g.tensors[op.outputs[0]]
             ins = op.inputs if op.type == "concatenation" else op.inputs[:1]

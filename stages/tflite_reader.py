@@ -439,6 +439,40 @@ def _parse_add(c: _OpCtx) -> dict[str, Any]:
     return {"act": c.act(c.options(tflite.AddOptions, BOpt.AddOptions, required=False))}
 
 
+def _broadcast_operands(c: _OpCtx) -> None:
+    """MUL/SUB broadcast their operands numpy-style; the output must be the broadcast shape, and a constant
+    operand must not span the batch axis (the result would then depend on the batch the executor runs)."""
+    a, b, y = c.ins[0], c.ins[1], c.outs[0]
+    try:
+        shape = list(np.broadcast_shapes(tuple(a.shape), tuple(b.shape)))
+    except ValueError:
+        raise c.err(f"operand shapes {a.shape} and {b.shape} do not broadcast") from None
+    if shape != list(y.shape):
+        raise c.err(f"output shape {y.shape} is not the broadcast of the operand shapes {a.shape} and {b.shape}")
+    for t in (a, b):
+        if t.data is not None and len(t.shape) == len(y.shape) and t.shape and t.shape[0] != 1:
+            raise c.err(f"constant operand {t.name!r} of shape {t.shape} spans the batch axis")
+
+
+def _parse_mul(c: _OpCtx) -> dict[str, Any]:
+    _broadcast_operands(c)
+    return {"act": c.act(c.options(tflite.MulOptions, BOpt.MulOptions, required=False))}
+
+
+def _parse_sub(c: _OpCtx) -> dict[str, Any]:
+    _broadcast_operands(c)
+    return {"act": c.act(c.options(tflite.SubOptions, BOpt.SubOptions, required=False))}
+
+
+def _parse_leaky_relu(c: _OpCtx) -> dict[str, Any]:
+    o = c.options(tflite.LeakyReluOptions, BOpt.LeakyReluOptions, required=False)
+    # The schema's default alpha is 0.0 (a missing table means alpha 0, i.e. RELU).
+    alpha = float(o.Alpha()) if o is not None else 0.0
+    if not np.isfinite(alpha):
+        raise c.err(f"leaky_relu alpha is {alpha}")
+    return {"alpha": alpha}
+
+
 def _parse_pool(c: _OpCtx) -> dict[str, Any]:
     o = c.options(tflite.Pool2DOptions, BOpt.Pool2DOptions)
     c.rank("input", c.ins[0], 4)
@@ -568,6 +602,12 @@ _HANDLERS: dict[int, tuple[str, tuple[int, int, int], Callable[[_OpCtx], dict[st
     BO.DEPTHWISE_CONV_2D: ("depthwise_conv2d", (2, 3, 1), _parse_dwconv),
     BO.FULLY_CONNECTED: ("fully_connected", (2, 3, 1), _parse_fc),
     BO.ADD: ("add", (2, 2, 1), _parse_add),
+    BO.MUL: ("mul", (2, 2, 1), _parse_mul),
+    BO.SUB: ("sub", (2, 2, 1), _parse_sub),
+    BO.LOGISTIC: ("logistic", (1, 1, 1), _no_attrs),
+    BO.TANH: ("tanh", (1, 1, 1), _no_attrs),
+    BO.HARD_SWISH: ("hard_swish", (1, 1, 1), _no_attrs),
+    BO.LEAKY_RELU: ("leaky_relu", (1, 1, 1), _parse_leaky_relu),
     BO.AVERAGE_POOL_2D: ("average_pool2d", (1, 1, 1), _parse_pool),
     BO.MAX_POOL_2D: ("max_pool2d", (1, 1, 1), _parse_pool),
     BO.MEAN: ("mean", (2, 2, 1), _parse_mean),

@@ -56,7 +56,9 @@ _BUILTIN = {
     "relu6": fb.BuiltinOperator.RELU6, "pad": fb.BuiltinOperator.PAD,
     "concatenation": fb.BuiltinOperator.CONCATENATION, "quantize": fb.BuiltinOperator.QUANTIZE,
     "dequantize": fb.BuiltinOperator.DEQUANTIZE, "prelu": fb.BuiltinOperator.PRELU,
-    "strided_slice": fb.BuiltinOperator.STRIDED_SLICE,
+    "strided_slice": fb.BuiltinOperator.STRIDED_SLICE, "mul": fb.BuiltinOperator.MUL,
+    "sub": fb.BuiltinOperator.SUB, "logistic": fb.BuiltinOperator.LOGISTIC, "tanh": fb.BuiltinOperator.TANH,
+    "hard_swish": fb.BuiltinOperator.HARD_SWISH, "leaky_relu": fb.BuiltinOperator.LEAKY_RELU,
 }
 SUPPORTED_OPS = tuple(_BUILTIN)
 
@@ -402,6 +404,24 @@ def _add_options(b, op):
     return fb.BuiltinOptions.AddOptions, fb.AddOptionsEnd(b)
 
 
+def _mul_options(b, op):
+    fb.MulOptionsStart(b)
+    fb.MulOptionsAddFusedActivationFunction(b, _act(op))
+    return fb.BuiltinOptions.MulOptions, fb.MulOptionsEnd(b)
+
+
+def _sub_options(b, op):
+    fb.SubOptionsStart(b)
+    fb.SubOptionsAddFusedActivationFunction(b, _act(op))
+    return fb.BuiltinOptions.SubOptions, fb.SubOptionsEnd(b)
+
+
+def _leaky_relu_options(b, op):
+    fb.LeakyReluOptionsStart(b)
+    fb.LeakyReluOptionsAddAlpha(b, float(_attr(op, "alpha")))
+    return fb.BuiltinOptions.LeakyReluOptions, fb.LeakyReluOptionsEnd(b)
+
+
 def _mean_options(b, op):
     fb.ReducerOptionsStart(b)
     fb.ReducerOptionsAddKeepDims(b, bool(_attr(op, "keep_dims", False)))
@@ -452,6 +472,7 @@ _OPTION_WRITERS = {
     "average_pool2d": _pool_options, "max_pool2d": _pool_options, "add": _add_options,
     "mean": _mean_options, "reshape": _reshape_options, "softmax": _softmax_options,
     "concatenation": _concat_options, "strided_slice": _strided_slice_options,
+    "mul": _mul_options, "sub": _sub_options, "leaky_relu": _leaky_relu_options,
     "pad": _empty_options(fb.PadOptionsStart, fb.PadOptionsEnd, fb.BuiltinOptions.PadOptions),
     "quantize": _empty_options(fb.QuantizeOptionsStart, fb.QuantizeOptionsEnd, fb.BuiltinOptions.QuantizeOptions),
     "dequantize": _empty_options(fb.DequantizeOptionsStart, fb.DequantizeOptionsEnd,
@@ -493,6 +514,18 @@ def _op_version(graph: Graph, op: Op) -> int:
         return 2 if x in ("int8", "int16", "uint8") else 1
     if t in ("add", "mean"):
         return {"int8": 2, "int16": 3}.get(x, 1)
+    if t == "mul":
+        if x == "int8":
+            # op_version.cc: version 3 is an int8 MUL whose rescale s_a * s_b / s_out is >= 1.
+            s = [graph.tensors[n].quant for n in (op.inputs[0], op.inputs[1], op.outputs[0])]
+            if all(q is not None for q in s) and s[0].scale[0] * s[1].scale[0] / s[2].scale[0] >= 1.0:
+                return 3
+            return 2
+        return {"int16": 4}.get(x, 1)
+    if t in ("sub", "logistic", "tanh"):
+        return {"int8": 2, "int16": 3}.get(x, 1)
+    if t in ("hard_swish", "leaky_relu"):
+        return 1  # what the converter writes for float and int8 alike
     if t == "prelu":
         return 1  # LiteRT registers PRELU version 1 only, for every type (its int8 kernel included)
     if t == "strided_slice":

@@ -8,7 +8,8 @@
                        SOFTMAX
     ops_int8.tflite    the same model, full-integer int8 (per-channel weight scales, int8 I/O)
     ops_f16.tflite     the same model with float16 weights (DEQUANTIZE in front of the layers)
-    tanh.tflite        Dense -> tanh -> Dense: an op we do not support (TANH) at operator index 1
+    tanh.tflite        Dense -> tanh -> Dense (TANH at operator index 1; unsupported when this was made)
+    resize.tflite      Conv -> bilinear upsampling -> Conv: an op we do not support (RESIZE_BILINEAR) at index 1
     dynamic.tflite     a conv with unknown spatial dimensions (shape_signature [1,-1,-1,3])
 
 The test file hand-computes the summary of ops_float, so keep the architecture in sync with it.
@@ -93,6 +94,13 @@ def save(name: str, data: bytes) -> None:
     print(f"{name}: {len(data)} bytes")
 
 
+def build_resize():
+    x = keras.Input((4, 4, 2), batch_size=1, name="x")
+    h = layers.Conv2D(3, 3, padding="same")(x)
+    h = layers.UpSampling2D(size=2, interpolation="bilinear")(h)
+    return keras.Model(x, layers.Conv2D(2, 3, padding="same")(h), name="resize")
+
+
 def main() -> None:
     tf.keras.utils.set_random_seed(SEED)
     tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -107,6 +115,9 @@ def main() -> None:
     _randomize(tanh, rng)
     save("tanh.tflite", convert(tanh, "float", rng))
     save("dynamic.tflite", convert(build_dynamic(), "float", rng))
+    resize = build_resize()
+    _randomize(resize, rng)
+    save("resize.tflite", convert(resize, "float", rng))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,12 @@ fixed. Models:
                -> STRIDED_SLICE x[:, 1:7:2, ::-1, 2:8] (stride 2, negative stride, channel window)
                -> CONV_2D 1x1 -> PRELU (alpha [3,8,6], one slope per element) -> STRIDED_SLICE x[:, :, 1, :]
                (shrink_axis_mask) -> output [1,3,6]
+  act_arith    [1,6,6,3]: CONV_2D 3x3 -> LOGISTIC, TANH of it -> MUL of the two (fused RELU) -> SUB (conv - mul)
+               -> HARD_SWISH -> LEAKY_RELU (alpha 0.2) -> MUL by a constant [8] (broadcast) -> SUB of a constant
+               [1,1,8] (broadcast, fused RELU6) -> output [1,6,6,8]
+  bn_input     [1,6,6,3]: BatchNormalization right on the input (moving statistics not trivial), which the
+               converter cannot fold into anything: it stays MUL + ADD with per-channel constants -> CONV_2D 3x3
+               (ReLU) -> output [1,6,6,4]
 """
 
 from __future__ import annotations
@@ -51,7 +57,42 @@ def prelu_slice() -> keras.Model:
     return m
 
 
-MODELS = {"prelu_slice": prelu_slice}
+def act_arith() -> keras.Model:
+    rng = np.random.default_rng(SEED + 1)
+    x = keras.Input(shape=(6, 6, 3), batch_size=1)
+    y = keras.layers.Conv2D(8, 3, padding="same")(x)
+    a = keras.layers.Activation("sigmoid")(y)
+    t = keras.layers.Activation("tanh")(y)
+    m = keras.layers.ReLU()(keras.layers.Multiply()([a, t]))
+    s = keras.layers.Subtract()([y, m])
+    h = keras.layers.Activation("hard_swish")(s)
+    lr = keras.layers.LeakyReLU(negative_slope=0.2)(h)
+    scale = rng.uniform(-1.5, 1.5, size=(8,)).astype(np.float32)
+    offset = rng.normal(0, 0.5, size=(1, 1, 8)).astype(np.float32)
+    c = keras.layers.Lambda(lambda v: v * scale)(lr)
+    d = keras.layers.Lambda(lambda v: tf.nn.relu6(v - offset))(c)
+    m = keras.Model(x, d)
+    for layer in m.layers:
+        if isinstance(layer, keras.layers.Conv2D):
+            w, b = layer.get_weights()
+            layer.set_weights([w * 2, rng.normal(0, 0.3, size=b.shape).astype(np.float32)])
+    return m
+
+
+def bn_input() -> keras.Model:
+    rng = np.random.default_rng(SEED + 2)
+    x = keras.Input(shape=(6, 6, 3), batch_size=1)
+    bn = keras.layers.BatchNormalization()
+    y = bn(x)
+    y = keras.layers.Conv2D(4, 3, padding="same", activation="relu")(y)
+    m = keras.Model(x, y)
+    gamma, beta, mean, var = bn.get_weights()
+    bn.set_weights([rng.uniform(0.5, 2.0, gamma.shape).astype(np.float32), rng.normal(0, 0.5, beta.shape).astype(np.float32),
+                    rng.normal(0, 0.5, mean.shape).astype(np.float32), rng.uniform(0.3, 3.0, var.shape).astype(np.float32)])
+    return m
+
+
+MODELS = {"prelu_slice": prelu_slice, "act_arith": act_arith, "bn_input": bn_input}
 
 
 def convert(m: keras.Model, rep: np.ndarray | None) -> bytes:
@@ -65,9 +106,11 @@ def convert(m: keras.Model, rep: np.ndarray | None) -> bytes:
     return conv.convert()
 
 
-def main() -> None:
+def main(names: list[str] | None = None) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     for name, make in MODELS.items():
+        if names and name not in names:
+            continue
         keras.utils.set_random_seed(SEED)
         m = make()
         shape = tuple(m.inputs[0].shape[1:])
@@ -81,4 +124,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(sys.argv[1:] or None)

@@ -346,11 +346,16 @@ def test_bn_folded_graph_quantizes():
     assert any("folded mul" in n for n in report["notes"]) and report["model"]["output_sqnr_db"] > 30
 
 
-def test_unfoldable_mul_is_named():
+def test_unfoldable_mul_stays_and_is_quantized_as_an_int8_op():
     g = bn_graph()
     g.ops[0].attrs["act"] = "relu"  # a fused activation between conv and MUL: not a BatchNorm fold
-    with pytest.raises(ModelError, match="unsupported op mul"):
-        ptq.prepare(g)
+    prepared, _ = ptq.prepare(g)
+    assert "mul" in [op.type for op in prepared.ops], "an unfoldable MUL must be kept, not folded"
+    x = np.random.default_rng(0).normal(size=[8] + list(g.tensors[g.inputs[0]].shape[1:])).astype(np.float32)
+    q, _ = quantize.quantize_model(g, x, QuantizeSpec(), x)
+    mul = next(op for op in q.ops if op.type == "mul")
+    assert q.tensors[mul.outputs[0]].dtype == "int8"
+    assert all(q.tensors[t].dtype == "int8" for t in mul.inputs if t is not None)
 
 
 # ---- already-int8 models -----------------------------------------------------------------------

@@ -131,12 +131,12 @@ def ref_softmax(x, beta):
 
 def float_cases() -> list[Case]:
     return [_conv_f(), _conv_nobias_dilated_f(), _dwconv_f(), _fc_f(), _fc_keepdims_nobias_f(), _add_f(),
-            _pools_f(), _mean_f(), _reshape_f(), _softmax_f(), _relu_pad_concat_f(), _f16_weights(), _prelu_slice_f()]
+            _pools_f(), _mean_f(), _reshape_f(), _softmax_f(), _relu_pad_concat_f(), _f16_weights(), _prelu_slice_f(), _act_arith_f()]
 
 
 def int8_cases() -> list[Case]:
     return [_conv_i8(), _dwconv_nobias_i8(), _dwconv_i8(), _fc_i8(), _add_i8(), _pools_i8(), _mean_i8(), _reshape_softmax_i8(),
-            _relu_pad_concat_i8(), _quant_roundtrip(), _prelu_slice_i8()]
+            _relu_pad_concat_i8(), _quant_roundtrip(), _prelu_slice_i8(), _act_arith_i8()]
 
 
 def all_cases() -> list[Case]:
@@ -409,3 +409,36 @@ def _prelu_slice_i8() -> Case:
     y = _slice(b, p, [0, 0, 1, 0], [1, 4, 3, 2], [1, 1, 1, 1], [1, 4, 2, 2], "int8", _aq(0.04, -5),
                starts=[0, 0, 1, 0], stops=[1, 4, 3, 2], strides=[1, 1, 1, 1])
     return Case("prelu_slice_i8", b.graph([y]), {x: b.int8(1, 4, 3, 2)})
+
+
+def _act_arith_f() -> Case:
+    """MUL (fused RELU) of two activations, SUB of a broadcast constant (fused RELU6), LOGISTIC, TANH,
+    HARD_SWISH, LEAKY_RELU (a wrongly written alpha or fused activation changes the numbers)."""
+    b = _B(42)
+    x0, x1 = b.input([1, 3, 4, 2]), b.input([1, 3, 4, 2])
+    c = b.normal(2)
+    m = b.op("mul", [x0, x1], [1, 3, 4, 2], act="relu")
+    sb = b.op("sub", [m, b.const(c, role="constant")], [1, 3, 4, 2], act="relu6")
+    lg = b.op("logistic", [x0], [1, 3, 4, 2])
+    th = b.op("tanh", [x1], [1, 3, 4, 2])
+    hs = b.op("hard_swish", [x0], [1, 3, 4, 2])
+    lr = b.op("leaky_relu", [x1], [1, 3, 4, 2], alpha=0.25)
+    feeds = {x0: b.normal(1, 3, 4, 2) * 3, x1: b.normal(1, 3, 4, 2) * 3}
+    a0, a1 = feeds[x0].astype(np.float64), feeds[x1].astype(np.float64)
+    return Case("act_arith_f32", b.graph([sb, lg, th, hs, lr]), feeds, {
+        sb: np.clip(np.maximum(a0 * a1, 0) - c, 0, 6), lg: 1 / (1 + np.exp(-a0)), th: np.tanh(a1),
+        hs: a0 * np.clip(a0 + 3, 0, 6) / 6, lr: np.where(a1 > 0, a1, 0.25 * a1)})
+
+
+def _act_arith_i8() -> Case:
+    b = _B(43)
+    q0, q1 = _aq(0.05, 3), _aq(0.04, -7)
+    x0, x1 = b.input([1, 3, 4, 2], "int8", q0), b.input([1, 3, 4, 2], "int8", q1)
+    c = b.const(b.int8(2), _aq(0.03, 10), role="constant")
+    m = b.op("mul", [x0, c], [1, 3, 4, 2], "int8", _aq(0.02, -5), act="none")
+    sb = b.op("sub", [m, x1], [1, 3, 4, 2], "int8", _aq(0.09, 2), act="relu")
+    lg = b.op("logistic", [x0], [1, 3, 4, 2], "int8", _aq(1 / 256, -128))
+    th = b.op("tanh", [x1], [1, 3, 4, 2], "int8", _aq(1 / 128, 0))
+    hs = b.op("hard_swish", [x0], [1, 3, 4, 2], "int8", _aq(0.03, -90))
+    lr = b.op("leaky_relu", [x1], [1, 3, 4, 2], "int8", _aq(0.03, 40), alpha=0.25)
+    return Case("act_arith_i8", b.graph([sb, lg, th, hs, lr]), {x0: b.int8(1, 3, 4, 2), x1: b.int8(1, 3, 4, 2)})
