@@ -29,8 +29,8 @@ static inline float tt_act_clamp(float v, float lo, float hi)
     return v;
 }
 
-void tt_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
-                  const int32_t *bias, int8_t *y)
+static void tt_conv2d_s8_impl(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
+                              const int8_t *w_slice, int32_t n, const int32_t *bias, int8_t *y)
 {
     int32_t b, oy, ox, oc, ky, kx;
     const int32_t zin = q->input_zero_point;
@@ -56,7 +56,11 @@ void tt_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x
                             }
                             xp = x + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
                             wp = w + ((oc * d->k_h + ky) * d->k_w + kx) * d->in_c;
-                            acc += tt_dot_s8(xp, wp, d->in_c, zin);
+                            if (n > 0) {
+                                /* int32 addition is associative: the two partial sums equal the whole one */
+                                acc += tt_dot_s8(xp, w_slice + ((oc * d->k_h + ky) * d->k_w + kx) * n, n, zin);
+                            }
+                            acc += tt_dot_s8(xp + n, wp + n, d->in_c - n, zin);
                         }
                     }
                     if (bias != 0) {
@@ -67,6 +71,18 @@ void tt_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x
             }
         }
     }
+}
+
+void tt_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
+                  const int32_t *bias, int8_t *y)
+{
+    tt_conv2d_s8_impl(d, q, x, w, 0, 0, bias, y);
+}
+
+void tt_conv2d_s8_split(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
+                        const int8_t *w_slice, int32_t n, const int32_t *bias, int8_t *y)
+{
+    tt_conv2d_s8_impl(d, q, x, w, w_slice, n, bias, y);
 }
 
 void tt_depthwise_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,

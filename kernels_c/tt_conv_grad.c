@@ -164,3 +164,88 @@ void tt_depthwise_conv2d_grad_weight_f32(const tt_conv_dims *d, int32_t k, const
         }
     }
 }
+
+/* The input gradients above with an int8 weight dequantized per element (tt_kernels.h). Loops and accumulation
+ * order are those of the float kernels; only the weight load differs. */
+static inline float tt_dq(int8_t q, int32_t zero_point, float scale)
+{
+    return (float)((int32_t)q - zero_point) * scale;
+}
+
+void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const int8_t *w, const int8_t *w_slice,
+                                 int32_t n, const float *scale, const int32_t *zero_point, float *dx)
+{
+    int32_t b, iy, ix, ic, ky, kx, o;
+    for (b = 0; b < d->batches; ++b) {
+        for (iy = 0; iy < d->in_h; ++iy) {
+            for (ix = 0; ix < d->in_w; ++ix) {
+                float *dxp = dx + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
+                for (ic = 0; ic < d->in_c; ++ic) {
+                    dxp[ic] = 0.0f;
+                }
+                for (ky = 0; ky < d->k_h; ++ky) {
+                    const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
+                    if (oy < 0) {
+                        continue;
+                    }
+                    for (kx = 0; kx < d->k_w; ++kx) {
+                        const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
+                        const float *dyp;
+                        if (ox < 0) {
+                            continue;
+                        }
+                        dyp = dy + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
+                        for (ic = 0; ic < d->in_c; ++ic) {
+                            float s = 0.0f;
+                            /* channels [0, n) live in the trained slice, the rest in the whole weight */
+                            const int8_t *wb = ic < n ? w_slice + (ky * d->k_w + kx) * n + ic
+                                                      : w + (ky * d->k_w + kx) * d->in_c + ic;
+                            const int32_t stride = d->k_h * d->k_w * (ic < n ? n : d->in_c);
+                            for (o = 0; o < d->out_c; ++o) {
+                                s += dyp[o] * tt_dq(wb[o * stride], zero_point[o], scale[o]);
+                            }
+                            dxp[ic] += s;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+void tt_depthwise_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const int8_t *w,
+                                           const float *scale, const int32_t *zero_point, float *dx)
+{
+    int32_t b, iy, ix, ic, m, ky, kx;
+    const int32_t mult = d->depth_multiplier;
+    for (b = 0; b < d->batches; ++b) {
+        for (iy = 0; iy < d->in_h; ++iy) {
+            for (ix = 0; ix < d->in_w; ++ix) {
+                for (ic = 0; ic < d->in_c; ++ic) {
+                    float total = 0.0f;
+                    for (m = 0; m < mult; ++m) {
+                        const int32_t oc = ic * mult + m;
+                        float s = 0.0f;
+                        for (ky = 0; ky < d->k_h; ++ky) {
+                            const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
+                            if (oy < 0) {
+                                continue;
+                            }
+                            for (kx = 0; kx < d->k_w; ++kx) {
+                                const int32_t ox =
+                                    tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
+                                if (ox < 0) {
+                                    continue;
+                                }
+                                s += dy[((b * d->out_h + oy) * d->out_w + ox) * d->out_c + oc] *
+                                     tt_dq(w[(ky * d->k_w + kx) * d->out_c + oc], zero_point[oc], scale[oc]);
+                            }
+                        }
+                        total += s;
+                    }
+                    dx[((b * d->in_h + iy) * d->in_w + ix) * d->in_c + ic] = total;
+                }
+            }
+        }
+    }
+}

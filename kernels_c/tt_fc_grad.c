@@ -16,6 +16,22 @@ void tt_fully_connected_grad_input_f32(int32_t rows, int32_t depth, int32_t out_
     }
 }
 
+/* tt_fully_connected_grad_input_f32 on an int8 weight dequantized per element (tt_kernels.h). */
+void tt_fully_connected_grad_input_qw_f32(int32_t rows, int32_t depth, int32_t out_c, const float *dy,
+                                          const int8_t *w, const float *scale, const int32_t *zero_point, float *dx)
+{
+    int32_t r, d, o;
+    for (r = 0; r < rows; ++r) {
+        for (d = 0; d < depth; ++d) {
+            float s = 0.0f;
+            for (o = 0; o < out_c; ++o) {
+                s += dy[r * out_c + o] * ((float)((int32_t)w[o * depth + d] - zero_point[o]) * scale[o]);
+            }
+            dx[r * depth + d] = s;
+        }
+    }
+}
+
 /* dw [out_c, k] = dy^T x[:, :k]. */
 void tt_fully_connected_grad_weight_f32(int32_t rows, int32_t depth, int32_t out_c, int32_t k, const float *dy,
                                         const float *x, float *dw)

@@ -81,6 +81,11 @@ typedef struct {
  * depth < 2^16 taps; the numpy model wraps the same way). */
 void tt_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
                   const int32_t *bias, int8_t *y);
+/* conv2d with a split weight (sparse update, DESIGN §6): input channels [0, n) of every filter row come from the
+ * compact trained slice w_slice [O,KH,KW,n] (SRAM), channels [n, in_c) from the whole frozen weight w [O,KH,KW,in_c]
+ * (flash; its first n channels are stale and never read). Same result as tt_conv2d_s8 on the merged weight. */
+void tt_conv2d_s8_split(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
+                        const int8_t *w_slice, int32_t n, const int32_t *bias, int8_t *y);
 /* Output channel ic*M + m reads input channel ic. */
 void tt_depthwise_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
                             const int32_t *bias, int8_t *y);
@@ -191,6 +196,17 @@ void tt_depthwise_conv2d_grad_weight_f32(const tt_conv_dims *d, int32_t k, const
                                          float *dw);
 void tt_fully_connected_grad_input_f32(int32_t rows, int32_t depth, int32_t out_c, const float *dy, const float *w,
                                        float *dx);
+/* The same three input gradients reading an int8 weight and dequantizing each element where the float kernels read
+ * it: f32(q - zero_point[c]) * scale[c] with c the output channel (conv, FC: axis 0; depthwise: axis 3), which is
+ * bit-equal to tt_dequantize_per_channel_s8_f32 (an int times a float32 is exact in double), with the same
+ * accumulation order; so no fp32 copy of the weight is needed (memplan.fused_dequantize). conv2d also takes a
+ * split weight (w_slice / n as tt_conv2d_s8_split; w_slice 0 and n 0: w alone). */
+void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const int8_t *w, const int8_t *w_slice,
+                                 int32_t n, const float *scale, const int32_t *zero_point, float *dx);
+void tt_depthwise_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const int8_t *w,
+                                           const float *scale, const int32_t *zero_point, float *dx);
+void tt_fully_connected_grad_input_qw_f32(int32_t rows, int32_t depth, int32_t out_c, const float *dy,
+                                          const int8_t *w, const float *scale, const int32_t *zero_point, float *dx);
 /* dw [out_c, k]. */
 void tt_fully_connected_grad_weight_f32(int32_t rows, int32_t depth, int32_t out_c, int32_t k, const float *dy,
                                         const float *x, float *dw);

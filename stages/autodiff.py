@@ -14,7 +14,8 @@ PyTorch's mean reduction over the batch.
 
 Backward op vocabulary (type: inputs -> outputs; attrs). `dy` is the gradient of the op's output; gradients are
 float32 tensors with role "gradient", named grad/<tensor> (a reader's share of a fan-out: grad/<tensor>#<op>):
-  act_grad:                      dy, y -> dz;                act (mask from the forward output y)
+  act_grad:                      dy, y -> dz;                act (mask from the forward output y; tanh:
+                                                              dy·(1 − y²))
   conv2d_grad_input:             dz, w -> dx;                the forward's geometry attrs
   conv2d_grad_weight:            dz, x -> dw;                geometry, in_channels (k: dw is w[..., :k]), w_shape
   depthwise_conv2d_grad_input:   dz, w -> dx;                geometry, depth_multiplier
@@ -29,6 +30,18 @@ float32 tensors with role "gradient", named grad/<tensor> (a reader's share of a
   reshape_grad, pad_grad:        dy (, paddings) -> dx
   concatenation_grad:            dz -> dx0?, dx1?, ...;      axis, sizes
   softmax_grad:                  dy, y -> dx;                beta
+  mul_grad:                      dz, other -> d              one op per operand that needs a gradient: d =
+                                                              unbroadcast(dz·other) to that operand's shape (a
+                                                              constant operand, e.g. a BatchNorm scale, gets none)
+  sub_grad:                      dz -> da?, db?;             which (a: +dz, b: −dz; unbroadcast as add_grad)
+  logistic_grad:                 dy, y -> dx                 dy·(1 − y)·y from the forward output y
+  tanh_grad:                     dy, y -> dx                 dy·(1 − y²) from the forward output y
+  hard_swish_grad:               dy, x -> dx                 from the forward input: 0 for x ≤ −3, dy for x ≥ 3,
+                                                              dy·(x/3 + 1/2) between (PyTorch's kinks)
+  leaky_relu_grad:               dy, x -> dx;                alpha (dy where x > 0, alpha·dy elsewhere)
+  prelu_grad:                    dy, x, alpha -> dx          the input gradient only (alpha is a constant)
+  strided_slice_grad:            dy -> dx;                   starts, stops, strides (dy scattered into zeros of
+                                                              x's shape; shrunk axes restored)
   grad_accumulate:               g0, g1, ... -> g            (a tensor read by several ops: onert's
                                                                BackPropAccumulator)
 Losses: softmax_ce_loss(logits, labels:int32[1]) -> loss:f32[], dlogits  (fused, stable; the model's final
@@ -65,6 +78,14 @@ every gradient is the float32 gradient of the *real* tensor (dL/dx for x = s·(x
                      exact, and no fp32 copy of y is needed.
   *_grad_weight read the dequantized slice (depthwise: attr multiplier = M, since the slice hides it); *_grad_input
   read the dequantized weights; max_pool2d_grad reads x_q itself (only its argmax matters, which int8 keeps).
+  The element-wise ops' backward reads what its derivative needs, dequantized (`deq/<t>`, once per sample):
+  mul_grad the other operand (an int8 constant included); logistic_grad / tanh_grad the int8 forward output (their
+  derivative is a function of y); hard_swish_grad, leaky_relu_grad and prelu_grad the int8 input (prelu: and its
+  int8 alpha). mul, sub, hard_swish, leaky_relu and prelu requantize, so int8_clamp_grad masks their outputs
+  (mul/sub: the fused act's range, at least the int8 range; the others: the int8 range). logistic and tanh get no
+  mask: their int8 output range is the function's own range (fixed scales 1/256 and 1/128), so y_q at a bound
+  means the curve is flat there and the derivative from the dequantized y is already ~0 — an STE mask would only
+  drop the small remaining slope. strided_slice_grad moves dz as it is (the slice copies int8 values).
 Updates of int8 weights / int32 biases (stages/qas.py has the exact float32 formulas, rounding and PRNG):
   qas_sgd_update(p, g, scale [, master] [, prng]) -> p [, master] [, prng]
   qas_momentum_update(p, g, scale, buf [, master] [, prng]) -> p, buf [, master] [, prng]
@@ -104,7 +125,8 @@ OPTIMIZERS = ("sgd", "momentum", "adam", "rmsprop")
 
 # Forward ops the backward pass knows.
 DIFFERENTIABLE = ("conv2d", "depthwise_conv2d", "fully_connected", "add", "average_pool2d", "max_pool2d", "mean",
-                  "reshape", "pad", "concatenation", "relu", "relu6", "softmax")
+                  "reshape", "pad", "concatenation", "relu", "relu6", "softmax", "mul", "sub", "logistic", "tanh",
+                  "hard_swish", "leaky_relu", "prelu", "strided_slice")
 
 
 @dataclass
@@ -284,7 +306,10 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
         """A name for op i's contribution to dL/dt, or None when t needs no gradient."""
         if t is None or t not in needs:
             return None
-        name = b.tensor(f"grad/{t}#{i}", g.tensors[t])
+        name, k = f"grad/{t}#{i}", 1
+        while name in g.tensors:  # the op reads t twice (mul(x, x), add(x, x)): one share per read
+            name, k = f"grad/{t}#{i}.{k}", k + 1
+        name = b.tensor(name, g.tensors[t])
         contrib.setdefault(t, []).append(name)
         return name
 
@@ -381,6 +406,36 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
             if dx:
                 yy = deq.full(y) if int8 and g.tensors[y].dtype == "int8" else y
                 b.emit("softmax_grad", [dz, yy], [dx], beta=float(a.get("beta", 1.0)))
+        elif t == "mul":
+            for j in (0, 1):
+                d = share(op.inputs[j], i)
+                if d:
+                    other = op.inputs[1 - j]
+                    b.emit("mul_grad", [dz, deq.full(other) if _is_int8(g, other) else other], [d])
+        elif t == "sub":
+            outs = [share(op.inputs[0], i), share(op.inputs[1], i)]
+            b.emit("sub_grad", [dz], [o for o in outs if o], which=[j for j, o in enumerate(outs) if o])
+        elif t in ("logistic", "tanh"):
+            dx = share(op.inputs[0], i)
+            if dx:
+                b.emit(f"{t}_grad", [dz, deq.full(y) if _is_int8(g, y) else y], [dx])
+        elif t in ("hard_swish", "leaky_relu", "prelu"):
+            dx = share(op.inputs[0], i)
+            if dx:
+                x = op.inputs[0]
+                ins = [dz, deq.full(x) if _is_int8(g, x) else x]
+                extra = {}
+                if t == "prelu":
+                    al = op.inputs[1]
+                    ins.append(deq.full(al) if _is_int8(g, al) else al)
+                if t == "leaky_relu":
+                    extra["alpha"] = float(a.get("alpha", 0.2))
+                b.emit(f"{t}_grad", ins, [dx], **extra)
+        elif t == "strided_slice":
+            dx = share(op.inputs[0], i)
+            if dx:
+                b.emit("strided_slice_grad", [dz], [dx], starts=[int(v) for v in a["starts"]],
+                       stops=[int(v) for v in a["stops"]], strides=[int(v) for v in a["strides"]])
         else:
             raise NotImplementedError(f"backward of op {t!r}")
 
@@ -507,7 +562,14 @@ class _Dequantizer:
 
 
 # Ops whose int8 output is requantized and clamped to [lo, hi] (the activation's range, the int8 range at most).
-_REQUANTIZING = ("conv2d", "depthwise_conv2d", "fully_connected", "add", "mean", "quantize")
+# hard_swish, leaky_relu and prelu rescale by s_in/s_out (and alpha) and saturate at the int8 range like the rest;
+# logistic and tanh are not here (see the module docstring: their fixed output range is the function's own).
+_REQUANTIZING = ("conv2d", "depthwise_conv2d", "fully_connected", "add", "mean", "quantize", "mul", "sub",
+                 "hard_swish", "leaky_relu", "prelu")
+
+
+def _is_int8(g: Graph, name: str) -> bool:
+    return g.tensors[name].dtype == "int8"
 
 
 def _clamp_bounds(g: Graph, op: Op) -> tuple[int, int] | None:

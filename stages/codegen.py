@@ -15,10 +15,15 @@ Inputs: autodiff's `train_graph.json`/`train_tensors.npz`, reorder's `schedule.j
   codegen.json   lines of C, kernel calls, const bytes, arena bytes.
 
 Placement: every SRAM tensor of the plan lives at its buffer's offset in the arena (tensors written in place over
-each other share one). The in-place ops of the plan (elementwise, reshape, depthwise with one channel of
-scratch) are emitted as in-place kernel calls. Known gap: a weight trained on a channel slice (ratio < 1) is kept
-whole in a static SRAM array (outside the arena) instead of as the compact slice the plan counts, because the
-forward kernels read one weight pointer; the arena's slot for it stays unused.
+each other share one). The in-place ops of the plan (elementwise, reshape, int8_clamp_grad, depthwise with one
+channel of scratch) are emitted as in-place kernel calls. The dequantize of an int8 weight that only input
+gradients read (memplan.fused_dequantize) emits no code: those ops run as `*_grad_input_qw_f32` kernels reading
+the int8 weight. A weight trained on a channel slice (ratio < 1) is split: the compact trained slice
+[..., :n] lives at its planned arena offset (what the plan counts), the whole original weight stays `const` in
+flash for the frozen channels; int8 conv2d (forward, input gradient) and the QAS update read the split weight,
+weights.bin gets the merged tensor. A partially trained weight that some other op reads (float weights, FC,
+depthwise) falls back to a whole static SRAM array outside the arena: codegen.json's `sram_outside_arena_bytes`
+reports it, and it shows in size.json's .bss.
 
 Compile-time options: -DTT_DUMP_TENSORS=1 makes the program write every trained tensor after each sample step
 (`dump_<step>.bin`, weights.bin's layout) and appends the forward output of every evaluated sample to
@@ -37,6 +42,7 @@ import numpy as np
 
 from tinytrain.stages import int8_arith as ia
 from tinytrain.stages.ir import Graph, Op, Tensor
+from tinytrain.stages.memplan import fused_dequantize
 from tinytrain.stages.runtime_config import PROTOCOL
 
 CTYPE = {"int8": "int8_t", "int32": "int32_t", "float32": "float", "uint8": "uint8_t", "int16": "int16_t",
@@ -47,8 +53,17 @@ FLOAT_BOUNDS = {"none": (-math.inf, math.inf), "relu": (0.0, math.inf), "relu6":
                 "relu_n1_to_1": (-1.0, 1.0)}
 RUNTIME_FIELDS = {"learning_rate": "learning_rate", "momentum": "momentum", "beta1": "beta1", "beta2": "beta2",
                   "eps": "eps", "alpha": "alpha", "weight_decay": "weight_decay"}
-PAINT = 0xA5
-DEFAULT_STACK = 16 * 1024
+# The arena is painted with this 32-bit word before the run and scanned by word afterwards (tt_arena_used): as
+# int8 bytes it reads -17, -66, -83, -34 and as a float -6.3e18, so data that happens to equal it is very unlikely
+# (a one-byte paint was: an int8 activation of -91 is common).
+PAINT = 0xDEADBEEF
+# Stack of the firmware (sources.json -> cross-compile -> the linker's __stack_size). Measured high-water marks
+# (painted stack, QEMU): digits 776 B, MobileNetV2-w0.35@128 TTE-like sparse ~1 KB: every kernel is a leaf with a
+# small frame and the program's deepest chain is tt_main -> tt_write_results -> tt_snprintf. 4 KB leaves a
+# margin of ~3x; the default 16 KB would cost 12 KB of the 320 KB board for nothing.
+DEFAULT_STACK = 4 * 1024
+SPLIT_READERS = ("conv2d", "dequantize") + ("qas_sgd_update", "qas_momentum_update", "qas_adam_update",
+                                             "qas_rmsprop_update")
 
 
 class CodegenError(NotImplementedError):
@@ -114,6 +129,36 @@ class _Gen:
         self.locs: dict[str, _Loc] = {}
         self.init_lines: list[str] = []
         self._uid = 0
+        self.fused = fused_dequantize(g)      # fp32 weight copies that are never materialised
+        self.split = self._split_weights()    # weight -> n: compact trained slice in the arena + flash original
+        self.flash: dict[str, str] = {}       # split weight -> its whole const (flash) array
+        self.static_bytes = 0                 # SRAM codegen puts outside the arena (fallbacks)
+
+    def _split_weights(self) -> dict[str, int]:
+        """Partially trained int8 weights whose every reader has a split-weight kernel."""
+        out = {}
+        for p, info in self.trained.items():
+            t = self.g.tensors[p]
+            n = info.get("n")
+            if n is None or int(n) >= int(t.shape[-1]) or t.dtype != "int8" or p not in self.offset \
+                    or len(t.shape) < 2:
+                continue  # trained whole (or not splittable): one tensor at its arena offset
+            ok = True
+            for op in self.g.ops:
+                for k, name in enumerate(op.inputs):
+                    if name != p:
+                        continue
+                    if op.type == "conv2d" and k == 1 and self.g.tensors[op.inputs[0]].dtype == "int8":
+                        continue
+                    if op.type == "dequantize" and op.outputs[0] in self.fused and all(
+                            o.type == "conv2d_grad_input" for o in self.g.ops if op.outputs[0] in o.inputs):
+                        continue
+                    if op.type in SPLIT_READERS[2:] and k == 0:
+                        continue
+                    ok = False
+            if ok:
+                out[p] = int(n)
+        return out
 
     # ---- names and places ------------------------------------------------------------------------------------
     def cid(self, name: str) -> int:
@@ -151,10 +196,14 @@ class _Gen:
         if t.data is not None:
             # Written by the step: SRAM, initialised from a flash copy at start (zeros: a memset).
             data = np.ascontiguousarray(np.asarray(t.data).astype(t.dtype)).reshape(-1)
-            partial = name in self.trained and self.trained[name].get("n") is not None
+            if name in self.split:
+                return self._split_loc(name, t, data, i)
+            n = self.trained[name].get("n") if name in self.trained else None
+            partial = n is not None and int(n) < int(t.shape[-1])  # autodiff sets n = C_in for whole weights too
             if partial or name not in self.offset:
-                self.globals.append(f"/* {name}: trained slice of a partially trained tensor, whole in SRAM */\n"
-                                    f"static {ct} tt_s{i}[{max(data.size, 1)}];")
+                self.static_bytes += data.size * data.dtype.itemsize
+                self.globals.append(f"/* {name}: partially trained, a reader has no split kernel: whole in SRAM, "
+                                    f"outside the arena */\nstatic {ct} tt_s{i}[{max(data.size, 1)}];")
                 expr = f"tt_s{i}"
                 kind = "static"
             else:
@@ -174,6 +223,39 @@ class _Gen:
             raise CodegenError(f"tensor {name!r} has no place in the memory plan")
         self.locs[name] = _Loc("arena", f"(({ct} *)(tt_arena + {self.offset[name]}))")
         return self.locs[name].expr
+
+    def _split_loc(self, name: str, t: Tensor, data: np.ndarray, i: int) -> str:
+        """A split weight: the whole original `const` in flash (frozen channels), the compact trained slice
+        [..., :n] at its arena offset, filled from the flash copy at start."""
+        ct = CTYPE[t.dtype]
+        n, cols = self.split[name], int(t.shape[-1])
+        rows = data.size // cols
+        self.globals.append(f"/* {name}: whole original (flash); channels [0, {n}) are trained in the arena */\n"
+                            f"static const {ct} tt_c{i}[{data.size}] = {_c_array(ct, data.tolist())};")
+        self.const_bytes += data.size * data.dtype.itemsize
+        self.flash[name] = f"tt_c{i}"
+        expr = f"(({ct} *)(tt_arena + {self.offset[name]}))"
+        self.init_lines.append(f"{{ uint32_t r; for (r = 0; r < {rows}u; ++r) {{ memcpy({expr} + r * {n}u, "
+                               f"tt_c{i} + r * {cols}u, {n}); }} }} /* trained slice of {name} */")
+        self.locs[name] = _Loc("arena", expr)
+        return expr
+
+    def weight_args(self, w: str) -> tuple[str, str, int]:
+        """(whole weight, trained slice or 0, n) of a weight a split-aware kernel reads."""
+        slice_ = self.loc(w)
+        if w in self.split:
+            return self.flash[w], slice_, self.split[w]
+        return slice_, "0", 0
+
+    def dq_tables(self, w: str, axis_expected: int, channels: int) -> tuple[str, str]:
+        """Per-output-channel scale / zero-point tables of an int8 weight a *_qw kernel dequantizes."""
+        q = self.g.tensors[w].quant
+        scales, zps = list(q.scale), list(q.zero_point)
+        if len(scales) == 1:
+            scales, zps = scales * channels, zps * channels
+        elif int(q.axis) % len(self.g.tensors[w].shape) != axis_expected or len(scales) != channels:
+            raise CodegenError(f"weight {w!r} is quantized along axis {q.axis}, not its output channels")
+        return self.const_table("tt_dqs", "float", scales), self.const_table("tt_dqz", "int32_t", zps)
 
     def same_place(self, a: str, b: str) -> bool:
         return a in self.offset and b in self.offset and self.offset[a] == self.offset[b] \
@@ -246,6 +328,10 @@ class _Gen:
         act = op.attrs.get("act", "none")
         if self._int8(x):
             q = self.requant(x, w, y, act, o)
+            if w in self.split:
+                whole, part, n = self.weight_args(w)
+                return [f"tt_conv2d_s8_split(&{d}, &{q}, {self.loc(x)}, {whole}, {part}, {n}, {bias}, "
+                        f"{self.loc(y)});"]
             return [f"tt_conv2d_s8(&{d}, &{q}, {self.loc(x)}, {self.loc(w)}, {bias}, {self.loc(y)});"]
         lo, hi = FLOAT_BOUNDS[act]
         return [f"tt_conv2d_f32(&{d}, {flit(lo)}, {flit(hi)}, {self.loc(x)}, {self.loc(w)}, {bias}, {self.loc(y)});"]
@@ -482,6 +568,8 @@ class _Gen:
 
     def op_dequantize(self, op: Op) -> list[str]:
         x, y = op.inputs[0], op.outputs[0]
+        if y in self.fused:
+            return [f"/* fused: the input-gradient kernels dequantize {x.split(';')[0]} as they read it */"]
         t = self.g.tensors[x]
         n = numel(t.shape)
         if t.quant.per_channel:
@@ -535,6 +623,12 @@ class _Gen:
     def op_conv2d_grad_input(self, op: Op) -> list[str]:
         dz, w, dx = op.inputs[0], op.inputs[1], op.outputs[0]
         d = self._grad_geo(op, self.g.tensors[dx].shape, self.g.tensors[w].shape, dz, False)
+        if w in self.fused:
+            wq = self.fused[w]
+            sc, zp = self.dq_tables(wq, 0, self.g.tensors[wq].shape[0])
+            whole, part, n = self.weight_args(wq)
+            return [f"tt_conv2d_grad_input_qw_f32(&{d}, {self.loc(dz)}, {whole}, {part}, {n}, {sc}, {zp}, "
+                    f"{self.loc(dx)});"]
         return [f"tt_conv2d_grad_input_f32(&{d}, {self.loc(dz)}, {self.loc(w)}, {self.loc(dx)});"]
 
     def op_depthwise_conv2d_grad_input(self, op: Op) -> list[str]:
@@ -542,6 +636,11 @@ class _Gen:
         ws = self.g.tensors[w].shape
         xs = self.g.tensors[dx].shape
         d = self._grad_geo(op, xs, ws, dz, True)
+        if w in self.fused:
+            wq = self.fused[w]
+            sc, zp = self.dq_tables(wq, 3, ws[3])
+            return [f"tt_depthwise_conv2d_grad_input_qw_f32(&{d}, {self.loc(dz)}, {self.loc(wq)}, {sc}, {zp}, "
+                    f"{self.loc(dx)});"]
         return [f"tt_depthwise_conv2d_grad_input_f32(&{d}, {self.loc(dz)}, {self.loc(w)}, {self.loc(dx)});"]
 
     def op_conv2d_grad_weight(self, op: Op) -> list[str]:
@@ -574,6 +673,11 @@ class _Gen:
         dz, w, dx = op.inputs[0], op.inputs[1], op.outputs[0]
         o, depth = self.g.tensors[w].shape
         rows = numel(self.g.tensors[dx].shape) // depth
+        if w in self.fused:
+            wq = self.fused[w]
+            sc, zp = self.dq_tables(wq, 0, o)
+            return [f"tt_fully_connected_grad_input_qw_f32({rows}, {depth}, {o}, {self.loc(dz)}, {self.loc(wq)}, "
+                    f"{sc}, {zp}, {self.loc(dx)});"]
         return [f"tt_fully_connected_grad_input_f32({rows}, {depth}, {o}, {self.loc(dz)}, {self.loc(w)}, "
                 f"{self.loc(dx)});"]
 
@@ -675,6 +779,8 @@ class _Gen:
         rows = numel(ps) // cols
         gs = self.g.tensors[gname].shape
         n = gs[-1] if gs else 1
+        if p in self.split:
+            return rows, n, n  # the compact slice: rows of n trained channels
         return rows, cols, n
 
     def _reset(self, op: Op, gname: str) -> list[str]:
@@ -817,7 +923,36 @@ def _program(gen: _Gen, fwd_lines: list[str], sample_lines: list[str], step_line
     wb_lines = []
     for t in trained:
         loc = gen.loc(t["name"])
+        if t["name"] in gen.split:  # the merged tensor: trained slice + frozen channels from flash
+            whole, part, n = gen.weight_args(t["name"])
+            cols = int(t["shape"][-1])
+            wb_lines.append(f"    tt_write_split(fd, {whole}, {part}, {t['nbytes'] // cols}u, {cols}u, {n}u);")
+            continue
         wb_lines.append(f"    if (tt_write(fd, {loc}, {t['nbytes']}) != 0) {{ tt_fail(\"cannot write weights.bin\"); }}")
+    write_split = """
+/* weights.bin holds whole tensors: a split weight is written row by row, channels [0, n) from its trained slice and
+ * the rest from the flash original, through a small buffer (few semihosting calls, little stack). */
+static void tt_write_split(int fd, const int8_t *whole, const int8_t *part, uint32_t rows, uint32_t cols, uint32_t n)
+{
+    static int8_t buf[256];
+    uint32_t r, used = 0, c;
+    for (r = 0; r < rows; ++r) {
+        for (c = 0; c < cols; ++c) {
+            buf[used++] = c < n ? part[r * n + c] : whole[r * cols + c];
+            if (used == sizeof buf) {
+                if (tt_write(fd, buf, used) != 0) {
+                    tt_fail("cannot write weights.bin");
+                }
+                used = 0;
+            }
+        }
+    }
+    if (used != 0 && tt_write(fd, buf, used) != 0) {
+        tt_fail("cannot write weights.bin");
+    }
+}
+""" if gen.split else ""
+    arena_end = max((int(b["offset"]) + int(b["size"]) for b in gen.plan["buffers"] if int(b["size"])), default=0)
     ind = lambda ls, n: "\n".join(" " * n + ln for ln in ls)  # noqa: E731
     return f"""/* Generated by tinytrain codegen (stages/codegen.py): the training program of one model.
  * Protocol {PROTOCOL}: see stages/runtime_config.py. Do not edit: regenerate. */
@@ -832,10 +967,13 @@ def _program(gen: _Gen, fwd_lines: list[str], sample_lines: list[str], step_line
 
 #define TT_ARENA_SIZE {max(gen.arena, 16)}u
 #define TT_ARENA_PLANNED {gen.arena}u
+/* The planned end of the last buffer (max offset + size), rounded up to the 4-byte word the arena is scanned by:
+ * what tt_arena_used() must find (the arena's own size adds the 16-byte alignment padding nobody writes). */
+#define TT_ARENA_END {-(-arena_end // 4) * 4}u
 #define TT_BATCH_SIZE {batch_size}u
 #define TT_NUM_CLASSES {n_classes}
 #define TT_INPUT_BYTES {x_bytes}u
-#define TT_PAINT 0x{PAINT:02X}u
+#define TT_PAINT 0x{PAINT:08X}u
 
 static uint8_t tt_arena[TT_ARENA_SIZE] __attribute__((aligned(16)));
 
@@ -850,7 +988,7 @@ typedef struct {{
 static tt_runtime_config tt_cfg;
 
 {chr(10).join(gen.globals)}
-
+{write_split}
 static uint32_t tt_le32(const uint8_t *p)
 {{
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
@@ -958,11 +1096,27 @@ static void tt_evaluate(uint32_t *correct, uint32_t *total)
     tt_ttds_close(&s);
 }}
 
+/* The arena is painted word by word before the run; the used size is the end of the last word that no longer
+ * holds the paint (a byte-wise scan read data bytes equal to a one-byte paint as unused). */
+static void tt_arena_paint(void)
+{{
+    const uint32_t p = TT_PAINT;
+    uint32_t i;
+    for (i = 0; i + 4u <= TT_ARENA_SIZE; i += 4u) {{
+        memcpy(tt_arena + i, &p, 4);
+    }}
+}}
+
 static uint32_t tt_arena_used(void)
 {{
-    uint32_t i = TT_ARENA_SIZE;
-    while (i > 0 && tt_arena[i - 1] == TT_PAINT) {{
-        --i;
+    uint32_t i = TT_ARENA_SIZE - TT_ARENA_SIZE % 4u;
+    while (i > 0) {{
+        uint32_t w;
+        memcpy(&w, tt_arena + i - 4u, 4);
+        if (w != TT_PAINT) {{
+            break;
+        }}
+        i -= 4u;
     }}
     return i;
 }}
@@ -977,10 +1131,12 @@ static void tt_write_results(uint32_t cb, uint32_t tb, uint32_t ca, uint32_t ta,
         "\\"acc_after\\": {{\\"correct\\": %lu, \\"total\\": %lu}}, \\"steps\\": %lu, \\"samples\\": %lu, "
         "\\"instructions_total_train\\": %llu, \\"instructions_per_step_min\\": %llu, "
         "\\"instructions_per_step_max\\": %llu, \\"instructions_per_step_mean\\": %llu, "
-        "\\"arena_bytes_planned\\": %lu, \\"arena_bytes_used\\": %lu, \\"loss_nan\\": %s}}\\n",
+        "\\"arena_bytes_planned\\": %lu, \\"arena_end_planned\\": %lu, \\"arena_bytes_used\\": %lu, "
+        "\\"loss_nan\\": %s}}\\n",
         (unsigned long)cb, (unsigned long)tb, (unsigned long)ca, (unsigned long)ta, (unsigned long)steps,
         (unsigned long)samples, (unsigned long long)itotal, (unsigned long long)imin, (unsigned long long)imax,
-        (unsigned long long)imean, (unsigned long)TT_ARENA_PLANNED, (unsigned long)tt_arena_used(),
+        (unsigned long long)imean, (unsigned long)TT_ARENA_PLANNED, (unsigned long)TT_ARENA_END,
+        (unsigned long)tt_arena_used(),
         nan ? "true" : "false");
     if (n <= 0 || tt_write_file("results.json", buf, (size_t)n) != 0) {{
         tt_fail("cannot write results.json");
@@ -995,7 +1151,7 @@ int tt_main(void)
     int lfd, rc;
     tt_ttds s;
     tt_read_config();
-    memset(tt_arena, TT_PAINT, sizeof tt_arena);
+    tt_arena_paint();
     tt_init_state();
     if (tt_cfg.flags & 1u) {{
         tt_evaluate(&cb, &tb);
@@ -1152,7 +1308,9 @@ def generate(tg: Graph, order: list[int], memplan_doc: dict[str, Any], out_dir: 
           "weights_bytes": off}
     (out_dir / "io_layout.json").write_text(json.dumps(io, indent=1) + "\n")
     summary = {"lines": text.count("\n"), "kernel_calls": gen.calls, "arena_bytes": gen.arena,
-               "const_bytes": gen.const_bytes, "ops": len(order), "trained_tensors": len(trained)}
+               "const_bytes": gen.const_bytes, "ops": len(order), "trained_tensors": len(trained),
+               "split_weights": sorted(gen.split), "fused_dequantize": len(gen.fused),
+               "sram_outside_arena_bytes": gen.static_bytes, "stack_bytes": stack_bytes}
     (out_dir / "codegen.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 

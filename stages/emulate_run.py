@@ -338,6 +338,11 @@ def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[st
                                     "model": "MobileNetV2-w0.35 @128, sparse update (MIT TTE, STM32F746)",
                                     "ratio": round(mean / TTE_CYCLES_PER_STEP, 6)}}
     planned, used = int(res.get("arena_bytes_planned") or 0), int(res.get("arena_bytes_used") or 0)
+    # The arena's size is the planned end of the highest buffer rounded up to 16-byte alignment: the padding is
+    # never written, so "used == arena size" cannot hold exactly. Firmware since `arena_end_planned` compares the
+    # used size (scanned by 32-bit word) with the planned end of the last buffer rounded up to a word.
+    end = res.get("arena_end_planned")
+    target = int(end) if end is not None else planned
     flash, sram = size.get("flash", {}), size.get("sram", {})
     doc: dict[str, Any] = {
         "version": RUN_JSON_VERSION, "protocol": res.get("protocol"), "board": board.name, "host": board.host,
@@ -354,7 +359,11 @@ def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[st
         "steps": int(res.get("steps") or steps), "samples": int(res.get("samples") or 0),
         "instructions": instr, "cycles_estimate": cycles,
         "stack": {"high_water_bytes": result.stack_high_water, "size_bytes": result.stack_size},
-        "arena": {"planned_bytes": planned, "used_bytes": used, "equal": planned == used},
+        "arena": {"planned_bytes": planned, "planned_end_bytes": target, "used_bytes": used, "equal": used == target,
+                  "definition": ("used: end of the highest 32-bit word of the arena that no longer holds the paint "
+                                 "pattern 0xDEADBEEF after the run; equal: used == planned_end_bytes, the planned "
+                                 "end of the last buffer (max offset + size) rounded up to 4 bytes; planned_bytes "
+                                 "is the arena's size (that end rounded up to the 16-byte alignment)")},
         "memory": {"flash_used": flash.get("used"), "flash_available": flash.get("available"),
                    "sram_used": sram.get("used"), "sram_available": sram.get("available"),
                    "fits": size.get("fits"), "source": "cross-compile/size.json"},

@@ -84,6 +84,8 @@ def act_grad(dy: np.ndarray, y: np.ndarray, act: str) -> np.ndarray:
         mask = (y > 0) & (y < 6)
     elif act == "relu_n1_to_1":
         mask = (y > -1) & (y < 1)
+    elif act == "tanh":
+        return tanh_grad(dy, y)
     else:
         raise NotImplementedError(f"gradient of activation {act!r}")
     return np.where(mask, dy, F32(0)).astype(F32)
@@ -94,6 +96,42 @@ def softmax_grad(dy: np.ndarray, y: np.ndarray, beta: float = 1.0) -> np.ndarray
     dy, y = _f32(dy), _f32(y)
     s = (dy * y).sum(axis=-1, keepdims=True, dtype=F32)
     return (F32(beta) * y * (dy - s)).astype(F32)
+
+
+def logistic_grad(dy: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """y = σ(x), from the forward *output*: dx = dy·(1 − y)·y (PyTorch's sigmoid_backward, in its order)."""
+    dy, y = _f32(dy), _f32(y)
+    return (dy * (F32(1) - y) * y).astype(F32)
+
+
+def tanh_grad(dy: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """y = tanh(x), from the forward output: dx = dy·(1 − y²). (PyTorch fuses 1 − y·y into one FMA; plain float32
+    differs from it by an ulp on some elements, far below the loss-curve tolerance.)"""
+    dy, y = _f32(dy), _f32(y)
+    return (dy * (F32(1) - y * y)).astype(F32)
+
+
+def hard_swish_grad(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """y = x·relu6(x + 3)/6, from the forward *input*: 0 for x ≤ −3, 1 for x ≥ 3, x/3 + 1/2 between. The kinks
+    take PyTorch's (2.x hardswish_backward) choices: the open interval (−3, 3) is linear, so dx(−3) = 0 and
+    dx(3) = dy, and the middle is computed as dy·(x/3 + 0.5) exactly as it does (bit-equal)."""
+    dy, x = _f32(dy), _f32(x)
+    mid = dy * (x / F32(3) + F32(0.5))
+    return np.where(x <= F32(-3), F32(0), np.where(x < F32(3), mid, dy)).astype(F32)
+
+
+def leaky_relu_grad(dy: np.ndarray, x: np.ndarray, alpha: float) -> np.ndarray:
+    """y = x > 0 ? x : αx: dx = dy where x > 0, α·dy elsewhere (x = 0 takes α, as the forward and PyTorch)."""
+    dy, x = _f32(dy), _f32(x)
+    return np.where(x > F32(0), dy, dy * F32(alpha)).astype(F32)
+
+
+def prelu_grad(dy: np.ndarray, x: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """y = x ≥ 0 ? x : α·x with α broadcast over x (per channel, or per position without the batch axis): the
+    input gradient only, α being a constant of the model (never trained in our plans). At x = 0, where the
+    function has its kink, the slope is α as in PyTorch's prelu backward (x > 0 ? dy : α·dy)."""
+    dy, x, alpha = _f32(dy), _f32(x), _f32(alpha)
+    return np.where(x > F32(0), dy, dy * alpha).astype(F32)
 
 
 # ---- convolution family ----------------------------------------------------------------------------------------
@@ -195,6 +233,32 @@ def unbroadcast(dy: np.ndarray, shape) -> np.ndarray:
         if n == 1 and dy.shape[ax] != 1:
             dy = dy.sum(axis=ax, keepdims=True, dtype=F32)
     return dy
+
+
+def mul_grad(dy: np.ndarray, other: np.ndarray, shape) -> np.ndarray:
+    """y = a·b: the gradient of one operand, unbroadcast(dy·other) to that operand's shape (the other operand is
+    read at its own, possibly smaller, shape and broadcast)."""
+    return unbroadcast(_f32(dy) * _f32(other), shape)
+
+
+def sub_grad(dy: np.ndarray, shape, sign: float) -> np.ndarray:
+    """y = a − b: +dy for a, −dy for b (sign), unbroadcast to the operand's shape."""
+    g = unbroadcast(dy, shape)
+    return g if sign > 0 else (-g).astype(F32)
+
+
+def strided_slice_grad(dy: np.ndarray, x_shape, starts, stops, strides) -> np.ndarray:
+    """Scatter dy into zeros of x's shape at start:stop:step per axis (axis 0, the batch, is taken whole as in the
+    forward; a negative step runs backwards and stop −1 means past index 0, as the reader resolved them). dy may
+    lack the shrunk axes (shrink_axis_mask): each holds one index, so a reshape restores them."""
+    dy = _f32(dy)
+    x_shape = (dy.shape[0],) + tuple(int(d) for d in x_shape)[1:]  # the run's batch, not the declared one
+    idx = [np.arange(x_shape[0])] + [np.arange(int(starts[ax]), int(stops[ax]), int(strides[ax]))
+                                     for ax in range(1, len(x_shape))]
+    dx = np.zeros(x_shape, dtype=F32)
+    # Indices within one axis are distinct (a strided range), so assignment is a scatter without collisions.
+    dx[np.ix_(*idx)] = dy.reshape([len(i) for i in idx])
+    return dx
 
 
 def average_pool2d_grad(dy: np.ndarray, x_shape, attrs) -> np.ndarray:

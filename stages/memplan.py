@@ -12,6 +12,10 @@ Memory is counted the way the Tiny Training Engine counts it:
   training graphs yet) names its int8 tensors in `meta["memplan"]["int8_tensors"]` (see `int8_twin`), and those are
   counted at 1 byte too; gradients are fp32 (4 bytes);
 - with `master_copy`, every trained int8 parameter also keeps an fp32 copy of its trained slice (QAS, DESIGN §6);
+- the dequantize of an int8 weight that only input-gradient ops read (`deq/<w>` in autodiff's int8 graphs) is
+  fused into those ops (see `fused_dequantize`): the generated kernels read the int8 weight (flash, or the trained
+  weight in SRAM) and dequantize each element as they use it, so the fp32 copy never exists and costs nothing
+  (without this, Conv_1 of MobileNetV2-w0.35 alone would need 560 KB of fp32 weights);
 - activations and gradients are transient: they live from the step of the op that writes them (or step 0 for
   graph inputs) to the step of their last reader (graph outputs: to the end). A saved activation that a weight
   gradient reads therefore counts until that backward op runs.
@@ -40,7 +44,10 @@ ALIGN = 16
 # Ops whose output may overwrite a dying input of at least its size. Depthwise: TinyEngine computes one output
 # channel into a scratch buffer and copies it over the input channel it came from.
 IN_PLACE_OPS = ("relu", "relu6", "add", "act_grad", "reshape", "reshape_grad", "grad_accumulate", "bias_add",
-                "depthwise_conv2d")
+                "depthwise_conv2d", "int8_clamp_grad")
+# In-place ops whose output may only take over their first input: depthwise (its weights and bias are not
+# activations), int8_clamp_grad (dz = dy masked by the int8 forward output y: it overwrites dy, never y).
+FIRST_INPUT_ONLY = ("depthwise_conv2d", "int8_clamp_grad")
 ROLE_ORDER = ("weight", "bias", "optimizer_state", "accumulator", "master_copy", "input", "activation",
               "gradient", "scratch")
 
@@ -182,12 +189,43 @@ def tensor_roles(graph: Graph) -> dict[str, str]:
     return roles
 
 
+GRAD_INPUT_OPS = ("conv2d_grad_input", "depthwise_conv2d_grad_input", "fully_connected_grad_input")
+
+
+def fused_dequantize(graph: Graph) -> dict[str, str]:
+    """{fp32 tensor: int8 weight} for every `dequantize` of an int8 weight (a tensor with data: flash constant or
+    trained weight) whose readers are all input-gradient ops reading it as their weight. codegen emits those ops as
+    kernels that dequantize the weight on the fly (f32(q - zp) * f32(scale), bit-equal to the dequantize op, and
+    in the same accumulation order), and no code for the dequantize itself; so the fp32 tensor takes no SRAM.
+    schedule.dependencies treats its readers as readers of the int8 weight (an update must wait for them)."""
+    readers: dict[str, list[tuple[str, int]]] = {}
+    for op in graph.ops:
+        for k, t in enumerate(op.inputs):
+            if t is not None:
+                readers.setdefault(t, []).append((op.type, k))
+    out: dict[str, str] = {}
+    for op in graph.ops:
+        if op.type != "dequantize" or len(op.inputs) != 1 or len(op.outputs) != 1:
+            continue
+        w, y = op.inputs[0], op.outputs[0]
+        wt = graph.tensors[w]
+        if wt.data is None or wt.dtype != "int8" or wt.quant is None or y in graph.outputs:
+            continue
+        rs = readers.get(y, [])
+        if rs and all(t in GRAD_INPUT_OPS and k == 1 for t, k in rs):
+            out[y] = w
+    return out
+
+
 def counted_bytes(graph: Graph, options: MemOptions | None = None) -> dict[str, int]:
     """SRAM bytes of every tensor that has any (see the module doc)."""
     trained = graph.meta.get("train", {}).get("trained", {})
     int8 = int8_names(graph)
+    fused = fused_dequantize(graph)
     out: dict[str, int] = {}
     for name, role in tensor_roles(graph).items():
+        if name in fused:
+            continue  # never materialised: its readers dequantize the int8 weight themselves
         t = graph.tensors[name]
         shape = list(t.shape)
         if name in trained and trained[name].get("n") is not None and shape:
@@ -301,7 +339,7 @@ def _in_place_host(graph, op, out, s, sizes, end, by_tensor, taken) -> Buffer | 
         return None
     if op.type == "depthwise_conv2d" and int(op.attrs.get("depth_multiplier", 1)) != 1:
         return None
-    cands = op.inputs[:1] if op.type == "depthwise_conv2d" else op.inputs
+    cands = op.inputs[:1] if op.type in FIRST_INPUT_ONLY else op.inputs
     for t in cands:
         if t is None or t not in by_tensor or t in graph.outputs:
             continue

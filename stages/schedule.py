@@ -25,17 +25,22 @@ import heapq
 from typing import Iterable
 
 from tinytrain.stages.ir import Graph
+from tinytrain.stages.memplan import fused_dequantize
 
 EAGER_OPS = ("sgd_update", "momentum_update", "adam_update", "rmsprop_update",
              "qas_sgd_update", "qas_momentum_update", "qas_adam_update", "qas_rmsprop_update", "batch_accumulate")
 
 
 def dependencies(graph: Graph) -> list[set[int]]:
+    # A fused dequantize's readers read the int8 weight itself when they run (memplan.fused_dequantize): they are
+    # readers of the weight's current version too, so its in-place update waits for them.
+    fused = fused_dequantize(graph)
     preds: list[set[int]] = [set() for _ in graph.ops]
     writer: dict[str, int] = {}              # last writer of each tensor's current version
     readers: dict[str, list[int]] = {}       # readers of the current version
     for i, op in enumerate(graph.ops):
         ins = [t for t in op.inputs if t is not None]
+        ins += [fused[t] for t in ins if t in fused]
         for t in ins:
             if t in writer:
                 preds[i].add(writer[t])

@@ -124,6 +124,22 @@ def _backward(op: Op, v: Callable[[int], np.ndarray], shape: Callable[[str], lis
         return [parts[j] for j in a["which"]]
     if t == "softmax_grad":
         return [go.softmax_grad(v(0), v(1), a.get("beta", 1.0))]
+    if t == "mul_grad":
+        return [go.mul_grad(v(0), v(1), shape(op.outputs[0]))]
+    if t == "sub_grad":
+        return [go.sub_grad(v(0), shape(o), -1.0 if j == 1 else 1.0) for o, j in zip(op.outputs, a["which"])]
+    if t == "logistic_grad":
+        return [go.logistic_grad(v(0), v(1))]
+    if t == "tanh_grad":
+        return [go.tanh_grad(v(0), v(1))]
+    if t == "hard_swish_grad":
+        return [go.hard_swish_grad(v(0), v(1))]
+    if t == "leaky_relu_grad":
+        return [go.leaky_relu_grad(v(0), v(1), a["alpha"])]
+    if t == "prelu_grad":
+        return [go.prelu_grad(v(0), v(1), v(2))]
+    if t == "strided_slice_grad":
+        return [go.strided_slice_grad(v(0), shape(op.outputs[0]), a["starts"], a["stops"], a["strides"])]
     if t == "int8_clamp_grad":
         y = np.asarray(v(1))
         return [np.where((y > a["lo"]) & (y < a["hi"]), go._f32(v(0)), np.float32(0)).astype(np.float32)]

@@ -242,3 +242,56 @@ def test_stage_run_writes_train_graph(tmp_path):
     x, y = _data(back, "mse", 4)
     losses, _ = train(back, x, y, {"learning_rate": 0.01}, steps=8, shuffle=False)
     assert np.isfinite(losses).all()
+
+
+# ---- element-wise ops, activations and slices (MUL, SUB, LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU, PRELU,
+# STRIDED_SLICE): converter-made fixtures of tests/fixtures/ops/ (README there) --------------------------------
+
+# act_arith: conv -> logistic and tanh of it (fan-out of 3) -> mul (fused relu) -> sub (conv − mul) -> hard_swish
+#            -> leaky_relu -> mul by a constant [8] -> sub of a constant [1,1,8] (fused relu6).
+# prelu_slice: conv -> prelu (alpha [1,1,8]) -> strided_slice x[:, 1:7:2, ::-1, 2:8] -> conv 1x1 -> prelu (alpha
+#            [3,8,6]) -> strided_slice x[:, :, 1, :] (shrink). Their outputs are feature maps: MSE only.
+OP_MODELS = ["ops/act_arith", "ops/prelu_slice"]
+
+
+@pytest.mark.parametrize("kind,batch", [("sgd", 1), ("sgd", 8), ("adam", 1), ("adam", 8)])
+@pytest.mark.parametrize("model", OP_MODELS)
+def test_elementwise_and_slice_ops(model, kind, batch):
+    ours, theirs, tg, _, _ = run_both(model, kind, "mse", batch)
+    check(ours, theirs, batch)
+    types = {op.type for op in tg.ops}
+    want = {"ops/act_arith": {"mul_grad", "sub_grad", "logistic_grad", "tanh_grad", "hard_swish_grad",
+                              "leaky_relu_grad", "act_grad"},
+            "ops/prelu_slice": {"prelu_grad", "strided_slice_grad"}}[model]
+    assert want <= types
+
+
+@pytest.mark.parametrize("model", OP_MODELS)
+def test_elementwise_ops_first_gradient_matches_torch(model):
+    """One sample's parameter gradients (before any update) against torch autograd: the whole chain of new
+    backward ops, not only the loss it leads to."""
+    from tinytrain.stages.train_executor import run_sample
+
+    g = _graph(model)
+    tg = build_training_graph(g, TrainPlan.full(g), "mse", OptimizerSpec("sgd"), 1)
+    x, y = _data(tg, "mse", 1)
+    vals = run_sample(tg, init_state(tg), x[:1], y[:1])
+    net = TorchMirror(g)
+    F.mse_loss(net(torch.tensor(x[:1]), upto=tg.meta["train"]["prediction"]), torch.tensor(y[:1])).backward()
+    for p, d in tg.meta["train"]["trained"].items():
+        want = net.param(p).grad.numpy()
+        np.testing.assert_allclose(vals[d["gradient"]], want, rtol=1e-4, atol=1e-6 * np.abs(want).max())
+
+
+def test_constant_operands_get_no_gradient():
+    """act_arith's MUL by a constant [8] and SUB of a constant [1,1,8] (BatchNorm-like): the activation operand
+    gets its gradient, the constant none (not a trained parameter); the mul of logistic and tanh gets both."""
+    g = _graph("ops/act_arith")
+    tg = build_training_graph(g, TrainPlan.full(g), "mse", OptimizerSpec("sgd"), 1)
+    consts = {t.name for t in g.constants()}
+    muls = [op for op in tg.ops if op.type == "mul_grad"]
+    assert len(muls) == 3  # two for logistic·tanh, one for leaky_relu·const
+    assert not any(o.split("#")[0][len("grad/"):] in consts for op in tg.ops for o in op.outputs
+                   if o.startswith("grad/") and op.type in ("mul_grad", "sub_grad"))
+    subs = [op for op in tg.ops if op.type == "sub_grad"]
+    assert sorted(op.attrs["which"] for op in subs) == [[0], [0, 1]]

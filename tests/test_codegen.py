@@ -257,3 +257,79 @@ def test_qas_variants_bit_exact(fixture, rounding, master, opt, tmp_path):
     for t in io["trained_tensors"]:
         got = np.frombuffer(out["weights.bin"][t["offset"]:t["offset"] + t["nbytes"]], t["dtype"])
         np.testing.assert_array_equal(got.reshape(t["shape"]), state[t["name"]], err_msg=t["name"])
+
+
+# ---- split weights, fused weight dequantize, exact arena high-water (issue 5: MobileNetV2 on the board) --------
+
+SPLIT_CASES = {
+    # conv 3x3 on 2 of 3 input channels, conv 3x3 on 2 of 8 (its input gradient reads the split weight), FC whole
+    "convnet_int8": ([(0, 0.5), (2, 0.25), (5, 1.0)], "sgd"),
+    # pointwise conv on 4 of 8 channels, conv 3x3 on 1 of 8, FC whole; momentum state is compact too
+    "residual_int8": ([(0, 0.5), (1, 0.125), (5, 1.0)], "momentum"),
+}
+
+
+@pytest.mark.parametrize("fixture", sorted(SPLIT_CASES))
+def test_split_weights_live_compact_in_the_arena_and_stay_bit_exact(fixture, tmp_path):
+    """A weight trained on a channel slice keeps only that slice in SRAM, at its planned arena offset (the frozen
+    channels are read from the flash original); the input gradients read int8 weights directly (no fp32 copy).
+    Same numbers as the golden model, and nothing of the program's SRAM is outside the plan."""
+    from tinytrain.stages.memplan import fused_dequantize
+
+    g = read_model(FIX / f"{fixture}.tflite")
+    layers, opt = SPLIT_CASES[fixture]
+    plan = TrainPlan([LayerPlan(i, bias=True, weight_ratio=r) for i, r in layers])
+    tg = build_training_graph(g, plan, "cross_entropy", OptimizerSpec(kind=opt, learning_rate=0.05), 1)
+    _, mp, _, _ = plan_schedules(tg, True)
+    summ = codegen.generate(tg, mp.order, mp.to_json(), tmp_path / "prog")
+    src = (tmp_path / "prog" / "tt_model.c").read_text()
+    partial = [p for p, i in tg.meta["train"]["trained"].items()
+               if i["n"] is not None and i["n"] < tg.tensors[p].shape[-1]]
+    assert len(partial) == 2 and summ["split_weights"] == sorted(partial)
+    assert summ["sram_outside_arena_bytes"] == 0 and "static int8_t tt_s" not in src
+    assert "tt_conv2d_s8_split(" in src and "tt_conv2d_grad_input_qw_f32(" in src
+    fused = fused_dequantize(tg)
+    assert fused and summ["fused_dequantize"] == len(fused)
+    assert "tt_dequantize_per_channel_s8_f32" not in src  # every weight dequantize is fused
+    planned = {t for b in mp.buffers for t in b.tensors}
+    assert not set(fused) & planned  # the fp32 copies take no arena
+
+    x, y = _data(tg, STEPS)
+    write_stream(tmp_path / "train.ttds", x, y)
+    write_stream(tmp_path / "test.ttds", x[:4], y[:4])
+    cfg = RuntimeConfig(learning_rate=0.05, epochs=1, momentum=0.9)
+    out = _run("host", tmp_path / "prog", tmp_path / "b", tmp_path / "r", cfg,
+               {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"},
+               sanitize=("address", "undefined"))
+    want, state = _golden(tg, x, y, cfg)
+    np.testing.assert_allclose(np.frombuffer(out["losses.bin"], "<f4"), want, rtol=1e-5, atol=1e-6)
+    io = json.loads((tmp_path / "prog" / "io_layout.json").read_text())
+    changed = 0
+    for t in io["trained_tensors"]:  # weights.bin holds the merged whole tensor
+        got = np.frombuffer(out["weights.bin"][t["offset"]:t["offset"] + t["nbytes"]], t["dtype"])
+        np.testing.assert_array_equal(got.reshape(t["shape"]), state[t["name"]], err_msg=t["name"])
+        changed += int(np.count_nonzero(got.reshape(t["shape"]) != tg.tensors[t["name"]].data))
+    assert changed > 0
+    res = json.loads(out["results.json"])
+    end = max(b.offset + b.size for b in mp.buffers if b.size)
+    assert res["arena_end_planned"] == -(-end // 4) * 4 == res["arena_bytes_used"]
+    assert res["arena_bytes_planned"] == mp.arena
+
+
+def test_fused_weight_readers_run_before_the_weight_update(digits_int8):
+    """A fused dequantize's readers read the int8 weight when they run, so schedule.dependencies makes the in-place
+    update of a trained weight wait for them (they would read the updated weight otherwise)."""
+    from tinytrain.stages.memplan import counted_bytes, fused_dequantize
+    from tinytrain.stages.schedule import dependencies
+
+    tg = build_training_graph(digits_int8, _plan(digits_int8, "full"), "cross_entropy", OptimizerSpec(), 1)
+    fused = fused_dequantize(tg)
+    assert fused and not set(fused) & set(counted_bytes(tg))
+    preds = dependencies(tg)
+    checked = 0
+    for i, op in enumerate(tg.ops):
+        if op.type.startswith("qas_") and op.inputs[0] in fused.values():
+            readers = [j for j, o in enumerate(tg.ops) if any(fused.get(t) == op.inputs[0] for t in o.inputs)]
+            assert readers and all(j in preds[i] for j in readers)
+            checked += 1
+    assert checked > 0

@@ -165,7 +165,10 @@ def test_host_run_writes_every_artifact(model, fwdir, tmp_path):
     assert acc["before_pct"] == pytest.approx(100 * acc["before"]["correct"] / 360, abs=1e-4)
     assert acc["after_pct"] == pytest.approx(100 * (360 * 9 // 10) / 360, abs=1e-4)
     assert doc["instructions"]["counted"] is False and doc["cycles_estimate"] is None
-    assert doc["arena"] == {"planned_bytes": ARENA, "used_bytes": ARENA, "equal": True}
+    # The stub reports no planned end: the arena's size stands in for it.
+    ar = doc["arena"]
+    assert (ar["planned_bytes"], ar["planned_end_bytes"], ar["used_bytes"], ar["equal"]) == (ARENA, ARENA, ARENA, True)
+    assert "0xDEADBEEF" in ar["definition"]
     assert doc["memory"]["source"] == "cross-compile/size.json"
     assert doc["gate"]["accepted"] and doc["export"]["weights"] == "trained"
     assert doc["runtime"]["max_train_samples"] == SAMPLES and doc["runtime"]["momentum"] == 0.0
@@ -477,8 +480,9 @@ def test_example_builds_end_to_end_on_host_and_reruns_only_emulate_run(tmp_path,
     doc = json.loads((build / "emulate-run" / "run.json").read_text())
     acc = doc["accuracy"]
     assert acc["after_pct"] > acc["before_pct"] + 10 and doc["gate"]["accepted"]
-    # used <= planned; "equal" is codegen's check (the last bytes of a padded buffer may never be written).
+    # The painted arena's high-water is exactly the planned end of the last buffer (word-rounded).
     assert doc["loss"]["steps"] == 300 and 0 < doc["arena"]["used_bytes"] <= doc["arena"]["planned_bytes"]
+    assert doc["arena"]["equal"] and doc["arena"]["used_bytes"] == doc["arena"]["planned_end_bytes"]
     # The closing block and the report name their artifacts; the report has every section.
     assert "summary:" in out and f"{acc['before_pct']:.1f}% → {acc['after_pct']:.1f}%" in out
     assert "emulate-run/run.json" in out and "report.md" in out
@@ -508,7 +512,7 @@ def test_example_trains_in_qemu_and_the_exports_reproduce_it(tmp_path, capsys):
     _, build, out = _e2e(tmp_path, capsys, "stm32f746-disco", epochs=1, max_train_samples=200)
     doc = json.loads((build / "emulate-run" / "run.json").read_text())
     assert doc["instructions"]["counted"] and doc["cycles_estimate"]["clock_hz"] == 216_000_000
-    assert 0 < doc["arena"]["used_bytes"] <= doc["arena"]["planned_bytes"]
+    assert 0 < doc["arena"]["used_bytes"] <= doc["arena"]["planned_bytes"] and doc["arena"]["equal"]
     assert 0 < doc["stack"]["high_water_bytes"] < doc["stack"]["size_bytes"]
     assert "ms @216 MHz" in out and "stm32f746-disco (fits)" in out
     # .wof: the trained tensors, at the original model's indices, equal to the firmware's weights.bin.

@@ -266,3 +266,102 @@ def test_updates_on_slice():
     w = np.ones((2, 4), np.float32)
     go.sgd_update(w, np.ones((2, 2), np.float32), lr=0.5, scale=0.5, n=2)
     assert w.tolist() == [[0.75, 0.75, 1, 1]] * 2
+
+
+# ---- element-wise ops, activations and slices ------------------------------------------------------------------
+
+def _away_from(x, kinks, gap=1e-2):
+    """Move values within `gap` of a kink out of it: central differences straddling a kink measure neither side."""
+    x = x.copy()
+    for k in kinks:
+        near = np.abs(x - k) < gap
+        x[near] = k + np.where(x[near] >= k, gap, -gap)
+    return x
+
+
+@pytest.mark.parametrize("b_shape", [(2, 3, 4), (4,), (1, 1, 4), (3, 1)])
+def test_mul_sub_grads_with_broadcasting(b_shape):
+    a, b = rnd(2, 3, 4), rnd(*b_shape)
+    r = rnd(2, 3, 4)
+    if len(b_shape) < 3:  # a constant operand as the executor runs it (the IR's BatchNorm-style scale)
+        np.testing.assert_allclose(executor_forward("mul", a, {"act": "none"}, b, a.shape), a * b, rtol=1e-6)
+        np.testing.assert_allclose(executor_forward("sub", a, {"act": "none"}, b, a.shape), a - b, rtol=1e-6,
+                                   atol=1e-6)
+    close(go.mul_grad(r, b, a.shape), fd_grad(lambda v: v * b, a, r))
+    close(go.mul_grad(r, a, b.shape), fd_grad(lambda v: a * v, b, r))
+    close(go.sub_grad(r, a.shape, 1.0), fd_grad(lambda v: v - b, a, r))
+    close(go.sub_grad(r, b.shape, -1.0), fd_grad(lambda v: a - v, b, r))
+    # mul(x, x): the two shares sum to 2·x·dy.
+    close(go.grad_sum([go.mul_grad(r, a, a.shape)] * 2), fd_grad(lambda v: v * v, a, r))
+
+
+def test_logistic_tanh_grads_from_output():
+    x = rnd(3, 50) * 4
+    sig = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
+    np.testing.assert_allclose(executor_forward("logistic", x, {}, None, x.shape), sig(x), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(executor_forward("tanh", x, {}, None, x.shape), np.tanh(x), rtol=1e-6, atol=1e-7)
+    r = rnd(*x.shape)
+    close(go.logistic_grad(r, sig(x)), fd_grad(sig, x, r))
+    close(go.tanh_grad(r, np.tanh(x)), fd_grad(np.tanh, x, r))
+    close(go.act_grad(r, np.tanh(x), "tanh"), fd_grad(np.tanh, x, r))  # a fused tanh activation
+
+
+def test_hard_swish_grad():
+    x = _away_from(rnd(3, 60) * 3, (-3.0, 3.0))
+    f = lambda v: v * np.clip(v + 3, 0, 6) / 6  # noqa: E731
+    np.testing.assert_allclose(executor_forward("hard_swish", x, {}, None, x.shape), f(x), rtol=1e-6, atol=1e-7)
+    assert (x < -3).any() and (x > 3).any()
+    r = rnd(*x.shape)
+    close(go.hard_swish_grad(r, x), fd_grad(f, x, r))
+
+
+def test_hard_swish_grad_kinks_are_pytorchs():
+    """PyTorch 2.x hardswish_backward: x <= -3 -> 0, x >= 3 -> dy, dy·(x/3 + 0.5) strictly between."""
+    x = np.array([-3.5, -3.0, np.nextafter(np.float32(-3), np.float32(0)), 0.0, np.nextafter(np.float32(3),
+                  np.float32(0)), 3.0, 3.5], np.float32)
+    dy = np.full(x.shape, 2.0, np.float32)
+    got = go.hard_swish_grad(dy, x)
+    want = np.array([0, 0, 2 * (x[2] / np.float32(3) + np.float32(0.5)), 1, 2 * (x[4] / np.float32(3) + np.float32(0.5)),
+                     2, 2], np.float32)
+    np.testing.assert_array_equal(got, want)
+    torch = pytest.importorskip("torch")
+    xt = torch.tensor(x, requires_grad=True)
+    torch.nn.functional.hardswish(xt).backward(torch.tensor(dy))
+    np.testing.assert_array_equal(got, xt.grad.numpy())  # bit-equal, kinks included
+
+
+def test_leaky_relu_and_prelu_grads():
+    x = _away_from(rnd(2, 3, 4, 5), (0.0,))
+    alpha = 0.2
+    f = lambda v: np.where(v > 0, v, alpha * v)  # noqa: E731
+    np.testing.assert_allclose(executor_forward("leaky_relu", x, {"alpha": alpha}, None, x.shape), f(x),
+                               rtol=1e-6, atol=1e-7)
+    r = rnd(*x.shape)
+    close(go.leaky_relu_grad(r, x, alpha), fd_grad(f, x, r))
+    # The kink x = 0 takes the slope alpha (PyTorch's leaky_relu and prelu backward).
+    assert go.leaky_relu_grad(np.ones(1), np.zeros(1), alpha)[0] == np.float32(alpha)
+    for a_shape in [(1, 1, 5), (3, 4, 5), (5,)]:  # per channel (shared over H, W), per position, flat
+        al = rng.uniform(-0.5, 0.8, a_shape)
+        fp = lambda v, al=al: np.where(v >= 0, v, v * al)  # noqa: E731
+        np.testing.assert_allclose(executor_forward("prelu", x, {}, al, x.shape), fp(x), rtol=1e-6, atol=1e-7)
+        close(go.prelu_grad(r, x, al), fd_grad(fp, x, r))
+    assert go.prelu_grad(np.ones(1), np.zeros(1), np.array([0.3]))[0] == np.float32(0.3)
+
+
+SLICE_CASES = [
+    # (numpy index of the forward, starts, stops, strides) as the reader resolves x[:, 1:7:2, ::-1, 2:8] etc.
+    ((slice(None), slice(1, 7, 2), slice(None, None, -1), slice(2, 8)), [0, 1, 7, 2], [2, 7, -1, 8], [1, 2, -1, 1]),
+    ((slice(None), slice(None), 1, slice(None)), [0, 0, 1, 0], [2, 8, 2, 8], [1, 1, 1, 1]),  # shrink_axis_mask
+    ((slice(None), slice(6, 0, -3), slice(0, 8, 3), slice(5, 6)), [0, 6, 0, 5], [2, 0, 8, 6], [1, -3, 3, 1]),
+]
+
+
+@pytest.mark.parametrize("index,starts,stops,strides", SLICE_CASES)
+def test_strided_slice_grad(index, starts, stops, strides):
+    x = rnd(2, 8, 8, 8)
+    f = lambda v: v[index]  # noqa: E731
+    y = f(x)
+    a = {"starts": starts, "stops": stops, "strides": strides}
+    np.testing.assert_array_equal(executor_forward("strided_slice", x, a, None, y.shape), y.astype(np.float32))
+    r = rnd(*y.shape)
+    close(go.strided_slice_grad(r, x.shape, starts, stops, strides), fd_grad(f, x, r))

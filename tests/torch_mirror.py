@@ -34,6 +34,8 @@ def _act(y: torch.Tensor, act: str) -> torch.Tensor:
         return F.hardtanh(y, 0.0, 6.0)  # gradient on (0, 6) exclusive, as the IR's mask
     if act == "relu_n1_to_1":
         return F.hardtanh(y, -1.0, 1.0)
+    if act == "tanh":
+        return torch.tanh(y)
     raise NotImplementedError(f"activation {act!r}")
 
 
@@ -129,4 +131,32 @@ class TorchMirror(nn.Module):
             return F.hardtanh(ins[0], 0.0, 6.0)
         if t == "softmax":
             return torch.softmax(ins[0] * float(a.get("beta", 1.0)), dim=-1)
+        if t in ("mul", "sub"):
+            u, v = _t(ins[0]), _t(ins[1])
+            return _act(u * v if t == "mul" else u - v, act)
+        if t == "logistic":
+            return torch.sigmoid(ins[0])
+        if t == "tanh":
+            return torch.tanh(ins[0])
+        if t == "hard_swish":
+            return F.hardswish(ins[0])
+        if t == "leaky_relu":
+            return F.leaky_relu(ins[0], float(a.get("alpha", 0.2)))
+        if t == "prelu":
+            # alpha broadcasts over x without the batch axis (F.prelu wants NCHW channels); where(x > 0) gives
+            # the kink at 0 the slope alpha, as F.prelu's backward does.
+            x, alpha = ins[0], _t(ins[1])
+            return torch.where(x > 0, x, x * alpha)
+        if t == "strided_slice":
+            # torch slicing has no negative steps: gather each axis's resolved index range instead.
+            y = ins[0]
+            for ax in range(1, y.dim()):
+                idx = torch.arange(int(a["starts"][ax]), int(a["stops"][ax]), int(a["strides"][ax]))
+                y = y.index_select(ax, idx)
+            return y.reshape([batch] + list(out_shape[1:]))
         raise NotImplementedError(f"torch mirror: op {t!r}")
+
+
+def _t(v) -> torch.Tensor:
+    """A constant operand (numpy, from the IR) as a float32 tensor; activations pass through."""
+    return v if isinstance(v, torch.Tensor) else torch.tensor(np.asarray(v, dtype=np.float32))
