@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from tinytrain.stages import int8_arith as ia
+from tinytrain.stages.geometry import out_size_and_pad
 from tinytrain.stages.ir import Graph, Op, Tensor
 from tinytrain.stages.memplan import fused_dequantize
 from tinytrain.stages.runtime_config import PROTOCOL
@@ -286,8 +287,8 @@ class _Gen:
         xs, ys = self.g.tensors[x].shape, self.g.tensors[y].shape
         sh, sw = int(a["stride_h"]), int(a["stride_w"])
         dh, dw = int(a.get("dilation_h", 1)), int(a.get("dilation_w", 1))
-        oh, pt = _out_pad(a["padding"], xs[1], kh, sh, dh)
-        ow, pl = _out_pad(a["padding"], xs[2], kw, sw, dw)
+        oh, pt = out_size_and_pad(a["padding"], xs[1], kh, sh, dh)
+        ow, pl = out_size_and_pad(a["padding"], xs[2], kw, sw, dw)
         if oh != ys[1] or ow != ys[2]:
             raise CodegenError(f"{op.type}: output {ys} does not match the geometry")
         name = self.uid("tt_cd")
@@ -299,8 +300,8 @@ class _Gen:
         a = op.attrs
         xs = self.g.tensors[x].shape
         kh, kw, sh, sw = int(a["filter_h"]), int(a["filter_w"]), int(a["stride_h"]), int(a["stride_w"])
-        oh, pt = _out_pad(a["padding"], xs[1], kh, sh, 1)
-        ow, pl = _out_pad(a["padding"], xs[2], kw, sw, 1)
+        oh, pt = out_size_and_pad(a["padding"], xs[1], kh, sh, 1)
+        ow, pl = out_size_and_pad(a["padding"], xs[2], kw, sw, 1)
         name = self.uid("tt_pd")
         self.globals.append(f"static const tt_pool_dims {name} = {{{xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {oh}, {ow}, "
                             f"{kh}, {kw}, {sh}, {sw}, {pt}, {pl}}};")
@@ -609,8 +610,8 @@ class _Gen:
         kh, kw = w_shape[1], w_shape[2]
         sh, sw = int(a["stride_h"]), int(a["stride_w"])
         dh, dw = int(a.get("dilation_h", 1)), int(a.get("dilation_w", 1))
-        oh, pt = _out_pad(a["padding"], x_shape[1], kh, sh, dh)
-        ow, pl = _out_pad(a["padding"], x_shape[2], kw, sw, dw)
+        oh, pt = out_size_and_pad(a["padding"], x_shape[1], kh, sh, dh)
+        ow, pl = out_size_and_pad(a["padding"], x_shape[2], kw, sw, dw)
         ys = self.g.tensors[dy].shape
         c_in = x_shape[3] if in_c is None else in_c
         mult = int(a.get("multiplier") or a.get("depth_multiplier") or (w_shape[3] // x_shape[3] if depthwise else 1)) \
@@ -661,8 +662,8 @@ class _Gen:
         kh, kw = ws[1], ws[2]
         sh, sw = int(a["stride_h"]), int(a["stride_w"])
         dh, dwl = int(a.get("dilation_h", 1)), int(a.get("dilation_w", 1))
-        oh, pt = _out_pad(a["padding"], xs[1], kh, sh, dh)
-        ow, pl = _out_pad(a["padding"], xs[2], kw, sw, dwl)
+        oh, pt = out_size_and_pad(a["padding"], xs[1], kh, sh, dh)
+        ow, pl = out_size_and_pad(a["padding"], xs[2], kw, sw, dwl)
         ys = self.g.tensors[dz].shape
         name = self.uid("tt_cd")
         self.globals.append(f"static const tt_conv_dims {name} = {{{xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {oh}, {ow}, "
@@ -892,17 +893,6 @@ class _Gen:
     op_qas_momentum_update = _qas
     op_qas_adam_update = _qas
     op_qas_rmsprop_update = _qas
-
-
-def _out_pad(padding: str, in_size: int, filt: int, stride: int, dilation: int) -> tuple[int, int]:
-    eff = (filt - 1) * dilation + 1
-    if padding == "same":
-        out = (in_size + stride - 1) // stride
-    elif padding == "valid":
-        out = (in_size + stride - eff) // stride
-    else:
-        raise CodegenError(f"unknown padding {padding!r}")
-    return out, max((out - 1) * stride + eff - in_size, 0) // 2
 
 
 # ---- the program ---------------------------------------------------------------------------------------------
