@@ -73,9 +73,9 @@ every gradient is the float32 gradient of the *real* tensor (dL/dx for x = s·(x
   int8_clamp_grad:   dy, y_q -> dz;   lo, hi     straight-through estimator: dz = dy where lo < y_q < hi, else 0.
                      [lo, hi] is the int range the forward clamped y_q to (CalculateActivationRangeQuantized of
                      the fused act, the int8 range at least; RELU/RELU6 ops: their op range). Emitted for ops that
-                     requantize (conv2d, depthwise_conv2d, fully_connected, add, mean, quantize, relu, relu6) and
-                     for any op with a fused act; it replaces act_grad in int8 graphs. It compares integers:
-                     exact, and no fp32 copy of y is needed.
+                     requantize (conv2d, depthwise_conv2d, fully_connected, add, mean, quantize, relu, relu6, mul, sub,
+                     hard_swish, leaky_relu, prelu) and for any op with a fused act; it replaces act_grad in
+                     int8 graphs. It compares integers: exact, and no fp32 copy of y is needed.
   *_grad_weight read the dequantized slice (depthwise: attr multiplier = M, since the slice hides it); *_grad_input
   read the dequantized weights; max_pool2d_grad reads x_q itself (only its argmax matters, which int8 keeps).
   The element-wise ops' backward reads what its derivative needs, dequantized (`deq/<t>`, once per sample):

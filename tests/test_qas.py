@@ -497,3 +497,84 @@ def test_digits_transfer_all_variants(opt, lr):
             assert rows[name][1] < rows["int8 + QAS (stochastic)"][1]
             continue
         assert rows[name][1] >= fp32 - 0.03, name
+
+
+# ---- int8 training through MUL, SUB, LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU, PRELU, STRIDED_SLICE -------------
+
+OPS_FIX = FIX / "ops"
+
+
+def _ops_model(name):
+    """The converter's int8 model (int8 I/O), its float twin on the same dequantized weights, and a learnable MSE
+    task: 32 N(0,1) inputs with targets 0.5·(the float model's output)."""
+    key = "ops/" + name
+    if key not in _CACHE:
+        q = read_model(OPS_FIX / f"{name}_int8.tflite")
+        f = read_model(OPS_FIX / f"{name}_float.tflite")
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal([32] + list(f.tensors[f.inputs[0]].shape[1:])).astype(F32)
+        y = (F32(0.5) * run_graph(f, {f.inputs[0]: x})[f.outputs[0]]).astype(F32)
+        _CACHE[key] = (q, int8_twin(q), x, y)
+    return _CACHE[key]
+
+
+@pytest.mark.parametrize("name", ["act_arith", "prelu_slice"])
+def test_int8_elementwise_ops_backward_structure_and_gradients(name):
+    q, twin, x, y = _ops_model(name)
+    tq = build_training_graph(q, TrainPlan.full(q), "mse", OptimizerSpec("sgd"), 1)
+    deq_of = {op.outputs[0]: op.inputs[0] for op in tq.ops if op.type == "dequantize"}
+    masked = {op.inputs[1]: op for op in tq.ops if op.type == "int8_clamp_grad"}
+    new_ops = ("mul", "sub", "logistic", "tanh", "hard_swish", "leaky_relu", "prelu", "strided_slice")
+    checked = set()
+    for i, op in enumerate(q.ops):
+        t, out = op.type, op.outputs[0]
+        if t not in new_ops:
+            continue
+        if t in ("mul", "sub", "hard_swish", "leaky_relu", "prelu"):
+            # Requantizing: straight-through mask at the fused act's range (at least the int8 range).
+            s, z = q.tensors[out].quant.scale[0], q.tensors[out].quant.zero_point[0]
+            assert (masked[out].attrs["lo"], masked[out].attrs["hi"]) == \
+                ia.activation_range(op.attrs.get("act", "none"), s, z), t
+        else:
+            assert out not in masked, t  # logistic/tanh: the function's own range; strided_slice: a copy
+        # The backward ops of forward op i write the shares grad/<input>#i (grad/<input>#i.k for a repeated read).
+        for g in (b for b in tq.ops if b.type == f"{t}_grad"
+                  and any(o.rsplit("#", 1)[-1].split(".")[0] == str(i) for o in b.outputs)):
+            checked.add(t)
+            # What the fp32 derivative reads, dequantized from the int8 forward.
+            if t in ("logistic", "tanh"):
+                assert deq_of[g.inputs[1]] == out
+            elif t in ("hard_swish", "leaky_relu"):
+                assert deq_of[g.inputs[1]] == op.inputs[0]
+            elif t == "prelu":
+                assert (deq_of[g.inputs[1]], deq_of[g.inputs[2]]) == (op.inputs[0], op.inputs[1])
+            elif t == "mul":
+                assert deq_of[g.inputs[1]] in op.inputs
+    assert checked == ({"mul", "sub", "logistic", "tanh", "hard_swish", "leaky_relu"} if name == "act_arith"
+                       else {"prelu", "strided_slice"})
+    # The fp32 backward on int8 values stays close to the float twin's on the same (dequantized) weights.
+    # Measured: 1-6 % relative (L2) on these samples.
+    tf = build_training_graph(twin, TrainPlan.full(q), "mse", OptimizerSpec("sgd"), 1)
+    sq, sf = init_state(tq), init_state(tf)
+    for i in range(3):
+        vq, vf = run_sample(tq, sq, x[i:i + 1], y[i:i + 1]), run_sample(tf, sf, x[i:i + 1], y[i:i + 1])
+        for p, d in tq.meta["train"]["trained"].items():
+            a, b = vq[d["gradient"]], vf[tf.meta["train"]["trained"][p]["gradient"]]
+            rel = np.linalg.norm(a - b) / np.linalg.norm(b)
+            assert rel < 0.12, f"{name} sample {i} {p}: int8 vs float gradient relative error {rel:.3f}"
+
+
+@pytest.mark.parametrize("name,opt,lr", [("act_arith", "adam", 0.003), ("prelu_slice", "adam", 0.003),
+                                         ("prelu_slice", "sgd", 0.05)])
+def test_int8_qas_training_through_elementwise_ops_reduces_loss(name, opt, lr):
+    """Full update of the int8 model with QAS, 3 epochs of the 32 samples: the last epoch's mean loss is well
+    below the first's (measured: act_arith/adam 0.032 -> 0.023, prelu_slice/adam 0.042 -> 0.008, /sgd 0.042 ->
+    0.007; the float twin 0.031 -> 0.020, 0.035 -> 0.003, 0.039 -> 0.006)."""
+    q, _, x, y = _ops_model(name)
+    tg = build_training_graph(q, TrainPlan.full(q), "mse", OptimizerSpec(opt), 1, QASOptions())
+    losses, state = train(tg, x, y, {"learning_rate": lr}, epochs=3, seed=0)
+    per_epoch = np.asarray(losses).reshape(3, -1).mean(axis=1)
+    assert np.isfinite(per_epoch).all()
+    assert per_epoch[-1] < 0.8 * per_epoch[0], per_epoch
+    for p in tg.meta["train"]["trained"]:
+        assert state[p].dtype == q.tensors[p].dtype and (state[p] != q.tensors[p].data).any()
