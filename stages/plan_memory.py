@@ -1,40 +1,65 @@
 """Analytic memory model of sparse-update options, in bytes (DESIGN §3, §6).
 
-The search in `sparse-plan` prices thousands of candidate plans, so it cannot run the exact planner of the
-`reorder` stage (stages/memplan.py) on each; this model is a fast estimate with the same ingredients, meant to be
-an upper bound of the reordered peak (it ignores in-place reuse that reorder finds). All sizes come from the
-graph's own tensors: int8 activations and weights count 1 byte per element, int32 biases 4, fp32 everything
-else 4 (a float model's activations and weights count 4).
+The `auto` search prices thousands of candidate plans, so it cannot build a training graph and run the `reorder`
+stage's exact planner (stages/memplan.py) on each; sparse-plan runs that planner once, on the plan it chose
+(sparse_plan.exact_peak), and decides `fits` on it. This module is the fast predictor in between. It mirrors what
+the exact planner measures, without building graphs:
 
-Training memory of a plan = bias/region term + one weight term per layer whose weights train:
+Simulated peak of a plan (`simulate`, `estimate`)
+  An abstract program of the training step, op for op as autodiff emits it (stages/autodiff.py), with only the
+  tensors the planner puts in SRAM:
+    forward              the inference ops (the final softmax / float-I/O dequantize that training drops are left
+                         out); activations at their own itemsize (int8: 1 byte), graph input included.
+    loss                 int8 head dequantized to fp32 (`deq/<head>`), labels (int32[1]) or an fp32 MSE target,
+                         the fp32 loss, the fp32 head gradient.
+    backward             in reverse op order, only ops a trained parameter reaches: fan-out shares summed by
+                         grad_accumulate; int8 clamp gradients (straight-through estimator, reads the int8 output,
+                         which is therefore kept from forward to backward) or float act_grad; weight gradients of
+                         the trained slice in fp32 from the fp32 dequantized input slice (`dequantize_slice`,
+                         int8; float graphs read x itself); bias gradients; input gradients (the int8 weight is
+                         dequantized inside the kernel: memplan.fused_dequantize, no fp32 copy); pools, mean,
+                         reshape, pad, concat, add, softmax and element-wise ops as autodiff emits them.
+    updates              with `reorder` (the default, as the reorder stage): each update right after its gradient
+                         is complete (TTE's in-place update: the weight's after its input gradient, which still
+                         reads the old weight; the bias's after its gradient), so its gradient dies there; without:
+                         all updates at the end (every parameter gradient lives until then).
+  Lifetimes are the planner's: from the writing op (graph inputs: step 0) to the last reader (the loss: to the end),
+  with its in-place sharing (memplan.IN_PLACE_OPS: an output takes over an input that dies at that op; depthwise
+  adds one output channel of scratch). The peak is the largest sum of live transient buffers (each rounded up to
+  the arena alignment, as the arena places them) plus the resident parameters.
+  Resident (the whole step, SRAM): the trained weight slice (ceil(r·C_in) input channels, weight itemsize), trained
+  biases (int32 4 B), and per trained tensor (on the gradient's shape, fp32): optimizer state (0 sgd, 1 momentum,
+  2 adam, 1 rmsprop), the batch accumulator when batch_size > 1, the QAS master copy (int8 weights, master_copy),
+  a 4-byte PRNG state per QAS tensor with stochastic rounding, Adam's step counter.
+  What this does not do is the arena's placement, nor the planner's other schedules: the exact planner also tries
+  the memory-greedy order (sometimes up to ~15 % less) and its best-fit placement may add fragmentation (up to
+  ~10 % on the fixtures, usually < 1 %). Measured against the exact planner (tests/test_sparse_plan.py,
+  test_simulated_peak_tracks_the_exact_planner: every int8 fixture model, the digits CNN, float fixtures,
+  MobileNetV2-w0.35; full / last_k / bias_only / manual / the TTE scheme; sgd, adam with batch 4 and master copy,
+  momentum with stochastic rounding and no reordering, MSE): the estimate always lies between the mirrored
+  schedule's lower bound and its arena, and estimate / exact peak is in [0.90, 1.18], median 1.000 (MBV2 TTE
+  scheme: 296.9 KB vs 297.4 KB; digits example: 13.6 KB vs 13.6 KB).
 
-  region term of the earliest trained layer e (for the `auto` search: "the last k layers' biases")
-    activations          max(forward peak, gradient peak). The forward peak is the largest live set of
-                         activations of the inference schedule (graph input included). The gradient peak is the
-                         largest live set of fp32 activation-gradient buffers when backward runs in reverse op
-                         order from the loss down to e: a gradient buffer lives from its first contribution
-                         (fan-out contributions accumulate in place) until the op that produced the tensor has
-                         consumed it; the ReLU mask is applied in place. Forward transients and gradient buffers are
-                         never live at the same time (backward starts once the forward is done), hence the max.
-    saved activations    what backward ops below the loss read besides gradients: the output y of every op with
-                         a fused or standalone ReLU/ReLU6 between the loss and e (its mask; stored as the
-                         activation, int8 for int8 models — a 1-bit mask would cut this 8x), max-pool inputs,
-                         and non-final softmax outputs, each once.
-    bias parameters      per trained bias of C_out channels: the SRAM copy (int32: 4 bytes, as stored), the fp32
-                         gradient, optimizer state (fp32 x 0 sgd, 1 momentum, 2 adam, 1 rmsprop), an fp32
-                         accumulator when batch_size > 1, an fp32 master copy when qas.master_copy.
-  weight term of layer l at ratio r, n = ceil(r·C_in) input channels (the first ones, DESIGN §6):
-    saved input          the first n channels of the layer's input activation, kept from forward to backward
-                         (dW only needs those channels): H·W·n elements (fully connected: n) at the activation's
-                         itemsize.
-    trainable copy       the trained weight slice (O·KH·KW·n for conv2d, KH·KW·n·M for depthwise, O·n for fully
-                         connected) copied to SRAM at the weight's itemsize; frozen weights stay in flash.
-    gradient, state      fp32 gradient of the slice, optimizer state, accumulator and master copy as for biases.
-
-Why this shape: for a fixed earliest layer e every weight term is independent of the others, so
-total = region(e) + sum of weight terms is additive and an exact knapsack over it is possible (plan_search.py).
-What it does not count: the optimizer's step counter (4 bytes for Adam), labels (4 bytes), code and stack
-(those are the board's `runtime_reserve_bytes`), and savings from reordering (reorder reports the exact peak).
+Per-option costs for the search (`bias_option`, `weight_cost`; an additive model, so that a knapsack applies)
+  region term of k  the simulated peak of "biases of the last k layers" (gradients flow down to the k-th last
+                    layer e): forward, saved activations, gradient buffers, bias parameters — everything but
+                    weights.
+  weight term of l at ratio r
+                    the resident part (slice copy, state, accumulator, master copy) plus the most l's transients
+                    can raise the peak of any region holding it (`_excess`, read off each region's live profile,
+                    no extra simulation): with region peak P and at most A bytes live during l's backward steps,
+                    the fp32 weight gradient and dequantized input slice T lift those steps to A + T, so the peak
+                    rises by at most max(0, A + T - P); plus l's input activation buffer when nothing else keeps it
+                    until then. Without reordering every gradient lives until the end: the whole T.
+  A plan costs region(k) + the sum of its weight terms. Why an upper bound of the estimate: with in-place updates
+  each weight's transients exist only around its own backward steps, so several weights raise the peak by at
+  most the largest of their excesses, and the sum bounds that; the excess is the largest over the regions the
+  layer can sit in (the live set at a layer's steps grows with the region's depth faster than the region's peak
+  when that peak is in the forward, so a single reference region would under-price it). Measured (same tests):
+  the additive price is never below the estimate; over random plans it is median 1.02x, p90 1.27x the exact
+  peak, up to ~2x for full updates (many weight layers, one peak). sparse-plan verifies the chosen plan with the
+  exact planner and re-searches under a corrected capacity (sparse_plan.verified_auto).
+What neither counts: code, stack and the runtime's own buffers (the board's `runtime_reserve_bytes`).
 """
 
 from __future__ import annotations
@@ -46,28 +71,40 @@ from typing import Any, Iterable
 import numpy as np
 
 from tinytrain.stages.ir import Graph
+from tinytrain.stages.memplan import ALIGN, FIRST_INPUT_ONLY, IN_PLACE_OPS
 from tinytrain.stages.train_plan import RATIOS, TrainPlan, _has_bias, _in_channels
 
 FP32 = 4
 OPTIMIZER_STATE = {"sgd": 0, "momentum": 1, "adam": 2, "rmsprop": 1}
 WEIGHT_RATIOS = tuple(r for r in RATIOS if r > 0)
-_INT_PARAMS = ("int8", "int16", "int32", "uint8")
+LOSSES = ("cross_entropy", "mse")
+# Ops whose int8 output autodiff masks with int8_clamp_grad (autodiff._REQUANTIZING; relu/relu6 and any op with a
+# fused activation too). Kept in step with autodiff by test_simulated_peak_tracks_the_exact_planner.
+_REQUANTIZING = ("conv2d", "depthwise_conv2d", "fully_connected", "add", "mean", "quantize", "mul", "sub",
+                 "hard_swish", "leaky_relu", "prelu")
+_LAYER_OPS = ("conv2d", "depthwise_conv2d", "fully_connected")
 
 
 @dataclass(frozen=True)
 class MemorySettings:
-    """What besides the plan changes training memory (autodiff's and the optimizer's choices)."""
+    """What besides the plan changes training memory (autodiff's, the optimizer's and reorder's choices)."""
 
     optimizer: str = "sgd"
     batch_size: int = 1
     master_copy: bool = False
+    loss: str = "cross_entropy"
+    rounding: str = "nearest"          # QAS rounding: stochastic keeps a PRNG state per trained int8 tensor
+    reorder: bool = True               # train.reorder.enabled: in-place updates, or every gradient until the end
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZER_STATE:
             raise ValueError(f"unknown optimizer {self.optimizer!r}")
+        if self.loss not in LOSSES:
+            raise ValueError(f"unknown loss {self.loss!r}")
 
     def to_json(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer, "batch_size": int(self.batch_size), "master_copy": bool(self.master_copy)}
+        return {"optimizer": self.optimizer, "batch_size": int(self.batch_size), "master_copy": bool(self.master_copy),
+                "loss": self.loss, "rounding": self.rounding, "reorder": bool(self.reorder)}
 
 
 @dataclass(frozen=True)
@@ -100,6 +137,10 @@ def _numel(shape: Iterable[int]) -> int:
     return int(np.prod(list(shape), dtype=np.int64))
 
 
+def _aligned(n: int) -> int:
+    return -(-int(n) // ALIGN) * ALIGN
+
+
 class MemoryModel:
     """Memory of every option of one graph under one MemorySettings."""
 
@@ -108,20 +149,10 @@ class MemoryModel:
         self.s = settings
         self.layers = [self._layer(i) for i in TrainPlan.trainable_ops(graph)]
         self.by_op = {lay.op_index: lay for lay in self.layers}
-        self._consumers = graph.consumers()
-        self._head_ops = self._loss_head()
+        self._fwd, self._head = self._training_forward()
         self.forward_peak = self._forward_peak()
-        self._region_cache: dict[int, dict[str, int]] = {}
-
-    # ---- per-element costs ---------------------------------------------------------------------------
-    def _per_param(self, dtype: str) -> dict[str, int]:
-        """Bytes per trained parameter element, by component."""
-        st = OPTIMIZER_STATE[self.s.optimizer]
-        return {"copy": int(np.dtype(dtype).itemsize),
-                "gradient": FP32,
-                "optimizer_state": FP32 * st,
-                "accumulator": FP32 if self.s.batch_size > 1 else 0,
-                "master_copy": FP32 if self.s.master_copy and dtype in _INT_PARAMS else 0}
+        self._region_cache: dict[int, dict[str, Any]] = {}
+        self._weight_cache: dict[tuple[int, int], dict[str, int]] = {}
 
     def _layer(self, i: int) -> Layer:
         op = self.g.ops[i]
@@ -130,82 +161,416 @@ class MemoryModel:
         return Layer(i, op.type, w.name, op.inputs[2] if _has_bias(self.g, i) else None, _in_channels(self.g, i),
                      int(y.shape[-1]), short_name(w.name))
 
-    # ---- weight option ----------------------------------------------------------------------------------
-    def weight_cost(self, op_index: int, ratio: float) -> dict[str, int]:
-        """Bytes of training layer `op_index`'s weights at `ratio` (0 -> all zero)."""
+    # ---- resident parameters ---------------------------------------------------------------------------------
+    def _is_qas(self, name: str) -> bool:
+        t = self.g.tensors[name]
+        return t.dtype in ("int8", "int32") and t.quant is not None
+
+    def _param_cost(self, name: str, copy_elems: int, grad_elems: int, is_weight: bool) -> dict[str, int]:
+        """Resident bytes of one trained tensor, by component (each its own arena buffer, hence aligned)."""
+        t = self.g.tensors[name]
+        qas = self._is_qas(name)
+        st = OPTIMIZER_STATE[self.s.optimizer]
+        master = self.s.master_copy and qas and is_weight and t.dtype == "int8"
+        # autodiff: a master copy forces nearest rounding; otherwise QAS tensors keep a PRNG state when stochastic.
+        prng = qas and not master and self.s.rounding == "stochastic"
+        return {"copy": _aligned(copy_elems * int(np.dtype(t.dtype).itemsize)),
+                "optimizer_state": st * _aligned(grad_elems * FP32) + (_aligned(4) if prng else 0),
+                "accumulator": _aligned(grad_elems * FP32) if self.s.batch_size > 1 else 0,
+                "master_copy": _aligned(grad_elems * FP32) if master else 0}
+
+    def _weight_elems(self, op_index: int, n: int) -> tuple[int, int]:
+        """(elements of the resident slice, elements of its gradient) for n trained input channels. The resident
+        slice is counted as memplan.counted_bytes does (n on the weight's last axis); a depthwise gradient has
+        n·multiplier there."""
         lay = self.by_op[op_index]
-        n = channels(lay.c_in, ratio)
         w = self.g.tensors[lay.weight]
-        x = self.g.tensors[self.g.ops[op_index].inputs[0]]
-        n_w = _numel(w.shape) // lay.c_in * n
-        n_x = _numel(x.shape) // int(x.shape[-1]) * n
-        per = self._per_param(w.dtype)
-        out = {"channels": n, "params": n_w,
-               "saved_input": n_x * int(np.dtype(x.dtype).itemsize),
-               "weight_copy": n_w * per["copy"], "gradient": n_w * per["gradient"],
-               "optimizer_state": n_w * per["optimizer_state"], "accumulator": n_w * per["accumulator"],
-               "master_copy": n_w * per["master_copy"]}
-        out["total"] = sum(v for k, v in out.items() if k not in ("channels", "params"))
-        return out
+        per = _numel(w.shape) // int(w.shape[-1])
+        mult = int(w.shape[-1]) // lay.c_in if lay.type == "depthwise_conv2d" else 1
+        return per * n, per * n * mult
 
     def bias_param_cost(self, op_index: int) -> dict[str, int]:
         lay = self.by_op[op_index]
         if lay.bias is None:
             return {"params": 0, "total": 0}
-        b = self.g.tensors[lay.bias]
-        n = _numel(b.shape)
-        per = self._per_param(b.dtype)
-        out = {"params": n, **{("bias_copy" if k == "copy" else k): n * v for k, v in per.items()}}
+        n = _numel(self.g.tensors[lay.bias].shape)
+        parts = self._param_cost(lay.bias, n, n, is_weight=False)
+        out = {"params": n, "bias_copy": parts.pop("copy"), **parts}
         out["total"] = sum(v for k, v in out.items() if k != "params")
         return out
 
-    # ---- region (gradient flow down to the earliest trained layer) -------------------------------------
-    def region_cost(self, earliest: int) -> dict[str, int]:
-        """Activations (max of forward and gradient peaks) and saved activations when the gradient flows from
-        the loss down to op `earliest` and every trainable op at or after it may be trained."""
+    def _resident(self, biases: Iterable[int], weights: dict[int, int]) -> tuple[int, int]:
+        """(bias bytes, weight bytes) resident for the whole step, Adam's step counter with the biases. A tensor
+        that several layers share (the converter dedupes identical constants) is one tensor in SRAM."""
+        b_ops = {self.by_op[i].bias: i for i in sorted(biases) if self.by_op[i].bias is not None}
+        b = sum(self.bias_param_cost(i)["total"] for i in b_ops.values())
+        wk: dict[str, tuple[int, int]] = {}
+        for i, n in sorted(weights.items()):
+            name = self.by_op[i].weight
+            if name not in wk or n > wk[name][1]:
+                wk[name] = (i, n)
+        w = 0
+        for name, (i, n) in wk.items():
+            ce, ge = self._weight_elems(i, n)
+            w += sum(self._param_cost(name, ce, ge, is_weight=True).values())
+        if self.s.optimizer == "adam" and (b or w):
+            b += _aligned(4)
+        return b, w
+
+    # ---- the simulated training step ------------------------------------------------------------------------
+    def _act(self, name: str | None) -> bool:
+        return name is not None and self.g.tensors[name].data is None
+
+    def _bytes(self, name: str, fp32: bool = False) -> int:
+        t = self.g.tensors[name]
+        n = _numel(t.shape) if list(t.shape) else 1
+        return n * (FP32 if fp32 else int(np.dtype(t.dtype).itemsize))
+
+    def _training_forward(self) -> tuple[list[int], str]:
+        """Forward ops of the training step and the loss's head tensor: a float-I/O dequantize of an int8 head and,
+        for cross-entropy, a final softmax are dropped (autodiff.build_training_graph)."""
+        g = self.g
+        fwd = list(range(len(g.ops)))
+        head = g.outputs[0] if g.outputs else None
+        prod = {t: i for i in fwd for t in g.ops[i].outputs}
+        if head in prod and g.ops[prod[head]].type == "dequantize" \
+                and g.tensors[g.ops[prod[head]].inputs[0]].dtype == "int8":
+            i = prod.pop(head)
+            fwd.remove(i)
+            head = g.ops[i].inputs[0]
+        if self.s.loss == "cross_entropy" and head in prod and g.ops[prod[head]].type == "softmax":
+            i = prod[head]
+            fwd.remove(i)
+            head = g.ops[i].inputs[0]
+        return fwd, head
+
+    def _forward_steps(self, sizes: dict[str, int]) -> list[tuple[str, list[str], list[str]]]:
+        steps = []
+        for i in self._fwd:
+            op = self.g.ops[i]
+            typ = op.type
+            if typ == "depthwise_conv2d" and int(op.attrs.get("depth_multiplier", 1)) != 1:
+                typ = "depthwise_conv2d/m"           # the planner computes it in place only for multiplier 1
+            for t in op.outputs:
+                sizes[t] = self._bytes(t)
+            steps.append((typ, [t for t in op.inputs if self._act(t)], list(op.outputs)))
+        return steps
+
+    def _forward_peak(self) -> int:
+        """The training forward alone (an inference step), with the planner's in-place sharing."""
+        sizes = {t: self._bytes(t) for t in self.g.inputs if self._act(t)}
+        steps = self._forward_steps(sizes)
+        outs = [self._head] if self._head in sizes else []
+        return max(_live_profile(sizes, steps, [t for t in self.g.inputs if t in sizes], outs, self.g)[0],
+                   default=0)
+
+    def _clamped(self, op_index: int) -> bool:
+        """autodiff emits int8_clamp_grad for this op (autodiff._clamp_bounds is not None)."""
+        op = self.g.ops[op_index]
+        y = self.g.tensors[op.outputs[0]]
+        if y.dtype != "int8" or y.quant is None:
+            return False
+        return op.type in ("relu", "relu6") or op.type in _REQUANTIZING or op.attrs.get("act", "none") != "none"
+
+    def simulate(self, biases: Iterable[int], weights: dict[int, int], reach: int | None = None) -> dict[str, int]:
+        """Simulated peak of training the biases of ops `biases` and the first n input channels of the weights
+        of ops `weights` ({op: n}); `reach` is an op the gradient must reach even if it trains nothing there (a
+        bias region whose earliest layer has no bias). See the module docstring."""
+        return {k: v for k, v in self._simulate(biases, weights, reach).items() if not k.startswith("_")}
+
+    def _simulate(self, biases: Iterable[int], weights: dict[int, int], reach: int | None = None) -> dict[str, Any]:
+        """simulate(), plus the live bytes per step (`_live`), each transient's last step (`_end`) and buffer
+        bytes (`_held`), and each layer's backward steps (`_windows`: op -> (first, last); the step before when
+        it has none)."""
+        g, s = self.g, self.s
+        windows: dict[int, tuple[int, int]] = {}
+        biases = {i for i in biases if self.by_op[i].bias is not None}
+        weights = {i: int(n) for i, n in weights.items() if n > 0}
+        sizes: dict[str, int] = {t: self._bytes(t) for t in g.inputs if self._act(t)}
+        inputs = list(sizes)
+        steps = self._forward_steps(sizes)
+        head = self._head
+        # ---- loss
+        head_in = head
+        if g.tensors[head].dtype == "int8":
+            head_in = f"deq/{head}"
+            sizes[head_in] = self._bytes(head, fp32=True)
+            steps.append(("dequantize", [head], [head_in]))
+        lab = "train/labels" if s.loss == "cross_entropy" else "train/target"
+        sizes[lab] = 4 if s.loss == "cross_entropy" else self._bytes(head, fp32=True)
+        inputs.append(lab)
+        sizes["train/loss"] = 4
+        gh = f"grad/{head}"
+        sizes[gh] = self._bytes(head, fp32=True)
+        steps.append(("loss", [head_in, lab], ["train/loss", gh]))
+        # ---- which ops the gradient reaches. Trained parameters are tensors: the converter shares identical
+        # constants (e.g. two zero biases), and every layer reading a trained tensor gets a share of its gradient.
+        wk: dict[str, int] = {}
+        for i, n in weights.items():
+            wk[self.by_op[i].weight] = max(wk.get(self.by_op[i].weight, 0), n)
+        bias_on = {self.by_op[i].bias for i in biases}
+        params = set(wk) | bias_on
+        needs: set[str] = set()
+        op_needs: dict[int, bool] = {}
+        readers: dict[str, int] = {}
+        for i in self._fwd:
+            op = g.ops[i]
+            n = i == reach or any(t is not None and (t in needs or t in params) for t in op.inputs)
+            op_needs[i] = n
+            if n:
+                needs.update(op.outputs)
+            for t in op.inputs[1:3] if op.type in _LAYER_OPS else ():
+                if t in params:
+                    readers[t] = readers.get(t, 0) + 1
+        pgrads: dict[str, list[str]] = {}
+        contrib: dict[str, list[str]] = {head: [gh]}
+        deq: dict[tuple, str] = {}
+        pending: list[str] = []
+
+        def share(t: str | None, i: int) -> str | None:
+            if t is None or t not in needs:
+                return None
+            name, k = f"grad/{t}#{i}", 1
+            while name in sizes:
+                name, k = f"grad/{t}#{i}.{k}", k + 1
+            sizes[name] = self._bytes(t, fp32=True)
+            contrib.setdefault(t, []).append(name)
+            return name
+
+        def dequant(t: str, k: int | None = None, depth: int | None = None) -> str:
+            """An int8 tensor (or its first k channels) as fp32, emitted once per sample where first read."""
+            key = (t, k, depth)
+            if key not in deq:
+                name = f"deq/{t}" + (f"[:{k}]" if k is not None else "")
+                full = _numel(self.g.tensors[t].shape) if list(self.g.tensors[t].shape) else 1
+                elems = full if k is None else (full // depth * k if depth else full // int(g.tensors[t].shape[-1]) * k)
+                sizes[name] = elems * FP32
+                steps.append(("dequantize", [t] if self._act(t) else [], [name]))
+                deq[key] = name
+            return deq[key]
+
+        def real(t: str) -> list[str]:
+            """What a backward op reads for operand t: int8 -> its dequantized copy; float activation -> t."""
+            if g.tensors[t].dtype == "int8":
+                return [dequant(t)]
+            return [t] if self._act(t) else []
+
+        def update(grad: str) -> None:
+            if s.reorder:
+                steps.append(("update", [grad], []))
+            else:
+                pending.append(grad)
+
+        def pgrad(p: str, name: str, size: int) -> bool:
+            """A layer's share of parameter p's gradient; True when it is the whole gradient (update it now)."""
+            sizes[name] = size
+            pgrads.setdefault(p, []).append(name)
+            return readers.get(p, 1) == 1
+
+        for i in reversed(self._fwd):
+            op = g.ops[i]
+            if not op_needs[i]:
+                continue
+            y = op.outputs[0]
+            parts = contrib.get(y)
+            if not parts:
+                continue
+            start = len(steps)
+            if len(parts) > 1:
+                dy = f"grad/{y}"
+                sizes[dy] = self._bytes(y, fp32=True)
+                steps.append(("grad_accumulate", list(parts), [dy]))
+            else:
+                dy = parts[0]
+            t, act = op.type, op.attrs.get("act", "none")
+            clamped = self._clamped(i)
+            if clamped and t not in ("relu", "relu6"):
+                dz = f"grad/{y}:pre"
+                sizes[dz] = self._bytes(y, fp32=True)
+                steps.append(("int8_clamp_grad", [dy, y], [dz]))
+            elif act != "none" and g.tensors[y].dtype != "int8":
+                dz = f"grad/{y}:pre"
+                sizes[dz] = self._bytes(y, fp32=True)
+                steps.append(("act_grad", [dy, y], [dz]))
+            else:
+                dz = dy
+            if t in _LAYER_OPS:
+                x = op.inputs[0]
+                w, b = op.inputs[1], (op.inputs[2] if len(op.inputs) > 2 else None)
+                dw = None
+                if w in wk:
+                    n = wk[w]
+                    if g.tensors[w].dtype == "int8":
+                        depth = int(g.tensors[w].shape[-1]) if t == "fully_connected" else None
+                        xs = [dequant(x, n, depth)]
+                    else:
+                        xs = [x] if self._act(x) else []
+                    dw = f"grad/{w}#{i}"
+                    mult = int(g.tensors[w].shape[-1]) // int(g.tensors[x].shape[-1]) \
+                        if t == "depthwise_conv2d" else 1
+                    whole = pgrad(w, dw, _numel(g.tensors[w].shape) // int(g.tensors[w].shape[-1]) * n * mult * FP32)
+                    steps.append((f"{t}_grad_weight", [dz, *xs], [dw]))
+                    dw = dw if whole else None
+                    if dw and (x not in needs or s.batch_size > 1):
+                        # Ready at once: no input gradient reads the old weight, or (batch > 1) what runs here is
+                        # the batch accumulation, and the update of the weight waits for the step phase.
+                        update(dw)
+                        dw = None
+                if b in bias_on:
+                    db = f"grad/{b}#{i}"
+                    whole = pgrad(b, db, self._bytes(b, fp32=True))
+                    steps.append(("bias_grad", [dz], [db]))
+                    if whole:
+                        update(db)
+                dx = share(x, i)
+                if dx:
+                    # The weight is dequantized inside the kernel (memplan.fused_dequantize): nothing in SRAM.
+                    steps.append((f"{t}_grad_input", [dz], [dx]))
+                if dw:
+                    update(dw)   # after the input gradient, which reads the old weight
+                windows[i] = (start, len(steps) - 1) if len(steps) > start else (start - 1, start - 1)
+                continue
+            if t in ("relu", "relu6"):
+                dx = share(op.inputs[0], i)
+                if dx:
+                    steps.append(("int8_clamp_grad" if clamped else "act_grad", [dz, y], [dx]))
+                continue
+            if t == "max_pool2d":
+                dx = share(op.inputs[0], i)
+                if dx:
+                    steps.append(("max_pool2d_grad", [dz, op.inputs[0]], [dx]))
+                continue
+            if t == "softmax":
+                dx = share(op.inputs[0], i)
+                if dx:
+                    steps.append(("softmax_grad", [dz, *real(y)], [dx]))
+                continue
+            if t == "mul":
+                for j in (0, 1):
+                    d = share(op.inputs[j], i)
+                    if d:
+                        steps.append(("mul_grad", [dz, *real(op.inputs[1 - j])], [d]))
+                continue
+            if t in ("logistic", "tanh"):
+                dx = share(op.inputs[0], i)
+                if dx:
+                    steps.append((f"{t}_grad", [dz, *real(y)], [dx]))
+                continue
+            if t in ("hard_swish", "leaky_relu", "prelu"):
+                dx = share(op.inputs[0], i)
+                if dx:
+                    extra = real(op.inputs[1]) if t == "prelu" and op.inputs[1] is not None else []
+                    steps.append((f"{t}_grad", [dz, *real(op.inputs[0]), *extra], [dx]))
+                continue
+            # add, sub, concatenation (one share per operand), average pool, mean, pad, reshape, strided slice:
+            # they read only dz.
+            ins = op.inputs if t in ("add", "sub", "concatenation") else op.inputs[:1]
+            outs = [d for d in (share(x, i) for x in ins) if d]
+            if outs:
+                steps.append(("reshape_grad" if t == "reshape" else f"{t}_grad", [dz], outs))
+        # A parameter shared by several layers: its shares are summed after the backward, then it updates.
+        for p, parts in pgrads.items():
+            if len(parts) > 1:
+                sizes[f"grad/{p}"] = sizes[parts[0]]
+                steps.append(("grad_accumulate", list(parts), [f"grad/{p}"]))
+                update(f"grad/{p}")
+        if pending:
+            steps.append(("update", pending, []))
+        live, end, held = _live_profile(sizes, steps, inputs, ["train/loss"], g)
+        transient = max(live, default=0)
+        b, w = self._resident(biases, weights)
+        return {"total": int(transient + b + w), "transient": int(transient), "bias_params": int(b),
+                "weights": int(w), "_live": live, "_end": end, "_held": held, "_windows": windows}
+
+    # ---- per-option costs (the search's additive model) ------------------------------------------------------
+    def region_cost(self, earliest: int) -> dict[str, Any]:
+        """Simulated peak of the biases of every layer at or after op `earliest`, the gradient flowing down to
+        it (the search's region term)."""
+        return {k: v for k, v in self._region(earliest).items() if not k.startswith("_")}
+
+    def _region(self, earliest: int) -> dict[str, Any]:
         if earliest not in self._region_cache:
-            trained = {lay.op_index for lay in self.layers if lay.op_index >= earliest}
-            grad_peak, saved = self._backward(trained)
-            self._region_cache[earliest] = {"forward_peak": self.forward_peak, "gradient_peak": grad_peak,
-                                            "activations": max(self.forward_peak, grad_peak),
-                                            "saved_activations": saved}
-        return dict(self._region_cache[earliest])
+            chosen = [lay.op_index for lay in self.layers if lay.op_index >= earliest]
+            self._region_cache[earliest] = self._simulate(chosen, {}, reach=earliest)
+        return self._region_cache[earliest]
 
     def bias_option(self, k: int) -> dict[str, Any]:
         """The `auto` search's bias option: biases of the last k trainable layers (their gradients flow down to
         the k-th last layer)."""
         chosen = self.layers[len(self.layers) - k:]
         region = self.region_cost(chosen[0].op_index)
-        params = sum(self.bias_param_cost(lay.op_index)["total"] for lay in chosen)
-        total = region["activations"] + region["saved_activations"] + params
         return {"k": k, "earliest_op": chosen[0].op_index, "earliest": chosen[0].name,
-                "biases": sum(lay.bias is not None for lay in chosen), **region, "bias_params": params,
-                "total": total}
+                "biases": sum(lay.bias is not None for lay in chosen), "transient": region["transient"],
+                "bias_params": region["bias_params"], "total": region["total"]}
+
+    def weight_cost(self, op_index: int, ratio: float) -> dict[str, int]:
+        """Bytes of training layer `op_index`'s weights at `ratio`: resident parts, and the most its transients can
+        raise the peak of a region holding it (`_excess`; see the module docstring)."""
+        lay = self.by_op[op_index]
+        n = channels(lay.c_in, ratio)
+        ce, ge = self._weight_elems(op_index, n)
+        parts = self._param_cost(lay.weight, ce, ge, is_weight=True) if n else dict.fromkeys(
+            ("copy", "optimizer_state", "accumulator", "master_copy"), 0)
+        resident = sum(parts.values())
+        key = (op_index, n)
+        if key not in self._weight_cache:
+            self._weight_cache[key] = {"transient": self._excess(op_index, n) if n else 0}
+        out = {"channels": n, "params": ce, "weight_copy": parts["copy"], "optimizer_state": parts["optimizer_state"],
+               "accumulator": parts["accumulator"], "master_copy": parts["master_copy"],
+               "transient": self._weight_cache[key]["transient"]}
+        out["total"] = resident + out["transient"]
+        return out
+
+    def _excess(self, op_index: int, n: int) -> int:
+        """How much training layer op_index's weights (n input channels) can raise the simulated peak of any
+        region that contains it (the largest over regions e <= op_index, read off each region's live profile):
+        in region e with peak P, layer l's backward steps reach at most A bytes; the weights add their fp32
+        gradient (alive from the weight-gradient op to the update after the input gradient) and, for int8, the
+        fp32 dequantized input slice (alive at the weight-gradient op), so those steps reach at most A + T, and
+        the peak rises by at most max(0, A + T - P); plus the layer's input activation if nothing else keeps it
+        until then (it is kept from the forward on). Without reordering every gradient lives until the updates
+        at the end, so the whole T counts."""
+        lay = self.by_op[op_index]
+        g = self.g
+        x = g.ops[op_index].inputs[0]
+        w = g.tensors[lay.weight]
+        t = _aligned(self._weight_elems(op_index, n)[1] * FP32)
+        if w.dtype == "int8":
+            xt = g.tensors[x]
+            full = _numel(xt.shape)
+            t += _aligned((full // int(w.shape[-1]) if lay.type == "fully_connected" else
+                           full // int(xt.shape[-1])) * n * FP32)
+        best = 0
+        for e in (other.op_index for other in self.layers if other.op_index <= op_index):
+            r = self._region(e)
+            win = r["_windows"].get(op_index)
+            if win is None:
+                continue          # the gradient of region e does not reach this layer (another branch)
+            # Kept alive longer, x keeps its whole buffer: an in-place output (a forward depthwise) shares its
+            # input's, which may be larger.
+            ext = r["_held"].get(x, 0) if self._act(x) and r["_end"].get(x, -1) < win[0] else 0
+            if self.s.reorder:
+                a = max(r["_live"][win[0]:win[1] + 1])
+                best = max(best, ext + max(0, a + t - r["transient"]))
+            else:
+                best = max(best, ext + t)
+        return int(best)
 
     # ---- a whole plan ---------------------------------------------------------------------------------------
     def estimate(self, plan: TrainPlan) -> dict[str, Any]:
-        """Breakdown and total of an arbitrary (resolved) plan."""
+        """Simulated peak of an arbitrary plan, with a per-layer breakdown (the options' costs)."""
         layers = plan.resolve(self.g)
-        trained_ops = [r.op_index for r in layers if r.train_bias or r.in_channels > 0]
-        if not trained_ops:
-            return {"total": 0, "activations": 0, "saved_activations": 0, "bias_params": 0, "weights": 0,
-                    "per_layer": []}
-        region = self._region_for(set(trained_ops))
+        if not any(r.train_bias or r.in_channels > 0 for r in layers):
+            return {"total": 0, "transient": 0, "bias_params": 0, "weights": 0, "per_layer": []}
+        sim = self.simulate([r.op_index for r in layers if r.train_bias],
+                            {r.op_index: r.in_channels for r in layers if r.in_channels > 0})
         rows = []
         for r in layers:
             b = self.bias_param_cost(r.op_index)["total"] if r.train_bias else 0
             w = self.weight_cost(r.op_index, r.weight_ratio) if r.in_channels > 0 else {"total": 0, "channels": 0}
             rows.append({"op": r.op_index, "name": self.by_op[r.op_index].name, "bias": b,
                          "weight_ratio": r.weight_ratio, "channels": w["channels"], "weight": w["total"]})
-        bias = sum(row["bias"] for row in rows)
-        weights = sum(row["weight"] for row in rows)
-        total = region["activations"] + region["saved_activations"] + bias + weights
-        return {"total": int(total), **region, "bias_params": bias, "weights": weights, "per_layer": rows}
-
-    def _region_for(self, trained: set[int]) -> dict[str, int]:
-        grad_peak, saved = self._backward(trained)
-        return {"forward_peak": self.forward_peak, "gradient_peak": grad_peak,
-                "activations": max(self.forward_peak, grad_peak), "saved_activations": saved}
+        return {**sim, "forward_peak": self.forward_peak, "per_layer": rows}
 
     def table(self) -> dict[str, Any]:
         """Memory of every option (memory.json)."""
@@ -218,80 +583,65 @@ class MemoryModel:
                                for lay in self.layers for r in WEIGHT_RATIOS],
         }
 
-    # ---- schedules ------------------------------------------------------------------------------------------
-    def _act_bytes(self, name: str, fp32: bool = False) -> int:
-        t = self.g.tensors[name]
-        return _numel(t.shape) * (FP32 if fp32 else int(np.dtype(t.dtype).itemsize))
 
-    def _is_activation(self, name: str | None) -> bool:
-        return name is not None and self.g.tensors[name].data is None
-
-    def _forward_peak(self) -> int:
-        last_use: dict[str, int] = {}
-        for i, op in enumerate(self.g.ops):
-            for t in op.inputs:
-                if self._is_activation(t):
-                    last_use[t] = i
-        live = {t: self._act_bytes(t) for t in self.g.inputs if self._is_activation(t)}
-        peak = sum(live.values())
-        outputs = set(self.g.outputs)
-        for i, op in enumerate(self.g.ops):
-            for t in op.outputs:
-                live[t] = self._act_bytes(t)
-            peak = max(peak, sum(live.values()))
-            for t in [t for t in op.inputs if self._is_activation(t)]:
-                if last_use.get(t) == i and t not in outputs:
-                    live.pop(t, None)
-        return int(peak)
-
-    def _loss_head(self) -> set[int]:
-        """Ops that training drops: a final softmax (the fused cross-entropy takes the logits)."""
-        out = self.g.outputs[0] if self.g.outputs else None
-        prod = self.g.producers()
-        if out in prod and self.g.ops[prod[out]].type == "softmax":
-            return {prod[out]}
-        return set()
-
-    def _backward(self, trained: set[int]) -> tuple[int, int]:
-        """(gradient peak, saved activation bytes) of backward in reverse op order, as autodiff emits it."""
-        params = {self.g.ops[i].inputs[k] for i in trained for k in (1, 2)
-                  if len(self.g.ops[i].inputs) > k and self.g.ops[i].inputs[k]}
-        needs: set[str] = set()
-        op_needs = []
-        for i, op in enumerate(self.g.ops):
-            n = i not in self._head_ops and (i in trained or any(t in needs or t in params for t in op.inputs if t))
-            op_needs.append(n)
-            if n:
-                needs.update(op.outputs)
-        head = self.g.outputs[0]
-        if self._head_ops:
-            head = self.g.ops[next(iter(self._head_ops))].inputs[0]
-        live: dict[str, int] = {head: self._act_bytes(head, fp32=True)} if head in needs else {}
-        peak = sum(live.values())
-        saved: set[str] = set()
-        for i in range(len(self.g.ops) - 1, -1, -1):
-            op = self.g.ops[i]
-            if not op_needs[i] or op.outputs[0] not in live:
+def _live_profile(sizes: dict[str, int], steps: list[tuple[str, list[str], list[str]]], inputs: list[str],
+                  outputs: list[str], graph: Graph) -> tuple[list[int], dict[str, int], dict[str, int]]:
+    """(live transient bytes at each step, last step of each tensor, bytes of the buffer holding each tensor) of
+    `steps` run in order, with memplan.plan_memory's lifetimes and in-place sharing; each buffer counts its
+    aligned size, as the arena places it."""
+    n = max(len(steps), 1)
+    first: dict[str, int] = {}
+    end: dict[str, int] = {}
+    for t in inputs:
+        first[t], end[t] = 0, 0
+    for s, (_, ins, outs) in enumerate(steps):
+        for t in ins:
+            end[t] = s
+        for t in outs:
+            if t not in first:
+                first[t], end[t] = s, max(end.get(t, s), s)
+    for t in outputs:
+        if t in first:
+            end[t] = n - 1
+    # buffers as [size, start, end]
+    bufs: list[list[int]] = []
+    by: dict[str, list[int]] = {}
+    for t in inputs:
+        by[t] = [sizes[t], 0, end[t]]
+        bufs.append(by[t])
+    for s, (typ, ins, outs) in enumerate(steps):
+        taken: set[int] = set()
+        for t in outs:
+            if first[t] != s or t in by:
                 continue
-            y = op.outputs[0]
-            if op.attrs.get("act", "none") != "none" or op.type in ("relu", "relu6", "softmax"):
-                saved.add(y)
-            if op.type == "max_pool2d":
-                saved.add(op.inputs[0])
-            if op.type in ("conv2d", "depthwise_conv2d", "fully_connected"):
-                grad_ins = [op.inputs[0]]          # w and b gradients are parameter terms
-            elif op.type in ("mean", "reshape", "pad"):
-                grad_ins = [op.inputs[0]]          # axes / shape / paddings are constants
-            else:
-                grad_ins = [t for t in op.inputs if t]
-            for t in grad_ins:
-                if t in needs and t not in live and self._is_activation(t):
-                    live[t] = self._act_bytes(t, fp32=True)
-            peak = max(peak, sum(live.values()))
-            for t in op.outputs:
-                live.pop(t, None)
-        saved_bytes = sum(self._act_bytes(t) for t in saved if self._is_activation(t))
-        return int(peak), int(saved_bytes)
+            host = None
+            if typ in IN_PLACE_OPS:
+                for c in (ins[:1] if typ in FIRST_INPUT_ONLY else ins):
+                    b = by.get(c)
+                    if b is None or id(b) in taken or c in outputs or end[c] != s or b[2] != s \
+                            or ins.count(c) != 1 or b[0] < sizes[t]:
+                        continue
+                    host = b
+                    break
+            if host is not None:
+                taken.add(id(host))
+                host[2] = max(host[2], end[t])
+                by[t] = host
+                if typ == "depthwise_conv2d":   # one output channel of scratch, as the planner counts it
+                    tt = graph.tensors[t]
+                    bufs.append([_numel(tt.shape[:-1]) * int(np.dtype(tt.dtype).itemsize), s, s])
+                continue
+            by[t] = [sizes[t], s, end[t]]
+            bufs.append(by[t])
+    diff = [0] * (n + 1)
+    for size, a, b in bufs:
+        diff[a] += _aligned(size)
+        diff[b + 1] -= _aligned(size)
+    live, acc = [], 0
+    for s in range(n):
+        acc += diff[s]
+        live.append(acc)
+    return live, end, {t: _aligned(b[0]) for t, b in by.items()}
 
 
 def kb(n: float) -> str:

@@ -9,8 +9,13 @@ Schemes (`train.update.scheme`)
   auto        contribution analysis (contribution.py) + search (plan_search.py) for the largest predicted
               accuracy gain whose estimated memory (plan_memory.py) fits the budget
 Budget: `train.update.budget_kb` (KB = 1024 bytes), else the board's SRAM minus the runtime's own needs
-(stages/boards.py). Fixed schemes are checked against it (a plan over budget is reported, not refused: the
-estimate is an upper bound and cross-compile does the real fit check); `auto` must fit it.
+(stages/boards.py). Memory is reported two ways: the analytic estimate (plan_memory.py, what the search prices
+options with) and the exact peak of the chosen plan — autodiff's training graph for the build's loss, optimizer,
+batch size and QAS settings, planned by the reorder stage's own planner (with train.reorder.enabled), i.e. the
+number the reorder stage will print. `fits` is decided on the exact peak. Fixed schemes are checked against the
+budget (a plan over it is reported, not refused); `auto` must fit it: the knapsack's choice is verified with the
+exact planner and the search re-run under a corrected capacity until it does (`verified_auto`; recorded in
+search_trace.json), and a budget below the smallest plan's exact peak is refused before anything is measured.
 
 The budget enters only the search: the contribution table (one cached unit per measurement) and the memory of
 each option do not depend on it, so re-planning with another budget re-runs the search alone (milliseconds) —
@@ -19,12 +24,14 @@ when the runner provides one.
 
 Artifacts
   plan.json           TrainPlan JSON (layers by op index of the quantize graph, with their names) + scheme,
-                      budget, the memory estimate of the plan and, for auto, the predicted gain
+                      budget, the memory estimate (`memory`), the exact peak (`exact`), `fits` (on the exact peak)
+                      and, for auto, the predicted gain
   train_plan.json     the plan alone (version, scheme, layers): the only file autodiff reads
   memory.json         memory of every option: bias regions k = 1..K, every layer's weights at every ratio
   plan.txt            readable plan, memory breakdown, and for auto the best candidate per k
   contributions.json  auto: the contribution table (contribution.py)
-  search_trace.json   auto: candidates considered (best per k for dp, per generation for evolutionary), best so far
+  search_trace.json   auto: candidates considered (best per k for dp, per generation for evolutionary), best so far,
+                      and `verification`: each search round's capacity, choice, exact peak and whether it fit
 """
 
 from __future__ import annotations
@@ -35,10 +42,11 @@ from pathlib import Path
 from typing import Any
 
 from tinytrain.pipeline.contract import StageContext, StageResult
+from tinytrain.pipeline.errors import UserError
 from tinytrain.stages import contribution as contrib
 from tinytrain.stages.ir import Graph
 from tinytrain.stages.plan_memory import WEIGHT_RATIOS, MemoryModel, MemorySettings, channels, kb
-from tinytrain.stages.plan_search import Option, Problem, SearchResult, search
+from tinytrain.stages.plan_search import Choice, Option, Problem, SearchResult, search
 from tinytrain.stages.train_plan import RATIOS, LayerPlan, PlanError, TrainPlan
 
 NO_LIMIT = 1 << 62      # capacity of the search when the board sets no limit (host)
@@ -63,12 +71,59 @@ def update_spec(value: Any):
 
 
 def memory_settings(config: dict[str, Any]) -> MemorySettings:
+    """What changes training memory besides the plan, from the stage's config slice (defaults: the spec's)."""
     kind = config.get("train.optimizer.kind") or _get(config.get("train.optimizer"), "kind", "sgd")
+    qas = config.get("train.qas")
     master = config.get("train.qas.master_copy")
     if master is None:
-        master = _get(config.get("train.qas"), "master_copy", False)
+        master = _get(qas, "master_copy", False)
+    reorder = config.get("train.reorder.enabled")
+    if reorder is None:
+        reorder = _get(config.get("train.reorder"), "enabled", True)
     return MemorySettings(optimizer=str(kind), batch_size=int(config.get("train.batch_size") or 1),
-                          master_copy=bool(master))
+                          master_copy=bool(master), loss=str(config.get("train.loss") or "cross_entropy"),
+                          rounding=str(_get(qas, "rounding", "nearest")), reorder=bool(reorder))
+
+
+def qas_enabled(config: dict[str, Any]) -> bool:
+    return bool(_get(config.get("train.qas"), "enabled", True))
+
+
+# ---- the exact peak -----------------------------------------------------------------------------------------
+
+def exact_peak(graph: Graph, plan: TrainPlan, settings: MemorySettings, qas: bool = True) -> dict[str, Any]:
+    """The peak the `reorder` stage will report for `plan`: autodiff's training graph with the build's loss,
+    optimizer, batch size and QAS settings, planned by reorder's own planner (plan_schedules, with
+    train.reorder.enabled). Deterministic, and cheap next to the search (MobileNetV2: well under a second)."""
+    from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
+    from tinytrain.stages.reorder import plan_schedules
+    tg = build_training_graph(graph, plan, settings.loss, OptimizerSpec(kind=settings.optimizer),
+                              settings.batch_size, QASOptions(qas, settings.rounding, settings.master_copy))
+    chosen, best, plain, _ = plan_schedules(tg, settings.reorder)
+    return {"peak_bytes": int(best.arena), "lower_bound_bytes": int(best.lower_bound),
+            "plain_peak_bytes": int(plain.arena), "schedule": chosen, "reorder": settings.reorder}
+
+
+class ExactUnavailable(Exception):
+    """autodiff cannot build the training graph of this model or plan (a UserError or NotImplementedError of its
+    own, which its stage will report); kept apart from the stage's own PlanErrors, which are UserErrors too."""
+
+
+class ExactPeaks:
+    """exact_peak per plan, memoised (the auto verification and the final report ask for the same plans)."""
+
+    def __init__(self, graph: Graph, settings: MemorySettings, qas: bool = True):
+        self.graph, self.settings, self.qas = graph, settings, qas
+        self._memo: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, plan: TrainPlan) -> dict[str, Any]:
+        key = plan.dumps()
+        if key not in self._memo:
+            try:
+                self._memo[key] = exact_peak(self.graph, plan, self.settings, self.qas)
+            except (UserError, NotImplementedError) as e:
+                raise ExactUnavailable(_one_line(e)) from e
+        return self._memo[key]
 
 
 def resolve_budget(budget_kb: float | None, board: str | None) -> tuple[int | None, str]:
@@ -195,21 +250,34 @@ def build_problem(mm: MemoryModel, table: dict[str, Any]) -> tuple[Problem, list
     return Problem(bias, weights), positions
 
 
-def smallest_plan_check(mm: MemoryModel, budget: int, depth: int) -> None:
+def smallest_plans(mm: MemoryModel, depth: int, exact: ExactPeaks | None = None,
+                   tries: int = 3) -> list[tuple[int, int]]:
+    """[(cost, k)] of the cheapest useful plans, cheapest first: the biases of the last k layers (down to the first
+    with a bias). Costs are the analytic region terms, or with `exact` the exact peaks of the `tries` analytically
+    cheapest (the two measures may order close candidates differently)."""
+    costs = sorted((mm.bias_option(k)["total"], k) for k in range(1, depth + 1) if mm.bias_option(k)["biases"])
+    if exact is not None:
+        costs = sorted((exact(choice_plan(mm, [], k, {}))["peak_bytes"], k) for _, k in costs[:tries])
+    return costs
+
+
+def smallest_plan_check(mm: MemoryModel, budget: int, depth: int, exact: ExactPeaks | None = None) -> None:
     """Refuse a budget below the cheapest useful plan: the bias of the classifier (or of the last layers down to
-    the first with a bias). Needs no measurement, so it runs before any."""
-    costs = [(mm.bias_option(k)["total"], k) for k in range(1, depth + 1) if mm.bias_option(k)["biases"]]
+    the first with a bias), by the exact measure when `exact` is given. Needs no measurement, so it runs before
+    any."""
+    costs = smallest_plans(mm, depth, exact)
     if not costs:
         raise PlanError("scheme auto starts from the classifier's bias, but none of the analysed layers has a bias",
                         hint="raise train.update.analysis.max_layers, or use scheme manual / last_k")
-    cost, k = min(costs)
+    cost, k = costs[0]
     if budget < cost:
         lay = mm.layers[-k]
+        opt = mm.bias_option(k)
         need_kb = math.ceil(cost / 1024 * 10) / 10
+        measure = "exact peak of its training step" if exact is not None else "estimate"
         raise PlanError(f"budget {kb(budget)} is too small for even the classifier's bias: the smallest plan "
-                        f"(bias of {lay.name}, op #{lay.op_index}) needs {kb(cost)} "
-                        f"(activations {kb(mm.bias_option(k)['activations'])}, saved "
-                        f"{kb(mm.bias_option(k)['saved_activations'])}, bias {kb(mm.bias_option(k)['bias_params'])})",
+                        f"(bias of {lay.name}, op #{lay.op_index}) needs {kb(cost)} ({measure}; activations and "
+                        f"gradients {kb(opt['transient'])}, bias {kb(opt['bias_params'])} by the analytic model)",
                         hint=f"set train.update.budget_kb to at least {need_kb:g}, or pick a board with more SRAM")
 
 
@@ -240,18 +308,88 @@ def get_table(ctx: StageContext, graph: Graph, upd) -> dict[str, Any]:
 
 def plan_auto(mm: MemoryModel, table: dict[str, Any], budget: int, method: str = "dp",
               seed: int = 0) -> tuple[TrainPlan, dict[str, Any], SearchResult, list[int]]:
-    """Search the table under `budget` bytes -> (plan, predicted, search result, positions). Pure: no measuring."""
+    """Search the table under `budget` bytes -> (plan, predicted, search result, positions). Pure: no measuring,
+    analytic costs only (`verified_auto` checks the choice with the exact planner)."""
     problem, positions = build_problem(mm, table)
     smallest_plan_check(mm, budget, problem.k_max)
     res = search(problem, budget, method, seed)
     if res.best is None:   # cannot happen after the check (the smallest plan fits), kept as a clear message
         raise PlanError(f"no plan fits the budget {kb(budget)}")
+    plan, predicted = _chosen(mm, table, positions, res)
+    return plan, predicted, res, positions
+
+
+def _chosen(mm: MemoryModel, table: dict[str, Any], positions: list[int],
+            res: SearchResult) -> tuple[TrainPlan, dict[str, Any]]:
     best = res.best
     plan = choice_plan(mm, positions, best.k, best.ratios)
     predicted = {"delta_accuracy": best.gain, "reference_accuracy": table["reference"]["accuracy"],
                  "k": best.k, "weights": {str(positions[j]): r for j, r in sorted(best.ratios.items())},
                  "search_cost": best.cost}
-    return plan, predicted, res, positions
+    return plan, predicted
+
+
+MAX_ROUNDS = 8          # searches of the exact verification (each: a search + one exact plan, < 1 s on MBV2)
+SLACK_TOLERANCE = 0.01  # stop widening once the exact peak is within 1 % of the budget
+
+
+def verified_auto(mm: MemoryModel, table: dict[str, Any], budget: int, exact: ExactPeaks, method: str = "dp",
+                  seed: int = 0) -> tuple[TrainPlan, dict[str, Any], SearchResult, list[int], dict[str, Any]]:
+    """`plan_auto` whose choice truly fits: the search runs on the analytic costs under a capacity, the chosen plan's
+    exact peak (reorder's planner) is compared with the budget, and the capacity moves by the difference — down by
+    the overshoot when the plan does not fit, up by the slack when it fits with room to spare (the additive model
+    over-prices plans with several weight layers) — bracketed by the capacities already tried, for at most
+    MAX_ROUNDS searches. The answer is the fitting plan with the largest predicted gain (ties: the smaller exact
+    peak); if no searched plan fits, the smallest plan (which smallest_plan_check found to fit). Returns plan,
+    predicted, the chosen search's result, positions and the verification record (search_trace.json)."""
+    problem, positions = build_problem(mm, table)
+    # Widening the capacity cannot beat the plan the search picks with no limit at all.
+    top = search(problem, NO_LIMIT, method, seed).best
+    rounds: list[dict[str, Any]] = []
+    chosen: tuple | None = None
+    cap, lo, hi = budget, None, None            # lo: largest capacity whose plan fit; hi: smallest that did not
+    for r in range(MAX_ROUNDS):
+        res = search(problem, cap, method, seed)
+        if res.best is None:
+            rounds.append({"round": r, "capacity_bytes": cap, "plan": None})
+            break
+        plan, predicted = _chosen(mm, table, positions, res)
+        peak = exact(plan)["peak_bytes"]
+        fits = peak <= budget
+        rounds.append({"round": r, "capacity_bytes": cap, "k": res.best.k, "weights_by_op": predicted["weights"],
+                       "search_cost": res.best.cost, "gain": res.best.gain, "exact_peak_bytes": peak,
+                       "fits": fits})
+        if fits and (chosen is None or res.best.gain > chosen[0] + 1e-12
+                     or (math.isclose(res.best.gain, chosen[0], abs_tol=1e-12) and peak < chosen[1])):
+            chosen = (res.best.gain, peak, r, plan, predicted, res)
+        if fits:
+            lo = cap
+            slack = budget - peak
+            if slack <= SLACK_TOLERANCE * budget or (top is not None and res.best.gain >= top.gain - 1e-12):
+                break
+            nxt = cap + slack if hi is None else min(cap + slack, (cap + hi) // 2)
+        else:
+            hi = cap
+            nxt = cap - (peak - budget)
+            if lo is not None:
+                nxt = max(nxt, (lo + cap) // 2)
+        inside = (nxt > cap and (hi is None or nxt < hi)) if fits else (0 <= nxt < cap and (lo is None or nxt > lo))
+        if not inside:     # the bracket is closed: another search would return a plan already tried
+            break
+        cap = nxt
+    record: dict[str, Any] = {"budget_bytes": budget, "rounds": rounds, "max_rounds": MAX_ROUNDS}
+    if chosen is None:
+        # Every searched plan overshot: the smallest plan fits (smallest_plan_check ran by the exact measure).
+        peak, k = smallest_plans(mm, problem.k_max, exact)[0]
+        res = SearchResult(Choice(k, {}, problem.bias[k - 1].cost, problem.bias[k - 1].gain), method=method)
+        plan, predicted = _chosen(mm, table, positions, res)
+        record.update({"chosen_round": None, "fallback": "smallest plan", "exact_peak_bytes": peak})
+    else:
+        _, peak, r, plan, predicted, res = chosen
+        record.update({"chosen_round": r, "fallback": None, "exact_peak_bytes": peak})
+    predicted["search_capacity"] = rounds[record["chosen_round"]]["capacity_bytes"] \
+        if record["chosen_round"] is not None else None
+    return plan, predicted, res, positions, record
 
 
 # ---- stage -------------------------------------------------------------------------------------------
@@ -266,38 +404,63 @@ def run(ctx: StageContext) -> StageResult:
         raise PlanError("the model has no trainable layer (conv2d, depthwise_conv2d or fully_connected with "
                         "constant weights)")
     budget, budget_src = resolve_budget(upd.budget_kb, board)
+    exact = ExactPeaks(graph, mm.s, qas_enabled(cfg))
+    exact_error = None
     out = Path(ctx.out_dir)
     doc: dict[str, Any] = {"scheme": upd.scheme, "budget_bytes": budget, "budget_source": budget_src}
     if upd.scheme == "auto":
         # host has no memory limit: auto then picks the plan with the largest predicted gain.
         capacity = budget if budget is not None else NO_LIMIT
-        # Before measuring anything: a budget below the smallest plan fails at once.
+        # Before measuring anything: a budget below the smallest plan fails at once (by the exact measure).
         depth = len(mm.layers) if upd.analysis.max_layers is None else min(upd.analysis.max_layers, len(mm.layers))
-        smallest_plan_check(mm, capacity, depth)
+        try:
+            smallest_plan_check(mm, capacity, depth, exact)
+        except ExactUnavailable as e:
+            # autodiff cannot build this model's training graph (it will say so in its own stage): plan on the
+            # analytic model alone rather than hide the plan.
+            exact_error = str(e)
+            smallest_plan_check(mm, capacity, depth)
         ctx.progress("contribution analysis", 0.0)
         table = get_table(ctx, graph, upd)
         ctx.progress("search", 0.9)
-        plan, predicted, res, positions = plan_auto(mm, table, capacity, upd.search, upd.analysis.seed)
+        if budget is None or exact_error is not None:
+            plan, predicted, res, positions = plan_auto(mm, table, capacity, upd.search, upd.analysis.seed)
+            verification = None
+        else:
+            plan, predicted, res, positions, verification = verified_auto(mm, table, capacity, exact, upd.search,
+                                                                          upd.analysis.seed)
         doc["predicted"] = predicted
         contrib.write_table(out / "contributions.json", table)
-        _write_json(out / "search_trace.json", trace_doc(res, positions, mm, budget))
+        _write_json(out / "search_trace.json", trace_doc(res, positions, mm, budget, verification))
     else:
         plan = fixed_plan(mm, graph, upd)
         table = None
     plan.resolve(graph)   # the same checks autodiff will make
     est = mm.estimate(plan)
+    ex = None
+    if exact_error is None:
+        try:
+            ex = exact(plan)
+        except ExactUnavailable as e:
+            exact_error = str(e)
     doc.update(plan_json(plan, mm))
     doc["memory"] = est
-    doc["fits"] = None if budget is None else bool(est["total"] <= budget)
+    doc["exact"] = ex if ex is not None else {"peak_bytes": None, "error": exact_error}
+    # The exact peak decides; the estimate only when autodiff cannot build the graph (its stage will fail anyway).
+    peak = ex["peak_bytes"] if ex is not None else est["total"]
+    doc["fits"] = None if budget is None else bool(peak <= budget)
+    doc["fits_by"] = "exact" if ex is not None else "estimate"
+    doc["estimate_over_exact"] = round(est["total"] / ex["peak_bytes"], 4) if ex and ex["peak_bytes"] else None
     doc["memory_settings"] = mm.s.to_json()
     _write_json(out / "plan.json", doc)
     # What autodiff consumes, alone: a new budget or board that picks the same plan leaves these bytes (and so
     # autodiff and everything after it up to cross-compile) unchanged in the cache.
     _write_json(out / "train_plan.json", {k: doc[k] for k in ("version", "scheme", "layers") if k in doc})
-    _write_json(out / "memory.json", {**mm.table(), "plan": est, "budget_bytes": budget})
+    _write_json(out / "memory.json", {**mm.table(), "plan": est, "exact": doc["exact"], "budget_bytes": budget})
     line = summary_line(doc, mm)
     (out / "plan.txt").write_text(plan_text(doc, mm, table))
-    metrics = {"scheme": upd.scheme, "memory_bytes": est["total"], "budget_bytes": budget, "fits": doc["fits"],
+    metrics = {"scheme": upd.scheme, "memory_bytes": est["total"], "exact_peak_bytes": doc["exact"]["peak_bytes"],
+               "budget_bytes": budget, "fits": doc["fits"],
                "trained_layers": len(plan.layers),
                "weight_layers": sum(1 for lp in plan.layers if lp.weight_ratio > 0),
                "biases": sum(1 for lp in plan.layers if lp.bias)}
@@ -305,6 +468,10 @@ def run(ctx: StageContext) -> StageResult:
         metrics["predicted_delta_accuracy"] = doc["predicted"]["delta_accuracy"]
         metrics["measured_units"] = table.get("measured", 0)
     return StageResult(summary=line, metrics=metrics)
+
+
+def _one_line(e: Exception) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 def plan_json(plan: TrainPlan, mm: MemoryModel) -> dict[str, Any]:
@@ -331,7 +498,9 @@ def summary_line(doc: dict[str, Any], mm: MemoryModel) -> str:
     b = sum(1 for d in layers if d["bias"])
     total = doc["memory"]["total"]
     budget = doc["budget_bytes"]
-    mem = f"est. {kb(total)}" + (f" of {_kb_short(budget)} budget" if budget is not None else ", no budget")
+    peak = (doc.get("exact") or {}).get("peak_bytes")
+    mem = f"est. {kb(total)}" + (f", exact {kb(peak)}" if peak is not None else "") \
+        + (f" of {_kb_short(budget)} budget" if budget is not None else ", no budget")
     scheme = doc["scheme"]
     if scheme == "auto":
         k = doc["predicted"]["k"]
@@ -365,12 +534,21 @@ def plan_text(doc: dict[str, Any], mm: MemoryModel, table: dict[str, Any] | None
         lines.append(f"{lay.op_index:>4}  {lay.name:<{width}}  {lay.type:<16} {'yes' if d['bias'] else 'no':<5} "
                      f"{ratio:>6} {d['channels']:>4}/{lay.c_in:<4} {kb(mem):>10}")
     m = doc["memory"]
-    lines += ["", f"memory estimate: {kb(m['total'])} = activations {kb(m['activations'])} "
-                  f"(max of forward peak {kb(m['forward_peak'])}, gradient peak {kb(m['gradient_peak'])}) "
-                  f"+ saved activations {kb(m['saved_activations'])} + biases {kb(m['bias_params'])} "
-                  f"+ weights {kb(m['weights'])}"]
+    lines += ["", f"memory estimate (analytic, plan_memory.py): {kb(m['total'])} = activations and gradients at "
+                  f"the peak {kb(m['transient'])} + trained biases {kb(m['bias_params'])} + trained weights "
+                  f"{kb(m['weights'])} (forward alone {kb(m['forward_peak'])}; 'memory' per layer above: the "
+                  f"option's price in the search)"]
+    ex = doc.get("exact") or {}
+    if ex.get("peak_bytes") is not None:
+        lines.append(f"exact peak (autodiff's graph, reorder's planner{'' if ex['reorder'] else ', reorder off'}): "
+                     f"{kb(ex['peak_bytes'])} (lower bound {kb(ex['lower_bound_bytes'])}, schedule "
+                     f"{ex['schedule']}, without reordering {kb(ex['plain_peak_bytes'])}); "
+                     f"estimate / exact = {doc['estimate_over_exact']:.3f}")
+    else:
+        lines.append(f"exact peak: not available ({ex.get('error')}); fits is judged on the estimate")
     if doc["budget_bytes"] is not None:
-        lines.append(f"budget: {kb(doc['budget_bytes'])} — {'fits' if doc['fits'] else 'OVER BUDGET'}")
+        lines.append(f"budget: {kb(doc['budget_bytes'])} — {'fits' if doc['fits'] else 'OVER BUDGET'} "
+                     f"(by the {doc.get('fits_by', 'exact')} peak)")
     if doc["scheme"] == "auto":
         p = doc["predicted"]
         lines.append(f"predicted: accuracy {p['reference_accuracy']:.1%} (no update) "
@@ -385,7 +563,8 @@ def _ratio_text(r: float) -> str:
     return {0.0: "0", 0.125: "1/8", 0.25: "1/4", 0.5: "1/2", 1.0: "1"}.get(float(r), f"{r:g}")
 
 
-def trace_doc(res: SearchResult, positions: list[int], mm: MemoryModel, budget: int) -> dict[str, Any]:
+def trace_doc(res: SearchResult, positions: list[int], mm: MemoryModel, budget: int | None,
+              verification: dict[str, Any] | None = None) -> dict[str, Any]:
     def named(c: dict[str, Any] | None) -> dict[str, Any] | None:
         if c is None:
             return None
@@ -399,8 +578,18 @@ def trace_doc(res: SearchResult, positions: list[int], mm: MemoryModel, budget: 
             if key in row:
                 row[key] = named(row[key])
         trace.append(row)
-    return {"method": res.method, "budget_bytes": budget, "evaluated": res.evaluated,
-            "best": named(res.best.to_json()) if res.best else None, "trace": trace}
+    doc = {"method": res.method, "budget_bytes": budget, "evaluated": res.evaluated,
+           "best": named(res.best.to_json()) if res.best else None, "trace": trace}
+    if verification is not None:
+        # `trace` and `best` are the search of the chosen round (its capacity may differ from the budget).
+        rounds = []
+        for r in verification["rounds"]:
+            row = dict(r)
+            if "weights_by_op" in row:
+                row["weights_by_layer"] = {mm.by_op[int(o)].name: w for o, w in row["weights_by_op"].items()}
+            rounds.append(row)
+        doc["verification"] = {**verification, "rounds": rounds}
+    return doc
 
 
 def trace_text(doc: dict[str, Any]) -> str:
@@ -422,6 +611,18 @@ def trace_text(doc: dict[str, Any]) -> str:
     if b:
         ws = ", ".join(f"{n} @ {_ratio_text(r)}" for n, r in b["weights_by_layer"].items()) or "no weights"
         lines.append(f"best: k={b['k']}, {ws}: {kb(b['cost'])}, Δ {100 * b['gain']:+.1f} (predicted)")
+    v = doc.get("verification")
+    if v:
+        lines.append(f"exact verification (reorder's planner) against the budget {kb(v['budget_bytes'])}:")
+        for r in v["rounds"]:
+            if r.get("k") is None:
+                lines.append(f"  round {r['round']}: capacity {kb(r['capacity_bytes'])}: no plan")
+                continue
+            lines.append(f"  round {r['round']}: capacity {kb(r['capacity_bytes']):>10}  k={r['k']:<3} "
+                         f"search cost {kb(r['search_cost']):>10}  exact {kb(r['exact_peak_bytes']):>10}  "
+                         f"{'fits' if r['fits'] else 'over'}  Δ {100 * r['gain']:+.1f}")
+        how = f"round {v['chosen_round']}" if v["chosen_round"] is not None else v["fallback"]
+        lines.append(f"chosen: {how}, exact peak {kb(v['exact_peak_bytes'])}")
     return "\n".join(lines) + "\n"
 
 
@@ -429,9 +630,10 @@ def memory_text(doc: dict[str, Any]) -> str:
     lines = ["memory of each option (" + ", ".join(f"{k}={v}" for k, v in doc["settings"].items()) + ")",
              f"forward peak: {kb(doc['forward_peak'])}", "", "bias regions (biases of the last k layers):"]
     for b in doc["bias_options"]:
-        lines.append(f"  k={b['k']:<3} down to {b['earliest']:<40} {kb(b['total']):>10}  (activations "
-                     f"{kb(b['activations'])}, saved {kb(b['saved_activations'])}, biases {kb(b['bias_params'])})")
-    lines += ["", "weights (saved input slice + copy + gradient + optimizer state):"]
+        lines.append(f"  k={b['k']:<3} down to {b['earliest']:<40} {kb(b['total']):>10}  (activations and "
+                     f"gradients {kb(b['transient'])}, biases {kb(b['bias_params'])})")
+    lines += ["", "weights (resident slice + optimizer state, + what its gradient adds to the peak of the smallest "
+                  "region holding it):"]
     rows: dict[int, dict[float, int]] = {}
     names = {}
     for w in doc["weight_options"]:
