@@ -564,7 +564,7 @@ class _Dequantizer:
 # Ops whose int8 output is requantized and clamped to [lo, hi] (the activation's range, the int8 range at most).
 # hard_swish, leaky_relu and prelu rescale by s_in/s_out (and alpha) and saturate at the int8 range like the rest;
 # logistic and tanh are not here (see the module docstring: their fixed output range is the function's own).
-_REQUANTIZING = ("conv2d", "depthwise_conv2d", "fully_connected", "add", "mean", "quantize", "mul", "sub",
+CLAMP_MASKED_OPS = ("conv2d", "depthwise_conv2d", "fully_connected", "add", "mean", "quantize", "mul", "sub",
                  "hard_swish", "leaky_relu", "prelu")
 
 
@@ -584,7 +584,7 @@ def _clamp_bounds(g: Graph, op: Op) -> tuple[int, int] | None:
         return ia.relu_op_range(0.0, None, s, z)
     if op.type == "relu6":
         return ia.relu_op_range(0.0, 6.0, s, z)
-    if op.type in _REQUANTIZING or act != "none":
+    if op.type in CLAMP_MASKED_OPS or act != "none":
         return ia.activation_range(act, s, z)
     return None
 

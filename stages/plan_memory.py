@@ -70,6 +70,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from tinytrain.stages.autodiff import CLAMP_MASKED_OPS  # the ops autodiff masks with int8_clamp_grad
 from tinytrain.stages.ir import Graph
 from tinytrain.stages.memplan import ALIGN, FIRST_INPUT_ONLY, IN_PLACE_OPS
 from tinytrain.stages.train_plan import RATIOS, TrainPlan, _has_bias, _in_channels
@@ -78,10 +79,6 @@ FP32 = 4
 OPTIMIZER_STATE = {"sgd": 0, "momentum": 1, "adam": 2, "rmsprop": 1}
 WEIGHT_RATIOS = tuple(r for r in RATIOS if r > 0)
 LOSSES = ("cross_entropy", "mse")
-# Ops whose int8 output autodiff masks with int8_clamp_grad (autodiff._REQUANTIZING; relu/relu6 and any op with a
-# fused activation too). Kept in step with autodiff by test_simulated_peak_tracks_the_exact_planner.
-_REQUANTIZING = ("conv2d", "depthwise_conv2d", "fully_connected", "add", "mean", "quantize", "mul", "sub",
-                 "hard_swish", "leaky_relu", "prelu")
 _LAYER_OPS = ("conv2d", "depthwise_conv2d", "fully_connected")
 
 
@@ -270,7 +267,7 @@ class MemoryModel:
         y = self.g.tensors[op.outputs[0]]
         if y.dtype != "int8" or y.quant is None:
             return False
-        return op.type in ("relu", "relu6") or op.type in _REQUANTIZING or op.attrs.get("act", "none") != "none"
+        return op.type in ("relu", "relu6") or op.type in CLAMP_MASKED_OPS or op.attrs.get("act", "none") != "none"
 
     def simulate(self, biases: Iterable[int], weights: dict[int, int], reach: int | None = None) -> dict[str, int]:
         """Simulated peak of training the biases of ops `biases` and the first n input channels of the weights
