@@ -140,6 +140,92 @@ void tt_dequantize_s8_f32(int32_t n, float scale, int32_t zero_point, const int8
 void tt_dequantize_per_channel_s8_f32(int32_t outer, int32_t channels, int32_t inner, const float *scale,
                                       const int32_t *zero_point, const int8_t *x, float *y);
 
+/* ---- broadcasting element-wise ops, more activations (tt_arith.c, tt_activations.c, tt_slice.c) ------------- */
+
+/* numpy broadcasting of a binary op on a rank-4 view (lower ranks: leading 1s, aligned to the right as numpy
+ * does): the output's shape and, per operand, the element stride of each axis (0 where the operand has extent 1
+ * and is broadcast). Codegen computes it. The output is written contiguously in row-major order. */
+typedef struct {
+    int32_t shape[4];
+    int32_t a_stride[4];
+    int32_t b_stride[4];
+} tt_broadcast;
+
+/* ADD with broadcasting (equal shapes: tt_add_s8) and SUB (sub.cc: ADD's general path with the rescaled second
+ * operand subtracted; PrepareGeneralSubOp computes the same parameters as add.cc). */
+void tt_add_s8_broadcast(const tt_add_params_s8 *p, const tt_broadcast *bc, const int8_t *a, const int8_t *b,
+                         int8_t *y);
+void tt_sub_s8(const tt_add_params_s8 *p, const tt_broadcast *bc, const int8_t *a, const int8_t *b, int8_t *y);
+
+/* MUL: y = z_y + MultiplyByQuantizedMultiplier((a - z_a)(b - z_b), QuantizeMultiplier(s_a * s_b / s_y)), the
+ * ratio in double of the float32 scales (TFLite Micro's CalculateOpDataMul), clamped to the fused act's range. */
+typedef struct {
+    int32_t input1_zero_point, input2_zero_point, output_zero_point;
+    int32_t multiplier, shift;
+    int32_t act_min, act_max;
+} tt_mul_params_s8;
+void tt_mul_s8(const tt_mul_params_s8 *p, const tt_broadcast *bc, const int8_t *a, const int8_t *b, int8_t *y);
+
+/* int8 LOGISTIC (output (1/256, -128)) and TANH (output (1/128, 0)): TFLite Micro's reference_integer_ops, gemmlowp
+ * fixed point. multiplier / left_shift / radius = int8_arith.logistic_tanh_params(s_in); |x - z_in| >= radius
+ * saturates. */
+void tt_logistic_s8(int32_t n, int32_t input_zero_point, int32_t multiplier, int32_t left_shift, int32_t radius,
+                    const int8_t *x, int8_t *y);
+void tt_tanh_s8(int32_t n, int32_t input_zero_point, int32_t multiplier, int32_t left_shift, int32_t radius,
+                const int8_t *x, int8_t *y);
+
+/* int8 HARD_SWISH: reference_ops::HardSwish<int8_t>, 16-bit fixed point; the Q0.15 multipliers and exponents are
+ * int8_arith.hard_swish_params(s_in, s_out). */
+typedef struct {
+    int32_t input_zero_point, output_zero_point;
+    int32_t output_multiplier_fixedpoint_int16, output_multiplier_exponent;
+    int32_t reluish_multiplier_fixedpoint_int16, reluish_multiplier_exponent;
+} tt_hard_swish_params_s8;
+void tt_hard_swish_s8(const tt_hard_swish_params_s8 *p, int32_t n, const int8_t *x, int8_t *y);
+
+/* int8 LEAKY_RELU: x - z_in >= 0 requantized by QuantizeMultiplier(f32(s_in / s_out)), below by
+ * QuantizeMultiplier(f32(f32(s_in * alpha) / s_out)) (LeakyReluPrepare's float ratios), + z_out, int8 range. */
+void tt_leaky_relu_s8(int32_t n, int32_t input_zero_point, int32_t output_zero_point, int32_t multiplier_identity,
+                      int32_t shift_identity, int32_t multiplier_alpha, int32_t shift_alpha, const int8_t *x,
+                      int8_t *y);
+
+/* int8 PRELU (reference_ops::BroadcastPrelu4D): pos = QuantizeMultiplier(f32(s_x / s_y)), neg =
+ * QuantizeMultiplier(f32(f32(s_x * s_alpha) / s_y)) on (x - z_x)(alpha - z_alpha). bc: x is operand a (full
+ * shape), alpha operand b (broadcast). */
+typedef struct {
+    int32_t input_zero_point, alpha_zero_point, output_zero_point;
+    int32_t multiplier_pos, shift_pos;
+    int32_t multiplier_neg, shift_neg;
+} tt_prelu_params_s8;
+void tt_prelu_s8(const tt_prelu_params_s8 *p, const tt_broadcast *bc, const int8_t *x, const int8_t *alpha,
+                 int8_t *y);
+
+/* STRIDED_SLICE on a rank-4 view: output element (i0..i3) reads input index start[d] + i_d * stride[d] per axis
+ * (stride may be negative); out_shape holds the extents (a shrunk axis: 1). int8 keeps the input's parameters. */
+typedef struct {
+    int32_t in_shape[4];
+    int32_t out_shape[4];
+    int32_t start[4];
+    int32_t stride[4];
+} tt_strided_slice_params;
+void tt_strided_slice_s8(const tt_strided_slice_params *p, const int8_t *x, int8_t *y);
+void tt_strided_slice_f32(const tt_strided_slice_params *p, const float *x, float *y);
+
+/* float32 (executor's float kernels; transcendental functions from tt_math.h, so host and target agree). */
+void tt_add_f32_broadcast(const tt_broadcast *bc, float act_min, float act_max, const float *a, const float *b,
+                          float *y);
+void tt_sub_f32(const tt_broadcast *bc, float act_min, float act_max, const float *a, const float *b, float *y);
+void tt_mul_f32(const tt_broadcast *bc, float act_min, float act_max, const float *a, const float *b, float *y);
+/* 1 above 16.619047, exp(x) below -9, else 1 / (1 + exp(-x)) (reference_ops::Logistic). */
+void tt_logistic_f32(int32_t n, const float *x, float *y);
+void tt_tanh_f32(int32_t n, const float *x, float *y);
+/* x * min(6, max(0, x + 3)) / 6. */
+void tt_hard_swish_f32(int32_t n, const float *x, float *y);
+/* x > 0 ? x : x * alpha. */
+void tt_leaky_relu_f32(int32_t n, float alpha, const float *x, float *y);
+/* x >= 0 ? x : x * alpha (alpha broadcast, operand b of bc). */
+void tt_prelu_f32(const tt_broadcast *bc, const float *x, const float *alpha, float *y);
+
 /* ---- data movement (int8 and float32) -------------------------------------------------------------------- */
 
 /* PAD of a rank-4 tensor (lower ranks: leading 1s). pads[2*d], pads[2*d+1] = before, after of dim d. */
@@ -225,6 +311,22 @@ void tt_concatenation_grad_f32(int32_t n_inputs, const int32_t *inner_sizes, int
 void tt_act_grad_f32(int32_t n, tt_act act, const float *dy, const float *y, float *dx);
 /* y = softmax(beta x): dx = beta * y * (dy - sum(dy*y)). */
 void tt_softmax_grad_f32(int32_t rows, int32_t depth, float beta, const float *dy, const float *y, float *dx);
+/* The gradient of an operand broadcast up to dy's shape (add_grad / sub_grad: sign +1 / -1): dx[a(i)] += sign *
+ * dy[i] over bc's output positions (a_stride: dx's strides, 0 on the broadcast axes); dx has dx_size elements.
+ * When dx has dy's size it is a (signed) copy and dx may be dy; otherwise dx is zeroed first. */
+void tt_unbroadcast_f32(const tt_broadcast *bc, float sign, const float *dy, float *dx, int32_t dx_size);
+/* mul_grad: d = unbroadcast(dy * other) to d's shape (a_stride: d's strides, b_stride: other's). */
+void tt_mul_grad_f32(const tt_broadcast *bc, const float *dy, const float *other, float *d, int32_t d_size);
+/* From the forward output y: logistic dy (1 - y) y; tanh dy (1 - y^2). dx may be dy. */
+void tt_logistic_grad_f32(int32_t n, const float *dy, const float *y, float *dx);
+void tt_tanh_grad_f32(int32_t n, const float *dy, const float *y, float *dx);
+/* From the forward input x: hard_swish 0 / dy (x/3 + 1/2) / dy at x <= -3 / between / x >= 3; leaky_relu and prelu
+ * x > 0 ? dy : alpha dy (prelu: alpha operand b of bc, x / dy / dx operand a). dx may be dy. */
+void tt_hard_swish_grad_f32(int32_t n, const float *dy, const float *x, float *dx);
+void tt_leaky_relu_grad_f32(int32_t n, float alpha, const float *dy, const float *x, float *dx);
+void tt_prelu_grad_f32(const tt_broadcast *bc, const float *dy, const float *x, const float *alpha, float *dx);
+/* dx (x's rank-4 shape p->in_shape) = 0 except the sliced positions, which get dy in order. */
+void tt_strided_slice_grad_f32(const tt_strided_slice_params *p, const float *dy, float *dx);
 /* acc += g (gradient of a tensor read by several ops, in reader order). */
 void tt_accumulate_f32(int32_t n, float *acc, const float *g);
 

@@ -1,4 +1,4 @@
-/* tt_math.h: the kernels' own expf / logf.
+/* tt_math.h: the kernels' own expf / logf / tanhf.
  *
  * Why: glibc's and newlib's libm round expf/logf differently in the last bit, and results compared between
  * the host build and the QEMU build must be bit-identical (DESIGN §6, boards/README.md). These use only
@@ -97,6 +97,31 @@ static inline float tt_logf(float x)
     R = t2 + t1;
     hfsq = 0.5f * f * f;
     return dk * ln2_hi - ((hfsq - (s * (hfsq + R) + dk * ln2_lo)) - f);
+}
+
+/* tanh(x) for the fp32 TANH op (numpy's np.tanh in the golden model; within a few ulp of it). Two ranges:
+ *  - |x| < 0.25: the odd Taylor series to x^11 (the next term is < 1e-10 relative), which avoids the cancellation
+ *    of the formula below near 0;
+ *  - otherwise 1 - 2 / (e^(2|x|) + 1) with tt_expf; its rounding error is < 1e-7 absolute, i.e. < 5e-7 relative
+ *    since |tanh| >= 0.24 there. From |x| >= 9 on tanh rounds to 1 in float32.
+ * Sign restored at the end (tanh is odd); NaN in, NaN out. */
+static inline float tt_tanhf(float x)
+{
+    const float a = x < 0.0f ? -x : x;
+    float t;
+    if (x != x) {
+        return x;
+    }
+    if (a < 0.25f) {
+        const float z = a * a;
+        t = a + a * z * (-0.333333343f + z * (0.133333340f + z * (-0.0539682545f + z * (0.0218694885f +
+            z * -0.00886323582f))));
+    } else if (a >= 9.0f) {
+        t = 1.0f;
+    } else {
+        t = 1.0f - 2.0f / (tt_expf(2.0f * a) + 1.0f);
+    }
+    return x < 0.0f ? -t : t;
 }
 
 #endif /* TT_MATH_H */

@@ -25,6 +25,12 @@ weights.bin gets the merged tensor. A partially trained weight that some other o
 depthwise) falls back to a whole static SRAM array outside the arena: codegen.json's `sram_outside_arena_bytes`
 reports it, and it shows in size.json's .bss.
 
+Element-wise ops with numpy broadcasting (ADD with a smaller operand, SUB, MUL, PRELU's alpha) get a
+`tt_broadcast` (rank-4 output shape + per-operand strides, 0 on broadcast axes), and their backward reduces over
+the broadcast axes with the same struct (tt_unbroadcast_f32, tt_mul_grad_f32). LOGISTIC, TANH, HARD_SWISH,
+LEAKY_RELU, PRELU, MUL and SUB run in int8 with the executor's default (TFLite Micro) arithmetic, their parameters
+computed here with int8_arith exactly as stages/executor.py computes them.
+
 Compile-time options: -DTT_DUMP_TENSORS=1 makes the program write every trained tensor after each sample step
 (`dump_<step>.bin`, weights.bin's layout) and appends the forward output of every evaluated sample to
 `eval_out.bin`, for bit-exact checks against the numpy model (tests/test_codegen.py).
@@ -307,6 +313,72 @@ class _Gen:
                             f"{kh}, {kw}, {sh}, {sw}, {pt}, {pl}}};")
         return name
 
+    def bcast(self, out: str, a: str, b: str | None = None) -> str:
+        """tt_broadcast of a binary op (numpy broadcasting, shapes aligned to the right as the executor's numpy
+        does; constants have no batch axis): the output's rank-4 shape and each operand's element strides, 0 along
+        the axes it is broadcast over."""
+        def pad(name: str) -> list[int]:
+            sh = [int(d) for d in self.g.tensors[name].shape]
+            if len(sh) > 4:
+                raise CodegenError(f"broadcasting op on a rank-{len(sh)} tensor {name!r} (at most 4)")
+            return [1] * (4 - len(sh)) + sh
+
+        shape = pad(out)
+        vals = list(shape)
+        for name in (a, b) if b is not None else (a, a):
+            p = pad(name)
+            if any(d not in (1, o) for d, o in zip(p, shape)):
+                raise CodegenError(f"{name!r} {p} does not broadcast to {shape}")
+            st, acc = [0] * 4, 1
+            for d in range(3, -1, -1):
+                st[d] = acc if p[d] != 1 else 0
+                acc *= p[d]
+            vals += st
+        name = self.uid("tt_bc")
+        self.globals.append(f"static const tt_broadcast {name} = {{{{{', '.join(map(str, vals[:4]))}}}, "
+                            f"{{{', '.join(map(str, vals[4:8]))}}}, {{{', '.join(map(str, vals[8:]))}}}}};")
+        return name
+
+    def add_sub_params(self, a: str, b: str, y: str, act: str) -> str:
+        """add.cc / sub.cc 8-bit general path (executor._add_or_sub): left shift 20, `2 * max(s1, s2)` in float,
+        the multipliers in double."""
+        s1, z1 = self.qp(a)
+        s2, z2 = self.qp(b)
+        so, zo = self.qp(y)
+        left_shift = 20
+        twice_max = float(np.float32(2) * np.float32(max(s1, s2)))
+        m1, sh1 = ia.quantize_multiplier_smaller_than_one_exp(s1 / twice_max)
+        m2, sh2 = ia.quantize_multiplier_smaller_than_one_exp(s2 / twice_max)
+        mo, sho = ia.quantize_multiplier_smaller_than_one_exp(
+            twice_max / float(np.float32((1 << left_shift) * np.float32(so))))
+        lo, hi = ia.activation_range(act, so, zo)
+        name = self.uid("tt_ap")
+        self.globals.append(f"static const tt_add_params_s8 {name} = {{{z1}, {z2}, {zo}, {left_shift}, {m1}, "
+                            f"{sh1}, {m2}, {sh2}, {mo}, {sho}, {lo}, {hi}}};")
+        return name
+
+    def slice_params(self, x: str, y: str, attrs: dict) -> str:
+        """tt_strided_slice_params: x's rank-4 view; axis 0 (the batch) whole as in the executor, the others the
+        reader's resolved (start, stop, step); a shrunk axis has extent 1."""
+        xs = [int(d) for d in self.g.tensors[x].shape]
+        if len(xs) > 4:
+            raise CodegenError(f"strided_slice of a rank-{len(xs)} tensor (at most 4)")
+        ext, start, stride = [xs[0]], [0], [1]
+        for ax in range(1, len(xs)):
+            a, b, st = int(attrs["starts"][ax]), int(attrs["stops"][ax]), int(attrs["strides"][ax])
+            ext.append(len(range(a, b, st)))
+            start.append(a)
+            stride.append(st)
+        if numel(ext) != numel(self.g.tensors[y].shape):
+            raise CodegenError(f"strided_slice {y!r}: {ext} does not match the output {self.g.tensors[y].shape}")
+        k = 4 - len(xs)
+        xs, ext, start, stride = [1] * k + xs, [1] * k + ext, [0] * k + start, [1] * k + stride
+        name = self.uid("tt_ss")
+        self.globals.append(f"static const tt_strided_slice_params {name} = {{{{{', '.join(map(str, xs))}}}, "
+                            f"{{{', '.join(map(str, ext))}}}, {{{', '.join(map(str, start))}}}, "
+                            f"{{{', '.join(map(str, stride))}}}}};")
+        return name
+
     # ---- ops -------------------------------------------------------------------------------------------------
     def emit(self, op: Op) -> list[str]:
         fn = getattr(self, "op_" + op.type, None)
@@ -380,27 +452,123 @@ class _Gen:
     def op_add(self, op: Op) -> list[str]:
         a, b = op.inputs[0], op.inputs[1]
         y = op.outputs[0]
-        if self.g.tensors[a].shape != self.g.tensors[b].shape:
-            raise CodegenError("add with broadcasting")
         n = numel(self.g.tensors[y].shape)
         act = op.attrs.get("act", "none")
+        same = self.g.tensors[a].shape == self.g.tensors[b].shape
+        if self._int8(a):
+            p = self.add_sub_params(a, b, y, act)
+            if same:
+                return [f"tt_add_s8(&{p}, {n}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
+            return [f"tt_add_s8_broadcast(&{p}, &{self.bcast(y, a, b)}, {self.loc(a)}, {self.loc(b)}, "
+                    f"{self.loc(y)});"]
+        lo, hi = FLOAT_BOUNDS[act]
+        if same:
+            return [f"tt_add_f32({n}, {flit(lo)}, {flit(hi)}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
+        return [f"tt_add_f32_broadcast(&{self.bcast(y, a, b)}, {flit(lo)}, {flit(hi)}, {self.loc(a)}, "
+                f"{self.loc(b)}, {self.loc(y)});"]
+
+    def op_sub(self, op: Op) -> list[str]:
+        a, b = op.inputs[0], op.inputs[1]
+        y = op.outputs[0]
+        act = op.attrs.get("act", "none")
+        bc = self.bcast(y, a, b)
+        if self._int8(a):
+            p = self.add_sub_params(a, b, y, act)
+            return [f"tt_sub_s8(&{p}, &{bc}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
+        lo, hi = FLOAT_BOUNDS[act]
+        return [f"tt_sub_f32(&{bc}, {flit(lo)}, {flit(hi)}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
+
+    def op_mul(self, op: Op) -> list[str]:
+        a, b = op.inputs[0], op.inputs[1]
+        y = op.outputs[0]
+        act = op.attrs.get("act", "none")
+        bc = self.bcast(y, a, b)
         if self._int8(a):
             s1, z1 = self.qp(a)
             s2, z2 = self.qp(b)
             so, zo = self.qp(y)
-            left_shift = 20
-            twice_max = float(np.float32(2) * np.float32(max(s1, s2)))
-            m1, sh1 = ia.quantize_multiplier_smaller_than_one_exp(s1 / twice_max)
-            m2, sh2 = ia.quantize_multiplier_smaller_than_one_exp(s2 / twice_max)
-            mo, sho = ia.quantize_multiplier_smaller_than_one_exp(
-                twice_max / float(np.float32((1 << left_shift) * np.float32(so))))
+            # TFLite Micro's CalculateOpDataMul: the ratio of the float32 scales in double (executor._mul default).
+            m, sh = ia.quantize_multiplier(ia.f32(s1) * ia.f32(s2) / ia.f32(so))
             lo, hi = ia.activation_range(act, so, zo)
-            name = self.uid("tt_ap")
-            self.globals.append(f"static const tt_add_params_s8 {name} = {{{z1}, {z2}, {zo}, {left_shift}, {m1}, "
-                                f"{sh1}, {m2}, {sh2}, {mo}, {sho}, {lo}, {hi}}};")
-            return [f"tt_add_s8(&{name}, {n}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
+            name = self.uid("tt_mu")
+            self.globals.append(f"static const tt_mul_params_s8 {name} = {{{z1}, {z2}, {zo}, {m}, {sh}, {lo}, {hi}}};")
+            return [f"tt_mul_s8(&{name}, &{bc}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
         lo, hi = FLOAT_BOUNDS[act]
-        return [f"tt_add_f32({n}, {flit(lo)}, {flit(hi)}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
+        return [f"tt_mul_f32(&{bc}, {flit(lo)}, {flit(hi)}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
+
+    def _logistic_tanh(self, op: Op, kind: str) -> list[str]:
+        x, y = op.inputs[0], op.outputs[0]
+        n = numel(self.g.tensors[x].shape)
+        if self._int8(x):
+            s_in, z_in = self.qp(x)
+            s_out, z_out = self.qp(y)
+            want = (1.0 / 256, -128) if kind == "logistic" else (1.0 / 128, 0)
+            if z_out != want[1] or abs(s_out - want[0]) > 1e-6 * want[0]:
+                raise CodegenError(f"int8 {kind} output must have scale {want[0]:g} and zero point {want[1]}")
+            m, ls, radius = ia.logistic_tanh_params(s_in)
+            return [f"tt_{kind}_s8({n}, {z_in}, {m}, {ls}, {radius}, {self.loc(x)}, {self.loc(y)});"]
+        return [f"tt_{kind}_f32({n}, {self.loc(x)}, {self.loc(y)});"]
+
+    def op_logistic(self, op: Op) -> list[str]:
+        return self._logistic_tanh(op, "logistic")
+
+    def op_tanh(self, op: Op) -> list[str]:
+        return self._logistic_tanh(op, "tanh")
+
+    def op_hard_swish(self, op: Op) -> list[str]:
+        x, y = op.inputs[0], op.outputs[0]
+        n = numel(self.g.tensors[x].shape)
+        if self._int8(x):
+            s_in, z_in = self.qp(x)
+            s_out, z_out = self.qp(y)
+            try:
+                om, oe, rm, re_ = ia.hard_swish_params(s_in, s_out)
+            except ValueError as e:
+                raise CodegenError(f"hard_swish {y!r}: {e}") from None
+            name = self.uid("tt_hs")
+            self.globals.append(f"static const tt_hard_swish_params_s8 {name} = {{{z_in}, {z_out}, {om}, {oe}, "
+                                f"{rm}, {re_}}};")
+            return [f"tt_hard_swish_s8(&{name}, {n}, {self.loc(x)}, {self.loc(y)});"]
+        return [f"tt_hard_swish_f32({n}, {self.loc(x)}, {self.loc(y)});"]
+
+    def op_leaky_relu(self, op: Op) -> list[str]:
+        x, y = op.inputs[0], op.outputs[0]
+        n = numel(self.g.tensors[x].shape)
+        alpha = np.float32(op.attrs.get("alpha", 0.2))
+        if self._int8(x):
+            s_in, z_in = self.qp(x)
+            s_out, z_out = self.qp(y)
+            # LeakyReluPrepare forms both ratios in float (executor._leaky_relu).
+            mi, shi = ia.quantize_multiplier(ia.f32(np.float32(s_in) / np.float32(s_out)))
+            ma, sha = ia.quantize_multiplier(ia.f32(np.float32(np.float32(s_in) * alpha) / np.float32(s_out)))
+            return [f"tt_leaky_relu_s8({n}, {z_in}, {z_out}, {mi}, {shi}, {ma}, {sha}, {self.loc(x)}, "
+                    f"{self.loc(y)});"]
+        return [f"tt_leaky_relu_f32({n}, {flit(alpha)}, {self.loc(x)}, {self.loc(y)});"]
+
+    def op_prelu(self, op: Op) -> list[str]:
+        x, al, y = op.inputs[0], op.inputs[1], op.outputs[0]
+        bc = self.bcast(y, x, al)
+        if self._int8(x):
+            s_in, z_in = self.qp(x)
+            s_a, z_a = self.qp(al)
+            s_out, z_out = self.qp(y)
+            # PreluPrepare's float (not double) ratios (executor._prelu).
+            m1, sh1 = ia.quantize_multiplier(ia.f32(np.float32(s_in) / np.float32(s_out)))
+            m2, sh2 = ia.quantize_multiplier(ia.f32(np.float32(np.float32(s_in) * np.float32(s_a)) /
+                                                    np.float32(s_out)))
+            name = self.uid("tt_pr")
+            self.globals.append(f"static const tt_prelu_params_s8 {name} = {{{z_in}, {z_a}, {z_out}, {m1}, {sh1}, "
+                                f"{m2}, {sh2}}};")
+            return [f"tt_prelu_s8(&{name}, &{bc}, {self.loc(x)}, {self.loc(al)}, {self.loc(y)});"]
+        return [f"tt_prelu_f32(&{bc}, {self.loc(x)}, {self.loc(al)}, {self.loc(y)});"]
+
+    def op_strided_slice(self, op: Op) -> list[str]:
+        x, y = op.inputs[0], op.outputs[0]
+        if self.same_place(x, y):
+            raise CodegenError(f"strided_slice {y!r} planned in place over its input (the kernel cannot)")
+        p = self.slice_params(x, y, op.attrs)
+        suffix = "s8" if self._int8(x) else "f32"
+        return [f"tt_strided_slice_{suffix}(&{p}, {self.loc(x)}, {self.loc(y)});"]
 
     def _pool(self, op: Op, kind: str) -> list[str]:
         x, y = op.inputs[0], op.outputs[0]
@@ -701,14 +869,61 @@ class _Gen:
         rows = numel(self.g.tensors[dz].shape) // c
         return [f"tt_bias_grad_f32({rows}, {c}, {self.loc(dz)}, {self.loc(db)});"]
 
+    def _unbroadcast(self, dz: str, d: str, sign: float) -> list[str]:
+        if sign > 0 and self.g.tensors[d].shape == self.g.tensors[dz].shape:
+            return self._copy(dz, d)
+        n = numel(self.g.tensors[d].shape)
+        return [f"tt_unbroadcast_f32(&{self.bcast(dz, d)}, {flit(sign)}, {self.loc(dz)}, {self.loc(d)}, {n});"]
+
     def op_add_grad(self, op: Op) -> list[str]:
         dz = op.inputs[0]
         lines = []
         for o in op.outputs:
-            if self.g.tensors[o].shape != self.g.tensors[dz].shape:
-                raise CodegenError("add_grad with broadcasting")
-            lines += self._copy(dz, o)
+            lines += self._unbroadcast(dz, o, 1.0)
         return lines
+
+    def op_sub_grad(self, op: Op) -> list[str]:
+        dz = op.inputs[0]
+        lines = []
+        for o, j in zip(op.outputs, op.attrs["which"]):
+            lines += self._unbroadcast(dz, o, -1.0 if int(j) == 1 else 1.0)
+        return lines
+
+    def op_mul_grad(self, op: Op) -> list[str]:
+        dz, other, d = op.inputs[0], op.inputs[1], op.outputs[0]
+        n = numel(self.g.tensors[d].shape)
+        return [f"tt_mul_grad_f32(&{self.bcast(dz, d, other)}, {self.loc(dz)}, {self.loc(other)}, {self.loc(d)}, "
+                f"{n});"]
+
+    def _elementwise_grad(self, op: Op, kind: str, *extra: str) -> list[str]:
+        dy, v, dx = op.inputs[0], op.inputs[1], op.outputs[0]
+        n = numel(self.g.tensors[dy].shape)
+        pre = "".join(f"{e}, " for e in extra)
+        return [f"tt_{kind}_grad_f32({n}, {pre}{self.loc(dy)}, {self.loc(v)}, {self.loc(dx)});"]
+
+    def op_logistic_grad(self, op: Op) -> list[str]:
+        return self._elementwise_grad(op, "logistic")
+
+    def op_tanh_grad(self, op: Op) -> list[str]:
+        return self._elementwise_grad(op, "tanh")
+
+    def op_hard_swish_grad(self, op: Op) -> list[str]:
+        return self._elementwise_grad(op, "hard_swish")
+
+    def op_leaky_relu_grad(self, op: Op) -> list[str]:
+        return self._elementwise_grad(op, "leaky_relu", flit(op.attrs["alpha"]))
+
+    def op_prelu_grad(self, op: Op) -> list[str]:
+        dy, x, al, dx = op.inputs[0], op.inputs[1], op.inputs[2], op.outputs[0]
+        return [f"tt_prelu_grad_f32(&{self.bcast(dy, x, al)}, {self.loc(dy)}, {self.loc(x)}, {self.loc(al)}, "
+                f"{self.loc(dx)});"]
+
+    def op_strided_slice_grad(self, op: Op) -> list[str]:
+        dy, dx = op.inputs[0], op.outputs[0]
+        if self.same_place(dy, dx):
+            raise CodegenError(f"strided_slice_grad {dx!r} planned in place over dy (the kernel cannot)")
+        p = self.slice_params(dx, dy, op.attrs)
+        return [f"tt_strided_slice_grad_f32(&{p}, {self.loc(dy)}, {self.loc(dx)});"]
 
     def op_average_pool2d_grad(self, op: Op) -> list[str]:
         dy, dx = op.inputs[0], op.outputs[0]

@@ -333,3 +333,137 @@ def test_fused_weight_readers_run_before_the_weight_update(digits_int8):
             assert readers and all(j in preds[i] for j in readers)
             checked += 1
     assert checked > 0
+
+
+# ---- ops added for converter models (MUL, SUB, broadcast ADD, LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU, PRELU,
+# STRIDED_SLICE): the converter-made fixtures of tests/fixtures/ops/ trained on the host ------------------------
+
+OPS = FIX / "ops"
+HEAD_CLASSES = 4
+
+
+def _with_classifier_head(g, seed=0):
+    """The fixture graph (whose output is a feature map, no classifier) with a FULLY_CONNECTED head of
+    HEAD_CLASSES logits on its flattened output, so that it trains with cross-entropy on integer labels (the
+    firmware protocol streams labels). int8: per-channel symmetric weights, zero bias (scale s_x * s_w, as the
+    converter), the logits' scale from the float logits of random inputs."""
+    from tinytrain.stages.ir import Op, QuantParams, Tensor
+
+    feat = g.outputs[0]
+    ft = g.tensors[feat]
+    depth = int(np.prod(ft.shape[1:]))
+    rng = np.random.default_rng(seed)
+    wf = (rng.standard_normal((HEAD_CLASSES, depth)) * (2.0 / np.sqrt(depth))).astype(np.float32)
+    w, b, y = "head/w", "head/b", "head/logits"
+    if ft.dtype == "int8":
+        inp = g.tensors[g.inputs[0]]
+        xin = rng.integers(-128, 128, size=[16] + list(inp.shape[1:])).astype(np.int8)
+        s_x, z_x = float(ft.quant.scale[0]), int(ft.quant.zero_point[0])
+        feats = (run_graph(g, {g.inputs[0]: xin})[feat].astype(np.float32) - z_x) * np.float32(s_x)
+        s_w = (np.abs(wf).max(axis=1) / 127).astype(np.float32)
+        wq = np.clip(np.round(wf / s_w[:, None]), -127, 127).astype(np.int8)
+        s_y = float(np.abs(feats.reshape(16, -1) @ wf.T).max()) * 1.5 / 127
+        g.tensors[w] = Tensor(w, [HEAD_CLASSES, depth], "int8", role="weight",
+                              quant=QuantParams([float(s) for s in s_w], [0] * HEAD_CLASSES, 0), data=wq)
+        g.tensors[b] = Tensor(b, [HEAD_CLASSES], "int32", role="bias",
+                              quant=QuantParams([float(np.float32(s_x * float(s))) for s in s_w],
+                                                [0] * HEAD_CLASSES, 0),
+                              data=np.zeros(HEAD_CLASSES, np.int32))
+        g.tensors[y] = Tensor(y, [1, HEAD_CLASSES], "int8", quant=QuantParams([float(np.float32(s_y))], [0]))
+    else:
+        g.tensors[w] = Tensor(w, [HEAD_CLASSES, depth], "float32", role="weight", data=wf)
+        g.tensors[b] = Tensor(b, [HEAD_CLASSES], "float32", role="bias", data=np.zeros(HEAD_CLASSES, np.float32))
+        g.tensors[y] = Tensor(y, [1, HEAD_CLASSES], "float32")
+    g.ops.append(Op("fully_connected", [feat, w, b], [y], {"act": "none", "keep_num_dims": False}))
+    g.outputs = [y]
+    return g
+
+
+# fixture -> C kernels the generated program must call (forward and backward), so the case really runs them
+OP_CASES = {
+    "act_arith_int8": ["tt_logistic_s8(", "tt_tanh_s8(", "tt_mul_s8(", "tt_sub_s8(", "tt_hard_swish_s8(",
+                       "tt_leaky_relu_s8(", "tt_mul_grad_f32(", "tt_unbroadcast_f32(", "tt_logistic_grad_f32(",
+                       "tt_tanh_grad_f32(", "tt_hard_swish_grad_f32(", "tt_leaky_relu_grad_f32("],
+    "act_arith_float": ["tt_logistic_f32(", "tt_tanh_f32(", "tt_mul_f32(", "tt_sub_f32(", "tt_hard_swish_f32(",
+                        "tt_leaky_relu_f32(", "tt_mul_grad_f32(", "tt_unbroadcast_f32(", "tt_logistic_grad_f32(",
+                        "tt_tanh_grad_f32(", "tt_hard_swish_grad_f32(", "tt_leaky_relu_grad_f32("],
+    "prelu_slice_int8": ["tt_prelu_s8(", "tt_strided_slice_s8(", "tt_prelu_grad_f32(", "tt_strided_slice_grad_f32("],
+    "prelu_slice_float": ["tt_prelu_f32(", "tt_strided_slice_f32(", "tt_prelu_grad_f32(",
+                          "tt_strided_slice_grad_f32("],
+    "bn_input_int8": ["tt_mul_s8(", "tt_add_s8_broadcast("],
+    "bn_input_float": ["tt_mul_f32(", "tt_add_f32_broadcast("],
+}
+
+
+@pytest.mark.parametrize("fixture", sorted(OP_CASES))
+def test_new_ops_train_like_the_golden_model(fixture, tmp_path):
+    """The converter's float and int8 fixtures (through a classifier head) trained 20 steps on the host (ASan/UBSan):
+    int8 forward bit-exact, losses within 1e-5, int8/int32 parameters identical and float ones within 1e-5."""
+    g = _with_classifier_head(read_model(OPS / f"{fixture}.tflite"))
+    opt = "sgd" if fixture.endswith("int8") else "adam"
+    tg = build_training_graph(g, TrainPlan.full(g), "cross_entropy", OptimizerSpec(kind=opt, learning_rate=0.05), 1)
+    _, mp, _, _ = plan_schedules(tg, True)
+    codegen.generate(tg, mp.order, mp.to_json(), tmp_path / "prog")
+    src = (tmp_path / "prog" / "tt_model.c").read_text()
+    for call in OP_CASES[fixture]:
+        assert call in src, call
+    x, y = _data(tg, STEPS)
+    write_stream(tmp_path / "train.ttds", x, y)
+    write_stream(tmp_path / "test.ttds", x[:8], y[:8])
+    cfg = RuntimeConfig(learning_rate=0.05 if opt == "sgd" else 0.01, epochs=1)
+    out = _run("host", tmp_path / "prog", tmp_path / "build", tmp_path / "run", cfg,
+               {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"},
+               sanitize=("address", "undefined"), defines={"TT_DUMP_TENSORS": "1"})
+    meta = tg.meta["train"]
+    head_t = tg.tensors[meta["prediction"]]
+    ev = np.frombuffer((tmp_path / "run" / "eval_out.bin").read_bytes(), head_t.dtype).reshape(16, -1)
+    ref = _forward_ref(tg, x[:8]).reshape(8, -1)
+    if head_t.dtype == "int8":
+        np.testing.assert_array_equal(ev[:8], ref)
+    else:
+        np.testing.assert_allclose(ev[:8], ref, rtol=1e-5, atol=1e-6)
+    want, state = _golden(tg, x, y, cfg)
+    np.testing.assert_allclose(np.frombuffer(out["losses.bin"], "<f4"), want, rtol=1e-5, atol=1e-6)
+    io = json.loads((tmp_path / "prog" / "io_layout.json").read_text())
+    changed = 0
+    for t in io["trained_tensors"]:
+        got = np.frombuffer(out["weights.bin"][t["offset"]:t["offset"] + t["nbytes"]], t["dtype"]).reshape(t["shape"])
+        exp = state[t["name"]]
+        if t["dtype"] == "float32":
+            scale = max(float(np.max(np.abs(exp))), 1e-30)
+            assert float(np.max(np.abs(got - exp))) <= 1e-5 * scale, t["name"]
+        else:
+            np.testing.assert_array_equal(got, exp, err_msg=t["name"])
+        changed += int(np.count_nonzero(got != tg.tensors[t["name"]].data))
+    assert changed > 0  # training moved the parameters
+    res = json.loads(out["results.json"])
+    assert res["steps"] == STEPS and res["loss_nan"] is False
+    assert 0 < res["arena_bytes_used"] <= res["arena_bytes_planned"] == mp.arena
+
+
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
+                    reason="arm-none-eabi-gcc or qemu-system-arm not installed")
+@pytest.mark.parametrize("fixture", ["act_arith_float", "act_arith_int8"])
+def test_new_ops_qemu_matches_host_bit_for_bit(fixture, tmp_path):
+    """tt_expf / tt_tanhf and the fixed-point LOGISTIC / TANH / HARD_SWISH give the same bits on the Cortex-M7 as on
+    the host: losses and trained weights byte-identical."""
+    g = _with_classifier_head(read_model(OPS / f"{fixture}.tflite"))
+    tg = build_training_graph(g, TrainPlan.full(g), "cross_entropy", OptimizerSpec(kind="sgd", learning_rate=0.05),
+                              1)
+    _, mp, _, _ = plan_schedules(tg, True)
+    codegen.generate(tg, mp.order, mp.to_json(), tmp_path / "prog")
+    x, y = _data(tg, 8, seed=5)
+    write_stream(tmp_path / "train.ttds", x, y)
+    write_stream(tmp_path / "test.ttds", x[:4], y[:4])
+    cfg = RuntimeConfig(learning_rate=0.05, epochs=1)
+    data = {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"}
+    host = _run("host", tmp_path / "prog", tmp_path / "bh", tmp_path / "rh", cfg, data)
+    qemu = _run("stm32f746-disco", tmp_path / "prog", tmp_path / "bq", tmp_path / "rq", cfg, data)
+    assert qemu["losses.bin"] == host["losses.bin"]
+    assert qemu["weights.bin"] == host["weights.bin"]
+    rh, rq = json.loads(host["results.json"]), json.loads(qemu["results.json"])
+    for r in (rh, rq):
+        for k in ("instructions_total_train", "instructions_per_step_min", "instructions_per_step_max",
+                  "instructions_per_step_mean"):
+            r.pop(k)
+    assert rq == rh

@@ -575,6 +575,225 @@ def test_out_size_and_pad(batch):
         assert tuple(out[k][0]) == ref
 
 
+# ---- broadcasting binary ops, activations, strided slice (tt_arith.c, tt_activations.c, tt_slice.c) ------------
+
+def _bcast_ints(out_shape, *operands) -> list[int]:
+    """tt_broadcast as ints: the output's rank-4 shape, then each operand's element strides (numpy broadcasting:
+    shapes aligned to the right, stride 0 along an axis of extent 1)."""
+    def pad(sh):
+        sh = [int(d) for d in sh]
+        return [1] * (4 - len(sh)) + sh
+    ints = pad(out_shape)
+    for sh in operands:
+        p = pad(sh)
+        st, acc = [0] * 4, 1
+        for d in range(3, -1, -1):
+            st[d] = acc if p[d] != 1 else 0
+            acc *= p[d]
+        ints += st
+    return ints
+
+
+def _bcast_shapes(rng):
+    """(feed shape with the batch, constant shape) pairs that broadcast, and the output shape."""
+    n, h, w, c = (int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(1, 5)), int(rng.integers(1, 6)))
+    full = [n, h, w, c]
+    kind = int(rng.integers(0, 6))
+    a = list(full)
+    b = {0: [c], 1: [1, 1, c], 2: [h, 1, c], 3: [1], 4: list(full), 5: [h, w, 1]}[kind]
+    if kind == 4 and rng.random() < 0.5:
+        a[2] = 1  # both operands broadcast: a over W, the output takes W from b
+        b = [1, h, w, c]
+    out = list(np.broadcast_shapes(tuple(a), tuple(b)))
+    return a, b, out
+
+
+def _const(name, data, dtype, quant=None):
+    return Tensor(name, list(np.shape(data)), dtype, role="constant", quant=quant, data=data)
+
+
+def test_add_sub_mul_broadcast(batch):
+    """int8 ADD (broadcast), SUB, MUL bit-exact with the executor (TFLite Micro's multipliers); either operand may be
+    the broadcast constant; float within 1e-5."""
+    rng = np.random.default_rng(110)
+    refs = []
+    for t in range(60):
+        kind = ("add", "sub", "mul")[t % 3]
+        fshape, cshape, oshape = _bcast_shapes(rng)
+        act = str(rng.choice(ACTS))
+        swap = rng.random() < 0.4  # the constant is the first operand
+        s1, s2, so = (_f32s(rng.uniform(0.005, 0.2)) for _ in range(3))
+        if kind == "mul":
+            so = _f32s(s1 * s2 * rng.uniform(20, 200))
+        z1, z2, zo = (int(rng.integers(-128, 128)) for _ in range(3))
+        xf = rng.integers(-128, 128, size=fshape).astype(np.int8)
+        xc = rng.integers(-128, 128, size=cshape).astype(np.int8)
+        tf, tc = Tensor("x", fshape, "int8", quant=_q(s1, z1)), _const("c", xc, "int8", _q(s2, z2))
+        ins = [tc, tf] if swap else [tf, tc]
+        (sa, za), (sb, zb) = ((s2, z2), (s1, z1)) if swap else ((s1, z1), (s2, z2))
+        a, b = (xc, xf) if swap else (xf, xc)
+        ref = _run(kind, ins, Tensor("y", oshape, "int8", quant=_q(so, zo)), {"act": act}, {"x": xf})
+        bc = _bcast_ints(oshape, a.shape, b.shape)
+        lo, hi = ia.activation_range(act, so, zo)
+        if kind == "mul":
+            m, sh = ia.quantize_multiplier(ia.f32(sa) * ia.f32(sb) / ia.f32(so))
+            refs.append((batch.add("mul_s8", [za, zb, zo, m, sh, lo, hi] + bc, [], [a, b, np.zeros(oshape, np.int8)]),
+                         ref))
+        else:
+            twice_max = float(np.float32(2) * np.float32(max(sa, sb)))
+            m1, sh1 = ia.quantize_multiplier_smaller_than_one_exp(sa / twice_max)
+            m2, sh2 = ia.quantize_multiplier_smaller_than_one_exp(sb / twice_max)
+            mo, sho = ia.quantize_multiplier_smaller_than_one_exp(
+                twice_max / float(np.float32((1 << 20) * np.float32(so))))
+            ints = [za, zb, zo, 20, m1, sh1, m2, sh2, mo, sho, lo, hi] + bc
+            refs.append((batch.add("sub_s8" if kind == "sub" else "add_s8_broadcast", ints, [],
+                                   [a, b, np.zeros(oshape, np.int8)]), ref))
+        ff = rng.standard_normal(fshape).astype(np.float32) * 3
+        fc = rng.standard_normal(cshape).astype(np.float32) * 3
+        tf, tc = Tensor("x", fshape, "float32"), _const("c", fc, "float32")
+        reff = _run(kind, [tc, tf] if swap else [tf, tc], Tensor("y", oshape, "float32"), {"act": act}, {"x": ff})
+        af, bf = (fc, ff) if swap else (ff, fc)
+        name = {"add": "add_f32_broadcast", "sub": "sub_f32", "mul": "mul_f32"}[kind]
+        refs.append((batch.add(name, bc, FLOAT_BOUNDS[act], [af, bf, np.zeros(oshape, np.float32)]), reff))
+    out = batch.run()
+    for k, ref in refs:
+        if ref.dtype == np.int8:
+            np.testing.assert_array_equal(out[k][2], ref)
+        else:
+            _assert_close(out[k][2], ref)
+
+
+@pytest.mark.parametrize("kind", ["logistic", "tanh"])
+def test_logistic_tanh(batch, kind):
+    """int8: every input value, many input scales (gemmlowp fixed point, saturation radius), bit-exact; float:
+    tt_expf / tt_tanhf within 1e-5 of numpy, from tiny to saturating inputs."""
+    rng = np.random.default_rng(120 + len(kind))
+    refs = []
+    x = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
+    out_q = (1 / 256, -128) if kind == "logistic" else (1 / 128, 0)
+    for t in range(30):
+        si = _f32s(10 ** rng.uniform(-3.5, 0.5)) if t else _f32s(0.04658001288771629)
+        zi = int(rng.integers(-128, 128))
+        ref = _run(kind, [Tensor("x", [1, 256], "int8", quant=_q(si, zi))],
+                   Tensor("y", [1, 256], "int8", quant=_q(*out_q)), {}, {"x": x})
+        m, ls, radius = ia.logistic_tanh_params(si)
+        refs.append((batch.add(kind + "_s8", [256, zi, m, ls, radius], [], [x, np.zeros_like(x)]), ref))
+    for t in range(10):
+        xf = (rng.standard_normal((2, 200)) * 10.0 ** (t % 5 - 3)).astype(np.float32)  # 1e-3 .. 10
+        xf[0, :8] = [0.0, -0.0, 1e-8, -3e-5, 20.0, -20.0, 16.7, -9.5]
+        reff = _run(kind, [Tensor("x", [2, 200], "float32")], Tensor("y", [2, 200], "float32"), {}, {"x": xf})
+        refs.append((batch.add(kind + "_f32", [xf.size], [], [xf, np.zeros_like(xf)]), reff))
+    out = batch.run()
+    for k, ref in refs:
+        if ref.dtype == np.int8:
+            np.testing.assert_array_equal(out[k][1], ref)
+        else:
+            np.testing.assert_allclose(out[k][1], ref, rtol=1e-5, atol=1e-30)
+
+
+def test_hard_swish_leaky_relu(batch):
+    rng = np.random.default_rng(130)
+    refs = []
+    x = np.arange(-128, 128, dtype=np.int8).reshape(2, 128)
+    for t in range(30):
+        si = _f32s(rng.uniform(0.005, 0.3))
+        so = _f32s(si * rng.uniform(0.2, 2.0))
+        zi, zo = int(rng.integers(-128, 128)), int(rng.integers(-128, 128))
+        ref = _run("hard_swish", [Tensor("x", [2, 128], "int8", quant=_q(si, zi))],
+                   Tensor("y", [2, 128], "int8", quant=_q(so, zo)), {}, {"x": x})
+        om, oe, rm, re_ = ia.hard_swish_params(si, so)
+        refs.append((batch.add("hard_swish_s8", [256, zi, zo, om, oe, rm, re_], [], [x, np.zeros_like(x)]), ref))
+        alpha = _f32s(rng.choice([0.2, 0.01, rng.uniform(-0.5, 1.5)]))
+        ref = _run("leaky_relu", [Tensor("x", [2, 128], "int8", quant=_q(si, zi))],
+                   Tensor("y", [2, 128], "int8", quant=_q(so, zo)), {"alpha": alpha}, {"x": x})
+        mi, shi = ia.quantize_multiplier(ia.f32(np.float32(si) / np.float32(so)))
+        ma, sha = ia.quantize_multiplier(ia.f32(np.float32(np.float32(si) * np.float32(alpha)) / np.float32(so)))
+        refs.append((batch.add("leaky_relu_s8", [256, zi, zo, mi, shi, ma, sha], [], [x, np.zeros_like(x)]), ref))
+        xf = (rng.standard_normal((3, 40)) * 4).astype(np.float32)
+        xf[0, :4] = [-3.0, 3.0, 0.0, -0.0]
+        reff = _run("hard_swish", [Tensor("x", [3, 40], "float32")], Tensor("y", [3, 40], "float32"), {}, {"x": xf})
+        refs.append((batch.add("hard_swish_f32", [xf.size], [], [xf, np.zeros_like(xf)]), reff))
+        reff = _run("leaky_relu", [Tensor("x", [3, 40], "float32")], Tensor("y", [3, 40], "float32"),
+                    {"alpha": alpha}, {"x": xf})
+        refs.append((batch.add("leaky_relu_f32", [xf.size], [alpha], [xf, np.zeros_like(xf)]), reff))
+    out = batch.run()
+    for k, ref in refs:
+        np.testing.assert_array_equal(out[k][1], ref)  # float too: the same float32 operations in the same order
+
+
+def test_prelu(batch):
+    rng = np.random.default_rng(140)
+    refs = []
+    for _ in range(30):
+        n, h, w, c = int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(1, 5)), int(rng.integers(1, 6))
+        ashape = [[1, 1, c], [h, w, c], [c], [1]][int(rng.integers(0, 4))]
+        si, sa, so = _f32s(rng.uniform(0.01, 0.1)), _f32s(rng.uniform(0.002, 0.01)), _f32s(rng.uniform(0.01, 0.1))
+        zi, za, zo = int(rng.integers(-128, 128)), int(rng.integers(-20, 20)), int(rng.integers(-128, 128))
+        x = rng.integers(-128, 128, size=(n, h, w, c)).astype(np.int8)
+        al = rng.integers(-128, 128, size=ashape).astype(np.int8)
+        ref = _run("prelu", [Tensor("x", [n, h, w, c], "int8", quant=_q(si, zi)), _const("a", al, "int8", _q(sa, za))],
+                   Tensor("y", [n, h, w, c], "int8", quant=_q(so, zo)), {}, {"x": x})
+        m1, sh1 = ia.quantize_multiplier(ia.f32(np.float32(si) / np.float32(so)))
+        m2, sh2 = ia.quantize_multiplier(ia.f32(np.float32(np.float32(si) * np.float32(sa)) / np.float32(so)))
+        bc = _bcast_ints(x.shape, x.shape, al.shape)
+        refs.append((batch.add("prelu_s8", [zi, za, zo, m1, sh1, m2, sh2] + bc, [], [x, al, np.zeros_like(x)]), ref))
+        xf = rng.standard_normal((n, h, w, c)).astype(np.float32)
+        af = rng.uniform(-0.5, 0.8, size=ashape).astype(np.float32)
+        reff = _run("prelu", [Tensor("x", [n, h, w, c], "float32"), _const("a", af, "float32")],
+                    Tensor("y", [n, h, w, c], "float32"), {}, {"x": xf})
+        refs.append((batch.add("prelu_f32", bc, [], [xf, af, np.zeros_like(xf)]), reff))
+    out = batch.run()
+    for k, ref in refs:
+        np.testing.assert_array_equal(out[k][2], ref)
+
+
+def _strided_case(rng):
+    """A random strided slice of a rank-4 tensor: attrs as the reader resolves them (axis 0 whole; negative steps
+    with stop -1 meaning past index 0), the tt_strided_slice_params ints, the output shape with and without the
+    shrunk axes."""
+    shape = [int(rng.integers(1, 3))] + [int(rng.integers(1, 7)) for _ in range(3)]
+    starts, stops, strides, ext = [0], [shape[0]], [1], [shape[0]]
+    shrink = []
+    for d in range(1, 4):
+        step = int(rng.choice([1, 1, 2, 3, -1, -2]))
+        if rng.random() < 0.2:
+            i = int(rng.integers(0, shape[d]))
+            a, b, step = i, i + 1, 1
+            shrink.append(d)
+        elif step > 0:
+            a = int(rng.integers(0, shape[d]))
+            b = int(rng.integers(a + 1, shape[d] + 1))
+        else:
+            a = int(rng.integers(0, shape[d]))
+            b = int(rng.integers(-1, a))
+        starts.append(a)
+        stops.append(b)
+        strides.append(step)
+        ext.append(len(range(a, b, step)))
+    attrs = dict(starts=starts, stops=stops, strides=strides)
+    oshape = [e for d, e in enumerate(ext) if d not in shrink]
+    ints = shape + ext + starts + strides
+    return shape, ext, oshape, attrs, ints
+
+
+def test_strided_slice(batch):
+    rng = np.random.default_rng(150)
+    refs = []
+    for _ in range(40):
+        shape, _, oshape, attrs, ints = _strided_case(rng)
+        x = rng.integers(-128, 128, size=shape).astype(np.int8)
+        ref = _run("strided_slice", [Tensor("x", shape, "int8", quant=_q(0.1, 3))],
+                   Tensor("y", oshape, "int8", quant=_q(0.1, 3)), attrs, {"x": x})
+        refs.append((batch.add("strided_slice_s8", ints, [], [x, np.zeros(oshape, np.int8)]), ref))
+        xf = rng.standard_normal(shape).astype(np.float32)
+        reff = _run("strided_slice", [Tensor("x", shape, "float32")], Tensor("y", oshape, "float32"), attrs,
+                    {"x": xf})
+        refs.append((batch.add("strided_slice_f32", ints, [], [xf, np.zeros(oshape, np.float32)]), reff))
+    out = batch.run()
+    for k, ref in refs:
+        np.testing.assert_array_equal(out[k][1], ref)
+
+
 # ---- float32 backward (grad_ops) ------------------------------------------------------------------------------
 
 def _conv_geom_case(rng, depthwise: bool):
@@ -700,6 +919,50 @@ def test_data_movement_and_activation_backward(batch):
     for i, ref, js in refs:
         for r, j in zip(ref, js):
             _assert_close(out[i][j], r)
+
+
+def test_elementwise_backward(batch):
+    """unbroadcast (add/sub grads, both signs), mul_grad, the activation grads and the strided-slice scatter vs
+    grad_ops, within 1e-5 (sums over broadcast axes run in another order than numpy's pairwise sums)."""
+    rng = np.random.default_rng(235)
+    refs = []
+    for _ in range(30):
+        fshape, cshape, oshape = _bcast_shapes(rng)
+        dy = rng.standard_normal(oshape).astype(np.float32)
+        for shp in (fshape, cshape):
+            sign = float(rng.choice([1.0, -1.0]))
+            ref = go.sub_grad(dy, shp, sign)
+            size = int(np.prod(shp))
+            refs.append((batch.add("unbroadcast_f32", [size] + _bcast_ints(oshape, shp), [sign],
+                                   [dy, np.zeros(shp, np.float32)]), ref, 1))
+            other = cshape if shp is fshape else fshape
+            o = rng.standard_normal(other).astype(np.float32)
+            ref = go.mul_grad(dy, o, shp)
+            refs.append((batch.add("mul_grad_f32", [size] + _bcast_ints(oshape, shp, other), [],
+                                   [dy, o, np.zeros(shp, np.float32)]), ref, 2))
+        shape = list(oshape)
+        g = rng.standard_normal(shape).astype(np.float32)
+        y = rng.uniform(0, 1, size=shape).astype(np.float32)
+        refs.append((batch.add("logistic_grad_f32", [g.size], [], [g, y, np.zeros_like(g)]), go.logistic_grad(g, y), 2))
+        yt = rng.uniform(-1, 1, size=shape).astype(np.float32)
+        refs.append((batch.add("tanh_grad_f32", [g.size], [], [g, yt, np.zeros_like(g)]), go.tanh_grad(g, yt), 2))
+        x = rng.choice(np.array([-3, 3, 0, -4, 5, 1.5, -0.5, 2.9], np.float32), size=shape)
+        x = np.where(rng.random(shape) < 0.5, x, rng.standard_normal(shape) * 4).astype(np.float32)
+        refs.append((batch.add("hard_swish_grad_f32", [g.size], [], [g, x, np.zeros_like(g)]),
+                     go.hard_swish_grad(g, x), 2))
+        alpha = _f32s(rng.uniform(-0.5, 1.0))
+        refs.append((batch.add("leaky_relu_grad_f32", [g.size], [alpha], [g, x, np.zeros_like(g)]),
+                     go.leaky_relu_grad(g, x, alpha), 2))
+        al = rng.uniform(-0.5, 0.8, size=shape[-1:] if rng.random() < 0.5 else [1] + shape[1:]).astype(np.float32)
+        refs.append((batch.add("prelu_grad_f32", _bcast_ints(shape, shape, al.shape), [],
+                               [g, x, al, np.zeros_like(g)]), go.prelu_grad(g, x, al), 3))
+        xshape, ext, oshp, attrs, ints = _strided_case(rng)
+        dys = rng.standard_normal(oshp).astype(np.float32)
+        refs.append((batch.add("strided_slice_grad_f32", ints, [], [dys, np.full(xshape, np.nan, np.float32)]),
+                     go.strided_slice_grad(dys, xshape, attrs["starts"], attrs["stops"], attrs["strides"]), 1))
+    out = batch.run()
+    for i, ref, j in refs:
+        _assert_close(out[i][j], ref)
 
 
 def test_losses(batch):

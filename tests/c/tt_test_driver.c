@@ -66,6 +66,28 @@ static inline tt_slice slice3(const int32_t *v)
     return s;
 }
 
+/* v: shape[4], a_stride[4], b_stride[4] */
+static tt_broadcast bcast(const int32_t *v)
+{
+    tt_broadcast b;
+    int32_t d;
+    for (d = 0; d < 4; ++d) {
+        b.shape[d] = v[d]; b.a_stride[d] = v[4 + d]; b.b_stride[d] = v[8 + d];
+    }
+    return b;
+}
+
+/* v: in_shape[4], out_shape[4], start[4], stride[4] */
+static tt_strided_slice_params slice_params(const int32_t *v)
+{
+    tt_strided_slice_params p;
+    int32_t d;
+    for (d = 0; d < 4; ++d) {
+        p.in_shape[d] = v[d]; p.out_shape[d] = v[4 + d]; p.start[d] = v[8 + d]; p.stride[d] = v[12 + d];
+    }
+    return p;
+}
+
 #define IS(name) (strcmp(op, name) == 0)
 #define S8(k) ((int8_t *)B[k])
 #define I32(k) ((int32_t *)B[k])
@@ -153,6 +175,56 @@ static void run(void)
         tt_copy_s8(I[0], S8(0), S8(1));
     } else if (IS("copy_f32")) {
         tt_copy_f32(I[0], F32(0), F32(1));
+    } else if (IS("add_s8_broadcast") || IS("sub_s8")) {
+        tt_add_params_s8 p;
+        tt_broadcast bc = bcast(I + 12);
+        p.input1_zero_point = I[0]; p.input2_zero_point = I[1]; p.output_zero_point = I[2]; p.left_shift = I[3];
+        p.input1_multiplier = I[4]; p.input1_shift = I[5]; p.input2_multiplier = I[6]; p.input2_shift = I[7];
+        p.output_multiplier = I[8]; p.output_shift = I[9]; p.act_min = I[10]; p.act_max = I[11];
+        (IS("sub_s8") ? tt_sub_s8 : tt_add_s8_broadcast)(&p, &bc, S8(0), S8(1), S8(2));
+    } else if (IS("mul_s8")) {
+        tt_mul_params_s8 p;
+        tt_broadcast bc = bcast(I + 7);
+        p.input1_zero_point = I[0]; p.input2_zero_point = I[1]; p.output_zero_point = I[2]; p.multiplier = I[3];
+        p.shift = I[4]; p.act_min = I[5]; p.act_max = I[6];
+        tt_mul_s8(&p, &bc, S8(0), S8(1), S8(2));
+    } else if (IS("add_f32_broadcast") || IS("sub_f32") || IS("mul_f32")) {
+        tt_broadcast bc = bcast(I);
+        (IS("sub_f32") ? tt_sub_f32 : IS("mul_f32") ? tt_mul_f32 : tt_add_f32_broadcast)(
+            &bc, (float)F[0], (float)F[1], F32(0), F32(1), F32(2));
+    } else if (IS("logistic_s8") || IS("tanh_s8")) {
+        (IS("tanh_s8") ? tt_tanh_s8 : tt_logistic_s8)(I[0], I[1], I[2], I[3], I[4], S8(0), S8(1));
+    } else if (IS("hard_swish_s8")) {
+        tt_hard_swish_params_s8 p;
+        p.input_zero_point = I[1]; p.output_zero_point = I[2]; p.output_multiplier_fixedpoint_int16 = I[3];
+        p.output_multiplier_exponent = I[4]; p.reluish_multiplier_fixedpoint_int16 = I[5];
+        p.reluish_multiplier_exponent = I[6];
+        tt_hard_swish_s8(&p, I[0], S8(0), S8(1));
+    } else if (IS("leaky_relu_s8")) {
+        tt_leaky_relu_s8(I[0], I[1], I[2], I[3], I[4], I[5], I[6], S8(0), S8(1));
+    } else if (IS("prelu_s8")) {
+        tt_prelu_params_s8 p;
+        tt_broadcast bc = bcast(I + 7);
+        p.input_zero_point = I[0]; p.alpha_zero_point = I[1]; p.output_zero_point = I[2];
+        p.multiplier_pos = I[3]; p.shift_pos = I[4]; p.multiplier_neg = I[5]; p.shift_neg = I[6];
+        tt_prelu_s8(&p, &bc, S8(0), S8(1), S8(2));
+    } else if (IS("logistic_f32")) {
+        tt_logistic_f32(I[0], F32(0), F32(1));
+    } else if (IS("tanh_f32")) {
+        tt_tanh_f32(I[0], F32(0), F32(1));
+    } else if (IS("hard_swish_f32")) {
+        tt_hard_swish_f32(I[0], F32(0), F32(1));
+    } else if (IS("leaky_relu_f32")) {
+        tt_leaky_relu_f32(I[0], (float)F[0], F32(0), F32(1));
+    } else if (IS("prelu_f32")) {
+        tt_broadcast bc = bcast(I);
+        tt_prelu_f32(&bc, F32(0), F32(1), F32(2));
+    } else if (IS("strided_slice_s8")) {
+        tt_strided_slice_params p = slice_params(I);
+        tt_strided_slice_s8(&p, S8(0), S8(1));
+    } else if (IS("strided_slice_f32")) {
+        tt_strided_slice_params p = slice_params(I);
+        tt_strided_slice_f32(&p, F32(0), F32(1));
     } else if (IS("out_size_and_pad")) {
         tt_out_size_and_pad(I[0], I[1], I[2], I[3], I[4], I32(0), I32(0) + 1);
     }
@@ -196,6 +268,24 @@ static void run(void)
         tt_act_grad_f32(I[0], (tt_act)I[1], F32(0), F32(1), F32(2));
     } else if (IS("softmax_grad_f32")) {
         tt_softmax_grad_f32(I[0], I[1], (float)F[0], F32(0), F32(1), F32(2));
+    } else if (IS("unbroadcast_f32")) {
+        tt_broadcast bc = bcast(I + 1);
+        tt_unbroadcast_f32(&bc, (float)F[0], F32(0), F32(1), I[0]);
+    } else if (IS("mul_grad_f32")) {
+        tt_broadcast bc = bcast(I + 1);
+        tt_mul_grad_f32(&bc, F32(0), F32(1), F32(2), I[0]);
+    } else if (IS("logistic_grad_f32") || IS("tanh_grad_f32") || IS("hard_swish_grad_f32")) {
+        (IS("logistic_grad_f32") ? tt_logistic_grad_f32 : IS("tanh_grad_f32") ? tt_tanh_grad_f32
+                                                                                 : tt_hard_swish_grad_f32)(
+            I[0], F32(0), F32(1), F32(2));
+    } else if (IS("leaky_relu_grad_f32")) {
+        tt_leaky_relu_grad_f32(I[0], (float)F[0], F32(0), F32(1), F32(2));
+    } else if (IS("prelu_grad_f32")) {
+        tt_broadcast bc = bcast(I);
+        tt_prelu_grad_f32(&bc, F32(0), F32(1), F32(2), F32(3));
+    } else if (IS("strided_slice_grad_f32")) {
+        tt_strided_slice_params p = slice_params(I);
+        tt_strided_slice_grad_f32(&p, F32(0), F32(1));
     } else if (IS("accumulate_f32")) {
         tt_accumulate_f32(I[0], F32(0), F32(1));
     } else if (IS("softmax_cross_entropy_f32")) {
