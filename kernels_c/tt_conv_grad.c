@@ -176,6 +176,7 @@ void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const i
                                  int32_t n, const float *scale, const int32_t *zero_point, float *dx)
 {
     int32_t b, iy, ix, ic, ky, kx, o;
+    const int32_t taps = d->k_h * d->k_w;
     for (b = 0; b < d->batches; ++b) {
         for (iy = 0; iy < d->in_h; ++iy) {
             for (ix = 0; ix < d->in_w; ++ix) {
@@ -190,21 +191,46 @@ void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const i
                     }
                     for (kx = 0; kx < d->k_w; ++kx) {
                         const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
+                        const int32_t tap = ky * d->k_w + kx;
                         const float *dyp;
                         if (ox < 0) {
                             continue;
                         }
                         dyp = dy + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
-                        for (ic = 0; ic < d->in_c; ++ic) {
-                            float s = 0.0f;
+                        ic = 0;
+                        while (ic < d->in_c) {
                             /* channels [0, n) live in the trained slice, the rest in the whole weight */
-                            const int8_t *wb = ic < n ? w_slice + (ky * d->k_w + kx) * n + ic
-                                                      : w + (ky * d->k_w + kx) * d->in_c + ic;
-                            const int32_t stride = d->k_h * d->k_w * (ic < n ? n : d->in_c);
-                            for (o = 0; o < d->out_c; ++o) {
-                                s += dyp[o] * tt_dq(wb[o * stride], zero_point[o], scale[o]);
+                            const int32_t in_slice = ic < n;
+                            const int32_t lim = in_slice ? n : d->in_c;
+                            const int8_t *wb = in_slice ? w_slice + tap * n + ic : w + tap * d->in_c + ic;
+                            const int32_t stride = taps * (in_slice ? n : d->in_c);
+                            if (ic + 4 <= lim) {
+                                /* Four input channels at once: each keeps its own sum over o in order (the same
+                                 * float32 operations as one at a time), sharing the loads of dy, scale and zero
+                                 * point. */
+                                float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+                                for (o = 0; o < d->out_c; ++o) {
+                                    const int8_t *wo = wb + o * stride;
+                                    const int32_t z = zero_point[o];
+                                    const float sc = scale[o], g = dyp[o];
+                                    s0 += g * ((float)((int32_t)wo[0] - z) * sc);
+                                    s1 += g * ((float)((int32_t)wo[1] - z) * sc);
+                                    s2 += g * ((float)((int32_t)wo[2] - z) * sc);
+                                    s3 += g * ((float)((int32_t)wo[3] - z) * sc);
+                                }
+                                dxp[ic] += s0;
+                                dxp[ic + 1] += s1;
+                                dxp[ic + 2] += s2;
+                                dxp[ic + 3] += s3;
+                                ic += 4;
+                            } else {
+                                float s = 0.0f;
+                                for (o = 0; o < d->out_c; ++o) {
+                                    s += dyp[o] * tt_dq(wb[o * stride], zero_point[o], scale[o]);
+                                }
+                                dxp[ic] += s;
+                                ic += 1;
                             }
-                            dxp[ic] += s;
                         }
                     }
                 }
@@ -213,19 +239,53 @@ void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const i
     }
 }
 
+/* The taps that reach input pixel (iy, ix), in (filter y, filter x) order, found once per pixel instead of once
+ * per channel: tap index and the dy offset of its output pixel. At most TT_DW_MAX_TAPS (larger filters take the
+ * per-channel search). */
+#define TT_DW_MAX_TAPS 49
+
 void tt_depthwise_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const int8_t *w,
                                            const float *scale, const int32_t *zero_point, float *dx)
 {
-    int32_t b, iy, ix, ic, m, ky, kx;
+    int32_t b, iy, ix, ic, m, ky, kx, t;
     const int32_t mult = d->depth_multiplier;
+    int32_t tap_w[TT_DW_MAX_TAPS], tap_dy[TT_DW_MAX_TAPS];
+    const int32_t listed = d->k_h * d->k_w <= TT_DW_MAX_TAPS;
     for (b = 0; b < d->batches; ++b) {
         for (iy = 0; iy < d->in_h; ++iy) {
             for (ix = 0; ix < d->in_w; ++ix) {
+                int32_t nt = 0;
+                if (listed) {
+                    for (ky = 0; ky < d->k_h; ++ky) {
+                        const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
+                        if (oy < 0) {
+                            continue;
+                        }
+                        for (kx = 0; kx < d->k_w; ++kx) {
+                            const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
+                            if (ox < 0) {
+                                continue;
+                            }
+                            tap_w[nt] = (ky * d->k_w + kx) * d->out_c;
+                            tap_dy[nt] = ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
+                            ++nt;
+                        }
+                    }
+                }
                 for (ic = 0; ic < d->in_c; ++ic) {
                     float total = 0.0f;
                     for (m = 0; m < mult; ++m) {
                         const int32_t oc = ic * mult + m;
                         float s = 0.0f;
+                        if (listed) {
+                            const int32_t z = zero_point[oc];
+                            const float sc = scale[oc];
+                            for (t = 0; t < nt; ++t) {
+                                s += dy[tap_dy[t] + oc] * ((float)((int32_t)w[tap_w[t] + oc] - z) * sc);
+                            }
+                            total += s;
+                            continue;
+                        }
                         for (ky = 0; ky < d->k_h; ++ky) {
                             const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
                             if (oy < 0) {

@@ -48,4 +48,67 @@ static inline int32_t tt_dot_s8(const int8_t *x, const int8_t *w, int32_t n, int
     return acc;
 }
 
+/* The raw products of one input run with four weight rows at once: acc[j] += sum over i of x[i] * w_j[i] (no zero
+ * point: the conv kernels subtract z_x * sum(w_j) once per output, exact in int32 since the whole sum fits).
+ * Each x byte is loaded once for four output channels. DSP: four taps per word, as tt_dot_s8. */
+static inline void tt_dot4_raw_s8(const int8_t *x, const int8_t *w0, const int8_t *w1, const int8_t *w2,
+                                  const int8_t *w3, int32_t n, int32_t acc[4])
+{
+    int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+    int32_t i = 0;
+#if TT_DOT_DSP
+    for (; i + 4 <= n; i += 4) {
+        uint32_t xw, ww;
+        int16x2_t x02, x13;
+        memcpy(&xw, x + i, 4);
+        x02 = __sxtb16((int8x4_t)xw);
+        x13 = __sxtb16((int8x4_t)((xw >> 8) | (xw << 24)));
+        memcpy(&ww, w0 + i, 4);
+        a0 = __smlad(x02, __sxtb16((int8x4_t)ww), a0);
+        a0 = __smlad(x13, __sxtb16((int8x4_t)((ww >> 8) | (ww << 24))), a0);
+        memcpy(&ww, w1 + i, 4);
+        a1 = __smlad(x02, __sxtb16((int8x4_t)ww), a1);
+        a1 = __smlad(x13, __sxtb16((int8x4_t)((ww >> 8) | (ww << 24))), a1);
+        memcpy(&ww, w2 + i, 4);
+        a2 = __smlad(x02, __sxtb16((int8x4_t)ww), a2);
+        a2 = __smlad(x13, __sxtb16((int8x4_t)((ww >> 8) | (ww << 24))), a2);
+        memcpy(&ww, w3 + i, 4);
+        a3 = __smlad(x02, __sxtb16((int8x4_t)ww), a3);
+        a3 = __smlad(x13, __sxtb16((int8x4_t)((ww >> 8) | (ww << 24))), a3);
+    }
+#endif
+    for (; i < n; ++i) {
+        const int32_t xv = x[i];
+        a0 += xv * w0[i];
+        a1 += xv * w1[i];
+        a2 += xv * w2[i];
+        a3 += xv * w3[i];
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+}
+
+/* One weight row: sum over i of x[i] * w[i] (no zero point). */
+static inline int32_t tt_dot1_raw_s8(const int8_t *x, const int8_t *w, int32_t n)
+{
+    int32_t acc = 0;
+    int32_t i = 0;
+#if TT_DOT_DSP
+    for (; i + 4 <= n; i += 4) {
+        uint32_t xw, ww;
+        memcpy(&xw, x + i, 4);
+        memcpy(&ww, w + i, 4);
+        acc = __smlad(__sxtb16((int8x4_t)xw), __sxtb16((int8x4_t)ww), acc);
+        acc = __smlad(__sxtb16((int8x4_t)((xw >> 8) | (xw << 24))), __sxtb16((int8x4_t)((ww >> 8) | (ww << 24))),
+                      acc);
+    }
+#endif
+    for (; i < n; ++i) {
+        acc += (int32_t)x[i] * (int32_t)w[i];
+    }
+    return acc;
+}
+
 #endif /* TT_DOT_H */

@@ -28,15 +28,16 @@ static inline int32_t tt_max32(int32_t a, int32_t b) { return a > b ? a : b; }
  * +2^30 for a non-negative product and 1-2^30 otherwise; INT32_MIN*INT32_MIN saturates to INT32_MAX. */
 static inline int32_t tt_srdhm(int32_t a, int32_t b)
 {
-    int64_t ab, nudge, q;
+    int64_t ab;
     if (a == b && a == TT_INT32_MIN) {
         return TT_INT32_MAX;
     }
     ab = (int64_t)a * (int64_t)b;
-    nudge = ab >= 0 ? ((int64_t)1 << 30) : (1 - ((int64_t)1 << 30));
-    /* C99 '/' truncates towards zero, as the reference (not an arithmetic shift, which floors). */
-    q = (ab + nudge) / ((int64_t)1 << 31);
-    return (int32_t)q;
+    /* The reference's truncating (ab + nudge) / 2^31 equals the floor (arithmetic shift) of (ab + 2^30) / 2^31 for
+     * both signs: for ab < 0, trunc(v / 2^31) = floor((v + 2^31 - 1) / 2^31) with v = ab + 1 - 2^30 < 0, and
+     * v + 2^31 - 1 = ab + 2^30. One add and one shift instead of a sign test and a 64-bit division fix-up: this
+     * runs once per int8 output of every conv. Arithmetic right shift of a negative int64: see RDBPOT below. */
+    return (int32_t)((ab + ((int64_t)1 << 30)) >> 31);
 }
 
 /* gemmlowp RoundingDivideByPOT: arithmetic right shift rounding to nearest, ties away from zero

@@ -10,41 +10,15 @@
 void tt_depthwise_conv2d_s8_inplace(const tt_conv_dims *d, const tt_requant_s8 *q, int8_t *xy, const int8_t *w,
                                     const int32_t *bias, int8_t *scratch)
 {
-    int32_t b, c, oy, ox, ky, kx;
-    const int32_t C = d->in_c, zin = q->input_zero_point;
+    int32_t b, c, p;
+    const int32_t C = d->in_c, n_out = d->out_h * d->out_w;
     for (b = 0; b < d->batches; ++b) {
         const int8_t *x = xy + b * d->in_h * d->in_w * C;
-        int8_t *y = xy + b * d->out_h * d->out_w * C;
+        int8_t *y = xy + b * n_out * C;
         for (c = 0; c < C; ++c) {
-            const int32_t i = q->per_channel ? c : 0;
-            for (oy = 0; oy < d->out_h; ++oy) {
-                const int32_t iy0 = oy * d->stride_h - d->pad_top;
-                for (ox = 0; ox < d->out_w; ++ox) {
-                    const int32_t ix0 = ox * d->stride_w - d->pad_left;
-                    int32_t acc = 0, v;
-                    for (ky = 0; ky < d->k_h; ++ky) {
-                        const int32_t iy = iy0 + ky * d->dilation_h;
-                        if (iy < 0 || iy >= d->in_h) {
-                            continue;
-                        }
-                        for (kx = 0; kx < d->k_w; ++kx) {
-                            const int32_t ix = ix0 + kx * d->dilation_w;
-                            if (ix < 0 || ix >= d->in_w) {
-                                continue;
-                            }
-                            acc += ((int32_t)x[(iy * d->in_w + ix) * C + c] - zin) * (int32_t)w[(ky * d->k_w + kx) * C + c];
-                        }
-                    }
-                    if (bias != 0) {
-                        acc += bias[c];
-                    }
-                    v = tt_multiply_by_quantized_multiplier(acc, q->multiplier[i], (int)q->shift[i]) +
-                        q->output_zero_point;
-                    scratch[oy * d->out_w + ox] = (int8_t)tt_clamp32(v, q->act_min, q->act_max);
-                }
-            }
-            for (oy = 0; oy < d->out_h * d->out_w; ++oy) {
-                y[oy * C + c] = scratch[oy];
+            tt_depthwise_channel_s8(d, q, x + c, w + c, bias != 0 ? bias[c] : 0, c, scratch, 1);
+            for (p = 0; p < n_out; ++p) {
+                y[p * C + c] = scratch[p];
             }
         }
     }

@@ -1114,7 +1114,7 @@ class _Gen:
 
 def _program(gen: _Gen, fwd_lines: list[str], sample_lines: list[str], step_lines: list[str], x_name: str,
              lab_name: str, head: str, loss: str, batch_size: int, trained: list[dict], prng_inits: list[str],
-             stack_bytes: int) -> str:
+             stack_bytes: int, n_prof: int = 0) -> str:
     g = gen.g
     x_t = g.tensors[x_name]
     head_t = g.tensors[head]
@@ -1191,6 +1191,29 @@ typedef struct {{
 }} tt_runtime_config;
 
 static tt_runtime_config tt_cfg;
+
+/* Per-op instruction profile of the training step (-DTT_PROFILE=1 only; bench/profile_mbv2.py): op k's
+ * instructions and calls, written to profile.bin (little-endian uint64 instructions[N], then uint32 calls[N]). */
+#if defined(TT_PROFILE) && TT_PROFILE
+#define TT_PROF_N {max(n_prof, 1)}
+static uint64_t tt_prof_insns[TT_PROF_N];
+static uint32_t tt_prof_calls[TT_PROF_N];
+static uint64_t tt_prof_t0;
+#define TT_PROF_BEGIN() (tt_prof_t0 = tt_instructions())
+#define TT_PROF_END(k) (tt_prof_insns[(k)] += tt_instructions() - tt_prof_t0, ++tt_prof_calls[(k)])
+static void tt_prof_write(void)
+{{
+    const int fd = tt_open("profile.bin", TT_WRITE);
+    if (fd < 0 || tt_write(fd, tt_prof_insns, sizeof tt_prof_insns) != 0 ||
+        tt_write(fd, tt_prof_calls, sizeof tt_prof_calls) != 0) {{
+        tt_fail("cannot write profile.bin");
+    }}
+    tt_close(fd);
+}}
+#else
+#define TT_PROF_BEGIN() ((void)0)
+#define TT_PROF_END(k) ((void)0)
+#endif
 
 {chr(10).join(gen.globals)}
 {write_split}
@@ -1438,6 +1461,9 @@ int tt_main(void)
         tt_evaluate(&ca, &ta);
     }}
     tt_write_weights("weights.bin");
+#if defined(TT_PROFILE) && TT_PROFILE
+    tt_prof_write();
+#endif
     tt_write_results(cb, tb, ca, ta, steps, samples, itotal, imin, imax, 0);
     (void)tt_arena_used;
     return 0;
@@ -1464,15 +1490,20 @@ def generate(tg: Graph, order: list[int], memplan_doc: dict[str, Any], out_dir: 
     fwd_lines: list[str] = []
     sample_lines: list[str] = []
     step_lines: list[str] = []
+    n_prof = 0
     for i in order:
         op = tg.ops[i]
         lines = gen.emit(op)
         if i < n_fwd:
             fwd_lines += lines
+        # Training-step ops are bracketed for the per-op instruction profile (bench/profile_mbv2.py); the macros
+        # are empty unless the firmware is built with -DTT_PROFILE=1, so a normal build compiles to the same code.
+        prof = [lines[0], "TT_PROF_BEGIN();", *lines[1:], f"TT_PROF_END({n_prof});"]
+        n_prof += 1
         if bsz > 1 and i >= split:
-            step_lines += lines
+            step_lines += prof
         else:
-            sample_lines += lines
+            sample_lines += prof
     # Trained tensors in io_layout order (meta order), their whole bytes.
     trained = []
     off = 0
@@ -1492,7 +1523,7 @@ def generate(tg: Graph, order: list[int], memplan_doc: dict[str, Any], out_dir: 
         gen.loc(t["name"])
     head = meta["prediction"]
     text = _program(gen, fwd_lines, sample_lines, step_lines, x_name, lab, head, meta["loss_tensor"], bsz,
-                    trained, prng_inits, stack_bytes)
+                    trained, prng_inits, stack_bytes, n_prof)
     (out_dir / "tt_model.c").write_text(text)
     (out_dir / "sources.json").write_text(json.dumps({"kernels": None, "defines": {}, "stack_bytes": stack_bytes},
                                                      indent=1) + "\n")

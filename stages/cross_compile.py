@@ -74,12 +74,21 @@ def run(ctx: StageContext) -> StageResult:
     user_cflags = list(ctx.config.get("target.cflags") or [])
     program_dir = ctx.input_dir("codegen")
     manifest = _read_sources_json(program_dir / "sources.json")
-    defines = {"TT_KERNELS_DSP" if kernels_variant == "dsp" else "TT_KERNELS_PORTABLE": "1"}
+    defines = kernel_defines(kernels_variant)
     defines.update({str(k): str(v) for k, v in (manifest.get("defines") or {}).items()})
     result = build_firmware(
         board, program_dir, ctx.out_dir, kernels=manifest.get("kernels"), defines=defines,
         extra_cflags=user_cflags, stack_bytes=manifest.get("stack_bytes"), progress=ctx.progress)
     return StageResult(_summary(result.size), _metrics(result.size))
+
+
+def kernel_defines(variant: str | None) -> dict[str, str]:
+    """-D flags of a `target.kernels` variant. `dsp` sets TT_USE_DSP, the switch tt_dot.h reads: the ACLE SIMD
+    paths compile only where the core has the DSP extension (__ARM_FEATURE_DSP), so the same flag is harmless on
+    host and on cores without it (they keep the portable loops, with identical results)."""
+    if variant == "dsp":
+        return {"TT_KERNELS_DSP": "1", "TT_USE_DSP": "1"}
+    return {"TT_KERNELS_PORTABLE": "1"}
 
 
 def _read_sources_json(path: Path) -> dict[str, Any]:

@@ -244,6 +244,117 @@ def test_conv_int8_bit_exact(batch, dsp_driver, depthwise):
         np.testing.assert_array_equal(out_dsp[k][5], ref)
 
 
+def _wide_conv_geom(rng, depthwise: bool):
+    """Geometry with more channels than _conv_case (blocks of four output channels and their remainders, DSP words
+    and tails, interior and border pixels)."""
+    n = int(rng.integers(1, 3))
+    h, w = int(rng.integers(2, 11)), int(rng.integers(2, 11))
+    c = int(rng.integers(1, 41))
+    kh, kw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    sh, sw = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+    dh, dw = (int(rng.integers(1, 3)), int(rng.integers(1, 3))) if rng.random() < 0.3 else (1, 1)
+    padding = "same" if rng.random() < 0.6 else "valid"
+    if (h - (kh - 1) * dh) < 1 or (w - (kw - 1) * dw) < 1:
+        padding = "same"
+    o = c if depthwise else int(rng.integers(1, 41))
+    oh, pt = out_size_and_pad(padding, h, kh, sh, dh)
+    ow, pl = out_size_and_pad(padding, w, kw, sw, dw)
+    attrs = dict(stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw, padding=padding)
+    dims = [n, h, w, c, oh, ow, o, kh, kw, sh, sw, dh, dw, pt, pl, 1]
+    return dims, attrs, (n, h, w, c), (n, oh, ow, o), ((1, kh, kw, o) if depthwise else (o, kh, kw, c))
+
+
+def test_conv_int8_specialised_paths_bit_exact(batch, dsp_driver):
+    """The blocked / interior fast paths of conv2d_s8, the split-weight conv and the in-place depthwise on wider
+    layers, portable and DSP builds: identical to the executor bit for bit (split == the merged weight; in-place ==
+    out-of-place)."""
+    rng = np.random.default_rng(31)
+    refs = []
+    for i in range(36):
+        depthwise = i % 3 == 2
+        dims, attrs, xs, ys, wshape = _wide_conv_geom(rng, depthwise)
+        act = str(rng.choice(ACTS))
+        attrs["act"] = act
+        if depthwise:
+            attrs["depth_multiplier"] = 1
+        o = ys[3]
+        sx, zx = _f32s(rng.uniform(0.01, 0.1)), int(rng.integers(-128, 128))
+        per_channel = rng.random() < 0.7
+        sws = rng.uniform(0.002, 0.03, size=o if per_channel else 1).astype(np.float32)
+        sy, zy = _f32s(rng.uniform(0.05, 0.8)), int(rng.integers(-60, 60))
+        x = rng.integers(-128, 128, size=xs).astype(np.int8)
+        wq = rng.integers(-127, 128, size=wshape).astype(np.int8)
+        b = rng.integers(-3000, 3000, size=o).astype(np.int32) if rng.random() < 0.8 else None
+        xt = Tensor("x", list(xs), "int8", quant=_q(sx, zx))
+        wt = Tensor("w", list(wshape), "int8", role="weight", quant=_q(sws, [0] * len(sws), 3 if depthwise else 0),
+                    data=wq)
+        bt = Tensor("b", [o], "int32", role="bias", quant=_q(sx * sws, [0] * len(sws)), data=b) if b is not None else None
+        yt = Tensor("y", list(ys), "int8", quant=_q(sy, zy))
+        ref = _run("depthwise_conv2d" if depthwise else "conv2d", [xt, wt, bt], yt, attrs, {"x": x})
+        pairs = [ia.quantize_multiplier(float(sx) * float(s) / float(sy)) for s in sws]
+        lo, hi = ia.activation_range(act, sy, zy)
+        ints = dims + [zx, zy, lo, hi, int(per_channel)]
+        mult = np.array([p[0] for p in pairs], np.int32)
+        shift = np.array([p[1] for p in pairs], np.int32)
+        y0 = np.zeros(ys, np.int8)
+        if not depthwise:
+            refs.append(("y", batch.add("conv2d_s8", ints, [], [x, wq, b, mult, shift, y0]), ref))
+            k = int(rng.integers(0, xs[3] + 1))
+            stale = wq.copy()
+            stale[..., :k] = rng.integers(-127, 128, size=stale[..., :k].shape)  # never read
+            refs.append(("y", batch.add("conv2d_s8_split", ints + [k],
+                                        [], [x, stale, b, mult, shift, y0, np.ascontiguousarray(wq[..., :k])]), ref))
+        elif ys[1] * ys[2] <= xs[1] * xs[2]:  # in place: the output fits in the input's buffer
+            refs.append(("xy", batch.add("depthwise_conv2d_s8_inplace", ints, [],
+                                         [x.copy(), wq, b, mult, shift, np.zeros(ys[1] * ys[2], np.int8)]), ref))
+        else:
+            refs.append(("y", batch.add("depthwise_conv2d_s8", ints, [], [x, wq, b, mult, shift, y0]), ref))
+    out = batch.run(keep=True)
+    out_dsp = batch.run(driver=dsp_driver)
+    for where, k, ref in refs:
+        for got in (out[k], out_dsp[k]):
+            if where == "y":
+                np.testing.assert_array_equal(got[5], ref)
+            else:
+                np.testing.assert_array_equal(got[0].reshape(-1)[:ref.size], ref.reshape(-1))
+
+
+def test_grad_input_qw_equals_float_kernel_on_dequantized_weight(batch):
+    """conv / depthwise input gradients reading int8 weights (blocked over input channels, tap lists) give the bits
+    of the float kernels on the dequantized weight: the same float32 operations in the same order."""
+    rng = np.random.default_rng(32)
+    pairs = []
+    for i in range(30):
+        depthwise = i % 2 == 1
+        dims, attrs, xs, ys, wshape = _wide_conv_geom(rng, depthwise)
+        o = ys[3]
+        dy = rng.standard_normal(ys).astype(np.float32)
+        wq = rng.integers(-127, 128, size=wshape).astype(np.int8)
+        scale = rng.uniform(0.001, 0.05, size=o).astype(np.float32)
+        zp = rng.integers(-3, 4, size=o).astype(np.int32)
+        axis = 3 if depthwise else 0
+        shp = [1, 1, 1, 1]
+        shp[axis] = o
+        wf = ((wq.astype(np.int32) - zp.reshape(shp)).astype(np.float32) * scale.reshape(shp)).astype(np.float32)
+        dx0 = np.zeros(xs, np.float32)
+        if depthwise:
+            a = batch.add("dw_conv2d_grad_input_qw_f32", dims, [], [dy, wq, scale, zp, dx0])
+            f = batch.add("depthwise_conv2d_grad_input_f32", dims, [], [dy, wf, dx0])
+            pairs.append((a, 4, f, 2, go.depthwise_conv2d_grad_input(dy, wf, xs, attrs)))
+        else:
+            k = int(rng.integers(0, xs[3] + 1))
+            stale = wq.copy()
+            stale[..., :k] = rng.integers(-127, 128, size=stale[..., :k].shape)
+            a = batch.add("conv2d_grad_input_qw_f32", dims + [k], [],
+                          [dy, stale, np.ascontiguousarray(wq[..., :k]), scale, zp, dx0])
+            f = batch.add("conv2d_grad_input_f32", dims, [], [dy, wf, dx0])
+            pairs.append((a, 5, f, 2, go.conv2d_grad_input(dy, wf, xs, attrs)))
+    out = batch.run()
+    for a, ia_, f, if_, ref in pairs:
+        np.testing.assert_array_equal(out[a][ia_].view(np.uint32), out[f][if_].view(np.uint32))
+        _assert_close(out[a][ia_], ref)
+
+
 @pytest.mark.parametrize("depthwise", [False, True])
 def test_conv_float_close(batch, depthwise):
     rng = np.random.default_rng(20 + depthwise)

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "tt_kernels.h"
+#include "tt_train_ops.h"
 
 #define MAX_BUF 64
 #define MAX_INT 256
@@ -104,6 +105,14 @@ static void run(void)
         conv_dims(&cd, I);
         q = requant(I + 16, B[3], B[4]);
         (IS("conv2d_s8") ? tt_conv2d_s8 : tt_depthwise_conv2d_s8)(&cd, &q, S8(0), S8(1), I32(2), S8(5));
+    } else if (IS("conv2d_s8_split")) { /* ints: dims, requant, n; buffers: x, w, b, mult, shift, y, w_slice */
+        conv_dims(&cd, I);
+        q = requant(I + 16, B[3], B[4]);
+        tt_conv2d_s8_split(&cd, &q, S8(0), S8(1), S8(6), I[21], I32(2), S8(5));
+    } else if (IS("depthwise_conv2d_s8_inplace")) { /* buffers: xy, w, b, mult, shift, scratch */
+        conv_dims(&cd, I);
+        q = requant(I + 16, B[3], B[4]);
+        tt_depthwise_conv2d_s8_inplace(&cd, &q, S8(0), S8(1), I32(2), S8(5));
     } else if (IS("conv2d_f32") || IS("depthwise_conv2d_f32")) {
         conv_dims(&cd, I);
         (IS("conv2d_f32") ? tt_conv2d_f32 : tt_depthwise_conv2d_f32)(&cd, (float)F[0], (float)F[1], F32(0), F32(1),
@@ -229,7 +238,13 @@ static void run(void)
         tt_out_size_and_pad(I[0], I[1], I[2], I[3], I[4], I32(0), I32(0) + 1);
     }
 #ifndef TT_DRIVER_FORWARD_ONLY
-    else if (IS("conv2d_grad_input_f32")) {
+    else if (IS("conv2d_grad_input_qw_f32")) { /* ints: dims, n; buffers: dy, w, w_slice, scale, zp, dx */
+        conv_dims(&cd, I);
+        tt_conv2d_grad_input_qw_f32(&cd, F32(0), S8(1), S8(2), I[16], F32(3), I32(4), F32(5));
+    } else if (IS("dw_conv2d_grad_input_qw_f32")) { /* (op names: < 32 chars) buffers: dy, w, scale, zp, dx */
+        conv_dims(&cd, I);
+        tt_depthwise_conv2d_grad_input_qw_f32(&cd, F32(0), S8(1), F32(2), I32(3), F32(4));
+    } else if (IS("conv2d_grad_input_f32")) {
         conv_dims(&cd, I);
         tt_conv2d_grad_input_f32(&cd, F32(0), F32(1), F32(2));
     } else if (IS("conv2d_grad_weight_f32")) {
