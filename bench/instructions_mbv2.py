@@ -8,7 +8,9 @@ QEMU run again), then reads emulate-run/run.json, cross-compile/size.json and re
   instructions per training step (mean / min / max over the run's steps; QEMU -icount shift=0, counted by SysTick
   every 40 instructions), the equivalent time at 216 MHz and TTE's figure beside it;
   SRAM (static + stack) and flash against the board, the measured stack high-water mark, and the training
-  arena: planned peak vs the painted high-water, vs TTE's 141 KB.
+  arena: planned peak vs the painted high-water, vs TTE's 141 KB;
+  whether it learns: the loss per step (mean of the first and of the last quarter of the steps) and the test
+  accuracy before and after, on bench/make_mbv2_data.py's shifted variant of the zoo model's pretraining task.
 
 Assumption (stated in the output): one instruction ≈ one cycle. The Cortex-M7 can issue two instructions per cycle
 (fewer cycles) but waits on flash and memory (more); QEMU counts instructions, not cycles, so the ms figure is an
@@ -80,7 +82,24 @@ def measure(build_dir: Path) -> dict:
         "arena": {"planned_peak_bytes": mem["arena_bytes"], "lower_bound_bytes": mem["lower_bound_bytes"],
                   **{k: run["arena"][k] for k in ("planned_end_bytes", "used_bytes", "equal")}},
         "loss_per_step": run["loss"]["per_step"],
+        "learning": learning(run),
     }
+
+
+def learning(run: dict) -> dict:
+    """Did the run learn? The mean loss of each epoch (the same samples every epoch: like with like), the means
+    of the first and last quarter of the steps and the first and last step (single steps at batch 1 are noisy: a
+    confidently wrong sample costs ~10, a right one ~0), and the test accuracy before/after with the split's size."""
+    loss = [float(v) for v in run["loss"]["per_step"]]
+    k = max(1, len(loss) // 4)
+    acc = run["accuracy"]
+    return {"loss_first": loss[0] if loss else None, "loss_last": loss[-1] if loss else None,
+            "quarter": k, "loss_mean_first": sum(loss[:k]) / k if loss else None,
+            "loss_mean_last": sum(loss[-k:]) / k if loss else None,
+            "loss_epoch_mean": [float(v) for v in run["loss"]["epoch_mean"] or []],
+            "accuracy_before_pct": acc["before_pct"], "accuracy_after_pct": acc["after_pct"],
+            "test_samples": run["data"]["test_samples"], "train_samples": run["data"]["train_samples_per_epoch"],
+            "epochs": run["loss"]["epochs"]}
 
 
 def _kb(n: float) -> str:
@@ -88,7 +107,7 @@ def _kb(n: float) -> str:
 
 
 def report(r: dict) -> str:
-    i, s, f, a, t = r["instructions_per_step"], r["sram"], r["flash"], r["arena"], r["tte"]
+    i, s, f, a, t, ln = (r["instructions_per_step"], r["sram"], r["flash"], r["arena"], r["tte"], r["learning"])
     return "\n".join([
         r["model"],
         f"board {r['board']} (QEMU mps2-an500), {r['steps']} training steps",
@@ -105,7 +124,19 @@ def report(r: dict) -> str:
         f"training arena (peak memory)  planned {_kb(a['planned_peak_bytes'])} (lower bound "
         f"{_kb(a['lower_bound_bytes'])}), measured high-water {a['used_bytes']} B == planned end "
         f"{a['planned_end_bytes']} B: {'equal' if a['equal'] else 'NOT equal'};  TTE {t['peak_kb']} KB",
+        "",
+        f"learning: {ln['train_samples']} training samples x {ln['epochs']} epoch(s), batch 1, on the shifted "
+        f"synthetic task (bench/make_mbv2_data.py)",
+        f"loss  per epoch (mean) {' -> '.join(_g(v) for v in ln['loss_epoch_mean'])};  mean of the first "
+        f"{ln['quarter']} steps {_g(ln['loss_mean_first'])}, of the last {ln['quarter']} {_g(ln['loss_mean_last'])};  "
+        f"first step {_g(ln['loss_first'])}, last {_g(ln['loss_last'])}",
+        f"test accuracy ({ln['test_samples']} samples)  before {_g(ln['accuracy_before_pct'], '.1f')}%  after "
+        f"{_g(ln['accuracy_after_pct'], '.1f')}%",
     ])
+
+
+def _g(v, fmt: str = ".3f") -> str:
+    return "n/a" if v is None else format(v, fmt)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,8 @@
     resolve("zoo:mbv2-w0.35-128")  -> Path to stages/zoo_models/mbv2_w035_128_int8.tflite (shipped in the wheel)
     names()                        -> the known names
 
-The files are made by tests/make_zoo.py with TensorFlow's own converter (see that script for how).
+The files are made by tests/make_zoo.py with TensorFlow's own converter (see that script for how; the MobileNetV2
+is pretrained on bench/synth_images.py's procedural task, since there is no network access for ImageNet weights).
 A spec says `model: {path: zoo:mbv2-w0.35-128}`; `is_zoo_ref` tells such a path from a file path.
 """
 
@@ -19,7 +20,8 @@ ZOO_DIR = Path(__file__).resolve().parent / "zoo_models"
 # name -> (file in ZOO_DIR, one line for `tinytrain` help and error messages)
 MODELS: dict[str, tuple[str, str]] = {
     "mbv2-w0.35-128": ("mbv2_w035_128_int8.tflite",
-                       "MobileNetV2 width 0.35, 128x128x3, 10 classes, int8 (random init; the TTE paper's network)"),
+                       "MobileNetV2 width 0.35, 128x128x3, 10 classes, int8 (the TTE paper's network; pretrained on "
+                       "a synthetic 10-class task, no ImageNet weights)"),
 }
 ALIASES = {"mbv2-w0.35-128-int8": "mbv2-w0.35-128"}
 
