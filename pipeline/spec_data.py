@@ -10,6 +10,10 @@ Match this to what the model was trained with; quantize calibrates on these floa
 Class selection: `classes: [3, 5, 8]` keeps only those raw labels. With `relabel: true` (default)
 they become 0..k-1 in the order given (3->0, 5->1, 8->2), which is what a model with k outputs
 expects; with `relabel: false` the raw labels are kept.
+
+Task: `classification` (the default: integer labels) or `regression` (npz only: y_train / y_test are
+float targets [N, K], trained with `train.loss: mse`). The task is stated, not guessed from y's
+dtype: a float y holding whole numbers is a valid classification set (it is converted to labels).
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ class DataSpec(BaseModel):
                                                           "source default (digits 1/16, images 1/255, npz 1)")
     offset: float = Field(default=0.0, description="see scale")
     layout: Literal["nhwc"] = Field(default="nhwc", description="sample layout; TFLite models are NHWC")
+    task: Literal["classification", "regression"] = Field(
+        default="classification", description="classification: integer labels; regression: float targets "
+                                               "[N, K] in the npz's y arrays (train with loss: mse)")
 
     @field_validator("test_fraction")
     @classmethod
@@ -94,6 +101,12 @@ class DataSpec(BaseModel):
             raise ValueError(f"source {self.source!r} needs `path`: {what}")
         if self.image_size is not None and self.source != "images":
             raise ValueError("image_size only applies to source 'images'")
+        if self.task == "regression":
+            if self.source != "npz":
+                raise ValueError(f"task 'regression' needs source 'npz' (float targets in y_train / y_test); "
+                                 f"source {self.source!r} only has class labels")
+            if self.classes is not None or not self.relabel:
+                raise ValueError("classes / relabel select class labels; they do not apply to task 'regression'")
         return self
 
     def effective_scale(self) -> float:

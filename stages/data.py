@@ -27,16 +27,24 @@ Streaming format for the firmware (`write_stream` / `read_stream`), all little-e
 
     offset size  field
     0      4     magic  b"TTDS"
-    4      2     version (u16) = 1
+    4      2     version (u16): 1 (labels only) or 2 (labels + float32 targets)
     6      1     dtype code (u8): 0 int8, 1 uint8, 2 int16, 3 float32
     7      1     rank R of one sample (u8), 1..4
     8      4     N, the number of records (u32)
     12     16    sample dims (u32[4]); the first R are used, the rest are 0
-    28     4     reserved, 0
-    32     N x record: label (i32), then the sample, C order (prod(dims) * itemsize bytes)
+    28     4     version 1: reserved, 0; version 2: K, float32 targets per record (u32, >= 1)
+    32     N x record: label (i32), then (version 2 only) K targets (f32[K], IEEE-754
+           little-endian), then the sample, C order (prod(dims) * itemsize bytes)
 
 A 32-byte header keeps it aligned and lets the firmware read one record at a time into a
-fixed buffer of 4 + sample-bytes.
+fixed buffer of 4 + 4K + sample-bytes. Version 2 exists for regression (MSE) training: the label
+of a version-2 record is 0 unless the writer gave one. `write_stream` writes version 1 whenever
+there are no targets, so classification streams stay byte-identical to what older firmware reads;
+readers (this module, kernels_c/boards/tt_ttds.c) accept both versions.
+
+Regression (`task: regression`, npz only): y_train / y_test are float targets [N, K] (or [N],
+taken as K = 1); the Dataset then holds float32 y of shape [N, K], no class names, and a split made
+here is a plain seeded shuffle (nothing to stratify on).
 """
 
 from __future__ import annotations
@@ -60,10 +68,20 @@ class DataError(UserError):
 @dataclass(frozen=True, eq=False)
 class Dataset:
     x_train: np.ndarray     # float32 [N, H, W, C]
-    y_train: np.ndarray     # int64 [N]
+    y_train: np.ndarray     # int64 [N]; regression: float32 targets [N, K]
     x_test: np.ndarray
     y_test: np.ndarray
-    class_names: list[str]  # index = label
+    class_names: list[str]  # index = label; regression: empty
+    task: str = "classification"
+
+    @property
+    def regression(self) -> bool:
+        return self.task == "regression"
+
+    @property
+    def num_targets(self) -> int:
+        """Float targets per sample (regression); 0 for classification."""
+        return int(self.y_train.shape[1]) if self.regression else 0
 
     @property
     def num_classes(self) -> int:
@@ -77,6 +95,8 @@ class Dataset:
         """sha256 of the content (arrays with their dtype and shape, and the class names)."""
         h = hashlib.sha256()
         h.update(json.dumps(self.class_names).encode())
+        if self.regression:  # classification digests stay what they were (cache keys)
+            h.update(b"task:regression")
         for name in ("x_train", "y_train", "x_test", "y_test"):
             a = np.ascontiguousarray(getattr(self, name))
             h.update(f"{name}:{a.dtype.str}:{list(a.shape)}".encode())
@@ -87,6 +107,8 @@ class Dataset:
 # ---- public API ---------------------------------------------------------------------------------
 
 def load_dataset(spec: DataSpec) -> Dataset:
+    if getattr(spec, "task", "classification") == "regression":
+        return _load_regression(spec)
     raw = _LOADERS[spec.source](spec)
     split = raw.get("x_test") is not None
     names = raw["class_names"]
@@ -139,6 +161,12 @@ def check_compatible(ds: Dataset, input_shape: list[int] | tuple[int, ...], num_
         raise DataError(f"data samples have shape {list(ds.sample_shape)} but the model input is "
                         f"{list(input_shape)} (batch first)",
                         hint="set data.image_size / data.grayscale, or check the model")
+    if ds.regression:
+        # num_classes is the model's outputs per sample: a regression target must have one value per output.
+        if num_classes is not None and ds.num_targets != num_classes:
+            raise DataError(f"targets have {ds.num_targets} value(s) per sample but the model has {num_classes} "
+                            f"output(s)", hint="y_train / y_test must be [N, outputs] float targets")
+        return
     if num_classes is not None:
         top = int(max(ds.y_train.max(initial=-1), ds.y_test.max(initial=-1)))
         if top >= num_classes:
@@ -178,6 +206,61 @@ def _load_npz(spec: DataSpec) -> dict:
     labels = np.concatenate([out["y_train"], out.get("y_test", out["y_train"][:0])])
     out["class_names"] = _npz_class_names(arrays, labels, path)
     return out
+
+
+def _load_regression(spec: DataSpec) -> Dataset:
+    """npz with float targets: x as for classification, y [N, K] (or [N] -> K = 1) float32, finite."""
+    if spec.source != "npz":  # the spec validates this too; a hand-made DataSpec may not have
+        raise DataError(f"task regression needs source npz (float targets), not {spec.source!r}")
+    path = _existing(spec.path, "npz file", want_dir=False)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError) as e:
+        raise DataError(f"{path}: not a readable .npz file ({e})") from None
+    if {"x_train", "y_train", "x_test", "y_test"} <= arrays.keys():
+        pairs = [("train", arrays["x_train"], arrays["y_train"]), ("test", arrays["x_test"], arrays["y_test"])]
+    elif {"x", "y"} <= arrays.keys():
+        pairs = [("x/y", arrays["x"], arrays["y"])]
+    else:
+        raise DataError(f"{path}: needs arrays x_train, y_train, x_test, y_test (or x, y to split here); "
+                        f"it has {sorted(arrays)}")
+    out = {}
+    for tag, x, y in pairs:
+        where = f"{path} ({tag})"
+        if x.dtype.kind not in "iuf":
+            raise DataError(f"{where}: x has dtype {x.dtype}; expected a numeric array (float or integer)")
+        if x.ndim != 4:
+            raise DataError(f"{where}: x has shape {list(x.shape)}; expected 4-D NHWC [N, H, W, C]")
+        if y.dtype.kind not in "iuf":
+            raise DataError(f"{where}: y has dtype {y.dtype}; regression targets must be numbers")
+        if y.ndim == 1:
+            y = y[:, None]
+        if y.ndim != 2 or len(y) != len(x) or y.shape[1] == 0:
+            raise DataError(f"{where}: y has shape {list(y.shape)}; regression expects [N, K] float targets "
+                            f"with one row per sample ({len(x)})")
+        y = y.astype(np.float32)
+        if not np.all(np.isfinite(y)):
+            raise DataError(f"{where}: {int(y.size - np.count_nonzero(np.isfinite(y)))} targets are NaN or infinite")
+        key = "train" if tag == "x/y" else tag
+        out[f"x_{key}"], out[f"y_{key}"] = _normalise(x, spec, f"x_{key}"), y
+    if "x_test" not in out:
+        if len(out["y_train"]) < 2:
+            raise DataError(f"{path}: {len(out['y_train'])} sample(s) cannot be split into train and test")
+        from sklearn.model_selection import train_test_split
+
+        # Targets are continuous: nothing to stratify on, a seeded shuffle split.
+        x_tr, x_te, y_tr, y_te = train_test_split(out["x_train"], out["y_train"], test_size=spec.test_fraction,
+                                                  random_state=spec.split_seed)
+        out = {"x_train": x_tr, "y_train": y_tr, "x_test": x_te, "y_test": y_te}
+    if out["y_train"].shape[1] != out["y_test"].shape[1]:
+        raise DataError(f"{path}: train targets have {out['y_train'].shape[1]} values per sample, test targets "
+                        f"{out['y_test'].shape[1]}")
+    if len(out["y_train"]) == 0:
+        raise DataError(f"{path}: no training samples (the data is empty)")
+    ds = Dataset(class_names=[], task="regression", **out)
+    _check_dataset(ds)
+    return ds
 
 
 def _load_images(spec: DataSpec) -> dict:
@@ -420,17 +503,20 @@ def _check_dataset(ds: Dataset) -> None:
 # ---- streaming format -----------------------------------------------------------------------------
 
 STREAM_MAGIC = b"TTDS"
-STREAM_VERSION = 1
+STREAM_VERSION = 1             # labels only
+STREAM_VERSION_TARGETS = 2     # labels + K float32 targets per record
 _STREAM_HEADER = struct.Struct("<4sHBBI4II")
 _STREAM_DTYPES = {0: np.dtype("i1"), 1: np.dtype("u1"), 2: np.dtype("<i2"), 3: np.dtype("<f4")}
 _STREAM_CODES = {v: k for k, v in _STREAM_DTYPES.items()}
 
 
-def write_stream(path: Path, x: np.ndarray, y: np.ndarray) -> None:
+def write_stream(path: Path, x: np.ndarray, y: np.ndarray | None, targets: np.ndarray | None = None) -> None:
     """Write samples `x` [N, ...] (int8, uint8, int16 or float32; usually int8 already quantized
-    with the model's input parameters) and labels `y` [N] in the TTDS format of the module docstring."""
+    with the model's input parameters), labels `y` [N] (None: all 0, for regression) and optional
+    float32 `targets` [N, K] in the TTDS format of the module docstring (version 2 with targets,
+    version 1 without)."""
     x = np.asarray(x)
-    y = np.asarray(y)
+    y = np.zeros(len(x), np.int32) if y is None else np.asarray(y)
     code = _STREAM_CODES.get(x.dtype.newbyteorder("<") if x.dtype.itemsize > 1 else x.dtype)
     if code is None:
         raise DataError(f"stream samples must be int8, uint8, int16 or float32, not {x.dtype}")
@@ -439,27 +525,42 @@ def write_stream(path: Path, x: np.ndarray, y: np.ndarray) -> None:
     if y.shape != (len(x),) or y.dtype.kind not in "iu":
         raise DataError(f"stream labels must be 1-D integers, one per sample ({len(x)}); got "
                         f"shape {list(y.shape)} dtype {y.dtype}")
+    k = 0
+    if targets is not None:
+        t = np.asarray(targets)
+        if t.ndim != 2 or t.shape[0] != len(x) or t.shape[1] < 1 or t.dtype.kind not in "iuf":
+            raise DataError(f"stream targets must be numbers [N, K] with K >= 1, one row per sample ({len(x)}); "
+                            f"got shape {list(t.shape)} dtype {t.dtype}")
+        k = int(t.shape[1])
     dims = list(x.shape[1:]) + [0] * (5 - x.ndim)
-    header = _STREAM_HEADER.pack(STREAM_MAGIC, STREAM_VERSION, code, x.ndim - 1, len(x), *dims, 0)
-    labels = y.astype("<i4").reshape(-1, 1).view(np.uint8)
-    samples = np.ascontiguousarray(x, dtype=_STREAM_DTYPES[code]).reshape(len(x), -1).view(np.uint8)
-    Path(path).write_bytes(header + np.concatenate([labels, samples], axis=1).tobytes())
+    version = STREAM_VERSION_TARGETS if k else STREAM_VERSION
+    header = _STREAM_HEADER.pack(STREAM_MAGIC, version, code, x.ndim - 1, len(x), *dims, k)
+    cols = [y.astype("<i4").reshape(-1, 1).view(np.uint8)]
+    if k:
+        cols.append(np.ascontiguousarray(t, dtype="<f4").view(np.uint8).reshape(len(x), 4 * k))
+    cols.append(np.ascontiguousarray(x, dtype=_STREAM_DTYPES[code]).reshape(len(x), -1).view(np.uint8))
+    Path(path).write_bytes(header + np.concatenate(cols, axis=1).tobytes())
 
 
-def read_stream(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """Inverse of write_stream: (x [N, ...], y int64 [N])."""
+def read_stream(path: Path, targets: bool = False):
+    """Inverse of write_stream: (x [N, ...], y int64 [N]); with `targets=True` (x, y, t) where t is
+    float32 [N, K] for a version-2 stream and None for version 1."""
     data = Path(path).read_bytes()
     if len(data) < _STREAM_HEADER.size or data[:4] != STREAM_MAGIC:
         raise DataError(f"{path}: not a TTDS data stream")
     magic, version, code, rank, n, *rest = _STREAM_HEADER.unpack_from(data)
-    if version != STREAM_VERSION or code not in _STREAM_DTYPES or not 1 <= rank <= 4:
-        raise DataError(f"{path}: unsupported TTDS stream (version {version}, dtype code {code}, rank {rank})")
+    k = rest[4]
+    if (version not in (STREAM_VERSION, STREAM_VERSION_TARGETS) or code not in _STREAM_DTYPES
+            or not 1 <= rank <= 4 or (version == STREAM_VERSION_TARGETS) != (k > 0)):
+        raise DataError(f"{path}: unsupported TTDS stream (version {version}, dtype code {code}, rank {rank}, "
+                        f"targets {k})")
     dims, dtype = rest[:rank], _STREAM_DTYPES[code]
-    record = 4 + int(np.prod(dims)) * dtype.itemsize
+    record = 4 + 4 * k + int(np.prod(dims)) * dtype.itemsize
     body = data[_STREAM_HEADER.size:]
     if len(body) != n * record:
         raise DataError(f"{path}: truncated or padded TTDS stream ({len(body)} bytes of records, expected {n * record})")
     rows = np.frombuffer(body, dtype=np.uint8).reshape(n, record)
     y = rows[:, :4].copy().view("<i4").reshape(n).astype(np.int64)
-    x = rows[:, 4:].copy().view(dtype).reshape(n, *dims)
-    return x, y
+    t = rows[:, 4:4 + 4 * k].copy().view("<f4").reshape(n, k).astype(np.float32) if k else None
+    x = rows[:, 4 + 4 * k:].copy().view(dtype).reshape(n, *dims)
+    return (x, y, t) if targets else (x, y)

@@ -28,6 +28,13 @@ Improvement gate (seed 000, step 3): with `train.gate.enabled`, the trained weig
 only if accuracy after - before >= `train.gate.min_delta` (percentage points); otherwise the
 original weights are exported and run.json / the summary say so.
 
+Regression (`train.loss: mse`, `data.task: regression`): the streams are TTDS version 2 (float32
+targets per record, stages/data.py), the firmware reports the test split's mean squared error before
+and after as IEEE-754 bit patterns (results.json `mse_before_bits` / `mse_after_bits`; JSON from the
+firmware holds integers only), run.json has `mse` {before, after, delta} instead of accuracy, and the
+gate keeps the trained weights when before - after >= min_delta (lower is better; min_delta in MSE
+units, default 0: kept unless the error grew).
+
 Cycle estimate: QEMU counts instructions, not cycles. We assume one cycle per instruction at the
 board's real clock (216 MHz for the STM32F746): an estimate, not a measurement -- the M7 can issue two
 instructions per cycle and waits on flash; that is why run.json keeps the instruction counts too.
@@ -132,25 +139,39 @@ def run_files(data_spec: Any, layout: Mapping[str, Any], rc: RuntimeConfig,
 
     ds = load_dataset(data_spec)
     inp = layout.get("input") or {}
+    regression = layout.get("loss") == "mse"
+    if regression != ds.regression:
+        # The program was compiled for one kind of target; the other kind cannot be streamed to it.
+        raise UserError(f"the firmware was built for {'MSE (regression)' if regression else 'classification'} "
+                        f"but the data is {'regression targets' if ds.regression else 'class labels'}",
+                        hint=("set data.task: regression with float y arrays [N, outputs]" if regression
+                              else "train regression data with train.loss: mse"))
     shape = inp.get("shape")
     if shape is None and qgraph is not None:
         shape = qgraph.tensors[qgraph.inputs[0]].shape
     if shape is not None:
         n_classes = None
-        if qgraph is not None and qgraph.outputs:
+        if regression and layout.get("num_targets") is not None:
+            n_classes = int(layout["num_targets"])
+        elif qgraph is not None and qgraph.outputs:
             n_classes = int(qgraph.tensors[qgraph.outputs[0]].shape[-1])
         check_compatible(ds, shape, n_classes)
     with tempfile.TemporaryDirectory(prefix="tinytrain-ttds-") as tmp:
         out = {}
         for split, x, y in (("train", ds.x_train, ds.y_train), ("test", ds.x_test, ds.y_test)):
             p = Path(tmp) / f"{split}.ttds"
-            write_stream(p, quantize_input(x, inp), y)
+            if regression:
+                write_stream(p, quantize_input(x, inp), None, targets=y)
+            else:
+                write_stream(p, quantize_input(x, inp), y)
             out[f"{split}.ttds"] = p.read_bytes()
     out["runtime.bin"] = rc.to_bytes()
     used = len(ds.y_train) if not rc.max_train_samples else min(rc.max_train_samples, len(ds.y_train))
     info = {"train_samples": int(len(ds.y_train)), "test_samples": int(len(ds.y_test)),
             "train_samples_per_epoch": int(used), "classes": len(ds.class_names),
             "input_dtype": str(inp.get("dtype", "int8"))}
+    if regression:
+        info.update(task="regression", targets=ds.num_targets)
     return out, info
 
 
@@ -277,6 +298,34 @@ def pct(acc: Mapping[str, Any] | None) -> float | None:
     return 100.0 * int(acc["correct"]) / int(acc["total"])
 
 
+def mse_of(res: Mapping[str, Any], when: str) -> float | None:
+    """results.json's `mse_<when>_bits` (IEEE-754 float32 bit pattern) as a float; None when not evaluated."""
+    bits, total = res.get(f"mse_{when}_bits"), res.get(f"mse_{when}_total")
+    if bits is None or not int(total or 0):
+        return None
+    return float(struct.unpack("<f", struct.pack("<I", int(bits) & 0xFFFFFFFF))[0])
+
+
+def gate_decision_mse(gate: Any, before: float | None, after: float | None) -> dict[str, Any]:
+    """The regression gate: lower MSE is better; kept when before - after >= min_delta (MSE units)."""
+    d = gate.model_dump() if hasattr(gate, "model_dump") else dict(gate or {})
+    enabled, min_delta = bool(d.get("enabled", True)), float(d.get("min_delta", 0.0))
+    known = before is not None and after is not None and math.isfinite(before) and math.isfinite(after)
+    doc: dict[str, Any] = {"enabled": enabled, "metric": "mse", "min_delta_mse": min_delta,
+                           "improvement_mse": (before - after) if known else None}
+    if not enabled:
+        doc.update(accepted=True, reason="gate disabled: the trained weights are exported")
+    elif not known:
+        doc.update(accepted=True, reason="no test MSE to judge by: the trained weights are exported")
+    elif before - after >= min_delta:
+        doc.update(accepted=True, reason=f"MSE {before:.4g} -> {after:.4g} (improvement {before - after:+.4g} >= "
+                                         f"{min_delta:+.4g}): kept")
+    else:
+        doc.update(accepted=False, reason=f"MSE {before:.4g} -> {after:.4g} (improvement {before - after:+.4g} < "
+                                          f"{min_delta:+.4g}): rejected, the ORIGINAL weights are exported")
+    return doc
+
+
 def gate_decision(gate: Any, before: float | None, after: float | None) -> dict[str, Any]:
     d = gate.model_dump() if hasattr(gate, "model_dump") else dict(gate or {})
     enabled, min_delta = bool(d.get("enabled", True)), float(d.get("min_delta", 0.0))
@@ -305,7 +354,12 @@ def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[st
     trained = export.parse_weights(entries, outcome["weights"])
     names = export.resolve(qgraph, entries)
     before, after = pct(res.get("acc_before")), pct(res.get("acc_after"))
-    decision = gate_decision(gate, before, after)
+    regression = res.get("task") == "regression"
+    if regression:
+        mse_before, mse_after = mse_of(res, "before"), mse_of(res, "after")
+        decision = gate_decision_mse(gate, mse_before, mse_after)
+    else:
+        decision = gate_decision(gate, before, after)
     chosen = trained if decision["accepted"] else export.original_weights(qgraph, entries)
 
     (out / "weights.bin").write_bytes(outcome["weights"])
@@ -356,6 +410,11 @@ def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[st
         "accuracy": {"split": "test", "before": res.get("acc_before"), "after": res.get("acc_after"),
                      "before_pct": _r(before), "after_pct": _r(after),
                      "delta_points": None if before is None or after is None else _r(after - before)},
+        **({"mse": {"split": "test", "before": _mse(mse_before), "after": _mse(mse_after),
+                    "delta": (None if mse_before is None or mse_after is None else _mse(mse_after - mse_before)),
+                    "samples": int(res.get("mse_after_total") or res.get("mse_before_total") or 0),
+                    "how": "mean over the test samples of the mean over outputs of (prediction - target)^2, "
+                           "float32 on the device (results.json mse_*_bits)"}} if regression else {}),
         "steps": int(res.get("steps") or steps), "samples": int(res.get("samples") or 0),
         "instructions": instr, "cycles_estimate": cycles,
         "stack": {"high_water_bytes": result.stack_high_water, "size_bytes": result.stack_size},
@@ -390,6 +449,11 @@ def _r(v: float | None) -> float | None:
     return None if v is None else round(v, 4)
 
 
+def _mse(v: float | None) -> float | None:
+    # Non-finite values cannot go into run.json (allow_nan=False): a diverged MSE shows as null.
+    return None if v is None or not math.isfinite(v) else float(v)
+
+
 # ---- readable forms ------------------------------------------------------------------------------
 
 def human_count(n: float) -> str:
@@ -409,6 +473,10 @@ def summary_line(doc: Mapping[str, Any]) -> str:
     acc = doc["accuracy"]
     a = ("acc n/a" if acc["before_pct"] is None or acc["after_pct"] is None
          else f"acc {acc['before_pct']:.1f}% → {acc['after_pct']:.1f}%")
+    if "mse" in doc:
+        m = doc["mse"]
+        a = ("MSE n/a" if m["before"] is None or m["after"] is None
+             else f"MSE {m['before']:.3g} → {m['after']:.3g}")
     ins = doc["instructions"]
     if ins["counted"]:
         i = f"{human_count(ins['per_step_mean'])} instr/step"
@@ -435,7 +503,8 @@ def _metrics(doc: Mapping[str, Any]) -> dict[str, Any]:
             "ms_per_step": (doc["cycles_estimate"] or {}).get("ms_per_step"),
             "stack_high_water_bytes": doc["stack"]["high_water_bytes"],
             "arena_planned_bytes": doc["arena"]["planned_bytes"], "arena_used_bytes": doc["arena"]["used_bytes"],
-            "gate_accepted": doc["gate"]["accepted"], "steps": doc["loss"]["steps"]}
+            "gate_accepted": doc["gate"]["accepted"], "steps": doc["loss"]["steps"],
+            **({"mse_before": doc["mse"]["before"], "mse_after": doc["mse"]["after"]} if "mse" in doc else {})}
 
 
 def moving_average(v: list[float], window: int) -> list[float]:
@@ -512,7 +581,10 @@ def inspect(path: Path) -> str | None:
                  + (f", per-epoch means {', '.join(f'{v:.4g}' for v in loss['epoch_mean'])}"
                     if loss.get("epoch_mean") else ""))
     acc = doc["accuracy"]
-    lines.append(f"accuracy (test split): before {acc['before']}, after {acc['after']}")
+    if "mse" in doc:
+        lines.append(f"MSE (test split): before {doc['mse']['before']}, after {doc['mse']['after']}")
+    else:
+        lines.append(f"accuracy (test split): before {acc['before']}, after {acc['after']}")
     lines.append(f"gate: {doc['gate']['reason']}")
     ex = doc["export"]
     lines.append(f"exported {ex['weights']} weights: {ex['wof']} ({ex['wof_n_buffers']} buffers, data for tensors "
