@@ -164,6 +164,9 @@ def check_data(graph: Graph, ds) -> None:
     check_samples(graph, ds.x_train, "data (train split)")
     if len(ds.x_test):
         check_samples(graph, ds.x_test, "data (test split)")
+    if getattr(ds, "regression", False):
+        # Float targets: calibration needs only the inputs; the report compares int8 with float outputs (SQNR).
+        return
     k = num_classes(graph)
     for split, y in (("train", ds.y_train), ("test", ds.y_test)):
         y = np.asarray(y)
@@ -180,7 +183,7 @@ def check_data(graph: Graph, ds) -> None:
 def _eval_set(ds, calib: np.ndarray, spec: QuantizeSpec) -> tuple[np.ndarray, np.ndarray | None, str]:
     if len(ds.x_test):
         n = len(ds.x_test) if spec.eval_samples is None else min(spec.eval_samples, len(ds.x_test))
-        return ds.x_test[:n], ds.y_test[:n], "test"
+        return ds.x_test[:n], (None if getattr(ds, "regression", False) else ds.y_test[:n]), "test"
     return calib, None, "calibration"
 
 

@@ -427,3 +427,22 @@ def test_third_party_sine_model_bit_exact(tmp_path):
     feed = as_int8_feed(q, x)
     ours = run_graph(q, {q.inputs[0]: feed})[q.outputs[0]]
     np.testing.assert_array_equal(ours, litert(out, feed, tmp_path))
+
+
+def test_regression_data_calibrates_and_reports_sqnr_without_accuracy(tmp_path):
+    """Float targets (data.task: regression) need no labels: calibration uses the inputs, the report has SQNR."""
+    from tinytrain.stages.data import load_dataset
+
+    g = read_model(FIX / "convnet_float.tflite")
+    shape = g.tensors[g.inputs[0]].shape
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=[40] + list(shape[1:])).astype(np.float32)
+    y = rng.normal(size=(40, 3)).astype(np.float32)
+    npz = tmp_path / "reg.npz"
+    np.savez(npz, x_train=x[:30], y_train=y[:30], x_test=x[30:], y_test=y[30:])
+    data = DataSpec(source="npz", path=npz, task="regression")
+    assert load_dataset(data).regression
+    result = quantize.run(make_ctx(tmp_path, g, data, num_samples=16))
+    report = json.loads((tmp_path / "quantize" / "report.json").read_text())
+    assert report["model"]["output_sqnr_db"] > 10
+    assert "acc" not in result.summary
