@@ -1270,3 +1270,269 @@ def test_every_kernel_cross_compiles_warning_free(tmp_path, core, dsp):
     asm = subprocess.run([cc, *flags, "-S", "-o", "-", str(KDIR / "tt_fully_connected.c")], capture_output=True,
                          text=True, check=True).stdout
     assert ("smlad" in asm) == dsp
+
+
+# ---- tt_qas_update (tt_train_ops.c) against the plain per-element loop it replaced ------------------------------
+# The specialised kernel must give byte-identical parameters, state, master copies and PRNG state to the loop that
+# stages/qas.py was first transcribed into (kept here verbatim as ref_qas_update), for every optimizer x rounding
+# x master x QAS on/off x weight decay x int8/int32 x scale layout, including ties, steps beyond 2^24 / 2^31 /
+# 2^40, infinities and NaN (the paths outside the int32 fast path). Only the sign bit of a NaN in the float
+# state may differ (compiler folding of x + (-d)); parameters and PRNG state must match byte for byte.
+
+_QAS_REF_C = r"""
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tt_train_ops.h"
+#define REF_DELTA_LIMIT 1099511627776.0f /* 2^40 */
+
+static inline float ref_clip(float v)
+{
+    if (v < -REF_DELTA_LIMIT) {
+        return -REF_DELTA_LIMIT;
+    }
+    if (v > REF_DELTA_LIMIT) {
+        return REF_DELTA_LIMIT;
+    }
+    return v;
+}
+
+/* round half away from zero of |v| <= 2^40 (qas.round_nearest: trunc, then the exact fraction). */
+static inline int64_t ref_round_away(float v)
+{
+    const int64_t t = (int64_t)v;
+    const float frac = v - (float)t;
+    return t + (frac >= 0.5f ? 1 : 0) - (frac <= -0.5f ? 1 : 0);
+}
+
+static inline int64_t ref_floor64(float v)
+{
+    const int64_t t = (int64_t)v;
+    return ((float)t > v) ? t - 1 : t;
+}
+
+static void ref_qas_update(const tt_qas_params *p, int32_t rows, int32_t cols, int32_t n, int32_t rows_per_channel,
+                   int32_t scale_count, const float *scale, void *param, int32_t is_int32, const float *g,
+                   float *state0, float *state1, float *master, uint32_t *rng)
+{
+    int32_t r, j;
+    int8_t *p8 = (int8_t *)param;
+    int32_t *p32 = (int32_t *)param;
+    for (r = 0; r < rows; ++r) {
+        for (j = 0; j < n; ++j) {
+            const int32_t k = r * n + j;
+            const int32_t at = r * cols + j;
+            const int32_t ch = scale_count == 1 ? 0 : (rows_per_channel > 0 ? r / rows_per_channel : j);
+            const float s = scale[ch];
+            const int64_t cur_int = is_int32 ? (int64_t)p32[at] : (int64_t)p8[at];
+            const float cur = master != 0 ? master[k] : (float)cur_int;
+            float gg = g[k] * p->batch_scale;
+            float d, delta;
+            int64_t v;
+            if (p->qas) {
+                if (p->weight_decay != 0.0f) {
+                    gg = gg + p->weight_decay * (s * cur);
+                }
+            } else {
+                gg = gg * s;
+                if (p->weight_decay != 0.0f) {
+                    gg = gg + p->weight_decay * cur;
+                }
+            }
+            switch (p->kind) {
+            case TT_OPT_MOMENTUM:
+                state0[k] = state0[k] * p->momentum;
+                state0[k] = state0[k] + gg;
+                d = p->lr * state0[k];
+                break;
+            case TT_OPT_ADAM: {
+                float denom;
+                state0[k] = state0[k] + (gg - state0[k]) * p->one_minus_beta1;
+                state1[k] = state1[k] * p->beta2;
+                state1[k] = state1[k] + p->one_minus_beta2 * gg * gg;
+                denom = sqrtf(state1[k]) / p->sqrt_bc2 + p->eps;
+                d = p->lr_over_bc1 * state0[k] / denom;
+                break;
+            }
+            case TT_OPT_RMSPROP:
+                state0[k] = state0[k] * p->alpha;
+                state0[k] = state0[k] + p->one_minus_alpha * gg * gg;
+                d = p->lr * gg / (sqrtf(state0[k]) + p->eps);
+                break;
+            default:
+                d = p->lr * gg;
+                break;
+            }
+            delta = p->qas ? (-d) / s : -d;
+            if (master != 0) {
+                master[k] = master[k] + delta;
+                v = master[k] != master[k] ? cur_int : ref_round_away(ref_clip(master[k]));
+            } else if (delta != delta) {
+                v = cur_int; /* NaN: the parameter keeps its value (the loss check stops training) */
+            } else if (p->rounding == TT_ROUND_STOCHASTIC) {
+                const float u = (float)(tt_xorshift32(rng) >> 8) * 5.9604644775390625e-08f; /* 2^-24 */
+                v = cur_int + ref_floor64(ref_clip(delta) + u);
+            } else {
+                v = cur_int + ref_round_away(ref_clip(delta));
+            }
+            if (v < p->lo) {
+                v = p->lo;
+            }
+            if (v > p->hi) {
+                v = p->hi;
+            }
+            if (is_int32) {
+                p32[at] = (int32_t)v;
+            } else {
+                p8[at] = (int8_t)v;
+            }
+        }
+    }
+}
+
+static void *rd(FILE *f, size_t n) { void *p = malloc(n ? n : 1); if (n && fread(p, 1, n, f) != n) exit(3); return p; }
+int main(int argc, char **argv)
+{
+    FILE *f = fopen(argv[1], "rb"), *o = fopen(argv[2], "wb");
+    int32_t ncase, t;
+    (void)argc;
+    if (fread(&ncase, 4, 1, f) != 1) return 2;
+    for (t = 0; t < ncase; ++t) {
+        int32_t h[7], pass;
+        tt_qas_params pp;
+        float *scale, *g, *st[2][2], *ms[2];
+        void *par[2];
+        uint32_t rng[2];
+        size_t psz, ne;
+        if (fread(h, 4, 7, f) != 7 || fread(&pp, sizeof pp, 1, f) != 1) return 2;
+        /* h: rows, cols, n, rows_per_channel, scale_count, is_int32, flags (1 state0, 2 state1, 4 master, 8 rng) */
+        psz = (size_t)h[0] * (size_t)h[1] * (h[5] ? 4u : 1u);
+        ne = (size_t)h[0] * (size_t)h[2];
+        scale = rd(f, 4u * (size_t)h[4]);
+        g = rd(f, 4u * ne);
+        par[0] = rd(f, psz);
+        st[0][0] = rd(f, 4u * ne); st[0][1] = rd(f, 4u * ne); ms[0] = rd(f, 4u * ne);
+        if (fread(&rng[0], 4, 1, f) != 1) return 2;
+        par[1] = malloc(psz ? psz : 1); memcpy(par[1], par[0], psz);
+        st[1][0] = malloc(4u * ne + 4); memcpy(st[1][0], st[0][0], 4u * ne);
+        st[1][1] = malloc(4u * ne + 4); memcpy(st[1][1], st[0][1], 4u * ne);
+        ms[1] = malloc(4u * ne + 4); memcpy(ms[1], ms[0], 4u * ne);
+        rng[1] = rng[0];
+        for (pass = 0; pass < 2; ++pass) {
+            int32_t step;
+            for (step = 0; step < 3; ++step) {
+                (pass ? tt_qas_update : ref_qas_update)(&pp, h[0], h[1], h[2], h[3], h[4], scale, par[pass], h[5], g,
+                    (h[6] & 1) ? st[pass][0] : 0, (h[6] & 2) ? st[pass][1] : 0, (h[6] & 4) ? ms[pass] : 0,
+                    (h[6] & 8) ? &rng[pass] : 0);
+            }
+            fwrite(par[pass], 1, psz, o);
+            fwrite(st[pass][0], 4, ne, o); fwrite(st[pass][1], 4, ne, o); fwrite(ms[pass], 4, ne, o);
+            fwrite(&rng[pass], 4, 1, o);
+        }
+    }
+    fclose(o);
+    return 0;
+}
+"""
+
+_PARAMS = np.dtype([("kind", "<i4"), ("qas", "<i4"), ("rounding", "<i4"), ("lo", "<i4"), ("hi", "<i4"),
+                    ("f", "<f4", (12,))])  # tt_qas_params: 5 ints, then 12 floats in declaration order
+
+
+def _qas_case(rng, kind, rounding, master, qas, wd, is32, layout):
+    rows, n = int(rng.integers(1, 6)), int(rng.integers(1, 9))
+    cols = n + int(rng.integers(0, 3))
+    if layout == "row":
+        rpc = int(rng.integers(1, 3))
+        rows = rows * rpc
+        sc = rows // rpc
+    elif layout == "col":
+        rpc, sc = 0, n
+    else:
+        rpc, sc = int(rng.integers(0, 2)), 1
+    scale = (rng.uniform(1e-4, 5e-2, sc)).astype(F32)
+    ne = rows * n
+    if is32:
+        lo, hi = -(1 << 31), (1 << 31) - 1
+        p = rng.integers(-3000, 3000, rows * cols).astype(np.int32)
+        p[rng.random(p.size) < 0.2] = hi - 3
+        p[rng.random(p.size) < 0.2] = lo + 3
+    else:
+        lo, hi = -127, 127
+        p = rng.integers(-128, 128, rows * cols).astype(np.int8)
+    g = (rng.standard_normal(ne) * 10.0 ** rng.uniform(-3, 2, ne)).astype(F32)
+    # edge values: exact ties (with lr = s = 1 and QAS off: steps of k + 0.5), huge and non-finite gradients
+    special = np.array([0.5, -0.5, 1.5, -2.5, 3e7, -3e7, 5e9, -5e9, 3e12, -3e12, np.inf, -np.inf, np.nan, 0.0],
+                       F32)
+    pick = rng.random(ne) < 0.3
+    g[pick] = rng.choice(special, int(pick.sum()))
+    f = np.zeros(12, F32)
+    # batch_scale, lr, wd, momentum, 1-b1, b2, 1-b2, lr/bc1, sqrt_bc2, alpha, 1-alpha, eps
+    f[:] = [rng.choice([1.0, 0.5]), rng.choice([1.0, 0.01]), wd, 0.9, 0.1, 0.999, 0.001, 0.05, 0.3, 0.99, 0.01,
+              1e-8]
+    prm = np.zeros(1, _PARAMS)
+    prm["kind"], prm["qas"], prm["rounding"], prm["lo"], prm["hi"], prm["f"] = kind, qas, rounding, lo, hi, f
+    st0 = (rng.standard_normal(ne) * 0.1).astype(F32)
+    st1 = np.abs(rng.standard_normal(ne) * 0.1).astype(F32)
+    ms = p.reshape(rows, cols)[:, :n].astype(F32).reshape(-1) + rng.uniform(-0.5, 0.5, ne).astype(F32)
+    if is32:
+        ms = np.clip(ms, -1e6, 1e6).astype(F32)
+    flags = (1 if kind in (1, 2, 3) else 0) | (2 if kind == 2 else 0) | (4 if master else 0)
+    flags |= 8 if (rounding == 1 and not master) else 0
+    head = np.array([rows, cols, n, rpc, sc, int(is32), flags], np.int32)
+    seed = np.array([rng.integers(1, 2 ** 32)], np.uint32)
+    blob = b"".join(a.tobytes() for a in (head, prm, scale, g, p, st0, st1, ms, seed))
+    size = p.nbytes + 3 * 4 * ne + 4
+    return blob, size, ne
+
+
+def test_qas_update_specialised_equals_plain_loop(tmp_path):
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no host C compiler")
+    src = tmp_path / "qas_ref.c"
+    src.write_text(_QAS_REF_C)
+    exe = tmp_path / "qas_ref"
+    cmd = [cc, *HOST_FLAGS, f"-I{KDIR}", str(KDIR / "tt_train_ops.c"), str(KDIR / "tt_qas.c"),
+           *[str(s) for s in kernel_sources() if s.name not in ("tt_train_ops.c", "tt_qas.c")], str(src), "-lm",
+           "-o", str(exe)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    rng = np.random.default_rng(7)
+    blobs, sizes, names, ne_of = [], [], [], []
+    for kind in range(4):
+        for rounding in (0, 1):
+            for master in (False, True):
+                for qas in (0, 1):
+                    for wd in (0.0, 1e-3):
+                        for is32 in (False, True):
+                            for layout in ("row", "col", "one"):
+                                for _ in range(2):
+                                    b, s, ne = _qas_case(rng, kind, rounding, master, qas, wd, is32, layout)
+                                    ne_of.append(ne)
+                                    blobs.append(b)
+                                    sizes.append(s)
+                                    names.append((kind, rounding, master, qas, wd, is32, layout))
+    (tmp_path / "in.bin").write_bytes(struct.pack("<i", len(blobs)) + b"".join(blobs))
+    import os
+
+    env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0"}  # the harness never frees its case buffers
+    res = subprocess.run([str(exe), str(tmp_path / "in.bin"), str(tmp_path / "out.bin")], capture_output=True,
+                         text=True, env=env)
+    assert res.returncode == 0, res.stderr
+    out = (tmp_path / "out.bin").read_bytes()
+    pos = 0
+    for name_i, (name, s) in enumerate(zip(names, sizes)):
+        ref, new = out[pos:pos + s], out[pos + s:pos + 2 * s]
+        pos += 2 * s
+        if ref != new:
+            # NaN bits may differ (the compiler may fold x + (-d) into x - d, which flips a NaN's sign; a NaN
+            # stops training anyway): parameters and PRNG state byte for byte, float state up to NaN bits.
+            psz = s - 4 - 3 * 4 * ne_of[name_i]
+            assert ref[:psz] == new[:psz] and ref[-4:] == new[-4:], f"tt_qas_update differs for {name}"
+            a = np.frombuffer(ref[psz:-4], F32)
+            b = np.frombuffer(new[psz:-4], F32)
+            same = (a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b))
+            assert same.all(), f"tt_qas_update state differs for {name}"
+    assert pos == len(out)
