@@ -15,15 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from test_codegen import _forward_ref, _golden, _run  # the same firmware/golden-model harness
 from tinytrain.pipeline.spec_data import DataSpec
 from tinytrain.stages import codegen, emulate_run
-from tinytrain.stages import train_executor as te
 from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
 from tinytrain.stages.boards import get_board
 from tinytrain.stages.cross_compile import build_firmware
 from tinytrain.stages.data import DataError, load_dataset, read_stream, write_stream
 from tinytrain.stages.emulate import run_firmware
-from tinytrain.stages.executor import run_graph
 from tinytrain.stages.ir import Graph
 from tinytrain.stages.reorder import plan_schedules
 from tinytrain.stages.runtime_config import RuntimeConfig
@@ -32,7 +31,6 @@ from tinytrain.stages.train_plan import TrainPlan
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 STEPS = 20
-RT_KEYS = ("learning_rate", "momentum", "beta1", "beta2", "eps", "alpha", "weight_decay")
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler")
 
 
@@ -125,30 +123,6 @@ def _data(tg: Graph, n: int, seed: int = 0):
     return x, (xf.reshape(n, -1) @ a).astype(np.float32)
 
 
-def _run(board_name, prog, build, rundir, cfg, data, sanitize=(), defines=None):
-    board = get_board(board_name)
-    b = build_firmware(board, prog, build, sanitize=sanitize, defines=defines or {})
-    run_firmware(board, b.elf, rundir, {"runtime.bin": cfg.to_bytes(), **data}, 300)
-    return {n: (rundir / n).read_bytes() for n in ("results.json", "losses.bin", "weights.bin")}
-
-
-def _golden(tg, x, t, cfg):
-    back = RuntimeConfig.from_bytes(cfg.to_bytes())
-    rt = {k: float(getattr(back, k)) for k in RT_KEYS}
-    state = te.init_state(tg, {**rt, "seed": cfg.seed})
-    losses = [te.train_step(tg, state, x[i:i + 1], t[i:i + 1], rt) for i in range(len(x))]
-    return np.array(losses, np.float32), state
-
-
-def _prediction(tg, x):
-    """Forward prediction per sample by the reference executor, as the loss reads it (int8 dequantized)."""
-    meta = tg.meta["train"]
-    n_fwd = int(meta["phases"]["forward"])
-    fg = Graph(tensors=tg.tensors, ops=tg.ops[:n_fwd], inputs=[t for t in tg.inputs if t != meta["label_input"]],
-               outputs=[meta["prediction"]], meta={})
-    return run_graph(fg, {fg.inputs[0]: x})[meta["prediction"]]
-
-
 def _device_mse(ev: np.ndarray, head, targets: np.ndarray) -> np.float32:
     """The firmware's evaluation in float32 and its order: per-sample mean, summed in order, / count."""
     y = ev.astype(np.float32)
@@ -197,7 +171,7 @@ def test_mse_host_matches_golden_model(fixture, opt, tmp_path):
 
     # Evaluation: forward before training vs the executor, the reported MSE vs the same float32 computation.
     ev = np.frombuffer((tmp_path / "run" / "eval_out.bin").read_bytes(), head.dtype).reshape(16, -1)
-    ref = _prediction(tg, x[:8]).reshape(8, -1)
+    ref = _forward_ref(tg, x[:8]).reshape(8, -1)
     if head.dtype == "int8":
         np.testing.assert_array_equal(ev[:8], ref)
     else:
