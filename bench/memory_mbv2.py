@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"reorder: {r['int8']['summary']}  (schedule: {s['schedule']}; arena "
           f"{100 * s['arena_over_lower_bound']:.1f}% over the lower bound)")
-    print(f"candidates: " + ", ".join(f"{n} {kb(v)}" for n, v in s["candidates"].items()))
+    print("candidates: " + ", ".join(f"{n} {kb(v)}" for n, v in s["candidates"].items()))
     print(f"forward pass alone (int8 inference, same counting): {kb(r['inference_peak_bytes'])}; "
           f"resident trained params: {kb(r['int8']['resident_bytes'])}")
     w = ", ".join(f"{c['block']} expand (op {c['op']}) r={c['ratio']:g}" for c in r["sparse_plan"]["weights"])

@@ -274,7 +274,7 @@ class _Gen:
         return float(t.quant.scale[0]), int(t.quant.zero_point[0])
 
     def requant(self, x: str, w: str, y: str, act: str, channels: int) -> str:
-        x_t, w_t, y_t = self.g.tensors[x], self.g.tensors[w], self.g.tensors[y]
+        w_t = self.g.tensors[w]
         s_in, z_in = self.qp(x)
         s_out, z_out = self.qp(y)
         scales = list(w_t.quant.scale)
@@ -1133,7 +1133,6 @@ def _program(gen: _Gen, fwd_lines: list[str], sample_lines: list[str], step_line
     ttds_dtype = {"int8": "TT_TTDS_INT8", "float32": "TT_TTDS_FLOAT32"}.get(x_t.dtype)
     if ttds_dtype is None:
         raise CodegenError(f"model input of dtype {x_t.dtype}")
-    weights_bytes = sum(t["nbytes"] for t in trained)
     wb_lines = []
     for t in trained:
         loc = gen.loc(t["name"])

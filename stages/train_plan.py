@@ -120,7 +120,7 @@ class TrainPlan:
                 idx = by_name[lp.layer]
             else:
                 raise PlanError(f"plan names layer {lp.layer!r}, which is not a trainable layer of the model",
-                                hint=f"trainable layers (op index: weight): "
+                                hint="trainable layers (op index: weight): "
                                      + ", ".join(f"{i}: {graph.ops[i].inputs[1]}" for i in trainable))
             if idx in seen:
                 raise PlanError(f"plan names layer {lp.layer!r} (op {idx}) twice")

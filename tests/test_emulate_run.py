@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 
 from tinytrain.pipeline.contract import StageContext
-from tinytrain.pipeline.errors import StageFailed
 from tinytrain.pipeline.spec import GateSpec, OptimizerSpec
 from tinytrain.pipeline.spec_data import DataSpec
 from tinytrain.pipeline.spec_quantize import QuantizeSpec
