@@ -184,13 +184,17 @@ def _load_digits(spec: DataSpec) -> dict:
             "class_names": [str(int(c)) for c in d.target_names]}
 
 
-def _load_npz(spec: DataSpec) -> dict:
+def _read_npz(spec: DataSpec) -> tuple[Path, dict[str, np.ndarray]]:
     path = _existing(spec.path, "npz file", want_dir=False)
     try:
         with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+            return path, {k: z[k] for k in z.files}
     except (OSError, ValueError, EOFError) as e:
         raise DataError(f"{path}: not a readable .npz file ({e})") from None
+
+
+def _load_npz(spec: DataSpec) -> dict:
+    path, arrays = _read_npz(spec)
     have = sorted(arrays)
     if {"x_train", "y_train", "x_test", "y_test"} <= arrays.keys():
         out = {k: arrays[k] for k in ("x_train", "y_train", "x_test", "y_test")}
@@ -212,12 +216,7 @@ def _load_regression(spec: DataSpec) -> Dataset:
     """npz with float targets: x as for classification, y [N, K] (or [N] -> K = 1) float32, finite."""
     if spec.source != "npz":  # the spec validates this too; a hand-made DataSpec may not have
         raise DataError(f"task regression needs source npz (float targets), not {spec.source!r}")
-    path = _existing(spec.path, "npz file", want_dir=False)
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError) as e:
-        raise DataError(f"{path}: not a readable .npz file ({e})") from None
+    path, arrays = _read_npz(spec)
     if {"x_train", "y_train", "x_test", "y_test"} <= arrays.keys():
         pairs = [("train", arrays["x_train"], arrays["y_train"]), ("test", arrays["x_test"], arrays["y_test"])]
     elif {"x", "y"} <= arrays.keys():
