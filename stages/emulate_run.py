@@ -306,43 +306,45 @@ def mse_of(res: Mapping[str, Any], when: str) -> float | None:
     return float(struct.unpack("<f", struct.pack("<I", int(bits) & 0xFFFFFFFF))[0])
 
 
-def gate_decision_mse(gate: Any, before: float | None, after: float | None) -> dict[str, Any]:
-    """The regression gate: lower MSE is better; kept when before - after >= min_delta (MSE units)."""
+def _gate_settings(gate: Any) -> tuple[bool, float]:
     d = gate.model_dump() if hasattr(gate, "model_dump") else dict(gate or {})
-    enabled, min_delta = bool(d.get("enabled", True)), float(d.get("min_delta", 0.0))
-    known = before is not None and after is not None and math.isfinite(before) and math.isfinite(after)
-    doc: dict[str, Any] = {"enabled": enabled, "metric": "mse", "min_delta_mse": min_delta,
-                           "improvement_mse": (before - after) if known else None}
+    return bool(d.get("enabled", True)), float(d.get("min_delta", 0.0))
+
+
+def _gate_verdict(doc: dict[str, Any], enabled: bool, gain: float | None, min_delta: float, unknown: str,
+                  change: str) -> dict[str, Any]:
+    """Seed 000's step 3, for any metric: keep the trained weights when `gain` (better is positive) reaches
+    min_delta. `change` describes the measurement and ends with the comparison sign's place `{}`."""
     if not enabled:
         doc.update(accepted=True, reason="gate disabled: the trained weights are exported")
-    elif not known:
-        doc.update(accepted=True, reason="no test MSE to judge by: the trained weights are exported")
-    elif before - after >= min_delta:
-        doc.update(accepted=True, reason=f"MSE {before:.4g} -> {after:.4g} (improvement {before - after:+.4g} >= "
-                                         f"{min_delta:+.4g}): kept")
+    elif gain is None:
+        doc.update(accepted=True, reason=f"no test {unknown} to judge by: the trained weights are exported")
+    elif gain >= min_delta:
+        doc.update(accepted=True, reason=change.format(">=") + ": kept")
     else:
-        doc.update(accepted=False, reason=f"MSE {before:.4g} -> {after:.4g} (improvement {before - after:+.4g} < "
-                                          f"{min_delta:+.4g}): rejected, the ORIGINAL weights are exported")
+        doc.update(accepted=False, reason=change.format("<") + ": rejected, the ORIGINAL weights are exported")
     return doc
+
+
+def gate_decision_mse(gate: Any, before: float | None, after: float | None) -> dict[str, Any]:
+    """The regression gate: lower MSE is better; kept when before - after >= min_delta (MSE units)."""
+    enabled, min_delta = _gate_settings(gate)
+    known = before is not None and after is not None and math.isfinite(before) and math.isfinite(after)
+    gain = (before - after) if known else None
+    doc: dict[str, Any] = {"enabled": enabled, "metric": "mse", "min_delta_mse": min_delta, "improvement_mse": gain}
+    change = (f"MSE {before:.4g} -> {after:.4g} (improvement {gain:+.4g} {{}} {min_delta:+.4g})" if known else "")
+    return _gate_verdict(doc, enabled, gain, min_delta, "MSE", change)
 
 
 def gate_decision(gate: Any, before: float | None, after: float | None) -> dict[str, Any]:
-    d = gate.model_dump() if hasattr(gate, "model_dump") else dict(gate or {})
-    enabled, min_delta = bool(d.get("enabled", True)), float(d.get("min_delta", 0.0))
+    """The classification gate: kept when accuracy after - before >= min_delta (percentage points)."""
+    enabled, min_delta = _gate_settings(gate)
+    gain = None if before is None or after is None else after - before
     doc: dict[str, Any] = {"enabled": enabled, "min_delta_points": min_delta,
-                           "delta_points": None if before is None or after is None else round(after - before, 4)}
-    if not enabled:
-        doc.update(accepted=True, reason="gate disabled: the trained weights are exported")
-    elif before is None or after is None:
-        doc.update(accepted=True, reason="no test accuracy to judge by: the trained weights are exported")
-    elif after - before >= min_delta:
-        doc.update(accepted=True, reason=f"accuracy {before:.1f}% -> {after:.1f}% "
-                                         f"(change {after - before:+.1f} >= {min_delta:+.1f} points): kept")
-    else:
-        doc.update(accepted=False, reason=f"accuracy {before:.1f}% -> {after:.1f}% "
-                                          f"(change {after - before:+.1f} < {min_delta:+.1f} points): rejected, "
-                                          f"the ORIGINAL weights are exported")
-    return doc
+                           "delta_points": None if gain is None else round(gain, 4)}
+    change = (f"accuracy {before:.1f}% -> {after:.1f}% (change {gain:+.1f} {{}} {min_delta:+.1f} points)"
+              if gain is not None else "")
+    return _gate_verdict(doc, enabled, gain, min_delta, "accuracy", change)
 
 
 def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[str, Any], n_buffers: int,
