@@ -301,6 +301,8 @@ void tt_bias_grad_f32(int32_t rows, int32_t channels, const float *dy, float *db
 void tt_average_pool2d_grad_f32(const tt_pool_dims *d, const float *dy, float *dx);
 /* All of dy goes to the window's first maximum in row-major tap order (strict >). */
 void tt_max_pool2d_grad_f32(const tt_pool_dims *d, const float *dy, const float *x, float *dx);
+/* the same with the int8 forward input (ties: first maximum in row-major tap order, strict >) */
+void tt_max_pool2d_grad_s8(const tt_pool_dims *d, const float *dy, const int8_t *x, float *dx);
 void tt_mean_hw_grad_f32(int32_t batches, int32_t h, int32_t w, int32_t c, const float *dy, float *dx);
 /* in_shape is the forward input's (dx's) shape; dy has the padded shape. */
 void tt_pad_grad_f32(const int32_t in_shape[4], const int32_t pads[8], const float *dy, float *dx);

@@ -55,9 +55,16 @@ void tt_average_pool2d_grad_f32(const tt_pool_dims *d, const float *dy, float *d
     }
 }
 
+/* The forward input of a max pool is float32 or int8; int8 -> float is exact and keeps the order, so one window
+ * search serves both and picks the same tap. */
+static float tt__pool_in(const void *x, int32_t idx, int32_t is_s8)
+{
+    return is_s8 ? (float)((const int8_t *)x)[idx] : ((const float *)x)[idx];
+}
+
 /* All of dy goes to the window's first maximum in row-major tap order (strict >: ties keep the earlier tap),
  * as TFLite and PyTorch pick it. */
-void tt_max_pool2d_grad_f32(const tt_pool_dims *d, const float *dy, const float *x, float *dx)
+static void tt__max_pool2d_grad(const tt_pool_dims *d, const float *dy, const void *x, int32_t is_s8, float *dx)
 {
     int32_t i, b, oy, ox, c, ky, kx;
     const int32_t n_in = d->batches * d->in_h * d->in_w * d->channels;
@@ -80,12 +87,14 @@ void tt_max_pool2d_grad_f32(const tt_pool_dims *d, const float *dy, const float 
                         for (kx = 0; kx < d->filter_w; ++kx) {
                             const int32_t ix = ix0 + kx;
                             int32_t idx;
+                            float v;
                             if (ix < 0 || ix >= d->in_w) {
                                 continue;
                             }
                             idx = ((b * d->in_h + iy) * d->in_w + ix) * d->channels + c;
-                            if (best_i < 0 || x[idx] > best) {
-                                best = x[idx];
+                            v = tt__pool_in(x, idx, is_s8);
+                            if (best_i < 0 || v > best) {
+                                best = v;
                                 best_i = idx;
                             }
                         }
@@ -97,6 +106,16 @@ void tt_max_pool2d_grad_f32(const tt_pool_dims *d, const float *dy, const float 
             }
         }
     }
+}
+
+void tt_max_pool2d_grad_f32(const tt_pool_dims *d, const float *dy, const float *x, float *dx)
+{
+    tt__max_pool2d_grad(d, dy, x, 0, dx);
+}
+
+void tt_max_pool2d_grad_s8(const tt_pool_dims *d, const float *dy, const int8_t *x, float *dx)
+{
+    tt__max_pool2d_grad(d, dy, x, 1, dx);
 }
 
 void tt_mean_hw_grad_f32(int32_t batches, int32_t h, int32_t w, int32_t c, const float *dy, float *dx)

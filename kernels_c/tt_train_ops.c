@@ -104,47 +104,6 @@ void tt_dequantize_slice_s8_f32(int32_t rows, int32_t depth, int32_t k, float sc
     }
 }
 
-void tt_max_pool2d_grad_s8(const tt_pool_dims *d, const float *dy, const int8_t *x, float *dx)
-{
-    int32_t i, b, oy, ox, c, ky, kx;
-    const int32_t n_in = d->batches * d->in_h * d->in_w * d->channels;
-    for (i = 0; i < n_in; ++i) {
-        dx[i] = 0.0f;
-    }
-    for (b = 0; b < d->batches; ++b) {
-        for (oy = 0; oy < d->out_h; ++oy) {
-            const int32_t iy0 = oy * d->stride_h - d->pad_top;
-            for (ox = 0; ox < d->out_w; ++ox) {
-                const int32_t ix0 = ox * d->stride_w - d->pad_left;
-                for (c = 0; c < d->channels; ++c) {
-                    int32_t best_i = -1, best = 0;
-                    for (ky = 0; ky < d->filter_h; ++ky) {
-                        const int32_t iy = iy0 + ky;
-                        if (iy < 0 || iy >= d->in_h) {
-                            continue;
-                        }
-                        for (kx = 0; kx < d->filter_w; ++kx) {
-                            const int32_t ix = ix0 + kx;
-                            int32_t idx;
-                            if (ix < 0 || ix >= d->in_w) {
-                                continue;
-                            }
-                            idx = ((b * d->in_h + iy) * d->in_w + ix) * d->channels + c;
-                            if (best_i < 0 || (int32_t)x[idx] > best) {
-                                best = x[idx];
-                                best_i = idx;
-                            }
-                        }
-                    }
-                    if (best_i >= 0) {
-                        dx[best_i] += dy[((b * d->out_h + oy) * d->out_w + ox) * d->channels + c];
-                    }
-                }
-            }
-        }
-    }
-}
-
 int32_t tt_argmax_s8(int32_t n, const int8_t *x)
 {
     int32_t i, best = 0;

@@ -35,8 +35,6 @@ void tt_int8_clamp_grad_f32(int32_t n, int32_t lo, int32_t hi, const float *dy, 
 /* y[r, :k] = f32(x[r, :k] - zp) * scale for x viewed as [rows, depth] (dequantize_slice). */
 void tt_dequantize_slice_s8_f32(int32_t rows, int32_t depth, int32_t k, float scale, int32_t zero_point,
                                 const int8_t *x, float *y);
-/* max_pool2d_grad with the int8 forward input (ties: first maximum in row-major tap order, strict >). */
-void tt_max_pool2d_grad_s8(const tt_pool_dims *d, const float *dy, const int8_t *x, float *dx);
 int32_t tt_argmax_s8(int32_t n, const int8_t *x);
 int32_t tt_argmax_f32(int32_t n, const float *x);
 
