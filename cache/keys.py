@@ -16,10 +16,12 @@ import subprocess
 from pathlib import Path
 from typing import Any, Iterable
 
+from tinytrain.cache.imports import ModuleFile, import_closure, package_module_file
 from tinytrain.stages.ir import canonical_json
 
 # Bump when the meaning of a preimage changes, so that old entries can never be mistaken for new ones.
-KEY_SCHEMA_VERSION = 1
+# 2: "impl" is the computed import closure of the stage's module, no longer a hand-kept module list.
+KEY_SCHEMA_VERSION = 2
 
 _CHUNK = 1 << 20
 
@@ -76,12 +78,38 @@ def module_source_digest(module_names: Iterable[str]) -> str:
     the digest changes."""
     h = hashlib.sha256()
     for name in sorted(set(module_names)):
-        origin = _module_origin(name)
-        data = Path(origin).read_bytes() if origin else b""
-        marker = "present" if origin else "absent"
-        h.update(f"{name}\0{marker}\0{len(data)}\0".encode())
-        h.update(data)
+        _hash_module(h, name, _module_origin(name))
     return h.hexdigest()
+
+
+def implementation_digests(module: str) -> dict[str, str]:
+    """The implementation version of the code `module` runs, as {module name: source digest}: the module itself
+    and every tinytrain module it reaches through its imports (computed, see `cache.imports`). One digest per
+    module, so that `explain` can name the file that changed; a module that cannot be found hashes as absent."""
+    import tinytrain
+
+    root, package = Path(tinytrain.__file__).parent, tinytrain.__name__
+    start = package_module_file(root, package, module)
+    if start is None and not (module == package or module.startswith(package + ".")):
+        origin = _module_origin(module)  # a stage module outside the package (tests use these)
+        start = ModuleFile(module, Path(origin), origin.endswith("__init__.py")) if origin else None
+    if start is None:
+        h = hashlib.sha256()
+        _hash_module(h, module, None)
+        return {module: h.hexdigest()}
+    digests = {}
+    for name, path in sorted(import_closure(start, root, package).items()):
+        h = hashlib.sha256()
+        _hash_module(h, name, str(path))
+        digests[name] = h.hexdigest()
+    return digests
+
+
+def _hash_module(h: Any, name: str, origin: str | None) -> None:
+    data = Path(origin).read_bytes() if origin else b""
+    marker = "present" if origin else "absent"
+    h.update(f"{name}\0{marker}\0{len(data)}\0".encode())
+    h.update(data)
 
 
 def _module_origin(name: str) -> str | None:

@@ -1,7 +1,8 @@
 """What a stage's result depends on, as the JSON "preimage" its cache key is the hash of (DESIGN §4).
 
-    {"key_schema": 1, "stage": "load",
-     "impl":   {"tinytrain.stages.load": "<source sha256>", ...},
+    {"key_schema": 2, "stage": "load",
+     "impl":   {"tinytrain.stages.load": "<source sha256>", "tinytrain.stages.ir": "<source sha256>", ...,
+                "files:kernels_c/*.h": "<sha256 of the matching files>"},
      "config": {"model": {"path": {"sha256": "..."}, "format": "auto"}},
      "inputs": {"load/graph.json": "<content sha256>", ...},
      "tools":  {"arm-none-eabi-gcc --version": "arm-none-eabi-gcc (15:13.2) 13.2.1"},
@@ -22,7 +23,7 @@ from typing import Any, Iterable, Mapping
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-from tinytrain.cache.keys import KEY_SCHEMA_VERSION, module_source_digest, sha256_file, tool_identity, tree_digest
+from tinytrain.cache.keys import KEY_SCHEMA_VERSION, implementation_digests, sha256_file, tool_identity, tree_digest
 from tinytrain.pipeline.errors import UserError
 from tinytrain.pipeline.stage_graph import StageDef
 
@@ -67,9 +68,10 @@ def path_digest(path: Path, where: str = "") -> dict[str, str]:
 
 
 def impl_digests(stage: StageDef) -> dict[str, str]:
-    # One digest per module (and per file glob), so that `explain` can say which source changed.
-    modules = [m for m in (stage.impl, *stage.sources) if m]
-    digests = {m: module_source_digest([m]) for m in modules}
+    """The stage's implementation version: one digest per module it runs (its `impl` module and the tinytrain
+    modules that reaches through imports, computed) and per glob of non-Python sources it uses, so that
+    `explain` can say which source changed."""
+    digests = implementation_digests(stage.impl) if stage.impl else {}
     digests.update({f"files:{pattern}": package_files_digest(pattern) for pattern in stage.source_files})
     return digests
 

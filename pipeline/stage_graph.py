@@ -17,10 +17,10 @@ class StageDef:
     config: tuple[str, ...]
     # Upstream stages whose artifacts this stage reads.
     deps: tuple[str, ...]
-    # Module exposing `run(ctx) -> StageResult`, or None while not implemented.
+    # Module exposing `run(ctx) -> StageResult`, or None while not implemented. Its source and that of every
+    # tinytrain module it reaches through imports (computed by reading the code: cache/imports.py) are the
+    # stage's implementation version, part of its cache key; no module list is kept by hand.
     impl: str | None
-    # Modules whose source text is the stage's implementation version (besides `impl` itself).
-    sources: tuple[str, ...] = ()
     description: str = ""
     # Commands whose first output line identifies an external tool the stage runs (e.g.
     # ("arm-none-eabi-gcc", "--version")); part of the cache key, so a new compiler rebuilds.
@@ -40,43 +40,27 @@ class StageDef:
 
 STAGES: tuple[StageDef, ...] = (
     StageDef("load", ("model",), (), "tinytrain.stages.load",
-             ("tinytrain.stages.ir", "tinytrain.stages.tflite_reader"),
              "read .tflite/.circle into the IR"),
     StageDef("quantize", ("quantize", "data"), ("load",), "tinytrain.stages.quantize",
-             ("tinytrain.stages.ir", "tinytrain.stages.ptq", "tinytrain.stages.calibrate",
-              "tinytrain.stages.bn_fold", "tinytrain.stages.executor", "tinytrain.stages.int8_arith",
-              "tinytrain.stages.tflite_writer", "tinytrain.stages.data", "tinytrain.pipeline.spec_quantize",
-              "tinytrain.pipeline.spec_data"),
              "float IR -> real int8 IR (+ model_int8.tflite)"),
     # train.loss, train.qas and train.reorder.enabled: the exact peak of the chosen plan is autodiff's graph for
-    # them, planned as the reorder stage plans it (so the modules of both are part of this stage's version too).
+    # them, planned as the reorder stage plans it (sparse_plan imports the modules of both, so they are part of
+    # this stage's version too).
     StageDef("sparse-plan", ("train.update", "train.optimizer.kind", "train.batch_size", "train.loss", "train.qas",
                              "train.reorder.enabled", "target.board", "data"), ("quantize",),
              "tinytrain.stages.sparse_plan",
-             ("tinytrain.stages.contribution", "tinytrain.stages.plan_memory", "tinytrain.stages.plan_search",
-              "tinytrain.stages.train_plan", "tinytrain.stages.boards", "tinytrain.stages.ir",
-              "tinytrain.stages.autodiff", "tinytrain.stages.train_executor", "tinytrain.stages.grad_ops",
-              "tinytrain.stages.executor", "tinytrain.stages.data", "tinytrain.pipeline.spec_data",
-              "tinytrain.stages.qas", "tinytrain.stages.int8_arith", "tinytrain.stages.reorder",
-              "tinytrain.stages.memplan", "tinytrain.stages.schedule", "tinytrain.stages.streams"),
              "choose what to train under the memory budget"),
     StageDef("autodiff", ("train.loss", "train.optimizer", "train.batch_size", "train.qas"), ("quantize", "sparse-plan"),
              "tinytrain.stages.autodiff",
-             ("tinytrain.stages.ir", "tinytrain.stages.train_plan", "tinytrain.stages.qas",
-              "tinytrain.stages.int8_arith"),
              "compile-time backward graph and update ops (int8: QAS)",
              reads=("quantize/graph.json", "quantize/tensors.npz", "sparse-plan/train_plan.json")),
     StageDef("reorder", ("train.reorder",), ("autodiff",), "tinytrain.stages.reorder",
-             ("tinytrain.stages.memplan", "tinytrain.stages.schedule", "tinytrain.stages.streams",
-              "tinytrain.stages.ir"),
              "schedule with in-place updates and streamed groups; static arena plan"),
     StageDef("codegen", ("target.kernels",), ("autodiff", "reorder"), "tinytrain.stages.codegen",
-             ("tinytrain.stages.ir", "tinytrain.stages.int8_arith", "tinytrain.stages.runtime_config",
-              "tinytrain.stages.memplan", "tinytrain.stages.streams", "tinytrain.stages.geometry"),
              "C sources for the training program",
              source_files=("kernels_c/*.h",)),
     StageDef("cross-compile", ("target.board", "target.cflags", "target.kernels"), ("codegen",),
-             "tinytrain.stages.cross_compile", ("tinytrain.stages.boards",),
+             "tinytrain.stages.cross_compile",
              "ELF for the board, size report and fit check",
              tools=(("arm-none-eabi-gcc", "--version"), ("cc", "--version")),
              source_files=("kernels_c/*.c", "kernels_c/*.h", "kernels_c/boards/*")),
@@ -87,9 +71,6 @@ STAGES: tuple[StageDef, ...] = (
                              "train.optimizer", "train.max_train_samples", "train.gate", "data", "model",
                              "target.board", "target.timeout_s"),
              ("cross-compile", "codegen", "quantize", "load"), "tinytrain.stages.emulate_run",
-             ("tinytrain.stages.emulate", "tinytrain.stages.export", "tinytrain.stages.wof",
-              "tinytrain.stages.runtime_config", "tinytrain.stages.data", "tinytrain.stages.boards",
-              "tinytrain.stages.ir", "tinytrain.stages.tflite_writer", "tinytrain.pipeline.spec_data"),
              "train inside QEMU (or natively for host); export trained weights (.wof, .tflite)",
              tools=(("qemu-system-arm", "--version"),),
              reads=("cross-compile/firmware.elf", "cross-compile/size.json", "codegen/io_layout.json",

@@ -19,6 +19,7 @@ from tinytrain.cache.keys import (
     MISSING,
     action_key,
     diff_preimages,
+    implementation_digests,
     module_source_digest,
     sha256_bytes,
     sha256_file,
@@ -129,6 +130,24 @@ def test_module_source_digest_follows_the_source_text(tmp_path, monkeypatch):
     absent = module_source_digest(["tt_no_such_module_xyz"])
     assert absent == module_source_digest(["tt_no_such_module_xyz"])
     assert absent != module_source_digest([])
+
+
+def test_implementation_digests_follow_the_module_and_its_tinytrain_imports(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = tmp_path / "tt_probe_impl_mod.py"
+    mod.write_text("import json\nfrom tinytrain.stages.geometry import out_size_and_pad\n")
+    digests = implementation_digests("tt_probe_impl_mod")
+    # json is another package's (versioned by the environment); the tinytrain modules are followed.
+    assert set(digests) == {"tt_probe_impl_mod", "tinytrain", "tinytrain.stages", "tinytrain.stages.geometry"}
+    assert digests["tt_probe_impl_mod"] == module_source_digest(["tt_probe_impl_mod"])
+    mod.write_text(mod.read_text() + "# edited\n")
+    again = implementation_digests("tt_probe_impl_mod")
+    assert again["tt_probe_impl_mod"] != digests["tt_probe_impl_mod"]
+    assert {k: v for k, v in again.items() if k != "tt_probe_impl_mod"} == \
+           {k: v for k, v in digests.items() if k != "tt_probe_impl_mod"}
+    # A module that cannot be found hashes as absent, inside the package or outside it.
+    for name in ("tinytrain.stages.no_such_stage_xyz", "tt_no_such_module_xyz"):
+        assert implementation_digests(name) == {name: module_source_digest([name])}
 
 
 def test_tree_digest_depends_on_names_and_bytes_only(tmp_path):
