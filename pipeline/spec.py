@@ -27,6 +27,7 @@ from tinytrain.pipeline.yaml_source import load_yaml
 
 # The board choices come from the board registry, so a new board needs no edit here.
 from tinytrain.stages.boards import BOARD_NAMES as BOARDS, describe_boards  # noqa: E402
+from tinytrain.stages.runtime_config import OPTIMIZER_DEFAULTS
 WEIGHT_RATIOS = (0.0, 0.125, 0.25, 0.5, 1.0)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -143,11 +144,13 @@ class OptimizerSpec(_Strict):
     """The update rule compiled into the firmware; its state tensors are counted in memory."""
 
     kind: Literal["sgd", "momentum", "adam", "rmsprop"] = Field(default="sgd")
-    momentum: float = Field(default=0.9, ge=0, lt=1, description="momentum: velocity decay")
-    beta1: float = Field(default=0.9, ge=0, lt=1, description="adam: first-moment decay")
-    beta2: float = Field(default=0.999, ge=0, lt=1, description="adam: second-moment decay")
-    rho: float = Field(default=0.9, ge=0, lt=1, description="rmsprop: decay of the squared-gradient average")
-    eps: float = Field(default=1e-7, gt=0, description="adam, rmsprop: added to the denominator")
+    # Defaults: stages/runtime_config.py OPTIMIZER_DEFAULTS, shared with the firmware's record and autodiff.
+    momentum: float = Field(default=OPTIMIZER_DEFAULTS.momentum, ge=0, lt=1, description="momentum: velocity decay")
+    beta1: float = Field(default=OPTIMIZER_DEFAULTS.beta1, ge=0, lt=1, description="adam: first-moment decay")
+    beta2: float = Field(default=OPTIMIZER_DEFAULTS.beta2, ge=0, lt=1, description="adam: second-moment decay")
+    rho: float = Field(default=OPTIMIZER_DEFAULTS.alpha, ge=0, lt=1,
+                       description="rmsprop: decay of the squared-gradient average")
+    eps: float = Field(default=OPTIMIZER_DEFAULTS.eps, gt=0, description="adam, rmsprop: added to the denominator")
 
 
 class QASSpec(_Strict):

@@ -137,6 +137,7 @@ from tinytrain.pipeline.errors import UnsupportedOpError, UserError
 from tinytrain.stages import int8_arith as ia
 from tinytrain.stages.ir import Graph, Op, Tensor
 from tinytrain.stages.qas import BIAS_RANGE, ROUNDINGS, STATE_COUNT, WEIGHT_RANGE, seed_state
+from tinytrain.stages.runtime_config import OPTIMIZER_DEFAULTS
 from tinytrain.stages.train_plan import TrainPlan
 
 LOSSES = ("cross_entropy", "mse")
@@ -161,11 +162,11 @@ class OptimizerSpec:
 
     kind: str = "sgd"
     learning_rate: float = 0.01
-    momentum: float = 0.9
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    alpha: float = 0.99
+    momentum: float = OPTIMIZER_DEFAULTS.momentum
+    beta1: float = OPTIMIZER_DEFAULTS.beta1
+    beta2: float = OPTIMIZER_DEFAULTS.beta2
+    eps: float = OPTIMIZER_DEFAULTS.eps
+    alpha: float = OPTIMIZER_DEFAULTS.alpha
     weight_decay: float = 0.0
 
     def __post_init__(self):

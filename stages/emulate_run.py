@@ -59,7 +59,8 @@ from tinytrain.stages import export, wof
 from tinytrain.stages.boards import Board, get_board
 from tinytrain.stages.emulate import EmulationError, RunResult, run_firmware
 from tinytrain.stages.ir import Graph
-from tinytrain.stages.runtime_config import FLAG_EVAL_AFTER, FLAG_EVAL_BEFORE, PROTOCOL, RuntimeConfig
+from tinytrain.stages.runtime_config import (FLAG_EVAL_AFTER, FLAG_EVAL_BEFORE, OPTIMIZER_DEFAULTS, PROTOCOL,
+                                               RuntimeConfig)
 
 ARTIFACTS = ("run.json", "loss.svg", "weights.bin", "trained.wof", "trained_int8.tflite", "run.log")
 RUN_JSON_VERSION = 1
@@ -125,9 +126,10 @@ def runtime_config(cfg: Mapping[str, Any]) -> RuntimeConfig:
         learning_rate=float(cfg["train.learning_rate"]), epochs=int(cfg["train.epochs"]),
         seed=int(cfg.get("train.seed") or 0), batch_size=int(cfg.get("train.batch_size") or 1),
         # The firmware's SGD reads momentum too: plain sgd must get 0 whatever the spec's default says.
-        momentum=float(d.get("momentum", 0.9)) if kind == "momentum" else 0.0,
-        beta1=float(d.get("beta1", 0.9)), beta2=float(d.get("beta2", 0.999)), eps=float(d.get("eps", 1e-7)),
-        alpha=float(d.get("rho", 0.9)), weight_decay=0.0,
+        momentum=float(d.get("momentum", OPTIMIZER_DEFAULTS.momentum)) if kind == "momentum" else 0.0,
+        beta1=float(d.get("beta1", OPTIMIZER_DEFAULTS.beta1)), beta2=float(d.get("beta2", OPTIMIZER_DEFAULTS.beta2)),
+        eps=float(d.get("eps", OPTIMIZER_DEFAULTS.eps)), alpha=float(d.get("rho", OPTIMIZER_DEFAULTS.alpha)),
+        weight_decay=0.0,
         max_train_samples=int(cfg.get("train.max_train_samples") or 0),
         flags=FLAG_EVAL_BEFORE | FLAG_EVAL_AFTER)
 

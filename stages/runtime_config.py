@@ -75,16 +75,36 @@ SIZE = struct.calcsize(_FORMAT)  # 56
 
 
 @dataclass(frozen=True)
+class OptimizerHyperParameters:
+    """The optimizer hyper-parameters runtime.bin carries. Its defaults are THE defaults, read by the spec's
+    `train.optimizer` (what users see and set; RMSProp's alpha is `rho` there, as in Keras), by this record and by
+    autodiff's training graph (`runtime_defaults`, the golden model's values): one place, so that the firmware
+    and the golden model cannot train with different values. They are Keras's (TFLite's origin), not PyTorch's
+    (eps 1e-8, RMSProp alpha 0.99)."""
+
+    momentum: float = 0.9   # SGD with momentum: velocity decay
+    beta1: float = 0.9      # Adam: first-moment decay
+    beta2: float = 0.999    # Adam: second-moment decay
+    eps: float = 1e-7       # Adam, RMSProp: added to the denominator
+    alpha: float = 0.9      # RMSProp: decay of the squared-gradient average
+
+
+OPTIMIZER_DEFAULTS = OptimizerHyperParameters()
+
+
+@dataclass(frozen=True)
 class RuntimeConfig:
     learning_rate: float = 0.01
     epochs: int = 1
     seed: int = 0
     batch_size: int = 1
+    # The firmware's plain SGD reads momentum too, so the record's default is none (emulate-run sets the spec's
+    # value for the momentum optimizer only).
     momentum: float = 0.0
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-7
-    alpha: float = 0.9
+    beta1: float = OPTIMIZER_DEFAULTS.beta1
+    beta2: float = OPTIMIZER_DEFAULTS.beta2
+    eps: float = OPTIMIZER_DEFAULTS.eps
+    alpha: float = OPTIMIZER_DEFAULTS.alpha
     weight_decay: float = 0.0
     max_train_samples: int = 0
     flags: int = FLAG_EVAL_BEFORE | FLAG_EVAL_AFTER

@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph  # noqa: E402
+from tinytrain.stages.runtime_config import OPTIMIZER_DEFAULTS  # noqa: E402
 from tinytrain.stages.tflite_reader import read_model  # noqa: E402
 from tinytrain.stages.train_executor import init_state, train, train_step  # noqa: E402
 from tinytrain.stages.train_plan import LayerPlan, PlanError, TrainPlan  # noqa: E402
@@ -36,13 +37,15 @@ def _graph(model: str):
 
 
 def _torch_opt(kind: str, params, lr: float):
+    # With tinytrain's default hyper-parameters (OptimizerSpec(kind) takes them), which are not PyTorch's.
+    d = OPTIMIZER_DEFAULTS
     if kind == "sgd":
         return torch.optim.SGD(params, lr=lr, foreach=False)
     if kind == "momentum":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9, foreach=False)
+        return torch.optim.SGD(params, lr=lr, momentum=d.momentum, foreach=False)
     if kind == "adam":
-        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, foreach=False)
-    return torch.optim.RMSprop(params, lr=lr, alpha=0.99, eps=1e-8, foreach=False)
+        return torch.optim.Adam(params, lr=lr, betas=(d.beta1, d.beta2), eps=d.eps, foreach=False)
+    return torch.optim.RMSprop(params, lr=lr, alpha=d.alpha, eps=d.eps, foreach=False)
 
 
 def partial_plan(graph) -> TrainPlan:
