@@ -124,7 +124,7 @@ def test_auto_regression_plans_within_the_budget_and_speaks_mse(reg, tmp_path):
                     unit_cache=units, **MSE)
     res2 = SP.run(ctx2)
     t2 = read(ctx2, "contributions.json")
-    assert t2["measured"] == 0 and t2["reused"] == 16 and res2.metrics["measured_units"] == 0
+    assert res2.metrics["reused_units"] == 16 and res2.metrics["measured_units"] == 0 and "measured" not in t2
     assert [u["mse"] for u in t2["units"]] == [u["mse"] for u in table["units"]]
     plan2 = read(ctx2, "plan.json")
     assert plan2["fits"] and plan2["exact"]["peak_bytes"] <= plan2["budget_bytes"] == round(big * 1024)
