@@ -35,6 +35,8 @@ class StageContext:
     # owned by the cache: a stage keys entries by the content of what they depend on, so a rerun of the
     # stage for another reason (a new budget) reuses every unit that did not change. None: no memo.
     unit_cache_dir: Path | None = None
+    # `--force STAGE`: the stage measures its units again (and rewrites their memos) instead of reusing them.
+    refresh_units: bool = False
 
     def input(self, key: str) -> Path:
         try:

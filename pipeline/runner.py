@@ -267,7 +267,7 @@ class _Run:
             out.mkdir()
             ctx = StageContext(config=config_slice(self.spec, st.config), inputs=self._inputs(st), out_dir=out,
                                progress=partial(self.log.progress, name),
-                               unit_cache_dir=self.cache.root / "units" / name)
+                               unit_cache_dir=self.cache.root / "units" / name, refresh_units=name in self.force)
             self.log.started(name)
             t0 = time.perf_counter()
             try:

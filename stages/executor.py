@@ -695,9 +695,11 @@ def _logistic(ctx: _Ctx) -> list[np.ndarray]:
         mult, shift, radius = ia.logistic_tanh_params(s_in)
         return [ia.logistic_int8_fixed(x, z_in, mult, shift, radius)]
     xf = x.astype(np.float32)
-    with np.errstate(over="ignore"):
-        mid = (np.float32(1) / (np.float32(1) + np.exp(-xf))).astype(np.float32)
-    y = np.where(xf > _LOGISTIC_CUTOFF_UPPER, np.float32(1), np.where(xf < _LOGISTIC_CUTOFF_LOWER, np.exp(xf), mid))
+    # Each branch's exp only sees the inputs of its own range (clipped), so nothing overflows; the values in range
+    # are the same bits as the unclipped formula.
+    lo, hi = np.float32(_LOGISTIC_CUTOFF_LOWER), np.float32(_LOGISTIC_CUTOFF_UPPER)
+    mid = (np.float32(1) / (np.float32(1) + np.exp(-np.clip(xf, lo, hi)))).astype(np.float32)
+    y = np.where(xf > hi, np.float32(1), np.where(xf < lo, np.exp(np.minimum(xf, lo)), mid))
     return [y.astype(np.float32)]
 
 

@@ -35,6 +35,9 @@ RATIOS = (0.125, 0.25, 0.5, 1.0)
 class Option:
     cost: int
     gain: float
+    # A bias region none of whose layers has a bias (a bias-less classifier): it pays for the gradient to reach
+    # its layers but trains nothing by itself, so it is a valid choice only with at least one weight in it.
+    empty: bool = False
 
 
 @dataclass
@@ -54,9 +57,34 @@ class Problem:
     def gain(self, k: int, ratios: dict[int, float]) -> float:
         return self.bias[k - 1].gain + sum(self.weights[j][r].gain for j, r in ratios.items() if r)
 
+    def valid(self, k: int, ratios: dict[int, float]) -> bool:
+        """A plan trains something: its region has a bias, or it trains a weight."""
+        b = self.bias[k - 1]
+        return b is not None and (not b.empty or any(ratios.values()))
+
+    def cheapest_weight(self, k: int) -> tuple[int, float] | None:
+        """(position, ratio) of the cheapest weight option inside region k (what an empty region needs)."""
+        opts = [(o.cost, j, r) for j in range(min(k, len(self.weights))) for r, o in self.weights[j].items()]
+        if not opts:
+            return None
+        _, j, r = min(opts)
+        return j, r
+
+    def smallest_choice(self, k: int) -> dict[int, float] | None:
+        """The weights of region k's cheapest valid plan: none, or for an empty region its cheapest weight."""
+        b = self.bias[k - 1]
+        if b is None:
+            return None
+        if not b.empty:
+            return {}
+        w = self.cheapest_weight(k)
+        return None if w is None else {w[0]: w[1]}
+
     def smallest(self) -> tuple[int, int] | None:
-        """(k, cost) of the cheapest valid plan: some bias region alone (weights only add cost)."""
-        valid = [(o.cost, k) for k, o in enumerate(self.bias, 1) if o is not None]
+        """(k, cost) of the cheapest valid plan: some bias region alone (weights only add cost), or an empty
+        region with its cheapest weight."""
+        valid = [(self.cost(k, r), k) for k in range(1, self.k_max + 1)
+                 if (r := self.smallest_choice(k)) is not None]
         if not valid:
             return None
         cost, k = min(valid)
@@ -103,7 +131,8 @@ def _prune(points: list[tuple[int, float, tuple]], cap: int) -> list[tuple[int, 
 
 
 def knapsack_dp(problem: Problem, capacity: int) -> SearchResult:
-    """Exact optimum of the additive model (see the module docstring)."""
+    """Exact optimum of the additive model (see the module docstring). Two frontiers: of every weight choice, and
+    of the non-empty ones (an empty bias region needs at least one weight, whatever its gain)."""
     valid = [o for o in problem.bias if o is not None]
     result = SearchResult(None, method="dp")
     if not valid:
@@ -111,20 +140,27 @@ def knapsack_dp(problem: Problem, capacity: int) -> SearchResult:
     # No weight choice may cost more than what is left after the cheapest bias region.
     cap = capacity - min(o.cost for o in valid)
     frontier: list[tuple[int, float, tuple]] = [(0, 0.0, ())] if cap >= 0 else []
+    nonempty: list[tuple[int, float, tuple]] = []
     for k in range(1, problem.k_max + 1):
         j = k - 1
         opts = problem.weights[j] if j < len(problem.weights) else {}
         grown = list(frontier)
+        grown_ne = list(nonempty)
         for p in frontier:
             for r, o in opts.items():
-                grown.append((p[0] + o.cost, p[1] + o.gain, p[2] + ((j, r),)))
-        frontier = _prune(grown, cap)
-        result.evaluated += len(grown)
+                q = (p[0] + o.cost, p[1] + o.gain, p[2] + ((j, r),))
+                grown.append(q)
+                grown_ne.append(q)
+        for p in nonempty:
+            for r, o in opts.items():
+                grown_ne.append((p[0] + o.cost, p[1] + o.gain, p[2] + ((j, r),)))
+        frontier, nonempty = _prune(grown, cap), _prune(grown_ne, cap)
+        result.evaluated += len(grown) + len(grown_ne)
         b = problem.bias[k - 1]
         if b is None:
             continue
         room = capacity - b.cost
-        fits = [p for p in frontier if p[0] <= room]
+        fits = [p for p in (nonempty if b.empty else frontier) if p[0] <= room]
         if not fits:
             result.trace.append({"k": k, "fits": False, "bias_cost": b.cost, "frontier": len(frontier)})
             continue
@@ -148,7 +184,7 @@ def brute_force(problem: Problem, capacity: int) -> SearchResult:
             ratios = {j: r for j, r in zip(layers, combo) if r}
             result.evaluated += 1
             cost = problem.cost(k, ratios)
-            if cost > capacity:
+            if cost > capacity or not problem.valid(k, ratios):
                 continue
             cand = Choice(k, ratios, cost, problem.gain(k, ratios))
             if _better(cand, result.best):
@@ -174,7 +210,7 @@ def evolutionary(problem: Problem, capacity: int, *, seed: int = 0, population: 
         return Choice(k, ratios, problem.cost(k, ratios), problem.gain(k, ratios))
 
     def fitness(c: Choice) -> float:
-        return c.gain if c.cost <= capacity else -math.inf
+        return c.gain if c.cost <= capacity and problem.valid(c.k, c.ratios) else -math.inf
 
     def random_genome() -> tuple[int, tuple[int, ...]]:
         # Start small: most random full-width genomes do not fit a tight budget.
@@ -189,7 +225,10 @@ def evolutionary(problem: Problem, capacity: int, *, seed: int = 0, population: 
         return k, genes
 
     smallest = problem.smallest()
-    pop = [(smallest[0], (0,) * n)] + [random_genome() for _ in range(population - 1)]
+    first = [0] * n
+    for j, r in (problem.smallest_choice(smallest[0]) or {}).items() if smallest else ():
+        first[j] = choices[j].index(r)
+    pop = ([(smallest[0], tuple(first))] if smallest else []) + [random_genome() for _ in range(population - 1)]
     for gen in range(generations):
         scored = sorted(((fitness(decode(g)), g) for g in pop), key=lambda t: -t[0])
         result.evaluated += len(pop)

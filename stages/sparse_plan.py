@@ -47,9 +47,10 @@ from tinytrain.pipeline.contract import StageContext, StageResult
 from tinytrain.pipeline.errors import UserError
 from tinytrain.stages import contribution as contrib
 from tinytrain.stages.ir import Graph
-from tinytrain.stages.plan_memory import WEIGHT_RATIOS, MemoryModel, MemorySettings, channels, kb
+from tinytrain.stages.plan_memory import WEIGHT_RATIOS, MemoryModel, MemorySettings, channels, kb, short_name
 from tinytrain.stages.plan_search import Choice, Option, Problem, SearchResult, search
 from tinytrain.stages.train_plan import RATIOS, LayerPlan, PlanError, TrainPlan
+from tinytrain.stages.contribution import SCORE_FLOOR
 
 NO_LIMIT = 1 << 62      # capacity of the search when the board sets no limit (host)
 RATIO_TEXT = "0, 1/8, 1/4, 1/2, 1"
@@ -235,77 +236,179 @@ def fixed_plan(mm: MemoryModel, graph: Graph, upd) -> TrainPlan:
 
 def build_problem(mm: MemoryModel, table: dict[str, Any]) -> tuple[Problem, list[int]]:
     """The search problem from the memory model and a contribution table. Returns it and the op index of each
-    position from the end (0 = the classifier)."""
+    position from the end (0 = the classifier). A region without any bias is an `empty` option: it prices the
+    gradient's way down to its layers and gains nothing by itself, so the search takes it only with a weight."""
     positions = [lay.op_index for lay in reversed(mm.layers)]
     bias_delta = {b["k"]: float(b["delta"]) for b in table["bias"]}
     depth = len(bias_delta)
     bias: list[Option | None] = []
     for k in range(1, depth + 1):
         opt = mm.bias_option(k)
-        bias.append(Option(int(opt["total"]), bias_delta[k]) if opt["biases"] else None)
+        bias.append(Option(int(opt["total"]), bias_delta[k], empty=not opt["biases"]))
     wdelta = {(w["op"], float(w["ratio"])): float(w["delta"]) for w in table["weights"]}
     weights = []
     for j in range(depth):
         op = positions[j]
         weights.append({r: Option(int(mm.weight_cost(op, r)["total"]), wdelta[(op, r)])
                         for r in WEIGHT_RATIOS if (op, r) in wdelta})
+    for k in range(1, depth + 1):       # an empty region with no weight to offer is no choice at all
+        if bias[k - 1].empty and not any(weights[j] for j in range(k)):
+            bias[k - 1] = None
     return Problem(bias, weights), positions
 
 
+def smallest_region_plan(mm: MemoryModel, k: int) -> tuple[int, dict[int, float]] | None:
+    """(analytic cost, weights by op) of region k's cheapest useful plan: its biases, or when none of its layers
+    has a bias, the cheapest weight option in it (every ratio the planner supports is priced)."""
+    opt = mm.bias_option(k)
+    if opt["biases"]:
+        return int(opt["total"]), {}
+    region = mm.layers[len(mm.layers) - k:]
+    cost, op, r = min((mm.weight_cost(lay.op_index, r)["total"], lay.op_index, r)
+                      for lay in region for r in WEIGHT_RATIOS)
+    return int(opt["total"] + cost), {op: r}
+
+
 def smallest_plans(mm: MemoryModel, depth: int, exact: ExactPeaks | None = None,
-                   tries: int = 3) -> list[tuple[int, int]]:
-    """[(cost, k)] of the cheapest useful plans, cheapest first: the biases of the last k layers (down to the first
-    with a bias). Costs are the analytic region terms, or with `exact` the exact peaks of the `tries` analytically
-    cheapest (the two measures may order close candidates differently)."""
-    costs = sorted((mm.bias_option(k)["total"], k) for k in range(1, depth + 1) if mm.bias_option(k)["biases"])
+                   tries: int = 3) -> list[tuple[int, int, dict[int, float]]]:
+    """[(cost, k, weights by op)] of the cheapest useful plans, cheapest first: the biases of the last k layers, or
+    for a region without biases its cheapest weight. Costs are the analytic terms, or with `exact` the exact peaks
+    of the `tries` analytically cheapest (the two measures may order close candidates differently)."""
+    costs = sorted((c, k, w) for k in range(1, depth + 1)
+                   for c, w in [smallest_region_plan(mm, k)])
     if exact is not None:
-        costs = sorted((exact(choice_plan(mm, [], k, {}))["peak_bytes"], k) for _, k in costs[:tries])
+        costs = sorted((exact(plan_of(mm, k, w))["peak_bytes"], k, w) for _, k, w in costs[:tries])
     return costs
 
 
-def smallest_plan_check(mm: MemoryModel, budget: int, depth: int, exact: ExactPeaks | None = None) -> None:
-    """Refuse a budget below the cheapest useful plan: the bias of the classifier (or of the last layers down to
-    the first with a bias), by the exact measure when `exact` is given. Needs no measurement, so it runs before
-    any."""
-    costs = smallest_plans(mm, depth, exact)
-    if not costs:
-        raise PlanError("scheme auto starts from the classifier's bias, but none of the analysed layers has a bias",
-                        hint="raise train.update.analysis.max_layers, or use scheme manual / last_k")
-    cost, k = costs[0]
+def describe_plan(mm: MemoryModel, graph: Graph | None, k: int, weights: dict[int, float]) -> str:
+    """"the bias of op #61 conv2d (out_relu)" / "the weights of op #63 fully_connected (predictions) at 1/8" /
+    "the biases of the last 3 layers (op #59 ... #63)": what a plan trains, named by op and output."""
+    def name(op: int) -> str:
+        lay = mm.by_op[op]
+        out = short_name(graph.ops[op].outputs[0]) if graph is not None else lay.name
+        return f"op #{op} {lay.type} ({out})"
+    region = mm.layers[len(mm.layers) - k:]
+    biased = [lay for lay in region if lay.bias is not None]
+    parts = []
+    if biased:
+        parts.append(f"the bias of {name(biased[0].op_index)}" if len(biased) == 1 else
+                     f"the biases of the last {k} layers ({name(region[0].op_index)} to {name(region[-1].op_index)})")
+    for op, r in sorted(weights.items()):
+        parts.append(f"the weights of {name(op)} at {_ratio_text(r)}")
+    return " and ".join(parts)
+
+
+def smallest_plan_check(mm: MemoryModel, budget: int, depth: int, exact: ExactPeaks | None = None,
+                        graph: Graph | None = None) -> None:
+    """Refuse a budget below the cheapest useful plan (the last layer's bias, or its weights at the smallest ratio
+    when it has none, or of the last layers down to the first that can train), by the exact measure when `exact`
+    is given. Needs no measurement, so it runs before any."""
+    cost, k, w = smallest_plans(mm, depth, exact)[0]
     if budget < cost:
-        lay = mm.layers[-k]
         opt = mm.bias_option(k)
         need_kb = math.ceil(cost / 1024 * 10) / 10
         measure = "exact peak of its training step" if exact is not None else "estimate"
-        raise PlanError(f"budget {kb(budget)} is too small for even the classifier's bias: the smallest plan "
-                        f"(bias of {lay.name}, op #{lay.op_index}) needs {kb(cost)} ({measure}; activations and "
-                        f"gradients {kb(opt['transient'])}, bias {kb(opt['bias_params'])} by the analytic model)",
+        raise PlanError(f"budget {kb(budget)} is too small for the smallest plan, {describe_plan(mm, graph, k, w)}: "
+                        f"it needs {kb(cost)} ({measure}; activations and gradients {kb(opt['transient'])} by the "
+                        f"analytic model)",
                         hint=f"set train.update.budget_kb to at least {need_kb:g}, or pick a board with more SRAM")
 
 
-def choice_plan(mm: MemoryModel, positions: list[int], k: int, ratios: dict[int, float]) -> TrainPlan:
-    by_op = {positions[j]: r for j, r in ratios.items()}
+def plan_of(mm: MemoryModel, k: int, weights_by_op: dict[int, float]) -> TrainPlan:
+    """Biases of the last k layers (those that have one) and the given weights."""
     out = []
     for lay in mm.layers[len(mm.layers) - k:]:
-        r = by_op.get(lay.op_index, 0.0)
+        r = weights_by_op.get(lay.op_index, 0.0)
         if lay.bias is not None or r:
             out.append(LayerPlan(lay.op_index, bias=lay.bias is not None, weight_ratio=r))
     return TrainPlan(out)
 
 
-def get_table(ctx: StageContext, graph: Graph, upd) -> dict[str, Any]:
-    """The contribution table: the contribution stage's artifact when it is upstream and current, else measured
-    here (units from the runner's unit cache when it provides one)."""
+def choice_plan(mm: MemoryModel, positions: list[int], k: int, ratios: dict[int, float]) -> TrainPlan:
+    return plan_of(mm, k, {positions[j]: r for j, r in ratios.items()})
+
+
+FULL_ANALYSIS_MAX_UNITS = 64   # up to this many units the whole table is measured; above, only what the search needs
+MAX_LAZY_ROUNDS = 12           # search -> measure the chosen options -> search again, at most this often
+
+
+def choice_units(table: dict[str, Any], positions: list[int], k: int, ratios: dict[int, float]) -> list[str]:
+    """The units whose measurements a choice's predicted gain rests on: the reference, its bias region, and per
+    trained weight the weight unit and the bias region it is measured against."""
+    ids = ["reference", f"bias:{k}"]
+    for j, r in sorted(ratios.items()):
+        ids += [f"bias:{j + 1}", f"weight:{positions[j]}:{r}"]
+    return ids
+
+
+MAX_WEIGHTS_PER_ROUND = 3     # a lazy round measures at most this many of the chosen weights (largest Δ first)
+
+
+def _to_measure(table: dict[str, Any], positions: list[int], k: int, ratios: dict[int, float], known) -> list[str]:
+    """The units a lazy round measures: the chosen region's and up to MAX_WEIGHTS_PER_ROUND of the chosen weights
+    that are still estimated, those with the largest estimated Δ first (early rounds search on estimates scaled
+    by few measurements; measuring a few and searching again corrects the scale before the many are paid for)."""
+    wts = {(w["op"], float(w["ratio"])): w for w in table["weights"]}
+    ids = [u for u in ("reference", f"bias:{k}") if not known(u)]
+    pending = sorted(((-float(wts[(positions[j], float(r))]["delta"]), j, r) for j, r in ratios.items()
+                      if not (known(f"weight:{positions[j]}:{r}") and known(f"bias:{j + 1}"))))
+    for _, j, r in pending[:MAX_WEIGHTS_PER_ROUND]:
+        ids += [u for u in (f"bias:{j + 1}", f"weight:{positions[j]}:{r}") if not known(u)]
+    return list(dict.fromkeys(ids))
+
+
+def auto_search(ctx: StageContext, graph: Graph, mm: MemoryModel, upd, capacity: int, budget: int | None,
+                exact: ExactPeaks, use_exact: bool) -> tuple[dict[str, Any], tuple, dict[str, Any], dict[str, int]]:
+    """The contribution table and the search's answer: (table, (plan, predicted, res, positions, verification),
+    analysis record, run counters).
+
+    Small models (at most FULL_ANALYSIS_MAX_UNITS units): every option is measured, then searched. Larger ones
+    (MobileNetV2: 266 units, ~43 minutes of fine-tuning runs at the default settings) are analysed lazily: every
+    option is first estimated to first order (contribution.first_order: one gradient pass), the estimates scaled to
+    what has been measured so far; the search picks a plan on that table; the options the plan rests on are
+    measured; and the search runs again, until the chosen plan's every option is measured (or MAX_LAZY_ROUNDS).
+    Only the plans that win a search get measured: the answer equals the full analysis's whenever no option that
+    was only estimated would have beaten it once measured (the estimates rank options by the loss decrease of
+    their gradients, the measurements by accuracy)."""
     settings = contrib.AnalysisSettings.from_spec(upd.analysis)
     gd = contrib.graph_digest(graph)
-    upstream = None
     path = ctx.inputs.get("contribution/contributions.json")
-    if path is not None:
-        upstream = json.loads(Path(path).read_text())
-        if contrib.table_matches(upstream, gd, settings):
-            return {**upstream, "measured": 0, "reused": len(upstream.get("units", []))}
-    return contrib.compute_table(graph, ctx.config.get("data"), settings, cache=contrib.unit_cache_of(ctx),
-                                 known=upstream, progress=ctx.progress, loss=ctx.config.get("train.loss"))
+    upstream = json.loads(Path(path).read_text()) if path is not None else None
+
+    def searched(table):
+        if use_exact:
+            return verified_auto(mm, table, capacity, exact, upd.search, upd.analysis.seed)
+        return (*plan_auto(mm, table, capacity, upd.search, upd.analysis.seed), None)
+
+    if upstream is not None and contrib.table_matches(upstream, gd, settings):
+        counts = {"measured": 0, "reused": len(upstream.get("units", [])), "dropped": 0, "estimated_only": 0}
+        return upstream, searched(upstream), {"mode": "full", "source": "contribution stage"}, counts
+    lazy = len(contrib.units(graph, settings)) > FULL_ANALYSIS_MAX_UNITS
+    an = contrib.open_analysis(graph, ctx.config.get("data"), settings, cache=contrib.unit_cache_of(ctx),
+                               known=upstream, progress=ctx.progress, loss=ctx.config.get("train.loss"),
+                               estimate=lazy)
+    if not lazy:
+        an.measure_all()
+        table = an.table()
+        return table, searched(table), {"mode": "full"}, an.counters()
+    an.measure(["reference"])
+    rounds = []
+    for r in range(MAX_LAZY_ROUNDS + 1):
+        table = an.table()
+        result = searched(table)
+        res, positions = result[2], result[3]
+        need = _to_measure(table, positions, res.best.k, res.best.ratios, an.known)
+        rounds.append({"round": r, "k": res.best.k, "weights_by_op": result[1]["weights"], "measure": need})
+        if not need or r == MAX_LAZY_ROUNDS:
+            break
+        ctx.progress(f"measuring the {len(need)} options search round {r} chose", None)
+        an.measure(need)
+    record = {"mode": "lazy", "rounds": rounds, "max_rounds": MAX_LAZY_ROUNDS,
+              "probe_samples": contrib.PROBE_SAMPLES, "units": len(an.todo),
+              "units_measured": sum(1 for uid, _, _ in an.todo if an.known(uid)),
+              "chosen_estimated": rounds[-1]["measure"]}
+    return table, result, record, an.counters()
 
 
 def plan_auto(mm: MemoryModel, table: dict[str, Any], budget: int, method: str = "dp",
@@ -325,21 +428,35 @@ def _chosen(mm: MemoryModel, table: dict[str, Any], positions: list[int],
             res: SearchResult) -> tuple[TrainPlan, dict[str, Any]]:
     best = res.best
     plan = choice_plan(mm, positions, best.k, best.ratios)
-    predicted = {**predicted_metric(table, best.gain),
+    bias = {b["k"]: b for b in table["bias"]}
+    wts = {(w["op"], float(w["ratio"])): w for w in table["weights"]}
+    chosen = [bias[best.k]] + [wts[(positions[j], float(r))] for j, r in sorted(best.ratios.items())]
+    predicted = {**predicted_metric(table, best.gain, [float(e["delta"]) for e in chosen]),
+                 "estimated_options": [f"bias:{best.k}" if "k" in e else f"weight:{e['op']}:{e['ratio']}"
+                                       for e in chosen if e.get("estimated")],
                  "k": best.k, "weights": {str(positions[j]): r for j, r in sorted(best.ratios.items())},
                  "search_cost": best.cost}
     return plan, predicted
 
 
-def predicted_metric(table: dict[str, Any], gain: float) -> dict[str, Any]:
+def predicted_metric(table: dict[str, Any], gain: float, parts: list[float] | None = None) -> dict[str, Any]:
     """plan.json's `predicted` figures for a summed gain: classification {delta_accuracy, reference_accuracy} (as
-    always); regression {metric: "mse", delta_score, reference_mse, predicted_mse}, the MSE the additive model
-    predicts: MSE_ref · (1 - gain), at least 0 (summed gains can overstate)."""
+    always); regression {metric: "mse", delta_score, reference_mse, predicted_mse}: the MSE predicted when each of
+    the chosen options (their Δs: `parts`) removes its share of the error left by the others,
+    MSE_ref · Π (1 - Δ_i); positive unless a measured option left no error at all."""
     if contrib.table_task(table) != "regression":
         return {"delta_accuracy": gain, "reference_accuracy": table["reference"]["accuracy"]}
     ref = float(table["reference"]["mse"])
-    pred = ref * (1.0 - gain) if ref > 0 else -gain
-    return {"metric": "mse", "delta_score": gain, "reference_mse": ref, "predicted_mse": max(0.0, pred)}
+    if parts is None:
+        parts = [gain]
+    # Each option removes its share of the error that is left (never more than all of it): the MSE shrinks by a
+    # factor (1 - Δ) per option, so summed gains that overlap cannot predict an MSE of 0 (or below).
+    factor = 1.0
+    for d in parts:
+        factor *= 1.0 - min(max(float(d), SCORE_FLOOR), 1.0)
+    pred = ref * factor if ref > 0 else -gain
+    return {"metric": "mse", "delta_score": gain, "reference_mse": ref, "predicted_mse": max(0.0, pred),
+            "combination": "multiplicative: each option removes its share of the remaining MSE"}
 
 
 def predicted_gain(predicted: dict[str, Any]) -> float:
@@ -398,8 +515,9 @@ def verified_auto(mm: MemoryModel, table: dict[str, Any], budget: int, exact: Ex
     record: dict[str, Any] = {"budget_bytes": budget, "rounds": rounds, "max_rounds": MAX_ROUNDS}
     if chosen is None:
         # Every searched plan overshot: the smallest plan fits (smallest_plan_check ran by the exact measure).
-        peak, k = smallest_plans(mm, problem.k_max, exact)[0]
-        res = SearchResult(Choice(k, {}, problem.bias[k - 1].cost, problem.bias[k - 1].gain), method=method)
+        peak, k, w = smallest_plans(mm, problem.k_max, exact)[0]
+        ratios = {positions.index(op): r for op, r in w.items()}
+        res = SearchResult(Choice(k, ratios, problem.cost(k, ratios), problem.gain(k, ratios)), method=method)
         plan, predicted = _chosen(mm, table, positions, res)
         record.update({"chosen_round": None, "fallback": "smallest plan", "exact_peak_bytes": peak})
     else:
@@ -432,28 +550,26 @@ def run(ctx: StageContext) -> StageResult:
         # Before measuring anything: a budget below the smallest plan fails at once (by the exact measure).
         depth = len(mm.layers) if upd.analysis.max_layers is None else min(upd.analysis.max_layers, len(mm.layers))
         try:
-            smallest_plan_check(mm, capacity, depth, exact)
+            smallest_plan_check(mm, capacity, depth, exact, graph)
         except ExactUnavailable as e:
             # autodiff cannot build this model's training graph (it will say so in its own stage): plan on the
             # analytic model alone rather than hide the plan.
             exact_error = str(e)
-            smallest_plan_check(mm, capacity, depth)
+            smallest_plan_check(mm, capacity, depth, graph=graph)
         ctx.progress("contribution analysis", 0.0)
-        table = get_table(ctx, graph, upd)
+        use_exact = budget is not None and exact_error is None
+        table, result, analysis, counts = auto_search(ctx, graph, mm, upd, capacity, budget, exact, use_exact)
+        plan, predicted, res, positions, verification = result
         ctx.progress("search", 0.9)
-        if budget is None or exact_error is not None:
-            plan, predicted, res, positions = plan_auto(mm, table, capacity, upd.search, upd.analysis.seed)
-            verification = None
-        else:
-            plan, predicted, res, positions, verification = verified_auto(mm, table, capacity, exact, upd.search,
-                                                                          upd.analysis.seed)
         doc["predicted"] = predicted
+        doc["analysis"] = analysis
         contrib.write_table(out / "contributions.json", table)
-        _write_json(out / "search_trace.json", trace_doc(res, positions, mm, budget, verification,
-                                                         metric=doc["predicted"].get("metric")))
+        _write_json(out / "search_trace.json", {**trace_doc(res, positions, mm, budget, verification,
+                                                            metric=doc["predicted"].get("metric")),
+                                                "analysis": analysis})
     else:
         plan = fixed_plan(mm, graph, upd)
-        table = None
+        table, counts = None, {}
     plan.resolve(graph)   # the same checks autodiff will make
     est = mm.estimate(plan)
     ex = None
@@ -490,7 +606,11 @@ def run(ctx: StageContext) -> StageResult:
                            reference_mse=p["reference_mse"])
         else:
             metrics["predicted_delta_accuracy"] = p["delta_accuracy"]
-        metrics["measured_units"] = table.get("measured", 0)
+        # What this run measured or found memoised: the log line and build.json, never an artifact.
+        metrics.update({f"{k}_units": v for k, v in counts.items()})
+        line += (f" [{counts.get('measured', 0)} units measured, {counts.get('reused', 0)} reused"
+                 + (f", {counts['dropped']} bad memos dropped" if counts.get("dropped") else "")
+                 + (f", {counts['estimated_only']} estimated only" if counts.get("estimated_only") else "") + "]")
     return StageResult(summary=line, metrics=metrics)
 
 
@@ -533,7 +653,9 @@ def summary_line(doc: dict[str, Any], mm: MemoryModel) -> str:
             gain = f"MSE {p['reference_mse']:.4g} → {p['predicted_mse']:.4g}"
         else:
             gain = f"ΔAcc {100 * p['delta_accuracy']:+.1f}"
-        return f"auto: {w} layer{'s' * (w != 1)} + last {k} biases, {mem}, {gain} (predicted)"
+        what = " + ".join(([f"weights of {w} layer{'s' * (w != 1)}"] if w else [])
+                          + ([f"{b} bias{'es' * (b != 1)}"] if b else []))
+        return f"auto: {what} (last {k} layer{'s' * (k != 1)}), {mem}, {gain} (predicted)"
     what = {"full": f"all {len(mm.layers)} layers (weights + biases)",
             "last_k": f"weights + biases of the last {len(layers)} layers",
             "bias_only": f"{b} biases",
@@ -580,14 +702,23 @@ def plan_text(doc: dict[str, Any], mm: MemoryModel, table: dict[str, Any] | None
     if doc["scheme"] == "auto":
         p = doc["predicted"]
         if p.get("metric") == "mse":
-            lines.append(f"predicted: MSE {p['reference_mse']:.4g} (no update) → {p['predicted_mse']:.4g}, "
-                         f"{100 * p['delta_score']:+.1f} points of the reference MSE removed (held-out train "
-                         f"samples; additive model: gains measured one option at a time and summed, so "
-                         f"overlapping gains are overstated)")
+            lines.append(f"predicted: MSE {p['reference_mse']:.4g} (no update) → {p['predicted_mse']:.4g} "
+                         f"(held-out train samples; the search adds the options' gains, {100 * p['delta_score']:+.1f} "
+                         f"points of the reference MSE; the MSE shown assumes each option removes its share of the "
+                         f"error the others leave)")
         else:
             lines.append(f"predicted: accuracy {p['reference_accuracy']:.1%} (no update) "
                          f"{100 * p['delta_accuracy']:+.1f} points (held-out train samples; additive model: gains "
                          f"measured one option at a time and summed, so overlapping gains are overstated)")
+        a = doc.get("analysis") or {}
+        if a.get("mode") == "lazy":
+            est = p.get("estimated_options") or []
+            lines.append(f"analysis: {a['units_measured']} of {a['units']} options measured by fine-tuning, the "
+                         f"others estimated to first order ({a['probe_samples']} probe samples' mean gradient) and "
+                         f"scaled to the measured ones; {len(a['rounds'])} search rounds, each measuring what the "
+                         f"previous one chose; "
+                         + (f"options of the chosen plan still estimated: {', '.join(est)}" if est else
+                            "every option of the chosen plan is measured"))
     if table is not None:
         lines += ["", contrib.table_text(table).rstrip()]
     return "\n".join(lines) + "\n"

@@ -187,7 +187,7 @@ def test_budget_too_small_says_what_fits(tmp_path, fake):
     with pytest.raises(PlanError) as e:
         SP.run(ctx)
     text = str(e.value)
-    assert "too small for even the classifier's bias" in text and "digits_cnn_1/dense_1/MatMul" in text
+    assert "too small for the smallest plan, the bias of op #3 fully_connected" in text and "digits_cnn_1/dense_1/MatMul" in text
     smallest = math.ceil(need / 1024 * 10) / 10
     assert f"budget_kb to at least {smallest:g}" in text
     assert fake.calls == 0                      # refused before measuring anything
@@ -227,7 +227,8 @@ def test_auto_stage_artifacts_and_inspect(tmp_path, fake):
     plan = read(ctx, "plan.json")
     assert plan["exact"]["peak_bytes"] <= 16 * 1024 == plan["budget_bytes"] and plan["fits"]
     table = read(ctx, "contributions.json")
-    assert len(table["bias"]) == 3 and len(table["weights"]) == 12 and table["measured"] == fake.calls == 16
+    assert len(table["bias"]) == 3 and len(table["weights"]) == 12 and res.metrics["measured_units"] == fake.calls == 16
+    assert "measured" not in table and "[16 units measured, 0 reused]" in res.summary
     trace = read(ctx, "search_trace.json")
     assert trace["method"] == "dp" and [t["k"] for t in trace["trace"]] == [1, 2, 3]
     mem = read(ctx, "memory.json")
@@ -274,8 +275,8 @@ def test_unit_cache_is_reused_when_only_the_budget_changes(tmp_path, fake):
     SP.run(make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 10}, unit_cache=units))
     assert fake.calls == 16
     ctx = make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 25}, unit_cache=units)
-    SP.run(ctx)
-    assert fake.calls == 16 and read(ctx, "contributions.json")["reused"] == 16
+    res = SP.run(ctx)
+    assert fake.calls == 16 and res.metrics["reused_units"] == 16 and res.metrics["measured_units"] == 0
     # Analysing one layer more... fewer: max_layers 2 needs only units already measured.
     ctx = make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 25, "analysis": {"max_layers": 2}}, unit_cache=units)
     SP.run(ctx)
@@ -417,7 +418,7 @@ def test_real_measurement_is_deterministic_and_plans(tmp_path):
     ctx = make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 12, "analysis": FAST})
     res = SP.run(ctx)
     t1 = read(ctx, "contributions.json")
-    assert t1["measured"] == 16 and 0 <= t1["reference"]["accuracy"] <= 1
+    assert res.metrics["measured_units"] == 16 and 0 <= t1["reference"]["accuracy"] <= 1
     ctx2 = make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 12, "analysis": FAST})
     SP.run(ctx2)
     t2 = read(ctx2, "contributions.json")
