@@ -467,9 +467,12 @@ class Cache:
 
     def _remove_unsafe(self, path: Path, what: str) -> None:
         """Report and remove (the link itself, never its target) something that is not ours."""
-        log.warning("cache: %s %s; removed, not trusted", path, what)
-        with contextlib.suppress(OSError):
+        try:
             _remove_any(path)
+            done = "removed"
+        except OSError:
+            done = "left in place (the cache cannot be written)"
+        log.warning("cache: %s %s; %s, not trusted", path, what, done)
 
     def _drop(self, key: str, seen: bytes, reason: str) -> None:
         """Remove a bad entry, unless another process replaced it since we read it."""

@@ -211,6 +211,20 @@ def test_a_configured_verify_key_that_is_missing_is_one_clear_error(fake_project
         open_cache(load_spec(fake_project.spec_path))
 
 
+def test_keys_from_files_and_a_writer_without_its_key_uploads_nothing(fake_project, tmp_path, monkeypatch,
+                                                                     caplog):
+    from tinytrain.cache.remote_config import open_remote
+
+    (fake_project.root / "verify.key").write_bytes(KEY + b"\n")
+    fake_project.write_spec(build={"out_dir": "out", "remote_cache": {
+        "url": "http://127.0.0.1:9", "write": True, "verify_key_file": "verify.key", "sign_key_env": "TT_UNSET"}})
+    monkeypatch.delenv("TT_UNSET", raising=False)
+    with caplog.at_level(logging.WARNING, logger="tinytrain.cache"):
+        remote = open_remote(load_spec(fake_project.spec_path).build.remote_cache)
+    assert remote.verify_key == KEY  # relative to the spec's folder, trailing newline stripped
+    assert not remote.write and "$TT_UNSET is not set, so nothing is uploaded" in caplog.text
+
+
 # ---------------------------------------------------------------------------- credentials
 
 
