@@ -287,3 +287,23 @@ def test_spec_paths_to_special_files_are_refused_without_reading(tmp_path, monke
     assert len(msg.splitlines()) == 1 and f"{field}.path" in msg and target in msg
     assert ("FIFO" in msg) if "pipe" in target else ("device" in msg or "/proc pseudo" in msg)
     assert "hunter2" not in msg and "does not exist" not in msg
+
+
+def test_a_full_disk_names_the_cache_folder_in_one_line(fake_project, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a tiny tmpfs")
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        (fake_project.root / "net.tflite").write_bytes(b"m" * 200_000)  # stage a copies it: 200 KB
+        spec = load_spec(fake_project.spec_path)
+        r = build(spec, open_cache(spec, small), BuildLog(quiet=True), stages=fake_project.table(), until="c")
+        assert r.exit_code == 1
+        assert str(r.error).splitlines()[0] == (f"no space left on the device of {small} "
+                                                f"(the cache, storing the results of a)")
+        assert not list(small.rglob("*.json"))[1:] and not list(small.rglob(".tmp-*"))  # at most stats.json
+    finally:
+        subprocess.run(["umount", "-l", str(small)], capture_output=True)
