@@ -251,6 +251,9 @@ class RemoteCacheSpec(_Strict):
 
         if not re.match(r"^https?://[^/\s]+", v):
             raise ValueError(f"url must start with http:// or https://, got {mask_url(v)!r}")
+        if "?" in v or "#" in v:
+            # Requests go to <url>/ac/<key>: a query or fragment would be silently dropped.
+            raise ValueError(f"url must not have a query or fragment, got {mask_url(v)!r}")
         return v.rstrip("/")
 
     @model_validator(mode="after")

@@ -304,8 +304,9 @@ def test_a_bearer_token_is_sent(server, tmp_path):
     assert server.log[-1][2] == "Bearer abc"
 
 
-def test_spec_errors_never_show_a_password(fake_project):
-    fake_project.write_spec(build={"out_dir": "out", "remote_cache": {"url": "ftp://u:hunter2@x/"}})
+@pytest.mark.parametrize("bad", ["ftp://u:hunter2@x/", "https://u:hunter2@x/tt?token=hunter2"])
+def test_spec_errors_never_show_a_password(fake_project, bad):
+    fake_project.write_spec(build={"out_dir": "out", "remote_cache": {"url": bad}})
     with pytest.raises(SpecError) as err:
         load_spec(fake_project.spec_path)
     assert "hunter2" not in str(err.value) and "remote_cache.url" in str(err.value)
