@@ -25,15 +25,19 @@ import logging
 import os
 import re
 import shutil
+import stat
+import tempfile
 import threading
 import time
 import uuid
+import weakref
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
-from tinytrain.cache.keys import sha256_bytes, sha256_file, tree_files
-from tinytrain.pipeline.errors import TinytrainError
+from tinytrain.cache import safe_fs
+from tinytrain.cache.keys import sha256_bytes, tree_files
+from tinytrain.pipeline.errors import TinytrainError, UserError
 from tinytrain.stages.ir import canonical_json
 
 log = logging.getLogger("tinytrain.cache")
@@ -45,11 +49,30 @@ _CHUNK = 1 << 20
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 # A materialisation temp dir older than this belongs to a dead process, not a slow one.
 _STALE_TMP_DIR_S = 600.0
+# An action entry is a small JSON document; a bigger file in ac/ is not one of ours.
+MAX_ENTRY_BYTES = 16 << 20
+# Longest file-name component most filesystems accept (bytes); a longer output name cannot be restored.
+_NAME_MAX = 255
+_READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
 class CacheError(TinytrainError):
-    """The cache changed under a reader (a blob vanished or rotted between lookup and
-    materialise). The entry has been dropped; building again rebuilds the stage."""
+    """An entry could not be restored (a blob vanished or rotted between lookup and materialise,
+    or its files cannot be created here). The entry has been dropped; the stage can be rerun."""
+
+
+class CacheDirError(UserError):
+    """The cache folder cannot be used at all (a file is in its place, it cannot be created)."""
+
+
+class DiskFullError(TinytrainError):
+    """No space left on the device of a named folder."""
+
+
+def disk_full(folder: Path, what: str) -> DiskFullError:
+    return DiskFullError(f"no space left on the device of {folder} ({what})",
+                         hint="free some space, or shrink the cache: tinytrain cache gc --max-size 2G")
 
 
 @dataclass
@@ -86,6 +109,7 @@ class ActionEntry:
         outputs = [_parse_output(o) for o in _typed(doc, "outputs", list)]
         if len({o.name for o in outputs}) != len(outputs):
             raise ValueError("duplicate output names")
+        _check_restorable(outputs)
         return cls(
             key=expected_key,
             outputs=outputs,
@@ -126,6 +150,21 @@ def _safe_relative(name: str) -> bool:
         and all(part not in ("", ".", "..") for part in name.split("/"))
         and name != MANIFEST_NAME
     )
+
+
+def _check_restorable(outputs: list[OutputRecord]) -> None:
+    """Names that are each safe can still not be restored together: `x` and `x/y` (a file and a
+    folder of one name), or a component longer than a file name may be. Such an entry is refused
+    up front instead of failing half-way through a restore."""
+    names = {o.name for o in outputs}
+    for o in outputs:
+        parts = o.name.split("/")
+        if any(len(part.encode("utf-8")) > _NAME_MAX for part in parts):
+            raise ValueError(f"output name too long ({len(o.name)} characters)")
+        for i in range(1, len(parts)):
+            prefix = "/".join(parts[:i])
+            if prefix in names:
+                raise ValueError(f"output names clash: {prefix!r} is both a file and a folder")
 
 
 def _plain(obj: Any) -> Any:
@@ -173,7 +212,7 @@ def copy_hashing(src: Path, dst: Path, *, fsync: bool) -> tuple[str, int]:
     """Copy src to dst (created exclusively) and return (sha256, size) of the bytes copied."""
     h = hashlib.sha256()
     size = 0
-    with open(src, "rb") as fi, open(dst, "xb") as fo:
+    with os.fdopen(safe_fs.open_regular(src), "rb") as fi, open(dst, "xb") as fo:
         while chunk := fi.read(_CHUNK):
             h.update(chunk)
             fo.write(chunk)
@@ -190,10 +229,15 @@ class Cache:
         self.remote = remote
         # Why the last lookup returned None although something was there (for logs and `status`).
         self.last_drop_reason: str | None = None
+        # Set when the folder cannot be written: cached results are still served, and new ones go
+        # to a private scratch folder that lives as long as this object (see _go_read_only).
+        self.read_only_reason: str | None = None
+        self._scratch: Path | None = None
+        self._counters: dict = {}
         self._thread_lock = threading.RLock()
         self._lock_depth = 0
         self._lock_fd: int | None = None
-        self.root.mkdir(parents=True, exist_ok=True)
+        self._open_root()
 
     @classmethod
     def default_root(cls) -> Path:
@@ -205,7 +249,48 @@ class Cache:
             return Path(xdg).expanduser() / "tinytrain"
         return Path.home() / ".cache" / "tinytrain"
 
+    def _open_root(self) -> None:
+        hint = "give --cache-dir (or build.cache_dir, $TINYTRAIN_CACHE_DIR) a folder you can write"
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise CacheDirError(f"cache folder {self.root} is not a folder (a file is in its way)",
+                                hint=hint) from None
+        except OSError as e:
+            if not safe_fs.is_real_dir(self.root) and not self.root.is_dir():
+                raise CacheDirError(f"cannot create the cache folder {self.root}: {e.strerror}",
+                                    hint=hint) from None
+        if not self.root.is_dir():
+            raise CacheDirError(f"cache folder {self.root} is not a folder", hint=hint)
+        probe = _new_tmp(self.root, "probe-")
+        try:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            os.unlink(probe)
+        except OSError as e:
+            if e.errno not in _READ_ONLY_ERRNOS + _FULL_ERRNOS:
+                raise CacheDirError(f"cannot use the cache folder {self.root}: {e.strerror}",
+                                    hint=hint) from None
+            self._go_read_only(e.strerror)
+
+    def _go_read_only(self, why: str) -> None:
+        if self.read_only_reason is not None:
+            return
+        self.read_only_reason = why
+        self._scratch = Path(tempfile.mkdtemp(prefix="tinytrain-scratch-cache-"))
+        weakref.finalize(self, shutil.rmtree, str(self._scratch), True)
+        log.warning("cache folder %s cannot be written (%s): cached results are used, new ones "
+                    "are not kept", self.root, why)
+
+    @property
+    def read_only(self) -> bool:
+        return self.read_only_reason is not None
+
     # ----------------------------------------------------------------- layout
+
+    @property
+    def write_root(self) -> Path:
+        """Where new files go: the cache folder, or the scratch folder when it is read-only."""
+        return self._scratch if self._scratch is not None else self.root
 
     @property
     def cas_dir(self) -> Path:
@@ -215,16 +300,34 @@ class Cache:
     def ac_dir(self) -> Path:
         return self.root / "ac"
 
+    @property
+    def units_dir(self) -> Path:
+        """Sub-stage memo files (StageContext.unit_cache_dir)."""
+        return self.write_root / "units"
+
     def blob_path(self, digest: str) -> Path:
-        return self.cas_dir / digest[:2] / digest
+        return self._readable(Path("cas") / digest[:2] / digest)
 
     def entry_path(self, key: str) -> Path:
         if not _HEX64.match(key):
             raise ValueError(f"not an action key: {key!r}")
-        return self.ac_dir / key[:2] / f"{key}.json"
+        return self._readable(Path("ac") / key[:2] / f"{key}.json")
+
+    def _blob_write_path(self, digest: str) -> Path:
+        return self.write_root / "cas" / digest[:2] / digest
+
+    def _entry_write_path(self, key: str) -> Path:
+        self.entry_path(key)  # validates the key
+        return self.write_root / "ac" / key[:2] / f"{key}.json"
+
+    def _readable(self, rel: Path) -> Path:
+        # Read-only: what this process stored lives in the scratch folder, the rest in the cache.
+        if self._scratch is not None and os.path.lexists(self._scratch / rel):
+            return self._scratch / rel
+        return self.root / rel
 
     def _last_path(self, scope: str) -> Path:
-        return self.root / "last" / f"{sha256_bytes(scope.encode('utf-8'))}.json"
+        return self.write_root / "last" / f"{sha256_bytes(scope.encode('utf-8'))}.json"
 
     # ----------------------------------------------------------------- lock
 
@@ -245,8 +348,26 @@ class Cache:
                     os.close(self._lock_fd)
                     self._lock_fd = None
 
-    def _acquire_flock(self) -> int:
-        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    def _acquire_flock(self) -> int | None:
+        if self.read_only:
+            # A shared lock on an existing lock file still keeps a writer (e.g. its owner's gc)
+            # from changing what we read; without one, there is nobody to coordinate with.
+            try:
+                fd = os.open(self.root / "lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                return None
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            return fd
+        path = self.root / "lock"
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            # Someone planted a symlink where our lock file goes: never write through it.
+            log.warning("cache: removed %s, a symlink where the lock file belongs", path)
+            path.unlink()
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -274,9 +395,15 @@ class Cache:
 
     def _lookup_local(self, key: str) -> ActionEntry | None:
         path = self.entry_path(key)
+        if not self._real_dirs(path, create=False):
+            return None
         try:
-            raw = path.read_bytes()
+            raw = safe_fs.read_regular(path, MAX_ENTRY_BYTES)
         except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            # A symlink, FIFO, device or giant file where an entry belongs: never trusted.
+            self._remove_unsafe(path, str(e))
             return None
         try:
             entry = ActionEntry.from_json_bytes(raw, key)
@@ -298,15 +425,54 @@ class Cache:
 
     def _blob_problem(self, out: OutputRecord) -> str | None:
         path = self.blob_path(out.digest)
+        if not self._real_dirs(path, create=False):
+            return f"blob {out.digest[:12]} is missing"
         try:
-            size = path.stat().st_size
-            if size != out.size:
-                return f"blob {out.digest[:12]} has {size} bytes, expected {out.size}"
-            if sha256_file(path) != out.digest:
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode):
+                self._remove_unsafe(path, f"is {safe_fs.kind_of(st.st_mode)}")
+                return f"blob {out.digest[:12]} was {safe_fs.kind_of(st.st_mode)}, not a file"
+            if st.st_size != out.size:
+                return f"blob {out.digest[:12]} has {st.st_size} bytes, expected {out.size}"
+            digest, _ = safe_fs.sha256_regular(path)
+            if digest != out.digest:
                 return f"blob {out.digest[:12]} is corrupt (digest mismatch)"
         except FileNotFoundError:
             return f"blob {out.digest[:12]} is missing"
+        except OSError as e:
+            return f"blob {out.digest[:12]} cannot be read: {e.strerror or e}"
         return None
+
+    def _real_dirs(self, path: Path, create: bool) -> bool:
+        """Whether every folder from the cache root down to `path`'s folder is a real folder.
+        A symlink or file planted in their place (`cas/ab` -> somewhere else) is reported and
+        removed, so that nothing is ever read from or written to outside the cache."""
+        base = self._scratch if self._scratch is not None and path.is_relative_to(self._scratch) else self.root
+        d = base
+        for part in path.parent.relative_to(base).parts:
+            d = d / part
+            try:
+                mode = os.lstat(d).st_mode
+            except FileNotFoundError:
+                if not create:
+                    return False
+                d.mkdir(exist_ok=True)
+                continue
+            if not stat.S_ISDIR(mode):
+                self._remove_unsafe(d, f"is {safe_fs.kind_of(mode)}")
+                if not create:
+                    return False
+                d.mkdir()
+        return True
+
+    def _remove_unsafe(self, path: Path, what: str) -> None:
+        """Report and remove (the link itself, never its target) something that is not ours."""
+        try:
+            _remove_any(path)
+            done = "removed"
+        except OSError:
+            done = "left in place (the cache cannot be written)"
+        log.warning("cache: %s %s; %s, not trusted", path, what, done)
 
     def _drop(self, key: str, seen: bytes, reason: str) -> None:
         """Remove a bad entry, unless another process replaced it since we read it."""
@@ -314,8 +480,9 @@ class Cache:
         log.warning("cache entry %s dropped: %s", key[:12], reason)
         with self.lock():
             path = self.entry_path(key)
-            with contextlib.suppress(FileNotFoundError):
-                if path.read_bytes() == seen:
+            # A read-only folder keeps its (bad) entry: the stage is rerun every time, correctly.
+            with contextlib.suppress(OSError, ValueError):
+                if safe_fs.read_regular(path, MAX_ENTRY_BYTES) == seen:
                     path.unlink()
             self._drop_rotten_blobs(seen, key)
 
@@ -326,7 +493,7 @@ class Cache:
             for out in ActionEntry.from_json_bytes(raw, key).outputs:
                 problem = self._blob_problem(out)
                 if problem and "missing" not in problem:
-                    with contextlib.suppress(FileNotFoundError):
+                    with contextlib.suppress(OSError):
                         self.blob_path(out.digest).unlink()
 
     # ----------------------------------------------------------------- store
@@ -339,24 +506,45 @@ class Cache:
             if not _safe_relative(name):
                 raise ValueError(f"{out_dir}: artifact name {name!r} is reserved or unsafe")
         plain_preimage = json.loads(canonical_json(preimage))
+        entry = ActionEntry(key, [], summary, dict(metrics), float(duration_s), plain_preimage, time.time())
         with self.lock():
-            outputs = [self._put_blob(name, path) for name, path in files]
-            entry = ActionEntry(key, outputs, summary, dict(metrics), float(duration_s),
-                                plain_preimage, time.time())
-            atomic_write_bytes(self.entry_path(key), entry.to_json_bytes())
+            try:
+                self._store_locked(entry, files)
+            except OSError as e:
+                if e.errno in _FULL_ERRNOS:
+                    raise disk_full(self.write_root, f"the cache, storing the results of "
+                                    f"{plain_preimage.get('stage', 'a stage')}") from None
+                if e.errno not in _READ_ONLY_ERRNOS or self.read_only:
+                    raise
+                self._go_read_only(e.strerror)
+                self._store_locked(entry, files)
         if self.remote is not None and getattr(self.remote, "write", False):
             self._upload(entry)
         return entry
 
+    def _store_locked(self, entry: ActionEntry, files: list[tuple[str, Path]]) -> None:
+        entry.outputs = [self._put_blob(name, path) for name, path in files]
+        self._write_entry(entry.key, entry.to_json_bytes())
+
+    def _write_entry(self, key: str, raw: bytes) -> None:
+        path = self._entry_write_path(key)
+        self._real_dirs(path, create=True)
+        if os.path.lexists(path) and not os.path.isfile(path) or os.path.islink(path):
+            _remove_any(path)
+        atomic_write_bytes(path, raw)
+
     def _put_blob(self, name: str, src: Path) -> OutputRecord:
         # Copy-and-hash in one pass into a temp file, then rename it to its digest. An existing
         # blob is simply replaced: same bytes if it was good, repaired if it had rotted.
-        self.cas_dir.mkdir(parents=True, exist_ok=True)
-        tmp = _new_tmp(self.cas_dir)
+        cas = self.write_root / "cas"
+        self._real_dirs(cas / "x", create=True)
+        tmp = _new_tmp(cas)
         try:
             digest, size = copy_hashing(src, tmp, fsync=True)
-            final = self.blob_path(digest)
-            final.parent.mkdir(exist_ok=True)
+            final = self._blob_write_path(digest)
+            self._real_dirs(final, create=True)
+            if os.path.islink(final) or os.path.lexists(final) and not os.path.isfile(final):
+                _remove_any(final)  # a planted symlink or folder: os.replace must not go through it
             os.replace(tmp, final)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -380,8 +568,18 @@ class Cache:
             tmp = _new_tmp(dest.parent, f"{dest.name}-")
             tmp.mkdir()
             try:
-                for out in entry.outputs:
-                    self._copy_out(entry, out, tmp / out.name)
+                try:
+                    for out in entry.outputs:
+                        self._copy_out(entry, out, tmp / out.name)
+                except OSError as e:
+                    # Total or nothing: an entry whose files cannot all be created here is dropped,
+                    # so that the stage reruns instead of failing every later build the same way.
+                    if e.errno in _FULL_ERRNOS:
+                        raise disk_full(dest.parent, f"restoring {dest.name}") from None
+                    reason = f"cannot restore it in {dest}: {e.strerror or e}"
+                    self._drop(entry.key, self._raw_of(entry), reason)
+                    raise CacheError(f"cache entry for {entry.key[:12]} dropped ({reason})",
+                                     hint="build again; the stage will be rerun") from None
                 (tmp / MANIFEST_NAME).write_text(self._manifest(entry))
                 _swap_in(tmp, dest)
             except BaseException:
@@ -389,18 +587,20 @@ class Cache:
                 raise
         return {out.name: dest / out.name for out in entry.outputs}
 
+    def _raw_of(self, entry: ActionEntry) -> bytes:
+        with contextlib.suppress(OSError, ValueError):
+            return safe_fs.read_regular(self.entry_path(entry.key), MAX_ENTRY_BYTES)
+        return entry.to_json_bytes()
+
     def _copy_out(self, entry: ActionEntry, out: OutputRecord, target: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
             digest, _ = copy_hashing(self.blob_path(out.digest), target, fsync=False)
-        except FileNotFoundError:
+        except (FileNotFoundError, safe_fs.UnsafeFile):
             digest = None
         if digest != out.digest:
-            raw = entry.to_json_bytes()
-            with contextlib.suppress(FileNotFoundError):
-                raw = self.entry_path(entry.key).read_bytes()
             reason = f"{out.name}: blob {out.digest[:12]} vanished or rotted before materialise"
-            self._drop(entry.key, raw, reason)
+            self._drop(entry.key, self._raw_of(entry), reason)
             raise CacheError(f"cache entry for {entry.key[:12]} became invalid ({reason})",
                              hint="build again; the stage will be rerun")
 
@@ -433,8 +633,9 @@ class Cache:
             atomic_write_bytes(self._last_path(scope), json.dumps(doc, sort_keys=True).encode())
 
     def last_preimage(self, scope: str) -> dict | None:
+        rel = self._last_path(scope).relative_to(self.write_root)
         try:
-            doc = json.loads(self._last_path(scope).read_bytes())
+            doc = json.loads(safe_fs.read_regular(self._readable(rel), MAX_ENTRY_BYTES))
         except (OSError, ValueError):
             return None
         if not isinstance(doc, dict) or doc.get("scope") != scope:
@@ -446,6 +647,10 @@ class Cache:
 
     def begin_build(self) -> None:
         with self.lock():
+            if not self.read_only:
+                # Temp files left by a process killed mid-write (e.g. a download): every writer
+                # holds this lock, so any temp file we can see now is stale.
+                self._sweep_temp_files(("cas", "ac", "last"))
             self._write_counters({"hits": 0, "misses": 0, "started": time.time()})
 
     def note_hit(self, key: str) -> None:
@@ -463,19 +668,19 @@ class Cache:
 
     def _read_counters(self) -> dict:
         try:
-            doc = json.loads((self.root / "stats.json").read_bytes())
+            doc = json.loads(safe_fs.read_regular(self.write_root / "stats.json", MAX_ENTRY_BYTES))
         except (OSError, ValueError):
             return {"hits": 0, "misses": 0}
         return doc if isinstance(doc, dict) else {"hits": 0, "misses": 0}
 
     def _write_counters(self, counters: dict) -> None:
-        atomic_write_bytes(self.root / "stats.json", json.dumps(counters, sort_keys=True).encode())
+        atomic_write_bytes(self.write_root / "stats.json", json.dumps(counters, sort_keys=True).encode())
 
     def stats(self) -> dict:
         blobs, blob_bytes = _count_files(self.cas_dir)
         entries, entry_bytes = _count_files(self.ac_dir)
         counters = self._read_counters()
-        return {
+        doc = {
             "root": str(self.root),
             "size_bytes": blob_bytes + entry_bytes,
             "entries": entries,
@@ -483,17 +688,33 @@ class Cache:
             "hits": int(counters.get("hits", 0)),
             "misses": int(counters.get("misses", 0)),
         }
+        if self.read_only:
+            doc["read_only"] = self.read_only_reason
+        if self.remote is not None:
+            doc["remote"] = getattr(self.remote, "shown_url", "?")  # masked: never credentials
+        return doc
 
     # ----------------------------------------------------------------- gc
 
+    def _writable_or_fail(self, what: str) -> None:
+        if self.read_only:
+            raise CacheDirError(f"cache folder {self.root} cannot be written ({self.read_only_reason}): "
+                                f"cannot {what}")
+
     def gc(self, max_size: int | None = None, max_age_s: float | None = None) -> dict:
         """Drop entries last used more than max_age_s ago, then the least recently used until
-        the cache is at most max_size bytes, then every blob no entry references."""
+        the cache is at most max_size bytes, then every blob no entry references.
+
+        Nothing is followed: symlinks and special files found anywhere in the cache are reported
+        and removed first (the link, never its target), and everything after walks with lstat."""
+        self._writable_or_fail("collect garbage")
         with self.lock():
-            temps = self._sweep_temp_files()
+            unsafe = self._repair_unsafe()
+            temps = self._sweep_temp_files(("cas", "ac", "last", "units"))
             entries = self._scan_entries()
             blob_sizes = _blob_sizes(self.cas_dir)
-            doomed = _choose_victims(entries, blob_sizes, max_size, max_age_s, time.time())
+            doomed = _choose_victims(entries, {d: size for d, (_, size) in blob_sizes.items()},
+                                     max_size, max_age_s, time.time())
             for e in doomed:
                 with contextlib.suppress(FileNotFoundError):
                     e.path.unlink()
@@ -501,10 +722,10 @@ class Cache:
             live = {d for e in entries if e.path not in doomed_paths for d in e.digests}
             freed = sum(e.size for e in doomed)
             blobs_removed = 0
-            for digest, size in blob_sizes.items():
+            for digest, (path, size) in blob_sizes.items():
                 if digest not in live:
                     with contextlib.suppress(FileNotFoundError):
-                        self.blob_path(digest).unlink()
+                        path.unlink()
                     blobs_removed += 1
                     freed += size
             _remove_empty_dirs(self.cas_dir)
@@ -515,31 +736,41 @@ class Cache:
             "units_removed": units,
             "blobs_removed": blobs_removed,
             "temp_files_removed": temps,
+            "unsafe_removed": unsafe,
             "bytes_freed": freed,
             "size_bytes": self.stats()["size_bytes"],
         }
+
+    def _repair_unsafe(self) -> int:
+        """Remove every symlink and special file under the root (reported, never followed)."""
+        removed = 0
+        for path, st in safe_fs.walk(self.root):
+            if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+                continue
+            if path == self.root / "lock" and not stat.S_ISLNK(st.st_mode):
+                continue
+            self._remove_unsafe(path, f"is {safe_fs.kind_of(st.st_mode)}")
+            removed += 1
+        return removed
 
     def _expire_units(self, max_age_s: float | None, now: float) -> int:
         """Sub-stage memo files (StageContext.unit_cache_dir) are small and content-keyed: only age drops them."""
         if max_age_s is None:
             return 0
         removed = 0
-        for p in (self.root / "units").rglob("*.json"):
-            with contextlib.suppress(OSError):
-                if now - p.stat().st_mtime > max_age_s:
+        for p, st in safe_fs.walk(self.root / "units"):
+            if stat.S_ISREG(st.st_mode) and p.suffix == ".json" and now - st.st_mtime > max_age_s:
+                with contextlib.suppress(OSError):
                     p.unlink()
                     removed += 1
         return removed
 
-    def _sweep_temp_files(self) -> int:
+    def _sweep_temp_files(self, subs: tuple[str, ...]) -> int:
         # Safe to delete every temp file: all writers hold the lock we hold now.
         removed = 0
-        for sub in ("cas", "ac", "last", "units"):
-            for p in (self.root / sub).rglob(f"{TMP_PREFIX}*"):
-                with contextlib.suppress(OSError):
-                    _remove_any(p)
-                    removed += 1
-        for p in self.root.glob(f"{TMP_PREFIX}*"):
+        found = [p for sub in subs for p, _ in safe_fs.walk(self.root / sub) if p.name.startswith(TMP_PREFIX)]
+        found += [p for p in self.root.glob(f"{TMP_PREFIX}*")]
+        for p in found:
             with contextlib.suppress(OSError):
                 _remove_any(p)
                 removed += 1
@@ -547,11 +778,12 @@ class Cache:
 
     def _scan_entries(self) -> list["_EntryInfo"]:
         found = []
-        for path in sorted(self.ac_dir.glob("*/*.json")):
+        for path, st in sorted(safe_fs.walk(self.ac_dir)):
+            if path.parent.parent != self.ac_dir or path.suffix != ".json" or not stat.S_ISREG(st.st_mode):
+                continue
             key = path.name[: -len(".json")]
             try:
-                st = path.stat()
-                entry = ActionEntry.from_json_bytes(path.read_bytes(), key)
+                entry = ActionEntry.from_json_bytes(safe_fs.read_regular(path, MAX_ENTRY_BYTES), key)
             except (OSError, ValueError, UnicodeDecodeError):
                 # Unreadable entries are garbage: make them the first victims.
                 found.append(_EntryInfo(path, 0.0, 0, frozenset(), readable=False))
@@ -564,9 +796,10 @@ class Cache:
     # ----------------------------------------------------------------- clear
 
     def clear(self) -> None:
+        self._writable_or_fail("clear it")
         with self.lock():
             for sub in ("cas", "ac", "last", "units"):
-                shutil.rmtree(self.root / sub, ignore_errors=True)
+                _remove_any(self.root / sub)
             with contextlib.suppress(FileNotFoundError):
                 (self.root / "stats.json").unlink()
 
@@ -582,15 +815,39 @@ class Cache:
             self.last_drop_reason = f"remote action entry unparsable: {e}"
             log.warning("remote cache: %s", self.last_drop_reason)
             return None
+        distrust = self.remote.entry_problem(raw)
+        if distrust:
+            # Nothing of it is fetched or stored: the stage runs here instead.
+            self.last_drop_reason = f"remote entry {key[:12]} refused: {distrust}"
+            log.warning("remote cache %s: entry %s (%s) refused, %s; building it locally",
+                        getattr(self.remote, "shown_url", "?"), key[:12],
+                        entry.preimage.get("stage", "?"), distrust)
+            return None
         with self.lock():
             for out in entry.outputs:
                 if self._blob_problem(out) is None:
                     continue
-                if not self.remote.fetch_cas(out.digest, self.blob_path(out.digest)):
+                dest = self._blob_write_path(out.digest)
+                try:
+                    self._real_dirs(dest, create=True)
+                    fetched = self.remote.fetch_cas(out.digest, dest, out.size)
+                except OSError as e:
+                    if e.errno in _FULL_ERRNOS:
+                        raise disk_full(dest.parent, "the cache, downloading from the remote cache") from None
+                    if e.errno in _READ_ONLY_ERRNOS and not self.read_only:
+                        self._go_read_only(e.strerror)
+                        return self._lookup_remote(key)
+                    raise
+                if not fetched:
                     self.last_drop_reason = f"remote blob for {out.name} unavailable or corrupt"
                     return None
             # Blobs first, entry last, as for a local store.
-            atomic_write_bytes(self.entry_path(key), raw)
+            try:
+                self._write_entry(key, raw)
+            except OSError as e:
+                if e.errno in _FULL_ERRNOS:
+                    raise disk_full(self.write_root, "the cache, storing a remote entry") from None
+                raise
         return entry
 
     def _upload(self, entry: ActionEntry) -> bool:
@@ -684,29 +941,25 @@ def _remove_any(p: Path) -> None:
 
 def _count_files(folder: Path) -> tuple[int, int]:
     n = size = 0
-    for p in folder.rglob("*"):
-        if p.name.startswith(TMP_PREFIX):
-            continue
-        with contextlib.suppress(OSError):
-            st = p.lstat()
-            if p.is_file():
-                n += 1
-                size += st.st_size
+    for p, st in safe_fs.walk(folder):
+        if stat.S_ISREG(st.st_mode) and not p.name.startswith(TMP_PREFIX):
+            n += 1
+            size += st.st_size
     return n, size
 
 
-def _blob_sizes(cas: Path) -> dict[str, int]:
+def _blob_sizes(cas: Path) -> dict[str, tuple[Path, int]]:
+    """digest -> (path, size) of every regular file at cas/<aa>/<name> (lstat: links are not blobs)."""
     sizes = {}
-    for p in cas.glob("*/*"):
-        if p.name.startswith(TMP_PREFIX):
-            continue
-        with contextlib.suppress(OSError):
-            sizes[p.name] = p.stat().st_size
+    for p, st in safe_fs.walk(cas):
+        if (p.parent.parent == cas and stat.S_ISREG(st.st_mode)
+                and not p.name.startswith(TMP_PREFIX)):
+            sizes[p.name] = (p, st.st_size)
     return sizes
 
 
 def _remove_empty_dirs(folder: Path) -> None:
-    for p in folder.glob("*"):
-        if p.is_dir():
+    for p, st in safe_fs.walk(folder):
+        if stat.S_ISDIR(st.st_mode) and p.parent == folder:
             with contextlib.suppress(OSError):
                 p.rmdir()

@@ -27,7 +27,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from tinytrain.cache.store import ActionEntry, Cache
+from tinytrain.cache.store import ActionEntry, Cache, CacheError
 from tinytrain.pipeline import stage_graph
 from tinytrain.pipeline.console import BuildLog
 from tinytrain.pipeline.contract import StageContext, StageResult
@@ -241,7 +241,12 @@ class _Run:
         entry = self.cache.lookup(key)
         if entry is None:
             return False
-        self._materialize(name, entry, pre)
+        try:
+            self._materialize(name, entry, pre)
+        except CacheError as e:
+            # The cache dropped the entry (restoring is total or nothing): run the stage instead.
+            self.log.line(f"[{name}] {e.message}; running it", style="yellow")
+            return False
         self.cache.note_hit(key)
         if name in self.sel.run:
             self.outcomes.append(StageOutcome(name, CACHED, key, 0.0, entry.summary, entry.metrics,
@@ -267,7 +272,7 @@ class _Run:
             out.mkdir()
             ctx = StageContext(config=config_slice(self.spec, st.config), inputs=self._inputs(st), out_dir=out,
                                progress=partial(self.log.progress, name),
-                               unit_cache_dir=self.cache.root / "units" / name, refresh_units=name in self.force)
+                               unit_cache_dir=self.cache.units_dir / name, refresh_units=name in self.force)
             self.log.started(name)
             t0 = time.perf_counter()
             try:

@@ -216,18 +216,57 @@ class TargetSpec(_Strict):
 
 # ---- build ------------------------------------------------------------------------------------
 
-class RemoteCacheSpec(_Strict):
-    """An HTTP cache speaking Bazel's protocol (GET/PUT/HEAD of /ac/<key> and /cas/<digest>)."""
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
-    url: str = Field(description="e.g. http://cache.example:8080/tinytrain")
+
+def _env_name(description: str):
+    return Field(default=None, pattern=_ENV_NAME, description=description)
+
+
+class RemoteCacheSpec(_Strict):
+    """An HTTP cache speaking Bazel's protocol (GET/PUT/HEAD of /ac/<key> and /cas/<digest>).
+    Secrets are never written here: name the environment variables (or a key file) that hold them."""
+
+    url: str = Field(description="e.g. https://cache.example/tinytrain (user info in the URL works but is "
+                                 "discouraged; it is always shown masked)")
     write: bool = Field(default=False, description="also upload results (typically only in CI)")
+    timeout_s: float = Field(default=30.0, gt=0, le=3600,
+                             description="overall time limit of one remote operation (one GET, HEAD or PUT), "
+                                         "seconds; past it the remote is skipped for the rest of the build")
+    token_env: str | None = _env_name("environment variable holding a Bearer token")
+    username_env: str | None = _env_name("environment variable holding the basic-auth user name")
+    password_env: str | None = _env_name("environment variable holding the basic-auth password")
+    netrc: bool = Field(default=True, description="use the .netrc entry ($NETRC, else ~/.netrc) of the host when "
+                                                  "no other credentials are given")
+    ca_file: ExistingFile | None = Field(default=None,
+                                         description="PEM file of the CA(s) to trust for https (default: the system's)")
+    sign_key_env: str | None = _env_name("environment variable holding the HMAC-SHA256 key that signs uploaded "
+                                         "entries (CI)")
+    sign_key_file: ExistingFile | None = Field(default=None, description="file holding that key instead")
+    verify_key_env: str | None = _env_name("environment variable holding the key that remote entries must be "
+                                           "signed with; unsigned or wrongly signed entries are refused")
+    verify_key_file: ExistingFile | None = Field(default=None, description="file holding that key instead")
 
     @field_validator("url")
     @classmethod
     def _http(cls, v: str) -> str:
+        from tinytrain.cache.credentials import mask_url
+
         if not re.match(r"^https?://[^/\s]+", v):
-            raise ValueError(f"url must start with http:// or https://, got {v!r}")
+            raise ValueError(f"url must start with http:// or https://, got {mask_url(v)!r}")
+        if "?" in v or "#" in v:
+            # Requests go to <url>/ac/<key>: a query or fragment would be silently dropped.
+            raise ValueError(f"url must not have a query or fragment, got {mask_url(v)!r}")
         return v.rstrip("/")
+
+    @model_validator(mode="after")
+    def _one_source_each(self) -> "RemoteCacheSpec":
+        for what in ("sign_key", "verify_key"):
+            if getattr(self, f"{what}_env") and getattr(self, f"{what}_file"):
+                raise ValueError(f"give {what}_env or {what}_file, not both")
+        if bool(self.username_env) != bool(self.password_env):
+            raise ValueError("username_env and password_env go together")
+        return self
 
 
 class BuildSpec(_Strict):

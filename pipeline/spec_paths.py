@@ -8,7 +8,9 @@ at its YAML line. `resolve_paths` is the safety net for spec sections that decla
 
 from __future__ import annotations
 
+import os
 import os.path
+import stat
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,16 +23,53 @@ def _base(info: ValidationInfo | None) -> Path:
 
 
 def _resolve(v: Path, info: ValidationInfo) -> Path:
-    return absolute(v, _base(info))
+    p = absolute(v, _base(info))
+    _refuse_special(p)
+    return p
 
 
 def _existing_file(v: Path, info: ValidationInfo) -> Path:
     p = absolute(v, _base(info))
+    _refuse_special(p)
     if not p.exists():
         raise ValueError(f"file not found: {p}")
     if not p.is_file():
         raise ValueError(f"not a file: {p}")
     return p
+
+
+# Pseudo-filesystems whose "files" are views of the kernel or of a process (environment, memory):
+# never model or data files, and reading one could put secrets into an error message.
+_PSEUDO_ROOTS = ("/proc", "/sys")
+
+
+def _refuse_special(p: Path) -> None:
+    """A path that exists must be a regular file or a folder on a real filesystem. Only metadata is
+    looked at (stat does not open, so a FIFO cannot block), and no content is ever read here."""
+    try:
+        st = os.stat(p)
+    except OSError:
+        return  # missing (or unreachable): the caller's own check says so
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        raise ValueError(f"{p} is {_kind(st.st_mode)}, not a regular file or folder")
+    for root in _PSEUDO_ROOTS:
+        try:
+            if os.stat(root).st_dev == st.st_dev:
+                raise ValueError(f"{p} is in the {root} pseudo-filesystem, not a regular file or folder")
+        except FileNotFoundError:
+            continue
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
 
 
 def absolute(p: Path, base: Path) -> Path:

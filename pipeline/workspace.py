@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Iterator
 
-from tinytrain.cache.remote import RemoteCache
+from tinytrain.cache.remote_config import open_remote
 from tinytrain.cache.store import Cache
 from tinytrain.pipeline.spec import Spec
 
@@ -41,8 +41,7 @@ def cache_root(spec: Spec | None, override: str | Path | None = None) -> Path:
 def open_cache(spec: Spec | None, override: str | Path | None = None) -> Cache:
     remote = None
     if spec is not None and spec.build.remote_cache is not None:
-        rc = spec.build.remote_cache
-        remote = RemoteCache(rc.url, write=rc.write)
+        remote = open_remote(spec.build.remote_cache)
     return Cache(cache_root(spec, override), remote=remote)
 
 

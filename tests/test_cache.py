@@ -26,7 +26,7 @@ from tinytrain.cache.keys import (
     tool_identity,
     tree_digest,
 )
-from tinytrain.cache.store import ActionEntry, Cache, CacheError
+from tinytrain.cache.store import ActionEntry, Cache, CacheError, DiskFullError
 
 FILES = {"graph.json": b'{"ops":[]}', "tensors.npz": b"\x00" * 300, "sub/graph.txt": b"conv2d x -> y\n"}
 
@@ -515,8 +515,11 @@ def test_an_interrupted_store_leaves_no_entry_and_no_temp_file(cache, tmp_path, 
         return real_copy(src, dst, fsync=fsync)
 
     monkeypatch.setattr(store_mod, "copy_hashing", copy_then_fail)
-    with pytest.raises(OSError, match="No space"):
-        cache.store("d" * 64, {}, make_out(tmp_path / "out"), "s", {}, 0)
+    with pytest.raises(DiskFullError) as err:
+        cache.store("d" * 64, {"stage": "codegen"}, make_out(tmp_path / "out"), "s", {}, 0)
+    # One line that names the full folder and what was being done.
+    assert str(err.value).splitlines()[0] == (f"no space left on the device of {cache.root} "
+                                              f"(the cache, storing the results of codegen)")
     assert cache.lookup("d" * 64) is None
     assert not list(cache.root.rglob(".tmp-*"))
 
