@@ -31,13 +31,62 @@ def run(ctx: StageContext) -> StageResult:
         graph.validate()
     except ValueError as e:  # read_model validates already; this guards a reader regression
         raise ModelError(f"{model.path}: inconsistent model graph: {e}") from None
+    warnings = check_constants(graph)
     ctx.progress("writing IR", 0.5)
     out = Path(ctx.out_dir)
     graph.save(out)
     (out / "graph.txt").write_text(graph.to_text())
     summary = summarize(graph)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    return StageResult(summary=summary_line(summary), metrics=_metrics(summary))
+    line = summary_line(summary) + "".join(f"; warning: {w}" for w in warnings)
+    return StageResult(summary=line, metrics=_metrics(summary) | {"warnings": warnings})
+
+
+# ---- sanity of the numbers in the file -------------------------------------------------------------
+
+# A trained float weight or bias beyond this magnitude is almost surely a corrupt file (a flipped exponent
+# bit turns 0.5 into 2e37) or a unit mistake: one such value sets its channel's int8 scale, so every other
+# weight of that channel quantizes to zero. Real layers stay far below it, BN-folded ones included.
+ABSURD_WEIGHT_MAGNITUDE = 1e4
+
+
+def check_constants(graph: Graph) -> list[str]:
+    """Refuse constants that are not finite (ModelError, naming the tensor and the op that reads it) and
+    return one warning per weight or bias whose magnitude is absurd. Quantization scales must be finite
+    and positive: a zero or infinite scale makes every value of the tensor meaningless."""
+    readers = {}
+    for i, op in enumerate(graph.ops):
+        for name in op.inputs:
+            if name is not None:
+                readers.setdefault(name, (i, op))
+    def where(name: str) -> str:
+        if name not in readers:
+            return f"constant {name!r}"
+        i, op = readers[name]
+        idx = op.source_index if op.source_index is not None else i
+        return f"{op.type} #{idx}'s input {name!r}"
+
+    warnings = []
+    for t in graph.tensors.values():
+        if t.quant is not None:
+            scales = np.asarray(t.quant.scale, dtype=np.float64)
+            if scales.size and not (np.all(np.isfinite(scales)) and np.all(scales > 0)):
+                raise ModelError(f"{where(t.name)} has a quantization scale that is not a positive finite "
+                                 f"number ({scales[~(np.isfinite(scales) & (scales > 0))][0]:g}): the model "
+                                 f"file is corrupt")
+        if t.data is None or t.data.dtype.kind != "f":
+            continue
+        values = t.data.astype(np.float64, copy=False)
+        finite = np.isfinite(values)
+        if not finite.all():
+            bad = values[~finite]
+            raise ModelError(f"{where(t.name)} holds {bad.size} non-finite value(s) ({bad.flat[0]:g}): the "
+                             f"model file is corrupt or was saved after a diverged training run")
+        peak = float(np.abs(values).max(initial=0.0))
+        if t.role in ("weight", "bias") and peak > ABSURD_WEIGHT_MAGNITUDE:
+            warnings.append(f"{where(t.name)} has |value| up to {peak:.3g}: the file may be corrupt, and "
+                            f"int8 quantization of that tensor will lose the rest of its values")
+    return warnings
 
 
 # ---- summary ---------------------------------------------------------------------------------------

@@ -75,11 +75,23 @@ def supported_ops() -> list[str]:
 
 # ---- file level checks -----------------------------------------------------------------------------
 
+# Checked before reading, so that a huge file is refused without being loaded into memory. The flatbuffer
+# format caps a model at 2 GB; a model for a 1 MB-flash MCU, float source included, is far below this.
+MAX_MODEL_BYTES = 256 << 20
+
+
 def _read_bytes(path: Path) -> bytes:
     if not path.exists():
         raise ModelError(f"model file not found: {path}")
     if not path.is_file():
         raise ModelError(f"model path is not a file: {path}")
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise ModelError(f"cannot read model file {path}: {e.strerror or e}") from None
+    if size > MAX_MODEL_BYTES:
+        raise ModelError(f"{path}: {size / (1 << 20):.0f} MB is larger than any model a microcontroller can "
+                         f"train (limit {MAX_MODEL_BYTES >> 20} MB); it was not read")
     try:
         buf = path.read_bytes()
     except OSError as e:
