@@ -207,9 +207,9 @@ class _Reader:
             raise self.err("the model has no subgraph")
         if n > 1:
             raise self.err(f"the model has {n} subgraphs ({self._describe_subgraphs(n)}); "
-                           "only single-subgraph models are supported",
-                           hint="control flow (WHILE/IF) and multi-signature models are not supported; "
-                                "export a single inference signature")
+                           f"only single-subgraph models are supported{self._unsupported_everywhere(n)}",
+                           hint="control flow (WHILE/IF), variables (stateful streaming models) and "
+                                "multi-signature models are not supported; export a single inference signature")
         return self.model.Subgraphs(0)
 
     def _describe_subgraphs(self, n: int) -> str:
@@ -224,6 +224,28 @@ class _Reader:
             sig = f", signature {'/'.join(signatures[i])}" if i in signatures else ""
             parts.append(f"#{i} {name!r}: {sg.OperatorsLength()} ops{sig}")
         return "; ".join(parts) + ("; ..." if n > 8 else "")
+
+    def _unsupported_everywhere(self, n: int) -> str:
+        """Every op of every subgraph that the reader lacks, as `NAME at #subgraph:index (+k more)`, so that a
+        user learns in one error all that stands between the model and tinytrain, not only the first thing."""
+        n_codes = self.length(self.model.OperatorCodesLength(), "operator code table")
+        codes = [self._opcode(j) for j in range(n_codes)]
+        found: dict[str, list[str]] = {}
+        for i in range(n):
+            sg = self.model.Subgraphs(i)
+            for idx in range(self.length(sg.OperatorsLength(), "operator table")):
+                k = sg.Operators(idx).OpcodeIndex()
+                if k >= n_codes:
+                    raise self.err(f"corrupt file: operator {idx} of subgraph {i} uses opcode index {k} of {n_codes}")
+                code, custom = codes[k]
+                key: int | str = custom if code == BO.CUSTOM and custom in _CUSTOM_HANDLERS else code
+                if key not in _HANDLERS and key not in _CUSTOM_HANDLERS:
+                    found.setdefault(_op_display_name(code, custom), []).append(f"#{i}:{idx}")
+        if not found:
+            return ""
+        parts = [f"{name} at {where[0]}" + (f" (+{len(where) - 1} more)" if len(where) > 1 else "")
+                 for name, where in found.items()]
+        return f"; unsupported ops (subgraph:index): {', '.join(parts)}"
 
     def _operators(self) -> list[tuple[int, Any, list[int], list[int]]]:
         """(builtin code, operator, input indices, output indices) per op; unsupported ops raise here,

@@ -547,6 +547,17 @@ def test_more_than_one_subgraph(tmp_path):
         read_model(write_model(tmp_path, extra_subgraphs=2))
 
 
+def test_more_than_one_subgraph_names_every_unsupported_op(tmp_path):
+    path = write_model(tmp_path, extra_subgraphs=1, opcodes=[(BO.CUSTOM, BO.CUSTOM, "VarHandleLike")])
+    with pytest.raises(ModelError, match=r"2 subgraphs .*unsupported ops \(subgraph:index\): "
+                                         r"CUSTOM\(VarHandleLike\) at #0:0"):
+        read_model(path)
+    # With only supported ops, the message does not invent any.
+    with pytest.raises(ModelError) as plain:
+        read_model(write_model(tmp_path, name="ok.tflite", extra_subgraphs=1))
+    assert "unsupported ops" not in str(plain.value)
+
+
 def test_dynamic_shape():
     with pytest.raises(ModelError, match=r"'serving_default_x:0' has a dynamic shape \[1, -1, -1, 3\]"):
         read_model(FIX / "dynamic.tflite")
