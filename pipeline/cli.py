@@ -127,27 +127,12 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from tinytrain.pipeline.artifacts import stage_artifacts
-    from tinytrain.pipeline.inspect_artifacts import describe
-    from tinytrain.pipeline.planner import find_stage
+    from tinytrain.pipeline.api import inspect
 
-    spec, cache = _spec_and_cache(args)
-    st = find_stage(args.stage, stage_graph.STAGES)
-    folder, note = stage_artifacts(spec, cache, st.name, stage_graph.STAGES)
-    custom = _stage_inspector(st.impl)
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "manifest.json")
-    if args.artifact:
-        wanted = folder / args.artifact
-        if not wanted.is_file():
-            names = ", ".join(p.relative_to(folder).as_posix() for p in files)
-            raise UserError(f"stage {st.name} has no artifact {args.artifact!r}", hint=f"it has: {names}")
-        files = [wanted]
-    if note:
-        print(note, file=sys.stderr)
-    for i, p in enumerate(files):
-        if len(files) > 1:
-            print(("\n" if i else "") + f"── {p.relative_to(folder).as_posix()} ──")
-        sys.stdout.write(describe(p, custom))
+    view = inspect(args.spec, args.stage, args.artifact, cache_dir=args.cache_dir)
+    if view.note:
+        print(view.note, file=sys.stderr)
+    sys.stdout.write(view.text)
     return EXIT_OK
 
 
@@ -252,19 +237,6 @@ def _cache_only(args: argparse.Namespace):
 
     spec = load_spec(args.spec) if args.spec else None
     return open_cache(spec, args.cache_dir)
-
-
-def _stage_inspector(module_name: str | None):
-    if not module_name:
-        return None
-    import importlib
-
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        return None
-    fn = getattr(module, "inspect", None)
-    return fn if callable(fn) else None
 
 
 _SIZE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
