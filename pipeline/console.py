@@ -71,17 +71,19 @@ class _Report:
     epochs: int | None = None
     loss: float | None = None
 
-    def text(self, now: float, with_elapsed: bool = True) -> str:
+    def text(self, now: float | None) -> str:
+        """The report as a log line; without `now` (for the live bar, which shows time and share itself)
+        neither the elapsed time nor the percentage."""
         parts = [self.message]
         if self.done is not None:
             parts[0] += f" {self.done}/{self.total}" if self.total else f" {self.done}"
-        if self.fraction is not None:
+        if self.fraction is not None and now is not None:
             parts[0] += f" ({self.fraction * 100:.0f}%)"
         if self.epoch is not None:
             parts.append(f"epoch {self.epoch}/{self.epochs}" if self.epochs else f"epoch {self.epoch}")
         if self.loss is not None:
             parts.append(f"loss {self.loss:.4g}")
-        head = f"[{self.stage}] {format_seconds(now - self.started)} elapsed: " if with_elapsed else ""
+        head = f"[{self.stage}] {format_seconds(now - self.started)} elapsed: " if now is not None else ""
         return head + ", ".join(parts)
 
 
@@ -142,10 +144,10 @@ class BuildLog:
             from rich.progress import (BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn,
                                        TimeRemainingColumn)
 
-            self._bar = Progress(TextColumn("[{task.fields[stage]}]"), BarColumn(), TaskProgressColumn(),
+            self._bar = Progress(TextColumn("[{task.fields[stage]}]", markup=False), BarColumn(), TaskProgressColumn(),
                                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                                  TextColumn("{task.description}"), console=self.console, transient=True)
-            self._task = self._bar.add_task("running", total=None, stage=escape(stage))
+            self._task = self._bar.add_task("running", total=None, stage=stage)
             self._bar.start()
         elif self.progress_every > 0:
             self._stop.clear()
@@ -171,7 +173,7 @@ class BuildLog:
                 rep.loss = loss
             if self._bar is not None:
                 pct = None if rep.fraction is None else min(100.0, max(0.0, rep.fraction * 100))
-                self._bar.update(self._task, description=escape(rep.text(0, with_elapsed=False)),
+                self._bar.update(self._task, description=escape(rep.text(None)),
                                  total=100 if pct is not None else None, completed=pct or 0)
                 return
         if self.progress_every == 0 and not self.live:
