@@ -162,7 +162,7 @@ class StageView:
         return self.text
 
 
-def inspect(spec: Any, stage: str, artifact: str | None = None, /, *, cache_dir: str | Path | None = None,
+def inspect(spec: Any, stage: str, /, artifact: str | None = None, *, cache_dir: str | Path | None = None,
             **overrides: Any) -> StageView:
     """The artifacts of `stage` for `spec` and their readable view (of one `artifact` if named)."""
     from tinytrain.pipeline.artifacts import stage_artifacts

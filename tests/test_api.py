@@ -108,6 +108,7 @@ def test_inspect_gives_paths_and_the_readable_view(fake):
     assert "── b.txt ──" in view.text and '"chars": 17' in view.text
     one = tinytrain.inspect(fake.spec_path, "b", "sub/note.json")
     assert str(one) == one.text and "b.txt" not in one.text and '"chars": 17' in one.text
+    assert tinytrain.inspect(fake.spec_path, "b", artifact="sub/note.json").text == one.text
     with pytest.raises(tinytrain.UserError, match="no artifacts for this spec yet"):
         tinytrain.inspect(fake.spec_path, "c")
 
