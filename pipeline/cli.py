@@ -35,9 +35,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         # The reader of our output went away (`| head -1`): stop without a traceback, and point
         # stdout at /dev/null so that the interpreter's final flush does not complain either.
-        from tinytrain.pipeline.console import _silence
+        from tinytrain.pipeline.console import silence_stream
 
-        _silence(sys.stdout)
+        silence_stream(sys.stdout)
         return EXIT_BROKEN_PIPE
 
 

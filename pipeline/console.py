@@ -54,7 +54,7 @@ class _Console(Console):
     def on_broken_pipe(self) -> None:
         # Rich exits the process here; a build goes on (it fills the cache) and just stops printing.
         self.quiet = True
-        _silence(self.file)
+        silence_stream(self.file)
 
 
 @dataclass
@@ -211,7 +211,7 @@ class BuildLog:
         self.line(f"[{stage}] failed: {message.splitlines()[0] if message else ''}", style="red")
 
 
-def _silence(stream: Any) -> None:
+def silence_stream(stream: Any) -> None:
     """Point a broken stdout/stderr at /dev/null, so that the interpreter's final flush does not
     complain about the closed pipe either (see the Python docs on SIGPIPE)."""
     try:
