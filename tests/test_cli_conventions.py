@@ -259,3 +259,31 @@ def test_cache_dir_that_is_a_file_is_one_line_exit_2(fake, capsys, tmp_path):
     fake.write_spec(build={"out_dir": "out", "cache_dir": str(a_file / "c")})
     code, _, err = _run(capsys, "build", fake.spec_path)
     assert code == 2 and err.startswith(f"error: build.cache_dir {a_file / 'c'} is under {a_file}") and "\n" == err[-1]
+
+
+# ---- the installed command on the example -----------------------------------------------------------
+
+def test_installed_command_quiet_verbose_and_colour_on_the_example(tmp_path):
+    if not EXE.exists():
+        pytest.skip("console script not installed next to this interpreter")
+    import shutil
+
+    repo = Path(__file__).resolve().parents[1]
+    shutil.copy(repo / "tinytrain.yaml.example", tmp_path / "tinytrain.yaml.example")
+    (tmp_path / "tests" / "fixtures").mkdir(parents=True)
+    shutil.copy(repo / "tests" / "fixtures" / "digits_cnn_float.tflite", tmp_path / "tests" / "fixtures")
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE")}
+    env.update(TERM="xterm-256color", COLUMNS="200")
+    argv = [str(EXE), "build", "tinytrain.yaml.example", "--until", "load"]
+    quiet = subprocess.run([*argv, "-q"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    lines = quiet.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("build ok in ") and "1 ran, 0 cached" in lines[0]
+    verbose = subprocess.run([*argv, "-v"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    key = json.loads((tmp_path / "build" / "digits" / "build.json").read_text())["stages"][0]["key"]
+    assert verbose.returncode == 0 and f"[load] key {key}, restored in " in verbose.stdout and ESC not in verbose.stdout
+    # load is cached now, so no live bar draws: any escape code is colour
+    code, text = _on_a_terminal(argv, env, tmp_path)
+    assert code == 0 and ESC + "2m" in text and "[load] cached" in text
+    code, text = _on_a_terminal(argv, {**env, "NO_COLOR": "1"}, tmp_path)
+    assert code == 0 and ESC not in text and "[load] cached" in text
