@@ -134,6 +134,11 @@ def test_example_until_quantize_through_the_api(tmp_path):
     report = json.loads(r.artifact("quantize", "report.json").read_text())
     assert r.metrics["int8_accuracy_pct"] == pytest.approx(100 * report["model"]["acc_int8"])
     assert "accuracy_after_pct" not in r.metrics  # emulate-run did not run
+    # every artifact of the stage has a readable view (the stage's own inspector or the generic one)
+    view = tinytrain.inspect(r.spec, "quantize", cache_dir=tmp_path / "cache")
+    assert sorted(view.artifacts) == sorted(p.name for p in r.stages["quantize"].artifacts.values())
+    for name in view.artifacts:
+        assert f"── {name} ──" in view.text
 
 
 @pytest.mark.slow
