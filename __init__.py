@@ -1,3 +1,35 @@
-"""tinytrain: compile a neural network into on-device training firmware for microcontrollers."""
+"""tinytrain: compile a neural network into on-device training firmware for microcontrollers.
+
+The Python API (documented in pipeline/api.py and the README):
+
+    import tinytrain
+    spec = tinytrain.load_spec("tinytrain.yaml", **{"train.epochs": 1})
+    result = tinytrain.build(spec)                      # -> tinytrain.BuildResult
+    print(tinytrain.inspect(spec, "quantize", "report.json"))
+
+`import tinytrain` stays cheap: the API (and numpy, pydantic, rich behind it) is imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tinytrain.pipeline.errors import ModelError, SpecError, StageFailed, TinytrainError, UserError
 
 __version__ = "0.1.0"
+
+_API = ("build", "load_spec", "inspect", "BuildResult", "StageInfo", "StageView")
+
+__all__ = [*_API, "TinytrainError", "UserError", "SpecError", "ModelError", "StageFailed", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        from tinytrain.pipeline import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'tinytrain' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_API))

@@ -3,6 +3,10 @@
 Exit codes: 0 success; 1 a stage failed (including reaching a stage that is not implemented
 yet); 2 user error (bad spec or command line, missing or bad input file). Errors print as one
 `error: ...` message on stderr; TINYTRAIN_DEBUG=1 re-raises them with the traceback.
+
+Global options (before or after the command): --version, -q/--quiet, -v/--verbose,
+--color {auto,always,never}, --progress-every SECONDS. Output cut short by its reader
+(`tinytrain status SPEC | head -1`) ends the command quietly, as with other Unix tools.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from tinytrain.pipeline import stage_graph
 from tinytrain.pipeline.errors import EXIT_OK, EXIT_USER_ERROR, TinytrainError, UserError
@@ -21,18 +25,36 @@ from tinytrain.pipeline.errors import EXIT_OK, EXIT_USER_ERROR, TinytrainError, 
 EPILOG = "exit codes: 0 ok, 1 a stage failed (or is not implemented yet), 2 user error"
 
 
+# What a Unix tool killed by SIGPIPE ends with in a shell (128 + 13).
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader of our output went away (`| head -1`): stop without a traceback, and point
+        # stdout at /dev/null so that the interpreter's final flush does not complain either.
+        from tinytrain.pipeline.console import silence_stream
+
+        silence_stream(sys.stdout)
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as e:  # argparse: usage errors exit 2, --help exits 0
+    except SystemExit as e:  # argparse: usage errors exit 2, --help and --version exit 0
         return int(e.code or 0) if isinstance(e.code, int) or e.code is None else EXIT_USER_ERROR
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USER_ERROR
     debug = os.environ.get("TINYTRAIN_DEBUG", "") not in ("", "0")
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a broken pipe shows here, inside the handler, not at interpreter exit
+        return code
     except TinytrainError as e:
         if debug:
             raise
@@ -50,7 +72,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from tinytrain.pipeline.runner import build
 
     spec, cache = _spec_and_cache(args)
-    log = BuildLog(sys.stderr if args.json else sys.stdout)
+    log = BuildLog(sys.stderr if args.json else sys.stdout, verbosity=args.verbosity, color=args.color,
+                   progress_every=args.progress_every)
     result = build(spec, cache, log, until=args.until, only=args.only, force=args.force or (),
                    dry_run=args.dry_run, stage_stdout=sys.stderr if args.json else None)
     if args.json:
@@ -68,8 +91,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
         ran = sum(o.state == "ran" for o in result.outcomes)
         hit = sum(o.state == "cached" for o in result.outcomes)
-        log.line(f"build ok in {format_seconds(result.duration_s)}: {ran} ran, {hit} cached; "
-                 f"artifacts in {_shown(Path(result.out_dir))}/")
+        log.result(f"build ok in {format_seconds(result.duration_s)}: {ran} ran, {hit} cached; "
+                   f"artifacts in {_shown(Path(result.out_dir))}/")
         # Every figure of the closing block is read back from an artifact, named beside it.
         for line in summary_block(Path(result.out_dir), _shown):
             log.line(line)
@@ -104,27 +127,12 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from tinytrain.pipeline.artifacts import stage_artifacts
-    from tinytrain.pipeline.inspect_artifacts import describe
-    from tinytrain.pipeline.planner import find_stage
+    from tinytrain.pipeline.api import inspect
 
-    spec, cache = _spec_and_cache(args)
-    st = find_stage(args.stage, stage_graph.STAGES)
-    folder, note = stage_artifacts(spec, cache, st.name, stage_graph.STAGES)
-    custom = _stage_inspector(st.impl)
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "manifest.json")
-    if args.artifact:
-        wanted = folder / args.artifact
-        if not wanted.is_file():
-            names = ", ".join(p.relative_to(folder).as_posix() for p in files)
-            raise UserError(f"stage {st.name} has no artifact {args.artifact!r}", hint=f"it has: {names}")
-        files = [wanted]
-    if note:
-        print(note, file=sys.stderr)
-    for i, p in enumerate(files):
-        if len(files) > 1:
-            print(("\n" if i else "") + f"── {p.relative_to(folder).as_posix()} ──")
-        sys.stdout.write(describe(p, custom))
+    view = inspect(args.spec, args.stage, args.artifact, cache_dir=args.cache_dir)
+    if view.note:
+        print(view.note, file=sys.stderr)
+    sys.stdout.write(view.text)
     return EXIT_OK
 
 
@@ -231,19 +239,6 @@ def _cache_only(args: argparse.Namespace):
     return open_cache(spec, args.cache_dir)
 
 
-def _stage_inspector(module_name: str | None):
-    if not module_name:
-        return None
-    import importlib
-
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        return None
-    fn = getattr(module, "inspect", None)
-    return fn if callable(fn) else None
-
-
 _SIZE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -279,12 +274,62 @@ def _shown(p: Path) -> str:
 
 # ---- argument parsing ---------------------------------------------------------------------------
 
+def _output_options(defaults: bool) -> argparse.ArgumentParser:
+    """-q/-v/--color/--progress-every, accepted before and after the command. The copy on the
+    sub-commands has no defaults (SUPPRESS), else it would overwrite what was given before the command."""
+    from tinytrain.pipeline.console import COLOR_CHOICES, NORMAL, PROGRESS_EVERY_S, QUIET, VERBOSE
+
+    d = (lambda v: v) if defaults else (lambda v: argparse.SUPPRESS)
+    o = argparse.ArgumentParser(add_help=False)
+    g = o.add_argument_group("output")
+    v = g.add_mutually_exclusive_group()
+    v.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=QUIET, default=d(NORMAL),
+                   help="print only errors and the final result")
+    v.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=VERBOSE, default=d(NORMAL),
+                   help="print more: cache folder, full cache keys, restore timings")
+    g.add_argument("--color", choices=COLOR_CHOICES, default=d("auto"),
+                   help="colour the output: auto (default: only on a terminal, never when $NO_COLOR is set), "
+                        "always, never")
+    g.add_argument("--progress-every", metavar="SECONDS", type=_seconds, default=d(PROGRESS_EVERY_S),
+                   help=f"when the output is not a terminal (a CI log), print a progress line this often "
+                        f"while a stage runs (default {PROGRESS_EVERY_S:g}; 0: every report)")
+    return o
+
+
+def _seconds(text: str) -> float:
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
+    return value
+
+
+def _with_output(subparsers: Any, output: argparse.ArgumentParser) -> Any:
+    """Every command made by `subparsers` also takes the output options."""
+    plain = subparsers.add_parser
+
+    def add_parser(name: str, **kw: Any) -> argparse.ArgumentParser:
+        return plain(name, **{**kw, "parents": [*kw.get("parents", ()), output]})
+
+    subparsers.add_parser = add_parser
+    return subparsers
+
+
 def _parser() -> argparse.ArgumentParser:
+    from tinytrain import __version__
+
     stage_names = ", ".join(stage_graph.STAGE_NAMES)
     p = argparse.ArgumentParser(
         prog="tinytrain", description="Compile a neural network into on-device training firmware "
-                                      "for microcontrollers, and run it in emulation.", epilog=EPILOG)
-    sub = p.add_subparsers(title="commands", metavar="COMMAND")
+                                      "for microcontrollers, and run it in emulation.", epilog=EPILOG,
+        parents=[_output_options(defaults=True)])
+    p.add_argument("--version", action="version", version=f"tinytrain {__version__}")
+    output = _output_options(defaults=False)
+    sub = _with_output(p.add_subparsers(title="commands", metavar="COMMAND"), output)
 
     cache_opt = argparse.ArgumentParser(add_help=False)
     cache_opt.add_argument("--cache-dir", metavar="DIR",
@@ -334,7 +379,7 @@ def _parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_cmd_clean)
 
     ca = sub.add_parser("cache", help="the local cache: stats, gc")
-    csub = ca.add_subparsers(title="cache commands", metavar="COMMAND")
+    csub = _with_output(ca.add_subparsers(title="cache commands", metavar="COMMAND"), output)
     cs = csub.add_parser("stats", parents=[cache_opt], help="size, entries, hits and misses of the last build")
     cs.add_argument("spec", metavar="SPEC", nargs="?", help="use this spec's cache folder")
     cs.add_argument("--json", action="store_true")

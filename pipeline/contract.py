@@ -14,10 +14,19 @@ from typing import Any, Callable, Protocol
 
 
 class Progress(Protocol):
-    def __call__(self, message: str, fraction: float | None = None) -> None: ...
+    """How a stage says what it is doing; the console decides how to show it (a live bar on a terminal,
+    a line every few seconds in a log). Call it as often as convenient: it is cheap.
+
+    message: what is going on ("training steps", "measuring conv_3"); fraction: share of the stage done
+    (0..1), if known. The keywords are figures the stage may know: `done`/`total` of its main loop
+    (steps, units measured), `epoch`/`epochs` (1-based), `loss` (a running loss)."""
+
+    def __call__(self, message: str, fraction: float | None = None, *, done: int | None = None,
+                 total: int | None = None, epoch: int | None = None, epochs: int | None = None,
+                 loss: float | None = None) -> None: ...
 
 
-def no_progress(message: str, fraction: float | None = None) -> None:
+def no_progress(message: str, fraction: float | None = None, **figures: Any) -> None:
     return None
 
 

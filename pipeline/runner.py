@@ -127,6 +127,7 @@ def build(spec: Spec, cache: Cache, log: BuildLog, *, until: str | None = None, 
         result.outcomes = _dry_run(spec, cache, stages, sel, force, log)
     else:
         with build_lock(spec):
+            log.detail(f"cache folder {cache.root}; artifacts in {build_dir(spec)}")
             cache.begin_build()
             run = _Run(spec, cache, log, stages, sel, frozenset(force), stage_stdout)
             result.outcomes, result.error = run.execute()
@@ -153,7 +154,7 @@ def _write_record_and_report(result: BuildResult, log: BuildLog) -> None:
         tmp.replace(folder / BUILD_RECORD)
         write_report(folder)
     except Exception as e:  # noqa: BLE001 - the build's own outcome matters more than its report
-        log.line(f"warning: could not write the build report in {folder}: {type(e).__name__}: {e}", style="yellow")
+        log.warning(f"warning: could not write the build report in {folder}: {type(e).__name__}: {e}")
 
 
 def _dry_run(spec: Spec, cache: Cache, stages: Sequence[StageDef], sel: Selection, force: Sequence[str],
@@ -238,8 +239,10 @@ class _Run:
         self.keys[name] = (pre, key)
         if name in self.force:
             return False
+        t0 = time.perf_counter()
         entry = self.cache.lookup(key)
         if entry is None:
+            self.log.detail(f"[{name}] key {key}: not in the cache")
             return False
         try:
             self._materialize(name, entry, pre)
@@ -251,7 +254,7 @@ class _Run:
         if name in self.sel.run:
             self.outcomes.append(StageOutcome(name, CACHED, key, 0.0, entry.summary, entry.metrics,
                                               out_dir=str(stage_dir(self.spec, name))))
-            self.log.cached(name, key, entry.summary)
+            self.log.cached(name, key, entry.summary, restore_s=time.perf_counter() - t0)
         return True
 
     def _run(self, name: str) -> None:
@@ -288,7 +291,7 @@ class _Run:
         self.cache.note_miss(key)
         self.outcomes.append(StageOutcome(name, "ran", key, duration, entry.summary, entry.metrics,
                                           out_dir=str(dest)))
-        self.log.ran(name, duration, entry.summary)
+        self.log.ran(name, duration, entry.summary, key=key)
 
     def _materialize(self, name: str, entry: ActionEntry, pre: dict) -> None:
         self.paths[name] = self.cache.materialize(entry, stage_dir(self.spec, name))

@@ -19,6 +19,7 @@ from typing import Iterator
 
 from tinytrain.cache.remote_config import open_remote
 from tinytrain.cache.store import Cache
+from tinytrain.pipeline.errors import UserError
 from tinytrain.pipeline.spec import Spec
 
 
@@ -42,7 +43,32 @@ def open_cache(spec: Spec | None, override: str | Path | None = None) -> Cache:
     remote = None
     if spec is not None and spec.build.remote_cache is not None:
         remote = open_remote(spec.build.remote_cache)
-    return Cache(cache_root(spec, override), remote=remote)
+    root = cache_root(spec, override)
+    what = ("--cache-dir" if override else "build.cache_dir" if spec is not None and spec.build.cache_dir is not None
+            else "the cache folder")
+    check_folder(root, what)
+    try:
+        return Cache(root, remote=remote)
+    except (FileExistsError, NotADirectoryError) as e:  # raced with check_folder, or a stranger path
+        raise UserError(f"{what} {root}: cannot be used as a folder ({e.strerror})") from None
+
+
+def check_folder(path: Path, what: str) -> None:
+    """A folder tinytrain will create or write into must not be (or sit under) a file: say so in one line."""
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                where = "is a file" if p == path else f"is under {p}, which is a file"
+                raise UserError(f"{what} {path} {where}, not a folder")
+            return
+
+
+def make_folder(path: Path, what: str) -> None:
+    check_folder(path, what)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError, PermissionError) as e:
+        raise UserError(f"{what} {path}: cannot create it ({e.strerror})") from None
 
 
 def scope(spec: Spec, stage: str) -> str:
@@ -56,8 +82,12 @@ def build_lock(spec: Spec) -> Iterator[None]:
     while the other reads it as its input; with the lock the second waits and then finds
     everything cached."""
     folder = Path(spec.build.out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / f".{spec.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    make_folder(folder, "build.out_dir")
+    check_folder(build_dir(spec), "the build folder")
+    try:
+        fd = os.open(folder / f".{spec.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise UserError(f"build.out_dir {folder}: cannot write there ({e.strerror})") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -30,9 +30,11 @@ import json
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -50,7 +52,7 @@ _FAULT_RE = re.compile(r"^@tt fault (.*)$")
 _FAIL_RE = re.compile(r"^@tt fail (.*)$")
 
 TAIL_LINES = 25
-PROGRESS_EVERY_S = 10.0
+LOSS_WINDOW = 32  # values averaged into the running loss shown while training
 
 
 @dataclass
@@ -91,8 +93,13 @@ def qemu_command(board: Board, elf: Path) -> list[str]:
 
 def run_firmware(board: Board, elf: Path, workdir: Path, files: Mapping[str, bytes | Path] | None = None,
                  timeout_s: float = 600.0, *, progress: Progress = no_progress, check: bool = True,
-                 results_name: str | None = "results.json") -> RunResult:
+                 results_name: str | None = "results.json", losses_name: str | None = "losses.bin",
+                 epochs: int | None = None) -> RunResult:
     """Run `elf` for `board` in `workdir` with `files` (name -> bytes or a path to copy) placed there.
+
+    Progress: every "@tt progress done/total what" line of the console is passed on as it arrives,
+    with the running loss (the mean of the last LOSS_WINDOW values the program has appended to
+    `losses_name`, read as it grows) and, given the run's `epochs`, the epoch the step belongs to.
 
     Raises EmulationError when `check` and the program does not end with exit code 0; a timeout
     always raises (the process is killed)."""
@@ -107,8 +114,9 @@ def run_firmware(board: Board, elf: Path, workdir: Path, files: Mapping[str, byt
             dest.write_bytes(content)
         else:
             shutil.copyfile(content, dest)
-    if results_name and results_name not in (files or {}):
-        (workdir / results_name).unlink(missing_ok=True)  # a stale one must not pass for this run's
+    for name in (results_name, losses_name):
+        if name and name not in (files or {}):
+            (workdir / name).unlink(missing_ok=True)  # a stale one must not pass for this run's
     before = _snapshot(workdir)
 
     if board.host:
@@ -119,7 +127,12 @@ def run_firmware(board: Board, elf: Path, workdir: Path, files: Mapping[str, byt
                             hint="install qemu-system-arm (Debian: qemu-system-arm)")
         cmd, where = qemu_command(board, elf), f"QEMU {board.qemu_machine}"
 
-    console, log, rc, wall, timed_out = _execute(cmd, workdir, timeout_s, progress, f"{board.name} ({where})")
+    losses = _LossTail(workdir / losses_name) if losses_name else None
+    try:
+        console, log, rc, wall, timed_out = _execute(cmd, workdir, timeout_s, _StepReporter(progress, losses, epochs))
+    finally:
+        if losses is not None:
+            losses.close()
     result = RunResult(board.name, cmd, rc, console, log, wall, _changed_files(workdir, before))
     exit_line = next((m for m in map(_EXIT_RE.match, reversed(console.splitlines())) if m), None)
     if exit_line:
@@ -157,8 +170,57 @@ def run_firmware(board: Board, elf: Path, workdir: Path, files: Mapping[str, byt
     return result
 
 
-def _execute(cmd: list[str], cwd: Path, timeout_s: float, progress: Progress,
-             label: str) -> tuple[str, str, int, float, bool]:
+class _LossTail:
+    """The running loss of a training program: reads the float32 values it appends to its loss file
+    (semihosting writes go straight to the host file) and averages the last LOSS_WINDOW of them."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._file: Any = None
+        self._rest = b""
+        self._last: deque[float] = deque(maxlen=LOSS_WINDOW)
+
+    def running(self) -> float | None:
+        if self._file is None:
+            try:
+                self._file = open(self.path, "rb")
+            except OSError:  # not created yet
+                return None
+        data = self._rest + self._file.read()
+        n = len(data) // 4
+        self._rest = data[4 * n:]
+        self._last.extend(struct.unpack(f"<{n}f", data[: 4 * n]))
+        return sum(self._last) / len(self._last) if self._last else None
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+class _StepReporter:
+    """Turns the console's "@tt progress" lines into progress reports with step, epoch and loss."""
+
+    def __init__(self, progress: Progress, losses: _LossTail | None, epochs: int | None):
+        self.progress, self.losses, self.epochs = progress, losses, epochs
+
+    def line(self, line: str) -> None:
+        m = _PROGRESS_RE.match(line)
+        if not m:
+            return
+        done, total = int(m.group(1)), int(m.group(2))
+        figures: dict[str, Any] = {"done": done, "total": total}
+        if self.epochs and total >= self.epochs:
+            per_epoch = total // self.epochs
+            figures.update(epoch=min(self.epochs, max(0, done - 1) // per_epoch + 1), epochs=self.epochs)
+        if self.losses is not None:
+            loss = self.losses.running()
+            if loss is not None:
+                figures["loss"] = loss
+        self.progress(m.group(3) or "progress", done / total if total else None, **figures)
+
+
+def _execute(cmd: list[str], cwd: Path, timeout_s: float,
+             reporter: _StepReporter) -> tuple[str, str, int, float, bool]:
     """Run, streaming the console for "@tt progress" lines; kill at the deadline."""
     start = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -171,11 +233,7 @@ def _execute(cmd: list[str], cwd: Path, timeout_s: float, progress: Progress,
         for raw in proc.stdout:
             line = raw.decode("utf-8", "replace")
             out_lines.append(line)
-            m = _PROGRESS_RE.match(line.rstrip("\n"))
-            if m:
-                done, total = int(m.group(1)), int(m.group(2))
-                progress(f"{label}: {m.group(3) or 'progress'} {done}/{total}",
-                         done / total if total else None)
+            reporter.line(line.rstrip("\n"))
 
     def read_err() -> None:
         assert proc.stderr is not None
@@ -186,23 +244,13 @@ def _execute(cmd: list[str], cwd: Path, timeout_s: float, progress: Progress,
     for t in readers:
         t.start()
     timed_out = False
-    next_note = start + PROGRESS_EVERY_S
     try:
-        while True:
-            now = time.monotonic()
-            deadline = start + timeout_s
-            try:
-                proc.wait(timeout=max(0.0, min(deadline, next_note) - now))
-                break
-            except subprocess.TimeoutExpired:
-                now = time.monotonic()
-                if now >= deadline:
-                    timed_out = True
-                    proc.kill()
-                    proc.wait()
-                    break
-                progress(f"{label}: still running, {now - start:.0f} s", None)
-                next_note = now + PROGRESS_EVERY_S
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            proc.kill()
+            proc.wait()
     finally:
         if proc.poll() is None:  # interrupted (e.g. Ctrl-C): never leave an emulator behind
             proc.kill()

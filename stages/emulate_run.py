@@ -200,7 +200,8 @@ def _run(board: Board, elf: Path, workdir: Path, files: dict[str, bytes], timeou
     where = "natively" if board.host else f"in QEMU {board.qemu_machine}"
     ctx.progress(f"training on {board.name} {where}", 0.05)
     try:
-        return run_firmware(board, elf, workdir, files, timeout_s, progress=ctx.progress), None
+        return run_firmware(board, elf, workdir, files, timeout_s, progress=ctx.progress,
+                            epochs=int(ctx.config["train.epochs"])), None
     except EmulationError as e:
         return e.result, e
 

@@ -377,8 +377,9 @@ def _write_report(out: Path, report: dict[str, Any]) -> None:
     (out / "report.txt").write_text(report_text(report))
 
 
-def inspect(path: Path) -> str:
-    """Readable view of a quantize artifact: the report table by default; graph.txt as is."""
+def inspect(path: Path) -> str | None:
+    """Readable view of a quantize artifact: the report table by default; graph.txt as is; None (the
+    generic view) for the other files."""
     path = Path(path)
     if path.is_dir():
         path = path / "report.json"
@@ -389,4 +390,6 @@ def inspect(path: Path) -> str:
     if path.suffix == ".tflite":
         from .tflite_reader import read_model
         return read_model(path).to_text()
+    if path.name != "report.json":
+        return None
     return report_text(json.loads(path.read_text()))
