@@ -12,11 +12,16 @@ The Python API (documented in pipeline/api.py and the README):
 
 from __future__ import annotations
 
+import importlib
+from importlib import metadata
 from typing import Any
 
 from tinytrain.pipeline.errors import ModelError, SpecError, StageFailed, TinytrainError, UserError
 
-__version__ = "0.1.0"
+try:  # pyproject.toml holds the version; the installed metadata carries it here
+    __version__ = metadata.version("tinytrain")
+except metadata.PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 _API = ("build", "load_spec", "inspect", "BuildResult", "StageInfo", "StageView")
 
@@ -25,9 +30,9 @@ __all__ = [*_API, "TinytrainError", "UserError", "SpecError", "ModelError", "Sta
 
 def __getattr__(name: str) -> Any:
     if name in _API:
-        from tinytrain.pipeline import api
-
-        return getattr(api, name)
+        # By name, not by an import statement: this package __init__ belongs to every stage's cache key
+        # (cache/imports.py follows import statements), and no stage uses the API.
+        return getattr(importlib.import_module("tinytrain.pipeline.api"), name)
     raise AttributeError(f"module 'tinytrain' has no attribute {name!r}")
 
 
