@@ -74,15 +74,6 @@ def _title(fig: Figure, title: str, width: int = 110) -> None:
         fig.suptitle("\n".join(textwrap.wrap(title, width)), fontsize=10)
 
 
-def kb_formatter() -> FuncFormatter:
-    return FuncFormatter(lambda v, _: f"{v / 1024:.0f} KB" if v >= 10240 or v == 0 else f"{v / 1024:.1f} KB")
-
-
-def _nice_kb_locator() -> MaxNLocator:
-    # Ticks on round numbers of bytes that read well in KB (multiples of 256 B, 1 KB, ...).
-    return MaxNLocator(nbins=6, steps=[1, 2, 2.5, 4, 5, 10], integer=True)
-
-
 # ---- loss ----------------------------------------------------------------------------------------------------
 
 def moving_average(v: Sequence[float], window: int) -> list[float]:
@@ -238,10 +229,11 @@ def memory_figure(live_by_role: Sequence[Mapping[str, int]], step_labels: Sequen
 # ---- per-layer SRAM and flash -------------------------------------------------------------------------------
 
 def layers_figure(layers: Sequence[str], sram: Mapping[str, Sequence[int]], flash: Sequence[int] | None,
-                  title: str = "", notes: Sequence[str] = ()) -> Picture:
-    """Horizontal bars, one row per layer: SRAM stacked by category (left), flash constants (right)."""
+                  title: str = "") -> Picture:
+    """Horizontal bars, one row per layer: SRAM stacked by category (left), flash constants (right). What the
+    bars count is said beside the picture (the report), where there is room for a sentence."""
     k = len(layers)
-    fig = _figure(9.0, max(2.6, 1.3 + 0.32 * k))
+    fig = _figure(9.0, max(2.8, 1.8 + 0.34 * k))
     panels = 2 if flash is not None else 1
     axes = fig.subplots(1, panels, sharey=True, width_ratios=[3, 2][:panels], squeeze=False)[0]
     ys = list(range(k))
@@ -250,31 +242,37 @@ def layers_figure(layers: Sequence[str], sram: Mapping[str, Sequence[int]], flas
     for cat, vals in sram.items():
         if not any(vals):
             continue
-        ax.barh(ys, vals, left=left, color=CATEGORY_COLORS.get(cat, "#999"), label=cat, height=0.7)
-        left = [a + b for a, b in zip(left, vals)]
+        kbs = [v / 1024 for v in vals]
+        ax.barh(ys, kbs, left=left, color=CATEGORY_COLORS.get(cat, "#999"), label=cat, height=0.7)
+        left = [a + b for a, b in zip(left, kbs)]
+    for y, v in zip(ys, left):
+        if v:
+            ax.annotate(f"{v:.1f} KB", (v, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
     ax.set_yticks(ys, list(layers))
     ax.invert_yaxis()
-    ax.xaxis.set_major_locator(_nice_kb_locator())
-    ax.xaxis.set_major_formatter(kb_formatter())
-    ax.set_xlabel("SRAM bytes planned for the layer's tensors")
-    ax.set_title("SRAM (arena tensors)")
-    ax.set_xlim(0, max(left + [1]) * 1.15)
-    ax.legend(loc="lower right", fontsize=8)
-    ax.grid(axis="x", color="#eee")
+    ax.set_xlim(0, max(left + [0.001]) * 1.2)
+    ax.set_xlabel("SRAM: the layer's arena buffers")
+    ax.set_title("SRAM")
+    for a in axes:
+        a.xaxis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
+        a.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g} KB"))
+        a.grid(axis="x", color="#eee")
+        a.set_axisbelow(True)
     if flash is not None:
         fx = axes[1]
-        fx.barh(ys, flash, color=CATEGORY_COLORS["flash"], height=0.7)
-        for y, v in zip(ys, flash):
+        kbs = [v / 1024 for v in flash]
+        fx.barh(ys, kbs, color=CATEGORY_COLORS["flash"], height=0.7, label="flash")
+        for y, v in zip(ys, kbs):
             if v:
-                fx.annotate(f"{v / 1024:.1f} KB", (v, y), xytext=(3, 0), textcoords="offset points",
+                fx.annotate(f"{v:.1f} KB", (v, y), xytext=(3, 0), textcoords="offset points",
                             va="center", fontsize=8)
-        fx.xaxis.set_major_locator(_nice_kb_locator())
-        fx.xaxis.set_major_formatter(kb_formatter())
-        fx.set_xlim(0, max(list(flash) + [1]) * 1.3)
-        fx.set_xlabel("flash bytes of the layer's constants (firmware.map)")
-        fx.set_title("flash (const data)")
-        fx.grid(axis="x", color="#eee")
-    if notes:
-        fig.supxlabel("\n".join(notes), fontsize=8, color="#444")
+        fx.set_xlim(0, max(kbs + [0.001]) * 1.3)
+        fx.set_xlabel("flash: the layer's constants")
+        fx.set_title("flash")
+    handles, labels = [], []
+    for a in axes:
+        h, lab = a.get_legend_handles_labels()
+        handles, labels = handles + h, labels + lab
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize=8, frameon=False)
     _title(fig, title)
     return _render(fig)
