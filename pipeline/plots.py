@@ -142,7 +142,7 @@ def loss_figure(losses: Sequence[float], steps_per_epoch: int | None, title: str
         ax.text(0.995, 0.015, f"not shown: {below} step(s) below {lo:.2g}, {above} above {hi:.2g}",
                 transform=ax.transAxes, ha="right", va="bottom", fontsize=7, color="#555")
     ax.set_xlim(-0.015 * n, n * 1.015 + 1)
-    ax.xaxis.set_major_locator(MaxNLocator(nbins=10, integer=True))
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=10, steps=[1, 2, 2.5, 5, 10], integer=True))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_xlabel("training step (one sample per step)")
     ax.set_ylabel("loss (log scale)")
@@ -212,7 +212,7 @@ def memory_figure(live_by_role: Sequence[Mapping[str, int]], step_labels: Sequen
         notes.append(f"plain-order peak {plain[p]:.1f} KB at step {p}: "
                      f"{plain_labels[p] if p < len(plain_labels) else '?'}")
     ax.set_xlim(-0.5, max(n, len(plain), 1) - 0.5)
-    ax.xaxis.set_major_locator(MaxNLocator(nbins=12, integer=True))
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=12, steps=[1, 2, 5, 10], integer=True))
     ax.yaxis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g} KB"))
     ax.set_xlabel("step of the schedule (one op per step)")
