@@ -155,7 +155,7 @@ def loss_figure(losses: Sequence[float], steps_per_epoch: int | None, title: str
                  label=accuracy_name + ", measured")
         for s, v, lab in pts:
             left = s < n / 2
-            ax2.annotate(f"{lab}: {v:.1f}", (s, v), xytext=(8 if left else -8, 0), textcoords="offset points",
+            ax2.annotate(f"{lab}: {v:.1f}" if "%" in accuracy_name else f"{lab}: {v:.3g}", (s, v), xytext=(8 if left else -8, 0), textcoords="offset points",
                          ha="left" if left else "right", va="center", color="#006d2c", fontsize=8)
         if "%" in accuracy_name:
             ax2.set_ylim(0, 105)

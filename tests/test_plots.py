@@ -138,3 +138,18 @@ def test_example_build_draws_every_picture(tmp_path, capsys):
     assert main(["build", str(spec)]) == 0
     assert first == {p: (build / p).read_bytes() for p in first}
     assert "when it ran" in (build / "report.md").read_text()
+
+
+def test_regression_run_shows_the_measured_mse_and_odd_runs_still_draw():
+    from tinytrain.stages.emulate_run import loss_picture
+
+    losses = [0.5 / (1 + i) for i in range(7)]
+    doc = {"summary": "s", "loss": {"per_step": losses, "steps": 7, "steps_per_epoch": None, "epoch_mean": None},
+           "accuracy": {"before_pct": None, "after_pct": None}, "mse": {"before": 0.031, "after": 0.012}}
+    text = _texts(loss_picture(doc).svg)
+    assert "test MSE" in text and "before: 0.031" in text and "epoch 1 mean" not in text
+    # A diverged MSE is null in run.json: no point is drawn for it; no steps at all still gives a picture.
+    doc["mse"]["after"] = None
+    assert "after:" not in _texts(loss_picture(doc).svg)
+    empty = {**doc, "loss": {"per_step": [], "steps": 0, "steps_per_epoch": None, "epoch_mean": None}}
+    assert loss_picture(empty).png.startswith(b"\x89PNG")

@@ -244,3 +244,14 @@ def test_rejected_gate_is_in_the_summary(tmp_path):
 @pytest.mark.parametrize("n,expected", [(999, "999"), (1_066_000, "1.07M"), (80_568_000, "80.6M"), (4.59e9, "4.59G")])
 def test_count_format(n, expected):
     assert rp.count(n) == expected
+
+
+def test_host_build_has_sram_per_layer_but_no_flash(tmp_path):
+    root = full_build(tmp_path / "demo")
+    size = json.loads((root / "cross-compile/size.json").read_text())
+    _w(root, "cross-compile/size.json", {**size, "host": True})
+    text = rp.write_report(root).read_text()
+    t = rp.layer_table(rp.Artifacts(root))
+    assert t.flash is None and t.sram["optimizer state"] == [0, 2222]
+    assert "flash per layer: no linker map of a board build" in text and "Flash by part" not in text
+    assert (root / "layers.svg").is_file()
