@@ -1,4 +1,6 @@
-"""The build's final report: `build/<name>/report.md`, and the summary block `tinytrain build` ends with.
+"""The build's final report: `build/<name>/report.md`, the same as one self-contained `report.html` (pictures
+inlined), the per-layer memory chart `layers.svg`/`.png` beside them, and the summary block `tinytrain build`
+ends with.
 
 Rule: every figure comes from an artifact the user can open, and the report links that file next to it.
 Nothing is recomputed from the spec or the cache here; the runner's own record of the build (which stages
@@ -12,14 +14,20 @@ each remembered value against the file and its rendering against the report text
 
 from __future__ import annotations
 
+import base64
+import html
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-STAGES = ("load", "quantize", "sparse-plan", "autodiff", "reorder", "codegen", "cross-compile", "emulate-run")
+from tinytrain.pipeline.stage_graph import STAGE_NAMES
+
 REPORT_NAME = "report.md"
+HTML_NAME = "report.html"
+LAYERS_STEM = "layers"          # layers.svg / layers.png: SRAM and flash per layer, drawn by the report
 BUILD_RECORD = "build.json"
 _MISSING = object()
 
@@ -102,14 +110,49 @@ def link(rel: str) -> str:
 # ---- the report ----------------------------------------------------------------------------------
 
 def write_report(build_dir: Path) -> Path:
-    """Write build/<name>/report.md from the artifacts there; returns its path."""
+    """Write build/<name>/report.md, report.html and the per-layer chart from the artifacts there; returns
+    report.md's path."""
     build_dir = Path(build_dir)
+    write_layers_picture(build_dir)
     text, _ = render(build_dir)
     path = build_dir / REPORT_NAME
-    tmp = path.with_suffix(".md.tmp")
+    _write_atomic(path, text)
+    _write_atomic(build_dir / HTML_NAME, to_html(text, build_dir))
+    return path
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
-    return path
+
+
+def layer_table(a: "Artifacts"):
+    """SRAM and flash per layer (pipeline.memory_breakdown), or None before autodiff and reorder have run."""
+    from tinytrain.pipeline.memory_breakdown import layer_table as table
+
+    graph, memplan = a.doc("autodiff/train_graph.json"), a.doc("reorder/memplan.json")
+    if not isinstance(graph, dict) or not isinstance(memplan, dict):
+        return None
+    host = a.get("cross-compile/size.json", "host", default=True)
+    program = a.text("codegen/tt_model.c") if not host else None
+    mapfile = a.text("cross-compile/firmware.map") if not host else None
+    return table(graph, memplan, program, mapfile)
+
+
+def write_layers_picture(build_dir: Path) -> bool:
+    """Draw layers.svg/.png beside report.md (False, and stale pictures removed, when the data is missing)."""
+    from tinytrain.pipeline.plots import layers_figure
+
+    build_dir = Path(build_dir)
+    t = layer_table(Artifacts(build_dir))
+    if t is None or not t.names:
+        for ext in (".svg", ".png"):
+            (build_dir / LAYERS_STEM).with_suffix(ext).unlink(missing_ok=True)
+        return False
+    name = Artifacts(build_dir).get(BUILD_RECORD, "name", default=build_dir.name)
+    layers_figure(t.names, t.sram, t.flash, title=f"{name}: memory per layer").write(build_dir / LAYERS_STEM)
+    return True
 
 
 def render(build_dir: Path) -> tuple[str, Artifacts]:
@@ -144,14 +187,26 @@ def _build(a: Artifacts) -> list[str]:
     stages = a.get(BUILD_RECORD, "stages", default=[])
     for i, st in enumerate(stages):
         state = a.get(BUILD_RECORD, "stages", i, "state", default="")
-        dur = a.get(BUILD_RECORD, "stages", i, "duration_s", default=0.0)
         summ = (a.get(BUILD_RECORD, "stages", i, "summary", default="") or "").replace("|", "\\|")
-        lines.append(f"| {st.get('stage')} | {state} | {dur:.2f} s | {summ} |")
+        lines.append(f"| {st.get('stage')} | {state} | {_stage_time(a, i, st.get('stage'), state)} | {summ} |")
     ran, cached = a.get(BUILD_RECORD, "ran", default=[]), a.get(BUILD_RECORD, "cached", default=[])
     hits, misses = a.get(BUILD_RECORD, "cache", "hits"), a.get(BUILD_RECORD, "cache", "misses")
     lines += ["", f"Cache: {len(cached)} stage(s) restored from the cache, {len(ran)} ran"
               + (f" (cache counters: {hits} hits, {misses} misses)" if hits is not None else "") + "."]
     return lines
+
+
+def _stage_time(a: Artifacts, i: int, stage: str, state: str) -> str:
+    """A stage restored from the cache took no time in this build: show how long it took when it ran, which
+    the cache entry keeps and the stage folder's manifest.json repeats."""
+    if state == "cached":
+        orig = a.get(f"{stage}/manifest.json", "duration_s")
+        return f"none; {_secs(orig)} when it ran" if orig is not None else "none (restored)"
+    return _secs(a.get(BUILD_RECORD, "stages", i, "duration_s", default=0.0))
+
+
+def _secs(d: float) -> str:
+    return f"{d:.2f} s" if d >= 0.01 or d == 0 else f"{d * 1000:.1f} ms"
 
 
 def _model(a: Artifacts) -> list[str]:
@@ -234,7 +289,10 @@ def _reorder(a: Artifacts) -> list[str]:
         lines.append(f"- {st['kind']} stream over ops {st['ops']}: its streamed tensors take "
                      f"{kb(sum(st['chunked'].values()))} instead of whole")
     if a.exists("reorder/memory.svg"):
-        lines += ["", "![memory timeline](reorder/memory.svg)"]
+        lines += ["", "![memory timeline](reorder/memory.svg)", "",
+                  "Live bytes at each step of the chosen schedule (stacked by role) and of the plain order "
+                  "(dashed); the op at each peak is named under the picture"
+                  + (f" (PNG: {link('reorder/memory.png')})." if a.exists("reorder/memory.png") else ".")]
     return lines
 
 
@@ -286,8 +344,7 @@ def _training(a: Artifacts) -> list[str]:
                  f"training on {a.get(f, 'board')}")
     lines.append(f"- {a.get(f, 'loss', 'steps')} training steps ({a.get(f, 'runtime', 'epochs')} epochs of "
                  f"{a.get(f, 'data', 'train_samples_per_epoch')} samples), learning rate "
-                 f"{a.get(f, 'runtime', 'learning_rate'):g}; loss {a.get(f, 'loss', 'first'):.4g} → "
-                 f"{a.get(f, 'loss', 'last'):.4g}")
+                 f"{a.get(f, 'runtime', 'learning_rate'):g}; {_loss_trend(a, f)}")
     lines.append(f"- improvement gate: {a.get(f, 'gate', 'reason')}")
     if a.get(f, "instructions", "counted"):
         lines.append(f"- instructions per training step: {count(a.get(f, 'instructions', 'per_step_mean'))} mean "
@@ -316,12 +373,73 @@ def _training(a: Artifacts) -> list[str]:
                  f"{link('emulate-run/weights.bin')}")
     if a.exists("emulate-run/loss.svg"):
         lines += ["", "![loss per step](emulate-run/loss.svg)"]
+        if a.exists("emulate-run/loss.png"):
+            lines += ["", f"PNG: {link('emulate-run/loss.png')}"]
     return lines
+
+
+def _loss_trend(a: Artifacts, f: str) -> str:
+    """Per-epoch means of the loss: single steps (batch 1) jump between 1e-6 and 10+, so the first and the
+    last step say nothing about the trend."""
+    means = a.get(f, "loss", "epoch_mean")
+    if means:
+        return "mean loss per epoch " + " → ".join(f"{a.get(f, 'loss', 'epoch_mean', i):.3g}"
+                                                   for i in range(len(means)))
+    first, last = a.get(f, "loss", "first"), a.get(f, "loss", "last")
+    if first is None or last is None:
+        return "no loss recorded"
+    return f"loss of the first step {first:.4g}, of the last step {last:.4g} (single samples, not a trend)"
+
+
+def _layers(a: Artifacts) -> list[str]:
+    t = layer_table(a)
+    if t is None:
+        return ["_Needs the artifacts of autodiff (`autodiff/train_graph.json`) and reorder "
+                "(`reorder/memplan.json`)._"]
+    src = [link("reorder/memplan.json"), link("autodiff/train_graph.json")]
+    if t.flash is not None:
+        src += [link("codegen/tt_model.c"), link("cross-compile/firmware.map")]
+    lines = ["Source: " + ", ".join(src), ""]
+    if a.exists(f"{LAYERS_STEM}.svg"):
+        lines += [f"![memory per layer]({LAYERS_STEM}.svg)", ""]
+    cats = list(t.sram)
+    head = ["layer", *[f"SRAM {c}" for c in cats], *(["flash"] if t.flash is not None else [])]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for i, name in enumerate(t.names):
+        cells = [name, *[_kb0(t.sram[c][i]) for c in cats], *([_kb0(t.flash[i])] if t.flash is not None else [])]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [""] + [f"- {n}" for n in t.notes]
+    if t.flash is None:
+        lines.append("- flash per layer: no linker map of a board build (host builds have none)")
+    elif t.flash_unassigned:
+        lines.append(f"- model constants not attributable to a layer: {kb(t.flash_unassigned)}")
+    parts = _flash_parts(a)
+    if parts:
+        total = sum(parts.values())
+        used = a.get("cross-compile/size.json", "flash", "used", default=0)
+        lines += ["", f"Flash by part of the firmware, from {link('cross-compile/firmware.map')}: {total} B of the "
+                  f"{used} B used (the rest is alignment padding between sections):", "", "| part | flash |",
+                  "|---|---|"]
+        lines += [f"| {k} | {kb(v)} |" for k, v in sorted(parts.items(), key=lambda kv: -kv[1])]
+    return lines
+
+
+def _kb0(n: int) -> str:
+    return kb(n) if n else "–"
+
+
+def _flash_parts(a: Artifacts) -> dict[str, int]:
+    from tinytrain.pipeline.memory_breakdown import flash_outputs, flash_parts, map_sections
+
+    size, text = a.doc("cross-compile/size.json"), a.text("cross-compile/firmware.map")
+    if not isinstance(size, dict) or size.get("host") or not text:
+        return {}
+    return flash_parts(map_sections(text, flash_outputs(size)))
 
 
 def _where(a: Artifacts) -> list[str]:
     lines = ["| stage | artifacts |", "|---|---|"]
-    for st in STAGES:
+    for st in STAGE_NAMES:
         files = a.files(st)
         shown = ", ".join(f"{link(p)} ({kb(s) if s >= 1024 else f'{s} B'})" for p, s in files) or "—"
         lines.append(f"| {st} | {shown} |")
@@ -332,10 +450,47 @@ _SECTIONS: tuple[tuple[str, Callable[[Artifacts], list[str]]], ...] = (
     ("Build", _build), ("Model (load)", _model), ("Quantization (quantize)", _quantize),
     ("Training plan (sparse-plan)", _plan), ("Training graph (autodiff)", _autodiff),
     ("Memory plan (reorder)", _reorder), ("Generated code (codegen)", _codegen),
-    ("Firmware (cross-compile)", _firmware), ("On-device training (emulate-run)", _training),
+    ("Firmware (cross-compile)", _firmware), ("Memory per layer (SRAM and flash)", _layers),
+    ("On-device training (emulate-run)", _training),
     ("Where everything is", _where),
 )
 SECTION_TITLES = tuple(t for t, _ in _SECTIONS)
+
+
+# ---- HTML ------------------------------------------------------------------------------------------------------
+
+_CSS = ("body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;line-height:1.45;"
+        "color:#222}table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ccc;padding:.25em .5em;"
+        "text-align:left;vertical-align:top}code,pre{background:#f5f5f5}pre{padding:.6em;overflow-x:auto}"
+        "img{max-width:100%;height:auto}")
+_IMG = re.compile(r'<img src="([^"]+)" alt="([^"]*)"\s*/?>')
+
+
+def to_html(markdown: str, build_dir: Path) -> str:
+    """report.md as one self-contained HTML file: every picture inlined (the PNG beside an SVG, as a data: URI;
+    matplotlib's SVGs share element ids, so several inline SVGs in one page could clash), no stylesheet, script
+    or font fetched. Links to artifacts stay relative: they work when the file sits in the build folder, and
+    nothing on the page needs them to show."""
+    from markdown_it import MarkdownIt
+
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown)
+
+    def inline(m: re.Match) -> str:
+        rel = html.unescape(m.group(1))
+        path = Path(build_dir) / rel
+        png = path.with_suffix(".png")
+        if png.is_file():
+            data, mime = png.read_bytes(), "image/png"
+        elif path.is_file():
+            data, mime = path.read_bytes(), "image/svg+xml" if path.suffix == ".svg" else "application/octet-stream"
+        else:
+            return f"<em>[missing picture: {html.escape(rel)}]</em>"
+        return f'<img src="data:{mime};base64,{base64.b64encode(data).decode()}" alt="{m.group(2)}">'
+
+    body = _IMG.sub(inline, body)
+    title = html.escape(markdown.splitlines()[0].lstrip("# ") if markdown else "tinytrain report")
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{title}</title>\n'
+            f"<style>{_CSS}</style>\n</head>\n<body>\n{body}</body>\n</html>\n")
 
 
 # ---- the CLI's closing block -----------------------------------------------------------------------
@@ -385,5 +540,6 @@ def summary_block(build_dir: Path, shown: Callable[[Path], str] = str) -> list[s
     width = max(len(t) for t, _ in rows)
     lines = ["summary:"]
     lines += [f"  {t.ljust(width)}  {shown(root / src)}" for t, src in rows]
-    lines.append(f"  artifacts: {shown(root)}/<stage>/   report: {shown(root / REPORT_NAME)}")
+    lines.append(f"  artifacts: {shown(root)}/<stage>/   report: {shown(root / REPORT_NAME)} "
+                 f"(and {HTML_NAME})")
     return lines

@@ -17,7 +17,8 @@ Artifacts
                       (mean/min/max, total), a cycle estimate at the board's real clock as ms/step,
                       stack high-water mark, arena planned vs used, flash/SRAM from size.json, the
                       improvement gate's decision, what was exported
-  loss.svg            per-step loss, its moving average, epoch boundaries
+  loss.svg, loss.png  per-step loss (log scale), its moving average, the per-epoch means, and the test
+                      accuracy (MSE) measured before and after training
   weights.bin         the firmware's trained tensors as it wrote them (whatever the gate decided)
   trained.wof         weights-only format of seed 000 (layout: stages/wof.py), indexed by the
                       ORIGINAL model file's tensors
@@ -49,12 +50,12 @@ import struct
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping
-from xml.sax.saxutils import escape
 
 import numpy as np
 
 from tinytrain.pipeline.contract import StageContext, StageResult
 from tinytrain.pipeline.errors import StageFailed, UserError
+from tinytrain.pipeline.plots import Picture, loss_figure
 from tinytrain.stages import export, wof
 from tinytrain.stages.boards import Board, get_board
 from tinytrain.stages.emulate import EmulationError, RunResult, run_firmware
@@ -62,7 +63,7 @@ from tinytrain.stages.ir import Graph
 from tinytrain.stages.runtime_config import (FLAG_EVAL_AFTER, FLAG_EVAL_BEFORE, OPTIMIZER_DEFAULTS, PROTOCOL,
                                                RuntimeConfig)
 
-ARTIFACTS = ("run.json", "loss.svg", "weights.bin", "trained.wof", "trained_int8.tflite", "run.log")
+ARTIFACTS = ("run.json", "loss.svg", "loss.png", "weights.bin", "trained.wof", "trained_int8.tflite", "run.log")
 RUN_JSON_VERSION = 1
 
 # The real parts' core clocks (the emulator runs the mps2 machines at 25 MHz; that is not the board's).
@@ -353,7 +354,7 @@ def gate_decision(gate: Any, before: float | None, after: float | None) -> dict[
 def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[str, Any], n_buffers: int,
            rc: RuntimeConfig, gate: Any, board: Board, size: Mapping[str, Any], data_info: Mapping[str, Any],
            result: RunResult) -> dict[str, Any]:
-    """Write run.json, loss.svg, weights.bin, trained.wof, trained_int8.tflite; return run.json's document."""
+    """Write run.json, loss.svg/.png, weights.bin, trained.wof, trained_int8.tflite; return run.json's document."""
     res, losses = outcome["results"], outcome["losses"]
     entries = list(layout.get("trained_tensors") or [])
     trained = export.parse_weights(entries, outcome["weights"])
@@ -442,7 +443,7 @@ def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[st
     }
     doc["summary"] = summary_line(doc)
     (out / "run.json").write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
-    (out / "loss.svg").write_text(loss_svg(losses, per_epoch, title=doc["summary"]))
+    loss_picture(doc).write(out / "loss")
     return doc
 
 
@@ -512,63 +513,19 @@ def _metrics(doc: Mapping[str, Any]) -> dict[str, Any]:
             **({"mse_before": doc["mse"]["before"], "mse_after": doc["mse"]["after"]} if "mse" in doc else {})}
 
 
-def moving_average(v: list[float], window: int) -> list[float]:
-    if not v:
-        return []
-    c = np.cumsum(np.asarray(v, dtype=np.float64))
-    out = []
-    for i in range(len(v)):
-        lo = max(0, i - window + 1)
-        out.append(float((c[i] - (c[lo - 1] if lo else 0.0)) / (i - lo + 1)))
-    return out
-
-
-def loss_svg(losses: list[float], steps_per_epoch: int | None, title: str = "") -> str:
-    """Loss per training step (thin), its moving average (thick), dashed lines at epoch ends. Plain SVG,
-    no plotting library: the picture must be the same bytes for the same run (the cache relies on it)."""
-    w, h, ml, mr, mt, mb = 760, 320, 60, 20, 40, 40
-    pw, ph = w - ml - mr, h - mt - mb
-    n = len(losses)
-    top = max(losses) if losses else 1.0
-    top = top if top > 0 else 1.0
-    window = max(1, min(50, n // 20))
-
-    def x(i: float) -> float:
-        return ml + (pw * i / max(n - 1, 1))
-
-    def y(v: float) -> float:
-        return mt + ph * (1 - max(0.0, v) / top)
-
-    def path(vals: list[float]) -> str:
-        return " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(vals))
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
-             f'font-family="sans-serif" font-size="11">',
-             f'<rect width="{w}" height="{h}" fill="white"/>',
-             f'<text x="{ml}" y="18" font-size="12">{escape(title)}</text>',
-             f'<line x1="{ml}" y1="{mt + ph}" x2="{ml + pw}" y2="{mt + ph}" stroke="black"/>',
-             f'<line x1="{ml}" y1="{mt}" x2="{ml}" y2="{mt + ph}" stroke="black"/>']
-    for frac in (0.0, 0.25, 0.5, 0.75, 1.0):
-        v = top * frac
-        parts.append(f'<text x="{ml - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.3g}</text>')
-        parts.append(f'<line x1="{ml}" y1="{y(v):.1f}" x2="{ml + pw}" y2="{y(v):.1f}" stroke="#eee"/>')
-    if steps_per_epoch and n:
-        for e in range(1, n // steps_per_epoch + 1):
-            xe = x(e * steps_per_epoch - 1)
-            parts.append(f'<line x1="{xe:.1f}" y1="{mt}" x2="{xe:.1f}" y2="{mt + ph}" stroke="#999" '
-                         f'stroke-dasharray="4,3"/>')
-            parts.append(f'<text x="{xe - 3:.1f}" y="{mt + 12}" text-anchor="end" fill="#666">epoch {e}</text>')
-    if n:
-        parts.append(f'<polyline fill="none" stroke="#9ecae1" stroke-width="0.8" points="{path(losses)}"/>')
-        parts.append(f'<polyline fill="none" stroke="#08519c" stroke-width="2" '
-                     f'points="{path(moving_average(losses, window))}"/>')
-    parts.append(f'<text x="{ml + pw / 2}" y="{h - 8}" text-anchor="middle">training step (sample)</text>')
-    parts.append(f'<text x="14" y="{mt + ph / 2}" transform="rotate(-90 14 {mt + ph / 2})" '
-                 f'text-anchor="middle">loss</text>')
-    parts.append(f'<text x="{ml + pw}" y="{mt - 4}" text-anchor="end" fill="#08519c">'
-                 f'moving average of {window} step{"s" if window != 1 else ""}</text>')
-    parts.append("</svg>")
-    return "\n".join(parts) + "\n"
+def loss_picture(doc: Mapping[str, Any]) -> Picture:
+    """run.json's loss per step with its per-epoch means, and the test metric as measured: the firmware measures
+    it before and after training only, so those two points (accuracy, or MSE for regression)."""
+    loss = doc["loss"]
+    steps = int(loss["steps"])
+    if "mse" in doc:
+        m = doc["mse"]
+        points, name = [(0, m["before"], "before"), (steps, m["after"], "after")], "test MSE"
+    else:
+        a = doc["accuracy"]
+        points, name = [(0, a["before_pct"], "before"), (steps, a["after_pct"], "after")], "test accuracy (%)"
+    return loss_figure(loss["per_step"], loss["steps_per_epoch"], title=doc["summary"],
+                       epoch_means=loss["epoch_mean"], accuracy=points, accuracy_name=name)
 
 
 def inspect(path: Path) -> str | None:

@@ -21,7 +21,7 @@ from tinytrain.stages import zoo
 from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
 from tinytrain.stages.ir import Graph, Op, Tensor
 from tinytrain.stages.memplan import MemOptions, check_plan, counted_bytes, int8_twin, plan_memory, tensor_roles
-from tinytrain.stages.reorder import inspect, plan_schedules, run, timeline_svg
+from tinytrain.stages.reorder import inspect, memory_picture, plan_schedules, run, step_labels
 from tinytrain.stages.schedule import (in_place_update_order, is_valid_order, memory_greedy_order, phases,
                                        plain_order)
 from tinytrain.stages.tflite_reader import read_model
@@ -236,12 +236,20 @@ def test_mbv2_int8_meets_tte_141_kb():
 
 # ---- artifacts and the stage ---------------------------------------------------------------------------------
 
-def test_svg_is_well_formed():
+def test_memory_picture_names_the_peak_op_and_draws_the_plain_order():
     tg = _training_graph("residual_float.tflite")
     _, p, plain, _ = plan_schedules(tg)
-    root = ET.fromstring(timeline_svg(p, title="a <title> & more"))
+    pic = memory_picture(tg, p, plain, title="a <title> & more")
+    root = ET.fromstring(pic.svg)
     assert root.tag.endswith("svg")
-    assert len(root.findall("{http://www.w3.org/2000/svg}rect")) > p.steps // 2
+    text = " ".join(t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text"))
+    # The step with the most live bytes, named by its op (the same label schedule.txt's reader would find).
+    totals = [sum(d.values()) for d in p.live_by_role]
+    peak = max(range(len(totals)), key=lambda s: (totals[s], -s))
+    assert step_labels(tg, p)[peak] in text and f"peak {totals[peak] / 1024:.1f} KB at step {peak}" in text
+    assert "without reordering (plain order)" in text and "a <title> & more" in text
+    assert pic.png.startswith(b"\x89PNG")
+    assert memory_picture(tg, p, plain, title="a <title> & more") == pic     # same data, same bytes
 
 
 class _Cfg:
@@ -263,7 +271,7 @@ def test_stage_runs_through_ctx(tmp_path, enabled):
                        out_dir=out)
     res = run(ctx)
     assert res.summary.startswith("peak ") and "without reordering" in res.summary
-    assert sorted(p.name for p in out.iterdir()) == ["memory.svg", "memplan.json", "schedule.json", "schedule.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["memory.png", "memory.svg", "memplan.json", "schedule.json", "schedule.txt"]
     doc = json.loads((out / "memplan.json").read_text())
     assert doc["arena_bytes"] == res.metrics["peak_bytes"] >= doc["lower_bound_bytes"]
     assert doc["plain_peak_bytes"] >= doc["arena_bytes"]
@@ -278,5 +286,5 @@ def test_stage_runs_through_ctx(tmp_path, enabled):
     out2 = tmp_path / "out2"
     out2.mkdir()
     run(StageContext(config={"train.reorder": cfg}, inputs=ctx.inputs, out_dir=out2))
-    for name in ("memplan.json", "schedule.json", "schedule.txt", "memory.svg"):
+    for name in ("memplan.json", "schedule.json", "schedule.txt", "memory.svg", "memory.png"):
         assert (out / name).read_bytes() == (out2 / name).read_bytes()
