@@ -18,20 +18,37 @@ dtype: a float y holding whole numbers is a valid classification set (it is conv
 
 from __future__ import annotations
 
-from typing import Literal
+from collections import Counter
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, Strict, field_validator, model_validator
 
+from tinytrain.pipeline.spec_base import SpecModel
 from tinytrain.pipeline.spec_paths import SpecPath
 
 # Natural x_raw -> [0, 1] scale of each source (used when `scale` is not given).
 DEFAULT_SCALE = {"digits": 1.0 / 16.0, "images": 1.0 / 255.0, "npz": 1.0}
 
+_Label = Annotated[int, Field(ge=0)]
+_Side = Annotated[int, Field(gt=0)]
 
-class DataSpec(BaseModel):
+# The cross-field rules of `_path_matches_source`, as JSON Schema for editors (a test holds both to the
+# same verdicts).
+_RULES = {"allOf": [
+    {"if": {"properties": {"source": {"const": "digits"}}},
+     "then": {"properties": {"path": {"type": "null"}}},
+     "else": {"required": ["path"], "properties": {"path": {"type": "string"}}}},
+    {"if": {"not": {"properties": {"source": {"const": "images"}}}},
+     "then": {"properties": {"image_size": {"type": "null"}}}},
+    {"if": {"required": ["task"], "properties": {"task": {"const": "regression"}}},
+     "then": {"properties": {"source": {"const": "npz"}, "classes": {"type": "null"}, "relabel": {"const": True}}}},
+]}
+
+
+class DataSpec(SpecModel):
     """Dataset for calibration (quantize), accuracy reports and on-device training runs."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = SpecModel.model_config | {"json_schema_extra": _RULES}
 
     source: Literal["digits", "npz", "images"] = Field(
         description="digits: scikit-learn's bundled 8x8 digits (offline); npz: a .npz file with "
@@ -41,26 +58,23 @@ class DataSpec(BaseModel):
     # validated before its data is made.
     path: SpecPath | None = Field(default=None, description="the .npz file or image folder (not for digits), "
                                                             "relative to this YAML file's folder")
-    classes: list[int] | None = Field(default=None, description="raw labels to keep; null = all")
+    classes: list[_Label] | None = Field(default=None, description="raw labels to keep; null = all",
+                                         json_schema_extra={"minItems": 1, "uniqueItems": True})
     relabel: bool = Field(default=True, description="map the kept classes to 0..k-1 in the order given")
-    test_fraction: float = Field(default=0.2, description="test share when the source has no split")
+    test_fraction: float = Field(default=0.2, gt=0, lt=1, description="test share when the source has no split")
     split_seed: int = Field(default=0, ge=0, description="seed of the stratified train/test split")
-    image_size: tuple[int, int] | None = Field(default=None, description="[height, width] to resize images to")
+    # Strict(False): a pair is written as a YAML list.
+    image_size: Annotated[tuple[_Side, _Side], Strict(False)] | None = Field(
+        default=None, description="[height, width] to resize images to")
     grayscale: bool = Field(default=True, description="images: load as 1 channel (false: 3 channels)")
     scale: float | None = Field(default=None, description="x_float = x_raw * scale + offset; null = "
-                                                          "source default (digits 1/16, images 1/255, npz 1)")
+                                                          "source default (digits 1/16, images 1/255, npz 1)",
+                                json_schema_extra={"not": {"const": 0}})
     offset: float = Field(default=0.0, description="see scale")
     layout: Literal["nhwc"] = Field(default="nhwc", description="sample layout; TFLite models are NHWC")
     task: Literal["classification", "regression"] = Field(
         default="classification", description="classification: integer labels; regression: float targets "
                                                "[N, K] in the npz's y arrays (train with loss: mse)")
-
-    @field_validator("test_fraction")
-    @classmethod
-    def _fraction(cls, v: float) -> float:
-        if not 0.0 < v < 1.0:
-            raise ValueError(f"test_fraction must be strictly between 0 and 1, got {v}")
-        return v
 
     @field_validator("classes")
     @classmethod
@@ -69,25 +83,16 @@ class DataSpec(BaseModel):
             return v
         if not v:
             raise ValueError("classes is empty: leave it out (or null) to keep all classes")
-        if any(c < 0 for c in v):
-            raise ValueError(f"classes must be non-negative labels, got {v}")
-        dup = sorted({c for c in v if v.count(c) > 1})
+        dup = sorted(c for c, n in Counter(v).items() if n > 1)
         if dup:
             raise ValueError(f"classes lists {dup} more than once")
-        return v
-
-    @field_validator("image_size")
-    @classmethod
-    def _size(cls, v: tuple[int, int] | None) -> tuple[int, int] | None:
-        if v is not None and (v[0] <= 0 or v[1] <= 0):
-            raise ValueError(f"image_size must be two positive integers [height, width], got {list(v)}")
         return v
 
     @field_validator("scale")
     @classmethod
     def _scale(cls, v: float | None) -> float | None:
-        if v is not None and (v != v or v == 0.0 or abs(v) == float("inf")):
-            raise ValueError(f"scale must be a finite non-zero number, got {v}")
+        if v == 0.0:
+            raise ValueError("scale must not be 0 (every sample would be the same)")
         return v
 
     @model_validator(mode="after")
