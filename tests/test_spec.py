@@ -380,3 +380,28 @@ def test_keys_are_the_text_written(tmp_path):
     assert set(spec.train.update.layers) == {"5", "yes", "#7"}
     assert spec.train.update.layers["yes"].weight_ratio == 0.125
     assert ":1: 1: unknown key '1'" in _error(_spec(tmp_path, "1: x\nmodel: {path: net.tflite}\n"))
+
+
+def test_the_examples_choice_comments_list_exactly_the_choices():
+    """`board: x   # a | b | c` in the shipped example names every choice the spec has, and no other."""
+    import re
+
+    choices: dict[str, set] = {}
+
+    def collect(node):
+        if isinstance(node, dict):
+            for key, prop in node.get("properties", {}).items():
+                if "enum" in prop:
+                    choices.setdefault(key, set()).update(prop["enum"])
+            for v in node.values():
+                collect(v)
+
+    collect(json_schema())
+    checked = 0
+    for line in (REPO / "tinytrain.yaml.example").read_text().splitlines():
+        m = re.match(r"^\s*(\w+):\s*\S+\s*#\s*(.*\|.*)$", line)
+        if m:
+            listed = {alt.split()[0] for alt in m.group(2).split("|")}
+            assert listed == choices[m.group(1)], line
+            checked += 1
+    assert checked >= 8
