@@ -101,3 +101,14 @@ def test_the_ranges_come_from_the_firmware(validator):
     assert (lr["exclusiveMinimum"], lr["maximum"]) == (0, F32_MAX)
     assert schema_errors(validator, f"model: {{path: x}}\ntrain: {{epochs: {U32_MAX}}}\n") == []
     assert schema_errors(validator, f"model: {{path: x}}\ntrain: {{epochs: {U32_MAX + 1}}}\n")
+
+
+def test_the_readme_says_how_to_use_the_schema_and_states_the_limits():
+    from spec_corpus import REPO
+    from tinytrain.pipeline.yaml_source import MAX_BYTES, MAX_DEPTH, MAX_NODES
+
+    text = (REPO / "README.md").read_text()
+    assert "# yaml-language-server: $schema=./tinytrain.schema.json" in text
+    assert "tinytrain schema > tinytrain.schema.json" in text and SCHEMA_ID in text
+    assert f"over {MAX_BYTES >> 20} MB, nested deeper than {MAX_DEPTH} levels" in text
+    assert f"more than {MAX_NODES} values" in text
