@@ -7,7 +7,8 @@
   the loader. Paths and pairs (`data.image_size`) opt out where a YAML string or list is the only way
   to write them.
 * Every number fits the firmware's 32-bit fields (stages/runtime_config.py packs the runtime values
-  as u32 and f32): integers in 0..U32_MAX, floats finite and within +-F32_MAX. A value that would
+  as u32 and f32): integers at most U32_MAX (each integer field sets its own lower bound, 0 or 1),
+  floats finite and within +-F32_MAX. A value that would
   only fail when runtime.bin is written, seven stages later, fails here with its YAML line.
 """
 
@@ -39,8 +40,9 @@ def check_range(v: Any) -> None:
     if isinstance(v, bool):
         return
     if isinstance(v, int):
-        if not 0 <= v <= U32_MAX:
-            raise ValueError(f"{v} does not fit the firmware's 32-bit unsigned integers (0 to {U32_MAX})")
+        # The lower bound is each field's own (ge=0, ge=1, ...), with its own message.
+        if v > U32_MAX:
+            raise ValueError(f"{v} does not fit the firmware's 32-bit unsigned integers (at most {U32_MAX})")
     elif isinstance(v, float):
         if not -F32_MAX <= v <= F32_MAX:  # NaN fails too
             raise ValueError(f"{v} does not fit the firmware's 32-bit floats (finite, at most {F32_MAX:.7g} "
@@ -55,7 +57,7 @@ class SpecJsonSchema(GenerateJsonSchema):
 
     def int_schema(self, schema: core_schema.IntSchema) -> JsonSchemaValue:
         js = super().int_schema(schema)
-        _bound(js, 0, U32_MAX)
+        _bound(js, None, U32_MAX)
         return js
 
     def float_schema(self, schema: core_schema.FloatSchema) -> JsonSchemaValue:
@@ -64,10 +66,10 @@ class SpecJsonSchema(GenerateJsonSchema):
         return js
 
 
-def _bound(js: JsonSchemaValue, low: float, high: float) -> None:
+def _bound(js: JsonSchemaValue, low: float | None, high: float) -> None:
     """Add `low`/`high` unless the field already has a tighter bound on that side."""
     lo = js.get("minimum", js.get("exclusiveMinimum"))
-    if lo is None or lo < low:
+    if low is not None and (lo is None or lo < low):
         js["minimum"] = low
     hi = js.get("maximum", js.get("exclusiveMaximum"))
     if hi is None or hi > high:

@@ -29,11 +29,10 @@ from tinytrain.pipeline.spec_paths import SpecPath
 # Natural x_raw -> [0, 1] scale of each source (used when `scale` is not given).
 DEFAULT_SCALE = {"digits": 1.0 / 16.0, "images": 1.0 / 255.0, "npz": 1.0}
 
-_Label = Annotated[int, Field(ge=0)]
-_Side = Annotated[int, Field(gt=0)]
-
-# The cross-field rules of `_path_matches_source`, as JSON Schema for editors (a test holds both to the
-# same verdicts).
+# The validators below word their rules for users; `json_schema_extra` states the same rules for editors
+# (tests/test_spec_schema.py holds both to the same verdicts). Keys that only apply to an array or a number
+# are ignored by JSON Schema for null, so they sit beside the `| None`.
+# The cross-field rules of `_path_matches_source`:
 _RULES = {"allOf": [
     {"if": {"properties": {"source": {"const": "digits"}}},
      "then": {"properties": {"path": {"type": "null"}}},
@@ -58,14 +57,17 @@ class DataSpec(SpecModel):
     # validated before its data is made.
     path: SpecPath | None = Field(default=None, description="the .npz file or image folder (not for digits), "
                                                             "relative to this YAML file's folder")
-    classes: list[_Label] | None = Field(default=None, description="raw labels to keep; null = all",
-                                         json_schema_extra={"minItems": 1, "uniqueItems": True})
+    classes: list[int] | None = Field(default=None, description="raw labels to keep; null = all",
+                                      json_schema_extra={"minItems": 1, "uniqueItems": True,
+                                                         "items": {"minimum": 0}})
     relabel: bool = Field(default=True, description="map the kept classes to 0..k-1 in the order given")
-    test_fraction: float = Field(default=0.2, gt=0, lt=1, description="test share when the source has no split")
+    test_fraction: float = Field(default=0.2, description="test share when the source has no split",
+                                 json_schema_extra={"exclusiveMinimum": 0, "exclusiveMaximum": 1})
     split_seed: int = Field(default=0, ge=0, description="seed of the stratified train/test split")
     # Strict(False): a pair is written as a YAML list.
-    image_size: Annotated[tuple[_Side, _Side], Strict(False)] | None = Field(
-        default=None, description="[height, width] to resize images to")
+    image_size: Annotated[tuple[int, int], Strict(False)] | None = Field(
+        default=None, description="[height, width] to resize images to",
+        json_schema_extra={"prefixItems": [{"minimum": 1}, {"minimum": 1}]})
     grayscale: bool = Field(default=True, description="images: load as 1 channel (false: 3 channels)")
     scale: float | None = Field(default=None, description="x_float = x_raw * scale + offset; null = "
                                                           "source default (digits 1/16, images 1/255, npz 1)",
@@ -76,6 +78,13 @@ class DataSpec(SpecModel):
         default="classification", description="classification: integer labels; regression: float targets "
                                                "[N, K] in the npz's y arrays (train with loss: mse)")
 
+    @field_validator("test_fraction")
+    @classmethod
+    def _fraction(cls, v: float) -> float:
+        if not 0.0 < v < 1.0:
+            raise ValueError(f"test_fraction must be strictly between 0 and 1, got {v}")
+        return v
+
     @field_validator("classes")
     @classmethod
     def _classes(cls, v: list[int] | None) -> list[int] | None:
@@ -83,16 +92,25 @@ class DataSpec(SpecModel):
             return v
         if not v:
             raise ValueError("classes is empty: leave it out (or null) to keep all classes")
+        if any(c < 0 for c in v):
+            raise ValueError(f"classes must be non-negative labels, got {v}")
         dup = sorted(c for c, n in Counter(v).items() if n > 1)
         if dup:
             raise ValueError(f"classes lists {dup} more than once")
         return v
 
+    @field_validator("image_size")
+    @classmethod
+    def _size(cls, v: tuple[int, int] | None) -> tuple[int, int] | None:
+        if v is not None and (v[0] <= 0 or v[1] <= 0):
+            raise ValueError(f"image_size must be two positive integers [height, width], got {list(v)}")
+        return v
+
     @field_validator("scale")
     @classmethod
     def _scale(cls, v: float | None) -> float | None:
-        if v == 0.0:
-            raise ValueError("scale must not be 0 (every sample would be the same)")
+        if v == 0.0:  # inf and NaN are refused for every number (spec_base.py)
+            raise ValueError(f"scale must be a finite non-zero number, got {v}")
         return v
 
     @model_validator(mode="after")
