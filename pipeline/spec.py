@@ -15,7 +15,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, WithJsonSchema, field_validator, model_validator
+from pydantic import (BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, WithJsonSchema, field_validator,
+                      model_validator)
 
 from tinytrain.pipeline.errors import SpecError
 from tinytrain.pipeline.spec_base import SpecJsonSchema, SpecModel

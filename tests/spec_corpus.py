@@ -50,7 +50,8 @@ train:
   optimizer: {kind: adam, beta1: 0.8, beta2: 0.99, eps: 1.0e-6}
 target: {board: stm32f746-disco}
 """,
-    "last_k": "model: {path: net.tflite}\ntrain: {update: {scheme: last_k, k: 2}, optimizer: {kind: rmsprop, rho: 0.5}}\n",
+    "last_k": "model: {path: net.tflite}\n"
+              "train: {update: {scheme: last_k, k: 2}, optimizer: {kind: rmsprop, rho: 0.5}}\n",
     "bias_only": "model: {path: net.tflite}\ndata: null\ntrain: {update: {scheme: bias_only, k: 1}}\n",
     "regression": "model: {path: net.tflite}\ndata: {source: npz, path: d.npz, task: regression}\n",
     "regression-mse": "model: {path: net.tflite}\ndata: {source: npz, path: d.npz, task: regression}\n"
@@ -76,7 +77,8 @@ INVALID = {
     "bool 1": ("model: {path: net.tflite}\nquantize: {enabled: 1}\n", "should be a valid boolean"),
     "ratio 1/3": ("model: {path: net.tflite}\ntrain: {update: {scheme: manual, layers: {a: {weight_ratio: 1/3}}}}\n",
                   "is not one of"),
-    "ratio text": ("model: {path: net.tflite}\ntrain: {update: {scheme: manual, layers: {a: {weight_ratio: '0.125'}}}}\n",
+    "ratio text": ("model: {path: net.tflite}\n"
+                   "train: {update: {scheme: manual, layers: {a: {weight_ratio: '0.125'}}}}\n",
                    "is not one of"),
     "ratio 0.3": ("model: {path: net.tflite}\ntrain: {update: {scheme: manual, layers: {a: {weight_ratio: 0.3}}}}\n",
                   "is not one of"),
@@ -97,7 +99,8 @@ INVALID = {
                      "two positive integers"),
     "image_size 3": ("model: {path: net.tflite}\ndata: {source: images, path: i, image_size: [8, 8, 8]}\n",
                      "data.image_size"),
-    "regression digits": ("model: {path: net.tflite}\ndata: {source: digits, task: regression}\n", "needs source 'npz'"),
+    "regression digits": ("model: {path: net.tflite}\ndata: {source: digits, task: regression}\n",
+                          "needs source 'npz'"),
     "regression classes": ("model: {path: net.tflite}\ndata: {source: npz, path: d.npz, task: regression, "
                            "classes: [1]}\n", "do not apply to task 'regression'"),
     "regression relabel": ("model: {path: net.tflite}\ndata: {source: npz, path: d.npz, task: regression, "

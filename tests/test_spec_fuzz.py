@@ -11,12 +11,11 @@ import random
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
-from spec_corpus import REPO, REPO_SPECS, VALID, project
+from spec_corpus import REPO_SPECS, VALID, project
 from tinytrain.pipeline.errors import SpecError
 from tinytrain.pipeline.spec import json_schema_text, load_spec
 from tinytrain.pipeline.yaml_source import load_yaml
