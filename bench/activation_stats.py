@@ -1,6 +1,6 @@
 """Per-layer activation statistics of the int8 zoo model on our executor: is any layer dead?
 
-    /opt/ttvenv/bin/python bench/activation_stats.py [--model zoo:mbv2-w0.35-128] [--n 8] [--domain shifted]
+    .venv/bin/python bench/activation_stats.py [--model zoo:mbv2-w0.35-128] [--n 8] [--domain shifted]
 
 Runs stages/executor.run_graph with keep_intermediates on n images of bench/synth_images.py and prints, for every
 op's output: the share of values at the tensor's zero point, the share of channels that never leave the zero

@@ -1,7 +1,7 @@
 """Instructions per training step of MobileNetV2-w0.35 @128 (TTE-like sparse update) on the STM32F746 in QEMU,
 next to MIT's Tiny Training Engine (373 ms per step at 216 MHz, ≈ 80.6 M cycles).
 
-    /opt/ttvenv/bin/python bench/instructions_mbv2.py [--json] [--spec bench/mbv2_tte.yaml] [--rerun]
+    .venv/bin/python bench/instructions_mbv2.py [--json] [--spec bench/mbv2_tte.yaml] [--rerun]
 
 Builds bench/mbv2_tte.yaml through the pipeline (`tinytrain build`; cached stages are restored, --rerun forces the
 QEMU run again), then reads emulate-run/run.json, cross-compile/size.json and reorder/memplan.json and prints:

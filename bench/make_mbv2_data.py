@@ -1,7 +1,7 @@
 """The fine-tuning data for the MobileNetV2-w0.35@128 device benchmark (bench/mbv2_tte.yaml): a small, shifted
 variant of the task the zoo model was pretrained on.
 
-    /opt/ttvenv/bin/python bench/make_mbv2_data.py [--out build/bench-data/mbv2_synth.npz]
+    .venv/bin/python bench/make_mbv2_data.py [--out build/bench-data/mbv2_synth.npz]
 
 The zoo model (zoo:mbv2-w0.35-128, tests/make_zoo.py) was pretrained on bench/synth_images.py's "source" domain:
 10 classes = 5 grating orientations x 2 hue families. This file holds the "shifted" domain of the same generator

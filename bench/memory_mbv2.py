@@ -1,6 +1,6 @@
 """Peak training memory of MobileNetV2-w0.35 @128 (int8, 10 classes), next to MIT's Tiny Training Engine.
 
-    /opt/ttvenv/bin/python bench/memory_mbv2.py [--json] [--out DIR]
+    .venv/bin/python bench/memory_mbv2.py [--json] [--out DIR]
 
 Three configurations, as in the TTE paper (full update 2939 KB, sparse update 335 KB, sparse + reordering 141 KB):
   full update         every weight and bias, plain order (full forward, full backward, then all updates)

@@ -7,9 +7,9 @@ steps in QEMU (-icount, deterministic; SysTick counts every 40 instructions, so 
 call) and prints the ops and kernels that take the most instructions per step. The table is also written to
 build/<name>/profile-<kernels>.json.
 
-    /opt/ttvenv/bin/python bench/profile_mbv2.py                  # MBV2, the spec's kernels (portable)
-    /opt/ttvenv/bin/python bench/profile_mbv2.py --kernels dsp    # the same program with the DSP variants
-    /opt/ttvenv/bin/python bench/profile_mbv2.py --spec tinytrain.yaml.example --steps 20
+    .venv/bin/python bench/profile_mbv2.py                  # MBV2, the spec's kernels (portable)
+    .venv/bin/python bench/profile_mbv2.py --kernels dsp    # the same program with the DSP variants
+    .venv/bin/python bench/profile_mbv2.py --spec tinytrain.yaml.example --steps 20
 
 The profiled firmware carries ~2 calls of tt_instructions() per op more than the shipped one; the "sum of ops"
 line against the step total shows that overhead (small).

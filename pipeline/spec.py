@@ -15,25 +15,29 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
+from pydantic import (BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, WithJsonSchema, field_validator,
                       model_validator)
 
 from tinytrain.pipeline.errors import SpecError
+from tinytrain.pipeline.spec_base import SpecJsonSchema, SpecModel
 from tinytrain.pipeline.spec_data import DataSpec
 from tinytrain.pipeline.spec_errors import format_errors
 from tinytrain.pipeline.spec_paths import ExistingFile, SpecPath, resolve_paths
 from tinytrain.pipeline.spec_quantize import QuantizeSpec
-from tinytrain.pipeline.yaml_source import load_yaml
+from tinytrain.pipeline.yaml_source import MAX_BYTES, load_yaml
 
 # The board choices come from the board registry, so a new board needs no edit here.
 from tinytrain.stages.boards import BOARD_NAMES as BOARDS, describe_boards  # noqa: E402
 from tinytrain.stages.runtime_config import OPTIMIZER_DEFAULTS
 WEIGHT_RATIOS = (0.0, 0.125, 0.25, 0.5, 1.0)
+# A ratio may also be written as text: "0", "1/8", "1/4", "1/2", "1".
+WEIGHT_RATIO_TEXTS = tuple(str(Fraction(r)) for r in WEIGHT_RATIOS)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_URL_RE = r"^https?://[^/\s]+"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+# Every section: closed, values typed as YAML types them, numbers within the firmware's 32 bits.
+_Strict = SpecModel
 
 
 # ---- model ------------------------------------------------------------------------------------
@@ -66,21 +70,20 @@ class LayerUpdate(_Strict):
     """What to train in one layer (scheme `manual`)."""
 
     bias: bool = Field(default=False, description="update this layer's bias")
-    weight_ratio: float = Field(
+    weight_ratio: Annotated[float, WithJsonSchema({"enum": [*WEIGHT_RATIOS, *WEIGHT_RATIO_TEXTS]})] = Field(
         default=0.0, description="share of input channels whose weights are updated (the first ones): "
-                                 "0, 1/8, 1/4, 1/2 or 1; fractions may be written as \"1/8\"")
+                                 "0, 1/8, 1/4, 1/2 or 1; fractions may be written as 1/8")
 
     @field_validator("weight_ratio", mode="before")
     @classmethod
     def _ratio(cls, v: Any) -> Any:
-        shown = v
+        choices = ", ".join(WEIGHT_RATIO_TEXTS)
         if isinstance(v, str):
-            try:
-                v = float(Fraction(v.strip()))
-            except (ValueError, ZeroDivisionError):
-                raise ValueError(f"weight_ratio {shown!r} is not a number or a fraction like 1/8") from None
+            if v not in WEIGHT_RATIO_TEXTS:
+                raise ValueError(f"weight_ratio {v} is not one of {choices}")
+            return float(Fraction(v))
         if isinstance(v, (int, float)) and not isinstance(v, bool) and float(v) not in WEIGHT_RATIOS:
-            raise ValueError(f"weight_ratio {shown} is not one of 0, 1/8, 1/4, 1/2, 1")
+            raise ValueError(f"weight_ratio {v} is not one of {choices}")
         return v
 
 
@@ -103,8 +106,22 @@ class AnalysisSpec(_Strict):
                                         "null = all (cost: N bias runs + 4 weight runs per layer)")
 
 
+# `UpdateSpec._scheme_fields` as JSON Schema, for editors (a test holds both to the same verdicts).
+_SCHEME_IS = {s: {"required": ["scheme"], "properties": {"scheme": {"const": s}}}
+              for s in ("last_k", "manual")}
+_UPDATE_RULES = {"allOf": [
+    {"if": _SCHEME_IS["last_k"], "then": {"required": ["k"], "properties": {"k": {"type": "integer"}}}},
+    {"if": _SCHEME_IS["manual"], "then": {"required": ["layers"], "properties": {"layers": {"minProperties": 1}}},
+     "else": {"properties": {"layers": {"maxProperties": 0}}}},
+    {"if": {"not": {"required": ["scheme"], "properties": {"scheme": {"enum": ["last_k", "bias_only"]}}}},
+     "then": {"properties": {"k": {"type": "null"}}}},
+]}
+
+
 class UpdateSpec(_Strict):
     """Which parameters are trained on the device (sparse update)."""
+
+    model_config = ConfigDict(json_schema_extra=_UPDATE_RULES)
 
     scheme: Literal["full", "last_k", "bias_only", "manual", "auto"] = Field(
         default="auto",
@@ -171,7 +188,8 @@ class ReorderSpec(_Strict):
 
 
 class GateSpec(_Strict):
-    """Improvement gate (seed 000, step 3): keep the trained weights only if test accuracy did not drop."""
+    """Improvement gate: test accuracy is measured before and after training on the device, and the trained
+    weights are exported only if it did not drop (else the original weights are)."""
 
     enabled: bool = Field(default=True, description="false: always export the trained weights")
     min_delta: float = Field(default=0.0, description="keep the trained weights when accuracy after - before >= "
@@ -228,7 +246,7 @@ class RemoteCacheSpec(_Strict):
     Secrets are never written here: name the environment variables (or a key file) that hold them."""
 
     url: str = Field(description="e.g. https://cache.example/tinytrain (user info in the URL works but is "
-                                 "discouraged; it is always shown masked)")
+                                 "discouraged; it is always shown masked)", json_schema_extra={"pattern": _URL_RE})
     write: bool = Field(default=False, description="also upload results (typically only in CI)")
     timeout_s: float = Field(default=30.0, gt=0, le=3600,
                              description="overall time limit of one remote operation (one GET, HEAD or PUT), "
@@ -252,7 +270,7 @@ class RemoteCacheSpec(_Strict):
     def _http(cls, v: str) -> str:
         from tinytrain.cache.credentials import mask_url
 
-        if not re.match(r"^https?://[^/\s]+", v):
+        if not re.match(_URL_RE, v):
             raise ValueError(f"url must start with http:// or https://, got {mask_url(v)!r}")
         if "?" in v or "#" in v:
             # Requests go to <url>/ac/<key>: a query or fragment would be silently dropped.
@@ -283,11 +301,23 @@ class BuildSpec(_Strict):
 
 # ---- the spec ---------------------------------------------------------------------------------
 
+# `Spec._loss_matches_task` as JSON Schema, for editors (a test holds both to the same verdicts).
+_REGRESSION = {"required": ["task"], "properties": {"task": {"const": "regression"}}}
+_LOSS_RULES = {"allOf": [
+    {"if": {"required": ["data"], "properties": {"data": {"type": "object", **_REGRESSION}}},
+     "then": {"properties": {"train": {"properties": {"loss": {"const": "mse"}}}}}},
+    {"if": {"required": ["data"], "properties": {"data": {"type": "object", "not": _REGRESSION}}},
+     "then": {"properties": {"train": {"properties": {"loss": {"not": {"const": "mse"}}}}}}},
+]}
+
+
 class Spec(_Strict):
     """A tinytrain build: model, data, quantization, training, target board."""
 
+    model_config = ConfigDict(json_schema_extra=_LOSS_RULES)
+
     name: str = Field(description="build name: artifacts go to <out_dir>/<name>/; default: the file name "
-                                  "without .yaml/.yml/.example")
+                                  "without .yaml/.yml/.example", json_schema_extra={"pattern": _NAME_RE.pattern})
     model: ModelSpec
     data: DataSpec | None = Field(default=None)
     quantize: QuantizeSpec = Field(default_factory=QuantizeSpec)
@@ -300,7 +330,7 @@ class Spec(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME_RE.match(v):
+        if not _NAME_RE.fullmatch(v):
             raise ValueError(f"name {v!r} must be letters, digits, '.', '_' or '-' (it names a folder)")
         return v
 
@@ -338,11 +368,24 @@ def load_spec(path: str | Path) -> Spec:
     path = Path(path)
     shown = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            # Never more than the limit plus one byte: a huge file or /dev/zero is refused, not read.
+            raw = f.read(MAX_BYTES + 1)
     except FileNotFoundError:
         raise SpecError(f"{shown}: spec file not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(f"{shown}: cannot read spec file: {e}") from None
+    except IsADirectoryError:
+        raise SpecError(f"{shown}: is a folder, not a spec file") from None
+    except OSError as e:
+        raise SpecError(f"{shown}: cannot read spec file: {e.strerror or e}") from None
+    if len(raw) > MAX_BYTES:
+        raise SpecError(f"{shown}: the spec file is larger than {MAX_BYTES // (1 << 20)} MB; refused "
+                        "(a spec is a few KB: is this the right file?)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise SpecError(f"{shown}:{line}: the spec is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset "
+                        f"{e.start})") from None
     doc = load_yaml(text, shown)
     if not isinstance(doc.data, dict):
         raise SpecError(f"{shown}:1: the spec must be a mapping of keys (model:, data:, train:, ...), "
@@ -359,9 +402,16 @@ def load_spec(path: str | Path) -> Spec:
     return spec
 
 
+SCHEMA_ID = "urn:tinytrain:spec"
+
+
 def json_schema() -> dict[str, Any]:
-    schema = Spec.model_json_schema()
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+    """The spec as JSON Schema (draft 2020-12): it accepts what `load_spec` accepts, except what only files
+    can tell (whether `model.path` exists)."""
+    schema = Spec.model_json_schema(schema_generator=SpecJsonSchema)
+    # load_spec fills in `name` from the file name.
+    schema["required"] = [k for k in schema["required"] if k != "name"]
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID, **schema}
 
 
 def json_schema_text() -> str:

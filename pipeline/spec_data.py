@@ -18,20 +18,36 @@ dtype: a float y holding whole numbers is a valid classification set (it is conv
 
 from __future__ import annotations
 
-from typing import Literal
+from collections import Counter
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, Strict, field_validator, model_validator
 
+from tinytrain.pipeline.spec_base import SpecModel
 from tinytrain.pipeline.spec_paths import SpecPath
 
 # Natural x_raw -> [0, 1] scale of each source (used when `scale` is not given).
 DEFAULT_SCALE = {"digits": 1.0 / 16.0, "images": 1.0 / 255.0, "npz": 1.0}
 
+# The validators below word their rules for users; `json_schema_extra` states the same rules for editors
+# (tests/test_spec_schema.py holds both to the same verdicts). Keys that only apply to an array or a number
+# are ignored by JSON Schema for null, so they sit beside the `| None`.
+# The cross-field rules of `_path_matches_source`:
+_RULES = {"allOf": [
+    {"if": {"properties": {"source": {"const": "digits"}}},
+     "then": {"properties": {"path": {"type": "null"}}},
+     "else": {"required": ["path"], "properties": {"path": {"type": "string"}}}},
+    {"if": {"not": {"properties": {"source": {"const": "images"}}}},
+     "then": {"properties": {"image_size": {"type": "null"}}}},
+    {"if": {"required": ["task"], "properties": {"task": {"const": "regression"}}},
+     "then": {"properties": {"source": {"const": "npz"}, "classes": {"type": "null"}, "relabel": {"const": True}}}},
+]}
 
-class DataSpec(BaseModel):
+
+class DataSpec(SpecModel):
     """Dataset for calibration (quantize), accuracy reports and on-device training runs."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = SpecModel.model_config | {"json_schema_extra": _RULES}
 
     source: Literal["digits", "npz", "images"] = Field(
         description="digits: scikit-learn's bundled 8x8 digits (offline); npz: a .npz file with "
@@ -41,14 +57,21 @@ class DataSpec(BaseModel):
     # validated before its data is made.
     path: SpecPath | None = Field(default=None, description="the .npz file or image folder (not for digits), "
                                                             "relative to this YAML file's folder")
-    classes: list[int] | None = Field(default=None, description="raw labels to keep; null = all")
+    classes: list[int] | None = Field(default=None, description="raw labels to keep; null = all",
+                                      json_schema_extra={"minItems": 1, "uniqueItems": True,
+                                                         "items": {"minimum": 0}})
     relabel: bool = Field(default=True, description="map the kept classes to 0..k-1 in the order given")
-    test_fraction: float = Field(default=0.2, description="test share when the source has no split")
+    test_fraction: float = Field(default=0.2, description="test share when the source has no split",
+                                 json_schema_extra={"exclusiveMinimum": 0, "exclusiveMaximum": 1})
     split_seed: int = Field(default=0, ge=0, description="seed of the stratified train/test split")
-    image_size: tuple[int, int] | None = Field(default=None, description="[height, width] to resize images to")
+    # Strict(False): a pair is written as a YAML list.
+    image_size: Annotated[tuple[int, int], Strict(False)] | None = Field(
+        default=None, description="[height, width] to resize images to",
+        json_schema_extra={"prefixItems": [{"minimum": 1}, {"minimum": 1}]})
     grayscale: bool = Field(default=True, description="images: load as 1 channel (false: 3 channels)")
     scale: float | None = Field(default=None, description="x_float = x_raw * scale + offset; null = "
-                                                          "source default (digits 1/16, images 1/255, npz 1)")
+                                                          "source default (digits 1/16, images 1/255, npz 1)",
+                                json_schema_extra={"not": {"const": 0}})
     offset: float = Field(default=0.0, description="see scale")
     layout: Literal["nhwc"] = Field(default="nhwc", description="sample layout; TFLite models are NHWC")
     task: Literal["classification", "regression"] = Field(
@@ -71,7 +94,7 @@ class DataSpec(BaseModel):
             raise ValueError("classes is empty: leave it out (or null) to keep all classes")
         if any(c < 0 for c in v):
             raise ValueError(f"classes must be non-negative labels, got {v}")
-        dup = sorted({c for c in v if v.count(c) > 1})
+        dup = sorted(c for c, n in Counter(v).items() if n > 1)
         if dup:
             raise ValueError(f"classes lists {dup} more than once")
         return v
@@ -86,7 +109,7 @@ class DataSpec(BaseModel):
     @field_validator("scale")
     @classmethod
     def _scale(cls, v: float | None) -> float | None:
-        if v is not None and (v != v or v == 0.0 or abs(v) == float("inf")):
+        if v == 0.0:  # inf and NaN are refused for every number (spec_base.py)
             raise ValueError(f"scale must be a finite non-zero number, got {v}")
         return v
 

@@ -38,6 +38,12 @@ def _clean_loc(loc: tuple, doc: Located, *, keep_last: bool) -> tuple:
     return out
 
 
+# pydantic's words for the container types name Python classes; say them in YAML terms.
+_PLAIN = {"model_type": "should be a mapping (key: value)", "dict_type": "should be a mapping (key: value)",
+          "model_attributes_type": "should be a mapping (key: value)",
+          "list_type": "should be a list", "tuple_type": "should be a list", "path_type": "should be a path (text)"}
+
+
 def _describe(e: dict[str, Any], path: tuple, root: type[BaseModel]) -> str:
     kind, ctx = e["type"], e.get("ctx") or {}
     if kind == "extra_forbidden":
@@ -54,7 +60,7 @@ def _describe(e: dict[str, Any], path: tuple, root: type[BaseModel]) -> str:
         return f"{e['input']!r} is not one of {', '.join(str(c) for c in choices)}"
     if kind in ("value_error", "assertion_error"):
         return str(ctx.get("error", e["msg"]))
-    msg = e["msg"]
+    msg = _PLAIN.get(kind) or e["msg"]
     if msg.startswith("Input should be "):
         msg = "should be " + msg[len("Input should be "):]
     return f"{msg}, got {e['input']!r}" if "input" in e and not isinstance(e["input"], (dict, list)) else msg

@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ValidationInfo
+from pydantic import AfterValidator, BaseModel, Strict, ValidationInfo
 
 
 def _base(info: ValidationInfo | None) -> Path:
@@ -78,8 +78,9 @@ def absolute(p: Path, base: Path) -> Path:
     return p if p.is_absolute() else Path(os.path.normpath(base / p))
 
 
-SpecPath = Annotated[Path, AfterValidator(_resolve)]
-ExistingFile = Annotated[Path, AfterValidator(_existing_file)]
+# Strict(False): the spec's models are strict (spec_base.py), but a path is written as a YAML string.
+SpecPath = Annotated[Path, Strict(False), AfterValidator(_resolve)]
+ExistingFile = Annotated[Path, Strict(False), AfterValidator(_existing_file)]
 
 
 def resolve_paths(model: BaseModel, base: Path) -> None:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field
+
+from tinytrain.pipeline.spec_base import SpecModel
 
 
-class QuantizeSpec(BaseModel):
+class QuantizeSpec(SpecModel):
     """Post-training int8 quantization (TFLite int8 spec) calibrated on samples of `data`."""
-
-    model_config = ConfigDict(extra="forbid")
 
     enabled: bool = Field(default=True, description="false: a float model stays float (the stage passes the "
                                                     "graph through and only reports); int8 models always pass")
@@ -22,7 +22,8 @@ class QuantizeSpec(BaseModel):
         default="minmax",
         description="activation range per tensor: minmax = observed min/max; percentile = clip at "
                     "`percentile` of |values|; mse = clipping range that minimises the quantization MSE")
-    percentile: float = Field(default=99.99, description="percentile for calibration: percentile (50 < p <= 100)")
+    percentile: float = Field(default=99.99, gt=50, le=100,
+                              description="percentile for calibration: percentile (50 < p <= 100)")
     num_samples: int = Field(default=200, ge=1, description="calibration samples drawn from the train split")
     seed: int = Field(default=0, ge=0, description="seed of the calibration sample draw")
     per_channel: bool = Field(default=True, description="per-output-channel weight scales (false: one per tensor)")
@@ -32,10 +33,3 @@ class QuantizeSpec(BaseModel):
                     "float32 I/O with QUANTIZE/DEQUANTIZE inserted at the boundaries")
     eval_samples: int | None = Field(default=None, ge=1,
                                      description="test samples used for the report (SQNR, accuracy); null = all")
-
-    @field_validator("percentile")
-    @classmethod
-    def _pct(cls, v: float) -> float:
-        if not (50.0 < v <= 100.0):
-            raise ValueError(f"percentile must be in (50, 100], got {v}")
-        return v

@@ -73,6 +73,10 @@ FLAG_EVAL_AFTER = 1 << 1
 _FORMAT = "<4sIfIIIffffffII"
 SIZE = struct.calcsize(_FORMAT)  # 56
 
+# The largest values the record's u32 and f32 fields hold; the spec refuses larger ones up front.
+U32_MAX = 2**32 - 1
+F32_MAX = struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]  # 3.4028234663852886e+38
+
 
 @dataclass(frozen=True)
 class OptimizerHyperParameters:
@@ -112,7 +116,7 @@ class RuntimeConfig:
     def __post_init__(self):
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.type in (int, "int") and not (0 <= int(v) < 2**32):
+            if f.type in (int, "int") and not (0 <= int(v) <= U32_MAX):
                 raise ValueError(f"runtime config {f.name}={v} does not fit in a u32")
         if self.batch_size < 1:
             raise ValueError("runtime config batch_size must be >= 1")

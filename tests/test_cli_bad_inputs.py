@@ -68,8 +68,18 @@ def test_missing_model_file(tmp_path, capsys):
     ("train:\n  batch_size: many\n", "train.batch_size"),
     ("train:\n  optimiser: {kind: sgd}\n", "did you mean 'optimizer'"),
     ("train: [unclosed\n", "spec.yaml:"),
+    # issue 15: each of these used to be a traceback, an exit 1 seven stages later, or 24 GB of memory
+    ("b0: &b0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"b{i}: &b{i} [{', '.join([f'*b{i - 1}'] * 9)}]\n" for i in range(1, 9)), "aliases are expanded"),
+    ("x: " + "{a: " * 5000 + "}" * 5000 + "\n", "nest"),
+    ("x: \x00\n", "character U+0000"),
+    ("train: {learning_rate: .inf}\n", "train.learning_rate: should be a finite number"),
+    ("train: {learning_rate: 1e400}\n", "train.learning_rate: should be a finite number"),
+    ("train: {epochs: 99999999999999999999999}\n", "train.epochs: 99999999999999999999999 does not fit"),
+    ("train: {epochs: yes}\n", "train.epochs: should be a valid integer, got True"),
 ])
 def test_spec_errors(tmp_path, capsys, extra, needle):
     shutil.copy(FIXTURE, tmp_path / "model.tflite")
     code, err = _build(_spec(tmp_path, extra=extra), tmp_path / "cache", capsys)
     _assert_clean_failure(code, err, needle, tmp_path, tmp_path / "cache")
+    assert len(err.splitlines()) == 1, err

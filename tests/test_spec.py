@@ -182,7 +182,7 @@ def test_json_schema_is_a_valid_closed_schema():
             if "type" in node:
                 types = node["type"] if isinstance(node["type"], list) else [node["type"]]
                 assert set(types) <= json_types, node
-            if node.get("type") == "object" and "properties" in node:
+            if node.get("type") == "object" and "properties" in node and "title" in node:  # a section's model
                 assert node.get("additionalProperties") is False, node.get("title")
             for v in node.values():
                 walk(v)
@@ -251,3 +251,157 @@ def test_loss_that_contradicts_the_task_is_refused(tmp_path, data, loss, says):
     p = _spec(tmp_path, f"model: {{path: net.tflite}}\ndata: {data.replace('NPZ', str(npz))}\n"
                         f"train: {{loss: {loss}}}\n")
     assert says in _error(p)
+
+
+# ---- hostile and out-of-range input: one line each, refused before anything is built ----------------
+
+def _one_line_error(path: Path) -> str:
+    msg = _error(path)
+    assert "\n" not in msg and "Traceback" not in msg, msg
+    return msg
+
+
+def _alias_bomb(levels: int) -> str:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "model: {path: net.tflite}\n" + "\n".join(lines) + "\n"
+
+
+def test_an_alias_bomb_is_refused_without_expanding_it(tmp_path):
+    import tracemalloc
+
+    text = _alias_bomb(9)  # 9**9 = 387 million values once expanded, 1 KB of text
+    assert len(text) < 1200
+    tracemalloc.start()
+    msg = _one_line_error(_spec(tmp_path, text))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert "more than 20000 values once its aliases are expanded" in msg and msg.startswith(f"{tmp_path}")
+    assert peak < 50 << 20, f"{peak} bytes allocated"
+
+
+def test_a_few_aliases_and_merge_keys_still_work(tmp_path):
+    text = ("model: {path: net.tflite}\nquantize: &q {num_samples: 7}\n"
+            "train:\n  optimizer: &o {kind: adam, beta1: 0.8}\n  qas: {<<: {enabled: false}, rounding: stochastic}\n")
+    spec = load_spec(_spec(tmp_path, text))
+    assert spec.quantize.num_samples == 7 and spec.train.optimizer.beta1 == 0.8
+    assert spec.train.qas.enabled is False and spec.train.qas.rounding == "stochastic"
+
+
+@pytest.mark.parametrize("text, says", [
+    # libyaml stops flow nesting at 1000 levels itself (the pure-Python parser does not): either message.
+    ("model: {path: net.tflite}\nx: " + "[" * 5000 + "]" * 5000 + "\n", "nest"),
+    ("model: {path: net.tflite}\nx:\n" + "".join(" " * i + "- \n" for i in range(1, 200)), "nests deeper than 64"),
+    ("model: {path: net.tflite}\nx: " + "{a: " * 70 + "1" + "}" * 70 + "\n", "nests deeper than 64"),
+    ("model: {path: net.tflite}\x00\n", "character U+0000 is not allowed"),
+    ("model: {path: net.tflite}\nbuild: {salt: 2024-13-45}\n", "cannot read '2024-13-45' as timestamp"),
+    ("model: {path: net.tflite}\nbuild: {salt: !!int many}\n", "cannot read 'many' as int"),
+    ("model: {path: net.tflite}\nbuild: {salt: !!python/object:os.system x}\n", "malformed YAML"),
+    ("model: {path: net.tflite}\ntrain:\n  <<: 5\n", "expected a mapping or list of mappings for merging"),
+    ("model: {path: net.tflite}\n? [a, b]\n: 1\n", "a key must be a plain value"),
+    ("model: {path: net.tflite}\nx: *nowhere\n", "found undefined alias"),
+    ("model: {path: net.tflite}\n---\nmodel: {path: net.tflite}\n", "expected a single document"),
+])
+def test_broken_yaml_is_one_line(tmp_path, text, says):
+    assert says in _one_line_error(_spec(tmp_path, text))
+
+
+def test_a_huge_file_is_refused_without_reading_it(tmp_path):
+    big = tmp_path / "big.yaml"
+    with big.open("wb") as f:
+        f.truncate(3 << 30)  # 3 GB, sparse: only what is read costs anything
+    assert "larger than 1 MB; refused" in _one_line_error(big)
+
+
+@pytest.mark.parametrize("raw, says", [(b"model: {path: n\xe9t.tflite}\n", "not UTF-8 text (byte 0xe9"),
+                                       (b"\xff\xfe\x00\x00", "not UTF-8")])
+def test_a_binary_file_is_one_line(tmp_path, raw, says):
+    (tmp_path / "s.yaml").write_bytes(raw)
+    assert says in _one_line_error(tmp_path / "s.yaml")
+
+
+@pytest.mark.parametrize("train, says", [
+    ("learning_rate: .inf", "train.learning_rate: should be a finite number, got inf"),
+    ("learning_rate: 1e400", "train.learning_rate: should be a finite number, got inf"),
+    ("learning_rate: .nan", "train.learning_rate: should be a finite number"),
+    ("learning_rate: 1.0e39", "train.learning_rate: 1e+39 does not fit the firmware's 32-bit floats"),
+    ("optimizer: {kind: adam, eps: 4e38}", "train.optimizer.eps: 4e+38 does not fit the firmware's 32-bit floats"),
+    ("epochs: 99999999999999999999999", "train.epochs: 99999999999999999999999 does not fit the firmware's 32-bit"),
+    ("seed: 4294967296", "train.seed: 4294967296 does not fit the firmware's 32-bit unsigned integers"),
+    ("max_train_samples: 4294967296", "train.max_train_samples: 4294967296 does not fit"),
+    ("epochs: yes", "train.epochs: should be a valid integer, got True"),
+    ("epochs: '3'", "train.epochs: should be a valid integer, got '3'"),
+    ("epochs: 2.5", "train.epochs: should be a valid integer, got 2.5"),
+    ("learning_rate: '0.01'", "train.learning_rate: should be a valid number, got '0.01'"),
+    ("learning_rate: true", "train.learning_rate: should be a valid number, got True"),
+    ("qas: {enabled: 1}", "train.qas.enabled: should be a valid boolean, got 1"),
+    ("qas: {enabled: 'false'}", "train.qas.enabled: should be a valid boolean, got 'false'"),
+])
+def test_values_that_would_fail_late_are_refused_at_spec_time(tmp_path, train, says):
+    msg = _one_line_error(_spec(tmp_path, f"model: {{path: net.tflite}}\ntrain:\n  {train}\n"))
+    assert msg.startswith(f"{tmp_path / 'tinytrain.yaml'}:3: ") and says in msg, msg
+
+
+def test_numbers_are_read_as_yaml_1_2_reads_them(tmp_path):
+    spec = load_spec(_spec(tmp_path, "model: {path: net.tflite}\ntrain: {learning_rate: 1e-3, epochs: 2}\n"
+                                     "target: {timeout_s: 1.5E+2}\nquantize: {percentile: .9999e2}\n"
+                                     "data: {source: digits, classes: [1, 2]}\n"))
+    assert spec.train.learning_rate == 0.001 and spec.train.epochs == 2
+    assert spec.target.timeout_s == 150.0 and spec.quantize.percentile == 99.99
+
+
+def test_the_spec_limits_are_the_firmware_limits(tmp_path):
+    """The largest values the spec accepts are exactly what runtime.bin can carry: one past them is refused."""
+    import math
+
+    from tinytrain.stages.emulate_run import runtime_config
+    from tinytrain.stages.runtime_config import F32_MAX, U32_MAX, RuntimeConfig
+
+    text = (f"model: {{path: net.tflite}}\ntrain: {{epochs: {U32_MAX}, seed: {U32_MAX}, "
+            f"max_train_samples: {U32_MAX}, learning_rate: {F32_MAX!r}}}\n")
+    spec = load_spec(_spec(tmp_path, text))
+    cfg = {f"train.{k}": getattr(spec.train, k) for k in ("learning_rate", "epochs", "seed", "batch_size",
+                                                           "max_train_samples", "optimizer")}
+    rc = RuntimeConfig.from_bytes(runtime_config(cfg).to_bytes())
+    assert (rc.epochs, rc.seed, rc.max_train_samples, rc.learning_rate) == (U32_MAX, U32_MAX, U32_MAX, F32_MAX)
+    with pytest.raises(ValueError):
+        RuntimeConfig(epochs=U32_MAX + 1)
+    with pytest.raises(OverflowError):
+        RuntimeConfig(learning_rate=math.nextafter(F32_MAX, math.inf) * 2).to_bytes()
+    assert "does not fit" in _error(_spec(tmp_path, text.replace(str(U32_MAX), str(U32_MAX + 1), 1)))
+    above = f"{math.nextafter(F32_MAX, math.inf)!r}"
+    assert "does not fit" in _error(_spec(tmp_path, text.replace(f"{F32_MAX!r}", above)))
+
+
+def test_keys_are_the_text_written(tmp_path):
+    text = ("model: {path: net.tflite}\ntrain:\n  update:\n    scheme: manual\n"
+            "    layers: {5: {bias: true}, yes: {weight_ratio: 1/8}, '#7': {weight_ratio: 0.25}}\n")
+    spec = load_spec(_spec(tmp_path, text))
+    assert set(spec.train.update.layers) == {"5", "yes", "#7"}
+    assert spec.train.update.layers["yes"].weight_ratio == 0.125
+    assert ":1: 1: unknown key '1'" in _error(_spec(tmp_path, "1: x\nmodel: {path: net.tflite}\n"))
+
+
+def test_the_examples_choice_comments_list_exactly_the_choices():
+    """`board: x   # a | b | c` in the shipped example names every choice the spec has, and no other."""
+    import re
+
+    choices: dict[str, set] = {}
+
+    def collect(node):
+        if isinstance(node, dict):
+            for key, prop in node.get("properties", {}).items():
+                if "enum" in prop:
+                    choices.setdefault(key, set()).update(prop["enum"])
+            for v in node.values():
+                collect(v)
+
+    collect(json_schema())
+    checked = 0
+    for line in (REPO / "tinytrain.yaml.example").read_text().splitlines():
+        m = re.match(r"^\s*(\w+):\s*\S+\s*#\s*(.*\|.*)$", line)
+        if m:
+            listed = {alt.split()[0] for alt in m.group(2).split("|")}
+            assert listed == choices[m.group(1)], line
+            checked += 1
+    assert checked >= 8
