@@ -39,8 +39,8 @@ def resolve(ref: str) -> Path:
     name = ref[len(PREFIX):] if ref.startswith(PREFIX) else ref
     name = ALIASES.get(name, name)
     if name not in MODELS:
-        raise UserError(f"unknown zoo model {name!r}",
-                        hint="known: " + ", ".join(f"zoo:{n} ({MODELS[n][1]})" for n in names()))
+        # One line (a spec error is one located line); `tinytrain zoo`-style descriptions belong in the README.
+        raise UserError(f"unknown zoo model {name!r} (known: {', '.join(f'zoo:{n}' for n in names())})")
     path = ZOO_DIR / MODELS[name][0]
     if not path.is_file():
         raise UserError(f"zoo model {name!r} is registered but its file {path} is missing",
