@@ -163,6 +163,15 @@ def _cmd_infer(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from tinytrain.pipeline.console import BuildLog
+    from tinytrain.pipeline.export_lib import export_spec
+
+    spec, cache = _spec_and_cache(args)
+    print(f"library in {_shown(export_spec(spec, cache, BuildLog(sys.stdout), Path(args.to)))}/")
+    return EXIT_OK
+
+
 def _cmd_graph(args: argparse.Namespace) -> int:
     from tinytrain.pipeline.dag_render import render
 
@@ -369,6 +378,10 @@ def _parser() -> argparse.ArgumentParser:
     n.add_argument("--output", required=True, metavar="OUT.npy", help="where to write the output(s)")
     n.set_defaults(func=_cmd_infer)
 
+    x = sub.add_parser("export", parents=[cache_opt], help="the model's C training library as a folder")
+    x.add_argument("spec", metavar="SPEC")
+    x.add_argument("--to", metavar="DIR", required=True)
+    x.set_defaults(func=_cmd_export)
     gr = sub.add_parser("graph", parents=[cache_opt], help="the stage graph (with each stage's state if SPEC is given)")
     gr.add_argument("spec", metavar="SPEC", nargs="?")
     gr.add_argument("--format", choices=("text", "mermaid", "dot"), default="text")

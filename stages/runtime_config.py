@@ -20,7 +20,13 @@ small binary file at start-up, so that changing them reruns only `emulate-run`, 
     40     4     alpha (f32)           RMSProp decay
     44     4     weight_decay (f32)
     48     4     max_train_samples (u32): samples of train.ttds used per epoch, 0 = all
-    52     4     flags (u32): bit0 evaluate on test.ttds before training, bit1 evaluate after
+    52     4     flags (u32): bit0 evaluate on test.ttds before training, bit1 evaluate after,
+                 bit2 resume from `resume.ttck` (a checkpoint, stages/codegen_api.py), bit3 save
+                 `checkpoint.ttck` after training
+    56     4     stop_after_steps (u32, version 2 only): stop after this many steps of this run
+
+Version 2 (60 bytes) is written only when stop_after_steps is set, so every other record keeps its
+version-1 bytes (and the caches that key on them).
 
 The C side (`tt_runtime_config` in the generated `tt_model.c`) parses it field by field from the
 bytes (never a memcpy of a struct, whose padding and endianness are the compiler's), and fails
@@ -68,10 +74,13 @@ PROTOCOL = 1
 
 FLAG_EVAL_BEFORE = 1 << 0
 FLAG_EVAL_AFTER = 1 << 1
+FLAG_RESUME = 1 << 2
+FLAG_SAVE_CHECKPOINT = 1 << 3
 
 # One struct format for the whole record: '<' = little-endian, no padding.
 _FORMAT = "<4sIfIIIffffffII"
 SIZE = struct.calcsize(_FORMAT)  # 56
+SIZE_V2 = SIZE + 4
 
 # The largest values the record's u32 and f32 fields hold; the spec refuses larger ones up front.
 U32_MAX = 2**32 - 1
@@ -112,6 +121,7 @@ class RuntimeConfig:
     weight_decay: float = 0.0
     max_train_samples: int = 0
     flags: int = FLAG_EVAL_BEFORE | FLAG_EVAL_AFTER
+    stop_after_steps: int = 0
 
     def __post_init__(self):
         for f in fields(self):
@@ -122,22 +132,25 @@ class RuntimeConfig:
             raise ValueError("runtime config batch_size must be >= 1")
 
     def to_bytes(self) -> bytes:
-        return struct.pack(
-            _FORMAT, MAGIC, VERSION, float(self.learning_rate), int(self.epochs), int(self.seed),
+        v2 = int(self.stop_after_steps) != 0
+        head = struct.pack(
+            _FORMAT, MAGIC, 2 if v2 else VERSION, float(self.learning_rate), int(self.epochs), int(self.seed),
             int(self.batch_size), float(self.momentum), float(self.beta1), float(self.beta2),
             float(self.eps), float(self.alpha), float(self.weight_decay),
             int(self.max_train_samples), int(self.flags))
+        return head + struct.pack("<I", int(self.stop_after_steps)) if v2 else head
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "RuntimeConfig":
-        if len(data) != SIZE:
+        if len(data) not in (SIZE, SIZE_V2):
             raise ValueError(f"runtime.bin: {len(data)} bytes, expected {SIZE}")
         (magic, version, lr, epochs, seed, bs, mom, b1, b2, eps, alpha, wd, maxn,
-         flags) = struct.unpack(_FORMAT, data)
+         flags) = struct.unpack(_FORMAT, data[:SIZE])
+        stop = struct.unpack("<I", data[SIZE:])[0] if len(data) == SIZE_V2 else 0
         if magic != MAGIC:
             raise ValueError(f"runtime.bin: bad magic {magic!r}")
-        if version != VERSION:
+        if version != (2 if len(data) == SIZE_V2 else VERSION):
             raise ValueError(f"runtime.bin: version {version}, expected {VERSION}")
         return cls(learning_rate=lr, epochs=epochs, seed=seed, batch_size=bs, momentum=mom,
                    beta1=b1, beta2=b2, eps=eps, alpha=alpha, weight_decay=wd,
-                   max_train_samples=maxn, flags=flags)
+                   max_train_samples=maxn, flags=flags, stop_after_steps=stop)

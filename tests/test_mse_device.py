@@ -142,7 +142,8 @@ def _device_mse(ev: np.ndarray, head, targets: np.ndarray) -> np.float32:
 @pytest.mark.parametrize("fixture,opt", [("mlp_float", "adam"), ("mlp_int8", "sgd")])
 def test_mse_host_matches_golden_model(fixture, opt, tmp_path):
     tg, mp = _build(_regression_model(fixture), tmp_path, opt)
-    src = (tmp_path / "prog" / "tt_model.c").read_text()
+    # the program's sources: the model library (tt_model.c) and its emulate-run driver (tt_driver.c, the TTDS reader)
+    src = "".join((tmp_path / "prog" / f).read_text() for f in ("tt_model.c", "tt_driver.c"))
     assert "tt_mse_f32(" in src and "tt_ttds_next_target(" in src
     io = json.loads((tmp_path / "prog" / "io_layout.json").read_text())
     assert io["loss"] == "mse" and io["num_targets"] == 10
