@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +61,18 @@ def import_closure(start: ModuleFile, root: Path, package: str) -> dict[str, Pat
                     found[prefix] = target.path
                     todo.append(target)
     return found
+
+
+def third_party_imports(closure: dict[str, Path], package: str) -> frozenset[str]:
+    """Top-level names of the non-standard-library modules that the modules of `closure` import (numpy,
+    matplotlib, ...): a new version of one of them can change a stage's bytes, so their versions belong in the key."""
+    names: set[str] = set()
+    for name, path in closure.items():
+        for imported in _imported(name, path.name == "__init__.py", path.read_bytes()):
+            top = imported.split(".")[0]
+            if top and top != package and top not in sys.stdlib_module_names and top != "__future__":
+                names.add(top)
+    return frozenset(names)
 
 
 def _prefixes(name: str) -> list[str]:

@@ -1,7 +1,7 @@
 """Action keys: what a stage's result depends on, hashed (DESIGN §4).
 
 The runner builds a "preimage" dict (schema version, stage, source digest, config slice, input
-content digests, tool identities, salt) and `action_key` hashes its canonical JSON. The preimage
+content digests, tool identities, library versions, salt) and `action_key` hashes its canonical JSON. The preimage
 itself is stored with the result so `tinytrain explain` can diff it field by field.
 """
 
@@ -9,19 +9,22 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-from tinytrain.cache.imports import ModuleFile, import_closure, package_module_file
+from tinytrain.cache.imports import ModuleFile, import_closure, package_module_file, third_party_imports
 from tinytrain.stages.ir import canonical_json
 
 # Bump when the meaning of a preimage changes, so that old entries can never be mistaken for new ones.
 # 2: "impl" is the computed import closure of the stage's module, no longer a hand-kept module list.
-KEY_SCHEMA_VERSION = 2
+# 3: "libraries" holds the versions of the third-party libraries the stage's code imports, and Python's.
+KEY_SCHEMA_VERSION = 3
 
 _CHUNK = 1 << 20
 
@@ -103,6 +106,42 @@ def implementation_digests(module: str) -> dict[str, str]:
         _hash_module(h, name, str(path))
         digests[name] = h.hexdigest()
     return digests
+
+
+def library_versions(module: str) -> dict[str, str]:
+    """{distribution: version} of the third-party libraries the code of `module` imports (found like its
+    tinytrain modules, by reading the sources), plus the Python version: a new numpy or matplotlib can change
+    the bytes a stage writes, so it must change the stage's key. A library that is not installed is "absent"."""
+    import tinytrain
+
+    root, package = Path(tinytrain.__file__).parent, tinytrain.__name__
+    start = package_module_file(root, package, module)
+    if start is None:
+        origin = _module_origin(module)
+        start = ModuleFile(module, Path(origin), origin.endswith("__init__.py")) if origin else None
+    versions = {"python": ".".join(str(v) for v in sys.version_info[:3])}
+    if start is None:
+        return versions
+    for top in sorted(third_party_imports(import_closure(start, root, package), package)):
+        # Most libraries are distributed under their import name; the full map costs a scan of every installed
+        # distribution's file list, so it is read only for the others (PIL, sklearn, yaml).
+        dists = [top] if _dist_version(top) != "absent" else _distributions().get(top, [top])
+        for dist in dists:
+            versions[dist] = _dist_version(dist)
+    return versions
+
+
+@functools.lru_cache(maxsize=1)
+def _distributions() -> dict[str, list[str]]:
+    return {top: sorted(set(d)) for top, d in importlib.metadata.packages_distributions().items()}
+
+
+@functools.lru_cache(maxsize=None)
+def _dist_version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
 
 
 def _hash_module(h: Any, name: str, origin: str | None) -> None:

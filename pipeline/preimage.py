@@ -23,7 +23,8 @@ from typing import Any, Iterable, Mapping
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-from tinytrain.cache.keys import KEY_SCHEMA_VERSION, implementation_digests, sha256_file, tool_identity, tree_digest
+from tinytrain.cache.keys import (KEY_SCHEMA_VERSION, implementation_digests, library_versions, sha256_file,
+                                  tool_identity, tree_digest)
 from tinytrain.pipeline.errors import UserError
 from tinytrain.pipeline.stage_graph import StageDef
 
@@ -101,6 +102,7 @@ def stage_preimage(stage: StageDef, spec: BaseModel, input_digests: Mapping[str,
         "config": {p: slice_preimage(v, p) for p, v in config_slice(spec, stage.config).items()},
         "inputs": dict(sorted(input_digests.items())),
         "tools": tool_digests(stage),
+        "libraries": library_versions(stage.impl) if stage.impl else {},
         "salt": salt,
     }
 
@@ -131,6 +133,9 @@ def change_reason(diffs: list[tuple[str, Any, Any]]) -> str:
     h = first("tools")
     if h:
         return f"tool changed ({h[len('tools.'):]})"
+    h = first("libraries")
+    if h:
+        return f"library changed ({h[len('libraries.'):]})"
     if first("salt"):
         return "salt changed"
     return f"changed: {heads[0]}"

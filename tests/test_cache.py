@@ -543,3 +543,27 @@ def test_gc_expires_old_unit_memos_and_clear_removes_them(tmp_path):
     assert not old.exists() and new.exists()
     cache.clear()
     assert not (cache.root / "units").exists()
+
+
+def test_library_versions_follow_the_third_party_imports_of_the_stage_code(tmp_path, monkeypatch):
+    from tinytrain.cache import keys
+    from tinytrain.pipeline.preimage import change_reason
+    from tinytrain.pipeline.stage_graph import stage
+
+    reorder = keys.library_versions(stage("reorder").impl)
+    # reorder draws its memory picture with matplotlib and computes with numpy; the PIL of the data loaders
+    # is not in its code.
+    assert {"python", "numpy", "matplotlib"} <= set(reorder) and "pillow" not in reorder
+    # A library known under another import name (PIL, sklearn) is keyed by its distribution.
+    assert "pillow" in keys.library_versions(stage("quantize").impl)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "tt_probe_libs.py").write_text("import json, os\nfrom collections import Counter\n")
+    assert set(keys.library_versions("tt_probe_libs")) == {"python"}
+
+    # A new matplotlib changes reorder's key, and explain says why.
+    old = {"libraries": reorder}
+    real = keys._dist_version
+    monkeypatch.setattr(keys, "_dist_version", lambda d: "99.0" if d == "matplotlib" else real(d))
+    new = {"libraries": keys.library_versions(stage("reorder").impl)}
+    assert new != old
+    assert change_reason(diff_preimages(old, new)) == "library changed (matplotlib)"
