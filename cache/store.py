@@ -66,8 +66,8 @@ class CacheDirError(UserError):
     """The cache folder cannot be used at all (a file is in its place, it cannot be created)."""
 
 
-class DiskFullError(TinytrainError):
-    """No space left on the device of a named folder."""
+class DiskFullError(UserError):
+    """No space left on the device of a named folder: the environment, not tinytrain, so exit code 2."""
 
 
 def disk_full(folder: Path, what: str) -> DiskFullError:

@@ -17,6 +17,7 @@ Builds of one spec are serialised by a lock on its build folder (see workspace.b
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import shutil
 import tempfile
@@ -313,7 +314,19 @@ def load_stage_function(st: StageDef) -> Callable[[StageContext], StageResult]:
     return fn
 
 
-def _wrap(name: str, e: BaseException) -> StageFailed:
+# A stage that runs out of disk or hits a read-only folder while writing its outputs meets the environment, not a
+# bug: one line naming the folder (exit 2), like the cache's own DiskFullError.
+_ENVIRONMENT_ERRNOS = {errno.ENOSPC: "no space left on the device of", errno.EDQUOT: "disk quota exceeded on",
+                       errno.EROFS: "read-only file system at"}
+
+
+def _wrap(name: str, e: BaseException) -> TinytrainError:
+    if isinstance(e, OSError) and e.errno in _ENVIRONMENT_ERRNOS:
+        where = Path(e.filename).parent if e.filename else Path(tempfile.gettempdir())
+        err = UserError(f"{_ENVIRONMENT_ERRNOS[e.errno]} {where} (stage {name}, writing its outputs)",
+                        hint="free some space, or point TMPDIR at a larger disk")
+        err.__cause__ = e
+        return err
     err = StageFailed(f"stage {name} failed: {type(e).__name__}: {e}",
                       hint="set TINYTRAIN_DEBUG=1 to see the traceback")
     err.__cause__ = e

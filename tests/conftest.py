@@ -64,6 +64,11 @@ _BODIES = {
     "usererr": """
     raise UserError("the data is wrong")
 """,
+    "diskfull": """
+    import errno
+    (ctx.out_dir / "partial.txt").write_text("half")
+    raise OSError(errno.ENOSPC, "No space left on device", str(ctx.out_dir / "big.bin"))
+""",
     "sleeper": """
     (ctx.out_dir / "partial.txt").write_text("half")
     MARKER.write_text("started")
@@ -97,7 +102,7 @@ class FakeProject:
         return self.root / "stages" / f"{self.module(kind)}.py"
 
     def table(self, b: str = "b") -> tuple[StageDef, ...]:
-        """a -> b -> c -> d(not implemented); `b` may be swapped for boom / usererr / sleeper."""
+        """a -> b -> c -> d(not implemented); `b` may be swapped for boom / usererr / diskfull / sleeper."""
         return (
             StageDef("a", ("model",), (), self.module("a")),
             StageDef("b", ("quantize",), ("a",), self.module(b)),

@@ -170,6 +170,16 @@ def test_user_error_raised_by_a_stage_exits_2(fake_project):
     assert "b" not in _entries_by_stage(_cache_root())
 
 
+def test_a_full_disk_while_a_stage_writes_is_one_line_naming_the_folder_and_exits_2(fake_project):
+    r = _build(fake_project, b="diskfull", until="b")
+    assert isinstance(r.error, UserError) and r.exit_code == 2
+    first = str(r.error).splitlines()[0]
+    assert first.startswith("no space left on the device of ") and "(stage b, writing its outputs)" in first
+    assert "OSError" not in first and "Errno" not in first
+    assert "b" not in _entries_by_stage(_cache_root())
+    assert not (fake_project.out / "b").exists()
+
+
 def test_stage_killed_mid_run_leaves_no_entry_and_the_next_build_recovers(fake_project):
     fake_project.write_spec(quantize={"num_samples": 60})  # the sleeper sleeps this many seconds
     proc = subprocess.Popen([sys.executable, str(fake_project.driver("sleeper")), "build",
