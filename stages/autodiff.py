@@ -135,23 +135,18 @@ import numpy as np
 
 from tinytrain.pipeline.errors import UnsupportedOpError, UserError
 from tinytrain.stages import int8_arith as ia
+from tinytrain.stages import ops
 from tinytrain.stages.ir import Graph, Op, Tensor
-from tinytrain.stages.qas import BIAS_RANGE, ROUNDINGS, STATE_COUNT, WEIGHT_RANGE, seed_state
+from tinytrain.stages.qas import BIAS_RANGE, ROUNDINGS, STATE_NAMES, WEIGHT_RANGE, seed_state
 from tinytrain.stages.train_plan import TrainPlan
 
 LOSSES = ("cross_entropy", "mse")
-FLOAT_UPDATE_OPS = ("sgd_update", "momentum_update", "adam_update", "rmsprop_update")
-QAS_UPDATE_OPS = ("qas_sgd_update", "qas_momentum_update", "qas_adam_update", "qas_rmsprop_update")
-UPDATE_OPS = FLOAT_UPDATE_OPS + QAS_UPDATE_OPS
 OPTIMIZERS = ("sgd", "momentum", "adam", "rmsprop")
 # Default of build_training_graph(masks=...): 1-bit activation masks for the backward (clamp_mask / mask_grad).
 MASKS = True
 
-# Forward ops the backward pass knows.
-DIFFERENTIABLE = ("conv2d", "depthwise_conv2d", "fully_connected", "add", "average_pool2d", "max_pool2d", "mean",
-                  "reshape", "pad", "concatenation", "relu", "relu6", "softmax", "mul", "sub", "logistic", "tanh",
-                  "hard_swish", "leaky_relu", "prelu", "strided_slice", "resize_bilinear", "resize_nearest_neighbor",
-                  "transpose_conv")
+# Forward ops the backward pass knows (the op registry's trait).
+DIFFERENTIABLE = ops.DIFFERENTIABLE
 
 
 @dataclass
@@ -280,7 +275,7 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
             raise NotImplementedError("cross-entropy on a softmax with beta != 1")
         head = sm.inputs[0]
     for i, op in enumerate(fwd):
-        if op.type not in DIFFERENTIABLE and op.type not in ("quantize", "dequantize"):
+        if op.type not in DIFFERENTIABLE and op.type not in ops.CONVERSION_OPS:
             # A user error, not a crash: the model loads and quantizes, only training it needs this op's backward.
             raise UnsupportedOpError(op.type, op.source_index if op.source_index is not None else i,
                                      where="autodiff (no backward for this op yet)",
@@ -356,7 +351,7 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
         act = a.get("act", "none")
         t = op.type
         bounds = _clamp_bounds(g, op) if int8 else None
-        if bounds is not None and t not in ("relu", "relu6"):
+        if bounds is not None and t not in ops.OP_CLAMPS:
             # Straight-through estimator: the gradient passes where the int8 forward did not clamp.
             dz = b.tensor(f"grad/{y}:pre", g.tensors[y])
             b.emit("int8_clamp_grad", [dy, y], [dz], lo=bounds[0], hi=bounds[1])
@@ -366,7 +361,7 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
         else:
             dz = dy
         geo = {k: v for k, v in a.items() if k != "act"}
-        if t in ("conv2d", "depthwise_conv2d", "fully_connected", "transpose_conv"):
+        if t in ops.LAYER_OPS:
             x, w = op.inputs[0], op.inputs[1]
             bias = op.inputs[2] if len(op.inputs) > 2 else None
             wt = g.tensors[w]
@@ -421,7 +416,7 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
             outs = [share(n, i) for n in ins]
             b.emit("concatenation_grad", [dz], [o for o in outs if o], axis=axis,
                    sizes=[int(g.tensors[n].shape[axis]) for n in ins], which=[j for j, o in enumerate(outs) if o])
-        elif t in ("relu", "relu6"):
+        elif t in ops.OP_CLAMPS:
             dx = share(op.inputs[0], i)
             if dx and bounds is not None:
                 b.emit("int8_clamp_grad", [dz, y], [dx], lo=bounds[0], hi=bounds[1])
@@ -517,17 +512,9 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
             _emit_qas_update(b, g, p, gname, kind, attrs, step, st, qas, producers_of_param[p], wk, masters,
                              prngs, scales)
             continue
-        if kind == "sgd":
-            b.emit("sgd_update", [p, gname], [p], **attrs)
-        elif kind == "momentum":
-            buf = st("momentum")
-            b.emit("momentum_update", [p, gname, buf], [p, buf], **attrs)
-        elif kind == "adam":
-            m, v = st("m"), st("v")
-            b.emit("adam_update", [p, gname, m, v, step], [p, m, v], **attrs)
-        else:
-            sq = st("square_avg")
-            b.emit("rmsprop_update", [p, gname, sq], [p, sq], **attrs)
+        states = [st(suffix) for suffix in STATE_NAMES[kind]]
+        b.emit(ops.update_op(kind, qas=False), [p, gname, *states] + ([step] if kind == "adam" else []),
+               [p, *states], **attrs)
 
     if (MASKS if masks is None else masks):
         added = _use_masks(b, n_fwd)
@@ -652,11 +639,10 @@ class _Dequantizer:
         return self.done[key]
 
 
-# Ops whose int8 output is requantized and clamped to [lo, hi] (the activation's range, the int8 range at most).
-# hard_swish, leaky_relu and prelu rescale by s_in/s_out (and alpha) and saturate at the int8 range like the rest;
-# logistic and tanh are not here (see the module docstring: their fixed output range is the function's own).
-CLAMP_MASKED_OPS = ("conv2d", "depthwise_conv2d", "fully_connected", "add", "mean", "quantize", "mul", "sub",
-                 "hard_swish", "leaky_relu", "prelu", "transpose_conv")
+# ops.CLAMP_MASKED_OPS: ops whose int8 output is requantized and clamped to [lo, hi] (the activation's range, the
+# int8 range at most); hard_swish, leaky_relu and prelu rescale by s_in/s_out (and alpha) and saturate at the int8
+# range like the rest; logistic and tanh are not there (see the module docstring: their fixed output range is the
+# function's own).
 
 
 def _is_int8(g: Graph, name: str) -> bool:
@@ -671,11 +657,9 @@ def _clamp_bounds(g: Graph, op: Op) -> tuple[int, int] | None:
         return None
     s, z = float(y.quant.scale[0]), int(y.quant.zero_point[0])
     act = op.attrs.get("act", "none")
-    if op.type == "relu":
-        return ia.relu_op_range(0.0, None, s, z)
-    if op.type == "relu6":
-        return ia.relu_op_range(0.0, 6.0, s, z)
-    if op.type in CLAMP_MASKED_OPS or act != "none":
+    if op.type in ops.OP_CLAMPS:
+        return ia.relu_op_range(*ops.OP_CLAMPS[op.type], s, z)
+    if op.type in ops.CLAMP_MASKED_OPS or act != "none":
         return ia.activation_range(act, s, z)
     return None
 
@@ -707,9 +691,7 @@ def _emit_qas_update(b: _Builder, g: Graph, p: str, gname: str, kind: str, attrs
     n = attrs.get("n")
     gshape = g.tensors[gname].shape
     ins, outs = [p, gname, sname], [p]
-    state_names = {"sgd": [], "momentum": ["momentum"], "adam": ["m", "v"], "rmsprop": ["square_avg"]}[kind]
-    assert len(state_names) == STATE_COUNT[kind]
-    for suffix in state_names:
+    for suffix in STATE_NAMES[kind]:
         name = st(suffix)
         ins.append(name)
         outs.append(name)
@@ -733,7 +715,7 @@ def _emit_qas_update(b: _Builder, g: Graph, p: str, gname: str, kind: str, attrs
         ins.append(r)
         outs.append(r)
         extra = {"stream": stream, "seed_ref": "runtime.seed"}
-    b.emit(f"qas_{kind}_update", ins, outs, **attrs, qas=bool(qas.enabled), rounding=rounding, master=master,
+    b.emit(ops.update_op(kind, qas=True), ins, outs, **attrs, qas=bool(qas.enabled), rounding=rounding, master=master,
            axis=axis, bounds=[int(bounds[0]), int(bounds[1])], **extra)
 
 

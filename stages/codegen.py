@@ -50,6 +50,7 @@ from tinytrain.stages import int8_arith as ia
 from tinytrain.stages.geometry import out_size_and_pad
 from tinytrain.stages.ir import Graph, Op, Tensor
 from tinytrain.stages.memplan import fused_dequantize
+from tinytrain.stages.ops import QAS_UPDATE_OPS
 from tinytrain.stages.runtime_config import PROTOCOL
 from tinytrain.stages.streams import Stream, row_geometry
 
@@ -70,8 +71,6 @@ PAINT = 0xDEADBEEF
 # small frame and the program's deepest chain is tt_main -> tt_write_results -> tt_snprintf. 4 KB leaves a
 # margin of ~3x; the default 16 KB would cost 12 KB of the 320 KB board for nothing.
 DEFAULT_STACK = 4 * 1024
-SPLIT_READERS = ("conv2d", "dequantize") + ("qas_sgd_update", "qas_momentum_update", "qas_adam_update",
-                                             "qas_rmsprop_update")
 
 
 class CodegenError(NotImplementedError):
@@ -163,7 +162,7 @@ class _Gen:
                     if op.type == "dequantize" and op.outputs[0] in self.fused and all(
                             o.type == "conv2d_grad_input" for o in self.g.ops if op.outputs[0] in o.inputs):
                         continue
-                    if op.type in SPLIT_READERS[2:] and k == 0:
+                    if op.type in QAS_UPDATE_OPS and k == 0:
                         continue
                     ok = False
             if ok:

@@ -30,6 +30,7 @@ import numpy as np
 from tinytrain.pipeline.errors import ModelError, UnsupportedOpError
 from tinytrain.stages import int8_arith as ia
 from tinytrain.stages.ir import Graph, Op, Tensor
+from tinytrain.stages.ops import FORWARD_OPS
 from tinytrain.stages.geometry import out_size_and_pad
 
 __all__ = ["run_graph", "run_op", "supported_ops", "ExecutionError", "FC_REQUANT_MODES"]
@@ -971,31 +972,5 @@ def _dequantize(ctx: _Ctx) -> list[np.ndarray]:
     raise NotImplementedError(f"DEQUANTIZE from {x_t.dtype}")
 
 
-_KERNELS: dict[str, Callable[[_Ctx], list[np.ndarray]]] = {
-    "conv2d": _conv2d,
-    "depthwise_conv2d": _depthwise_conv2d,
-    "transpose_conv": _transpose_conv,
-    "fully_connected": _fully_connected,
-    "add": _add,
-    "average_pool2d": _average_pool2d,
-    "max_pool2d": _max_pool2d,
-    "mean": _mean,
-    "reshape": _reshape,
-    "softmax": _softmax,
-    "relu": _relu,
-    "relu6": _relu6,
-    "pad": _pad,
-    "concatenation": _concatenation,
-    "quantize": _quantize,
-    "dequantize": _dequantize,
-    "prelu": _prelu,
-    "strided_slice": _strided_slice,
-    "mul": _mul,
-    "sub": _sub,
-    "logistic": _logistic,
-    "tanh": _tanh,
-    "hard_swish": _hard_swish,
-    "leaky_relu": _leaky_relu,
-    "resize_bilinear": _resize_bilinear,
-    "resize_nearest_neighbor": _resize_nearest_neighbor,
-}
+# Every forward op of the registry has its kernel here, named `_<op>` (a missing one fails at import).
+_KERNELS: dict[str, Callable[[_Ctx], list[np.ndarray]]] = {name: globals()["_" + name] for name in FORWARD_OPS}

@@ -75,17 +75,19 @@ from typing import Any, Iterable
 import numpy as np
 
 from tinytrain.stages import autodiff
-from tinytrain.stages.autodiff import CLAMP_MASKED_OPS, MASK_ACTS  # the ops autodiff masks with int8_clamp_grad
+from tinytrain.stages.autodiff import MASK_ACTS
 from tinytrain.stages.ir import Graph
-from tinytrain.stages.memplan import ALIGN, FIRST_INPUT_ONLY, IN_PLACE_OPS
+from tinytrain.stages.memplan import ALIGN
+from tinytrain.stages.ops import CLAMP_MASKED_OPS, FIRST_INPUT_ONLY, IN_PLACE_OPS, OP_CLAMPS, TRAINABLE_OPS
+from tinytrain.stages.qas import STATE_COUNT
 from tinytrain.stages.streams import MAX_ROW_OPS, row_geometry, row_op_ok, window_rows
 from tinytrain.stages.train_plan import RATIOS, TrainPlan, _has_bias, _in_channels
 
 FP32 = 4
-OPTIMIZER_STATE = {"sgd": 0, "momentum": 1, "adam": 2, "rmsprop": 1}
+OPTIMIZER_STATE = STATE_COUNT
 WEIGHT_RATIOS = tuple(r for r in RATIOS if r > 0)
 LOSSES = ("cross_entropy", "mse")
-_LAYER_OPS = ("conv2d", "depthwise_conv2d", "fully_connected")
+_LAYER_OPS = TRAINABLE_OPS
 
 
 @dataclass(frozen=True)
@@ -320,7 +322,7 @@ class MemoryModel:
         y = self.g.tensors[op.outputs[0]]
         if y.dtype != "int8" or y.quant is None:
             return False
-        return op.type in ("relu", "relu6") or op.type in CLAMP_MASKED_OPS or op.attrs.get("act", "none") != "none"
+        return op.type in OP_CLAMPS or op.type in CLAMP_MASKED_OPS or op.attrs.get("act", "none") != "none"
 
     def simulate(self, biases: Iterable[int], weights: dict[int, int], reach: int | None = None) -> dict[str, int]:
         """Simulated peak of training the biases of ops `biases` and the first n input channels of the weights
@@ -440,7 +442,7 @@ class MemoryModel:
                 dy = parts[0]
             t, act = op.type, op.attrs.get("act", "none")
             clamped = self._clamped(i)
-            if clamped and t not in ("relu", "relu6"):
+            if clamped and t not in OP_CLAMPS:
                 dz = f"grad/{y}:pre"
                 sizes[dz] = self._bytes(y, fp32=True)
                 maskable.add(len(steps))
@@ -505,7 +507,7 @@ class MemoryModel:
                     update(dw)   # after the input gradient, which reads the old weight
                 windows[i] = (start, len(steps) - 1) if len(steps) > start else (start - 1, start - 1)
                 continue
-            if t in ("relu", "relu6"):
+            if t in OP_CLAMPS:
                 dx = share(op.inputs[0], i)
                 if dx:
                     if clamped or g.tensors[y].dtype == "float32":

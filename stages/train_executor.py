@@ -24,7 +24,7 @@ import numpy as np
 
 from tinytrain.stages import executor as fwd_exec
 from tinytrain.stages import grad_ops as go
-from tinytrain.stages import qas
+from tinytrain.stages import ops, qas
 from tinytrain.stages.ir import Graph, Op
 
 _FORWARD_OPS = frozenset(fwd_exec.supported_ops())
@@ -185,15 +185,16 @@ def _update(op: Op, values: dict[str, np.ndarray], runtime: dict, defaults: dict
     scale = 1.0 / float(a.get("batch_size", 1))
     n = a.get("n")
     wd = r("weight_decay") if "weight_decay_ref" in a else 0.0
-    if op.type == "sgd_update":
+    kind = ops.REGISTRY[op.type].optimizer
+    if kind == "sgd":
         go.sgd_update(w, g, r("learning_rate"), scale, wd, n)
-    elif op.type == "momentum_update":
+    elif kind == "momentum":
         go.momentum_update(w, g, values[op.inputs[2]], r("learning_rate"), r("momentum"), scale, wd, n)
-    elif op.type == "adam_update":
+    elif kind == "adam":
         step = int(values[op.inputs[4]])
         go.adam_update(w, g, values[op.inputs[2]], values[op.inputs[3]], step, r("learning_rate"), r("beta1"),
                        r("beta2"), r("eps"), scale, wd, n)
-    elif op.type == "rmsprop_update":
+    elif kind == "rmsprop":
         go.rmsprop_update(w, g, values[op.inputs[2]], r("learning_rate"), r("alpha"), r("eps"), scale, wd, n)
     else:
         raise NotImplementedError(f"training executor: no kernel for op {op.type!r}")
@@ -201,15 +202,14 @@ def _update(op: Op, values: dict[str, np.ndarray], runtime: dict, defaults: dict
         g[...] = 0
 
 
-_FLOAT_UPDATES = ("sgd_update", "momentum_update", "adam_update", "rmsprop_update")
-_QAS_UPDATES = ("qas_sgd_update", "qas_momentum_update", "qas_adam_update", "qas_rmsprop_update")
-_UPDATES = _FLOAT_UPDATES + _QAS_UPDATES
+_QAS_UPDATES = ops.QAS_UPDATE_OPS
+_UPDATES = ops.UPDATE_OPS
 
 
 def _qas_update(op: Op, values: dict[str, np.ndarray], runtime: dict, defaults: dict) -> None:
     """qas_<kind>_update(p, g, scale, *state[, step][, master][, prng]) -> p, *state[, master][, prng]."""
     a = op.attrs
-    kind = op.type[len("qas_"):-len("_update")]
+    kind = ops.REGISTRY[op.type].optimizer
     r = lambda k: _runtime_value(op, k, runtime, defaults)  # noqa: E731
     keys = {"sgd": [], "momentum": ["momentum"], "adam": ["beta1", "beta2", "eps"], "rmsprop": ["alpha", "eps"]}
     hp = {k: r(k) for k in ["learning_rate"] + keys[kind]}

@@ -1,0 +1,77 @@
+"""The shape of an op's definition in the registry (stages/ops/__init__.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+KINDS = ("forward", "backward", "loss", "update", "aux")
+
+
+class Builtin(NamedTuple):
+    """One way a .tflite file spells the op: a BuiltinOperator member name (or, with custom=True, a custom code)
+    and the operand counts the reader accepts."""
+
+    code: str
+    min_inputs: int
+    max_inputs: int
+    outputs: int = 1
+    custom: bool = False
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """What the pipeline knows about one IR op type. Traits default to "no"."""
+
+    name: str
+    kind: str = "forward"
+    # IR signature for the catalogue: "x, w[O,KH,KW,I], b? -> y" and its attrs.
+    signature: str = ""
+    attrs: tuple[str, ...] = ()
+    note: str = ""
+    # .tflite spellings; the first builtin (non-custom) one is what the writer writes.
+    tflite: tuple[Builtin, ...] = ()
+    # -- forward traits
+    layer: bool = False            # weights at operand 1, optional bias at 2 (reader's weight/bias roles; ptq
+    #                                quantizes the weights per output channel, the bias to int32)
+    frozen_only: bool = False      # a layer whose parameters never train (the gradient flows through it)
+    bn_fold: bool = False          # a BatchNorm MUL/ADD after it folds into its weights and bias
+    out_channel_axis: int = 0      # weights' output-channel axis (layers)
+    int8: bool = True              # ptq quantizes it (forward ops)
+    conversion: bool = False       # converts between float and int8 (no arithmetic of its own to quantize or
+    #                                differentiate: a training graph keeps it, the dequantized graph drops it)
+    differentiable: bool = False   # autodiff emits its backward
+    clamp_masked: bool = False     # its int8 output is requantized and clamped: int8_clamp_grad masks its gradient
+    op_clamp: tuple[float, float | None] | None = None   # a standalone clamp (relu, relu6): (lo, hi) in real units
+    shared_qparams: str | None = None    # int8 output shares the input's params: "first" input, or "all" inputs
+    fixed_output: tuple[float, int] | None = None        # int8 output (scale, zero point) the kernels hard-code
+    const_operands_per_tensor: bool = False   # a constant operand is quantized per tensor, like an activation
+    row_stream: bool = False       # the reorder stage may run a chain of these row by row (streams.rows)
+    macs: Callable | None = None   # (graph, op) -> multiply-accumulates, for load's summary
+    # -- memory traits (memplan): None, "any" (the output may take over any dying input), "first" (only the
+    # first input), "channel" (the first input, computed one channel at a time through a scratch channel)
+    in_place: str | None = None
+    # -- training-op traits
+    of: str | None = None          # backward ops: the forward op they differentiate
+    masks_gradient: bool = False   # dz = dy masked by the forward output (or its bit mask)
+    channel_stream: bool = False   # a weight gradient the reorder stage may compute one output channel at a time
+    grad_input: bool = False       # an input gradient reading the weights as operand 1 (fused int8 dequantize)
+    optimizer: str | None = None   # update ops: the optimizer kind
+    qas: bool = False              # update ops: of an int8 / int32 parameter (stages/qas.py)
+    eager: bool = False            # the schedule runs it as soon as it can (updates, accumulation)
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"op {self.name!r}: kind {self.kind!r} is not one of {KINDS}")
+        if self.in_place not in (None, "any", "first", "channel"):
+            raise ValueError(f"op {self.name!r}: in_place {self.in_place!r}")
+
+    @property
+    def trainable(self) -> bool:
+        """A layer whose bias / weights a plan may train."""
+        return self.layer and not self.frozen_only
+
+    @property
+    def builtin(self) -> Builtin | None:
+        """The builtin the writer writes."""
+        return next((b for b in self.tflite if not b.custom), None)
