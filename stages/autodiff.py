@@ -339,6 +339,7 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
         pgrads.setdefault(p, []).append(name)
         return name
 
+    bb = _GraphBackward(b, deq, share)
     for i in range(len(fwd) - 1, -1, -1):
         op = fwd[i]
         if not op_needs[i]:
@@ -361,7 +362,10 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
         else:
             dz = dy
         geo = {k: v for k, v in a.items() if k != "act"}
-        if t in ops.LAYER_OPS:
+        backward = ops.REGISTRY[t].backward
+        if backward is not None:
+            backward(bb, op, i, dz)   # the op module's emission (stages/ops/), shared with plan_memory
+        elif t in ops.LAYER_OPS:
             x, w = op.inputs[0], op.inputs[1]
             bias = op.inputs[2] if len(op.inputs) > 2 else None
             wt = g.tensors[w]
@@ -387,9 +391,6 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
             dx = share(x, i)
             if dx:
                 b.emit(f"{t}_grad_input", [dz, deq.full(w) if q else w], [dx], **geo)
-        elif t == "add":
-            outs = [share(op.inputs[0], i), share(op.inputs[1], i)]
-            b.emit("add_grad", [dz], [o for o in outs if o], which=[j for j, o in enumerate(outs) if o])
         elif t == "average_pool2d":
             dx = share(op.inputs[0], i)
             if dx:
@@ -422,36 +423,6 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
                 b.emit("int8_clamp_grad", [dz, y], [dx], lo=bounds[0], hi=bounds[1])
             elif dx:
                 b.emit("act_grad", [dz, y], [dx], act=t)
-        elif t == "softmax":
-            dx = share(op.inputs[0], i)
-            if dx:
-                yy = deq.full(y) if int8 and g.tensors[y].dtype == "int8" else y
-                b.emit("softmax_grad", [dz, yy], [dx], beta=float(a.get("beta", 1.0)))
-        elif t == "mul":
-            for j in (0, 1):
-                d = share(op.inputs[j], i)
-                if d:
-                    other = op.inputs[1 - j]
-                    b.emit("mul_grad", [dz, deq.full(other) if _is_int8(g, other) else other], [d])
-        elif t == "sub":
-            outs = [share(op.inputs[0], i), share(op.inputs[1], i)]
-            b.emit("sub_grad", [dz], [o for o in outs if o], which=[j for j, o in enumerate(outs) if o])
-        elif t in ("logistic", "tanh"):
-            dx = share(op.inputs[0], i)
-            if dx:
-                b.emit(f"{t}_grad", [dz, deq.full(y) if _is_int8(g, y) else y], [dx])
-        elif t in ("hard_swish", "leaky_relu", "prelu"):
-            dx = share(op.inputs[0], i)
-            if dx:
-                x = op.inputs[0]
-                ins = [dz, deq.full(x) if _is_int8(g, x) else x]
-                extra = {}
-                if t == "prelu":
-                    al = op.inputs[1]
-                    ins.append(deq.full(al) if _is_int8(g, al) else al)
-                if t == "leaky_relu":
-                    extra["alpha"] = float(a.get("alpha", 0.2))
-                b.emit(f"{t}_grad", ins, [dx], **extra)
         elif t == "strided_slice":
             dx = share(op.inputs[0], i)
             if dx:
@@ -604,6 +575,19 @@ def _use_masks(b: _Builder, n_fwd: int) -> int:
         new.extend(after.get(i, []))
     b.ops[:] = new
     return sum(len(v) for v in after.values())
+
+
+class _GraphBackward:
+    """The BackwardBuilder (stages/ops/backward.py) that writes the training IR: op modules emit through it."""
+
+    def __init__(self, b: _Builder, deq: "_Dequantizer | None", share):
+        self.b, self.deq, self.share = b, deq, share
+
+    def real(self, t: str) -> str:
+        return self.deq.full(t) if self.deq is not None and _is_int8(self.b.g, t) else t
+
+    def emit(self, type_: str, inputs: list[str], outputs: list[str], **attrs) -> None:
+        self.b.emit(type_, inputs, outputs, **attrs)
 
 
 class _Dequantizer:

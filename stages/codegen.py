@@ -47,6 +47,9 @@ from typing import Any
 import numpy as np
 
 from tinytrain.stages import int8_arith as ia
+from tinytrain.stages import ops
+from tinytrain.stages.c_literals import (ACT_ENUM, CTYPE, FLOAT_BOUNDS, CodegenError, c_array, flit,  # noqa: F401
+                                         numel)
 from tinytrain.stages.geometry import out_size_and_pad
 from tinytrain.stages.ir import Graph, Op, Tensor
 from tinytrain.stages.memplan import fused_dequantize
@@ -54,12 +57,6 @@ from tinytrain.stages.ops import QAS_UPDATE_OPS
 from tinytrain.stages.runtime_config import PROTOCOL
 from tinytrain.stages.streams import Stream, row_geometry
 
-CTYPE = {"int8": "int8_t", "int32": "int32_t", "float32": "float", "uint8": "uint8_t", "int16": "int16_t",
-         "int64": "int64_t"}
-ACT_ENUM = {"none": "TT_ACT_NONE", "relu": "TT_ACT_RELU", "relu6": "TT_ACT_RELU6",
-            "relu_n1_to_1": "TT_ACT_RELU_N1_TO_1"}
-FLOAT_BOUNDS = {"none": (-math.inf, math.inf), "relu": (0.0, math.inf), "relu6": (0.0, 6.0),
-                "relu_n1_to_1": (-1.0, 1.0)}
 RUNTIME_FIELDS = {"learning_rate": "learning_rate", "momentum": "momentum", "beta1": "beta1", "beta2": "beta2",
                   "eps": "eps", "alpha": "alpha", "weight_decay": "weight_decay"}
 # The arena is painted with this 32-bit word before the run and scanned by word afterwards (tt_arena_used): as
@@ -71,40 +68,6 @@ PAINT = 0xDEADBEEF
 # small frame and the program's deepest chain is tt_main -> tt_write_results -> tt_snprintf. 4 KB leaves a
 # margin of ~3x; the default 16 KB would cost 12 KB of the 320 KB board for nothing.
 DEFAULT_STACK = 4 * 1024
-
-
-class CodegenError(NotImplementedError):
-    pass
-
-
-def flit(x: float) -> str:
-    """A float32 constant as an exact C literal."""
-    v = float(np.float32(x))
-    if math.isinf(v):
-        return "INFINITY" if v > 0 else "(-INFINITY)"
-    if math.isnan(v):
-        raise CodegenError("NaN constant")
-    return f"{v.hex()}f" if v != 0 else ("-0.0f" if math.copysign(1, v) < 0 else "0.0f")
-
-
-def numel(shape) -> int:
-    return int(np.prod(list(shape), dtype=np.int64)) if len(shape) else 1
-
-
-def _c_array(ctype: str, values, per_line: int = 16) -> str:
-    vals = list(values)
-    if not vals:
-        return "{0}"
-    items = []
-    for v in vals:
-        if ctype == "float":
-            items.append(flit(v))
-        elif ctype == "int32_t" and int(v) == -(1 << 31):
-            items.append("INT32_MIN")
-        else:
-            items.append(str(int(v)))
-    lines = [", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
-    return "{\n    " + ",\n    ".join(lines) + "\n}"
 
 
 @dataclass
@@ -182,7 +145,7 @@ class _Gen:
     def const_table(self, prefix: str, ctype: str, values) -> str:
         name = self.uid(prefix)
         vals = list(values)
-        self.globals.append(f"static const {ctype} {name}[{max(len(vals), 1)}] = {_c_array(ctype, vals)};")
+        self.globals.append(f"static const {ctype} {name}[{max(len(vals), 1)}] = {c_array(ctype, vals)};")
         self.const_bytes += max(len(vals), 1) * {"float": 4, "int32_t": 4, "int8_t": 1}.get(ctype, 4)
         return name
 
@@ -198,7 +161,7 @@ class _Gen:
         if t.data is not None and name not in self.written:
             data = np.ascontiguousarray(np.asarray(t.data).astype(t.dtype)).reshape(-1)
             self.globals.append(f"/* {name} */\nstatic const {ct} tt_c{i}[{max(data.size, 1)}] = "
-                                f"{_c_array(ct, data.tolist())};")
+                                f"{c_array(ct, data.tolist())};")
             self.const_bytes += max(data.size, 1) * np.dtype(t.dtype).itemsize
             self.locs[name] = _Loc("flash", f"tt_c{i}")
             return self.locs[name].expr
@@ -223,7 +186,7 @@ class _Gen:
                 self.init_lines.append(f"memset({expr}, 0, {nbytes}); /* {name} */")
             else:
                 self.globals.append(f"/* initial {name} */\nstatic const {ct} tt_i{i}[{data.size}] = "
-                                    f"{_c_array(ct, data.tolist())};")
+                                    f"{c_array(ct, data.tolist())};")
                 self.const_bytes += nbytes
                 self.init_lines.append(f"memcpy({expr}, tt_i{i}, {nbytes}); /* {name} */")
             self.locs[name] = _Loc(kind, expr)
@@ -240,7 +203,7 @@ class _Gen:
         n, cols = self.split[name], int(t.shape[-1])
         rows = data.size // cols
         self.globals.append(f"/* {name}: whole original (flash); channels [0, {n}) are trained in the arena */\n"
-                            f"static const {ct} tt_c{i}[{data.size}] = {_c_array(ct, data.tolist())};")
+                            f"static const {ct} tt_c{i}[{data.size}] = {c_array(ct, data.tolist())};")
         self.const_bytes += data.size * data.dtype.itemsize
         self.flash[name] = f"tt_c{i}"
         expr = f"(({ct} *)(tt_arena + {self.offset[name]}))"
@@ -341,24 +304,6 @@ class _Gen:
                             f"{{{', '.join(map(str, vals[4:8]))}}}, {{{', '.join(map(str, vals[8:]))}}}}};")
         return name
 
-    def add_sub_params(self, a: str, b: str, y: str, act: str) -> str:
-        """add.cc / sub.cc 8-bit general path (executor._add_or_sub): left shift 20, `2 * max(s1, s2)` in float,
-        the multipliers in double."""
-        s1, z1 = self.qp(a)
-        s2, z2 = self.qp(b)
-        so, zo = self.qp(y)
-        left_shift = 20
-        twice_max = float(np.float32(2) * np.float32(max(s1, s2)))
-        m1, sh1 = ia.quantize_multiplier_smaller_than_one_exp(s1 / twice_max)
-        m2, sh2 = ia.quantize_multiplier_smaller_than_one_exp(s2 / twice_max)
-        mo, sho = ia.quantize_multiplier_smaller_than_one_exp(
-            twice_max / float(np.float32((1 << left_shift) * np.float32(so))))
-        lo, hi = ia.activation_range(act, so, zo)
-        name = self.uid("tt_ap")
-        self.globals.append(f"static const tt_add_params_s8 {name} = {{{z1}, {z2}, {zo}, {left_shift}, {m1}, "
-                            f"{sh1}, {m2}, {sh2}, {mo}, {sho}, {lo}, {hi}}};")
-        return name
-
     def slice_params(self, x: str, y: str, attrs: dict) -> str:
         """tt_strided_slice_params: x's rank-4 view; axis 0 (the batch) whole as in the executor, the others the
         reader's resolved (start, stop, step); a shrunk axis has extent 1."""
@@ -383,15 +328,19 @@ class _Gen:
 
     # ---- ops -------------------------------------------------------------------------------------------------
     def emit(self, op: Op) -> list[str]:
-        fn = getattr(self, "op_" + op.type, None)
-        if fn is None:
-            raise CodegenError(f"codegen: no C for op {op.type!r}")
-        lines = fn(op)
+        d = ops.get(op.type)
+        if d is not None and d.c is not None:
+            lines = d.c(self, op)    # the op module's emitter (stages/ops/)
+        else:
+            fn = getattr(self, "op_" + op.type, None)
+            if fn is None:
+                raise CodegenError(f"codegen: no C for op {op.type!r}")
+            lines = fn(op)
         self.calls += sum(1 for ln in lines if ln.lstrip().startswith("tt_"))
         head = f"/* {op.type}: {', '.join(op.outputs)} */"
         return [head] + lines
 
-    def _int8(self, name: str) -> bool:
+    def is_int8(self, name: str) -> bool:
         return self.g.tensors[name].dtype == "int8"
 
     def ploc(self, name: str) -> str:
@@ -413,7 +362,7 @@ class _Gen:
         d, xe, ye = self._io(io, self.conv_dims(op, x, y, kh, kw), x, y)
         bias = self.loc(b) if b else "0"
         act = op.attrs.get("act", "none")
-        if self._int8(x):
+        if self.is_int8(x):
             q = self.requant(x, w, y, act, o)
             if w in self.split:
                 whole, part, n = self.weight_args(w)
@@ -440,7 +389,7 @@ class _Gen:
         d = self.tconv_dims(op, x, y, kh, kw)
         bias = self.loc(b) if b else "0"
         act = op.attrs.get("act", "none")
-        if self._int8(x):
+        if self.is_int8(x):
             q = self.requant(x, w, y, act, o)
             return [f"tt_transpose_conv_s8(&{d}, &{q}, {self.loc(x)}, {self.loc(w)}, {bias}, {self.loc(y)});"]
         lo, hi = FLOAT_BOUNDS[act]
@@ -473,7 +422,7 @@ class _Gen:
         act = op.attrs.get("act", "none")
         if io is not None:
             dd, xe, ye = self._io(io, d, x, y)
-            if self._int8(x):
+            if self.is_int8(x):
                 q = self.requant(x, w, y, act, o)
                 return [f"tt_depthwise_conv2d_s8({dd}, &{q}, {xe}, {self.loc(w)}, {bias}, {ye});"]
             lo, hi = FLOAT_BOUNDS[act]
@@ -483,7 +432,7 @@ class _Gen:
             if y not in self.scratch:
                 raise CodegenError(f"in-place depthwise {y} has no scratch buffer in the plan")
             scr = f"({self.ctype(y)} *)(tt_arena + {self.scratch[y]})"
-        if self._int8(x):
+        if self.is_int8(x):
             q = self.requant(x, w, y, act, o)
             if inplace:
                 return [f"tt_depthwise_conv2d_s8_inplace(&{d}, &{q}, {self.loc(x)}, {self.loc(w)}, {bias}, {scr});"]
@@ -502,7 +451,7 @@ class _Gen:
         rows = numel(self.g.tensors[x].shape) // depth
         bias = self.loc(b) if b else "0"
         act = op.attrs.get("act", "none")
-        if self._int8(x):
+        if self.is_int8(x):
             q = self.requant(x, w, y, act, o)
             return [f"tt_fully_connected_s8({rows}, {depth}, {o}, &{q}, {self.loc(x)}, {self.loc(w)}, {bias}, "
                     f"{self.loc(y)});"]
@@ -510,125 +459,12 @@ class _Gen:
         return [f"tt_fully_connected_f32({rows}, {depth}, {o}, {flit(lo)}, {flit(hi)}, {self.loc(x)}, "
                 f"{self.loc(w)}, {bias}, {self.loc(y)});"]
 
-    def op_add(self, op: Op) -> list[str]:
-        a, b = op.inputs[0], op.inputs[1]
-        y = op.outputs[0]
-        n = numel(self.g.tensors[y].shape)
-        act = op.attrs.get("act", "none")
-        same = self.g.tensors[a].shape == self.g.tensors[b].shape
-        if self._int8(a):
-            p = self.add_sub_params(a, b, y, act)
-            if same:
-                return [f"tt_add_s8(&{p}, {n}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
-            return [f"tt_add_s8_broadcast(&{p}, &{self.bcast(y, a, b)}, {self.loc(a)}, {self.loc(b)}, "
-                    f"{self.loc(y)});"]
-        lo, hi = FLOAT_BOUNDS[act]
-        if same:
-            return [f"tt_add_f32({n}, {flit(lo)}, {flit(hi)}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
-        return [f"tt_add_f32_broadcast(&{self.bcast(y, a, b)}, {flit(lo)}, {flit(hi)}, {self.loc(a)}, "
-                f"{self.loc(b)}, {self.loc(y)});"]
-
-    def op_sub(self, op: Op) -> list[str]:
-        a, b = op.inputs[0], op.inputs[1]
-        y = op.outputs[0]
-        act = op.attrs.get("act", "none")
-        bc = self.bcast(y, a, b)
-        if self._int8(a):
-            p = self.add_sub_params(a, b, y, act)
-            return [f"tt_sub_s8(&{p}, &{bc}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
-        lo, hi = FLOAT_BOUNDS[act]
-        return [f"tt_sub_f32(&{bc}, {flit(lo)}, {flit(hi)}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
-
-    def op_mul(self, op: Op) -> list[str]:
-        a, b = op.inputs[0], op.inputs[1]
-        y = op.outputs[0]
-        act = op.attrs.get("act", "none")
-        bc = self.bcast(y, a, b)
-        if self._int8(a):
-            s1, z1 = self.qp(a)
-            s2, z2 = self.qp(b)
-            so, zo = self.qp(y)
-            # TFLite Micro's CalculateOpDataMul: the ratio of the float32 scales in double (executor._mul default).
-            m, sh = ia.quantize_multiplier(ia.f32(s1) * ia.f32(s2) / ia.f32(so))
-            lo, hi = ia.activation_range(act, so, zo)
-            name = self.uid("tt_mu")
-            self.globals.append(f"static const tt_mul_params_s8 {name} = {{{z1}, {z2}, {zo}, {m}, {sh}, {lo}, {hi}}};")
-            return [f"tt_mul_s8(&{name}, &{bc}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
-        lo, hi = FLOAT_BOUNDS[act]
-        return [f"tt_mul_f32(&{bc}, {flit(lo)}, {flit(hi)}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
-
-    def _logistic_tanh(self, op: Op, kind: str) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        n = numel(self.g.tensors[x].shape)
-        if self._int8(x):
-            s_in, z_in = self.qp(x)
-            s_out, z_out = self.qp(y)
-            want = (1.0 / 256, -128) if kind == "logistic" else (1.0 / 128, 0)
-            if z_out != want[1] or abs(s_out - want[0]) > 1e-6 * want[0]:
-                raise CodegenError(f"int8 {kind} output must have scale {want[0]:g} and zero point {want[1]}")
-            m, ls, radius = ia.logistic_tanh_params(s_in)
-            return [f"tt_{kind}_s8({n}, {z_in}, {m}, {ls}, {radius}, {self.loc(x)}, {self.loc(y)});"]
-        return [f"tt_{kind}_f32({n}, {self.loc(x)}, {self.loc(y)});"]
-
-    def op_logistic(self, op: Op) -> list[str]:
-        return self._logistic_tanh(op, "logistic")
-
-    def op_tanh(self, op: Op) -> list[str]:
-        return self._logistic_tanh(op, "tanh")
-
-    def op_hard_swish(self, op: Op) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        n = numel(self.g.tensors[x].shape)
-        if self._int8(x):
-            s_in, z_in = self.qp(x)
-            s_out, z_out = self.qp(y)
-            try:
-                om, oe, rm, re_ = ia.hard_swish_params(s_in, s_out)
-            except ValueError as e:
-                raise CodegenError(f"hard_swish {y!r}: {e}") from None
-            name = self.uid("tt_hs")
-            self.globals.append(f"static const tt_hard_swish_params_s8 {name} = {{{z_in}, {z_out}, {om}, {oe}, "
-                                f"{rm}, {re_}}};")
-            return [f"tt_hard_swish_s8(&{name}, {n}, {self.loc(x)}, {self.loc(y)});"]
-        return [f"tt_hard_swish_f32({n}, {self.loc(x)}, {self.loc(y)});"]
-
-    def op_leaky_relu(self, op: Op) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        n = numel(self.g.tensors[x].shape)
-        alpha = np.float32(op.attrs.get("alpha", 0.2))
-        if self._int8(x):
-            s_in, z_in = self.qp(x)
-            s_out, z_out = self.qp(y)
-            # LeakyReluPrepare forms both ratios in float (executor._leaky_relu).
-            mi, shi = ia.quantize_multiplier(ia.f32(np.float32(s_in) / np.float32(s_out)))
-            ma, sha = ia.quantize_multiplier(ia.f32(np.float32(np.float32(s_in) * alpha) / np.float32(s_out)))
-            return [f"tt_leaky_relu_s8({n}, {z_in}, {z_out}, {mi}, {shi}, {ma}, {sha}, {self.loc(x)}, "
-                    f"{self.loc(y)});"]
-        return [f"tt_leaky_relu_f32({n}, {flit(alpha)}, {self.loc(x)}, {self.loc(y)});"]
-
-    def op_prelu(self, op: Op) -> list[str]:
-        x, al, y = op.inputs[0], op.inputs[1], op.outputs[0]
-        bc = self.bcast(y, x, al)
-        if self._int8(x):
-            s_in, z_in = self.qp(x)
-            s_a, z_a = self.qp(al)
-            s_out, z_out = self.qp(y)
-            # PreluPrepare's float (not double) ratios (executor._prelu).
-            m1, sh1 = ia.quantize_multiplier(ia.f32(np.float32(s_in) / np.float32(s_out)))
-            m2, sh2 = ia.quantize_multiplier(ia.f32(np.float32(np.float32(s_in) * np.float32(s_a)) /
-                                                    np.float32(s_out)))
-            name = self.uid("tt_pr")
-            self.globals.append(f"static const tt_prelu_params_s8 {name} = {{{z_in}, {z_a}, {z_out}, {m1}, {sh1}, "
-                                f"{m2}, {sh2}}};")
-            return [f"tt_prelu_s8(&{name}, &{bc}, {self.loc(x)}, {self.loc(al)}, {self.loc(y)});"]
-        return [f"tt_prelu_f32(&{bc}, {self.loc(x)}, {self.loc(al)}, {self.loc(y)});"]
-
     def op_strided_slice(self, op: Op) -> list[str]:
         x, y = op.inputs[0], op.outputs[0]
         if self.same_place(x, y):
             raise CodegenError(f"strided_slice {y!r} planned in place over its input (the kernel cannot)")
         p = self.slice_params(x, y, op.attrs)
-        suffix = "s8" if self._int8(x) else "f32"
+        suffix = "s8" if self.is_int8(x) else "f32"
         return [f"tt_strided_slice_{suffix}(&{p}, {self.loc(x)}, {self.loc(y)});"]
 
     def resize_params(self, x: str, y: str, attrs: dict) -> str:
@@ -647,7 +483,7 @@ class _Gen:
         if self.same_place(x, y):
             raise CodegenError(f"{op.type} {y!r} planned in place over its input (the kernel cannot)")
         p = self.resize_params(x, y, op.attrs)
-        suffix = "s8" if self._int8(x) else "f32"
+        suffix = "s8" if self.is_int8(x) else "f32"
         return [f"tt_resize_{kind}_{suffix}(&{p}, {self.loc(x)}, {self.loc(y)});"]
 
     def op_resize_bilinear(self, op: Op) -> list[str]:
@@ -660,7 +496,7 @@ class _Gen:
         x, y = op.inputs[0], op.outputs[0]
         d = self.pool_dims(op, x)
         act = op.attrs.get("act", "none")
-        if self._int8(x):
+        if self.is_int8(x):
             lo, hi = ia.activation_range(act, *self.qp(y))
             return [f"tt_{kind}_s8(&{d}, {lo}, {hi}, {self.loc(x)}, {self.loc(y)});"]
         lo, hi = FLOAT_BOUNDS[act]
@@ -683,7 +519,7 @@ class _Gen:
     def op_mean(self, op: Op) -> list[str]:
         x, y = op.inputs[0], op.outputs[0]
         b, h, w, c = self._mean_axes(op)
-        if self._int8(x):
+        if self.is_int8(x):
             s_in, z_in = self.qp(x)
             s_out, z_out = self.qp(y)
             count = h * w
@@ -702,7 +538,7 @@ class _Gen:
         depth = xs[-1]
         rows = numel(xs) // depth
         beta = float(op.attrs.get("beta", 1.0))
-        if self._int8(x):
+        if self.is_int8(x):
             m, ls, dmin = ia.softmax_params(beta, self.qp(x)[0])
             return [f"tt_softmax_s8({rows}, {depth}, {m}, {ls}, {dmin}, {self.loc(x)}, {self.loc(y)});"]
         return [f"tt_softmax_f32({rows}, {depth}, {flit(beta)}, {self.loc(x)}, {self.loc(y)});"]
@@ -710,7 +546,7 @@ class _Gen:
     def _relu(self, op: Op, lo: float, hi: float | None) -> list[str]:
         x, y = op.inputs[0], op.outputs[0]
         n = numel(self.g.tensors[x].shape)
-        if self._int8(x):
+        if self.is_int8(x):
             s_in, z_in = self.qp(x)
             s_out, z_out = self.qp(y)
             mult, shift = ia.quantize_multiplier(float(s_in) / float(s_out))
@@ -726,18 +562,19 @@ class _Gen:
     def op_relu6(self, op: Op) -> list[str]:
         return self._relu(op, 0.0, 6.0)
 
-    def _copy(self, x: str, y: str) -> list[str]:
+    def copy_call(self, x: str, y: str) -> list[str]:
+        """y = x (a no-op where the plan put both in one place)."""
         if self.same_place(x, y):
             return [f"/* {y} aliases {x} */"]
         n = numel(self.g.tensors[x].shape)
-        suffix = "s8" if self._int8(x) else "f32"
+        suffix = "s8" if self.is_int8(x) else "f32"
         return [f"tt_copy_{suffix}({n}, {self.loc(x)}, {self.loc(y)});"]
 
     def op_reshape(self, op: Op) -> list[str]:
-        return self._copy(op.inputs[0], op.outputs[0])
+        return self.copy_call(op.inputs[0], op.outputs[0])
 
     def op_reshape_grad(self, op: Op) -> list[str]:
-        return self._copy(op.inputs[0], op.outputs[0])
+        return self.copy_call(op.inputs[0], op.outputs[0])
 
     def _pads(self, x: str, p: str) -> tuple[str, str]:
         xs = list(self.g.tensors[x].shape)
@@ -752,7 +589,7 @@ class _Gen:
     def op_pad(self, op: Op) -> list[str]:
         x, p, y = op.inputs[0], op.inputs[1], op.outputs[0]
         shp, pd = self._pads(x, p)
-        if self._int8(x):
+        if self.is_int8(x):
             return [f"tt_pad_s8({shp}, {pd}, {self.qp(y)[1]}, {self.loc(x)}, {self.loc(y)});"]
         return [f"tt_pad_f32({shp}, {pd}, 0.0f, {self.loc(x)}, {self.loc(y)});"]
 
@@ -776,7 +613,7 @@ class _Gen:
         ptrs = self.uid("tt_in")
         ct = self.ctype(y)
         lines = [f"{{ const {ct} *const {ptrs}[{len(names)}] = {{{', '.join(self.loc(n) for n in names)}}};"]
-        if self._int8(y):
+        if self.is_int8(y):
             so, zo = self.qp(y)
             same = all(self.qp(n) == (so, zo) for n in names) and act == "none"
             q = "0"
@@ -865,7 +702,7 @@ class _Gen:
         y, mask = op.inputs[0], op.outputs[0]
         n = numel(self.g.tensors[y].shape)
         lo, hi = op.attrs["lo"], op.attrs.get("hi")
-        if self._int8(y):
+        if self.is_int8(y):
             return [f"tt_clamp_mask_s8({n}, {int(lo)}, {int(hi)}, {self.loc(y)}, {self.loc(mask)});"]
         return [f"tt_clamp_mask_f32({n}, {flit(lo)}, {flit(math.inf if hi is None else hi)}, {self.loc(y)}, "
                 f"{self.loc(mask)});"]
@@ -1095,55 +932,6 @@ class _Gen:
         rows = numel(self.g.tensors[dz].shape) // c
         return [f"tt_bias_grad_f32({rows}, {c}, {self.loc(dz)}, {self.loc(db)});"]
 
-    def _unbroadcast(self, dz: str, d: str, sign: float) -> list[str]:
-        if sign > 0 and self.g.tensors[d].shape == self.g.tensors[dz].shape:
-            return self._copy(dz, d)
-        n = numel(self.g.tensors[d].shape)
-        return [f"tt_unbroadcast_f32(&{self.bcast(dz, d)}, {flit(sign)}, {self.loc(dz)}, {self.loc(d)}, {n});"]
-
-    def op_add_grad(self, op: Op) -> list[str]:
-        dz = op.inputs[0]
-        lines = []
-        for o in op.outputs:
-            lines += self._unbroadcast(dz, o, 1.0)
-        return lines
-
-    def op_sub_grad(self, op: Op) -> list[str]:
-        dz = op.inputs[0]
-        lines = []
-        for o, j in zip(op.outputs, op.attrs["which"]):
-            lines += self._unbroadcast(dz, o, -1.0 if int(j) == 1 else 1.0)
-        return lines
-
-    def op_mul_grad(self, op: Op) -> list[str]:
-        dz, other, d = op.inputs[0], op.inputs[1], op.outputs[0]
-        n = numel(self.g.tensors[d].shape)
-        return [f"tt_mul_grad_f32(&{self.bcast(dz, d, other)}, {self.loc(dz)}, {self.loc(other)}, {self.loc(d)}, "
-                f"{n});"]
-
-    def _elementwise_grad(self, op: Op, kind: str, *extra: str) -> list[str]:
-        dy, v, dx = op.inputs[0], op.inputs[1], op.outputs[0]
-        n = numel(self.g.tensors[dy].shape)
-        pre = "".join(f"{e}, " for e in extra)
-        return [f"tt_{kind}_grad_f32({n}, {pre}{self.loc(dy)}, {self.loc(v)}, {self.loc(dx)});"]
-
-    def op_logistic_grad(self, op: Op) -> list[str]:
-        return self._elementwise_grad(op, "logistic")
-
-    def op_tanh_grad(self, op: Op) -> list[str]:
-        return self._elementwise_grad(op, "tanh")
-
-    def op_hard_swish_grad(self, op: Op) -> list[str]:
-        return self._elementwise_grad(op, "hard_swish")
-
-    def op_leaky_relu_grad(self, op: Op) -> list[str]:
-        return self._elementwise_grad(op, "leaky_relu", flit(op.attrs["alpha"]))
-
-    def op_prelu_grad(self, op: Op) -> list[str]:
-        dy, x, al, dx = op.inputs[0], op.inputs[1], op.inputs[2], op.outputs[0]
-        return [f"tt_prelu_grad_f32(&{self.bcast(dy, x, al)}, {self.loc(dy)}, {self.loc(x)}, {self.loc(al)}, "
-                f"{self.loc(dx)});"]
-
     def op_strided_slice_grad(self, op: Op) -> list[str]:
         dy, dx = op.inputs[0], op.outputs[0]
         if self.same_place(dy, dx):
@@ -1172,7 +960,7 @@ class _Gen:
     def op_max_pool2d_grad(self, op: Op) -> list[str]:
         dy, x, dx = op.inputs[0], op.inputs[1], op.outputs[0]
         d = self.pool_dims(op, x)
-        if self._int8(x):
+        if self.is_int8(x):
             return [f"tt_max_pool2d_grad_s8(&{d}, {self.loc(dy)}, {self.loc(x)}, {self.loc(dx)});"]
         return [f"tt_max_pool2d_grad_f32(&{d}, {self.loc(dy)}, {self.loc(x)}, {self.loc(dx)});"]
 

@@ -78,7 +78,8 @@ from tinytrain.stages import autodiff
 from tinytrain.stages.autodiff import MASK_ACTS
 from tinytrain.stages.ir import Graph
 from tinytrain.stages.memplan import ALIGN
-from tinytrain.stages.ops import CLAMP_MASKED_OPS, FIRST_INPUT_ONLY, IN_PLACE_OPS, OP_CLAMPS, TRAINABLE_OPS
+from tinytrain.stages.ops import (CLAMP_MASKED_OPS, FIRST_INPUT_ONLY, IN_PLACE_OPS, OP_CLAMPS, REGISTRY,
+                                  TRAINABLE_OPS)
 from tinytrain.stages.qas import STATE_COUNT
 from tinytrain.stages.streams import MAX_ROW_OPS, row_geometry, row_op_ok, window_rows
 from tinytrain.stages.train_plan import RATIOS, TrainPlan, _has_bias, _in_channels
@@ -407,12 +408,6 @@ class MemoryModel:
                 deq[key] = name
             return deq[key]
 
-        def real(t: str) -> list[str]:
-            """What a backward op reads for operand t: int8 -> its dequantized copy; float activation -> t."""
-            if g.tensors[t].dtype == "int8":
-                return [dequant(t)]
-            return [t] if self._act(t) else []
-
         def update(grad: str) -> None:
             if s.reorder:
                 steps.append(("update", [grad], []))
@@ -425,6 +420,7 @@ class MemoryModel:
             pgrads.setdefault(p, []).append(name)
             return readers.get(p, 1) == 1
 
+        sb = _StepBuilder(g, sizes, steps, share, dequant)
         for i in reversed(self._fwd):
             op = g.ops[i]
             if not op_needs[i]:
@@ -458,6 +454,10 @@ class MemoryModel:
             if dz != dy and dy in bcast and self._position_streamed(op, wk, s.reorder):
                 # reorder's position stream: mean_grad -> mask -> bias / 1x1 input gradient, one position at a time
                 sizes[dy] = sizes[dz] = int(g.tensors[y].shape[-1]) * FP32
+            backward = REGISTRY[t].backward
+            if backward is not None:
+                backward(sb, op, i, dz)   # the op module's emission, as autodiff runs it
+                continue
             if t in _LAYER_OPS:
                 x = op.inputs[0]
                 w, b = op.inputs[1], (op.inputs[2] if len(op.inputs) > 2 else None)
@@ -519,31 +519,9 @@ class MemoryModel:
                 if dx:
                     steps.append(("max_pool2d_grad", [dz, op.inputs[0]], [dx]))
                 continue
-            if t == "softmax":
-                dx = share(op.inputs[0], i)
-                if dx:
-                    steps.append(("softmax_grad", [dz, *real(y)], [dx]))
-                continue
-            if t == "mul":
-                for j in (0, 1):
-                    d = share(op.inputs[j], i)
-                    if d:
-                        steps.append(("mul_grad", [dz, *real(op.inputs[1 - j])], [d]))
-                continue
-            if t in ("logistic", "tanh"):
-                dx = share(op.inputs[0], i)
-                if dx:
-                    steps.append((f"{t}_grad", [dz, *real(y)], [dx]))
-                continue
-            if t in ("hard_swish", "leaky_relu", "prelu"):
-                dx = share(op.inputs[0], i)
-                if dx:
-                    extra = real(op.inputs[1]) if t == "prelu" and op.inputs[1] is not None else []
-                    steps.append((f"{t}_grad", [dz, *real(op.inputs[0]), *extra], [dx]))
-                continue
-            # add, sub, concatenation (one share per operand), average pool, mean, pad, reshape, strided slice:
-            # they read only dz.
-            ins = op.inputs if t in ("add", "sub", "concatenation") else op.inputs[:1]
+            # concatenation (one share per operand), average pool, mean, pad, reshape, strided slice: they read
+            # only dz.
+            ins = op.inputs if t == "concatenation" else op.inputs[:1]
             outs = [d for d in (share(x, i) for x in ins) if d]
             if outs:
                 steps.append(("reshape_grad" if t == "reshape" else f"{t}_grad", [dz], outs))
@@ -681,6 +659,20 @@ class MemoryModel:
             "weight_options": [{"op": lay.op_index, "name": lay.name, "ratio": r, **self.weight_cost(lay.op_index, r)}
                                for lay in self.layers for r in WEIGHT_RATIOS],
         }
+
+
+class _StepBuilder:
+    """The BackwardBuilder (stages/ops/backward.py) of the abstract program: an op module's backward ops become
+    (type, SRAM inputs, outputs) steps; constants (flash) are not inputs."""
+
+    def __init__(self, g: Graph, sizes: dict[str, int], steps: list, share, dequant):
+        self.g, self.sizes, self.steps, self.share, self._dequant = g, sizes, steps, share, dequant
+
+    def real(self, t: str) -> str:
+        return self._dequant(t) if self.g.tensors[t].dtype == "int8" else t
+
+    def emit(self, type_: str, inputs: list[str], outputs: list[str], **attrs) -> None:
+        self.steps.append((type_, [t for t in inputs if t in self.sizes], list(outputs)))
 
 
 def _mask_steps(steps: list[tuple[str, list[str], list[str]]], n_fwd: int, maskable: set[int],

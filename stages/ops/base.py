@@ -51,6 +51,13 @@ class OpDef:
     # -- memory traits (memplan): None, "any" (the output may take over any dying input), "first" (only the
     # first input), "channel" (the first input, computed one channel at a time through a scratch channel)
     in_place: str | None = None
+    # (bb, op, i, dz) -> None: emits the op's backward through a BackwardBuilder (stages/ops/backward.py); None:
+    # autodiff's own branch still does (ops not yet moved)
+    backward: Callable | None = None
+    # (ctx) -> [outputs]: the numpy reference kernel, float and int8 (ctx: executor._Ctx); None: the executor's own
+    forward: Callable | None = None
+    # (gen, op) -> C statements of the op's kernel call (gen: codegen's generator); None: codegen's op_<type>
+    c: Callable | None = None
     # -- training-op traits
     of: str | None = None          # backward ops: the forward op they differentiate
     masks_gradient: bool = False   # dz = dy masked by the forward output (or its bit mask)
