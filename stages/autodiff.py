@@ -391,48 +391,12 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
             dx = share(x, i)
             if dx:
                 b.emit(f"{t}_grad_input", [dz, deq.full(w) if q else w], [dx], **geo)
-        elif t == "average_pool2d":
-            dx = share(op.inputs[0], i)
-            if dx:
-                b.emit("average_pool2d_grad", [dz], [dx], **geo)
-        elif t == "max_pool2d":
-            dx = share(op.inputs[0], i)
-            if dx:
-                b.emit("max_pool2d_grad", [dz, op.inputs[0]], [dx], **geo)
-        elif t == "mean":
-            dx = share(op.inputs[0], i)
-            if dx:
-                b.emit("mean_grad", [dz, op.inputs[1]], [dx], **geo)
-        elif t == "reshape":
-            dx = share(op.inputs[0], i)
-            if dx:
-                b.emit("reshape_grad", [dz], [dx])
-        elif t == "pad":
-            dx = share(op.inputs[0], i)
-            if dx:
-                b.emit("pad_grad", [dz, op.inputs[1]], [dx])
-        elif t == "concatenation":
-            ins = [n for n in op.inputs if n is not None]
-            axis = int(a.get("axis", -1)) % len(g.tensors[y].shape)
-            outs = [share(n, i) for n in ins]
-            b.emit("concatenation_grad", [dz], [o for o in outs if o], axis=axis,
-                   sizes=[int(g.tensors[n].shape[axis]) for n in ins], which=[j for j, o in enumerate(outs) if o])
         elif t in ops.OP_CLAMPS:
             dx = share(op.inputs[0], i)
             if dx and bounds is not None:
                 b.emit("int8_clamp_grad", [dz, y], [dx], lo=bounds[0], hi=bounds[1])
             elif dx:
                 b.emit("act_grad", [dz, y], [dx], act=t)
-        elif t == "strided_slice":
-            dx = share(op.inputs[0], i)
-            if dx:
-                b.emit("strided_slice_grad", [dz], [dx], starts=[int(v) for v in a["starts"]],
-                       stops=[int(v) for v in a["stops"]], strides=[int(v) for v in a["strides"]])
-        elif t in ("resize_bilinear", "resize_nearest_neighbor"):
-            dx = share(op.inputs[0], i)
-            if dx:
-                b.emit(f"{t}_grad", [dz], [dx], align_corners=bool(a.get("align_corners", False)),
-                       half_pixel_centers=bool(a.get("half_pixel_centers", False)))
         else:
             raise NotImplementedError(f"backward of op {t!r}")
 
@@ -582,6 +546,7 @@ class _GraphBackward:
 
     def __init__(self, b: _Builder, deq: "_Dequantizer | None", share):
         self.b, self.deq, self.share = b, deq, share
+        self.g = b.g
 
     def real(self, t: str) -> str:
         return self.deq.full(t) if self.deq is not None and _is_int8(self.b.g, t) else t

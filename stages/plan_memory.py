@@ -420,7 +420,7 @@ class MemoryModel:
             pgrads.setdefault(p, []).append(name)
             return readers.get(p, 1) == 1
 
-        sb = _StepBuilder(g, sizes, steps, share, dequant)
+        sb = _StepBuilder(g, sizes, steps, share, dequant, bcast)
         for i in reversed(self._fwd):
             op = g.ops[i]
             if not op_needs[i]:
@@ -514,19 +514,11 @@ class MemoryModel:
                         maskable.add(len(steps))
                     steps.append(("int8_clamp_grad" if clamped else "act_grad", [dz, y], [dx]))
                 continue
-            if t == "max_pool2d":
-                dx = share(op.inputs[0], i)
-                if dx:
-                    steps.append(("max_pool2d_grad", [dz, op.inputs[0]], [dx]))
-                continue
-            # concatenation (one share per operand), average pool, mean, pad, reshape, strided slice: they read
-            # only dz.
-            ins = op.inputs if t == "concatenation" else op.inputs[:1]
-            outs = [d for d in (share(x, i) for x in ins) if d]
-            if outs:
-                steps.append(("reshape_grad" if t == "reshape" else f"{t}_grad", [dz], outs))
-                if t == "mean" and len(outs) == 1:
-                    bcast.add(outs[0])
+            # A frozen layer that is no trainable one (transpose_conv): its input gradient reads dz (the weights stay
+            # in flash).
+            dx = share(op.inputs[0], i)
+            if dx:
+                steps.append((f"{t}_grad_input", [dz], [dx]))
         # A parameter shared by several layers: its shares are summed after the backward, then it updates.
         for p, parts in pgrads.items():
             if len(parts) > 1:
@@ -665,14 +657,17 @@ class _StepBuilder:
     """The BackwardBuilder (stages/ops/backward.py) of the abstract program: an op module's backward ops become
     (type, SRAM inputs, outputs) steps; constants (flash) are not inputs."""
 
-    def __init__(self, g: Graph, sizes: dict[str, int], steps: list, share, dequant):
+    def __init__(self, g: Graph, sizes: dict[str, int], steps: list, share, dequant, bcast: set[str]):
         self.g, self.sizes, self.steps, self.share, self._dequant = g, sizes, steps, share, dequant
+        self.bcast = bcast     # gradients that are a broadcast (mean_grad's): reorder streams them by position
 
     def real(self, t: str) -> str:
         return self._dequant(t) if self.g.tensors[t].dtype == "int8" else t
 
     def emit(self, type_: str, inputs: list[str], outputs: list[str], **attrs) -> None:
         self.steps.append((type_, [t for t in inputs if t in self.sizes], list(outputs)))
+        if REGISTRY[type_].broadcasts and len(outputs) == 1:
+            self.bcast.add(outputs[0])
 
 
 def _mask_steps(steps: list[tuple[str, list[str], list[str]]], n_fwd: int, maskable: set[int],

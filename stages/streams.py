@@ -159,7 +159,7 @@ def _position_candidates(graph: Graph) -> list[list[int]]:
     readers = _readers(graph)
     out = []
     for m, op in enumerate(graph.ops):
-        if op.type != "mean_grad":
+        if op.type not in ops.BROADCAST_GRAD_OPS:
             continue
         t1 = op.outputs[0]
         sh = graph.tensors[t1].shape

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..ir import Op
+from ..ir import Graph, Op
 
 
 class BackwardBuilder(Protocol):
+    g: Graph   # the forward graph's tensors (shapes, dtypes)
+
     def share(self, t: str | None, i: int) -> str | None:
         """A new gradient tensor for op i's share of dL/dt (fan-out shares are summed later), or None when t
         needs no gradient (a constant, or nothing trained below it)."""
@@ -26,6 +28,20 @@ class BackwardBuilder(Protocol):
 
     def emit(self, type_: str, inputs: list[str], outputs: list[str], **attrs) -> None:
         """Append one backward op."""
+
+
+def geometry(op: Op) -> dict:
+    """The forward's attrs without its fused activation (the backward ops' geometry attrs)."""
+    return {k: v for k, v in op.attrs.items() if k != "act"}
+
+
+def input_backward(bb: BackwardBuilder, op: Op, i: int, dz: str, reads: tuple = (), attrs: dict | None = None,
+                   type_: str | None = None) -> None:
+    """<op>_grad(dz, *reads) -> dx for the op's first input: reads are further operands taken as they are (a
+    max pool's int8 input: only its argmax matters; shape constants)."""
+    dx = bb.share(op.inputs[0], i)
+    if dx:
+        bb.emit(type_ or f"{op.type}_grad", [dz, *reads], [dx], **(attrs or {}))
 
 
 def unary_backward(bb: BackwardBuilder, op: Op, i: int, dz: str, reads: str = "x", extra_inputs: int = 0,

@@ -61,6 +61,7 @@ class OpDef:
     # -- training-op traits
     of: str | None = None          # backward ops: the forward op they differentiate
     masks_gradient: bool = False   # dz = dy masked by the forward output (or its bit mask)
+    broadcasts: bool = False       # its output is its input broadcast (mean_grad): streamable position by position
     channel_stream: bool = False   # a weight gradient the reorder stage may compute one output channel at a time
     grad_input: bool = False       # an input gradient reading the weights as operand 1 (fused int8 dequantize)
     optimizer: str | None = None   # update ops: the optimizer kind
