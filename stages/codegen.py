@@ -25,11 +25,12 @@ weights.bin gets the merged tensor. A partially trained weight that some other o
 depthwise) falls back to a whole static SRAM array outside the arena: codegen.json's `sram_outside_arena_bytes`
 reports it, and it shows in size.json's .bss.
 
-Element-wise ops with numpy broadcasting (ADD with a smaller operand, SUB, MUL, PRELU's alpha) get a
-`tt_broadcast` (rank-4 output shape + per-operand strides, 0 on broadcast axes), and their backward reduces over
-the broadcast axes with the same struct (tt_unbroadcast_f32, tt_mul_grad_f32). LOGISTIC, TANH, HARD_SWISH,
-LEAKY_RELU, PRELU, MUL and SUB run in int8 with the executor's default (TFLite Micro) arithmetic, their parameters
-computed here with int8_arith exactly as stages/executor.py computes them.
+Where the C of an op is written: its op module's emitter (stages/ops/<family>.py, `OpDef.c(gen, op)`, e.g. the
+element-wise, activation, pooling, data-movement, resize, softmax, (de)quantize, loss and update ops), else this
+module's `_Gen.op_<type>` (the layers and their gradients, the masks, which share the split-weight and stream
+machinery here). `_Gen` offers the emitters the places (loc, ploc, same_place), the tables (const_table, uid,
+globals), the quantization parameters (qp, requant, bcast) and copy_call. stages/codegen_program.py writes the
+program around the calls (arena, loops, evaluation, tt_main).
 
 Compile-time options: -DTT_DUMP_TENSORS=1 makes the program write every trained tensor after each sample step
 (`dump_<step>.bin`, weights.bin's layout) and appends the forward output of every evaluated sample to
@@ -48,8 +49,9 @@ import numpy as np
 
 from tinytrain.stages import int8_arith as ia
 from tinytrain.stages import ops
-from tinytrain.stages.c_literals import (ACT_ENUM, CTYPE, FLOAT_BOUNDS, CodegenError, c_array, flit,  # noqa: F401
+from tinytrain.stages.c_literals import (ACT_ENUM, CTYPE, FLOAT_BOUNDS, CodegenError, c_array, flit,
                                          numel)
+from tinytrain.stages.codegen_program import program
 from tinytrain.stages.geometry import out_size_and_pad
 from tinytrain.stages.ir import Graph, Op, Tensor
 from tinytrain.stages.memplan import fused_dequantize
@@ -57,12 +59,6 @@ from tinytrain.stages.ops import QAS_UPDATE_OPS
 from tinytrain.stages.runtime_config import PROTOCOL
 from tinytrain.stages.streams import Stream, row_geometry
 
-RUNTIME_FIELDS = {"learning_rate": "learning_rate", "momentum": "momentum", "beta1": "beta1", "beta2": "beta2",
-                  "eps": "eps", "alpha": "alpha", "weight_decay": "weight_decay"}
-# The arena is painted with this 32-bit word before the run and scanned by word afterwards (tt_arena_used): as
-# int8 bytes it reads -17, -66, -83, -34 and as a float -6.3e18, so data that happens to equal it is very unlikely
-# (a one-byte paint was: an int8 activation of -91 is common).
-PAINT = 0xDEADBEEF
 # Stack of the firmware (sources.json -> cross-compile -> the linker's __stack_size). Measured high-water marks
 # (painted stack, QEMU): digits 776 B, MobileNetV2-w0.35@128 TTE-like sparse ~1 KB: every kernel is a leaf with a
 # small frame and the program's deepest chain is tt_main -> tt_write_results -> tt_snprintf. 4 KB leaves a
@@ -267,17 +263,6 @@ class _Gen:
                             f"{ys[3]}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {mult}}};")
         return name
 
-    def pool_dims(self, op: Op, x: str) -> str:
-        a = op.attrs
-        xs = self.g.tensors[x].shape
-        kh, kw, sh, sw = int(a["filter_h"]), int(a["filter_w"]), int(a["stride_h"]), int(a["stride_w"])
-        oh, pt = out_size_and_pad(a["padding"], xs[1], kh, sh, 1)
-        ow, pl = out_size_and_pad(a["padding"], xs[2], kw, sw, 1)
-        name = self.uid("tt_pd")
-        self.globals.append(f"static const tt_pool_dims {name} = {{{xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {oh}, {ow}, "
-                            f"{kh}, {kw}, {sh}, {sw}, {pt}, {pl}}};")
-        return name
-
     def bcast(self, out: str, a: str, b: str | None = None) -> str:
         """tt_broadcast of a binary op (numpy broadcasting, shapes aligned to the right as the executor's numpy
         does; constants have no batch axis): the output's rank-4 shape and each operand's element strides, 0 along
@@ -304,41 +289,22 @@ class _Gen:
                             f"{{{', '.join(map(str, vals[4:8]))}}}, {{{', '.join(map(str, vals[8:]))}}}}};")
         return name
 
-    def slice_params(self, x: str, y: str, attrs: dict) -> str:
-        """tt_strided_slice_params: x's rank-4 view; axis 0 (the batch) whole as in the executor, the others the
-        reader's resolved (start, stop, step); a shrunk axis has extent 1."""
-        xs = [int(d) for d in self.g.tensors[x].shape]
-        if len(xs) > 4:
-            raise CodegenError(f"strided_slice of a rank-{len(xs)} tensor (at most 4)")
-        ext, start, stride = [xs[0]], [0], [1]
-        for ax in range(1, len(xs)):
-            a, b, st = int(attrs["starts"][ax]), int(attrs["stops"][ax]), int(attrs["strides"][ax])
-            ext.append(len(range(a, b, st)))
-            start.append(a)
-            stride.append(st)
-        if numel(ext) != numel(self.g.tensors[y].shape):
-            raise CodegenError(f"strided_slice {y!r}: {ext} does not match the output {self.g.tensors[y].shape}")
-        k = 4 - len(xs)
-        xs, ext, start, stride = [1] * k + xs, [1] * k + ext, [0] * k + start, [1] * k + stride
-        name = self.uid("tt_ss")
-        self.globals.append(f"static const tt_strided_slice_params {name} = {{{{{', '.join(map(str, xs))}}}, "
-                            f"{{{', '.join(map(str, ext))}}}, {{{', '.join(map(str, start))}}}, "
-                            f"{{{', '.join(map(str, stride))}}}}};")
-        return name
-
     # ---- ops -------------------------------------------------------------------------------------------------
     def emit(self, op: Op) -> list[str]:
-        d = ops.get(op.type)
-        if d is not None and d.c is not None:
-            lines = d.c(self, op)    # the op module's emitter (stages/ops/)
-        else:
-            fn = getattr(self, "op_" + op.type, None)
-            if fn is None:
-                raise CodegenError(f"codegen: no C for op {op.type!r}")
-            lines = fn(op)
+        lines = self.calls_of(op)
         self.calls += sum(1 for ln in lines if ln.lstrip().startswith("tt_"))
         head = f"/* {op.type}: {', '.join(op.outputs)} */"
         return [head] + lines
+
+    def calls_of(self, op: Op, **kw) -> list[str]:
+        """The C of one op: its op module's emitter (stages/ops/, OpDef.c), or this class's op_<type>."""
+        d = ops.get(op.type)
+        if d is not None and d.c is not None:
+            return d.c(self, op, **kw)
+        fn = getattr(self, "op_" + op.type, None)
+        if fn is None:
+            raise CodegenError(f"codegen: no C for op {op.type!r}")
+        return fn(op, **kw)
 
     def is_int8(self, name: str) -> bool:
         return self.g.tensors[name].dtype == "int8"
@@ -459,109 +425,6 @@ class _Gen:
         return [f"tt_fully_connected_f32({rows}, {depth}, {o}, {flit(lo)}, {flit(hi)}, {self.loc(x)}, "
                 f"{self.loc(w)}, {bias}, {self.loc(y)});"]
 
-    def op_strided_slice(self, op: Op) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        if self.same_place(x, y):
-            raise CodegenError(f"strided_slice {y!r} planned in place over its input (the kernel cannot)")
-        p = self.slice_params(x, y, op.attrs)
-        suffix = "s8" if self.is_int8(x) else "f32"
-        return [f"tt_strided_slice_{suffix}(&{p}, {self.loc(x)}, {self.loc(y)});"]
-
-    def resize_params(self, x: str, y: str, attrs: dict) -> str:
-        """tt_resize_params of a resize from x [N,H,W,C] to y [N,OH,OW,C] (the batch of the planned tensors)."""
-        xs, ys = [int(d) for d in self.g.tensors[x].shape], [int(d) for d in self.g.tensors[y].shape]
-        if len(xs) != 4 or len(ys) != 4 or xs[0] != ys[0] or xs[3] != ys[3]:
-            raise CodegenError(f"resize {y!r}: shapes {xs} -> {ys} are not NHWC with equal batch and channels")
-        name = self.uid("tt_rs")
-        self.globals.append(f"static const tt_resize_params {name} = {{{xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {ys[1]}, "
-                            f"{ys[2]}, {int(bool(attrs.get('align_corners')))}, "
-                            f"{int(bool(attrs.get('half_pixel_centers')))}}};")
-        return name
-
-    def _resize(self, op: Op, kind: str) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        if self.same_place(x, y):
-            raise CodegenError(f"{op.type} {y!r} planned in place over its input (the kernel cannot)")
-        p = self.resize_params(x, y, op.attrs)
-        suffix = "s8" if self.is_int8(x) else "f32"
-        return [f"tt_resize_{kind}_{suffix}(&{p}, {self.loc(x)}, {self.loc(y)});"]
-
-    def op_resize_bilinear(self, op: Op) -> list[str]:
-        return self._resize(op, "bilinear")
-
-    def op_resize_nearest_neighbor(self, op: Op) -> list[str]:
-        return self._resize(op, "nearest")
-
-    def _pool(self, op: Op, kind: str) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        d = self.pool_dims(op, x)
-        act = op.attrs.get("act", "none")
-        if self.is_int8(x):
-            lo, hi = ia.activation_range(act, *self.qp(y))
-            return [f"tt_{kind}_s8(&{d}, {lo}, {hi}, {self.loc(x)}, {self.loc(y)});"]
-        lo, hi = FLOAT_BOUNDS[act]
-        return [f"tt_{kind}_f32(&{d}, {flit(lo)}, {flit(hi)}, {self.loc(x)}, {self.loc(y)});"]
-
-    def op_average_pool2d(self, op: Op) -> list[str]:
-        return self._pool(op, "average_pool2d")
-
-    def op_max_pool2d(self, op: Op) -> list[str]:
-        return self._pool(op, "max_pool2d")
-
-    def _mean_axes(self, op: Op) -> tuple[int, int, int, int]:
-        x = op.inputs[0]
-        xs = self.g.tensors[x].shape
-        axes = sorted({int(v) % len(xs) for v in np.asarray(self.g.tensors[op.inputs[1]].data).reshape(-1)})
-        if len(xs) != 4 or axes != [1, 2]:
-            raise CodegenError(f"mean over axes {axes} of a rank-{len(xs)} tensor (only H, W of NHWC)")
-        return xs[0], xs[1], xs[2], xs[3]
-
-    def op_mean(self, op: Op) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        b, h, w, c = self._mean_axes(op)
-        if self.is_int8(x):
-            s_in, z_in = self.qp(x)
-            s_out, z_out = self.qp(y)
-            count = h * w
-            mult, shift = ia.quantize_multiplier(float(s_in) / float(s_out))
-            extra = min(count.bit_length() - 1, 32, 31 + shift)
-            mult = int((mult << extra) // count) if extra >= 0 else int((mult >> -extra) // count)
-            shift -= extra
-            name = self.uid("tt_mp")
-            self.globals.append(f"static const tt_mean_params_s8 {name} = {{{z_in}, {z_out}, {mult}, {shift}}};")
-            return [f"tt_mean_hw_s8(&{name}, {b}, {h}, {w}, {c}, {self.loc(x)}, {self.loc(y)});"]
-        return [f"tt_mean_hw_f32({b}, {h}, {w}, {c}, {self.loc(x)}, {self.loc(y)});"]
-
-    def op_softmax(self, op: Op) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        xs = self.g.tensors[x].shape
-        depth = xs[-1]
-        rows = numel(xs) // depth
-        beta = float(op.attrs.get("beta", 1.0))
-        if self.is_int8(x):
-            m, ls, dmin = ia.softmax_params(beta, self.qp(x)[0])
-            return [f"tt_softmax_s8({rows}, {depth}, {m}, {ls}, {dmin}, {self.loc(x)}, {self.loc(y)});"]
-        return [f"tt_softmax_f32({rows}, {depth}, {flit(beta)}, {self.loc(x)}, {self.loc(y)});"]
-
-    def _relu(self, op: Op, lo: float, hi: float | None) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        n = numel(self.g.tensors[x].shape)
-        if self.is_int8(x):
-            s_in, z_in = self.qp(x)
-            s_out, z_out = self.qp(y)
-            mult, shift = ia.quantize_multiplier(float(s_in) / float(s_out))
-            qlo, qhi = ia.relu_op_range(lo, hi, s_out, z_out)
-            return [f"tt_relu_s8({n}, {z_in}, {z_out}, {mult}, {shift}, {qlo}, {qhi}, {self.loc(x)}, "
-                    f"{self.loc(y)});"]
-        return [f"tt_clamp_f32({n}, {flit(lo)}, {flit(math.inf if hi is None else hi)}, {self.loc(x)}, "
-                f"{self.loc(y)});"]
-
-    def op_relu(self, op: Op) -> list[str]:
-        return self._relu(op, 0.0, None)
-
-    def op_relu6(self, op: Op) -> list[str]:
-        return self._relu(op, 0.0, 6.0)
-
     def copy_call(self, x: str, y: str) -> list[str]:
         """y = x (a no-op where the plan put both in one place)."""
         if self.same_place(x, y):
@@ -569,121 +432,6 @@ class _Gen:
         n = numel(self.g.tensors[x].shape)
         suffix = "s8" if self.is_int8(x) else "f32"
         return [f"tt_copy_{suffix}({n}, {self.loc(x)}, {self.loc(y)});"]
-
-    def op_reshape(self, op: Op) -> list[str]:
-        return self.copy_call(op.inputs[0], op.outputs[0])
-
-    def op_reshape_grad(self, op: Op) -> list[str]:
-        return self.copy_call(op.inputs[0], op.outputs[0])
-
-    def _pads(self, x: str, p: str) -> tuple[str, str]:
-        xs = list(self.g.tensors[x].shape)
-        pads = np.asarray(self.g.tensors[p].data).reshape(len(xs), 2).astype(int).tolist()
-        while len(xs) < 4:
-            xs.insert(0, 1)
-            pads.insert(0, [0, 0])
-        shp = self.const_table("tt_shape", "int32_t", xs)
-        pd = self.const_table("tt_pads", "int32_t", [v for pr in pads for v in pr])
-        return shp, pd
-
-    def op_pad(self, op: Op) -> list[str]:
-        x, p, y = op.inputs[0], op.inputs[1], op.outputs[0]
-        shp, pd = self._pads(x, p)
-        if self.is_int8(x):
-            return [f"tt_pad_s8({shp}, {pd}, {self.qp(y)[1]}, {self.loc(x)}, {self.loc(y)});"]
-        return [f"tt_pad_f32({shp}, {pd}, 0.0f, {self.loc(x)}, {self.loc(y)});"]
-
-    def op_pad_grad(self, op: Op) -> list[str]:
-        dy, p, dx = op.inputs[0], op.inputs[1], op.outputs[0]
-        shp, pd = self._pads(dx, p)
-        return [f"tt_pad_grad_f32({shp}, {pd}, {self.loc(dy)}, {self.loc(dx)});"]
-
-    def _concat_geo(self, names: list[str], axis: int, out: str) -> tuple[str, int]:
-        ys = self.g.tensors[out].shape
-        axis %= len(ys)
-        outer = numel(ys[:axis])
-        inner = [numel(self.g.tensors[n].shape[axis:]) for n in names]
-        return self.const_table("tt_inner", "int32_t", inner), outer
-
-    def op_concatenation(self, op: Op) -> list[str]:
-        names = [n for n in op.inputs if n is not None]
-        y = op.outputs[0]
-        inner, outer = self._concat_geo(names, int(op.attrs.get("axis", -1)), y)
-        act = op.attrs.get("act", "none")
-        ptrs = self.uid("tt_in")
-        ct = self.ctype(y)
-        lines = [f"{{ const {ct} *const {ptrs}[{len(names)}] = {{{', '.join(self.loc(n) for n in names)}}};"]
-        if self.is_int8(y):
-            so, zo = self.qp(y)
-            same = all(self.qp(n) == (so, zo) for n in names) and act == "none"
-            q = "0"
-            if not same:
-                sc = self.const_table("tt_cs", "float", [self.qp(n)[0] for n in names])
-                zp = self.const_table("tt_cz", "int32_t", [self.qp(n)[1] for n in names])
-                lo, hi = ia.activation_range(act, so, zo)
-                q = self.uid("tt_cq")
-                self.globals.append(f"static const tt_concat_params_s8 {q} = {{{sc}, {zp}, {flit(so)}, {zo}, "
-                                    f"{lo}, {hi}}};")
-                q = "&" + q
-            lines.append(f"  tt_concatenation_s8({len(names)}, {ptrs}, {inner}, {outer}, {q}, {self.loc(y)}); }}")
-        else:
-            lo, hi = FLOAT_BOUNDS[act]
-            lines.append(f"  tt_concatenation_f32({len(names)}, {ptrs}, {inner}, {outer}, {flit(lo)}, {flit(hi)}, "
-                         f"{self.loc(y)}); }}")
-        return lines
-
-    def op_concatenation_grad(self, op: Op) -> list[str]:
-        dy = op.inputs[0]
-        sizes, axis, which = op.attrs["sizes"], int(op.attrs["axis"]), op.attrs["which"]
-        ys = self.g.tensors[dy].shape
-        axis %= len(ys)
-        outer = numel(ys[:axis])
-        rest = numel(ys[axis + 1:])
-        inner = self.const_table("tt_inner", "int32_t", [int(s) * rest for s in sizes])
-        # Parts that need no gradient (not in `which`) get NULL: the kernel skips them.
-        dst = ["0"] * len(sizes)
-        for j, name in zip(which, op.outputs):
-            dst[int(j)] = self.loc(name)
-        ptrs = self.uid("tt_out")
-        return [f"{{ float *const {ptrs}[{len(sizes)}] = {{{', '.join(dst)}}};",
-                f"  tt_concatenation_grad_f32({len(sizes)}, {inner}, {outer}, {self.loc(dy)}, {ptrs}); }}"]
-
-    def op_quantize(self, op: Op) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        n = numel(self.g.tensors[x].shape)
-        so, zo = self.qp(y)
-        if self.g.tensors[x].dtype == "float32":
-            return [f"tt_quantize_f32_s8({n}, {flit(so)}, {zo}, {self.loc(x)}, {self.loc(y)});"]
-        si, zi = self.qp(x)
-        m, s = ia.quantize_multiplier(float(si) / float(so))
-        return [f"tt_requantize_s8({n}, {zi}, {zo}, {m}, {s}, {self.loc(x)}, {self.loc(y)});"]
-
-    def op_dequantize(self, op: Op) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        if y in self.fused:
-            return [f"/* fused: the input-gradient kernels dequantize {x.split(';')[0]} as they read it */"]
-        t = self.g.tensors[x]
-        n = numel(t.shape)
-        if t.quant.per_channel:
-            ax = int(t.quant.axis) % len(t.shape)
-            outer, ch, inner = numel(t.shape[:ax]), t.shape[ax], numel(t.shape[ax + 1:])
-            sc = self.const_table("tt_dqs", "float", t.quant.scale)
-            zp = self.const_table("tt_dqz", "int32_t", t.quant.zero_point)
-            return [f"tt_dequantize_per_channel_s8_f32({outer}, {ch}, {inner}, {sc}, {zp}, {self.loc(x)}, "
-                    f"{self.loc(y)});"]
-        s, z = self.qp(x)
-        return [f"tt_dequantize_s8_f32({n}, {flit(s)}, {z}, {self.loc(x)}, {self.loc(y)});"]
-
-    def op_dequantize_slice(self, op: Op) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        t = self.g.tensors[x]
-        k = int(op.attrs["channels"])
-        depth = int(op.attrs.get("depth", t.shape[-1]))
-        rows = numel(t.shape) // depth
-        s, z = self.qp(x)
-        if y in self.fused:
-            return [f"/* fused: the weight-gradient kernels dequantize {x.split(';')[0]} as they read it */"]
-        return [f"tt_dequantize_slice_s8_f32({rows}, {depth}, {k}, {flit(s)}, {z}, {self.loc(x)}, {self.loc(y)});"]
 
     # ---- backward --------------------------------------------------------------------------------------------
     def op_act_grad(self, op: Op) -> list[str]:
@@ -784,7 +532,7 @@ class _Gen:
         gop, uop = [self.g.ops[i] for i in st.ops]
         p, dw = uop.inputs[0], gop.outputs[0]
         channels = int(st.info["channels"])
-        rows, cols, n = self._slice(p, dw)
+        rows, cols, n = self.trained_slice(p, dw)
         rpc = rows // channels
         # the parameter (its SRAM rows: the compact slice of a split weight) and every per-element state (master
         # copy, optimizer moments: [rows, n]) advance by one channel's rows; the gradient chunk and scalars do not
@@ -799,8 +547,8 @@ class _Gen:
                 off[scale] = "o"
         self.chunk_off, self.chunk_rows = off, rpc
         try:
-            grad = getattr(self, "op_" + gop.type)(gop)
-            upd = getattr(self, "op_" + uop.type)(uop)
+            grad = self.calls_of(gop)
+            upd = self.calls_of(uop)
         finally:
             self.chunk_off, self.chunk_rows = {}, None
         return ["{ int32_t o;", f"  for (o = 0; o < {channels}; ++o) {{", *["    " + ln for ln in grad + upd],
@@ -932,100 +680,8 @@ class _Gen:
         rows = numel(self.g.tensors[dz].shape) // c
         return [f"tt_bias_grad_f32({rows}, {c}, {self.loc(dz)}, {self.loc(db)});"]
 
-    def op_strided_slice_grad(self, op: Op) -> list[str]:
-        dy, dx = op.inputs[0], op.outputs[0]
-        if self.same_place(dy, dx):
-            raise CodegenError(f"strided_slice_grad {dx!r} planned in place over dy (the kernel cannot)")
-        p = self.slice_params(dx, dy, op.attrs)
-        return [f"tt_strided_slice_grad_f32(&{p}, {self.loc(dy)}, {self.loc(dx)});"]
-
-    def _resize_grad(self, op: Op, kind: str) -> list[str]:
-        dy, dx = op.inputs[0], op.outputs[0]
-        if self.same_place(dy, dx):
-            raise CodegenError(f"{op.type} {dx!r} planned in place over dy (the kernel cannot)")
-        p = self.resize_params(dx, dy, op.attrs)
-        return [f"tt_resize_{kind}_grad_f32(&{p}, {self.loc(dy)}, {self.loc(dx)});"]
-
-    def op_resize_bilinear_grad(self, op: Op) -> list[str]:
-        return self._resize_grad(op, "bilinear")
-
-    def op_resize_nearest_neighbor_grad(self, op: Op) -> list[str]:
-        return self._resize_grad(op, "nearest")
-
-    def op_average_pool2d_grad(self, op: Op) -> list[str]:
-        dy, dx = op.inputs[0], op.outputs[0]
-        d = self.pool_dims(op, dx)
-        return [f"tt_average_pool2d_grad_f32(&{d}, {self.loc(dy)}, {self.loc(dx)});"]
-
-    def op_max_pool2d_grad(self, op: Op) -> list[str]:
-        dy, x, dx = op.inputs[0], op.inputs[1], op.outputs[0]
-        d = self.pool_dims(op, x)
-        if self.is_int8(x):
-            return [f"tt_max_pool2d_grad_s8(&{d}, {self.loc(dy)}, {self.loc(x)}, {self.loc(dx)});"]
-        return [f"tt_max_pool2d_grad_f32(&{d}, {self.loc(dy)}, {self.loc(x)}, {self.loc(dx)});"]
-
-    def op_mean_grad(self, op: Op) -> list[str]:
-        dy, dx = op.inputs[0], op.outputs[0]
-        xs = self.g.tensors[dx].shape
-        axes = sorted({int(v) % len(xs) for v in np.asarray(self.g.tensors[op.inputs[1]].data).reshape(-1)})
-        if len(xs) != 4 or axes != [1, 2]:
-            raise CodegenError("mean_grad other than over H, W")
-        return [f"tt_mean_hw_grad_f32({xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {self.loc(dy)}, {self.loc(dx)});"]
-
-    def op_softmax_grad(self, op: Op) -> list[str]:
-        dy, y, dx = op.inputs[0], op.inputs[1], op.outputs[0]
-        ys = self.g.tensors[y].shape
-        return [f"tt_softmax_grad_f32({numel(ys) // ys[-1]}, {ys[-1]}, {flit(op.attrs.get('beta', 1.0))}, "
-                f"{self.loc(dy)}, {self.loc(y)}, {self.loc(dx)});"]
-
-    def op_grad_accumulate(self, op: Op) -> list[str]:
-        y = op.outputs[0]
-        n = numel(self.g.tensors[y].shape)
-        ptrs = self.uid("tt_g")
-        return [f"{{ const float *const {ptrs}[{len(op.inputs)}] = {{{', '.join(self.loc(t) for t in op.inputs)}}};",
-                f"  tt_sum_f32({len(op.inputs)}, {ptrs}, {n}, {self.loc(y)}); }}"]
-
-    def op_batch_accumulate(self, op: Op) -> list[str]:
-        acc, g = op.inputs
-        n = numel(self.g.tensors[acc].shape)
-        return [f"tt_accumulate_f32({n}, {self.loc(acc)}, {self.loc(g)});"]
-
-    def op_softmax_ce_loss(self, op: Op) -> list[str]:
-        z, lab = op.inputs
-        loss, dz = op.outputs
-        zs = self.g.tensors[z].shape
-        depth = zs[-1]
-        if numel(zs) // depth != numel(self.g.tensors[lab].shape):
-            raise CodegenError(f"softmax_ce_loss: {numel(zs) // depth} rows of logits for "
-                               f"{numel(self.g.tensors[lab].shape)} label(s): not a classifier head")
-        return [f"{self.loc(loss)}[0] = tt_softmax_cross_entropy_f32({numel(zs) // depth}, {depth}, {self.loc(z)}, "
-                f"{self.loc(lab)}, {self.loc(dz)});"]
-
-    def op_mse_loss(self, op: Op) -> list[str]:
-        # grad_ops.mse_loss: per sample mean over its elements of (y - t)^2, summed over the rows; dy = 2 (y - t) / per.
-        # tt_mse_f32 computes dy in that order (bit-exact); the loss sums sequentially (numpy sums pairwise from 8
-        # elements on, so the loss may differ in the last ulp for K >= 8).
-        y, t = op.inputs
-        loss, dy = op.outputs
-        ys = self.g.tensors[y].shape
-        rows, per = (int(ys[0]), numel(ys[1:])) if len(ys) > 1 else (1, numel(ys))
-        if numel(self.g.tensors[t].shape) != rows * per:
-            raise CodegenError(f"mse_loss: target {t!r} {self.g.tensors[t].shape} does not match the prediction {ys}")
-        return [f"{self.loc(loss)}[0] = tt_mse_f32({rows}, {per}, {self.loc(y)}, {self.loc(t)}, {self.loc(dy)});"]
-
-    # ---- updates ---------------------------------------------------------------------------------------------
-    def rt(self, op: Op, key: str) -> str:
-        ref = op.attrs.get(f"{key}_ref")
-        if ref is None:
-            if key == "weight_decay":
-                return "0.0f"
-            return flit(self.meta["runtime_defaults"][key])
-        name = ref.split(".", 1)[1] if ref.startswith("runtime.") else ref
-        if name not in RUNTIME_FIELDS:
-            raise CodegenError(f"runtime value {name!r} is not in runtime.bin")
-        return f"tt_cfg.{RUNTIME_FIELDS[name]}"
-
-    def _slice(self, p: str, gname: str) -> tuple[int, int, int]:
+    def trained_slice(self, p: str, gname: str) -> tuple[int, int, int]:
+        """(rows, cols, n) of an update of parameter p with gradient gname: n trained channels of cols."""
         ps = self.g.tensors[p].shape
         cols = ps[-1] if ps else 1
         rows = numel(ps) // cols
@@ -1035,576 +691,7 @@ class _Gen:
             return rows, n, n  # the compact slice: rows of n trained channels
         return rows, cols, n
 
-    def _reset(self, op: Op, gname: str) -> list[str]:
-        if op.attrs.get("reset_grad"):
-            return [f"memset({self.loc(gname)}, 0, {numel(self.g.tensors[gname].shape) * 4});"]
-        return []
-
-    def _float_update(self, op: Op, body) -> list[str]:
-        p, gname = op.inputs[0], op.inputs[1]
-        rows, cols, n = self._slice(p, gname)
-        rows = self.chunk_rows or rows
-        sl = self.uid("tt_sl")
-        self.globals.append(f"static const tt_slice {sl} = {{{rows}, {cols}, {n}}};")
-        scale = flit(1.0 / float(op.attrs.get("batch_size", 1)))
-        return body(sl, scale) + self._reset(op, gname)
-
-    def op_sgd_update(self, op: Op) -> list[str]:
-        p, g = op.inputs[0], op.inputs[1]
-        return self._float_update(op, lambda sl, sc: [
-            f"{{ const tt_sgd_params pp = {{{self.rt(op, 'learning_rate')}, {sc}, {self.rt(op, 'weight_decay')}}};",
-            f"  tt_sgd_f32(&{sl}, &pp, {self.ploc(p)}, {self.ploc(g)}); }}"])
-
-    def op_momentum_update(self, op: Op) -> list[str]:
-        p, g, buf = op.inputs[:3]
-        return self._float_update(op, lambda sl, sc: [
-            f"{{ const tt_momentum_params pp = {{{self.rt(op, 'learning_rate')}, {self.rt(op, 'momentum')}, {sc}, "
-            f"{self.rt(op, 'weight_decay')}}};",
-            f"  tt_momentum_f32(&{sl}, &pp, {self.ploc(p)}, {self.ploc(g)}, {self.ploc(buf)}); }}"])
-
-    def op_adam_update(self, op: Op) -> list[str]:
-        p, g, m, v, step = op.inputs[:5]
-        return self._float_update(op, lambda sl, sc: [
-            "{ tt_adam_params pp;",
-            f"  tt_adam_prepare((double){self.rt(op, 'learning_rate')}, (double){self.rt(op, 'beta1')}, "
-            f"(double){self.rt(op, 'beta2')}, (double){self.rt(op, 'eps')}, {self.ploc(step)}[0], {sc}, "
-            f"{self.rt(op, 'weight_decay')}, &pp);",
-            f"  tt_adam_f32(&{sl}, &pp, {self.ploc(p)}, {self.ploc(g)}, {self.ploc(m)}, {self.ploc(v)}); }}"])
-
-    def op_rmsprop_update(self, op: Op) -> list[str]:
-        p, g, sq = op.inputs[:3]
-        return self._float_update(op, lambda sl, sc: [
-            f"{{ const tt_rmsprop_params pp = {{{self.rt(op, 'learning_rate')}, {self.rt(op, 'alpha')}, "
-            f"(float)(1.0 - (double){self.rt(op, 'alpha')}), {self.rt(op, 'eps')}, {sc}, "
-            f"{self.rt(op, 'weight_decay')}}};",
-            f"  tt_rmsprop_f32(&{sl}, &pp, {self.ploc(p)}, {self.ploc(g)}, {self.ploc(sq)}); }}"])
-
-    def op_step_counter(self, op: Op) -> list[str]:
-        return [f"{self.loc(op.inputs[0])}[0] += 1;"]
-
-    def _qas(self, op: Op) -> list[str]:
-        a = op.attrs
-        kind = op.type[len("qas_"):-len("_update")]
-        p, gname, scale = op.inputs[:3]
-        ns = {"sgd": 0, "momentum": 1, "adam": 2, "rmsprop": 1}[kind]
-        states = op.inputs[3:3 + ns]
-        pos = 3 + ns
-        step = None
-        if kind == "adam":
-            step = op.inputs[pos]
-            pos += 1
-        master = None
-        if a.get("master"):
-            master = op.inputs[pos]
-            pos += 1
-        rng = op.inputs[pos] if a.get("rounding") == "stochastic" and master is None else None
-        pt = self.g.tensors[p]
-        rows, cols, n = self._slice(p, gname)
-        axis = int(a["axis"]) % max(len(pt.shape), 1)
-        if len(pt.shape) <= 1 or axis == len(pt.shape) - 1:
-            rpc = 0
-        elif axis == 0:
-            rpc = rows // pt.shape[0]
-        else:
-            raise CodegenError(f"QAS scale along axis {axis} of {pt.shape}")
-        sc_count = numel(self.g.tensors[scale].shape)
-        if self.chunk_rows is not None:
-            if rpc <= 0:
-                raise CodegenError(f"streamed QAS update of {p}: scales not along the output channels")
-            rows = self.chunk_rows
-        lo, hi = a["bounds"]
-        kinds = {"sgd": "TT_OPT_SGD", "momentum": "TT_OPT_MOMENTUM", "adam": "TT_OPT_ADAM",
-                 "rmsprop": "TT_OPT_RMSPROP"}
-        rounding = "TT_ROUND_STOCHASTIC" if a.get("rounding") == "stochastic" else "TT_ROUND_NEAREST"
-        wd = self.rt(op, "weight_decay") if "weight_decay_ref" in a else "0.0f"
-        lines = ["{ tt_qas_params pp;",
-                 "  memset(&pp, 0, sizeof pp);",
-                 f"  pp.kind = {kinds[kind]}; pp.qas = {1 if a.get('qas', True) else 0}; pp.rounding = {rounding};",
-                 f"  pp.lo = {'INT32_MIN' if int(lo) == -(1 << 31) else int(lo)}; pp.hi = {int(hi)};",
-                 f"  pp.batch_scale = {flit(1.0 / float(a.get('batch_size', 1)))}; "
-                 f"pp.lr = {self.rt(op, 'learning_rate')}; pp.weight_decay = {wd};"]
-        if kind == "momentum":
-            lines.append(f"  pp.momentum = {self.rt(op, 'momentum')};")
-        elif kind == "adam":
-            lines += ["  { tt_adam_params ap;",
-                      f"    tt_adam_prepare((double){self.rt(op, 'learning_rate')}, (double){self.rt(op, 'beta1')}, "
-                      f"(double){self.rt(op, 'beta2')}, (double){self.rt(op, 'eps')}, {self.ploc(step)}[0], 1.0f, "
-                      "0.0f, &ap);",
-                      "    pp.one_minus_beta1 = ap.one_minus_beta1; pp.beta2 = ap.beta2; "
-                      "pp.one_minus_beta2 = ap.one_minus_beta2;",
-                      "    pp.lr_over_bc1 = ap.lr_over_bc1; pp.sqrt_bc2 = ap.sqrt_bc2; pp.eps = ap.eps; }"]
-        elif kind == "rmsprop":
-            lines.append(f"  pp.alpha = {self.rt(op, 'alpha')}; pp.one_minus_alpha = "
-                         f"(float)(1.0 - (double){self.rt(op, 'alpha')}); pp.eps = {self.rt(op, 'eps')};")
-        st0 = self.ploc(states[0]) if ns >= 1 else "0"
-        st1 = self.ploc(states[1]) if ns >= 2 else "0"
-        ms = self.ploc(master) if master else "0"
-        rg = f"(uint32_t *){self.ploc(rng)}" if rng else "0"
-        lines.append(f"  tt_qas_update(&pp, {rows}, {cols}, {n}, {rpc}, {sc_count}, {self.ploc(scale)}, "
-                     f"{self.ploc(p)}, {1 if pt.dtype == 'int32' else 0}, {self.ploc(gname)}, {st0}, {st1}, {ms}, "
-                     f"{rg}); }}")
-        return lines + self._reset(op, gname)
-
-    op_qas_sgd_update = _qas
-    op_qas_momentum_update = _qas
-    op_qas_adam_update = _qas
-    op_qas_rmsprop_update = _qas
-
-
 # ---- the program ---------------------------------------------------------------------------------------------
-
-def _program(gen: _Gen, fwd_lines: list[str], sample_lines: list[str], step_lines: list[str], x_name: str,
-             lab_name: str, head: str, loss: str, batch_size: int, trained: list[dict], prng_inits: list[str],
-             stack_bytes: int, n_prof: int = 0, regression: bool = False) -> str:
-    g = gen.g
-    x_t = g.tensors[x_name]
-    head_t = g.tensors[head]
-    x_bytes = x_t.nbytes
-    n_classes = head_t.shape[-1]
-    argmax = "tt_argmax_s8" if head_t.dtype == "int8" else "tt_argmax_f32"
-    ttds_dtype = {"int8": "TT_TTDS_INT8", "float32": "TT_TTDS_FLOAT32"}.get(x_t.dtype)
-    if ttds_dtype is None:
-        raise CodegenError(f"model input of dtype {x_t.dtype}")
-    wb_lines = []
-    for t in trained:
-        loc = gen.loc(t["name"])
-        if t["name"] in gen.split:  # the merged tensor: trained slice + frozen channels from flash
-            whole, part, n = gen.weight_args(t["name"])
-            cols = int(t["shape"][-1])
-            wb_lines.append(f"    tt_write_split(fd, {whole}, {part}, {t['nbytes'] // cols}u, {cols}u, {n}u);")
-            continue
-        wb_lines.append(f"    if (tt_write(fd, {loc}, {t['nbytes']}) != 0) {{ tt_fail(\"cannot write weights.bin\"); }}")
-    write_split = """
-/* weights.bin holds whole tensors: a split weight is written row by row, channels [0, n) from its trained slice and
- * the rest from the flash original, through a small buffer (few semihosting calls, little stack). */
-static void tt_write_split(int fd, const int8_t *whole, const int8_t *part, uint32_t rows, uint32_t cols, uint32_t n)
-{
-    static int8_t buf[256];
-    uint32_t r, used = 0, c;
-    for (r = 0; r < rows; ++r) {
-        for (c = 0; c < cols; ++c) {
-            buf[used++] = c < n ? part[r * n + c] : whole[r * cols + c];
-            if (used == sizeof buf) {
-                if (tt_write(fd, buf, used) != 0) {
-                    tt_fail("cannot write weights.bin");
-                }
-                used = 0;
-            }
-        }
-    }
-    if (used != 0 && tt_write(fd, buf, used) != 0) {
-        tt_fail("cannot write weights.bin");
-    }
-}
-""" if gen.split else ""
-    arena_end = max((int(b["offset"]) + int(b["size"]) for b in gen.plan["buffers"] if int(b["size"])), default=0)
-    ind = lambda ls, n: "\n".join(" " * n + ln for ln in ls)  # noqa: E731
-    if regression:
-        eval_fn, eval_fmt, read_record, targets_check = _regression_parts(gen, x_name, lab_name, head, ttds_dtype)
-    else:
-        eval_fn = f"""static void tt_evaluate(uint32_t *correct, uint32_t *total)
-{{
-    tt_ttds s;
-    int32_t label;
-    int rc = tt_ttds_open(&s, "test.ttds");
-    *correct = 0;
-    *total = 0;
-    if (rc != 0) {{
-        tt_fail("cannot open test.ttds");
-    }}
-    if (s.sample_bytes != TT_INPUT_BYTES || s.dtype != {ttds_dtype}) {{
-        tt_fail("test.ttds: samples do not match the model input");
-    }}
-    while ((rc = tt_ttds_next(&s, &label, {gen.loc(x_name)})) == 1) {{
-        tt_forward();
-#if defined(TT_DUMP_TENSORS) && TT_DUMP_TENSORS
-        {{ /* the forward output of every test sample, for bit-exact checks against the executor */
-            const int dfd = tt_open("eval_out.bin", TT_APPEND);
-            if (dfd < 0 || tt_write(dfd, {gen.loc(head)}, {head_t.nbytes}) != 0) {{
-                tt_fail("cannot write eval_out.bin");
-            }}
-            tt_close(dfd);
-        }}
-#endif
-        *correct += ({argmax}(TT_NUM_CLASSES, {gen.loc(head)}) == label) ? 1u : 0u;
-        *total += 1;
-    }}
-    if (rc < 0) {{
-        tt_fail("test.ttds: read error");
-    }}
-    tt_ttds_close(&s);
-}}
-
-"""
-        eval_fmt = ('"{\\"protocol\\": ' + str(PROTOCOL) + ', \\"acc_before\\": {\\"correct\\": %lu, \\"total\\": %lu}, "\n'
-                    '        "\\"acc_after\\": {\\"correct\\": %lu, \\"total\\": %lu}, \\"steps\\": %lu, \\"samples\\": %lu, "')
-        read_record = f"""                rc = tt_ttds_next(&s, &label, {gen.loc(x_name)});
-                if (rc != 1) {{
-                    tt_fail("train.ttds: read error");
-                }}
-                if (label < 0 || label >= TT_NUM_CLASSES) {{
-                    tt_fail("train.ttds: label out of range");
-                }}
-                {gen.loc(lab_name)}[0] = label;
-"""
-        targets_check = ""
-    return f"""/* Generated by tinytrain codegen (stages/codegen.py): the training program of one model.
- * Protocol {PROTOCOL}: see stages/runtime_config.py. Do not edit: regenerate. */
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-
-#include "tt_kernels.h"
-#include "tt_train_ops.h"
-#include "tt_platform.h"
-#include "tt_ttds.h"
-
-#define TT_ARENA_SIZE {max(gen.arena, 16)}u
-#define TT_ARENA_PLANNED {gen.arena}u
-/* The planned end of the last buffer (max offset + size), rounded up to the 4-byte word the arena is scanned by:
- * what tt_arena_used() must find (the arena's own size adds the 16-byte alignment padding nobody writes). */
-#define TT_ARENA_END {-(-arena_end // 4) * 4}u
-#define TT_BATCH_SIZE {batch_size}u
-#define TT_NUM_CLASSES {n_classes}
-#define TT_INPUT_BYTES {x_bytes}u
-#define TT_PAINT 0x{PAINT:08X}u
-
-static uint8_t tt_arena[TT_ARENA_SIZE] __attribute__((aligned(16)));
-
-/* runtime.bin, parsed field by field (little-endian) so no struct padding or byte order leaks in. */
-typedef struct {{
-    float learning_rate;
-    uint32_t epochs, seed, batch_size;
-    float momentum, beta1, beta2, eps, alpha, weight_decay;
-    uint32_t max_train_samples, flags;
-}} tt_runtime_config;
-
-static tt_runtime_config tt_cfg;
-
-/* Per-op instruction profile of the training step (-DTT_PROFILE=1 only; bench/profile_mbv2.py): op k's
- * instructions and calls, written to profile.bin (little-endian uint64 instructions[N], then uint32 calls[N]). */
-#if defined(TT_PROFILE) && TT_PROFILE
-#define TT_PROF_N {max(n_prof, 1)}
-static uint64_t tt_prof_insns[TT_PROF_N];
-static uint32_t tt_prof_calls[TT_PROF_N];
-static uint64_t tt_prof_t0;
-#define TT_PROF_BEGIN() (tt_prof_t0 = tt_instructions())
-#define TT_PROF_END(k) (tt_prof_insns[(k)] += tt_instructions() - tt_prof_t0, ++tt_prof_calls[(k)])
-static void tt_prof_write(void)
-{{
-    const int fd = tt_open("profile.bin", TT_WRITE);
-    if (fd < 0 || tt_write(fd, tt_prof_insns, sizeof tt_prof_insns) != 0 ||
-        tt_write(fd, tt_prof_calls, sizeof tt_prof_calls) != 0) {{
-        tt_fail("cannot write profile.bin");
-    }}
-    tt_close(fd);
-}}
-#else
-#define TT_PROF_BEGIN() ((void)0)
-#define TT_PROF_END(k) ((void)0)
-#endif
-
-{chr(10).join(gen.globals)}
-{write_split}
-static uint32_t tt_le32(const uint8_t *p)
-{{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}}
-
-static float tt_lef32(const uint8_t *p)
-{{
-    const uint32_t u = tt_le32(p);
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}}
-
-static void tt_read_config(void)
-{{
-    uint8_t b[64];
-    const long n = tt_read_file("runtime.bin", b, sizeof b);
-    if (n != 56) {{
-        tt_fail("runtime.bin missing or not 56 bytes");
-    }}
-    if (b[0] != 'T' || b[1] != 'T' || b[2] != 'R' || b[3] != 'C' || tt_le32(b + 4) != 1u) {{
-        tt_fail("runtime.bin: bad magic or version");
-    }}
-    tt_cfg.learning_rate = tt_lef32(b + 8);
-    tt_cfg.epochs = tt_le32(b + 12);
-    tt_cfg.seed = tt_le32(b + 16);
-    tt_cfg.batch_size = tt_le32(b + 20);
-    tt_cfg.momentum = tt_lef32(b + 24);
-    tt_cfg.beta1 = tt_lef32(b + 28);
-    tt_cfg.beta2 = tt_lef32(b + 32);
-    tt_cfg.eps = tt_lef32(b + 36);
-    tt_cfg.alpha = tt_lef32(b + 40);
-    tt_cfg.weight_decay = tt_lef32(b + 44);
-    tt_cfg.max_train_samples = tt_le32(b + 48);
-    tt_cfg.flags = tt_le32(b + 52);
-    if (tt_cfg.batch_size != TT_BATCH_SIZE) {{
-        tt_fail("runtime.bin: batch_size differs from the compiled batch size");
-    }}
-}}
-
-static void tt_init_state(void)
-{{
-{ind(gen.init_lines, 4)}
-{ind(prng_inits, 4)}
-}}
-
-/* Forward only (evaluation): the schedule's forward ops in its order. */
-static void tt_forward(void)
-{{
-{ind(fwd_lines, 4)}
-}}
-
-/* One sample: forward, loss, backward{', accumulation' if batch_size > 1 else ', in-place updates'}. */
-static void tt_sample_step(void)
-{{
-{ind(sample_lines, 4)}
-}}
-
-/* Once per batch: the updates (empty when they run in the sample step). */
-static void tt_update_step(void)
-{{
-{ind(step_lines, 4) if step_lines else '    /* updates run inside the sample step (batch 1, in-place order) */'}
-}}
-
-static void tt_write_weights(const char *name)
-{{
-    const int fd = tt_open(name, TT_WRITE);
-    if (fd < 0) {{
-        tt_fail("cannot open weights file");
-    }}
-{chr(10).join(wb_lines)}
-    tt_close(fd);
-}}
-
-{eval_fn}/* The arena is painted word by word before the run; the used size is the end of the last word that no longer
- * holds the paint (a byte-wise scan read data bytes equal to a one-byte paint as unused). */
-static void tt_arena_paint(void)
-{{
-    const uint32_t p = TT_PAINT;
-    uint32_t i;
-    for (i = 0; i + 4u <= TT_ARENA_SIZE; i += 4u) {{
-        memcpy(tt_arena + i, &p, 4);
-    }}
-}}
-
-static uint32_t tt_arena_used(void)
-{{
-    uint32_t i = TT_ARENA_SIZE - TT_ARENA_SIZE % 4u;
-    while (i > 0) {{
-        uint32_t w;
-        memcpy(&w, tt_arena + i - 4u, 4);
-        if (w != TT_PAINT) {{
-            break;
-        }}
-        i -= 4u;
-    }}
-    return i;
-}}
-
-static void tt_write_results(uint32_t cb, uint32_t tb, uint32_t ca, uint32_t ta, uint32_t steps,
-                             uint32_t samples, uint64_t itotal, uint64_t imin, uint64_t imax, int nan)
-{{
-    static char buf[768];
-    const uint64_t imean = steps ? itotal / steps : 0;
-    const int n = tt_snprintf(buf, sizeof buf,
-        {eval_fmt}
-        "\\"instructions_total_train\\": %llu, \\"instructions_per_step_min\\": %llu, "
-        "\\"instructions_per_step_max\\": %llu, \\"instructions_per_step_mean\\": %llu, "
-        "\\"arena_bytes_planned\\": %lu, \\"arena_end_planned\\": %lu, \\"arena_bytes_used\\": %lu, "
-        "\\"loss_nan\\": %s}}\\n",
-        (unsigned long)cb, (unsigned long)tb, (unsigned long)ca, (unsigned long)ta, (unsigned long)steps,
-        (unsigned long)samples, (unsigned long long)itotal, (unsigned long long)imin, (unsigned long long)imax,
-        (unsigned long long)imean, (unsigned long)TT_ARENA_PLANNED, (unsigned long)TT_ARENA_END,
-        (unsigned long)tt_arena_used(),
-        nan ? "true" : "false");
-    if (n <= 0 || tt_write_file("results.json", buf, (size_t)n) != 0) {{
-        tt_fail("cannot write results.json");
-    }}
-}}
-
-int tt_main(void)
-{{
-    uint32_t cb = 0, tb = 0, ca = 0, ta = 0, steps = 0, samples = 0, epoch, used, i;
-    uint64_t itotal = 0, imin = 0, imax = 0;
-    int32_t label;
-    int lfd, rc;
-    tt_ttds s;
-    tt_read_config();
-    tt_arena_paint();
-    tt_init_state();
-    if (tt_cfg.flags & 1u) {{
-        tt_evaluate(&cb, &tb);
-    }}
-    if (tt_ttds_open(&s, "train.ttds") != 0) {{
-        tt_fail("cannot open train.ttds");
-    }}
-    if (s.sample_bytes != TT_INPUT_BYTES || s.dtype != {ttds_dtype}) {{
-        tt_fail("train.ttds: samples do not match the model input");
-    }}{targets_check}
-    used = s.count;
-    if (tt_cfg.max_train_samples != 0 && tt_cfg.max_train_samples < used) {{
-        used = tt_cfg.max_train_samples;
-    }}
-    used -= used % TT_BATCH_SIZE; /* a last partial batch is dropped, as train_executor.train does */
-    lfd = tt_open("losses.bin", TT_WRITE);
-    if (lfd < 0) {{
-        tt_fail("cannot open losses.bin");
-    }}
-    for (epoch = 0; epoch < tt_cfg.epochs; ++epoch) {{
-        if (tt_ttds_seek(&s, 0) != 0) {{
-            tt_fail("train.ttds: seek failed");
-        }}
-        for (i = 0; i < used; i += TT_BATCH_SIZE) {{
-            const uint64_t t0 = tt_instructions();
-            uint64_t dt;
-            uint32_t j;
-            for (j = 0; j < TT_BATCH_SIZE; ++j) {{
-                float lv;
-                uint8_t lb[4];
-                uint32_t bits;
-{read_record}                tt_sample_step();
-                lv = {gen.loc(loss)}[0];
-                bits = tt_f32_bits(lv);
-                lb[0] = (uint8_t)bits; lb[1] = (uint8_t)(bits >> 8); lb[2] = (uint8_t)(bits >> 16); lb[3] = (uint8_t)(bits >> 24);
-                if (tt_write(lfd, lb, 4) != 0) {{
-                    tt_fail("cannot write losses.bin");
-                }}
-                ++samples;
-#if defined(TT_DUMP_TENSORS) && TT_DUMP_TENSORS
-                {{
-                    char name[32];
-                    tt_snprintf(name, sizeof name, "dump_%lu.bin", (unsigned long)samples);
-                    tt_write_weights(name);
-                }}
-#endif
-                if (!(lv == lv) || lv - lv != 0.0f) {{
-                    static char msg[64];
-                    tt_close(lfd);
-                    tt_write_results(cb, tb, ca, ta, steps, samples, itotal, imin, imax, 1);
-                    tt_snprintf(msg, sizeof msg, "loss is NaN at step %lu", (unsigned long)(samples - 1));
-                    tt_fail(msg);
-                }}
-            }}
-            tt_update_step();
-            dt = tt_instructions() - t0;
-            if (steps == 0 || dt < imin) {{
-                imin = dt;
-            }}
-            if (dt > imax) {{
-                imax = dt;
-            }}
-            itotal += dt;
-            ++steps;
-            tt_progress(steps, (used / TT_BATCH_SIZE) * tt_cfg.epochs, "training steps");
-        }}
-    }}
-    tt_close(lfd);
-    tt_ttds_close(&s);
-    if (tt_cfg.flags & 2u) {{
-        tt_evaluate(&ca, &ta);
-    }}
-    tt_write_weights("weights.bin");
-#if defined(TT_PROFILE) && TT_PROFILE
-    tt_prof_write();
-#endif
-    tt_write_results(cb, tb, ca, ta, steps, samples, itotal, imin, imax, 0);
-    (void)tt_arena_used;
-    return 0;
-}}
-"""
-
-
-def _regression_parts(gen: _Gen, x_name: str, lab_name: str, head: str, ttds_dtype: str) -> tuple[str, str, str, str]:
-    """The MSE (regression) variants of the program's pieces: tt_evaluate computing the test split's mean squared
-    error, results.json's mse fields, the train loop's record read (float targets straight into the target
-    tensor) and the check that the streams carry as many targets as the model has outputs.
-
-    tt_evaluate keeps the classification signature (a, total): `a` is the IEEE-754 bit pattern of the MSE (results.json
-    holds integers only; stages/emulate_run.py decodes it). Per sample the error is that of tt_mse_f32 / grad_ops
-    .mse_loss (mean over the sample's outputs); the MSE is their mean over the samples, summed in float in file order."""
-    g = gen.g
-    head_t, lab_t = g.tensors[head], g.tensors[lab_name]
-    k = numel(head_t.shape)
-    if numel(lab_t.shape) != k:
-        raise CodegenError(f"mse target {lab_name!r} {lab_t.shape} does not match the prediction {head_t.shape}")
-    if head_t.dtype == "int8":
-        # The loss reads the dequantized head (autodiff's dequantize): evaluate on the same real values.
-        s, z = gen.qp(head)
-        pred_decl = "    static float pred[TT_NUM_TARGETS];\n"
-        pred = (f"        tt_dequantize_s8_f32(TT_NUM_TARGETS, {flit(s)}, {z}, {gen.loc(head)}, pred);\n"
-                "        y = pred;\n")
-    elif head_t.dtype == "float32":
-        pred_decl, pred = "", f"        y = {gen.loc(head)};\n"
-    else:
-        raise CodegenError(f"mse on a {head_t.dtype} prediction")
-    eval_fn = f"""#define TT_NUM_TARGETS {k}u
-
-static void tt_evaluate(uint32_t *mse_bits, uint32_t *total)
-{{
-    static float target[TT_NUM_TARGETS];
-{pred_decl}    tt_ttds s;
-    int32_t label;
-    float sum = 0.0f;
-    int rc = tt_ttds_open(&s, "test.ttds");
-    *mse_bits = 0;
-    *total = 0;
-    if (rc != 0) {{
-        tt_fail("cannot open test.ttds");
-    }}
-    if (s.sample_bytes != TT_INPUT_BYTES || s.dtype != {ttds_dtype}) {{
-        tt_fail("test.ttds: samples do not match the model input");
-    }}
-    if (s.targets != TT_NUM_TARGETS) {{
-        tt_fail("test.ttds: the records' float targets do not match the model's outputs");
-    }}
-    while ((rc = tt_ttds_next_target(&s, &label, target, {gen.loc(x_name)})) == 1) {{
-        const float *y;
-        float acc = 0.0f;
-        uint32_t k;
-        tt_forward();
-#if defined(TT_DUMP_TENSORS) && TT_DUMP_TENSORS
-        {{ /* the forward output of every test sample, for bit-exact checks against the executor */
-            const int dfd = tt_open("eval_out.bin", TT_APPEND);
-            if (dfd < 0 || tt_write(dfd, {gen.loc(head)}, {head_t.nbytes}) != 0) {{
-                tt_fail("cannot write eval_out.bin");
-            }}
-            tt_close(dfd);
-        }}
-#endif
-{pred}        for (k = 0; k < TT_NUM_TARGETS; ++k) {{
-            const float d = y[k] - target[k];
-            acc += d * d;
-        }}
-        sum += acc / (float)TT_NUM_TARGETS;
-        *total += 1;
-    }}
-    if (rc < 0) {{
-        tt_fail("test.ttds: read error");
-    }}
-    tt_ttds_close(&s);
-    *mse_bits = tt_f32_bits(*total ? sum / (float)*total : 0.0f);
-}}
-
-"""
-    eval_fmt = ('"{\\"protocol\\": ' + str(PROTOCOL) + ', \\"task\\": \\"regression\\", '
-                '\\"mse_before_bits\\": %lu, \\"mse_before_total\\": %lu, "\n'
-                '        "\\"mse_after_bits\\": %lu, \\"mse_after_total\\": %lu, \\"steps\\": %lu, '
-                '\\"samples\\": %lu, "')
-    read_record = f"""                rc = tt_ttds_next_target(&s, &label, {gen.loc(lab_name)}, {gen.loc(x_name)});
-                if (rc != 1) {{
-                    tt_fail("train.ttds: read error");
-                }}
-"""
-    targets_check = """
-    if (s.targets != TT_NUM_TARGETS) {
-        tt_fail("train.ttds: the records' float targets do not match the model's outputs");
-    }"""
-    return eval_fn, eval_fmt, read_record, targets_check
-
 
 def generate(tg: Graph, order: list[int], memplan_doc: dict[str, Any], out_dir: Path,
              kernels: str = "portable", stack_bytes: int = DEFAULT_STACK) -> dict[str, Any]:
@@ -1665,7 +752,7 @@ def generate(tg: Graph, order: list[int], memplan_doc: dict[str, Any], out_dir: 
         gen.loc(t["name"])
     head = meta["prediction"]
     regression = meta.get("loss") == "mse"
-    text = _program(gen, fwd_lines, sample_lines, step_lines, x_name, lab, head, meta["loss_tensor"], bsz,
+    text = program(gen, fwd_lines, sample_lines, step_lines, x_name, lab, head, meta["loss_tensor"], bsz,
                     trained, prng_inits, stack_bytes, n_prof, regression=regression)
     (out_dir / "tt_model.c").write_text(text)
     (out_dir / "sources.json").write_text(json.dumps({"kernels": None, "defines": {}, "stack_bytes": stack_bytes},

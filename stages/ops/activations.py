@@ -2,11 +2,13 @@
 
 Here for logistic, tanh, hard_swish, leaky_relu and prelu: the numpy float and int8 kernels (the executor's), the
 backward emission (autodiff and the memory model) and the C of the forward and gradient calls (int8 with TFLite
-Micro's arithmetic, the parameters computed once for the kernel and the C). relu / relu6 still have theirs in the
-executor, autodiff and codegen.
+Micro's arithmetic, the parameters computed once for the kernel and the C); for relu / relu6 the C (their kernels
+and backward are still the executor's and autodiff's).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -17,6 +19,8 @@ from ..kernel_common import qparams
 from .backward import unary_backward
 from .base import Builtin, OpDef
 
+# the standalone clamps: (lo, hi) in real units, hi None = unbounded
+_CLAMPS = {"relu": (0.0, None), "relu6": (0.0, 6.0)}
 # int8 output encodings the kernels hard-code (LiteRT checks LOGISTIC's; TANH's fixed-point kernel assumes it)
 _FIXED_OUTPUT = {"logistic": (1.0 / 256.0, -128), "tanh": (1.0 / 128.0, 0)}
 
@@ -240,11 +244,29 @@ def _c_prelu_grad(gen, op: Op) -> list[str]:
             f"{gen.loc(dx)});"]
 
 
+# ---- C (gen: codegen's generator)
+
+def _c_clamp(gen, op: Op) -> list[str]:
+    """relu / relu6: the standalone clamp (int8: QuantizedReluX requantizes)."""
+    lo, hi = _CLAMPS[op.type]
+    x, y = op.inputs[0], op.outputs[0]
+    n = numel(gen.g.tensors[x].shape)
+    if gen.is_int8(x):
+        s_in, z_in = gen.qp(x)
+        s_out, z_out = gen.qp(y)
+        mult, shift = ia.quantize_multiplier(float(s_in) / float(s_out))
+        qlo, qhi = ia.relu_op_range(lo, hi, s_out, z_out)
+        return [f"tt_relu_s8({n}, {z_in}, {z_out}, {mult}, {shift}, {qlo}, {qhi}, {gen.loc(x)}, "
+                f"{gen.loc(y)});"]
+    return [f"tt_clamp_f32({n}, {flit(lo)}, {flit(math.inf if hi is None else hi)}, {gen.loc(x)}, "
+            f"{gen.loc(y)});"]
+
+
 OPS = (
     OpDef("relu", signature="x -> y", tflite=(Builtin("RELU", 1, 1),), differentiable=True,
-          op_clamp=(0.0, None), in_place="any"),
+          op_clamp=_CLAMPS["relu"], in_place="any", c=_c_clamp),
     OpDef("relu6", signature="x -> y", tflite=(Builtin("RELU6", 1, 1),), differentiable=True,
-          op_clamp=(0.0, 6.0), in_place="any"),
+          op_clamp=_CLAMPS["relu6"], in_place="any", c=_c_clamp),
     OpDef("logistic", signature="x -> y", note="int8: output fixed at (1/256, -128)",
           tflite=(Builtin("LOGISTIC", 1, 1),), differentiable=True, fixed_output=_FIXED_OUTPUT["logistic"],
           forward=_logistic, backward=_from_output, c=_c_logistic_tanh),

@@ -3,6 +3,8 @@ values with the input's parameters (so the output shares them) and never clamp."
 
 from __future__ import annotations
 
+from ..c_literals import CodegenError
+from ..ir import Op
 from .backward import input_backward
 from .base import Builtin, OpDef
 
@@ -13,18 +15,64 @@ def _resize_backward(bb, op, i, dz):
     """dz scattered back to the source pixels (the int8 resizes never clamp: no mask)."""
     input_backward(bb, op, i, dz, attrs={k: bool(op.attrs.get(k, False)) for k in _ATTRS})
 
+# ---- C (gen: codegen's generator)
+
+def _c_resize_params(gen, x: str, y: str, attrs: dict) -> str:
+    """tt_resize_params of a resize from x [N,H,W,C] to y [N,OH,OW,C] (the batch of the planned tensors)."""
+    xs, ys = [int(d) for d in gen.g.tensors[x].shape], [int(d) for d in gen.g.tensors[y].shape]
+    if len(xs) != 4 or len(ys) != 4 or xs[0] != ys[0] or xs[3] != ys[3]:
+        raise CodegenError(f"resize {y!r}: shapes {xs} -> {ys} are not NHWC with equal batch and channels")
+    name = gen.uid("tt_rs")
+    gen.globals.append(f"static const tt_resize_params {name} = {{{xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {ys[1]}, "
+                        f"{ys[2]}, {int(bool(attrs.get('align_corners')))}, "
+                        f"{int(bool(attrs.get('half_pixel_centers')))}}};")
+    return name
+
+
+def _c_resize(gen, op: Op, kind: str) -> list[str]:
+    x, y = op.inputs[0], op.outputs[0]
+    if gen.same_place(x, y):
+        raise CodegenError(f"{op.type} {y!r} planned in place over its input (the kernel cannot)")
+    p = _c_resize_params(gen, x, y, op.attrs)
+    suffix = "s8" if gen.is_int8(x) else "f32"
+    return [f"tt_resize_{kind}_{suffix}(&{p}, {gen.loc(x)}, {gen.loc(y)});"]
+
+
+def _c_resize_bilinear(gen, op: Op) -> list[str]:
+    return _c_resize(gen, op, "bilinear")
+
+
+def _c_resize_nearest_neighbor(gen, op: Op) -> list[str]:
+    return _c_resize(gen, op, "nearest")
+
+
+def _c_resize_grad(gen, op: Op, kind: str) -> list[str]:
+    dy, dx = op.inputs[0], op.outputs[0]
+    if gen.same_place(dy, dx):
+        raise CodegenError(f"{op.type} {dx!r} planned in place over dy (the kernel cannot)")
+    p = _c_resize_params(gen, dx, dy, op.attrs)
+    return [f"tt_resize_{kind}_grad_f32(&{p}, {gen.loc(dy)}, {gen.loc(dx)});"]
+
+
+def _c_resize_bilinear_grad(gen, op: Op) -> list[str]:
+    return _c_resize_grad(gen, op, "bilinear")
+
+
+def _c_resize_nearest_neighbor_grad(gen, op: Op) -> list[str]:
+    return _c_resize_grad(gen, op, "nearest")
+
 
 OPS = (
     OpDef("resize_bilinear", signature="x, size -> y", attrs=_ATTRS,
           note="NHWC; size a constant int32[2] = the output's H, W; int8 keeps the input's parameters",
           tflite=(Builtin("RESIZE_BILINEAR", 2, 2),), differentiable=True, shared_qparams="first",
-          backward=_resize_backward),
+          backward=_resize_backward, c=_c_resize_bilinear),
     OpDef("resize_nearest_neighbor", signature="x, size -> y", attrs=_ATTRS,
           note="as resize_bilinear; a copy of the chosen source pixels",
           tflite=(Builtin("RESIZE_NEAREST_NEIGHBOR", 2, 2),), differentiable=True, shared_qparams="first",
-          backward=_resize_backward),
+          backward=_resize_backward, c=_c_resize_nearest_neighbor),
     OpDef("resize_bilinear_grad", kind="backward", of="resize_bilinear", signature="dy -> dx", attrs=_ATTRS,
-          note="dy scattered to the four source pixels with the float forward's weights"),
+          note="dy scattered to the four source pixels with the float forward's weights", c=_c_resize_bilinear_grad),
     OpDef("resize_nearest_neighbor_grad", kind="backward", of="resize_nearest_neighbor", signature="dy -> dx",
-          attrs=_ATTRS, note="dy summed into the copied source pixel"),
+          attrs=_ATTRS, note="dy summed into the copied source pixel", c=_c_resize_nearest_neighbor_grad),
 )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from .. import int8_arith as ia
+from ..c_literals import flit, numel
+from ..ir import Op
 from .backward import unary_backward
 from .base import Builtin, OpDef
 
@@ -11,8 +14,29 @@ def _softmax_backward(bb, op, i, dz):
     unary_backward(bb, op, i, dz, reads="y", attrs={"beta": float(op.attrs.get("beta", 1.0))})
 
 
+# ---- C (gen: codegen's generator)
+
+def _c_softmax(gen, op: Op) -> list[str]:
+    x, y = op.inputs[0], op.outputs[0]
+    xs = gen.g.tensors[x].shape
+    depth = xs[-1]
+    rows = numel(xs) // depth
+    beta = float(op.attrs.get("beta", 1.0))
+    if gen.is_int8(x):
+        m, ls, dmin = ia.softmax_params(beta, gen.qp(x)[0])
+        return [f"tt_softmax_s8({rows}, {depth}, {m}, {ls}, {dmin}, {gen.loc(x)}, {gen.loc(y)});"]
+    return [f"tt_softmax_f32({rows}, {depth}, {flit(beta)}, {gen.loc(x)}, {gen.loc(y)});"]
+
+
+def _c_softmax_grad(gen, op: Op) -> list[str]:
+    dy, y, dx = op.inputs[0], op.inputs[1], op.outputs[0]
+    ys = gen.g.tensors[y].shape
+    return [f"tt_softmax_grad_f32({numel(ys) // ys[-1]}, {ys[-1]}, {flit(op.attrs.get('beta', 1.0))}, "
+            f"{gen.loc(dy)}, {gen.loc(y)}, {gen.loc(dx)});"]
+
+
 OPS = (
     OpDef("softmax", signature="x -> y", attrs=("beta",), tflite=(Builtin("SOFTMAX", 1, 1),),
-          differentiable=True, fixed_output=(1.0 / 256.0, -128), backward=_softmax_backward),
-    OpDef("softmax_grad", kind="backward", of="softmax", signature="dy, y -> dx", attrs=("beta",)),
+          differentiable=True, fixed_output=(1.0 / 256.0, -128), backward=_softmax_backward, c=_c_softmax),
+    OpDef("softmax_grad", kind="backward", of="softmax", signature="dy, y -> dx", attrs=("beta",), c=_c_softmax_grad),
 )
