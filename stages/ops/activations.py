@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from .. import grad_ops as go
 from .. import int8_arith as ia
 from ..c_literals import CodegenError, flit, numel
 from ..ir import Op
@@ -262,6 +263,30 @@ def _c_clamp(gen, op: Op) -> list[str]:
             f"{gen.loc(y)});"]
 
 
+# ---- numpy kernels of the backward ops (the training executor's; v(j): the value of input j, shape(t): a
+# tensor's shape)
+
+def _run_logistic_grad(op, v, shape, tensor):
+    return [go.logistic_grad(v(0), v(1))]
+
+
+def _run_tanh_grad(op, v, shape, tensor):
+    return [go.tanh_grad(v(0), v(1))]
+
+
+def _run_hard_swish_grad(op, v, shape, tensor):
+    return [go.hard_swish_grad(v(0), v(1))]
+
+
+def _run_leaky_relu_grad(op, v, shape, tensor):
+    a = op.attrs
+    return [go.leaky_relu_grad(v(0), v(1), a["alpha"])]
+
+
+def _run_prelu_grad(op, v, shape, tensor):
+    return [go.prelu_grad(v(0), v(1), v(2))]
+
+
 OPS = (
     OpDef("relu", signature="x -> y", tflite=(Builtin("RELU", 1, 1),), differentiable=True,
           op_clamp=_CLAMPS["relu"], in_place="any", c=_c_clamp),
@@ -283,11 +308,13 @@ OPS = (
           tflite=(Builtin("PRELU", 2, 2),), differentiable=True, clamp_masked=True, const_operands_per_tensor=True,
           forward=_prelu, backward=_prelu_backward, c=_c_prelu),
     OpDef("logistic_grad", kind="backward", of="logistic", signature="dy, y -> dx", note="dy*(1 - y)*y",
-          c=_c_unary_grad),
-    OpDef("tanh_grad", kind="backward", of="tanh", signature="dy, y -> dx", note="dy*(1 - y^2)", c=_c_unary_grad),
-    OpDef("hard_swish_grad", kind="backward", of="hard_swish", signature="dy, x -> dx", c=_c_unary_grad),
+          c=_c_unary_grad, run=_run_logistic_grad),
+    OpDef("tanh_grad", kind="backward", of="tanh", signature="dy, y -> dx", note="dy*(1 - y^2)", c=_c_unary_grad,
+          run=_run_tanh_grad),
+    OpDef("hard_swish_grad", kind="backward", of="hard_swish", signature="dy, x -> dx", c=_c_unary_grad,
+          run=_run_hard_swish_grad),
     OpDef("leaky_relu_grad", kind="backward", of="leaky_relu", signature="dy, x -> dx", attrs=("alpha",),
-          c=_c_leaky_relu_grad),
+          c=_c_leaky_relu_grad, run=_run_leaky_relu_grad),
     OpDef("prelu_grad", kind="backward", of="prelu", signature="dy, x, alpha -> dx",
-          note="the input gradient only (alpha is a constant)", c=_c_prelu_grad),
+          note="the input gradient only (alpha is a constant)", c=_c_prelu_grad, run=_run_prelu_grad),
 )

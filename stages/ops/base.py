@@ -56,6 +56,9 @@ class OpDef:
     backward: Callable | None = None
     # (ctx) -> [outputs]: the numpy reference kernel, float and int8 (ctx: executor._Ctx); None: the executor's own
     forward: Callable | None = None
+    # (op, v, shape, tensor) -> [outputs]: the numpy kernel of a backward / loss / mask op (the training executor's;
+    # v(j) the value of input j, shape(t) a tensor's shape, tensor(t) the tensor); None: the executor's own
+    run: Callable | None = None
     # (gen, op) -> C statements of the op's kernel call (gen: codegen's generator); None: codegen's op_<type>
     c: Callable | None = None
     # -- training-op traits

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import grad_ops as go
 from .base import Builtin, OpDef
 
 # MediaPipe's custom transpose convolution with a bias (read as transpose_conv, written as TRANSPOSE_CONV).
@@ -27,6 +28,40 @@ def _depthwise_macs(graph, op) -> int:
     return _out_elems(graph, op) * int(w[1] * w[2])
 
 
+# ---- numpy kernels of the backward ops (the training executor's; v(j): the value of input j, shape(t): a
+# tensor's shape)
+
+def _run_conv2d_grad_input(op, v, shape, tensor):
+    a = op.attrs
+    return [go.conv2d_grad_input(v(0), v(1), shape(op.outputs[0]), a)]
+
+
+def _run_conv2d_grad_weight(op, v, shape, tensor):
+    a = op.attrs
+    return [go.conv2d_grad_weight(v(0), v(1), list(a["w_shape"]), a, a.get("in_channels"))]
+
+
+def _run_transpose_conv_grad_input(op, v, shape, tensor):
+    a = op.attrs
+    return [go.transpose_conv_grad_input(v(0), v(1), shape(op.outputs[0]), a)]
+
+
+def _run_transpose_conv_grad_weight(op, v, shape, tensor):
+    a = op.attrs
+    return [go.transpose_conv_grad_weight(v(0), v(1), list(a["w_shape"]), a, a.get("in_channels"))]
+
+
+def _run_depthwise_conv2d_grad_input(op, v, shape, tensor):
+    a = op.attrs
+    return [go.depthwise_conv2d_grad_input(v(0), v(1), shape(op.outputs[0]), a)]
+
+
+def _run_depthwise_conv2d_grad_weight(op, v, shape, tensor):
+    a = op.attrs
+    return [go.depthwise_conv2d_grad_weight(v(0), v(1), list(a["w_shape"]), a, a.get("in_channels"),
+                                            a.get("multiplier"))]
+
+
 OPS = (
     OpDef("conv2d", signature="x, w[O,KH,KW,I], b? -> y", attrs=_GEOMETRY + ("act",),
           tflite=(Builtin("CONV_2D", 2, 3),), layer=True, bn_fold=True, out_channel_axis=0,
@@ -47,18 +82,19 @@ OPS = (
           layer=True, frozen_only=True, out_channel_axis=0, differentiable=True, clamp_masked=True),
     # ---- backward
     OpDef("conv2d_grad_input", kind="backward", of="conv2d", signature="dz, w -> dx",
-          attrs=("the forward's geometry",), grad_input=True),
+          attrs=("the forward's geometry",), grad_input=True, run=_run_conv2d_grad_input),
     OpDef("conv2d_grad_weight", kind="backward", of="conv2d", signature="dz, x -> dw",
           attrs=("geometry", "in_channels", "w_shape"), note="k = in_channels: dw is w[..., :k]",
-          channel_stream=True),
+          channel_stream=True, run=_run_conv2d_grad_weight),
     OpDef("depthwise_conv2d_grad_input", kind="backward", of="depthwise_conv2d", signature="dz, w -> dx",
           attrs=("geometry", "depth_multiplier"), grad_input=True,
           # dx channel c depends on dz channel c only: the forward's channel-by-channel scheme
-          in_place="channel"),
+          in_place="channel", run=_run_depthwise_conv2d_grad_input),
     OpDef("depthwise_conv2d_grad_weight", kind="backward", of="depthwise_conv2d", signature="dz, x -> dw",
-          attrs=("geometry", "in_channels"), note="dw is w[..., :k*M]"),
+          attrs=("geometry", "in_channels"), note="dw is w[..., :k*M]", run=_run_depthwise_conv2d_grad_weight),
     OpDef("transpose_conv_grad_input", kind="backward", of="transpose_conv", signature="dz, w -> dx",
-          attrs=("the forward's attrs",), note="the conv2d of dz with w of the same geometry"),
+          attrs=("the forward's attrs",), note="the conv2d of dz with w of the same geometry",
+          run=_run_transpose_conv_grad_input),
     OpDef("transpose_conv_grad_weight", kind="backward", of="transpose_conv", signature="dz, x -> dw",
-          attrs=("as conv2d_grad_weight",)),
+          attrs=("as conv2d_grad_weight",), run=_run_transpose_conv_grad_weight),
 )

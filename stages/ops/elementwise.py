@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import grad_ops as go
 from .. import int8_arith as ia
 from ..c_literals import FLOAT_BOUNDS, flit, numel
 from ..ir import Op
@@ -202,6 +203,22 @@ def _c_mul_grad(gen, op: Op) -> list[str]:
             f"{n});"]
 
 
+# ---- numpy kernels of the backward ops (the training executor's; v(j): the value of input j, shape(t): a
+# tensor's shape)
+
+def _run_add_grad(op, v, shape, tensor):
+    return [go.unbroadcast(v(0), shape(o)) for o in op.outputs]
+
+
+def _run_mul_grad(op, v, shape, tensor):
+    return [go.mul_grad(v(0), v(1), shape(op.outputs[0]))]
+
+
+def _run_sub_grad(op, v, shape, tensor):
+    a = op.attrs
+    return [go.sub_grad(v(0), shape(o), -1.0 if j == 1 else 1.0) for o, j in zip(op.outputs, a["which"])]
+
+
 OPS = (
     OpDef("add", signature="a, b -> y", attrs=("act",), tflite=(Builtin("ADD", 2, 2),), differentiable=True,
           clamp_masked=True, const_operands_per_tensor=True, in_place="any", forward=_add,
@@ -213,9 +230,9 @@ OPS = (
           differentiable=True, clamp_masked=True, const_operands_per_tensor=True, forward=_sub,
           backward=_add_sub_backward, c=_c_sub),
     OpDef("add_grad", kind="backward", of="add", signature="dz -> da?, db?", attrs=("which",),
-          note="unbroadcast to each operand's shape", c=_c_add_grad),
+          note="unbroadcast to each operand's shape", c=_c_add_grad, run=_run_add_grad),
     OpDef("mul_grad", kind="backward", of="mul", signature="dz, other -> d",
-          note="one op per operand that needs a gradient: unbroadcast(dz*other)", c=_c_mul_grad),
+          note="one op per operand that needs a gradient: unbroadcast(dz*other)", c=_c_mul_grad, run=_run_mul_grad),
     OpDef("sub_grad", kind="backward", of="sub", signature="dz -> da?, db?", attrs=("which",),
-          note="a: +dz, b: -dz; unbroadcast as add_grad", c=_c_sub_grad),
+          note="a: +dz, b: -dz; unbroadcast as add_grad", c=_c_sub_grad, run=_run_sub_grad),
 )

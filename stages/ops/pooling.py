@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import grad_ops as go
 from .. import int8_arith as ia
 from ..c_literals import FLOAT_BOUNDS, CodegenError, flit
 from ..geometry import out_size_and_pad
@@ -111,6 +112,23 @@ def _c_mean_grad(gen, op: Op) -> list[str]:
     return [f"tt_mean_hw_grad_f32({xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {gen.loc(dy)}, {gen.loc(dx)});"]
 
 
+# ---- numpy kernels of the backward ops (the training executor's; v(j): the value of input j, shape(t): a
+# tensor's shape)
+
+def _run_average_pool2d_grad(op, v, shape, tensor):
+    a = op.attrs
+    return [go.average_pool2d_grad(v(0), shape(op.outputs[0]), a)]
+
+
+def _run_max_pool2d_grad(op, v, shape, tensor):
+    a = op.attrs
+    return [go.max_pool2d_grad(v(0), v(1), a)]
+
+
+def _run_mean_grad(op, v, shape, tensor):
+    return [go.mean_grad(v(0), shape(op.outputs[0]), v(1))]
+
+
 OPS = (
     OpDef("average_pool2d", signature="x -> y", attrs=_POOL, tflite=(Builtin("AVERAGE_POOL_2D", 1, 1),),
           differentiable=True, shared_qparams="first", backward=_avg_pool_backward, c=_c_average_pool2d),
@@ -119,8 +137,9 @@ OPS = (
     OpDef("mean", signature="x, axes -> y", attrs=("keep_dims",), tflite=(Builtin("MEAN", 2, 2),),
           differentiable=True, clamp_masked=True, backward=_mean_backward, c=_c_mean),
     OpDef("average_pool2d_grad", kind="backward", of="average_pool2d", signature="dz -> dx",
-          attrs=("the forward's pooling attrs",), c=_c_average_pool2d_grad),
+          attrs=("the forward's pooling attrs",), c=_c_average_pool2d_grad, run=_run_average_pool2d_grad),
     OpDef("max_pool2d_grad", kind="backward", of="max_pool2d", signature="dz, x -> dx",
-          attrs=("the forward's pooling attrs",), c=_c_max_pool2d_grad),
-    OpDef("mean_grad", kind="backward", of="mean", signature="dy, axes -> dx", broadcasts=True, c=_c_mean_grad),
+          attrs=("the forward's pooling attrs",), c=_c_max_pool2d_grad, run=_run_max_pool2d_grad),
+    OpDef("mean_grad", kind="backward", of="mean", signature="dy, axes -> dx", broadcasts=True, c=_c_mean_grad,
+          run=_run_mean_grad),
 )

@@ -3,6 +3,7 @@ values with the input's parameters (so the output shares them) and never clamp."
 
 from __future__ import annotations
 
+from .. import grad_ops as go
 from ..c_literals import CodegenError
 from ..ir import Op
 from .backward import input_backward
@@ -62,6 +63,17 @@ def _c_resize_nearest_neighbor_grad(gen, op: Op) -> list[str]:
     return _c_resize_grad(gen, op, "nearest")
 
 
+# ---- numpy kernels of the backward ops (the training executor's; v(j): the value of input j, shape(t): a
+# tensor's shape)
+
+def _run_resize_bilinear_grad(op, v, shape, tensor):
+    return [go.resize_bilinear_grad(v(0), shape(op.outputs[0]), op.attrs)]
+
+
+def _run_resize_nearest_neighbor_grad(op, v, shape, tensor):
+    return [go.resize_nearest_neighbor_grad(v(0), shape(op.outputs[0]), op.attrs)]
+
+
 OPS = (
     OpDef("resize_bilinear", signature="x, size -> y", attrs=_ATTRS,
           note="NHWC; size a constant int32[2] = the output's H, W; int8 keeps the input's parameters",
@@ -72,7 +84,9 @@ OPS = (
           tflite=(Builtin("RESIZE_NEAREST_NEIGHBOR", 2, 2),), differentiable=True, shared_qparams="first",
           backward=_resize_backward, c=_c_resize_nearest_neighbor),
     OpDef("resize_bilinear_grad", kind="backward", of="resize_bilinear", signature="dy -> dx", attrs=_ATTRS,
-          note="dy scattered to the four source pixels with the float forward's weights", c=_c_resize_bilinear_grad),
+          note="dy scattered to the four source pixels with the float forward's weights", c=_c_resize_bilinear_grad,
+          run=_run_resize_bilinear_grad),
     OpDef("resize_nearest_neighbor_grad", kind="backward", of="resize_nearest_neighbor", signature="dy -> dx",
-          attrs=_ATTRS, note="dy summed into the copied source pixel", c=_c_resize_nearest_neighbor_grad),
+          attrs=_ATTRS, note="dy summed into the copied source pixel", c=_c_resize_nearest_neighbor_grad,
+          run=_run_resize_nearest_neighbor_grad),
 )

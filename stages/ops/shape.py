@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import grad_ops as go
 from .. import int8_arith as ia
 from ..c_literals import FLOAT_BOUNDS, CodegenError, flit, numel
 from ..ir import Op
@@ -164,6 +165,28 @@ def _c_strided_slice_grad(gen, op: Op) -> list[str]:
     return [f"tt_strided_slice_grad_f32(&{p}, {gen.loc(dy)}, {gen.loc(dx)});"]
 
 
+# ---- numpy kernels of the backward ops (the training executor's; v(j): the value of input j, shape(t): a
+# tensor's shape)
+
+def _run_reshape_grad(op, v, shape, tensor):
+    return [go.reshape_grad(v(0), shape(op.outputs[0]))]
+
+
+def _run_pad_grad(op, v, shape, tensor):
+    return [go.pad_grad(v(0), v(1))]
+
+
+def _run_concatenation_grad(op, v, shape, tensor):
+    a = op.attrs
+    parts = go.concatenation_grad(v(0), a["sizes"], a["axis"])
+    return [parts[j] for j in a["which"]]
+
+
+def _run_strided_slice_grad(op, v, shape, tensor):
+    a = op.attrs
+    return [go.strided_slice_grad(v(0), shape(op.outputs[0]), a["starts"], a["stops"], a["strides"])]
+
+
 OPS = (
     OpDef("reshape", signature="x, shape? -> y", attrs=("new_shape",),
           note="new_shape is the output shape, always present", tflite=(Builtin("RESHAPE", 1, 2),),
@@ -181,10 +204,12 @@ OPS = (
                "the masks and offset as in the file, for the writer; axis 0 is always taken whole",
           tflite=(Builtin("STRIDED_SLICE", 4, 4),), differentiable=True, shared_qparams="first",
           backward=_strided_slice_backward, c=_c_strided_slice),
-    OpDef("reshape_grad", kind="backward", of="reshape", signature="dy -> dx", in_place="any", c=_c_reshape_grad),
-    OpDef("pad_grad", kind="backward", of="pad", signature="dy, paddings -> dx", c=_c_pad_grad),
+    OpDef("reshape_grad", kind="backward", of="reshape", signature="dy -> dx", in_place="any", c=_c_reshape_grad,
+          run=_run_reshape_grad),
+    OpDef("pad_grad", kind="backward", of="pad", signature="dy, paddings -> dx", c=_c_pad_grad, run=_run_pad_grad),
     OpDef("concatenation_grad", kind="backward", of="concatenation", signature="dz -> dx0?, dx1?, ...",
-          attrs=("axis", "sizes", "which"), c=_c_concatenation_grad),
+          attrs=("axis", "sizes", "which"), c=_c_concatenation_grad, run=_run_concatenation_grad),
     OpDef("strided_slice_grad", kind="backward", of="strided_slice", signature="dy -> dx",
-          attrs=("starts", "stops", "strides"), note="dy scattered into zeros of x's shape", c=_c_strided_slice_grad),
+          attrs=("starts", "stops", "strides"), note="dy scattered into zeros of x's shape", c=_c_strided_slice_grad,
+          run=_run_strided_slice_grad),
 )

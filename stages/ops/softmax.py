@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .. import grad_ops as go
 from .. import int8_arith as ia
 from ..c_literals import flit, numel
 from ..ir import Op
@@ -35,8 +36,17 @@ def _c_softmax_grad(gen, op: Op) -> list[str]:
             f"{gen.loc(dy)}, {gen.loc(y)}, {gen.loc(dx)});"]
 
 
+# ---- numpy kernels of the backward ops (the training executor's; v(j): the value of input j, shape(t): a
+# tensor's shape)
+
+def _run_softmax_grad(op, v, shape, tensor):
+    a = op.attrs
+    return [go.softmax_grad(v(0), v(1), a.get("beta", 1.0))]
+
+
 OPS = (
     OpDef("softmax", signature="x -> y", attrs=("beta",), tflite=(Builtin("SOFTMAX", 1, 1),),
           differentiable=True, fixed_output=(1.0 / 256.0, -128), backward=_softmax_backward, c=_c_softmax),
-    OpDef("softmax_grad", kind="backward", of="softmax", signature="dy, y -> dx", attrs=("beta",), c=_c_softmax_grad),
+    OpDef("softmax_grad", kind="backward", of="softmax", signature="dy, y -> dx", attrs=("beta",), c=_c_softmax_grad,
+          run=_run_softmax_grad),
 )

@@ -3,6 +3,9 @@ updates; the C of the losses, accumulations and updates (gen: codegen's generato
 
 from __future__ import annotations
 
+import numpy as np
+
+from .. import grad_ops as go
 from ..c_literals import CodegenError, flit, numel
 from ..ir import Op
 from ..qas import STATE_COUNT
@@ -194,23 +197,64 @@ def _qas_emitter(kind: str):
 _UPDATE_ATTRS = ("n", "batch_size", "reset_grad", "<hyper-parameter>_ref")
 _QAS_ATTRS = _UPDATE_ATTRS + ("qas", "rounding", "master", "axis", "bounds", "stream", "seed_ref")
 
+# ---- numpy kernels of the backward ops (the training executor's; v(j): the value of input j, shape(t): a
+# tensor's shape)
+
+def _run_act_grad(op, v, shape, tensor):
+    a = op.attrs
+    return [go.act_grad(v(0), v(1), a["act"])]
+
+
+def _run_bias_grad(op, v, shape, tensor):
+    return [go.bias_grad(v(0))]
+
+
+def _run_int8_clamp_grad(op, v, shape, tensor):
+    a = op.attrs
+    y = np.asarray(v(1))
+    dz = np.where((y > a["lo"]) & (y < a["hi"]), np.asarray(v(0), dtype=np.float32), np.float32(0))
+    return [dz.astype(np.float32)]
+
+
+def _run_clamp_mask(op, v, shape, tensor):
+    a = op.attrs
+    return [go.clamp_mask(v(0), a["lo"], a.get("hi"))]
+
+
+def _run_mask_grad(op, v, shape, tensor):
+    return [go.mask_grad(v(0), v(1))]
+
+
+def _run_grad_accumulate(op, v, shape, tensor):
+    return [go.grad_sum([v(j) for j in range(len(op.inputs))])]
+
+
+def _run_softmax_ce_loss(op, v, shape, tensor):
+    return list(go.softmax_ce_loss(v(0), v(1)))
+
+
+def _run_mse_loss(op, v, shape, tensor):
+    return list(go.mse_loss(v(0), v(1)))
+
+
 OPS = (
     OpDef("act_grad", kind="backward", signature="dy, y -> dz", attrs=("act",),
-          note="mask from the forward output y; tanh: dy*(1 - y^2)", masks_gradient=True, in_place="any"),
+          note="mask from the forward output y; tanh: dy*(1 - y^2)", masks_gradient=True, in_place="any",
+          run=_run_act_grad),
     OpDef("int8_clamp_grad", kind="backward", signature="dy, y_q -> dz", attrs=("lo", "hi"),
           note="straight-through estimator: dz = dy where lo < y_q < hi, else 0", masks_gradient=True,
-          in_place="first"),
+          in_place="first", run=_run_int8_clamp_grad),
     OpDef("clamp_mask", kind="aux", signature="y -> mask", attrs=("lo", "hi"),
-          note="uint8[ceil(n/8)], bit i = 1 where lo < y_i < hi"),
+          note="uint8[ceil(n/8)], bit i = 1 where lo < y_i < hi", run=_run_clamp_mask),
     OpDef("mask_grad", kind="backward", signature="dy, mask -> dz", note="dz = dy where the bit is set",
-          masks_gradient=True, in_place="first"),
-    OpDef("bias_grad", kind="backward", signature="dz -> db"),
+          masks_gradient=True, in_place="first", run=_run_mask_grad),
+    OpDef("bias_grad", kind="backward", signature="dz -> db", run=_run_bias_grad),
     OpDef("grad_accumulate", kind="backward", signature="g0, g1, ... -> g",
-          note="a tensor read by several ops", in_place="any", c=_c_grad_accumulate),
+          note="a tensor read by several ops", in_place="any", c=_c_grad_accumulate, run=_run_grad_accumulate),
     OpDef("batch_accumulate", kind="aux", signature="acc, g -> acc", eager=True, c=_c_batch_accumulate),
     OpDef("softmax_ce_loss", kind="loss", signature="logits, labels:int32[1] -> loss:f32[], dlogits",
-          c=_c_softmax_ce_loss),
-    OpDef("mse_loss", kind="loss", signature="y, target -> loss, dy", c=_c_mse_loss),
+          c=_c_softmax_ce_loss, run=_run_softmax_ce_loss),
+    OpDef("mse_loss", kind="loss", signature="y, target -> loss, dy", c=_c_mse_loss, run=_run_mse_loss),
     OpDef("step_counter", kind="aux", signature="step -> step", c=_c_step_counter),
     OpDef("sgd_update", kind="update", signature="w, g -> w", attrs=_UPDATE_ATTRS, optimizer="sgd", eager=True,
           c=_c_sgd_update),
