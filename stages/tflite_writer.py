@@ -506,69 +506,8 @@ _OPTION_WRITERS = {
 # ---- op versions ----------------------------------------------------------------------------------
 
 def _op_version(graph: Graph, op: Op) -> int:
-    """The version TFLite's converter assigns (tensorflow/lite/tools/versioning/op_version.cc),
-    for the cases our vocabulary produces. Kernels dispatch on tensor types, not on the version,
-    but a runtime refuses a version it does not register, so too high is as bad as too low."""
-    def dtype(name):
-        return None if name is None else graph.tensors[name].dtype
-
-    x = dtype(op.inputs[0]) if op.inputs else None
-    y = dtype(op.outputs[0])
-    t = op.type
-    if t == "conv2d":
-        if x == "int16":
-            return 4
-        if x == "int8":
-            return 3
-        return 2 if (op.attrs.get("dilation_h", 1) != 1 or op.attrs.get("dilation_w", 1) != 1) else 1
-    if t == "depthwise_conv2d":
-        if x == "int16":
-            return 5
-        if x == "int8":
-            return 3
-        return 2 if (op.attrs.get("dilation_h", 1) != 1 or op.attrs.get("dilation_w", 1) != 1) else 1
-    if t == "fully_connected":
-        if op.attrs.get("keep_num_dims"):
-            return 5
-        return {"int8": 4, "int16": 7}.get(x, 1)
-    if t == "dequantize":
-        return {"float16": 3, "int8": 2, "int16": 4}.get(x, 1)
-    if t == "quantize":
-        return 2 if x in ("int8", "int16", "uint8") else 1
-    if t in ("add", "mean"):
-        return {"int8": 2, "int16": 3}.get(x, 1)
-    if t == "mul":
-        if x == "int8":
-            # op_version.cc: version 3 is an int8 MUL whose rescale s_a * s_b / s_out is >= 1.
-            s = [graph.tensors[n].quant for n in (op.inputs[0], op.inputs[1], op.outputs[0])]
-            if all(q is not None for q in s) and s[0].scale[0] * s[1].scale[0] / s[2].scale[0] >= 1.0:
-                return 3
-            return 2
-        return {"int16": 4}.get(x, 1)
-    if t in ("sub", "logistic", "tanh"):
-        return {"int8": 2, "int16": 3}.get(x, 1)
-    if t in ("hard_swish", "leaky_relu"):
-        return 1  # what the converter writes for float and int8 alike
-    if t == "transpose_conv":
-        # op_version.cc: 4 with a fused activation, 3 with a bias, 2 for int8 (the converter writes 4).
-        if op.attrs.get("act", "none") != "none":
-            return 4
-        if len(op.inputs) > 2 and op.inputs[2] is not None:
-            return 3
-        return 2 if x == "int8" else 1
-    if t == "prelu":
-        return 1  # LiteRT registers PRELU version 1 only, for every type (its int8 kernel included)
-    if t in ("resize_bilinear", "resize_nearest_neighbor"):
-        # op_version.cc: int16 4; half_pixel_centers (nearest: or align_corners) 3; int8 2; else 1.
-        if x == "int16":
-            return 4
-        if op.attrs.get("half_pixel_centers") or (t == "resize_nearest_neighbor" and op.attrs.get("align_corners")):
-            return 3
-        return 2 if x == "int8" else 1
-    if t == "strided_slice":
-        if op.attrs.get("offset"):
-            return 7
-        return {"int8": 2, "int16": 4}.get(x, 1)
-    if t in ("average_pool2d", "max_pool2d", "softmax", "relu", "relu6", "concatenation", "pad"):
-        return {"int8": 2, "int16": 3}.get(x if t != "concatenation" else y, 1)
-    return 1
+    """The version TFLite's converter assigns (the op registry's rule, stages/ops/). Kernels dispatch on tensor
+    types, not on the version, but a runtime refuses a version it does not register, so too high is as bad as too
+    low."""
+    rule = ops.REGISTRY[op.type].version
+    return 1 if rule is None else int(rule(graph, op))

@@ -18,7 +18,7 @@ from ..c_literals import CodegenError, flit, numel
 from ..ir import Op
 from ..kernel_common import qparams
 from .backward import unary_backward
-from .base import Builtin, OpDef
+from .base import Builtin, OpDef, version_by_dtype
 
 # the standalone clamps: (lo, hi) in real units, hi None = unbounded
 _CLAMPS = {"relu": (0.0, None), "relu6": (0.0, 6.0)}
@@ -287,17 +287,21 @@ def _run_prelu_grad(op, v, shape, tensor):
     return [go.prelu_grad(v(0), v(1), v(2))]
 
 
+# ---- TFLite op versions (op_version.cc)
+
+
 OPS = (
     OpDef("relu", signature="x -> y", tflite=(Builtin("RELU", 1, 1),), differentiable=True,
-          op_clamp=_CLAMPS["relu"], in_place="any", c=_c_clamp),
+          op_clamp=_CLAMPS["relu"], in_place="any", c=_c_clamp, version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("relu6", signature="x -> y", tflite=(Builtin("RELU6", 1, 1),), differentiable=True,
-          op_clamp=_CLAMPS["relu6"], in_place="any", c=_c_clamp),
+          op_clamp=_CLAMPS["relu6"], in_place="any", c=_c_clamp, version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("logistic", signature="x -> y", note="int8: output fixed at (1/256, -128)",
           tflite=(Builtin("LOGISTIC", 1, 1),), differentiable=True, fixed_output=_FIXED_OUTPUT["logistic"],
-          forward=_logistic, backward=_from_output, c=_c_logistic_tanh),
+          forward=_logistic, backward=_from_output, c=_c_logistic_tanh,
+          version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("tanh", signature="x -> y", note="int8: output fixed at (1/128, 0)", tflite=(Builtin("TANH", 1, 1),),
           differentiable=True, fixed_output=_FIXED_OUTPUT["tanh"], forward=_tanh, backward=_from_output,
-          c=_c_logistic_tanh),
+          c=_c_logistic_tanh, version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("hard_swish", signature="x -> y", note="x * relu6(x + 3) / 6", tflite=(Builtin("HARD_SWISH", 1, 1),),
           differentiable=True, clamp_masked=True, forward=_hard_swish, backward=_from_input, c=_c_hard_swish),
     OpDef("leaky_relu", signature="x -> y", attrs=("alpha",), note="y = x > 0 ? x : x * alpha",

@@ -19,6 +19,24 @@ class Builtin(NamedTuple):
     custom: bool = False
 
 
+def _dtype(graph, name) -> str | None:
+    return None if name is None else graph.tensors[name].dtype
+
+
+def input_dtype(graph, op) -> str | None:
+    """The dtype of the op's first input (what TFLite's op versions mostly depend on)."""
+    return _dtype(graph, op.inputs[0]) if op.inputs else None
+
+
+def output_dtype(graph, op) -> str | None:
+    return _dtype(graph, op.outputs[0])
+
+
+def version_by_dtype(table: dict[str, int], of=input_dtype) -> Callable:
+    """An op version rule (OpDef.version) that depends on one operand's dtype only; 1 for any other."""
+    return lambda graph, op: table.get(of(graph, op), 1)
+
+
 @dataclass(frozen=True)
 class OpDef:
     """What the pipeline knows about one IR op type. Traits default to "no"."""
@@ -31,6 +49,9 @@ class OpDef:
     note: str = ""
     # .tflite spellings; the first builtin (non-custom) one is what the writer writes.
     tflite: tuple[Builtin, ...] = ()
+    # (graph, op) -> the op version TFLite's converter writes (tensorflow/lite/tools/versioning/op_version.cc) for
+    # the cases our vocabulary produces; runtimes refuse versions they lack. None: 1.
+    version: Callable | None = None
     # -- forward traits
     layer: bool = False            # weights at operand 1, optional bias at 2 (reader's weight/bias roles; ptq
     #                                quantizes the weights per output channel, the bias to int32)

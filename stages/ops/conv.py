@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import grad_ops as go
-from .base import Builtin, OpDef
+from .base import Builtin, OpDef, input_dtype
 
 # MediaPipe's custom transpose convolution with a bias (read as transpose_conv, written as TRANSPOSE_CONV).
 MEDIAPIPE_TRANSPOSE_CONV_BIAS = "Convolution2DTransposeBias"
@@ -62,17 +62,42 @@ def _run_depthwise_conv2d_grad_weight(op, v, shape, tensor):
                                             a.get("multiplier"))]
 
 
+# ---- TFLite op versions (op_version.cc)
+
+def _dilated(op) -> bool:
+    return op.attrs.get("dilation_h", 1) != 1 or op.attrs.get("dilation_w", 1) != 1
+
+
+def _conv_version(graph, op) -> int:
+    x = input_dtype(graph, op)
+    return {"int16": 4, "int8": 3}.get(x) or (2 if _dilated(op) else 1)
+
+
+def _depthwise_version(graph, op) -> int:
+    x = input_dtype(graph, op)
+    return {"int16": 5, "int8": 3}.get(x) or (2 if _dilated(op) else 1)
+
+
+def _transpose_conv_version(graph, op) -> int:
+    """4 with a fused activation, 3 with a bias, 2 for int8 (the converter writes 4)."""
+    if op.attrs.get("act", "none") != "none":
+        return 4
+    if len(op.inputs) > 2 and op.inputs[2] is not None:
+        return 3
+    return 2 if input_dtype(graph, op) == "int8" else 1
+
+
 OPS = (
     OpDef("conv2d", signature="x, w[O,KH,KW,I], b? -> y", attrs=_GEOMETRY + ("act",),
           tflite=(Builtin("CONV_2D", 2, 3),), layer=True, bn_fold=True, out_channel_axis=0,
-          differentiable=True, clamp_masked=True, row_stream=True, macs=_conv_macs),
+          differentiable=True, clamp_masked=True, row_stream=True, macs=_conv_macs, version=_conv_version),
     OpDef("depthwise_conv2d", signature="x, w[1,KH,KW,O], b? -> y",
           attrs=_GEOMETRY + ("depth_multiplier", "act"),
           tflite=(Builtin("DEPTHWISE_CONV_2D", 2, 3),), layer=True, bn_fold=True, out_channel_axis=3,
           differentiable=True, clamp_masked=True, row_stream=True, macs=_depthwise_macs,
           # TinyEngine's scheme: one output channel into a scratch buffer, copied over the input channel it came
           # from (multiplier 1 only: memplan checks it).
-          in_place="channel"),
+          in_place="channel", version=_depthwise_version),
     OpDef("transpose_conv", signature="x, w[O,KH,KW,I], b?, output_shape -> y",
           attrs=("stride_h", "stride_w", "padding", "act"),
           note="TFLite TRANSPOSE_CONV; the file's operand order is output_shape, w, x, b: the reader reorders to "
@@ -82,7 +107,8 @@ OPS = (
           layer=True, frozen_only=True, out_channel_axis=0, differentiable=True, clamp_masked=True),
     # ---- backward
     OpDef("conv2d_grad_input", kind="backward", of="conv2d", signature="dz, w -> dx",
-          attrs=("the forward's geometry",), grad_input=True, run=_run_conv2d_grad_input),
+          attrs=("the forward's geometry",), grad_input=True, run=_run_conv2d_grad_input,
+          version=_transpose_conv_version),
     OpDef("conv2d_grad_weight", kind="backward", of="conv2d", signature="dz, x -> dw",
           attrs=("geometry", "in_channels", "w_shape"), note="k = in_channels: dw is w[..., :k]",
           channel_stream=True, run=_run_conv2d_grad_weight),

@@ -13,7 +13,7 @@ from .. import int8_arith as ia
 from ..c_literals import FLOAT_BOUNDS, flit, numel
 from ..ir import Op
 from ..kernel_common import float_act, qparams
-from .base import Builtin, OpDef
+from .base import Builtin, OpDef, input_dtype, version_by_dtype
 
 _NOTE = ("numpy broadcasting, either operand may be a constant such as BatchNorm's per-channel scale [C]; a "
          "constant never spans the batch axis")
@@ -219,16 +219,28 @@ def _run_sub_grad(op, v, shape, tensor):
     return [go.sub_grad(v(0), shape(o), -1.0 if j == 1 else 1.0) for o, j in zip(op.outputs, a["which"])]
 
 
+# ---- TFLite op versions (op_version.cc)
+
+def _mul_version(graph, op) -> int:
+    """3 for an int8 MUL whose rescale s_a * s_b / s_out is >= 1, else 2 for int8; 4 for int16."""
+    if input_dtype(graph, op) == "int8":
+        s = [graph.tensors[n].quant for n in (op.inputs[0], op.inputs[1], op.outputs[0])]
+        if all(q is not None for q in s) and s[0].scale[0] * s[1].scale[0] / s[2].scale[0] >= 1.0:
+            return 3
+        return 2
+    return {"int16": 4}.get(input_dtype(graph, op), 1)
+
+
 OPS = (
     OpDef("add", signature="a, b -> y", attrs=("act",), tflite=(Builtin("ADD", 2, 2),), differentiable=True,
           clamp_masked=True, const_operands_per_tensor=True, in_place="any", forward=_add,
-          backward=_add_sub_backward, c=_c_add),
+          backward=_add_sub_backward, c=_c_add, version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("mul", signature="a, b -> y", attrs=("act",), note="a * b; " + _NOTE, tflite=(Builtin("MUL", 2, 2),),
           differentiable=True, clamp_masked=True, const_operands_per_tensor=True, forward=_mul,
-          backward=_mul_backward, c=_c_mul),
+          backward=_mul_backward, c=_c_mul, version=_mul_version),
     OpDef("sub", signature="a, b -> y", attrs=("act",), note="a - b; " + _NOTE, tflite=(Builtin("SUB", 2, 2),),
           differentiable=True, clamp_masked=True, const_operands_per_tensor=True, forward=_sub,
-          backward=_add_sub_backward, c=_c_sub),
+          backward=_add_sub_backward, c=_c_sub, version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("add_grad", kind="backward", of="add", signature="dz -> da?, db?", attrs=("which",),
           note="unbroadcast to each operand's shape", c=_c_add_grad, run=_run_add_grad),
     OpDef("mul_grad", kind="backward", of="mul", signature="dz, other -> d",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import grad_ops as go
-from .base import Builtin, OpDef
+from .base import Builtin, OpDef, input_dtype
 
 
 def _fc_macs(graph, op) -> int:
@@ -26,10 +26,18 @@ def _run_fully_connected_grad_weight(op, v, shape, tensor):
     return [go.fully_connected_grad_weight(v(0), v(1), list(a["w_shape"]), a.get("in_channels"))]
 
 
+# ---- TFLite op versions (op_version.cc)
+
+def _fc_version(graph, op) -> int:
+    if op.attrs.get("keep_num_dims"):
+        return 5
+    return {"int8": 4, "int16": 7}.get(input_dtype(graph, op), 1)
+
+
 OPS = (
     OpDef("fully_connected", signature="x, w[O,I], b? -> y", attrs=("act", "keep_num_dims"),
           tflite=(Builtin("FULLY_CONNECTED", 2, 3),), layer=True, bn_fold=True, out_channel_axis=0,
-          differentiable=True, clamp_masked=True, macs=_fc_macs),
+          differentiable=True, clamp_masked=True, macs=_fc_macs, version=_fc_version),
     OpDef("fully_connected_grad_input", kind="backward", of="fully_connected", signature="dz, w -> dx",
           grad_input=True, run=_run_fully_connected_grad_input),
     OpDef("fully_connected_grad_weight", kind="backward", of="fully_connected", signature="dz, x -> dw",

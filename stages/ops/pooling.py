@@ -10,7 +10,7 @@ from ..c_literals import FLOAT_BOUNDS, CodegenError, flit
 from ..geometry import out_size_and_pad
 from ..ir import Op
 from .backward import geometry, input_backward
-from .base import Builtin, OpDef
+from .base import Builtin, OpDef, version_by_dtype
 
 
 # ---- backward: the gradient of the input, with the forward's pooling attrs; max pool reads its input (int8 as it
@@ -129,13 +129,19 @@ def _run_mean_grad(op, v, shape, tensor):
     return [go.mean_grad(v(0), shape(op.outputs[0]), v(1))]
 
 
+# ---- TFLite op versions (op_version.cc)
+
+
 OPS = (
     OpDef("average_pool2d", signature="x -> y", attrs=_POOL, tflite=(Builtin("AVERAGE_POOL_2D", 1, 1),),
-          differentiable=True, shared_qparams="first", backward=_avg_pool_backward, c=_c_average_pool2d),
+          differentiable=True, shared_qparams="first", backward=_avg_pool_backward, c=_c_average_pool2d,
+          version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("max_pool2d", signature="x -> y", attrs=_POOL, tflite=(Builtin("MAX_POOL_2D", 1, 1),),
-          differentiable=True, shared_qparams="first", backward=_max_pool_backward, c=_c_max_pool2d),
+          differentiable=True, shared_qparams="first", backward=_max_pool_backward, c=_c_max_pool2d,
+          version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("mean", signature="x, axes -> y", attrs=("keep_dims",), tflite=(Builtin("MEAN", 2, 2),),
-          differentiable=True, clamp_masked=True, backward=_mean_backward, c=_c_mean),
+          differentiable=True, clamp_masked=True, backward=_mean_backward, c=_c_mean,
+          version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("average_pool2d_grad", kind="backward", of="average_pool2d", signature="dz -> dx",
           attrs=("the forward's pooling attrs",), c=_c_average_pool2d_grad, run=_run_average_pool2d_grad),
     OpDef("max_pool2d_grad", kind="backward", of="max_pool2d", signature="dz, x -> dx",

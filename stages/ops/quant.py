@@ -6,7 +6,7 @@ from __future__ import annotations
 from .. import int8_arith as ia
 from ..c_literals import flit, numel
 from ..ir import Op
-from .base import Builtin, OpDef
+from .base import Builtin, OpDef, version_by_dtype
 
 # ---- C (gen: codegen's generator)
 
@@ -50,12 +50,16 @@ def _c_dequantize_slice(gen, op: Op) -> list[str]:
     return [f"tt_dequantize_slice_s8_f32({rows}, {depth}, {k}, {flit(s)}, {z}, {gen.loc(x)}, {gen.loc(y)});"]
 
 
+# ---- TFLite op versions (op_version.cc)
+
+
 OPS = (
     # quantize requantizes (float -> int8, or int8 -> int8) and clamps to the int8 range.
     OpDef("quantize", signature="x -> y", note="float->int8, or int8->int8 requantize",
-          tflite=(Builtin("QUANTIZE", 1, 1),), clamp_masked=True, conversion=True, c=_c_quantize),
+          tflite=(Builtin("QUANTIZE", 1, 1),), clamp_masked=True, conversion=True, c=_c_quantize,
+          version=version_by_dtype({"int8": 2, "int16": 2, "uint8": 2})),
     OpDef("dequantize", signature="x -> y", note="int8/float16 -> float32", tflite=(Builtin("DEQUANTIZE", 1, 1),),
-          conversion=True, c=_c_dequantize),
+          conversion=True, c=_c_dequantize, version=version_by_dtype({"float16": 3, "int8": 2, "int16": 4})),
     OpDef("dequantize_slice", kind="aux", signature="x_q -> x_f", attrs=("channels", "depth"),
           note="the saved int8 input of a weight gradient, only its trained slice x[..., :k], as float32",
           c=_c_dequantize_slice),

@@ -7,7 +7,7 @@ from .. import grad_ops as go
 from ..c_literals import CodegenError
 from ..ir import Op
 from .backward import input_backward
-from .base import Builtin, OpDef
+from .base import Builtin, OpDef, input_dtype
 
 _ATTRS = ("align_corners", "half_pixel_centers")
 
@@ -74,15 +74,35 @@ def _run_resize_nearest_neighbor_grad(op, v, shape, tensor):
     return [go.resize_nearest_neighbor_grad(v(0), shape(op.outputs[0]), op.attrs)]
 
 
+# ---- TFLite op versions (op_version.cc)
+
+def _resize_version(graph, op, align_corners_counts: bool) -> int:
+    """int16 4; half_pixel_centers (nearest: or align_corners) 3; int8 2; else 1."""
+    x = input_dtype(graph, op)
+    if x == "int16":
+        return 4
+    if op.attrs.get("half_pixel_centers") or (align_corners_counts and op.attrs.get("align_corners")):
+        return 3
+    return 2 if x == "int8" else 1
+
+
+def _bilinear_version(graph, op) -> int:
+    return _resize_version(graph, op, False)
+
+
+def _nearest_version(graph, op) -> int:
+    return _resize_version(graph, op, True)
+
+
 OPS = (
     OpDef("resize_bilinear", signature="x, size -> y", attrs=_ATTRS,
           note="NHWC; size a constant int32[2] = the output's H, W; int8 keeps the input's parameters",
           tflite=(Builtin("RESIZE_BILINEAR", 2, 2),), differentiable=True, shared_qparams="first",
-          backward=_resize_backward, c=_c_resize_bilinear),
+          backward=_resize_backward, c=_c_resize_bilinear, version=_bilinear_version),
     OpDef("resize_nearest_neighbor", signature="x, size -> y", attrs=_ATTRS,
           note="as resize_bilinear; a copy of the chosen source pixels",
           tflite=(Builtin("RESIZE_NEAREST_NEIGHBOR", 2, 2),), differentiable=True, shared_qparams="first",
-          backward=_resize_backward, c=_c_resize_nearest_neighbor),
+          backward=_resize_backward, c=_c_resize_nearest_neighbor, version=_nearest_version),
     OpDef("resize_bilinear_grad", kind="backward", of="resize_bilinear", signature="dy -> dx", attrs=_ATTRS,
           note="dy scattered to the four source pixels with the float forward's weights", c=_c_resize_bilinear_grad,
           run=_run_resize_bilinear_grad),

@@ -7,7 +7,7 @@ from .. import int8_arith as ia
 from ..c_literals import flit, numel
 from ..ir import Op
 from .backward import unary_backward
-from .base import Builtin, OpDef
+from .base import Builtin, OpDef, version_by_dtype
 
 
 def _softmax_backward(bb, op, i, dz):
@@ -44,9 +44,13 @@ def _run_softmax_grad(op, v, shape, tensor):
     return [go.softmax_grad(v(0), v(1), a.get("beta", 1.0))]
 
 
+# ---- TFLite op versions (op_version.cc)
+
+
 OPS = (
     OpDef("softmax", signature="x -> y", attrs=("beta",), tflite=(Builtin("SOFTMAX", 1, 1),),
-          differentiable=True, fixed_output=(1.0 / 256.0, -128), backward=_softmax_backward, c=_c_softmax),
+          differentiable=True, fixed_output=(1.0 / 256.0, -128), backward=_softmax_backward, c=_c_softmax,
+          version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("softmax_grad", kind="backward", of="softmax", signature="dy, y -> dx", attrs=("beta",), c=_c_softmax_grad,
           run=_run_softmax_grad),
 )
