@@ -135,24 +135,19 @@ import numpy as np
 
 from tinytrain.pipeline.errors import UnsupportedOpError, UserError
 from tinytrain.stages import int8_arith as ia
+from tinytrain.stages import ops
 from tinytrain.stages.ir import Graph, Op, Tensor
-from tinytrain.stages.qas import BIAS_RANGE, ROUNDINGS, STATE_COUNT, WEIGHT_RANGE, seed_state
+from tinytrain.stages.qas import BIAS_RANGE, ROUNDINGS, STATE_NAMES, WEIGHT_RANGE, seed_state
 from tinytrain.stages.runtime_config import OPTIMIZER_DEFAULTS
 from tinytrain.stages.train_plan import TrainPlan
 
 LOSSES = ("cross_entropy", "mse")
-FLOAT_UPDATE_OPS = ("sgd_update", "momentum_update", "adam_update", "rmsprop_update")
-QAS_UPDATE_OPS = ("qas_sgd_update", "qas_momentum_update", "qas_adam_update", "qas_rmsprop_update")
-UPDATE_OPS = FLOAT_UPDATE_OPS + QAS_UPDATE_OPS
 OPTIMIZERS = ("sgd", "momentum", "adam", "rmsprop")
 # Default of build_training_graph(masks=...): 1-bit activation masks for the backward (clamp_mask / mask_grad).
 MASKS = True
 
-# Forward ops the backward pass knows.
-DIFFERENTIABLE = ("conv2d", "depthwise_conv2d", "fully_connected", "add", "average_pool2d", "max_pool2d", "mean",
-                  "reshape", "pad", "concatenation", "relu", "relu6", "softmax", "mul", "sub", "logistic", "tanh",
-                  "hard_swish", "leaky_relu", "prelu", "strided_slice", "resize_bilinear", "resize_nearest_neighbor",
-                  "transpose_conv")
+# Forward ops the backward pass knows (the op registry's trait).
+DIFFERENTIABLE = ops.DIFFERENTIABLE
 
 
 @dataclass
@@ -281,7 +276,7 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
             raise NotImplementedError("cross-entropy on a softmax with beta != 1")
         head = sm.inputs[0]
     for i, op in enumerate(fwd):
-        if op.type not in DIFFERENTIABLE and op.type not in ("quantize", "dequantize"):
+        if op.type not in DIFFERENTIABLE and op.type not in ops.CONVERSION_OPS:
             # A user error, not a crash: the model loads and quantizes, only training it needs this op's backward.
             raise UnsupportedOpError(op.type, op.source_index if op.source_index is not None else i,
                                      where="autodiff (no backward for this op yet)",
@@ -345,6 +340,7 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
         pgrads.setdefault(p, []).append(name)
         return name
 
+    bb = _GraphBackward(b, deq, share)
     for i in range(len(fwd) - 1, -1, -1):
         op = fwd[i]
         if not op_needs[i]:
@@ -357,7 +353,7 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
         act = a.get("act", "none")
         t = op.type
         bounds = _clamp_bounds(g, op) if int8 else None
-        if bounds is not None and t not in ("relu", "relu6"):
+        if bounds is not None and t not in ops.OP_CLAMPS:
             # Straight-through estimator: the gradient passes where the int8 forward did not clamp.
             dz = b.tensor(f"grad/{y}:pre", g.tensors[y])
             b.emit("int8_clamp_grad", [dy, y], [dz], lo=bounds[0], hi=bounds[1])
@@ -367,7 +363,10 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
         else:
             dz = dy
         geo = {k: v for k, v in a.items() if k != "act"}
-        if t in ("conv2d", "depthwise_conv2d", "fully_connected", "transpose_conv"):
+        backward = ops.REGISTRY[t].backward
+        if backward is not None:
+            backward(bb, op, i, dz)   # the op module's emission (stages/ops/), shared with plan_memory
+        elif t in ops.LAYER_OPS:
             x, w = op.inputs[0], op.inputs[1]
             bias = op.inputs[2] if len(op.inputs) > 2 else None
             wt = g.tensors[w]
@@ -393,81 +392,12 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
             dx = share(x, i)
             if dx:
                 b.emit(f"{t}_grad_input", [dz, deq.full(w) if q else w], [dx], **geo)
-        elif t == "add":
-            outs = [share(op.inputs[0], i), share(op.inputs[1], i)]
-            b.emit("add_grad", [dz], [o for o in outs if o], which=[j for j, o in enumerate(outs) if o])
-        elif t == "average_pool2d":
-            dx = share(op.inputs[0], i)
-            if dx:
-                b.emit("average_pool2d_grad", [dz], [dx], **geo)
-        elif t == "max_pool2d":
-            dx = share(op.inputs[0], i)
-            if dx:
-                b.emit("max_pool2d_grad", [dz, op.inputs[0]], [dx], **geo)
-        elif t == "mean":
-            dx = share(op.inputs[0], i)
-            if dx:
-                b.emit("mean_grad", [dz, op.inputs[1]], [dx], **geo)
-        elif t == "reshape":
-            dx = share(op.inputs[0], i)
-            if dx:
-                b.emit("reshape_grad", [dz], [dx])
-        elif t == "pad":
-            dx = share(op.inputs[0], i)
-            if dx:
-                b.emit("pad_grad", [dz, op.inputs[1]], [dx])
-        elif t == "concatenation":
-            ins = [n for n in op.inputs if n is not None]
-            axis = int(a.get("axis", -1)) % len(g.tensors[y].shape)
-            outs = [share(n, i) for n in ins]
-            b.emit("concatenation_grad", [dz], [o for o in outs if o], axis=axis,
-                   sizes=[int(g.tensors[n].shape[axis]) for n in ins], which=[j for j, o in enumerate(outs) if o])
-        elif t in ("relu", "relu6"):
+        elif t in ops.OP_CLAMPS:
             dx = share(op.inputs[0], i)
             if dx and bounds is not None:
                 b.emit("int8_clamp_grad", [dz, y], [dx], lo=bounds[0], hi=bounds[1])
             elif dx:
                 b.emit("act_grad", [dz, y], [dx], act=t)
-        elif t == "softmax":
-            dx = share(op.inputs[0], i)
-            if dx:
-                yy = deq.full(y) if int8 and g.tensors[y].dtype == "int8" else y
-                b.emit("softmax_grad", [dz, yy], [dx], beta=float(a.get("beta", 1.0)))
-        elif t == "mul":
-            for j in (0, 1):
-                d = share(op.inputs[j], i)
-                if d:
-                    other = op.inputs[1 - j]
-                    b.emit("mul_grad", [dz, deq.full(other) if _is_int8(g, other) else other], [d])
-        elif t == "sub":
-            outs = [share(op.inputs[0], i), share(op.inputs[1], i)]
-            b.emit("sub_grad", [dz], [o for o in outs if o], which=[j for j, o in enumerate(outs) if o])
-        elif t in ("logistic", "tanh"):
-            dx = share(op.inputs[0], i)
-            if dx:
-                b.emit(f"{t}_grad", [dz, deq.full(y) if _is_int8(g, y) else y], [dx])
-        elif t in ("hard_swish", "leaky_relu", "prelu"):
-            dx = share(op.inputs[0], i)
-            if dx:
-                x = op.inputs[0]
-                ins = [dz, deq.full(x) if _is_int8(g, x) else x]
-                extra = {}
-                if t == "prelu":
-                    al = op.inputs[1]
-                    ins.append(deq.full(al) if _is_int8(g, al) else al)
-                if t == "leaky_relu":
-                    extra["alpha"] = float(a.get("alpha", 0.2))
-                b.emit(f"{t}_grad", ins, [dx], **extra)
-        elif t == "strided_slice":
-            dx = share(op.inputs[0], i)
-            if dx:
-                b.emit("strided_slice_grad", [dz], [dx], starts=[int(v) for v in a["starts"]],
-                       stops=[int(v) for v in a["stops"]], strides=[int(v) for v in a["strides"]])
-        elif t in ("resize_bilinear", "resize_nearest_neighbor"):
-            dx = share(op.inputs[0], i)
-            if dx:
-                b.emit(f"{t}_grad", [dz], [dx], align_corners=bool(a.get("align_corners", False)),
-                       half_pixel_centers=bool(a.get("half_pixel_centers", False)))
         else:
             raise NotImplementedError(f"backward of op {t!r}")
 
@@ -518,17 +448,9 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
             _emit_qas_update(b, g, p, gname, kind, attrs, step, st, qas, producers_of_param[p], wk, masters,
                              prngs, scales)
             continue
-        if kind == "sgd":
-            b.emit("sgd_update", [p, gname], [p], **attrs)
-        elif kind == "momentum":
-            buf = st("momentum")
-            b.emit("momentum_update", [p, gname, buf], [p, buf], **attrs)
-        elif kind == "adam":
-            m, v = st("m"), st("v")
-            b.emit("adam_update", [p, gname, m, v, step], [p, m, v], **attrs)
-        else:
-            sq = st("square_avg")
-            b.emit("rmsprop_update", [p, gname, sq], [p, sq], **attrs)
+        states = [st(suffix) for suffix in STATE_NAMES[kind]]
+        b.emit(ops.update_op(kind, qas=False), [p, gname, *states] + ([step] if kind == "adam" else []),
+               [p, *states], **attrs)
 
     if (MASKS if masks is None else masks):
         added = _use_masks(b, n_fwd)
@@ -620,6 +542,20 @@ def _use_masks(b: _Builder, n_fwd: int) -> int:
     return sum(len(v) for v in after.values())
 
 
+class _GraphBackward:
+    """The BackwardBuilder (stages/ops/backward.py) that writes the training IR: op modules emit through it."""
+
+    def __init__(self, b: _Builder, deq: "_Dequantizer | None", share):
+        self.b, self.deq, self.share = b, deq, share
+        self.g = b.g
+
+    def real(self, t: str) -> str:
+        return self.deq.full(t) if self.deq is not None and _is_int8(self.b.g, t) else t
+
+    def emit(self, type_: str, inputs: list[str], outputs: list[str], **attrs) -> None:
+        self.b.emit(type_, inputs, outputs, **attrs)
+
+
 class _Dequantizer:
     """Emits the backward's explicit int8 -> fp32 conversions, each tensor (or slice) once per sample."""
 
@@ -653,11 +589,10 @@ class _Dequantizer:
         return self.done[key]
 
 
-# Ops whose int8 output is requantized and clamped to [lo, hi] (the activation's range, the int8 range at most).
-# hard_swish, leaky_relu and prelu rescale by s_in/s_out (and alpha) and saturate at the int8 range like the rest;
-# logistic and tanh are not here (see the module docstring: their fixed output range is the function's own).
-CLAMP_MASKED_OPS = ("conv2d", "depthwise_conv2d", "fully_connected", "add", "mean", "quantize", "mul", "sub",
-                 "hard_swish", "leaky_relu", "prelu", "transpose_conv")
+# ops.CLAMP_MASKED_OPS: ops whose int8 output is requantized and clamped to [lo, hi] (the activation's range, the
+# int8 range at most); hard_swish, leaky_relu and prelu rescale by s_in/s_out (and alpha) and saturate at the int8
+# range like the rest; logistic and tanh are not there (see the module docstring: their fixed output range is the
+# function's own).
 
 
 def _is_int8(g: Graph, name: str) -> bool:
@@ -672,11 +607,9 @@ def _clamp_bounds(g: Graph, op: Op) -> tuple[int, int] | None:
         return None
     s, z = float(y.quant.scale[0]), int(y.quant.zero_point[0])
     act = op.attrs.get("act", "none")
-    if op.type == "relu":
-        return ia.relu_op_range(0.0, None, s, z)
-    if op.type == "relu6":
-        return ia.relu_op_range(0.0, 6.0, s, z)
-    if op.type in CLAMP_MASKED_OPS or act != "none":
+    if op.type in ops.OP_CLAMPS:
+        return ia.relu_op_range(*ops.OP_CLAMPS[op.type], s, z)
+    if op.type in ops.CLAMP_MASKED_OPS or act != "none":
         return ia.activation_range(act, s, z)
     return None
 
@@ -708,9 +641,7 @@ def _emit_qas_update(b: _Builder, g: Graph, p: str, gname: str, kind: str, attrs
     n = attrs.get("n")
     gshape = g.tensors[gname].shape
     ins, outs = [p, gname, sname], [p]
-    state_names = {"sgd": [], "momentum": ["momentum"], "adam": ["m", "v"], "rmsprop": ["square_avg"]}[kind]
-    assert len(state_names) == STATE_COUNT[kind]
-    for suffix in state_names:
+    for suffix in STATE_NAMES[kind]:
         name = st(suffix)
         ins.append(name)
         outs.append(name)
@@ -734,7 +665,7 @@ def _emit_qas_update(b: _Builder, g: Graph, p: str, gname: str, kind: str, attrs
         ins.append(r)
         outs.append(r)
         extra = {"stream": stream, "seed_ref": "runtime.seed"}
-    b.emit(f"qas_{kind}_update", ins, outs, **attrs, qas=bool(qas.enabled), rounding=rounding, master=master,
+    b.emit(ops.update_op(kind, qas=True), ins, outs, **attrs, qas=bool(qas.enabled), rounding=rounding, master=master,
            axis=axis, bounds=[int(bounds[0]), int(bounds[1])], **extra)
 
 

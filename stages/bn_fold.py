@@ -21,15 +21,16 @@ import copy
 
 import numpy as np
 
+from . import ops
 from .ir import Graph, Tensor
 
-LINEAR_OPS = ("conv2d", "depthwise_conv2d", "fully_connected")
+LINEAR_OPS = ops.BN_FOLD_OPS   # the layers a BatchNorm after them folds into (the op registry's trait)
 FUSABLE_ACTS = {"relu": "relu", "relu6": "relu6"}
 
 
 def out_channel_axis(op_type: str) -> int:
     """Axis of the weight tensor that indexes output channels (TFLite layout)."""
-    return 3 if op_type == "depthwise_conv2d" else 0
+    return ops.REGISTRY[op_type].out_channel_axis
 
 
 def fold(graph: Graph) -> tuple[Graph, list[str]]:

@@ -25,11 +25,12 @@ weights.bin gets the merged tensor. A partially trained weight that some other o
 depthwise) falls back to a whole static SRAM array outside the arena: codegen.json's `sram_outside_arena_bytes`
 reports it, and it shows in size.json's .bss.
 
-Element-wise ops with numpy broadcasting (ADD with a smaller operand, SUB, MUL, PRELU's alpha) get a
-`tt_broadcast` (rank-4 output shape + per-operand strides, 0 on broadcast axes), and their backward reduces over
-the broadcast axes with the same struct (tt_unbroadcast_f32, tt_mul_grad_f32). LOGISTIC, TANH, HARD_SWISH,
-LEAKY_RELU, PRELU, MUL and SUB run in int8 with the executor's default (TFLite Micro) arithmetic, their parameters
-computed here with int8_arith exactly as stages/executor.py computes them.
+Where the C of an op is written: its op module's emitter (stages/ops/<family>.py, `OpDef.c(gen, op)`, e.g. the
+element-wise, activation, pooling, data-movement, resize, softmax, (de)quantize, loss and update ops), else this
+module's `_Gen.op_<type>` (the layers and their gradients, the masks, which share the split-weight and stream
+machinery here). `_Gen` offers the emitters the places (loc, ploc, same_place), the tables (const_table, uid,
+globals), the quantization parameters (qp, requant, bcast) and copy_call. stages/codegen_program.py writes the
+program around the calls (arena, loops, evaluation, tt_main).
 
 Compile-time options: -DTT_DUMP_TENSORS=1 makes the program write every trained tensor after each sample step
 (`dump_<step>.bin`, weights.bin's layout) and appends the forward output of every evaluated sample to
@@ -47,67 +48,24 @@ from typing import Any
 import numpy as np
 
 from tinytrain.stages import int8_arith as ia
+from tinytrain.stages import ops
+from tinytrain.stages.c_literals import (ACT_ENUM, CTYPE, FLOAT_BOUNDS, CodegenError, c_array, flit,
+                                         numel)
+from tinytrain.stages.codegen_program import program
 from tinytrain.stages.geometry import out_size_and_pad
 from tinytrain.stages.ir import Graph, Op, Tensor
 from tinytrain.stages.memplan import fused_dequantize
-from tinytrain.stages.codegen_api import CKPT_HEADER, CKPT_VERSION, ApiParts, model_api, model_header
+from tinytrain.stages.codegen_api import CKPT_HEADER, CKPT_VERSION, ApiParts, model_header
 from tinytrain.stages.codegen_driver import driver_source
+from tinytrain.stages.ops import QAS_UPDATE_OPS
 from tinytrain.stages.runtime_config import PROTOCOL
 from tinytrain.stages.streams import Stream, row_geometry
 
-CTYPE = {"int8": "int8_t", "int32": "int32_t", "float32": "float", "uint8": "uint8_t", "int16": "int16_t",
-         "int64": "int64_t"}
-ACT_ENUM = {"none": "TT_ACT_NONE", "relu": "TT_ACT_RELU", "relu6": "TT_ACT_RELU6",
-            "relu_n1_to_1": "TT_ACT_RELU_N1_TO_1"}
-FLOAT_BOUNDS = {"none": (-math.inf, math.inf), "relu": (0.0, math.inf), "relu6": (0.0, 6.0),
-                "relu_n1_to_1": (-1.0, 1.0)}
-RUNTIME_FIELDS = {"learning_rate": "learning_rate", "momentum": "momentum", "beta1": "beta1", "beta2": "beta2",
-                  "eps": "eps", "alpha": "alpha", "weight_decay": "weight_decay"}
-# The arena is painted with this 32-bit word before the run and scanned by word afterwards (tt_arena_used): as
-# int8 bytes it reads -17, -66, -83, -34 and as a float -6.3e18, so data that happens to equal it is very unlikely
-# (a one-byte paint was: an int8 activation of -91 is common).
-PAINT = 0xDEADBEEF
 # Stack of the firmware (sources.json -> cross-compile -> the linker's __stack_size). Measured high-water marks
 # (painted stack, QEMU): digits 776 B, MobileNetV2-w0.35@128 TTE-like sparse ~1 KB: every kernel is a leaf with a
 # small frame and the program's deepest chain is tt_main -> tt_write_results -> tt_snprintf. 4 KB leaves a
 # margin of ~3x; the default 16 KB would cost 12 KB of the 320 KB board for nothing.
 DEFAULT_STACK = 4 * 1024
-SPLIT_READERS = ("conv2d", "dequantize") + ("qas_sgd_update", "qas_momentum_update", "qas_adam_update",
-                                             "qas_rmsprop_update")
-
-
-class CodegenError(NotImplementedError):
-    pass
-
-
-def flit(x: float) -> str:
-    """A float32 constant as an exact C literal."""
-    v = float(np.float32(x))
-    if math.isinf(v):
-        return "INFINITY" if v > 0 else "(-INFINITY)"
-    if math.isnan(v):
-        raise CodegenError("NaN constant")
-    return f"{v.hex()}f" if v != 0 else ("-0.0f" if math.copysign(1, v) < 0 else "0.0f")
-
-
-def numel(shape) -> int:
-    return int(np.prod(list(shape), dtype=np.int64)) if len(shape) else 1
-
-
-def _c_array(ctype: str, values, per_line: int = 16) -> str:
-    vals = list(values)
-    if not vals:
-        return "{0}"
-    items = []
-    for v in vals:
-        if ctype == "float":
-            items.append(flit(v))
-        elif ctype == "int32_t" and int(v) == -(1 << 31):
-            items.append("INT32_MIN")
-        else:
-            items.append(str(int(v)))
-    lines = [", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
-    return "{\n    " + ",\n    ".join(lines) + "\n}"
 
 
 @dataclass
@@ -166,7 +124,7 @@ class _Gen:
                     if op.type == "dequantize" and op.outputs[0] in self.fused and all(
                             o.type == "conv2d_grad_input" for o in self.g.ops if op.outputs[0] in o.inputs):
                         continue
-                    if op.type in SPLIT_READERS[2:] and k == 0:
+                    if op.type in QAS_UPDATE_OPS and k == 0:
                         continue
                     ok = False
             if ok:
@@ -186,7 +144,7 @@ class _Gen:
     def const_table(self, prefix: str, ctype: str, values) -> str:
         name = self.uid(prefix)
         vals = list(values)
-        self.globals.append(f"static const {ctype} {name}[{max(len(vals), 1)}] = {_c_array(ctype, vals)};")
+        self.globals.append(f"static const {ctype} {name}[{max(len(vals), 1)}] = {c_array(ctype, vals)};")
         self.const_bytes += max(len(vals), 1) * {"float": 4, "int32_t": 4, "int8_t": 1}.get(ctype, 4)
         return name
 
@@ -202,7 +160,7 @@ class _Gen:
         if t.data is not None and name not in self.written:
             data = np.ascontiguousarray(np.asarray(t.data).astype(t.dtype)).reshape(-1)
             self.globals.append(f"/* {name} */\nstatic const {ct} tt_c{i}[{max(data.size, 1)}] = "
-                                f"{_c_array(ct, data.tolist())};")
+                                f"{c_array(ct, data.tolist())};")
             self.const_bytes += max(data.size, 1) * np.dtype(t.dtype).itemsize
             self.locs[name] = _Loc("flash", f"tt_c{i}")
             return self.locs[name].expr
@@ -228,7 +186,7 @@ class _Gen:
                 self.init_lines.append(f"memset({expr}, 0, {nbytes}); /* {name} */")
             else:
                 self.globals.append(f"/* initial {name} */\nstatic const {ct} tt_i{i}[{data.size}] = "
-                                    f"{_c_array(ct, data.tolist())};")
+                                    f"{c_array(ct, data.tolist())};")
                 self.const_bytes += nbytes
                 self.init_lines.append(f"memcpy({expr}, tt_i{i}, {nbytes}); /* {name} */")
             self.locs[name] = _Loc(kind, expr)
@@ -245,7 +203,7 @@ class _Gen:
         n, cols = self.split[name], int(t.shape[-1])
         rows = data.size // cols
         self.globals.append(f"/* {name}: whole original (flash); channels [0, {n}) are trained in the arena */\n"
-                            f"static const {ct} tt_c{i}[{data.size}] = {_c_array(ct, data.tolist())};")
+                            f"static const {ct} tt_c{i}[{data.size}] = {c_array(ct, data.tolist())};")
         self.const_bytes += data.size * data.dtype.itemsize
         self.flash[name] = f"tt_c{i}"
         expr = f"(({ct} *)(tt_arena + {self.offset[name]}))"
@@ -315,17 +273,6 @@ class _Gen:
                             f"{ys[3]}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {mult}}};")
         return name
 
-    def pool_dims(self, op: Op, x: str) -> str:
-        a = op.attrs
-        xs = self.g.tensors[x].shape
-        kh, kw, sh, sw = int(a["filter_h"]), int(a["filter_w"]), int(a["stride_h"]), int(a["stride_w"])
-        oh, pt = out_size_and_pad(a["padding"], xs[1], kh, sh, 1)
-        ow, pl = out_size_and_pad(a["padding"], xs[2], kw, sw, 1)
-        name = self.uid("tt_pd")
-        self.globals.append(f"static const tt_pool_dims {name} = {{{xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {oh}, {ow}, "
-                            f"{kh}, {kw}, {sh}, {sw}, {pt}, {pl}}};")
-        return name
-
     def bcast(self, out: str, a: str, b: str | None = None) -> str:
         """tt_broadcast of a binary op (numpy broadcasting, shapes aligned to the right as the executor's numpy
         does; constants have no batch axis): the output's rank-4 shape and each operand's element strides, 0 along
@@ -352,57 +299,24 @@ class _Gen:
                             f"{{{', '.join(map(str, vals[4:8]))}}}, {{{', '.join(map(str, vals[8:]))}}}}};")
         return name
 
-    def add_sub_params(self, a: str, b: str, y: str, act: str) -> str:
-        """add.cc / sub.cc 8-bit general path (executor._add_or_sub): left shift 20, `2 * max(s1, s2)` in float,
-        the multipliers in double."""
-        s1, z1 = self.qp(a)
-        s2, z2 = self.qp(b)
-        so, zo = self.qp(y)
-        left_shift = 20
-        twice_max = float(np.float32(2) * np.float32(max(s1, s2)))
-        m1, sh1 = ia.quantize_multiplier_smaller_than_one_exp(s1 / twice_max)
-        m2, sh2 = ia.quantize_multiplier_smaller_than_one_exp(s2 / twice_max)
-        mo, sho = ia.quantize_multiplier_smaller_than_one_exp(
-            twice_max / float(np.float32((1 << left_shift) * np.float32(so))))
-        lo, hi = ia.activation_range(act, so, zo)
-        name = self.uid("tt_ap")
-        self.globals.append(f"static const tt_add_params_s8 {name} = {{{z1}, {z2}, {zo}, {left_shift}, {m1}, "
-                            f"{sh1}, {m2}, {sh2}, {mo}, {sho}, {lo}, {hi}}};")
-        return name
-
-    def slice_params(self, x: str, y: str, attrs: dict) -> str:
-        """tt_strided_slice_params: x's rank-4 view; axis 0 (the batch) whole as in the executor, the others the
-        reader's resolved (start, stop, step); a shrunk axis has extent 1."""
-        xs = [int(d) for d in self.g.tensors[x].shape]
-        if len(xs) > 4:
-            raise CodegenError(f"strided_slice of a rank-{len(xs)} tensor (at most 4)")
-        ext, start, stride = [xs[0]], [0], [1]
-        for ax in range(1, len(xs)):
-            a, b, st = int(attrs["starts"][ax]), int(attrs["stops"][ax]), int(attrs["strides"][ax])
-            ext.append(len(range(a, b, st)))
-            start.append(a)
-            stride.append(st)
-        if numel(ext) != numel(self.g.tensors[y].shape):
-            raise CodegenError(f"strided_slice {y!r}: {ext} does not match the output {self.g.tensors[y].shape}")
-        k = 4 - len(xs)
-        xs, ext, start, stride = [1] * k + xs, [1] * k + ext, [0] * k + start, [1] * k + stride
-        name = self.uid("tt_ss")
-        self.globals.append(f"static const tt_strided_slice_params {name} = {{{{{', '.join(map(str, xs))}}}, "
-                            f"{{{', '.join(map(str, ext))}}}, {{{', '.join(map(str, start))}}}, "
-                            f"{{{', '.join(map(str, stride))}}}}};")
-        return name
-
     # ---- ops -------------------------------------------------------------------------------------------------
     def emit(self, op: Op) -> list[str]:
-        fn = getattr(self, "op_" + op.type, None)
-        if fn is None:
-            raise CodegenError(f"codegen: no C for op {op.type!r}")
-        lines = fn(op)
+        lines = self.calls_of(op)
         self.calls += sum(1 for ln in lines if ln.lstrip().startswith("tt_"))
         head = f"/* {op.type}: {', '.join(op.outputs)} */"
         return [head] + lines
 
-    def _int8(self, name: str) -> bool:
+    def calls_of(self, op: Op, **kw) -> list[str]:
+        """The C of one op: its op module's emitter (stages/ops/, OpDef.c), or this class's op_<type>."""
+        d = ops.get(op.type)
+        if d is not None and d.c is not None:
+            return d.c(self, op, **kw)
+        fn = getattr(self, "op_" + op.type, None)
+        if fn is None:
+            raise CodegenError(f"codegen: no C for op {op.type!r}")
+        return fn(op, **kw)
+
+    def is_int8(self, name: str) -> bool:
         return self.g.tensors[name].dtype == "int8"
 
     def ploc(self, name: str) -> str:
@@ -424,7 +338,7 @@ class _Gen:
         d, xe, ye = self._io(io, self.conv_dims(op, x, y, kh, kw), x, y)
         bias = self.loc(b) if b else "0"
         act = op.attrs.get("act", "none")
-        if self._int8(x):
+        if self.is_int8(x):
             q = self.requant(x, w, y, act, o)
             if w in self.split:
                 whole, part, n = self.weight_args(w)
@@ -451,7 +365,7 @@ class _Gen:
         d = self.tconv_dims(op, x, y, kh, kw)
         bias = self.loc(b) if b else "0"
         act = op.attrs.get("act", "none")
-        if self._int8(x):
+        if self.is_int8(x):
             q = self.requant(x, w, y, act, o)
             return [f"tt_transpose_conv_s8(&{d}, &{q}, {self.loc(x)}, {self.loc(w)}, {bias}, {self.loc(y)});"]
         lo, hi = FLOAT_BOUNDS[act]
@@ -484,7 +398,7 @@ class _Gen:
         act = op.attrs.get("act", "none")
         if io is not None:
             dd, xe, ye = self._io(io, d, x, y)
-            if self._int8(x):
+            if self.is_int8(x):
                 q = self.requant(x, w, y, act, o)
                 return [f"tt_depthwise_conv2d_s8({dd}, &{q}, {xe}, {self.loc(w)}, {bias}, {ye});"]
             lo, hi = FLOAT_BOUNDS[act]
@@ -494,7 +408,7 @@ class _Gen:
             if y not in self.scratch:
                 raise CodegenError(f"in-place depthwise {y} has no scratch buffer in the plan")
             scr = f"({self.ctype(y)} *)(tt_arena + {self.scratch[y]})"
-        if self._int8(x):
+        if self.is_int8(x):
             q = self.requant(x, w, y, act, o)
             if inplace:
                 return [f"tt_depthwise_conv2d_s8_inplace(&{d}, &{q}, {self.loc(x)}, {self.loc(w)}, {bias}, {scr});"]
@@ -513,7 +427,7 @@ class _Gen:
         rows = numel(self.g.tensors[x].shape) // depth
         bias = self.loc(b) if b else "0"
         act = op.attrs.get("act", "none")
-        if self._int8(x):
+        if self.is_int8(x):
             q = self.requant(x, w, y, act, o)
             return [f"tt_fully_connected_s8({rows}, {depth}, {o}, &{q}, {self.loc(x)}, {self.loc(w)}, {bias}, "
                     f"{self.loc(y)});"]
@@ -521,343 +435,13 @@ class _Gen:
         return [f"tt_fully_connected_f32({rows}, {depth}, {o}, {flit(lo)}, {flit(hi)}, {self.loc(x)}, "
                 f"{self.loc(w)}, {bias}, {self.loc(y)});"]
 
-    def op_add(self, op: Op) -> list[str]:
-        a, b = op.inputs[0], op.inputs[1]
-        y = op.outputs[0]
-        n = numel(self.g.tensors[y].shape)
-        act = op.attrs.get("act", "none")
-        same = self.g.tensors[a].shape == self.g.tensors[b].shape
-        if self._int8(a):
-            p = self.add_sub_params(a, b, y, act)
-            if same:
-                return [f"tt_add_s8(&{p}, {n}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
-            return [f"tt_add_s8_broadcast(&{p}, &{self.bcast(y, a, b)}, {self.loc(a)}, {self.loc(b)}, "
-                    f"{self.loc(y)});"]
-        lo, hi = FLOAT_BOUNDS[act]
-        if same:
-            return [f"tt_add_f32({n}, {flit(lo)}, {flit(hi)}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
-        return [f"tt_add_f32_broadcast(&{self.bcast(y, a, b)}, {flit(lo)}, {flit(hi)}, {self.loc(a)}, "
-                f"{self.loc(b)}, {self.loc(y)});"]
-
-    def op_sub(self, op: Op) -> list[str]:
-        a, b = op.inputs[0], op.inputs[1]
-        y = op.outputs[0]
-        act = op.attrs.get("act", "none")
-        bc = self.bcast(y, a, b)
-        if self._int8(a):
-            p = self.add_sub_params(a, b, y, act)
-            return [f"tt_sub_s8(&{p}, &{bc}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
-        lo, hi = FLOAT_BOUNDS[act]
-        return [f"tt_sub_f32(&{bc}, {flit(lo)}, {flit(hi)}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
-
-    def op_mul(self, op: Op) -> list[str]:
-        a, b = op.inputs[0], op.inputs[1]
-        y = op.outputs[0]
-        act = op.attrs.get("act", "none")
-        bc = self.bcast(y, a, b)
-        if self._int8(a):
-            s1, z1 = self.qp(a)
-            s2, z2 = self.qp(b)
-            so, zo = self.qp(y)
-            # TFLite Micro's CalculateOpDataMul: the ratio of the float32 scales in double (executor._mul default).
-            m, sh = ia.quantize_multiplier(ia.f32(s1) * ia.f32(s2) / ia.f32(so))
-            lo, hi = ia.activation_range(act, so, zo)
-            name = self.uid("tt_mu")
-            self.globals.append(f"static const tt_mul_params_s8 {name} = {{{z1}, {z2}, {zo}, {m}, {sh}, {lo}, {hi}}};")
-            return [f"tt_mul_s8(&{name}, &{bc}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
-        lo, hi = FLOAT_BOUNDS[act]
-        return [f"tt_mul_f32(&{bc}, {flit(lo)}, {flit(hi)}, {self.loc(a)}, {self.loc(b)}, {self.loc(y)});"]
-
-    def _logistic_tanh(self, op: Op, kind: str) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        n = numel(self.g.tensors[x].shape)
-        if self._int8(x):
-            s_in, z_in = self.qp(x)
-            s_out, z_out = self.qp(y)
-            want = (1.0 / 256, -128) if kind == "logistic" else (1.0 / 128, 0)
-            if z_out != want[1] or abs(s_out - want[0]) > 1e-6 * want[0]:
-                raise CodegenError(f"int8 {kind} output must have scale {want[0]:g} and zero point {want[1]}")
-            m, ls, radius = ia.logistic_tanh_params(s_in)
-            return [f"tt_{kind}_s8({n}, {z_in}, {m}, {ls}, {radius}, {self.loc(x)}, {self.loc(y)});"]
-        return [f"tt_{kind}_f32({n}, {self.loc(x)}, {self.loc(y)});"]
-
-    def op_logistic(self, op: Op) -> list[str]:
-        return self._logistic_tanh(op, "logistic")
-
-    def op_tanh(self, op: Op) -> list[str]:
-        return self._logistic_tanh(op, "tanh")
-
-    def op_hard_swish(self, op: Op) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        n = numel(self.g.tensors[x].shape)
-        if self._int8(x):
-            s_in, z_in = self.qp(x)
-            s_out, z_out = self.qp(y)
-            try:
-                om, oe, rm, re_ = ia.hard_swish_params(s_in, s_out)
-            except ValueError as e:
-                raise CodegenError(f"hard_swish {y!r}: {e}") from None
-            name = self.uid("tt_hs")
-            self.globals.append(f"static const tt_hard_swish_params_s8 {name} = {{{z_in}, {z_out}, {om}, {oe}, "
-                                f"{rm}, {re_}}};")
-            return [f"tt_hard_swish_s8(&{name}, {n}, {self.loc(x)}, {self.loc(y)});"]
-        return [f"tt_hard_swish_f32({n}, {self.loc(x)}, {self.loc(y)});"]
-
-    def op_leaky_relu(self, op: Op) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        n = numel(self.g.tensors[x].shape)
-        alpha = np.float32(op.attrs.get("alpha", 0.2))
-        if self._int8(x):
-            s_in, z_in = self.qp(x)
-            s_out, z_out = self.qp(y)
-            # LeakyReluPrepare forms both ratios in float (executor._leaky_relu).
-            mi, shi = ia.quantize_multiplier(ia.f32(np.float32(s_in) / np.float32(s_out)))
-            ma, sha = ia.quantize_multiplier(ia.f32(np.float32(np.float32(s_in) * alpha) / np.float32(s_out)))
-            return [f"tt_leaky_relu_s8({n}, {z_in}, {z_out}, {mi}, {shi}, {ma}, {sha}, {self.loc(x)}, "
-                    f"{self.loc(y)});"]
-        return [f"tt_leaky_relu_f32({n}, {flit(alpha)}, {self.loc(x)}, {self.loc(y)});"]
-
-    def op_prelu(self, op: Op) -> list[str]:
-        x, al, y = op.inputs[0], op.inputs[1], op.outputs[0]
-        bc = self.bcast(y, x, al)
-        if self._int8(x):
-            s_in, z_in = self.qp(x)
-            s_a, z_a = self.qp(al)
-            s_out, z_out = self.qp(y)
-            # PreluPrepare's float (not double) ratios (executor._prelu).
-            m1, sh1 = ia.quantize_multiplier(ia.f32(np.float32(s_in) / np.float32(s_out)))
-            m2, sh2 = ia.quantize_multiplier(ia.f32(np.float32(np.float32(s_in) * np.float32(s_a)) /
-                                                    np.float32(s_out)))
-            name = self.uid("tt_pr")
-            self.globals.append(f"static const tt_prelu_params_s8 {name} = {{{z_in}, {z_a}, {z_out}, {m1}, {sh1}, "
-                                f"{m2}, {sh2}}};")
-            return [f"tt_prelu_s8(&{name}, &{bc}, {self.loc(x)}, {self.loc(al)}, {self.loc(y)});"]
-        return [f"tt_prelu_f32(&{bc}, {self.loc(x)}, {self.loc(al)}, {self.loc(y)});"]
-
-    def op_strided_slice(self, op: Op) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        if self.same_place(x, y):
-            raise CodegenError(f"strided_slice {y!r} planned in place over its input (the kernel cannot)")
-        p = self.slice_params(x, y, op.attrs)
-        suffix = "s8" if self._int8(x) else "f32"
-        return [f"tt_strided_slice_{suffix}(&{p}, {self.loc(x)}, {self.loc(y)});"]
-
-    def resize_params(self, x: str, y: str, attrs: dict) -> str:
-        """tt_resize_params of a resize from x [N,H,W,C] to y [N,OH,OW,C] (the batch of the planned tensors)."""
-        xs, ys = [int(d) for d in self.g.tensors[x].shape], [int(d) for d in self.g.tensors[y].shape]
-        if len(xs) != 4 or len(ys) != 4 or xs[0] != ys[0] or xs[3] != ys[3]:
-            raise CodegenError(f"resize {y!r}: shapes {xs} -> {ys} are not NHWC with equal batch and channels")
-        name = self.uid("tt_rs")
-        self.globals.append(f"static const tt_resize_params {name} = {{{xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {ys[1]}, "
-                            f"{ys[2]}, {int(bool(attrs.get('align_corners')))}, "
-                            f"{int(bool(attrs.get('half_pixel_centers')))}}};")
-        return name
-
-    def _resize(self, op: Op, kind: str) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        if self.same_place(x, y):
-            raise CodegenError(f"{op.type} {y!r} planned in place over its input (the kernel cannot)")
-        p = self.resize_params(x, y, op.attrs)
-        suffix = "s8" if self._int8(x) else "f32"
-        return [f"tt_resize_{kind}_{suffix}(&{p}, {self.loc(x)}, {self.loc(y)});"]
-
-    def op_resize_bilinear(self, op: Op) -> list[str]:
-        return self._resize(op, "bilinear")
-
-    def op_resize_nearest_neighbor(self, op: Op) -> list[str]:
-        return self._resize(op, "nearest")
-
-    def _pool(self, op: Op, kind: str) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        d = self.pool_dims(op, x)
-        act = op.attrs.get("act", "none")
-        if self._int8(x):
-            lo, hi = ia.activation_range(act, *self.qp(y))
-            return [f"tt_{kind}_s8(&{d}, {lo}, {hi}, {self.loc(x)}, {self.loc(y)});"]
-        lo, hi = FLOAT_BOUNDS[act]
-        return [f"tt_{kind}_f32(&{d}, {flit(lo)}, {flit(hi)}, {self.loc(x)}, {self.loc(y)});"]
-
-    def op_average_pool2d(self, op: Op) -> list[str]:
-        return self._pool(op, "average_pool2d")
-
-    def op_max_pool2d(self, op: Op) -> list[str]:
-        return self._pool(op, "max_pool2d")
-
-    def _mean_axes(self, op: Op) -> tuple[int, int, int, int]:
-        x = op.inputs[0]
-        xs = self.g.tensors[x].shape
-        axes = sorted({int(v) % len(xs) for v in np.asarray(self.g.tensors[op.inputs[1]].data).reshape(-1)})
-        if len(xs) != 4 or axes != [1, 2]:
-            raise CodegenError(f"mean over axes {axes} of a rank-{len(xs)} tensor (only H, W of NHWC)")
-        return xs[0], xs[1], xs[2], xs[3]
-
-    def op_mean(self, op: Op) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        b, h, w, c = self._mean_axes(op)
-        if self._int8(x):
-            s_in, z_in = self.qp(x)
-            s_out, z_out = self.qp(y)
-            count = h * w
-            mult, shift = ia.quantize_multiplier(float(s_in) / float(s_out))
-            extra = min(count.bit_length() - 1, 32, 31 + shift)
-            mult = int((mult << extra) // count) if extra >= 0 else int((mult >> -extra) // count)
-            shift -= extra
-            name = self.uid("tt_mp")
-            self.globals.append(f"static const tt_mean_params_s8 {name} = {{{z_in}, {z_out}, {mult}, {shift}}};")
-            return [f"tt_mean_hw_s8(&{name}, {b}, {h}, {w}, {c}, {self.loc(x)}, {self.loc(y)});"]
-        return [f"tt_mean_hw_f32({b}, {h}, {w}, {c}, {self.loc(x)}, {self.loc(y)});"]
-
-    def op_softmax(self, op: Op) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        xs = self.g.tensors[x].shape
-        depth = xs[-1]
-        rows = numel(xs) // depth
-        beta = float(op.attrs.get("beta", 1.0))
-        if self._int8(x):
-            m, ls, dmin = ia.softmax_params(beta, self.qp(x)[0])
-            return [f"tt_softmax_s8({rows}, {depth}, {m}, {ls}, {dmin}, {self.loc(x)}, {self.loc(y)});"]
-        return [f"tt_softmax_f32({rows}, {depth}, {flit(beta)}, {self.loc(x)}, {self.loc(y)});"]
-
-    def _relu(self, op: Op, lo: float, hi: float | None) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        n = numel(self.g.tensors[x].shape)
-        if self._int8(x):
-            s_in, z_in = self.qp(x)
-            s_out, z_out = self.qp(y)
-            mult, shift = ia.quantize_multiplier(float(s_in) / float(s_out))
-            qlo, qhi = ia.relu_op_range(lo, hi, s_out, z_out)
-            return [f"tt_relu_s8({n}, {z_in}, {z_out}, {mult}, {shift}, {qlo}, {qhi}, {self.loc(x)}, "
-                    f"{self.loc(y)});"]
-        return [f"tt_clamp_f32({n}, {flit(lo)}, {flit(math.inf if hi is None else hi)}, {self.loc(x)}, "
-                f"{self.loc(y)});"]
-
-    def op_relu(self, op: Op) -> list[str]:
-        return self._relu(op, 0.0, None)
-
-    def op_relu6(self, op: Op) -> list[str]:
-        return self._relu(op, 0.0, 6.0)
-
-    def _copy(self, x: str, y: str) -> list[str]:
+    def copy_call(self, x: str, y: str) -> list[str]:
+        """y = x (a no-op where the plan put both in one place)."""
         if self.same_place(x, y):
             return [f"/* {y} aliases {x} */"]
         n = numel(self.g.tensors[x].shape)
-        suffix = "s8" if self._int8(x) else "f32"
+        suffix = "s8" if self.is_int8(x) else "f32"
         return [f"tt_copy_{suffix}({n}, {self.loc(x)}, {self.loc(y)});"]
-
-    def op_reshape(self, op: Op) -> list[str]:
-        return self._copy(op.inputs[0], op.outputs[0])
-
-    def op_reshape_grad(self, op: Op) -> list[str]:
-        return self._copy(op.inputs[0], op.outputs[0])
-
-    def _pads(self, x: str, p: str) -> tuple[str, str]:
-        xs = list(self.g.tensors[x].shape)
-        pads = np.asarray(self.g.tensors[p].data).reshape(len(xs), 2).astype(int).tolist()
-        while len(xs) < 4:
-            xs.insert(0, 1)
-            pads.insert(0, [0, 0])
-        shp = self.const_table("tt_shape", "int32_t", xs)
-        pd = self.const_table("tt_pads", "int32_t", [v for pr in pads for v in pr])
-        return shp, pd
-
-    def op_pad(self, op: Op) -> list[str]:
-        x, p, y = op.inputs[0], op.inputs[1], op.outputs[0]
-        shp, pd = self._pads(x, p)
-        if self._int8(x):
-            return [f"tt_pad_s8({shp}, {pd}, {self.qp(y)[1]}, {self.loc(x)}, {self.loc(y)});"]
-        return [f"tt_pad_f32({shp}, {pd}, 0.0f, {self.loc(x)}, {self.loc(y)});"]
-
-    def op_pad_grad(self, op: Op) -> list[str]:
-        dy, p, dx = op.inputs[0], op.inputs[1], op.outputs[0]
-        shp, pd = self._pads(dx, p)
-        return [f"tt_pad_grad_f32({shp}, {pd}, {self.loc(dy)}, {self.loc(dx)});"]
-
-    def _concat_geo(self, names: list[str], axis: int, out: str) -> tuple[str, int]:
-        ys = self.g.tensors[out].shape
-        axis %= len(ys)
-        outer = numel(ys[:axis])
-        inner = [numel(self.g.tensors[n].shape[axis:]) for n in names]
-        return self.const_table("tt_inner", "int32_t", inner), outer
-
-    def op_concatenation(self, op: Op) -> list[str]:
-        names = [n for n in op.inputs if n is not None]
-        y = op.outputs[0]
-        inner, outer = self._concat_geo(names, int(op.attrs.get("axis", -1)), y)
-        act = op.attrs.get("act", "none")
-        ptrs = self.uid("tt_in")
-        ct = self.ctype(y)
-        lines = [f"{{ const {ct} *const {ptrs}[{len(names)}] = {{{', '.join(self.loc(n) for n in names)}}};"]
-        if self._int8(y):
-            so, zo = self.qp(y)
-            same = all(self.qp(n) == (so, zo) for n in names) and act == "none"
-            q = "0"
-            if not same:
-                sc = self.const_table("tt_cs", "float", [self.qp(n)[0] for n in names])
-                zp = self.const_table("tt_cz", "int32_t", [self.qp(n)[1] for n in names])
-                lo, hi = ia.activation_range(act, so, zo)
-                q = self.uid("tt_cq")
-                self.globals.append(f"static const tt_concat_params_s8 {q} = {{{sc}, {zp}, {flit(so)}, {zo}, "
-                                    f"{lo}, {hi}}};")
-                q = "&" + q
-            lines.append(f"  tt_concatenation_s8({len(names)}, {ptrs}, {inner}, {outer}, {q}, {self.loc(y)}); }}")
-        else:
-            lo, hi = FLOAT_BOUNDS[act]
-            lines.append(f"  tt_concatenation_f32({len(names)}, {ptrs}, {inner}, {outer}, {flit(lo)}, {flit(hi)}, "
-                         f"{self.loc(y)}); }}")
-        return lines
-
-    def op_concatenation_grad(self, op: Op) -> list[str]:
-        dy = op.inputs[0]
-        sizes, axis, which = op.attrs["sizes"], int(op.attrs["axis"]), op.attrs["which"]
-        ys = self.g.tensors[dy].shape
-        axis %= len(ys)
-        outer = numel(ys[:axis])
-        rest = numel(ys[axis + 1:])
-        inner = self.const_table("tt_inner", "int32_t", [int(s) * rest for s in sizes])
-        # Parts that need no gradient (not in `which`) get NULL: the kernel skips them.
-        dst = ["0"] * len(sizes)
-        for j, name in zip(which, op.outputs):
-            dst[int(j)] = self.loc(name)
-        ptrs = self.uid("tt_out")
-        return [f"{{ float *const {ptrs}[{len(sizes)}] = {{{', '.join(dst)}}};",
-                f"  tt_concatenation_grad_f32({len(sizes)}, {inner}, {outer}, {self.loc(dy)}, {ptrs}); }}"]
-
-    def op_quantize(self, op: Op) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        n = numel(self.g.tensors[x].shape)
-        so, zo = self.qp(y)
-        if self.g.tensors[x].dtype == "float32":
-            return [f"tt_quantize_f32_s8({n}, {flit(so)}, {zo}, {self.loc(x)}, {self.loc(y)});"]
-        si, zi = self.qp(x)
-        m, s = ia.quantize_multiplier(float(si) / float(so))
-        return [f"tt_requantize_s8({n}, {zi}, {zo}, {m}, {s}, {self.loc(x)}, {self.loc(y)});"]
-
-    def op_dequantize(self, op: Op) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        if y in self.fused:
-            return [f"/* fused: the input-gradient kernels dequantize {x.split(';')[0]} as they read it */"]
-        t = self.g.tensors[x]
-        n = numel(t.shape)
-        if t.quant.per_channel:
-            ax = int(t.quant.axis) % len(t.shape)
-            outer, ch, inner = numel(t.shape[:ax]), t.shape[ax], numel(t.shape[ax + 1:])
-            sc = self.const_table("tt_dqs", "float", t.quant.scale)
-            zp = self.const_table("tt_dqz", "int32_t", t.quant.zero_point)
-            return [f"tt_dequantize_per_channel_s8_f32({outer}, {ch}, {inner}, {sc}, {zp}, {self.loc(x)}, "
-                    f"{self.loc(y)});"]
-        s, z = self.qp(x)
-        return [f"tt_dequantize_s8_f32({n}, {flit(s)}, {z}, {self.loc(x)}, {self.loc(y)});"]
-
-    def op_dequantize_slice(self, op: Op) -> list[str]:
-        x, y = op.inputs[0], op.outputs[0]
-        t = self.g.tensors[x]
-        k = int(op.attrs["channels"])
-        depth = int(op.attrs.get("depth", t.shape[-1]))
-        rows = numel(t.shape) // depth
-        s, z = self.qp(x)
-        if y in self.fused:
-            return [f"/* fused: the weight-gradient kernels dequantize {x.split(';')[0]} as they read it */"]
-        return [f"tt_dequantize_slice_s8_f32({rows}, {depth}, {k}, {flit(s)}, {z}, {self.loc(x)}, {self.loc(y)});"]
 
     # ---- backward --------------------------------------------------------------------------------------------
     def op_act_grad(self, op: Op) -> list[str]:
@@ -876,7 +460,7 @@ class _Gen:
         y, mask = op.inputs[0], op.outputs[0]
         n = numel(self.g.tensors[y].shape)
         lo, hi = op.attrs["lo"], op.attrs.get("hi")
-        if self._int8(y):
+        if self.is_int8(y):
             return [f"tt_clamp_mask_s8({n}, {int(lo)}, {int(hi)}, {self.loc(y)}, {self.loc(mask)});"]
         return [f"tt_clamp_mask_f32({n}, {flit(lo)}, {flit(math.inf if hi is None else hi)}, {self.loc(y)}, "
                 f"{self.loc(mask)});"]
@@ -958,7 +542,7 @@ class _Gen:
         gop, uop = [self.g.ops[i] for i in st.ops]
         p, dw = uop.inputs[0], gop.outputs[0]
         channels = int(st.info["channels"])
-        rows, cols, n = self._slice(p, dw)
+        rows, cols, n = self.trained_slice(p, dw)
         rpc = rows // channels
         # the parameter (its SRAM rows: the compact slice of a split weight) and every per-element state (master
         # copy, optimizer moments: [rows, n]) advance by one channel's rows; the gradient chunk and scalars do not
@@ -973,8 +557,8 @@ class _Gen:
                 off[scale] = "o"
         self.chunk_off, self.chunk_rows = off, rpc
         try:
-            grad = getattr(self, "op_" + gop.type)(gop)
-            upd = getattr(self, "op_" + uop.type)(uop)
+            grad = self.calls_of(gop)
+            upd = self.calls_of(uop)
         finally:
             self.chunk_off, self.chunk_rows = {}, None
         return ["{ int32_t o;", f"  for (o = 0; o < {channels}; ++o) {{", *["    " + ln for ln in grad + upd],
@@ -1106,149 +690,8 @@ class _Gen:
         rows = numel(self.g.tensors[dz].shape) // c
         return [f"tt_bias_grad_f32({rows}, {c}, {self.loc(dz)}, {self.loc(db)});"]
 
-    def _unbroadcast(self, dz: str, d: str, sign: float) -> list[str]:
-        if sign > 0 and self.g.tensors[d].shape == self.g.tensors[dz].shape:
-            return self._copy(dz, d)
-        n = numel(self.g.tensors[d].shape)
-        return [f"tt_unbroadcast_f32(&{self.bcast(dz, d)}, {flit(sign)}, {self.loc(dz)}, {self.loc(d)}, {n});"]
-
-    def op_add_grad(self, op: Op) -> list[str]:
-        dz = op.inputs[0]
-        lines = []
-        for o in op.outputs:
-            lines += self._unbroadcast(dz, o, 1.0)
-        return lines
-
-    def op_sub_grad(self, op: Op) -> list[str]:
-        dz = op.inputs[0]
-        lines = []
-        for o, j in zip(op.outputs, op.attrs["which"]):
-            lines += self._unbroadcast(dz, o, -1.0 if int(j) == 1 else 1.0)
-        return lines
-
-    def op_mul_grad(self, op: Op) -> list[str]:
-        dz, other, d = op.inputs[0], op.inputs[1], op.outputs[0]
-        n = numel(self.g.tensors[d].shape)
-        return [f"tt_mul_grad_f32(&{self.bcast(dz, d, other)}, {self.loc(dz)}, {self.loc(other)}, {self.loc(d)}, "
-                f"{n});"]
-
-    def _elementwise_grad(self, op: Op, kind: str, *extra: str) -> list[str]:
-        dy, v, dx = op.inputs[0], op.inputs[1], op.outputs[0]
-        n = numel(self.g.tensors[dy].shape)
-        pre = "".join(f"{e}, " for e in extra)
-        return [f"tt_{kind}_grad_f32({n}, {pre}{self.loc(dy)}, {self.loc(v)}, {self.loc(dx)});"]
-
-    def op_logistic_grad(self, op: Op) -> list[str]:
-        return self._elementwise_grad(op, "logistic")
-
-    def op_tanh_grad(self, op: Op) -> list[str]:
-        return self._elementwise_grad(op, "tanh")
-
-    def op_hard_swish_grad(self, op: Op) -> list[str]:
-        return self._elementwise_grad(op, "hard_swish")
-
-    def op_leaky_relu_grad(self, op: Op) -> list[str]:
-        return self._elementwise_grad(op, "leaky_relu", flit(op.attrs["alpha"]))
-
-    def op_prelu_grad(self, op: Op) -> list[str]:
-        dy, x, al, dx = op.inputs[0], op.inputs[1], op.inputs[2], op.outputs[0]
-        return [f"tt_prelu_grad_f32(&{self.bcast(dy, x, al)}, {self.loc(dy)}, {self.loc(x)}, {self.loc(al)}, "
-                f"{self.loc(dx)});"]
-
-    def op_strided_slice_grad(self, op: Op) -> list[str]:
-        dy, dx = op.inputs[0], op.outputs[0]
-        if self.same_place(dy, dx):
-            raise CodegenError(f"strided_slice_grad {dx!r} planned in place over dy (the kernel cannot)")
-        p = self.slice_params(dx, dy, op.attrs)
-        return [f"tt_strided_slice_grad_f32(&{p}, {self.loc(dy)}, {self.loc(dx)});"]
-
-    def _resize_grad(self, op: Op, kind: str) -> list[str]:
-        dy, dx = op.inputs[0], op.outputs[0]
-        if self.same_place(dy, dx):
-            raise CodegenError(f"{op.type} {dx!r} planned in place over dy (the kernel cannot)")
-        p = self.resize_params(dx, dy, op.attrs)
-        return [f"tt_resize_{kind}_grad_f32(&{p}, {self.loc(dy)}, {self.loc(dx)});"]
-
-    def op_resize_bilinear_grad(self, op: Op) -> list[str]:
-        return self._resize_grad(op, "bilinear")
-
-    def op_resize_nearest_neighbor_grad(self, op: Op) -> list[str]:
-        return self._resize_grad(op, "nearest")
-
-    def op_average_pool2d_grad(self, op: Op) -> list[str]:
-        dy, dx = op.inputs[0], op.outputs[0]
-        d = self.pool_dims(op, dx)
-        return [f"tt_average_pool2d_grad_f32(&{d}, {self.loc(dy)}, {self.loc(dx)});"]
-
-    def op_max_pool2d_grad(self, op: Op) -> list[str]:
-        dy, x, dx = op.inputs[0], op.inputs[1], op.outputs[0]
-        d = self.pool_dims(op, x)
-        if self._int8(x):
-            return [f"tt_max_pool2d_grad_s8(&{d}, {self.loc(dy)}, {self.loc(x)}, {self.loc(dx)});"]
-        return [f"tt_max_pool2d_grad_f32(&{d}, {self.loc(dy)}, {self.loc(x)}, {self.loc(dx)});"]
-
-    def op_mean_grad(self, op: Op) -> list[str]:
-        dy, dx = op.inputs[0], op.outputs[0]
-        xs = self.g.tensors[dx].shape
-        axes = sorted({int(v) % len(xs) for v in np.asarray(self.g.tensors[op.inputs[1]].data).reshape(-1)})
-        if len(xs) != 4 or axes != [1, 2]:
-            raise CodegenError("mean_grad other than over H, W")
-        return [f"tt_mean_hw_grad_f32({xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {self.loc(dy)}, {self.loc(dx)});"]
-
-    def op_softmax_grad(self, op: Op) -> list[str]:
-        dy, y, dx = op.inputs[0], op.inputs[1], op.outputs[0]
-        ys = self.g.tensors[y].shape
-        return [f"tt_softmax_grad_f32({numel(ys) // ys[-1]}, {ys[-1]}, {flit(op.attrs.get('beta', 1.0))}, "
-                f"{self.loc(dy)}, {self.loc(y)}, {self.loc(dx)});"]
-
-    def op_grad_accumulate(self, op: Op) -> list[str]:
-        y = op.outputs[0]
-        n = numel(self.g.tensors[y].shape)
-        ptrs = self.uid("tt_g")
-        return [f"{{ const float *const {ptrs}[{len(op.inputs)}] = {{{', '.join(self.loc(t) for t in op.inputs)}}};",
-                f"  tt_sum_f32({len(op.inputs)}, {ptrs}, {n}, {self.loc(y)}); }}"]
-
-    def op_batch_accumulate(self, op: Op) -> list[str]:
-        acc, g = op.inputs
-        n = numel(self.g.tensors[acc].shape)
-        return [f"tt_accumulate_f32({n}, {self.loc(acc)}, {self.loc(g)});"]
-
-    def op_softmax_ce_loss(self, op: Op) -> list[str]:
-        z, lab = op.inputs
-        loss, dz = op.outputs
-        zs = self.g.tensors[z].shape
-        depth = zs[-1]
-        if numel(zs) // depth != numel(self.g.tensors[lab].shape):
-            raise CodegenError(f"softmax_ce_loss: {numel(zs) // depth} rows of logits for "
-                               f"{numel(self.g.tensors[lab].shape)} label(s): not a classifier head")
-        return [f"{self.loc(loss)}[0] = tt_softmax_cross_entropy_f32({numel(zs) // depth}, {depth}, {self.loc(z)}, "
-                f"{self.loc(lab)}, {self.loc(dz)});"]
-
-    def op_mse_loss(self, op: Op) -> list[str]:
-        # grad_ops.mse_loss: per sample mean over its elements of (y - t)^2, summed over the rows; dy = 2 (y - t) / per.
-        # tt_mse_f32 computes dy in that order (bit-exact); the loss sums sequentially (numpy sums pairwise from 8
-        # elements on, so the loss may differ in the last ulp for K >= 8).
-        y, t = op.inputs
-        loss, dy = op.outputs
-        ys = self.g.tensors[y].shape
-        rows, per = (int(ys[0]), numel(ys[1:])) if len(ys) > 1 else (1, numel(ys))
-        if numel(self.g.tensors[t].shape) != rows * per:
-            raise CodegenError(f"mse_loss: target {t!r} {self.g.tensors[t].shape} does not match the prediction {ys}")
-        return [f"{self.loc(loss)}[0] = tt_mse_f32({rows}, {per}, {self.loc(y)}, {self.loc(t)}, {self.loc(dy)});"]
-
-    # ---- updates ---------------------------------------------------------------------------------------------
-    def rt(self, op: Op, key: str) -> str:
-        ref = op.attrs.get(f"{key}_ref")
-        if ref is None:
-            if key == "weight_decay":
-                return "0.0f"
-            return flit(self.meta["runtime_defaults"][key])
-        name = ref.split(".", 1)[1] if ref.startswith("runtime.") else ref
-        if name not in RUNTIME_FIELDS:
-            raise CodegenError(f"runtime value {name!r} is not in runtime.bin")
-        return f"tt_cfg.{RUNTIME_FIELDS[name]}"
-
-    def _slice(self, p: str, gname: str) -> tuple[int, int, int]:
+    def trained_slice(self, p: str, gname: str) -> tuple[int, int, int]:
+        """(rows, cols, n) of an update of parameter p with gradient gname: n trained channels of cols."""
         ps = self.g.tensors[p].shape
         cols = ps[-1] if ps else 1
         rows = numel(ps) // cols
@@ -1258,197 +701,7 @@ class _Gen:
             return rows, n, n  # the compact slice: rows of n trained channels
         return rows, cols, n
 
-    def _reset(self, op: Op, gname: str) -> list[str]:
-        if op.attrs.get("reset_grad"):
-            return [f"memset({self.loc(gname)}, 0, {numel(self.g.tensors[gname].shape) * 4});"]
-        return []
-
-    def _float_update(self, op: Op, body) -> list[str]:
-        p, gname = op.inputs[0], op.inputs[1]
-        rows, cols, n = self._slice(p, gname)
-        rows = self.chunk_rows or rows
-        sl = self.uid("tt_sl")
-        self.globals.append(f"static const tt_slice {sl} = {{{rows}, {cols}, {n}}};")
-        scale = flit(1.0 / float(op.attrs.get("batch_size", 1)))
-        return body(sl, scale) + self._reset(op, gname)
-
-    def op_sgd_update(self, op: Op) -> list[str]:
-        p, g = op.inputs[0], op.inputs[1]
-        return self._float_update(op, lambda sl, sc: [
-            f"{{ const tt_sgd_params pp = {{{self.rt(op, 'learning_rate')}, {sc}, {self.rt(op, 'weight_decay')}}};",
-            f"  tt_sgd_f32(&{sl}, &pp, {self.ploc(p)}, {self.ploc(g)}); }}"])
-
-    def op_momentum_update(self, op: Op) -> list[str]:
-        p, g, buf = op.inputs[:3]
-        return self._float_update(op, lambda sl, sc: [
-            f"{{ const tt_momentum_params pp = {{{self.rt(op, 'learning_rate')}, {self.rt(op, 'momentum')}, {sc}, "
-            f"{self.rt(op, 'weight_decay')}}};",
-            f"  tt_momentum_f32(&{sl}, &pp, {self.ploc(p)}, {self.ploc(g)}, {self.ploc(buf)}); }}"])
-
-    def op_adam_update(self, op: Op) -> list[str]:
-        p, g, m, v, step = op.inputs[:5]
-        return self._float_update(op, lambda sl, sc: [
-            "{ tt_adam_params pp;",
-            f"  tt_adam_prepare((double){self.rt(op, 'learning_rate')}, (double){self.rt(op, 'beta1')}, "
-            f"(double){self.rt(op, 'beta2')}, (double){self.rt(op, 'eps')}, {self.ploc(step)}[0], {sc}, "
-            f"{self.rt(op, 'weight_decay')}, &pp);",
-            f"  tt_adam_f32(&{sl}, &pp, {self.ploc(p)}, {self.ploc(g)}, {self.ploc(m)}, {self.ploc(v)}); }}"])
-
-    def op_rmsprop_update(self, op: Op) -> list[str]:
-        p, g, sq = op.inputs[:3]
-        return self._float_update(op, lambda sl, sc: [
-            f"{{ const tt_rmsprop_params pp = {{{self.rt(op, 'learning_rate')}, {self.rt(op, 'alpha')}, "
-            f"(float)(1.0 - (double){self.rt(op, 'alpha')}), {self.rt(op, 'eps')}, {sc}, "
-            f"{self.rt(op, 'weight_decay')}}};",
-            f"  tt_rmsprop_f32(&{sl}, &pp, {self.ploc(p)}, {self.ploc(g)}, {self.ploc(sq)}); }}"])
-
-    def op_step_counter(self, op: Op) -> list[str]:
-        return [f"{self.loc(op.inputs[0])}[0] += 1;"]
-
-    def _qas(self, op: Op) -> list[str]:
-        a = op.attrs
-        kind = op.type[len("qas_"):-len("_update")]
-        p, gname, scale = op.inputs[:3]
-        ns = {"sgd": 0, "momentum": 1, "adam": 2, "rmsprop": 1}[kind]
-        states = op.inputs[3:3 + ns]
-        pos = 3 + ns
-        step = None
-        if kind == "adam":
-            step = op.inputs[pos]
-            pos += 1
-        master = None
-        if a.get("master"):
-            master = op.inputs[pos]
-            pos += 1
-        rng = op.inputs[pos] if a.get("rounding") == "stochastic" and master is None else None
-        pt = self.g.tensors[p]
-        rows, cols, n = self._slice(p, gname)
-        axis = int(a["axis"]) % max(len(pt.shape), 1)
-        if len(pt.shape) <= 1 or axis == len(pt.shape) - 1:
-            rpc = 0
-        elif axis == 0:
-            rpc = rows // pt.shape[0]
-        else:
-            raise CodegenError(f"QAS scale along axis {axis} of {pt.shape}")
-        sc_count = numel(self.g.tensors[scale].shape)
-        if self.chunk_rows is not None:
-            if rpc <= 0:
-                raise CodegenError(f"streamed QAS update of {p}: scales not along the output channels")
-            rows = self.chunk_rows
-        lo, hi = a["bounds"]
-        kinds = {"sgd": "TT_OPT_SGD", "momentum": "TT_OPT_MOMENTUM", "adam": "TT_OPT_ADAM",
-                 "rmsprop": "TT_OPT_RMSPROP"}
-        rounding = "TT_ROUND_STOCHASTIC" if a.get("rounding") == "stochastic" else "TT_ROUND_NEAREST"
-        wd = self.rt(op, "weight_decay") if "weight_decay_ref" in a else "0.0f"
-        lines = ["{ tt_qas_params pp;",
-                 "  memset(&pp, 0, sizeof pp);",
-                 f"  pp.kind = {kinds[kind]}; pp.qas = {1 if a.get('qas', True) else 0}; pp.rounding = {rounding};",
-                 f"  pp.lo = {'INT32_MIN' if int(lo) == -(1 << 31) else int(lo)}; pp.hi = {int(hi)};",
-                 f"  pp.batch_scale = {flit(1.0 / float(a.get('batch_size', 1)))}; "
-                 f"pp.lr = {self.rt(op, 'learning_rate')}; pp.weight_decay = {wd};"]
-        if kind == "momentum":
-            lines.append(f"  pp.momentum = {self.rt(op, 'momentum')};")
-        elif kind == "adam":
-            lines += ["  { tt_adam_params ap;",
-                      f"    tt_adam_prepare((double){self.rt(op, 'learning_rate')}, (double){self.rt(op, 'beta1')}, "
-                      f"(double){self.rt(op, 'beta2')}, (double){self.rt(op, 'eps')}, {self.ploc(step)}[0], 1.0f, "
-                      "0.0f, &ap);",
-                      "    pp.one_minus_beta1 = ap.one_minus_beta1; pp.beta2 = ap.beta2; "
-                      "pp.one_minus_beta2 = ap.one_minus_beta2;",
-                      "    pp.lr_over_bc1 = ap.lr_over_bc1; pp.sqrt_bc2 = ap.sqrt_bc2; pp.eps = ap.eps; }"]
-        elif kind == "rmsprop":
-            lines.append(f"  pp.alpha = {self.rt(op, 'alpha')}; pp.one_minus_alpha = "
-                         f"(float)(1.0 - (double){self.rt(op, 'alpha')}); pp.eps = {self.rt(op, 'eps')};")
-        st0 = self.ploc(states[0]) if ns >= 1 else "0"
-        st1 = self.ploc(states[1]) if ns >= 2 else "0"
-        ms = self.ploc(master) if master else "0"
-        rg = f"(uint32_t *){self.ploc(rng)}" if rng else "0"
-        lines.append(f"  tt_qas_update(&pp, {rows}, {cols}, {n}, {rpc}, {sc_count}, {self.ploc(scale)}, "
-                     f"{self.ploc(p)}, {1 if pt.dtype == 'int32' else 0}, {self.ploc(gname)}, {st0}, {st1}, {ms}, "
-                     f"{rg}); }}")
-        return lines + self._reset(op, gname)
-
-    op_qas_sgd_update = _qas
-    op_qas_momentum_update = _qas
-    op_qas_adam_update = _qas
-    op_qas_rmsprop_update = _qas
-
-
 # ---- the program ---------------------------------------------------------------------------------------------
-
-def _program(gen: _Gen, fwd_lines: list[str], sample_lines: list[str], step_lines: list[str], prng_inits: list[str],
-             api: ApiParts, n_prof: int = 0) -> str:
-    """tt_model.c: the schedule as three static functions, wrapped into the C API of stages/codegen_api.py."""
-    arena_end = max((int(b["offset"]) + int(b["size"]) for b in gen.plan["buffers"] if int(b["size"])), default=0)
-    ind = lambda ls, n: "\n".join(" " * n + ln for ln in ls)  # noqa: E731
-    d = api.defaults
-    cfg_init = ", ".join(flit(float(d.get(k, 0.0))) for k in ("learning_rate",)) + ", 0u, " + ", ".join(
-        flit(float(d.get(k, 0.0))) for k in ("momentum", "beta1", "beta2", "eps", "alpha", "weight_decay"))
-    return f"""/* Generated by tinytrain codegen (stages/codegen.py, stages/codegen_api.py): the training library of one
- * model, API in tt_model.h. No I/O, no heap. Do not edit: regenerate. */
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-
-#include "tt_kernels.h"
-#include "tt_train_ops.h"
-#include "tt_model.h"
-
-#define TT_ARENA_SIZE {max(gen.arena, 16)}u
-#define TT_ARENA_PLANNED {gen.arena}u
-/* The planned end of the last buffer (max offset + size), rounded up to the 4-byte word the arena is scanned by. */
-#define TT_ARENA_END {-(-arena_end // 4) * 4}u
-
-static uint8_t tt_arena[TT_ARENA_SIZE] __attribute__((aligned(16)));
-
-/* Run-time hyper-parameters (tt_set_*), initialised with the build's values. */
-static struct {{
-    float learning_rate;
-    uint32_t seed;
-    float momentum, beta1, beta2, eps, alpha, weight_decay;
-}} tt_cfg = {{{cfg_init}}};
-
-/* Per-op instruction profile of the training step (-DTT_PROFILE=1 only; bench/profile_mbv2.py): op k's
- * instructions and calls, which the driver writes to profile.bin. */
-#if defined(TT_PROFILE) && TT_PROFILE
-#include "tt_platform.h"
-uint64_t tt_prof_insns[TT_PROF_N];
-uint32_t tt_prof_calls[TT_PROF_N];
-static uint64_t tt_prof_t0;
-#define TT_PROF_BEGIN() (tt_prof_t0 = tt_instructions())
-#define TT_PROF_END(k) (tt_prof_insns[(k)] += tt_instructions() - tt_prof_t0, ++tt_prof_calls[(k)])
-#else
-#define TT_PROF_BEGIN() ((void)0)
-#define TT_PROF_END(k) ((void)0)
-#endif
-
-{chr(10).join(gen.globals)}
-
-static void tt_init_state(void)
-{{
-{ind(gen.init_lines, 4)}
-{ind(prng_inits, 4)}
-}}
-
-/* Forward only (evaluation): the schedule's forward ops in its order. */
-static void tt_forward(void)
-{{
-{ind(fwd_lines, 4)}
-}}
-
-/* One sample: forward, loss, backward{', accumulation' if api.batch_size > 1 else ', in-place updates'}. */
-static void tt_sample_step(void)
-{{
-{ind(sample_lines, 4)}
-}}
-
-/* Once per batch: the updates (empty when they run in the sample step). */
-static void tt_update_step(void)
-{{
-{ind(step_lines, 4) if step_lines else '    /* updates run inside the sample step (batch 1, in-place order) */'}
-}}
-{model_api(api, PAINT)}"""
-
 
 def generate(tg: Graph, order: list[int], memplan_doc: dict[str, Any], out_dir: Path,
              kernels: str = "portable", stack_bytes: int = DEFAULT_STACK, wof_n_buffers: int | None = None,
@@ -1518,7 +771,7 @@ def generate(tg: Graph, order: list[int], memplan_doc: dict[str, Any], out_dir: 
     head = meta["prediction"]
     regression = meta.get("loss") == "mse"
     api = _api_parts(gen, x_name, lab, head, meta, trained, wof_n_buffers, regression, n_prof)
-    text = _program(gen, fwd_lines, sample_lines, step_lines, prng_inits, api, n_prof)
+    text = program(gen, fwd_lines, sample_lines, step_lines, prng_inits, api, n_prof)
     arena_end = max((int(b["offset"]) + int(b["size"]) for b in gen.plan["buffers"] if int(b["size"])), default=0)
     (out_dir / "tt_model.c").write_text(text)
     (out_dir / "tt_model.h").write_text(model_header(api))

@@ -30,6 +30,9 @@ import numpy as np
 from tinytrain.pipeline.errors import ModelError, UnsupportedOpError
 from tinytrain.stages import int8_arith as ia
 from tinytrain.stages.ir import Graph, Op, Tensor
+from tinytrain.stages.kernel_common import float_act as _float_act
+from tinytrain.stages.kernel_common import qparams as _qp
+from tinytrain.stages.ops import FORWARD_OPS, REGISTRY
 from tinytrain.stages.geometry import out_size_and_pad
 
 __all__ = ["run_graph", "run_op", "supported_ops", "ExecutionError", "FC_REQUANT_MODES"]
@@ -165,15 +168,6 @@ class _Ctx:
 
 # ---- quantization parameters --------------------------------------------------------------------
 
-def _qp(t: Tensor) -> tuple[float, int]:
-    """Per-tensor (scale, zero point) of an int8 activation."""
-    if t.quant is None:
-        raise ValueError(f"int8 tensor {t.name!r} has no quantization parameters")
-    if t.quant.per_channel:
-        raise ValueError(f"activation {t.name!r} is quantized per channel; only weights may be")
-    return float(t.quant.scale[0]), int(t.quant.zero_point[0])
-
-
 def _channel_multipliers(x_t: Tensor, w_t: Tensor, y_t: Tensor, channels: int) -> tuple[np.ndarray, np.ndarray]:
     """PopulateConvolutionQuantizationParams / FC per-channel Prepare: for each output channel,
     QuantizeMultiplier(double(s_in) * double(s_w[c]) / double(s_out)); a per-tensor filter scale is broadcast."""
@@ -188,19 +182,6 @@ def _channel_multipliers(x_t: Tensor, w_t: Tensor, y_t: Tensor, channels: int) -
         raise ValueError(f"weights {w_t.name!r} have {len(scales)} scales for {channels} output channels")
     pairs = [ia.quantize_multiplier(float(s_in) * float(s) / float(s_out)) for s in scales]
     return (np.array([p[0] for p in pairs], dtype=np.int64), np.array([p[1] for p in pairs], dtype=np.int64))
-
-
-def _float_act(y: np.ndarray, act: str) -> np.ndarray:
-    """ActivationFunctionWithMinMax with the float bounds of CalculateActivationRange."""
-    if act == "none":
-        return y
-    if act == "relu":
-        return np.maximum(y, np.float32(0))
-    if act == "relu6":
-        return np.minimum(np.maximum(y, np.float32(0)), np.float32(6))
-    if act == "relu_n1_to_1":
-        return np.minimum(np.maximum(y, np.float32(-1)), np.float32(1))
-    raise NotImplementedError(f"fused activation {act!r}")
 
 
 def _round_half_away_f32(q: np.ndarray) -> np.ndarray:
@@ -456,64 +437,6 @@ def _exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 # ---- element-wise and pooling -------------------------------------------------------------------
 
-def _add(ctx: _Ctx) -> list[np.ndarray]:
-    return _add_or_sub(ctx, 1)
-
-
-def _sub(ctx: _Ctx) -> list[np.ndarray]:
-    """sub.cc: float a - b; int8 is ADD's general 8-bit path (PrepareGeneralSubOp computes the same left shift 20
-    and multipliers as add.cc) with the rescaled second operand subtracted (reference_ops::SubElementwise)."""
-    return _add_or_sub(ctx, -1)
-
-
-def _add_or_sub(ctx: _Ctx, sign: int) -> list[np.ndarray]:
-    a, b = ctx.x(0), ctx.x(1)
-    act = ctx.attrs.get("act", "none")
-    if ctx.quantized():
-        s1, z1 = _qp(ctx.tin(0))
-        s2, z2 = _qp(ctx.tin(1))
-        so, zo = _qp(ctx.tout())
-        # add.cc Prepare (8-bit general path): left_shift 20; `2 * std::max(float, float)` is a float, the
-        # multipliers are then computed in double.
-        left_shift = 20
-        twice_max = float(np.float32(2) * np.float32(max(s1, s2)))
-        m1, sh1 = ia.quantize_multiplier_smaller_than_one_exp(s1 / twice_max)
-        m2, sh2 = ia.quantize_multiplier_smaller_than_one_exp(s2 / twice_max)
-        mo, sho = ia.quantize_multiplier_smaller_than_one_exp(twice_max / float(np.float32((1 << left_shift) * np.float32(so))))
-        lo, hi = ia.activation_range(act, so, zo)
-        v1 = ia.wrap32((a.astype(np.int64) - z1) * (1 << left_shift))
-        v2 = ia.wrap32((b.astype(np.int64) - z2) * (1 << left_shift))
-        r1 = ia.multiply_by_quantized_multiplier_smaller_than_one_exp(v1, m1, sh1)
-        r2 = ia.multiply_by_quantized_multiplier_smaller_than_one_exp(v2, m2, sh2)
-        raw = ia.multiply_by_quantized_multiplier_smaller_than_one_exp(ia.wrap32(r1 + sign * r2), mo, sho) + zo
-        return [np.clip(raw, lo, hi).astype(np.int8)]
-    fa, fb = a.astype(np.float32), b.astype(np.float32)
-    return [_float_act(fa + fb if sign > 0 else fa - fb, act).astype(np.float32)]
-
-def _mul(ctx: _Ctx) -> list[np.ndarray]:
-    """mul.cc / reference_integer_ops::MulElementwise: one requantization of the int32 product
-    (a - z_a) * (b - z_b) by s_a * s_b / s_out, + output zero point, clamped to the fused activation's range.
-    LiteRT's MulPrepare forms that ratio in float (`input1->params.scale * input2->params.scale /
-    output->params.scale`, promoted to double only for QuantizeMultiplier); TFLite Micro's CalculateOpDataMul in
-    double. fc_requant="litert_double" picks LiteRT's, the default TFLite Micro's."""
-    a, b = ctx.x(0), ctx.x(1)
-    act = ctx.attrs.get("act", "none")
-    if ctx.quantized():
-        s1, z1 = _qp(ctx.tin(0))
-        s2, z2 = _qp(ctx.tin(1))
-        so, zo = _qp(ctx.tout())
-        if ctx.fc_requant == "litert_double":
-            real = ia.f32(np.float32(np.float32(s1) * np.float32(s2)) / np.float32(so))
-        else:
-            real = ia.f32(s1) * ia.f32(s2) / ia.f32(so)
-        mult, shift = ia.quantize_multiplier(real)
-        lo, hi = ia.activation_range(act, so, zo)
-        prod = ia.wrap32((a.astype(np.int64) - z1) * (b.astype(np.int64) - z2))
-        raw = ia.multiply_by_quantized_multiplier(prod, mult, shift) + zo
-        return [np.clip(raw, lo, hi).astype(np.int8)]
-    return [_float_act(a.astype(np.float32) * b.astype(np.float32), act).astype(np.float32)]
-
-
 def _pool_windows(ctx: _Ctx, x: np.ndarray, pad_value):
     a = ctx.attrs
     kh, kw = int(a["filter_h"]), int(a["filter_w"])
@@ -656,113 +579,6 @@ def _relu(ctx: _Ctx) -> list[np.ndarray]:
 def _relu6(ctx: _Ctx) -> list[np.ndarray]:
     return _relu_common(ctx, 0.0, 6.0)
 
-
-def _leaky_relu(ctx: _Ctx) -> list[np.ndarray]:
-    """activations.cc LeakyRelu. float: `x > 0 ? x : x * alpha`. int8: reference_ops::QuantizeLeakyRelu, two
-    multipliers, s_in / s_out for x >= z_in and s_in * alpha / s_out below, each formed in float (LeakyReluPrepare
-    divides float scales) and then quantized."""
-    x = ctx.x(0)
-    alpha = np.float32(ctx.attrs.get("alpha", 0.2))
-    if ctx.quantized():
-        s_in, z_in = _qp(ctx.tin(0))
-        s_out, z_out = _qp(ctx.tout())
-        m_id, sh_id = ia.quantize_multiplier(ia.f32(np.float32(s_in) / np.float32(s_out)))
-        m_a, sh_a = ia.quantize_multiplier(ia.f32(np.float32(np.float32(s_in) * alpha) / np.float32(s_out)))
-        v = x.astype(np.int64) - z_in
-        y = np.where(v >= 0, ia.multiply_by_quantized_multiplier(v, m_id, sh_id),
-                     ia.multiply_by_quantized_multiplier(v, m_a, sh_a)) + z_out
-        return [np.clip(y, -128, 127).astype(np.int8)]
-    xf = x.astype(np.float32)
-    return [np.where(xf > np.float32(0), xf, xf * alpha).astype(np.float32)]
-
-
-_LOGISTIC_CUTOFF_UPPER = np.float32(16.619047164916992188)
-_LOGISTIC_CUTOFF_LOWER = np.float32(-9.0)
-
-
-def _logistic(ctx: _Ctx) -> list[np.ndarray]:
-    """float: reference_ops::Logistic (1 above 16.619, exp(x) below -9, else 1 / (1 + exp(-x)), in float).
-    int8 (output (1/256, -128)): LiteRT's BUILTIN_REF kernel looks each value up in a table it fills with float
-    math (fc_requant="litert_double"); TFLite Micro runs reference_integer_ops::Logistic, gemmlowp fixed point
-    (the default). The two differ by an LSB on some inputs."""
-    x = ctx.x(0)
-    if ctx.quantized():
-        s_in, z_in = _qp(ctx.tin(0))
-        s_out, z_out = _qp(ctx.tout())
-        _check_fixed_output("logistic", s_out, z_out, 1.0 / 256, -128)
-        if ctx.fc_requant == "litert_double":
-            return [ia.apply_lut(x, ia.lut_int8(s_in, z_in, s_out, z_out, ia.logistic_f32))]
-        mult, shift, radius = ia.logistic_tanh_params(s_in)
-        return [ia.logistic_int8_fixed(x, z_in, mult, shift, radius)]
-    xf = x.astype(np.float32)
-    # Each branch's exp only sees the inputs of its own range (clipped), so nothing overflows; the values in range
-    # are the same bits as the unclipped formula.
-    lo, hi = np.float32(_LOGISTIC_CUTOFF_LOWER), np.float32(_LOGISTIC_CUTOFF_UPPER)
-    mid = (np.float32(1) / (np.float32(1) + np.exp(-np.clip(xf, lo, hi)))).astype(np.float32)
-    y = np.where(xf > hi, np.float32(1), np.where(xf < lo, np.exp(np.minimum(xf, lo)), mid))
-    return [y.astype(np.float32)]
-
-
-def _tanh(ctx: _Ctx) -> list[np.ndarray]:
-    """float: std::tanh. int8 (output (1/128, 0)): as LOGISTIC, LiteRT's float-filled table or TFLite Micro's
-    reference_integer_ops::Tanh."""
-    x = ctx.x(0)
-    if ctx.quantized():
-        s_in, z_in = _qp(ctx.tin(0))
-        s_out, z_out = _qp(ctx.tout())
-        _check_fixed_output("tanh", s_out, z_out, 1.0 / 128, 0)
-        if ctx.fc_requant == "litert_double":
-            return [ia.apply_lut(x, ia.lut_int8(s_in, z_in, s_out, z_out, ia.tanhf))]
-        mult, shift, radius = ia.logistic_tanh_params(s_in)
-        return [ia.tanh_int8_fixed(x, z_in, mult, shift, radius)]
-    return [np.tanh(x.astype(np.float32)).astype(np.float32)]
-
-
-def _check_fixed_output(op: str, s: float, z: int, want_s: float, want_z: int) -> None:
-    # The fixed-point kernels hard-code the output encoding; other parameters would silently mean other numbers.
-    if z != want_z or abs(s - want_s) > 1e-6 * want_s:
-        raise ValueError(f"int8 {op} output must have scale {want_s:g} and zero point {want_z} (got {s}, {z})")
-
-
-def _hard_swish(ctx: _Ctx) -> list[np.ndarray]:
-    """float: reference_ops::HardSwish, x * min(6, max(0, x + 3)) / 6 in float. int8: its 16-bit fixed-point
-    version (HardSwishPrepare's float-formed multipliers scaled down to Q0.15)."""
-    x = ctx.x(0)
-    if ctx.quantized():
-        s_in, z_in = _qp(ctx.tin(0))
-        s_out, z_out = _qp(ctx.tout())
-        return [ia.hard_swish_int8(x, z_in, z_out, ia.hard_swish_params(s_in, s_out))]
-    xf = x.astype(np.float32)
-    r = np.minimum(np.float32(6), np.maximum(np.float32(0), xf + np.float32(3)))
-    return [((xf * r) / np.float32(6)).astype(np.float32)]
-
-
-def _prelu(ctx: _Ctx) -> list[np.ndarray]:
-    """activations.cc PreluEval. float: ApplyPrelu, `x >= 0 ? x : x * alpha` in float32. int8:
-    reference_ops::(Broadcast)Prelu4D: the non-negative side rescaled by s_in / s_out, the negative side
-    by s_in * s_alpha / s_out on the int32 product (x - z_in) * (alpha - z_alpha); both multipliers come
-    from float (not double) arithmetic on the tensor scales, as PreluPrepare computes them."""
-    x, alpha = ctx.x(0), ctx.x(1)
-    if alpha is None:
-        raise ValueError("PRELU needs an alpha operand")
-    if ctx.quantized():
-        s_in, z_in = _qp(ctx.tin(0))
-        s_a, z_a = _qp(ctx.tin(1))
-        s_out, z_out = _qp(ctx.tout())
-        m1, sh1 = ia.quantize_multiplier(ia.f32(np.float32(s_in) / np.float32(s_out)))
-        m2, sh2 = ia.quantize_multiplier(ia.f32(np.float32(np.float32(s_in) * np.float32(s_a)) / np.float32(s_out)))
-        xi = x.astype(np.int64) - z_in
-        ai = np.broadcast_to(alpha.astype(np.int64) - z_a, xi.shape) if alpha.ndim <= xi.ndim else None
-        if ai is None:
-            raise ValueError(f"alpha of rank {alpha.ndim} does not broadcast to the input")
-        pos = ia.multiply_by_quantized_multiplier(xi, m1, sh1)
-        neg = ia.multiply_by_quantized_multiplier(ia.wrap32(xi * ai), m2, sh2)
-        return [np.clip(np.where(xi >= 0, pos, neg) + z_out, -128, 127).astype(np.int8)]
-    xf, af = x.astype(np.float32), alpha.astype(np.float32)
-    return [np.where(xf >= np.float32(0), xf, xf * af).astype(np.float32)]
-
-
-# ---- data movement and (de)quantization ---------------------------------------------------------
 
 def _strided_slice(ctx: _Ctx) -> list[np.ndarray]:
     """reference_ops::StridedSlice: a copy of the selected elements (int8 keeps the input's parameters). The
@@ -973,31 +789,7 @@ def _dequantize(ctx: _Ctx) -> list[np.ndarray]:
     raise NotImplementedError(f"DEQUANTIZE from {x_t.dtype}")
 
 
+# Every forward op of the registry has its kernel: its op module's (OpDef.forward), or here, named `_<op>` (a missing
+# one fails at import).
 _KERNELS: dict[str, Callable[[_Ctx], list[np.ndarray]]] = {
-    "conv2d": _conv2d,
-    "depthwise_conv2d": _depthwise_conv2d,
-    "transpose_conv": _transpose_conv,
-    "fully_connected": _fully_connected,
-    "add": _add,
-    "average_pool2d": _average_pool2d,
-    "max_pool2d": _max_pool2d,
-    "mean": _mean,
-    "reshape": _reshape,
-    "softmax": _softmax,
-    "relu": _relu,
-    "relu6": _relu6,
-    "pad": _pad,
-    "concatenation": _concatenation,
-    "quantize": _quantize,
-    "dequantize": _dequantize,
-    "prelu": _prelu,
-    "strided_slice": _strided_slice,
-    "mul": _mul,
-    "sub": _sub,
-    "logistic": _logistic,
-    "tanh": _tanh,
-    "hard_swish": _hard_swish,
-    "leaky_relu": _leaky_relu,
-    "resize_bilinear": _resize_bilinear,
-    "resize_nearest_neighbor": _resize_nearest_neighbor,
-}
+    name: REGISTRY[name].forward or globals()["_" + name] for name in FORWARD_OPS}

@@ -7,46 +7,10 @@ On disk a graph is two files: `graph.json` (canonical JSON: sorted keys, no data
 `tensors.npz` (one array per constant tensor, keyed by tensor name). Both are written
 deterministically so that the same graph always yields the same bytes (the cache relies on it).
 
-Op vocabulary (type: inputs -> outputs; attrs)
-  conv2d:           x, w[O,KH,KW,I], b? -> y;   stride_h, stride_w, dilation_h, dilation_w, padding, act
-  depthwise_conv2d: x, w[1,KH,KW,O], b? -> y;   stride_h, stride_w, dilation_h, dilation_w, padding,
-                                                 depth_multiplier, act
-  fully_connected:  x, w[O,I], b? -> y;         act, keep_num_dims
-  add:              a, b -> y;                  act
-  mul, sub:         a, b -> y;                  act   (a * b, a - b; numpy broadcasting, either operand may be a
-                                                 constant such as BatchNorm's per-channel scale [C]; a constant
-                                                 never spans the batch axis)
-  average_pool2d:   x -> y;                     filter_h, filter_w, stride_h, stride_w, padding, act
-  max_pool2d:       x -> y;                     (as average_pool2d)
-  mean:             x, axes -> y;               keep_dims
-  reshape:          x, shape? -> y;             new_shape (the output shape, always present)
-  softmax:          x -> y;                     beta
-  relu, relu6:      x -> y
-  logistic, tanh:   x -> y                      (int8: output fixed at (1/256, -128) and (1/128, 0))
-  hard_swish:       x -> y                      (x * relu6(x + 3) / 6)
-  leaky_relu:       x -> y;                     alpha (y = x > 0 ? x : x * alpha)
-  pad:              x, paddings[N,2] -> y
-  concatenation:    x0, x1, ... -> y;           axis, act
-  quantize:         x -> y                      (float->int8, or int8->int8 requantize)
-  dequantize:       x -> y                      (int8/float16 -> float32)
-  prelu:            x, alpha -> y               (alpha constant, broadcast over x without the batch axis;
-                                                 y = x >= 0 ? x : x * alpha)
-  strided_slice:    x, begin, end, strides -> y; starts, stops, strides (per axis, resolved by the reader with
-                                                 TFLite's StartForAxis/StopForAxis against the static shape; a
-                                                 negative stride stops before `stops`, -1 meaning past index 0),
-                                                 begin_mask, end_mask, ellipsis_mask, new_axis_mask,
-                                                 shrink_axis_mask, offset (as in the file, for the writer);
-                                                 axis 0 is always taken whole
-  resize_bilinear:  x, size -> y;              align_corners, half_pixel_centers (NHWC; size a constant int32
-                                                 [2] = the output's H, W; int8 keeps the input's parameters)
-  resize_nearest_neighbor: x, size -> y;       (as resize_bilinear; a copy of the chosen source pixels)
-  transpose_conv:   x, w[O,KH,KW,I], b?, output_shape -> y;  stride_h, stride_w, padding, act
-                                                (TFLite TRANSPOSE_CONV; the file's operand order is output_shape,
-                                                 w, x, b: the reader reorders to the layer order, the writer back;
-                                                 output_shape is an int32[4] constant equal to y's shape; padding
-                                                 as conv2d with y as the conv's input: ComputePaddingHeightWidth)
+Op vocabulary: the op registry (stages/ops/, one module per op family) declares every op type, its operands,
+outputs and attrs; `python -c "from tinytrain.stages import ops; print(ops.catalogue())"` prints the table.
 `padding` is "same" or "valid"; `act` is one of ACTIVATIONS. Optional inputs are None.
-Later stages add their own op types (gradients, losses, updates) in the same form.
+Training graphs add gradient, loss and update ops in the same form (registered there too).
 """
 
 from __future__ import annotations

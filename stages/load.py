@@ -15,6 +15,7 @@ import numpy as np
 
 from tinytrain.pipeline.contract import StageContext, StageResult
 from tinytrain.pipeline.errors import ModelError
+from tinytrain.stages import ops
 from tinytrain.stages.ir import Graph, Op
 from tinytrain.stages.tflite_reader import read_model
 
@@ -111,22 +112,13 @@ def summarize(graph: Graph) -> dict[str, Any]:
 def op_macs(graph: Graph, op: Op) -> int:
     """Multiply-accumulates of one op: each output element of a conv sums KH*KW*I products, of a
     depthwise conv KH*KW, of a fully connected layer I (the weight's inner dimension)."""
-    if op.type not in ("conv2d", "depthwise_conv2d", "fully_connected"):
-        return 0
-    out_elems = int(np.prod(graph.tensors[op.outputs[0]].shape, dtype=np.int64))
-    w = graph.tensors[op.inputs[1]].shape
-    if op.type == "conv2d":
-        per_output = w[1] * w[2] * w[3]
-    elif op.type == "depthwise_conv2d":
-        per_output = w[1] * w[2]
-    else:
-        per_output = w[-1]
-    return out_elems * int(per_output)
+    d = ops.get(op.type)
+    return 0 if d is None or d.macs is None else int(d.macs(graph, op))
 
 
 def model_dtype(graph: Graph) -> str:
     """float | int8 | float16-weights | mixed, judged by the weights and the data the layers compute on."""
-    weighted = [op for op in graph.ops if op.type in ("conv2d", "depthwise_conv2d", "fully_connected")]
+    weighted = [op for op in graph.ops if op.type in ops.TRAINABLE_OPS]
     weights = {t.dtype for t in graph.tensors.values() if t.role == "weight"}
     if weighted:
         compute = {graph.tensors[op.inputs[0]].dtype for op in weighted}

@@ -43,20 +43,20 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from tinytrain.stages import ops
 from tinytrain.stages.ir import Graph
 
 ALIGN = 16
 # Ops whose output may overwrite a dying input of at least its size. Depthwise: TinyEngine computes one output
 # channel into a scratch buffer and copies it over the input channel it came from.
-IN_PLACE_OPS = ("relu", "relu6", "add", "act_grad", "reshape", "reshape_grad", "grad_accumulate", "bias_add",
-                "depthwise_conv2d", "int8_clamp_grad", "mask_grad", "depthwise_conv2d_grad_input")
+IN_PLACE_OPS = ops.IN_PLACE_OPS
 # In-place ops whose output may only take over their first input: depthwise (its weights and bias are not
 # activations), int8_clamp_grad / mask_grad (dz = dy masked by the forward output or its bit mask: it overwrites dy),
 # depthwise_conv2d_grad_input (dx channel c depends on dz channel c only: same channel-by-channel scheme as the
 # forward, one input-gradient channel of scratch).
-FIRST_INPUT_ONLY = ("depthwise_conv2d", "int8_clamp_grad", "mask_grad", "depthwise_conv2d_grad_input")
+FIRST_INPUT_ONLY = ops.FIRST_INPUT_ONLY
 # In-place ops that compute one channel at a time into a scratch buffer and copy it over the channel they read.
-CHANNEL_SCRATCH_OPS = ("depthwise_conv2d", "depthwise_conv2d_grad_input")
+CHANNEL_SCRATCH_OPS = ops.CHANNEL_SCRATCH_OPS
 ROLE_ORDER = ("weight", "bias", "optimizer_state", "accumulator", "master_copy", "input", "activation",
               "gradient", "scratch")
 
@@ -200,7 +200,7 @@ def tensor_roles(graph: Graph) -> dict[str, str]:
     return roles
 
 
-GRAD_INPUT_OPS = ("conv2d_grad_input", "depthwise_conv2d_grad_input", "fully_connected_grad_input")
+GRAD_INPUT_OPS = ops.GRAD_INPUT_OPS
 
 
 def fused_dequantize(graph: Graph) -> dict[str, str]:

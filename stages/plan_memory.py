@@ -75,17 +75,20 @@ from typing import Any, Iterable
 import numpy as np
 
 from tinytrain.stages import autodiff
-from tinytrain.stages.autodiff import CLAMP_MASKED_OPS, MASK_ACTS  # the ops autodiff masks with int8_clamp_grad
+from tinytrain.stages.autodiff import MASK_ACTS
 from tinytrain.stages.ir import Graph
-from tinytrain.stages.memplan import ALIGN, FIRST_INPUT_ONLY, IN_PLACE_OPS
+from tinytrain.stages.memplan import ALIGN
+from tinytrain.stages.ops import (CLAMP_MASKED_OPS, FIRST_INPUT_ONLY, IN_PLACE_OPS, OP_CLAMPS, REGISTRY,
+                                  TRAINABLE_OPS)
+from tinytrain.stages.qas import STATE_COUNT
 from tinytrain.stages.streams import MAX_ROW_OPS, row_geometry, row_op_ok, window_rows
 from tinytrain.stages.train_plan import RATIOS, TrainPlan, _has_bias, _in_channels
 
 FP32 = 4
-OPTIMIZER_STATE = {"sgd": 0, "momentum": 1, "adam": 2, "rmsprop": 1}
+OPTIMIZER_STATE = STATE_COUNT
 WEIGHT_RATIOS = tuple(r for r in RATIOS if r > 0)
 LOSSES = ("cross_entropy", "mse")
-_LAYER_OPS = ("conv2d", "depthwise_conv2d", "fully_connected")
+_LAYER_OPS = TRAINABLE_OPS
 
 
 @dataclass(frozen=True)
@@ -320,7 +323,7 @@ class MemoryModel:
         y = self.g.tensors[op.outputs[0]]
         if y.dtype != "int8" or y.quant is None:
             return False
-        return op.type in ("relu", "relu6") or op.type in CLAMP_MASKED_OPS or op.attrs.get("act", "none") != "none"
+        return op.type in OP_CLAMPS or op.type in CLAMP_MASKED_OPS or op.attrs.get("act", "none") != "none"
 
     def simulate(self, biases: Iterable[int], weights: dict[int, int], reach: int | None = None) -> dict[str, int]:
         """Simulated peak of training the biases of ops `biases` and the first n input channels of the weights
@@ -405,12 +408,6 @@ class MemoryModel:
                 deq[key] = name
             return deq[key]
 
-        def real(t: str) -> list[str]:
-            """What a backward op reads for operand t: int8 -> its dequantized copy; float activation -> t."""
-            if g.tensors[t].dtype == "int8":
-                return [dequant(t)]
-            return [t] if self._act(t) else []
-
         def update(grad: str) -> None:
             if s.reorder:
                 steps.append(("update", [grad], []))
@@ -423,6 +420,7 @@ class MemoryModel:
             pgrads.setdefault(p, []).append(name)
             return readers.get(p, 1) == 1
 
+        sb = _StepBuilder(g, sizes, steps, share, dequant, bcast)
         for i in reversed(self._fwd):
             op = g.ops[i]
             if not op_needs[i]:
@@ -440,7 +438,7 @@ class MemoryModel:
                 dy = parts[0]
             t, act = op.type, op.attrs.get("act", "none")
             clamped = self._clamped(i)
-            if clamped and t not in ("relu", "relu6"):
+            if clamped and t not in OP_CLAMPS:
                 dz = f"grad/{y}:pre"
                 sizes[dz] = self._bytes(y, fp32=True)
                 maskable.add(len(steps))
@@ -456,6 +454,10 @@ class MemoryModel:
             if dz != dy and dy in bcast and self._position_streamed(op, wk, s.reorder):
                 # reorder's position stream: mean_grad -> mask -> bias / 1x1 input gradient, one position at a time
                 sizes[dy] = sizes[dz] = int(g.tensors[y].shape[-1]) * FP32
+            backward = REGISTRY[t].backward
+            if backward is not None:
+                backward(sb, op, i, dz)   # the op module's emission, as autodiff runs it
+                continue
             if t in _LAYER_OPS:
                 x = op.inputs[0]
                 w, b = op.inputs[1], (op.inputs[2] if len(op.inputs) > 2 else None)
@@ -505,48 +507,18 @@ class MemoryModel:
                     update(dw)   # after the input gradient, which reads the old weight
                 windows[i] = (start, len(steps) - 1) if len(steps) > start else (start - 1, start - 1)
                 continue
-            if t in ("relu", "relu6"):
+            if t in OP_CLAMPS:
                 dx = share(op.inputs[0], i)
                 if dx:
                     if clamped or g.tensors[y].dtype == "float32":
                         maskable.add(len(steps))
                     steps.append(("int8_clamp_grad" if clamped else "act_grad", [dz, y], [dx]))
                 continue
-            if t == "max_pool2d":
-                dx = share(op.inputs[0], i)
-                if dx:
-                    steps.append(("max_pool2d_grad", [dz, op.inputs[0]], [dx]))
-                continue
-            if t == "softmax":
-                dx = share(op.inputs[0], i)
-                if dx:
-                    steps.append(("softmax_grad", [dz, *real(y)], [dx]))
-                continue
-            if t == "mul":
-                for j in (0, 1):
-                    d = share(op.inputs[j], i)
-                    if d:
-                        steps.append(("mul_grad", [dz, *real(op.inputs[1 - j])], [d]))
-                continue
-            if t in ("logistic", "tanh"):
-                dx = share(op.inputs[0], i)
-                if dx:
-                    steps.append((f"{t}_grad", [dz, *real(y)], [dx]))
-                continue
-            if t in ("hard_swish", "leaky_relu", "prelu"):
-                dx = share(op.inputs[0], i)
-                if dx:
-                    extra = real(op.inputs[1]) if t == "prelu" and op.inputs[1] is not None else []
-                    steps.append((f"{t}_grad", [dz, *real(op.inputs[0]), *extra], [dx]))
-                continue
-            # add, sub, concatenation (one share per operand), average pool, mean, pad, reshape, strided slice:
-            # they read only dz.
-            ins = op.inputs if t in ("add", "sub", "concatenation") else op.inputs[:1]
-            outs = [d for d in (share(x, i) for x in ins) if d]
-            if outs:
-                steps.append(("reshape_grad" if t == "reshape" else f"{t}_grad", [dz], outs))
-                if t == "mean" and len(outs) == 1:
-                    bcast.add(outs[0])
+            # A frozen layer that is no trainable one (transpose_conv): its input gradient reads dz (the weights stay
+            # in flash).
+            dx = share(op.inputs[0], i)
+            if dx:
+                steps.append((f"{t}_grad_input", [dz], [dx]))
         # A parameter shared by several layers: its shares are summed after the backward, then it updates.
         for p, parts in pgrads.items():
             if len(parts) > 1:
@@ -679,6 +651,23 @@ class MemoryModel:
             "weight_options": [{"op": lay.op_index, "name": lay.name, "ratio": r, **self.weight_cost(lay.op_index, r)}
                                for lay in self.layers for r in WEIGHT_RATIOS],
         }
+
+
+class _StepBuilder:
+    """The BackwardBuilder (stages/ops/backward.py) of the abstract program: an op module's backward ops become
+    (type, SRAM inputs, outputs) steps; constants (flash) are not inputs."""
+
+    def __init__(self, g: Graph, sizes: dict[str, int], steps: list, share, dequant, bcast: set[str]):
+        self.g, self.sizes, self.steps, self.share, self._dequant = g, sizes, steps, share, dequant
+        self.bcast = bcast     # gradients that are a broadcast (mean_grad's): reorder streams them by position
+
+    def real(self, t: str) -> str:
+        return self._dequant(t) if self.g.tensors[t].dtype == "int8" else t
+
+    def emit(self, type_: str, inputs: list[str], outputs: list[str], **attrs) -> None:
+        self.steps.append((type_, [t for t in inputs if t in self.sizes], list(outputs)))
+        if REGISTRY[type_].broadcasts and len(outputs) == 1:
+            self.bcast.add(outputs[0])
 
 
 def _mask_steps(steps: list[tuple[str, list[str], list[str]]], n_fwd: int, maskable: set[int],

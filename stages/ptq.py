@@ -27,24 +27,26 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..pipeline.errors import ModelError, UnsupportedOpError
-from . import bn_fold
+from . import bn_fold, ops
 from .calibrate import QMAX, QMIN, activation_qparams
 from .ir import Graph, Op, QuantParams, Tensor
 
-INT8_OPS = ("conv2d", "depthwise_conv2d", "fully_connected", "add", "average_pool2d", "max_pool2d", "mean",
-            "reshape", "softmax", "relu", "relu6", "pad", "concatenation", "quantize", "dequantize", "prelu",
-            "strided_slice", "mul", "sub", "logistic", "tanh", "hard_swish", "leaky_relu", "resize_bilinear",
-            "resize_nearest_neighbor", "transpose_conv")
-# transpose_conv quantizes like conv2d (weights [O,KH,KW,I] per channel on axis 0, int32 bias s_in * s_w[c], as
-# the converter does) but is no BatchNorm folding target (bn_fold.LINEAR_OPS).
-LINEAR_OPS = bn_fold.LINEAR_OPS + ("transpose_conv",)
-# Ops whose int8 kernels do no rescaling: output (and for concatenation every input) shares params.
-SHARED_PARAM_OPS = ("reshape", "max_pool2d", "average_pool2d", "pad", "concatenation", "strided_slice",
-                    "resize_bilinear", "resize_nearest_neighbor")  # resizes interpolate raw int8 values
-SOFTMAX_PARAMS = (1.0 / 256.0, -128)
-# Output encodings the int8 kernels hard-code (LiteRT checks LOGISTIC's; TANH's fixed-point kernel assumes it).
-FIXED_OUTPUT_PARAMS = {"softmax": SOFTMAX_PARAMS, "logistic": (1.0 / 256.0, -128), "tanh": (1.0 / 128.0, 0)}
+# The op registry's traits (stages/ops/): which ops quantize; the layers (weights per output channel, int32 bias
+# s_in * s_w[c], as the converter does; transpose_conv too, though it is no BatchNorm folding target); ops whose
+# int8 kernels do no rescaling (output, and for concatenation every input, shares params; resizes interpolate raw
+# int8 values); output encodings the int8 kernels hard-code (LiteRT checks LOGISTIC's; TANH's fixed-point kernel
+# assumes it); ops whose constant operand is quantized per tensor like an activation.
+INT8_OPS = ops.INT8_OPS
+LINEAR_OPS = ops.LAYER_OPS
+SHARED_PARAM_OPS = ops.SHARED_PARAM_OPS
+FIXED_OUTPUT_PARAMS = ops.FIXED_OUTPUT_PARAMS
+SOFTMAX_PARAMS = FIXED_OUTPUT_PARAMS["softmax"]
 INT32_MAX = 2**31 - 1
+
+
+def _shared_inputs(op: Op) -> list[str | None]:
+    """The inputs whose int8 parameters a SHARED_PARAM_OPS op's output shares."""
+    return list(op.inputs) if ops.REGISTRY[op.type].shared_qparams == "all" else list(op.inputs[:1])
 
 
 # ---- prepare -----------------------------------------------------------------------------------
@@ -180,13 +182,12 @@ def activation_params(g: Graph, ranges: dict[str, tuple[float, float]]) -> dict[
     clamp: dict[str, tuple[float, float]] = {}
     for op in g.ops:
         if op.type in SHARED_PARAM_OPS:
-            ins = op.inputs if op.type == "concatenation" else op.inputs[:1]
-            for x in ins:
+            for x in _shared_inputs(op):
                 if x is not None and g.tensors[x].data is None:
                     uf.union(op.outputs[0], x)
         if op.type in FIXED_OUTPUT_PARAMS:
             fixed[op.outputs[0]] = FIXED_OUTPUT_PARAMS[op.type]
-        act = op.type if op.type in ("relu", "relu6") else op.attrs.get("act", "none")
+        act = op.type if op.type in ops.OP_CLAMPS else op.attrs.get("act", "none")
         if act == "relu":
             clamp[op.outputs[0]] = (0.0, np.inf)
         elif act == "relu6":
@@ -265,7 +266,7 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]],
     for op in q.ops:
         if op.type in LINEAR_OPS:
             _quantize_linear(q, op, options.per_channel, done)
-        elif op.type in ("add", "sub", "mul", "concatenation", "prelu"):
+        elif op.type in ops.CONST_OPERAND_OPS:
             # A constant operand (a learned offset, a fixed feature map, PReLU's slopes) is quantized per
             # tensor over its own range, like an activation.
             for x in op.inputs:
@@ -419,8 +420,7 @@ def validate_int8(g: Graph, rel_tol: float = 1e-4) -> list[str]:
                                 f"point {want_z}, has {qp.scale[0]:.6g}, {qp.zero_point[0]}")
         if op.type in SHARED_PARAM_OPS:
             out = g.tensors[op.outputs[0]]
-            ins = op.inputs if op.type == "concatenation" else op.inputs[:1]
-            for x in ins:
+            for x in _shared_inputs(op):
                 t = g.tensors[x]
                 if out.dtype == "int8" and t.quant is not None and out.quant is not None and (
                         abs(t.quant.scale[0] - out.quant.scale[0]) > rel_tol * out.quant.scale[0]
@@ -428,7 +428,7 @@ def validate_int8(g: Graph, rel_tol: float = 1e-4) -> list[str]:
                     problems.append(f"{where}: input {x!r} (s={t.quant.scale[0]:.6g}, zp={t.quant.zero_point[0]})"
                                     f" and output (s={out.quant.scale[0]:.6g}, zp={out.quant.zero_point[0]}) "
                                     f"must share int8 parameters")
-        if op.type in INT8_OPS and op.type not in ("quantize", "dequantize"):
+        if op.type in INT8_OPS and op.type not in ops.CONVERSION_OPS:
             kinds = {g.tensors[x].dtype for x in list(op.inputs[:1]) + op.outputs if x}
             if "int8" in kinds and kinds - {"int8"}:
                 problems.append(f"{where}: mixes int8 and {sorted(kinds - {'int8'})} activations")

@@ -56,7 +56,9 @@ PRNG_ZERO_SEED_STATE = 0x9E3779B9
 PRNG_STREAM_INCREMENT = 0x6D2B79F5
 _DELTA_LIMIT = F32(2.0 ** 40)
 ROUNDINGS = ("nearest", "stochastic")
-STATE_COUNT = {"sgd": 0, "momentum": 1, "adam": 2, "rmsprop": 1}
+# Optimizer state tensors per trained tensor (opt/<p>/<name>, fp32 on the gradient's shape), float and QAS alike.
+STATE_NAMES = {"sgd": (), "momentum": ("momentum",), "adam": ("m", "v"), "rmsprop": ("square_avg",)}
+STATE_COUNT = {k: len(v) for k, v in STATE_NAMES.items()}
 
 
 # ---- PRNG ----------------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import numpy as np
 from ..pipeline.contract import StageContext, StageResult, no_progress
 from ..pipeline.errors import ModelError, UserError
 from ..pipeline.spec_quantize import QuantizeSpec
-from . import calibrate, ptq
+from . import calibrate, ops, ptq
 from .ir import Graph
 
 ARTIFACTS = ("graph.json", "tensors.npz", "graph.txt", "model_int8.tflite", "report.json", "report.txt")
@@ -281,7 +281,7 @@ def evaluate(fg: Graph, qg: Graph, x: np.ndarray, y: np.ndarray | None, split: s
     out_rows = [r for r in tensors if r["name"] in qg.outputs or ptq.float_name(qg, r["name"]) in qg.outputs]
     model: dict[str, Any] = {
         "eval_split": split, "eval_samples": int(len(x)),
-        "ops_quantized": sum(op.type not in ("quantize", "dequantize") for op in qg.ops),
+        "ops_quantized": sum(op.type not in ops.CONVERSION_OPS for op in qg.ops),
         "output_sqnr_db": round(sqnr_db(float(np.sum(fo * fo)), float(np.sum((fo - qo) ** 2))), 2),
     }
     # The worst interior tensor says where int8 hurts; inputs and outputs are reported on their own.

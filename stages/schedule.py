@@ -24,11 +24,11 @@ from __future__ import annotations
 import heapq
 from typing import Iterable
 
+from tinytrain.stages import ops
 from tinytrain.stages.ir import Graph
 from tinytrain.stages.memplan import fused_dequantize
 
-EAGER_OPS = ("sgd_update", "momentum_update", "adam_update", "rmsprop_update",
-             "qas_sgd_update", "qas_momentum_update", "qas_adam_update", "qas_rmsprop_update", "batch_accumulate")
+EAGER_OPS = ops.EAGER_OPS
 
 
 def dependencies(graph: Graph) -> list[set[int]]:

@@ -33,17 +33,17 @@ from typing import Any
 
 import numpy as np
 
+from tinytrain.stages import ops
 from tinytrain.stages.geometry import out_size_and_pad
 from tinytrain.stages.ir import Graph, Op
 from tinytrain.stages.memplan import element_bytes
 from tinytrain.stages.schedule import dependencies, is_valid_order
 
-ROW_OPS = ("conv2d", "depthwise_conv2d")
+ROW_OPS = ops.ROW_OPS
 MAX_ROW_OPS = 16   # kernels_c/tt_stream.h TT_STREAM_MAX_OPS: a longer chain continues as a new stream
-MASK_OPS = ("int8_clamp_grad", "mask_grad", "act_grad")
-UPDATE_OPS = ("sgd_update", "momentum_update", "adam_update", "rmsprop_update",
-              "qas_sgd_update", "qas_momentum_update", "qas_adam_update", "qas_rmsprop_update")
-CHANNEL_GRAD_OPS = ("conv2d_grad_weight", "fully_connected_grad_weight")
+MASK_OPS = ops.MASK_OPS
+UPDATE_OPS = ops.UPDATE_OPS
+CHANNEL_GRAD_OPS = ops.CHANNEL_GRAD_OPS
 
 
 @dataclass
@@ -159,7 +159,7 @@ def _position_candidates(graph: Graph) -> list[list[int]]:
     readers = _readers(graph)
     out = []
     for m, op in enumerate(graph.ops):
-        if op.type != "mean_grad":
+        if op.type not in ops.BROADCAST_GRAD_OPS:
             continue
         t1 = op.outputs[0]
         sh = graph.tensors[t1].shape

@@ -23,7 +23,10 @@ from tflite.BuiltinOptions import BuiltinOptions as BOpt
 from tflite.TensorType import TensorType as TT
 
 from tinytrain.pipeline.errors import ModelError, UnsupportedOpError
+from tinytrain.stages import ops
 from tinytrain.stages.ir import Graph, Op, QuantParams, Tensor
+from tinytrain.stages.ops import Builtin
+from tinytrain.stages.ops.conv import MEDIAPIPE_TRANSPOSE_CONV_BIAS
 
 IDENTIFIERS = {b"TFL3": "tflite", b"CIR0": "circle"}
 _FORMAT_TITLES = {"tflite": "TFLite", "circle": "circle"}
@@ -47,7 +50,7 @@ _PADDINGS = {0: "same", 1: "valid"}
 # Operand positions that hold a conv/fc layer's parameters (the rest of the constants are "constant").
 _WEIGHT_SLOT = 1
 _BIAS_SLOT = 2
-_LAYER_OPS = ("conv2d", "depthwise_conv2d", "fully_connected", "transpose_conv")
+_LAYER_OPS = ops.LAYER_OPS
 
 
 # ---- public API ------------------------------------------------------------------------------------
@@ -704,7 +707,7 @@ def _parse_transpose_conv(c: _OpCtx) -> dict[str, Any]:
 # neither written by MediaPipe's converter nor read by its kernel). The output size is the kernel's Prepare:
 # out = stride * (in - 1) + k - pad, pad = max(0, k - (in - 1) % stride - 1) for SAME and 0 for VALID, the
 # output's top/left padding pad // 2 - the same geometry as TRANSPOSE_CONV given that output size.
-MP_TRANSPOSE_CONV_BIAS = "Convolution2DTransposeBias"
+MP_TRANSPOSE_CONV_BIAS = MEDIAPIPE_TRANSPOSE_CONV_BIAS  # the custom code (the registry's conv.py declares it)
 _MP_PADDINGS = {1: "same", 2: "valid"}
 
 
@@ -756,44 +759,43 @@ def _add_output_shape_constant(tensors: dict[str, Tensor], y_name: str) -> str:
     return name
 
 
+# Option parsers by TFLite code (builtin or custom); a code without one has no attrs. Which IR op a code becomes,
+# and its operand counts, is the op registry's (stages/ops/).
+_PARSERS: dict[int | str, Callable[[_OpCtx], dict[str, Any]]] = {
+    BO.CONV_2D: _parse_conv,
+    BO.DEPTHWISE_CONV_2D: _parse_dwconv,
+    BO.FULLY_CONNECTED: _parse_fc,
+    BO.ADD: _parse_add,
+    BO.MUL: _parse_mul,
+    BO.SUB: _parse_sub,
+    BO.LEAKY_RELU: _parse_leaky_relu,
+    BO.AVERAGE_POOL_2D: _parse_pool,
+    BO.MAX_POOL_2D: _parse_pool,
+    BO.MEAN: _parse_mean,
+    BO.RESHAPE: _parse_reshape,
+    BO.SOFTMAX: _parse_softmax,
+    BO.PADV2: _parse_padv2,
+    BO.CONCATENATION: _parse_concat,
+    BO.PRELU: _parse_prelu,
+    BO.STRIDED_SLICE: _parse_strided_slice,
+    BO.TRANSPOSE_CONV: _parse_transpose_conv,
+    BO.RESIZE_BILINEAR: _parse_resize(tflite.ResizeBilinearOptions, BOpt.ResizeBilinearOptions),
+    BO.RESIZE_NEAREST_NEIGHBOR: _parse_resize(tflite.ResizeNearestNeighborOptions, BOpt.ResizeNearestNeighborOptions),
+    MP_TRANSPOSE_CONV_BIAS: _parse_mp_transpose_conv_bias,
+}
+_Handler = tuple[str, tuple[int, int, int], Callable[[_OpCtx], dict[str, Any]]]
+
+
+def _handler(op_type: str, b: Builtin, key: int | str) -> _Handler:
+    return op_type, (b.min_inputs, b.max_inputs, b.outputs), _PARSERS.get(key, _no_attrs)
+
+
+# builtin code -> (IR op type, (min inputs, max inputs, outputs), option parser), from the op registry
+_HANDLERS: dict[int, _Handler] = {getattr(BO, code): _handler(op_type, b, getattr(BO, code))
+                                  for code, (op_type, b) in ops.TFLITE_BUILTINS.items()}
 # custom code -> as _HANDLERS. Any other custom op is refused with its name and operator index.
-_CUSTOM_HANDLERS: dict[str, tuple[str, tuple[int, int, int], Callable[[_OpCtx], dict[str, Any]]]] = {
-    MP_TRANSPOSE_CONV_BIAS: ("transpose_conv", (3, 3, 1), _parse_mp_transpose_conv_bias),
-}
-
-
-# builtin code -> (IR op type, (min inputs, max inputs, outputs), option parser)
-_HANDLERS: dict[int, tuple[str, tuple[int, int, int], Callable[[_OpCtx], dict[str, Any]]]] = {
-    BO.CONV_2D: ("conv2d", (2, 3, 1), _parse_conv),
-    BO.DEPTHWISE_CONV_2D: ("depthwise_conv2d", (2, 3, 1), _parse_dwconv),
-    BO.FULLY_CONNECTED: ("fully_connected", (2, 3, 1), _parse_fc),
-    BO.ADD: ("add", (2, 2, 1), _parse_add),
-    BO.MUL: ("mul", (2, 2, 1), _parse_mul),
-    BO.SUB: ("sub", (2, 2, 1), _parse_sub),
-    BO.LOGISTIC: ("logistic", (1, 1, 1), _no_attrs),
-    BO.TANH: ("tanh", (1, 1, 1), _no_attrs),
-    BO.HARD_SWISH: ("hard_swish", (1, 1, 1), _no_attrs),
-    BO.LEAKY_RELU: ("leaky_relu", (1, 1, 1), _parse_leaky_relu),
-    BO.AVERAGE_POOL_2D: ("average_pool2d", (1, 1, 1), _parse_pool),
-    BO.MAX_POOL_2D: ("max_pool2d", (1, 1, 1), _parse_pool),
-    BO.MEAN: ("mean", (2, 2, 1), _parse_mean),
-    BO.RESHAPE: ("reshape", (1, 2, 1), _parse_reshape),
-    BO.SOFTMAX: ("softmax", (1, 1, 1), _parse_softmax),
-    BO.RELU: ("relu", (1, 1, 1), _no_attrs),
-    BO.RELU6: ("relu6", (1, 1, 1), _no_attrs),
-    BO.PAD: ("pad", (2, 2, 1), _no_attrs),
-    BO.PADV2: ("pad", (2, 3, 1), _parse_padv2),
-    BO.CONCATENATION: ("concatenation", (1, 1 << 16, 1), _parse_concat),
-    BO.QUANTIZE: ("quantize", (1, 1, 1), _no_attrs),
-    BO.DEQUANTIZE: ("dequantize", (1, 1, 1), _no_attrs),
-    BO.PRELU: ("prelu", (2, 2, 1), _parse_prelu),
-    BO.STRIDED_SLICE: ("strided_slice", (4, 4, 1), _parse_strided_slice),
-    BO.TRANSPOSE_CONV: ("transpose_conv", (3, 4, 1), _parse_transpose_conv),
-    BO.RESIZE_BILINEAR: ("resize_bilinear", (2, 2, 1),
-                         _parse_resize(tflite.ResizeBilinearOptions, BOpt.ResizeBilinearOptions)),
-    BO.RESIZE_NEAREST_NEIGHBOR: ("resize_nearest_neighbor", (2, 2, 1),
-                                 _parse_resize(tflite.ResizeNearestNeighborOptions, BOpt.ResizeNearestNeighborOptions)),
-}
+_CUSTOM_HANDLERS: dict[str, _Handler] = {code: _handler(op_type, b, code)
+                                         for code, (op_type, b) in ops.TFLITE_CUSTOM.items()}
 
 
 # ---- roles -----------------------------------------------------------------------------------------

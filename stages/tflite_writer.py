@@ -28,8 +28,10 @@ from pathlib import Path
 import flatbuffers
 import numpy as np
 import tflite as fb
+from tflite.BuiltinOperator import BuiltinOperator as BO
 
 from ..pipeline.errors import ModelError, UnsupportedOpError
+from . import ops
 from .ir import Graph, Op, QuantParams, Tensor
 
 TFLITE_SCHEMA_VERSION = 3
@@ -47,22 +49,9 @@ _ACT = {
     "tanh": fb.ActivationFunctionType.TANH,
 }
 _PADDING = {"same": fb.Padding.SAME, "valid": fb.Padding.VALID}
-_BUILTIN = {
-    "conv2d": fb.BuiltinOperator.CONV_2D, "depthwise_conv2d": fb.BuiltinOperator.DEPTHWISE_CONV_2D,
-    "fully_connected": fb.BuiltinOperator.FULLY_CONNECTED, "add": fb.BuiltinOperator.ADD,
-    "average_pool2d": fb.BuiltinOperator.AVERAGE_POOL_2D, "max_pool2d": fb.BuiltinOperator.MAX_POOL_2D,
-    "mean": fb.BuiltinOperator.MEAN, "reshape": fb.BuiltinOperator.RESHAPE,
-    "softmax": fb.BuiltinOperator.SOFTMAX, "relu": fb.BuiltinOperator.RELU,
-    "relu6": fb.BuiltinOperator.RELU6, "pad": fb.BuiltinOperator.PAD,
-    "concatenation": fb.BuiltinOperator.CONCATENATION, "quantize": fb.BuiltinOperator.QUANTIZE,
-    "dequantize": fb.BuiltinOperator.DEQUANTIZE, "prelu": fb.BuiltinOperator.PRELU,
-    "transpose_conv": fb.BuiltinOperator.TRANSPOSE_CONV,
-    "strided_slice": fb.BuiltinOperator.STRIDED_SLICE, "mul": fb.BuiltinOperator.MUL,
-    "sub": fb.BuiltinOperator.SUB, "logistic": fb.BuiltinOperator.LOGISTIC, "tanh": fb.BuiltinOperator.TANH,
-    "hard_swish": fb.BuiltinOperator.HARD_SWISH, "leaky_relu": fb.BuiltinOperator.LEAKY_RELU,
-    "resize_bilinear": fb.BuiltinOperator.RESIZE_BILINEAR,
-    "resize_nearest_neighbor": fb.BuiltinOperator.RESIZE_NEAREST_NEIGHBOR,
-}
+# IR op -> the BuiltinOperator it is written as (the op registry's first builtin spelling of it)
+_BUILTIN = {name: getattr(fb.BuiltinOperator, d.builtin.code) for name, d in ops.REGISTRY.items()
+            if d.builtin is not None}
 SUPPORTED_OPS = tuple(_BUILTIN)
 
 
@@ -360,7 +349,7 @@ def _padding(op: Op) -> int:
 
 def _options(b: flatbuffers.Builder, op: Op) -> tuple[int, int | None]:
     """(BuiltinOptions union type, table offset); (0, None) for ops without options."""
-    writer = _OPTION_WRITERS.get(op.type)
+    writer = _OPTION_WRITERS.get(_BUILTIN[op.type])
     return (0, None) if writer is None else writer(b, op)
 
 
@@ -498,87 +487,27 @@ def _empty_options(start, end, kind):
     return write
 
 
+# BuiltinOperator -> its options writer (a code without one writes no options)
 _OPTION_WRITERS = {
-    "conv2d": _conv_options, "depthwise_conv2d": _dwconv_options, "fully_connected": _fc_options,
-    "average_pool2d": _pool_options, "max_pool2d": _pool_options, "add": _add_options,
-    "mean": _mean_options, "reshape": _reshape_options, "softmax": _softmax_options,
-    "concatenation": _concat_options, "strided_slice": _strided_slice_options,
-    "mul": _mul_options, "sub": _sub_options, "leaky_relu": _leaky_relu_options,
-    "transpose_conv": _transpose_conv_options,
-    "resize_bilinear": _resize_bilinear_options, "resize_nearest_neighbor": _resize_nearest_options,
-    "pad": _empty_options(fb.PadOptionsStart, fb.PadOptionsEnd, fb.BuiltinOptions.PadOptions),
-    "quantize": _empty_options(fb.QuantizeOptionsStart, fb.QuantizeOptionsEnd, fb.BuiltinOptions.QuantizeOptions),
-    "dequantize": _empty_options(fb.DequantizeOptionsStart, fb.DequantizeOptionsEnd,
-                                 fb.BuiltinOptions.DequantizeOptions),
+    BO.CONV_2D: _conv_options, BO.DEPTHWISE_CONV_2D: _dwconv_options, BO.FULLY_CONNECTED: _fc_options,
+    BO.AVERAGE_POOL_2D: _pool_options, BO.MAX_POOL_2D: _pool_options, BO.ADD: _add_options,
+    BO.MEAN: _mean_options, BO.RESHAPE: _reshape_options, BO.SOFTMAX: _softmax_options,
+    BO.CONCATENATION: _concat_options, BO.STRIDED_SLICE: _strided_slice_options,
+    BO.MUL: _mul_options, BO.SUB: _sub_options, BO.LEAKY_RELU: _leaky_relu_options,
+    BO.TRANSPOSE_CONV: _transpose_conv_options,
+    BO.RESIZE_BILINEAR: _resize_bilinear_options, BO.RESIZE_NEAREST_NEIGHBOR: _resize_nearest_options,
+    BO.PAD: _empty_options(fb.PadOptionsStart, fb.PadOptionsEnd, fb.BuiltinOptions.PadOptions),
+    BO.QUANTIZE: _empty_options(fb.QuantizeOptionsStart, fb.QuantizeOptionsEnd, fb.BuiltinOptions.QuantizeOptions),
+    BO.DEQUANTIZE: _empty_options(fb.DequantizeOptionsStart, fb.DequantizeOptionsEnd,
+                                  fb.BuiltinOptions.DequantizeOptions),
 }
 
 
 # ---- op versions ----------------------------------------------------------------------------------
 
 def _op_version(graph: Graph, op: Op) -> int:
-    """The version TFLite's converter assigns (tensorflow/lite/tools/versioning/op_version.cc),
-    for the cases our vocabulary produces. Kernels dispatch on tensor types, not on the version,
-    but a runtime refuses a version it does not register, so too high is as bad as too low."""
-    def dtype(name):
-        return None if name is None else graph.tensors[name].dtype
-
-    x = dtype(op.inputs[0]) if op.inputs else None
-    y = dtype(op.outputs[0])
-    t = op.type
-    if t == "conv2d":
-        if x == "int16":
-            return 4
-        if x == "int8":
-            return 3
-        return 2 if (op.attrs.get("dilation_h", 1) != 1 or op.attrs.get("dilation_w", 1) != 1) else 1
-    if t == "depthwise_conv2d":
-        if x == "int16":
-            return 5
-        if x == "int8":
-            return 3
-        return 2 if (op.attrs.get("dilation_h", 1) != 1 or op.attrs.get("dilation_w", 1) != 1) else 1
-    if t == "fully_connected":
-        if op.attrs.get("keep_num_dims"):
-            return 5
-        return {"int8": 4, "int16": 7}.get(x, 1)
-    if t == "dequantize":
-        return {"float16": 3, "int8": 2, "int16": 4}.get(x, 1)
-    if t == "quantize":
-        return 2 if x in ("int8", "int16", "uint8") else 1
-    if t in ("add", "mean"):
-        return {"int8": 2, "int16": 3}.get(x, 1)
-    if t == "mul":
-        if x == "int8":
-            # op_version.cc: version 3 is an int8 MUL whose rescale s_a * s_b / s_out is >= 1.
-            s = [graph.tensors[n].quant for n in (op.inputs[0], op.inputs[1], op.outputs[0])]
-            if all(q is not None for q in s) and s[0].scale[0] * s[1].scale[0] / s[2].scale[0] >= 1.0:
-                return 3
-            return 2
-        return {"int16": 4}.get(x, 1)
-    if t in ("sub", "logistic", "tanh"):
-        return {"int8": 2, "int16": 3}.get(x, 1)
-    if t in ("hard_swish", "leaky_relu"):
-        return 1  # what the converter writes for float and int8 alike
-    if t == "transpose_conv":
-        # op_version.cc: 4 with a fused activation, 3 with a bias, 2 for int8 (the converter writes 4).
-        if op.attrs.get("act", "none") != "none":
-            return 4
-        if len(op.inputs) > 2 and op.inputs[2] is not None:
-            return 3
-        return 2 if x == "int8" else 1
-    if t == "prelu":
-        return 1  # LiteRT registers PRELU version 1 only, for every type (its int8 kernel included)
-    if t in ("resize_bilinear", "resize_nearest_neighbor"):
-        # op_version.cc: int16 4; half_pixel_centers (nearest: or align_corners) 3; int8 2; else 1.
-        if x == "int16":
-            return 4
-        if op.attrs.get("half_pixel_centers") or (t == "resize_nearest_neighbor" and op.attrs.get("align_corners")):
-            return 3
-        return 2 if x == "int8" else 1
-    if t == "strided_slice":
-        if op.attrs.get("offset"):
-            return 7
-        return {"int8": 2, "int16": 4}.get(x, 1)
-    if t in ("average_pool2d", "max_pool2d", "softmax", "relu", "relu6", "concatenation", "pad"):
-        return {"int8": 2, "int16": 3}.get(x if t != "concatenation" else y, 1)
-    return 1
+    """The version TFLite's converter assigns (the op registry's rule, stages/ops/). Kernels dispatch on tensor
+    types, not on the version, but a runtime refuses a version it does not register, so too high is as bad as too
+    low."""
+    rule = ops.REGISTRY[op.type].version
+    return 1 if rule is None else int(rule(graph, op))

@@ -6,7 +6,8 @@
 
 A step runs the sample phase once per sample of the batch (batch dim 1, as the firmware does) and the step phase
 once. Forward ops run on the reference executor's kernels (stages/executor.py), so training sees the very forward
-that inference does; backward, loss and update ops run on stages/grad_ops.py.
+that inference does; backward, loss and mask ops run their op module's numpy kernel (stages/ops/, OpDef.run, on
+stages/grad_ops.py's functions), updates run on grad_ops.
 
 Int8 training graphs run the same way: the int8 forward on the executor's int8 kernels (bit-exact), float inputs
 quantized as QUANTIZE does, the fp32 backward on grad_ops, the QAS updates on stages/qas.py; `runtime["seed"]`
@@ -24,7 +25,7 @@ import numpy as np
 
 from tinytrain.stages import executor as fwd_exec
 from tinytrain.stages import grad_ops as go
-from tinytrain.stages import qas
+from tinytrain.stages import ops, qas
 from tinytrain.stages.ir import Graph, Op
 
 _FORWARD_OPS = frozenset(fwd_exec.supported_ops())
@@ -89,85 +90,13 @@ def _dequantize_slice(x: np.ndarray, t, a: dict) -> np.ndarray:
 
 def _backward(op: Op, v: Callable[[int], np.ndarray], shape: Callable[[str], list[int]],
               tensor: Callable[[str], Any] | None = None) -> list[np.ndarray]:
-    a, t = op.attrs, op.type
-    if t == "act_grad":
-        return [go.act_grad(v(0), v(1), a["act"])]
-    if t == "conv2d_grad_input":
-        return [go.conv2d_grad_input(v(0), v(1), shape(op.outputs[0]), a)]
-    if t == "conv2d_grad_weight":
-        return [go.conv2d_grad_weight(v(0), v(1), _wshape(op, shape), a, a.get("in_channels"))]
-    if t == "transpose_conv_grad_input":
-        return [go.transpose_conv_grad_input(v(0), v(1), shape(op.outputs[0]), a)]
-    if t == "transpose_conv_grad_weight":
-        return [go.transpose_conv_grad_weight(v(0), v(1), _wshape(op, shape), a, a.get("in_channels"))]
-    if t == "depthwise_conv2d_grad_input":
-        return [go.depthwise_conv2d_grad_input(v(0), v(1), shape(op.outputs[0]), a)]
-    if t == "depthwise_conv2d_grad_weight":
-        return [go.depthwise_conv2d_grad_weight(v(0), v(1), _wshape(op, shape), a, a.get("in_channels"),
-                                                a.get("multiplier"))]
-    if t == "fully_connected_grad_input":
-        return [go.fully_connected_grad_input(v(0), v(1), shape(op.outputs[0]))]
-    if t == "fully_connected_grad_weight":
-        return [go.fully_connected_grad_weight(v(0), v(1), _wshape(op, shape), a.get("in_channels"))]
-    if t == "bias_grad":
-        return [go.bias_grad(v(0))]
-    if t == "add_grad":
-        return [go.unbroadcast(v(0), shape(o)) for o in op.outputs]
-    if t == "average_pool2d_grad":
-        return [go.average_pool2d_grad(v(0), shape(op.outputs[0]), a)]
-    if t == "max_pool2d_grad":
-        return [go.max_pool2d_grad(v(0), v(1), a)]
-    if t == "mean_grad":
-        return [go.mean_grad(v(0), shape(op.outputs[0]), v(1))]
-    if t == "reshape_grad":
-        return [go.reshape_grad(v(0), shape(op.outputs[0]))]
-    if t == "pad_grad":
-        return [go.pad_grad(v(0), v(1))]
-    if t == "concatenation_grad":
-        parts = go.concatenation_grad(v(0), a["sizes"], a["axis"])
-        return [parts[j] for j in a["which"]]
-    if t == "softmax_grad":
-        return [go.softmax_grad(v(0), v(1), a.get("beta", 1.0))]
-    if t == "mul_grad":
-        return [go.mul_grad(v(0), v(1), shape(op.outputs[0]))]
-    if t == "sub_grad":
-        return [go.sub_grad(v(0), shape(o), -1.0 if j == 1 else 1.0) for o, j in zip(op.outputs, a["which"])]
-    if t == "logistic_grad":
-        return [go.logistic_grad(v(0), v(1))]
-    if t == "tanh_grad":
-        return [go.tanh_grad(v(0), v(1))]
-    if t == "hard_swish_grad":
-        return [go.hard_swish_grad(v(0), v(1))]
-    if t == "leaky_relu_grad":
-        return [go.leaky_relu_grad(v(0), v(1), a["alpha"])]
-    if t == "prelu_grad":
-        return [go.prelu_grad(v(0), v(1), v(2))]
-    if t == "strided_slice_grad":
-        return [go.strided_slice_grad(v(0), shape(op.outputs[0]), a["starts"], a["stops"], a["strides"])]
-    if t in ("resize_bilinear_grad", "resize_nearest_neighbor_grad"):
-        fn = go.resize_bilinear_grad if t == "resize_bilinear_grad" else go.resize_nearest_neighbor_grad
-        return [fn(v(0), shape(op.outputs[0]), a)]
-    if t == "int8_clamp_grad":
-        y = np.asarray(v(1))
-        return [np.where((y > a["lo"]) & (y < a["hi"]), go._f32(v(0)), np.float32(0)).astype(np.float32)]
-    if t == "clamp_mask":
-        return [go.clamp_mask(v(0), a["lo"], a.get("hi"))]
-    if t == "mask_grad":
-        return [go.mask_grad(v(0), v(1))]
+    d = ops.REGISTRY.get(op.type)
+    if d is not None and d.run is not None:
+        return d.run(op, v, shape, tensor)    # the op module's kernel (stages/ops/)
+    t = op.type
     if t == "dequantize_slice":
-        return [_dequantize_slice(v(0), tensor(op.inputs[0]), a)]
-    if t == "grad_accumulate":
-        return [go.grad_sum([v(j) for j in range(len(op.inputs))])]
-    if t == "softmax_ce_loss":
-        return list(go.softmax_ce_loss(v(0), v(1)))
-    if t == "mse_loss":
-        return list(go.mse_loss(v(0), v(1)))
+        return [_dequantize_slice(v(0), tensor(op.inputs[0]), op.attrs)]
     raise NotImplementedError(f"training executor: no kernel for op {t!r}")
-
-
-def _wshape(op: Op, shape: Callable[[str], list[int]]) -> list[int]:
-    """The full weight shape; the gradient holds a slice of its last axis."""
-    return list(op.attrs["w_shape"])
 
 
 def _shape_fn(g: Graph):
@@ -185,15 +114,16 @@ def _update(op: Op, values: dict[str, np.ndarray], runtime: dict, defaults: dict
     scale = 1.0 / float(a.get("batch_size", 1))
     n = a.get("n")
     wd = r("weight_decay") if "weight_decay_ref" in a else 0.0
-    if op.type == "sgd_update":
+    kind = ops.REGISTRY[op.type].optimizer
+    if kind == "sgd":
         go.sgd_update(w, g, r("learning_rate"), scale, wd, n)
-    elif op.type == "momentum_update":
+    elif kind == "momentum":
         go.momentum_update(w, g, values[op.inputs[2]], r("learning_rate"), r("momentum"), scale, wd, n)
-    elif op.type == "adam_update":
+    elif kind == "adam":
         step = int(values[op.inputs[4]])
         go.adam_update(w, g, values[op.inputs[2]], values[op.inputs[3]], step, r("learning_rate"), r("beta1"),
                        r("beta2"), r("eps"), scale, wd, n)
-    elif op.type == "rmsprop_update":
+    elif kind == "rmsprop":
         go.rmsprop_update(w, g, values[op.inputs[2]], r("learning_rate"), r("alpha"), r("eps"), scale, wd, n)
     else:
         raise NotImplementedError(f"training executor: no kernel for op {op.type!r}")
@@ -201,15 +131,14 @@ def _update(op: Op, values: dict[str, np.ndarray], runtime: dict, defaults: dict
         g[...] = 0
 
 
-_FLOAT_UPDATES = ("sgd_update", "momentum_update", "adam_update", "rmsprop_update")
-_QAS_UPDATES = ("qas_sgd_update", "qas_momentum_update", "qas_adam_update", "qas_rmsprop_update")
-_UPDATES = _FLOAT_UPDATES + _QAS_UPDATES
+_QAS_UPDATES = ops.QAS_UPDATE_OPS
+_UPDATES = ops.UPDATE_OPS
 
 
 def _qas_update(op: Op, values: dict[str, np.ndarray], runtime: dict, defaults: dict) -> None:
     """qas_<kind>_update(p, g, scale, *state[, step][, master][, prng]) -> p, *state[, master][, prng]."""
     a = op.attrs
-    kind = op.type[len("qas_"):-len("_update")]
+    kind = ops.REGISTRY[op.type].optimizer
     r = lambda k: _runtime_value(op, k, runtime, defaults)  # noqa: E731
     keys = {"sgd": [], "momentum": ["momentum"], "adam": ["beta1", "beta2", "eps"], "rmsprop": ["alpha", "eps"]}
     hp = {k: r(k) for k in ["learning_rate"] + keys[kind]}

@@ -18,9 +18,9 @@ from typing import Any
 
 from tinytrain.pipeline.errors import UserError
 from tinytrain.stages.ir import Graph
+from tinytrain.stages.ops import FROZEN_ONLY_OPS, TRAINABLE_OPS  # the op registry's layer traits
 
 RATIOS = (0.0, 0.125, 0.25, 0.5, 1.0)
-TRAINABLE_OPS = ("conv2d", "depthwise_conv2d", "fully_connected")
 PLAN_VERSION = 1
 
 
@@ -160,10 +160,6 @@ def _names(graph: Graph, trainable: list[int]) -> dict[str, int]:
                 clash.add(name)
             out[name] = i
     return {k: v for k, v in out.items() if k not in clash}
-
-
-# Layers with parameters that run forward and backward (input gradient) but whose parameters never train.
-FROZEN_ONLY_OPS = ("transpose_conv",)
 
 
 def _frozen_only(graph: Graph, layer: Any) -> int | None:

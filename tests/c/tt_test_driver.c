@@ -103,292 +103,663 @@ static tt_strided_slice_params slice_params(const int32_t *v)
 #define F32(k) ((float *)B[k])
 #define U32(k) ((uint32_t *)B[k])
 
-static void run(void)
+/* One function per kernel op the tests call; KERNELS maps the op name the test writes to it. */
+
+static void k_conv2d_s8(void)
 {
     tt_conv_dims cd;
-    tt_pool_dims pd;
     tt_requant_s8 q;
+    conv_dims(&cd, I);
+    q = requant(I + 16, B[3], B[4]);
+    (IS("conv2d_s8") ? tt_conv2d_s8 : tt_depthwise_conv2d_s8)(&cd, &q, S8(0), S8(1), I32(2), S8(5));
+}
+
+static void k_conv2d_s8_split(void) /* ints: dims, requant, n; buffers: x, w, b, mult, shift, y, w_slice */
+{
+    tt_conv_dims cd;
+    tt_requant_s8 q;
+    conv_dims(&cd, I);
+    q = requant(I + 16, B[3], B[4]);
+    tt_conv2d_s8_split(&cd, &q, S8(0), S8(1), S8(6), I[21], I32(2), S8(5));
+}
+
+static void k_depthwise_conv2d_s8_inplace(void) /* buffers: xy, w, b, mult, shift, scratch */
+{
+    tt_conv_dims cd;
+    tt_requant_s8 q;
+    conv_dims(&cd, I);
+    q = requant(I + 16, B[3], B[4]);
+    tt_depthwise_conv2d_s8_inplace(&cd, &q, S8(0), S8(1), I32(2), S8(5));
+}
+
+static void k_conv2d_f32(void)
+{
+    tt_conv_dims cd;
+    conv_dims(&cd, I);
+    (IS("conv2d_f32") ? tt_conv2d_f32 : tt_depthwise_conv2d_f32)(&cd, (float)F[0], (float)F[1], F32(0), F32(1),
+                                                                  F32(2), F32(3));
+}
+
+static void k_fully_connected_s8(void)
+{
+    tt_requant_s8 q;
+    q = requant(I + 3, B[3], B[4]);
+    tt_fully_connected_s8(I[0], I[1], I[2], &q, S8(0), S8(1), I32(2), S8(5));
+}
+
+static void k_fully_connected_f32(void)
+{
+    tt_fully_connected_f32(I[0], I[1], I[2], (float)F[0], (float)F[1], F32(0), F32(1), F32(2), F32(3));
+}
+
+static void k_add_s8(void)
+{
+    tt_add_params_s8 p;
+    p.input1_zero_point = I[0]; p.input2_zero_point = I[1]; p.output_zero_point = I[2]; p.left_shift = I[3];
+    p.input1_multiplier = I[4]; p.input1_shift = I[5]; p.input2_multiplier = I[6]; p.input2_shift = I[7];
+    p.output_multiplier = I[8]; p.output_shift = I[9]; p.act_min = I[10]; p.act_max = I[11];
+    tt_add_s8(&p, I[12], S8(0), S8(1), S8(2));
+}
+
+static void k_add_f32(void)
+{
+    tt_add_f32(I[0], (float)F[0], (float)F[1], F32(0), F32(1), F32(2));
+}
+
+static void k_average_pool2d_s8(void)
+{
+    tt_pool_dims pd;
+    pool_dims(&pd, I);
+    (IS("average_pool2d_s8") ? tt_average_pool2d_s8 : tt_max_pool2d_s8)(&pd, I[12], I[13], S8(0), S8(1));
+}
+
+static void k_average_pool2d_f32(void)
+{
+    tt_pool_dims pd;
+    pool_dims(&pd, I);
+    (IS("average_pool2d_f32") ? tt_average_pool2d_f32 : tt_max_pool2d_f32)(&pd, (float)F[0], (float)F[1],
+                                                                            F32(0), F32(1));
+}
+
+static void k_mean_s8(void)
+{
+    tt_mean_params_s8 p;
+    p.input_zero_point = I[0]; p.output_zero_point = I[1]; p.multiplier = I[2]; p.shift = I[3];
+    tt_mean_hw_s8(&p, I[4], I[5], I[6], I[7], S8(0), S8(1));
+}
+
+static void k_mean_f32(void)
+{
+    tt_mean_hw_f32(I[0], I[1], I[2], I[3], F32(0), F32(1));
+}
+
+static void k_softmax_s8(void)
+{
+    tt_softmax_s8(I[0], I[1], I[2], I[3], I[4], S8(0), S8(1));
+}
+
+static void k_softmax_f32(void)
+{
+    tt_softmax_f32(I[0], I[1], (float)F[0], F32(0), F32(1));
+}
+
+static void k_relu_s8(void)
+{
+    tt_relu_s8(I[0], I[1], I[2], I[3], I[4], I[5], I[6], S8(0), S8(1));
+}
+
+static void k_clamp_f32(void)
+{
+    tt_clamp_f32(I[0], (float)F[0], (float)F[1], F32(0), F32(1));
+}
+
+static void k_quantize_f32_s8(void)
+{
+    tt_quantize_f32_s8(I[0], (float)F[0], I[1], F32(0), S8(1));
+}
+
+static void k_requantize_s8(void)
+{
+    tt_requantize_s8(I[0], I[1], I[2], I[3], I[4], S8(0), S8(1));
+}
+
+static void k_dequantize_s8_f32(void)
+{
+    tt_dequantize_s8_f32(I[0], (float)F[0], I[1], S8(0), F32(1));
+}
+
+static void k_dequantize_per_channel_s8_f32(void)
+{
+    tt_dequantize_per_channel_s8_f32(I[0], I[1], I[2], F32(0), I32(1), S8(2), F32(3));
+}
+
+static void k_pad_s8(void)
+{
+    tt_pad_s8(I, I + 4, (int8_t)I[12], S8(0), S8(1));
+}
+
+static void k_pad_f32(void)
+{
+    tt_pad_f32(I, I + 4, (float)F[0], F32(0), F32(1));
+}
+
+static void k_concatenation_s8(void)
+{
     int32_t i;
-    if (IS("conv2d_s8") || IS("depthwise_conv2d_s8")) {
-        conv_dims(&cd, I);
-        q = requant(I + 16, B[3], B[4]);
-        (IS("conv2d_s8") ? tt_conv2d_s8 : tt_depthwise_conv2d_s8)(&cd, &q, S8(0), S8(1), I32(2), S8(5));
-    } else if (IS("conv2d_s8_split")) { /* ints: dims, requant, n; buffers: x, w, b, mult, shift, y, w_slice */
-        conv_dims(&cd, I);
-        q = requant(I + 16, B[3], B[4]);
-        tt_conv2d_s8_split(&cd, &q, S8(0), S8(1), S8(6), I[21], I32(2), S8(5));
-    } else if (IS("depthwise_conv2d_s8_inplace")) { /* buffers: xy, w, b, mult, shift, scratch */
-        conv_dims(&cd, I);
-        q = requant(I + 16, B[3], B[4]);
-        tt_depthwise_conv2d_s8_inplace(&cd, &q, S8(0), S8(1), I32(2), S8(5));
-    } else if (IS("conv2d_f32") || IS("depthwise_conv2d_f32")) {
-        conv_dims(&cd, I);
-        (IS("conv2d_f32") ? tt_conv2d_f32 : tt_depthwise_conv2d_f32)(&cd, (float)F[0], (float)F[1], F32(0), F32(1),
-                                                                      F32(2), F32(3));
-    } else if (IS("fully_connected_s8")) {
-        q = requant(I + 3, B[3], B[4]);
-        tt_fully_connected_s8(I[0], I[1], I[2], &q, S8(0), S8(1), I32(2), S8(5));
-    } else if (IS("fully_connected_f32")) {
-        tt_fully_connected_f32(I[0], I[1], I[2], (float)F[0], (float)F[1], F32(0), F32(1), F32(2), F32(3));
-    } else if (IS("add_s8")) {
-        tt_add_params_s8 p;
-        p.input1_zero_point = I[0]; p.input2_zero_point = I[1]; p.output_zero_point = I[2]; p.left_shift = I[3];
-        p.input1_multiplier = I[4]; p.input1_shift = I[5]; p.input2_multiplier = I[6]; p.input2_shift = I[7];
-        p.output_multiplier = I[8]; p.output_shift = I[9]; p.act_min = I[10]; p.act_max = I[11];
-        tt_add_s8(&p, I[12], S8(0), S8(1), S8(2));
-    } else if (IS("add_f32")) {
-        tt_add_f32(I[0], (float)F[0], (float)F[1], F32(0), F32(1), F32(2));
-    } else if (IS("average_pool2d_s8") || IS("max_pool2d_s8")) {
-        pool_dims(&pd, I);
-        (IS("average_pool2d_s8") ? tt_average_pool2d_s8 : tt_max_pool2d_s8)(&pd, I[12], I[13], S8(0), S8(1));
-    } else if (IS("average_pool2d_f32") || IS("max_pool2d_f32")) {
-        pool_dims(&pd, I);
-        (IS("average_pool2d_f32") ? tt_average_pool2d_f32 : tt_max_pool2d_f32)(&pd, (float)F[0], (float)F[1],
-                                                                                F32(0), F32(1));
-    } else if (IS("mean_s8")) {
-        tt_mean_params_s8 p;
-        p.input_zero_point = I[0]; p.output_zero_point = I[1]; p.multiplier = I[2]; p.shift = I[3];
-        tt_mean_hw_s8(&p, I[4], I[5], I[6], I[7], S8(0), S8(1));
-    } else if (IS("mean_f32")) {
-        tt_mean_hw_f32(I[0], I[1], I[2], I[3], F32(0), F32(1));
-    } else if (IS("softmax_s8")) {
-        tt_softmax_s8(I[0], I[1], I[2], I[3], I[4], S8(0), S8(1));
-    } else if (IS("softmax_f32")) {
-        tt_softmax_f32(I[0], I[1], (float)F[0], F32(0), F32(1));
-    } else if (IS("relu_s8")) {
-        tt_relu_s8(I[0], I[1], I[2], I[3], I[4], I[5], I[6], S8(0), S8(1));
-    } else if (IS("clamp_f32")) {
-        tt_clamp_f32(I[0], (float)F[0], (float)F[1], F32(0), F32(1));
-    } else if (IS("quantize_f32_s8")) {
-        tt_quantize_f32_s8(I[0], (float)F[0], I[1], F32(0), S8(1));
-    } else if (IS("requantize_s8")) {
-        tt_requantize_s8(I[0], I[1], I[2], I[3], I[4], S8(0), S8(1));
-    } else if (IS("dequantize_s8_f32")) {
-        tt_dequantize_s8_f32(I[0], (float)F[0], I[1], S8(0), F32(1));
-    } else if (IS("dequantize_per_channel_s8_f32")) {
-        tt_dequantize_per_channel_s8_f32(I[0], I[1], I[2], F32(0), I32(1), S8(2), F32(3));
-    } else if (IS("pad_s8")) {
-        tt_pad_s8(I, I + 4, (int8_t)I[12], S8(0), S8(1));
-    } else if (IS("pad_f32")) {
-        tt_pad_f32(I, I + 4, (float)F[0], F32(0), F32(1));
-    } else if (IS("concatenation_s8")) {
-        const int8_t *ins[MAX_BUF];
-        tt_concat_params_s8 p;
-        const int32_t n = I[0];
-        for (i = 0; i < n; ++i) {
-            ins[i] = S8(2 + i);
-        }
-        p.input_scale = F32(0); p.input_zero_point = I32(1); p.output_scale = (float)F[0];
-        p.output_zero_point = I[3]; p.act_min = I[4]; p.act_max = I[5];
-        tt_concatenation_s8(n, ins, I + 6, I[1], I[2] ? &p : 0, S8(2 + n));
-    } else if (IS("concatenation_f32")) {
-        const float *ins[MAX_BUF];
-        const int32_t n = I[0];
-        for (i = 0; i < n; ++i) {
-            ins[i] = F32(i);
-        }
-        tt_concatenation_f32(n, ins, I + 2, I[1], (float)F[0], (float)F[1], F32(n));
-    } else if (IS("copy_s8")) {
-        tt_copy_s8(I[0], S8(0), S8(1));
-    } else if (IS("copy_f32")) {
-        tt_copy_f32(I[0], F32(0), F32(1));
-    } else if (IS("add_s8_broadcast") || IS("sub_s8")) {
-        tt_add_params_s8 p;
-        tt_broadcast bc = bcast(I + 12);
-        p.input1_zero_point = I[0]; p.input2_zero_point = I[1]; p.output_zero_point = I[2]; p.left_shift = I[3];
-        p.input1_multiplier = I[4]; p.input1_shift = I[5]; p.input2_multiplier = I[6]; p.input2_shift = I[7];
-        p.output_multiplier = I[8]; p.output_shift = I[9]; p.act_min = I[10]; p.act_max = I[11];
-        (IS("sub_s8") ? tt_sub_s8 : tt_add_s8_broadcast)(&p, &bc, S8(0), S8(1), S8(2));
-    } else if (IS("mul_s8")) {
-        tt_mul_params_s8 p;
-        tt_broadcast bc = bcast(I + 7);
-        p.input1_zero_point = I[0]; p.input2_zero_point = I[1]; p.output_zero_point = I[2]; p.multiplier = I[3];
-        p.shift = I[4]; p.act_min = I[5]; p.act_max = I[6];
-        tt_mul_s8(&p, &bc, S8(0), S8(1), S8(2));
-    } else if (IS("add_f32_broadcast") || IS("sub_f32") || IS("mul_f32")) {
-        tt_broadcast bc = bcast(I);
-        (IS("sub_f32") ? tt_sub_f32 : IS("mul_f32") ? tt_mul_f32 : tt_add_f32_broadcast)(
-            &bc, (float)F[0], (float)F[1], F32(0), F32(1), F32(2));
-    } else if (IS("logistic_s8") || IS("tanh_s8")) {
-        (IS("tanh_s8") ? tt_tanh_s8 : tt_logistic_s8)(I[0], I[1], I[2], I[3], I[4], S8(0), S8(1));
-    } else if (IS("hard_swish_s8")) {
-        tt_hard_swish_params_s8 p;
-        p.input_zero_point = I[1]; p.output_zero_point = I[2]; p.output_multiplier_fixedpoint_int16 = I[3];
-        p.output_multiplier_exponent = I[4]; p.reluish_multiplier_fixedpoint_int16 = I[5];
-        p.reluish_multiplier_exponent = I[6];
-        tt_hard_swish_s8(&p, I[0], S8(0), S8(1));
-    } else if (IS("leaky_relu_s8")) {
-        tt_leaky_relu_s8(I[0], I[1], I[2], I[3], I[4], I[5], I[6], S8(0), S8(1));
-    } else if (IS("prelu_s8")) {
-        tt_prelu_params_s8 p;
-        tt_broadcast bc = bcast(I + 7);
-        p.input_zero_point = I[0]; p.alpha_zero_point = I[1]; p.output_zero_point = I[2];
-        p.multiplier_pos = I[3]; p.shift_pos = I[4]; p.multiplier_neg = I[5]; p.shift_neg = I[6];
-        tt_prelu_s8(&p, &bc, S8(0), S8(1), S8(2));
-    } else if (IS("logistic_f32")) {
-        tt_logistic_f32(I[0], F32(0), F32(1));
-    } else if (IS("tanh_f32")) {
-        tt_tanh_f32(I[0], F32(0), F32(1));
-    } else if (IS("hard_swish_f32")) {
-        tt_hard_swish_f32(I[0], F32(0), F32(1));
-    } else if (IS("leaky_relu_f32")) {
-        tt_leaky_relu_f32(I[0], (float)F[0], F32(0), F32(1));
-    } else if (IS("prelu_f32")) {
-        tt_broadcast bc = bcast(I);
-        tt_prelu_f32(&bc, F32(0), F32(1), F32(2));
-    } else if (IS("strided_slice_s8")) {
-        tt_strided_slice_params p = slice_params(I);
-        tt_strided_slice_s8(&p, S8(0), S8(1));
-    } else if (IS("strided_slice_f32")) {
-        tt_strided_slice_params p = slice_params(I);
-        tt_strided_slice_f32(&p, F32(0), F32(1));
-    } else if (IS("resize_bilinear_s8") || IS("resize_bilinear_f32") || IS("resize_nearest_s8") ||
-               IS("resize_nearest_f32")) {
-        tt_resize_params p = resize_params(I);
-        if (IS("resize_bilinear_s8")) tt_resize_bilinear_s8(&p, S8(0), S8(1));
-        else if (IS("resize_bilinear_f32")) tt_resize_bilinear_f32(&p, F32(0), F32(1));
-        else if (IS("resize_nearest_s8")) tt_resize_nearest_s8(&p, S8(0), S8(1));
-        else tt_resize_nearest_f32(&p, F32(0), F32(1));
-    } else if (IS("out_size_and_pad")) {
-        tt_out_size_and_pad(I[0], I[1], I[2], I[3], I[4], I32(0), I32(0) + 1);
+    const int8_t *ins[MAX_BUF];
+    tt_concat_params_s8 p;
+    const int32_t n = I[0];
+    for (i = 0; i < n; ++i) {
+        ins[i] = S8(2 + i);
     }
+    p.input_scale = F32(0); p.input_zero_point = I32(1); p.output_scale = (float)F[0];
+    p.output_zero_point = I[3]; p.act_min = I[4]; p.act_max = I[5];
+    tt_concatenation_s8(n, ins, I + 6, I[1], I[2] ? &p : 0, S8(2 + n));
+}
+
+static void k_concatenation_f32(void)
+{
+    int32_t i;
+    const float *ins[MAX_BUF];
+    const int32_t n = I[0];
+    for (i = 0; i < n; ++i) {
+        ins[i] = F32(i);
+    }
+    tt_concatenation_f32(n, ins, I + 2, I[1], (float)F[0], (float)F[1], F32(n));
+}
+
+static void k_copy_s8(void)
+{
+    tt_copy_s8(I[0], S8(0), S8(1));
+}
+
+static void k_copy_f32(void)
+{
+    tt_copy_f32(I[0], F32(0), F32(1));
+}
+
+static void k_add_s8_broadcast(void)
+{
+    tt_add_params_s8 p;
+    tt_broadcast bc = bcast(I + 12);
+    p.input1_zero_point = I[0]; p.input2_zero_point = I[1]; p.output_zero_point = I[2]; p.left_shift = I[3];
+    p.input1_multiplier = I[4]; p.input1_shift = I[5]; p.input2_multiplier = I[6]; p.input2_shift = I[7];
+    p.output_multiplier = I[8]; p.output_shift = I[9]; p.act_min = I[10]; p.act_max = I[11];
+    (IS("sub_s8") ? tt_sub_s8 : tt_add_s8_broadcast)(&p, &bc, S8(0), S8(1), S8(2));
+}
+
+static void k_mul_s8(void)
+{
+    tt_mul_params_s8 p;
+    tt_broadcast bc = bcast(I + 7);
+    p.input1_zero_point = I[0]; p.input2_zero_point = I[1]; p.output_zero_point = I[2]; p.multiplier = I[3];
+    p.shift = I[4]; p.act_min = I[5]; p.act_max = I[6];
+    tt_mul_s8(&p, &bc, S8(0), S8(1), S8(2));
+}
+
+static void k_add_f32_broadcast(void)
+{
+    tt_broadcast bc = bcast(I);
+    (IS("sub_f32") ? tt_sub_f32 : IS("mul_f32") ? tt_mul_f32 : tt_add_f32_broadcast)(
+        &bc, (float)F[0], (float)F[1], F32(0), F32(1), F32(2));
+}
+
+static void k_logistic_s8(void)
+{
+    (IS("tanh_s8") ? tt_tanh_s8 : tt_logistic_s8)(I[0], I[1], I[2], I[3], I[4], S8(0), S8(1));
+}
+
+static void k_hard_swish_s8(void)
+{
+    tt_hard_swish_params_s8 p;
+    p.input_zero_point = I[1]; p.output_zero_point = I[2]; p.output_multiplier_fixedpoint_int16 = I[3];
+    p.output_multiplier_exponent = I[4]; p.reluish_multiplier_fixedpoint_int16 = I[5];
+    p.reluish_multiplier_exponent = I[6];
+    tt_hard_swish_s8(&p, I[0], S8(0), S8(1));
+}
+
+static void k_leaky_relu_s8(void)
+{
+    tt_leaky_relu_s8(I[0], I[1], I[2], I[3], I[4], I[5], I[6], S8(0), S8(1));
+}
+
+static void k_prelu_s8(void)
+{
+    tt_prelu_params_s8 p;
+    tt_broadcast bc = bcast(I + 7);
+    p.input_zero_point = I[0]; p.alpha_zero_point = I[1]; p.output_zero_point = I[2];
+    p.multiplier_pos = I[3]; p.shift_pos = I[4]; p.multiplier_neg = I[5]; p.shift_neg = I[6];
+    tt_prelu_s8(&p, &bc, S8(0), S8(1), S8(2));
+}
+
+static void k_logistic_f32(void)
+{
+    tt_logistic_f32(I[0], F32(0), F32(1));
+}
+
+static void k_tanh_f32(void)
+{
+    tt_tanh_f32(I[0], F32(0), F32(1));
+}
+
+static void k_hard_swish_f32(void)
+{
+    tt_hard_swish_f32(I[0], F32(0), F32(1));
+}
+
+static void k_leaky_relu_f32(void)
+{
+    tt_leaky_relu_f32(I[0], (float)F[0], F32(0), F32(1));
+}
+
+static void k_prelu_f32(void)
+{
+    tt_broadcast bc = bcast(I);
+    tt_prelu_f32(&bc, F32(0), F32(1), F32(2));
+}
+
+static void k_strided_slice_s8(void)
+{
+    tt_strided_slice_params p = slice_params(I);
+    tt_strided_slice_s8(&p, S8(0), S8(1));
+}
+
+static void k_strided_slice_f32(void)
+{
+    tt_strided_slice_params p = slice_params(I);
+    tt_strided_slice_f32(&p, F32(0), F32(1));
+}
+
+static void k_resize_bilinear_s8(void)
+{
+    tt_resize_params p = resize_params(I);
+    if (IS("resize_bilinear_s8")) tt_resize_bilinear_s8(&p, S8(0), S8(1));
+    else if (IS("resize_bilinear_f32")) tt_resize_bilinear_f32(&p, F32(0), F32(1));
+    else if (IS("resize_nearest_s8")) tt_resize_nearest_s8(&p, S8(0), S8(1));
+    else tt_resize_nearest_f32(&p, F32(0), F32(1));
+}
+
+static void k_out_size_and_pad(void)
+{
+    tt_out_size_and_pad(I[0], I[1], I[2], I[3], I[4], I32(0), I32(0) + 1);
+}
+
 #ifndef TT_DRIVER_FORWARD_ONLY
-    else if (IS("conv2d_grad_input_qw_f32")) { /* ints: dims, n; buffers: dy, w, w_slice, scale, zp, dx */
-        conv_dims(&cd, I);
-        tt_conv2d_grad_input_qw_f32(&cd, F32(0), S8(1), S8(2), I[16], F32(3), I32(4), F32(5));
-    } else if (IS("dw_conv2d_grad_input_qw_f32")) { /* (op names: < 32 chars) buffers: dy, w, scale, zp, dx */
-        conv_dims(&cd, I);
-        tt_depthwise_conv2d_grad_input_qw_f32(&cd, F32(0), S8(1), F32(2), I32(3), F32(4));
-    } else if (IS("transpose_conv_s8")) { /* ints: dims, requant; buffers: x, w, b, mult, shift, y */
-        conv_dims(&cd, I);
-        q = requant(I + 16, B[3], B[4]);
-        tt_transpose_conv_s8(&cd, &q, S8(0), S8(1), I32(2), S8(5));
-    } else if (IS("transpose_conv_f32")) {
-        conv_dims(&cd, I);
-        tt_transpose_conv_f32(&cd, (float)F[0], (float)F[1], F32(0), F32(1), F32(2), F32(3));
-    } else if (IS("transpose_conv_grad_input_f32")) {
-        conv_dims(&cd, I);
-        tt_transpose_conv_grad_input_f32(&cd, F32(0), F32(1), F32(2));
-    } else if (IS("transpose_conv_grad_weight_f32")) {
-        conv_dims(&cd, I);
-        tt_transpose_conv_grad_weight_f32(&cd, I[16], F32(0), F32(1), F32(2));
-    } else if (IS("conv2d_grad_input_f32")) {
-        conv_dims(&cd, I);
-        tt_conv2d_grad_input_f32(&cd, F32(0), F32(1), F32(2));
-    } else if (IS("conv2d_grad_weight_f32")) {
-        conv_dims(&cd, I);
-        tt_conv2d_grad_weight_f32(&cd, I[16], F32(0), F32(1), F32(2));
-    } else if (IS("depthwise_conv2d_grad_input_f32")) {
-        conv_dims(&cd, I);
-        tt_depthwise_conv2d_grad_input_f32(&cd, F32(0), F32(1), F32(2));
-    } else if (IS("depthwise_conv2d_grad_weight_f32")) {
-        conv_dims(&cd, I);
-        tt_depthwise_conv2d_grad_weight_f32(&cd, I[16], F32(0), F32(1), F32(2));
-    } else if (IS("fully_connected_grad_input_f32")) {
-        tt_fully_connected_grad_input_f32(I[0], I[1], I[2], F32(0), F32(1), F32(2));
-    } else if (IS("fully_connected_grad_weight_f32")) {
-        tt_fully_connected_grad_weight_f32(I[0], I[1], I[2], I[3], F32(0), F32(1), F32(2));
-    } else if (IS("bias_grad_f32")) {
-        tt_bias_grad_f32(I[0], I[1], F32(0), F32(1));
-    } else if (IS("average_pool2d_grad_f32")) {
-        pool_dims(&pd, I);
-        tt_average_pool2d_grad_f32(&pd, F32(0), F32(1));
-    } else if (IS("max_pool2d_grad_f32")) {
-        pool_dims(&pd, I);
-        tt_max_pool2d_grad_f32(&pd, F32(0), F32(1), F32(2));
-    } else if (IS("mean_hw_grad_f32")) {
-        tt_mean_hw_grad_f32(I[0], I[1], I[2], I[3], F32(0), F32(1));
-    } else if (IS("pad_grad_f32")) {
-        tt_pad_grad_f32(I, I + 4, F32(0), F32(1));
-    } else if (IS("concatenation_grad_f32")) {
-        float *outs[MAX_BUF];
-        const int32_t n = I[0];
-        for (i = 0; i < n; ++i) {
-            outs[i] = F32(1 + i);
-        }
-        tt_concatenation_grad_f32(n, I + 2, I[1], F32(0), outs);
-    } else if (IS("act_grad_f32")) {
-        tt_act_grad_f32(I[0], (tt_act)I[1], F32(0), F32(1), F32(2));
-    } else if (IS("softmax_grad_f32")) {
-        tt_softmax_grad_f32(I[0], I[1], (float)F[0], F32(0), F32(1), F32(2));
-    } else if (IS("unbroadcast_f32")) {
-        tt_broadcast bc = bcast(I + 1);
-        tt_unbroadcast_f32(&bc, (float)F[0], F32(0), F32(1), I[0]);
-    } else if (IS("mul_grad_f32")) {
-        tt_broadcast bc = bcast(I + 1);
-        tt_mul_grad_f32(&bc, F32(0), F32(1), F32(2), I[0]);
-    } else if (IS("logistic_grad_f32") || IS("tanh_grad_f32") || IS("hard_swish_grad_f32")) {
-        (IS("logistic_grad_f32") ? tt_logistic_grad_f32 : IS("tanh_grad_f32") ? tt_tanh_grad_f32
-                                                                                 : tt_hard_swish_grad_f32)(
-            I[0], F32(0), F32(1), F32(2));
-    } else if (IS("leaky_relu_grad_f32")) {
-        tt_leaky_relu_grad_f32(I[0], (float)F[0], F32(0), F32(1), F32(2));
-    } else if (IS("prelu_grad_f32")) {
-        tt_broadcast bc = bcast(I);
-        tt_prelu_grad_f32(&bc, F32(0), F32(1), F32(2), F32(3));
-    } else if (IS("resize_bilinear_grad_f32")) {
-        tt_resize_params p = resize_params(I);
-        tt_resize_bilinear_grad_f32(&p, F32(0), F32(1));
-    } else if (IS("resize_nearest_grad_f32")) {
-        tt_resize_params p = resize_params(I);
-        tt_resize_nearest_grad_f32(&p, F32(0), F32(1));
-    } else if (IS("strided_slice_grad_f32")) {
-        tt_strided_slice_params p = slice_params(I);
-        tt_strided_slice_grad_f32(&p, F32(0), F32(1));
-    } else if (IS("accumulate_f32")) {
-        tt_accumulate_f32(I[0], F32(0), F32(1));
-    } else if (IS("softmax_cross_entropy_f32")) {
-        F32(3)[0] = tt_softmax_cross_entropy_f32(I[0], I[1], F32(0), I32(1), F32(2));
-    } else if (IS("mse_f32")) {
-        F32(3)[0] = tt_mse_f32(I[0], I[1], F32(0), F32(1), F32(2));
-    } else if (IS("sgd_f32")) {
-        tt_slice s = slice3(I);
-        tt_sgd_params p;
-        p.lr = (float)F[0]; p.scale = (float)F[1]; p.weight_decay = (float)F[2];
-        tt_sgd_f32(&s, &p, F32(0), F32(1));
-    } else if (IS("momentum_f32")) {
-        tt_slice s = slice3(I);
-        tt_momentum_params p;
-        p.lr = (float)F[0]; p.momentum = (float)F[1]; p.scale = (float)F[2]; p.weight_decay = (float)F[3];
-        tt_momentum_f32(&s, &p, F32(0), F32(1), F32(2));
-    } else if (IS("adam_f32")) {
-        tt_slice s = slice3(I);
-        tt_adam_params p;
-        tt_adam_prepare(F[0], F[1], F[2], F[3], I[3], (float)F[4], (float)F[5], &p);
-        tt_adam_f32(&s, &p, F32(0), F32(1), F32(2), F32(3));
-    } else if (IS("rmsprop_f32")) {
-        tt_slice s = slice3(I);
-        tt_rmsprop_params p;
-        p.lr = (float)F[0]; p.alpha = (float)F[1]; p.one_minus_alpha = (float)F[2]; p.eps = (float)F[3];
-        p.scale = (float)F[4]; p.weight_decay = (float)F[5];
-        tt_rmsprop_f32(&s, &p, F32(0), F32(1), F32(2));
-    } else if (IS("qas_s8")) {
-        tt_qas_layout l;
-        float factor[4096];
-        l.s = slice3(I);
-        l.rows_per_channel = I[3];
-        l.rounding = (tt_rounding)I[4];
-        if (I[5] > 4096) {
-            die("too many channels", op);
-        }
-        tt_qas_factors(I[5], (float)F[0], F32(0), 1.0f, factor);
-        tt_qas_update_s8(&l, factor, S8(1), F32(2), F32(3), U32(4));
-    } else if (IS("qas_bias_s32")) {
-        float factor[4096];
-        if (I[0] > 4096) {
-            die("too many channels", op);
-        }
-        tt_qas_factors(I[0], (float)F[0], F32(0), (float)F[1], factor);
-        tt_qas_update_bias_s32(I[0], (tt_rounding)I[1], factor, I32(1), F32(2), F32(3), U32(4));
-    } else if (IS("xorshift32")) {
-        for (i = 0; i < I[0]; ++i) {
-            U32(1)[i] = tt_xorshift32(U32(0));
-        }
+static void k_conv2d_grad_input_qw_f32(void) /* ints: dims, n; buffers: dy, w, w_slice, scale, zp, dx */
+{
+    tt_conv_dims cd;
+    conv_dims(&cd, I);
+    tt_conv2d_grad_input_qw_f32(&cd, F32(0), S8(1), S8(2), I[16], F32(3), I32(4), F32(5));
+}
+
+static void k_dw_conv2d_grad_input_qw_f32(void) /* (op names: < 32 chars) buffers: dy, w, scale, zp, dx */
+{
+    tt_conv_dims cd;
+    conv_dims(&cd, I);
+    tt_depthwise_conv2d_grad_input_qw_f32(&cd, F32(0), S8(1), F32(2), I32(3), F32(4));
+}
+
+static void k_transpose_conv_s8(void) /* ints: dims, requant; buffers: x, w, b, mult, shift, y */
+{
+    tt_conv_dims cd;
+    tt_requant_s8 q;
+    conv_dims(&cd, I);
+    q = requant(I + 16, B[3], B[4]);
+    tt_transpose_conv_s8(&cd, &q, S8(0), S8(1), I32(2), S8(5));
+}
+
+static void k_transpose_conv_f32(void)
+{
+    tt_conv_dims cd;
+    conv_dims(&cd, I);
+    tt_transpose_conv_f32(&cd, (float)F[0], (float)F[1], F32(0), F32(1), F32(2), F32(3));
+}
+
+static void k_transpose_conv_grad_input_f32(void)
+{
+    tt_conv_dims cd;
+    conv_dims(&cd, I);
+    tt_transpose_conv_grad_input_f32(&cd, F32(0), F32(1), F32(2));
+}
+
+static void k_transpose_conv_grad_weight_f32(void)
+{
+    tt_conv_dims cd;
+    conv_dims(&cd, I);
+    tt_transpose_conv_grad_weight_f32(&cd, I[16], F32(0), F32(1), F32(2));
+}
+
+static void k_conv2d_grad_input_f32(void)
+{
+    tt_conv_dims cd;
+    conv_dims(&cd, I);
+    tt_conv2d_grad_input_f32(&cd, F32(0), F32(1), F32(2));
+}
+
+static void k_conv2d_grad_weight_f32(void)
+{
+    tt_conv_dims cd;
+    conv_dims(&cd, I);
+    tt_conv2d_grad_weight_f32(&cd, I[16], F32(0), F32(1), F32(2));
+}
+
+static void k_depthwise_conv2d_grad_input_f32(void)
+{
+    tt_conv_dims cd;
+    conv_dims(&cd, I);
+    tt_depthwise_conv2d_grad_input_f32(&cd, F32(0), F32(1), F32(2));
+}
+
+static void k_depthwise_conv2d_grad_weight_f32(void)
+{
+    tt_conv_dims cd;
+    conv_dims(&cd, I);
+    tt_depthwise_conv2d_grad_weight_f32(&cd, I[16], F32(0), F32(1), F32(2));
+}
+
+static void k_fully_connected_grad_input_f32(void)
+{
+    tt_fully_connected_grad_input_f32(I[0], I[1], I[2], F32(0), F32(1), F32(2));
+}
+
+static void k_fully_connected_grad_weight_f32(void)
+{
+    tt_fully_connected_grad_weight_f32(I[0], I[1], I[2], I[3], F32(0), F32(1), F32(2));
+}
+
+static void k_bias_grad_f32(void)
+{
+    tt_bias_grad_f32(I[0], I[1], F32(0), F32(1));
+}
+
+static void k_average_pool2d_grad_f32(void)
+{
+    tt_pool_dims pd;
+    pool_dims(&pd, I);
+    tt_average_pool2d_grad_f32(&pd, F32(0), F32(1));
+}
+
+static void k_max_pool2d_grad_f32(void)
+{
+    tt_pool_dims pd;
+    pool_dims(&pd, I);
+    tt_max_pool2d_grad_f32(&pd, F32(0), F32(1), F32(2));
+}
+
+static void k_mean_hw_grad_f32(void)
+{
+    tt_mean_hw_grad_f32(I[0], I[1], I[2], I[3], F32(0), F32(1));
+}
+
+static void k_pad_grad_f32(void)
+{
+    tt_pad_grad_f32(I, I + 4, F32(0), F32(1));
+}
+
+static void k_concatenation_grad_f32(void)
+{
+    int32_t i;
+    float *outs[MAX_BUF];
+    const int32_t n = I[0];
+    for (i = 0; i < n; ++i) {
+        outs[i] = F32(1 + i);
     }
+    tt_concatenation_grad_f32(n, I + 2, I[1], F32(0), outs);
+}
+
+static void k_act_grad_f32(void)
+{
+    tt_act_grad_f32(I[0], (tt_act)I[1], F32(0), F32(1), F32(2));
+}
+
+static void k_softmax_grad_f32(void)
+{
+    tt_softmax_grad_f32(I[0], I[1], (float)F[0], F32(0), F32(1), F32(2));
+}
+
+static void k_unbroadcast_f32(void)
+{
+    tt_broadcast bc = bcast(I + 1);
+    tt_unbroadcast_f32(&bc, (float)F[0], F32(0), F32(1), I[0]);
+}
+
+static void k_mul_grad_f32(void)
+{
+    tt_broadcast bc = bcast(I + 1);
+    tt_mul_grad_f32(&bc, F32(0), F32(1), F32(2), I[0]);
+}
+
+static void k_logistic_grad_f32(void)
+{
+    (IS("logistic_grad_f32") ? tt_logistic_grad_f32 : IS("tanh_grad_f32") ? tt_tanh_grad_f32
+                                                                             : tt_hard_swish_grad_f32)(
+        I[0], F32(0), F32(1), F32(2));
+}
+
+static void k_leaky_relu_grad_f32(void)
+{
+    tt_leaky_relu_grad_f32(I[0], (float)F[0], F32(0), F32(1), F32(2));
+}
+
+static void k_prelu_grad_f32(void)
+{
+    tt_broadcast bc = bcast(I);
+    tt_prelu_grad_f32(&bc, F32(0), F32(1), F32(2), F32(3));
+}
+
+static void k_resize_bilinear_grad_f32(void)
+{
+    tt_resize_params p = resize_params(I);
+    tt_resize_bilinear_grad_f32(&p, F32(0), F32(1));
+}
+
+static void k_resize_nearest_grad_f32(void)
+{
+    tt_resize_params p = resize_params(I);
+    tt_resize_nearest_grad_f32(&p, F32(0), F32(1));
+}
+
+static void k_strided_slice_grad_f32(void)
+{
+    tt_strided_slice_params p = slice_params(I);
+    tt_strided_slice_grad_f32(&p, F32(0), F32(1));
+}
+
+static void k_accumulate_f32(void)
+{
+    tt_accumulate_f32(I[0], F32(0), F32(1));
+}
+
+static void k_softmax_cross_entropy_f32(void)
+{
+    F32(3)[0] = tt_softmax_cross_entropy_f32(I[0], I[1], F32(0), I32(1), F32(2));
+}
+
+static void k_mse_f32(void)
+{
+    F32(3)[0] = tt_mse_f32(I[0], I[1], F32(0), F32(1), F32(2));
+}
+
+static void k_sgd_f32(void)
+{
+    tt_slice s = slice3(I);
+    tt_sgd_params p;
+    p.lr = (float)F[0]; p.scale = (float)F[1]; p.weight_decay = (float)F[2];
+    tt_sgd_f32(&s, &p, F32(0), F32(1));
+}
+
+static void k_momentum_f32(void)
+{
+    tt_slice s = slice3(I);
+    tt_momentum_params p;
+    p.lr = (float)F[0]; p.momentum = (float)F[1]; p.scale = (float)F[2]; p.weight_decay = (float)F[3];
+    tt_momentum_f32(&s, &p, F32(0), F32(1), F32(2));
+}
+
+static void k_adam_f32(void)
+{
+    tt_slice s = slice3(I);
+    tt_adam_params p;
+    tt_adam_prepare(F[0], F[1], F[2], F[3], I[3], (float)F[4], (float)F[5], &p);
+    tt_adam_f32(&s, &p, F32(0), F32(1), F32(2), F32(3));
+}
+
+static void k_rmsprop_f32(void)
+{
+    tt_slice s = slice3(I);
+    tt_rmsprop_params p;
+    p.lr = (float)F[0]; p.alpha = (float)F[1]; p.one_minus_alpha = (float)F[2]; p.eps = (float)F[3];
+    p.scale = (float)F[4]; p.weight_decay = (float)F[5];
+    tt_rmsprop_f32(&s, &p, F32(0), F32(1), F32(2));
+}
+
+static void k_qas_s8(void)
+{
+    tt_qas_layout l;
+    float factor[4096];
+    l.s = slice3(I);
+    l.rows_per_channel = I[3];
+    l.rounding = (tt_rounding)I[4];
+    if (I[5] > 4096) {
+        die("too many channels", op);
+    }
+    tt_qas_factors(I[5], (float)F[0], F32(0), 1.0f, factor);
+    tt_qas_update_s8(&l, factor, S8(1), F32(2), F32(3), U32(4));
+}
+
+static void k_qas_bias_s32(void)
+{
+    float factor[4096];
+    if (I[0] > 4096) {
+        die("too many channels", op);
+    }
+    tt_qas_factors(I[0], (float)F[0], F32(0), (float)F[1], factor);
+    tt_qas_update_bias_s32(I[0], (tt_rounding)I[1], factor, I32(1), F32(2), F32(3), U32(4));
+}
+
+static void k_xorshift32(void)
+{
+    int32_t i;
+    for (i = 0; i < I[0]; ++i) {
+        U32(1)[i] = tt_xorshift32(U32(0));
+    }
+}
+
 #endif
-    else {
-        die("unknown op", op);
+
+typedef struct {
+    const char *name;
+    void (*run)(void);
+} tt_driver_op;
+
+static const tt_driver_op KERNELS[] = {
+    {"conv2d_s8", k_conv2d_s8},
+    {"depthwise_conv2d_s8", k_conv2d_s8},
+    {"conv2d_s8_split", k_conv2d_s8_split},
+    {"depthwise_conv2d_s8_inplace", k_depthwise_conv2d_s8_inplace},
+    {"conv2d_f32", k_conv2d_f32},
+    {"depthwise_conv2d_f32", k_conv2d_f32},
+    {"fully_connected_s8", k_fully_connected_s8},
+    {"fully_connected_f32", k_fully_connected_f32},
+    {"add_s8", k_add_s8},
+    {"add_f32", k_add_f32},
+    {"average_pool2d_s8", k_average_pool2d_s8},
+    {"max_pool2d_s8", k_average_pool2d_s8},
+    {"average_pool2d_f32", k_average_pool2d_f32},
+    {"max_pool2d_f32", k_average_pool2d_f32},
+    {"mean_s8", k_mean_s8},
+    {"mean_f32", k_mean_f32},
+    {"softmax_s8", k_softmax_s8},
+    {"softmax_f32", k_softmax_f32},
+    {"relu_s8", k_relu_s8},
+    {"clamp_f32", k_clamp_f32},
+    {"quantize_f32_s8", k_quantize_f32_s8},
+    {"requantize_s8", k_requantize_s8},
+    {"dequantize_s8_f32", k_dequantize_s8_f32},
+    {"dequantize_per_channel_s8_f32", k_dequantize_per_channel_s8_f32},
+    {"pad_s8", k_pad_s8},
+    {"pad_f32", k_pad_f32},
+    {"concatenation_s8", k_concatenation_s8},
+    {"concatenation_f32", k_concatenation_f32},
+    {"copy_s8", k_copy_s8},
+    {"copy_f32", k_copy_f32},
+    {"add_s8_broadcast", k_add_s8_broadcast},
+    {"sub_s8", k_add_s8_broadcast},
+    {"mul_s8", k_mul_s8},
+    {"add_f32_broadcast", k_add_f32_broadcast},
+    {"sub_f32", k_add_f32_broadcast},
+    {"mul_f32", k_add_f32_broadcast},
+    {"logistic_s8", k_logistic_s8},
+    {"tanh_s8", k_logistic_s8},
+    {"hard_swish_s8", k_hard_swish_s8},
+    {"leaky_relu_s8", k_leaky_relu_s8},
+    {"prelu_s8", k_prelu_s8},
+    {"logistic_f32", k_logistic_f32},
+    {"tanh_f32", k_tanh_f32},
+    {"hard_swish_f32", k_hard_swish_f32},
+    {"leaky_relu_f32", k_leaky_relu_f32},
+    {"prelu_f32", k_prelu_f32},
+    {"strided_slice_s8", k_strided_slice_s8},
+    {"strided_slice_f32", k_strided_slice_f32},
+    {"resize_bilinear_s8", k_resize_bilinear_s8},
+    {"resize_bilinear_f32", k_resize_bilinear_s8},
+    {"resize_nearest_s8", k_resize_bilinear_s8},
+    {"resize_nearest_f32", k_resize_bilinear_s8},
+    {"out_size_and_pad", k_out_size_and_pad},
+#ifndef TT_DRIVER_FORWARD_ONLY
+    {"conv2d_grad_input_qw_f32", k_conv2d_grad_input_qw_f32},
+    {"dw_conv2d_grad_input_qw_f32", k_dw_conv2d_grad_input_qw_f32},
+    {"transpose_conv_s8", k_transpose_conv_s8},
+    {"transpose_conv_f32", k_transpose_conv_f32},
+    {"transpose_conv_grad_input_f32", k_transpose_conv_grad_input_f32},
+    {"transpose_conv_grad_weight_f32", k_transpose_conv_grad_weight_f32},
+    {"conv2d_grad_input_f32", k_conv2d_grad_input_f32},
+    {"conv2d_grad_weight_f32", k_conv2d_grad_weight_f32},
+    {"depthwise_conv2d_grad_input_f32", k_depthwise_conv2d_grad_input_f32},
+    {"depthwise_conv2d_grad_weight_f32", k_depthwise_conv2d_grad_weight_f32},
+    {"fully_connected_grad_input_f32", k_fully_connected_grad_input_f32},
+    {"fully_connected_grad_weight_f32", k_fully_connected_grad_weight_f32},
+    {"bias_grad_f32", k_bias_grad_f32},
+    {"average_pool2d_grad_f32", k_average_pool2d_grad_f32},
+    {"max_pool2d_grad_f32", k_max_pool2d_grad_f32},
+    {"mean_hw_grad_f32", k_mean_hw_grad_f32},
+    {"pad_grad_f32", k_pad_grad_f32},
+    {"concatenation_grad_f32", k_concatenation_grad_f32},
+    {"act_grad_f32", k_act_grad_f32},
+    {"softmax_grad_f32", k_softmax_grad_f32},
+    {"unbroadcast_f32", k_unbroadcast_f32},
+    {"mul_grad_f32", k_mul_grad_f32},
+    {"logistic_grad_f32", k_logistic_grad_f32},
+    {"tanh_grad_f32", k_logistic_grad_f32},
+    {"hard_swish_grad_f32", k_logistic_grad_f32},
+    {"leaky_relu_grad_f32", k_leaky_relu_grad_f32},
+    {"prelu_grad_f32", k_prelu_grad_f32},
+    {"resize_bilinear_grad_f32", k_resize_bilinear_grad_f32},
+    {"resize_nearest_grad_f32", k_resize_nearest_grad_f32},
+    {"strided_slice_grad_f32", k_strided_slice_grad_f32},
+    {"accumulate_f32", k_accumulate_f32},
+    {"softmax_cross_entropy_f32", k_softmax_cross_entropy_f32},
+    {"mse_f32", k_mse_f32},
+    {"sgd_f32", k_sgd_f32},
+    {"momentum_f32", k_momentum_f32},
+    {"adam_f32", k_adam_f32},
+    {"rmsprop_f32", k_rmsprop_f32},
+    {"qas_s8", k_qas_s8},
+    {"qas_bias_s32", k_qas_bias_s32},
+    {"xorshift32", k_xorshift32},
+#endif
+};
+
+static void run(void)
+{
+    size_t k;
+    for (k = 0; k < sizeof KERNELS / sizeof KERNELS[0]; ++k) {
+        if (IS(KERNELS[k].name)) {
+            KERNELS[k].run();
+            return;
+        }
     }
+    die("unknown op", op);
 }
 
 int main(int argc, char **argv)

@@ -1,0 +1,109 @@
+"""The shape of an op's definition in the registry (stages/ops/__init__.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+KINDS = ("forward", "backward", "loss", "update", "aux")
+
+
+class Builtin(NamedTuple):
+    """One way a .tflite file spells the op: a BuiltinOperator member name (or, with custom=True, a custom code)
+    and the operand counts the reader accepts."""
+
+    code: str
+    min_inputs: int
+    max_inputs: int
+    outputs: int = 1
+    custom: bool = False
+
+
+def _dtype(graph, name) -> str | None:
+    return None if name is None else graph.tensors[name].dtype
+
+
+def input_dtype(graph, op) -> str | None:
+    """The dtype of the op's first input (what TFLite's op versions mostly depend on)."""
+    return _dtype(graph, op.inputs[0]) if op.inputs else None
+
+
+def output_dtype(graph, op) -> str | None:
+    return _dtype(graph, op.outputs[0])
+
+
+def version_by_dtype(table: dict[str, int], of=input_dtype) -> Callable:
+    """An op version rule (OpDef.version) that depends on one operand's dtype only; 1 for any other."""
+    return lambda graph, op: table.get(of(graph, op), 1)
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """What the pipeline knows about one IR op type. Traits default to "no"."""
+
+    name: str
+    kind: str = "forward"
+    # IR signature for the catalogue: "x, w[O,KH,KW,I], b? -> y" and its attrs.
+    signature: str = ""
+    attrs: tuple[str, ...] = ()
+    note: str = ""
+    # .tflite spellings; the first builtin (non-custom) one is what the writer writes.
+    tflite: tuple[Builtin, ...] = ()
+    # (graph, op) -> the op version TFLite's converter writes (tensorflow/lite/tools/versioning/op_version.cc) for
+    # the cases our vocabulary produces; runtimes refuse versions they lack. None: 1.
+    version: Callable | None = None
+    # -- forward traits
+    layer: bool = False            # weights at operand 1, optional bias at 2 (reader's weight/bias roles; ptq
+    #                                quantizes the weights per output channel, the bias to int32)
+    frozen_only: bool = False      # a layer whose parameters never train (the gradient flows through it)
+    bn_fold: bool = False          # a BatchNorm MUL/ADD after it folds into its weights and bias
+    out_channel_axis: int = 0      # weights' output-channel axis (layers)
+    int8: bool = True              # ptq quantizes it (forward ops)
+    conversion: bool = False       # converts between float and int8 (no arithmetic of its own to quantize or
+    #                                differentiate: a training graph keeps it, the dequantized graph drops it)
+    differentiable: bool = False   # autodiff emits its backward
+    clamp_masked: bool = False     # its int8 output is requantized and clamped: int8_clamp_grad masks its gradient
+    op_clamp: tuple[float, float | None] | None = None   # a standalone clamp (relu, relu6): (lo, hi) in real units
+    shared_qparams: str | None = None    # int8 output shares the input's params: "first" input, or "all" inputs
+    fixed_output: tuple[float, int] | None = None        # int8 output (scale, zero point) the kernels hard-code
+    const_operands_per_tensor: bool = False   # a constant operand is quantized per tensor, like an activation
+    row_stream: bool = False       # the reorder stage may run a chain of these row by row (streams.rows)
+    macs: Callable | None = None   # (graph, op) -> multiply-accumulates, for load's summary
+    # -- memory traits (memplan): None, "any" (the output may take over any dying input), "first" (only the
+    # first input), "channel" (the first input, computed one channel at a time through a scratch channel)
+    in_place: str | None = None
+    # (bb, op, i, dz) -> None: emits the op's backward through a BackwardBuilder (stages/ops/backward.py); None:
+    # autodiff's own branch still does (ops not yet moved)
+    backward: Callable | None = None
+    # (ctx) -> [outputs]: the numpy reference kernel, float and int8 (ctx: executor._Ctx); None: the executor's own
+    forward: Callable | None = None
+    # (op, v, shape, tensor) -> [outputs]: the numpy kernel of a backward / loss / mask op (the training executor's;
+    # v(j) the value of input j, shape(t) a tensor's shape, tensor(t) the tensor); None: the executor's own
+    run: Callable | None = None
+    # (gen, op) -> C statements of the op's kernel call (gen: codegen's generator); None: codegen's op_<type>
+    c: Callable | None = None
+    # -- training-op traits
+    of: str | None = None          # backward ops: the forward op they differentiate
+    masks_gradient: bool = False   # dz = dy masked by the forward output (or its bit mask)
+    broadcasts: bool = False       # its output is its input broadcast (mean_grad): streamable position by position
+    channel_stream: bool = False   # a weight gradient the reorder stage may compute one output channel at a time
+    grad_input: bool = False       # an input gradient reading the weights as operand 1 (fused int8 dequantize)
+    optimizer: str | None = None   # update ops: the optimizer kind
+    qas: bool = False              # update ops: of an int8 / int32 parameter (stages/qas.py)
+    eager: bool = False            # the schedule runs it as soon as it can (updates, accumulation)
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"op {self.name!r}: kind {self.kind!r} is not one of {KINDS}")
+        if self.in_place not in (None, "any", "first", "channel"):
+            raise ValueError(f"op {self.name!r}: in_place {self.in_place!r}")
+
+    @property
+    def trainable(self) -> bool:
+        """A layer whose bias / weights a plan may train."""
+        return self.layer and not self.frozen_only
+
+    @property
+    def builtin(self) -> Builtin | None:
+        """The builtin the writer writes."""
+        return next((b for b in self.tflite if not b.custom), None)

@@ -1,0 +1,151 @@
+"""Pooling and reduction: average_pool2d, max_pool2d, mean, and their backward ops."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import grad_ops as go
+from .. import int8_arith as ia
+from ..c_literals import FLOAT_BOUNDS, CodegenError, flit
+from ..geometry import out_size_and_pad
+from ..ir import Op
+from .backward import geometry, input_backward
+from .base import Builtin, OpDef, version_by_dtype
+
+
+# ---- backward: the gradient of the input, with the forward's pooling attrs; max pool reads its input (int8 as it
+# is: only the argmax matters), mean its axes
+
+def _avg_pool_backward(bb, op, i, dz):
+    input_backward(bb, op, i, dz, attrs=geometry(op))
+
+
+def _max_pool_backward(bb, op, i, dz):
+    input_backward(bb, op, i, dz, reads=(op.inputs[0],), attrs=geometry(op))
+
+
+def _mean_backward(bb, op, i, dz):
+    input_backward(bb, op, i, dz, reads=(op.inputs[1],), attrs=geometry(op))
+
+
+_POOL = ("filter_h", "filter_w", "stride_h", "stride_w", "padding", "act")
+
+# ---- C (gen: codegen's generator)
+
+def _c_pool_dims(gen, op: Op, x: str) -> str:
+    a = op.attrs
+    xs = gen.g.tensors[x].shape
+    kh, kw, sh, sw = int(a["filter_h"]), int(a["filter_w"]), int(a["stride_h"]), int(a["stride_w"])
+    oh, pt = out_size_and_pad(a["padding"], xs[1], kh, sh, 1)
+    ow, pl = out_size_and_pad(a["padding"], xs[2], kw, sw, 1)
+    name = gen.uid("tt_pd")
+    gen.globals.append(f"static const tt_pool_dims {name} = {{{xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {oh}, {ow}, "
+                        f"{kh}, {kw}, {sh}, {sw}, {pt}, {pl}}};")
+    return name
+
+
+def _c_pool(gen, op: Op, kind: str) -> list[str]:
+    x, y = op.inputs[0], op.outputs[0]
+    d = _c_pool_dims(gen, op, x)
+    act = op.attrs.get("act", "none")
+    if gen.is_int8(x):
+        lo, hi = ia.activation_range(act, *gen.qp(y))
+        return [f"tt_{kind}_s8(&{d}, {lo}, {hi}, {gen.loc(x)}, {gen.loc(y)});"]
+    lo, hi = FLOAT_BOUNDS[act]
+    return [f"tt_{kind}_f32(&{d}, {flit(lo)}, {flit(hi)}, {gen.loc(x)}, {gen.loc(y)});"]
+
+
+def _c_average_pool2d(gen, op: Op) -> list[str]:
+    return _c_pool(gen, op, "average_pool2d")
+
+
+def _c_max_pool2d(gen, op: Op) -> list[str]:
+    return _c_pool(gen, op, "max_pool2d")
+
+
+def _c_mean_axes(gen, op: Op) -> tuple[int, int, int, int]:
+    x = op.inputs[0]
+    xs = gen.g.tensors[x].shape
+    axes = sorted({int(v) % len(xs) for v in np.asarray(gen.g.tensors[op.inputs[1]].data).reshape(-1)})
+    if len(xs) != 4 or axes != [1, 2]:
+        raise CodegenError(f"mean over axes {axes} of a rank-{len(xs)} tensor (only H, W of NHWC)")
+    return xs[0], xs[1], xs[2], xs[3]
+
+
+def _c_mean(gen, op: Op) -> list[str]:
+    x, y = op.inputs[0], op.outputs[0]
+    b, h, w, c = _c_mean_axes(gen, op)
+    if gen.is_int8(x):
+        s_in, z_in = gen.qp(x)
+        s_out, z_out = gen.qp(y)
+        count = h * w
+        mult, shift = ia.quantize_multiplier(float(s_in) / float(s_out))
+        extra = min(count.bit_length() - 1, 32, 31 + shift)
+        mult = int((mult << extra) // count) if extra >= 0 else int((mult >> -extra) // count)
+        shift -= extra
+        name = gen.uid("tt_mp")
+        gen.globals.append(f"static const tt_mean_params_s8 {name} = {{{z_in}, {z_out}, {mult}, {shift}}};")
+        return [f"tt_mean_hw_s8(&{name}, {b}, {h}, {w}, {c}, {gen.loc(x)}, {gen.loc(y)});"]
+    return [f"tt_mean_hw_f32({b}, {h}, {w}, {c}, {gen.loc(x)}, {gen.loc(y)});"]
+
+
+def _c_average_pool2d_grad(gen, op: Op) -> list[str]:
+    dy, dx = op.inputs[0], op.outputs[0]
+    d = _c_pool_dims(gen, op, dx)
+    return [f"tt_average_pool2d_grad_f32(&{d}, {gen.loc(dy)}, {gen.loc(dx)});"]
+
+
+def _c_max_pool2d_grad(gen, op: Op) -> list[str]:
+    dy, x, dx = op.inputs[0], op.inputs[1], op.outputs[0]
+    d = _c_pool_dims(gen, op, x)
+    if gen.is_int8(x):
+        return [f"tt_max_pool2d_grad_s8(&{d}, {gen.loc(dy)}, {gen.loc(x)}, {gen.loc(dx)});"]
+    return [f"tt_max_pool2d_grad_f32(&{d}, {gen.loc(dy)}, {gen.loc(x)}, {gen.loc(dx)});"]
+
+
+def _c_mean_grad(gen, op: Op) -> list[str]:
+    dy, dx = op.inputs[0], op.outputs[0]
+    xs = gen.g.tensors[dx].shape
+    axes = sorted({int(v) % len(xs) for v in np.asarray(gen.g.tensors[op.inputs[1]].data).reshape(-1)})
+    if len(xs) != 4 or axes != [1, 2]:
+        raise CodegenError("mean_grad other than over H, W")
+    return [f"tt_mean_hw_grad_f32({xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {gen.loc(dy)}, {gen.loc(dx)});"]
+
+
+# ---- numpy kernels of the backward ops (the training executor's; v(j): the value of input j, shape(t): a
+# tensor's shape)
+
+def _run_average_pool2d_grad(op, v, shape, tensor):
+    a = op.attrs
+    return [go.average_pool2d_grad(v(0), shape(op.outputs[0]), a)]
+
+
+def _run_max_pool2d_grad(op, v, shape, tensor):
+    a = op.attrs
+    return [go.max_pool2d_grad(v(0), v(1), a)]
+
+
+def _run_mean_grad(op, v, shape, tensor):
+    return [go.mean_grad(v(0), shape(op.outputs[0]), v(1))]
+
+
+# ---- TFLite op versions (op_version.cc)
+
+
+OPS = (
+    OpDef("average_pool2d", signature="x -> y", attrs=_POOL, tflite=(Builtin("AVERAGE_POOL_2D", 1, 1),),
+          differentiable=True, shared_qparams="first", backward=_avg_pool_backward, c=_c_average_pool2d,
+          version=version_by_dtype({"int8": 2, "int16": 3})),
+    OpDef("max_pool2d", signature="x -> y", attrs=_POOL, tflite=(Builtin("MAX_POOL_2D", 1, 1),),
+          differentiable=True, shared_qparams="first", backward=_max_pool_backward, c=_c_max_pool2d,
+          version=version_by_dtype({"int8": 2, "int16": 3})),
+    OpDef("mean", signature="x, axes -> y", attrs=("keep_dims",), tflite=(Builtin("MEAN", 2, 2),),
+          differentiable=True, clamp_masked=True, backward=_mean_backward, c=_c_mean,
+          version=version_by_dtype({"int8": 2, "int16": 3})),
+    OpDef("average_pool2d_grad", kind="backward", of="average_pool2d", signature="dz -> dx",
+          attrs=("the forward's pooling attrs",), c=_c_average_pool2d_grad, run=_run_average_pool2d_grad),
+    OpDef("max_pool2d_grad", kind="backward", of="max_pool2d", signature="dz, x -> dx",
+          attrs=("the forward's pooling attrs",), c=_c_max_pool2d_grad, run=_run_max_pool2d_grad),
+    OpDef("mean_grad", kind="backward", of="mean", signature="dy, axes -> dx", broadcasts=True, c=_c_mean_grad,
+          run=_run_mean_grad),
+)

@@ -1,0 +1,56 @@
+"""softmax and its backward op."""
+
+from __future__ import annotations
+
+from .. import grad_ops as go
+from .. import int8_arith as ia
+from ..c_literals import flit, numel
+from ..ir import Op
+from .backward import unary_backward
+from .base import Builtin, OpDef, version_by_dtype
+
+
+def _softmax_backward(bb, op, i, dz):
+    """softmax_grad reads the forward output (real-valued)."""
+    unary_backward(bb, op, i, dz, reads="y", attrs={"beta": float(op.attrs.get("beta", 1.0))})
+
+
+# ---- C (gen: codegen's generator)
+
+def _c_softmax(gen, op: Op) -> list[str]:
+    x, y = op.inputs[0], op.outputs[0]
+    xs = gen.g.tensors[x].shape
+    depth = xs[-1]
+    rows = numel(xs) // depth
+    beta = float(op.attrs.get("beta", 1.0))
+    if gen.is_int8(x):
+        m, ls, dmin = ia.softmax_params(beta, gen.qp(x)[0])
+        return [f"tt_softmax_s8({rows}, {depth}, {m}, {ls}, {dmin}, {gen.loc(x)}, {gen.loc(y)});"]
+    return [f"tt_softmax_f32({rows}, {depth}, {flit(beta)}, {gen.loc(x)}, {gen.loc(y)});"]
+
+
+def _c_softmax_grad(gen, op: Op) -> list[str]:
+    dy, y, dx = op.inputs[0], op.inputs[1], op.outputs[0]
+    ys = gen.g.tensors[y].shape
+    return [f"tt_softmax_grad_f32({numel(ys) // ys[-1]}, {ys[-1]}, {flit(op.attrs.get('beta', 1.0))}, "
+            f"{gen.loc(dy)}, {gen.loc(y)}, {gen.loc(dx)});"]
+
+
+# ---- numpy kernels of the backward ops (the training executor's; v(j): the value of input j, shape(t): a
+# tensor's shape)
+
+def _run_softmax_grad(op, v, shape, tensor):
+    a = op.attrs
+    return [go.softmax_grad(v(0), v(1), a.get("beta", 1.0))]
+
+
+# ---- TFLite op versions (op_version.cc)
+
+
+OPS = (
+    OpDef("softmax", signature="x -> y", attrs=("beta",), tflite=(Builtin("SOFTMAX", 1, 1),),
+          differentiable=True, fixed_output=(1.0 / 256.0, -128), backward=_softmax_backward, c=_c_softmax,
+          version=version_by_dtype({"int8": 2, "int16": 3})),
+    OpDef("softmax_grad", kind="backward", of="softmax", signature="dy, y -> dx", attrs=("beta",), c=_c_softmax_grad,
+          run=_run_softmax_grad),
+)

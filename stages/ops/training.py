@@ -1,0 +1,279 @@
+"""Ops only training graphs hold (stages/autodiff.py emits them): gradient plumbing, 1-bit masks, losses and
+updates; the C of the losses, accumulations and updates (gen: codegen's generator)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import grad_ops as go
+from ..c_literals import CodegenError, flit, numel
+from ..ir import Op
+from ..qas import STATE_COUNT
+from .base import OpDef
+
+# runtime value -> field of the firmware's runtime config (tt_cfg), read by the update calls
+RUNTIME_FIELDS = {"learning_rate": "learning_rate", "momentum": "momentum", "beta1": "beta1", "beta2": "beta2",
+                  "eps": "eps", "alpha": "alpha", "weight_decay": "weight_decay"}
+
+
+# ---- C (gen: codegen's generator)
+
+def _c_grad_accumulate(gen, op: Op) -> list[str]:
+    y = op.outputs[0]
+    n = numel(gen.g.tensors[y].shape)
+    ptrs = gen.uid("tt_g")
+    return [f"{{ const float *const {ptrs}[{len(op.inputs)}] = {{{', '.join(gen.loc(t) for t in op.inputs)}}};",
+            f"  tt_sum_f32({len(op.inputs)}, {ptrs}, {n}, {gen.loc(y)}); }}"]
+
+
+def _c_batch_accumulate(gen, op: Op) -> list[str]:
+    acc, g = op.inputs
+    n = numel(gen.g.tensors[acc].shape)
+    return [f"tt_accumulate_f32({n}, {gen.loc(acc)}, {gen.loc(g)});"]
+
+
+def _c_softmax_ce_loss(gen, op: Op) -> list[str]:
+    z, lab = op.inputs
+    loss, dz = op.outputs
+    zs = gen.g.tensors[z].shape
+    depth = zs[-1]
+    if numel(zs) // depth != numel(gen.g.tensors[lab].shape):
+        raise CodegenError(f"softmax_ce_loss: {numel(zs) // depth} rows of logits for "
+                           f"{numel(gen.g.tensors[lab].shape)} label(s): not a classifier head")
+    return [f"{gen.loc(loss)}[0] = tt_softmax_cross_entropy_f32({numel(zs) // depth}, {depth}, {gen.loc(z)}, "
+            f"{gen.loc(lab)}, {gen.loc(dz)});"]
+
+
+def _c_mse_loss(gen, op: Op) -> list[str]:
+    # grad_ops.mse_loss: per sample mean over its elements of (y - t)^2, summed over the rows; dy = 2 (y - t) / per.
+    # tt_mse_f32 computes dy in that order (bit-exact); the loss sums sequentially (numpy sums pairwise from 8
+    # elements on, so the loss may differ in the last ulp for K >= 8).
+    y, t = op.inputs
+    loss, dy = op.outputs
+    ys = gen.g.tensors[y].shape
+    rows, per = (int(ys[0]), numel(ys[1:])) if len(ys) > 1 else (1, numel(ys))
+    if numel(gen.g.tensors[t].shape) != rows * per:
+        raise CodegenError(f"mse_loss: target {t!r} {gen.g.tensors[t].shape} does not match the prediction {ys}")
+    return [f"{gen.loc(loss)}[0] = tt_mse_f32({rows}, {per}, {gen.loc(y)}, {gen.loc(t)}, {gen.loc(dy)});"]
+
+
+# ---- updates
+
+def _rt(gen, op: Op, key: str) -> str:
+    ref = op.attrs.get(f"{key}_ref")
+    if ref is None:
+        if key == "weight_decay":
+            return "0.0f"
+        return flit(gen.meta["runtime_defaults"][key])
+    name = ref.split(".", 1)[1] if ref.startswith("runtime.") else ref
+    if name not in RUNTIME_FIELDS:
+        raise CodegenError(f"runtime value {name!r} is not in runtime.bin")
+    return f"tt_cfg.{RUNTIME_FIELDS[name]}"
+
+
+def _c_reset(gen, op: Op, gname: str) -> list[str]:
+    if op.attrs.get("reset_grad"):
+        return [f"memset({gen.loc(gname)}, 0, {numel(gen.g.tensors[gname].shape) * 4});"]
+    return []
+
+
+def _c_float_update(gen, op: Op, body) -> list[str]:
+    p, gname = op.inputs[0], op.inputs[1]
+    rows, cols, n = gen.trained_slice(p, gname)
+    rows = gen.chunk_rows or rows
+    sl = gen.uid("tt_sl")
+    gen.globals.append(f"static const tt_slice {sl} = {{{rows}, {cols}, {n}}};")
+    scale = flit(1.0 / float(op.attrs.get("batch_size", 1)))
+    return body(sl, scale) + _c_reset(gen, op, gname)
+
+
+def _c_sgd_update(gen, op: Op) -> list[str]:
+    p, g = op.inputs[0], op.inputs[1]
+    return _c_float_update(gen, op, lambda sl, sc: [
+        f"{{ const tt_sgd_params pp = {{{_rt(gen, op, 'learning_rate')}, {sc}, {_rt(gen, op, 'weight_decay')}}};",
+        f"  tt_sgd_f32(&{sl}, &pp, {gen.ploc(p)}, {gen.ploc(g)}); }}"])
+
+
+def _c_momentum_update(gen, op: Op) -> list[str]:
+    p, g, buf = op.inputs[:3]
+    return _c_float_update(gen, op, lambda sl, sc: [
+        f"{{ const tt_momentum_params pp = {{{_rt(gen, op, 'learning_rate')}, {_rt(gen, op, 'momentum')}, {sc}, "
+        f"{_rt(gen, op, 'weight_decay')}}};",
+        f"  tt_momentum_f32(&{sl}, &pp, {gen.ploc(p)}, {gen.ploc(g)}, {gen.ploc(buf)}); }}"])
+
+
+def _c_adam_update(gen, op: Op) -> list[str]:
+    p, g, m, v, step = op.inputs[:5]
+    return _c_float_update(gen, op, lambda sl, sc: [
+        "{ tt_adam_params pp;",
+        f"  tt_adam_prepare((double){_rt(gen, op, 'learning_rate')}, (double){_rt(gen, op, 'beta1')}, "
+        f"(double){_rt(gen, op, 'beta2')}, (double){_rt(gen, op, 'eps')}, {gen.ploc(step)}[0], {sc}, "
+        f"{_rt(gen, op, 'weight_decay')}, &pp);",
+        f"  tt_adam_f32(&{sl}, &pp, {gen.ploc(p)}, {gen.ploc(g)}, {gen.ploc(m)}, {gen.ploc(v)}); }}"])
+
+
+def _c_rmsprop_update(gen, op: Op) -> list[str]:
+    p, g, sq = op.inputs[:3]
+    return _c_float_update(gen, op, lambda sl, sc: [
+        f"{{ const tt_rmsprop_params pp = {{{_rt(gen, op, 'learning_rate')}, {_rt(gen, op, 'alpha')}, "
+        f"(float)(1.0 - (double){_rt(gen, op, 'alpha')}), {_rt(gen, op, 'eps')}, {sc}, "
+        f"{_rt(gen, op, 'weight_decay')}}};",
+        f"  tt_rmsprop_f32(&{sl}, &pp, {gen.ploc(p)}, {gen.ploc(g)}, {gen.ploc(sq)}); }}"])
+
+
+def _c_step_counter(gen, op: Op) -> list[str]:
+    return [f"{gen.loc(op.inputs[0])}[0] += 1;"]
+
+
+def _c_qas(gen, op: Op, kind: str) -> list[str]:
+    """qas_<kind>_update: one tt_qas_update call (stages/qas.py has the semantics)."""
+    a = op.attrs
+    p, gname, scale = op.inputs[:3]
+    ns = STATE_COUNT[kind]
+    states = op.inputs[3:3 + ns]
+    pos = 3 + ns
+    step = None
+    if kind == "adam":
+        step = op.inputs[pos]
+        pos += 1
+    master = None
+    if a.get("master"):
+        master = op.inputs[pos]
+        pos += 1
+    rng = op.inputs[pos] if a.get("rounding") == "stochastic" and master is None else None
+    pt = gen.g.tensors[p]
+    rows, cols, n = gen.trained_slice(p, gname)
+    axis = int(a["axis"]) % max(len(pt.shape), 1)
+    if len(pt.shape) <= 1 or axis == len(pt.shape) - 1:
+        rpc = 0
+    elif axis == 0:
+        rpc = rows // pt.shape[0]
+    else:
+        raise CodegenError(f"QAS scale along axis {axis} of {pt.shape}")
+    sc_count = numel(gen.g.tensors[scale].shape)
+    if gen.chunk_rows is not None:
+        if rpc <= 0:
+            raise CodegenError(f"streamed QAS update of {p}: scales not along the output channels")
+        rows = gen.chunk_rows
+    lo, hi = a["bounds"]
+    kinds = {"sgd": "TT_OPT_SGD", "momentum": "TT_OPT_MOMENTUM", "adam": "TT_OPT_ADAM",
+             "rmsprop": "TT_OPT_RMSPROP"}
+    rounding = "TT_ROUND_STOCHASTIC" if a.get("rounding") == "stochastic" else "TT_ROUND_NEAREST"
+    wd = _rt(gen, op, "weight_decay") if "weight_decay_ref" in a else "0.0f"
+    lines = ["{ tt_qas_params pp;",
+             "  memset(&pp, 0, sizeof pp);",
+             f"  pp.kind = {kinds[kind]}; pp.qas = {1 if a.get('qas', True) else 0}; pp.rounding = {rounding};",
+             f"  pp.lo = {'INT32_MIN' if int(lo) == -(1 << 31) else int(lo)}; pp.hi = {int(hi)};",
+             f"  pp.batch_scale = {flit(1.0 / float(a.get('batch_size', 1)))}; "
+             f"pp.lr = {_rt(gen, op, 'learning_rate')}; pp.weight_decay = {wd};"]
+    if kind == "momentum":
+        lines.append(f"  pp.momentum = {_rt(gen, op, 'momentum')};")
+    elif kind == "adam":
+        lines += ["  { tt_adam_params ap;",
+                  f"    tt_adam_prepare((double){_rt(gen, op, 'learning_rate')}, (double){_rt(gen, op, 'beta1')}, "
+                  f"(double){_rt(gen, op, 'beta2')}, (double){_rt(gen, op, 'eps')}, {gen.ploc(step)}[0], 1.0f, "
+                  "0.0f, &ap);",
+                  "    pp.one_minus_beta1 = ap.one_minus_beta1; pp.beta2 = ap.beta2; "
+                  "pp.one_minus_beta2 = ap.one_minus_beta2;",
+                  "    pp.lr_over_bc1 = ap.lr_over_bc1; pp.sqrt_bc2 = ap.sqrt_bc2; pp.eps = ap.eps; }"]
+    elif kind == "rmsprop":
+        lines.append(f"  pp.alpha = {_rt(gen, op, 'alpha')}; pp.one_minus_alpha = "
+                     f"(float)(1.0 - (double){_rt(gen, op, 'alpha')}); pp.eps = {_rt(gen, op, 'eps')};")
+    st0 = gen.ploc(states[0]) if ns >= 1 else "0"
+    st1 = gen.ploc(states[1]) if ns >= 2 else "0"
+    ms = gen.ploc(master) if master else "0"
+    rg = f"(uint32_t *){gen.ploc(rng)}" if rng else "0"
+    lines.append(f"  tt_qas_update(&pp, {rows}, {cols}, {n}, {rpc}, {sc_count}, {gen.ploc(scale)}, "
+                 f"{gen.ploc(p)}, {1 if pt.dtype == 'int32' else 0}, {gen.ploc(gname)}, {st0}, {st1}, {ms}, "
+                 f"{rg}); }}")
+    return lines + _c_reset(gen, op, gname)
+
+
+
+def _qas_emitter(kind: str):
+    return lambda gen, op: _c_qas(gen, op, kind)
+
+
+_UPDATE_ATTRS = ("n", "batch_size", "reset_grad", "<hyper-parameter>_ref")
+_QAS_ATTRS = _UPDATE_ATTRS + ("qas", "rounding", "master", "axis", "bounds", "stream", "seed_ref")
+
+# ---- numpy kernels of the backward ops (the training executor's; v(j): the value of input j, shape(t): a
+# tensor's shape)
+
+def _run_act_grad(op, v, shape, tensor):
+    a = op.attrs
+    return [go.act_grad(v(0), v(1), a["act"])]
+
+
+def _run_bias_grad(op, v, shape, tensor):
+    return [go.bias_grad(v(0))]
+
+
+def _run_int8_clamp_grad(op, v, shape, tensor):
+    a = op.attrs
+    y = np.asarray(v(1))
+    dz = np.where((y > a["lo"]) & (y < a["hi"]), np.asarray(v(0), dtype=np.float32), np.float32(0))
+    return [dz.astype(np.float32)]
+
+
+def _run_clamp_mask(op, v, shape, tensor):
+    a = op.attrs
+    return [go.clamp_mask(v(0), a["lo"], a.get("hi"))]
+
+
+def _run_mask_grad(op, v, shape, tensor):
+    return [go.mask_grad(v(0), v(1))]
+
+
+def _run_grad_accumulate(op, v, shape, tensor):
+    return [go.grad_sum([v(j) for j in range(len(op.inputs))])]
+
+
+def _run_softmax_ce_loss(op, v, shape, tensor):
+    return list(go.softmax_ce_loss(v(0), v(1)))
+
+
+def _run_mse_loss(op, v, shape, tensor):
+    return list(go.mse_loss(v(0), v(1)))
+
+
+OPS = (
+    OpDef("act_grad", kind="backward", signature="dy, y -> dz", attrs=("act",),
+          note="mask from the forward output y; tanh: dy*(1 - y^2)", masks_gradient=True, in_place="any",
+          run=_run_act_grad),
+    OpDef("int8_clamp_grad", kind="backward", signature="dy, y_q -> dz", attrs=("lo", "hi"),
+          note="straight-through estimator: dz = dy where lo < y_q < hi, else 0", masks_gradient=True,
+          in_place="first", run=_run_int8_clamp_grad),
+    OpDef("clamp_mask", kind="aux", signature="y -> mask", attrs=("lo", "hi"),
+          note="uint8[ceil(n/8)], bit i = 1 where lo < y_i < hi", run=_run_clamp_mask),
+    OpDef("mask_grad", kind="backward", signature="dy, mask -> dz", note="dz = dy where the bit is set",
+          masks_gradient=True, in_place="first", run=_run_mask_grad),
+    OpDef("bias_grad", kind="backward", signature="dz -> db", run=_run_bias_grad),
+    OpDef("grad_accumulate", kind="backward", signature="g0, g1, ... -> g",
+          note="a tensor read by several ops", in_place="any", c=_c_grad_accumulate, run=_run_grad_accumulate),
+    OpDef("batch_accumulate", kind="aux", signature="acc, g -> acc", eager=True, c=_c_batch_accumulate),
+    OpDef("softmax_ce_loss", kind="loss", signature="logits, labels:int32[1] -> loss:f32[], dlogits",
+          c=_c_softmax_ce_loss, run=_run_softmax_ce_loss),
+    OpDef("mse_loss", kind="loss", signature="y, target -> loss, dy", c=_c_mse_loss, run=_run_mse_loss),
+    OpDef("step_counter", kind="aux", signature="step -> step", c=_c_step_counter),
+    OpDef("sgd_update", kind="update", signature="w, g -> w", attrs=_UPDATE_ATTRS, optimizer="sgd", eager=True,
+          c=_c_sgd_update),
+    OpDef("momentum_update", kind="update", signature="w, g, buf -> w, buf", attrs=_UPDATE_ATTRS,
+          optimizer="momentum", eager=True, c=_c_momentum_update),
+    OpDef("adam_update", kind="update", signature="w, g, m, v, step -> w, m, v", attrs=_UPDATE_ATTRS,
+          optimizer="adam", eager=True, c=_c_adam_update),
+    OpDef("rmsprop_update", kind="update", signature="w, g, sq -> w, sq", attrs=_UPDATE_ATTRS,
+          optimizer="rmsprop", eager=True, c=_c_rmsprop_update),
+    OpDef("qas_sgd_update", kind="update", signature="p, g, scale [, master] [, prng] -> p [, master] [, prng]",
+          attrs=_QAS_ATTRS, optimizer="sgd", qas=True, eager=True,
+          c=_qas_emitter("sgd")),
+    OpDef("qas_momentum_update", kind="update", signature="p, g, scale, buf [, master] [, prng] -> p, buf, ...",
+          attrs=_QAS_ATTRS, optimizer="momentum", qas=True, eager=True,
+          c=_qas_emitter("momentum")),
+    OpDef("qas_adam_update", kind="update", signature="p, g, scale, m, v, step [, master] [, prng] -> p, m, v, ...",
+          attrs=_QAS_ATTRS, optimizer="adam", qas=True, eager=True,
+          c=_qas_emitter("adam")),
+    OpDef("qas_rmsprop_update", kind="update", signature="p, g, scale, sq [, master] [, prng] -> p, sq, ...",
+          attrs=_QAS_ATTRS, optimizer="rmsprop", qas=True, eager=True,
+          c=_qas_emitter("rmsprop")),
+)

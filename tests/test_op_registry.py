@@ -1,0 +1,146 @@
+"""The op registry (stages/ops/): one place for what the pipeline knows about an op.
+
+Checks that every consumer's table agrees with the registry (reader, writer, executor, codegen, training executor),
+and that no list of op names is written outside stages/ops/: a scan of stages/ for collection literals holding two
+or more registered op names, and for op-name string literals per module, against allow-lists that may only shrink
+(each entry is exact, so fixing a place fails the test until its entry is lowered or removed).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import tflite
+
+from tinytrain.stages import codegen, executor, ops, tflite_reader, tflite_writer
+from tinytrain.stages.ir import ACTIVATIONS
+
+STAGES = Path(__file__).resolve().parents[1] / "stages"
+
+# Collection literals (tuple / list / set, dict keys) of >= 2 registered op names still written outside
+# stages/ops/: per module, how many. Each is a per-op behaviour table or chain the registry does not yet hold
+# (step 2 of issue 11 moves them into the op modules).
+LISTS_LEFT: dict[str, int] = {
+    "bn_fold.py": 1,            # the ops a BatchNorm exports as (mul, add, sub: fold rules, not op traits)
+    "contribution.py": 1,       # dequantize_graph's conversions (another helper's module)
+    "tflite_writer.py": 1,      # _with_conv_biases: the layers TFLite requires a bias of
+}
+
+# String literals equal to a registered op name (activation names excluded: they are also `act` values), per
+# module outside stages/ops/: `op.type == "..."` branches and per-op code that step 2 moves into the op modules.
+LITERALS_LEFT: dict[str, int] = {
+    "autodiff.py": 24,
+    "bn_fold.py": 6,
+    "codegen.py": 8,
+    "contribution.py": 3,
+    "emulate_run.py": 1,        # ctx.input_dir("quantize"): the stage of that name
+    "memplan.py": 4,
+    "plan_memory.py": 22,
+    "ptq.py": 6,
+    "quantize.py": 1,           # the stage of that name
+    "streams.py": 2,
+    "tflite_reader.py": 4,
+    "tflite_writer.py": 4,
+    "train_executor.py": 3,
+    "train_plan.py": 1,
+}
+
+
+def _op_names() -> set[str]:
+    # act names ("relu", "relu6", "tanh") are also fused-activation values: a literal of them is not an op name
+    return set(ops.REGISTRY) - set(ACTIVATIONS)
+
+
+def _modules():
+    for p in sorted(STAGES.rglob("*.py")):
+        rel = p.relative_to(STAGES)
+        if rel.parts[0] == "ops":
+            continue
+        yield str(rel), ast.parse(p.read_text())
+
+
+def _scan() -> tuple[dict[str, int], dict[str, int]]:
+    names = _op_names()
+    lists: dict[str, int] = {}
+    literals: dict[str, int] = {}
+    for rel, tree in _modules():
+        for node in ast.walk(tree):
+            elems = None
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                elems = node.elts
+            elif isinstance(node, ast.Dict):
+                elems = [k for k in node.keys if k is not None]
+            if elems is not None:
+                hits = [e for e in elems if isinstance(e, ast.Constant) and e.value in names]
+                if len(hits) >= 2:
+                    lists[rel] = lists.get(rel, 0) + 1
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+                literals[rel] = literals.get(rel, 0) + 1
+    return lists, literals
+
+
+def test_no_op_name_list_outside_the_registry():
+    lists, _ = _scan()
+    assert lists == LISTS_LEFT, ("a list of op names outside stages/ops/ (derive it from the registry), or a "
+                                 f"fixed one whose LISTS_LEFT entry must shrink: {lists}")
+
+
+def test_op_name_literals_only_shrink():
+    _, literals = _scan()
+    want = {k: v for k, v in LITERALS_LEFT.items() if v}
+    assert literals == want, ("op-name string literals per module changed: a new one belongs in the op's "
+                              f"module (stages/ops/); a removed one lowers LITERALS_LEFT: {literals}")
+
+
+def test_registry_is_consistent():
+    for name, d in ops.REGISTRY.items():
+        if d.kind == "forward":
+            assert d.tflite, f"forward op {name} has no .tflite spelling"
+        else:
+            assert not d.tflite and not d.layer and not d.differentiable, name
+        if d.of is not None:
+            assert ops.REGISTRY[d.of].differentiable, f"{name} differentiates {d.of}, which is not differentiable"
+        if d.layer:
+            assert d.kind == "forward"
+    assert set(ops.UPDATE_OPS) <= set(ops.EAGER_OPS)
+    for kind in ("sgd", "momentum", "adam", "rmsprop"):
+        assert ops.update_op(kind, qas=False) in ops.FLOAT_UPDATE_OPS
+        assert ops.update_op(kind, qas=True) in ops.QAS_UPDATE_OPS
+    with pytest.raises(KeyError):
+        ops.update_op("lion", qas=False)
+
+
+def test_every_consumer_covers_the_registry():
+    forward = set(ops.FORWARD_OPS)
+    assert set(executor.supported_ops()) == forward
+    assert set(tflite_writer.SUPPORTED_OPS) == forward
+    assert {op for op, _, _ in tflite_reader._HANDLERS.values()} == forward
+    for d in ops.REGISTRY.values():
+        for b in d.tflite:
+            if not b.custom:
+                assert hasattr(tflite.BuiltinOperator, b.code), f"{d.name}: no BuiltinOperator {b.code}"
+    # codegen has C for every op a training graph can hold (the op module's emitter, or codegen's own)
+    missing = [n for n, d in ops.REGISTRY.items() if d.c is None and not hasattr(codegen._Gen, "op_" + n)]
+    assert missing == []
+
+
+def test_catalogue_lists_every_forward_op():
+    text = ops.catalogue("forward")
+    for name in ops.FORWARD_OPS:
+        assert f"  {name}:" in text
+
+
+def test_new_ops_bring_their_backward_and_c():
+    """The backward emission and the C of every op are its op module's, except the families not moved yet (the
+    layers with their split-weight and stream machinery, the standalone clamps' backward, the masks): a new op
+    cannot add a branch to autodiff, plan_memory or codegen."""
+    own_backward = {n for n in ops.DIFFERENTIABLE if ops.REGISTRY[n].backward is None}
+    assert own_backward == set(ops.LAYER_OPS) | set(ops.OP_CLAMPS)
+    # every backward, loss and mask op has its numpy kernel in its module (dequantize_slice: the training executor's)
+    own_run = {n for n, d in ops.REGISTRY.items() if d.kind in ("backward", "loss") and d.run is None}
+    assert own_run == set()
+    own_c = {n for n, d in ops.REGISTRY.items() if d.c is None}
+    layer_ops = {n for n, d in ops.REGISTRY.items() if n in ops.LAYER_OPS or d.of in ops.LAYER_OPS}
+    assert own_c == layer_ops | {"bias_grad", "act_grad", "int8_clamp_grad", "clamp_mask", "mask_grad"}
