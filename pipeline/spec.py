@@ -197,9 +197,19 @@ class GateSpec(_Strict):
                                                       "1-point drop); otherwise the original weights are exported")
 
 
+class CheckpointSpec(_Strict):
+    """Runtime value: emulate-run saves a checkpoint (trained weights, optimizer state, step counter, PRNG streams;
+    CRC-protected, layout in stages/codegen_api.py) as the artifact trained.ttck, which train.resume_from of a
+    later build continues from, bit for bit as if never stopped."""
+
+    stop_after_steps: int | None = Field(
+        default=None, ge=1, description="stop after this many training steps (updates) of this run and save the "
+                                        "checkpoint there; null = train to the end and save the checkpoint there")
+
+
 class TrainSpec(_Strict):
-    """On-device training. learning_rate, epochs, seed, max_train_samples and gate are runtime values: changing
-    them reruns only emulate-run."""
+    """On-device training. learning_rate, epochs, seed, max_train_samples, gate, checkpoint and resume_from are
+    runtime values: changing them reruns only emulate-run."""
 
     update: UpdateSpec = Field(default_factory=UpdateSpec)
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
@@ -215,6 +225,13 @@ class TrainSpec(_Strict):
         default=None, ge=1, description="runtime value: train samples used per epoch (the first ones of the train "
                                         "split); null = all")
     gate: GateSpec = Field(default_factory=GateSpec)
+    checkpoint: CheckpointSpec | None = Field(
+        default=None, description="runtime value: save a checkpoint (emulate-run's trained.ttck), optionally "
+                                  "stopping early; null = no checkpoint")
+    resume_from: ExistingFile | None = Field(
+        default=None, description="runtime value: a checkpoint (trained.ttck of an earlier run of this model) to "
+                                  "continue training from: the steps it holds are skipped. A truncated, corrupted "
+                                  "or other model's checkpoint is refused with an error")
     qas: QASSpec = Field(default_factory=QASSpec)
     reorder: ReorderSpec = Field(default_factory=ReorderSpec)
 
