@@ -343,6 +343,7 @@ class Spec(_Strict):
     build: BuildSpec = Field(default_factory=BuildSpec)
 
     _source: Path | None = PrivateAttr(default=None)
+    _sources: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @field_validator("name")
     @classmethod
@@ -350,6 +351,39 @@ class Spec(_Strict):
         if not _NAME_RE.fullmatch(v):
             raise ValueError(f"name {v!r} must be letters, digits, '.', '_' or '-' (it names a folder)")
         return v
+
+    @model_validator(mode="after")
+    def _training_from_circle(self) -> "Spec":
+        """A .circle model's CIRCLE_TRAINING metadata (onert's circle+) fills the training fields the spec leaves
+        out: optimizer (kind, Adam's betas and eps), loss, learning rate, batch size, epochs. What the spec states
+        wins; `value_sources()` says where each value came from (`tinytrain explain` prints it)."""
+        from tinytrain.stages.circle_training import CircleTrainingError, read_circle_training, spec_values
+
+        path = Path(self.model.path)
+        if self.model.format == "tflite" or not path.is_file():
+            return self
+        try:
+            info = read_circle_training(path)
+            values = spec_values(info) if info is not None else {}
+        except CircleTrainingError as e:
+            raise ValueError(f"model {path.name}: {e}") from None
+        for dotted, value in values.items():
+            *parents, leaf = dotted.split(".")[1:]
+            section: Any = self.train
+            stated = True
+            for part in parents:
+                stated = stated and part in section.model_fields_set
+                section = getattr(section, part)
+            if stated and leaf in section.model_fields_set:
+                self._sources[dotted] = "the spec (overrides the model's CIRCLE_TRAINING metadata)"
+                continue
+            setattr(section, leaf, value)
+            self._sources[dotted] = f"{path.name}'s CIRCLE_TRAINING metadata"
+        return self
+
+    def value_sources(self) -> dict[str, str]:
+        """Dotted spec field -> where its value came from, for the fields a model's metadata could give."""
+        return dict(self._sources)
 
     @model_validator(mode="after")
     def _loss_matches_task(self) -> "Spec":
