@@ -180,3 +180,26 @@ def training_info_bytes(info: TrainingInfo) -> bytes:
     b.PrependInt8Slot(9, {v: k for k, v in REDUCTIONS.items()}[info.reduction], 0)
     b.Finish(b.EndObject(), file_identifier=IDENTIFIER)
     return bytes(b.Output())
+
+
+def write_circle_plus(trained_tflite: Path, dest: Path, optimizer: str, rc: Any, regression: bool) -> bool:
+    """The trained model as a .circle carrying CIRCLE_TRAINING: what it was trained with (optimizer, its
+    hyper-parameters, loss, batch size, epochs), so onert can continue training it. Returns False (and writes the
+    model without the metadata) for an optimizer the schema cannot name (momentum, rmsprop)."""
+    from tinytrain.stages.tflite_reader import read_model
+    from tinytrain.stages.tflite_writer import write_model_bytes
+
+    g = read_model(Path(trained_tflite))
+    last = g.ops[-1].type if g.ops else ""
+    info = None
+    if optimizer in ("sgd", "adam"):
+        info = TrainingInfo(optimizer, float(rc.learning_rate),
+                            "mean_squared_error" if regression else "sparse_categorical_crossentropy",
+                            int(rc.batch_size), int(rc.epochs),
+                            beta1=float(rc.beta1) if optimizer == "adam" else None,
+                            beta2=float(rc.beta2) if optimizer == "adam" else None,
+                            eps=float(rc.eps) if optimizer == "adam" else None,
+                            from_logits=not regression and last != "SOFTMAX")
+    meta = {METADATA_NAME: training_info_bytes(info)} if info is not None else None
+    write_model_bytes(g, Path(dest), metadata=meta)
+    return info is not None

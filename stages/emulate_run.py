@@ -24,6 +24,8 @@ Artifacts
                       ORIGINAL model file's tensors
   trained_int8.tflite the int8 model with the trained tensors replaced (LiteRT runs it)
   run.log             the console of the firmware and the emulator's log
+  trained.circle      for a .circle model: the trained model in circle form with the CIRCLE_TRAINING metadata
+                      (onert's circle+, stages/circle_training.py) saying what it was trained with
   trained.ttck        with `train.checkpoint`: the checkpoint the firmware saved (stages/checkpoint.py reads it;
                       `tinytrain inspect SPEC emulate-run` shows its step and state norms)
 
@@ -73,6 +75,7 @@ from tinytrain.stages.runtime_config import (FLAG_EVAL_AFTER, FLAG_EVAL_BEFORE, 
 
 ARTIFACTS = ("run.json", "loss.svg", "loss.png", "weights.bin", "trained.wof", "trained_int8.tflite", "run.log")
 CHECKPOINT_ARTIFACT = "trained.ttck"   # only with train.checkpoint
+CIRCLE_ARTIFACT = "trained.circle"     # only for a .circle model: the trained model with CIRCLE_TRAINING metadata
 RUN_JSON_VERSION = 1
 
 # The real parts' core clocks (the emulator runs the mps2 machines at 25 MHz; that is not the board's).
@@ -128,6 +131,12 @@ def run(ctx: StageContext) -> StageResult:
     outcome["checkpoint"] = keep_checkpoint(result, rc, out)
     doc = finish(out, outcome, qgraph, layout, n_buffers, rc, cfg.get("train.gate"), board, size, data_info,
                  result)
+    if _model_is_circle(cfg):
+        from tinytrain.stages.circle_training import write_circle_plus
+
+        opt = cfg.get("train.optimizer")
+        kind = getattr(opt, "kind", None) or dict(opt or {}).get("kind", "sgd")
+        write_circle_plus(out / "trained_int8.tflite", out / CIRCLE_ARTIFACT, kind, rc, layout.get("loss") == "mse")
     return StageResult(summary=doc["summary"], metrics=_metrics(doc))
 
 
@@ -149,6 +158,15 @@ def runtime_config(cfg: Mapping[str, Any]) -> RuntimeConfig:
         flags=(FLAG_EVAL_BEFORE | FLAG_EVAL_AFTER | (FLAG_SAVE_CHECKPOINT if ck is not None else 0)
                | (FLAG_RESUME if cfg.get("train.resume_from") is not None else 0)),
         stop_after_steps=int(_field(ck, "stop_after_steps") or 0))
+
+
+def _model_is_circle(cfg: Mapping[str, Any]) -> bool:
+    model = cfg.get("model")
+    path, fmt = getattr(model, "path", None), getattr(model, "format", "auto")
+    if path is None or fmt == "tflite" or not Path(path).is_file():
+        return False
+    with open(path, "rb") as f:
+        return f.read(8)[4:8] == b"CIR0"
 
 
 def _field(section: Any, name: str) -> Any:

@@ -83,8 +83,14 @@ def model_bytes(graph: Graph, *, description: str = "tinytrain", circle: bool = 
 def write_model(graph: Graph, path: Path, *, description: str = "tinytrain") -> None:
     """Write `graph` to `path`; a `.circle` suffix writes the circle flavour. Atomic (temp + rename)
     so that a killed build never leaves a half-written model behind."""
+    write_model_bytes(graph, path, description=description)
+
+
+def write_model_bytes(graph: Graph, path: Path, *, description: str = "tinytrain",
+                      metadata: dict[str, bytes] | None = None) -> None:
+    """write_model with metadata entries (model_bytes)."""
     path = Path(path)
-    data = model_bytes(graph, description=description, circle=path.suffix.lower() == ".circle")
+    data = model_bytes(graph, description=description, circle=path.suffix.lower() == ".circle", metadata=metadata)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

@@ -8,6 +8,7 @@ schema's slot order is in test_layout_matches_the_schema_slots (read with raw vt
 
 from __future__ import annotations
 
+import json
 import struct
 import subprocess
 import sys
@@ -115,3 +116,39 @@ def test_explain_cli_names_the_metadata(tmp_path):
 def test_bad_metadata_is_a_spec_error(blob, why, tmp_path):
     with pytest.raises(SpecError, match=why):
         tinytrain.load_spec(_spec(_circle(tmp_path, blob=blob)))
+
+
+def test_the_trained_circle_carries_what_it_was_trained_with(tmp_path):
+    from types import SimpleNamespace
+
+    from tinytrain.stages.circle_training import write_circle_plus
+
+    rc = SimpleNamespace(learning_rate=0.0078125, batch_size=2, epochs=3, beta1=0.75, beta2=0.9921875, eps=2.0 ** -20)
+    assert write_circle_plus(FIX / "mlp_float.tflite", tmp_path / "t.circle", "adam", rc, False)
+    info = read_circle_training(tmp_path / "t.circle")
+    assert (info.optimizer, info.learning_rate, info.batch_size, info.epochs, info.beta1, info.eps) == \
+        ("adam", 0.0078125, 2, 3, 0.75, 2.0 ** -20)
+    assert info.loss == "sparse_categorical_crossentropy"
+    assert len(read_model(tmp_path / "t.circle").ops) == len(read_model(FIX / "mlp_float.tflite").ops)
+    # momentum cannot be named in the schema: the model is written without the metadata
+    assert not write_circle_plus(FIX / "mlp_float.tflite", tmp_path / "m.circle", "momentum", rc, False)
+    assert read_circle_training(tmp_path / "m.circle") is None
+
+
+@pytest.mark.slow
+def test_a_circle_model_builds_with_its_metadata_and_exports_trained_circle(tmp_path):
+    """End to end on host: the digits CNN as .circle with CIRCLE_TRAINING (adam, batch 2, 1 epoch); the spec names
+    none of those; emulate-run trains with them and writes trained.circle carrying them."""
+    g = read_model(FIX / "digits_cnn_float.tflite")
+    info = TrainingInfo("adam", 2.0 ** -8, "sparse_categorical_crossentropy", 2, 1, beta1=0.875, beta2=0.9921875,
+                        eps=2.0 ** -20)
+    (tmp_path / "d.circle").write_bytes(model_bytes(g, circle=True,
+                                                    metadata={"CIRCLE_TRAINING": training_info_bytes(info)}))
+    res = tinytrain.build({"name": "cp", "model": {"path": str(tmp_path / "d.circle")}, "data": {"source": "digits"},
+                           "quantize": {"num_samples": 32}, "train": {"max_train_samples": 8},
+                           "target": {"board": "host"},
+                           "build": {"out_dir": str(tmp_path / "b"), "cache_dir": str(tmp_path / "c")}})
+    run = json.loads(res.artifact("emulate-run", "run.json").read_text())
+    assert run["runtime"]["batch_size"] == 2 and run["runtime"]["epochs"] == 1 and run["steps"] == 4
+    out = read_circle_training(res.stages["emulate-run"].folder / "trained.circle")
+    assert (out.optimizer, out.learning_rate, out.batch_size, out.epochs, out.beta1) == ("adam", 2.0 ** -8, 2, 1, 0.875)
