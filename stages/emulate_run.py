@@ -641,15 +641,9 @@ def inspect(path: Path) -> str | None:
 
 
 def describe_checkpoint(path: Path) -> str:
-    """trained.ttck read back with codegen's layout (build/<name>/codegen/io_layout.json beside this stage's
-    folder): step and per state tensor its norm; without the layout, the header only."""
-    from tinytrain.stages.checkpoint import CheckpointError, describe
+    from tinytrain.stages.checkpoint import describe_artifact
 
-    lay = Path(path).absolute().parent.parent / "codegen" / "io_layout.json"
-    try:
-        return describe(path, json.loads(lay.read_text()) if lay.is_file() else None) + "\n"
-    except CheckpointError as e:
-        return f"{path.name}: refused: {e}\n"
+    return describe_artifact(path)
 
 
 # ---- helpers -------------------------------------------------------------------------------------
