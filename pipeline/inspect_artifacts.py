@@ -34,6 +34,10 @@ def describe(path: Path, custom: Inspector | None = None) -> str:
         return _text(path)
     if suffix == ".npz":
         return _npz(path)
+    if suffix == ".ttck":   # a training checkpoint (stages/checkpoint.py): step, CRC, state norms
+        from tinytrain.stages.checkpoint import describe_artifact
+
+        return describe_artifact(path)
     if suffix == ".npy":
         return _arrays({"(array)": np.load(path, allow_pickle=False)})
     return _binary(path)

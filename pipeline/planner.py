@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from tinytrain.cache.keys import MISSING, action_key, diff_preimages
 from tinytrain.cache.store import ActionEntry, Cache
 from tinytrain.pipeline.errors import UserError
-from tinytrain.pipeline.preimage import change_reason, stage_preimage
+from tinytrain.pipeline.preimage import change_reason, config_value, stage_preimage
 from tinytrain.pipeline.spec import Spec
 from tinytrain.pipeline.stage_graph import StageDef
 from tinytrain.pipeline.workspace import scope
@@ -129,6 +129,20 @@ def remember(cache: Cache, spec: Spec, stage: str, pre: dict) -> None:
 
 def explain(spec: Spec, cache: Cache, stage_name: str, stages: Sequence[StageDef]) -> list[str]:
     st = find_stage(stage_name, stages)
+    return _explain(spec, cache, st, stages) + _value_sources(spec, st)
+
+
+def _value_sources(spec: Spec, st: StageDef) -> list[str]:
+    """Where the stage's values came from when not (only) from the spec: a .circle model's training metadata."""
+    sources = spec.value_sources() if hasattr(spec, "value_sources") else {}
+    mine = {k: v for k, v in sources.items() if any(k == c or k.startswith(c + ".") for c in st.config)}
+    if not mine:
+        return []
+    return ["values and where they came from:"] + [f"  {k} = {json.dumps(config_value(spec, k))}: from {v}"
+                                                   for k, v in sorted(mine.items())]
+
+
+def _explain(spec: Spec, cache: Cache, st: StageDef, stages: Sequence[StageDef]) -> list[str]:
     item = next(i for i in plan(spec, cache, stages, wanted=[st.name]) if i.stage.name == st.name)
     if item.state == NOT_IMPLEMENTED:
         return [f"{st.name}: not implemented yet, so it has no cache key to explain"]

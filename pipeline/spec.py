@@ -197,9 +197,19 @@ class GateSpec(_Strict):
                                                       "1-point drop); otherwise the original weights are exported")
 
 
+class CheckpointSpec(_Strict):
+    """Runtime value: emulate-run saves a checkpoint (trained weights, optimizer state, step counter, PRNG streams;
+    CRC-protected, layout in stages/codegen_api.py) as the artifact trained.ttck, which train.resume_from of a
+    later build continues from, bit for bit as if never stopped."""
+
+    stop_after_steps: int | None = Field(
+        default=None, ge=1, description="stop after this many training steps (updates) of this run and save the "
+                                        "checkpoint there; null = train to the end and save the checkpoint there")
+
+
 class TrainSpec(_Strict):
-    """On-device training. learning_rate, epochs, seed, max_train_samples and gate are runtime values: changing
-    them reruns only emulate-run."""
+    """On-device training. learning_rate, epochs, seed, max_train_samples, gate, checkpoint and resume_from are
+    runtime values: changing them reruns only emulate-run."""
 
     update: UpdateSpec = Field(default_factory=UpdateSpec)
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
@@ -215,6 +225,13 @@ class TrainSpec(_Strict):
         default=None, ge=1, description="runtime value: train samples used per epoch (the first ones of the train "
                                         "split); null = all")
     gate: GateSpec = Field(default_factory=GateSpec)
+    checkpoint: CheckpointSpec | None = Field(
+        default=None, description="runtime value: save a checkpoint (emulate-run's trained.ttck), optionally "
+                                  "stopping early; null = no checkpoint")
+    resume_from: ExistingFile | None = Field(
+        default=None, description="runtime value: a checkpoint (trained.ttck of an earlier run of this model) to "
+                                  "continue training from: the steps it holds are skipped. A truncated, corrupted "
+                                  "or other model's checkpoint is refused with an error")
     qas: QASSpec = Field(default_factory=QASSpec)
     reorder: ReorderSpec = Field(default_factory=ReorderSpec)
 
@@ -326,6 +343,7 @@ class Spec(_Strict):
     build: BuildSpec = Field(default_factory=BuildSpec)
 
     _source: Path | None = PrivateAttr(default=None)
+    _sources: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @field_validator("name")
     @classmethod
@@ -333,6 +351,39 @@ class Spec(_Strict):
         if not _NAME_RE.fullmatch(v):
             raise ValueError(f"name {v!r} must be letters, digits, '.', '_' or '-' (it names a folder)")
         return v
+
+    @model_validator(mode="after")
+    def _training_from_circle(self) -> "Spec":
+        """A .circle model's CIRCLE_TRAINING metadata (onert's circle+) fills the training fields the spec leaves
+        out: optimizer (kind, Adam's betas and eps), loss, learning rate, batch size, epochs. What the spec states
+        wins; `value_sources()` says where each value came from (`tinytrain explain` prints it)."""
+        from tinytrain.stages.circle_training import CircleTrainingError, read_circle_training, spec_values
+
+        path = Path(self.model.path)
+        if self.model.format == "tflite" or not path.is_file():
+            return self
+        try:
+            info = read_circle_training(path)
+            values = spec_values(info) if info is not None else {}
+        except CircleTrainingError as e:
+            raise ValueError(f"model {path.name}: {e}") from None
+        for dotted, value in values.items():
+            *parents, leaf = dotted.split(".")[1:]
+            section: Any = self.train
+            stated = True
+            for part in parents:
+                stated = stated and part in section.model_fields_set
+                section = getattr(section, part)
+            if stated and leaf in section.model_fields_set:
+                self._sources[dotted] = "the spec (overrides the model's CIRCLE_TRAINING metadata)"
+                continue
+            setattr(section, leaf, value)
+            self._sources[dotted] = f"{path.name}'s CIRCLE_TRAINING metadata"
+        return self
+
+    def value_sources(self) -> dict[str, str]:
+        """Dotted spec field -> where its value came from, for the fields a model's metadata could give."""
+        return dict(self._sources)
 
     @model_validator(mode="after")
     def _loss_matches_task(self) -> "Spec":

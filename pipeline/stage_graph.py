@@ -68,7 +68,8 @@ STAGES: tuple[StageDef, ...] = (
     # alone. `model` is read for the original file's tensor count (the .wof's n_buffers); train.optimizer for
     # its hyper-parameters (the kind is compiled in by autodiff, so it changes the ELF too).
     StageDef("emulate-run", ("train.learning_rate", "train.epochs", "train.seed", "train.batch_size",
-                             "train.optimizer", "train.max_train_samples", "train.gate", "data", "model",
+                             "train.optimizer", "train.max_train_samples", "train.gate", "train.checkpoint",
+                             "train.resume_from", "data", "model",
                              "target.board", "target.timeout_s"),
              ("cross-compile", "codegen", "quantize", "load"), "tinytrain.stages.emulate_run",
              "train inside QEMU (or natively for host); export trained weights (.wof, .tflite)",

@@ -1,6 +1,7 @@
 """Host side of the firmware's checkpoints (`*.ttck`, layout: stages/codegen_api.py): read, check, describe.
 
     read_checkpoint(raw, layout) -> Checkpoint        describe(path, layout) -> text for `tinytrain inspect`
+    describe_artifact(path) -> the same, with the layout found beside a build's stage folders (or a refusal)
 
 `layout` is codegen's io_layout.json: its "checkpoint" entry names the state tensors (weights, optimizer state,
 PRNG streams) with their offsets, sizes and dtypes. The same checks as tt_checkpoint_load: size, magic,
@@ -71,3 +72,15 @@ def describe(path: Path, layout: Mapping[str, Any] | None = None) -> str:
         norm = float(np.linalg.norm(arr.astype(np.float64)))
         lines.append(f"  {c.roles[name]:<9} {name:<48} {arr.nbytes:>8} B  |x|_2 = {norm:.6g}")
     return "\n".join(lines)
+
+
+def describe_artifact(path: Path) -> str:
+    """A checkpoint artifact (build/<name>/emulate-run/trained.ttck) read with codegen's layout from the sibling
+    stage folder (build/<name>/codegen/io_layout.json); without it, the header only. A bad one says why."""
+    import json
+
+    lay = Path(path).absolute().parent.parent / "codegen" / "io_layout.json"
+    try:
+        return describe(path, json.loads(lay.read_text()) if lay.is_file() else None) + "\n"
+    except CheckpointError as e:
+        return f"{Path(path).name}: refused: {e}\n"

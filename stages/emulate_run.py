@@ -24,6 +24,16 @@ Artifacts
                       ORIGINAL model file's tensors
   trained_int8.tflite the int8 model with the trained tensors replaced (LiteRT runs it)
   run.log             the console of the firmware and the emulator's log
+  trained.circle      for a .circle model: the trained model in circle form with the CIRCLE_TRAINING metadata
+                      (onert's circle+, stages/circle_training.py) saying what it was trained with
+  trained.ttck        with `train.checkpoint`: the checkpoint the firmware saved (stages/checkpoint.py reads it;
+                      `tinytrain inspect SPEC emulate-run` shows its step and state norms)
+
+Checkpoint / resume (runtime values, like the learning rate): `train.checkpoint: {stop_after_steps: N}` stops
+after N training steps and saves trained.ttck; `train.resume_from: path/to/trained.ttck` continues from it (the
+firmware skips the steps it holds), and the losses of both runs together and the final weights equal one
+uninterrupted run's, bit for bit. The checkpoint is checked on the host first (size, magic, version, model id,
+CRC): a bad one is a one-line error, never a silent restart from the original weights.
 
 Improvement gate (seed 000, step 3): with `train.gate.enabled`, the trained weights are exported
 only if accuracy after - before >= `train.gate.min_delta` (percentage points); otherwise the
@@ -60,10 +70,12 @@ from tinytrain.stages import export, wof
 from tinytrain.stages.boards import Board, get_board
 from tinytrain.stages.emulate import EmulationError, RunResult, run_firmware
 from tinytrain.stages.ir import Graph
-from tinytrain.stages.runtime_config import (FLAG_EVAL_AFTER, FLAG_EVAL_BEFORE, OPTIMIZER_DEFAULTS, PROTOCOL,
-                                               RuntimeConfig)
+from tinytrain.stages.runtime_config import (FLAG_EVAL_AFTER, FLAG_EVAL_BEFORE, FLAG_RESUME, FLAG_SAVE_CHECKPOINT,
+                                               OPTIMIZER_DEFAULTS, PROTOCOL, RuntimeConfig)
 
 ARTIFACTS = ("run.json", "loss.svg", "loss.png", "weights.bin", "trained.wof", "trained_int8.tflite", "run.log")
+CHECKPOINT_ARTIFACT = "trained.ttck"   # only with train.checkpoint
+CIRCLE_ARTIFACT = "trained.circle"     # only for a .circle model: the trained model with CIRCLE_TRAINING metadata
 RUN_JSON_VERSION = 1
 
 # The real parts' core clocks (the emulator runs the mps2 machines at 25 MHz; that is not the board's).
@@ -99,6 +111,9 @@ def run(ctx: StageContext) -> StageResult:
 
     ctx.progress("preparing the run folder", 0.0)
     files, data_info = run_files(data_spec, layout, rc, qgraph)
+    resume = cfg.get("train.resume_from")
+    if resume is not None:
+        files["resume.ttck"] = checked_checkpoint(Path(resume), layout)
     with tempfile.TemporaryDirectory(prefix="tinytrain-run-") as tmp:
         # Artifacts come out of the cache read-only and without the execute bit: the host board runs a
         # private copy. The run folder is a sibling, so the firmware cannot see (or clobber) its ELF.
@@ -113,8 +128,15 @@ def run(ctx: StageContext) -> StageResult:
     outcome = collect(result, layout, rc)
     out = Path(ctx.out_dir)
     (out / "run.log").write_text(log_text)
+    outcome["checkpoint"] = keep_checkpoint(result, rc, out)
     doc = finish(out, outcome, qgraph, layout, n_buffers, rc, cfg.get("train.gate"), board, size, data_info,
                  result)
+    if _model_is_circle(cfg):
+        from tinytrain.stages.circle_training import write_circle_plus
+
+        opt = cfg.get("train.optimizer")
+        kind = getattr(opt, "kind", None) or dict(opt or {}).get("kind", "sgd")
+        write_circle_plus(out / "trained_int8.tflite", out / CIRCLE_ARTIFACT, kind, rc, layout.get("loss") == "mse")
     return StageResult(summary=doc["summary"], metrics=_metrics(doc))
 
 
@@ -123,6 +145,7 @@ def runtime_config(cfg: Mapping[str, Any]) -> RuntimeConfig:
     opt = cfg.get("train.optimizer")
     d = opt.model_dump() if hasattr(opt, "model_dump") else dict(opt or {})
     kind = d.get("kind", "sgd")
+    ck = cfg.get("train.checkpoint")
     return RuntimeConfig(
         learning_rate=float(cfg["train.learning_rate"]), epochs=int(cfg["train.epochs"]),
         seed=int(cfg.get("train.seed") or 0), batch_size=int(cfg.get("train.batch_size") or 1),
@@ -132,7 +155,57 @@ def runtime_config(cfg: Mapping[str, Any]) -> RuntimeConfig:
         eps=float(d.get("eps", OPTIMIZER_DEFAULTS.eps)), alpha=float(d.get("rho", OPTIMIZER_DEFAULTS.alpha)),
         weight_decay=0.0,
         max_train_samples=int(cfg.get("train.max_train_samples") or 0),
-        flags=FLAG_EVAL_BEFORE | FLAG_EVAL_AFTER)
+        flags=(FLAG_EVAL_BEFORE | FLAG_EVAL_AFTER | (FLAG_SAVE_CHECKPOINT if ck is not None else 0)
+               | (FLAG_RESUME if cfg.get("train.resume_from") is not None else 0)),
+        stop_after_steps=int(_field(ck, "stop_after_steps") or 0))
+
+
+def _model_is_circle(cfg: Mapping[str, Any]) -> bool:
+    model = cfg.get("model")
+    path, fmt = getattr(model, "path", None), getattr(model, "format", "auto")
+    if path is None or fmt == "tflite" or not Path(path).is_file():
+        return False
+    with open(path, "rb") as f:
+        return f.read(8)[4:8] == b"CIR0"
+
+
+def _field(section: Any, name: str) -> Any:
+    if section is None:
+        return None
+    return getattr(section, name) if hasattr(section, name) else dict(section).get(name)
+
+
+def checked_checkpoint(path: Path, layout: Mapping[str, Any]) -> bytes:
+    """The bytes of train.resume_from after the firmware's own checks (size, magic, version, model id, CRC), so a
+    bad checkpoint is the user's one-line error instead of a run that silently starts over."""
+    from tinytrain.stages.checkpoint import CheckpointError, read_checkpoint
+
+    raw = Path(path).read_bytes()
+    try:
+        read_checkpoint(raw, layout)
+    except CheckpointError as e:
+        raise UserError(f"train.resume_from {path}: {e}; refused (nothing was trained)") from None
+    return raw
+
+
+def keep_checkpoint(result: RunResult, rc: RuntimeConfig, out: Path) -> dict[str, Any] | None:
+    """Copy the saved checkpoint to trained.ttck; what run.json says about resuming and saving."""
+    res = _parse_results(result) or {}
+    if rc.flags & FLAG_RESUME and int(res.get("checkpoint_status", 0)) != 0:
+        # The host checked it already: the firmware disagreeing is our bug, not the user's input.
+        raise StageFailed(f"the firmware refused train.resume_from (status {res.get('checkpoint_status')}) that the "
+                          f"host accepted" + _console_tail(result))
+    if not rc.flags & (FLAG_RESUME | FLAG_SAVE_CHECKPOINT):
+        return None
+    doc: dict[str, Any] = {"resumed_from_step": int(res.get("start_step", 0)) if rc.flags & FLAG_RESUME else None,
+                           "saved": None, "stop_after_steps": rc.stop_after_steps or None}
+    if rc.flags & FLAG_SAVE_CHECKPOINT:
+        raw = result.files.get("checkpoint.ttck")
+        if raw is None:
+            raise StageFailed("the firmware did not write checkpoint.ttck" + _console_tail(result))
+        (out / CHECKPOINT_ARTIFACT).write_bytes(raw)
+        doc.update(saved=CHECKPOINT_ARTIFACT, saved_step=int(res.get("start_step", 0)) + int(res.get("steps", 0)))
+    return doc
 
 
 def run_files(data_spec: Any, layout: Mapping[str, Any], rc: RuntimeConfig,
@@ -433,6 +506,7 @@ def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[st
                    "sram_used": sram.get("used"), "sram_available": sram.get("available"),
                    "fits": size.get("fits"), "source": "cross-compile/size.json"},
         "gate": decision,
+        **({"checkpoint": outcome["checkpoint"]} if outcome.get("checkpoint") else {}),
         "export": {"weights": "trained" if decision["accepted"] else "original",
                    "wof": "trained.wof", "wof_n_buffers": n_buffers, "wof_absent_offset": wof.ABSENT,
                    "wof_tensors": sorted(wdata), "not_in_wof": not_in_wof,
@@ -534,6 +608,8 @@ def inspect(path: Path) -> str | None:
         path = path / "run.json"
     if path.suffix == ".wof":
         return wof.describe(path)
+    if path.suffix == ".ttck":
+        return describe_checkpoint(path)
     if path.name != "run.json":
         return None
     doc = json.loads(path.read_text())
@@ -548,6 +624,13 @@ def inspect(path: Path) -> str | None:
     else:
         lines.append(f"accuracy (test split): before {acc['before']}, after {acc['after']}")
     lines.append(f"gate: {doc['gate']['reason']}")
+    ck = doc.get("checkpoint")
+    if ck:
+        lines.append("checkpoint: " + ", ".join(
+            ([f"resumed at step {ck['resumed_from_step']}"] if ck.get("resumed_from_step") is not None else [])
+            + ([f"saved {ck['saved']} at step {ck['saved_step']}"] if ck.get("saved") else [])))
+        if ck.get("saved") and (path.parent / ck["saved"]).is_file():
+            lines.append(describe_checkpoint(path.parent / ck["saved"]).rstrip("\n"))
     ex = doc["export"]
     lines.append(f"exported {ex['weights']} weights: {ex['wof']} ({ex['wof_n_buffers']} buffers, data for tensors "
                  f"{ex['wof_tensors']}), {ex['tflite']}")
@@ -555,6 +638,12 @@ def inspect(path: Path) -> str | None:
     lines.append(f"memory: flash {m['flash_used']} / {m['flash_available']} B, SRAM {m['sram_used']} / "
                  f"{m['sram_available']} B (size.json)")
     return "\n".join(lines) + "\n"
+
+
+def describe_checkpoint(path: Path) -> str:
+    from tinytrain.stages.checkpoint import describe_artifact
+
+    return describe_artifact(path)
 
 
 # ---- helpers -------------------------------------------------------------------------------------

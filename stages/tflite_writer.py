@@ -61,17 +61,25 @@ class TfliteWriteError(ModelError):
 
 # ---- public API ---------------------------------------------------------------------------------
 
-def model_bytes(graph: Graph, *, description: str = "tinytrain", circle: bool = False) -> bytes:
-    """The flatbuffer of `graph` (TFL3, or CIR0 when `circle`)."""
+def model_bytes(graph: Graph, *, description: str = "tinytrain", circle: bool = False,
+                metadata: dict[str, bytes] | None = None) -> bytes:
+    """The flatbuffer of `graph` (TFL3, or CIR0 when `circle`); `metadata`: name -> bytes, each in a buffer of its
+    own (e.g. circle's CIRCLE_TRAINING, stages/circle_training.py)."""
     _check_graph(graph)
-    return _ModelBuilder(_with_conv_biases(graph), description, circle).build()
+    return _ModelBuilder(_with_conv_biases(graph), description, circle, metadata or {}).build()
 
 
 def write_model(graph: Graph, path: Path, *, description: str = "tinytrain") -> None:
     """Write `graph` to `path`; a `.circle` suffix writes the circle flavour. Atomic (temp + rename)
     so that a killed build never leaves a half-written model behind."""
+    write_model_bytes(graph, path, description=description)
+
+
+def write_model_bytes(graph: Graph, path: Path, *, description: str = "tinytrain",
+                      metadata: dict[str, bytes] | None = None) -> None:
+    """write_model with metadata entries (model_bytes)."""
     path = Path(path)
-    data = model_bytes(graph, description=description, circle=path.suffix.lower() == ".circle")
+    data = model_bytes(graph, description=description, circle=path.suffix.lower() == ".circle", metadata=metadata)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -161,7 +169,8 @@ class _ModelBuilder:
     """One use: collects indices, then emits the flatbuffer bottom-up (children before parents,
     as flatbuffers requires)."""
 
-    def __init__(self, graph: Graph, description: str, circle: bool):
+    def __init__(self, graph: Graph, description: str, circle: bool, metadata: dict[str, bytes] | None = None):
+        self.metadata = dict(metadata or {})
         self.g = graph
         self.description = description
         self.circle = circle
@@ -179,16 +188,30 @@ class _ModelBuilder:
         subgraph = self._subgraph(tensors, operators)
         codes = [self._operator_code(code, ver) for code, ver in self.codes]
         desc = b.CreateString(self.description)
+        metas = []
+        for name, blob in self.metadata.items():
+            data = _aligned_bytes(b, bytes(blob))
+            fb.BufferStart(b)
+            fb.BufferAddData(b, data)
+            buffers[0].append(fb.BufferEnd(b))
+            md_name = b.CreateString(name)
+            fb.MetadataStart(b)
+            fb.MetadataAddName(b, md_name)
+            fb.MetadataAddBuffer(b, len(buffers[0]) - 1)
+            metas.append(fb.MetadataEnd(b))
 
         codes_vec = _offset_vector(b, fb.ModelStartOperatorCodesVector, codes)
         subgraphs_vec = _offset_vector(b, fb.ModelStartSubgraphsVector, [subgraph])
         buffers_vec = _offset_vector(b, fb.ModelStartBuffersVector, buffers[0])
+        metadata_vec = _offset_vector(b, fb.ModelStartMetadataVector, metas) if metas else 0
         fb.ModelStart(b)
         fb.ModelAddVersion(b, CIRCLE_SCHEMA_VERSION if self.circle else TFLITE_SCHEMA_VERSION)
         fb.ModelAddOperatorCodes(b, codes_vec)
         fb.ModelAddSubgraphs(b, subgraphs_vec)
         fb.ModelAddDescription(b, desc)
         fb.ModelAddBuffers(b, buffers_vec)
+        if metas:
+            fb.ModelAddMetadata(b, metadata_vec)
         b.Finish(fb.ModelEnd(b), file_identifier=b"CIR0" if self.circle else b"TFL3")
         return bytes(b.Output())
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -126,3 +127,20 @@ def test_resume_is_bit_identical_and_bad_checkpoints_are_refused(model, opt, bat
         assert r["losses.bin"] == fresh["losses.bin"] and r["weights.bin"] == fresh["weights.bin"], name
         with pytest.raises(ck.CheckpointError):
             ck.read_checkpoint(blob, layout)
+
+
+def test_inspect_reads_a_checkpoint_artifact_and_refuses_a_bad_one(tmp_path):
+    """The generic `tinytrain inspect` view of a .ttck (pipeline/inspect_artifacts.py): header only without the
+    codegen layout beside it; a truncated one is described as refused, not a traceback."""
+    from tinytrain.pipeline.inspect_artifacts import describe
+    from tinytrain.stages.codegen_api import CKPT_HEADER
+
+    state = b"\x01\x00\x00\x00" * 3
+    head = bytearray(ck._HEAD.pack(b"TTCK", ck.CKPT_VERSION, 0x1234, CKPT_HEADER + len(state) + 4, 7, 0,
+                                   len(state), 0))
+    body = bytes(head) + state
+    raw = body + (zlib.crc32(body) & 0xFFFFFFFF).to_bytes(4, "little")
+    (tmp_path / "ok.ttck").write_bytes(raw)
+    (tmp_path / "bad.ttck").write_bytes(raw[:-3])
+    assert "step 7" in describe(tmp_path / "ok.ttck") and "CRC ok" in describe(tmp_path / "ok.ttck")
+    assert "refused" in describe(tmp_path / "bad.ttck")
