@@ -3,11 +3,16 @@ hand-written log snippets in the format QEMU 7.2 prints with -d in_asm,exec,noch
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import pytest
 
 from tinytrain.stages.cycles import COSTS, TraceReader, classify, estimate, parse_insn
 
 M4, M7 = COSTS["cortex-m4"], COSTS["cortex-m7"]
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("mnemonic, operands, cls, base, cond", [
@@ -160,3 +165,28 @@ def test_reader_without_a_window_counts_everything_and_refuses_unknown_blocks():
 def test_unknown_cpu_is_refused():
     with pytest.raises(ValueError, match="no cycle table"):
         estimate(TraceReader().profile, "cortex-m0")
+
+
+# ---- against QEMU: the digits example's real firmware ----------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None,
+                    reason="qemu-system-arm / arm-none-eabi-gcc not installed")
+def test_example_step_traced_agrees_with_the_firmwares_own_count(tmp_path):
+    import tinytrain
+
+    r = tinytrain.build(str(REPO / "tinytrain.yaml.example"), cache_dir=tmp_path / "cache",
+                        build={"out_dir": str(tmp_path / "out")})  # 3 epochs: the trace is < 20 % of the run
+    doc = json.loads((r.out_dir / "emulate-run" / "run.json").read_text())
+    est = doc["cycles_per_step_estimate"]
+    assert est["traced"], est
+    # The outside reference: the firmware's SysTick count of the same step (40-instruction ticks; the trace window
+    # leaves out the sample read, a few hundred instructions).
+    assert est["instructions_traced"] == pytest.approx(doc["instructions"]["per_step_min"], rel=0.01)
+    mix = est["mix"]
+    classes = sum(v for k, v in mix.items() if k not in ("branch_taken", "branch_not_taken", "registers_multiple"))
+    assert classes == est["instructions_traced"]
+    assert mix["branch_taken"] + mix["branch_not_taken"] == mix["branch"]
+    m4, m7 = est["by_core"]["cortex-m4"]["cycles"], est["by_core"]["cortex-m7"]["cycles"]
+    assert est["instructions_traced"] < m7 < m4 and est["cycles_per_step"] == m7
+    assert "cycles/step est. (cortex-m7)" in doc["summary"]
