@@ -593,6 +593,15 @@ def inspect(path: Path) -> str | None:
         lines.append(f"MSE (test split): before {doc['mse']['before']}, after {doc['mse']['after']}")
     else:
         lines.append(f"accuracy (test split): before {acc['before']}, after {acc['after']}")
+    est = doc.get("cycles_per_step_estimate") or {}
+    if est.get("traced"):
+        by = est["by_core"]
+        mix = ", ".join(f"{k} {human_count(v)}" for k, v in sorted(est["mix"].items(), key=lambda kv: -kv[1]))
+        lines.append(f"cycles per step (one step traced, {human_count(est['instructions_traced'])} instructions): "
+                     f"Cortex-M7 ≈{human_count(by['cortex-m7']['cycles'])} (CPI {by['cortex-m7']['cpi']}), "
+                     f"Cortex-M4 ≈{human_count(by['cortex-m4']['cycles'])} (CPI {by['cortex-m4']['cpi']}); mix: {mix}")
+    elif est:
+        lines.append(f"cycles per step: not traced ({est.get('reason')})")
     lines.append(f"gate: {doc['gate']['reason']}")
     ex = doc["export"]
     lines.append(f"exported {ex['weights']} weights: {ex['wof']} ({ex['wof_n_buffers']} buffers, data for tensors "
