@@ -200,7 +200,7 @@ def table(doc: dict[str, Any]) -> str:
         t.add_row(d["model"], d["kernels"], _m(d["instructions_per_step"]), _m(d["instructions_traced_step"]),
                   _m(d["cycles_m7"]), f"{d['cpi_m7']:.3f}", _m(d["cycles_m4"]), f"{d['cycles_m7'] / TTE_CYCLES:.3f}x")
     console.print(t)
-    h = Table(title="host: ms per training step (best of 3), PyTorch on 1 thread")
+    h = Table(title="host: CPU ms per training step (best of 5), PyTorch on 1 thread")
     for c in ("model", "host -O3", "PyTorch", "speed-up"):
         h.add_column(c, justify="right")
     for d in doc["host"]:
