@@ -190,3 +190,35 @@ def test_example_step_traced_agrees_with_the_firmwares_own_count(tmp_path):
     m4, m7 = est["by_core"]["cortex-m4"]["cycles"], est["by_core"]["cortex-m7"]["cycles"]
     assert est["instructions_traced"] < m7 < m4 and est["cycles_per_step"] == m7
     assert "cycles/step est. (cortex-m7)" in doc["summary"]
+
+
+def test_emulate_run_traces_only_when_cheap(monkeypatch):
+    from types import SimpleNamespace
+
+    from tinytrain.stages import emulate_run
+    from tinytrain.stages.boards import get_board
+    from tinytrain.stages.runtime_config import RuntimeConfig
+
+    seen = []
+
+    def fake_trace(board, elf, files, workdir, **kw):
+        seen.append(files["runtime.bin"])
+        return {"cpu": board.cpu, "cycles_per_step": 7, "trace_wall_s": 0.1}
+
+    monkeypatch.setattr(emulate_run.cycles, "estimate_step", fake_trace)
+
+    def decide(board: str, per_step: int, total: int) -> dict:
+        ctx = SimpleNamespace(progress=lambda *a, **k: None)
+        return emulate_run.cycle_estimate(get_board(board), Path("fw.elf"), {"train.ttds": b""},
+                                          RuntimeConfig(0.01, 3), {"instructions_per_step_max": per_step},
+                                          SimpleNamespace(instructions=total), 60.0, ctx)
+
+    assert decide("host", 0, 0)["traced"] is False
+    # MobileNetV2-like: 162 M per step, 16 G in the run -> a trace would be ~60 % of it
+    big = decide("stm32f746-disco", 162_000_000, 16_000_000_000)
+    assert big["traced"] is False and "20%" in big["reason"] and not seen
+    # the digits example: 306 k per step, 1.4 G in the run
+    small = decide("m4-256k", 306_000, 1_400_000_000)
+    assert small == {"traced": True, "cpu": "cortex-m4", "cycles_per_step": 7}   # no wall time in the artifact
+    one = RuntimeConfig(0.01, 1, flags=0, stop_after_steps=1).to_bytes()
+    assert seen == [one]       # one step, no evaluation
