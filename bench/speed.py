@@ -6,11 +6,12 @@
    estimate of one traced step (stages/cycles.py: Cortex-M7 table, the M4 table beside it) for the digits example
    and MobileNetV2-w0.35@128 with the TTE-like sparse update (bench/mbv2_tte.yaml; bench/make_mbv2_data.py makes
    its data), each with `target.kernels: portable` and `dsp`. TTE's 373 ms at 216 MHz = 80.6 M cycles beside it.
-   A traced MobileNetV2 step takes minutes (QEMU's per-TB log); --skip-mbv2 leaves it out.
+   A traced MobileNetV2 step takes ~45 s (QEMU's per-TB log); --skip-mbv2 leaves MobileNetV2 out.
 2. Host: the native `host` build's time per training step (the executable run for 1 and for 1+N steps, N chosen
-   to take ~0.5 s, the difference over N, best of 5; CPU time, so the machine's other load matters little) against PyTorch on one thread training the same float graph (tests/torch_mirror.py:
-   forward, cross-entropy, backward, SGD on the tensors the firmware trains; the int8 MobileNetV2 as the float
-   graph it stands for, stages/contribution.dequantize_graph).
+   to take ~0.5 s, the difference over N, best of 5; CPU time, so the machine's other load matters little)
+   against PyTorch on one thread training the same float graph (tests/torch_mirror.py: forward, cross-entropy,
+   backward, SGD on the tensors the firmware trains; the int8 MobileNetV2 as the float graph it stands for,
+   stages/contribution.dequantize_graph; a final softmax dropped, as the firmware's fused loss takes logits).
 3. Build times of the example (its own board, stm32f746-disco): cold (an empty cache), no-op (everything
    cached) and a learning-rate change (emulate-run alone reruns).
 

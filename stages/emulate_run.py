@@ -599,7 +599,8 @@ def inspect(path: Path) -> str | None:
         mix = ", ".join(f"{k} {human_count(v)}" for k, v in sorted(est["mix"].items(), key=lambda kv: -kv[1]))
         lines.append(f"cycles per step (one step traced, {human_count(est['instructions_traced'])} instructions): "
                      f"Cortex-M7 ≈{human_count(by['cortex-m7']['cycles'])} (CPI {by['cortex-m7']['cpi']}), "
-                     f"Cortex-M4 ≈{human_count(by['cortex-m4']['cycles'])} (CPI {by['cortex-m4']['cpi']}); mix: {mix}")
+                     f"Cortex-M4 ≈{human_count(by['cortex-m4']['cycles'])} (CPI {by['cortex-m4']['cpi']}); "
+                     f"mix: {mix}")
     elif est:
         lines.append(f"cycles per step: not traced ({est.get('reason')})")
     lines.append(f"gate: {doc['gate']['reason']}")
