@@ -50,7 +50,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 # ---- instruction classes -------------------------------------------------------------------------
 
@@ -477,15 +477,6 @@ def estimate_step(board: Any, elf: Path, files: dict[str, bytes], workdir: Path,
     return doc
 
 
-def trace_flags() -> list[str]:
-    return ["-d", "in_asm,exec,nochain"]
-
-
-def iter_lines(stream: Any) -> Iterator[str]:
-    for raw in stream:
-        yield raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-
-
 def main(argv: list[str] | None = None) -> int:
     import argparse
     ap = argparse.ArgumentParser(prog="python -m tinytrain.stages.cycles",
@@ -507,5 +498,5 @@ if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
 
 
-__all__ = ["COSTS", "CostModel", "Insn", "TraceProfile", "TraceReader", "classify", "estimate", "parse_insn",
-           "trace_flags"]
+__all__ = ["COSTS", "CostModel", "Insn", "TraceProfile", "TraceReader", "classify", "estimate", "estimate_step",
+           "parse_insn"]

@@ -174,7 +174,7 @@ def trace_firmware(board: Board, elf: Path, workdir: Path, files: Mapping[str, b
                    done: Any = lambda: False, timeout_s: float = 600.0) -> tuple[str, float]:
     """Run `elf` in QEMU with its execution log on (`-d in_asm,exec,nochain`, stages/cycles.py reads it) and pass
     every log line to `feed(line)`; stop the emulator as soon as `done()` says the window of interest is over.
-    Returns (console, wall seconds). Only for the cycle estimate: the log costs ~10x the plain run's time."""
+    Returns (console, wall seconds). Only for the cycle estimate: the log costs ~60x the plain run per instruction."""
     if board.host:
         raise ValueError("a trace needs an emulated board, not host")
     workdir = Path(workdir)
