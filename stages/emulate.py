@@ -170,6 +170,42 @@ def run_firmware(board: Board, elf: Path, workdir: Path, files: Mapping[str, byt
     return result
 
 
+def trace_firmware(board: Board, elf: Path, workdir: Path, files: Mapping[str, bytes], feed: Any,
+                   done: Any = lambda: False, timeout_s: float = 600.0) -> tuple[str, float]:
+    """Run `elf` in QEMU with its execution log on (`-d in_asm,exec,nochain`, stages/cycles.py reads it) and pass
+    every log line to `feed(line)`; stop the emulator as soon as `done()` says the window of interest is over.
+    Returns (console, wall seconds). Only for the cycle estimate: the log costs ~60x the plain run per instruction."""
+    if board.host:
+        raise ValueError("a trace needs an emulated board, not host")
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        (workdir / name).write_bytes(content)
+    cmd = qemu_command(board, Path(elf).resolve())
+    cmd[-2:-2] = ["-d", "in_asm,exec,nochain"]
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=workdir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    out: list[bytes] = []
+    reader = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    timer = threading.Timer(timeout_s, proc.kill)
+    timer.start()
+    try:
+        assert proc.stderr is not None
+        for raw in proc.stderr:
+            feed(raw.decode("utf-8", "replace").rstrip("\n"))
+            if done():
+                break
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        reader.join(timeout=5)
+    return b"".join(out).decode("utf-8", "replace"), time.monotonic() - start
+
+
 class _LossTail:
     """The running loss of a training program: reads the float32 values it appends to its loss file
     (semihosting writes go straight to the host file) and averages the last LOSS_WINDOW of them."""

@@ -46,13 +46,17 @@ firmware holds integers only), run.json has `mse` {before, after, delta} instead
 gate keeps the trained weights when before - after >= min_delta (lower is better; min_delta in MSE
 units, default 0: kept unless the error grew).
 
-Cycle estimate: QEMU counts instructions, not cycles. We assume one cycle per instruction at the
-board's real clock (216 MHz for the STM32F746): an estimate, not a measurement -- the M7 can issue two
-instructions per cycle and waits on flash; that is why run.json keeps the instruction counts too.
+Cycle estimates: QEMU counts instructions, not cycles. `cycles_estimate` assumes one cycle per instruction at
+the board's real clock (216 MHz for the STM32F746). `cycles_per_step_estimate` is better founded: one training
+step traced in QEMU (`-d in_asm,exec,nochain`), every instruction classed and costed with a Cortex-M4 / M7
+table (stages/cycles.py states the tables and their assumptions), with the instruction mix. The trace is slow
+(~TRACE_SLOWDOWN x per instruction), so it runs only when it costs at most TRACE_BUDGET of the run (the digits
+example: yes; MobileNetV2: no, bench/speed.py traces it); otherwise the entry says why not.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -66,7 +70,7 @@ import numpy as np
 from tinytrain.pipeline.contract import StageContext, StageResult
 from tinytrain.pipeline.errors import StageFailed, UserError
 from tinytrain.pipeline.plots import Picture, loss_figure
-from tinytrain.stages import export, wof
+from tinytrain.stages import cycles, export, wof
 from tinytrain.stages.boards import Board, get_board
 from tinytrain.stages.emulate import EmulationError, RunResult, run_firmware
 from tinytrain.stages.ir import Graph
@@ -85,6 +89,14 @@ BOARD_CLOCK_HZ = {"stm32f746-disco": 216_000_000, "m4-256k": 180_000_000, "m4-12
 TTE_MS_PER_STEP = 373.0
 TTE_CLOCK_HZ = 216_000_000
 TTE_CYCLES_PER_STEP = TTE_MS_PER_STEP * 1e-3 * TTE_CLOCK_HZ   # ~80.6 M
+
+# The cycle estimate's trace (stages/cycles.py) runs about TRACE_SLOWDOWN times slower per instruction than the
+# plain emulation, plus a fixed start-up cost worth TRACE_FIXED_INSNS plain instructions (measured: a MobileNetV2
+# step, 170 M instructions, traces in 46 s where the plain run does 4.2 ns per instruction; the digits trace is
+# 0.4 s, mostly QEMU's start), and may cost TRACE_BUDGET of the run.
+TRACE_SLOWDOWN = 64
+TRACE_FIXED_INSNS = 120_000_000
+TRACE_BUDGET = 0.2
 
 
 class DivergedError(StageFailed):
@@ -126,11 +138,12 @@ def run(ctx: StageContext) -> StageResult:
         raise _explain_failure(error, rc, log_text)
 
     outcome = collect(result, layout, rc)
+    estimate = cycle_estimate(board, elf, files, rc, outcome["results"], result, timeout_s, ctx)
     out = Path(ctx.out_dir)
     (out / "run.log").write_text(log_text)
     outcome["checkpoint"] = keep_checkpoint(result, rc, out)
     doc = finish(out, outcome, qgraph, layout, n_buffers, rc, cfg.get("train.gate"), board, size, data_info,
-                 result)
+                 result, estimate)
     if _model_is_circle(cfg):
         from tinytrain.stages.circle_training import write_circle_plus
 
@@ -138,6 +151,34 @@ def run(ctx: StageContext) -> StageResult:
         kind = getattr(opt, "kind", None) or dict(opt or {}).get("kind", "sgd")
         write_circle_plus(out / "trained_int8.tflite", out / CIRCLE_ARTIFACT, kind, rc, layout.get("loss") == "mse")
     return StageResult(summary=doc["summary"], metrics=_metrics(doc))
+
+
+def cycle_estimate(board: Board, elf: Path, files: dict[str, bytes], rc: RuntimeConfig, res: Mapping[str, Any],
+                   result: RunResult, timeout_s: float, ctx: StageContext) -> dict[str, Any]:
+    """run.json's `cycles_per_step_estimate`: one training step traced in QEMU and costed (stages/cycles.py), when
+    that costs at most TRACE_BUDGET of this run. The trace runs ~TRACE_SLOWDOWN times slower per instruction than
+    the plain run, so the rule compares instruction counts (deterministic, unlike a clock): a traced step must
+    not exceed TRACE_BUDGET of the run's instructions after the slowdown. Otherwise `{"traced": false, ...}`;
+    bench/speed.py traces any build on request (cycles.estimate_step)."""
+    per_step = float(res.get("instructions_per_step_max") or 0)
+    total = float(result.instructions or 0)
+    if board.host or not per_step or not total:
+        return {"traced": False, "reason": "no instruction count to trace (host board or no training step)"}
+    if per_step * TRACE_SLOWDOWN + TRACE_FIXED_INSNS > TRACE_BUDGET * total:
+        return {"traced": False, "reason": f"tracing one step (~{TRACE_SLOWDOWN}x slower than the run per "
+                                           f"instruction) would cost more than {TRACE_BUDGET:.0%} of this run; "
+                                           "bench/speed.py estimates it on request"}
+    ctx.progress("tracing one training step for the cycle estimate", 0.97)
+    one = dict(files)
+    one["runtime.bin"] = dataclasses.replace(rc, flags=0, epochs=1, stop_after_steps=1).to_bytes()
+    with tempfile.TemporaryDirectory(prefix="tinytrain-trace-") as tmp:
+        try:
+            doc = cycles.estimate_step(board, elf, one, Path(tmp), clock_hz=BOARD_CLOCK_HZ.get(board.name),
+                                       timeout_s=timeout_s)
+        except (RuntimeError, ValueError) as e:
+            return {"traced": False, "reason": f"the trace failed: {e}"}
+    doc.pop("trace_wall_s", None)  # a clock reading: not an artifact's content
+    return {"traced": True, **doc}
 
 
 def runtime_config(cfg: Mapping[str, Any]) -> RuntimeConfig:
@@ -426,7 +467,7 @@ def gate_decision(gate: Any, before: float | None, after: float | None) -> dict[
 
 def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[str, Any], n_buffers: int,
            rc: RuntimeConfig, gate: Any, board: Board, size: Mapping[str, Any], data_info: Mapping[str, Any],
-           result: RunResult) -> dict[str, Any]:
+           result: RunResult, estimate: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write run.json, loss.svg/.png, weights.bin, trained.wof, trained_int8.tflite; return run.json's document."""
     res, losses = outcome["results"], outcome["losses"]
     entries = list(layout.get("trained_tensors") or [])
@@ -461,10 +502,10 @@ def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[st
              "total_run": result.instructions if counted else None,
              "how": ("QEMU -icount shift=0: SysTick counts every 40 instructions" if counted
                      else "not counted on host")}
-    cycles = None
+    one_cpi = None
     if counted and clock:
         ms = mean / clock * 1e3
-        cycles = {"clock_hz": clock, "cycles_per_step": mean, "ms_per_step": ms,
+        one_cpi = {"clock_hz": clock, "cycles_per_step": mean, "ms_per_step": ms,
                   "assumption": "1 cycle per instruction (an estimate: QEMU counts instructions, not cycles)",
                   "tte_reference": {"ms_per_step": TTE_MS_PER_STEP, "clock_hz": TTE_CLOCK_HZ,
                                     "cycles_per_step": TTE_CYCLES_PER_STEP,
@@ -495,7 +536,8 @@ def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[st
                     "how": "mean over the test samples of the mean over outputs of (prediction - target)^2, "
                            "float32 on the device (results.json mse_*_bits)"}} if regression else {}),
         "steps": int(res.get("steps") or steps), "samples": int(res.get("samples") or 0),
-        "instructions": instr, "cycles_estimate": cycles,
+        "instructions": instr, "cycles_estimate": one_cpi,
+        "cycles_per_step_estimate": estimate or {"traced": False, "reason": "not requested"},
         "stack": {"high_water_bytes": result.stack_high_water, "size_bytes": result.stack_size},
         "arena": {"planned_bytes": planned, "planned_end_bytes": target, "used_bytes": used, "equal": used == target,
                   "definition": ("used: end of the highest 32-bit word of the arena that no longer holds the paint "
@@ -563,6 +605,9 @@ def summary_line(doc: Mapping[str, Any]) -> str:
         c = doc.get("cycles_estimate")
         if c:
             i += f" ({c['ms_per_step']:.1f} ms @{c['clock_hz'] / 1e6:.0f} MHz)"
+        est = doc.get("cycles_per_step_estimate") or {}
+        if est.get("traced"):
+            i += f", ≈{human_count(est['cycles_per_step'])} cycles/step est. ({est['cpu']})"
     else:
         i = "instr/step not counted on host"
     parts = [a, i]
@@ -581,6 +626,7 @@ def _metrics(doc: Mapping[str, Any]) -> dict[str, Any]:
     return {"acc_before_pct": doc["accuracy"]["before_pct"], "acc_after_pct": doc["accuracy"]["after_pct"],
             "instructions_per_step": doc["instructions"]["per_step_mean"],
             "ms_per_step": (doc["cycles_estimate"] or {}).get("ms_per_step"),
+            "cycles_per_step_estimate": (doc.get("cycles_per_step_estimate") or {}).get("cycles_per_step"),
             "stack_high_water_bytes": doc["stack"]["high_water_bytes"],
             "arena_planned_bytes": doc["arena"]["planned_bytes"], "arena_used_bytes": doc["arena"]["used_bytes"],
             "gate_accepted": doc["gate"]["accepted"], "steps": doc["loss"]["steps"],
@@ -623,6 +669,16 @@ def inspect(path: Path) -> str | None:
         lines.append(f"MSE (test split): before {doc['mse']['before']}, after {doc['mse']['after']}")
     else:
         lines.append(f"accuracy (test split): before {acc['before']}, after {acc['after']}")
+    est = doc.get("cycles_per_step_estimate") or {}
+    if est.get("traced"):
+        by = est["by_core"]
+        mix = ", ".join(f"{k} {human_count(v)}" for k, v in sorted(est["mix"].items(), key=lambda kv: -kv[1]))
+        lines.append(f"cycles per step (one step traced, {human_count(est['instructions_traced'])} instructions): "
+                     f"Cortex-M7 ≈{human_count(by['cortex-m7']['cycles'])} (CPI {by['cortex-m7']['cpi']}), "
+                     f"Cortex-M4 ≈{human_count(by['cortex-m4']['cycles'])} (CPI {by['cortex-m4']['cpi']}); "
+                     f"mix: {mix}")
+    elif est:
+        lines.append(f"cycles per step: not traced ({est.get('reason')})")
     lines.append(f"gate: {doc['gate']['reason']}")
     ck = doc.get("checkpoint")
     if ck:

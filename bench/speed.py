@@ -1,0 +1,250 @@
+"""Speed, side by side (issue 14, item 5): device cycles, host vs PyTorch, build times.
+
+    .venv/bin/python bench/speed.py [--json] [--skip-mbv2] [--out build/bench-speed.json]
+
+1. Device: instructions per training step (QEMU, counted by the firmware, mean over the run) and the cycle
+   estimate of one traced step (stages/cycles.py: Cortex-M7 table, the M4 table beside it) for the digits example
+   and MobileNetV2-w0.35@128 with the TTE-like sparse update (bench/mbv2_tte.yaml; bench/make_mbv2_data.py makes
+   its data), each with `target.kernels: portable` and `dsp`. TTE's 373 ms at 216 MHz = 80.6 M cycles beside it.
+   A traced MobileNetV2 step takes ~45 s (QEMU's per-TB log); --skip-mbv2 leaves MobileNetV2 out.
+2. Host: the native `host` build's time per training step (the executable run for 1 and for 1+N steps, N chosen
+   to take ~0.5 s, the difference over N, best of 5; CPU time, so the machine's other load matters little)
+   against PyTorch on one thread training the same float graph (tests/torch_mirror.py: forward, cross-entropy,
+   backward, SGD on the tensors the firmware trains; the int8 MobileNetV2 as the float graph it stands for,
+   stages/contribution.dequantize_graph; a final softmax dropped, as the firmware's fused loss takes logits).
+3. Build times of the example (its own board, stm32f746-disco): cold (an empty cache), no-op (everything
+   cached) and a learning-rate change (emulate-run alone reruns).
+
+Benchmarks measure; nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+EXAMPLE = ROOT / "tinytrain.yaml.example"
+MBV2 = HERE / "mbv2_tte.yaml"
+TTE_CYCLES = 373e-3 * 216e6
+HOST_SECONDS = 0.5   # host steps are timed over about this long
+
+
+def _build(spec: Path, cache_dir: Path | None = None, **overrides: Any):
+    import tinytrain
+
+    return tinytrain.build(str(spec), cache_dir=cache_dir, **overrides)
+
+
+def _one_step_files(build_dir: Path, spec: Path, steps: int) -> dict[str, bytes]:
+    """runtime.bin (no evaluation, stop after `steps` steps), train.ttds, test.ttds for a built program."""
+    from tinytrain.pipeline.spec import load_spec
+    from tinytrain.stages import emulate_run
+    from tinytrain.stages.ir import Graph
+
+    s = load_spec(spec)
+    layout = json.loads((build_dir / "codegen" / "io_layout.json").read_text())
+    rc = emulate_run.runtime_config({"train.learning_rate": s.train.learning_rate, "train.epochs": 1,
+                                     "train.seed": s.train.seed, "train.batch_size": s.train.batch_size,
+                                     "train.optimizer": s.train.optimizer, "train.max_train_samples": 0})
+    # As many epochs as steps: the run goes round the train split as often as needed and stops after `steps`.
+    rc = dataclasses.replace(rc, flags=0, epochs=steps, stop_after_steps=steps)
+    files, _ = emulate_run.run_files(s.data, layout, rc, Graph.load(build_dir / "quantize"))
+    return files
+
+
+# ---- 1. device ---------------------------------------------------------------------------------
+
+def device(spec: Path, kernels: str, label: str) -> dict[str, Any]:
+    from tinytrain.stages import cycles
+    from tinytrain.stages.boards import get_board
+    from tinytrain.stages.emulate_run import BOARD_CLOCK_HZ
+
+    r = _build(spec, name=f"speed-{label}-{kernels}", **{"target.kernels": kernels})
+    run = json.loads((r.out_dir / "emulate-run" / "run.json").read_text())
+    board = get_board(run["board"])
+    est = run.get("cycles_per_step_estimate") or {}
+    if not est.get("traced"):
+        with tempfile.TemporaryDirectory(prefix="tt-speed-trace-") as tmp:
+            est = cycles.estimate_step(board, r.out_dir / "cross-compile" / "firmware.elf",
+                                       _one_step_files(r.out_dir, spec, 1), Path(tmp),
+                                       clock_hz=BOARD_CLOCK_HZ.get(board.name), timeout_s=3600)
+    return {"model": label, "kernels": kernels, "board": board.name,
+            "instructions_per_step": run["instructions"]["per_step_mean"],
+            "instructions_traced_step": est["instructions_traced"],
+            "cycles_m7": est["by_core"]["cortex-m7"]["cycles"], "cycles_m4": est["by_core"]["cortex-m4"]["cycles"],
+            "cpi_m7": est["by_core"]["cortex-m7"]["cpi"], "mix": est["mix"],
+            "trace_wall_s": est.get("trace_wall_s"), "emulate_run_s": r.stages["emulate-run"].duration_s}
+
+
+# ---- 2. host vs PyTorch --------------------------------------------------------------------------
+
+def host_step_ms(spec: Path, label: str, cflags: tuple[str, ...] = ()) -> tuple[float, Any]:
+    """ms per training step of the host build (`cflags` appended to the host board's, e.g. -O2 to compare)."""
+    tag = "".join(f.strip("-").replace("=", "") for f in cflags)
+    r = _build(spec, name=f"speed-{label}-host{tag}", **{"target.board": "host", "target.cflags": list(cflags)})
+    elf = r.out_dir / "cross-compile" / "firmware.elf"
+
+    def wall(steps: int) -> float:
+        best = float("inf")
+        with tempfile.TemporaryDirectory(prefix="tt-speed-host-") as tmp:
+            exe = Path(tmp) / "fw"
+            exe.write_bytes(elf.read_bytes())
+            exe.chmod(0o755)
+            for name, content in _one_step_files(r.out_dir, spec, steps).items():
+                (Path(tmp) / name).write_bytes(content)
+            for _ in range(5):
+                proc = subprocess.Popen([str(exe)], cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                _, status, usage = os.wait4(proc.pid, 0)
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                if proc.returncode != 0:
+                    raise SystemExit(f"the host firmware {elf} failed (exit {proc.returncode})")
+                # CPU time, not wall time: the figure should not depend on what else the machine runs.
+                best = min(best, usage.ru_utime + usage.ru_stime)
+        return best
+
+    # Enough steps that their time dwarfs the process start (and the data load) the difference removes.
+    base = wall(1)
+    rough = max((wall(11) - base) / 10, 1e-6)
+    n = int(min(max(HOST_SECONDS / rough, 10), 5000))
+    return (wall(1 + n) - base) / n * 1e3, r
+
+
+def torch_step_ms(host_build: Any) -> float:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from torch_mirror import TorchMirror
+
+    from tinytrain.stages.ir import Graph
+
+    from tinytrain.stages.contribution import dequantize_graph
+
+    torch.set_num_threads(1)
+    g = dequantize_graph(Graph.load(host_build.out_dir / "load"))  # an int8 model: the float graph it stands for
+    if g.ops and g.ops[-1].type == "softmax":  # the firmware's loss takes the logits (softmax + cross-entropy fused)
+        last = g.ops.pop()
+        g.outputs = [last.inputs[0]]
+    model = TorchMirror(g)
+    layout = json.loads((host_build.out_dir / "codegen" / "io_layout.json").read_text())
+    trained = {e["name"] for e in layout.get("trained_tensors") or []}
+    params = [p for n, p in zip(model.names, model.params) if n in trained] or list(model.params)
+    for p in model.params:
+        p.requires_grad_(any(p is q for q in params))
+    opt = torch.optim.SGD(params, lr=0.01)
+    shape = [1, *g.tensors[g.inputs[0]].shape[1:]]
+    x = torch.tensor(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
+    y = torch.tensor([1])
+
+    def step() -> None:
+        opt.zero_grad()
+        out = model(x)
+        out = out[0] if isinstance(out, (list, tuple)) else out
+        F.cross_entropy(out.reshape(1, -1), y).backward()
+        opt.step()
+
+    for _ in range(20):
+        step()
+    best = float("inf")
+    for _ in range(3):
+        t = time.process_time()   # CPU time of this process (torch runs on this one thread)
+        for _ in range(200):
+            step()
+        best = min(best, (time.process_time() - t) / 200)
+    return best * 1e3
+
+
+# ---- 3. build times --------------------------------------------------------------------------------
+
+def build_times() -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="tt-speed-cache-") as cache, \
+            tempfile.TemporaryDirectory(prefix="tt-speed-out-") as out:
+        common = dict(cache_dir=Path(cache), name="speed-build", build={"out_dir": out})
+        t = time.perf_counter()
+        _build(EXAMPLE, **common)
+        cold = time.perf_counter() - t
+        t = time.perf_counter()
+        _build(EXAMPLE, **common)
+        noop = time.perf_counter() - t
+        t = time.perf_counter()
+        _build(EXAMPLE, **common, **{"train.learning_rate": 0.02})
+        lr = time.perf_counter() - t
+    return {"cold_s": cold, "noop_s": noop, "lr_change_s": lr}
+
+
+# ---- report --------------------------------------------------------------------------------------
+
+def _m(n: float | None) -> str:
+    return "-" if n is None else f"{n / 1e6:.2f} M" if n >= 1e5 else f"{n / 1e3:.1f} k"
+
+
+def table(doc: dict[str, Any]) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(record=True, width=120)
+    t = Table(title="device: one training step (QEMU counts; cycles: stages/cycles.py tables)")
+    for c in ("model", "kernels", "instr/step", "traced step", "cycles M7", "CPI M7", "cycles M4", "vs TTE (M7)"):
+        t.add_column(c, justify="left" if c in ("model", "kernels") else "right")
+    for d in doc["device"]:
+        t.add_row(d["model"], d["kernels"], _m(d["instructions_per_step"]), _m(d["instructions_traced_step"]),
+                  _m(d["cycles_m7"]), f"{d['cpi_m7']:.3f}", _m(d["cycles_m4"]), f"{d['cycles_m7'] / TTE_CYCLES:.3f}x")
+    console.print(t)
+    h = Table(title="host: CPU ms per training step (best of 5), PyTorch on 1 thread")
+    for c in ("model", "host -O3", "PyTorch", "speed-up"):
+        h.add_column(c, justify="right")
+    for d in doc["host"]:
+        ratio = d["torch_ms"] / d["host_ms"] if d.get("torch_ms") else None
+        h.add_row(d["model"], f"{d['host_ms']:.4f}", "-" if d.get("torch_ms") is None else f"{d['torch_ms']:.4f}",
+                  "-" if ratio is None else f"{ratio:.1f}x")
+    console.print(h)
+    b = doc["build"]
+    console.print(f"build times of the example: cold {b['cold_s']:.1f} s, no-op {b['noop_s']:.2f} s, "
+                  f"learning-rate change {b['lr_change_s']:.1f} s")
+    return console.export_text()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON instead of tables")
+    ap.add_argument("--skip-mbv2", action="store_true", help="leave MobileNetV2 out (its traced steps take minutes)")
+    ap.add_argument("--out", type=Path, default=ROOT / "build" / "bench-speed.json")
+    a = ap.parse_args(argv)
+    os.chdir(ROOT)
+    if not a.skip_mbv2:
+        sys.path.insert(0, str(HERE))
+        from make_mbv2_data import make
+        make()
+    models = [("digits", EXAMPLE)] + ([] if a.skip_mbv2 else [("mbv2", MBV2)])
+    doc: dict[str, Any] = {"device": [], "host": []}
+    for label, spec in models:
+        for kernels in ("portable", "dsp"):
+            doc["device"].append(device(spec, kernels, label))
+    for label, spec in models:
+        ms, hb = host_step_ms(spec, label)
+        entry: dict[str, Any] = {"model": label, "host_ms": ms}
+        entry["torch_ms"] = torch_step_ms(hb)
+        doc["host"].append(entry)
+    doc["build"] = build_times()
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(doc, indent=1) + "\n")
+    if a.json:
+        print(json.dumps(doc, indent=1))
+    else:
+        table(doc)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
