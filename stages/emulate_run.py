@@ -56,7 +56,7 @@ import numpy as np
 from tinytrain.pipeline.contract import StageContext, StageResult
 from tinytrain.pipeline.errors import StageFailed, UserError
 from tinytrain.pipeline.plots import Picture, loss_figure
-from tinytrain.stages import export, wof
+from tinytrain.stages import export, update_check, wof
 from tinytrain.stages.boards import Board, get_board
 from tinytrain.stages.emulate import EmulationError, RunResult, run_firmware
 from tinytrain.stages.ir import Graph
@@ -113,8 +113,10 @@ def run(ctx: StageContext) -> StageResult:
     outcome = collect(result, layout, rc)
     out = Path(ctx.out_dir)
     (out / "run.log").write_text(log_text)
+    # Int8 updates that rounding erases at this run's learning rate: run.json `updates` (issue 17).
+    updates = update_check.for_run(ctx.inputs, qgraph, cfg, layout, rc.learning_rate)
     doc = finish(out, outcome, qgraph, layout, n_buffers, rc, cfg.get("train.gate"), board, size, data_info,
-                 result)
+                 result, updates)
     return StageResult(summary=doc["summary"], metrics=_metrics(doc))
 
 
@@ -353,7 +355,7 @@ def gate_decision(gate: Any, before: float | None, after: float | None) -> dict[
 
 def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[str, Any], n_buffers: int,
            rc: RuntimeConfig, gate: Any, board: Board, size: Mapping[str, Any], data_info: Mapping[str, Any],
-           result: RunResult) -> dict[str, Any]:
+           result: RunResult, updates: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write run.json, loss.svg/.png, weights.bin, trained.wof, trained_int8.tflite; return run.json's document."""
     res, losses = outcome["results"], outcome["losses"]
     entries = list(layout.get("trained_tensors") or [])
@@ -441,6 +443,8 @@ def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[st
                                 "shape": list(e["shape"]), "elements_changed": changed[str(e["name"])]}
                                for e in entries]},
     }
+    if updates is not None:
+        doc["updates"] = updates
     doc["summary"] = summary_line(doc)
     (out / "run.json").write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
     loss_picture(doc).write(out / "loss")
@@ -500,6 +504,8 @@ def summary_line(doc: Mapping[str, Any]) -> str:
     line = f"trained {epochs} epoch{'s' if epochs != 1 else ''} on {doc['board']}: " + ", ".join(parts)
     if not doc["gate"]["accepted"]:
         line += "; gate rejected the run: original weights exported"
+    if (doc.get("updates") or {}).get("warning"):
+        line += "; WARNING: " + doc["updates"]["warning"]
     return line
 
 

@@ -46,6 +46,7 @@ from typing import Any
 from tinytrain.pipeline.contract import StageContext, StageResult
 from tinytrain.pipeline.errors import UserError
 from tinytrain.stages import contribution as contrib
+from tinytrain.stages import update_check
 from tinytrain.stages.ir import Graph
 from tinytrain.stages.plan_memory import WEIGHT_RATIOS, MemoryModel, MemorySettings, channels, kb, short_name
 from tinytrain.stages.plan_search import Choice, Option, Problem, SearchResult, search
@@ -587,13 +588,17 @@ def run(ctx: StageContext) -> StageResult:
     doc["fits_by"] = "exact" if ex is not None else "estimate"
     doc["estimate_over_exact"] = round(est["total"] / ex["peak_bytes"], 4) if ex and ex["peak_bytes"] else None
     doc["memory_settings"] = mm.s.to_json()
+    # Int8 updates below half a step vanish under nearest rounding: probe, and pick what carries them (issue 17).
+    doc["updates"] = update_check.check(graph, plan, cfg, mm.s, upd.analysis, budget, exact_peak)
+    _write_json(out / "update_check.json", doc["updates"] or {"applies": False})
     _write_json(out / "plan.json", doc)
     # What autodiff consumes, alone: a new budget or board that picks the same plan leaves these bytes (and so
     # autodiff and everything after it up to cross-compile) unchanged in the cache.
-    _write_json(out / "train_plan.json", {k: doc[k] for k in ("version", "scheme", "layers") if k in doc})
+    _write_json(out / "train_plan.json", {**{k: doc[k] for k in ("version", "scheme", "layers") if k in doc},
+                                          **update_check.train_plan_fields(doc["updates"])})
     _write_json(out / "memory.json", {**mm.table(), "plan": est, "exact": doc["exact"], "budget_bytes": budget})
-    line = summary_line(doc, mm)
-    (out / "plan.txt").write_text(plan_text(doc, mm, table))
+    line = summary_line(doc, mm) + update_check.summary_suffix(doc["updates"])
+    (out / "plan.txt").write_text(plan_text(doc, mm, table) + update_check.text(doc["updates"]))
     metrics = {"scheme": upd.scheme, "memory_bytes": est["total"], "exact_peak_bytes": doc["exact"]["peak_bytes"],
                "budget_bytes": budget, "fits": doc["fits"],
                "trained_layers": len(plan.layers),
