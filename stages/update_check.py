@@ -166,8 +166,10 @@ def decide(tensors: dict[str, dict[str, Any]], *, qas_enabled: bool, rounding: s
         doc["reason"] = "without QAS neither a master copy nor stochastic rounding restores the update's size"
         return doc
     base = peak("nearest", False)
-    for rnd, master, what in (("nearest", True, "fp32 master copy"), ("stochastic", False, "stochastic rounding")):
-        p = peak(rnd, master)
+    options = (("nearest", True, "fp32 master copy"), ("stochastic", False, "stochastic rounding"))
+    doc["peaks_bytes"] = {"nearest": base, **{("master_copy" if m else r): peak(r, m) for r, m, _ in options}}
+    for rnd, master, what in options:
+        p = doc["peaks_bytes"]["master_copy" if master else rnd]
         if p is not None and (budget is None or p <= budget):
             doc.update(qas={"enabled": True, "rounding": rnd, "master_copy": master},
                        action="master_copy" if master else "stochastic",
@@ -217,11 +219,22 @@ def _int8(graph: Graph) -> bool:
                for t in graph.tensors.values())
 
 
-def _probe_data(data: Any, analysis: Any) -> tuple[np.ndarray, np.ndarray]:
+def _probe_data(graph: Graph, data: Any, analysis: Any, loss: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """Held-out train samples to probe with, or None when the data cannot train this model with this loss (a
+    stage downstream refuses the mix with its own message; the probe has nothing to say then)."""
+    from tinytrain.pipeline.errors import UserError
     from tinytrain.stages import contribution as contrib
-    from tinytrain.stages.data import load_dataset
+    from tinytrain.stages.data import check_compatible, load_dataset
 
-    x, y, _, _ = contrib.holdout_split(load_dataset(data), contrib.AnalysisSettings.from_spec(analysis))
+    ds = load_dataset(data)
+    out = graph.tensors[graph.outputs[0]].shape if len(graph.outputs) == 1 else None
+    try:
+        contrib.check_task(ds, loss)
+        check_compatible(ds, graph.tensors[graph.inputs[0]].shape,
+                         int(np.prod(out[1:])) if out and ds.regression else (int(out[-1]) if out else None))
+    except UserError:
+        return None
+    x, y, _, _ = contrib.holdout_split(ds, contrib.AnalysisSettings.from_spec(analysis))
     return x, y
 
 
@@ -235,7 +248,10 @@ def check(graph: Graph, plan: TrainPlan, config: dict[str, Any], settings, analy
         return None
     qas_on = _qas_enabled(config)
     lr = USUAL_LEARNING_RATE[settings.optimizer]
-    x, y = _probe_data(data, analysis)
+    xy = _probe_data(graph, data, analysis, settings.loss)
+    if xy is None:
+        return None
+    x, y = xy
     tensors = probe(graph, plan, loss=settings.loss, optimizer=settings.optimizer, qas_enabled=qas_on,
                     learning_rate=lr, x=x, y=y, batch_size=settings.batch_size)
     if not tensors:
@@ -286,10 +302,13 @@ def for_run(inputs: dict[str, Any], graph: Graph, config: dict[str, Any], layout
     opt = config.get("train.optimizer")
     kind = opt if isinstance(opt, str) else (opt.get("kind", "sgd") if isinstance(opt, dict)
                                              else getattr(opt, "kind", "sgd"))
-    return recheck(graph, plan_doc, planned, optimizer=str(kind or "sgd"),
-                   loss="mse" if layout.get("loss") == "mse" else "cross_entropy",
+    loss = "mse" if layout.get("loss") == "mse" else "cross_entropy"
+    xy = _probe_data(graph, config["data"], None, loss)
+    if xy is None:
+        return None
+    return recheck(graph, plan_doc, planned, optimizer=str(kind or "sgd"), loss=loss,
                    batch_size=int(config.get("train.batch_size") or 1), learning_rate=float(learning_rate),
-                   data=_probe_data(config["data"], None))
+                   data=xy)
 
 
 def train_plan_fields(doc: dict[str, Any] | None) -> dict[str, Any]:
