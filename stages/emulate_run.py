@@ -445,6 +445,12 @@ def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[st
     }
     if updates is not None:
         doc["updates"] = updates
+    # int8 weights stuck at the ends of their range after training (issue 17, item 2: a saturating tensor needs a
+    # wider scale); "before": the same count in the model as quantized.
+    at_limit = lambda a: int(np.sum(np.abs(np.asarray(a).astype(np.int32)) >= 127))  # noqa: E731
+    doc["saturation"] = {n: {"elements": int(a.size), "at_limit_after": at_limit(a),
+                             "at_limit_before": at_limit(qgraph.tensors[names[n]].data)}
+                         for n, a in trained.items() if a.dtype == np.int8}
     doc["summary"] = summary_line(doc)
     (out / "run.json").write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
     loss_picture(doc).write(out / "loss")

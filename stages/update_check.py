@@ -306,6 +306,14 @@ def for_run(inputs: dict[str, Any], graph: Graph, config: dict[str, Any], layout
     xy = _probe_data(graph, config["data"], None, loss)
     if xy is None:
         return None
+    # What the firmware was compiled with, from its own checkpoint layout (master copies and PRNG streams are
+    # state it keeps), not from what the plan asked: the two agree only when autodiff applied the plan's choice.
+    state = (layout.get("checkpoint") or {}).get("tensors") or []
+    compiled = {"enabled": bool(planned["qas"]["enabled"]),
+                "rounding": "stochastic" if any(t.get("role") == "prng" for t in state) else "nearest",
+                "master_copy": any(str(t.get("name", "")).endswith("/master") for t in state)}
+    if "checkpoint" in layout:
+        planned = {**planned, "qas": compiled}
     return recheck(graph, plan_doc, planned, optimizer=str(kind or "sgd"), loss=loss,
                    batch_size=int(config.get("train.batch_size") or 1), learning_rate=float(learning_rate),
                    data=xy)

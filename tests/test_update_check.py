@@ -189,13 +189,22 @@ def _stage(tmp: Path, graph: Graph, kind: str, budget_kb=None, **qas_cfg) -> tup
 
 
 def test_sparse_plan_gives_adam_a_master_copy_and_sgd_nothing(graph, tmp_path):
-    doc, tp, text, summary, _ = _stage(tmp_path, graph, "adam")
+    doc, tp, text, summary, out = _stage(tmp_path, graph, "adam")
     u = doc["updates"]
     assert u["learning_rate"] == 0.001 and u["action"] == "master_copy" and W in u["vanishing"]
     assert u["tensors"][W]["lost_mass"] > uc.LOST_THRESHOLD
     assert tp["qas"] == {"enabled": True, "rounding": "nearest", "master_copy": True}
     assert "fp32 master copy" in summary and f"costs {u['cost_bytes']} bytes" in text
     assert u["cost_bytes"] == 4 * int(np.prod(graph.tensors[W].shape))   # the fp32 copy of the trained weight
+    # run.json judges what the firmware was compiled with (its checkpoint layout lists master copies and PRNG
+    # streams), so a build whose autodiff did not apply the plan's choice still warns.
+    inputs = {f"sparse-plan/{n}": out / n for n in ("update_check.json", "train_plan.json")}
+    cfg = {"data": DIGITS, "train.optimizer": {"kind": "adam"}, "train.batch_size": 1}
+    with_master = {"checkpoint": {"tensors": [{"name": f"opt/{W}/master", "role": "optimizer"}]}}
+    assert uc.for_run(inputs, graph, cfg, with_master, 0.001)["warning"] is None
+    assert uc.for_run(inputs, graph, cfg, {}, 0.001)["warning"] is None         # no layout: the plan's word
+    r = uc.for_run(inputs, graph, cfg, {"checkpoint": {"tensors": []}}, 0.001)
+    assert r["qas"]["master_copy"] is False and W in r["warning"]
     doc, tp, text, summary, _ = _stage(tmp_path, graph, "sgd")
     assert doc["updates"]["action"] == "none" and "qas" not in tp and "WARNING" not in summary
     assert "int8 updates (probe" in text
