@@ -87,6 +87,42 @@ def orders(n: int, seeds: list[int]) -> dict[int, np.ndarray]:
     return {s: (np.arange(n) if s == 0 else np.random.default_rng(s).permutation(n)) for s in seeds}
 
 
+# ---- issue 17 item 2, as an experiment: head-room for the trained weights' scales ------------------------------
+
+def widen(qgraph: Graph, plan: TrainPlan, k: float, k_out: float = 1.0) -> Graph:
+    """A copy of `qgraph` whose trained int8 weights have k times their per-channel scale (q' = round(q / k), half
+    away from zero) and whose int32 biases follow (their scale is s_in·s_W: b' = round(b / k)), so the layer
+    computes about the same function with room for its weights to grow k-fold before they saturate; k_out widens
+    the layer's int8 output activation's scale too (its calibrated range clamps the logits a new class needs). The
+    golden model and the generated C both take their requantisation from the graph's scales, so they stay
+    bit-exact to each other on the widened graph; only the forward's precision changes (log2 k bits)."""
+    import copy
+
+    from tinytrain.stages import qas
+
+    if k == 1 and k_out == 1:
+        return qgraph
+    g = Graph(tensors=dict(qgraph.tensors), ops=qgraph.ops, inputs=qgraph.inputs, outputs=qgraph.outputs,
+              meta=qgraph.meta)
+    for lay in plan.resolve(qgraph):
+        if not lay.in_channels:        # a bias-only layer keeps its scales (the bias's is tied to the weight's)
+            continue
+        for name in [lay.weight] + ([lay.bias_tensor] if lay.bias_tensor else []):
+            t = copy.deepcopy(qgraph.tensors[name])
+            lo, hi = (-127, 127) if t.dtype == "int8" else (qas.INT32_MIN, qas.INT32_MAX)
+            v = np.asarray(t.data, np.float64) / k
+            t.data = np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5), lo, hi).astype(t.data.dtype)
+            t.quant.scale = [float(s) * k for s in t.quant.scale]
+            g.tensors[name] = t
+        out = qgraph.ops[lay.op_index].outputs[0]
+        if k_out != 1 and qgraph.tensors[out].quant is not None:
+            # the layer's int8 output clamps at its calibrated range: its consumers read the new scale from the graph
+            t = copy.deepcopy(qgraph.tensors[out])
+            t.quant.scale = [float(s) * k_out for s in t.quant.scale]
+            g.tensors[out] = t
+    return g
+
+
 # ---- int8: the golden model ------------------------------------------------------------------------------
 
 def train_int8(qgraph: Graph, plan: TrainPlan, kind: str, lr: float, mode: str, x, y, order, epochs: int,
@@ -191,6 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--optimizers", default=",".join(USUAL_LR))
     ap.add_argument("--plans", default="auto,full")
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--headroom", type=float, default=1.0,
+                    help="experiment (issue 17 item 2): widen the trained weights' scales k-fold (see widen)")
+    ap.add_argument("--headroom-out", type=float, default=1.0,
+                    help="experiment: widen the trained layers' output activation scales k-fold too")
     ap.add_argument("--json", default=None, help="write every run's figures here")
     ap.add_argument("--work", default="/tmp/tinytrain-int8-vs-fp32", help="build folder and cache of the bench")
     a = ap.parse_args(argv)
@@ -216,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         for plan_name in plans:
             plan = prep["auto"] if plan_name == "auto" else TrainPlan.full(prep["qgraph"])
             names = trained_names(prep["qgraph"], plan)
+            qg = widen(prep["qgraph"], plan, a.headroom, a.headroom_out)
             fp = []
             for s in seeds:
                 m, logits = train_fp32(prep["fgraph"], names, kind, lr, x, y, ords[s], epochs)
@@ -225,8 +266,8 @@ def main(argv: list[str] | None = None) -> int:
             for mode in modes:
                 acc, sat = [], []
                 for s in seeds:
-                    params, info = train_int8(prep["qgraph"], plan, kind, lr, mode, x, y, ords[s], epochs, s)
-                    acc.append(accuracy_int8(prep["qgraph"], params, xt, yt))
+                    params, info = train_int8(qg, plan, kind, lr, mode, x, y, ords[s], epochs, s)
+                    acc.append(accuracy_int8(qg, params, xt, yt))
                     sat.append(sum(info["saturated"].values()))
                     runs.append({"optimizer": kind, "plan": plan_name, "side": "int8", "mode": mode, "seed": s,
                                  "accuracy": acc[-1], "saturated": info["saturated"]})
@@ -236,7 +277,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"fp32 {fm:5.1f} ± {fs:3.1f}   gap {im - fm:+5.1f}   saturated ≤ {rows[-1][-1]}  "
                       f"[{time.time() - t0:.0f} s]", flush=True)
     print()
-    print(table(rows, len(seeds), epochs))
+    print(table(rows, len(seeds), epochs)
+          + (f" Experiment: trained weights' scales widened {a.headroom:g}-fold, their layers' outputs' "
+             f"{a.headroom_out:g}-fold." if (a.headroom, a.headroom_out) != (1, 1) else ""))
     if a.json:
         Path(a.json).write_text(json.dumps({"seeds": seeds, "epochs": epochs, "runs": runs}, indent=1) + "\n")
     return 0

@@ -28,7 +28,10 @@ Artifacts
                       budget, the memory estimate (`memory`), the exact peak (`exact`), `fits` (on the exact peak)
                       and, for auto, the predicted gain (`predicted`: classification delta_accuracy and
                       reference_accuracy; regression metric "mse", delta_score, reference_mse, predicted_mse)
-  train_plan.json     the plan alone (version, scheme, layers): the only file autodiff reads
+  train_plan.json     the plan alone (version, scheme, layers; `qas` when the update check changed it): the only
+                      file autodiff reads
+  update_check.json   int8 updates below half a step, per trained tensor, and the rounding / master copy chosen
+                      (stages/update_check.py; also plan.json `updates`, plan.txt; emulate-run re-checks it)
   memory.json         memory of every option: bias regions k = 1..K, every layer's weights at every ratio
   plan.txt            readable plan, memory breakdown, and for auto the best candidate per k
   contributions.json  auto: the contribution table (contribution.py)
