@@ -16,7 +16,8 @@ tensor:
   updates   elements with Δ ≠ 0, summed over the steps;
   lost      of those, the ones with round_nearest(Δ) = 0 (|Δ| < 1/2): the rounding erases them;
   lost_fraction = lost / updates; lost_mass = Σ|Δ| over the lost ones / Σ|Δ| (how much of the total movement
-  they carry); median_abs_delta in integer steps; saturated: elements at ±127 (int8) after the probe.
+  they carry); median_abs_delta in integer steps; saturated: elements at ±127 (int8) after the probe;
+  output_clamped: share of the layer's int8 outputs at −128 or 127 over the probe (its gradient stops there).
 A tensor *vanishes* when lost_mass > LOST_THRESHOLD: the rounding erases most of its movement. (lost_fraction
 alone misleads: softmax cross-entropy gives most elements tiny but nonzero gradients every step, so SGD loses
 ~90 % of its update *elements* on the digits example yet matches fp32, its large updates surviving.)
@@ -93,6 +94,11 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: str, optimizer: str, qas_enabl
     defaults = meta["runtime_defaults"]
     state = te.init_state(tg, runtime)
     acc = {op.inputs[0]: {"updates": 0, "lost": 0, "mass": 0.0, "lost_mass": 0.0, "deltas": []} for op in ops}
+    # The int8 output of each trained parameter's layer: at its range's ends it clamps, and the gradient stops
+    # there (issue 17 item 2: a classifier head whose logits need more room than calibration gave them).
+    outputs = {p: op.outputs[0] for op in graph.ops for p in op.inputs[1:3]
+               if p in acc and graph.tensors[op.outputs[0]].dtype == "int8"}
+    clamped = {p: [0, 0] for p in outputs}
     n = len(x)
     order = np.random.default_rng(seed).permutation(n)
     with np.errstate(all="ignore"):
@@ -101,6 +107,10 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: str, optimizer: str, qas_enabl
             last = None
             for i in idx:
                 last = te.run_sample(tg, state, x[i:i + 1], y[i:i + 1])
+                for p, o in outputs.items():
+                    v = np.asarray(last[o])
+                    clamped[p][0] += int(np.sum((v == -128) | (v == 127)))
+                    clamped[p][1] += int(v.size)
             for op in tg.ops[int(meta["sample_ops"]):]:
                 if op.type == "step_counter":
                     state[op.inputs[0]][...] += 1
@@ -130,7 +140,8 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: str, optimizer: str, qas_enabl
                      "lost_fraction": a["lost"] / a["updates"] if a["updates"] else 0.0,
                      "lost_mass": a["lost_mass"] / a["mass"] if a["mass"] > 0 else 0.0,
                      "median_abs_delta": float(np.median(deltas)) if deltas.size else 0.0,
-                     "saturated": int(np.sum((p <= lo) | (p >= hi))) if p.dtype == np.int8 else 0}
+                     "saturated": int(np.sum((p <= lo) | (p >= hi))) if p.dtype == np.int8 else 0,
+                     "output_clamped": clamped[name][0] / clamped[name][1] if clamped.get(name, [0, 0])[1] else 0.0}
     return out
 
 
@@ -341,10 +352,11 @@ def text(doc: dict[str, Any] | None) -> str:
     lines = ["", f"int8 updates (probe: {doc['probe_steps']} golden-model steps at lr {doc['learning_rate']:g}, "
                  f"held-out train samples; lost = |Δ| < 1/2 step, erased by nearest rounding):"]
     width = max(len(n) for n in doc["tensors"])
-    lines.append(f"  {'tensor':<{width}}  {'updates':>8} {'lost':>7} {'of mass':>8} {'median |Δ|':>11} {'at ±127':>8}")
+    lines.append(f"  {'tensor':<{width}}  {'updates':>8} {'lost':>7} {'of mass':>8} {'median |Δ|':>11} {'at ±127':>8} "
+                 f"{'output clamped':>15}")
     for n, t in doc["tensors"].items():
         lines.append(f"  {n:<{width}}  {t['updates']:>8} {t['lost_fraction']:>7.1%} {t['lost_mass']:>8.1%} "
-                     f"{t['median_abs_delta']:>11.3g} {t['saturated']:>8}")
+                     f"{t['median_abs_delta']:>11.3g} {t['saturated']:>8} {t['output_clamped']:>15.1%}")
     q = doc["qas"]
     lines.append(f"update rounding: {q['rounding']}{', fp32 master copy' if q['master_copy'] else ''}"
                  f"{'' if q['enabled'] else ', QAS off'} ({doc['action']}: {doc['reason']}"

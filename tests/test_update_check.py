@@ -74,6 +74,10 @@ def test_sgd_probe_counts_exactly_the_updates_below_half_a_step(graph, data):
         assert got[p]["lost_fraction"] == int(lost.sum()) / int(moving.sum())
         mass = np.abs(delta.astype(np.float64))
         assert got[p]["lost_mass"] == pytest.approx(mass[lost].sum() / mass[moving].sum(), rel=1e-12)
+    # The classifier's int8 output (the logits) at the ends of its range: where its gradient stops.
+    out = next(op.outputs[0] for op in graph.ops if op.type == "fully_connected")
+    v = np.asarray(values[out])
+    assert got[W]["output_clamped"] == got[B]["output_clamped"] == float(np.sum((v == -128) | (v == 127))) / v.size
 
 
 def test_adam_below_half_a_step_loses_every_update(graph, data):
