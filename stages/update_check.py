@@ -2,14 +2,15 @@
 many of its updates nearest rounding erases, and choose what carries them.
 
 An int8 weight moves by Δ = −d/s integer steps per update (stages/qas.py; d the optimizer's step, s the tensor's
-scale). With nearest rounding every |Δ| < 1/2 rounds to 0: the update is lost, on every step, for ever. Adam and
-RMSProp at lr 0.001 take steps of about lr per element, so a weight with s > 0.002 loses nearly all of them;
-with QAS off (Δ = −d with the gradient scaled by s) almost every update is lost.
+scale). With nearest rounding every |Δ| < 1/2 rounds to 0: the update is lost, on every step, for ever. Adam at
+lr 0.001 takes steps of about lr per element, so a weight with s > 0.002 loses nearly all of them; with QAS off
+(Δ = −d with the gradient scaled by s) almost every update is lost.
 
 The probe (`probe`): the chosen plan's training graph, built for the build's optimizer and QAS setting with
 nearest rounding and no master copy (the path whose losses are measured), runs PROBE_STEPS steps of the golden
 model (stages/train_executor.py) on held-out train samples (contribution.holdout_split's tuning samples: the test
-split stays unseen) at the build's learning rate. Before each real update, the update op runs once more on
+split stays unseen) at the optimizer's usual learning rate (USUAL_LEARNING_RATE: the build's own rate is a runtime
+value, see there). Before each real update, the update op runs once more on
 copies of its parameter and optimizer state with a zero fp32 "master copy" (qas.qas_update with master=0 sets
 master = Δ exactly, since 0 + Δ is exact), so Δ is the device's own float32 value, not a re-derivation. Per
 tensor:
@@ -51,14 +52,16 @@ PROBE_STEPS = 32          # golden-model steps of the probe (digits: well under 
 LOST_THRESHOLD = 0.5      # a tensor "vanishes" when the rounding erases more than this share of its movement
 _SHADOW_MASTER = "update_check/shadow_master"
 
-__all__ = ["probe", "decide", "check", "peaks", "train_plan_fields", "recheck", "for_run", "USUAL_LEARNING_RATE", "summary_suffix", "text", "PROBE_STEPS", "LOST_THRESHOLD"]
+__all__ = ["probe", "decide", "check", "peaks", "train_plan_fields", "recheck", "for_run", "vanishing",
+           "summary_suffix", "text", "USUAL_LEARNING_RATE", "PROBE_STEPS", "LOST_THRESHOLD"]
 
 
 # ---- the probe -----------------------------------------------------------------------------------------------
 
 def _shadow_delta(op, values: dict[str, np.ndarray], runtime: dict, defaults: dict) -> np.ndarray:
     """The Δ (float32, integer units, trained slice) that update `op` applies now, from copies of its parameter and
-    state: the op re-run with a zero master copy and nearest rounding leaves master = 0 + Δ = Δ."""
+    state: the op re-run with a zero master copy and nearest rounding leaves master = 0 + Δ = Δ. (Weight decay
+    would read the zero copy as the weight; the firmware's runtime record sets it to 0.)"""
     if op.attrs.get("master") or op.attrs.get("rounding") != "nearest":
         raise ValueError("the probe graph must use nearest rounding without a master copy")
     p = values[op.inputs[0]]
