@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def table(rows: list[tuple], n_seeds: int, epochs: int) -> str:
-    out = [f"| optimizer (lr) | plan | int8 rounding | int8 % | fp32 % | gap | int8 weights at ±127 |",
+    out = ["| optimizer (lr) | plan | int8 rounding | int8 % | fp32 % | gap | int8 weights at ±127 |",
            "|---|---|---|---|---|---|---|"]
     for kind, lr, plan, mode, im, isd, fm, fs, sat in rows:
         out.append(f"| {kind} ({lr:g}) | {plan} | {mode} | {im:.1f} ± {isd:.1f} | {fm:.1f} ± {fs:.1f} | "

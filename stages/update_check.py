@@ -355,8 +355,8 @@ def text(doc: dict[str, Any] | None) -> str:
     lines = ["", f"int8 updates (probe: {doc['probe_steps']} golden-model steps at lr {doc['learning_rate']:g}, "
                  f"held-out train samples; lost = |Δ| < 1/2 step, erased by nearest rounding):"]
     width = max(len(n) for n in doc["tensors"])
-    lines.append(f"  {'tensor':<{width}}  {'updates':>8} {'lost':>7} {'of mass':>8} {'median |Δ|':>11} {'at ±127':>8} "
-                 f"{'output clamped':>15}")
+    lines.append(f"  {'tensor':<{width}}  {'updates':>8} {'lost':>7} {'of mass':>8} {'median |Δ|':>11} "
+                 f"{'at ±127':>8} {'output clamped':>15}")
     for n, t in doc["tensors"].items():
         lines.append(f"  {n:<{width}}  {t['updates']:>8} {t['lost_fraction']:>7.1%} {t['lost_mass']:>8.1%} "
                      f"{t['median_abs_delta']:>11.3g} {t['saturated']:>8} {t['output_clamped']:>15.1%}")
