@@ -71,11 +71,13 @@ STAGES: tuple[StageDef, ...] = (
                              "train.optimizer", "train.max_train_samples", "train.gate", "train.checkpoint",
                              "train.resume_from", "data", "model",
                              "target.board", "target.timeout_s"),
-             ("cross-compile", "codegen", "quantize", "load"), "tinytrain.stages.emulate_run",
+             ("cross-compile", "codegen", "quantize", "load", "sparse-plan"), "tinytrain.stages.emulate_run",
              "train inside QEMU (or natively for host); export trained weights (.wof, .tflite)",
              tools=(("qemu-system-arm", "--version"),),
              reads=("cross-compile/firmware.elf", "cross-compile/size.json", "codegen/io_layout.json",
-                    "quantize/graph.json", "quantize/tensors.npz", "load/graph.json")),
+                    "quantize/graph.json", "quantize/tensors.npz", "load/graph.json",
+                    # the int8 update check, re-run at the run's learning rate (stages/update_check.py)
+                    "sparse-plan/update_check.json", "sparse-plan/train_plan.json")),
 )
 
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)

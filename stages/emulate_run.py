@@ -70,7 +70,7 @@ import numpy as np
 from tinytrain.pipeline.contract import StageContext, StageResult
 from tinytrain.pipeline.errors import StageFailed, UserError
 from tinytrain.pipeline.plots import Picture, loss_figure
-from tinytrain.stages import cycles, export, wof
+from tinytrain.stages import cycles, export, update_check, wof
 from tinytrain.stages.boards import Board, get_board
 from tinytrain.stages.emulate import EmulationError, RunResult, run_firmware
 from tinytrain.stages.ir import Graph
@@ -142,8 +142,10 @@ def run(ctx: StageContext) -> StageResult:
     out = Path(ctx.out_dir)
     (out / "run.log").write_text(log_text)
     outcome["checkpoint"] = keep_checkpoint(result, rc, out)
+    # Int8 updates that rounding erases at this run's learning rate: run.json `updates` (issue 17).
+    updates = update_check.for_run(ctx.inputs, qgraph, cfg, layout, rc.learning_rate)
     doc = finish(out, outcome, qgraph, layout, n_buffers, rc, cfg.get("train.gate"), board, size, data_info,
-                 result, estimate)
+                 result, estimate, updates)
     if _model_is_circle(cfg):
         from tinytrain.stages.circle_training import write_circle_plus
 
@@ -467,7 +469,8 @@ def gate_decision(gate: Any, before: float | None, after: float | None) -> dict[
 
 def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[str, Any], n_buffers: int,
            rc: RuntimeConfig, gate: Any, board: Board, size: Mapping[str, Any], data_info: Mapping[str, Any],
-           result: RunResult, estimate: dict[str, Any] | None = None) -> dict[str, Any]:
+           result: RunResult, estimate: dict[str, Any] | None = None,
+           updates: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write run.json, loss.svg/.png, weights.bin, trained.wof, trained_int8.tflite; return run.json's document."""
     res, losses = outcome["results"], outcome["losses"]
     entries = list(layout.get("trained_tensors") or [])
@@ -557,6 +560,14 @@ def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[st
                                 "shape": list(e["shape"]), "elements_changed": changed[str(e["name"])]}
                                for e in entries]},
     }
+    if updates is not None:
+        doc["updates"] = updates
+    # int8 weights stuck at the ends of their range after training (issue 17, item 2: a saturating tensor needs a
+    # wider scale); "before": the same count in the model as quantized.
+    at_limit = lambda a: int(np.sum(np.abs(np.asarray(a).astype(np.int32)) >= 127))  # noqa: E731
+    doc["saturation"] = {n: {"elements": int(a.size), "at_limit_after": at_limit(a),
+                             "at_limit_before": at_limit(qgraph.tensors[names[n]].data)}
+                         for n, a in trained.items() if a.dtype == np.int8}
     doc["summary"] = summary_line(doc)
     (out / "run.json").write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
     loss_picture(doc).write(out / "loss")
@@ -619,6 +630,8 @@ def summary_line(doc: Mapping[str, Any]) -> str:
     line = f"trained {epochs} epoch{'s' if epochs != 1 else ''} on {doc['board']}: " + ", ".join(parts)
     if not doc["gate"]["accepted"]:
         line += "; gate rejected the run: original weights exported"
+    if (doc.get("updates") or {}).get("warning"):
+        line += "; WARNING: " + doc["updates"]["warning"]
     return line
 
 

@@ -28,7 +28,10 @@ Artifacts
                       budget, the memory estimate (`memory`), the exact peak (`exact`), `fits` (on the exact peak)
                       and, for auto, the predicted gain (`predicted`: classification delta_accuracy and
                       reference_accuracy; regression metric "mse", delta_score, reference_mse, predicted_mse)
-  train_plan.json     the plan alone (version, scheme, layers): the only file autodiff reads
+  train_plan.json     the plan alone (version, scheme, layers; `qas` when the update check changed it): the only
+                      file autodiff reads
+  update_check.json   int8 updates below half a step, per trained tensor, and the rounding / master copy chosen
+                      (stages/update_check.py; also plan.json `updates`, plan.txt; emulate-run re-checks it)
   memory.json         memory of every option: bias regions k = 1..K, every layer's weights at every ratio
   plan.txt            readable plan, memory breakdown, and for auto the best candidate per k
   contributions.json  auto: the contribution table (contribution.py)
@@ -46,6 +49,7 @@ from typing import Any
 from tinytrain.pipeline.contract import StageContext, StageResult
 from tinytrain.pipeline.errors import UserError
 from tinytrain.stages import contribution as contrib
+from tinytrain.stages import update_check
 from tinytrain.stages.ir import Graph
 from tinytrain.stages.plan_memory import WEIGHT_RATIOS, MemoryModel, MemorySettings, channels, kb, short_name
 from tinytrain.stages.plan_search import Choice, Option, Problem, SearchResult, search
@@ -587,13 +591,17 @@ def run(ctx: StageContext) -> StageResult:
     doc["fits_by"] = "exact" if ex is not None else "estimate"
     doc["estimate_over_exact"] = round(est["total"] / ex["peak_bytes"], 4) if ex and ex["peak_bytes"] else None
     doc["memory_settings"] = mm.s.to_json()
+    # Int8 updates below half a step vanish under nearest rounding: probe, and pick what carries them (issue 17).
+    doc["updates"] = update_check.check(graph, plan, cfg, mm.s, upd.analysis, budget, exact_peak)
+    _write_json(out / "update_check.json", doc["updates"] or {"applies": False})
     _write_json(out / "plan.json", doc)
     # What autodiff consumes, alone: a new budget or board that picks the same plan leaves these bytes (and so
     # autodiff and everything after it up to cross-compile) unchanged in the cache.
-    _write_json(out / "train_plan.json", {k: doc[k] for k in ("version", "scheme", "layers") if k in doc})
+    _write_json(out / "train_plan.json", {**{k: doc[k] for k in ("version", "scheme", "layers") if k in doc},
+                                          **update_check.train_plan_fields(doc["updates"])})
     _write_json(out / "memory.json", {**mm.table(), "plan": est, "exact": doc["exact"], "budget_bytes": budget})
-    line = summary_line(doc, mm)
-    (out / "plan.txt").write_text(plan_text(doc, mm, table))
+    line = summary_line(doc, mm) + update_check.summary_suffix(doc["updates"])
+    (out / "plan.txt").write_text(plan_text(doc, mm, table) + update_check.text(doc["updates"]))
     metrics = {"scheme": upd.scheme, "memory_bytes": est["total"], "exact_peak_bytes": doc["exact"]["peak_bytes"],
                "budget_bytes": budget, "fits": doc["fits"],
                "trained_layers": len(plan.layers),
