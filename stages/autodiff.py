@@ -693,6 +693,21 @@ def _read_plan(ctx, graph: Graph) -> tuple[TrainPlan, str]:
                     hint='expected {"version": 1, "layers": [{"layer": 5, "bias": true, "weight_ratio": 0.125}]}')
 
 
+def _planned_qas(ctx) -> dict | None:
+    """The int8 update rule sparse-plan chose over train.qas because the requested one would erase most updates
+    (stages/update_check.py: stochastic rounding or a master copy; train_plan.json carries `qas` only then)."""
+    import json
+
+    try:
+        path = ctx.input_dir("sparse-plan") / "train_plan.json"
+    except KeyError:
+        return None
+    if not path.exists():
+        return None
+    q = json.loads(path.read_text()).get("qas")
+    return q if isinstance(q, dict) else None
+
+
 def _optimizer_from_config(opt: Any) -> OptimizerSpec:
     """train.optimizer (pipeline/spec.py OptimizerSpec, a dict or a kind) -> this module's OptimizerSpec; the
     spec's values become the runtime defaults (rho is RMSProp's alpha)."""
@@ -770,7 +785,8 @@ def run(ctx) -> Any:
     plan, scheme = _read_plan(ctx, graph)
     tg = build_training_graph(graph, plan, cfg.get("train.loss") or "cross_entropy",
                               _optimizer_from_config(cfg.get("train.optimizer")),
-                              int(cfg.get("train.batch_size") or 1), QASOptions.from_config(cfg.get("train.qas")))
+                              int(cfg.get("train.batch_size") or 1),
+                              QASOptions.from_config(_planned_qas(ctx) or cfg.get("train.qas")))
     tg.save(ctx.out_dir, stem="train_")
     (ctx.out_dir / "train_graph.txt").write_text(tg.to_text())
     summ = summarize(tg)

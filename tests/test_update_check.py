@@ -209,6 +209,18 @@ def test_sparse_plan_gives_adam_a_master_copy_and_sgd_nothing(graph, tmp_path):
     assert uc.for_run(inputs, graph, cfg, {}, 0.001)["warning"] is None         # no layout: the plan's word
     r = uc.for_run(inputs, graph, cfg, {"checkpoint": {"tensors": []}}, 0.001)
     assert r["qas"]["master_copy"] is False and W in r["warning"]
+    # autodiff applies the plan's choice over the spec's train.qas: the trained weight gets its fp32 master copy.
+    from tinytrain.stages import autodiff as AD
+
+    ad_out = tmp_path / "autodiff"
+    ad_out.mkdir()
+    ad_inputs = {"quantize/graph.json": tmp_path / "quantize" / "graph.json",
+                 "quantize/tensors.npz": tmp_path / "quantize" / "tensors.npz",
+                 "sparse-plan/train_plan.json": out / "train_plan.json"}
+    AD.run(StageContext(config={"train.optimizer": {"kind": "adam"}, "train.batch_size": 1,
+                                "train.qas": {"enabled": True, "rounding": "nearest", "master_copy": False}},
+                        inputs=ad_inputs, out_dir=ad_out))
+    assert f"opt/{W}/master" in {t["name"] for t in json.loads((ad_out / "train_graph.json").read_text())["tensors"]}
     doc, tp, text, summary, _ = _stage(tmp_path, graph, "sgd")
     assert doc["updates"]["action"] == "none" and "qas" not in tp and "WARNING" not in summary
     assert "int8 updates (probe" in text
