@@ -30,8 +30,10 @@ class ModuleFile:
     is_package: bool
 
 
+@functools.lru_cache(maxsize=None)
 def package_module_file(root: Path, package: str, name: str) -> ModuleFile | None:
-    """The source file of module `name` inside the package `package` whose folder is `root`; None if absent."""
+    """The source file of module `name` inside the package `package` whose folder is `root`; None if absent.
+    Memoised: which modules exist does not change while a process runs (their text may, and is read each time)."""
     if name != package and not name.startswith(package + "."):
         return None
     parts = name.split(".")[1:]

@@ -42,7 +42,9 @@ def pkg_copy(tmp_path, monkeypatch) -> dict[str, Path]:
     modules: dict[str, Path] = {}
     for src in sorted(PKG.rglob("*.py")):
         rel = src.relative_to(PKG)
-        if rel.parts[0] in ("tests", "bench") or "__pycache__" in rel.parts:
+        # Only the package's own sources: not the tests and benchmarks, nor a virtualenv (.venv), build output or
+        # caches that may sit in the checkout.
+        if rel.parts[0] in ("tests", "bench", "build") or any(p.startswith(".") or p == "__pycache__" for p in rel.parts):
             continue
         (dst / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst / rel)
