@@ -343,17 +343,30 @@ def choice_units(table: dict[str, Any], positions: list[int], k: int, ratios: di
 
 
 MAX_WEIGHTS_PER_ROUND = 3     # a lazy round measures at most this many of the chosen weights (largest Δ first)
+MIN_WEIGHTS_MEASURED = 3      # weight options measured before the scale of the weights' estimates is trusted
 
 
 def _to_measure(table: dict[str, Any], positions: list[int], k: int, ratios: dict[int, float], known) -> list[str]:
     """The units a lazy round measures: the chosen region's and up to MAX_WEIGHTS_PER_ROUND of the chosen weights
     that are still estimated, those with the largest estimated Δ first (early rounds search on estimates scaled
-    by few measurements; measuring a few and searching again corrects the scale before the many are paid for)."""
+    by few measurements; measuring a few and searching again corrects the scale before the many are paid for).
+    While fewer than MIN_WEIGHTS_MEASURED weight options are measured, the round also measures the weight options
+    with the largest first-order estimate inside the chosen region (the search could add them at no cost of reach), so that
+    a bias-only choice does not rest on weight estimates scaled by no weight measurement at all."""
     wts = {(w["op"], float(w["ratio"])): w for w in table["weights"]}
     ids = [u for u in ("reference", f"bias:{k}") if not known(u)]
     pending = sorted(((-float(wts[(positions[j], float(r))]["delta"]), j, r) for j, r in ratios.items()
                       if not (known(f"weight:{positions[j]}:{r}") and known(f"bias:{j + 1}"))))
-    for _, j, r in pending[:MAX_WEIGHTS_PER_ROUND]:
+    chosen = pending[:MAX_WEIGHTS_PER_ROUND]
+    measured = sum(1 for w in table["weights"] if not w.get("estimated"))
+    if measured + len(chosen) < MIN_WEIGHTS_MEASURED:
+        picked = {(j, r) for _, j, r in chosen}
+        extra = sorted((-float(w.get("first_order", 0.0)), positions.index(w["op"]), float(w["ratio"]))
+                       for w in table["weights"]
+                       if w.get("estimated") and w["op"] in positions[:k]
+                       and (positions.index(w["op"]), float(w["ratio"])) not in picked)
+        chosen += extra[:MIN_WEIGHTS_MEASURED - measured - len(chosen)]
+    for _, j, r in chosen:
         ids += [u for u in (f"bias:{j + 1}", f"weight:{positions[j]}:{r}") if not known(u)]
     return list(dict.fromkeys(ids))
 
