@@ -60,13 +60,14 @@ import numpy as np
 
 from tinytrain.pipeline.contract import StageContext, StageResult, no_progress
 from tinytrain.pipeline.errors import UserError
+from tinytrain.stages import fast_float
 from tinytrain.stages.frozen_prefix import FrozenPrefix
 from tinytrain.stages.ir import Graph, canonical_json, npz_bytes
 from tinytrain.stages.plan_memory import WEIGHT_RATIOS, channels, short_name
 from tinytrain.stages.train_plan import LayerPlan, TrainPlan, _has_bias, _in_channels
 
 TABLE_VERSION = 1
-UNIT_VERSION = 2      # 2: units run the suffix after a cached, batched frozen prefix (last-bit differences vs 1)
+UNIT_VERSION = 2      # 2: the suffix after a cached frozen prefix, float conv2d by BLAS (last bits differ from 1)
 EVAL_BATCH = 64
 SCORE_FLOOR = -1.0      # regression: the worst score (MSE >= 2x the reference's, or a diverged run)
 METRICS = {"classification": "top-1 accuracy on held-out train samples (fraction)",
@@ -603,7 +604,8 @@ def make_measure(graph: Graph, ds, settings: AnalysisSettings) -> Measure:
         if plan is not None:
             tg = build_training_graph(sg, plan, loss, opt, 1)
             with np.errstate(all="ignore"):       # a diverging run overflows; it is scored, not reported
-                losses, state = train(tg, prefix.activations(cut, "tune"), y_tu, steps=steps, seed=settings.seed)
+                losses, state = train(tg, prefix.activations(cut, "tune"), y_tu, steps=steps, seed=settings.seed,
+                                      forward_op=fast_float.run_op)
             params = {n: state[n] for n in tg.meta["train"]["trained"]}
             tail = losses[-max(1, len(losses) // 10):]
             if np.all(np.isfinite(tail)):         # a diverged run is scored by its (poor) result; JSON has no NaN
@@ -627,13 +629,11 @@ def evaluate_mse(fg: Graph, params: dict[str, np.ndarray], x: np.ndarray, y: np.
     """Mean squared error of float graph `fg` with `params` substituted: per sample the mean over its outputs (the
     mse loss's and the device's test MSE's definition), then the mean over the samples; inf when any prediction
     (or the result) is not finite (a diverged run)."""
-    from tinytrain.stages.executor import run_graph
-
     g = _with_params(fg, params)
     total = 0.0
     with np.errstate(all="ignore"):
         for i in range(0, len(x), EVAL_BATCH):
-            outs = run_graph(g, {g.inputs[0]: x[i:i + EVAL_BATCH].astype(np.float32)})
+            outs = fast_float.run_graph(g, {g.inputs[0]: x[i:i + EVAL_BATCH].astype(np.float32)})
             n = len(x[i:i + EVAL_BATCH])
             pred = np.asarray(outs[g.outputs[0]], np.float64).reshape(n, -1)
             if not np.all(np.isfinite(pred)):
@@ -654,12 +654,10 @@ def _with_params(fg: Graph, params: dict[str, np.ndarray]) -> Graph:
 
 def evaluate(fg: Graph, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> float:
     """Top-1 accuracy of float graph `fg` with `params` (tensor name -> array) substituted."""
-    from tinytrain.stages.executor import run_graph
-
     g = _with_params(fg, params)
     correct = 0
     for i in range(0, len(x), EVAL_BATCH):
-        outs = run_graph(g, {g.inputs[0]: x[i:i + EVAL_BATCH].astype(np.float32)})
+        outs = fast_float.run_graph(g, {g.inputs[0]: x[i:i + EVAL_BATCH].astype(np.float32)})
         pred = np.asarray(outs[g.outputs[0]]).reshape(len(x[i:i + EVAL_BATCH]), -1)
         if not np.all(np.isfinite(pred)):
             continue      # a diverged run: count its samples as wrong
@@ -709,7 +707,7 @@ def first_order(graph: Graph, ds, settings: AnalysisSettings, probe: int = PROBE
     power = {p: np.zeros(fg.tensors[p].shape, np.float64) for p in grads}      # mean of the squared gradients
     with np.errstate(all="ignore"):
         for i in range(n):
-            values = run_sample(tg, state, x_tu[i:i + 1], y_tu[i:i + 1])
+            values = run_sample(tg, state, x_tu[i:i + 1], y_tu[i:i + 1], fast_float.run_op)
             for p, gname in grads.items():
                 gi = np.asarray(values[gname], np.float64).reshape(mean[p].shape)
                 mean[p] += gi / n

@@ -64,7 +64,7 @@ class FrozenPrefix:
     """Cached cut activations of `graph` (float) for named sample sets, and the suffix graphs that start there."""
 
     def __init__(self, graph: Graph, samples: dict[str, np.ndarray]):
-        from tinytrain.stages.executor import run_graph
+        from tinytrain.stages.fast_float import run_graph
 
         self._run = run_graph
         self.graph = graph

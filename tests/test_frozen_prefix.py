@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tinytrain.stages import contribution as C
+from tinytrain.stages import fast_float
 from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
 from tinytrain.stages.executor import run_graph
 from tinytrain.stages.frozen_prefix import FrozenPrefix, single_tensor_cuts
@@ -73,7 +74,8 @@ def test_suffix_training_equals_whole_graph_training(fixture):
 
 
 def test_measure_uses_the_cut_and_matches_the_whole_graph():
-    """make_measure (suffix after the cache) scores a unit as fine-tuning the whole graph does."""
+    """make_measure (suffix after the cache) scores a unit as fine-tuning the whole graph (on the same fast float
+    forward) does."""
     from types import SimpleNamespace
 
     g = graph_of("digits_cnn_int8")
@@ -93,7 +95,7 @@ def test_measure_uses_the_cut_and_matches_the_whole_graph():
     got = measure(plan)
     x_tu, y_tu, x_ev, y_ev = C.holdout_split(ds, settings)
     tg = build_training_graph(fg, plan, "cross_entropy", OptimizerSpec(kind="sgd", learning_rate=0.01), 1)
-    losses, state = train(tg, x_tu, y_tu, steps=len(x_tu), seed=0)
+    losses, state = train(tg, x_tu, y_tu, steps=len(x_tu), seed=0, forward_op=fast_float.run_op)
     want = C.evaluate(fg, {n: state[n] for n in tg.meta["train"]["trained"]}, x_ev, y_ev)
     assert got["accuracy"] == want
     assert got["train_loss"] == pytest.approx(float(np.mean(losses[-max(1, len(losses) // 10):])), rel=1e-5)
@@ -132,3 +134,28 @@ def test_nothing_measured_keeps_the_first_order_ranking():
     est = C._fill_estimates(t, held_out=256)
     assert est["scale"] == {"bias": 1.0, "weights": 1.0}
     assert [w["delta"] for w in t["weights"]] == [0.5, 0.1]
+
+
+@pytest.mark.parametrize("kh,stride,padding,dil,act", [(1, 1, "same", 1, "none"), (3, 1, "same", 1, "relu6"),
+                                                       (3, 2, "same", 1, "relu"), (3, 2, "valid", 1, "none"),
+                                                       (5, 1, "valid", 2, "relu"), (1, 2, "valid", 1, "relu6")])
+def test_fast_float_conv2d_matches_the_reference_executor(kh, stride, padding, dil, act):
+    """fast_float's BLAS conv2d = the reference executor's float conv2d up to float32 rounding order."""
+    from tinytrain.stages.executor import run_op as ref_run_op
+    from tinytrain.stages.ir import Graph, Op, Tensor
+
+    rng = np.random.default_rng(kh * 10 + stride)
+    x = rng.standard_normal((3, 11, 9, 5)).astype(np.float32)
+    w = rng.standard_normal((7, kh, kh, 5)).astype(np.float32)
+    b = rng.standard_normal(7).astype(np.float32)
+    attrs = {"stride_h": stride, "stride_w": stride, "padding": padding, "dilation_h": dil, "dilation_w": dil,
+             "act": act}
+    got = fast_float.conv2d(x, w, b, attrs)
+    tensors = {"x": Tensor("x", [1, 11, 9, 5], "float32"), "w": Tensor("w", list(w.shape), "float32", data=w),
+               "b": Tensor("b", [7], "float32", data=b), "y": Tensor("y", [1, *got.shape[1:]], "float32")}
+    op = Op("conv2d", ["x", "w", "b"], ["y"], attrs)
+    g = Graph(tensors=tensors, ops=[op], inputs=["x"], outputs=["y"])
+    want = ref_run_op(g, op, {"x": x, "w": w, "b": b}, n=3)[0]
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert fast_float.run_op(g, op, {"x": x, "w": w, "b": b}, n=3)[0].shape == want.shape
