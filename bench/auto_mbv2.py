@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import tempfile
@@ -35,11 +36,19 @@ def _build(spec: str, tmp: Path, tag: str, quiet: bool = False) -> tuple[float, 
     path.write_text(spec.replace("out_dir: ../build", f"out_dir: {tmp}/build-{tag}"))
     cmd = [sys.executable, "-m", "tinytrain", "build", str(path), "--cache-dir", str(tmp / "cache")]
     subprocess.run(cmd + ["--until", "quantize"], check=True, capture_output=True)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _child_cpu()
     subprocess.run(cmd + ["--until", "sparse-plan"], check=True, capture_output=quiet)
     wall = time.perf_counter() - t0
     out = tmp / f"build-{tag}" / "mbv2_auto"
-    return wall, {"plan": json.loads((out / "sparse-plan" / "plan.json").read_text()), "dir": out}
+    return wall, {"plan": json.loads((out / "sparse-plan" / "plan.json").read_text()), "dir": out,
+                  "cpu": _child_cpu() - c0}
+
+
+def _child_cpu() -> float:
+    """CPU seconds (user + system) of the finished child processes: on a shared machine the wall time also counts
+    other jobs' turns."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def _plan_text(plan: dict) -> str:
@@ -88,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         wall, lazy = _build(spec, tmp, "lazy")
         plan = lazy["plan"]
         an = plan.get("analysis", {})
-        print(f"train samples: {a.train_per_class * 10}; sparse-plan wall time {wall:.1f} s (load + quantize "
-              f"excluded)")
+        print(f"train samples: {a.train_per_class * 10}; sparse-plan wall time {wall:.1f} s, CPU {lazy['cpu']:.1f} s "
+              f"(load + quantize excluded)")
         print(f"analysis: {an.get('mode')}, {an.get('units_measured')} of {an.get('units')} options measured, "
               f"{len(an.get('rounds', []))} search rounds; chosen plan's options still estimated: "
               f"{plan['predicted'].get('estimated_options') or 'none'}")

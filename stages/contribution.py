@@ -605,7 +605,7 @@ def make_measure(graph: Graph, ds, settings: AnalysisSettings) -> Measure:
             tg = build_training_graph(sg, plan, loss, opt, 1)
             with np.errstate(all="ignore"):       # a diverging run overflows; it is scored, not reported
                 losses, state = train(tg, prefix.activations(cut, "tune"), y_tu, steps=steps, seed=settings.seed,
-                                      forward_op=fast_float.run_op)
+                                      forward_op=fast_float.run_op, backward_op=fast_float.backward_op)
             params = {n: state[n] for n in tg.meta["train"]["trained"]}
             tail = losses[-max(1, len(losses) // 10):]
             if np.all(np.isfinite(tail)):         # a diverged run is scored by its (poor) result; JSON has no NaN
@@ -707,7 +707,8 @@ def first_order(graph: Graph, ds, settings: AnalysisSettings, probe: int = PROBE
     power = {p: np.zeros(fg.tensors[p].shape, np.float64) for p in grads}      # mean of the squared gradients
     with np.errstate(all="ignore"):
         for i in range(n):
-            values = run_sample(tg, state, x_tu[i:i + 1], y_tu[i:i + 1], fast_float.run_op)
+            values = run_sample(tg, state, x_tu[i:i + 1], y_tu[i:i + 1], fast_float.run_op,
+                                fast_float.backward_op)
             for p, gname in grads.items():
                 gi = np.asarray(values[gname], np.float64).reshape(mean[p].shape)
                 mean[p] += gi / n

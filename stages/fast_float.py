@@ -9,6 +9,10 @@ here a conv2d is one matrix product, whose sums differ from the reference's in t
 
     outs = run_op(graph, op, values, index=i, n=batch)   # a drop-in for executor.run_op
     outs = run_graph(graph, {input: x})                  # graph outputs, batched
+    outs = backward_op(op, v)                            # 1x1 conv gradients as 2-D products, else None
+
+The same holds for the backward of 1x1 convolutions (most of MobileNetV2's): grad_ops multiplies 4-D views in the
+golden model's order; here they are 2-D BLAS products.
 """
 
 from __future__ import annotations
@@ -72,3 +76,30 @@ def run_graph(graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarra
         for name, arr in zip(op.outputs, run_op(graph, op, values, index=i, n=n)):
             values[name] = np.asarray(arr)
     return {k: values[k] for k in graph.outputs}
+
+
+def _pointwise(op: Op) -> bool:
+    a = op.attrs
+    return (int(a.get("stride_h", 1)) == int(a.get("stride_w", 1)) == 1
+            and int(a.get("dilation_h", 1)) == int(a.get("dilation_w", 1)) == 1)
+
+
+def backward_op(op: Op, v) -> list[np.ndarray] | None:
+    """conv2d_grad_input / conv2d_grad_weight of a 1x1, stride-1 convolution as one 2-D product (`v(j)`: the op's
+    j-th input value); None for every other op (the caller runs grad_ops')."""
+    if op.type not in ("conv2d_grad_input", "conv2d_grad_weight") or not _pointwise(op):
+        return None
+    if op.type == "conv2d_grad_input":
+        dy, w = np.asarray(v(0), np.float32), np.asarray(v(1), np.float32)
+        o, kh, kw, ci = w.shape
+        if kh != 1 or kw != 1:
+            return None
+        return [(dy.reshape(-1, o) @ w.reshape(o, ci)).reshape(*dy.shape[:-1], ci)]
+    o, kh, kw, ci = (int(d) for d in op.attrs["w_shape"])
+    if kh != 1 or kw != 1:
+        return None
+    dy, x = np.asarray(v(0), np.float32), np.asarray(v(1), np.float32)
+    k = ci if op.attrs.get("in_channels") is None else int(op.attrs["in_channels"])
+    d2 = np.ascontiguousarray(dy.reshape(-1, o).T)
+    x2 = np.ascontiguousarray(x.reshape(-1, x.shape[-1])[:, :k])
+    return [(d2 @ x2).reshape(o, 1, 1, k)]

@@ -159,3 +159,38 @@ def test_fast_float_conv2d_matches_the_reference_executor(kh, stride, padding, d
     assert got.shape == want.shape and got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert fast_float.run_op(g, op, {"x": x, "w": w, "b": b}, n=3)[0].shape == want.shape
+
+
+@pytest.mark.parametrize("k", [None, 3])
+def test_fast_float_pointwise_backward_matches_grad_ops(k):
+    from tinytrain.stages import grad_ops as go
+    from tinytrain.stages.ir import Op
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 6, 5, 8)).astype(np.float32)
+    w = rng.standard_normal((12, 1, 1, 8)).astype(np.float32)
+    dy = rng.standard_normal((1, 6, 5, 12)).astype(np.float32)
+    attrs = {"stride_h": 1, "stride_w": 1, "padding": "same", "w_shape": [12, 1, 1, 8], "in_channels": k}
+    gi = Op("conv2d_grad_input", ["dy", "w"], ["dx"], attrs)
+    gw = Op("conv2d_grad_weight", ["dy", "x"], ["dw"], attrs)
+    vals = {"dy": dy, "w": w, "x": x}
+    got_i = fast_float.backward_op(gi, lambda j: vals[gi.inputs[j]])[0]
+    got_w = fast_float.backward_op(gw, lambda j: vals[gw.inputs[j]])[0]
+    np.testing.assert_allclose(got_i, go.conv2d_grad_input(dy, w, list(x.shape), attrs), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got_w, go.conv2d_grad_weight(dy, x, [12, 1, 1, 8], attrs, k), rtol=1e-5, atol=1e-5)
+    # Strided or 3x3: left to grad_ops.
+    assert fast_float.backward_op(Op("conv2d_grad_input", ["dy", "w"], ["dx"], {**attrs, "stride_h": 2}),
+                                  lambda j: vals[gi.inputs[j]]) is None
+
+
+def test_fast_training_tracks_the_reference_training():
+    """The analysis' fast ops train as the golden model does, up to float32 rounding (dwsep: 1x1 and depthwise)."""
+    fg = C.dequantize_graph(graph_of("dwsep_int8"))
+    x, y = _data(fg, 16)
+    tg = build_training_graph(fg, TrainPlan.full(fg), "cross_entropy", OptimizerSpec(kind="sgd", learning_rate=0.05),
+                              1)
+    la, sa = train(tg, x, y, steps=16, seed=1)
+    lb, sb = train(tg, x, y, steps=16, seed=1, forward_op=fast_float.run_op, backward_op=fast_float.backward_op)
+    np.testing.assert_allclose(lb, la, rtol=1e-4, atol=1e-5)
+    for name in tg.meta["train"]["trained"]:
+        np.testing.assert_allclose(sb[name], sa[name], rtol=1e-4, atol=1e-4)
