@@ -15,6 +15,11 @@ their real values, activations float32, QUANTIZE/DEQUANTIZE dropped) and trained
 `analysis.eval_samples` other samples. Both sets are a seeded split of the TRAIN split: the test split stays
 unseen, so the accuracy the user reports later is honest. Float fine-tuning stands in for int8 + QAS, which TTE
 shows tracks it; it is much faster and the ranking of options is what matters.
+Speed (issue 14): the ops before a unit's first trained layer are frozen, so their values are computed once per
+sample set, batched, and cached at single-tensor cuts (frozen_prefix.py); a unit trains and scores only the suffix
+from the deepest cut before its first trained layer. Float conv2d and 1x1 conv gradients run as BLAS products
+(fast_float.py) instead of the golden model's TFLite-order loops: the analysis needs float fine-tuning, not the
+device's float rounding order (results differ from the reference kernels in the last bits only).
 
 Regression (`data.task: regression`, float targets; trained with `train.loss: mse`): each unit fine-tunes with the
 MSE loss instead, and records the mean squared error of its predictions on the held-out samples (per sample the

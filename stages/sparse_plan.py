@@ -377,10 +377,12 @@ def auto_search(ctx: StageContext, graph: Graph, mm: MemoryModel, upd, capacity:
     analysis record, run counters).
 
     Small models (at most FULL_ANALYSIS_MAX_UNITS units): every option is measured, then searched. Larger ones
-    (MobileNetV2: 266 units, ~43 minutes of fine-tuning runs at the default settings) are analysed lazily: every
-    option is first estimated to first order (contribution.first_order: one gradient pass), the estimates scaled to
-    what has been measured so far; the search picks a plan on that table; the options the plan rests on are
-    measured; and the search runs again, until the chosen plan's every option is measured (or MAX_LAZY_ROUNDS).
+    (MobileNetV2: 266 units) are analysed lazily: every option is first estimated to first order
+    (contribution.first_order: one gradient pass per probe sample, less the probe's sampling noise), the estimates
+    scaled to what has been measured so far (noise-aware: contribution._fill_estimates); the search picks a plan on
+    that table; the options the plan rests on are measured (and, until MIN_WEIGHTS_MEASURED weight options are,
+    the region's most promising weights too); and the search runs again, until the chosen plan's every option is
+    measured (or MAX_LAZY_ROUNDS).
     Only the plans that win a search get measured: the answer equals the full analysis's whenever no option that
     was only estimated would have beaten it once measured (the estimates rank options by the loss decrease of
     their gradients, the measurements by accuracy)."""
