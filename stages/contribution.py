@@ -15,6 +15,11 @@ their real values, activations float32, QUANTIZE/DEQUANTIZE dropped) and trained
 `analysis.eval_samples` other samples. Both sets are a seeded split of the TRAIN split: the test split stays
 unseen, so the accuracy the user reports later is honest. Float fine-tuning stands in for int8 + QAS, which TTE
 shows tracks it; it is much faster and the ranking of options is what matters.
+Speed (issue 14): the ops before a unit's first trained layer are frozen, so their values are computed once per
+sample set, batched, and cached at single-tensor cuts (frozen_prefix.py); a unit trains and scores only the suffix
+from the deepest cut before its first trained layer. Float conv2d and 1x1 conv gradients run as BLAS products
+(fast_float.py) instead of the golden model's TFLite-order loops: the analysis needs float fine-tuning, not the
+device's float rounding order (results differ from the reference kernels in the last bits only).
 
 Regression (`data.task: regression`, float targets; trained with `train.loss: mse`): each unit fine-tunes with the
 MSE loss instead, and records the mean squared error of its predictions on the held-out samples (per sample the
@@ -60,12 +65,14 @@ import numpy as np
 
 from tinytrain.pipeline.contract import StageContext, StageResult, no_progress
 from tinytrain.pipeline.errors import UserError
+from tinytrain.stages import fast_float
+from tinytrain.stages.frozen_prefix import FrozenPrefix
 from tinytrain.stages.ir import Graph, canonical_json, npz_bytes
 from tinytrain.stages.plan_memory import WEIGHT_RATIOS, channels, short_name
 from tinytrain.stages.train_plan import LayerPlan, TrainPlan, _has_bias, _in_channels
 
 TABLE_VERSION = 1
-UNIT_VERSION = 1
+UNIT_VERSION = 2      # 2: the suffix after a cached frozen prefix, float conv2d by BLAS (last bits differ from 1)
 EVAL_BATCH = 64
 SCORE_FLOOR = -1.0      # regression: the worst score (MSE >= 2x the reference's, or a diverged run)
 METRICS = {"classification": "top-1 accuracy on held-out train samples (fraction)",
@@ -259,7 +266,7 @@ class Analysis:
     def __init__(self, graph: Graph, measure: Measure, settings: AnalysisSettings, *, graph_dig: str,
                  data_dig: str, cache: UnitCache | None = None, known: dict[str, Any] | None = None,
                  progress=no_progress, task: str = "classification",
-                 estimates: dict[str, float] | None = None):
+                 estimates: dict[str, float] | None = None, held_out: int | None = None):
         if task not in UNIT_VALUE:
             raise ContributionError(f"contribution analysis: unknown task {task!r}")
         self.graph, self._measure, self.settings, self.task = graph, measure, settings, task
@@ -271,6 +278,7 @@ class Analysis:
         self.keys = {uid: unit_key(graph_dig, data_dig, plan, settings, task) for uid, _, plan in self.todo}
         self.docs: dict[str, dict[str, Any]] = {}     # key -> measurement
         self.estimates = estimates
+        self.held_out = settings.eval_samples if held_out is None else held_out   # samples each Δ is scored on
         self.counts = {"measured": 0, "reused": 0}
 
     def known(self, uid: str) -> bool:
@@ -325,30 +333,51 @@ class Analysis:
             table = _table(self.graph, self.settings, self.gd, self.dd, rows, 0, 0)
         table.update(counts)
         if self.estimates is not None:
-            table["estimate"] = _fill_estimates(table)
+            table["estimate"] = _fill_estimates(table, self.held_out)
         return table
 
 
-def _fill_estimates(table: dict[str, Any]) -> dict[str, Any]:
-    """Δ of the options not measured: Δ ≈ c · first-order gain, c fitted (least squares through 0) on the measured
-    options of the same kind (bias regions; weights), else of the other kind, else 1 (nothing measured: only the
-    ranking matters). Negative fits are taken as 0 (the estimates then say nothing either way)."""
-    fit = {}
+def delta_noise_var(table: dict[str, Any], held_out: int) -> float:
+    """Variance of a measured Δ from the held-out set's finite size alone: a difference of two accuracies on the
+    same `held_out` samples, each binomial, 2·p(1 − p)/n at the reference accuracy p (regression: the binomial
+    worst case p = 1/2, a rough level for a score whose per-sample spread is of order one)."""
+    p = 0.5 if table_task(table) == "regression" else float(table["reference"]["accuracy"])
+    p = min(max(p, 0.05), 0.95)       # a reference at 0 % or 100 % would claim noiseless measurements
+    return 2.0 * p * (1.0 - p) / max(1, held_out)
+
+
+def _fill_estimates(table: dict[str, Any], held_out: int) -> dict[str, Any]:
+    """Δ of the options not measured: Δ ≈ c · first-order gain, with a scale c per kind (bias regions; weights)
+    fitted on the measured options, noise-aware. A measured Δ is noisy (`delta_noise_var`: ±4 points at 256
+    held-out samples, ±16 at 20), so a kind gets its own least-squares scale (through 0) only when it differs from
+    the scale fitted on both kinds together by more than two standard errors of its fit; otherwise both share the
+    pooled scale. A few noisy negative Δs of one kind therefore no longer zero every estimate of that kind (which
+    kept the search from ever trying the rest), while consistent evidence still does. Scales are floored at 0;
+    with nothing measured c = 1 (only the ranking matters)."""
+    var = delta_noise_var(table, held_out)
+    pts = {kind: [(e["first_order"], e["delta"]) for e in table[kind]
+                  if not e.get("estimated") and not e.get("empty") and e.get("first_order", 0) > 0]
+           for kind in ("bias", "weights")}
+    pooled = pts["bias"] + pts["weights"]
+    den = sum(x * x for x, _ in pooled)
+    c0 = sum(x * y for x, y in pooled) / den if den > 0 else 1.0
+    fit, own = {}, {}
     for kind in ("bias", "weights"):
-        pts = [(e["first_order"], e["delta"]) for e in table[kind]
-               if not e.get("estimated") and not e.get("empty") and e.get("first_order", 0) > 0]
-        den = sum(x * x for x, _ in pts)
-        fit[kind] = max(0.0, sum(x * y for x, y in pts) / den) if den > 0 else None
-    for kind in ("bias", "weights"):
-        other = fit["weights" if kind == "bias" else "bias"]
-        c = fit[kind] if fit[kind] is not None else (other if other is not None else 1.0)
-        fit[kind] = c
+        sxy, sxx = sum(x * y for x, y in pts[kind]), sum(x * x for x, _ in pts[kind])
+        c = c0
+        if sxx > 0 and abs(sxy / sxx - c0) > 2.0 * math.sqrt(var / sxx):
+            c = sxy / sxx
+        own[kind] = c != c0
+        fit[kind] = max(0.0, c)
         for e in table[kind]:
             if e.get("estimated"):
-                e["delta"] = c * e["first_order"]
-    return {"method": "first-order (learning rate x steps x squared norm of the mean gradient over the probe "
-                      "samples), scaled to the measured options of the same kind",
-            "scale": fit}
+                e["delta"] = fit[kind] * e["first_order"]
+    return {"method": "first-order (learning rate x steps x squared norm of the expected gradient, the probe "
+                      "samples' mean gradient less its sampling noise), scaled to the measured options: one "
+                      "least-squares scale for both kinds, a kind's own where it differs by more than two standard "
+                      "errors of the held-out noise",
+            "scale": fit, "pooled_scale": max(0.0, c0), "own_scale": own, "held_out": held_out,
+            "delta_noise_sd": math.sqrt(var)}
 
 
 def analyse(graph: Graph, measure: Measure, settings: AnalysisSettings, *, graph_dig: str, data_dig: str,
@@ -567,38 +596,49 @@ def make_measure(graph: Graph, ds, settings: AnalysisSettings) -> Measure:
     steps = settings.steps or len(x_tu)
     opt = OptimizerSpec(kind="sgd", learning_rate=settings.learning_rate)
     loss = "mse" if regression else "cross_entropy"
+    # The ops before a unit's first trained layer compute the same values in every unit: run them once per sample
+    # (batched) and train / score only the suffix from the deepest single-tensor cut before that layer.
+    prefix = FrozenPrefix(fg, {"tune": x_tu, "eval": x_ev})
 
     def measure(plan: TrainPlan | None) -> dict[str, float]:
         params: dict[str, np.ndarray] = {}
         out: dict[str, float] = {}
+        trained = [] if plan is None else [_weight_of(fg, lp.layer) for lp in plan.layers]
+        cut = prefix.cut_before(prefix.first_trained_op(trained))
+        sg = prefix.suffix(cut)
         if plan is not None:
-            tg = build_training_graph(fg, plan, loss, opt, 1)
+            tg = build_training_graph(sg, plan, loss, opt, 1)
             with np.errstate(all="ignore"):       # a diverging run overflows; it is scored, not reported
-                losses, state = train(tg, x_tu, y_tu, steps=steps, seed=settings.seed)
+                losses, state = train(tg, prefix.activations(cut, "tune"), y_tu, steps=steps, seed=settings.seed,
+                                      forward_op=fast_float.run_op, backward_op=fast_float.backward_op)
             params = {n: state[n] for n in tg.meta["train"]["trained"]}
             tail = losses[-max(1, len(losses) // 10):]
             if np.all(np.isfinite(tail)):         # a diverged run is scored by its (poor) result; JSON has no NaN
                 out["train_loss"] = float(np.mean(tail))
+        x = prefix.activations(cut, "eval")
         if regression:
-            out["mse"] = evaluate_mse(fg, params, x_ev, y_ev)
+            out["mse"] = evaluate_mse(sg, params, x, y_ev)
         else:
-            out["accuracy"] = evaluate(fg, params, x_ev, y_ev)
+            out["accuracy"] = evaluate(sg, params, x, y_ev)
         return out
 
     return measure
+
+
+def _weight_of(fg: Graph, layer: int | str) -> str:
+    """A plan layer's weight tensor name (plans here name layers by weight tensor; an op index also works)."""
+    return fg.ops[layer].inputs[1] if isinstance(layer, int) else layer
 
 
 def evaluate_mse(fg: Graph, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> float:
     """Mean squared error of float graph `fg` with `params` substituted: per sample the mean over its outputs (the
     mse loss's and the device's test MSE's definition), then the mean over the samples; inf when any prediction
     (or the result) is not finite (a diverged run)."""
-    from tinytrain.stages.executor import run_graph
-
     g = _with_params(fg, params)
     total = 0.0
     with np.errstate(all="ignore"):
         for i in range(0, len(x), EVAL_BATCH):
-            outs = run_graph(g, {g.inputs[0]: x[i:i + EVAL_BATCH].astype(np.float32)})
+            outs = fast_float.run_graph(g, {g.inputs[0]: x[i:i + EVAL_BATCH].astype(np.float32)})
             n = len(x[i:i + EVAL_BATCH])
             pred = np.asarray(outs[g.outputs[0]], np.float64).reshape(n, -1)
             if not np.all(np.isfinite(pred)):
@@ -619,12 +659,10 @@ def _with_params(fg: Graph, params: dict[str, np.ndarray]) -> Graph:
 
 def evaluate(fg: Graph, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> float:
     """Top-1 accuracy of float graph `fg` with `params` (tensor name -> array) substituted."""
-    from tinytrain.stages.executor import run_graph
-
     g = _with_params(fg, params)
     correct = 0
     for i in range(0, len(x), EVAL_BATCH):
-        outs = run_graph(g, {g.inputs[0]: x[i:i + EVAL_BATCH].astype(np.float32)})
+        outs = fast_float.run_graph(g, {g.inputs[0]: x[i:i + EVAL_BATCH].astype(np.float32)})
         pred = np.asarray(outs[g.outputs[0]]).reshape(len(x[i:i + EVAL_BATCH]), -1)
         if not np.all(np.isfinite(pred)):
             continue      # a diverged run: count its samples as wrong
@@ -654,8 +692,9 @@ PROBE_SAMPLES = 32      # tuning samples whose mean gradient the first-order est
 
 def first_order(graph: Graph, ds, settings: AnalysisSettings, probe: int = PROBE_SAMPLES) -> dict[str, float]:
     """First-order estimate of every unit's gain, in loss units: an SGD run of `steps` steps at learning rate lr on
-    a parameter set P lowers the loss by about lr · steps · |mean gradient over P|² (TTE's contribution analysis
-    ranks options by such gradient information before it measures). One backward pass per probe sample of the
+    a parameter set P lowers the loss by about lr · steps · |expected gradient over P|² (TTE's contribution analysis
+    ranks options by such gradient information before it measures), |expected gradient|² estimated without the
+    probe's sampling noise (see below). One backward pass per probe sample of the
     float model with every weight and bias trainable (the plan `full`) gives every parameter's gradient; a bias
     region sums its biases' terms, a weight option its trained input channels' slice (w[..., :n·M], M the
     depthwise multiplier). The reference scores 0. Cheap next to measuring (MobileNetV2: a few seconds)."""
@@ -670,16 +709,26 @@ def first_order(graph: Graph, ds, settings: AnalysisSettings, probe: int = PROBE
     state = init_state(tg, {"seed": settings.seed})
     n = max(1, min(probe, len(x_tu)))
     mean = {p: np.zeros(fg.tensors[p].shape, np.float64) for p in grads}
+    power = {p: np.zeros(fg.tensors[p].shape, np.float64) for p in grads}      # mean of the squared gradients
     with np.errstate(all="ignore"):
         for i in range(n):
-            values = run_sample(tg, state, x_tu[i:i + 1], y_tu[i:i + 1])
+            values = run_sample(tg, state, x_tu[i:i + 1], y_tu[i:i + 1], fast_float.run_op,
+                                fast_float.backward_op)
             for p, gname in grads.items():
-                mean[p] += np.asarray(values[gname], np.float64).reshape(mean[p].shape) / n
+                gi = np.asarray(values[gname], np.float64).reshape(mean[p].shape)
+                mean[p] += gi / n
+                power[p] += gi * gi / n
     scale = settings.learning_rate * (settings.steps or len(x_tu))
+    # |mean gradient|² over n probe samples overstates |expected gradient|² by the sampling noise, trace(Σ)/n, which
+    # grows with the number of parameters: a wide weight layer's noise alone would outrank a bias region whose
+    # gradient truly points somewhere. The unbiased estimate subtracts it: |ḡ|² − Σ s²/n, s² the per-parameter
+    # sample variance (floored at 0; with one probe sample nothing is subtracted).
+    noise = {p: (power[p] - mean[p] ** 2) * (n / (n - 1)) / n if n > 1 else np.zeros_like(mean[p]) for p in grads}
 
-    def sq(a: np.ndarray) -> float:
-        v = float(np.sum(a * a))
-        return v if math.isfinite(v) else 0.0
+    def sq_of(p: str, sl=...) -> float:
+        a = mean[p][sl]
+        v = float(np.sum(a * a) - np.sum(noise[p][sl]))
+        return max(0.0, v) if math.isfinite(v) else 0.0
 
     out: dict[str, float] = {"reference": 0.0}
     for uid, desc, plan in units(graph, settings):
@@ -688,14 +737,14 @@ def first_order(graph: Graph, ds, settings: AnalysisSettings, probe: int = PROBE
             for lp in (plan.layers if plan else []):
                 i = _op_of_weight(fg, lp.layer)
                 if lp.bias:
-                    total += sq(mean[fg.ops[i].inputs[2]])
+                    total += sq_of(fg.ops[i].inputs[2])
             out[uid] = scale * total
         elif desc["kind"] == "weight":
             i = _op_of_weight(fg, graph.ops[desc["op"]].inputs[1])
             w = fg.ops[i].inputs[1]
             c_in = _in_channels(fg, i)
             mult = max(1, int(fg.tensors[w].shape[-1]) // c_in) if fg.ops[i].type == "depthwise_conv2d" else 1
-            out[uid] = scale * sq(mean[w][..., :desc["channels"] * mult])
+            out[uid] = scale * sq_of(w, (..., slice(0, desc["channels"] * mult)))
     return out
 
 
@@ -726,7 +775,7 @@ def open_analysis(graph: Graph, data_spec: Any, settings: AnalysisSettings, *, c
         estimates = first_order(graph, ds, settings)
     return Analysis(graph, measure, settings, graph_dig=graph_digest(graph), data_dig=ds.digest(), cache=cache,
                     known=known, progress=progress, task="regression" if ds.regression else "classification",
-                    estimates=estimates)
+                    estimates=estimates, held_out=len(holdout_split(ds, settings)[2]))
 
 
 def compute_table(graph: Graph, data_spec: Any, settings: AnalysisSettings, *, cache: UnitCache | None = None,

@@ -347,17 +347,30 @@ def choice_units(table: dict[str, Any], positions: list[int], k: int, ratios: di
 
 
 MAX_WEIGHTS_PER_ROUND = 3     # a lazy round measures at most this many of the chosen weights (largest Δ first)
+MIN_WEIGHTS_MEASURED = 3      # weight options measured before the scale of the weights' estimates is trusted
 
 
 def _to_measure(table: dict[str, Any], positions: list[int], k: int, ratios: dict[int, float], known) -> list[str]:
     """The units a lazy round measures: the chosen region's and up to MAX_WEIGHTS_PER_ROUND of the chosen weights
     that are still estimated, those with the largest estimated Δ first (early rounds search on estimates scaled
-    by few measurements; measuring a few and searching again corrects the scale before the many are paid for)."""
+    by few measurements; measuring a few and searching again corrects the scale before the many are paid for).
+    While fewer than MIN_WEIGHTS_MEASURED weight options are measured, the round also measures the weight options
+    with the largest first-order estimate inside the chosen region (the search could add them at no cost of reach), so that
+    a bias-only choice does not rest on weight estimates scaled by no weight measurement at all."""
     wts = {(w["op"], float(w["ratio"])): w for w in table["weights"]}
     ids = [u for u in ("reference", f"bias:{k}") if not known(u)]
     pending = sorted(((-float(wts[(positions[j], float(r))]["delta"]), j, r) for j, r in ratios.items()
                       if not (known(f"weight:{positions[j]}:{r}") and known(f"bias:{j + 1}"))))
-    for _, j, r in pending[:MAX_WEIGHTS_PER_ROUND]:
+    chosen = pending[:MAX_WEIGHTS_PER_ROUND]
+    measured = sum(1 for w in table["weights"] if not w.get("estimated"))
+    if measured + len(chosen) < MIN_WEIGHTS_MEASURED:
+        picked = {(j, r) for _, j, r in chosen}
+        extra = sorted((-float(w.get("first_order", 0.0)), positions.index(w["op"]), float(w["ratio"]))
+                       for w in table["weights"]
+                       if w.get("estimated") and w["op"] in positions[:k]
+                       and (positions.index(w["op"]), float(w["ratio"])) not in picked)
+        chosen += extra[:MIN_WEIGHTS_MEASURED - measured - len(chosen)]
+    for _, j, r in chosen:
         ids += [u for u in (f"bias:{j + 1}", f"weight:{positions[j]}:{r}") if not known(u)]
     return list(dict.fromkeys(ids))
 
@@ -368,10 +381,12 @@ def auto_search(ctx: StageContext, graph: Graph, mm: MemoryModel, upd, capacity:
     analysis record, run counters).
 
     Small models (at most FULL_ANALYSIS_MAX_UNITS units): every option is measured, then searched. Larger ones
-    (MobileNetV2: 266 units, ~43 minutes of fine-tuning runs at the default settings) are analysed lazily: every
-    option is first estimated to first order (contribution.first_order: one gradient pass), the estimates scaled to
-    what has been measured so far; the search picks a plan on that table; the options the plan rests on are
-    measured; and the search runs again, until the chosen plan's every option is measured (or MAX_LAZY_ROUNDS).
+    (MobileNetV2: 266 units) are analysed lazily: every option is first estimated to first order
+    (contribution.first_order: one gradient pass per probe sample, less the probe's sampling noise), the estimates
+    scaled to what has been measured so far (noise-aware: contribution._fill_estimates); the search picks a plan on
+    that table; the options the plan rests on are measured (and, until MIN_WEIGHTS_MEASURED weight options are,
+    the region's most promising weights too); and the search runs again, until the chosen plan's every option is
+    measured (or MAX_LAZY_ROUNDS).
     Only the plans that win a search get measured: the answer equals the full analysis's whenever no option that
     was only estimated would have beaten it once measured (the estimates rank options by the loss decrease of
     their gradients, the measurements by accuracy)."""

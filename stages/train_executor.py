@@ -164,9 +164,12 @@ def _qas_update(op: Op, values: dict[str, np.ndarray], runtime: dict, defaults: 
         g[...] = 0
 
 
-def run_sample(g: Graph, state: dict[str, np.ndarray], x1: np.ndarray, y1: np.ndarray) -> dict[str, np.ndarray]:
+def run_sample(g: Graph, state: dict[str, np.ndarray], x1: np.ndarray, y1: np.ndarray,
+               forward_op: Callable | None = None, backward_op: Callable | None = None) -> dict[str, np.ndarray]:
     """The sample phase on one sample (x1, y1 with a batch dim of 1): every tensor's value (forward activations,
-    loss, gradients; accumulators change in place in `state`). train_step runs it once per sample."""
+    loss, gradients; accumulators change in place in `state`). train_step runs it once per sample. `forward_op`
+    (default: the reference executor's run_op) runs the forward ops, e.g. the analysis' fast_float.run_op;
+    `backward_op(op, v)` may take over a backward op (None: grad_ops runs it), e.g. fast_float.backward_op."""
     meta = _meta(g)
     x_name = [n for n in g.inputs if n != meta["label_input"]]
     if len(x_name) != 1:
@@ -185,16 +188,20 @@ def run_sample(g: Graph, state: dict[str, np.ndarray], x1: np.ndarray, y1: np.nd
             values[op.inputs[0]] += values[op.inputs[1]]
             continue
         if op.type in _FORWARD_OPS:
-            outs = _forward(g, op, i, values)
+            outs = _forward(g, op, i, values) if forward_op is None else forward_op(g, op, values, index=i, n=1)
         else:
-            outs = _backward(op, lambda j, op=op: values[op.inputs[j]], shape, tensor)
+            v = lambda j, op=op: values[op.inputs[j]]  # noqa: E731
+            outs = backward_op(op, v) if backward_op is not None else None
+            if outs is None:
+                outs = _backward(op, v, shape, tensor)
         for name, arr in zip(op.outputs, outs):
             values[name] = np.asarray(arr)
     return values
 
 
 def train_step(train_graph: Graph, state: dict[str, np.ndarray], x_batch: np.ndarray, y_batch: np.ndarray,
-               runtime: dict[str, Any] | None = None) -> float:
+               runtime: dict[str, Any] | None = None, forward_op: Callable | None = None,
+               backward_op: Callable | None = None) -> float:
     """One optimizer step on a batch (its size must be the graph's batch_size); returns the batch's mean loss."""
     g = train_graph
     meta = _meta(g)
@@ -207,7 +214,7 @@ def train_step(train_graph: Graph, state: dict[str, np.ndarray], x_batch: np.nda
                             f"and {y_batch.shape[0]} labels")
     total = np.float32(0)
     for s in range(bsz):
-        values = run_sample(g, state, x_batch[s:s + 1], y_batch[s:s + 1])
+        values = run_sample(g, state, x_batch[s:s + 1], y_batch[s:s + 1], forward_op, backward_op)
         total += values[meta["loss_tensor"]]
         last = values
     split = int(meta["sample_ops"])
@@ -238,7 +245,9 @@ def _feed(x: np.ndarray, t) -> np.ndarray:
 
 def train(train_graph: Graph, x: np.ndarray, y: np.ndarray, runtime: dict[str, Any] | None = None, *,
           steps: int | None = None, epochs: int | None = None, seed: int = 0, shuffle: bool = True,
-          state: dict[str, np.ndarray] | None = None) -> tuple[list[float], dict[str, np.ndarray]]:
+          state: dict[str, np.ndarray] | None = None,
+          forward_op: Callable | None = None,
+          backward_op: Callable | None = None) -> tuple[list[float], dict[str, np.ndarray]]:
     """Train for `steps` batches or `epochs` passes (batches in a seeded permutation per epoch; a last partial
     batch is dropped, the graph's batch size is fixed). Returns (loss per step, final state)."""
     meta = _meta(train_graph)
@@ -259,5 +268,6 @@ def train(train_graph: Graph, x: np.ndarray, y: np.ndarray, runtime: dict[str, A
         if j == 0 and shuffle:
             order = rng.permutation(n)
         idx = order[j * bsz:(j + 1) * bsz]
-        losses.append(train_step(train_graph, state, np.asarray(x)[idx], np.asarray(y)[idx], runtime))
+        losses.append(train_step(train_graph, state, np.asarray(x)[idx], np.asarray(y)[idx], runtime, forward_op,
+                                 backward_op))
     return losses, state
