@@ -35,7 +35,8 @@ class DataSpec(BaseModel):
 
     source: Literal["digits", "npz", "images"] = Field(
         description="digits: scikit-learn's bundled 8x8 digits (offline); npz: a .npz file with "
-                    "x_train/y_train/x_test/y_test (or x/y, split here); images: a folder with one "
+                    "x_train/y_train/x_test/y_test (or x/y, split here), x of any rank ([N, F] features, "
+                    "[N, T, F] sequences, [N, H, W, C] images); images: a folder with one "
                     "subfolder of images per class")
     # Existence is checked when the data is loaded (stages/data.py), not here, so that a spec can be
     # validated before its data is made.
@@ -50,7 +51,8 @@ class DataSpec(BaseModel):
     scale: float | None = Field(default=None, description="x_float = x_raw * scale + offset; null = "
                                                           "source default (digits 1/16, images 1/255, npz 1)")
     offset: float = Field(default=0.0, description="see scale")
-    layout: Literal["nhwc"] = Field(default="nhwc", description="sample layout; TFLite models are NHWC")
+    layout: Literal["nhwc"] = Field(default="nhwc", description="image layout (TFLite models are NHWC); [N, F] features "
+                                                             "and [N, T, F] sequences are fed as stored")
     task: Literal["classification", "regression"] = Field(
         default="classification", description="classification: integer labels; regression: float targets "
                                                "[N, K] in the npz's y arrays (train with loss: mse)")

@@ -1,11 +1,12 @@
 """Datasets for calibration, accuracy reports and on-device training (the spec's `data` section).
 
-`load_dataset(spec)` returns float32 NHWC samples with int64 labels, already split into train and
-test. Sources:
+`load_dataset(spec)` returns float32 samples of any rank with int64 labels, already split into train and
+test: [N, F] features, [N, T, F] sequences or [N, H, W, C] images (a sample has 1 to 4 dimensions, what the
+TTDS stream below carries). Sources:
 - digits: scikit-learn's bundled 8x8 digits (no download): [N, 8, 8, 1], raw values 0..16.
 - npz: keys x_train, y_train, x_test, y_test (the file's own split is kept), or x, y (split here).
-  x must be 4-D NHWC of a numeric dtype; y 1-D integer labels. An optional `class_names` array
-  of strings names the labels.
+  x is [N, ...] of a numeric dtype (features, sequences or NHWC images); y 1-D integer labels. An
+  optional `class_names` array of strings names the labels.
 - images: a folder with one subfolder per class (class label = index of the subfolder in sorted
   name order, class name = folder name). PGM/PPM/PNM and .npy files are read without extra
   packages; PNG/JPEG/BMP/GIF need Pillow. Hidden files and other suffixes are ignored. 16-bit
@@ -67,7 +68,7 @@ class DataError(UserError):
 
 @dataclass(frozen=True, eq=False)
 class Dataset:
-    x_train: np.ndarray     # float32 [N, H, W, C]
+    x_train: np.ndarray     # float32 [N, ...]: [N, F], [N, T, F] or [N, H, W, C]
     y_train: np.ndarray     # int64 [N]; regression: float32 targets [N, K]
     x_test: np.ndarray
     y_test: np.ndarray
@@ -143,7 +144,7 @@ def input_files(spec: DataSpec) -> list[Path]:
 def calibration_samples(ds: Dataset, n: int, seed: int = 0) -> np.ndarray:
     """`n` samples drawn without replacement from the TRAIN split only (the test split must stay
     unseen by calibration so that reported accuracy is honest); all of them if there are fewer.
-    Returned in train order, float32 [n, H, W, C]."""
+    Returned in train order, float32 [n, ...]."""
     if n <= 0:
         raise DataError(f"the number of calibration samples must be positive, got {n}")
     total = len(ds.x_train)
@@ -156,11 +157,7 @@ def calibration_samples(ds: Dataset, n: int, seed: int = 0) -> np.ndarray:
 def check_compatible(ds: Dataset, input_shape: list[int] | tuple[int, ...], num_classes: int | None = None) -> None:
     """Raise a DataError when the data cannot feed the model: sample shape differs from the model
     input (batch dimension excluded), or labels exceed the model's number of outputs."""
-    want = tuple(int(d) for d in input_shape[1:])
-    if ds.sample_shape != want:
-        raise DataError(f"data samples have shape {list(ds.sample_shape)} but the model input is "
-                        f"{list(input_shape)} (batch first)",
-                        hint="set data.image_size / data.grayscale, or check the model")
+    check_sample_shape(ds.sample_shape, input_shape)
     if ds.regression:
         # num_classes is the model's outputs per sample: a regression target must have one value per output.
         if num_classes is not None and ds.num_targets != num_classes:
@@ -172,6 +169,20 @@ def check_compatible(ds: Dataset, input_shape: list[int] | tuple[int, ...], num_
         if top >= num_classes:
             raise DataError(f"labels go up to {top} but the model has {num_classes} classes (outputs)",
                             hint="select fewer classes with data.classes (relabelled to 0..k-1)")
+
+
+def check_sample_shape(sample_shape: list[int] | tuple[int, ...], input_shape: list[int] | tuple[int, ...],
+                       where: str = "data") -> None:
+    """The one check (and message) that samples of `sample_shape` (batch excluded) fit a model input of
+    `input_shape` (batch first); quantize's calibration and emulate-run's streams both use it."""
+    want = tuple(int(d) for d in input_shape[1:])
+    got = tuple(int(d) for d in sample_shape)
+    if got != want:
+        hint = ("set data.image_size / data.grayscale, or check the model" if len(want) == 3
+                else "reshape x in the .npz to [N, " + ", ".join(map(str, want)) + "], or check the model")
+        raise DataError(f"{where} shape does not match the model input: expected samples of "
+                        f"{describe_sample_shape(want)} (model input {list(input_shape)}, batch first), got "
+                        f"{describe_sample_shape(got)}", hint=hint)
 
 
 # ---- sources --------------------------------------------------------------------------------------
@@ -229,8 +240,7 @@ def _load_regression(spec: DataSpec) -> Dataset:
         where = f"{path} ({tag})"
         if x.dtype.kind not in "iuf":
             raise DataError(f"{where}: x has dtype {x.dtype}; expected a numeric array (float or integer)")
-        if x.ndim != 4:
-            raise DataError(f"{where}: x has shape {list(x.shape)}; expected 4-D NHWC [N, H, W, C]")
+        _check_x_rank(x, where)
         if y.dtype.kind not in "iuf":
             raise DataError(f"{where}: y has dtype {y.dtype}; regression targets must be numbers")
         if y.ndim == 1:
@@ -301,9 +311,7 @@ def _existing(path: Path | None, what: str, *, want_dir: bool) -> Path:
 def _check_xy(x: np.ndarray, y: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray]:
     if x.dtype.kind not in "iuf":
         raise DataError(f"{where}: x has dtype {x.dtype}; expected a numeric array (float or integer)")
-    if x.ndim != 4:
-        raise DataError(f"{where}: x has shape {list(x.shape)}; expected 4-D NHWC [N, H, W, C]",
-                        hint="for single-channel images add a channel axis: x[..., None]" if x.ndim == 3 else None)
+    _check_x_rank(x, where)
     if y.ndim != 1 or len(y) != len(x):
         raise DataError(f"{where}: y has shape {list(y.shape)}; expected 1-D with one label per sample ({len(x)})")
     if y.dtype.kind == "f" and np.all(np.isfinite(y)) and np.all(y == np.round(y)):
@@ -313,6 +321,23 @@ def _check_xy(x: np.ndarray, y: np.ndarray, where: str) -> tuple[np.ndarray, np.
     if len(y) and int(y.min()) < 0:
         raise DataError(f"{where}: labels must be >= 0, found {int(y.min())}")
     return x, y.astype(np.int64)
+
+
+# The rank of one sample -> what it usually is (for messages); a sample has 1..4 dimensions (the TTDS limit).
+_SAMPLE_KINDS = {1: "[N, F] features", 2: "[N, T, F] sequences", 3: "[N, H, W, C] images", 4: "[N, D, H, W, C]"}
+
+
+def _check_x_rank(x: np.ndarray, where: str) -> None:
+    if not 2 <= x.ndim <= 5:
+        raise DataError(f"{where}: x has shape {list(x.shape)}; expected one sample per row: "
+                        f"{', '.join(_SAMPLE_KINDS[r] for r in (1, 2, 3))}",
+                        hint="for one value per sample use x[:, None]" if x.ndim == 1 else None)
+
+
+def describe_sample_shape(shape: list[int] | tuple[int, ...]) -> str:
+    """`[64] (features)`: a sample shape with what its rank usually holds, for messages."""
+    kind = {1: "features", 2: "a sequence [T, F]", 3: "an image [H, W, C]"}.get(len(shape))
+    return f"{list(shape)}" + (f" ({kind})" if kind else "")
 
 
 def _npz_class_names(arrays: dict, labels: np.ndarray, path: Path) -> list[str]:
