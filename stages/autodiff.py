@@ -136,11 +136,11 @@ import numpy as np
 from tinytrain.pipeline.errors import UnsupportedOpError, UserError
 from tinytrain.stages import int8_arith as ia
 from tinytrain.stages.ir import Graph, Op, Tensor
+from tinytrain.stages.losses import LOSSES, emit_losses, heads_from, prepare_heads  # noqa: F401 (LOSSES re-exported)
 from tinytrain.stages.qas import BIAS_RANGE, ROUNDINGS, STATE_COUNT, WEIGHT_RANGE, seed_state
 from tinytrain.stages.runtime_config import OPTIMIZER_DEFAULTS
 from tinytrain.stages.train_plan import TrainPlan
 
-LOSSES = ("cross_entropy", "mse")
 FLOAT_UPDATE_OPS = ("sgd_update", "momentum_update", "adam_update", "rmsprop_update")
 QAS_UPDATE_OPS = ("qas_sgd_update", "qas_momentum_update", "qas_adam_update", "qas_rmsprop_update")
 UPDATE_OPS = FLOAT_UPDATE_OPS + QAS_UPDATE_OPS
@@ -227,13 +227,10 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
     """The training IR of `graph` (float32, or int8 from the quantize stage: then `qas` says how int8 parameters
     update; default QASOptions()). `masks` (default: the module's MASKS) saves 1-bit activation masks instead of
     activations that the backward only masks a gradient with (clamp_mask / mask_grad, see `_use_masks`)."""
-    if loss not in LOSSES:
-        raise UserError(f"unknown loss {loss!r}", hint=f"choose one of {', '.join(LOSSES)}")
+    heads = heads_from(loss, list(graph.outputs))
     if int(batch_size) < 1:
         raise UserError(f"batch size must be >= 1 (got {batch_size})")
     batch_size = int(batch_size)
-    if len(graph.outputs) != 1:
-        raise UserError(f"training needs a model with one output (this one has {len(graph.outputs)})")
     int8 = False
     for i, op in enumerate(graph.ops):
         for name in op.inputs + op.outputs:
@@ -267,19 +264,12 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
 
     # ---- forward (+ loss head) ----------------------------------------------------------------------------
     fwd = [copy.deepcopy(op) for op in graph.ops]
-    head = graph.outputs[0]
-    producers = {t: i for i, op in enumerate(fwd) for t in op.outputs}
-    if int8 and head in producers and fwd[producers[head]].type == "dequantize" \
-            and g.tensors[fwd[producers[head]].inputs[0]].dtype == "int8":
-        # Float I/O (quantize.io: float): the loss dequantizes the int8 head itself.
-        head = fwd.pop(producers[head]).inputs[0]
-        producers = {t: i for i, op in enumerate(fwd) for t in op.outputs}
-    if loss == "cross_entropy" and head in producers and fwd[producers[head]].type == "softmax":
-        # The fused loss wants logits; the softmax exists only for inference.
-        sm = fwd.pop(producers[head])
-        if float(sm.attrs.get("beta", 1.0)) != 1.0:
-            raise NotImplementedError("cross-entropy on a softmax with beta != 1")
-        head = sm.inputs[0]
+    fwd, head_of = prepare_heads(g, fwd, heads, int8)
+    # Parameters of pruned outputs (not trained) get no gradient: they are not trained.
+    read = {t for op in fwd for t in op.inputs if t is not None}
+    wk = {p: k for p, k in wk.items() if p in read}
+    bias_on &= read
+    trained = set(wk) | bias_on
     for i, op in enumerate(fwd):
         if op.type not in DIFFERENTIABLE and op.type not in ("quantize", "dequantize"):
             # A user error, not a crash: the model loads and quantizes, only training it needs this op's backward.
@@ -298,20 +288,11 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
     if not trained:
         raise UserError("the plan trains nothing", hint="name at least one layer's bias or weights")
 
-    head_t = g.tensors[head]
     n_fwd = len(b.ops)
     deq = _Dequantizer(b) if int8 else None
-    # The loss reads real values: an int8 head is dequantized first (its gradient is that of the real value).
-    head_in = deq.full(head) if int8 and head_t.dtype == "int8" else head
-    loss_t = b.tensor("train/loss", [], role="output")
-    if loss == "cross_entropy":
-        lab = b.tensor("train/labels", [1], role="input", dtype="int32")
-        contrib = {head: [b.tensor(f"grad/{head}", head_t)]}
-        b.emit("softmax_ce_loss", [head_in, lab], [loss_t, contrib[head][0]])
-    else:
-        lab = b.tensor("train/target", head_t, role="input")
-        contrib = {head: [b.tensor(f"grad/{head}", head_t)]}
-        b.emit("mse_loss", [head_in, lab], [loss_t, contrib[head][0]])
+    contrib: dict[str, list[str]] = {}
+    lab, loss_t, head_in = emit_losses(b, heads, head_of, deq, contrib)
+    head = head_of[heads[0].name]
     n_loss = len(b.ops) - n_fwd
     g.inputs.append(lab)
     g.outputs = [loss_t]
@@ -540,7 +521,9 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
     if prngs:
         defaults["seed"] = 0.0
     g.meta["train"] = {
-        "loss": loss,
+        "loss": heads[0].loss if len(heads) == 1 else "multi",
+        "heads": [{"output": h.name, "tensor": head_of[h.name], "loss": h.loss, "weight": h.weight}
+                  for h in heads],
         "batch_size": batch_size,
         "optimizer": optimizer.kind,
         "runtime_defaults": defaults,

@@ -26,6 +26,7 @@ from tinytrain.stages import executor as fwd_exec
 from tinytrain.stages import grad_ops as go
 from tinytrain.stages import qas
 from tinytrain.stages.ir import Graph, Op
+from tinytrain.stages.losses import LOSS_OPS, loss_sum, run_loss_op
 
 _FORWARD_OPS = frozenset(fwd_exec.supported_ops())
 
@@ -34,6 +35,9 @@ __all__ = ["init_state", "run_sample", "train_step", "train", "TrainingError"]
 
 class TrainingError(fwd_exec.ExecutionError):
     """The training graph cannot be run as given."""
+
+
+LOSS_OP_TYPES = frozenset(LOSS_OPS.values())
 
 
 def init_state(train_graph: Graph, runtime: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
@@ -158,10 +162,10 @@ def _backward(op: Op, v: Callable[[int], np.ndarray], shape: Callable[[str], lis
         return [_dequantize_slice(v(0), tensor(op.inputs[0]), a)]
     if t == "grad_accumulate":
         return [go.grad_sum([v(j) for j in range(len(op.inputs))])]
-    if t == "softmax_ce_loss":
-        return list(go.softmax_ce_loss(v(0), v(1)))
-    if t == "mse_loss":
-        return list(go.mse_loss(v(0), v(1)))
+    if t in LOSS_OP_TYPES:
+        return run_loss_op(op, v, tensor)
+    if t == "loss_sum":
+        return [loss_sum([v(j) for j in range(len(op.inputs))])]
     raise NotImplementedError(f"training executor: no kernel for op {t!r}")
 
 
