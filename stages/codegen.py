@@ -49,6 +49,7 @@ import numpy as np
 from tinytrain.stages import int8_arith as ia
 from tinytrain.stages.geometry import out_size_and_pad
 from tinytrain.stages.ir import Graph, Op, Tensor
+from tinytrain.stages.losses import HUBER_DELTA, LOSS_OPS
 from tinytrain.stages.memplan import fused_dequantize
 from tinytrain.stages.runtime_config import PROTOCOL
 from tinytrain.stages.streams import Stream, row_geometry
@@ -1204,27 +1205,42 @@ class _Gen:
         return [f"tt_accumulate_f32({n}, {self.loc(acc)}, {self.loc(g)});"]
 
     def op_softmax_ce_loss(self, op: Op) -> list[str]:
-        z, lab = op.inputs
-        loss, dz = op.outputs
-        zs = self.g.tensors[z].shape
-        depth = zs[-1]
-        if numel(zs) // depth != numel(self.g.tensors[lab].shape):
-            raise CodegenError(f"softmax_ce_loss: {numel(zs) // depth} rows of logits for "
-                               f"{numel(self.g.tensors[lab].shape)} label(s): not a classifier head")
-        return [f"{self.loc(loss)}[0] = tt_softmax_cross_entropy_f32({numel(zs) // depth}, {depth}, {self.loc(z)}, "
-                f"{self.loc(lab)}, {self.loc(dz)});"]
+        return self._loss(op)
 
     def op_mse_loss(self, op: Op) -> list[str]:
         # grad_ops.mse_loss: per sample mean over its elements of (y - t)^2, summed over the rows; dy = 2 (y - t) / per.
         # tt_mse_f32 computes dy in that order (bit-exact); the loss sums sequentially (numpy sums pairwise from 8
         # elements on, so the loss may differ in the last ulp for K >= 8).
+        return self._loss(op)
+
+    def op_bce_logits_loss(self, op: Op) -> list[str]:
+        return self._loss(op)
+
+    def op_huber_loss(self, op: Op) -> list[str]:
+        return self._loss(op)
+
+    def _loss(self, op: Op) -> list[str]:
+        """A loss op (stages/losses.py): its kernel on the head's slice of the target (attr offset, several heads),
+        then the head's weight (attr weight) on loss and gradient."""
         y, t = op.inputs
         loss, dy = op.outputs
-        ys = self.g.tensors[y].shape
-        rows, per = (int(ys[0]), numel(ys[1:])) if len(ys) > 1 else (1, numel(ys))
-        if numel(self.g.tensors[t].shape) != rows * per:
-            raise CodegenError(f"mse_loss: target {t!r} {self.g.tensors[t].shape} does not match the prediction {ys}")
-        return [f"{self.loc(loss)}[0] = tt_mse_f32({rows}, {per}, {self.loc(y)}, {self.loc(t)}, {self.loc(dy)});"]
+        ys, ts = self.g.tensors[y].shape, self.g.tensors[t].shape
+        off = op.attrs.get("offset")
+        if off is None:  # one head: the target tensor is exactly this head's
+            want = numel(ys) // ys[-1] if op.type == "softmax_ce_loss" else numel(ys)
+            if numel(ts) != want:
+                raise CodegenError(f"{op.type}: target {t!r} {ts} does not fit the prediction {ys}")
+        lines = loss_call(op.type, ys, self.loc(y), self.loc(t), self.g.tensors[t].dtype, int(off or 0),
+                          self.loc(dy), f"{self.loc(loss)}[0]", float(op.attrs.get("delta", HUBER_DELTA)))
+        if "weight" in op.attrs:
+            lines.append(f"{self.loc(loss)}[0] = tt_loss_weight_f32({numel(ys)}, {flit(float(op.attrs['weight']))}, "
+                         f"{self.loc(loss)}[0], {self.loc(dy)});")
+        return lines
+
+    def op_loss_sum(self, op: Op) -> list[str]:
+        # losses.loss_sum: 0 + l0 + l1 + ... in head order, float32.
+        out = f"{self.loc(op.outputs[0])}[0]"
+        return [f"{out} = 0.0f;"] + [f"{out} += {self.loc(t)}[0];" for t in op.inputs]
 
     # ---- updates ---------------------------------------------------------------------------------------------
     def rt(self, op: Op, key: str) -> str:
@@ -1364,11 +1380,37 @@ class _Gen:
     op_qas_rmsprop_update = _qas
 
 
+def loss_call(op_type: str, shape: list[int], pred: str, target: str, target_dtype: str, offset: int, grad: str,
+              result: str, delta: float = HUBER_DELTA) -> list[str]:
+    """C lines computing `result = loss` and the gradient `grad` of one loss op type (stages/losses.py) on a
+    prediction `pred` of `shape`, reading the targets at `target` + `offset` (one float class index for
+    cross-entropy on a float target row). Shared by the training step and the evaluation of several heads."""
+    rows, per = (int(shape[0]), numel(shape[1:])) if len(shape) > 1 else (1, numel(shape))
+    tgt = f"{target} + {offset}" if offset else target
+    if op_type == "softmax_ce_loss":
+        depth = int(shape[-1])
+        if target_dtype == "int32":
+            return [f"{result} = tt_softmax_cross_entropy_f32({numel(shape) // depth}, {depth}, {pred}, {tgt}, "
+                    f"{grad});"]
+        if numel(shape) != depth:
+            raise CodegenError(f"softmax_ce_loss on a float target row: one row of logits, not {list(shape)}")
+        return [f"{{ const int32_t tt_lab = (int32_t)({target}[{offset}]);",
+                f"  {result} = tt_softmax_cross_entropy_f32(1, {depth}, {pred}, &tt_lab, {grad}); }}"]
+    if op_type == "mse_loss":
+        return [f"{result} = tt_mse_f32({rows}, {per}, {pred}, {tgt}, {grad});"]
+    if op_type == "bce_logits_loss":
+        return [f"{result} = tt_bce_logits_f32({rows}, {per}, {pred}, {tgt}, {grad});"]
+    if op_type == "huber_loss":
+        return [f"{result} = tt_huber_f32({rows}, {per}, {flit(delta)}, {pred}, {tgt}, {grad});"]
+    raise CodegenError(f"no C kernel for loss op {op_type}")
+
+
 # ---- the program ---------------------------------------------------------------------------------------------
 
 def _program(gen: _Gen, fwd_lines: list[str], sample_lines: list[str], step_lines: list[str], x_name: str,
              lab_name: str, head: str, loss: str, batch_size: int, trained: list[dict], prng_inits: list[str],
-             stack_bytes: int, n_prof: int = 0, regression: bool = False) -> str:
+             stack_bytes: int, n_prof: int = 0, regression: bool = False,
+             loss_heads: list[dict[str, Any]] | None = None) -> str:
     g = gen.g
     x_t = g.tensors[x_name]
     head_t = g.tensors[head]
@@ -1412,7 +1454,9 @@ static void tt_write_split(int fd, const int8_t *whole, const int8_t *part, uint
 """ if gen.split else ""
     arena_end = max((int(b["offset"]) + int(b["size"]) for b in gen.plan["buffers"] if int(b["size"])), default=0)
     ind = lambda ls, n: "\n".join(" " * n + ln for ln in ls)  # noqa: E731
-    if regression:
+    if loss_heads:
+        eval_fn, eval_fmt, read_record, targets_check = _loss_parts(gen, x_name, lab_name, loss_heads, ttds_dtype)
+    elif regression:
         eval_fn, eval_fmt, read_record, targets_check = _regression_parts(gen, x_name, lab_name, head, ttds_dtype)
     else:
         eval_fn = f"""static void tt_evaluate(uint32_t *correct, uint32_t *total)
@@ -1819,6 +1863,111 @@ static void tt_evaluate(uint32_t *mse_bits, uint32_t *total)
     return eval_fn, eval_fmt, read_record, targets_check
 
 
+def _head_captures(gen: _Gen, heads: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Several heads: evaluation copies each head into its own static buffer right after the forward op that writes
+    it (later forward ops may reuse its arena bytes once its loss has read it in the training schedule)."""
+    out: dict[str, list[str]] = {}
+    for j, h in enumerate(heads):
+        t = gen.g.tensors[h["tensor"]]
+        ctype = "int8_t" if t.dtype == "int8" else "float"
+        gen.globals.append(f"static {ctype} tt_eval_head{j}[{numel(t.shape)}];")
+        out.setdefault(h["tensor"], []).append(f"memcpy(tt_eval_head{j}, {gen.loc(h['tensor'])}, {t.nbytes}u);")
+    return out
+
+
+def _loss_parts(gen: _Gen, x_name: str, lab_name: str, heads: list[dict[str, Any]],
+                ttds_dtype: str) -> tuple[str, str, str, str]:
+    """Training on a float target row other than a single MSE head (several heads; one bce or huber head): the
+    evaluation is the test split's mean training loss (every head's weighted loss, summed as loss_sum does) with the
+    loss kernels themselves on the heads captured during the forward, into static scratch gradients. results.json
+    holds its IEEE-754 bits (`loss_before_bits`, `loss_after_bits`; task "loss"). Records are TTDS version 2 whose K
+    float targets are the heads' targets back to back (stages/losses.py)."""
+    g = gen.g
+    k = numel(g.tensors[lab_name].shape)
+    biggest = max(numel(g.tensors[h["tensor"]].shape) for h in heads)
+    body, off = [], 0
+    for j, h in enumerate(heads):
+        t = g.tensors[h["tensor"]]
+        n = numel(t.shape)
+        pred = f"tt_eval_head{j}"
+        if t.dtype == "int8":
+            sc, z = gen.qp(h["tensor"])
+            body.append(f"        tt_dequantize_s8_f32({n}, {flit(sc)}, {z}, tt_eval_head{j}, tt_eval_pred);")
+            pred = "tt_eval_pred"
+        op_type = LOSS_OPS[h["loss"]]
+        body += ["        " + ln for ln in loss_call(op_type, list(t.shape), pred, "target",
+                                                       "float32", off if len(heads) > 1 else 0,
+                                                       "tt_eval_grad", "l")]
+        if float(h.get("weight", 1.0)) != 1.0:
+            body.append(f"        l = l * {flit(float(h['weight']))};")
+        body.append("        acc += l;")
+        off += 1 if h["loss"] == "cross_entropy" else n
+    if off != k:
+        raise CodegenError(f"the heads take {off} target values per sample but the target row has {k}")
+    # int8 heads are dequantized into one scratch buffer first (the losses read real values).
+    pred_decl = f"static float tt_eval_pred[{biggest}];\n" if any("tt_eval_pred" in ln for ln in body) else ""
+    eval_fn = f"""#define TT_NUM_TARGETS {k}u
+
+static float tt_eval_grad[{biggest}];
+{pred_decl}
+static void tt_evaluate(uint32_t *loss_bits, uint32_t *total)
+{{
+    static float target[TT_NUM_TARGETS];
+    tt_ttds s;
+    int32_t label;
+    float sum = 0.0f;
+    int rc = tt_ttds_open(&s, "test.ttds");
+    *loss_bits = 0;
+    *total = 0;
+    if (rc != 0) {{
+        tt_fail("cannot open test.ttds");
+    }}
+    if (s.sample_bytes != TT_INPUT_BYTES || s.dtype != {ttds_dtype}) {{
+        tt_fail("test.ttds: samples do not match the model input");
+    }}
+    if (s.targets != TT_NUM_TARGETS) {{
+        tt_fail("test.ttds: the records' float targets do not match the trained outputs");
+    }}
+    while ((rc = tt_ttds_next_target(&s, &label, target, {gen.loc(x_name)})) == 1) {{
+        float acc = 0.0f, l = 0.0f;
+        tt_forward();
+#if defined(TT_DUMP_TENSORS) && TT_DUMP_TENSORS
+        {{ /* the first head of every test sample, for bit-exact checks against the executor */
+            const int dfd = tt_open("eval_out.bin", TT_APPEND);
+            if (dfd < 0 || tt_write(dfd, tt_eval_head0, sizeof tt_eval_head0) != 0) {{
+                tt_fail("cannot write eval_out.bin");
+            }}
+            tt_close(dfd);
+        }}
+#endif
+{chr(10).join(body)}
+        sum += acc;
+        *total += 1;
+    }}
+    if (rc < 0) {{
+        tt_fail("test.ttds: read error");
+    }}
+    tt_ttds_close(&s);
+    *loss_bits = tt_f32_bits(*total ? sum / (float)*total : 0.0f);
+}}
+
+"""
+    eval_fmt = ('"{\\"protocol\\": ' + str(PROTOCOL) + ', \\"task\\": \\"loss\\", '
+                '\\"loss_before_bits\\": %lu, \\"loss_before_total\\": %lu, "\n'
+                '        "\\"loss_after_bits\\": %lu, \\"loss_after_total\\": %lu, \\"steps\\": %lu, '
+                '\\"samples\\": %lu, "')
+    read_record = f"""                rc = tt_ttds_next_target(&s, &label, {gen.loc(lab_name)}, {gen.loc(x_name)});
+                if (rc != 1) {{
+                    tt_fail("train.ttds: read error");
+                }}
+"""
+    targets_check = """
+    if (s.targets != TT_NUM_TARGETS) {
+        tt_fail("train.ttds: the records' float targets do not match the trained outputs");
+    }"""
+    return eval_fn, eval_fmt, read_record, targets_check
+
+
 def generate(tg: Graph, order: list[int], memplan_doc: dict[str, Any], out_dir: Path,
              kernels: str = "portable", stack_bytes: int = DEFAULT_STACK) -> dict[str, Any]:
     """Write the program for training IR `tg` run in schedule `order` with memory plan `memplan_doc` (reorder's
@@ -1841,6 +1990,10 @@ def generate(tg: Graph, order: list[int], memplan_doc: dict[str, Any], out_dir: 
     n_prof = 0
     streams = [Stream.from_json(d) for d in memplan_doc.get("streams", [])]
     stream_of = {i: st for st in streams for i in st.ops}
+    # Float targets other than one MSE head (several heads, bce, huber): evaluation by the mean training loss.
+    regression = meta.get("loss") == "mse"
+    loss_heads = meta.get("heads") if tg.tensors[lab].dtype == "float32" and not regression else None
+    captures = _head_captures(gen, loss_heads) if loss_heads else {}
     for i in order:
         op = tg.ops[i]
         if i in stream_of:
@@ -1851,6 +2004,9 @@ def generate(tg: Graph, order: list[int], memplan_doc: dict[str, Any], out_dir: 
             lines = gen.emit(op)
         if i < n_fwd and op.type != "clamp_mask":  # inference needs no gradient masks
             fwd_lines += lines
+            for j in (stream_of[i].ops if i in stream_of else [i]):
+                for t in tg.ops[j].outputs:
+                    fwd_lines += captures.get(t, [])
         # Training-step ops are bracketed for the per-op instruction profile (bench/profile_mbv2.py); the macros
         # are empty unless the firmware is built with -DTT_PROFILE=1, so a normal build compiles to the same code.
         prof = [lines[0], "TT_PROF_BEGIN();", *lines[1:], f"TT_PROF_END({n_prof});"]
@@ -1877,9 +2033,8 @@ def generate(tg: Graph, order: list[int], memplan_doc: dict[str, Any], out_dir: 
     for t in trained:
         gen.loc(t["name"])
     head = meta["prediction"]
-    regression = meta.get("loss") == "mse"
     text = _program(gen, fwd_lines, sample_lines, step_lines, x_name, lab, head, meta["loss_tensor"], bsz,
-                    trained, prng_inits, stack_bytes, n_prof, regression=regression)
+                    trained, prng_inits, stack_bytes, n_prof, regression=regression, loss_heads=loss_heads)
     (out_dir / "tt_model.c").write_text(text)
     (out_dir / "sources.json").write_text(json.dumps({"kernels": None, "defines": {}, "stack_bytes": stack_bytes},
                                                      indent=1) + "\n")
@@ -1900,6 +2055,10 @@ def generate(tg: Graph, order: list[int], memplan_doc: dict[str, Any], out_dir: 
           "weights_bytes": off}
     if regression:  # classification layouts keep their bytes; regression says what the streams must carry
         io.update(loss="mse", num_targets=numel(h_t.shape))
+    elif loss_heads:  # the heads' targets back to back in each record (stages/losses.py)
+        io.update(loss=meta["loss"], num_targets=numel(tg.tensors[lab].shape),
+                  heads=[{"output": h["output"], "loss": h["loss"], "weight": h["weight"],
+                          "shape": list(tg.tensors[h["tensor"]].shape)} for h in loss_heads])
     (out_dir / "io_layout.json").write_text(json.dumps(io, indent=1) + "\n")
     summary = {"lines": text.count("\n"), "kernel_calls": gen.calls, "arena_bytes": gen.arena,
                "const_bytes": gen.const_bytes, "ops": len(order), "trained_tensors": len(trained),

@@ -1,0 +1,203 @@
+"""Multi-output training (issue 10 item 2): heads named with loss and weight, binary cross-entropy with logits and
+Huber losses, gradients of several heads meeting in a shared trunk, untrained outputs pruned, the multi-loss step
+in C on the host board vs the numpy golden model, and the bad-input messages.
+
+Outside references: PyTorch (BCEWithLogitsLoss, HuberLoss, autograd through the two-head MLP) and central finite
+differences in float64. The model is tests/feature_models.two_head_mlp (written by the project's TFLite writer)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+from feature_models import features_mlp, two_head_mlp
+from tinytrain.stages import codegen
+from tinytrain.stages import train_executor as te
+from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
+from tinytrain.stages.data import write_stream
+from tinytrain.stages.losses import Head, LossError, bce_logits_loss, huber_loss
+from tinytrain.stages.reorder import plan_schedules
+from tinytrain.stages.runtime_config import RuntimeConfig
+from tinytrain.stages.train_plan import TrainPlan
+
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler")
+HEADS = [Head("scores", "bce"), Head("boxes", "huber", 0.1)]
+
+
+# ---- the losses against PyTorch and finite differences -----------------------------------------------------------
+
+def _case(seed: int, shape=(3, 5)):
+    rng = np.random.default_rng(seed)
+    z = (rng.standard_normal(shape) * 4).astype(np.float32)
+    z[0, 0], z[1, 1] = 40.0, -40.0  # far in the tails: the stable forms must not overflow
+    return z, rng.uniform(0, 1, shape).astype(np.float32), (rng.standard_normal(shape) * 2).astype(np.float32)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_bce_with_logits_matches_torch(seed):
+    z, t, _ = _case(seed)
+    loss, dz = bce_logits_loss(z, t)
+    zt = torch.tensor(z, requires_grad=True)
+    # Per sample mean over its elements, summed over samples = torch's per-row mean, summed.
+    ref = torch.nn.functional.binary_cross_entropy_with_logits(zt, torch.tensor(t), reduction="none").mean(1).sum()
+    ref.backward()
+    assert float(loss) == pytest.approx(ref.item(), rel=1e-5)
+    np.testing.assert_allclose(dz, zt.grad.numpy(), rtol=1e-5, atol=1e-7)
+    assert np.isfinite(loss) and np.all(np.isfinite(dz))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_huber_matches_torch(seed):
+    _, _, y = _case(seed)
+    t = np.random.default_rng(seed + 5).standard_normal(y.shape).astype(np.float32)
+    loss, dy = huber_loss(y, t)
+    yt = torch.tensor(y, requires_grad=True)
+    ref = torch.nn.functional.huber_loss(yt, torch.tensor(t), reduction="none", delta=1.0).mean(1).sum()
+    ref.backward()
+    assert float(loss) == pytest.approx(ref.item(), rel=1e-5)
+    np.testing.assert_allclose(dy, yt.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("fn", [bce_logits_loss, huber_loss])
+def test_loss_gradients_match_finite_differences(fn):
+    rng = np.random.default_rng(3)
+    y = (rng.standard_normal((2, 4)) * 2).astype(np.float32)
+    t = rng.uniform(0, 1, (2, 4)).astype(np.float32)
+    _, g = fn(y, t)
+    h = 1e-3
+    for idx in np.ndindex(y.shape):
+        up, dn = y.astype(np.float64), y.astype(np.float64)
+        up[idx] += h
+        dn[idx] -= h
+        num = (float(fn(up.astype(np.float32), t)[0]) - float(fn(dn.astype(np.float32), t)[0])) / (2 * h)
+        assert g[idx] == pytest.approx(num, abs=2e-3), idx
+
+
+# ---- autodiff: several heads -------------------------------------------------------------------------------------
+
+def _torch_grads(g, x, ts, tb):
+    """dL/dparam of L = bce(scores, ts) + 0.1 huber(boxes, tb) through the float model, by torch autograd."""
+    p = {n: torch.tensor(g.tensors[n].data.astype(np.float64), requires_grad=True)
+         for n in ("trunk/w", "trunk/b", "scores/w", "scores/b", "boxes/w", "boxes/b")}
+    h = torch.relu(torch.tensor(x, dtype=torch.float64) @ p["trunk/w"].T + p["trunk/b"])
+    s = h @ p["scores/w"].T + p["scores/b"]
+    b = h @ p["boxes/w"].T + p["boxes/b"]
+    loss = (torch.nn.functional.binary_cross_entropy_with_logits(s, torch.tensor(ts, dtype=torch.float64))
+            + 0.1 * torch.nn.functional.huber_loss(b, torch.tensor(tb, dtype=torch.float64)))
+    loss.backward()
+    return loss.item(), {n: v.grad.numpy() for n, v in p.items()}
+
+
+def _targets(n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 16)).astype(np.float32)
+    ts = (rng.uniform(0, 1, (n, 3)) > 0.5).astype(np.float32)
+    tb = (rng.standard_normal((n, 4)) * 2).astype(np.float32)
+    return x, ts, tb, np.concatenate([ts, tb], axis=1)
+
+
+def test_two_heads_accumulate_in_the_trunk_like_torch():
+    g = two_head_mlp()
+    tg = build_training_graph(g, TrainPlan.full(g), HEADS, OptimizerSpec("sgd"), 1)
+    meta = tg.meta["train"]
+    assert meta["loss"] == "multi" and [h["output"] for h in meta["heads"]] == ["scores", "boxes"]
+    assert tg.tensors["train/target"].shape == [1, 7]
+    types = [op.type for op in tg.ops]
+    assert types.count("bce_logits_loss") == 1 and types.count("huber_loss") == 1 and "loss_sum" in types
+    # The untrained output `aux` is pruned: no op, no tensors, nothing trained.
+    assert not any("aux" in t for op in tg.ops for t in op.inputs + op.outputs if t)
+    assert not any(n.startswith("aux") for n in tg.tensors) and "aux/w" not in meta["trained"]
+    x, ts, tb, row = _targets(1)
+    state = te.init_state(tg)
+    values = te.run_sample(tg, state, x, row)
+    want_loss, want = _torch_grads(g, x, ts, tb)
+    assert float(values["train/loss"]) == pytest.approx(want_loss, rel=1e-5)
+    for p, d in meta["trained"].items():
+        np.testing.assert_allclose(values[d["gradient"]], want[p], rtol=1e-4, atol=1e-6, err_msg=p)
+
+
+def test_single_output_is_the_one_element_case():
+    g = features_mlp(8, 6, 3)
+    a = build_training_graph(g, TrainPlan.full(g), "cross_entropy", OptimizerSpec("sgd"), 1)
+    b = build_training_graph(g, TrainPlan.full(g), [Head("probs", "cross_entropy")], OptimizerSpec("sgd"), 1)
+    assert [(o.type, o.inputs, o.outputs, o.attrs) for o in a.ops] == [(o.type, o.inputs, o.outputs, o.attrs)
+                                                                      for o in b.ops]
+    assert a.meta["train"] == b.meta["train"] and a.meta["train"]["label_input"] == "train/labels"
+
+
+@pytest.mark.parametrize("heads, message", [
+    ([Head("score", "bce")], r"names 'score', which is not an output of the model \(outputs: scores, boxes, aux\)"),
+    ([Head("scores", "bce"), Head("scores", "mse")], "names 'scores' twice"),
+    ([Head("scores", "hinge")], "unknown loss 'hinge'"),
+    ([Head("scores", "bce", -1.0)], "weight must be a positive number"),
+    ([], "train.outputs is empty"),
+])
+def test_bad_heads_are_one_line_user_errors(heads, message):
+    g = two_head_mlp()
+    with pytest.raises(LossError, match=message) as e:
+        build_training_graph(g, TrainPlan.full(g), heads, OptimizerSpec("sgd"), 1)
+    assert e.value.exit_code == 2 and "\n" not in e.value.message
+    if heads and heads[0].name == "score":
+        assert e.value.hint == "did you mean 'scores'?"
+
+
+def test_loss_that_does_not_fit_the_output():
+    g = features_mlp(8, 6, 3)
+    with pytest.raises(LossError, match=r"loss bce does not fit output 'probs' .*softmax's probabilities"):
+        build_training_graph(g, TrainPlan.full(g), [Head("probs", "bce")], OptimizerSpec("sgd"), 1)
+    one = features_mlp(8, 6, 1)
+    with pytest.raises(LossError, match=r"loss cross_entropy does not fit output 'probs' \(float32 \[1, 1\]\)"):
+        build_training_graph(one, TrainPlan.full(one), "cross_entropy", OptimizerSpec("sgd"), 1)
+    with pytest.raises(LossError, match="the model has 3 outputs .*name the one"):
+        build_training_graph(two_head_mlp(), TrainPlan.full(two_head_mlp()), "mse", OptimizerSpec("sgd"), 1)
+
+
+# ---- the multi-loss step in C on the host board ------------------------------------------------------------------
+
+def _golden_loss(tg, state, x, rows):
+    """Mean training loss over samples with the golden model's forward + loss ops (no update)."""
+    total = np.float32(0)
+    for i in range(len(x)):
+        total = np.float32(total + te.run_sample(tg, state, x[i:i + 1], rows[i:i + 1])["train/loss"])
+    return float(np.float32(total / np.float32(len(x))))
+
+
+@needs_cc
+def test_multi_loss_step_on_host_matches_the_golden_model(tmp_path):
+    from test_codegen import _golden, _run
+
+    g = two_head_mlp()
+    tg = build_training_graph(g, TrainPlan.full(g), HEADS, OptimizerSpec("momentum", learning_rate=0.05), 1)
+    _, mp, _, _ = plan_schedules(tg, True)
+    codegen.generate(tg, mp.order, mp.to_json(), tmp_path / "prog")
+    src = (tmp_path / "prog" / "tt_model.c").read_text()
+    assert "tt_bce_logits_f32(" in src and "tt_huber_f32(" in src and "tt_loss_weight_f32(" in src
+    io = json.loads((tmp_path / "prog" / "io_layout.json").read_text())
+    assert io["loss"] == "multi" and io["num_targets"] == 7 and [h["output"] for h in io["heads"]] == ["scores",
+                                                                                                       "boxes"]
+    x, _, _, rows = _targets(24, seed=1)
+    write_stream(tmp_path / "train.ttds", x, None, targets=rows)
+    write_stream(tmp_path / "test.ttds", x[:8], None, targets=rows[:8])
+    cfg = RuntimeConfig(learning_rate=0.05, epochs=1, momentum=0.9)
+    out = _run("host", tmp_path / "prog", tmp_path / "build", tmp_path / "run", cfg,
+               {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"},
+               sanitize=("address", "undefined"))
+    want, state = _golden(tg, x, rows, cfg)
+    losses = np.frombuffer(out["losses.bin"], "<f4")
+    np.testing.assert_allclose(losses, want, rtol=1e-5, atol=1e-6)
+    for e in io["trained_tensors"]:
+        got = np.frombuffer(out["weights.bin"][e["offset"]:e["offset"] + e["nbytes"]], e["dtype"]).reshape(e["shape"])
+        np.testing.assert_allclose(got, state[e["name"]], rtol=1e-5, atol=1e-6, err_msg=e["name"])
+    res = json.loads(out["results.json"])
+    assert res["task"] == "loss" and res["loss_before_total"] == res["loss_after_total"] == 8
+    bits = lambda k: struct.unpack("<f", struct.pack("<I", res[k]))[0]  # noqa: E731
+    before = _golden_loss(tg, te.init_state(tg), x[:8], rows[:8])
+    after = _golden_loss(tg, state, x[:8], rows[:8])
+    assert bits("loss_before_bits") == pytest.approx(before, rel=1e-5)
+    assert bits("loss_after_bits") == pytest.approx(after, rel=1e-5)
+    assert after < before and res["loss_nan"] is False
