@@ -136,7 +136,7 @@ import numpy as np
 from tinytrain.pipeline.errors import UnsupportedOpError, UserError
 from tinytrain.stages import int8_arith as ia
 from tinytrain.stages.ir import Graph, Op, Tensor
-from tinytrain.stages.losses import LOSSES, emit_losses, heads_from, prepare_heads  # noqa: F401 (LOSSES re-exported)
+from tinytrain.stages.losses import LOSSES, emit_losses, heads_from, loss_config, prepare_heads  # noqa: F401 (LOSSES re-exported)
 from tinytrain.stages.qas import BIAS_RANGE, ROUNDINGS, STATE_COUNT, WEIGHT_RANGE, seed_state
 from tinytrain.stages.runtime_config import OPTIMIZER_DEFAULTS
 from tinytrain.stages.train_plan import TrainPlan
@@ -820,7 +820,7 @@ def run(ctx) -> Any:
     graph = Graph.load(src)
     cfg = ctx.config
     plan, scheme = _read_plan(ctx, graph)
-    tg = build_training_graph(graph, plan, cfg.get("train.loss") or "cross_entropy",
+    tg = build_training_graph(graph, plan, loss_config(cfg),
                               _optimizer_from_config(cfg.get("train.optimizer")),
                               int(cfg.get("train.batch_size") or 1), QASOptions.from_config(cfg.get("train.qas")))
     tg.save(ctx.out_dir, stem="train_")

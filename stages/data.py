@@ -55,6 +55,7 @@ import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -74,10 +75,14 @@ class Dataset:
     y_test: np.ndarray
     class_names: list[str]  # index = label; regression: empty
     task: str = "classification"
+    # task "outputs": output name -> float32 targets [N, ...] of the train / test split (y_* are then [N, 0])
+    t_train: dict[str, np.ndarray] | None = None
+    t_test: dict[str, np.ndarray] | None = None
 
     @property
     def regression(self) -> bool:
-        return self.task == "regression"
+        """Float targets (no class labels): task regression, or outputs (one array per trained output)."""
+        return self.task in ("regression", "outputs")
 
     @property
     def num_targets(self) -> int:
@@ -98,8 +103,13 @@ class Dataset:
         h.update(json.dumps(self.class_names).encode())
         if self.regression:  # classification digests stay what they were (cache keys)
             h.update(b"task:regression")
-        for name in ("x_train", "y_train", "x_test", "y_test"):
-            a = np.ascontiguousarray(getattr(self, name))
+        if self.task == "outputs":
+            h.update(b"task:outputs")
+        arrays = [(n, getattr(self, n)) for n in ("x_train", "y_train", "x_test", "y_test")]
+        for split in ("train", "test"):
+            arrays += [(f"t_{split}/{k}", v) for k, v in sorted((getattr(self, f"t_{split}") or {}).items())]
+        for name, a in arrays:
+            a = np.ascontiguousarray(a)
             h.update(f"{name}:{a.dtype.str}:{list(a.shape)}".encode())
             h.update(a.tobytes())
         return h.hexdigest()
@@ -110,6 +120,8 @@ class Dataset:
 def load_dataset(spec: DataSpec) -> Dataset:
     if getattr(spec, "task", "classification") == "regression":
         return _load_regression(spec)
+    if getattr(spec, "task", "classification") == "outputs":
+        return _load_outputs(spec)
     raw = _LOADERS[spec.source](spec)
     split = raw.get("x_test") is not None
     names = raw["class_names"]
@@ -270,6 +282,90 @@ def _load_regression(spec: DataSpec) -> Dataset:
     ds = Dataset(class_names=[], task="regression", **out)
     _check_dataset(ds)
     return ds
+
+
+def _load_outputs(spec: DataSpec) -> Dataset:
+    """npz with one target array per output: x_train, x_test with y_train_<output>, y_test_<output> (the file's
+    split), or x with y_<output> (a seeded shuffle split here). Targets are numbers, one row per sample, any
+    shape (checked against each trained output by `target_rows`)."""
+    if spec.source != "npz":
+        raise DataError(f"task outputs needs source npz (one y array per output), not {spec.source!r}")
+    path, arrays = _read_npz(spec)
+    if {"x_train", "x_test"} <= arrays.keys():
+        parts = [("train", arrays["x_train"], "y_train_"), ("test", arrays["x_test"], "y_test_")]
+    elif "x" in arrays:
+        parts = [("train", arrays["x"], "y_")]
+    else:
+        raise DataError(f"{path}: needs x_train and x_test (or x, to split here) and one y array per trained output; "
+                        f"it has {sorted(arrays)}")
+    out: dict[str, Any] = {}
+    for split, x, prefix in parts:
+        where = f"{path} ({split if len(parts) > 1 else 'x/y'})"
+        if x.dtype.kind not in "iuf":
+            raise DataError(f"{where}: x has dtype {x.dtype}; expected a numeric array (float or integer)")
+        _check_x_rank(x, where)
+        ts = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix) and len(k) > len(prefix)}
+        if not ts:
+            raise DataError(f"{path}: no target arrays: expected one {prefix}<output> array per trained output; "
+                            f"it has {sorted(arrays)}")
+        for name, t in ts.items():
+            if t.dtype.kind not in "iuf" or t.ndim < 1 or len(t) != len(x):
+                raise DataError(f"{where}: {prefix}{name} has shape {list(t.shape)} dtype {t.dtype}; expected "
+                                f"numbers with one row per sample ({len(x)})")
+            if not np.all(np.isfinite(t)):
+                raise DataError(f"{where}: {prefix}{name} has NaN or infinite values")
+        out[f"x_{split}"] = _normalise(x, spec, f"x_{split}")
+        out[f"t_{split}"] = {k: v.astype(np.float32) for k, v in ts.items()}
+    if "x_test" not in out:
+        if len(out["x_train"]) < 2:
+            raise DataError(f"{path}: {len(out['x_train'])} sample(s) cannot be split into train and test")
+        from sklearn.model_selection import train_test_split
+
+        names = sorted(out["t_train"])
+        cut = train_test_split(out["x_train"], *(out["t_train"][n] for n in names), test_size=spec.test_fraction,
+                               random_state=spec.split_seed)
+        out = {"x_train": cut[0], "x_test": cut[1], "t_train": dict(zip(names, cut[2::2])),
+               "t_test": dict(zip(names, cut[3::2]))}
+    if sorted(out["t_train"]) != sorted(out["t_test"]):
+        raise DataError(f"{path}: train targets are for outputs {sorted(out['t_train'])} but test targets for "
+                        f"{sorted(out['t_test'])}")
+    ds = Dataset(class_names=[], task="outputs", y_train=np.zeros((len(out["x_train"]), 0), np.float32),
+                 y_test=np.zeros((len(out["x_test"]), 0), np.float32), **out)
+    _check_dataset(ds)
+    return ds
+
+
+def target_rows(ds: Dataset, heads: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """The float32 target rows [N, K] of the train and test split for the trained `heads` (codegen's io_layout
+    "heads": output, loss, shape): each head's targets back to back (stages/losses.py), a class index as one value.
+    Every mismatch is one line: a missing array (the arrays there are named), a shape that differs from the
+    output's, a class out of range."""
+    have = sorted(ds.t_train or {})
+    if ds.task != "outputs":
+        raise DataError("the firmware trains named outputs (train.outputs) but the data has no per-output targets",
+                        hint="set data.task: outputs with one y_<output> array per trained output")
+    cols: dict[str, list[np.ndarray]] = {"train": [], "test": []}
+    for h in heads:
+        name, shape = str(h["output"]), [int(d) for d in h["shape"]]
+        if name not in have:
+            raise DataError(f"the data has no targets for output {name!r}: expected an array y_{name} (or "
+                            f"y_train_{name} / y_test_{name}); it has targets for {have}")
+        for split in ("train", "test"):
+            t = getattr(ds, f"t_{split}")[name]
+            if h["loss"] == "cross_entropy":
+                if t.ndim != 1 or np.any(t != np.round(t)) or t.min(initial=0) < 0 or t.max(initial=0) >= shape[-1]:
+                    raise DataError(f"targets for output {name!r} ({split}) must be class indices [N] in "
+                                    f"0..{shape[-1] - 1} (cross_entropy); got shape {list(t.shape)}, values "
+                                    f"{float(t.min(initial=0)):g}..{float(t.max(initial=0)):g}")
+                cols[split].append(t.reshape(-1, 1))
+                continue
+            want = shape[1:] if len(shape) > 1 else shape
+            if list(t.shape[1:]) != want and not (t.ndim == 1 and int(np.prod(want)) == 1):
+                raise DataError(f"data shape does not match output {name!r}: expected targets of {want} per sample "
+                                f"(the output is {shape}), got {list(t.shape[1:])}")
+            cols[split].append(t.reshape(len(t), -1))
+    return (np.concatenate(cols["train"], axis=1).astype(np.float32),
+            np.concatenate(cols["test"], axis=1).astype(np.float32))
 
 
 def _load_images(spec: DataSpec) -> dict:

@@ -86,6 +86,15 @@ def heads_from(loss: Any, outputs: list[str]) -> list[Head]:
     return heads
 
 
+def loss_config(config: Any) -> str | list[Head]:
+    """What build_training_graph trains for a stage's config slice: the heads of `train.outputs` when given, else
+    `train.loss` (default cross_entropy) on the model's single output."""
+    outs = config.get("train.outputs")
+    if outs:
+        return [Head(str(_get(o, "name")), str(_get(o, "loss")), float(_get(o, "weight", 1.0))) for o in outs]
+    return str(config.get("train.loss") or "cross_entropy")
+
+
 def _get(h: Any, key: str, default: Any = None) -> Any:
     v = h.get(key, default) if isinstance(h, dict) else getattr(h, key, default)
     if v is None:

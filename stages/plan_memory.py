@@ -84,7 +84,7 @@ from tinytrain.stages.train_plan import RATIOS, TrainPlan, _has_bias, _in_channe
 FP32 = 4
 OPTIMIZER_STATE = {"sgd": 0, "momentum": 1, "adam": 2, "rmsprop": 1}
 WEIGHT_RATIOS = tuple(r for r in RATIOS if r > 0)
-LOSSES = ("cross_entropy", "mse")
+LOSSES = autodiff.LOSSES
 _LAYER_OPS = ("conv2d", "depthwise_conv2d", "fully_connected")
 
 
@@ -99,6 +99,9 @@ class MemorySettings:
     rounding: str = "nearest"          # QAS rounding: stochastic keeps a PRNG state per trained int8 tensor
     reorder: bool = True               # train.reorder.enabled: in-place updates, or every gradient until the end
     masks: bool | None = None          # autodiff's 1-bit activation masks (None: autodiff.MASKS, its default)
+    # train.outputs (stages/losses.Head, several outputs): the exact peak builds them all; the estimate here models
+    # the first output with `loss` (its first head's loss)
+    heads: tuple = ()
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZER_STATE:
@@ -108,7 +111,8 @@ class MemorySettings:
 
     def to_json(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer, "batch_size": int(self.batch_size), "master_copy": bool(self.master_copy),
-                "loss": self.loss, "rounding": self.rounding, "reorder": bool(self.reorder)}
+                "loss": self.loss, "rounding": self.rounding, "reorder": bool(self.reorder),
+                **({"heads": [[h.name, h.loss, h.weight] for h in self.heads]} if self.heads else {})}
 
 
 @dataclass(frozen=True)

@@ -201,3 +201,81 @@ def test_multi_loss_step_on_host_matches_the_golden_model(tmp_path):
     assert bits("loss_before_bits") == pytest.approx(before, rel=1e-5)
     assert bits("loss_after_bits") == pytest.approx(after, rel=1e-5)
     assert after < before and res["loss_nan"] is False
+
+
+# ---- the whole build: spec train.outputs, per-output .npz arrays, emulate-run ----------------------------------
+
+def _build_spec(tmp_path, outputs, arrays: dict, model=None):
+    from feature_models import write
+
+    model = model or write(two_head_mlp(), tmp_path / "two_head.tflite")
+    np.savez(tmp_path / "d.npz", **arrays)
+    spec = {"name": "heads", "model": {"path": str(model)}, "data": {"source": "npz", "path": str(tmp_path / "d.npz")},
+            "quantize": {"num_samples": 32},
+            "train": {"update": {"scheme": "full"}, "outputs": outputs, "epochs": 3, "learning_rate": 0.05},
+            "target": {"board": "host"},
+            "build": {"out_dir": str(tmp_path / "build"), "cache_dir": str(tmp_path / "cache")}}
+    p = tmp_path / "spec.yaml"
+    p.write_text(json.dumps(spec))
+    return p
+
+
+def _arrays(n=80, boxes_shape=(4,)):
+    x, ts, tb, _ = _targets(n, seed=2)
+    # Learnable targets: fixed functions of the input.
+    ts = (x[:, :3] > 0).astype(np.float32)
+    tb = np.tanh(x[:, 3:3 + int(np.prod(boxes_shape))]).reshape(n, *boxes_shape).astype(np.float32)
+    return {"x": x, "y_scores": ts, "y_boxes": tb}
+
+
+OUTS = [{"name": "scores", "loss": "bce"}, {"name": "boxes", "loss": "huber", "weight": 0.5}]
+
+
+@pytest.mark.slow  # ~10 s: a whole build on the host board
+@needs_cc
+def test_two_heads_train_end_to_end_on_the_host_board(tmp_path, capsys):
+    from tinytrain.pipeline.cli import main
+
+    code = main(["build", str(_build_spec(tmp_path, OUTS, _arrays()))])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    run = json.loads((tmp_path / "build" / "heads" / "emulate-run" / "run.json").read_text())
+    assert run["data"]["task"] == "outputs" and run["data"]["outputs"] == ["scores", "boxes"]
+    assert run["data"]["targets"] == 7
+    tl = run["test_loss"]
+    assert tl["after"] < tl["before"] and run["gate"]["metric"] == "loss"
+
+
+def _cli_error(tmp_path, capsys, spec) -> str:
+    from tinytrain.pipeline.cli import main
+
+    code = main(["build", str(spec), "--until", "emulate-run"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_cli_unknown_output_name_suggests(tmp_path, capsys):
+    spec = _build_spec(tmp_path, [{"name": "score", "loss": "bce"}], _arrays())
+    line = _cli_error(tmp_path, capsys, spec)
+    assert "'score', which is not an output of the model (outputs: scores, boxes, aux)" in line
+
+
+@needs_cc
+def test_cli_target_shape_mismatch(tmp_path, capsys):
+    spec = _build_spec(tmp_path, OUTS, _arrays(boxes_shape=(3,)))
+    line = _cli_error(tmp_path, capsys, spec)
+    assert "data shape does not match output 'boxes': expected targets of [4] per sample" in line and "got [3]" in line
+
+
+def test_cli_loss_that_does_not_fit(tmp_path, capsys):
+    from feature_models import write
+
+    model = write(features_mlp(16, 6, 3), tmp_path / "mlp.tflite")
+    x = np.random.default_rng(0).standard_normal((40, 16)).astype(np.float32)
+    spec = _build_spec(tmp_path, [{"name": "probs", "loss": "bce"}],
+                       {"x": x, "y_probs": np.zeros((40, 3), np.float32)}, model=model)
+    line = _cli_error(tmp_path, capsys, spec)
+    assert "loss bce does not fit output 'probs'" in line
