@@ -167,6 +167,7 @@ def _golden_loss(tg, state, x, rows):
     return float(np.float32(total / np.float32(len(x))))
 
 
+@pytest.mark.slow  # ~9 s (sanitizer build); the int8 variant below runs by default
 @needs_cc
 def test_multi_loss_step_on_host_matches_the_golden_model(tmp_path):
     from test_codegen import _golden, _run
@@ -263,6 +264,7 @@ def test_cli_unknown_output_name_suggests(tmp_path, capsys):
     assert "'score', which is not an output of the model (outputs: scores, boxes, aux)" in line
 
 
+@pytest.mark.slow  # ~6 s: builds up to emulate-run; test_run_files_for_named_outputs checks the same fast
 @needs_cc
 def test_cli_target_shape_mismatch(tmp_path, capsys):
     spec = _build_spec(tmp_path, OUTS, _arrays(boxes_shape=(3,)))
@@ -279,3 +281,94 @@ def test_cli_loss_that_does_not_fit(tmp_path, capsys):
                        {"x": x, "y_probs": np.zeros((40, 3), np.float32)}, model=model)
     line = _cli_error(tmp_path, capsys, spec)
     assert "loss bce does not fit output 'probs'" in line
+
+
+def _int8_two_heads():
+    from tinytrain.pipeline.spec_quantize import QuantizeSpec
+    from tinytrain.stages.quantize import quantize_model
+
+    calib = np.random.default_rng(4).standard_normal((32, 16)).astype(np.float32)
+    q, _ = quantize_model(two_head_mlp(), calib, QuantizeSpec())
+    return q
+
+
+def _int8_build(tmp_path):
+    q = _int8_two_heads()
+    heads = [Head("scores", "bce"), Head("boxes", "huber", 0.25)]
+    tg = build_training_graph(q, TrainPlan.full(q), heads, OptimizerSpec("sgd", learning_rate=0.02), 1)
+    _, mp, _, _ = plan_schedules(tg, True)
+    codegen.generate(tg, mp.order, mp.to_json(), tmp_path / "prog")
+    x, _, _, rows = _targets(16, seed=5)
+    xq = np.clip(np.round(x * 40), -128, 127).astype(np.int8)
+    write_stream(tmp_path / "train.ttds", xq, None, targets=rows)
+    write_stream(tmp_path / "test.ttds", xq[:6], None, targets=rows[:6])
+    data = {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"}
+    return tg, xq, rows, data
+
+
+@needs_cc
+def test_int8_two_heads_on_host_match_the_golden_model_bit_for_bit(tmp_path):
+    from test_codegen import _golden, _run
+
+    tg, xq, rows, data = _int8_build(tmp_path)
+    cfg = RuntimeConfig(learning_rate=0.02, epochs=1)
+    out = _run("host", tmp_path / "prog", tmp_path / "build", tmp_path / "run", cfg, data)
+    want, state = _golden(tg, xq, rows, cfg)
+    np.testing.assert_allclose(np.frombuffer(out["losses.bin"], "<f4"), want, rtol=1e-5, atol=1e-6)
+    io = json.loads((tmp_path / "prog" / "io_layout.json").read_text())
+    changed = 0
+    for e in io["trained_tensors"]:
+        got = np.frombuffer(out["weights.bin"][e["offset"]:e["offset"] + e["nbytes"]], e["dtype"]).reshape(e["shape"])
+        np.testing.assert_array_equal(got, state[e["name"]], err_msg=e["name"])  # int8: identical after 16 steps
+        changed += int(np.count_nonzero(got != tg.tensors[e["name"]].data))
+    assert changed > 0  # the heads did train
+
+
+@pytest.mark.slow  # ~8 s: two firmware builds and a QEMU run
+@needs_cc
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
+                    reason="arm-none-eabi-gcc or qemu-system-arm not installed")
+def test_int8_two_heads_qemu_matches_host_bit_for_bit(tmp_path):
+    from test_codegen import _run
+
+    _, _, _, data = _int8_build(tmp_path)
+    cfg = RuntimeConfig(learning_rate=0.02, epochs=1)
+    host = _run("host", tmp_path / "prog", tmp_path / "bh", tmp_path / "rh", cfg, data)
+    qemu = _run("stm32f746-disco", tmp_path / "prog", tmp_path / "bq", tmp_path / "rq", cfg, data)
+    assert qemu["losses.bin"] == host["losses.bin"] and qemu["weights.bin"] == host["weights.bin"]
+    rh, rq = json.loads(host["results.json"]), json.loads(qemu["results.json"])
+    assert rq["loss_before_bits"] == rh["loss_before_bits"] and rq["loss_after_bits"] == rh["loss_after_bits"]
+
+
+def test_run_files_for_named_outputs(tmp_path):
+    """emulate-run's streams: TTDS version 2 whose targets are the heads' arrays back to back; mismatches are one
+    line each (missing array, wrong shape, class index out of range)."""
+    from tinytrain.pipeline.spec_data import DataSpec
+    from tinytrain.stages import emulate_run
+    from tinytrain.stages.data import DataError, read_stream
+
+    a = _arrays(20)
+    cls = np.arange(20) % 3
+    np.savez(tmp_path / "d.npz", x=a["x"], y_boxes=a["y_boxes"], y_kind=cls)
+    spec = DataSpec(source="npz", path=tmp_path / "d.npz", task="outputs", test_fraction=0.25)
+    heads = [{"output": "boxes", "loss": "huber", "weight": 1.0, "shape": [1, 4]},
+             {"output": "kind", "loss": "cross_entropy", "weight": 1.0, "shape": [1, 3]}]
+    layout = {"input": {"shape": [1, 16], "dtype": "float32"}, "loss": "multi", "num_targets": 5, "heads": heads}
+    files, info = emulate_run.run_files(spec, layout, RuntimeConfig(learning_rate=0.1))
+    assert info["task"] == "outputs" and info["targets"] == 5 and info["test_samples"] == 5
+    (tmp_path / "train.ttds").write_bytes(files["train.ttds"])
+    x, _, t = read_stream(tmp_path / "train.ttds", targets=True)
+    # Row i of the stream is some sample j: its boxes then its class index.
+    j = [int(np.flatnonzero((a["x"] == xi).all(axis=1))[0]) for xi in x]
+    np.testing.assert_array_equal(t[:, :4], a["y_boxes"][j])
+    np.testing.assert_array_equal(t[:, 4], cls[j])
+    with pytest.raises(DataError, match=r"no targets for output 'scores': expected an array y_scores .* "
+                                        r"targets for \['boxes', 'kind'\]"):
+        emulate_run.run_files(spec, {**layout, "heads": [{**heads[0], "output": "scores"}]}, RuntimeConfig())
+    with pytest.raises(DataError, match=r"expected targets of \[6\] per sample \(the output is \[1, 6\]\), "
+                                        r"got \[4\]"):
+        emulate_run.run_files(spec, {**layout, "heads": [{**heads[0], "shape": [1, 6]}]}, RuntimeConfig())
+    with pytest.raises(DataError, match=r"class indices \[N\] in 0..1"):
+        emulate_run.run_files(spec, {**layout, "heads": [{**heads[1], "shape": [1, 2]}]}, RuntimeConfig())
+    with pytest.raises(DataError, match=r"expected samples of \[8\] \(features\)"):
+        emulate_run.run_files(spec, {**layout, "input": {"shape": [1, 8], "dtype": "float32"}}, RuntimeConfig())
