@@ -136,7 +136,8 @@ import numpy as np
 from tinytrain.pipeline.errors import UnsupportedOpError, UserError
 from tinytrain.stages import int8_arith as ia
 from tinytrain.stages.ir import Graph, Op, Tensor
-from tinytrain.stages.losses import LOSSES, emit_losses, heads_from, loss_config, prepare_heads  # noqa: F401 (LOSSES re-exported)
+# LOSSES is re-exported: plan_memory and others read autodiff.LOSSES.
+from tinytrain.stages.losses import LOSSES, emit_losses, heads_from, loss_config, prepare_heads  # noqa: F401
 from tinytrain.stages.qas import BIAS_RANGE, ROUNDINGS, STATE_COUNT, WEIGHT_RANGE, seed_state
 from tinytrain.stages.runtime_config import OPTIMIZER_DEFAULTS
 from tinytrain.stages.train_plan import TrainPlan

@@ -13,7 +13,6 @@ import pytest
 
 from feature_models import features_mlp, write
 from tinytrain.pipeline.cli import main
-from tinytrain.pipeline.errors import UserError
 from tinytrain.pipeline.spec_data import DataSpec
 from tinytrain.stages.data import DataError, check_compatible, load_dataset
 
