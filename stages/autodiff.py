@@ -54,7 +54,10 @@ float32 tensors with role "gradient", named grad/<tensor> (a reader's share of a
   grad_accumulate:               g0, g1, ... -> g            (a tensor read by several ops: onert's
                                                                BackPropAccumulator)
 Losses: softmax_ce_loss(logits, labels:int32[1]) -> loss:f32[], dlogits  (fused, stable; the model's final
-softmax is dropped from the training forward); mse_loss(y, target) -> loss, dy (mean over the sample's elements).
+softmax is dropped from the training forward); mse_loss(y, target) -> loss, dy (mean over the sample's elements);
+bce_logits_loss, huber_loss (same form); attrs weight, offset; loss_sum(l0, l1, ...) -> loss. `loss` is a loss name
+(the model's single output) or a list of heads (output, loss, weight: spec train.outputs): stages/losses.py says
+which tensor each head's loss reads, prunes outputs not trained and emits the loss ops.
 Updates (in place: the weight and state tensors are both inputs and outputs; the trained slice is w[..., :n]):
   batch_accumulate(acc, g) -> acc
   sgd_update(w, g) -> w;               momentum_update(w, g, buf) -> w, buf

@@ -43,6 +43,11 @@ of a version-2 record is 0 unless the writer gave one. `write_stream` writes ver
 there are no targets, so classification streams stay byte-identical to what older firmware reads;
 readers (this module, kernels_c/boards/tt_ttds.c) accept both versions.
 
+Named outputs (`task: outputs`, npz only; spec train.outputs): x (or x_train, x_test) and one target array per
+output, y_<output> (or y_train_<output>, y_test_<output>), any shape with one row per sample; the Dataset keeps
+them by name (t_train, t_test) and `target_rows` lays out the trained heads' targets back to back for the TTDS
+version-2 stream, checking each against its output's shape.
+
 Regression (`task: regression`, npz only): y_train / y_test are float targets [N, K] (or [N],
 taken as K = 1); the Dataset then holds float32 y of shape [N, K], no class names, and a split made
 here is a plain seeded shuffle (nothing to stratify on).

@@ -35,6 +35,11 @@ firmware holds integers only), run.json has `mse` {before, after, delta} instead
 gate keeps the trained weights when before - after >= min_delta (lower is better; min_delta in MSE
 units, default 0: kept unless the error grew).
 
+Named outputs (`train.outputs`, codegen's io_layout "heads"): the streams are TTDS version 2 whose float targets
+are the heads' targets back to back (stages/data.target_rows); the firmware reports the test split's mean training
+loss (every head's weighted loss) as bits (`loss_before_bits` / `loss_after_bits`), run.json has `test_loss`
+{before, after, delta}, and the gate keeps the trained weights when before - after >= min_delta (loss units).
+
 Cycle estimate: QEMU counts instructions, not cycles. We assume one cycle per instruction at the
 board's real clock (216 MHz for the STM32F746): an estimate, not a measurement -- the M7 can issue two
 instructions per cycle and waits on flash; that is why run.json keeps the instruction counts too.

@@ -47,7 +47,7 @@ from tinytrain.pipeline.contract import StageContext, StageResult
 from tinytrain.pipeline.errors import UserError
 from tinytrain.stages import contribution as contrib
 from tinytrain.stages.ir import Graph
-from tinytrain.stages.losses import loss_config
+from tinytrain.stages.losses import heads_from, loss_config
 from tinytrain.stages.plan_memory import WEIGHT_RATIOS, MemoryModel, MemorySettings, channels, kb, short_name
 from tinytrain.stages.plan_search import Choice, Option, Problem, SearchResult, search
 from tinytrain.stages.train_plan import RATIOS, LayerPlan, PlanError, TrainPlan
@@ -375,8 +375,9 @@ def auto_search(ctx: StageContext, graph: Graph, mm: MemoryModel, upd, capacity:
     Only the plans that win a search get measured: the answer equals the full analysis's whenever no option that
     was only estimated would have beaten it once measured (the estimates rank options by the loss decrease of
     their gradients, the measurements by accuracy)."""
-    if ctx.config.get("train.outputs"):
+    if ctx.config.get("train.outputs") or len(graph.outputs) > 1:
         # The contribution analysis fine-tunes and scores one output; named heads need a scheme that says what to train.
+        heads_from(loss_config(ctx.config), list(graph.outputs))  # several outputs and none named: say so first
         raise UserError("scheme auto scores options on a single output and cannot plan for train.outputs yet",
                         hint="with train.outputs choose train.update.scheme: full, last_k, bias_only or manual")
     settings = contrib.AnalysisSettings.from_spec(upd.analysis)

@@ -372,3 +372,23 @@ def test_run_files_for_named_outputs(tmp_path):
         emulate_run.run_files(spec, {**layout, "heads": [{**heads[1], "shape": [1, 2]}]}, RuntimeConfig())
     with pytest.raises(DataError, match=r"expected samples of \[8\] \(features\)"):
         emulate_run.run_files(spec, {**layout, "input": {"shape": [1, 8], "dtype": "float32"}}, RuntimeConfig())
+
+
+def test_cli_several_outputs_without_names_and_auto(tmp_path, capsys):
+    """A model with several outputs and no train.outputs names them (the old "one output only" stop is gone); scheme
+    auto with train.outputs says it cannot plan for them yet (both one line, exit 2)."""
+    spec = _build_spec(tmp_path, OUTS, _arrays())
+    doc = json.loads(spec.read_text())
+    doc["train"]["update"] = {"scheme": "auto"}
+    spec.write_text(json.dumps(doc))
+    assert "scheme auto scores options on a single output and cannot plan for train.outputs" in \
+        _cli_error(tmp_path, capsys, spec)
+    x = _arrays()["x"]
+    np.savez(tmp_path / "c.npz", x=x, y=np.arange(len(x)) % 3)
+    doc["train"].pop("outputs")
+    doc["data"]["path"] = str(tmp_path / "c.npz")
+    for scheme in ("auto", "full"):
+        doc["train"]["update"] = {"scheme": scheme}
+        spec.write_text(json.dumps(doc))
+        line = _cli_error(tmp_path, capsys, spec)
+        assert "the model has 3 outputs (scores, boxes, aux): name the one(s) to train in train.outputs" in line
