@@ -340,6 +340,23 @@ def _load_outputs(spec: DataSpec) -> Dataset:
     return ds
 
 
+def single_target(ds: Dataset, classification: bool) -> Dataset:
+    """Named-output data (task outputs) for a program that trains one output with train.loss's layout (one
+    cross-entropy head reads integer labels, one MSE head the regression targets): its single target array as
+    labels or as float targets [N, K]."""
+    names = sorted(ds.t_train or {})
+    if len(names) != 1:
+        raise DataError(f"the program trains one output but the data has targets for {names}",
+                        hint="keep one y_<output> array, or name the outputs in train.outputs")
+    tr, te = ds.t_train[names[0]], ds.t_test[names[0]]
+    if not classification:
+        return Dataset(ds.x_train, tr.reshape(len(tr), -1), ds.x_test, te.reshape(len(te), -1), [], "regression")
+    ys = [_check_xy(x, y, f"targets y_{names[0]} ({split})")[1]
+          for split, x, y in (("train", ds.x_train, tr), ("test", ds.x_test, te))]
+    k = int(max(ys[0].max(initial=-1), ys[1].max(initial=-1))) + 1
+    return Dataset(ds.x_train, ys[0], ds.x_test, ys[1], [str(i) for i in range(k)])
+
+
 def target_rows(ds: Dataset, heads: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
     """The float32 target rows [N, K] of the train and test split for the trained `heads` (codegen's io_layout
     "heads": output, loss, shape): each head's targets back to back (stages/losses.py), a class index as one value.

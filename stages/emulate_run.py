@@ -149,6 +149,10 @@ def run_files(data_spec: Any, layout: Mapping[str, Any], rc: RuntimeConfig,
     if layout.get("heads"):
         return _run_files_outputs(ds, layout, rc, inp)
     regression = layout.get("loss") == "mse"
+    if ds.task == "outputs":  # train.outputs naming the model's one output, with a cross-entropy or MSE head
+        from tinytrain.stages.data import single_target
+
+        ds = single_target(ds, classification=not regression)
     if regression != ds.regression:
         # The program was compiled for one kind of target; the other kind cannot be streamed to it.
         raise UserError(f"the firmware was built for {'MSE (regression)' if regression else 'classification'} "

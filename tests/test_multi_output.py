@@ -392,3 +392,22 @@ def test_cli_several_outputs_without_names_and_auto(tmp_path, capsys):
         spec.write_text(json.dumps(doc))
         line = _cli_error(tmp_path, capsys, spec)
         assert "the model has 3 outputs (scores, boxes, aux): name the one(s) to train in train.outputs" in line
+
+
+@pytest.mark.slow  # ~10 s: a whole build on the host board
+@needs_cc
+def test_one_named_cross_entropy_output_trains_with_its_y_array(tmp_path, capsys):
+    """train.outputs naming a single-output model's output with cross_entropy: the classification program (the
+    one-element case), fed from the y_<output> array of the named-output data."""
+    from feature_models import write
+    from tinytrain.pipeline.cli import main
+
+    model = write(features_mlp(16, 8, 3), tmp_path / "mlp.tflite")
+    x = np.random.default_rng(0).standard_normal((90, 16)).astype(np.float32)
+    y = np.argmax(x[:, :3], axis=1)
+    spec = _build_spec(tmp_path, [{"name": "probs", "loss": "cross_entropy"}], {"x": x, "y_probs": y}, model=model)
+    code = main(["build", str(spec)])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    run = json.loads((tmp_path / "build" / "heads" / "emulate-run" / "run.json").read_text())
+    assert run["accuracy"]["after_pct"] > run["accuracy"]["before_pct"]
