@@ -411,3 +411,36 @@ def test_one_named_cross_entropy_output_trains_with_its_y_array(tmp_path, capsys
     assert code == 0, err
     run = json.loads((tmp_path / "build" / "heads" / "emulate-run" / "run.json").read_text())
     assert run["accuracy"]["after_pct"] > run["accuracy"]["before_pct"]
+
+
+# ---- the spec ----------------------------------------------------------------------------------------------------
+
+def _load(tmp_path, train: dict, data: dict | None = None):
+    from feature_models import write
+    from tinytrain.pipeline.spec import load_spec
+
+    model = write(two_head_mlp(), tmp_path / "m.tflite")
+    doc = {"model": {"path": str(model)}, "train": train,
+           "data": data or {"source": "npz", "path": str(tmp_path / "d.npz")}}
+    (tmp_path / "s.yaml").write_text(json.dumps(doc))
+    return load_spec(tmp_path / "s.yaml")
+
+
+def test_spec_train_outputs(tmp_path):
+    from tinytrain.pipeline.errors import SpecError
+
+    s = _load(tmp_path, {"update": {"scheme": "full"}, "outputs": OUTS})
+    assert [(o.name, o.loss, o.weight) for o in s.train.outputs] == [("scores", "bce", 1.0), ("boxes", "huber", 0.5)]
+    assert s.data.task == "outputs"  # the default with named outputs
+    for train, data, message in [
+        ({"outputs": OUTS, "loss": "mse"}, None, "train.loss and train.outputs are both given"),
+        ({"outputs": [OUTS[0], OUTS[0]]}, None, r"names \['scores'\] more than once"),
+        ({"outputs": []}, None, "train.outputs is empty"),
+        ({"outputs": [{"name": "scores", "loss": "hinge"}]}, None, "hinge"),
+        ({"outputs": [{"name": "scores", "loss": "bce", "weight": 0}]}, None, "greater than 0"),
+        ({"outputs": OUTS}, {"source": "npz", "path": "d.npz", "task": "regression"}, "set data.task: outputs"),
+        ({}, {"source": "npz", "path": "d.npz", "task": "outputs"}, "train.outputs does not name them"),
+    ]:
+        with pytest.raises(SpecError, match=message) as e:
+            _load(tmp_path, train, data)
+        assert e.value.exit_code == 2
