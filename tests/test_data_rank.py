@@ -100,3 +100,24 @@ def test_mismatched_feature_count_exits_2_with_one_line(tmp_path, capsys):
     assert code == 2 and "Traceback" not in err
     first = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert len(first) == 1 and "expected samples of [64] (features)" in first[0] and "got [48]" in first[0], err
+
+
+def test_sequences_stream_to_the_firmware_with_their_rank(tmp_path):
+    """emulate-run's streams carry [T, F] samples as they are (TTDS rank 2), quantized with the input's parameters."""
+    from tinytrain.stages import emulate_run
+    from tinytrain.stages.data import read_stream
+    from tinytrain.stages.runtime_config import RuntimeConfig
+
+    x = np.random.default_rng(2).uniform(-1, 1, (30, 5, 8)).astype(np.float32)
+    np.savez(tmp_path / "s.npz", x=x, y=np.arange(30) % 3)
+    spec = DataSpec(source="npz", path=tmp_path / "s.npz")
+    layout = {"input": {"shape": [1, 5, 8], "dtype": "int8", "scale": 1 / 64, "zero_point": 0}}
+    files, info = emulate_run.run_files(spec, layout, RuntimeConfig(learning_rate=0.1))
+    (tmp_path / "test.ttds").write_bytes(files["test.ttds"])
+    xs, ys = read_stream(tmp_path / "test.ttds")
+    assert xs.shape == (info["test_samples"], 5, 8) and xs.dtype == np.int8
+    ds = load_dataset(spec)
+    np.testing.assert_array_equal(xs, np.clip(np.round(ds.x_test * 64), -128, 127).astype(np.int8))
+    np.testing.assert_array_equal(ys, ds.y_test)
+    with pytest.raises(DataError, match=r"expected samples of \[8, 5\] \(a sequence \[T, F\]\).*got \[5, 8\]"):
+        emulate_run.run_files(spec, {"input": {**layout["input"], "shape": [1, 8, 5]}}, RuntimeConfig())
