@@ -383,6 +383,9 @@ float tt_softmax_cross_entropy_f32(int32_t rows, int32_t depth, const float *log
                                    float *dlogits);
 /* Per sample the mean over its `per_sample` elements of (y - t)^2, summed over samples; dy = 2 (y - t) / per. */
 float tt_mse_f32(int32_t samples, int32_t per_sample, const float *y, const float *target, float *dy);
+float tt_bce_logits_f32(int32_t samples, int32_t per_sample, const float *z, const float *target, float *dz);
+float tt_huber_f32(int32_t samples, int32_t per_sample, float delta, const float *y, const float *target, float *dy);
+float tt_loss_weight_f32(int32_t n, float w, float loss, float *grad);
 
 /* ---- optimizer updates (in place, partial-channel aware) ------------------------------------------------- */
 

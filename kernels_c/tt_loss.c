@@ -1,4 +1,4 @@
-/* Losses with their gradients, float32 (grad_ops.softmax_ce_loss, mse_loss). */
+/* Losses with their gradients, float32 (grad_ops.softmax_ce_loss, mse_loss; losses.bce_logits_loss, huber_loss). */
 #include "tt_kernels.h"
 #include "tt_math.h"
 
@@ -49,4 +49,59 @@ float tt_mse_f32(int32_t samples, int32_t per_sample, const float *y, const floa
         loss += acc / per;
     }
     return loss;
+}
+
+/* Binary cross-entropy with logits (stages/losses.py bce_logits_loss): per element
+ * max(z, 0) - z t + log(1 + e^-|z|), per sample the mean over its elements, summed over the samples;
+ * dz = (sigmoid(z) - t) / per with sigmoid from the same e = e^-|z| (stable for any z). */
+float tt_bce_logits_f32(int32_t samples, int32_t per_sample, const float *z, const float *target, float *dz)
+{
+    int32_t s, i;
+    float loss = 0.0f;
+    const float per = (float)per_sample;
+    for (s = 0; s < samples; ++s) {
+        float acc = 0.0f;
+        for (i = 0; i < per_sample; ++i) {
+            const int32_t k = s * per_sample + i;
+            const float v = z[k];
+            const float e = tt_expf(v >= 0.0f ? -v : v);
+            const float sig = v >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+            acc += ((v > 0.0f ? v : 0.0f) - v * target[k]) + tt_logf(1.0f + e);
+            dz[k] = (sig - target[k]) / per;
+        }
+        loss += acc / per;
+    }
+    return loss;
+}
+
+/* Huber loss (stages/losses.py huber_loss, PyTorch HuberLoss): per element of d = y - t, 0.5 d^2 where
+ * |d| <= delta, else delta (|d| - delta / 2); per sample the mean, summed over the samples;
+ * dy = clamp(d, -delta, delta) / per. */
+float tt_huber_f32(int32_t samples, int32_t per_sample, float delta, const float *y, const float *target, float *dy)
+{
+    int32_t s, i;
+    float loss = 0.0f;
+    const float per = (float)per_sample;
+    for (s = 0; s < samples; ++s) {
+        float acc = 0.0f;
+        for (i = 0; i < per_sample; ++i) {
+            const int32_t k = s * per_sample + i;
+            const float d = y[k] - target[k];
+            const float a = d < 0.0f ? -d : d;
+            acc += a <= delta ? (0.5f * d) * d : delta * (a - 0.5f * delta);
+            dy[k] = (d > delta ? delta : (d < -delta ? -delta : d)) / per;
+        }
+        loss += acc / per;
+    }
+    return loss;
+}
+
+/* A head's weight (stages/losses.py weighted): its loss and gradient times w, float32. */
+float tt_loss_weight_f32(int32_t n, float w, float loss, float *grad)
+{
+    int32_t i;
+    for (i = 0; i < n; ++i) {
+        grad[i] = grad[i] * w;
+    }
+    return loss * w;
 }

@@ -207,6 +207,17 @@ class CheckpointSpec(_Strict):
                                         "checkpoint there; null = train to the end and save the checkpoint there")
 
 
+class OutputLoss(_Strict):
+    """One trained output of a model with several (a detector's scores and boxes, a landmark model's points and
+    presence flag): which output, its loss and its weight in the summed loss (stages/losses.py)."""
+
+    name: str = Field(description="the model output's tensor name (as `tinytrain inspect SPEC load` lists them)")
+    loss: Literal["cross_entropy", "mse", "bce", "huber"] = Field(
+        description="cross_entropy: softmax cross-entropy on a class index; mse: mean squared error; bce: binary "
+                    "cross-entropy with logits (a final sigmoid is dropped); huber: Huber loss, delta 1")
+    weight: float = Field(default=1.0, gt=0, description="the head's weight in the summed loss")
+
+
 class TrainSpec(_Strict):
     """On-device training. learning_rate, epochs, seed, max_train_samples, gate, checkpoint and resume_from are
     runtime values: changing them reruns only emulate-run."""
@@ -217,6 +228,11 @@ class TrainSpec(_Strict):
                                                   description="cross_entropy: fused softmax cross-entropy on "
                                                               "integer labels; mse: mean squared error on float "
                                                               "targets (the default when data.task is regression)")
+    outputs: list[OutputLoss] | None = Field(
+        default=None, description="the output(s) to train, each with its loss and weight (gradients of several "
+                                  "heads add up where they meet; outputs not listed are pruned from training); "
+                                  "null = the model's single output with `loss`. Data: data.task outputs, one y "
+                                  "array per listed output in the .npz")
     batch_size: int = Field(default=1, ge=1, description="samples per update (gradients are accumulated)")
     epochs: int = Field(default=1, ge=1)
     learning_rate: float = Field(default=0.01, gt=0)
@@ -387,7 +403,28 @@ class Spec(_Strict):
 
     @model_validator(mode="after")
     def _loss_matches_task(self) -> "Spec":
-        """Regression data train with MSE: the default loss follows data.task; a stated loss must agree."""
+        """Regression data train with MSE: the default loss follows data.task; a stated loss must agree. Named
+        outputs (train.outputs) take one target array per output: data.task outputs (the default with them)."""
+        outs = self.train.outputs
+        if outs is not None:
+            if not outs:
+                raise ValueError("train.outputs is empty: name at least one output (or leave it out to train the "
+                                 "model's single output)")
+            dup = sorted({o.name for o in outs if [p.name for p in outs].count(o.name) > 1})
+            if dup:
+                raise ValueError(f"train.outputs names {dup} more than once")
+            if "loss" in self.train.model_fields_set:
+                raise ValueError("train.loss and train.outputs are both given: with train.outputs each output "
+                                 "names its own loss")
+            if self.data is not None:
+                if "task" not in self.data.model_fields_set:
+                    self.data.task = "outputs"
+                elif self.data.task != "outputs":
+                    raise ValueError(f"train.outputs trains named outputs, which take one y array per output: set "
+                                     f"data.task: outputs (or leave task out), not {self.data.task}")
+            return self
+        if self.data is not None and self.data.task == "outputs":
+            raise ValueError("data.task is outputs (one y array per output) but train.outputs does not name them")
         regression = self.data is not None and self.data.task == "regression"
         if regression and "loss" not in self.train.model_fields_set:
             self.train.loss = "mse"

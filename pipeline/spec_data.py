@@ -11,8 +11,9 @@ Class selection: `classes: [3, 5, 8]` keeps only those raw labels. With `relabel
 they become 0..k-1 in the order given (3->0, 5->1, 8->2), which is what a model with k outputs
 expects; with `relabel: false` the raw labels are kept.
 
-Task: `classification` (the default: integer labels) or `regression` (npz only: y_train / y_test are
-float targets [N, K], trained with `train.loss: mse`). The task is stated, not guessed from y's
+Task: `classification` (the default: integer labels), `regression` (npz only: y_train / y_test are
+float targets [N, K], trained with `train.loss: mse`) or `outputs` (npz only: one y array per output named
+in `train.outputs`, see stages/data.py; the default when train.outputs is given). The task is stated, not guessed from y's
 dtype: a float y holding whole numbers is a valid classification set (it is converted to labels).
 """
 
@@ -51,7 +52,8 @@ class DataSpec(SpecModel):
 
     source: Literal["digits", "npz", "images"] = Field(
         description="digits: scikit-learn's bundled 8x8 digits (offline); npz: a .npz file with "
-                    "x_train/y_train/x_test/y_test (or x/y, split here); images: a folder with one "
+                    "x_train/y_train/x_test/y_test (or x/y, split here), x of any rank ([N, F] features, "
+                    "[N, T, F] sequences, [N, H, W, C] images); images: a folder with one "
                     "subfolder of images per class")
     # Existence is checked when the data is loaded (stages/data.py), not here, so that a spec can be
     # validated before its data is made.
@@ -73,10 +75,13 @@ class DataSpec(SpecModel):
                                                           "source default (digits 1/16, images 1/255, npz 1)",
                                 json_schema_extra={"not": {"const": 0}})
     offset: float = Field(default=0.0, description="see scale")
-    layout: Literal["nhwc"] = Field(default="nhwc", description="sample layout; TFLite models are NHWC")
-    task: Literal["classification", "regression"] = Field(
+    layout: Literal["nhwc"] = Field(default="nhwc", description="image layout (TFLite models are NHWC); [N, F] features "
+                                                             "and [N, T, F] sequences are fed as stored")
+    task: Literal["classification", "regression", "outputs"] = Field(
         default="classification", description="classification: integer labels; regression: float targets "
-                                               "[N, K] in the npz's y arrays (train with loss: mse)")
+                                               "[N, K] in the npz's y arrays (train with loss: mse); outputs: one "
+                                               "y array per output named in train.outputs, y_<output> (or "
+                                               "y_train_<output> and y_test_<output>)")
 
     @field_validator("test_fraction")
     @classmethod
@@ -124,12 +129,12 @@ class DataSpec(SpecModel):
             raise ValueError(f"source {self.source!r} needs `path`: {what}")
         if self.image_size is not None and self.source != "images":
             raise ValueError("image_size only applies to source 'images'")
-        if self.task == "regression":
+        if self.task in ("regression", "outputs"):
             if self.source != "npz":
-                raise ValueError(f"task 'regression' needs source 'npz' (float targets in y_train / y_test); "
+                raise ValueError(f"task {self.task!r} needs source 'npz' (targets in its y arrays); "
                                  f"source {self.source!r} only has class labels")
             if self.classes is not None or not self.relabel:
-                raise ValueError("classes / relabel select class labels; they do not apply to task 'regression'")
+                raise ValueError(f"classes / relabel select class labels; they do not apply to task {self.task!r}")
         return self
 
     def effective_scale(self) -> float:

@@ -46,11 +46,13 @@ STAGES: tuple[StageDef, ...] = (
     # train.loss, train.qas and train.reorder.enabled: the exact peak of the chosen plan is autodiff's graph for
     # them, planned as the reorder stage plans it (sparse_plan imports the modules of both, so they are part of
     # this stage's version too).
-    StageDef("sparse-plan", ("train.update", "train.optimizer.kind", "train.batch_size", "train.loss", "train.qas",
+    StageDef("sparse-plan", ("train.update", "train.optimizer.kind", "train.batch_size", "train.loss",
+                             "train.outputs", "train.qas",
                              "train.reorder.enabled", "target.board", "data"), ("quantize",),
              "tinytrain.stages.sparse_plan",
              "choose what to train under the memory budget"),
-    StageDef("autodiff", ("train.loss", "train.optimizer", "train.batch_size", "train.qas"), ("quantize", "sparse-plan"),
+    StageDef("autodiff", ("train.loss", "train.outputs", "train.optimizer", "train.batch_size", "train.qas"),
+             ("quantize", "sparse-plan"),
              "tinytrain.stages.autodiff",
              "compile-time backward graph and update ops (int8: QAS)",
              reads=("quantize/graph.json", "quantize/tensors.npz", "sparse-plan/train_plan.json")),

@@ -54,7 +54,10 @@ float32 tensors with role "gradient", named grad/<tensor> (a reader's share of a
   grad_accumulate:               g0, g1, ... -> g            (a tensor read by several ops: onert's
                                                                BackPropAccumulator)
 Losses: softmax_ce_loss(logits, labels:int32[1]) -> loss:f32[], dlogits  (fused, stable; the model's final
-softmax is dropped from the training forward); mse_loss(y, target) -> loss, dy (mean over the sample's elements).
+softmax is dropped from the training forward); mse_loss(y, target) -> loss, dy (mean over the sample's elements);
+bce_logits_loss, huber_loss (same form); attrs weight, offset; loss_sum(l0, l1, ...) -> loss. `loss` is a loss name
+(the model's single output) or a list of heads (output, loss, weight: spec train.outputs): stages/losses.py says
+which tensor each head's loss reads, prunes outputs not trained and emits the loss ops.
 Updates (in place: the weight and state tensors are both inputs and outputs; the trained slice is w[..., :n]):
   batch_accumulate(acc, g) -> acc
   sgd_update(w, g) -> w;               momentum_update(w, g, buf) -> w, buf
@@ -137,11 +140,12 @@ from tinytrain.pipeline.errors import UnsupportedOpError, UserError
 from tinytrain.stages import int8_arith as ia
 from tinytrain.stages import ops
 from tinytrain.stages.ir import Graph, Op, Tensor
+# LOSSES is re-exported: plan_memory and others read autodiff.LOSSES.
+from tinytrain.stages.losses import LOSSES, emit_losses, heads_from, loss_config, prepare_heads  # noqa: F401
 from tinytrain.stages.qas import BIAS_RANGE, ROUNDINGS, STATE_NAMES, WEIGHT_RANGE, seed_state
 from tinytrain.stages.runtime_config import OPTIMIZER_DEFAULTS
 from tinytrain.stages.train_plan import TrainPlan
 
-LOSSES = ("cross_entropy", "mse")
 OPTIMIZERS = ("sgd", "momentum", "adam", "rmsprop")
 # Default of build_training_graph(masks=...): 1-bit activation masks for the backward (clamp_mask / mask_grad).
 MASKS = True
@@ -222,13 +226,10 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
     """The training IR of `graph` (float32, or int8 from the quantize stage: then `qas` says how int8 parameters
     update; default QASOptions()). `masks` (default: the module's MASKS) saves 1-bit activation masks instead of
     activations that the backward only masks a gradient with (clamp_mask / mask_grad, see `_use_masks`)."""
-    if loss not in LOSSES:
-        raise UserError(f"unknown loss {loss!r}", hint=f"choose one of {', '.join(LOSSES)}")
+    heads = heads_from(loss, list(graph.outputs))
     if int(batch_size) < 1:
         raise UserError(f"batch size must be >= 1 (got {batch_size})")
     batch_size = int(batch_size)
-    if len(graph.outputs) != 1:
-        raise UserError(f"training needs a model with one output (this one has {len(graph.outputs)})")
     int8 = False
     for i, op in enumerate(graph.ops):
         for name in op.inputs + op.outputs:
@@ -262,19 +263,12 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
 
     # ---- forward (+ loss head) ----------------------------------------------------------------------------
     fwd = [copy.deepcopy(op) for op in graph.ops]
-    head = graph.outputs[0]
-    producers = {t: i for i, op in enumerate(fwd) for t in op.outputs}
-    if int8 and head in producers and fwd[producers[head]].type == "dequantize" \
-            and g.tensors[fwd[producers[head]].inputs[0]].dtype == "int8":
-        # Float I/O (quantize.io: float): the loss dequantizes the int8 head itself.
-        head = fwd.pop(producers[head]).inputs[0]
-        producers = {t: i for i, op in enumerate(fwd) for t in op.outputs}
-    if loss == "cross_entropy" and head in producers and fwd[producers[head]].type == "softmax":
-        # The fused loss wants logits; the softmax exists only for inference.
-        sm = fwd.pop(producers[head])
-        if float(sm.attrs.get("beta", 1.0)) != 1.0:
-            raise NotImplementedError("cross-entropy on a softmax with beta != 1")
-        head = sm.inputs[0]
+    fwd, head_of = prepare_heads(g, fwd, heads, int8)
+    # Parameters of pruned outputs (not trained) get no gradient: they are not trained.
+    read = {t for op in fwd for t in op.inputs if t is not None}
+    wk = {p: k for p, k in wk.items() if p in read}
+    bias_on &= read
+    trained = set(wk) | bias_on
     for i, op in enumerate(fwd):
         if op.type not in DIFFERENTIABLE and op.type not in ops.CONVERSION_OPS:
             # A user error, not a crash: the model loads and quantizes, only training it needs this op's backward.
@@ -293,20 +287,11 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
     if not trained:
         raise UserError("the plan trains nothing", hint="name at least one layer's bias or weights")
 
-    head_t = g.tensors[head]
     n_fwd = len(b.ops)
     deq = _Dequantizer(b) if int8 else None
-    # The loss reads real values: an int8 head is dequantized first (its gradient is that of the real value).
-    head_in = deq.full(head) if int8 and head_t.dtype == "int8" else head
-    loss_t = b.tensor("train/loss", [], role="output")
-    if loss == "cross_entropy":
-        lab = b.tensor("train/labels", [1], role="input", dtype="int32")
-        contrib = {head: [b.tensor(f"grad/{head}", head_t)]}
-        b.emit("softmax_ce_loss", [head_in, lab], [loss_t, contrib[head][0]])
-    else:
-        lab = b.tensor("train/target", head_t, role="input")
-        contrib = {head: [b.tensor(f"grad/{head}", head_t)]}
-        b.emit("mse_loss", [head_in, lab], [loss_t, contrib[head][0]])
+    contrib: dict[str, list[str]] = {}
+    lab, loss_t, head_in = emit_losses(b, heads, head_of, deq, contrib)
+    head = head_of[heads[0].name]
     n_loss = len(b.ops) - n_fwd
     g.inputs.append(lab)
     g.outputs = [loss_t]
@@ -462,7 +447,9 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
     if prngs:
         defaults["seed"] = 0.0
     g.meta["train"] = {
-        "loss": loss,
+        "loss": heads[0].loss if len(heads) == 1 else "multi",
+        "heads": [{"output": h.name, "tensor": head_of[h.name], "loss": h.loss, "weight": h.weight}
+                  for h in heads],
         "batch_size": batch_size,
         "optimizer": optimizer.kind,
         "runtime_defaults": defaults,
@@ -783,7 +770,7 @@ def run(ctx) -> Any:
     graph = Graph.load(src)
     cfg = ctx.config
     plan, scheme = _read_plan(ctx, graph)
-    tg = build_training_graph(graph, plan, cfg.get("train.loss") or "cross_entropy",
+    tg = build_training_graph(graph, plan, loss_config(cfg),
                               _optimizer_from_config(cfg.get("train.optimizer")),
                               int(cfg.get("train.batch_size") or 1),
                               QASOptions.from_config(_planned_qas(ctx) or cfg.get("train.qas")))

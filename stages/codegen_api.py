@@ -81,10 +81,18 @@ class ApiParts:
     wof_n_buffers: int
     defaults: dict[str, float]
     n_prof: int = 1
+    # Heads evaluated by their training loss (train.outputs: several heads, or one bce / huber head): C lines adding
+    # one sample's loss to `acc` from its float targets `t` (codegen._heads_eval); None: accuracy or MSE
+    loss_eval: list[str] | None = None
 
     @property
     def regression(self) -> bool:
+        """Float targets (TT_NUM_TARGETS per sample): MSE regression, or heads evaluated by their loss."""
         return self.num_targets > 0
+
+    @property
+    def loss_task(self) -> bool:
+        return self.loss_eval is not None
 
     def model_id(self) -> int:
         desc = ";".join(f"{s['name']}:{s['nbytes']}" for s in self.state) + f"|B{self.batch_size}"
@@ -139,6 +147,12 @@ def model_header(p: ApiParts) -> str:
     out_t = "int8_t" if p.output_dtype == "int8" else "float"
     tgt = ("const float *target: TT_NUM_TARGETS float targets" if p.regression
            else "const int32_t *target: the class label, 0 <= label < TT_NUM_CLASSES")
+    if p.loss_task:
+        tgt += " (the trained heads' targets back to back, a class index as one float)"
+    loss_def = ("#define TT_TASK_LOSS 1 /* evaluation by the training loss of the heads (tt_eval_result.loss) */\n"
+                if p.loss_task else "")
+    loss_field = ("    float loss;        /* heads: mean over samples of the training loss (every head's weighted "
+                  "loss) */\n" if p.loss_task else "")
     q = lambda name, qp: (f"#define {name}_SCALE {_flit(qp[0])}\n#define {name}_ZERO_POINT {qp[1]}\n"  # noqa: E731
                           if qp else "")
     _, wof_size = p.wof_layout()
@@ -176,7 +190,7 @@ extern "C" {{
 #define TT_OUTPUT_INT8 {1 if p.output_dtype == 'int8' else 0}
 {q('TT_OUTPUT', p.output_q)}#define TT_NUM_CLASSES {p.num_classes}
 #define TT_TASK_REGRESSION {1 if p.regression else 0}
-#define TT_NUM_TARGETS {max(p.num_targets, 1)}u
+{loss_def}#define TT_NUM_TARGETS {max(p.num_targets, 1)}u
 #define TT_TRAINED_COUNT {len(p.trained)}u
 #define TT_WEIGHTS_BYTES {wof_size}u
 #define TT_CHECKPOINT_BYTES {CKPT_HEADER + p.state_bytes() + 4}u
@@ -189,7 +203,7 @@ typedef struct {{
     uint32_t count;    /* samples evaluated */
     uint32_t correct;  /* classification: argmax == label */
     float mse;         /* regression: mean over samples of the per-sample mean squared error */
-}} tt_eval_result;
+{loss_field}}} tt_eval_result;
 
 /* Streaming I/O for checkpoints and weights (flash pages, files): return 0 on success. */
 typedef int (*tt_write_fn)(void *ctx, const void *data, uint32_t len);
@@ -266,7 +280,21 @@ def model_api(p: ApiParts, paint: int) -> str:
     idx_rows = [f"    {int(t['source_index']) if offs[k] else 0}u," for k, t in enumerate(p.trained)]
     setters = "\n".join(f"void tt_set_{s}(float v) {{ tt_cfg.{s} = v; }}" for s in SETTERS)
     errs = "\n".join(f"    case {n}: return \"{why}\";" for n, _, why in ERRORS)
-    if p.regression:
+    if p.loss_task:
+        set_target = f"    memcpy({p.label_expr}, target, TT_NUM_TARGETS * sizeof(float));\n"
+        pred = ""
+        body = "\n".join("        " + ln for ln in p.loss_eval)
+        eval_acc = f"""    {{
+        const float *t = (const float *)target;
+        float acc = 0.0f, l = 0.0f;
+{body}
+        tt_eval_sum += acc;
+    }}
+"""
+        eval_end = ("    result->mse = 0.0f;\n"
+                    "    result->loss = tt_eval_count ? tt_eval_sum / (float)tt_eval_count : 0.0f;\n")
+        pred_fn = ""
+    elif p.regression:
         set_target = f"    memcpy({p.label_expr}, target, TT_NUM_TARGETS * sizeof(float));\n"
         pred = ("    const float *y = tt_pred_f32();\n")
         eval_acc = """    {

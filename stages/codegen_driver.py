@@ -165,7 +165,7 @@ static void tt_evaluate(uint32_t *a, uint32_t *total)
     tt_ttds_close(&s);
     tt_evaluate_end(&r);
 #if TT_TASK_REGRESSION
-    *a = tt_f32_bits(r.mse); /* results.json holds integers: the MSE's bit pattern */
+    *a = tt_f32_bits(r.@METRIC@); /* results.json holds integers: the @METRIC_NAME@'s bit pattern */
 #else
     *a = r.correct;
 #endif
@@ -184,8 +184,8 @@ static void tt_write_results(const tt_run *r, int nan)
     const uint64_t imean = r->steps ? r->itotal / r->steps : 0;
     const int n = tt_snprintf(buf, sizeof buf,
 #if TT_TASK_REGRESSION
-        "{\"protocol\": @PROTOCOL@, \"task\": \"regression\", \"mse_before_bits\": %lu, \"mse_before_total\": %lu, "
-        "\"mse_after_bits\": %lu, \"mse_after_total\": %lu, \"steps\": %lu, \"samples\": %lu, "
+        "{\"protocol\": @PROTOCOL@, \"task\": \"@TASK@\", \"@METRIC@_before_bits\": %lu, \"@METRIC@_before_total\": %lu, "
+        "\"@METRIC@_after_bits\": %lu, \"@METRIC@_after_total\": %lu, \"steps\": %lu, \"samples\": %lu, "
 #else
         "{\"protocol\": @PROTOCOL@, \"acc_before\": {\"correct\": %lu, \"total\": %lu}, "
         "\"acc_after\": {\"correct\": %lu, \"total\": %lu}, \"steps\": %lu, \"samples\": %lu, "
@@ -387,7 +387,15 @@ int tt_main(void)
 """.replace("@PROTOCOL@", str(PROTOCOL))
 
 
-def driver_source(arena_end: int) -> str:
+# Float-target evaluation: (results.json task, its metric key = tt_eval_result's field, what the comment calls it)
+_FLOAT_TASKS = {False: ("regression", "mse", "MSE"), True: ("loss", "loss", "mean loss")}
+
+
+def driver_source(arena_end: int, loss_task: bool = False) -> str:
     """tt_driver.c; `arena_end` is the planned end of the last arena buffer rounded up to a word (results.json's
-    arena_end_planned, what tt_arena_high_water must find)."""
-    return DRIVER.replace("#define TT_FLAG_EVAL_BEFORE", f"#define TT_ARENA_END {arena_end}u\n#define TT_FLAG_EVAL_BEFORE", 1)
+    arena_end_planned, what tt_arena_high_water must find). `loss_task`: the heads are evaluated by their training
+    loss (results.json task "loss", loss_*_bits: emulate-run's named outputs) instead of the MSE."""
+    task, metric, what = _FLOAT_TASKS[loss_task]
+    text = DRIVER.replace("@TASK@", task).replace("@METRIC_NAME@", what).replace("@METRIC@", metric)
+    return text.replace("#define TT_FLAG_EVAL_BEFORE",
+                        f"#define TT_ARENA_END {arena_end}u\n#define TT_FLAG_EVAL_BEFORE", 1)

@@ -1,11 +1,12 @@
 """Datasets for calibration, accuracy reports and on-device training (the spec's `data` section).
 
-`load_dataset(spec)` returns float32 NHWC samples with int64 labels, already split into train and
-test. Sources:
+`load_dataset(spec)` returns float32 samples of any rank with int64 labels, already split into train and
+test: [N, F] features, [N, T, F] sequences or [N, H, W, C] images (a sample has 1 to 4 dimensions, what the
+TTDS stream below carries). Sources:
 - digits: scikit-learn's bundled 8x8 digits (no download): [N, 8, 8, 1], raw values 0..16.
 - npz: keys x_train, y_train, x_test, y_test (the file's own split is kept), or x, y (split here).
-  x must be 4-D NHWC of a numeric dtype; y 1-D integer labels. An optional `class_names` array
-  of strings names the labels.
+  x is [N, ...] of a numeric dtype (features, sequences or NHWC images); y 1-D integer labels. An
+  optional `class_names` array of strings names the labels.
 - images: a folder with one subfolder per class (class label = index of the subfolder in sorted
   name order, class name = folder name). PGM/PPM/PNM and .npy files are read without extra
   packages; PNG/JPEG/BMP/GIF need Pillow. Hidden files and other suffixes are ignored. 16-bit
@@ -42,6 +43,11 @@ of a version-2 record is 0 unless the writer gave one. `write_stream` writes ver
 there are no targets, so classification streams stay byte-identical to what older firmware reads;
 readers (this module, kernels_c/boards/tt_ttds.c) accept both versions.
 
+Named outputs (`task: outputs`, npz only; spec train.outputs): x (or x_train, x_test) and one target array per
+output, y_<output> (or y_train_<output>, y_test_<output>), any shape with one row per sample; the Dataset keeps
+them by name (t_train, t_test) and `target_rows` lays out the trained heads' targets back to back for the TTDS
+version-2 stream, checking each against its output's shape.
+
 Regression (`task: regression`, npz only): y_train / y_test are float targets [N, K] (or [N],
 taken as K = 1); the Dataset then holds float32 y of shape [N, K], no class names, and a split made
 here is a plain seeded shuffle (nothing to stratify on).
@@ -54,6 +60,7 @@ import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -67,16 +74,20 @@ class DataError(UserError):
 
 @dataclass(frozen=True, eq=False)
 class Dataset:
-    x_train: np.ndarray     # float32 [N, H, W, C]
+    x_train: np.ndarray     # float32 [N, ...]: [N, F], [N, T, F] or [N, H, W, C]
     y_train: np.ndarray     # int64 [N]; regression: float32 targets [N, K]
     x_test: np.ndarray
     y_test: np.ndarray
     class_names: list[str]  # index = label; regression: empty
     task: str = "classification"
+    # task "outputs": output name -> float32 targets [N, ...] of the train / test split (y_* are then [N, 0])
+    t_train: dict[str, np.ndarray] | None = None
+    t_test: dict[str, np.ndarray] | None = None
 
     @property
     def regression(self) -> bool:
-        return self.task == "regression"
+        """Float targets (no class labels): task regression, or outputs (one array per trained output)."""
+        return self.task in ("regression", "outputs")
 
     @property
     def num_targets(self) -> int:
@@ -97,8 +108,13 @@ class Dataset:
         h.update(json.dumps(self.class_names).encode())
         if self.regression:  # classification digests stay what they were (cache keys)
             h.update(b"task:regression")
-        for name in ("x_train", "y_train", "x_test", "y_test"):
-            a = np.ascontiguousarray(getattr(self, name))
+        if self.task == "outputs":
+            h.update(b"task:outputs")
+        arrays = [(n, getattr(self, n)) for n in ("x_train", "y_train", "x_test", "y_test")]
+        for split in ("train", "test"):
+            arrays += [(f"t_{split}/{k}", v) for k, v in sorted((getattr(self, f"t_{split}") or {}).items())]
+        for name, a in arrays:
+            a = np.ascontiguousarray(a)
             h.update(f"{name}:{a.dtype.str}:{list(a.shape)}".encode())
             h.update(a.tobytes())
         return h.hexdigest()
@@ -109,6 +125,8 @@ class Dataset:
 def load_dataset(spec: DataSpec) -> Dataset:
     if getattr(spec, "task", "classification") == "regression":
         return _load_regression(spec)
+    if getattr(spec, "task", "classification") == "outputs":
+        return _load_outputs(spec)
     raw = _LOADERS[spec.source](spec)
     split = raw.get("x_test") is not None
     names = raw["class_names"]
@@ -143,7 +161,7 @@ def input_files(spec: DataSpec) -> list[Path]:
 def calibration_samples(ds: Dataset, n: int, seed: int = 0) -> np.ndarray:
     """`n` samples drawn without replacement from the TRAIN split only (the test split must stay
     unseen by calibration so that reported accuracy is honest); all of them if there are fewer.
-    Returned in train order, float32 [n, H, W, C]."""
+    Returned in train order, float32 [n, ...]."""
     if n <= 0:
         raise DataError(f"the number of calibration samples must be positive, got {n}")
     total = len(ds.x_train)
@@ -156,11 +174,7 @@ def calibration_samples(ds: Dataset, n: int, seed: int = 0) -> np.ndarray:
 def check_compatible(ds: Dataset, input_shape: list[int] | tuple[int, ...], num_classes: int | None = None) -> None:
     """Raise a DataError when the data cannot feed the model: sample shape differs from the model
     input (batch dimension excluded), or labels exceed the model's number of outputs."""
-    want = tuple(int(d) for d in input_shape[1:])
-    if ds.sample_shape != want:
-        raise DataError(f"data samples have shape {list(ds.sample_shape)} but the model input is "
-                        f"{list(input_shape)} (batch first)",
-                        hint="set data.image_size / data.grayscale, or check the model")
+    check_sample_shape(ds.sample_shape, input_shape)
     if ds.regression:
         # num_classes is the model's outputs per sample: a regression target must have one value per output.
         if num_classes is not None and ds.num_targets != num_classes:
@@ -172,6 +186,20 @@ def check_compatible(ds: Dataset, input_shape: list[int] | tuple[int, ...], num_
         if top >= num_classes:
             raise DataError(f"labels go up to {top} but the model has {num_classes} classes (outputs)",
                             hint="select fewer classes with data.classes (relabelled to 0..k-1)")
+
+
+def check_sample_shape(sample_shape: list[int] | tuple[int, ...], input_shape: list[int] | tuple[int, ...],
+                       where: str = "data") -> None:
+    """The one check (and message) that samples of `sample_shape` (batch excluded) fit a model input of
+    `input_shape` (batch first); quantize's calibration and emulate-run's streams both use it."""
+    want = tuple(int(d) for d in input_shape[1:])
+    got = tuple(int(d) for d in sample_shape)
+    if got != want:
+        hint = ("set data.image_size / data.grayscale, or check the model" if len(want) == 3
+                else "reshape x in the .npz to [N, " + ", ".join(map(str, want)) + "], or check the model")
+        raise DataError(f"{where} shape does not match the model input: expected samples of "
+                        f"{describe_sample_shape(want)} (model input {list(input_shape)}, batch first), got "
+                        f"{describe_sample_shape(got)}", hint=hint)
 
 
 # ---- sources --------------------------------------------------------------------------------------
@@ -229,8 +257,7 @@ def _load_regression(spec: DataSpec) -> Dataset:
         where = f"{path} ({tag})"
         if x.dtype.kind not in "iuf":
             raise DataError(f"{where}: x has dtype {x.dtype}; expected a numeric array (float or integer)")
-        if x.ndim != 4:
-            raise DataError(f"{where}: x has shape {list(x.shape)}; expected 4-D NHWC [N, H, W, C]")
+        _check_x_rank(x, where)
         if y.dtype.kind not in "iuf":
             raise DataError(f"{where}: y has dtype {y.dtype}; regression targets must be numbers")
         if y.ndim == 1:
@@ -260,6 +287,107 @@ def _load_regression(spec: DataSpec) -> Dataset:
     ds = Dataset(class_names=[], task="regression", **out)
     _check_dataset(ds)
     return ds
+
+
+def _load_outputs(spec: DataSpec) -> Dataset:
+    """npz with one target array per output: x_train, x_test with y_train_<output>, y_test_<output> (the file's
+    split), or x with y_<output> (a seeded shuffle split here). Targets are numbers, one row per sample, any
+    shape (checked against each trained output by `target_rows`)."""
+    if spec.source != "npz":
+        raise DataError(f"task outputs needs source npz (one y array per output), not {spec.source!r}")
+    path, arrays = _read_npz(spec)
+    if {"x_train", "x_test"} <= arrays.keys():
+        parts = [("train", arrays["x_train"], "y_train_"), ("test", arrays["x_test"], "y_test_")]
+    elif "x" in arrays:
+        parts = [("train", arrays["x"], "y_")]
+    else:
+        raise DataError(f"{path}: needs x_train and x_test (or x, to split here) and one y array per trained output; "
+                        f"it has {sorted(arrays)}")
+    out: dict[str, Any] = {}
+    for split, x, prefix in parts:
+        where = f"{path} ({split if len(parts) > 1 else 'x/y'})"
+        if x.dtype.kind not in "iuf":
+            raise DataError(f"{where}: x has dtype {x.dtype}; expected a numeric array (float or integer)")
+        _check_x_rank(x, where)
+        ts = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix) and len(k) > len(prefix)}
+        if not ts:
+            raise DataError(f"{path}: no target arrays: expected one {prefix}<output> array per trained output; "
+                            f"it has {sorted(arrays)}")
+        for name, t in ts.items():
+            if t.dtype.kind not in "iuf" or t.ndim < 1 or len(t) != len(x):
+                raise DataError(f"{where}: {prefix}{name} has shape {list(t.shape)} dtype {t.dtype}; expected "
+                                f"numbers with one row per sample ({len(x)})")
+            if not np.all(np.isfinite(t)):
+                raise DataError(f"{where}: {prefix}{name} has NaN or infinite values")
+        out[f"x_{split}"] = _normalise(x, spec, f"x_{split}")
+        out[f"t_{split}"] = {k: v.astype(np.float32) for k, v in ts.items()}
+    if "x_test" not in out:
+        if len(out["x_train"]) < 2:
+            raise DataError(f"{path}: {len(out['x_train'])} sample(s) cannot be split into train and test")
+        from sklearn.model_selection import train_test_split
+
+        names = sorted(out["t_train"])
+        cut = train_test_split(out["x_train"], *(out["t_train"][n] for n in names), test_size=spec.test_fraction,
+                               random_state=spec.split_seed)
+        out = {"x_train": cut[0], "x_test": cut[1], "t_train": dict(zip(names, cut[2::2])),
+               "t_test": dict(zip(names, cut[3::2]))}
+    if sorted(out["t_train"]) != sorted(out["t_test"]):
+        raise DataError(f"{path}: train targets are for outputs {sorted(out['t_train'])} but test targets for "
+                        f"{sorted(out['t_test'])}")
+    ds = Dataset(class_names=[], task="outputs", y_train=np.zeros((len(out["x_train"]), 0), np.float32),
+                 y_test=np.zeros((len(out["x_test"]), 0), np.float32), **out)
+    _check_dataset(ds)
+    return ds
+
+
+def single_target(ds: Dataset, classification: bool) -> Dataset:
+    """Named-output data (task outputs) for a program that trains one output with train.loss's layout (one
+    cross-entropy head reads integer labels, one MSE head the regression targets): its single target array as
+    labels or as float targets [N, K]."""
+    names = sorted(ds.t_train or {})
+    if len(names) != 1:
+        raise DataError(f"the program trains one output but the data has targets for {names}",
+                        hint="keep one y_<output> array, or name the outputs in train.outputs")
+    tr, te = ds.t_train[names[0]], ds.t_test[names[0]]
+    if not classification:
+        return Dataset(ds.x_train, tr.reshape(len(tr), -1), ds.x_test, te.reshape(len(te), -1), [], "regression")
+    ys = [_check_xy(x, y, f"targets y_{names[0]} ({split})")[1]
+          for split, x, y in (("train", ds.x_train, tr), ("test", ds.x_test, te))]
+    k = int(max(ys[0].max(initial=-1), ys[1].max(initial=-1))) + 1
+    return Dataset(ds.x_train, ys[0], ds.x_test, ys[1], [str(i) for i in range(k)])
+
+
+def target_rows(ds: Dataset, heads: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """The float32 target rows [N, K] of the train and test split for the trained `heads` (codegen's io_layout
+    "heads": output, loss, shape): each head's targets back to back (stages/losses.py), a class index as one value.
+    Every mismatch is one line: a missing array (the arrays there are named), a shape that differs from the
+    output's, a class out of range."""
+    have = sorted(ds.t_train or {})
+    if ds.task != "outputs":
+        raise DataError("the firmware trains named outputs (train.outputs) but the data has no per-output targets",
+                        hint="set data.task: outputs with one y_<output> array per trained output")
+    cols: dict[str, list[np.ndarray]] = {"train": [], "test": []}
+    for h in heads:
+        name, shape = str(h["output"]), [int(d) for d in h["shape"]]
+        if name not in have:
+            raise DataError(f"the data has no targets for output {name!r}: expected an array y_{name} (or "
+                            f"y_train_{name} / y_test_{name}); it has targets for {have}")
+        for split in ("train", "test"):
+            t = getattr(ds, f"t_{split}")[name]
+            if h["loss"] == "cross_entropy":
+                if t.ndim != 1 or np.any(t != np.round(t)) or t.min(initial=0) < 0 or t.max(initial=0) >= shape[-1]:
+                    raise DataError(f"targets for output {name!r} ({split}) must be class indices [N] in "
+                                    f"0..{shape[-1] - 1} (cross_entropy); got shape {list(t.shape)}, values "
+                                    f"{float(t.min(initial=0)):g}..{float(t.max(initial=0)):g}")
+                cols[split].append(t.reshape(-1, 1))
+                continue
+            want = shape[1:] if len(shape) > 1 else shape
+            if list(t.shape[1:]) != want and not (t.ndim == 1 and int(np.prod(want)) == 1):
+                raise DataError(f"data shape does not match output {name!r}: expected targets of {want} per sample "
+                                f"(the output is {shape}), got {list(t.shape[1:])}")
+            cols[split].append(t.reshape(len(t), -1))
+    return (np.concatenate(cols["train"], axis=1).astype(np.float32),
+            np.concatenate(cols["test"], axis=1).astype(np.float32))
 
 
 def _load_images(spec: DataSpec) -> dict:
@@ -301,9 +429,7 @@ def _existing(path: Path | None, what: str, *, want_dir: bool) -> Path:
 def _check_xy(x: np.ndarray, y: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray]:
     if x.dtype.kind not in "iuf":
         raise DataError(f"{where}: x has dtype {x.dtype}; expected a numeric array (float or integer)")
-    if x.ndim != 4:
-        raise DataError(f"{where}: x has shape {list(x.shape)}; expected 4-D NHWC [N, H, W, C]",
-                        hint="for single-channel images add a channel axis: x[..., None]" if x.ndim == 3 else None)
+    _check_x_rank(x, where)
     if y.ndim != 1 or len(y) != len(x):
         raise DataError(f"{where}: y has shape {list(y.shape)}; expected 1-D with one label per sample ({len(x)})")
     if y.dtype.kind == "f" and np.all(np.isfinite(y)) and np.all(y == np.round(y)):
@@ -313,6 +439,23 @@ def _check_xy(x: np.ndarray, y: np.ndarray, where: str) -> tuple[np.ndarray, np.
     if len(y) and int(y.min()) < 0:
         raise DataError(f"{where}: labels must be >= 0, found {int(y.min())}")
     return x, y.astype(np.int64)
+
+
+# The rank of one sample -> what it usually is (for messages); a sample has 1..4 dimensions (the TTDS limit).
+_SAMPLE_KINDS = {1: "[N, F] features", 2: "[N, T, F] sequences", 3: "[N, H, W, C] images", 4: "[N, D, H, W, C]"}
+
+
+def _check_x_rank(x: np.ndarray, where: str) -> None:
+    if not 2 <= x.ndim <= 5:
+        raise DataError(f"{where}: x has shape {list(x.shape)}; expected one sample per row: "
+                        f"{', '.join(_SAMPLE_KINDS[r] for r in (1, 2, 3))}",
+                        hint="for one value per sample use x[:, None]" if x.ndim == 1 else None)
+
+
+def describe_sample_shape(shape: list[int] | tuple[int, ...]) -> str:
+    """`[64] (features)`: a sample shape with what its rank usually holds, for messages."""
+    kind = {1: "features", 2: "a sequence [T, F]", 3: "an image [H, W, C]"}.get(len(shape))
+    return f"{list(shape)}" + (f" ({kind})" if kind else "")
 
 
 def _npz_class_names(arrays: dict, labels: np.ndarray, path: Path) -> list[str]:

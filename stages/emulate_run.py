@@ -46,6 +46,11 @@ firmware holds integers only), run.json has `mse` {before, after, delta} instead
 gate keeps the trained weights when before - after >= min_delta (lower is better; min_delta in MSE
 units, default 0: kept unless the error grew).
 
+Named outputs (`train.outputs`, codegen's io_layout "heads"): the streams are TTDS version 2 whose float targets
+are the heads' targets back to back (stages/data.target_rows); the firmware reports the test split's mean training
+loss (every head's weighted loss) as bits (`loss_before_bits` / `loss_after_bits`), run.json has `test_loss`
+{before, after, delta}, and the gate keeps the trained weights when before - after >= min_delta (loss units).
+
 Cycle estimates: QEMU counts instructions, not cycles. `cycles_estimate` assumes one cycle per instruction at
 the board's real clock (216 MHz for the STM32F746). `cycles_per_step_estimate` is better founded: one training
 step traced in QEMU (`-d in_asm,exec,nochain`), every instruction classed and costed with a Cortex-M4 / M7
@@ -258,7 +263,13 @@ def run_files(data_spec: Any, layout: Mapping[str, Any], rc: RuntimeConfig,
 
     ds = load_dataset(data_spec)
     inp = layout.get("input") or {}
+    if layout.get("heads"):
+        return _run_files_outputs(ds, layout, rc, inp)
     regression = layout.get("loss") == "mse"
+    if ds.task == "outputs":  # train.outputs naming the model's one output, with a cross-entropy or MSE head
+        from tinytrain.stages.data import single_target
+
+        ds = single_target(ds, classification=not regression)
     if regression != ds.regression:
         # The program was compiled for one kind of target; the other kind cannot be streamed to it.
         raise UserError(f"the firmware was built for {'MSE (regression)' if regression else 'classification'} "
@@ -292,6 +303,29 @@ def run_files(data_spec: Any, layout: Mapping[str, Any], rc: RuntimeConfig,
     if regression:
         info.update(task="regression", targets=ds.num_targets)
     return out, info
+
+
+def _run_files_outputs(ds: Any, layout: Mapping[str, Any], rc: RuntimeConfig,
+                       inp: Mapping[str, Any]) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """Named outputs (train.outputs): TTDS version 2 whose float targets are the heads' targets back to back
+    (stages/losses.py, stages/data.target_rows)."""
+    from tinytrain.stages.data import check_sample_shape, target_rows, write_stream
+
+    if inp.get("shape") is not None:
+        check_sample_shape(ds.sample_shape, inp["shape"])
+    rows = dict(zip(("train", "test"), target_rows(ds, list(layout["heads"]))))
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="tinytrain-ttds-") as tmp:
+        for split, x in (("train", ds.x_train), ("test", ds.x_test)):
+            p = Path(tmp) / f"{split}.ttds"
+            write_stream(p, quantize_input(x, inp), None, targets=rows[split])
+            out[f"{split}.ttds"] = p.read_bytes()
+    out["runtime.bin"] = rc.to_bytes()
+    n = len(ds.x_train)
+    used = n if not rc.max_train_samples else min(rc.max_train_samples, n)
+    return out, {"train_samples": int(n), "test_samples": int(len(ds.x_test)), "train_samples_per_epoch": int(used),
+                 "classes": 0, "input_dtype": str(inp.get("dtype", "int8")), "task": "outputs",
+                 "targets": int(rows["train"].shape[1]), "outputs": [h["output"] for h in layout["heads"]]}
 
 
 def quantize_input(x: np.ndarray, inp: Mapping[str, Any]) -> np.ndarray:
@@ -418,9 +452,10 @@ def pct(acc: Mapping[str, Any] | None) -> float | None:
     return 100.0 * int(acc["correct"]) / int(acc["total"])
 
 
-def mse_of(res: Mapping[str, Any], when: str) -> float | None:
-    """results.json's `mse_<when>_bits` (IEEE-754 float32 bit pattern) as a float; None when not evaluated."""
-    bits, total = res.get(f"mse_{when}_bits"), res.get(f"mse_{when}_total")
+def mse_of(res: Mapping[str, Any], when: str, metric: str = "mse") -> float | None:
+    """results.json's `<metric>_<when>_bits` (IEEE-754 float32 bit pattern: mse, or loss for named outputs) as a
+    float; None when not evaluated."""
+    bits, total = res.get(f"{metric}_{when}_bits"), res.get(f"{metric}_{when}_total")
     if bits is None or not int(total or 0):
         return None
     return float(struct.unpack("<f", struct.pack("<I", int(bits) & 0xFFFFFFFF))[0])
@@ -446,14 +481,17 @@ def _gate_verdict(doc: dict[str, Any], enabled: bool, gain: float | None, min_de
     return doc
 
 
-def gate_decision_mse(gate: Any, before: float | None, after: float | None) -> dict[str, Any]:
-    """The regression gate: lower MSE is better; kept when before - after >= min_delta (MSE units)."""
+def gate_decision_mse(gate: Any, before: float | None, after: float | None, metric: str = "mse") -> dict[str, Any]:
+    """The regression gate (and, with metric "loss", the named outputs' one on the test loss): lower is better;
+    kept when before - after >= min_delta (in the metric's units)."""
     enabled, min_delta = _gate_settings(gate)
     known = before is not None and after is not None and math.isfinite(before) and math.isfinite(after)
     gain = (before - after) if known else None
-    doc: dict[str, Any] = {"enabled": enabled, "metric": "mse", "min_delta_mse": min_delta, "improvement_mse": gain}
-    change = (f"MSE {before:.4g} -> {after:.4g} (improvement {gain:+.4g} {{}} {min_delta:+.4g})" if known else "")
-    return _gate_verdict(doc, enabled, gain, min_delta, "MSE", change)
+    doc: dict[str, Any] = {"enabled": enabled, "metric": metric, f"min_delta_{metric}": min_delta,
+                           f"improvement_{metric}": gain}
+    label = "MSE" if metric == "mse" else "test loss"
+    change = (f"{label} {before:.4g} -> {after:.4g} (improvement {gain:+.4g} {{}} {min_delta:+.4g})" if known else "")
+    return _gate_verdict(doc, enabled, gain, min_delta, label, change)
 
 
 def gate_decision(gate: Any, before: float | None, after: float | None) -> dict[str, Any]:
@@ -478,9 +516,13 @@ def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[st
     names = export.resolve(qgraph, entries)
     before, after = pct(res.get("acc_before")), pct(res.get("acc_after"))
     regression = res.get("task") == "regression"
+    outputs = res.get("task") == "loss"  # named outputs: the test split's mean training loss
     if regression:
         mse_before, mse_after = mse_of(res, "before"), mse_of(res, "after")
         decision = gate_decision_mse(gate, mse_before, mse_after)
+    elif outputs:
+        loss_before, loss_after = mse_of(res, "before", "loss"), mse_of(res, "after", "loss")
+        decision = gate_decision_mse(gate, loss_before, loss_after, "loss")
     else:
         decision = gate_decision(gate, before, after)
     chosen = trained if decision["accepted"] else export.original_weights(qgraph, entries)
@@ -538,6 +580,12 @@ def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[st
                     "samples": int(res.get("mse_after_total") or res.get("mse_before_total") or 0),
                     "how": "mean over the test samples of the mean over outputs of (prediction - target)^2, "
                            "float32 on the device (results.json mse_*_bits)"}} if regression else {}),
+        **({"test_loss": {"split": "test", "before": _mse(loss_before), "after": _mse(loss_after),
+                          "delta": (None if loss_before is None or loss_after is None
+                                    else _mse(loss_after - loss_before)),
+                          "samples": int(res.get("loss_after_total") or res.get("loss_before_total") or 0),
+                          "how": "mean over the test samples of the training loss (every trained output's weighted "
+                                 "loss), float32 on the device (results.json loss_*_bits)"}} if outputs else {}),
         "steps": int(res.get("steps") or steps), "samples": int(res.get("samples") or 0),
         "instructions": instr, "cycles_estimate": one_cpi,
         "cycles_per_step_estimate": estimate or {"traced": False, "reason": "not requested"},
@@ -606,10 +654,11 @@ def summary_line(doc: Mapping[str, Any]) -> str:
     acc = doc["accuracy"]
     a = ("acc n/a" if acc["before_pct"] is None or acc["after_pct"] is None
          else f"acc {acc['before_pct']:.1f}% → {acc['after_pct']:.1f}%")
-    if "mse" in doc:
-        m = doc["mse"]
-        a = ("MSE n/a" if m["before"] is None or m["after"] is None
-             else f"MSE {m['before']:.3g} → {m['after']:.3g}")
+    for key, label in (("mse", "MSE"), ("test_loss", "test loss")):
+        if key in doc:
+            m = doc[key]
+            a = (f"{label} n/a" if m["before"] is None or m["after"] is None
+                 else f"{label} {m['before']:.3g} → {m['after']:.3g}")
     ins = doc["instructions"]
     if ins["counted"]:
         i = f"{human_count(ins['per_step_mean'])} instr/step"
@@ -680,6 +729,8 @@ def inspect(path: Path) -> str | None:
     acc = doc["accuracy"]
     if "mse" in doc:
         lines.append(f"MSE (test split): before {doc['mse']['before']}, after {doc['mse']['after']}")
+    elif "test_loss" in doc:
+        lines.append(f"loss (test split): before {doc['test_loss']['before']}, after {doc['test_loss']['after']}")
     else:
         lines.append(f"accuracy (test split): before {acc['before']}, after {acc['after']}")
     est = doc.get("cycles_per_step_estimate") or {}

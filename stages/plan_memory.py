@@ -87,7 +87,7 @@ from tinytrain.stages.train_plan import RATIOS, TrainPlan, _has_bias, _in_channe
 FP32 = 4
 OPTIMIZER_STATE = STATE_COUNT
 WEIGHT_RATIOS = tuple(r for r in RATIOS if r > 0)
-LOSSES = ("cross_entropy", "mse")
+LOSSES = autodiff.LOSSES
 _LAYER_OPS = TRAINABLE_OPS
 
 
@@ -102,6 +102,9 @@ class MemorySettings:
     rounding: str = "nearest"          # QAS rounding: stochastic keeps a PRNG state per trained int8 tensor
     reorder: bool = True               # train.reorder.enabled: in-place updates, or every gradient until the end
     masks: bool | None = None          # autodiff's 1-bit activation masks (None: autodiff.MASKS, its default)
+    # train.outputs (stages/losses.Head, several outputs): the exact peak builds them all; the estimate here models
+    # the first output with `loss` (its first head's loss)
+    heads: tuple = ()
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZER_STATE:
@@ -111,7 +114,8 @@ class MemorySettings:
 
     def to_json(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer, "batch_size": int(self.batch_size), "master_copy": bool(self.master_copy),
-                "loss": self.loss, "rounding": self.rounding, "reorder": bool(self.reorder)}
+                "loss": self.loss, "rounding": self.rounding, "reorder": bool(self.reorder),
+                **({"heads": [[h.name, h.loss, h.weight] for h in self.heads]} if self.heads else {})}
 
 
 @dataclass(frozen=True)

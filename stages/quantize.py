@@ -151,7 +151,6 @@ def num_classes(graph: Graph) -> int | None:
 
 def check_samples(graph: Graph, x: np.ndarray, what: str) -> None:
     """Samples must be non-empty, float, finite and shaped like the model input (batch excluded)."""
-    want = list(graph.tensors[_single_input(graph)].shape[1:])
     x = np.asarray(x)
     if x.ndim == 0 or x.shape[0] == 0:
         raise QuantizeError(f"{what}: no samples (the train split is empty)",
@@ -159,9 +158,9 @@ def check_samples(graph: Graph, x: np.ndarray, what: str) -> None:
     if not np.issubdtype(x.dtype, np.floating):
         raise QuantizeError(f"{what}: dtype {x.dtype}, expected float samples (the model's float input)",
                             hint="set data.scale/offset so raw values map to the floats the model was trained on")
-    if list(x.shape[1:]) != want:
-        raise QuantizeError(f"{what}: samples have shape {list(x.shape[1:])} but the model input is "
-                            f"{want} (batch excluded)", hint="check data.image_size / data.grayscale / layout")
+    from tinytrain.stages.data import check_sample_shape
+
+    check_sample_shape(x.shape[1:], graph.tensors[_single_input(graph)].shape, what)
     if not np.all(np.isfinite(x)):
         raise QuantizeError(f"{what}: {int(np.size(x) - np.count_nonzero(np.isfinite(x)))} NaN/inf values")
 

@@ -51,6 +51,7 @@ from tinytrain.pipeline.errors import UserError
 from tinytrain.stages import contribution as contrib
 from tinytrain.stages import update_check
 from tinytrain.stages.ir import Graph
+from tinytrain.stages.losses import heads_from, loss_config
 from tinytrain.stages.plan_memory import WEIGHT_RATIOS, MemoryModel, MemorySettings, channels, kb, short_name
 from tinytrain.stages.plan_search import Choice, Option, Problem, SearchResult, search
 from tinytrain.stages.train_plan import RATIOS, LayerPlan, PlanError, TrainPlan
@@ -87,9 +88,11 @@ def memory_settings(config: dict[str, Any]) -> MemorySettings:
     reorder = config.get("train.reorder.enabled")
     if reorder is None:
         reorder = _get(config.get("train.reorder"), "enabled", True)
+    loss = loss_config(config)
+    heads = tuple(loss) if isinstance(loss, list) else ()
     return MemorySettings(optimizer=str(kind), batch_size=int(config.get("train.batch_size") or 1),
-                          master_copy=bool(master), loss=str(config.get("train.loss") or "cross_entropy"),
-                          rounding=str(_get(qas, "rounding", "nearest")), reorder=bool(reorder))
+                          master_copy=bool(master), loss=heads[0].loss if heads else loss,
+                          rounding=str(_get(qas, "rounding", "nearest")), reorder=bool(reorder), heads=heads)
 
 
 def qas_enabled(config: dict[str, Any]) -> bool:
@@ -104,8 +107,9 @@ def exact_peak(graph: Graph, plan: TrainPlan, settings: MemorySettings, qas: boo
     train.reorder.enabled). Deterministic, and cheap next to the search (MobileNetV2: well under a second)."""
     from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
     from tinytrain.stages.reorder import plan_schedules
-    tg = build_training_graph(graph, plan, settings.loss, OptimizerSpec(kind=settings.optimizer),
-                              settings.batch_size, QASOptions(qas, settings.rounding, settings.master_copy))
+    tg = build_training_graph(graph, plan, list(settings.heads) or settings.loss,
+                              OptimizerSpec(kind=settings.optimizer), settings.batch_size,
+                              QASOptions(qas, settings.rounding, settings.master_copy))
     chosen, best, plain, _ = plan_schedules(tg, settings.reorder)
     return {"peak_bytes": int(best.arena), "lower_bound_bytes": int(best.lower_bound),
             "plain_peak_bytes": int(plain.arena), "schedule": chosen, "reorder": settings.reorder}
@@ -390,6 +394,11 @@ def auto_search(ctx: StageContext, graph: Graph, mm: MemoryModel, upd, capacity:
     Only the plans that win a search get measured: the answer equals the full analysis's whenever no option that
     was only estimated would have beaten it once measured (the estimates rank options by the loss decrease of
     their gradients, the measurements by accuracy)."""
+    if ctx.config.get("train.outputs") or len(graph.outputs) > 1:
+        # The contribution analysis fine-tunes and scores one output; named heads need a scheme that says what to train.
+        heads_from(loss_config(ctx.config), list(graph.outputs))  # several outputs and none named: say so first
+        raise UserError("scheme auto scores options on a single output and cannot plan for train.outputs yet",
+                        hint="with train.outputs choose train.update.scheme: full, last_k, bias_only or manual")
     settings = contrib.AnalysisSettings.from_spec(upd.analysis)
     gd = contrib.graph_digest(graph)
     path = ctx.inputs.get("contribution/contributions.json")

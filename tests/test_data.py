@@ -145,7 +145,7 @@ def test_integer_valued_float_labels_are_accepted(tmp_path):
 
 @pytest.mark.parametrize("arrays, message", [
     ({"a": np.zeros(3)}, r"needs arrays x_train, y_train, x_test, y_test \(or x, y to split here\); it has \['a'\]"),
-    ({"x": np.zeros((4, 3, 3)), "y": np.zeros(4, int)}, r"x has shape \[4, 3, 3\]; expected 4-D NHWC"),
+    ({"x": np.zeros(4), "y": np.zeros(4, int)}, r"x has shape \[4\]; expected one sample per row"),
     ({"x": np.zeros((4, 2, 2, 1), bool), "y": np.zeros(4, int)}, "x has dtype bool"),
     ({"x": np.zeros((4, 2, 2, 1)), "y": np.zeros(5, int)}, "one label per sample"),
     ({"x": np.zeros((4, 2, 2, 1)), "y": np.full(4, 0.5)}, "expected integer class labels"),
@@ -315,7 +315,7 @@ def test_calibration_draws_from_train_only_and_is_deterministic(tmp_path):
 
 def test_check_compatible_with_the_model(digits):
     check_compatible(digits, [1, 8, 8, 1], num_classes=10)
-    with pytest.raises(DataError, match=r"shape \[8, 8, 1\] but the model input is \[1, 16, 16, 3\]"):
+    with pytest.raises(DataError, match=r"expected samples of \[16, 16, 3\] .*got \[8, 8, 1\]"):
         check_compatible(digits, [1, 16, 16, 3])
     with pytest.raises(DataError, match="labels go up to 9 but the model has 5 classes"):
         check_compatible(digits, [1, 8, 8, 1], num_classes=5)

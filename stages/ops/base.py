@@ -91,6 +91,9 @@ class OpDef:
     optimizer: str | None = None   # update ops: the optimizer kind
     qas: bool = False              # update ops: of an int8 / int32 parameter (stages/qas.py)
     eager: bool = False            # the schedule runs it as soon as it can (updates, accumulation)
+    loss: str | None = None        # loss ops: the spec loss name it implements (train.loss, train.outputs)
+    drops: str | None = None       # loss ops on logits: the inference-only activation ending a head that the
+    #                                training forward drops (its output would be probabilities)
 
     def __post_init__(self):
         if self.kind not in KINDS:

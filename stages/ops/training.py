@@ -32,29 +32,63 @@ def _c_batch_accumulate(gen, op: Op) -> list[str]:
     return [f"tt_accumulate_f32({n}, {gen.loc(acc)}, {gen.loc(g)});"]
 
 
-def _c_softmax_ce_loss(gen, op: Op) -> list[str]:
-    z, lab = op.inputs
-    loss, dz = op.outputs
-    zs = gen.g.tensors[z].shape
-    depth = zs[-1]
-    if numel(zs) // depth != numel(gen.g.tensors[lab].shape):
-        raise CodegenError(f"softmax_ce_loss: {numel(zs) // depth} rows of logits for "
-                           f"{numel(gen.g.tensors[lab].shape)} label(s): not a classifier head")
-    return [f"{gen.loc(loss)}[0] = tt_softmax_cross_entropy_f32({numel(zs) // depth}, {depth}, {gen.loc(z)}, "
-            f"{gen.loc(lab)}, {gen.loc(dz)});"]
+def loss_call(op_type: str, shape: list[int], pred: str, target: str, target_dtype: str, offset: int, grad: str,
+              result: str, delta: float | None = None) -> list[str]:
+    """C lines computing `result = loss` and the gradient `grad` of loss op `op_type` on a prediction `pred` of
+    `shape`, reading the targets at `target` + `offset` (a float class index for cross-entropy on a float target
+    row: several heads). Shared by the training step (the ops' emitters below) and codegen's evaluation of heads."""
+    from ..losses import HUBER_DELTA
+
+    rows, per = (int(shape[0]), numel(shape[1:])) if len(shape) > 1 else (1, numel(shape))
+    tgt = f"{target} + {offset}" if offset else target
+    if op_type == "softmax_ce_loss":
+        depth = int(shape[-1])
+        if target_dtype == "int32":
+            return [f"{result} = tt_softmax_cross_entropy_f32({numel(shape) // depth}, {depth}, {pred}, {tgt}, "
+                    f"{grad});"]
+        if numel(shape) != depth:
+            raise CodegenError(f"softmax_ce_loss on a float target row: one row of logits, not {list(shape)}")
+        return [f"{{ const int32_t tt_lab = (int32_t)({target}[{offset}]);",
+                f"  {result} = tt_softmax_cross_entropy_f32(1, {depth}, {pred}, &tt_lab, {grad}); }}"]
+    if op_type == "mse_loss":
+        return [f"{result} = tt_mse_f32({rows}, {per}, {pred}, {tgt}, {grad});"]
+    if op_type == "bce_logits_loss":
+        return [f"{result} = tt_bce_logits_f32({rows}, {per}, {pred}, {tgt}, {grad});"]
+    if op_type == "huber_loss":
+        d = HUBER_DELTA if delta is None else delta
+        return [f"{result} = tt_huber_f32({rows}, {per}, {flit(d)}, {pred}, {tgt}, {grad});"]
+    raise CodegenError(f"no C kernel for loss op {op_type}")
 
 
-def _c_mse_loss(gen, op: Op) -> list[str]:
-    # grad_ops.mse_loss: per sample mean over its elements of (y - t)^2, summed over the rows; dy = 2 (y - t) / per.
-    # tt_mse_f32 computes dy in that order (bit-exact); the loss sums sequentially (numpy sums pairwise from 8
-    # elements on, so the loss may differ in the last ulp for K >= 8).
+def _c_loss(gen, op: Op) -> list[str]:
+    """A loss op (stages/losses.py): its kernel on the head's slice of the target (attr offset: several heads),
+    then the head's weight (attr weight) on loss and gradient. Single-head ops have neither attr and keep their C.
+    mse: grad_ops.mse_loss's dy order (bit-exact); the loss sums sequentially (numpy sums pairwise from 8 elements
+    on, so the loss may differ in the last ulp for K >= 8)."""
     y, t = op.inputs
     loss, dy = op.outputs
-    ys = gen.g.tensors[y].shape
-    rows, per = (int(ys[0]), numel(ys[1:])) if len(ys) > 1 else (1, numel(ys))
-    if numel(gen.g.tensors[t].shape) != rows * per:
-        raise CodegenError(f"mse_loss: target {t!r} {gen.g.tensors[t].shape} does not match the prediction {ys}")
-    return [f"{gen.loc(loss)}[0] = tt_mse_f32({rows}, {per}, {gen.loc(y)}, {gen.loc(t)}, {gen.loc(dy)});"]
+    ys, ts = gen.g.tensors[y].shape, gen.g.tensors[t].shape
+    off = op.attrs.get("offset")
+    if off is None:  # one head: the target tensor is exactly this head's
+        if op.type == "softmax_ce_loss":
+            depth = ys[-1]
+            if numel(ys) // depth != numel(ts):
+                raise CodegenError(f"softmax_ce_loss: {numel(ys) // depth} rows of logits for {numel(ts)} label(s): "
+                                   "not a classifier head")
+        elif numel(ts) != numel(ys):
+            raise CodegenError(f"{op.type}: target {t!r} {ts} does not match the prediction {ys}")
+    lines = loss_call(op.type, ys, gen.loc(y), gen.loc(t), gen.g.tensors[t].dtype, int(off or 0), gen.loc(dy),
+                      f"{gen.loc(loss)}[0]", op.attrs.get("delta"))
+    if "weight" in op.attrs:
+        lines.append(f"{gen.loc(loss)}[0] = tt_loss_weight_f32({numel(ys)}, {flit(float(op.attrs['weight']))}, "
+                     f"{gen.loc(loss)}[0], {gen.loc(dy)});")
+    return lines
+
+
+def _c_loss_sum(gen, op: Op) -> list[str]:
+    # losses.loss_sum: 0 + l0 + l1 + ... in head order, float32.
+    out = f"{gen.loc(op.outputs[0])}[0]"
+    return [f"{out} = 0.0f;"] + [f"{out} += {gen.loc(t)}[0];" for t in op.inputs]
 
 
 # ---- updates
@@ -229,13 +263,36 @@ def _run_grad_accumulate(op, v, shape, tensor):
     return [go.grad_sum([v(j) for j in range(len(op.inputs))])]
 
 
+# Loss kernels: the golden model (stages/losses.py), which applies the offset and weight attrs of several heads.
+
 def _run_softmax_ce_loss(op, v, shape, tensor):
-    return list(go.softmax_ce_loss(v(0), v(1)))
+    from .. import losses
+    return losses.run_loss_op(op, v, go.softmax_ce_loss, class_target=True)
 
 
 def _run_mse_loss(op, v, shape, tensor):
-    return list(go.mse_loss(v(0), v(1)))
+    from .. import losses
+    return losses.run_loss_op(op, v, go.mse_loss)
 
+
+def _run_bce_logits_loss(op, v, shape, tensor):
+    from .. import losses
+    return losses.run_loss_op(op, v, losses.bce_logits_loss)
+
+
+def _run_huber_loss(op, v, shape, tensor):
+    from .. import losses
+    delta = float(op.attrs.get("delta", losses.HUBER_DELTA))
+    return losses.run_loss_op(op, v, lambda y, t: losses.huber_loss(y, t, delta))
+
+
+def _run_loss_sum(op, v, shape, tensor):
+    from .. import losses
+    return [losses.loss_sum([v(j) for j in range(len(op.inputs))])]
+
+
+_LOSS_ATTRS = ("offset", "weight")
+LOSS_SUM = "loss_sum"   # the op adding several heads' losses (stages/losses.py emits it)
 
 OPS = (
     OpDef("act_grad", kind="backward", signature="dy, y -> dz", attrs=("act",),
@@ -252,9 +309,18 @@ OPS = (
     OpDef("grad_accumulate", kind="backward", signature="g0, g1, ... -> g",
           note="a tensor read by several ops", in_place="any", c=_c_grad_accumulate, run=_run_grad_accumulate),
     OpDef("batch_accumulate", kind="aux", signature="acc, g -> acc", eager=True, c=_c_batch_accumulate),
+    # Losses, in the order of the spec's loss names (stages/losses.py); attrs only with several heads / a weight.
     OpDef("softmax_ce_loss", kind="loss", signature="logits, labels:int32[1] -> loss:f32[], dlogits",
-          c=_c_softmax_ce_loss, run=_run_softmax_ce_loss),
-    OpDef("mse_loss", kind="loss", signature="y, target -> loss, dy", c=_c_mse_loss, run=_run_mse_loss),
+          attrs=_LOSS_ATTRS, note="fused, stable; several heads: a float class index in the target row",
+          loss="cross_entropy", drops="softmax", c=_c_loss, run=_run_softmax_ce_loss),
+    OpDef("mse_loss", kind="loss", signature="y, target -> loss, dy", attrs=_LOSS_ATTRS, loss="mse",
+          c=_c_loss, run=_run_mse_loss),
+    OpDef("bce_logits_loss", kind="loss", signature="z, target -> loss, dz", attrs=_LOSS_ATTRS,
+          note="binary cross-entropy with logits", loss="bce", drops="logistic", c=_c_loss, run=_run_bce_logits_loss),
+    OpDef("huber_loss", kind="loss", signature="y, target -> loss, dy", attrs=_LOSS_ATTRS + ("delta",),
+          note="delta 1 (PyTorch HuberLoss)", loss="huber", c=_c_loss, run=_run_huber_loss),
+    OpDef(LOSS_SUM, kind="loss", signature="l0, l1, ... -> loss", note="several heads: their weighted losses",
+          c=_c_loss_sum, run=_run_loss_sum),
     OpDef("step_counter", kind="aux", signature="step -> step", c=_c_step_counter),
     OpDef("sgd_update", kind="update", signature="w, g -> w", attrs=_UPDATE_ATTRS, optimizer="sgd", eager=True,
           c=_c_sgd_update),
