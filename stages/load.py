@@ -16,6 +16,7 @@ import numpy as np
 from tinytrain.pipeline.contract import StageContext, StageResult
 from tinytrain.pipeline.errors import ModelError
 from tinytrain.stages.ir import Graph, Op
+from tinytrain.stages.prune import prune_graph
 from tinytrain.stages.tflite_reader import read_model
 
 ARTIFACTS = ("graph.json", "tensors.npz", "graph.txt", "summary.json")
@@ -26,7 +27,10 @@ def run(ctx: StageContext) -> StageResult:
     fmt = getattr(model, "format", "auto") or "auto"
     fmt = str(getattr(fmt, "value", fmt))  # a str Enum or a Literal, whichever the spec uses
     ctx.progress(f"reading {Path(model.path).name}", 0.0)
-    graph = read_model(Path(model.path), fmt)
+    cut = getattr(model, "outputs", None)  # model.outputs: train on these tensors, drop what follows them
+    graph = read_model(Path(model.path), fmt, cut)
+    if cut:
+        graph = prune_graph(graph, cut)
     try:
         graph.validate()
     except ValueError as e:  # read_model validates already; this guards a reader regression

@@ -23,6 +23,7 @@ from tflite.BuiltinOptions import BuiltinOptions as BOpt
 from tflite.TensorType import TensorType as TT
 
 from tinytrain.pipeline.errors import ModelError, UnsupportedOpError
+from tinytrain.stages import prune
 from tinytrain.stages.ir import Graph, Op, QuantParams, Tensor
 
 IDENTIFIERS = {b"TFL3": "tflite", b"CIR0": "circle"}
@@ -52,15 +53,16 @@ _LAYER_OPS = ("conv2d", "depthwise_conv2d", "fully_connected", "transpose_conv")
 
 # ---- public API ------------------------------------------------------------------------------------
 
-def read_model(path: Path, fmt: str = "auto") -> Graph:
+def read_model(path: Path, fmt: str = "auto", outputs: list[str] | None = None) -> Graph:
     """Read subgraph 0 of a .tflite/.circle file into a validated Graph. Raises ModelError.
-    `fmt` is model.format: "auto", "tflite" or "circle" (checked against the file identifier)."""
+    `fmt` is model.format: "auto", "tflite" or "circle" (checked against the file identifier).
+    `outputs` is model.outputs: these tensors become the outputs and ops they do not need are not read."""
     path = Path(path)
     buf = _read_bytes(path)
     detected = _check_identifier(buf, path, fmt)
     kind = _FORMAT_TITLES.get(detected, "TFLite")
     _check_root(buf, path, kind)
-    graph = _parse(buf, path, kind)
+    graph = _parse(buf, path, kind, outputs)
     graph.meta["format"] = detected or (fmt if fmt != "auto" else _format_from_suffix(path))
     try:
         graph.validate()
@@ -124,9 +126,9 @@ def _check_root(buf: bytes, path: Path, kind: str) -> None:
                          f"{len(buf)}-byte file: truncated or not a model)")
 
 
-def _parse(buf: bytes, path: Path, kind: str) -> Graph:
+def _parse(buf: bytes, path: Path, kind: str, outputs: list[str] | None = None) -> Graph:
     try:
-        return _Reader(buf, path).read()
+        return _Reader(buf, path, outputs).read()
     except ModelError:
         raise
     except _PARSE_ERRORS as e:
@@ -148,9 +150,11 @@ def _format_from_suffix(path: Path) -> str:
 # ---- the reader ------------------------------------------------------------------------------------
 
 class _Reader:
-    def __init__(self, buf: bytes, path: Path):
+    def __init__(self, buf: bytes, path: Path, outputs: list[str] | None = None):
         self.buf = buf
         self.path = path
+        self.requested = outputs  # model.outputs (names); self.targets: their tensor indices, once known
+        self.targets: list[int] | None = None
         self.model = tflite.Model.GetRootAs(buf, 0)
         self.sg: Any = None
         self.raw_names: list[str] = []
@@ -171,19 +175,20 @@ class _Reader:
         n_tensors = self.length(self.sg.TensorsLength(), "tensor table")
         g_inputs = self._index_list(self.sg.InputsAsNumpy(), n_tensors, "subgraph inputs")
         g_outputs = self._index_list(self.sg.OutputsAsNumpy(), n_tensors, "subgraph outputs")
+        g_outputs = self.targets if self.targets is not None else g_outputs
         used = self._used_tensors(ops_raw, n_tensors) | set(g_inputs) | set(g_outputs)
         self.raw_names = [self._tensor_name(i) for i in range(n_tensors)]
         self.names = _unique_names(self.raw_names)
         # Tensors no op or graph I/O refers to (converter leftovers) are dropped.
         tensors = {self.names[i]: self._tensor(i) for i in sorted(used)}
-        ops = [self._op(idx, code, op, ins, outs, tensors) for idx, (code, op, ins, outs) in enumerate(ops_raw)]
+        ops = [self._op(idx, *raw, tensors) for idx, raw in enumerate(ops_raw) if raw is not None]
         inputs, outputs = [self.names[i] for i in g_inputs], [self.names[i] for i in g_outputs]
         _assign_roles(tensors, ops, inputs, outputs)
         return Graph(tensors=tensors, ops=ops, inputs=inputs, outputs=outputs, meta=self._meta(sorted(used)))
 
     def _used_tensors(self, ops_raw: list, n_tensors: int) -> set[int]:
         used: set[int] = set()
-        for _, _, ins, outs in ops_raw:
+        for _, _, ins, outs in filter(None, ops_raw):
             used.update(i for i in self._index_list(ins, n_tensors, "operator inputs", allow_missing=True) if i >= 0)
             used.update(self._index_list(outs, n_tensors, "operator outputs"))
         return used
@@ -253,9 +258,14 @@ class _Reader:
         n_codes = self.length(self.model.OperatorCodesLength(), "operator code table")
         codes = [self._opcode(j) for j in range(n_codes)]
         n_ops = self.length(self.sg.OperatorsLength(), "operator table")
+        io = self._cut_io(n_ops)
+        needed = None if self.targets is None else prune.needed_ops(io, self.targets)
         result, unsupported = [], []
         for idx in range(n_ops):
             op = self.sg.Operators(idx)
+            if needed is not None and idx not in needed:
+                result.append(None)  # after the cut (model.outputs): not read, supported or not
+                continue
             k = op.OpcodeIndex()
             if k >= n_codes:
                 raise self.err(f"corrupt file: operator {idx} uses opcode index {k} of {n_codes}")
@@ -269,12 +279,32 @@ class _Reader:
         if unsupported:
             idx, name = unsupported[0]
             more = _also_unsupported(unsupported)
+            cut = None if self.targets is not None else prune.cut_suggestion(
+                io, [i for i, _ in unsupported], self._cut_names(), _int_list(self.sg.OutputsAsNumpy()))
             err = UnsupportedOpError(name, idx, where=str(self.path),
-                                     hint=f"supported ops: {', '.join(supported_ops())}{more}")
+                                     hint=(f"{cut}; " if cut else "") +
+                                     f"supported ops: {', '.join(supported_ops())}{more}")
             # Every (operator index, op name) the model needs and we lack, for callers that list them all.
             err.unsupported = list(unsupported)
             raise err
         return result
+
+    # -- model.outputs (stages/prune.py): which ops the requested tensors need --
+
+    def _cut_names(self) -> list[str]:
+        n = self.length(self.sg.TensorsLength(), "tensor table")
+        return _unique_names([self._tensor_name(i) for i in range(n)])
+
+    def _cut_io(self, n_ops: int) -> list[tuple[list[int], list[int]]]:
+        """(inputs, outputs) per operator; also resolves model.outputs to self.targets (unknown names raise)."""
+        io = [(_int_list(o.InputsAsNumpy()), _int_list(o.OutputsAsNumpy()))
+              for o in (self.sg.Operators(i) for i in range(n_ops))]
+        if self.requested is not None:
+            names = self._cut_names()
+            prune.check_names(self.requested, names, str(self.path))
+            index = {name: i for i, name in enumerate(names)}
+            self.targets = [index[name] for name in self.requested]
+        return io
 
     def _opcode(self, j: int) -> tuple[int, str]:
         oc = self.model.OperatorCodes(j)
