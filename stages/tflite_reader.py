@@ -23,7 +23,7 @@ from tflite.BuiltinOptions import BuiltinOptions as BOpt
 from tflite.TensorType import TensorType as TT
 
 from tinytrain.pipeline.errors import ModelError, UnsupportedOpError
-from tinytrain.stages import prune
+from tinytrain.stages import densify, prune
 from tinytrain.stages.ir import Graph, Op, QuantParams, Tensor
 
 IDENTIFIERS = {b"TFL3": "tflite", b"CIR0": "circle"}
@@ -155,6 +155,7 @@ class _Reader:
         self.path = path
         self.requested = outputs  # model.outputs (names); self.targets: their tensor indices, once known
         self.targets: list[int] | None = None
+        self.dense_of: dict[int, int] = {}  # DENSIFY output tensor -> its sparse constant input
         self.model = tflite.Model.GetRootAs(buf, 0)
         self.sg: Any = None
         self.raw_names: list[str] = []
@@ -181,6 +182,9 @@ class _Reader:
         self.names = _unique_names(self.raw_names)
         # Tensors no op or graph I/O refers to (converter leftovers) are dropped.
         tensors = {self.names[i]: self._tensor(i) for i in sorted(used)}
+        for out, src in self.dense_of.items():  # DENSIFY's output: the decoded sparse constant, under its name
+            if self.names[out] in tensors:
+                tensors[self.names[out]].data = self._tensor(src).data
         ops = [self._op(idx, *raw, tensors) for idx, raw in enumerate(ops_raw) if raw is not None]
         inputs, outputs = [self.names[i] for i in g_inputs], [self.names[i] for i in g_outputs]
         _assign_roles(tensors, ops, inputs, outputs)
@@ -270,6 +274,10 @@ class _Reader:
             if k >= n_codes:
                 raise self.err(f"corrupt file: operator {idx} uses opcode index {k} of {n_codes}")
             code, custom = codes[k]
+            if code == BO.DENSIFY:  # decoded at load: its output becomes a plain constant (_sparse_data)
+                result.append(None)
+                self._densified(idx, *io[idx])
+                continue
             # A custom op we read has its custom code as its handler key (see _CUSTOM_HANDLERS).
             key: int | str = custom if code == BO.CUSTOM and custom in _CUSTOM_HANDLERS else code
             if key not in _HANDLERS and key not in _CUSTOM_HANDLERS:
@@ -306,6 +314,38 @@ class _Reader:
             self.targets = [index[name] for name in self.requested]
         return io
 
+    # -- sparse constants (stages/densify.py) --
+
+    def _densified(self, idx: int, ins: list[int], outs: list[int]) -> None:
+        n = self.length(self.sg.TensorsLength(), "tensor table")
+        if len(ins) != 1 or len(outs) != 1 or not all(0 <= i < n for i in ins + outs):
+            raise self.err(f"operator {idx} (DENSIFY) has {len(ins)} inputs and {len(outs)} outputs, expected 1 and 1")
+        src = self.sg.Tensors(ins[0])
+        if src.Sparsity() is None or src.Buffer() == 0:
+            raise self.err(f"operator {idx} (DENSIFY) reads {self._tensor_name(ins[0])!r}, "
+                           f"which is not a sparse constant; only constant weights can be densified at load")
+        self.dense_of[outs[0]] = ins[0]
+
+    def _sparse_data(self, t: Any, raw: bytes | None, dtype: str, shape: list[int], name: str) -> np.ndarray:
+        sp = t.Sparsity()
+        if raw is None:
+            raise self.err(f"tensor {name!r} is sparse but holds no values; only sparse constants are supported")
+        dims = []
+        for j in range(self.length(sp.DimMetadataLength(), "sparsity dim metadata")):
+            m = sp.DimMetadata(j)
+            dims.append(densify.DimMetadata(format=m.Format(), dense_size=m.DenseSize(),
+                                            segments=_sparse_index(m.ArraySegmentsType(), m.ArraySegments()),
+                                            indices=_sparse_index(m.ArrayIndicesType(), m.ArrayIndices())))
+        itemsize = np.dtype(dtype).itemsize
+        if len(raw) % itemsize:
+            raise self.err(f"sparse tensor {name!r}: {len(raw)} bytes are not whole {dtype} values")
+        values = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype)
+        try:
+            return densify.densify(shape, _int_list(sp.TraversalOrderAsNumpy()), _int_list(sp.BlockMapAsNumpy()),
+                                   dims, values)
+        except densify.SparsityError as e:
+            raise self.err(f"corrupt sparse tensor {name!r}: {e}") from None
+
     def _opcode(self, j: int) -> tuple[int, str]:
         oc = self.model.OperatorCodes(j)
         # Newer files keep codes >= 127 in `builtin_code` and a placeholder in the deprecated int8
@@ -335,15 +375,15 @@ class _Reader:
         if len(shape) > 8 or int(np.prod([float(d) for d in shape])) >= _MAX_ELEMENTS:
             raise self.err(f"tensor {name!r} has an implausible shape {shape}")
         self._check_static(t, name)
-        if t.Sparsity() is not None:
-            raise self.err(f"tensor {name!r} is sparse; sparse tensors are not supported")
         data = self._buffer(t, name, shape)
         ttype = t.Type()
         dtype = _DTYPES.get(ttype)
         if dtype is None or (dtype == "int64" and data is None):
             raise self.err(f"tensor {name!r} has unsupported dtype {_TT_NAMES.get(ttype, f'type {ttype}')}",
                            hint="supported: float32, float16, int8, int32 (and int64 constants)")
-        if data is not None:
+        if t.Sparsity() is not None:
+            data = self._sparse_data(t, data, dtype, shape, name)
+        elif data is not None:
             data = self._decode_data(data, dtype, shape, name)
         return Tensor(name=name, shape=shape, dtype=dtype, quant=self._quant(t, name, shape),
                       source_index=i, data=data)
@@ -905,6 +945,21 @@ def _op_display_name(code: int, custom: str) -> str:
     if code == BO.CUSTOM:
         return f"CUSTOM({custom or '?'})"
     return _OP_NAMES.get(code, f"BUILTIN_{code}")
+
+
+def _sparse_index(kind: int, table: Any) -> np.ndarray | None:
+    """A SparseIndexVector union member (Int32Vector, Uint16Vector or Uint8Vector) as an int64 array."""
+    from tflite.Int32Vector import Int32Vector
+    from tflite.Uint8Vector import Uint8Vector
+    from tflite.Uint16Vector import Uint16Vector
+
+    cls = {1: Int32Vector, 2: Uint16Vector, 3: Uint8Vector}.get(kind)
+    if cls is None or table is None:
+        return None
+    vec = cls()
+    vec.Init(table.Bytes, table.Pos)
+    values = vec.ValuesAsNumpy()
+    return np.zeros(0, np.int64) if isinstance(values, int) else values.astype(np.int64)
 
 
 def _int_list(arr: Any) -> list[int]:
