@@ -75,32 +75,28 @@ def prune_graph(graph: Graph, outputs: Sequence[str]) -> Graph:
 
 def cut_suggestion(ops_io: Sequence[tuple[Sequence[Hashable], Sequence[Hashable]]], bad: Sequence[int],
                    names: Sequence[str], graph_outputs: Sequence[Hashable]) -> str | None:
-    """For a load error: when the unsupported ops `bad` only post-process (no op the reader supports depends on
-    them), the tensors that feed them or are outputs untouched by them, as a ready `model.outputs` line; None
-    when cutting them off would leave nothing or they sit inside the model. Tensors are ids; `names[id]` is
-    a tensor's name as graph.txt shows it."""
+    """For a load error, a ready `model.outputs` line that leaves the unsupported ops `bad` out, or None.
+    When they only post-process (no op the reader supports depends on them): the tensors that feed them plus the
+    outputs they do not touch. When supported ops follow them: the model's outputs that do not depend on them,
+    if any. Tensors are ids; `names[id]` is a tensor's name as graph.txt shows it."""
     bad_set = set(bad)
     computed = {t for _, outs in ops_io for t in outs}  # not a constant, not a model input
     tainted: set[Hashable] = set()
     downstream_supported = False
     for i, (ins, outs) in enumerate(ops_io):
         if i in bad_set or tainted.intersection(ins):
-            if i not in bad_set:
-                downstream_supported = True
+            downstream_supported |= i not in bad_set
             tainted.update(outs)
-    if downstream_supported:
-        return None
-    cut: list[Hashable] = []
-    for t in graph_outputs:
-        if t not in tainted and t not in cut:
-            cut.append(t)
-    for i in sorted(bad_set):
-        for t in ops_io[i][0]:
-            if t in computed and t not in tainted and t not in cut:
-                cut.append(t)
+    cut = list(dict.fromkeys(t for t in graph_outputs if t not in tainted))
+    if not downstream_supported:
+        cut += [t for i in sorted(bad_set) for t in ops_io[i][0] if t in computed and t not in tainted]
+    cut = list(dict.fromkeys(cut))
     if not cut:
         return None
     listed = json.dumps([names[t] for t in cut])  # JSON is YAML: names with ':' or ',' stay one item
+    if downstream_supported:
+        return (f"the model's outputs {listed} do not depend on the unsupported op(s): to train on them alone, "
+                f"add `outputs: {listed}` to the spec's `model` section (the rest of the model is dropped)")
     return (f"the unsupported op(s) only post-process the model's result: to train the part before them, add "
             f"`outputs: {listed}` to the spec's `model` section (the ops after those tensors are dropped)")
 

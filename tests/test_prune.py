@@ -45,6 +45,15 @@ def custom_inside(tmp_path: Path) -> Path:
                        outputs=[4], opcodes=[_code(BO.FULLY_CONNECTED), (BO.CUSTOM, BO.CUSTOM, "Inner")])
 
 
+def custom_in_a_branch(tmp_path: Path) -> Path:
+    """x -> FC -> f (an output) -> CUSTOM(Branch) -> c -> RELU -> r (an output): a supported op follows."""
+    return write_model(tmp_path, "branch.tflite", tensors=_tensors("f", "c", "r"),
+                       ops=[{"code": 0, "inputs": [0, 1, 2], "outputs": [3], **FC},
+                            {"code": 1, "inputs": [3], "outputs": [4]}, {"code": 2, "inputs": [4], "outputs": [5]}],
+                       outputs=[5, 3], opcodes=[_code(BO.FULLY_CONNECTED), (BO.CUSTOM, BO.CUSTOM, "Branch"),
+                                                _code(BO.RELU)])
+
+
 def test_needed_ops_walks_back_from_the_targets():
     # 0: a -> b; 1: b -> c; 2: a -> d (a side branch); 3: c, d -> e
     io = [(["a"], ["b"]), (["b"], ["c"]), (["a"], ["d"]), (["c", "d", None], ["e"])]
@@ -65,6 +74,14 @@ def test_custom_op_inside_the_model_gets_no_cut_suggestion(tmp_path):
     with pytest.raises(UnsupportedOpError) as e:
         read_model(custom_inside(tmp_path))
     assert "outputs:" not in e.value.hint
+
+
+def test_custom_op_in_a_branch_suggests_the_outputs_it_does_not_touch(tmp_path):
+    with pytest.raises(UnsupportedOpError) as e:
+        read_model(custom_in_a_branch(tmp_path))
+    assert 'outputs ["f"] do not depend on the unsupported op' in e.value.hint
+    g = read_model(custom_in_a_branch(tmp_path), outputs=["f"])
+    assert [op.type for op in g.ops] == ["fully_connected"] and g.outputs == ["f"]
 
 
 def test_reader_skips_unsupported_ops_after_the_cut(tmp_path):
