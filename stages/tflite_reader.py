@@ -184,7 +184,9 @@ class _Reader:
         tensors = {self.names[i]: self._tensor(i) for i in sorted(used)}
         for out, src in self.dense_of.items():  # DENSIFY's output: the decoded sparse constant, under its name
             if self.names[out] in tensors:
-                tensors[self.names[out]].data = self._tensor(src).data
+                t = tensors[self.names[out]]
+                # No tensor of the file holds these dense bytes (a .wof cannot patch them in): synthesised.
+                t.data, t.source_index = self._tensor(src).data, None
         ops = [self._op(idx, *raw, tensors) for idx, raw in enumerate(ops_raw) if raw is not None]
         inputs, outputs = [self.names[i] for i in g_inputs], [self.names[i] for i in g_outputs]
         _assign_roles(tensors, ops, inputs, outputs)

@@ -1,4 +1,4 @@
-"""Write tests/fixtures/load/sparse_fc.tflite: two FULLY_CONNECTED layers whose weights are stored sparse
+"""Write tests/fixtures/sparse/sparse_fc.tflite: two FULLY_CONNECTED layers whose weights are stored sparse
 (TFLite `SparsityParameters`) and reach the layers through DENSIFY, as a converter with sparsity optimisation
 writes them (MediaPipe's *_sparse models do the same with float16 weights).
 
@@ -26,7 +26,9 @@ from tflite.TensorType import TensorType as TT
 
 from test_load import _buffer, _fc_options, _ints, _opcode, _operator, _subgraph, _vec
 
-OUT = Path(__file__).resolve().parent / "fixtures" / "load" / "sparse_fc.tflite"
+# Not in fixtures/load/: load drops the sparse tensors and DENSIFY, so the file's tensor indices cannot survive
+# the writer's round trip that tests/test_tflite_writer.py checks on every fixture there.
+OUT = Path(__file__).resolve().parent / "fixtures" / "sparse" / "sparse_fc.tflite"
 DENSE, CSR = 0, 1
 INT32_VEC, UINT8_VEC = 1, 3
 
@@ -154,6 +156,7 @@ def build() -> bytes:
 
 
 def main() -> None:
+    OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_bytes(build())
     print(f"wrote {OUT} ({OUT.stat().st_size} bytes)")
 

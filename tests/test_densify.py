@@ -1,6 +1,6 @@
 """Sparse weights (TFLite SparsityParameters + DENSIFY) are decoded at load into plain constants.
 
-Reference: LiteRT's own DENSIFY kernel, run on tests/fixtures/load/sparse_fc.tflite (made by
+Reference: LiteRT's own DENSIFY kernel, run on tests/fixtures/sparse/sparse_fc.tflite (made by
 tests/make_sparse_fixtures.py: a blocked row-major CSR weight with uint8 index vectors, and a column-major one
 with int32 vectors)."""
 
@@ -38,6 +38,7 @@ def test_densify_disappears_and_weights_match_litert(litert):
     assert (w1.role, w2.role) == ("weight", "weight") and w1.data.dtype == np.float32
     np.testing.assert_array_equal(w1.data, res.tensors[W1_INDEX].reshape(-1, 4, 8)[0])
     np.testing.assert_array_equal(w2.data, res.tensors[W2_INDEX].reshape(-1, 3, 4)[0])
+    assert (w1.source_index, w2.source_index) == (None, None)  # no tensor of the file holds the dense bytes
     assert 0 < np.count_nonzero(w1.data) < w1.data.size and 0 < np.count_nonzero(w2.data) < w2.data.size
 
 
