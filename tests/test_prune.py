@@ -139,8 +139,9 @@ def test_cli_cut_loads_the_model_with_a_trailing_custom_op(tmp_path, capsys):
     shutil.copy(post_processed(tmp_path), tmp_path / "model.tflite")
     code = main(["build", str(_spec(tmp_path, "[features]")), "--until", "load",
                  "--cache-dir", str(tmp_path / "cache")])
-    err = capsys.readouterr().err
-    assert code == 0, err
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "cut at features (model.outputs)" in out.out + out.err
     graph_txt = (tmp_path / "build" / "cut" / "load" / "graph.txt").read_text()
     assert "MyPostProc" not in graph_txt and "fully_connected" in graph_txt
 
