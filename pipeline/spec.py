@@ -62,6 +62,12 @@ class ModelSpec(_Strict):
                     "zoo:mbv2-w0.35-128")
     format: Literal["auto", "tflite", "circle"] = Field(
         default="auto", description="auto: decided by the file's identifier (TFL3 or CIR0)")
+    outputs: list[str] | None = Field(
+        default=None, min_length=1,
+        description="cut the model at these tensors (names as `tinytrain inspect SPEC load` shows them): they "
+                    "become its outputs and every op after them is dropped, e.g. a custom op that only "
+                    "post-processes the result; null = the model's own outputs",
+        json_schema_extra={"uniqueItems": True})
 
 
 # ---- train ------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from tinytrain.pipeline.contract import StageContext, StageResult
 from tinytrain.pipeline.errors import ModelError
 from tinytrain.stages import ops
 from tinytrain.stages.ir import Graph, Op
+from tinytrain.stages.prune import prune_graph
 from tinytrain.stages.tflite_reader import read_model
 
 ARTIFACTS = ("graph.json", "tensors.npz", "graph.txt", "summary.json")
@@ -27,7 +28,10 @@ def run(ctx: StageContext) -> StageResult:
     fmt = getattr(model, "format", "auto") or "auto"
     fmt = str(getattr(fmt, "value", fmt))  # a str Enum or a Literal, whichever the spec uses
     ctx.progress(f"reading {Path(model.path).name}", 0.0)
-    graph = read_model(Path(model.path), fmt)
+    cut = getattr(model, "outputs", None)  # model.outputs: train on these tensors, drop what follows them
+    graph = read_model(Path(model.path), fmt, cut)
+    if cut:
+        graph = prune_graph(graph, cut)
     try:
         graph.validate()
     except ValueError as e:  # read_model validates already; this guards a reader regression
@@ -39,7 +43,8 @@ def run(ctx: StageContext) -> StageResult:
     (out / "graph.txt").write_text(graph.to_text())
     summary = summarize(graph)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    line = summary_line(summary) + "".join(f"; warning: {w}" for w in warnings)
+    line = summary_line(summary) + (f"; cut at {', '.join(cut)} (model.outputs)" if cut else "") + \
+        "".join(f"; warning: {w}" for w in warnings)
     return StageResult(summary=line, metrics=_metrics(summary) | {"warnings": warnings})
 
 

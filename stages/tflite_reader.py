@@ -23,7 +23,7 @@ from tflite.BuiltinOptions import BuiltinOptions as BOpt
 from tflite.TensorType import TensorType as TT
 
 from tinytrain.pipeline.errors import ModelError, UnsupportedOpError
-from tinytrain.stages import ops
+from tinytrain.stages import densify, ops, prune
 from tinytrain.stages.ir import Graph, Op, QuantParams, Tensor
 from tinytrain.stages.ops import Builtin
 from tinytrain.stages.ops.conv import MEDIAPIPE_TRANSPOSE_CONV_BIAS
@@ -55,15 +55,16 @@ _LAYER_OPS = ops.LAYER_OPS
 
 # ---- public API ------------------------------------------------------------------------------------
 
-def read_model(path: Path, fmt: str = "auto") -> Graph:
+def read_model(path: Path, fmt: str = "auto", outputs: list[str] | None = None) -> Graph:
     """Read subgraph 0 of a .tflite/.circle file into a validated Graph. Raises ModelError.
-    `fmt` is model.format: "auto", "tflite" or "circle" (checked against the file identifier)."""
+    `fmt` is model.format: "auto", "tflite" or "circle" (checked against the file identifier).
+    `outputs` is model.outputs: these tensors become the outputs and ops they do not need are not read."""
     path = Path(path)
     buf = _read_bytes(path)
     detected = _check_identifier(buf, path, fmt)
     kind = _FORMAT_TITLES.get(detected, "TFLite")
     _check_root(buf, path, kind)
-    graph = _parse(buf, path, kind)
+    graph = _parse(buf, path, kind, outputs)
     graph.meta["format"] = detected or (fmt if fmt != "auto" else _format_from_suffix(path))
     try:
         graph.validate()
@@ -73,7 +74,9 @@ def read_model(path: Path, fmt: str = "auto") -> Graph:
 
 
 def supported_ops() -> list[str]:
-    return sorted([_OP_NAMES[code] for code in _HANDLERS] + [f"CUSTOM({name})" for name in _CUSTOM_HANDLERS])
+    # DENSIFY has no handler: it is decoded at load into a plain constant.
+    return sorted([_OP_NAMES[code] for code in _HANDLERS] + [_OP_NAMES[BO.DENSIFY]]
+                  + [f"CUSTOM({name})" for name in _CUSTOM_HANDLERS])
 
 
 # ---- file level checks -----------------------------------------------------------------------------
@@ -127,9 +130,9 @@ def _check_root(buf: bytes, path: Path, kind: str) -> None:
                          f"{len(buf)}-byte file: truncated or not a model)")
 
 
-def _parse(buf: bytes, path: Path, kind: str) -> Graph:
+def _parse(buf: bytes, path: Path, kind: str, outputs: list[str] | None = None) -> Graph:
     try:
-        return _Reader(buf, path).read()
+        return _Reader(buf, path, outputs).read()
     except ModelError:
         raise
     except _PARSE_ERRORS as e:
@@ -151,9 +154,12 @@ def _format_from_suffix(path: Path) -> str:
 # ---- the reader ------------------------------------------------------------------------------------
 
 class _Reader:
-    def __init__(self, buf: bytes, path: Path):
+    def __init__(self, buf: bytes, path: Path, outputs: list[str] | None = None):
         self.buf = buf
         self.path = path
+        self.requested = outputs  # model.outputs (names); self.targets: their tensor indices, once known
+        self.targets: list[int] | None = None
+        self.dense_of: dict[int, int] = {}  # DENSIFY output tensor -> its sparse constant input
         self.model = tflite.Model.GetRootAs(buf, 0)
         self.sg: Any = None
         self.raw_names: list[str] = []
@@ -174,19 +180,25 @@ class _Reader:
         n_tensors = self.length(self.sg.TensorsLength(), "tensor table")
         g_inputs = self._index_list(self.sg.InputsAsNumpy(), n_tensors, "subgraph inputs")
         g_outputs = self._index_list(self.sg.OutputsAsNumpy(), n_tensors, "subgraph outputs")
+        g_outputs = self.targets if self.targets is not None else g_outputs
         used = self._used_tensors(ops_raw, n_tensors) | set(g_inputs) | set(g_outputs)
         self.raw_names = [self._tensor_name(i) for i in range(n_tensors)]
         self.names = _unique_names(self.raw_names)
         # Tensors no op or graph I/O refers to (converter leftovers) are dropped.
         tensors = {self.names[i]: self._tensor(i) for i in sorted(used)}
-        ops = [self._op(idx, code, op, ins, outs, tensors) for idx, (code, op, ins, outs) in enumerate(ops_raw)]
+        for out, src in self.dense_of.items():  # DENSIFY's output: the decoded sparse constant, under its name
+            if self.names[out] in tensors:
+                t = tensors[self.names[out]]
+                # No tensor of the file holds these dense bytes (a .wof cannot patch them in): synthesised.
+                t.data, t.source_index = self._tensor(src).data, None
+        ops = [self._op(idx, *raw, tensors) for idx, raw in enumerate(ops_raw) if raw is not None]
         inputs, outputs = [self.names[i] for i in g_inputs], [self.names[i] for i in g_outputs]
         _assign_roles(tensors, ops, inputs, outputs)
         return Graph(tensors=tensors, ops=ops, inputs=inputs, outputs=outputs, meta=self._meta(sorted(used)))
 
     def _used_tensors(self, ops_raw: list, n_tensors: int) -> set[int]:
         used: set[int] = set()
-        for _, _, ins, outs in ops_raw:
+        for _, _, ins, outs in filter(None, ops_raw):
             used.update(i for i in self._index_list(ins, n_tensors, "operator inputs", allow_missing=True) if i >= 0)
             used.update(self._index_list(outs, n_tensors, "operator outputs"))
         return used
@@ -242,7 +254,7 @@ class _Reader:
                     raise self.err(f"corrupt file: operator {idx} of subgraph {i} uses opcode index {k} of {n_codes}")
                 code, custom = codes[k]
                 key: int | str = custom if code == BO.CUSTOM and custom in _CUSTOM_HANDLERS else code
-                if key not in _HANDLERS and key not in _CUSTOM_HANDLERS:
+                if key not in _HANDLERS and key not in _CUSTOM_HANDLERS and code != BO.DENSIFY:
                     found.setdefault(_op_display_name(code, custom), []).append(f"#{i}:{idx}")
         if not found:
             return ""
@@ -256,13 +268,22 @@ class _Reader:
         n_codes = self.length(self.model.OperatorCodesLength(), "operator code table")
         codes = [self._opcode(j) for j in range(n_codes)]
         n_ops = self.length(self.sg.OperatorsLength(), "operator table")
+        io = self._cut_io(n_ops)
+        needed = None if self.targets is None else prune.needed_ops(io, self.targets)
         result, unsupported = [], []
         for idx in range(n_ops):
             op = self.sg.Operators(idx)
+            if needed is not None and idx not in needed:
+                result.append(None)  # after the cut (model.outputs): not read, supported or not
+                continue
             k = op.OpcodeIndex()
             if k >= n_codes:
                 raise self.err(f"corrupt file: operator {idx} uses opcode index {k} of {n_codes}")
             code, custom = codes[k]
+            if code == BO.DENSIFY:  # decoded at load: its output becomes a plain constant (_sparse_data)
+                result.append(None)
+                self._densified(idx, *io[idx])
+                continue
             # A custom op we read has its custom code as its handler key (see _CUSTOM_HANDLERS).
             key: int | str = custom if code == BO.CUSTOM and custom in _CUSTOM_HANDLERS else code
             if key not in _HANDLERS and key not in _CUSTOM_HANDLERS:
@@ -272,12 +293,64 @@ class _Reader:
         if unsupported:
             idx, name = unsupported[0]
             more = _also_unsupported(unsupported)
+            cut = None if self.targets is not None else prune.cut_suggestion(
+                io, [i for i, _ in unsupported], self._cut_names(), _int_list(self.sg.OutputsAsNumpy()))
             err = UnsupportedOpError(name, idx, where=str(self.path),
-                                     hint=f"supported ops: {', '.join(supported_ops())}{more}")
+                                     hint=(f"{cut}; " if cut else "") +
+                                     f"supported ops: {', '.join(supported_ops())}{more}")
             # Every (operator index, op name) the model needs and we lack, for callers that list them all.
             err.unsupported = list(unsupported)
             raise err
         return result
+
+    # -- model.outputs (stages/prune.py): which ops the requested tensors need --
+
+    def _cut_names(self) -> list[str]:
+        n = self.length(self.sg.TensorsLength(), "tensor table")
+        return _unique_names([self._tensor_name(i) for i in range(n)])
+
+    def _cut_io(self, n_ops: int) -> list[tuple[list[int], list[int]]]:
+        """(inputs, outputs) per operator; also resolves model.outputs to self.targets (unknown names raise)."""
+        io = [(_int_list(o.InputsAsNumpy()), _int_list(o.OutputsAsNumpy()))
+              for o in (self.sg.Operators(i) for i in range(n_ops))]
+        if self.requested is not None:
+            names = self._cut_names()
+            prune.check_names(self.requested, names, str(self.path))
+            index = {name: i for i, name in enumerate(names)}
+            self.targets = [index[name] for name in self.requested]
+        return io
+
+    # -- sparse constants (stages/densify.py) --
+
+    def _densified(self, idx: int, ins: list[int], outs: list[int]) -> None:
+        n = self.length(self.sg.TensorsLength(), "tensor table")
+        if len(ins) != 1 or len(outs) != 1 or not all(0 <= i < n for i in ins + outs):
+            raise self.err(f"operator {idx} (DENSIFY) has {len(ins)} inputs and {len(outs)} outputs, expected 1 and 1")
+        src = self.sg.Tensors(ins[0])
+        if src.Sparsity() is None or src.Buffer() == 0:
+            raise self.err(f"operator {idx} (DENSIFY) reads {self._tensor_name(ins[0])!r}, "
+                           f"which is not a sparse constant; only constant weights can be densified at load")
+        self.dense_of[outs[0]] = ins[0]
+
+    def _sparse_data(self, t: Any, raw: bytes | None, dtype: str, shape: list[int], name: str) -> np.ndarray:
+        sp = t.Sparsity()
+        if raw is None:
+            raise self.err(f"tensor {name!r} is sparse but holds no values; only sparse constants are supported")
+        dims = []
+        for j in range(self.length(sp.DimMetadataLength(), "sparsity dim metadata")):
+            m = sp.DimMetadata(j)
+            dims.append(densify.DimMetadata(format=m.Format(), dense_size=m.DenseSize(),
+                                            segments=_sparse_index(m.ArraySegmentsType(), m.ArraySegments()),
+                                            indices=_sparse_index(m.ArrayIndicesType(), m.ArrayIndices())))
+        itemsize = np.dtype(dtype).itemsize
+        if len(raw) % itemsize:
+            raise self.err(f"sparse tensor {name!r}: {len(raw)} bytes are not whole {dtype} values")
+        values = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype)
+        try:
+            return densify.densify(shape, _int_list(sp.TraversalOrderAsNumpy()), _int_list(sp.BlockMapAsNumpy()),
+                                   dims, values)
+        except densify.SparsityError as e:
+            raise self.err(f"corrupt sparse tensor {name!r}: {e}") from None
 
     def _opcode(self, j: int) -> tuple[int, str]:
         oc = self.model.OperatorCodes(j)
@@ -308,15 +381,15 @@ class _Reader:
         if len(shape) > 8 or int(np.prod([float(d) for d in shape])) >= _MAX_ELEMENTS:
             raise self.err(f"tensor {name!r} has an implausible shape {shape}")
         self._check_static(t, name)
-        if t.Sparsity() is not None:
-            raise self.err(f"tensor {name!r} is sparse; sparse tensors are not supported")
         data = self._buffer(t, name, shape)
         ttype = t.Type()
         dtype = _DTYPES.get(ttype)
         if dtype is None or (dtype == "int64" and data is None):
             raise self.err(f"tensor {name!r} has unsupported dtype {_TT_NAMES.get(ttype, f'type {ttype}')}",
                            hint="supported: float32, float16, int8, int32 (and int64 constants)")
-        if data is not None:
+        if t.Sparsity() is not None:
+            data = self._sparse_data(t, data, dtype, shape, name)
+        elif data is not None:
             data = self._decode_data(data, dtype, shape, name)
         return Tensor(name=name, shape=shape, dtype=dtype, quant=self._quant(t, name, shape),
                       source_index=i, data=data)
@@ -877,6 +950,21 @@ def _op_display_name(code: int, custom: str) -> str:
     if code == BO.CUSTOM:
         return f"CUSTOM({custom or '?'})"
     return _OP_NAMES.get(code, f"BUILTIN_{code}")
+
+
+def _sparse_index(kind: int, table: Any) -> np.ndarray | None:
+    """A SparseIndexVector union member (Int32Vector, Uint16Vector or Uint8Vector) as an int64 array."""
+    from tflite.Int32Vector import Int32Vector
+    from tflite.Uint8Vector import Uint8Vector
+    from tflite.Uint16Vector import Uint16Vector
+
+    cls = {1: Int32Vector, 2: Uint16Vector, 3: Uint8Vector}.get(kind)
+    if cls is None or table is None:
+        return None
+    vec = cls()
+    vec.Init(table.Bytes, table.Pos)
+    values = vec.ValuesAsNumpy()
+    return np.zeros(0, np.int64) if isinstance(values, int) else values.astype(np.int64)
 
 
 def _int_list(arr: Any) -> list[int]:
