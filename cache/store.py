@@ -265,12 +265,16 @@ class Cache:
         probe = _new_tmp(self.root, "probe-")
         try:
             os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-            os.unlink(probe)
         except OSError as e:
             if e.errno not in _READ_ONLY_ERRNOS + _FULL_ERRNOS:
                 raise CacheDirError(f"cannot use the cache folder {self.root}: {e.strerror}",
                                     hint=hint) from None
             self._go_read_only(e.strerror)
+            return
+        # The folder is writable. A concurrent build that sweeps stale temp files under the lock may already have
+        # removed the probe: that is no error.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(probe)
 
     def _go_read_only(self, why: str) -> None:
         if self.read_only_reason is not None:

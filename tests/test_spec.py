@@ -386,13 +386,14 @@ def test_the_examples_choice_comments_list_exactly_the_choices():
     """`board: x   # a | b | c` in the shipped example names every choice the spec has, and no other."""
     import re
 
-    choices: dict[str, set] = {}
+    # Per field name, the choice sets of every field so named (train.loss and train.outputs[].loss differ).
+    choices: dict[str, list[set]] = {}
 
     def collect(node):
         if isinstance(node, dict):
             for key, prop in node.get("properties", {}).items():
                 if "enum" in prop:
-                    choices.setdefault(key, set()).update(prop["enum"])
+                    choices.setdefault(key, []).append(set(prop["enum"]))
             for v in node.values():
                 collect(v)
 
@@ -402,6 +403,6 @@ def test_the_examples_choice_comments_list_exactly_the_choices():
         m = re.match(r"^\s*(\w+):\s*\S+\s*#\s*(.*\|.*)$", line)
         if m:
             listed = {alt.split()[0] for alt in m.group(2).split("|")}
-            assert listed == choices[m.group(1)], line
+            assert listed in choices[m.group(1)], line
             checked += 1
     assert checked >= 8
