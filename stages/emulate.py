@@ -34,7 +34,6 @@ import struct
 import subprocess
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -94,7 +93,7 @@ def qemu_command(board: Board, elf: Path) -> list[str]:
 def run_firmware(board: Board, elf: Path, workdir: Path, files: Mapping[str, bytes | Path] | None = None,
                  timeout_s: float = 600.0, *, progress: Progress = no_progress, check: bool = True,
                  results_name: str | None = "results.json", losses_name: str | None = "losses.bin",
-                 epochs: int | None = None) -> RunResult:
+                 epochs: int | None = None, samples_per_step: int = 1) -> RunResult:
     """Run `elf` for `board` in `workdir` with `files` (name -> bytes or a path to copy) placed there.
 
     Progress: every "@tt progress done/total what" line of the console is passed on as it arrives,
@@ -129,7 +128,8 @@ def run_firmware(board: Board, elf: Path, workdir: Path, files: Mapping[str, byt
 
     losses = _LossTail(workdir / losses_name) if losses_name else None
     try:
-        console, log, rc, wall, timed_out = _execute(cmd, workdir, timeout_s, _StepReporter(progress, losses, epochs))
+        console, log, rc, wall, timed_out = _execute(cmd, workdir, timeout_s, _StepReporter(progress, losses, epochs,
+                                                                                        samples_per_step))
     finally:
         if losses is not None:
             losses.close()
@@ -208,15 +208,17 @@ def trace_firmware(board: Board, elf: Path, workdir: Path, files: Mapping[str, b
 
 class _LossTail:
     """The running loss of a training program: reads the float32 values it appends to its loss file
-    (semihosting writes go straight to the host file) and averages the last LOSS_WINDOW of them."""
+    (semihosting writes go straight to the host file), one per training step, and averages the LOSS_WINDOW values
+    up to a given step. Up to that step, not the last ones read: the console line naming the step may be read
+    after later losses were written, and the figure must not depend on that timing."""
 
     def __init__(self, path: Path):
         self.path = path
         self._file: Any = None
         self._rest = b""
-        self._last: deque[float] = deque(maxlen=LOSS_WINDOW)
+        self._values: list[float] = []
 
-    def running(self) -> float | None:
+    def running(self, upto: int | None = None) -> float | None:
         if self._file is None:
             try:
                 self._file = open(self.path, "rb")
@@ -225,8 +227,10 @@ class _LossTail:
         data = self._rest + self._file.read()
         n = len(data) // 4
         self._rest = data[4 * n:]
-        self._last.extend(struct.unpack(f"<{n}f", data[: 4 * n]))
-        return sum(self._last) / len(self._last) if self._last else None
+        self._values.extend(struct.unpack(f"<{n}f", data[: 4 * n]))
+        end = len(self._values) if upto is None else min(upto, len(self._values))
+        window = self._values[max(0, end - LOSS_WINDOW):end]
+        return sum(window) / len(window) if window else None
 
     def close(self) -> None:
         if self._file is not None:
@@ -236,8 +240,10 @@ class _LossTail:
 class _StepReporter:
     """Turns the console's "@tt progress" lines into progress reports with step, epoch and loss."""
 
-    def __init__(self, progress: Progress, losses: _LossTail | None, epochs: int | None):
+    def __init__(self, progress: Progress, losses: _LossTail | None, epochs: int | None, samples_per_step: int = 1):
         self.progress, self.losses, self.epochs = progress, losses, epochs
+        # The program appends one loss per sample and reports progress per step (one update: batch_size samples).
+        self.samples_per_step = max(1, int(samples_per_step))
 
     def line(self, line: str) -> None:
         m = _PROGRESS_RE.match(line)
@@ -249,7 +255,7 @@ class _StepReporter:
             per_epoch = total // self.epochs
             figures.update(epoch=min(self.epochs, max(0, done - 1) // per_epoch + 1), epochs=self.epochs)
         if self.losses is not None:
-            loss = self.losses.running()
+            loss = self.losses.running(done * self.samples_per_step)
             if loss is not None:
                 figures["loss"] = loss
         self.progress(m.group(3) or "progress", done / total if total else None, **figures)

@@ -352,7 +352,8 @@ def _run(board: Board, elf: Path, workdir: Path, files: dict[str, bytes], timeou
     ctx.progress(f"training on {board.name} {where}", 0.05)
     try:
         return run_firmware(board, elf, workdir, files, timeout_s, progress=ctx.progress,
-                            epochs=int(ctx.config["train.epochs"])), None
+                            epochs=int(ctx.config["train.epochs"]),
+                            samples_per_step=int(ctx.config.get("train.batch_size") or 1)), None
     except EmulationError as e:
         return e.result, e
 

@@ -31,6 +31,33 @@ with open("losses.bin", "wb") as f:
 """
 
 
+# Batch 2: two losses (one per sample) before each step's progress line. The whole program may have run before its
+# first line is read (a loaded machine): the running loss must still be the one of the step the line names.
+BATCH_PROGRAM = """\
+#!{python}
+import struct
+losses = {losses!r}
+with open("losses.bin", "wb") as f:
+    for i, loss in enumerate(losses):
+        f.write(struct.pack("<f", loss))
+    f.flush()
+for step in range(1, len(losses) // 2 + 1):
+    print(f"@tt progress {{step}}/{{len(losses) // 2}} training steps", flush=True)
+"""
+
+
+def test_running_loss_is_the_one_of_the_step_named_even_when_read_late(tmp_path):
+    losses = [8.0, 6.0, 4.0, 2.0, 1.0, 1.0]
+    program = tmp_path / "fw.py"
+    program.write_text(BATCH_PROGRAM.format(python=sys.executable, losses=losses))
+    program.chmod(0o755)
+    reports = []
+    run_firmware(get_board("host"), program, tmp_path / "run", {}, timeout_s=60, epochs=1, samples_per_step=2,
+                 progress=lambda message, fraction=None, **figures: reports.append(figures))
+    assert [r["done"] for r in reports] == [1, 2, 3]
+    assert [r["loss"] for r in reports] == pytest.approx([7.0, 5.0, 22.0 / 6])
+
+
 def test_run_firmware_reports_step_epoch_and_running_loss(tmp_path):
     losses = [6.0, 5.0, 4.0, 3.0, 2.0, 1.0]
     program = tmp_path / "fw.py"
