@@ -82,7 +82,7 @@ class ApiParts:
     defaults: dict[str, float]
     n_prof: int = 1
     # Heads evaluated by their training loss (train.outputs: several heads, or one bce / huber head): C lines adding
-    # one sample's loss to `acc` from its float targets `t` (codegen._heads_eval); None: accuracy or MSE
+    # one sample's loss to `acc` from its float targets `t` (codegen_program._heads_eval); None: accuracy or MSE
     loss_eval: list[str] | None = None
 
     @property

@@ -4,8 +4,12 @@ into the C API of stages/codegen_api.py. The semihosting firmware driver is stag
 
 from __future__ import annotations
 
-from tinytrain.stages.c_literals import flit
+from typing import Any
+
+from tinytrain.stages.c_literals import CodegenError, flit, numel
 from tinytrain.stages.codegen_api import ApiParts, model_api
+from tinytrain.stages.losses import LOSS_OPS, target_size
+from tinytrain.stages.ops.training import loss_call
 
 # The arena is painted with this 32-bit word before the run and scanned by word afterwards (tt_arena_used): as
 # int8 bytes it reads -17, -66, -83, -34 and as a float -6.3e18, so data that happens to equal it is very unlikely
@@ -85,3 +89,89 @@ static void tt_update_step(void)
 {ind(step_lines, 4) if step_lines else '    /* updates run inside the sample step (batch 1, in-place order) */'}
 }}
 {model_api(api, PAINT)}"""
+
+
+def api_parts(gen, x_name: str, lab: str, head: str, meta: dict[str, Any], trained: list[dict],
+              wof_n_buffers: int | None, regression: bool, n_prof: int,
+              loss_heads: list[dict[str, Any]] | None = None) -> ApiParts:
+    """What stages/codegen_api.py needs to wrap the program into the C API. `loss_heads` (meta "heads": float
+    targets other than one MSE head) evaluate by the mean training loss (_heads_eval)."""
+    g = gen.g
+    x_t, h_t = g.tensors[x_name], g.tensors[head]
+    if x_t.dtype not in ("int8", "float32"):
+        raise CodegenError(f"model input of dtype {x_t.dtype}")
+    num_targets = 0
+    output_expr, loss_eval = gen.loc(head), None
+    if regression:
+        num_targets = numel(h_t.shape)
+        if numel(g.tensors[lab].shape) != num_targets:
+            raise CodegenError(f"mse target {lab!r} {g.tensors[lab].shape} does not match the prediction {h_t.shape}")
+        if h_t.dtype not in ("int8", "float32"):
+            raise CodegenError(f"mse on a {h_t.dtype} prediction")
+    elif loss_heads:
+        num_targets = numel(g.tensors[lab].shape)
+        loss_eval = _heads_eval(gen, loss_heads, num_targets)
+        output_expr = "tt_eval_head0"  # the first head as captured by the forward (its arena bytes get reused)
+    rows = []
+    for t in trained:
+        r = {"name": t["name"], "nbytes": t["nbytes"], "source_index": t["source_index"]}
+        if t["name"] in gen.split:
+            whole, part, n = gen.weight_args(t["name"])
+            cols = int(t["shape"][-1])
+            r["split"] = (whole, part, t["nbytes"] // cols, cols, n)
+        else:
+            r["expr"] = gen.loc(t["name"])
+        rows.append(r)
+    if wof_n_buffers is None:
+        idx = [int(t.source_index) for t in g.tensors.values() if t.source_index is not None]
+        wof_n_buffers = max(idx) + 1 if idx else 0
+    qp = lambda t: gen.qp(t) if g.tensors[t].quant is not None else None  # noqa: E731
+    return ApiParts(input_expr=gen.loc(x_name), input_bytes=x_t.nbytes, input_dtype=x_t.dtype, input_q=qp(x_name),
+                    output_expr=output_expr, output_bytes=h_t.nbytes, output_dtype=h_t.dtype, output_q=qp(head),
+                    label_expr=gen.loc(lab), loss_expr=gen.loc(meta["loss_tensor"]), num_classes=int(h_t.shape[-1]),
+                    num_targets=num_targets, batch_size=int(meta["batch_size"]), trained=rows, state=gen.state,
+                    wof_n_buffers=int(wof_n_buffers), defaults=dict(meta.get("runtime_defaults") or {}),
+                    n_prof=max(n_prof, 1), loss_eval=loss_eval)
+
+
+def head_captures(gen, heads: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Heads evaluated by their loss: the forward copies each head into its own static buffer right after the op
+    that writes it (later forward ops may reuse its arena bytes once its loss has read it in the training
+    schedule). Returns tensor -> the copy lines."""
+    out: dict[str, list[str]] = {}
+    for j, h in enumerate(heads):
+        t = gen.g.tensors[h["tensor"]]
+        ctype = "int8_t" if t.dtype == "int8" else "float"
+        gen.globals.append(f"static {ctype} tt_eval_head{j}[{numel(t.shape)}];")
+        out.setdefault(h["tensor"], []).append(f"memcpy(tt_eval_head{j}, {gen.loc(h['tensor'])}, {t.nbytes}u);")
+    return out
+
+
+def _heads_eval(gen, heads: list[dict[str, Any]], k: int) -> list[str]:
+    """tt_evaluate_add's body for heads evaluated by their loss (several heads; one bce or huber head): the
+    sample's training loss -- every head's weighted loss, summed in head order as loss_sum does -- by the loss
+    kernels themselves on the captured heads (head_captures), into a static scratch gradient; `t` is the sample's
+    K float targets (the heads' targets back to back, stages/losses.py), the result is added to `acc`."""
+    g = gen.g
+    biggest = max(numel(g.tensors[h["tensor"]].shape) for h in heads)
+    gen.globals.append(f"static float tt_eval_grad[{biggest}];")
+    body, off = [], 0
+    for j, h in enumerate(heads):
+        t = g.tensors[h["tensor"]]
+        n = numel(t.shape)
+        pred = f"tt_eval_head{j}"
+        if t.dtype == "int8":  # the losses read real values
+            sc, z = gen.qp(h["tensor"])
+            body.append(f"tt_dequantize_s8_f32({n}, {flit(sc)}, {z}, tt_eval_head{j}, tt_eval_pred);")
+            pred = "tt_eval_pred"
+        body += loss_call(LOSS_OPS[h["loss"]], list(t.shape), pred, "t", "float32", off if len(heads) > 1 else 0,
+                          "tt_eval_grad", "l")
+        if float(h.get("weight", 1.0)) != 1.0:
+            body.append(f"l = l * {flit(float(h['weight']))};")
+        body.append("acc += l;")
+        off += target_size(h["loss"], list(t.shape))
+    if off != k:
+        raise CodegenError(f"the heads take {off} target values per sample but the target row has {k}")
+    if any("tt_eval_pred" in ln for ln in body):
+        gen.globals.append(f"static float tt_eval_pred[{biggest}];")
+    return body
