@@ -85,44 +85,48 @@ def module_source_digest(module_names: Iterable[str]) -> str:
     return h.hexdigest()
 
 
-def implementation_digests(module: str) -> dict[str, str]:
-    """The implementation version of the code `module` runs, as {module name: source digest}: the module itself
-    and every tinytrain module it reaches through its imports (computed, see `cache.imports`). One digest per
-    module, so that `explain` can name the file that changed; a module that cannot be found hashes as absent."""
+def module_closure(module: str) -> dict[str, Path] | None:
+    """`module` and every tinytrain module it reaches through its imports, as {name: source file} (computed, see
+    `cache.imports`); None when `module` cannot be found. A stage module outside the package (tests use these) is
+    found by the import system, and only package modules are followed from it."""
     import tinytrain
 
     root, package = Path(tinytrain.__file__).parent, tinytrain.__name__
     start = package_module_file(root, package, module)
     if start is None and not (module == package or module.startswith(package + ".")):
-        origin = _module_origin(module)  # a stage module outside the package (tests use these)
+        origin = _module_origin(module)
         start = ModuleFile(module, Path(origin), origin.endswith("__init__.py")) if origin else None
-    if start is None:
+    return None if start is None else import_closure(start, root, package)
+
+
+def implementation_digests(module: str, closure: dict[str, Path] | None = None) -> dict[str, str]:
+    """The implementation version of the code `module` runs, as {module name: source digest} over its
+    `module_closure` (pass it when already computed). One digest per module, so that `explain` can name the file
+    that changed; a module that cannot be found hashes as absent."""
+    closure = module_closure(module) if closure is None else closure
+    if closure is None:
         h = hashlib.sha256()
         _hash_module(h, module, None)
         return {module: h.hexdigest()}
     digests = {}
-    for name, path in sorted(import_closure(start, root, package).items()):
+    for name, path in sorted(closure.items()):
         h = hashlib.sha256()
         _hash_module(h, name, str(path))
         digests[name] = h.hexdigest()
     return digests
 
 
-def library_versions(module: str) -> dict[str, str]:
-    """{distribution: version} of the third-party libraries the code of `module` imports (found like its
-    tinytrain modules, by reading the sources), plus the Python version: a new numpy or matplotlib can change
-    the bytes a stage writes, so it must change the stage's key. A library that is not installed is "absent"."""
+def library_versions(module: str, closure: dict[str, Path] | None = None) -> dict[str, str]:
+    """{distribution: version} of the third-party libraries the code of `module` imports (read from the sources of
+    its `module_closure`), plus the Python version: a new numpy or matplotlib can change the bytes a stage writes,
+    so it must change the stage's key. A library that is not installed is "absent"."""
     import tinytrain
 
-    root, package = Path(tinytrain.__file__).parent, tinytrain.__name__
-    start = package_module_file(root, package, module)
-    if start is None:
-        origin = _module_origin(module)
-        start = ModuleFile(module, Path(origin), origin.endswith("__init__.py")) if origin else None
+    closure = module_closure(module) if closure is None else closure
     versions = {"python": ".".join(str(v) for v in sys.version_info[:3])}
-    if start is None:
+    if closure is None:
         return versions
-    for top in sorted(third_party_imports(import_closure(start, root, package), package)):
+    for top in sorted(third_party_imports(closure, tinytrain.__name__)):
         # Most libraries are distributed under their import name; the full map costs a scan of every installed
         # distribution's file list, so it is read only for the others (PIL, sklearn, yaml).
         dists = [top] if _dist_version(top) != "absent" else _distributions().get(top, [top])

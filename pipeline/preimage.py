@@ -23,8 +23,8 @@ from typing import Any, Iterable, Mapping
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-from tinytrain.cache.keys import (KEY_SCHEMA_VERSION, implementation_digests, library_versions, sha256_file,
-                                  tool_identity, tree_digest)
+from tinytrain.cache.keys import (KEY_SCHEMA_VERSION, implementation_digests, library_versions, module_closure,
+                                  sha256_file, tool_identity, tree_digest)
 from tinytrain.pipeline.errors import UserError
 from tinytrain.pipeline.stage_graph import StageDef
 
@@ -68,11 +68,11 @@ def path_digest(path: Path, where: str = "") -> dict[str, str]:
     raise UserError(f"{where or 'spec'}: {path} does not exist")
 
 
-def impl_digests(stage: StageDef) -> dict[str, str]:
+def impl_digests(stage: StageDef, closure: dict[str, Path] | None = None) -> dict[str, str]:
     """The stage's implementation version: one digest per module it runs (its `impl` module and the tinytrain
     modules that reaches through imports, computed) and per glob of non-Python sources it uses, so that
     `explain` can say which source changed."""
-    digests = implementation_digests(stage.impl) if stage.impl else {}
+    digests = implementation_digests(stage.impl, closure) if stage.impl else {}
     digests.update({f"files:{pattern}": package_files_digest(pattern) for pattern in stage.source_files})
     return digests
 
@@ -95,14 +95,15 @@ def tool_digests(stage: StageDef) -> dict[str, str]:
 
 
 def stage_preimage(stage: StageDef, spec: BaseModel, input_digests: Mapping[str, str], salt: str) -> dict[str, Any]:
+    closure = module_closure(stage.impl) if stage.impl else None  # walked once: sources and libraries both need it
     return {
         "key_schema": KEY_SCHEMA_VERSION,
         "stage": stage.name,
-        "impl": impl_digests(stage),
+        "impl": impl_digests(stage, closure),
         "config": {p: slice_preimage(v, p) for p, v in config_slice(spec, stage.config).items()},
         "inputs": dict(sorted(input_digests.items())),
         "tools": tool_digests(stage),
-        "libraries": library_versions(stage.impl) if stage.impl else {},
+        "libraries": library_versions(stage.impl, closure) if stage.impl else {},
         "salt": salt,
     }
 
