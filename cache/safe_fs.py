@@ -28,11 +28,13 @@ def kind_of(mode: int) -> str:
     if stat.S_ISDIR(mode):
         return "a folder"
     if stat.S_ISFIFO(mode):
-        return "a FIFO"
+        return "a FIFO (named pipe)"
     if stat.S_ISSOCK(mode):
         return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
     return "a regular file" if stat.S_ISREG(mode) else "a special file"
 
 

@@ -16,6 +16,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, Strict, ValidationInfo
 
+from tinytrain.cache.safe_fs import kind_of
+
 
 def _base(info: ValidationInfo | None) -> Path:
     ctx = info.context if info is not None else None
@@ -51,25 +53,13 @@ def _refuse_special(p: Path) -> None:
     except OSError:
         return  # missing (or unreachable): the caller's own check says so
     if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-        raise ValueError(f"{p} is {_kind(st.st_mode)}, not a regular file or folder")
+        raise ValueError(f"{p} is {kind_of(st.st_mode)}, not a regular file or folder")
     for root in _PSEUDO_ROOTS:
         try:
             if os.stat(root).st_dev == st.st_dev:
                 raise ValueError(f"{p} is in the {root} pseudo-filesystem, not a regular file or folder")
         except FileNotFoundError:
             continue
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a special file"
 
 
 def absolute(p: Path, base: Path) -> Path:
