@@ -253,8 +253,7 @@ class _Reader:
                 if k >= n_codes:
                     raise self.err(f"corrupt file: operator {idx} of subgraph {i} uses opcode index {k} of {n_codes}")
                 code, custom = codes[k]
-                key: int | str = custom if code == BO.CUSTOM and custom in _CUSTOM_HANDLERS else code
-                if key not in _HANDLERS and key not in _CUSTOM_HANDLERS and code != BO.DENSIFY:
+                if code != BO.DENSIFY and _handler_key(code, custom) is None:
                     found.setdefault(_op_display_name(code, custom), []).append(f"#{i}:{idx}")
         if not found:
             return ""
@@ -284,9 +283,8 @@ class _Reader:
                 result.append(None)
                 self._densified(idx, *io[idx])
                 continue
-            # A custom op we read has its custom code as its handler key (see _CUSTOM_HANDLERS).
-            key: int | str = custom if code == BO.CUSTOM and custom in _CUSTOM_HANDLERS else code
-            if key not in _HANDLERS and key not in _CUSTOM_HANDLERS:
+            key = _handler_key(code, custom)
+            if key is None:
                 unsupported.append((idx, _op_display_name(code, custom)))
                 continue
             result.append((key, op, _int_list(op.InputsAsNumpy()), _int_list(op.OutputsAsNumpy())))
@@ -944,6 +942,13 @@ def _also_unsupported(unsupported: list[tuple[int, str]]) -> str:
         later = [j for j, m in unsupported[1:] if m == n]
         parts.append(f"{n} at {later[0]}" + (f" (+{k - 1} more)" if k > 1 else ""))
     return f"; also unsupported: {', '.join(parts)}" if parts else ""
+
+
+def _handler_key(code: int, custom: str) -> int | str | None:
+    """The key of the reader's handler for an operator code, or None when it has none (unsupported). A custom op we
+    read has its custom code as its key (see _CUSTOM_HANDLERS)."""
+    key: int | str = custom if code == BO.CUSTOM and custom in _CUSTOM_HANDLERS else code
+    return key if key in _HANDLERS or key in _CUSTOM_HANDLERS else None
 
 
 def _op_display_name(code: int, custom: str) -> str:
