@@ -18,17 +18,24 @@ from typing import Any
 
 from tinytrain.pipeline.errors import ModelError, SpecError, StageFailed, TinytrainError, UserError
 
-try:  # pyproject.toml holds the version; the installed metadata carries it here
-    __version__ = metadata.version("tinytrain")
-except metadata.PackageNotFoundError:  # imported from a source tree that was never installed
-    __version__ = "0+unknown"
 
 _API = ("build", "load_spec", "inspect", "BuildResult", "StageInfo", "StageView")
 
 __all__ = [*_API, "TinytrainError", "UserError", "SpecError", "ModelError", "StageFailed", "__version__"]
 
 
+def _version() -> str:
+    # pyproject.toml holds the version; the installed metadata carries it here. Read on first use: a metadata
+    # lookup scans the installed distributions, which every `import tinytrain` (each CLI call) would pay for.
+    try:
+        return metadata.version("tinytrain")
+    except metadata.PackageNotFoundError:  # imported from a source tree that was never installed
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        return _version()
     if name in _API:
         # By name, not by an import statement: this package __init__ belongs to every stage's cache key
         # (cache/imports.py follows import statements), and no stage uses the API.
@@ -37,4 +44,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_API))
+    return sorted(set(globals()) | set(_API) | {"__version__"})

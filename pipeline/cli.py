@@ -328,15 +328,26 @@ def _with_output(subparsers: Any, output: argparse.ArgumentParser) -> Any:
     return subparsers
 
 
-def _parser() -> argparse.ArgumentParser:
-    from tinytrain import __version__
+class _VersionAction(argparse.Action):
+    """--version: the installed version, looked up only when asked (the lookup scans the installed packages)."""
 
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import tinytrain
+
+        print(f"tinytrain {tinytrain.__version__}")  # to stdout, as argparse's own version action does
+        parser.exit()
+
+
+def _parser() -> argparse.ArgumentParser:
     stage_names = ", ".join(stage_graph.STAGE_NAMES)
     p = argparse.ArgumentParser(
         prog="tinytrain", description="Compile a neural network into on-device training firmware "
                                       "for microcontrollers, and run it in emulation.", epilog=EPILOG,
         parents=[_output_options(defaults=True)])
-    p.add_argument("--version", action="version", version=f"tinytrain {__version__}")
+    p.add_argument("--version", action=_VersionAction, help="show the version and exit")
     output = _output_options(defaults=False)
     sub = _with_output(p.add_subparsers(title="commands", metavar="COMMAND"), output)
 
