@@ -25,11 +25,12 @@ weights.bin gets the merged tensor. A partially trained weight that some other o
 depthwise) falls back to a whole static SRAM array outside the arena: codegen.json's `sram_outside_arena_bytes`
 reports it, and it shows in size.json's .bss.
 
-Where the C of an op is written: its op module's emitter (stages/ops/<family>.py, `OpDef.c(gen, op)`, e.g. the
-element-wise, activation, pooling, data-movement, resize, softmax, (de)quantize, loss and update ops), else this
-module's `_Gen.op_<type>` (the layers and their gradients, the masks, which share the split-weight and stream
-machinery here). `_Gen` offers the emitters the places (loc, ploc, same_place), the tables (const_table, uid,
-globals), the quantization parameters (qp, requant, bcast) and copy_call. stages/codegen_program.py writes the
+Where the C of an op is written: its op module's emitter (stages/ops/<family>.py, `OpDef.c(gen, op)`: every forward
+op, and the element-wise, activation, pooling, data-movement, resize, softmax, loss and update ops' backward),
+else this module's `_Gen.op_<type>` (the layers' gradients and the masks, which share the split-weight and
+stream machinery here). `_Gen` offers the emitters the places (loc, ploc, same_place, row_io), the tables
+(const_table, uid, globals), the geometry (conv_dims, tconv_dims), the quantization parameters (qp, requant,
+bcast), the split weights (split, weight_args) and copy_call. stages/codegen_program.py writes the
 program around the calls (arena, loops, evaluation, tt_main).
 
 Compile-time options: -DTT_DUMP_TENSORS=1 makes the program write every trained tensor after each sample step
@@ -49,7 +50,7 @@ import numpy as np
 
 from tinytrain.stages import int8_arith as ia
 from tinytrain.stages import ops
-from tinytrain.stages.c_literals import (ACT_ENUM, CTYPE, FLOAT_BOUNDS, CodegenError, c_array, flit,
+from tinytrain.stages.c_literals import (ACT_ENUM, CTYPE, CodegenError, c_array, flit,
                                          numel)
 from tinytrain.stages.codegen_program import api_parts, head_captures, program
 from tinytrain.stages.geometry import out_size_and_pad
@@ -57,7 +58,7 @@ from tinytrain.stages.ir import Graph, Op, Tensor
 from tinytrain.stages.memplan import fused_dequantize
 from tinytrain.stages.codegen_api import CKPT_HEADER, CKPT_VERSION, model_header
 from tinytrain.stages.codegen_driver import driver_source
-from tinytrain.stages.ops import QAS_UPDATE_OPS
+from tinytrain.stages.ops import QAS_UPDATE_OPS, conv_forward
 from tinytrain.stages.runtime_config import PROTOCOL
 from tinytrain.stages.streams import Stream, row_geometry
 
@@ -324,53 +325,21 @@ class _Gen:
         off = self.chunk_off.get(name)
         return self.loc(name) if off is None else f"({self.loc(name)} + {off})"
 
-    def _io(self, io: dict[str, str] | None, d: str, x: str, y: str) -> tuple[str, str, str]:
+    def row_io(self, io: dict[str, str] | None, d: str, x: str, y: str) -> tuple[str, str, str]:
         """(&dims, x pointer, y pointer) of a kernel call: the op's own, or a streamed call's (stream_rows)."""
         if io is None:
             return f"&{d}", self.loc(x), self.loc(y)
         io["dims"] = d  # the whole op's geometry, which the streamed call copies and narrows
         return io["d"], f"({self.ctype(x)} const *){io['x']}", f"({self.ctype(y)} *){io['y']}"
 
-    def op_conv2d(self, op: Op, io: dict[str, str] | None = None) -> list[str]:
-        x, w, b = op.inputs[0], op.inputs[1], op.inputs[2] if len(op.inputs) > 2 else None
-        y = op.outputs[0]
-        o, kh, kw, ci = self.g.tensors[w].shape
-        d, xe, ye = self._io(io, self.conv_dims(op, x, y, kh, kw), x, y)
-        bias = self.loc(b) if b else "0"
-        act = op.attrs.get("act", "none")
-        if self.is_int8(x):
-            q = self.requant(x, w, y, act, o)
-            if w in self.split:
-                whole, part, n = self.weight_args(w)
-                return [f"tt_conv2d_s8_split({d}, &{q}, {xe}, {whole}, {part}, {n}, {bias}, {ye});"]
-            return [f"tt_conv2d_s8({d}, &{q}, {xe}, {self.loc(w)}, {bias}, {ye});"]
-        lo, hi = FLOAT_BOUNDS[act]
-        return [f"tt_conv2d_f32({d}, {flit(lo)}, {flit(hi)}, {xe}, {self.loc(w)}, {bias}, {ye});"]
-
     def tconv_dims(self, op: Op, x: str, y: str, kh: int, kw: int) -> str:
-        """tt_conv_dims of a transpose_conv: in_* = x, out_* = y, pads from y's size (executor.transpose_conv_geometry)."""
-        from tinytrain.stages.executor import transpose_conv_geometry
+        """tt_conv_dims of a transpose_conv: in_* = x, out_* = y, pads from y's size (transpose_conv_geometry)."""
         xs, ys = self.g.tensors[x].shape, self.g.tensors[y].shape
-        sh, sw, pt, pl = transpose_conv_geometry(op.attrs, xs, ys, kh, kw)
+        sh, sw, pt, pl = conv_forward.transpose_conv_geometry(op.attrs, xs, ys, kh, kw)
         name = self.uid("tt_cd")
         self.globals.append(f"static const tt_conv_dims {name} = {{{xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {ys[1]}, {ys[2]}, "
                             f"{ys[3]}, {kh}, {kw}, {sh}, {sw}, 1, 1, {pt}, {pl}, 1}};")
         return name
-
-    def op_transpose_conv(self, op: Op) -> list[str]:
-        x, w = op.inputs[0], op.inputs[1]
-        b = op.inputs[2] if len(op.inputs) > 2 else None
-        y = op.outputs[0]
-        o, kh, kw, _ = self.g.tensors[w].shape
-        d = self.tconv_dims(op, x, y, kh, kw)
-        bias = self.loc(b) if b else "0"
-        act = op.attrs.get("act", "none")
-        if self.is_int8(x):
-            q = self.requant(x, w, y, act, o)
-            return [f"tt_transpose_conv_s8(&{d}, &{q}, {self.loc(x)}, {self.loc(w)}, {bias}, {self.loc(y)});"]
-        lo, hi = FLOAT_BOUNDS[act]
-        return [f"tt_transpose_conv_f32(&{d}, {flit(lo)}, {flit(hi)}, {self.loc(x)}, {self.loc(w)}, {bias}, "
-                f"{self.loc(y)});"]
 
     def op_transpose_conv_grad_input(self, op: Op) -> list[str]:
         dz, w, dx = op.inputs[0], op.inputs[1], op.outputs[0]
@@ -387,53 +356,6 @@ class _Gen:
                                f"(a sliced int8 input is not supported)")
         d = self.tconv_dims(op, x, dz, kh, kw)
         return [f"tt_transpose_conv_grad_weight_f32(&{d}, {k}, {self.loc(dz)}, {self.loc(x)}, {self.loc(dw)});"]
-
-    def op_depthwise_conv2d(self, op: Op, io: dict[str, str] | None = None) -> list[str]:
-        x, w, b = op.inputs[0], op.inputs[1], op.inputs[2] if len(op.inputs) > 2 else None
-        y = op.outputs[0]
-        _, kh, kw, o = self.g.tensors[w].shape
-        mult = o // self.g.tensors[x].shape[3]
-        d = self.conv_dims(op, x, y, kh, kw, mult)
-        bias = self.loc(b) if b else "0"
-        act = op.attrs.get("act", "none")
-        if io is not None:
-            dd, xe, ye = self._io(io, d, x, y)
-            if self.is_int8(x):
-                q = self.requant(x, w, y, act, o)
-                return [f"tt_depthwise_conv2d_s8({dd}, &{q}, {xe}, {self.loc(w)}, {bias}, {ye});"]
-            lo, hi = FLOAT_BOUNDS[act]
-            return [f"tt_depthwise_conv2d_f32({dd}, {flit(lo)}, {flit(hi)}, {xe}, {self.loc(w)}, {bias}, {ye});"]
-        inplace = self.same_place(x, y)
-        if inplace:
-            if y not in self.scratch:
-                raise CodegenError(f"in-place depthwise {y} has no scratch buffer in the plan")
-            scr = f"({self.ctype(y)} *)(tt_arena + {self.scratch[y]})"
-        if self.is_int8(x):
-            q = self.requant(x, w, y, act, o)
-            if inplace:
-                return [f"tt_depthwise_conv2d_s8_inplace(&{d}, &{q}, {self.loc(x)}, {self.loc(w)}, {bias}, {scr});"]
-            return [f"tt_depthwise_conv2d_s8(&{d}, &{q}, {self.loc(x)}, {self.loc(w)}, {bias}, {self.loc(y)});"]
-        lo, hi = FLOAT_BOUNDS[act]
-        if inplace:
-            return [f"tt_depthwise_conv2d_f32_inplace(&{d}, {flit(lo)}, {flit(hi)}, {self.loc(x)}, {self.loc(w)}, "
-                    f"{bias}, {scr});"]
-        return [f"tt_depthwise_conv2d_f32(&{d}, {flit(lo)}, {flit(hi)}, {self.loc(x)}, {self.loc(w)}, {bias}, "
-                f"{self.loc(y)});"]
-
-    def op_fully_connected(self, op: Op) -> list[str]:
-        x, w, b = op.inputs[0], op.inputs[1], op.inputs[2] if len(op.inputs) > 2 else None
-        y = op.outputs[0]
-        o, depth = self.g.tensors[w].shape
-        rows = numel(self.g.tensors[x].shape) // depth
-        bias = self.loc(b) if b else "0"
-        act = op.attrs.get("act", "none")
-        if self.is_int8(x):
-            q = self.requant(x, w, y, act, o)
-            return [f"tt_fully_connected_s8({rows}, {depth}, {o}, &{q}, {self.loc(x)}, {self.loc(w)}, {bias}, "
-                    f"{self.loc(y)});"]
-        lo, hi = FLOAT_BOUNDS[act]
-        return [f"tt_fully_connected_f32({rows}, {depth}, {o}, {flit(lo)}, {flit(hi)}, {self.loc(x)}, "
-                f"{self.loc(w)}, {bias}, {self.loc(y)});"]
 
     def copy_call(self, x: str, y: str) -> list[str]:
         """y = x (a no-op where the plan put both in one place)."""
@@ -523,7 +445,7 @@ class _Gen:
             rows.append(f"{{{geo['in_h']}, {geo['out_h']}, {geo['stride']}, {geo['pad_top']}, {geo['span']}, "
                         f"{geo['in_row']}, {geo['out_row']}, {window}}}")
             io = {"d": "&d", "x": "x", "y": "y"}
-            call = getattr(self, "op_" + op.type)(op, io=io)
+            call = self.calls_of(op, io=io)
             cases += [f"    case {k}:", f"        d = {io['dims']};", "        d.in_h = in_rows;",
                       "        d.pad_top = pad_top;", "        d.out_h = out_rows;", *[f"        {c}" for c in call],
                       "        break;"]

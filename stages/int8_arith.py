@@ -290,7 +290,35 @@ def get_reciprocal(x, x_integer_digits: int) -> tuple[np.ndarray, np.ndarray]:
     return one_over_one_plus_x_for_x_in_0_1(shifted_sum_minus_one), num_bits_over_unit
 
 
-# ---- op-level integer kernels shared by the executor --------------------------------------------
+# ---- op-level integer kernels shared by the op modules' forward kernels (stages/ops/) -------------
+
+def channel_multipliers(s_in: float, w_scales, s_out: float, channels: int) -> tuple[np.ndarray, np.ndarray]:
+    """PopulateConvolutionQuantizationParams / FC per-channel Prepare: for each output channel,
+    QuantizeMultiplier(double(s_in) * double(s_w[c]) / double(s_out)); a per-tensor filter scale is broadcast."""
+    scales = list(w_scales)
+    if len(scales) == 1:
+        scales = scales * channels
+    if len(scales) != channels:
+        raise ValueError(f"{len(scales)} weight scales for {channels} output channels")
+    pairs = [quantize_multiplier(float(s_in) * float(s) / float(s_out)) for s in scales]
+    return (np.array([p[0] for p in pairs], dtype=np.int64), np.array([p[1] for p in pairs], dtype=np.int64))
+
+
+def exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integer matmul through float64 BLAS: every product is below 2^16 and every partial sum below 2^53 for
+    any layer a microcontroller runs (< 2^37 terms), so the float64 result is exact whatever the order."""
+    if a.shape[-1] >= (1 << 36):
+        raise ValueError("accumulation depth too large for exact float64 integer matmul")
+    return np.rint(a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
+
+
+def round_half_away_array(q: np.ndarray) -> np.ndarray:
+    """TfLiteRound on float32 values, C's round on float64 ones: ties away from zero (np.round would round ties
+    to even), as int64."""
+    t = np.trunc(q)
+    frac = q - t  # exact in the values' own precision
+    return (t + (frac >= 0.5) - (frac <= -0.5)).astype(np.int64)
+
 
 def requantize(acc, multiplier, shift, out_zp: int, qmin: int, qmax: int) -> np.ndarray:
     """The tail of conv/depthwise/fully-connected: MultiplyByQuantizedMultiplier, + output offset, clamp."""

@@ -139,14 +139,18 @@ def test_catalogue_lists_every_forward_op():
 
 
 def test_new_ops_bring_their_backward_and_c():
-    """The backward emission and the C of every op are its op module's, except the families not moved yet (the
-    layers with their split-weight and stream machinery, the standalone clamps' backward, the masks): a new op
-    cannot add a branch to autodiff, plan_memory or codegen."""
+    """The forward kernels, the backward emission and the C of every op are its op module's, except the families
+    not moved yet (the layers' backward with its split-weight and stream machinery, the standalone clamps'
+    backward, the masks): a new op cannot add a branch to the executor, autodiff, plan_memory or codegen."""
     own_backward = {n for n in ops.DIFFERENTIABLE if ops.REGISTRY[n].backward is None}
     assert own_backward == set(ops.LAYER_OPS) | set(ops.OP_CLAMPS)
     # every backward, loss and mask op has its numpy kernel in its module (dequantize_slice: the training executor's)
     own_run = {n for n, d in ops.REGISTRY.items() if d.kind in ("backward", "loss") and d.run is None}
     assert own_run == set()
     own_c = {n for n, d in ops.REGISTRY.items() if d.c is None}
-    layer_ops = {n for n, d in ops.REGISTRY.items() if n in ops.LAYER_OPS or d.of in ops.LAYER_OPS}
-    assert own_c == layer_ops | {"bias_grad", "act_grad", "int8_clamp_grad", "clamp_mask", "mask_grad"}
+    layer_grads = {n for n, d in ops.REGISTRY.items() if d.of in ops.LAYER_OPS}
+    assert own_c == layer_grads | {"bias_grad", "act_grad", "int8_clamp_grad", "clamp_mask", "mask_grad"}
+    # every forward op brings its numpy kernel (float and int8) and the C of its call: the executor and codegen
+    # hold no forward op of their own
+    assert [n for n in ops.FORWARD_OPS if ops.REGISTRY[n].forward is None or ops.REGISTRY[n].c is None] == []
+    assert not [m for m in vars(codegen._Gen) if m.startswith("op_") and m[3:] in ops.FORWARD_OPS]

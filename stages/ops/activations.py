@@ -1,9 +1,8 @@
 """Activations: relu, relu6, logistic, tanh, hard_swish, leaky_relu, prelu, and their backward ops.
 
-Here for logistic, tanh, hard_swish, leaky_relu and prelu: the numpy float and int8 kernels (the executor's), the
-backward emission (autodiff and the memory model) and the C of the forward and gradient calls (int8 with TFLite
-Micro's arithmetic, the parameters computed once for the kernel and the C); for relu / relu6 the C (their kernels
-and backward are still the executor's and autodiff's).
+Here: the numpy float and int8 kernels (the executor's), the backward emission (autodiff and the memory model;
+relu / relu6's is still autodiff's) and the C of the forward and gradient calls (int8 with TFLite Micro's
+arithmetic, the parameters computed once for the kernel and the C).
 """
 
 from __future__ import annotations
@@ -43,6 +42,17 @@ def prelu_multipliers(s_in: float, s_a: float, s_out: float) -> tuple[int, int, 
     return m1, sh1, m2, sh2
 
 
+def relu_multiplier(s_in: float, s_out: float, litert: bool = False) -> tuple[int, int]:
+    """(m, shift) of s_in / s_out, the requantization of int8 RELU / RELU6 (activations.cc QuantizedReluX; the
+    converter gives input and output different parameters). LiteRT's ReluPrepare divides the two float scales in
+    float (`input->params.scale / output->params.scale`) and only then widens to double; TFLite Micro divides in
+    double. The quotients round to different Q0.31 mantissas for some scale pairs (and then differ by an LSB on
+    some inputs)."""
+    if litert:
+        return ia.quantize_multiplier(ia.f32(np.float32(s_in) / np.float32(s_out)))
+    return ia.quantize_multiplier(float(s_in) / float(s_out))
+
+
 def _check_fixed_output(op: str, s: float, z: int) -> None:
     # The fixed-point kernels hard-code the output encoding; other parameters would silently mean other numbers.
     want_s, want_z = _FIXED_OUTPUT[op]
@@ -51,6 +61,26 @@ def _check_fixed_output(op: str, s: float, z: int) -> None:
 
 
 # ---- numpy forward (the executor's kernels; ctx: executor._Ctx)
+
+def _clamp(ctx) -> list[np.ndarray]:
+    """relu / relu6: the standalone clamp to the op's (lo, hi)."""
+    lo, hi = _CLAMPS[ctx.op.type]
+    x = ctx.x(0)
+    if ctx.quantized():
+        # requantize from the input's to the output's parameters, then clamp; fc_requant="litert_double" takes
+        # LiteRT's multiplier (relu_multiplier)
+        s_in, z_in = qparams(ctx.tin(0))
+        s_out, z_out = qparams(ctx.tout())
+        mult, shift = relu_multiplier(s_in, s_out, litert=ctx.fc_requant == "litert_double")
+        qlo, qhi = ia.relu_op_range(lo, hi, s_out, z_out)
+        y = z_out + ia.multiply_by_quantized_multiplier(x.astype(np.int64) - z_in, mult, shift)
+        return [np.clip(y, qlo, qhi).astype(np.int8)]
+    y = np.maximum(x.astype(np.float32), np.float32(lo))
+    if hi is not None:
+        y = np.minimum(y, np.float32(hi))
+    return [y.astype(np.float32)]
+
+
 
 def _leaky_relu(ctx) -> list[np.ndarray]:
     """activations.cc LeakyRelu. float: `x > 0 ? x : x * alpha`. int8: reference_ops::QuantizeLeakyRelu, two
@@ -257,7 +287,7 @@ def _c_clamp(gen, op: Op) -> list[str]:
     if gen.is_int8(x):
         s_in, z_in = gen.qp(x)
         s_out, z_out = gen.qp(y)
-        mult, shift = ia.quantize_multiplier(float(s_in) / float(s_out))
+        mult, shift = relu_multiplier(s_in, s_out)   # TFLite Micro's (the executor's default)
         qlo, qhi = ia.relu_op_range(lo, hi, s_out, z_out)
         return [f"tt_relu_s8({n}, {z_in}, {z_out}, {mult}, {shift}, {qlo}, {qhi}, {gen.loc(x)}, "
                 f"{gen.loc(y)});"]
@@ -294,9 +324,11 @@ def _run_prelu_grad(op, v, shape, tensor):
 
 OPS = (
     OpDef("relu", signature="x -> y", tflite=(Builtin("RELU", 1, 1),), differentiable=True,
-          op_clamp=_CLAMPS["relu"], in_place="any", c=_c_clamp, version=version_by_dtype({"int8": 2, "int16": 3})),
+          op_clamp=_CLAMPS["relu"], in_place="any", forward=_clamp, c=_c_clamp,
+          version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("relu6", signature="x -> y", tflite=(Builtin("RELU6", 1, 1),), differentiable=True,
-          op_clamp=_CLAMPS["relu6"], in_place="any", c=_c_clamp, version=version_by_dtype({"int8": 2, "int16": 3})),
+          op_clamp=_CLAMPS["relu6"], in_place="any", forward=_clamp, c=_c_clamp,
+          version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("logistic", signature="x -> y", note="int8: output fixed at (1/256, -128)",
           tflite=(Builtin("LOGISTIC", 1, 1),), differentiable=True, fixed_output=_FIXED_OUTPUT["logistic"],
           forward=_logistic, backward=_from_output, c=_c_logistic_tanh,

@@ -1,10 +1,12 @@
-"""Convolutions: conv2d, depthwise_conv2d, transpose_conv, and the backward ops autodiff emits for them."""
+"""Convolutions: conv2d, depthwise_conv2d, transpose_conv, and the backward ops autodiff emits for them (the
+forward's numpy kernels and C: conv_forward.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .. import grad_ops as go
+from . import conv_forward as fw
 from .base import Builtin, OpDef, input_dtype
 
 # MediaPipe's custom transpose convolution with a bias (read as transpose_conv, written as TRANSPOSE_CONV).
@@ -90,21 +92,23 @@ def _transpose_conv_version(graph, op) -> int:
 OPS = (
     OpDef("conv2d", signature="x, w[O,KH,KW,I], b? -> y", attrs=_GEOMETRY + ("act",),
           tflite=(Builtin("CONV_2D", 2, 3),), layer=True, bn_fold=True, out_channel_axis=0,
-          differentiable=True, clamp_masked=True, row_stream=True, macs=_conv_macs, version=_conv_version),
+          differentiable=True, clamp_masked=True, row_stream=True, macs=_conv_macs, version=_conv_version,
+          forward=fw.conv2d, c=fw.c_conv2d),
     OpDef("depthwise_conv2d", signature="x, w[1,KH,KW,O], b? -> y",
           attrs=_GEOMETRY + ("depth_multiplier", "act"),
           tflite=(Builtin("DEPTHWISE_CONV_2D", 2, 3),), layer=True, bn_fold=True, out_channel_axis=3,
           differentiable=True, clamp_masked=True, row_stream=True, macs=_depthwise_macs,
           # TinyEngine's scheme: one output channel into a scratch buffer, copied over the input channel it came
           # from (multiplier 1 only: memplan checks it).
-          in_place="channel", version=_depthwise_version),
+          in_place="channel", version=_depthwise_version, forward=fw.depthwise_conv2d, c=fw.c_depthwise_conv2d),
     OpDef("transpose_conv", signature="x, w[O,KH,KW,I], b?, output_shape -> y",
           attrs=("stride_h", "stride_w", "padding", "act"),
           note="TFLite TRANSPOSE_CONV; the file's operand order is output_shape, w, x, b: the reader reorders to "
                "the layer order, the writer back; output_shape is an int32[4] constant equal to y's shape; "
                "padding as conv2d with y as the conv's input",
           tflite=(Builtin("TRANSPOSE_CONV", 3, 4), Builtin(MEDIAPIPE_TRANSPOSE_CONV_BIAS, 3, 3, custom=True)),
-          layer=True, frozen_only=True, out_channel_axis=0, differentiable=True, clamp_masked=True),
+          layer=True, frozen_only=True, out_channel_axis=0, differentiable=True, clamp_masked=True,
+          forward=fw.transpose_conv, c=fw.c_transpose_conv),
     # ---- backward
     OpDef("conv2d_grad_input", kind="backward", of="conv2d", signature="dz, w -> dx",
           attrs=("the forward's geometry",), grad_input=True, run=_run_conv2d_grad_input,

@@ -1,4 +1,5 @@
-"""Pooling and reduction: average_pool2d, max_pool2d, mean, and their backward ops."""
+"""Pooling and reduction: average_pool2d, max_pool2d, mean, and their backward ops; their numpy float and int8
+kernels (the executor's), the backward emission and the C of the forward and gradient calls."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from .. import int8_arith as ia
 from ..c_literals import FLOAT_BOUNDS, CodegenError, flit
 from ..geometry import out_size_and_pad
 from ..ir import Op
+from ..kernel_common import float_act, qparams
 from .backward import geometry, input_backward
 from .base import Builtin, OpDef, version_by_dtype
+from .layer_common import padded, spatial, tap
 
 
 # ---- backward: the gradient of the input, with the forward's pooling attrs; max pool reads its input (int8 as it
@@ -29,6 +32,106 @@ def _mean_backward(bb, op, i, dz):
 
 
 _POOL = ("filter_h", "filter_w", "stride_h", "stride_w", "padding", "act")
+
+# ---- numpy forward (the executor's kernels; ctx: executor._Ctx)
+
+def _pool_windows(ctx, x: np.ndarray, pad_value):
+    a = ctx.attrs
+    kh, kw = int(a["filter_h"]), int(a["filter_w"])
+    sh, sw = int(a["stride_h"]), int(a["stride_w"])
+    oh, ow, pt, pl = spatial(ctx, x, kh, kw, sh, sw)
+    xp, mask = padded(x, oh, ow, pt, pl, kh, kw, sh, sw, 1, 1, pad_value)
+    # Row by row over the window, as the reference loops (filter_y, filter_x).
+    for ky in range(kh):
+        for kx in range(kw):
+            yield tap(xp, ky, kx, oh, ow, sh, sw, 1, 1), tap(mask, ky, kx, oh, ow, sh, sw, 1, 1)[None, :, :, None]
+
+
+def _average_pool2d(ctx) -> list[np.ndarray]:
+    x = ctx.x(0)
+    act = ctx.attrs.get("act", "none")
+    if ctx.quantized():
+        acc = count = 0
+        for patch, valid in _pool_windows(ctx, x.astype(np.int64), 0):
+            acc = acc + patch
+            count = count + valid.astype(np.int64)
+        count = np.broadcast_to(count, acc.shape)
+        half = count // 2
+        # reference_integer_ops::AveragePool: round half away from zero with C's truncating division.
+        avg = np.where(acc > 0, (acc + half) // count, -((half - acc) // count))
+        lo, hi = ia.activation_range(act, *qparams(ctx.tout()))
+        return [np.clip(avg, lo, hi).astype(np.int8)]
+    acc = count = None
+    for patch, valid in _pool_windows(ctx, x.astype(np.float32), 0.0):
+        acc = patch.copy() if acc is None else acc + patch  # out-of-image taps add +0.0: a no-op
+        count = valid.astype(np.float32) if count is None else count + valid
+    return [float_act((acc / count).astype(np.float32), act)]
+
+
+def _max_pool2d(ctx) -> list[np.ndarray]:
+    x = ctx.x(0)
+    act = ctx.attrs.get("act", "none")
+    if ctx.quantized():
+        out = None
+        for patch, valid in _pool_windows(ctx, x.astype(np.int64), -128):
+            out = patch if out is None else np.maximum(out, patch)
+        lo, hi = ia.activation_range(act, *qparams(ctx.tout()))
+        return [np.clip(out, lo, hi).astype(np.int8)]
+    low = np.finfo(np.float32).min
+    out = None
+    for patch, valid in _pool_windows(ctx, x.astype(np.float32), low):
+        out = patch if out is None else np.maximum(out, patch)
+    return [float_act(out, act).astype(np.float32)]
+
+
+def _mean(ctx) -> list[np.ndarray]:
+    x = ctx.x(0)
+    axes_arr = ctx.x(1)
+    if axes_arr is None:
+        raise ValueError("MEAN needs a constant axes operand")
+    rank = x.ndim
+    axes = sorted({int(a) % rank for a in np.asarray(axes_arr).reshape(-1)})
+    if 0 in axes:
+        raise NotImplementedError("MEAN over the batch axis (the result would depend on the batch size)")
+    keep = [d for d in range(rank) if d not in axes]
+    moved = np.transpose(x, keep + axes)
+    outer = moved.shape[:len(keep)]
+    count = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
+    flat = moved.reshape(outer + (count,))
+    y_t = ctx.tout()
+    if ctx.quantized():
+        s_in, z_in = qparams(ctx.tin(0))
+        s_out, z_out = qparams(y_t)
+        total = ia.wrap32(flat.astype(np.int64).sum(axis=-1))
+        out = _quantized_mean(total, count, s_in, z_in, s_out, z_out)
+    else:
+        # ReduceSumImpl visits the input in row-major order: a sequential float32 sum over the reduced positions.
+        acc = np.zeros(outer, dtype=np.float32)
+        ff = flat.astype(np.float32)
+        for r in range(count):
+            acc += ff[..., r]
+        out = (acc / np.float32(count)).astype(np.float32)
+    return [out.reshape((x.shape[0],) + tuple(y_t.shape[1:]))]
+
+
+def mean_params(count: int, s_in: float, s_out: float) -> tuple[int, int]:
+    """reduce.cc PrepareMeanOrSum's (multiplier, shift) of s_in / s_out with the 1/count folded in by an int64
+    division; the shift is clamped so the result stays a valid MultiplyByQuantizedMultiplier operand (one
+    computation for the numpy kernel and the C)."""
+    mult, shift = ia.quantize_multiplier(float(s_in) / float(s_out))
+    extra = min(count.bit_length() - 1, 32, 31 + shift)
+    mult = int((mult << extra) // count) if extra >= 0 else int((mult >> -extra) // count)
+    return mult, shift - extra
+
+
+def _quantized_mean(total: np.ndarray, count: int, s_in: float, z_in: int, s_out: float, z_out: int) -> np.ndarray:
+    """reference_ops::QuantizedMeanOrSum (integer version): the sum relative to the zero point, rescaled by
+    mean_params."""
+    mult, shift = mean_params(count, s_in, s_out)
+    shifted_sum = ia.wrap32(total - z_in * count)
+    out = ia.multiply_by_quantized_multiplier(shifted_sum, mult, shift) + z_out
+    return np.clip(out, -128, 127).astype(np.int8)
+
 
 # ---- C (gen: codegen's generator)
 
@@ -78,11 +181,7 @@ def _c_mean(gen, op: Op) -> list[str]:
     if gen.is_int8(x):
         s_in, z_in = gen.qp(x)
         s_out, z_out = gen.qp(y)
-        count = h * w
-        mult, shift = ia.quantize_multiplier(float(s_in) / float(s_out))
-        extra = min(count.bit_length() - 1, 32, 31 + shift)
-        mult = int((mult << extra) // count) if extra >= 0 else int((mult >> -extra) // count)
-        shift -= extra
+        mult, shift = mean_params(h * w, s_in, s_out)
         name = gen.uid("tt_mp")
         gen.globals.append(f"static const tt_mean_params_s8 {name} = {{{z_in}, {z_out}, {mult}, {shift}}};")
         return [f"tt_mean_hw_s8(&{name}, {b}, {h}, {w}, {c}, {gen.loc(x)}, {gen.loc(y)});"]
@@ -134,14 +233,14 @@ def _run_mean_grad(op, v, shape, tensor):
 
 OPS = (
     OpDef("average_pool2d", signature="x -> y", attrs=_POOL, tflite=(Builtin("AVERAGE_POOL_2D", 1, 1),),
-          differentiable=True, shared_qparams="first", backward=_avg_pool_backward, c=_c_average_pool2d,
-          version=version_by_dtype({"int8": 2, "int16": 3})),
+          differentiable=True, shared_qparams="first", forward=_average_pool2d, backward=_avg_pool_backward,
+          c=_c_average_pool2d, version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("max_pool2d", signature="x -> y", attrs=_POOL, tflite=(Builtin("MAX_POOL_2D", 1, 1),),
-          differentiable=True, shared_qparams="first", backward=_max_pool_backward, c=_c_max_pool2d,
-          version=version_by_dtype({"int8": 2, "int16": 3})),
+          differentiable=True, shared_qparams="first", forward=_max_pool2d, backward=_max_pool_backward,
+          c=_c_max_pool2d, version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("mean", signature="x, axes -> y", attrs=("keep_dims",), tflite=(Builtin("MEAN", 2, 2),),
-          differentiable=True, clamp_masked=True, backward=_mean_backward, c=_c_mean,
-          version=version_by_dtype({"int8": 2, "int16": 3})),
+          differentiable=True, clamp_masked=True, forward=_mean, backward=_mean_backward,
+          c=_c_mean, version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("average_pool2d_grad", kind="backward", of="average_pool2d", signature="dz -> dx",
           attrs=("the forward's pooling attrs",), c=_c_average_pool2d_grad, run=_run_average_pool2d_grad),
     OpDef("max_pool2d_grad", kind="backward", of="max_pool2d", signature="dz, x -> dx",

@@ -1,12 +1,57 @@
-"""Conversions between int8 and float: quantize, dequantize, and the backward's dequantize_slice; their C (a
-dequantize the input-gradient kernels fuse emits none: memplan.fused_dequantize)."""
+"""Conversions between int8 and float: quantize, dequantize, and the backward's dequantize_slice; the numpy kernels
+of quantize and dequantize (the executor's) and the C of all three (a dequantize the input-gradient kernels fuse
+emits none: memplan.fused_dequantize)."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from .. import int8_arith as ia
 from ..c_literals import flit, numel
 from ..ir import Op
+from ..kernel_common import qparams
 from .base import Builtin, OpDef, version_by_dtype
+
+# ---- numpy forward (the executor's kernels; ctx: executor._Ctx)
+
+def _quantize(ctx) -> list[np.ndarray]:
+    x = ctx.x(0)
+    x_t, y_t = ctx.tin(0), ctx.tout()
+    if y_t.dtype != "int8":
+        raise NotImplementedError(f"QUANTIZE to {y_t.dtype}")
+    so, zo = qparams(y_t)
+    if x_t.dtype == "float32":
+        # reference_ops::AffineQuantize: TfLiteRound(val / static_cast<float>(scale)) + zero_point, clamped.
+        q = (x.astype(np.float32) / np.float32(so)).astype(np.float32)
+        return [np.clip(ia.round_half_away_array(q) + zo, -128, 127).astype(np.int8)]
+    if x_t.dtype == "int8":
+        # quantize.cc int8 -> int8: Requantize with QuantizeMultiplier(double(s_in) / double(s_out)).
+        si, zi = qparams(x_t)
+        mult, shift = ia.quantize_multiplier(float(si) / float(so))
+        y = ia.multiply_by_quantized_multiplier(x.astype(np.int64) - zi, mult, shift) + zo
+        return [np.clip(y, -128, 127).astype(np.int8)]
+    raise NotImplementedError(f"QUANTIZE from {x_t.dtype}")
+
+
+def _dequantize(ctx) -> list[np.ndarray]:
+    x = ctx.x(0)
+    x_t = ctx.tin(0)
+    if x_t.dtype == "float16":
+        return [x.astype(np.float32)]
+    if x_t.dtype == "int8":
+        if x_t.quant is None:
+            raise ValueError(f"int8 tensor {x_t.name!r} has no quantization parameters")
+        scale = np.asarray(x_t.quant.scale, dtype=np.float64)
+        zp = np.asarray(x_t.quant.zero_point, dtype=np.int64)
+        if x_t.quant.per_channel:
+            shape = [1] * x.ndim
+            shape[x_t.quant.axis] = -1
+            scale, zp = scale.reshape(shape), zp.reshape(shape)
+        # reference_ops::Dequantize: static_cast<float>(double scale * (val - zero_point)).
+        return [(scale * (x.astype(np.int64) - zp)).astype(np.float32)]
+    raise NotImplementedError(f"DEQUANTIZE from {x_t.dtype}")
+
+
 
 # ---- C (gen: codegen's generator)
 
@@ -56,10 +101,10 @@ def _c_dequantize_slice(gen, op: Op) -> list[str]:
 OPS = (
     # quantize requantizes (float -> int8, or int8 -> int8) and clamps to the int8 range.
     OpDef("quantize", signature="x -> y", note="float->int8, or int8->int8 requantize",
-          tflite=(Builtin("QUANTIZE", 1, 1),), clamp_masked=True, conversion=True, c=_c_quantize,
+          tflite=(Builtin("QUANTIZE", 1, 1),), clamp_masked=True, conversion=True, forward=_quantize, c=_c_quantize,
           version=version_by_dtype({"int8": 2, "int16": 2, "uint8": 2})),
     OpDef("dequantize", signature="x -> y", note="int8/float16 -> float32", tflite=(Builtin("DEQUANTIZE", 1, 1),),
-          conversion=True, c=_c_dequantize, version=version_by_dtype({"float16": 3, "int8": 2, "int16": 4})),
+          conversion=True, forward=_dequantize, c=_c_dequantize, version=version_by_dtype({"float16": 3, "int8": 2, "int16": 4})),
     OpDef("dequantize_slice", kind="aux", signature="x_q -> x_f", attrs=("channels", "depth"),
           note="the saved int8 input of a weight gradient, only its trained slice x[..., :k], as float32",
           c=_c_dequantize_slice),

@@ -1,4 +1,5 @@
-"""Data movement: reshape, pad, concatenation, strided_slice, and their backward ops."""
+"""Data movement: reshape, pad, concatenation, strided_slice, and their backward ops: their numpy float and int8
+kernels (the executor's), the backward emission and the C of the forward and gradient calls."""
 
 from __future__ import annotations
 
@@ -8,8 +9,76 @@ from .. import grad_ops as go
 from .. import int8_arith as ia
 from ..c_literals import FLOAT_BOUNDS, CodegenError, flit, numel
 from ..ir import Op
+from ..kernel_common import float_act, qparams
 from .backward import input_backward
 from .base import Builtin, OpDef, input_dtype, output_dtype, version_by_dtype
+
+
+# ---- numpy forward (the executor's kernels; ctx: executor._Ctx)
+
+def _reshape(ctx) -> list[np.ndarray]:
+    x = ctx.x(0)
+    new_shape = list(ctx.attrs.get("new_shape") or ctx.tout().shape)
+    return [x.reshape([x.shape[0]] + new_shape[1:])]
+
+
+def _pad(ctx) -> list[np.ndarray]:
+    x, paddings = ctx.x(0), ctx.x(1)
+    if paddings is None:
+        raise ValueError("PAD needs a constant paddings operand")
+    p = np.asarray(paddings).reshape(x.ndim, 2).astype(np.int64)
+    if p[0].any():
+        raise NotImplementedError("PAD of the batch axis")
+    if (p < 0).any():
+        raise ValueError("negative paddings")
+    # Quantized PAD pads with the output zero point (the real value 0); float pads with 0.0.
+    value = qparams(ctx.tout())[1] if ctx.quantized() else 0.0
+    return [np.pad(x, [tuple(r) for r in p], constant_values=value).astype(x.dtype)]
+
+
+def _concatenation(ctx) -> list[np.ndarray]:
+    names = [n for n in ctx.op.inputs if n is not None]
+    xs = [ctx.values[n] for n in names]
+    axis = int(ctx.attrs.get("axis", -1)) % xs[0].ndim
+    if axis == 0:
+        raise NotImplementedError("CONCATENATION along the batch axis")
+    act = ctx.attrs.get("act", "none")
+    n = max(x.shape[0] for x in xs)
+    xs = [np.broadcast_to(x, (n,) + x.shape[1:]) if x.shape[0] != n else x for x in xs]
+    if ctx.tout().dtype == "int8":
+        so, zo = qparams(ctx.tout())
+        parts = []
+        for name, x in zip(names, xs):
+            si, zi = qparams(ctx.graph.tensors[name])
+            if si == so and zi == zo:
+                parts.append(x.astype(np.int64))
+            else:
+                # reference_ops::ConcatenationWithScaling (float math; LiteRT's and TFLM's int8 kernels require
+                # equal parameters and never get here, the converter guarantees them).
+                inv = np.float32(1.0) / np.float32(so)
+                scale = np.float32(np.float32(si) * inv)
+                bias = np.float32(np.float32(-zi) * scale)
+                q = ia.round_half_away_array((x.astype(np.float32) * scale + bias).astype(np.float32)) + zo
+                parts.append(np.clip(q, -128, 127))
+        out = np.concatenate(parts, axis=axis)
+        lo, hi = ia.activation_range(act, so, zo)
+        return [np.clip(out, lo, hi).astype(np.int8)]
+    out = np.concatenate([x.astype(np.float32) for x in xs], axis=axis)
+    return [float_act(out, act).astype(np.float32)]
+
+
+def _strided_slice(ctx) -> list[np.ndarray]:
+    """reference_ops::StridedSlice: a copy of the selected elements (int8 keeps the input's parameters). The
+    reader resolved begin/end/masks into per-axis (start, stop, step); axis 0 (the batch) is always whole."""
+    x = ctx.x(0)
+    a = ctx.attrs
+    out = x
+    for ax in range(1, x.ndim):
+        idx = np.arange(int(a["starts"][ax]), int(a["stops"][ax]), int(a["strides"][ax]))
+        out = np.take(out, idx, axis=ax)
+    y_t = ctx.tout()
+    return [out.reshape((x.shape[0],) + tuple(y_t.shape[1:]))]
+
 
 
 # ---- backward: dz moved back to the input's place (pad: reads the paddings; concatenation: one share per operand)
@@ -198,14 +267,15 @@ def _strided_slice_version(graph, op) -> int:
 OPS = (
     OpDef("reshape", signature="x, shape? -> y", attrs=("new_shape",),
           note="new_shape is the output shape, always present", tflite=(Builtin("RESHAPE", 1, 2),),
-          differentiable=True, shared_qparams="first", in_place="any", backward=_reshape_backward, c=_c_reshape),
+          differentiable=True, shared_qparams="first", in_place="any", forward=_reshape,
+          backward=_reshape_backward, c=_c_reshape),
     OpDef("pad", signature="x, paddings[N,2] -> y", tflite=(Builtin("PAD", 2, 2), Builtin("PADV2", 2, 3)),
-          differentiable=True, shared_qparams="first", backward=_pad_backward, c=_c_pad,
+          differentiable=True, shared_qparams="first", forward=_pad, backward=_pad_backward, c=_c_pad,
           version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("concatenation", signature="x0, x1, ... -> y", attrs=("axis", "act"),
           tflite=(Builtin("CONCATENATION", 1, 1 << 16),), differentiable=True, shared_qparams="all",
-          const_operands_per_tensor=True, backward=_concatenation_backward, c=_c_concatenation,
-          version=version_by_dtype({"int8": 2, "int16": 3}, of=output_dtype)),
+          const_operands_per_tensor=True, forward=_concatenation, backward=_concatenation_backward,
+          c=_c_concatenation, version=version_by_dtype({"int8": 2, "int16": 3}, of=output_dtype)),
     OpDef("strided_slice", signature="x, begin, end, strides -> y",
           attrs=("starts", "stops", "strides", "begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
                  "shrink_axis_mask", "offset"),
@@ -213,7 +283,8 @@ OPS = (
                "against the static shape (a negative stride stops before `stops`, -1 meaning past index 0); "
                "the masks and offset as in the file, for the writer; axis 0 is always taken whole",
           tflite=(Builtin("STRIDED_SLICE", 4, 4),), differentiable=True, shared_qparams="first",
-          backward=_strided_slice_backward, c=_c_strided_slice, version=_strided_slice_version),
+          forward=_strided_slice, backward=_strided_slice_backward, c=_c_strided_slice,
+          version=_strided_slice_version),
     OpDef("reshape_grad", kind="backward", of="reshape", signature="dy -> dx", in_place="any", c=_c_reshape_grad,
           run=_run_reshape_grad),
     OpDef("pad_grad", kind="backward", of="pad", signature="dy, paddings -> dx", c=_c_pad_grad, run=_run_pad_grad),

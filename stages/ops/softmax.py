@@ -1,11 +1,14 @@
-"""softmax and its backward op."""
+"""softmax and its backward op: the numpy float and int8 kernel (the executor's), the backward emission and the C."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from .. import grad_ops as go
 from .. import int8_arith as ia
 from ..c_literals import flit, numel
 from ..ir import Op
+from ..kernel_common import qparams
 from .backward import unary_backward
 from .base import Builtin, OpDef, version_by_dtype
 
@@ -13,6 +16,29 @@ from .base import Builtin, OpDef, version_by_dtype
 def _softmax_backward(bb, op, i, dz):
     """softmax_grad reads the forward output (real-valued)."""
     unary_backward(bb, op, i, dz, reads="y", attrs={"beta": float(op.attrs.get("beta", 1.0))})
+
+
+# ---- numpy forward (the executor's kernels; ctx: executor._Ctx)
+
+def _softmax(ctx) -> list[np.ndarray]:
+    x = ctx.x(0)
+    beta = float(ctx.attrs.get("beta", 1.0))
+    if ctx.quantized():
+        s_in, _ = qparams(ctx.tin(0))
+        s_out, z_out = qparams(ctx.tout())
+        if z_out != -128 or abs(s_out - 1 / 256) > 0.001 / 256:
+            raise ValueError(f"int8 softmax output must have scale 1/256 and zero point -128 "
+                             f"(got {s_out}, {z_out})")
+        mult, left_shift, diff_min = ia.softmax_params(beta, s_in)
+        return [ia.softmax_int8(x, mult, left_shift, diff_min)]
+    xf = x.astype(np.float32)
+    mx = xf.max(axis=-1, keepdims=True)
+    e = np.exp((xf - mx) * np.float32(beta)).astype(np.float32)
+    total = np.zeros(xf.shape[:-1] + (1,), dtype=np.float32)
+    for c in range(xf.shape[-1]):  # the reference sums in order
+        total += e[..., c:c + 1]
+    return [(e / total).astype(np.float32)]
+
 
 
 # ---- C (gen: codegen's generator)
@@ -49,7 +75,7 @@ def _run_softmax_grad(op, v, shape, tensor):
 
 OPS = (
     OpDef("softmax", signature="x -> y", attrs=("beta",), tflite=(Builtin("SOFTMAX", 1, 1),),
-          differentiable=True, fixed_output=(1.0 / 256.0, -128), backward=_softmax_backward, c=_c_softmax,
+          differentiable=True, fixed_output=(1.0 / 256.0, -128), forward=_softmax, backward=_softmax_backward, c=_c_softmax,
           version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("softmax_grad", kind="backward", of="softmax", signature="dy, y -> dx", attrs=("beta",), c=_c_softmax_grad,
           run=_run_softmax_grad),
