@@ -120,17 +120,23 @@ class _Gen:
                 for k, name in enumerate(op.inputs):
                     if name != p:
                         continue
-                    if op.type == "conv2d" and k == 1 and self.g.tensors[op.inputs[0]].dtype == "int8":
+                    if self._split_reader(op, k):
                         continue
-                    if op.type == "dequantize" and op.outputs[0] in self.fused and all(
-                            o.type == "conv2d_grad_input" for o in self.g.ops if op.outputs[0] in o.inputs):
-                        continue
+                    if ops.REGISTRY[op.type].conversion and op.outputs[0] in self.fused and all(
+                            self._split_reader(o, j) for o in self.g.ops for j, x in enumerate(o.inputs)
+                            if x == op.outputs[0]):
+                        continue   # a dequantize fused into its readers, which all read the split weight
                     if op.type in QAS_UPDATE_OPS and k == 0:
                         continue
                     ok = False
             if ok:
                 out[p] = int(n)
         return out
+
+    def _split_reader(self, op: Op, k: int) -> bool:
+        """op's kernel reads a split weight at operand k (OpDef.split_weight; a forward op's int8 kernel only)."""
+        d = ops.REGISTRY[op.type]
+        return d.split_weight == k and (d.kind != "forward" or self.is_int8(op.inputs[0]))
 
     # ---- names and places ------------------------------------------------------------------------------------
     def cid(self, name: str) -> int:
@@ -246,15 +252,13 @@ class _Gen:
         return float(t.quant.scale[0]), int(t.quant.zero_point[0])
 
     def requant(self, x: str, w: str, y: str, act: str, channels: int) -> str:
-        w_t = self.g.tensors[w]
+        """A const tt_requant_s8 of a layer: the per-output-channel multipliers the numpy kernels use
+        (int8_arith.channel_multipliers), the zero points and the fused activation's clamp."""
         s_in, z_in = self.qp(x)
         s_out, z_out = self.qp(y)
-        scales = list(w_t.quant.scale)
-        if len(scales) == 1:
-            scales = scales * channels
-        pairs = [ia.quantize_multiplier(float(s_in) * float(s) / float(s_out)) for s in scales]
-        m = self.const_table("tt_mult", "int32_t", [p[0] for p in pairs])
-        sh = self.const_table("tt_shift", "int32_t", [p[1] for p in pairs])
+        mult, shift = ia.channel_multipliers(s_in, self.g.tensors[w].quant.scale, s_out, channels)
+        m = self.const_table("tt_mult", "int32_t", [int(v) for v in mult])
+        sh = self.const_table("tt_shift", "int32_t", [int(v) for v in shift])
         lo, hi = ia.activation_range(act, s_out, z_out)
         name = self.uid("tt_rq")
         self.globals.append(f"static const tt_requant_s8 {name} = {{{z_in}, {z_out}, {lo}, {hi}, {m}, {sh}, 1}};")

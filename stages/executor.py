@@ -176,8 +176,13 @@ class _Ctx:
 
 
 
-# Every forward op of the registry brings its kernel (OpDef.forward); a missing one fails at import.
-_KERNELS: dict[str, Callable[[_Ctx], list[np.ndarray]]] = {name: REGISTRY[name].forward for name in FORWARD_OPS}
-_missing = [name for name, k in _KERNELS.items() if k is None]
-if _missing:
-    raise ImportError(f"forward ops without a numpy kernel (OpDef.forward): {', '.join(_missing)}")
+def _kernel_table() -> dict[str, Callable[[_Ctx], list[np.ndarray]]]:
+    """op type -> its kernel. Every forward op of the registry brings one (OpDef.forward): a missing one fails at
+    import."""
+    missing = [name for name in FORWARD_OPS if REGISTRY[name].forward is None]
+    if missing:
+        raise ImportError(f"forward ops without a numpy kernel (OpDef.forward): {', '.join(missing)}")
+    return {name: REGISTRY[name].forward for name in FORWARD_OPS}
+
+
+_KERNELS = _kernel_table()

@@ -40,7 +40,6 @@ INT8_OPS = ops.INT8_OPS
 LINEAR_OPS = ops.LAYER_OPS
 SHARED_PARAM_OPS = ops.SHARED_PARAM_OPS
 FIXED_OUTPUT_PARAMS = ops.FIXED_OUTPUT_PARAMS
-SOFTMAX_PARAMS = FIXED_OUTPUT_PARAMS["softmax"]
 INT32_MAX = 2**31 - 1
 
 
@@ -66,9 +65,7 @@ def prepare(graph: Graph) -> tuple[Graph, list[str]]:
     for i, op in enumerate(g.ops):
         if op.type not in INT8_OPS:
             raise UnsupportedOpError(op.type, op.source_index if op.source_index is not None else i,
-                                     where="quantize", hint=f"int8 quantization supports {', '.join(INT8_OPS)}"
-                                     + ("; a MUL that is not a BatchNorm after conv/depthwise/"
-                                        "fully_connected cannot be folded" if op.type == "mul" else ""))
+                                     where="quantize", hint=f"int8 quantization supports {', '.join(INT8_OPS)}")
     g.validate()
     return g, notes
 
@@ -77,7 +74,7 @@ def _dequantize_constants(g: Graph) -> list[str]:
     notes = []
     keep = []
     for op in g.ops:
-        src = g.tensors.get(op.inputs[0]) if op.type == "dequantize" and op.inputs else None
+        src = g.tensors.get(op.inputs[0]) if op.type in ops.UNPACK_OPS and op.inputs else None
         if src is None or src.data is None:
             keep.append(op)
             continue

@@ -51,6 +51,7 @@ _PADDINGS = {0: "same", 1: "valid"}
 _WEIGHT_SLOT = 1
 _BIAS_SLOT = 2
 _LAYER_OPS = ops.LAYER_OPS
+_UNPACK_OPS = ops.UNPACK_OPS
 
 
 # ---- public API ------------------------------------------------------------------------------------
@@ -469,9 +470,9 @@ class _Reader:
             # MediaPipe's [input, weights, bias] -> [x, w, b, output_shape], with an int32[4] constant for the
             # output shape that the file does not have (the writer then writes a standard TRANSPOSE_CONV).
             in_names = in_names + [_add_output_shape_constant(tensors, out_names[0])]
-        elif op_type == "transpose_conv":
-            # TFLite's [output_shape, weights, input, bias?] -> the IR's layer order [x, w, b?, output_shape].
-            in_names = [in_names[2], in_names[1], in_names[3] if len(in_names) > 3 else None, in_names[0]]
+        elif ops.REGISTRY[op_type].file_operands is not None:
+            # the file's operand order -> the IR's (OpDef.file_operands); an absent operand is None
+            in_names = [in_names[k] if k < len(in_names) else None for k in ops.REGISTRY[op_type].file_operands]
         return Op(type=op_type, inputs=in_names, outputs=out_names, attrs=attrs, source_index=idx)
 
 
@@ -875,7 +876,7 @@ def _assign_roles(tensors: dict[str, Tensor], ops: list[Op], inputs: list[str], 
     """weight/bias: the filter/bias operands of conv/dwconv/fc, also when they reach the layer
     through a DEQUANTIZE (float16 or int8 weights stored compressed); other constants: constant."""
     dequant_src = {op.outputs[0]: op.inputs[0] for op in ops
-                   if op.type == "dequantize" and tensors[op.inputs[0]].is_constant}
+                   if op.type in _UNPACK_OPS and tensors[op.inputs[0]].is_constant}
     roles: dict[str, str] = {}
     for op in ops:
         if op.type not in _LAYER_OPS:

@@ -128,24 +128,25 @@ def _check_tensor(t: Tensor) -> None:
 
 def _with_conv_biases(graph: Graph) -> Graph:
     """The IR allows a conv/depthwise conv without bias, TFLite does not (LiteRT's CONV_2D ensures
-    `has_bias`), so a zero bias is added, as the converter does; FULLY_CONNECTED takes -1 as is.
-    The caller's graph is left untouched."""
+    `has_bias`; OpDef.bias_required), so a zero bias is added, as the converter does; FULLY_CONNECTED takes -1 as
+    is. The caller's graph is left untouched."""
     missing = [i for i, op in enumerate(graph.ops)
-               if op.type in ("conv2d", "depthwise_conv2d") and (len(op.inputs) < 3 or op.inputs[2] is None)]
+               if ops.REGISTRY[op.type].bias_required and (len(op.inputs) < 3 or op.inputs[2] is None)]
     if not missing:
         return graph
-    tensors, ops = dict(graph.tensors), list(graph.ops)
+    tensors, new_ops = dict(graph.tensors), list(graph.ops)
     for i in missing:
-        op = ops[i]
+        op = new_ops[i]
         bias = _zero_bias(graph, op, _fresh_name(tensors, f"{op.outputs[0]}/zero_bias"))
         tensors[bias.name] = bias
-        ops[i] = Op(op.type, [op.inputs[0], op.inputs[1], bias.name], list(op.outputs), dict(op.attrs), op.source_index)
-    return Graph(tensors, ops, list(graph.inputs), list(graph.outputs), dict(graph.meta))
+        new_ops[i] = Op(op.type, [op.inputs[0], op.inputs[1], bias.name], list(op.outputs), dict(op.attrs),
+                        op.source_index)
+    return Graph(tensors, new_ops, list(graph.inputs), list(graph.outputs), dict(graph.meta))
 
 
 def _zero_bias(graph: Graph, op: Op, name: str) -> Tensor:
     x, w = graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]]
-    channels = w.shape[0] if op.type == "conv2d" else w.shape[-1]
+    channels = w.shape[ops.REGISTRY[op.type].out_channel_axis]
     dtype = {"int8": "int32", "int16": "int64"}.get(x.dtype, "float32")
     quant = None
     if dtype != "float32":
@@ -281,9 +282,12 @@ class _ModelBuilder:
         b = self.b
         opt_type, opt = _options(b, op)
         names = list(op.inputs)
-        if op.type == "transpose_conv":
-            # IR [x, w, b?, output_shape] -> the file's [output_shape, w, x, b] (3 operands without a bias).
-            names = [names[3], names[1], names[0]] + ([names[2]] if len(names) > 2 and names[2] is not None else [])
+        order = ops.REGISTRY[op.type].file_operands
+        if order is not None:
+            # the IR's layer order -> the file's (OpDef.file_operands); an absent trailing operand is left out
+            names = [names[j] if j < len(names) else None for j in sorted(range(len(order)), key=order.__getitem__)]
+            while names and names[-1] is None:
+                names.pop()
         ins = _int32_vector(b, fb.OperatorStartInputsVector,
                             [-1 if t is None else self.index[t] for t in names])
         outs = _int32_vector(b, fb.OperatorStartOutputsVector, [self.index[t] for t in op.outputs])

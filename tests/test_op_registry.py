@@ -25,7 +25,6 @@ STAGES = Path(__file__).resolve().parents[1] / "stages"
 LISTS_LEFT: dict[str, int] = {
     "bn_fold.py": 1,            # the ops a BatchNorm exports as (mul, add, sub: fold rules, not op traits)
     "contribution.py": 1,       # dequantize_graph's conversions (another helper's module)
-    "tflite_writer.py": 1,      # _with_conv_biases: the layers TFLite requires a bias of
     "fast_float.py": 1,         # sparse-plan's fast conv2d / 1x1-gradient kernels (a fast variant for ops/conv.py)
 }
 
@@ -34,16 +33,15 @@ LISTS_LEFT: dict[str, int] = {
 LITERALS_LEFT: dict[str, int] = {
     "autodiff.py": 20,
     "bn_fold.py": 6,
-    "codegen.py": 8,
+    "codegen.py": 5,            # the masks' and bias_grad's C and streams (the backward's)
     "contribution.py": 4,       # + load_graph's ("quantize", "load"): stage names
     "emulate_run.py": 1,        # ctx.input_dir("quantize"): the stage of that name
     "memplan.py": 4,
     "plan_memory.py": 22,
-    "ptq.py": 6,
+    "ptq.py": 3,                # the float boundaries' quantize / dequantize ops it adds; where="quantize": the stage
     "quantize.py": 1,           # the stage of that name
     "streams.py": 2,
-    "tflite_reader.py": 4,
-    "tflite_writer.py": 4,
+    "tflite_reader.py": 2,      # PADV2's pad-value operand, MediaPipe's custom transpose conv (per-builtin reading)
     "train_executor.py": 3,
     "train_plan.py": 1,
     "fast_float.py": 4,         # see LISTS_LEFT
@@ -104,8 +102,8 @@ def test_registry_is_consistent():
     for name, d in ops.REGISTRY.items():
         if d.kind == "forward":
             assert d.tflite, f"forward op {name} has no .tflite spelling"
-        else:
-            assert not d.tflite and not d.layer and not d.differentiable, name
+        else:   # only a forward op is written to a file: a version rule elsewhere is misplaced
+            assert not d.tflite and not d.layer and not d.differentiable and d.version is None, name
         if d.of is not None:
             assert ops.REGISTRY[d.of].differentiable, f"{name} differentiates {d.of}, which is not differentiable"
         if d.layer:

@@ -81,7 +81,6 @@ def _clamp(ctx) -> list[np.ndarray]:
     return [y.astype(np.float32)]
 
 
-
 def _leaky_relu(ctx) -> list[np.ndarray]:
     """activations.cc LeakyRelu. float: `x > 0 ? x : x * alpha`. int8: reference_ops::QuantizeLeakyRelu, two
     multipliers (leaky_relu_multipliers)."""

@@ -49,6 +49,10 @@ class OpDef:
     note: str = ""
     # .tflite spellings; the first builtin (non-custom) one is what the writer writes.
     tflite: tuple[Builtin, ...] = ()
+    # the file's operand index of each IR operand, when a .tflite orders them otherwise (the reader reorders, the
+    # writer back; an operand past the file's count is absent). None: the same order
+    file_operands: tuple[int, ...] | None = None
+    bias_required: bool = False    # a .tflite must hold its bias operand: the writer adds a zero one if the IR has none
     # (graph, op) -> the op version TFLite's converter writes (tensorflow/lite/tools/versioning/op_version.cc) for
     # the cases our vocabulary produces; runtimes refuse versions they lack. None: 1.
     version: Callable | None = None
@@ -61,6 +65,8 @@ class OpDef:
     int8: bool = True              # ptq quantizes it (forward ops)
     conversion: bool = False       # converts between float and int8 (no arithmetic of its own to quantize or
     #                                differentiate: a training graph keeps it, the dequantized graph drops it)
+    unpacks_constants: bool = False   # a file may store constant weights compressed (float16 / int8) behind it:
+    #                                the reader gives the constant its reader's role, ptq folds it to float32
     differentiable: bool = False   # autodiff emits its backward
     clamp_masked: bool = False     # its int8 output is requantized and clamped: int8_clamp_grad masks its gradient
     op_clamp: tuple[float, float | None] | None = None   # a standalone clamp (relu, relu6): (lo, hi) in real units
@@ -75,11 +81,14 @@ class OpDef:
     # (bb, op, i, dz) -> None: emits the op's backward through a BackwardBuilder (stages/ops/backward.py); None:
     # autodiff's own branch still does (ops not yet moved)
     backward: Callable | None = None
-    # (ctx) -> [outputs]: the numpy reference kernel, float and int8 (ctx: executor._Ctx); None: the executor's own
+    # (ctx) -> [outputs]: the numpy reference kernel, float and int8 (ctx: executor._Ctx); every forward op has one
     forward: Callable | None = None
     # (op, v, shape, tensor) -> [outputs]: the numpy kernel of a backward / loss / mask op (the training executor's;
     # v(j) the value of input j, shape(t) a tensor's shape, tensor(t) the tensor); None: the executor's own
     run: Callable | None = None
+    # the operand at which its C kernel can read a weight split into its trained slice (arena) and its frozen rest
+    # (flash), codegen's split weights; forward ops: their int8 kernel only. None: it reads the weight whole
+    split_weight: int | None = None
     # (gen, op) -> C statements of the op's kernel call (gen: codegen's generator); None: codegen's op_<type>
     c: Callable | None = None
     # -- training-op traits

@@ -91,13 +91,13 @@ def _transpose_conv_version(graph, op) -> int:
 
 OPS = (
     OpDef("conv2d", signature="x, w[O,KH,KW,I], b? -> y", attrs=_GEOMETRY + ("act",),
-          tflite=(Builtin("CONV_2D", 2, 3),), layer=True, bn_fold=True, out_channel_axis=0,
+          tflite=(Builtin("CONV_2D", 2, 3),), bias_required=True, layer=True, bn_fold=True, out_channel_axis=0,
           differentiable=True, clamp_masked=True, row_stream=True, macs=_conv_macs, version=_conv_version,
-          forward=fw.conv2d, c=fw.c_conv2d),
+          split_weight=1, forward=fw.conv2d, c=fw.c_conv2d),
     OpDef("depthwise_conv2d", signature="x, w[1,KH,KW,O], b? -> y",
           attrs=_GEOMETRY + ("depth_multiplier", "act"),
-          tflite=(Builtin("DEPTHWISE_CONV_2D", 2, 3),), layer=True, bn_fold=True, out_channel_axis=3,
-          differentiable=True, clamp_masked=True, row_stream=True, macs=_depthwise_macs,
+          tflite=(Builtin("DEPTHWISE_CONV_2D", 2, 3),), bias_required=True, layer=True, bn_fold=True,
+          out_channel_axis=3, differentiable=True, clamp_masked=True, row_stream=True, macs=_depthwise_macs,
           # TinyEngine's scheme: one output channel into a scratch buffer, copied over the input channel it came
           # from (multiplier 1 only: memplan checks it).
           in_place="channel", version=_depthwise_version, forward=fw.depthwise_conv2d, c=fw.c_depthwise_conv2d),
@@ -107,12 +107,12 @@ OPS = (
                "the layer order, the writer back; output_shape is an int32[4] constant equal to y's shape; "
                "padding as conv2d with y as the conv's input",
           tflite=(Builtin("TRANSPOSE_CONV", 3, 4), Builtin(MEDIAPIPE_TRANSPOSE_CONV_BIAS, 3, 3, custom=True)),
+          file_operands=(2, 1, 3, 0),   # TFLite's [output_shape, w, x, b?]
           layer=True, frozen_only=True, out_channel_axis=0, differentiable=True, clamp_masked=True,
-          forward=fw.transpose_conv, c=fw.c_transpose_conv),
+          version=_transpose_conv_version, forward=fw.transpose_conv, c=fw.c_transpose_conv),
     # ---- backward
     OpDef("conv2d_grad_input", kind="backward", of="conv2d", signature="dz, w -> dx",
-          attrs=("the forward's geometry",), grad_input=True, run=_run_conv2d_grad_input,
-          version=_transpose_conv_version),
+          attrs=("the forward's geometry",), grad_input=True, split_weight=1, run=_run_conv2d_grad_input),
     OpDef("conv2d_grad_weight", kind="backward", of="conv2d", signature="dz, x -> dw",
           attrs=("geometry", "in_channels", "w_shape"), note="k = in_channels: dw is w[..., :k]",
           channel_stream=True, run=_run_conv2d_grad_weight),

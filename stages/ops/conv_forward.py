@@ -153,7 +153,6 @@ def transpose_conv(ctx) -> list[np.ndarray]:
     return [float_act(acc, act).astype(np.float32)]
 
 
-
 # ---- C (gen: codegen's generator; io: a row stream's sub-problem, codegen.stream_rows)
 
 def c_conv2d(gen, op: Op, io: dict[str, str] | None = None) -> list[str]:

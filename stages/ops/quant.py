@@ -52,7 +52,6 @@ def _dequantize(ctx) -> list[np.ndarray]:
     raise NotImplementedError(f"DEQUANTIZE from {x_t.dtype}")
 
 
-
 # ---- C (gen: codegen's generator)
 
 def _c_quantize(gen, op: Op) -> list[str]:
@@ -104,7 +103,8 @@ OPS = (
           tflite=(Builtin("QUANTIZE", 1, 1),), clamp_masked=True, conversion=True, forward=_quantize, c=_c_quantize,
           version=version_by_dtype({"int8": 2, "int16": 2, "uint8": 2})),
     OpDef("dequantize", signature="x -> y", note="int8/float16 -> float32", tflite=(Builtin("DEQUANTIZE", 1, 1),),
-          conversion=True, forward=_dequantize, c=_c_dequantize, version=version_by_dtype({"float16": 3, "int8": 2, "int16": 4})),
+          conversion=True, unpacks_constants=True, forward=_dequantize, c=_c_dequantize,
+          version=version_by_dtype({"float16": 3, "int8": 2, "int16": 4})),
     OpDef("dequantize_slice", kind="aux", signature="x_q -> x_f", attrs=("channels", "depth"),
           note="the saved int8 input of a weight gradient, only its trained slice x[..., :k], as float32",
           c=_c_dequantize_slice),

@@ -129,7 +129,6 @@ def _resize_nearest_neighbor(ctx) -> list[np.ndarray]:
     return [x[:, iy][:, :, ix]]
 
 
-
 # ---- C (gen: codegen's generator)
 
 def _c_resize_params(gen, x: str, y: str, attrs: dict) -> str:

@@ -80,7 +80,6 @@ def _strided_slice(ctx) -> list[np.ndarray]:
     return [out.reshape((x.shape[0],) + tuple(y_t.shape[1:]))]
 
 
-
 # ---- backward: dz moved back to the input's place (pad: reads the paddings; concatenation: one share per operand)
 
 def _reshape_backward(bb, op, i, dz):
