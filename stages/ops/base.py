@@ -77,8 +77,10 @@ class OpDef:
     backward: Callable | None = None
     # (ctx) -> [outputs]: the numpy reference kernel, float and int8 (ctx: executor._Ctx); None: the executor's own
     forward: Callable | None = None
-    # (op, v, shape, tensor) -> [outputs]: the numpy kernel of a backward / loss / mask op (the training executor's;
-    # v(j) the value of input j, shape(t) a tensor's shape, tensor(t) the tensor); None: the executor's own
+    # (op, v, shape, tensor) -> [outputs]: the numpy kernel of a backward / loss / mask / accumulation op (the
+    # training executor's; v(j) the value of input j, shape(t) a tensor's shape, tensor(t) the tensor); ops of the
+    # step phase (updates, step_counter) take a fifth argument hp(key) -> their runtime hyper-parameter; ops that
+    # keep state change it in place and return []
     run: Callable | None = None
     # (gen, op) -> C statements of the op's kernel call (gen: codegen's generator); None: codegen's op_<type>
     c: Callable | None = None
@@ -88,6 +90,8 @@ class OpDef:
     broadcasts: bool = False       # its output is its input broadcast (mean_grad): streamable position by position
     channel_stream: bool = False   # a weight gradient the reorder stage may compute one output channel at a time
     grad_input: bool = False       # an input gradient reading the weights as operand 1 (fused int8 dequantize)
+    fused_input: bool = False      # a weight gradient that dequantizes a per-tensor int8 input (operand 1) as it
+    #                                reads it (memplan.fused_input_dequantize: no fp32 copy of the saved input)
     optimizer: str | None = None   # update ops: the optimizer kind
     qas: bool = False              # update ops: of an int8 / int32 parameter (stages/qas.py)
     eager: bool = False            # the schedule runs it as soon as it can (updates, accumulation)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import grad_ops as go
+from . import fc_grad
+from .backward import LayerBackward
 from .base import Builtin, OpDef, input_dtype
 
 
@@ -37,9 +39,10 @@ def _fc_version(graph, op) -> int:
 OPS = (
     OpDef("fully_connected", signature="x, w[O,I], b? -> y", attrs=("act", "keep_num_dims"),
           tflite=(Builtin("FULLY_CONNECTED", 2, 3),), layer=True, bn_fold=True, out_channel_axis=0,
-          differentiable=True, clamp_masked=True, macs=_fc_macs, version=_fc_version),
+          differentiable=True, clamp_masked=True, macs=_fc_macs, version=_fc_version,
+          backward=LayerBackward(flat=True)),
     OpDef("fully_connected_grad_input", kind="backward", of="fully_connected", signature="dz, w -> dx",
-          grad_input=True, run=_run_fully_connected_grad_input),
+          grad_input=True, run=_run_fully_connected_grad_input, c=fc_grad.c_fully_connected_grad_input),
     OpDef("fully_connected_grad_weight", kind="backward", of="fully_connected", signature="dz, x -> dw",
-          attrs=("in_channels",), channel_stream=True, run=_run_fully_connected_grad_weight),
+          attrs=("in_channels",), channel_stream=True, run=_run_fully_connected_grad_weight, c=fc_grad.c_fully_connected_grad_weight),
 )

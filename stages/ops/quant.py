@@ -7,6 +7,7 @@ from .. import int8_arith as ia
 from ..c_literals import flit, numel
 from ..ir import Op
 from .base import Builtin, OpDef, version_by_dtype
+from .train_kernels import run_dequantize_slice
 
 # ---- C (gen: codegen's generator)
 
@@ -62,5 +63,5 @@ OPS = (
           conversion=True, c=_c_dequantize, version=version_by_dtype({"float16": 3, "int8": 2, "int16": 4})),
     OpDef("dequantize_slice", kind="aux", signature="x_q -> x_f", attrs=("channels", "depth"),
           note="the saved int8 input of a weight gradient, only its trained slice x[..., :k], as float32",
-          c=_c_dequantize_slice),
+          c=_c_dequantize_slice, run=run_dequantize_slice),
 )
