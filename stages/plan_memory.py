@@ -78,7 +78,7 @@ import numpy as np
 from tinytrain.stages import autodiff
 from tinytrain.stages.ir import Graph
 from tinytrain.stages.memplan import ALIGN, CHANNEL_SCRATCH_OPS, depth_multiplier
-from tinytrain.stages.ops import FIRST_INPUT_ONLY, IN_PLACE_OPS, REGISTRY, TRAINABLE_OPS
+from tinytrain.stages.ops import CONVERSION_OPS, FIRST_INPUT_ONLY, IN_PLACE_OPS, LOSS_DROPS, REGISTRY, TRAINABLE_OPS
 from tinytrain.stages.ops.backward import mask_bounds, output_mask, slice_shape
 from tinytrain.stages.qas import STATE_COUNT
 from tinytrain.stages.streams import MAX_ROW_OPS, row_geometry, row_op_ok, window_rows
@@ -237,18 +237,20 @@ class MemoryModel:
         return n * (FP32 if fp32 else int(np.dtype(t.dtype).itemsize))
 
     def _training_forward(self) -> tuple[list[int], str]:
-        """Forward ops of the training step and the loss's head tensor: a float-I/O dequantize of an int8 head and,
-        for cross-entropy, a final softmax are dropped (autodiff.build_training_graph)."""
+        """Forward ops of the training step and the loss's head tensor: a float-I/O conversion of an int8 head and
+        the inference-only activation a loss on logits drops (cross-entropy: a final softmax; ops.LOSS_DROPS) are
+        dropped, as stages/losses.prepare_heads does."""
         g = self.g
         fwd = list(range(len(g.ops)))
         head = g.outputs[0] if g.outputs else None
         prod = {t: i for i in fwd for t in g.ops[i].outputs}
-        if head in prod and g.ops[prod[head]].type == "dequantize" \
+        if head in prod and g.ops[prod[head]].type in CONVERSION_OPS \
                 and g.tensors[g.ops[prod[head]].inputs[0]].dtype == "int8":
             i = prod.pop(head)
             fwd.remove(i)
             head = g.ops[i].inputs[0]
-        if self.s.loss == "cross_entropy" and head in prod and g.ops[prod[head]].type == "softmax":
+        drops = LOSS_DROPS.get(self.s.loss)
+        if drops and head in prod and g.ops[prod[head]].type == drops:
             i = prod[head]
             fwd.remove(i)
             head = g.ops[i].inputs[0]

@@ -38,7 +38,7 @@ LITERALS_LEFT: dict[str, int] = {
     "contribution.py": 4,       # + load_graph's ("quantize", "load"): stage names
     "emulate_run.py": 1,        # ctx.input_dir("quantize"): the stage of that name
     "memplan.py": 2,
-    "plan_memory.py": 9,
+    "plan_memory.py": 7,
     "ptq.py": 6,
     "quantize.py": 1,           # the stage of that name
     "streams.py": 2,
