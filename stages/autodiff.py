@@ -137,11 +137,11 @@ from typing import Any
 import numpy as np
 
 from tinytrain.pipeline.errors import UnsupportedOpError, UserError
-from tinytrain.stages import int8_arith as ia
 from tinytrain.stages import ops
 from tinytrain.stages.ir import Graph, Op, Tensor
 # LOSSES is re-exported: plan_memory and others read autodiff.LOSSES.
 from tinytrain.stages.losses import LOSSES, emit_losses, heads_from, loss_config, prepare_heads  # noqa: F401
+from tinytrain.stages.ops.backward import MASK_ACTS, mask_bounds, output_mask, slice_shape  # noqa: F401 (MASK_ACTS)
 from tinytrain.stages.qas import BIAS_RANGE, ROUNDINGS, STATE_NAMES, WEIGHT_RANGE, seed_state
 from tinytrain.stages.runtime_config import OPTIMIZER_DEFAULTS
 from tinytrain.stages.train_plan import TrainPlan
@@ -325,7 +325,7 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
         pgrads.setdefault(p, []).append(name)
         return name
 
-    bb = _GraphBackward(b, deq, share)
+    bb = _GraphBackward(b, deq, share, pshare, wk, bias_on)
     for i in range(len(fwd) - 1, -1, -1):
         op = fwd[i]
         if not op_needs[i]:
@@ -333,58 +333,9 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
         dy = gather(op.outputs[0])
         if dy is None:
             continue  # its output does not reach the loss
-        a = dict(op.attrs)
-        y = op.outputs[0]
-        act = a.get("act", "none")
-        t = op.type
-        bounds = _clamp_bounds(g, op) if int8 else None
-        if bounds is not None and t not in ops.OP_CLAMPS:
-            # Straight-through estimator: the gradient passes where the int8 forward did not clamp.
-            dz = b.tensor(f"grad/{y}:pre", g.tensors[y])
-            b.emit("int8_clamp_grad", [dy, y], [dz], lo=bounds[0], hi=bounds[1])
-        elif act != "none" and not (int8 and g.tensors[y].dtype == "int8"):
-            dz = b.tensor(f"grad/{y}:pre", g.tensors[y])
-            b.emit("act_grad", [dy, y], [dz], act=act)
-        else:
-            dz = dy
-        geo = {k: v for k, v in a.items() if k != "act"}
-        backward = ops.REGISTRY[t].backward
-        if backward is not None:
-            backward(bb, op, i, dz)   # the op module's emission (stages/ops/), shared with plan_memory
-        elif t in ops.LAYER_OPS:
-            x, w = op.inputs[0], op.inputs[1]
-            bias = op.inputs[2] if len(op.inputs) > 2 else None
-            wt = g.tensors[w]
-            q = int8 and wt.dtype == "int8"
-            if w in wk:
-                k = wk[w]
-                shape = list(wt.shape)
-                mult = shape[-1] // g.tensors[x].shape[-1]
-                shape[-1] = k * mult if t == "depthwise_conv2d" else k
-                extra = {}
-                if q:
-                    # Only the trained input-channel slice of the saved activation is dequantized.
-                    depth = int(wt.shape[-1]) if t == "fully_connected" else None
-                    xs = deq.slice(x, k, depth)
-                    if t == "depthwise_conv2d":
-                        extra["multiplier"] = int(mult)
-                else:
-                    xs = x
-                b.emit(f"{t}_grad_weight", [dz, xs], [pshare(w, i, shape)], **geo, in_channels=k,
-                       w_shape=list(wt.shape), **extra)
-            if bias in bias_on:
-                b.emit("bias_grad", [dz], [pshare(bias, i, g.tensors[bias].shape)])
-            dx = share(x, i)
-            if dx:
-                b.emit(f"{t}_grad_input", [dz, deq.full(w) if q else w], [dx], **geo)
-        elif t in ops.OP_CLAMPS:
-            dx = share(op.inputs[0], i)
-            if dx and bounds is not None:
-                b.emit("int8_clamp_grad", [dz, y], [dx], lo=bounds[0], hi=bounds[1])
-            elif dx:
-                b.emit("act_grad", [dz, y], [dx], act=t)
-        else:
-            raise NotImplementedError(f"backward of op {t!r}")
+        d = ops.REGISTRY[op.type]
+        # the op module's emission (stages/ops/), shared with plan_memory's memory model
+        d.backward(bb, op, i, output_mask(bb, d, op, dy))
 
     # One gradient per trained parameter.
     final: dict[str, str] = {}
@@ -473,20 +424,11 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
     return g
 
 
-# Float act_grad activations a bit mask replaces: act -> (lo, hi) with the gradient passing where lo < y < hi
-# (hi None: no upper bound), exactly grad_ops.act_grad's test.
-MASK_ACTS = {"relu": (0.0, None), "relu6": (0.0, 6.0), "relu_n1_to_1": (-1.0, 1.0)}
-
-
 def _mask_bounds(g: Graph, op: Op, y: str) -> tuple | None:
     """(lo, hi) when op only masks a gradient with the forward output y (its second input), else None."""
     if len(op.inputs) != 2 or op.inputs[1] != y or op.inputs[0] == y:
         return None
-    if op.type == "int8_clamp_grad" and g.tensors[y].dtype == "int8":
-        return int(op.attrs["lo"]), int(op.attrs["hi"])
-    if op.type == "act_grad" and g.tensors[y].dtype == "float32" and op.attrs.get("act") in MASK_ACTS:
-        return MASK_ACTS[op.attrs["act"]]
-    return None
+    return mask_bounds(op.type, op.attrs, g.tensors[y])
 
 
 def _use_masks(b: _Builder, n_fwd: int) -> int:
@@ -532,15 +474,35 @@ def _use_masks(b: _Builder, n_fwd: int) -> int:
 class _GraphBackward:
     """The BackwardBuilder (stages/ops/backward.py) that writes the training IR: op modules emit through it."""
 
-    def __init__(self, b: _Builder, deq: "_Dequantizer | None", share):
-        self.b, self.deq, self.share = b, deq, share
+    def __init__(self, b: _Builder, deq: "_Dequantizer | None", share, param_grad, wk: dict[str, int],
+                 bias_on: set[str]):
+        self.b, self.deq, self._share, self._param_grad = b, deq, share, param_grad
         self.g = b.g
+        self._wk, self._bias_on = wk, bias_on
+
+    def share(self, t: str | None, i: int) -> str | None:
+        return self._share(t, i)
+
+    def param_grad(self, p: str, i: int, shape: list[int]) -> str:
+        return self._param_grad(p, i, shape)
 
     def real(self, t: str) -> str:
         return self.deq.full(t) if self.deq is not None and _is_int8(self.b.g, t) else t
 
+    def real_slice(self, x: str, k: int, depth: int | None) -> str:
+        return self.deq.slice(x, k, depth)
+
     def emit(self, type_: str, inputs: list[str], outputs: list[str], **attrs) -> None:
         self.b.emit(type_, inputs, outputs, **attrs)
+
+    def gradient(self, name: str, like: str) -> str:
+        return self.b.tensor(name, self.g.tensors[like])
+
+    def weight_channels(self, w: str) -> int:
+        return self._wk.get(w, 0)
+
+    def trains_bias(self, b: str | None) -> bool:
+        return b is not None and b in self._bias_on
 
 
 class _Dequantizer:
@@ -562,12 +524,7 @@ class _Dequantizer:
         """x[..., :k] as fp32 (FC: the first k columns of x's rows of `depth`)."""
         key = (name, k, depth)
         if key not in self.done:
-            shape = list(self.b.g.tensors[name].shape)
-            if depth is not None:
-                shape = [int(np.prod(shape, dtype=np.int64)) // depth, k]
-            else:
-                shape[-1] = k
-            out = self.b.tensor(f"deq/{name}[:{k}]", shape, role="activation")
+            out = self.b.tensor(f"deq/{name}[:{k}]", slice_shape(self.b.g, name, k, depth), role="activation")
             attrs = {"channels": int(k)}
             if depth is not None:
                 attrs["depth"] = int(depth)
@@ -576,29 +533,8 @@ class _Dequantizer:
         return self.done[key]
 
 
-# ops.CLAMP_MASKED_OPS: ops whose int8 output is requantized and clamped to [lo, hi] (the activation's range, the
-# int8 range at most); hard_swish, leaky_relu and prelu rescale by s_in/s_out (and alpha) and saturate at the int8
-# range like the rest; logistic and tanh are not there (see the module docstring: their fixed output range is the
-# function's own).
-
-
 def _is_int8(g: Graph, name: str) -> bool:
     return g.tensors[name].dtype == "int8"
-
-
-def _clamp_bounds(g: Graph, op: Op) -> tuple[int, int] | None:
-    """The int range the forward clamped op's int8 output to, or None where it cannot clamp (max pool, reshape,
-    pad, equal-scale concatenation without an activation: their outputs are input values)."""
-    y = g.tensors[op.outputs[0]]
-    if y.dtype != "int8" or y.quant is None:
-        return None
-    s, z = float(y.quant.scale[0]), int(y.quant.zero_point[0])
-    act = op.attrs.get("act", "none")
-    if op.type in ops.OP_CLAMPS:
-        return ia.relu_op_range(*ops.OP_CLAMPS[op.type], s, z)
-    if op.type in ops.CLAMP_MASKED_OPS or act != "none":
-        return ia.activation_range(act, s, z)
-    return None
 
 
 def _channel_scales(t: Tensor, channels: int) -> np.ndarray:
@@ -612,7 +548,7 @@ def _emit_qas_update(b: _Builder, g: Graph, p: str, gname: str, kind: str, attrs
     pt = g.tensors[p]
     is_weight = pt.dtype == "int8"
     if is_weight:
-        axis = int(pt.quant.axis) if pt.quant.per_channel else (3 if layer.type == "depthwise_conv2d" else 0)
+        axis = int(pt.quant.axis) if pt.quant.per_channel else ops.REGISTRY[layer.type].out_channel_axis
         scale = _channel_scales(pt, int(pt.shape[axis])).astype(np.float32)
         bounds = WEIGHT_RANGE
     else:

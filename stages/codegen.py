@@ -25,12 +25,11 @@ weights.bin gets the merged tensor. A partially trained weight that some other o
 depthwise) falls back to a whole static SRAM array outside the arena: codegen.json's `sram_outside_arena_bytes`
 reports it, and it shows in size.json's .bss.
 
-Where the C of an op is written: its op module's emitter (stages/ops/<family>.py, `OpDef.c(gen, op)`: every forward
-op, and the element-wise, activation, pooling, data-movement, resize, softmax, loss and update ops' backward),
-else this module's `_Gen.op_<type>` (the layers' gradients and the masks, which share the split-weight and
-stream machinery here). `_Gen` offers the emitters the places (loc, ploc, same_place, row_io), the tables
-(const_table, uid, globals), the geometry (conv_dims, tconv_dims), the quantization parameters (qp, requant,
-bcast), the split weights (split, weight_args) and copy_call. stages/codegen_program.py writes the
+Where the C of an op is written: its op module's emitter (stages/ops/<family>.py, `OpDef.c(gen, op)`): every
+forward op, and every op a training graph adds (the layers' gradients in stages/ops/conv_grad.py and fc_grad.py, the
+masks and bias gradient in stages/ops/training.py). `_Gen` offers the emitters the places (loc, ploc, same_place,
+row_io), the tables (const_table, uid, globals), the geometry (conv_dims, tconv_dims), the quantization parameters
+(qp, requant, bcast), the split weights (split, weight_args) and copy_call. stages/codegen_program.py writes the
 program around the calls (arena, loops, evaluation, tt_main).
 
 Compile-time options: -DTT_DUMP_TENSORS=1 makes the program write every trained tensor after each sample step
@@ -41,7 +40,6 @@ Compile-time options: -DTT_DUMP_TENSORS=1 makes the program write every trained 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -345,21 +343,6 @@ class _Gen:
                             f"{ys[3]}, {kh}, {kw}, {sh}, {sw}, 1, 1, {pt}, {pl}, 1}};")
         return name
 
-    def op_transpose_conv_grad_input(self, op: Op) -> list[str]:
-        dz, w, dx = op.inputs[0], op.inputs[1], op.outputs[0]
-        _, kh, kw, _ = self.g.tensors[w].shape
-        d = self.tconv_dims(op, dx, dz, kh, kw)
-        return [f"tt_transpose_conv_grad_input_f32(&{d}, {self.loc(dz)}, {self.loc(w)}, {self.loc(dx)});"]
-
-    def op_transpose_conv_grad_weight(self, op: Op) -> list[str]:
-        dz, x, dw = op.inputs[0], op.inputs[1], op.outputs[0]
-        o, kh, kw, ci = [int(v) for v in op.attrs["w_shape"]]
-        k = int(op.attrs.get("in_channels", ci))
-        if int(self.g.tensors[x].shape[-1]) != ci:
-            raise CodegenError(f"transpose_conv_grad_weight {dw!r}: reads a {self.g.tensors[x].shape} input "
-                               f"(a sliced int8 input is not supported)")
-        d = self.tconv_dims(op, x, dz, kh, kw)
-        return [f"tt_transpose_conv_grad_weight_f32(&{d}, {k}, {self.loc(dz)}, {self.loc(x)}, {self.loc(dw)});"]
 
     def copy_call(self, x: str, y: str) -> list[str]:
         """y = x (a no-op where the plan put both in one place)."""
@@ -370,63 +353,6 @@ class _Gen:
         return [f"tt_copy_{suffix}({n}, {self.loc(x)}, {self.loc(y)});"]
 
     # ---- backward --------------------------------------------------------------------------------------------
-    def op_act_grad(self, op: Op) -> list[str]:
-        dy, y, dx = op.inputs[0], op.inputs[1], op.outputs[0]
-        n = numel(self.g.tensors[dy].shape)
-        return [f"tt_act_grad_f32({n}, {ACT_ENUM[op.attrs['act']]}, {self.loc(dy)}, {self.loc(y)}, {self.loc(dx)});"]
-
-    def op_int8_clamp_grad(self, op: Op) -> list[str]:
-        dy, y, dx = op.inputs[0], op.inputs[1], op.outputs[0]
-        n = numel(self.g.tensors[dy].shape)
-        return [f"tt_int8_clamp_grad_f32({n}, {int(op.attrs['lo'])}, {int(op.attrs['hi'])}, {self.loc(dy)}, "
-                f"{self.loc(y)}, {self.loc(dx)});"]
-
-    def op_clamp_mask(self, op: Op) -> list[str]:
-        """autodiff's 1-bit mask of a forward output (kernels_c/tt_mask.h): bit i = lo < y[i] < hi."""
-        y, mask = op.inputs[0], op.outputs[0]
-        n = numel(self.g.tensors[y].shape)
-        lo, hi = op.attrs["lo"], op.attrs.get("hi")
-        if self.is_int8(y):
-            return [f"tt_clamp_mask_s8({n}, {int(lo)}, {int(hi)}, {self.loc(y)}, {self.loc(mask)});"]
-        return [f"tt_clamp_mask_f32({n}, {flit(lo)}, {flit(math.inf if hi is None else hi)}, {self.loc(y)}, "
-                f"{self.loc(mask)});"]
-
-    def op_mask_grad(self, op: Op) -> list[str]:
-        """dz = dy where the mask bit is set (in place over dy when the plan shares their buffer)."""
-        dy, mask, dz = op.inputs[0], op.inputs[1], op.outputs[0]
-        n = numel(self.g.tensors[dy].shape)
-        return [f"tt_mask_grad_f32({n}, 0, {self.loc(mask)}, {self.loc(dy)}, {self.loc(dz)});"]
-
-    def _grad_geo(self, op: Op, x_shape, w_shape, dy: str, depthwise: bool, in_c: int | None = None) -> str:
-        """tt_conv_dims of the forward conv from the gradient op's attrs (x: the forward input's shape)."""
-        a = op.attrs
-        kh, kw = w_shape[1], w_shape[2]
-        sh, sw = int(a["stride_h"]), int(a["stride_w"])
-        dh, dw = int(a.get("dilation_h", 1)), int(a.get("dilation_w", 1))
-        oh, pt = out_size_and_pad(a["padding"], x_shape[1], kh, sh, dh)
-        ow, pl = out_size_and_pad(a["padding"], x_shape[2], kw, sw, dw)
-        ys = self.g.tensors[dy].shape
-        c_in = x_shape[3] if in_c is None else in_c
-        mult = int(a.get("multiplier") or a.get("depth_multiplier") or (w_shape[3] // x_shape[3] if depthwise else 1)) \
-            if depthwise else 1
-        name = self.uid("tt_cd")
-        self.globals.append(f"static const tt_conv_dims {name} = {{{x_shape[0]}, {x_shape[1]}, {x_shape[2]}, {c_in}, "
-                            f"{oh}, {ow}, {ys[3]}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {mult}}};")
-        return name
-
-    def op_conv2d_grad_input(self, op: Op, io: dict[str, str] | None = None) -> list[str]:
-        dz, w, dx = op.inputs[0], op.inputs[1], op.outputs[0]
-        if io is None:
-            d = "&" + self._grad_geo(op, self.g.tensors[dx].shape, self.g.tensors[w].shape, dz, False)
-            dze, dxe = self.loc(dz), self.loc(dx)
-        else:
-            d, dze, dxe = io["d"], io["dz"], io["dx"]
-        if w in self.fused:
-            wq = self.fused[w]
-            sc, zp = self.dq_tables(wq, 0, self.g.tensors[wq].shape[0])
-            whole, part, n = self.weight_args(wq)
-            return [f"tt_conv2d_grad_input_qw_f32({d}, {dze}, {whole}, {part}, {n}, {sc}, {zp}, {dxe});"]
-        return [f"tt_conv2d_grad_input_f32({d}, {dze}, {self.loc(w)}, {dxe});"]
 
     # ---- streamed groups (stages/streams.py) -------------------------------------------------------------------
     def emit_stream(self, st: Stream) -> list[str]:
@@ -519,102 +445,9 @@ class _Gen:
             d = self.uid("tt_cd")
             self.globals.append(f"static const tt_conv_dims {d} = {{1, 1, 1, {ci}, 1, 1, {c}, 1, 1, 1, 1, 1, 1, 0, "
                                 f"0, 1}};")
-            lines += ["    " + ln for ln in self.op_conv2d_grad_input(
+            lines += ["    " + ln for ln in self.calls_of(
                 op, io={"d": f"&{d}", "dz": self.loc(t2), "dx": f"{self.loc(op.outputs[0])} + p * {ci}"})]
         return lines + ["  }", "}"]
-
-    def op_depthwise_conv2d_grad_input(self, op: Op) -> list[str]:
-        dz, w, dx = op.inputs[0], op.inputs[1], op.outputs[0]
-        ws = self.g.tensors[w].shape
-        xs = self.g.tensors[dx].shape
-        d = self._grad_geo(op, xs, ws, dz, True)
-        # memplan may put dx over a dying dz (depth multiplier 1): channel by channel through a scratch channel
-        inplace = self.same_place(dz, dx)
-        if inplace and dx not in self.scratch:
-            raise CodegenError(f"in-place depthwise input gradient {dx} has no scratch buffer in the plan")
-        scr = f"(float *)(tt_arena + {self.scratch[dx]})" if inplace else ""
-        if w in self.fused:
-            wq = self.fused[w]
-            sc, zp = self.dq_tables(wq, 3, ws[3])
-            if inplace:
-                return [f"tt_depthwise_conv2d_grad_input_qw_f32_inplace(&{d}, {self.loc(dx)}, {self.loc(wq)}, {sc}, "
-                        f"{zp}, {scr});"]
-            return [f"tt_depthwise_conv2d_grad_input_qw_f32(&{d}, {self.loc(dz)}, {self.loc(wq)}, {sc}, {zp}, "
-                    f"{self.loc(dx)});"]
-        if inplace:
-            return [f"tt_depthwise_conv2d_grad_input_f32_inplace(&{d}, {self.loc(dx)}, {self.loc(w)}, {scr});"]
-        return [f"tt_depthwise_conv2d_grad_input_f32(&{d}, {self.loc(dz)}, {self.loc(w)}, {self.loc(dx)});"]
-
-    def op_conv2d_grad_weight(self, op: Op) -> list[str]:
-        dz, x, dw = op.inputs[0], op.inputs[1], op.outputs[0]
-        ws = list(op.attrs["w_shape"])
-        k = int(op.attrs.get("in_channels") or ws[3])
-        if x in self.fused:  # the int8 activation itself, all its channels (memplan.fused_input_dequantize)
-            xq = self.fused[x]
-            xs = self.g.tensors[xq].shape
-            d = self._grad_geo(op, xs, ws, dz, False, in_c=xs[3])
-            s, z = self.qp(xq)
-            o0, o1 = ("o", "o + 1") if self.chunk_rows is not None else ("0", str(ws[0]))
-            return [f"tt_conv2d_grad_weight_qx_f32_range(&{d}, {k}, {o0}, {o1}, {self.loc(dz)}, {self.loc(xq)}, "
-                    f"{flit(s)}, {z}, {self.loc(dw)});"]
-        xs = self.g.tensors[x].shape
-        d = self._grad_geo(op, xs, ws, dz, False, in_c=xs[3])
-        if self.chunk_rows is not None:
-            return [f"tt_conv2d_grad_weight_f32_range(&{d}, {k}, o, o + 1, {self.loc(dz)}, {self.loc(x)}, "
-                    f"{self.loc(dw)});"]
-        return [f"tt_conv2d_grad_weight_f32(&{d}, {k}, {self.loc(dz)}, {self.loc(x)}, {self.loc(dw)});"]
-
-    def op_depthwise_conv2d_grad_weight(self, op: Op) -> list[str]:
-        dz, x, dw = op.inputs[0], op.inputs[1], op.outputs[0]
-        ws = list(op.attrs["w_shape"])
-        xs = self.g.tensors[x].shape
-        k = int(op.attrs.get("in_channels") or xs[3])
-        mult = int(op.attrs.get("multiplier") or 0) or ws[3] // xs[3]
-        a = op.attrs
-        kh, kw = ws[1], ws[2]
-        sh, sw = int(a["stride_h"]), int(a["stride_w"])
-        dh, dwl = int(a.get("dilation_h", 1)), int(a.get("dilation_w", 1))
-        oh, pt = out_size_and_pad(a["padding"], xs[1], kh, sh, dh)
-        ow, pl = out_size_and_pad(a["padding"], xs[2], kw, sw, dwl)
-        ys = self.g.tensors[dz].shape
-        name = self.uid("tt_cd")
-        self.globals.append(f"static const tt_conv_dims {name} = {{{xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {oh}, {ow}, "
-                            f"{ys[3]}, {kh}, {kw}, {sh}, {sw}, {dh}, {dwl}, {pt}, {pl}, {mult}}};")
-        return [f"tt_depthwise_conv2d_grad_weight_f32(&{name}, {k}, {self.loc(dz)}, {self.loc(x)}, {self.loc(dw)});"]
-
-    def op_fully_connected_grad_input(self, op: Op) -> list[str]:
-        dz, w, dx = op.inputs[0], op.inputs[1], op.outputs[0]
-        o, depth = self.g.tensors[w].shape
-        rows = numel(self.g.tensors[dx].shape) // depth
-        if w in self.fused:
-            wq = self.fused[w]
-            sc, zp = self.dq_tables(wq, 0, o)
-            return [f"tt_fully_connected_grad_input_qw_f32({rows}, {depth}, {o}, {self.loc(dz)}, {self.loc(wq)}, "
-                    f"{sc}, {zp}, {self.loc(dx)});"]
-        return [f"tt_fully_connected_grad_input_f32({rows}, {depth}, {o}, {self.loc(dz)}, {self.loc(w)}, "
-                f"{self.loc(dx)});"]
-
-    def op_fully_connected_grad_weight(self, op: Op) -> list[str]:
-        dz, x, dw = op.inputs[0], op.inputs[1], op.outputs[0]
-        o, depth = op.attrs["w_shape"]
-        k = int(op.attrs.get("in_channels") or depth)
-        rows = numel(self.g.tensors[dz].shape) // o
-        xdepth = numel(self.g.tensors[x].shape) // rows  # the int8 path hands over only the k trained columns
-        if xdepth == k and k != depth:
-            depth_arg = k
-        else:
-            depth_arg = depth
-        if self.chunk_rows is not None:
-            return [f"tt_fully_connected_grad_weight_f32_range({rows}, {depth_arg}, {o}, {k}, o, o + 1, "
-                    f"{self.loc(dz)}, {self.loc(x)}, {self.loc(dw)});"]
-        return [f"tt_fully_connected_grad_weight_f32({rows}, {depth_arg}, {o}, {k}, {self.loc(dz)}, {self.loc(x)}, "
-                f"{self.loc(dw)});"]
-
-    def op_bias_grad(self, op: Op) -> list[str]:
-        dz, db = op.inputs[0], op.outputs[0]
-        c = self.g.tensors[dz].shape[-1]
-        rows = numel(self.g.tensors[dz].shape) // c
-        return [f"tt_bias_grad_f32({rows}, {c}, {self.loc(dz)}, {self.loc(db)});"]
 
     def trained_slice(self, p: str, gname: str) -> tuple[int, int, int]:
         """(rows, cols, n) of an update of parameter p with gradient gname: n trained channels of cols."""

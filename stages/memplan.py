@@ -201,6 +201,7 @@ def tensor_roles(graph: Graph) -> dict[str, str]:
 
 
 GRAD_INPUT_OPS = ops.GRAD_INPUT_OPS
+FUSED_INPUT_OPS = ops.names(lambda d: d.fused_input)
 
 
 def fused_dequantize(graph: Graph) -> dict[str, str]:
@@ -245,7 +246,7 @@ def fused_input_dequantize(graph: Graph, readers: dict[str, list[tuple[str, int]
         if int(op.attrs.get("depth", xt.shape[-1])) != int(xt.shape[-1]) or y in graph.outputs:
             continue
         rs = readers.get(y, [])
-        if rs and all(t == "conv2d_grad_weight" and k == 1 for t, k in rs):
+        if rs and all(t in FUSED_INPUT_OPS and k == 1 for t, k in rs):
             out[y] = x
     return out
 
@@ -399,7 +400,7 @@ def plan_memory(graph: Graph, order: list[int] | None = None, options: MemOption
 def _in_place_host(graph, op, out, s, sizes, end, by_tensor, taken) -> Buffer | None:
     if op.type not in IN_PLACE_OPS:
         return None
-    if op.type in CHANNEL_SCRATCH_OPS and _depth_multiplier(graph, op) != 1:
+    if op.type in CHANNEL_SCRATCH_OPS and depth_multiplier(graph, op) != 1:
         return None
     cands = op.inputs[:1] if op.type in FIRST_INPUT_ONLY else op.inputs
     for t in cands:
@@ -414,8 +415,9 @@ def _in_place_host(graph, op, out, s, sizes, end, by_tensor, taken) -> Buffer | 
     return None
 
 
-def _depth_multiplier(graph, op) -> int:
-    if op.type == "depthwise_conv2d":
+def depth_multiplier(graph, op) -> int:
+    """The depth multiplier of a channel-by-channel op (CHANNEL_SCRATCH_OPS): in place only when it is 1."""
+    if ops.REGISTRY[op.type].kind == "forward":
         return int(op.attrs.get("depth_multiplier", 1))
     # the gradient op's attrs name it `multiplier` (autodiff), else it follows from the weight and input shapes
     m = op.attrs.get("multiplier") or op.attrs.get("depth_multiplier")

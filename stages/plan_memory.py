@@ -6,8 +6,9 @@ stage's exact planner (stages/memplan.py) on each; sparse-plan runs that planner
 the exact planner measures, without building graphs:
 
 Simulated peak of a plan (`simulate`, `estimate`)
-  An abstract program of the training step, op for op as autodiff emits it (stages/autodiff.py), with only the
-  tensors the planner puts in SRAM:
+  An abstract program of the training step, with only the tensors the planner puts in SRAM. Its backward is the
+  op modules' own emission (OpDef.backward, stages/ops/backward.py), the one autodiff runs, through a builder that
+  records steps and sizes instead of ops (`_StepBuilder`); this module adds the exact planner's view of it:
     forward              the inference ops (the final softmax / float-I/O dequantize that training drops are left
                          out); activations at their own itemsize (int8: 1 byte), graph input included.
     loss                 int8 head dequantized to fp32 (`deq/<head>`), labels (int32[1]) or an fp32 MSE target,
@@ -75,11 +76,10 @@ from typing import Any, Iterable
 import numpy as np
 
 from tinytrain.stages import autodiff
-from tinytrain.stages.autodiff import MASK_ACTS
 from tinytrain.stages.ir import Graph
-from tinytrain.stages.memplan import ALIGN
-from tinytrain.stages.ops import (CLAMP_MASKED_OPS, FIRST_INPUT_ONLY, IN_PLACE_OPS, OP_CLAMPS, REGISTRY,
-                                  TRAINABLE_OPS)
+from tinytrain.stages.memplan import ALIGN, CHANNEL_SCRATCH_OPS, depth_multiplier
+from tinytrain.stages.ops import CONVERSION_OPS, FIRST_INPUT_ONLY, IN_PLACE_OPS, LOSS_DROPS, REGISTRY, TRAINABLE_OPS
+from tinytrain.stages.ops.backward import mask_bounds, output_mask, slice_shape
 from tinytrain.stages.qas import STATE_COUNT
 from tinytrain.stages.streams import MAX_ROW_OPS, row_geometry, row_op_ok, window_rows
 from tinytrain.stages.train_plan import RATIOS, TrainPlan, _has_bias, _in_channels
@@ -197,8 +197,7 @@ class MemoryModel:
         lay = self.by_op[op_index]
         w = self.g.tensors[lay.weight]
         per = _numel(w.shape) // int(w.shape[-1])
-        mult = int(w.shape[-1]) // lay.c_in if lay.type == "depthwise_conv2d" else 1
-        return per * n, per * n * mult
+        return per * n, _numel(REGISTRY[lay.type].backward.grad_shape(self.g, self.g.ops[op_index], n))
 
     def bias_param_cost(self, op_index: int) -> dict[str, int]:
         lay = self.by_op[op_index]
@@ -238,18 +237,20 @@ class MemoryModel:
         return n * (FP32 if fp32 else int(np.dtype(t.dtype).itemsize))
 
     def _training_forward(self) -> tuple[list[int], str]:
-        """Forward ops of the training step and the loss's head tensor: a float-I/O dequantize of an int8 head and,
-        for cross-entropy, a final softmax are dropped (autodiff.build_training_graph)."""
+        """Forward ops of the training step and the loss's head tensor: a float-I/O conversion of an int8 head and
+        the inference-only activation a loss on logits drops (cross-entropy: a final softmax; ops.LOSS_DROPS) are
+        dropped, as stages/losses.prepare_heads does."""
         g = self.g
         fwd = list(range(len(g.ops)))
         head = g.outputs[0] if g.outputs else None
         prod = {t: i for i in fwd for t in g.ops[i].outputs}
-        if head in prod and g.ops[prod[head]].type == "dequantize" \
+        if head in prod and g.ops[prod[head]].type in CONVERSION_OPS \
                 and g.tensors[g.ops[prod[head]].inputs[0]].dtype == "int8":
             i = prod.pop(head)
             fwd.remove(i)
             head = g.ops[i].inputs[0]
-        if self.s.loss == "cross_entropy" and head in prod and g.ops[prod[head]].type == "softmax":
+        drops = LOSS_DROPS.get(self.s.loss)
+        if drops and head in prod and g.ops[prod[head]].type == drops:
             i = prod[head]
             fwd.remove(i)
             head = g.ops[i].inputs[0]
@@ -260,8 +261,8 @@ class MemoryModel:
         for i in self._fwd:
             op = self.g.ops[i]
             typ = op.type
-            if typ == "depthwise_conv2d" and int(op.attrs.get("depth_multiplier", 1)) != 1:
-                typ = "depthwise_conv2d/m"           # the planner computes it in place only for multiplier 1
+            if typ in CHANNEL_SCRATCH_OPS and depth_multiplier(self.g, op) != 1:
+                typ += "/m"           # the planner computes it in place only for multiplier 1
             for t in op.outputs:
                 sizes[t] = self._bytes(t)
             steps.append((typ, [t for t in op.inputs if self._act(t)], list(op.outputs)))
@@ -321,14 +322,6 @@ class MemoryModel:
             k = j - 1
         return n
 
-    def _clamped(self, op_index: int) -> bool:
-        """autodiff emits int8_clamp_grad for this op (autodiff._clamp_bounds is not None)."""
-        op = self.g.ops[op_index]
-        y = self.g.tensors[op.outputs[0]]
-        if y.dtype != "int8" or y.quant is None:
-            return False
-        return op.type in OP_CLAMPS or op.type in CLAMP_MASKED_OPS or op.attrs.get("act", "none") != "none"
-
     def simulate(self, biases: Iterable[int], weights: dict[int, int], reach: int | None = None) -> dict[str, int]:
         """Simulated peak of training the biases of ops `biases` and the first n input channels of the weights
         of ops `weights` ({op: n}); `reach` is an op the gradient must reach even if it trains nothing there (a
@@ -385,10 +378,7 @@ class MemoryModel:
             else len(self._fwd)
         pgrads: dict[str, list[str]] = {}
         contrib: dict[str, list[str]] = {head: [gh]}
-        deq: dict[tuple, str] = {}
         pending: list[str] = []
-        bcast: set[str] = set()      # gradients of a mean's input (broadcast: streamable position by position)
-        maskable: set[int] = set()   # steps autodiff may turn into mask_grad (int8_clamp_grad, relu-like act_grad)
 
         def share(t: str | None, i: int) -> str | None:
             if t is None or t not in needs:
@@ -400,31 +390,14 @@ class MemoryModel:
             contrib.setdefault(t, []).append(name)
             return name
 
-        def dequant(t: str, k: int | None = None, depth: int | None = None) -> str:
-            """An int8 tensor (or its first k channels) as fp32, emitted once per sample where first read."""
-            key = (t, k, depth)
-            if key not in deq:
-                name = f"deq/{t}" + (f"[:{k}]" if k is not None else "")
-                full = _numel(self.g.tensors[t].shape) if list(self.g.tensors[t].shape) else 1
-                elems = full if k is None else (full // depth * k if depth else full // int(g.tensors[t].shape[-1]) * k)
-                sizes[name] = elems * FP32
-                steps.append(("dequantize", [t] if self._act(t) else [], [name]))
-                deq[key] = name
-            return deq[key]
-
         def update(grad: str) -> None:
             if s.reorder:
                 steps.append(("update", [grad], []))
             else:
                 pending.append(grad)
 
-        def pgrad(p: str, name: str, size: int) -> bool:
-            """A layer's share of parameter p's gradient; True when it is the whole gradient (update it now)."""
-            sizes[name] = size
-            pgrads.setdefault(p, []).append(name)
-            return readers.get(p, 1) == 1
-
-        sb = _StepBuilder(g, sizes, steps, share, dequant, bcast)
+        sb = _StepBuilder(self, steps, sizes, share, update, wk, bias_on, pgrads,
+                          whole=lambda p: readers.get(p, 1) == 1)
         for i in reversed(self._fwd):
             op = g.ops[i]
             if not op_needs[i]:
@@ -440,89 +413,15 @@ class MemoryModel:
                 steps.append(("grad_accumulate", list(parts), [dy]))
             else:
                 dy = parts[0]
-            t, act = op.type, op.attrs.get("act", "none")
-            clamped = self._clamped(i)
-            if clamped and t not in OP_CLAMPS:
-                dz = f"grad/{y}:pre"
-                sizes[dz] = self._bytes(y, fp32=True)
-                maskable.add(len(steps))
-                steps.append(("int8_clamp_grad", [dy, y], [dz]))
-            elif act != "none" and g.tensors[y].dtype != "int8":
-                dz = f"grad/{y}:pre"
-                sizes[dz] = self._bytes(y, fp32=True)
-                if act in MASK_ACTS and g.tensors[y].dtype == "float32":
-                    maskable.add(len(steps))
-                steps.append(("act_grad", [dy, y], [dz]))
-            else:
-                dz = dy
-            if dz != dy and dy in bcast and self._position_streamed(op, wk, s.reorder):
+            d = REGISTRY[op.type]
+            dz = output_mask(sb, d, op, dy)
+            if dz != dy and dy in sb.bcast and self._position_streamed(op, wk, s.reorder):
                 # reorder's position stream: mean_grad -> mask -> bias / 1x1 input gradient, one position at a time
                 sizes[dy] = sizes[dz] = int(g.tensors[y].shape[-1]) * FP32
-            backward = REGISTRY[t].backward
-            if backward is not None:
-                backward(sb, op, i, dz)   # the op module's emission, as autodiff runs it
-                continue
-            if t in _LAYER_OPS:
-                x = op.inputs[0]
-                w, b = op.inputs[1], (op.inputs[2] if len(op.inputs) > 2 else None)
-                dw, streamed = None, False
-                if w in wk:
-                    n = wk[w]
-                    if g.tensors[w].dtype == "int8" and self._fused_input(t, x):
-                        xs = [x]  # the kernel dequantizes x as it reads it (memplan.fused_input_dequantize)
-                    elif g.tensors[w].dtype == "int8":
-                        depth = int(g.tensors[w].shape[-1]) if t == "fully_connected" else None
-                        xs = [dequant(x, n, depth)]
-                    else:
-                        xs = [x] if self._act(x) else []
-                    dw = f"grad/{w}#{i}"
-                    mult = int(g.tensors[w].shape[-1]) // int(g.tensors[x].shape[-1]) \
-                        if t == "depthwise_conv2d" else 1
-                    whole = pgrad(w, dw, _numel(g.tensors[w].shape) // int(g.tensors[w].shape[-1]) * n * mult * FP32)
-                    grad_w = (f"{t}_grad_weight", [dz, *xs], [dw])
-                    # reorder's channel streams: with in-place updates at batch 1, a conv / FC weight gradient is
-                    # computed right before its update, one output channel at a time
-                    streamed = whole and s.reorder and s.batch_size == 1 and t != "depthwise_conv2d"
-                    if streamed:
-                        sizes[dw] //= int(g.tensors[w].shape[0])
-                    else:
-                        steps.append(grad_w)
-                    dw = dw if whole else None
-                    if dw and (x not in needs or s.batch_size > 1):
-                        # Ready at once: no input gradient reads the old weight, or (batch > 1) what runs here is
-                        # the batch accumulation, and the update of the weight waits for the step phase.
-                        if streamed:
-                            steps.append(grad_w)
-                        update(dw)
-                        dw = None
-                if b in bias_on:
-                    db = f"grad/{b}#{i}"
-                    whole = pgrad(b, db, self._bytes(b, fp32=True))
-                    steps.append(("bias_grad", [dz], [db]))
-                    if whole:
-                        update(db)
-                dx = share(x, i)
-                if dx:
-                    # The weight is dequantized inside the kernel (memplan.fused_dequantize): nothing in SRAM.
-                    steps.append((f"{t}_grad_input", [dz], [dx]))
-                if dw:
-                    if streamed:
-                        steps.append(grad_w)
-                    update(dw)   # after the input gradient, which reads the old weight
+            d.backward(sb, op, i, dz)   # the op module's emission, as autodiff runs it
+            sb.finish(start)
+            if d.trainable:
                 windows[i] = (start, len(steps) - 1) if len(steps) > start else (start - 1, start - 1)
-                continue
-            if t in OP_CLAMPS:
-                dx = share(op.inputs[0], i)
-                if dx:
-                    if clamped or g.tensors[y].dtype == "float32":
-                        maskable.add(len(steps))
-                    steps.append(("int8_clamp_grad" if clamped else "act_grad", [dz, y], [dx]))
-                continue
-            # A frozen layer that is no trainable one (transpose_conv): its input gradient reads dz (the weights stay
-            # in flash).
-            dx = share(op.inputs[0], i)
-            if dx:
-                steps.append((f"{t}_grad_input", [dz], [dx]))
         # A parameter shared by several layers: its shares are summed after the backward, then it updates.
         for p, parts in pgrads.items():
             if len(parts) > 1:
@@ -532,7 +431,7 @@ class MemoryModel:
         if pending:
             steps.append(("update", pending, []))
         if (autodiff.MASKS if s.masks is None else s.masks):
-            k = _mask_steps(steps, n_fwd, maskable, sizes, g)
+            k = _mask_steps(steps, n_fwd, sb.maskable, sizes, g)
             windows = {i: (a + k, b + k) for i, (a, b) in windows.items()}   # the masks went into the forward
         live, end, held = _live_profile(sizes, steps, inputs, ["train/loss"], g)
         transient = max(live, default=0)
@@ -570,12 +469,6 @@ class MemoryModel:
         return (int(w[1]) == 1 and int(w[2]) == 1 and int(op.attrs.get("stride_h", 1)) == 1
                 and int(op.attrs.get("stride_w", 1)) == 1 and len(y) == 4 and int(y[0]) == 1)
 
-    def _fused_input(self, op_type: str, x: str) -> bool:
-        """A conv2d weight gradient reads its per-tensor int8 input directly (memplan.fused_input_dequantize)."""
-        xt = self.g.tensors[x]
-        return (op_type == "conv2d" and xt.dtype == "int8" and xt.quant is not None and len(xt.quant.scale) == 1
-                and len(xt.shape) == 4)
-
     def weight_cost(self, op_index: int, ratio: float) -> dict[str, int]:
         """Bytes of training layer `op_index`'s weights at `ratio`: resident parts, and the most its transients can
         raise the peak of a region holding it (`_excess`; see the module docstring)."""
@@ -608,11 +501,9 @@ class MemoryModel:
         x = g.ops[op_index].inputs[0]
         w = g.tensors[lay.weight]
         t = _aligned(self._weight_elems(op_index, n)[1] * FP32)
-        if w.dtype == "int8" and not self._fused_input(lay.type, x):
-            xt = g.tensors[x]
-            full = _numel(xt.shape)
-            t += _aligned((full // int(w.shape[-1]) if lay.type == "fully_connected" else
-                           full // int(xt.shape[-1])) * n * FP32)
+        depth = REGISTRY[lay.type].backward.slice_depth(g, g.ops[op_index])
+        if w.dtype == "int8" and not fused_read(g, REGISTRY[f"{lay.type}_grad_weight"], 1, x, True, depth):
+            t += _aligned(_numel(slice_shape(g, x, n, depth)) * FP32)
         best = 0
         for e in (other.op_index for other in self.layers if other.op_index <= op_index):
             r = self._region(e)
@@ -659,19 +550,140 @@ class MemoryModel:
 
 class _StepBuilder:
     """The BackwardBuilder (stages/ops/backward.py) of the abstract program: an op module's backward ops become
-    (type, SRAM inputs, outputs) steps; constants (flash) are not inputs."""
+    (type, SRAM inputs, outputs) steps; constants (flash) are not inputs. What the exact planner does to the graph
+    autodiff emits is applied here as the ops come: an int8 tensor's dequantization is a step where a backward op
+    first reads it, except where memplan.fused_dequantize fuses it into its reader (an input gradient's weights:
+    `grad_input`; a per-tensor int8 4-D input of a `fused_input` weight gradient: the reader reads the int8 tensor
+    itself); `finish` places each layer's updates as the reorder stage does."""
 
-    def __init__(self, g: Graph, sizes: dict[str, int], steps: list, share, dequant, bcast: set[str]):
-        self.g, self.sizes, self.steps, self.share, self._dequant = g, sizes, steps, share, dequant
-        self.bcast = bcast     # gradients that are a broadcast (mean_grad's): reorder streams them by position
+    def __init__(self, model: "MemoryModel", steps: list, sizes: dict[str, int], share, update,
+                 wk: dict[str, int], bias_on: set[str], pgrads: dict[str, list[str]], whole):
+        self.m, self.g, self.steps, self.sizes, self._share, self._update = model, model.g, steps, sizes, share, update
+        self._wk, self._bias_on, self._pgrads, self._whole = wk, bias_on, pgrads, whole
+        self.bcast: set[str] = set()     # gradients that are a broadcast (mean_grad's): reorder streams them by position
+        self.maskable: set[int] = set()  # steps autodiff may turn into mask_grad (backward.mask_bounds)
+        self._deq: dict[tuple, str] = {}         # dequantized (slices of) int8 tensors, once per sample
+        self._lazy: dict[str, tuple] = {}        # named, not yet read
+        self._reads: dict[int, list[str]] = {}   # id(step) -> every tensor it reads (constants included)
+        self._marked: set[int] = set()           # id(step) of maskable steps
+        self._new: dict[str, str] = {}           # parameter gradient -> its parameter, until a step writes it
+        self._params: list[tuple[str, str, tuple]] = []   # (parameter, its gradient, the step writing it)
+
+    # ---- BackwardBuilder
+    def share(self, t: str | None, i: int) -> str | None:
+        return self._share(t, i)
 
     def real(self, t: str) -> str:
-        return self._dequant(t) if self.g.tensors[t].dtype == "int8" else t
+        return self._name(t, None, None) if self.g.tensors[t].dtype == "int8" else t
+
+    def real_slice(self, x: str, k: int, depth: int | None) -> str:
+        return self._name(x, k, depth)
+
+    def gradient(self, name: str, like: str) -> str:
+        self.sizes[name] = self.m._bytes(like, fp32=True)
+        return name
+
+    def weight_channels(self, w: str) -> int:
+        return self._wk.get(w, 0)
+
+    def trains_bias(self, b: str | None) -> bool:
+        return b is not None and b in self._bias_on
+
+    def param_grad(self, p: str, i: int, shape: list[int]) -> str:
+        name = f"grad/{p}#{i}"
+        self.sizes[name] = _numel(shape) * FP32
+        self._pgrads.setdefault(p, []).append(name)
+        self._new[name] = p
+        return name
 
     def emit(self, type_: str, inputs: list[str], outputs: list[str], **attrs) -> None:
-        self.steps.append((type_, [t for t in inputs if t in self.sizes], list(outputs)))
-        if REGISTRY[type_].broadcasts and len(outputs) == 1:
+        d = REGISTRY[type_]
+        reads = []
+        for k, t in enumerate(inputs):
+            if t in self._lazy:
+                t = self._lazy[t][0] if self._fused(d, k, *self._lazy[t]) else self._materialize(t)
+            reads.append(t)
+        step = (type_, [t for t in reads if t in self.sizes], list(outputs))
+        self._step(step, reads)
+        if len(inputs) == 2 and inputs[1] in self.g.tensors \
+                and mask_bounds(type_, attrs, self.g.tensors[inputs[1]]) is not None:
+            self._marked.add(id(step))
+        if d.broadcasts and len(outputs) == 1:
             self.bcast.add(outputs[0])
+        self._params += [(self._new.pop(o), o, step) for o in outputs if o in self._new]
+
+    # ---- the exact planner's view
+    def _name(self, t: str, k: int | None, depth: int | None) -> str:
+        key = (t, k, depth)
+        if key in self._deq:
+            return self._deq[key]
+        name = f"deq/{t}" + (f"[:{k}]" if k is not None else "")
+        self._lazy[name] = key
+        return name
+
+    def _fused(self, d, k: int, t: str, channels: int | None, depth: int | None) -> bool:
+        return fused_read(self.g, d, k, t, channels is not None, depth)
+
+    def _materialize(self, name: str) -> str:
+        t, k, depth = self._lazy.pop(name)
+        self.sizes[name] = self.m._bytes(t, fp32=True) if k is None else _numel(slice_shape(self.g, t, k, depth)) * FP32
+        self._step(("dequantize", [t] if self.m._act(t) else [], [name]), [t])
+        self._deq[(t, k, depth)] = name
+        return name
+
+    def _step(self, step: tuple, reads: list[str]) -> None:
+        self.steps.append(step)
+        self._reads[id(step)] = reads
+
+    def finish(self, start: int) -> None:
+        """Place the updates of the parameter gradients the op's backward wrote (steps[start:]), as the reorder
+        stage does: a whole gradient (no other layer shares the parameter) updates right after the last step that
+        reads the parameter (an input gradient reads the old weight), at once with batch_size > 1 (what runs then
+        is the accumulation); a `channel_stream` weight gradient (conv / FC, in-place updates at batch 1) is
+        computed right before its update, one output channel at a time."""
+        seg = self.steps[start:]
+        del self.steps[start:]
+        s = self.m.s
+        pos = {id(st): j for j, st in enumerate(seg)}
+        anchors: dict[int, list[tuple[str, tuple | None]]] = {}
+        moved: set[int] = set()
+        for p, gname, step in self._params:
+            if not self._whole(p):
+                continue
+            at = pos[id(step)]
+            if s.batch_size == 1:
+                at = max([at] + [j for j, st in enumerate(seg) if p in self._reads.get(id(st), ())])
+            streamed = s.reorder and s.batch_size == 1 and REGISTRY[step[0]].channel_stream
+            if streamed:
+                self.sizes[gname] //= int(self.g.tensors[p].shape[0])
+                moved.add(id(step))
+            anchors.setdefault(at, []).append((gname, step if streamed else None))
+        for j, st in enumerate(seg):
+            if id(st) not in moved:
+                self.steps.append(st)
+            for gname, streamed_step in anchors.get(j, ()):
+                if streamed_step is not None:
+                    self.steps.append(streamed_step)
+                self._update(gname)
+        for j in range(start, len(self.steps)):
+            if id(self.steps[j]) in self._marked:
+                self.maskable.add(j)
+        self._params.clear()
+        self._reads.clear()
+        self._marked.clear()
+
+
+def fused_read(g: Graph, reader, k: int, t: str, sliced: bool, depth: int | None) -> bool:
+    """memplan.fused_dequantize: a backward op (OpDef `reader`) reading the dequantized int8 tensor t (sliced: its
+    trained channels) as its operand k dequantizes it as it reads it, so the fp32 copy takes no SRAM: an input
+    gradient's weights (`grad_input`), a `fused_input` weight gradient's per-tensor 4-D input slice."""
+    if k != 1:
+        return False
+    if not sliced:
+        return reader.grad_input
+    xt = g.tensors[t]
+    return reader.fused_input and depth is None and xt.quant is not None and len(xt.quant.scale) == 1 \
+        and len(xt.shape) == 4
 
 
 def _mask_steps(steps: list[tuple[str, list[str], list[str]]], n_fwd: int, maskable: set[int],
@@ -746,7 +758,9 @@ def _live_profile(sizes: dict[str, int], steps: list[tuple[str, list[str], list[
                 taken.add(id(host))
                 host[2] = max(host[2], end[t])
                 by[t] = host
-                if typ == "depthwise_conv2d":   # one output channel of scratch, as the planner counts it
+                # one output channel of scratch, as the planner counts it (a forward op's; the backward's
+                # depthwise input gradient, in place over dz, is modelled without it)
+                if typ in CHANNEL_SCRATCH_OPS and REGISTRY[typ].kind == "forward":
                     tt = graph.tensors[t]
                     bufs.append([_numel(tt.shape[:-1]) * int(np.dtype(tt.dtype).itemsize), s, s])
                 continue

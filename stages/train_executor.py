@@ -6,11 +6,11 @@
 
 A step runs the sample phase once per sample of the batch (batch dim 1, as the firmware does) and the step phase
 once. Forward ops run on the reference executor's kernels (stages/executor.py), so training sees the very forward
-that inference does; backward, loss and mask ops run their op module's numpy kernel (stages/ops/, OpDef.run, on
-stages/grad_ops.py's functions), updates run on grad_ops.
+that inference does; every other op (backward, loss, mask, accumulation, update) runs its op module's numpy kernel
+(stages/ops/, OpDef.run, on stages/grad_ops.py's and stages/qas.py's functions): this module only dispatches.
 
 Int8 training graphs run the same way: the int8 forward on the executor's int8 kernels (bit-exact), float inputs
-quantized as QUANTIZE does, the fp32 backward on grad_ops, the QAS updates on stages/qas.py; `runtime["seed"]`
+quantized as QUANTIZE does, the fp32 backward and the QAS updates as their ops' kernels; `runtime["seed"]`
 seeds the stochastic-rounding PRNG streams (train() passes its own seed unless runtime has one).
 
 `runtime` carries the runtime values the update ops reference (`lr_ref="runtime.learning_rate"` etc.); missing
@@ -24,7 +24,6 @@ from typing import Any, Callable
 import numpy as np
 
 from tinytrain.stages import executor as fwd_exec
-from tinytrain.stages import grad_ops as go
 from tinytrain.stages import ops, qas
 from tinytrain.stages.ir import Graph, Op
 
@@ -75,28 +74,13 @@ def _runtime_value(op: Op, key: str, runtime: dict[str, Any], defaults: dict[str
     raise TrainingError(f"op {op.type}: runtime value {name!r} is not given and has no default")
 
 
-def _dequantize_slice(x: np.ndarray, t, a: dict) -> np.ndarray:
-    """x[..., :channels] (FC: the first `channels` columns of x's rows of `depth`) as float32
-    (q − zero_point)·scale: one float32 multiply, which equals the reference Dequantize's
-    float(double(scale)·(q − zp)) since (q − zp) has 9 bits and the double product is exact."""
-    if t.quant is None or t.quant.per_channel:
-        raise TrainingError(f"dequantize_slice of {t.name!r} needs a per-tensor quantized activation")
-    k = int(a["channels"])
-    x = np.asarray(x)
-    rows = x.reshape(-1, int(a["depth"])) if "depth" in a else x
-    q = rows[..., :k].astype(np.int32) - np.int32(t.quant.zero_point[0])
-    return (q.astype(np.float32) * np.float32(t.quant.scale[0])).astype(np.float32)
-
-
 def _backward(op: Op, v: Callable[[int], np.ndarray], shape: Callable[[str], list[int]],
               tensor: Callable[[str], Any] | None = None) -> list[np.ndarray]:
+    """A sample-phase op that is no forward op: its op module's kernel (stages/ops/, OpDef.run)."""
     d = ops.REGISTRY.get(op.type)
-    if d is not None and d.run is not None:
-        return d.run(op, v, shape, tensor)    # the op module's kernel (stages/ops/)
-    t = op.type
-    if t == "dequantize_slice":
-        return [_dequantize_slice(v(0), tensor(op.inputs[0]), op.attrs)]
-    raise NotImplementedError(f"training executor: no kernel for op {t!r}")
+    if d is None or d.run is None:
+        raise NotImplementedError(f"training executor: no kernel for op {op.type!r}")
+    return d.run(op, v, shape, tensor)
 
 
 def _shape_fn(g: Graph):
@@ -106,62 +90,19 @@ def _shape_fn(g: Graph):
     return shape
 
 
-def _update(op: Op, values: dict[str, np.ndarray], runtime: dict, defaults: dict) -> None:
-    a = op.attrs
-    r = lambda k: _runtime_value(op, k, runtime, defaults)  # noqa: E731
-    w, gname = values[op.inputs[0]], op.inputs[1]
-    g = values[gname]
-    scale = 1.0 / float(a.get("batch_size", 1))
-    n = a.get("n")
-    wd = r("weight_decay") if "weight_decay_ref" in a else 0.0
-    kind = ops.REGISTRY[op.type].optimizer
-    if kind == "sgd":
-        go.sgd_update(w, g, r("learning_rate"), scale, wd, n)
-    elif kind == "momentum":
-        go.momentum_update(w, g, values[op.inputs[2]], r("learning_rate"), r("momentum"), scale, wd, n)
-    elif kind == "adam":
-        step = int(values[op.inputs[4]])
-        go.adam_update(w, g, values[op.inputs[2]], values[op.inputs[3]], step, r("learning_rate"), r("beta1"),
-                       r("beta2"), r("eps"), scale, wd, n)
-    elif kind == "rmsprop":
-        go.rmsprop_update(w, g, values[op.inputs[2]], r("learning_rate"), r("alpha"), r("eps"), scale, wd, n)
-    else:
-        raise NotImplementedError(f"training executor: no kernel for op {op.type!r}")
-    if a.get("reset_grad"):
-        g[...] = 0
-
-
 _QAS_UPDATES = ops.QAS_UPDATE_OPS
-_UPDATES = ops.UPDATE_OPS
 
 
-def _qas_update(op: Op, values: dict[str, np.ndarray], runtime: dict, defaults: dict) -> None:
-    """qas_<kind>_update(p, g, scale, *state[, step][, master][, prng]) -> p, *state[, master][, prng]."""
-    a = op.attrs
-    kind = ops.REGISTRY[op.type].optimizer
-    r = lambda k: _runtime_value(op, k, runtime, defaults)  # noqa: E731
-    keys = {"sgd": [], "momentum": ["momentum"], "adam": ["beta1", "beta2", "eps"], "rmsprop": ["alpha", "eps"]}
-    hp = {k: r(k) for k in ["learning_rate"] + keys[kind]}
-    hp["weight_decay"] = r("weight_decay") if "weight_decay_ref" in a else 0.0
-    ins = op.inputs
-    ns = qas.STATE_COUNT[kind]
-    state = [values[ins[3 + j]] for j in range(ns)]
-    pos = 3 + ns
-    step = 0
-    if kind == "adam":
-        step = int(values[ins[pos]])
-        pos += 1
-    master = None
-    if a.get("master"):
-        master = values[ins[pos]]
-        pos += 1
-    prng = values[ins[pos]] if a.get("rounding") == "stochastic" and master is None else None
-    g = values[ins[1]]
-    qas.qas_update(kind, values[ins[0]], g, values[ins[2]], axis=int(a["axis"]), n=a.get("n"), state=state, hp=hp,
-                   step=step, batch_size=int(a.get("batch_size", 1)), qas=bool(a.get("qas", True)),
-                   rounding=a.get("rounding", "nearest"), bounds=tuple(a["bounds"]), master=master, prng=prng)
-    if a.get("reset_grad"):
-        g[...] = 0
+def _update(op: Op, values: dict[str, np.ndarray], runtime: dict, defaults: dict) -> None:
+    """One op of the step phase (an update, Adam's step counter): its op module's kernel changes `values`' state
+    arrays in place, reading the op's runtime hyper-parameters from `runtime` (missing: `defaults`)."""
+    d = ops.REGISTRY.get(op.type)
+    if d is None or d.run is None:
+        raise NotImplementedError(f"training executor: op {op.type!r} in the step phase")
+    d.run(op, lambda j: values[op.inputs[j]], None, None, lambda k: _runtime_value(op, k, runtime, defaults))
+
+
+_qas_update = _update   # stages/update_check.py runs the QAS updates one by one
 
 
 def run_sample(g: Graph, state: dict[str, np.ndarray], x1: np.ndarray, y1: np.ndarray,
@@ -184,9 +125,6 @@ def run_sample(g: Graph, state: dict[str, np.ndarray], x1: np.ndarray, y1: np.nd
     values[x_name] = _feed(np.asarray(x1), g.tensors[x_name])
     values[lab_name] = np.asarray(y1).astype(lab_t.dtype).reshape([1] + list(lab_t.shape[1:]))
     for i, op in enumerate(g.ops[:split]):
-        if op.type == "batch_accumulate":
-            values[op.inputs[0]] += values[op.inputs[1]]
-            continue
         if op.type in _FORWARD_OPS:
             outs = _forward(g, op, i, values) if forward_op is None else forward_op(g, op, values, index=i, n=1)
         else:
@@ -219,14 +157,7 @@ def train_step(train_graph: Graph, state: dict[str, np.ndarray], x_batch: np.nda
         last = values
     split = int(meta["sample_ops"])
     for op in g.ops[split:]:
-        if op.type == "step_counter":
-            state[op.inputs[0]][...] += 1
-        elif op.type in _QAS_UPDATES:
-            _qas_update(op, last, runtime, defaults)
-        elif op.type in _UPDATES:
-            _update(op, last, runtime, defaults)
-        else:
-            raise NotImplementedError(f"training executor: op {op.type!r} in the step phase")
+        _update(op, last, runtime, defaults)
     return float(total / np.float32(bsz))
 
 

@@ -16,7 +16,7 @@ from .. import int8_arith as ia
 from ..c_literals import CodegenError, flit, numel
 from ..ir import Op
 from ..kernel_common import qparams
-from .backward import unary_backward
+from .backward import clamp_backward, unary_backward
 from .base import Builtin, OpDef, version_by_dtype
 
 # the standalone clamps: (lo, hi) in real units, hi None = unbounded
@@ -324,10 +324,10 @@ def _run_prelu_grad(op, v, shape, tensor):
 OPS = (
     OpDef("relu", signature="x -> y", tflite=(Builtin("RELU", 1, 1),), differentiable=True,
           op_clamp=_CLAMPS["relu"], in_place="any", forward=_clamp, c=_c_clamp,
-          version=version_by_dtype({"int8": 2, "int16": 3})),
+          version=version_by_dtype({"int8": 2, "int16": 3}), backward=clamp_backward(_CLAMPS["relu"])),
     OpDef("relu6", signature="x -> y", tflite=(Builtin("RELU6", 1, 1),), differentiable=True,
           op_clamp=_CLAMPS["relu6"], in_place="any", forward=_clamp, c=_c_clamp,
-          version=version_by_dtype({"int8": 2, "int16": 3})),
+          version=version_by_dtype({"int8": 2, "int16": 3}), backward=clamp_backward(_CLAMPS["relu6"])),
     OpDef("logistic", signature="x -> y", note="int8: output fixed at (1/256, -128)",
           tflite=(Builtin("LOGISTIC", 1, 1),), differentiable=True, fixed_output=_FIXED_OUTPUT["logistic"],
           forward=_logistic, backward=_from_output, c=_c_logistic_tanh,

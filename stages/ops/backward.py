@@ -5,14 +5,19 @@ stages/autodiff.py builds the training IR from it, and stages/plan_memory.py's a
 abstract program of the training step from it (sizes and lifetimes only), so the two cannot disagree.
 
     backward(bb, op, i, dz)   op: the forward op (number i of the forward); dz: the gradient of its output after
-                              any activation / clamp mask (the caller emits that part)
+                              any activation / clamp mask (`output_mask`, which both callers run first)
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from ..ir import Graph, Op
+from .. import int8_arith as ia
+from ..ir import Graph, Op, Tensor
+
+# Float act_grad activations a 1-bit mask can replace: act -> (lo, hi) with the gradient passing where lo < y < hi
+# (hi None: no upper bound), exactly grad_ops.act_grad's test.
+MASK_ACTS = {"relu": (0.0, None), "relu6": (0.0, 6.0), "relu_n1_to_1": (-1.0, 1.0)}
 
 
 class BackwardBuilder(Protocol):
@@ -28,6 +33,22 @@ class BackwardBuilder(Protocol):
 
     def emit(self, type_: str, inputs: list[str], outputs: list[str], **attrs) -> None:
         """Append one backward op."""
+
+    def gradient(self, name: str, like: str) -> str:
+        """A new float32 gradient tensor `name` of tensor `like`'s shape (an output gradient after its mask)."""
+
+    def weight_channels(self, w: str) -> int:
+        """The input channels of weight w that train (0: w does not train)."""
+
+    def trains_bias(self, b: str | None) -> bool:
+        """Whether bias b trains."""
+
+    def param_grad(self, p: str, i: int, shape: list[int]) -> str:
+        """A new gradient tensor for op i's share of dL/dp of a trained parameter, of the trained slice's shape."""
+
+    def real_slice(self, x: str, k: int, depth: int | None) -> str:
+        """The saved int8 input x of a weight gradient, only its trained slice x[..., :k] (depth: the first k
+        columns of x's rows of `depth`), as float32 (dequantize_slice, once per sample)."""
 
 
 def geometry(op: Op) -> dict:
@@ -54,3 +75,115 @@ def unary_backward(bb: BackwardBuilder, op: Op, i: int, dz: str, reads: str = "x
     ins = [dz, bb.real(op.inputs[0] if reads == "x" else op.outputs[0])]
     ins += [bb.real(t) for t in op.inputs[1:1 + extra_inputs]]
     bb.emit(f"{op.type}_grad", ins, [dx], **(attrs or {}))
+
+
+def mask_bounds(type_: str, attrs: dict, y: Tensor) -> tuple | None:
+    """(lo, hi) when a backward op of `type_` reading the forward output y only masks a gradient with it (the
+    gradient passes where lo < y < hi): int8_clamp_grad of an int8 y, act_grad of a relu-like float y. A 1-bit mask
+    of y can then replace y (autodiff's clamp_mask / mask_grad)."""
+    if type_ == "int8_clamp_grad" and y.dtype == "int8":
+        return int(attrs["lo"]), int(attrs["hi"])
+    if type_ == "act_grad" and y.dtype == "float32" and attrs.get("act") in MASK_ACTS:
+        return MASK_ACTS[attrs["act"]]
+    return None
+
+
+def _int8_output(g: Graph, op: Op) -> tuple[float, int] | None:
+    y = g.tensors[op.outputs[0]]
+    if y.dtype != "int8" or y.quant is None:
+        return None
+    return float(y.quant.scale[0]), int(y.quant.zero_point[0])
+
+
+def output_mask(bb: BackwardBuilder, d, op: Op, dy: str) -> str:
+    """dz, the gradient of op's output before its fused activation / int8 clamp (d: the op's OpDef). Int8 ops that
+    requantize (d.clamp_masked) or have a fused act: the straight-through estimator int8_clamp_grad(dy, y_q),
+    dz = dy where the forward did not clamp ([lo, hi]: CalculateActivationRangeQuantized of the act, the int8 range
+    at least); float ops with a fused act: act_grad(dy, y). A standalone clamp (relu, relu6: d.op_clamp) masks in
+    its own backward (`clamp_backward`)."""
+    y = op.outputs[0]
+    act = op.attrs.get("act", "none")
+    q = _int8_output(bb.g, op)
+    if q is not None and d.op_clamp is None and (d.clamp_masked or act != "none"):
+        lo, hi = ia.activation_range(act, *q)
+        dz = bb.gradient(f"grad/{y}:pre", y)
+        bb.emit("int8_clamp_grad", [dy, y], [dz], lo=lo, hi=hi)
+        return dz
+    if act != "none" and bb.g.tensors[y].dtype != "int8":
+        dz = bb.gradient(f"grad/{y}:pre", y)
+        bb.emit("act_grad", [dy, y], [dz], act=act)
+        return dz
+    return dy
+
+
+def clamp_backward(lo_hi: tuple[float, float | None]):
+    """The backward of a standalone clamp to [lo, hi] real units (relu, relu6): int8_clamp_grad(dz, y_q) over the
+    op's int range (its op range: QuantizedReluX), or float act_grad(dz, y) of the op's name."""
+    def backward(bb: BackwardBuilder, op: Op, i: int, dz: str) -> None:
+        dx = bb.share(op.inputs[0], i)
+        if not dx:
+            return
+        y = op.outputs[0]
+        q = _int8_output(bb.g, op)
+        if q is not None:
+            lo, hi = ia.relu_op_range(*lo_hi, *q)
+            bb.emit("int8_clamp_grad", [dz, y], [dx], lo=lo, hi=hi)
+        else:
+            bb.emit("act_grad", [dz, y], [dx], act=op.type)
+    return backward
+
+
+def slice_shape(g: Graph, x: str, k: int, depth: int | None) -> list[int]:
+    """The shape of x[..., :k] (depth: the first k columns of x's rows of `depth`), a weight gradient's input."""
+    shape = [int(d) for d in g.tensors[x].shape]
+    if depth is not None:
+        n = 1
+        for d in shape:
+            n *= d
+        return [n // depth, k]
+    return shape[:-1] + [k]
+
+
+class LayerBackward:
+    """The backward of a weighted layer (operands x, w, b?), `backward(bb, op, i, dz)`:
+    <op>_grad_weight(dz, x's trained slice) -> dw of the trained input channels (k = in_channels), bias_grad(dz)
+    -> db, <op>_grad_input(dz, w as real values) -> dx. A weight gradient of an int8 layer reads only the trained
+    slice of its saved input, dequantized. depthwise: the weight's last axis holds k·M channels for k input
+    channels (attr `multiplier` M where the int8 slice hides it); flat (fully connected): the slice is the first k
+    columns of x's rows of the weight's depth."""
+
+    def __init__(self, depthwise: bool = False, flat: bool = False):
+        self.depthwise, self.flat = depthwise, flat
+
+    def multiplier(self, g: Graph, op: Op) -> int:
+        return g.tensors[op.inputs[1]].shape[-1] // g.tensors[op.inputs[0]].shape[-1] if self.depthwise else 1
+
+    def grad_shape(self, g: Graph, op: Op, k: int) -> list[int]:
+        """The weight gradient's shape for k trained input channels."""
+        shape = list(g.tensors[op.inputs[1]].shape)
+        shape[-1] = k * self.multiplier(g, op)
+        return shape
+
+    def slice_depth(self, g: Graph, op: Op) -> int | None:
+        return int(g.tensors[op.inputs[1]].shape[-1]) if self.flat else None
+
+    def __call__(self, bb: BackwardBuilder, op: Op, i: int, dz: str) -> None:
+        x, w = op.inputs[0], op.inputs[1]
+        bias = op.inputs[2] if len(op.inputs) > 2 else None
+        wt = bb.g.tensors[w]
+        geo = geometry(op)
+        k = bb.weight_channels(w)
+        if k:
+            extra = {}
+            xs = x
+            if wt.dtype == "int8":
+                xs = bb.real_slice(x, k, self.slice_depth(bb.g, op))
+                if self.depthwise:
+                    extra["multiplier"] = int(self.multiplier(bb.g, op))
+            bb.emit(f"{op.type}_grad_weight", [dz, xs], [bb.param_grad(w, i, self.grad_shape(bb.g, op, k))], **geo,
+                    in_channels=k, w_shape=list(wt.shape), **extra)
+        if bb.trains_bias(bias):
+            bb.emit("bias_grad", [dz], [bb.param_grad(bias, i, bb.g.tensors[bias].shape)])
+        dx = bb.share(x, i)
+        if dx:
+            bb.emit(f"{op.type}_grad_input", [dz, bb.real(w)], [dx], **geo)

@@ -83,8 +83,10 @@ class OpDef:
     backward: Callable | None = None
     # (ctx) -> [outputs]: the numpy reference kernel, float and int8 (ctx: executor._Ctx); every forward op has one
     forward: Callable | None = None
-    # (op, v, shape, tensor) -> [outputs]: the numpy kernel of a backward / loss / mask op (the training executor's;
-    # v(j) the value of input j, shape(t) a tensor's shape, tensor(t) the tensor); None: the executor's own
+    # (op, v, shape, tensor) -> [outputs]: the numpy kernel of a backward / loss / mask / accumulation op (the
+    # training executor's; v(j) the value of input j, shape(t) a tensor's shape, tensor(t) the tensor); ops of the
+    # step phase (updates, step_counter) take a fifth argument hp(key) -> their runtime hyper-parameter; ops that
+    # keep state change it in place and return []
     run: Callable | None = None
     # the operand at which its C kernel can read a weight split into its trained slice (arena) and its frozen rest
     # (flash), codegen's split weights; forward ops: their int8 kernel only. None: it reads the weight whole
@@ -97,6 +99,8 @@ class OpDef:
     broadcasts: bool = False       # its output is its input broadcast (mean_grad): streamable position by position
     channel_stream: bool = False   # a weight gradient the reorder stage may compute one output channel at a time
     grad_input: bool = False       # an input gradient reading the weights as operand 1 (fused int8 dequantize)
+    fused_input: bool = False      # a weight gradient that dequantizes a per-tensor int8 input (operand 1) as it
+    #                                reads it (memplan.fused_input_dequantize: no fp32 copy of the saved input)
     optimizer: str | None = None   # update ops: the optimizer kind
     qas: bool = False              # update ops: of an int8 / int32 parameter (stages/qas.py)
     eager: bool = False            # the schedule runs it as soon as it can (updates, accumulation)

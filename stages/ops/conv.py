@@ -7,6 +7,8 @@ import numpy as np
 
 from .. import grad_ops as go
 from . import conv_forward as fw
+from . import conv_grad as cg
+from .backward import LayerBackward
 from .base import Builtin, OpDef, input_dtype
 
 # MediaPipe's custom transpose convolution with a bias (read as transpose_conv, written as TRANSPOSE_CONV).
@@ -93,14 +95,15 @@ OPS = (
     OpDef("conv2d", signature="x, w[O,KH,KW,I], b? -> y", attrs=_GEOMETRY + ("act",),
           tflite=(Builtin("CONV_2D", 2, 3),), bias_required=True, layer=True, bn_fold=True, out_channel_axis=0,
           differentiable=True, clamp_masked=True, row_stream=True, macs=_conv_macs, version=_conv_version,
-          split_weight=1, forward=fw.conv2d, c=fw.c_conv2d),
+          split_weight=1, forward=fw.conv2d, c=fw.c_conv2d, backward=LayerBackward()),
     OpDef("depthwise_conv2d", signature="x, w[1,KH,KW,O], b? -> y",
           attrs=_GEOMETRY + ("depth_multiplier", "act"),
           tflite=(Builtin("DEPTHWISE_CONV_2D", 2, 3),), bias_required=True, layer=True, bn_fold=True,
           out_channel_axis=3, differentiable=True, clamp_masked=True, row_stream=True, macs=_depthwise_macs,
           # TinyEngine's scheme: one output channel into a scratch buffer, copied over the input channel it came
           # from (multiplier 1 only: memplan checks it).
-          in_place="channel", version=_depthwise_version, forward=fw.depthwise_conv2d, c=fw.c_depthwise_conv2d),
+          in_place="channel", version=_depthwise_version, forward=fw.depthwise_conv2d, c=fw.c_depthwise_conv2d,
+          backward=LayerBackward(depthwise=True)),
     OpDef("transpose_conv", signature="x, w[O,KH,KW,I], b?, output_shape -> y",
           attrs=("stride_h", "stride_w", "padding", "act"),
           note="TFLite TRANSPOSE_CONV; the file's operand order is output_shape, w, x, b: the reader reorders to "
@@ -109,22 +112,23 @@ OPS = (
           tflite=(Builtin("TRANSPOSE_CONV", 3, 4), Builtin(MEDIAPIPE_TRANSPOSE_CONV_BIAS, 3, 3, custom=True)),
           file_operands=(2, 1, 3, 0),   # TFLite's [output_shape, w, x, b?]
           layer=True, frozen_only=True, out_channel_axis=0, differentiable=True, clamp_masked=True,
-          version=_transpose_conv_version, forward=fw.transpose_conv, c=fw.c_transpose_conv),
+          version=_transpose_conv_version, forward=fw.transpose_conv, c=fw.c_transpose_conv, backward=LayerBackward()),
     # ---- backward
     OpDef("conv2d_grad_input", kind="backward", of="conv2d", signature="dz, w -> dx",
-          attrs=("the forward's geometry",), grad_input=True, split_weight=1, run=_run_conv2d_grad_input),
+          attrs=("the forward's geometry",), grad_input=True, split_weight=1, run=_run_conv2d_grad_input,
+          c=cg.c_conv2d_grad_input),
     OpDef("conv2d_grad_weight", kind="backward", of="conv2d", signature="dz, x -> dw",
           attrs=("geometry", "in_channels", "w_shape"), note="k = in_channels: dw is w[..., :k]",
-          channel_stream=True, run=_run_conv2d_grad_weight),
+          channel_stream=True, fused_input=True, run=_run_conv2d_grad_weight, c=cg.c_conv2d_grad_weight),
     OpDef("depthwise_conv2d_grad_input", kind="backward", of="depthwise_conv2d", signature="dz, w -> dx",
           attrs=("geometry", "depth_multiplier"), grad_input=True,
           # dx channel c depends on dz channel c only: the forward's channel-by-channel scheme
-          in_place="channel", run=_run_depthwise_conv2d_grad_input),
+          in_place="channel", run=_run_depthwise_conv2d_grad_input, c=cg.c_depthwise_conv2d_grad_input),
     OpDef("depthwise_conv2d_grad_weight", kind="backward", of="depthwise_conv2d", signature="dz, x -> dw",
-          attrs=("geometry", "in_channels"), note="dw is w[..., :k*M]", run=_run_depthwise_conv2d_grad_weight),
+          attrs=("geometry", "in_channels"), note="dw is w[..., :k*M]", run=_run_depthwise_conv2d_grad_weight, c=cg.c_depthwise_conv2d_grad_weight),
     OpDef("transpose_conv_grad_input", kind="backward", of="transpose_conv", signature="dz, w -> dx",
           attrs=("the forward's attrs",), note="the conv2d of dz with w of the same geometry",
-          run=_run_transpose_conv_grad_input),
+          run=_run_transpose_conv_grad_input, c=cg.c_transpose_conv_grad_input),
     OpDef("transpose_conv_grad_weight", kind="backward", of="transpose_conv", signature="dz, x -> dw",
-          attrs=("as conv2d_grad_weight",), run=_run_transpose_conv_grad_weight),
+          attrs=("as conv2d_grad_weight",), run=_run_transpose_conv_grad_weight, c=cg.c_transpose_conv_grad_weight),
 )

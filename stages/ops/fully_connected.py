@@ -9,6 +9,8 @@ from .. import int8_arith as ia
 from ..c_literals import FLOAT_BOUNDS, flit, numel
 from ..ir import Op, Tensor
 from ..kernel_common import float_act, qparams
+from . import fc_grad
+from .backward import LayerBackward
 from .base import Builtin, OpDef, input_dtype
 from .layer_common import channel_multipliers, weight_zp
 
@@ -113,9 +115,9 @@ OPS = (
     OpDef("fully_connected", signature="x, w[O,I], b? -> y", attrs=("act", "keep_num_dims"),
           tflite=(Builtin("FULLY_CONNECTED", 2, 3),), layer=True, bn_fold=True, out_channel_axis=0,
           differentiable=True, clamp_masked=True, macs=_fc_macs, version=_fc_version, forward=_fully_connected,
-          c=_c_fully_connected),
+          c=_c_fully_connected, backward=LayerBackward(flat=True)),
     OpDef("fully_connected_grad_input", kind="backward", of="fully_connected", signature="dz, w -> dx",
-          grad_input=True, run=_run_fully_connected_grad_input),
+          grad_input=True, run=_run_fully_connected_grad_input, c=fc_grad.c_fully_connected_grad_input),
     OpDef("fully_connected_grad_weight", kind="backward", of="fully_connected", signature="dz, x -> dw",
-          attrs=("in_channels",), channel_stream=True, run=_run_fully_connected_grad_weight),
+          attrs=("in_channels",), channel_stream=True, run=_run_fully_connected_grad_weight, c=fc_grad.c_fully_connected_grad_weight),
 )

@@ -11,6 +11,7 @@ from ..c_literals import flit, numel
 from ..ir import Op
 from ..kernel_common import qparams
 from .base import Builtin, OpDef, version_by_dtype
+from .train_kernels import run_dequantize_slice
 
 # ---- numpy forward (the executor's kernels; ctx: executor._Ctx)
 
@@ -107,5 +108,5 @@ OPS = (
           version=version_by_dtype({"float16": 3, "int8": 2, "int16": 4})),
     OpDef("dequantize_slice", kind="aux", signature="x_q -> x_f", attrs=("channels", "depth"),
           note="the saved int8 input of a weight gradient, only its trained slice x[..., :k], as float32",
-          c=_c_dequantize_slice),
+          c=_c_dequantize_slice, run=run_dequantize_slice),
 )

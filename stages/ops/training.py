@@ -3,13 +3,16 @@ updates; the C of the losses, accumulations and updates (gen: codegen's generato
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import grad_ops as go
-from ..c_literals import CodegenError, flit, numel
+from ..c_literals import ACT_ENUM, CodegenError, flit, numel
 from ..ir import Op
 from ..qas import STATE_COUNT
 from .base import OpDef
+from .train_kernels import float_update, qas_update, run_batch_accumulate, run_step_counter
 
 # runtime value -> field of the firmware's runtime config (tt_cfg), read by the update calls
 RUNTIME_FIELDS = {"learning_rate": "learning_rate", "momentum": "momentum", "beta1": "beta1", "beta2": "beta2",
@@ -17,6 +20,44 @@ RUNTIME_FIELDS = {"learning_rate": "learning_rate", "momentum": "momentum", "bet
 
 
 # ---- C (gen: codegen's generator)
+
+def _c_act_grad(gen, op: Op) -> list[str]:
+    dy, y, dx = op.inputs[0], op.inputs[1], op.outputs[0]
+    n = numel(gen.g.tensors[dy].shape)
+    return [f"tt_act_grad_f32({n}, {ACT_ENUM[op.attrs['act']]}, {gen.loc(dy)}, {gen.loc(y)}, {gen.loc(dx)});"]
+
+
+def _c_int8_clamp_grad(gen, op: Op) -> list[str]:
+    dy, y, dx = op.inputs[0], op.inputs[1], op.outputs[0]
+    n = numel(gen.g.tensors[dy].shape)
+    return [f"tt_int8_clamp_grad_f32({n}, {int(op.attrs['lo'])}, {int(op.attrs['hi'])}, {gen.loc(dy)}, "
+            f"{gen.loc(y)}, {gen.loc(dx)});"]
+
+
+def _c_clamp_mask(gen, op: Op) -> list[str]:
+    """autodiff's 1-bit mask of a forward output (kernels_c/tt_mask.h): bit i = lo < y[i] < hi."""
+    y, mask = op.inputs[0], op.outputs[0]
+    n = numel(gen.g.tensors[y].shape)
+    lo, hi = op.attrs["lo"], op.attrs.get("hi")
+    if gen.is_int8(y):
+        return [f"tt_clamp_mask_s8({n}, {int(lo)}, {int(hi)}, {gen.loc(y)}, {gen.loc(mask)});"]
+    return [f"tt_clamp_mask_f32({n}, {flit(lo)}, {flit(math.inf if hi is None else hi)}, {gen.loc(y)}, "
+            f"{gen.loc(mask)});"]
+
+
+def _c_mask_grad(gen, op: Op) -> list[str]:
+    """dz = dy where the mask bit is set (in place over dy when the plan shares their buffer)."""
+    dy, mask, dz = op.inputs[0], op.inputs[1], op.outputs[0]
+    n = numel(gen.g.tensors[dy].shape)
+    return [f"tt_mask_grad_f32({n}, 0, {gen.loc(mask)}, {gen.loc(dy)}, {gen.loc(dz)});"]
+
+
+def _c_bias_grad(gen, op: Op) -> list[str]:
+    dz, db = op.inputs[0], op.outputs[0]
+    c = gen.g.tensors[dz].shape[-1]
+    rows = numel(gen.g.tensors[dz].shape) // c
+    return [f"tt_bias_grad_f32({rows}, {c}, {gen.loc(dz)}, {gen.loc(db)});"]
+
 
 def _c_grad_accumulate(gen, op: Op) -> list[str]:
     y = op.outputs[0]
@@ -297,18 +338,20 @@ LOSS_SUM = "loss_sum"   # the op adding several heads' losses (stages/losses.py 
 OPS = (
     OpDef("act_grad", kind="backward", signature="dy, y -> dz", attrs=("act",),
           note="mask from the forward output y; tanh: dy*(1 - y^2)", masks_gradient=True, in_place="any",
-          run=_run_act_grad),
+          run=_run_act_grad, c=_c_act_grad),
     OpDef("int8_clamp_grad", kind="backward", signature="dy, y_q -> dz", attrs=("lo", "hi"),
           note="straight-through estimator: dz = dy where lo < y_q < hi, else 0", masks_gradient=True,
-          in_place="first", run=_run_int8_clamp_grad),
+          in_place="first", run=_run_int8_clamp_grad, c=_c_int8_clamp_grad),
     OpDef("clamp_mask", kind="aux", signature="y -> mask", attrs=("lo", "hi"),
-          note="uint8[ceil(n/8)], bit i = 1 where lo < y_i < hi", run=_run_clamp_mask),
+          note="uint8[ceil(n/8)], bit i = 1 where lo < y_i < hi", run=_run_clamp_mask,
+          c=_c_clamp_mask),
     OpDef("mask_grad", kind="backward", signature="dy, mask -> dz", note="dz = dy where the bit is set",
-          masks_gradient=True, in_place="first", run=_run_mask_grad),
-    OpDef("bias_grad", kind="backward", signature="dz -> db", run=_run_bias_grad),
+          masks_gradient=True, in_place="first", run=_run_mask_grad, c=_c_mask_grad),
+    OpDef("bias_grad", kind="backward", signature="dz -> db", run=_run_bias_grad, c=_c_bias_grad),
     OpDef("grad_accumulate", kind="backward", signature="g0, g1, ... -> g",
           note="a tensor read by several ops", in_place="any", c=_c_grad_accumulate, run=_run_grad_accumulate),
-    OpDef("batch_accumulate", kind="aux", signature="acc, g -> acc", eager=True, c=_c_batch_accumulate),
+    OpDef("batch_accumulate", kind="aux", signature="acc, g -> acc", eager=True, c=_c_batch_accumulate,
+          run=run_batch_accumulate),
     # Losses, in the order of the spec's loss names (stages/losses.py); attrs only with several heads / a weight.
     OpDef("softmax_ce_loss", kind="loss", signature="logits, labels:int32[1] -> loss:f32[], dlogits",
           attrs=_LOSS_ATTRS, note="fused, stable; several heads: a float class index in the target row",
@@ -321,25 +364,25 @@ OPS = (
           note="delta 1 (PyTorch HuberLoss)", loss="huber", c=_c_loss, run=_run_huber_loss),
     OpDef(LOSS_SUM, kind="loss", signature="l0, l1, ... -> loss", note="several heads: their weighted losses",
           c=_c_loss_sum, run=_run_loss_sum),
-    OpDef("step_counter", kind="aux", signature="step -> step", c=_c_step_counter),
+    OpDef("step_counter", kind="aux", signature="step -> step", c=_c_step_counter, run=run_step_counter),
     OpDef("sgd_update", kind="update", signature="w, g -> w", attrs=_UPDATE_ATTRS, optimizer="sgd", eager=True,
-          c=_c_sgd_update),
+          c=_c_sgd_update, run=float_update("sgd")),
     OpDef("momentum_update", kind="update", signature="w, g, buf -> w, buf", attrs=_UPDATE_ATTRS,
-          optimizer="momentum", eager=True, c=_c_momentum_update),
+          optimizer="momentum", eager=True, c=_c_momentum_update, run=float_update("momentum")),
     OpDef("adam_update", kind="update", signature="w, g, m, v, step -> w, m, v", attrs=_UPDATE_ATTRS,
-          optimizer="adam", eager=True, c=_c_adam_update),
+          optimizer="adam", eager=True, c=_c_adam_update, run=float_update("adam")),
     OpDef("rmsprop_update", kind="update", signature="w, g, sq -> w, sq", attrs=_UPDATE_ATTRS,
-          optimizer="rmsprop", eager=True, c=_c_rmsprop_update),
+          optimizer="rmsprop", eager=True, c=_c_rmsprop_update, run=float_update("rmsprop")),
     OpDef("qas_sgd_update", kind="update", signature="p, g, scale [, master] [, prng] -> p [, master] [, prng]",
           attrs=_QAS_ATTRS, optimizer="sgd", qas=True, eager=True,
-          c=_qas_emitter("sgd")),
+          c=_qas_emitter("sgd"), run=qas_update("sgd")),
     OpDef("qas_momentum_update", kind="update", signature="p, g, scale, buf [, master] [, prng] -> p, buf, ...",
           attrs=_QAS_ATTRS, optimizer="momentum", qas=True, eager=True,
-          c=_qas_emitter("momentum")),
+          c=_qas_emitter("momentum"), run=qas_update("momentum")),
     OpDef("qas_adam_update", kind="update", signature="p, g, scale, m, v, step [, master] [, prng] -> p, m, v, ...",
           attrs=_QAS_ATTRS, optimizer="adam", qas=True, eager=True,
-          c=_qas_emitter("adam")),
+          c=_qas_emitter("adam"), run=qas_update("adam")),
     OpDef("qas_rmsprop_update", kind="update", signature="p, g, scale, sq [, master] [, prng] -> p, sq, ...",
           attrs=_QAS_ATTRS, optimizer="rmsprop", qas=True, eager=True,
-          c=_qas_emitter("rmsprop")),
+          c=_qas_emitter("rmsprop"), run=qas_update("rmsprop")),
 )

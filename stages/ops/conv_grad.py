@@ -1,0 +1,124 @@
+"""The C of the convolutions' gradient ops (OpDef.c of conv2d_grad_input / _weight, depthwise_conv2d_grad_input /
+_weight, transpose_conv_grad_input / _weight; gen: codegen's generator). An input gradient whose int8 weight
+memplan.fused_dequantize fuses reads the int8 weight (`*_qw_f32` kernels, split weights included); a conv2d weight
+gradient whose per-tensor int8 input is fused reads that input (`_qx_f32_range`); inside a channel stream
+(gen.chunk_rows) weight gradients compute one output channel `o`."""
+
+from __future__ import annotations
+
+from ..c_literals import CodegenError, flit
+from ..geometry import out_size_and_pad
+from ..ir import Op
+
+
+def c_transpose_conv_grad_input(gen, op: Op) -> list[str]:
+    dz, w, dx = op.inputs[0], op.inputs[1], op.outputs[0]
+    _, kh, kw, _ = gen.g.tensors[w].shape
+    d = gen.tconv_dims(op, dx, dz, kh, kw)
+    return [f"tt_transpose_conv_grad_input_f32(&{d}, {gen.loc(dz)}, {gen.loc(w)}, {gen.loc(dx)});"]
+
+
+def c_transpose_conv_grad_weight(gen, op: Op) -> list[str]:
+    dz, x, dw = op.inputs[0], op.inputs[1], op.outputs[0]
+    o, kh, kw, ci = [int(v) for v in op.attrs["w_shape"]]
+    k = int(op.attrs.get("in_channels", ci))
+    if int(gen.g.tensors[x].shape[-1]) != ci:
+        raise CodegenError(f"transpose_conv_grad_weight {dw!r}: reads a {gen.g.tensors[x].shape} input "
+                           f"(a sliced int8 input is not supported)")
+    d = gen.tconv_dims(op, x, dz, kh, kw)
+    return [f"tt_transpose_conv_grad_weight_f32(&{d}, {k}, {gen.loc(dz)}, {gen.loc(x)}, {gen.loc(dw)});"]
+
+
+def _grad_geo(gen, op: Op, x_shape, w_shape, dy: str, depthwise: bool, in_c: int | None = None) -> str:
+    """tt_conv_dims of the forward conv from the gradient op's attrs (x: the forward input's shape)."""
+    a = op.attrs
+    kh, kw = w_shape[1], w_shape[2]
+    sh, sw = int(a["stride_h"]), int(a["stride_w"])
+    dh, dw = int(a.get("dilation_h", 1)), int(a.get("dilation_w", 1))
+    oh, pt = out_size_and_pad(a["padding"], x_shape[1], kh, sh, dh)
+    ow, pl = out_size_and_pad(a["padding"], x_shape[2], kw, sw, dw)
+    ys = gen.g.tensors[dy].shape
+    c_in = x_shape[3] if in_c is None else in_c
+    mult = int(a.get("multiplier") or a.get("depth_multiplier") or (w_shape[3] // x_shape[3] if depthwise else 1)) \
+        if depthwise else 1
+    name = gen.uid("tt_cd")
+    gen.globals.append(f"static const tt_conv_dims {name} = {{{x_shape[0]}, {x_shape[1]}, {x_shape[2]}, {c_in}, "
+                        f"{oh}, {ow}, {ys[3]}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {mult}}};")
+    return name
+
+
+def c_conv2d_grad_input(gen, op: Op, io: dict[str, str] | None = None) -> list[str]:
+    dz, w, dx = op.inputs[0], op.inputs[1], op.outputs[0]
+    if io is None:
+        d = "&" + _grad_geo(gen, op, gen.g.tensors[dx].shape, gen.g.tensors[w].shape, dz, False)
+        dze, dxe = gen.loc(dz), gen.loc(dx)
+    else:
+        d, dze, dxe = io["d"], io["dz"], io["dx"]
+    if w in gen.fused:
+        wq = gen.fused[w]
+        sc, zp = gen.dq_tables(wq, 0, gen.g.tensors[wq].shape[0])
+        whole, part, n = gen.weight_args(wq)
+        return [f"tt_conv2d_grad_input_qw_f32({d}, {dze}, {whole}, {part}, {n}, {sc}, {zp}, {dxe});"]
+    return [f"tt_conv2d_grad_input_f32({d}, {dze}, {gen.loc(w)}, {dxe});"]
+
+
+def c_depthwise_conv2d_grad_input(gen, op: Op) -> list[str]:
+    dz, w, dx = op.inputs[0], op.inputs[1], op.outputs[0]
+    ws = gen.g.tensors[w].shape
+    xs = gen.g.tensors[dx].shape
+    d = _grad_geo(gen, op, xs, ws, dz, True)
+    # memplan may put dx over a dying dz (depth multiplier 1): channel by channel through a scratch channel
+    inplace = gen.same_place(dz, dx)
+    if inplace and dx not in gen.scratch:
+        raise CodegenError(f"in-place depthwise input gradient {dx} has no scratch buffer in the plan")
+    scr = f"(float *)(tt_arena + {gen.scratch[dx]})" if inplace else ""
+    if w in gen.fused:
+        wq = gen.fused[w]
+        sc, zp = gen.dq_tables(wq, 3, ws[3])
+        if inplace:
+            return [f"tt_depthwise_conv2d_grad_input_qw_f32_inplace(&{d}, {gen.loc(dx)}, {gen.loc(wq)}, {sc}, "
+                    f"{zp}, {scr});"]
+        return [f"tt_depthwise_conv2d_grad_input_qw_f32(&{d}, {gen.loc(dz)}, {gen.loc(wq)}, {sc}, {zp}, "
+                f"{gen.loc(dx)});"]
+    if inplace:
+        return [f"tt_depthwise_conv2d_grad_input_f32_inplace(&{d}, {gen.loc(dx)}, {gen.loc(w)}, {scr});"]
+    return [f"tt_depthwise_conv2d_grad_input_f32(&{d}, {gen.loc(dz)}, {gen.loc(w)}, {gen.loc(dx)});"]
+
+
+def c_conv2d_grad_weight(gen, op: Op) -> list[str]:
+    dz, x, dw = op.inputs[0], op.inputs[1], op.outputs[0]
+    ws = list(op.attrs["w_shape"])
+    k = int(op.attrs.get("in_channels") or ws[3])
+    if x in gen.fused:  # the int8 activation itself, all its channels (memplan.fused_input_dequantize)
+        xq = gen.fused[x]
+        xs = gen.g.tensors[xq].shape
+        d = _grad_geo(gen, op, xs, ws, dz, False, in_c=xs[3])
+        s, z = gen.qp(xq)
+        o0, o1 = ("o", "o + 1") if gen.chunk_rows is not None else ("0", str(ws[0]))
+        return [f"tt_conv2d_grad_weight_qx_f32_range(&{d}, {k}, {o0}, {o1}, {gen.loc(dz)}, {gen.loc(xq)}, "
+                f"{flit(s)}, {z}, {gen.loc(dw)});"]
+    xs = gen.g.tensors[x].shape
+    d = _grad_geo(gen, op, xs, ws, dz, False, in_c=xs[3])
+    if gen.chunk_rows is not None:
+        return [f"tt_conv2d_grad_weight_f32_range(&{d}, {k}, o, o + 1, {gen.loc(dz)}, {gen.loc(x)}, "
+                f"{gen.loc(dw)});"]
+    return [f"tt_conv2d_grad_weight_f32(&{d}, {k}, {gen.loc(dz)}, {gen.loc(x)}, {gen.loc(dw)});"]
+
+
+def c_depthwise_conv2d_grad_weight(gen, op: Op) -> list[str]:
+    dz, x, dw = op.inputs[0], op.inputs[1], op.outputs[0]
+    ws = list(op.attrs["w_shape"])
+    xs = gen.g.tensors[x].shape
+    k = int(op.attrs.get("in_channels") or xs[3])
+    mult = int(op.attrs.get("multiplier") or 0) or ws[3] // xs[3]
+    a = op.attrs
+    kh, kw = ws[1], ws[2]
+    sh, sw = int(a["stride_h"]), int(a["stride_w"])
+    dh, dwl = int(a.get("dilation_h", 1)), int(a.get("dilation_w", 1))
+    oh, pt = out_size_and_pad(a["padding"], xs[1], kh, sh, dh)
+    ow, pl = out_size_and_pad(a["padding"], xs[2], kw, sw, dwl)
+    ys = gen.g.tensors[dz].shape
+    name = gen.uid("tt_cd")
+    gen.globals.append(f"static const tt_conv_dims {name} = {{{xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {oh}, {ow}, "
+                        f"{ys[3]}, {kh}, {kw}, {sh}, {sw}, {dh}, {dwl}, {pt}, {pl}, {mult}}};")
+    return [f"tt_depthwise_conv2d_grad_weight_f32(&{name}, {k}, {gen.loc(dz)}, {gen.loc(x)}, {gen.loc(dw)});"]

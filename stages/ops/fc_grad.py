@@ -1,0 +1,38 @@
+"""The C of fully_connected's gradient ops (OpDef.c; gen: codegen's generator): the input gradient reads a
+fused int8 weight directly (`_qw_f32`); the weight gradient reads the k trained columns of x (the int8 path's
+dequantized slice holds only those) and computes one output channel `o` inside a channel stream."""
+
+from __future__ import annotations
+
+from ..c_literals import numel
+from ..ir import Op
+
+
+def c_fully_connected_grad_input(gen, op: Op) -> list[str]:
+    dz, w, dx = op.inputs[0], op.inputs[1], op.outputs[0]
+    o, depth = gen.g.tensors[w].shape
+    rows = numel(gen.g.tensors[dx].shape) // depth
+    if w in gen.fused:
+        wq = gen.fused[w]
+        sc, zp = gen.dq_tables(wq, 0, o)
+        return [f"tt_fully_connected_grad_input_qw_f32({rows}, {depth}, {o}, {gen.loc(dz)}, {gen.loc(wq)}, "
+                f"{sc}, {zp}, {gen.loc(dx)});"]
+    return [f"tt_fully_connected_grad_input_f32({rows}, {depth}, {o}, {gen.loc(dz)}, {gen.loc(w)}, "
+            f"{gen.loc(dx)});"]
+
+
+def c_fully_connected_grad_weight(gen, op: Op) -> list[str]:
+    dz, x, dw = op.inputs[0], op.inputs[1], op.outputs[0]
+    o, depth = op.attrs["w_shape"]
+    k = int(op.attrs.get("in_channels") or depth)
+    rows = numel(gen.g.tensors[dz].shape) // o
+    xdepth = numel(gen.g.tensors[x].shape) // rows  # the int8 path hands over only the k trained columns
+    if xdepth == k and k != depth:
+        depth_arg = k
+    else:
+        depth_arg = depth
+    if gen.chunk_rows is not None:
+        return [f"tt_fully_connected_grad_weight_f32_range({rows}, {depth_arg}, {o}, {k}, o, o + 1, "
+                f"{gen.loc(dz)}, {gen.loc(x)}, {gen.loc(dw)});"]
+    return [f"tt_fully_connected_grad_weight_f32({rows}, {depth_arg}, {o}, {k}, {gen.loc(dz)}, {gen.loc(x)}, "
+            f"{gen.loc(dw)});"]
