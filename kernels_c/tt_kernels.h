@@ -1,5 +1,9 @@
 /* tinytrain kernel library: portable C99 kernels for on-device training (DESIGN §6, §7).
  *
+ * Layout (kernels_c/README.md): the kernels of IR op <op> (int8, float32 and its backward) are in ops/tt_<op>.c;
+ * shared inner loops in the headers of kernels_c/; support code that is no op (losses, optimizers, QAS) in the
+ * .c files of kernels_c/. The prototypes of every op file are declared here.
+ *
  * Conventions (TFLite Micro / CMSIS-NN style):
  *  - Layout NHWC. Weights as in the IR: conv [O,KH,KW,I], depthwise [1,KH,KW,C*M], fully connected [O,I].
  *  - No malloc, no static or hidden state: every buffer (inputs, outputs, optimizer state, PRNG state) is passed
