@@ -94,3 +94,25 @@ def test_driver_lines_run_the_kernels_of_the_op_they_name():
             assert not called, f"{name}: a support line runs op kernels {called}"
         else:
             assert called and {defs[t] for t in called} == {op}, f"{name} ({op}) runs {called}"
+
+
+def test_the_cross_compile_key_covers_every_kernel_source_it_builds(tmp_path, monkeypatch):
+    """Each folder cross-compile builds kernels from is a source pattern of its cache key, and editing an op file
+    changes the key's digest of that pattern."""
+    import shutil
+
+    import tinytrain
+    from tinytrain.pipeline.preimage import package_files_digest
+    from tinytrain.pipeline.stage_graph import stage
+    from tinytrain.stages.cross_compile import KERNEL_SOURCE_GLOBS
+
+    patterns = stage("cross-compile").source_files
+    assert all(f"kernels_c/{g}" in patterns for g in KERNEL_SOURCE_GLOBS)
+    fake = tmp_path / "tinytrain"
+    shutil.copytree(OPS_DIR, fake / "kernels_c" / "ops")
+    (fake / "__init__.py").write_text("")
+    monkeypatch.setattr(tinytrain, "__file__", str(fake / "__init__.py"))
+    before = package_files_digest("kernels_c/ops/*.c")
+    conv = fake / "kernels_c" / "ops" / "tt_conv2d.c"
+    conv.write_text(conv.read_text() + "\n/* edited */\n")
+    assert package_files_digest("kernels_c/ops/*.c") != before
