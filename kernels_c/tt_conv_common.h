@@ -1,23 +1,12 @@
 /* Helpers shared by the conv2d and depthwise_conv2d kernels (ops/tt_conv2d.c, ops/tt_depthwise_conv2d.c): the
- * geometry in locals, the interior (no-padding) output range, the float activation clamp, the source output
- * coordinate of an input-gradient tap and the dequantization of one int8 weight. Static: each kernel file gets
- * its own copy, inlined as it was when both ops lived in one file (the two files use every function here). */
+ * geometry in locals, the interior (no-padding) output range, the source output coordinate of an input-gradient
+ * tap and the dequantization of one int8 weight (and, through tt_act_clamp.h, the float activation clamp).
+ * Static: each kernel file gets its own copy (the two files use every function here). */
 #ifndef TT_CONV_COMMON_H
 #define TT_CONV_COMMON_H
 
+#include "tt_act_clamp.h"
 #include "tt_kernels.h"
-
-static inline float tt_act_clamp(float v, float lo, float hi)
-{
-    /* np.maximum then np.minimum, as executor._float_act. */
-    if (v < lo) {
-        v = lo;
-    }
-    if (v > hi) {
-        v = hi;
-    }
-    return v;
-}
 
 /* First and one-past-last output coordinate whose taps all lie inside the input (no padding, no bounds checks). */
 static void tt_interior(int32_t out_size, int32_t in_size, int32_t stride, int32_t pad, int32_t k, int32_t dil,

@@ -3,7 +3,8 @@
  * average_pool2d, max_pool2d and mean over H,W; int8 and float32 (executor._average_pool2d, _max_pool2d, _mean).
  * Windows are visited row by row (filter y, then filter x) like the reference kernels; out-of-image taps are
  * skipped and the average divides by the number of in-image taps. */
-#include "tt_pool_common.h"
+#include "tt_act_clamp.h"
+#include "tt_kernels.h"
 
 void tt_average_pool2d_s8(const tt_pool_dims *d, int32_t act_min, int32_t act_max, const int8_t *x, int8_t *y)
 {
@@ -64,7 +65,7 @@ void tt_average_pool2d_f32(const tt_pool_dims *d, float act_min, float act_max, 
                         }
                     }
                     y[((b * d->out_h + oy) * d->out_w + ox) * d->channels + c] =
-                        tt_clampf(acc / count, act_min, act_max);
+                        tt_act_clamp(acc / count, act_min, act_max);
                 }
             }
         }

@@ -1,6 +1,7 @@
 /* max_pool2d: int8 and float32, and max_pool2d_grad (float or int8 forward input); conventions:
  * ops/tt_average_pool2d.c's header. */
-#include "tt_pool_common.h"
+#include "tt_act_clamp.h"
+#include "tt_kernels.h"
 
 #include <float.h>
 
@@ -73,7 +74,7 @@ void tt_max_pool2d_f32(const tt_pool_dims *d, float act_min, float act_max, cons
                         }
                     }
                     y[((b * d->out_h + oy) * d->out_w + ox) * d->channels + c] =
-                        tt_clampf(best, act_min, act_max);
+                        tt_act_clamp(best, act_min, act_max);
                 }
             }
         }
