@@ -688,7 +688,7 @@ def test_out_size_and_pad(batch):
         assert tuple(out[k][0]) == ref
 
 
-# ---- broadcasting binary ops, activations, strided slice (tt_arith.c, tt_activations.c, tt_slice.c) ------------
+# ---- broadcasting binary ops, activations, strided slice (kernels_c/ops/) -------------------------------------
 
 def _bcast_ints(out_shape, *operands) -> list[int]:
     """tt_broadcast as ints: the output's rank-4 shape, then each operand's element strides (numpy broadcasting:
