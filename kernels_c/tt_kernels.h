@@ -364,9 +364,10 @@ void tt_prelu_grad_f32(const tt_broadcast *bc, const float *dy, const float *x, 
 void tt_strided_slice_grad_f32(const tt_strided_slice_params *p, const float *dy, float *dx);
 
 /* RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR (ops/tt_resize_bilinear.c, ops/tt_resize_nearest_neighbor.c;
- * executor._resize_bilinear / _resize_nearest_neighbor), NHWC x [batches, in_h, in_w, channels] -> y [batches, out_h, out_w, channels]; int8 keeps the input's quantization
- * (bilinear: TFLite's Q10 ResizeBilinearInteger). y must not overlap x. The backward takes the forward's params:
- * dy has the output's shape, dx (zeroed by the kernel) the input's. */
+ * executor._resize_bilinear / _resize_nearest_neighbor), NHWC x [batches, in_h, in_w, channels] -> y [batches,
+ * out_h, out_w, channels]; int8 keeps the input's quantization (bilinear: TFLite's Q10 ResizeBilinearInteger). y
+ * must not overlap x. The backward takes the forward's params: dy has the output's shape, dx (zeroed by the kernel)
+ * the input's. */
 typedef struct {
     int32_t batches, in_h, in_w, channels, out_h, out_w;
     int32_t align_corners, half_pixel_centers;
