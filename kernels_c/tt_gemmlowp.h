@@ -10,6 +10,9 @@
 
 #include "tt_fixedpoint.h"
 
+/* Wrapping negation (the logistic / tanh kernels' sign flip). */
+static inline int32_t tt_neg32(int32_t a) { return tt_wrap_sub32(0, a); }
+
 /* exp(a) for a in [-1/4, 0), Q0.31 in and out (gemmlowp constants). */
 static inline int32_t tt_exp_on_interval_between_negative_one_quarter_and_0_excl(int32_t a)
 {

@@ -1,5 +1,9 @@
 /* tinytrain kernel library: portable C99 kernels for on-device training (DESIGN §6, §7).
  *
+ * Layout (kernels_c/README.md): the kernels of IR op <op> (int8, float32 and its backward) are in ops/tt_<op>.c;
+ * shared inner loops in the headers of kernels_c/; support code that is no op (losses, optimizers, QAS) in the
+ * .c files of kernels_c/. The prototypes of every op file are declared here.
+ *
  * Conventions (TFLite Micro / CMSIS-NN style):
  *  - Layout NHWC. Weights as in the IR: conv [O,KH,KW,I], depthwise [1,KH,KW,C*M], fully connected [O,I].
  *  - No malloc, no static or hidden state: every buffer (inputs, outputs, optimizer state, PRNG state) is passed
@@ -142,7 +146,7 @@ void tt_dequantize_s8_f32(int32_t n, float scale, int32_t zero_point, const int8
 void tt_dequantize_per_channel_s8_f32(int32_t outer, int32_t channels, int32_t inner, const float *scale,
                                       const int32_t *zero_point, const int8_t *x, float *y);
 
-/* ---- broadcasting element-wise ops, more activations (tt_arith.c, tt_activations.c, tt_slice.c) ------------- */
+/* ---- broadcasting element-wise ops, more activations, strided slice (ops/tt_add.c ... ops/tt_strided_slice.c) */
 
 /* numpy broadcasting of a binary op on a rank-4 view (lower ranks: leading 1s, aligned to the right as numpy
  * does): the output's shape and, per operand, the element stride of each axis (0 where the operand has extent 1
@@ -262,7 +266,7 @@ void tt_conv2d_f32(const tt_conv_dims *d, float act_min, float act_max, const fl
                    const float *bias, float *y);
 void tt_depthwise_conv2d_f32(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
                              const float *bias, float *y);
-/* TRANSPOSE_CONV (tt_transpose_conv.c): x [B,in_h,in_w,in_c] -> y [B,out_h,out_w,out_c], w [out_c,k_h,k_w,in_c],
+/* TRANSPOSE_CONV (ops/tt_transpose_conv.c): x [B,in_h,in_w,in_c] -> y [B,out_h,out_w,out_c], w [out_c,k_h,k_w,in_c],
  * pad_top/pad_left from y's size (executor.transpose_conv_geometry); dilation / depth_multiplier ignored. int8:
  * requant as conv2d (bit-exact with the reference's int32 scratch); float: the reference's per-element order. The
  * backward: dx = the conv2d of dy with w of the same geometry; dw [out_c,k_h,k_w,k] (first k input channels). */
@@ -359,10 +363,11 @@ void tt_prelu_grad_f32(const tt_broadcast *bc, const float *dy, const float *x, 
 /* dx (x's rank-4 shape p->in_shape) = 0 except the sliced positions, which get dy in order. */
 void tt_strided_slice_grad_f32(const tt_strided_slice_params *p, const float *dy, float *dx);
 
-/* RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR (tt_resize.c; executor._resize_bilinear / _resize_nearest_neighbor), NHWC
- * x [batches, in_h, in_w, channels] -> y [batches, out_h, out_w, channels]; int8 keeps the input's quantization
- * (bilinear: TFLite's Q10 ResizeBilinearInteger). y must not overlap x. The backward takes the forward's params:
- * dy has the output's shape, dx (zeroed by the kernel) the input's. */
+/* RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR (ops/tt_resize_bilinear.c, ops/tt_resize_nearest_neighbor.c;
+ * executor._resize_bilinear / _resize_nearest_neighbor), NHWC x [batches, in_h, in_w, channels] -> y [batches,
+ * out_h, out_w, channels]; int8 keeps the input's quantization (bilinear: TFLite's Q10 ResizeBilinearInteger). y
+ * must not overlap x. The backward takes the forward's params: dy has the output's shape, dx (zeroed by the kernel)
+ * the input's. */
 typedef struct {
     int32_t batches, in_h, in_w, channels, out_h, out_w;
     int32_t align_corners, half_pixel_centers;
@@ -452,7 +457,7 @@ void tt_qas_update_bias_s32(int32_t channels, tt_rounding rounding, const float 
 
 /* conv2d weight gradient of output channels [o0, o1) reading the int8 input x (per-tensor scale / zero point,
  * d->in_c channels of which the first k are trained) and dequantizing each element where it is used: bits of
- * dequantize_slice followed by tt_conv2d_grad_weight_f32_range (tt_conv_grad.c). */
+ * dequantize_slice followed by tt_conv2d_grad_weight_f32_range (ops/tt_conv2d.c). */
 void tt_conv2d_grad_weight_qx_f32_range(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dy,
                                         const int8_t *x, float scale, int32_t zero_point, float *dw);
 

@@ -43,12 +43,3 @@ void tt_clamp_mask_f32(int32_t n, float lo, float hi, const float *y, uint8_t *m
         mask[j] = (uint8_t)bits;
     }
 }
-
-void tt_mask_grad_f32(int32_t n, int32_t bit_offset, const uint8_t *mask, const float *dy, float *dz)
-{
-    int32_t i;
-    for (i = 0; i < n; ++i) {
-        const uint32_t b = (uint32_t)bit_offset + (uint32_t)i;
-        dz[i] = ((mask[b >> 3] >> (b & 7u)) & 1u) ? dy[i] : 0.0f;
-    }
-}

@@ -49,7 +49,12 @@ typedef struct {
     int sh;            /* e - 1 */
 } tt_requant_fast;
 
-/* 1 and *f filled when the channel's requantization has the fast form, else 0. */
+/* 1 and *f filled when the channel's requantization has the fast form, else 0. Always inlined: with conv2d and
+ * depthwise_conv2d in separate files, GCC's own choice inlined it in another order and the depthwise channel loop
+ * (run once per channel) ran a few more instructions; forced, that loop compiles as when both shared one file. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
 static inline int tt_requant_fast_init(tt_requant_fast *f, const tt_requant1 *r)
 {
     const int e = r->right;

@@ -4,73 +4,6 @@
 #include <math.h>
 #include <stddef.h>
 
-/* ---- in-place depthwise (depth multiplier 1) ----------------------------------------------------------------
- * Output channel c reads only input channel c, and output element (pixel p, channel c) sits at p*C + c, an
- * element of channel c of the input too: so once channel c's outputs are all in scratch, copying them over the
- * buffer destroys no input another channel still needs, whatever the stride. */
-void tt_depthwise_conv2d_s8_inplace(const tt_conv_dims *d, const tt_requant_s8 *q, int8_t *xy, const int8_t *w,
-                                    const int32_t *bias, int8_t *scratch)
-{
-    int32_t b, c, p;
-    const int32_t C = d->in_c, n_out = d->out_h * d->out_w;
-    for (b = 0; b < d->batches; ++b) {
-        const int8_t *x = xy + b * d->in_h * d->in_w * C;
-        int8_t *y = xy + b * n_out * C;
-        for (c = 0; c < C; ++c) {
-            tt_depthwise_channel_s8(d, q, x + c, w + c, bias != 0 ? bias[c] : 0, c, scratch, 1);
-            for (p = 0; p < n_out; ++p) {
-                y[p * C + c] = scratch[p];
-            }
-        }
-    }
-}
-
-void tt_depthwise_conv2d_f32_inplace(const tt_conv_dims *d, float act_min, float act_max, float *xy,
-                                     const float *w, const float *bias, float *scratch)
-{
-    int32_t b, c, oy, ox, ky, kx;
-    const int32_t C = d->in_c;
-    for (b = 0; b < d->batches; ++b) {
-        const float *x = xy + b * d->in_h * d->in_w * C;
-        float *y = xy + b * d->out_h * d->out_w * C;
-        for (c = 0; c < C; ++c) {
-            for (oy = 0; oy < d->out_h; ++oy) {
-                const int32_t iy0 = oy * d->stride_h - d->pad_top;
-                for (ox = 0; ox < d->out_w; ++ox) {
-                    const int32_t ix0 = ox * d->stride_w - d->pad_left;
-                    float acc = 0.0f;
-                    for (ky = 0; ky < d->k_h; ++ky) {
-                        const int32_t iy = iy0 + ky * d->dilation_h;
-                        if (iy < 0 || iy >= d->in_h) {
-                            continue;
-                        }
-                        for (kx = 0; kx < d->k_w; ++kx) {
-                            const int32_t ix = ix0 + kx * d->dilation_w;
-                            if (ix < 0 || ix >= d->in_w) {
-                                continue;
-                            }
-                            acc += x[(iy * d->in_w + ix) * C + c] * w[(ky * d->k_w + kx) * C + c];
-                        }
-                    }
-                    if (bias != 0) {
-                        acc += bias[c];
-                    }
-                    if (acc < act_min) {
-                        acc = act_min;
-                    }
-                    if (acc > act_max) {
-                        acc = act_max;
-                    }
-                    scratch[oy * d->out_w + ox] = acc;
-                }
-            }
-            for (oy = 0; oy < d->out_h * d->out_w; ++oy) {
-                y[oy * C + c] = scratch[oy];
-            }
-        }
-    }
-}
-
 /* ---- element-wise ------------------------------------------------------------------------------------------- */
 
 void tt_sum_f32(int32_t n_inputs, const float *const *xs, int32_t n, float *y)
@@ -82,14 +15,6 @@ void tt_sum_f32(int32_t n_inputs, const float *const *xs, int32_t n, float *y)
             s += xs[j][i];
         }
         y[i] = s;
-    }
-}
-
-void tt_int8_clamp_grad_f32(int32_t n, int32_t lo, int32_t hi, const float *dy, const int8_t *y, float *dx)
-{
-    int32_t i;
-    for (i = 0; i < n; ++i) {
-        dx[i] = ((int32_t)y[i] > lo && (int32_t)y[i] < hi) ? dy[i] : 0.0f;
     }
 }
 

@@ -21,8 +21,8 @@ extern "C" {
  * kernels. */
 void tt_depthwise_conv2d_s8_inplace(const tt_conv_dims *d, const tt_requant_s8 *q, int8_t *xy, const int8_t *w,
                                     const int32_t *bias, int8_t *scratch);
-/* One channel of a depthwise conv with depth multiplier 1 (tt_conv.c): xc / wc point at channel c of the batch's
- * input and of the weight, output pixel p is written to out[p * out_stride]. */
+/* One channel of a depthwise conv with depth multiplier 1 (ops/tt_depthwise_conv2d.c): xc / wc point at channel c
+ * of the batch's input and of the weight, output pixel p is written to out[p * out_stride]. */
 void tt_depthwise_channel_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *xc, const int8_t *wc,
                              int32_t bias, int32_t c, int8_t *out, int32_t out_stride);
 void tt_depthwise_conv2d_f32_inplace(const tt_conv_dims *d, float act_min, float act_max, float *xy,

@@ -88,7 +88,8 @@ def export_library(codegen_dir: Path, size_json: Path | None, out: Path, name: s
     src.mkdir(parents=True)
     for f in ("tt_model.c", "tt_model.h"):
         shutil.copyfile(Path(codegen_dir) / f, src / f)
-    for p in sorted(KERNELS.glob("*.[ch]")):
+    # flat: the one-op-per-file kernels (kernels_c/ops/) include the shared headers by name, found in src/ too
+    for p in sorted(KERNELS.glob("*.[ch]")) + sorted(KERNELS.glob("ops/*.[ch]")):
         shutil.copyfile(p, src / p.name)
     layout = json.loads((Path(codegen_dir) / "io_layout.json").read_text())
     cgj = json.loads((Path(codegen_dir) / "codegen.json").read_text())

@@ -4,7 +4,7 @@ Inputs: the codegen stage's folder (every `*.c` there is compiled; its headers a
 path) and, when present, its `sources.json`:
 
     {"kernels": ["conv2d_int8.c", ...],   # kernel-library files (relative to kernels_c/) to build;
-                                          # absent or null: every kernels_c/*.c
+                                          # absent or null: every kernels_c/*.c and kernels_c/ops/*.c
      "defines": {"TT_ARENA_BYTES": "4096"},   # extra -D for every file
      "stack_bytes": 12288}                # stack the linker script reserves (default: the board's)
 
@@ -37,6 +37,8 @@ from tinytrain.pipeline.errors import StageFailed, UserError
 from tinytrain.stages.boards import BOARD_DIR, Board, get_board
 
 KERNELS_DIR = BOARD_DIR.parent  # kernels_c/
+# The kernel library's C files under kernels_c/: shared support, then one file per op (kernels_c/README.md).
+KERNEL_SOURCE_GLOBS = ("*.c", "ops/*.c")
 
 ARM_CC = "arm-none-eabi-gcc"
 HOST_CC = "cc"
@@ -129,7 +131,7 @@ def build_firmware(board: Board, program_dir: Path, out_dir: Path, *,
                    stack_bytes: int | None = None,
                    progress=no_progress) -> BuildResult:
     """Compile every `*.c` of `program_dir` (which defines `tt_main`), the kernel library files
-    `kernels` (names under kernels_c/; None = every kernels_c/*.c, [] = none) and the board
+    `kernels` (names under kernels_c/; None = every KERNEL_SOURCE_GLOBS file, [] = none) and the board
     support into `out_dir/firmware.elf` (+ firmware.map, size.json, build.json).
 
     `sanitize` (host only), e.g. ("address", "undefined"), adds -fsanitize=... for tests.
@@ -184,7 +186,7 @@ def _stage_sources(work: Path, board: Board, program_dir: Path, kernels: Sequenc
     if not program:
         raise StageFailed(f"no C sources (*.c) in {program_dir}")
     if kernels is None:
-        lib = sorted(p.relative_to(work) for p in (src / "kernels_c").glob("*.c"))
+        lib = [p.relative_to(work) for g in KERNEL_SOURCE_GLOBS for p in sorted((src / "kernels_c").glob(g))]
     else:
         lib = []
         for name in kernels:

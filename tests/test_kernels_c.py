@@ -23,6 +23,7 @@ import pytest
 
 from tinytrain.stages import grad_ops as go
 from tinytrain.stages import int8_arith as ia
+from tinytrain.stages.cross_compile import KERNEL_SOURCE_GLOBS
 from tinytrain.stages.executor import run_graph
 from tinytrain.stages.geometry import out_size_and_pad
 from tinytrain.stages.ir import Graph, Op, QuantParams, Tensor
@@ -42,7 +43,8 @@ ACT_ENUM = {"none": 0, "relu": 1, "relu6": 2, "relu_n1_to_1": 3}
 
 
 def kernel_sources() -> list[Path]:
-    return sorted(KDIR.glob("*.c"))
+    """The kernel library as cross-compile builds it: the shared files, then one file per op (kernels_c/ops/)."""
+    return [p for g in KERNEL_SOURCE_GLOBS for p in sorted(KDIR.glob(g))]
 
 
 # ---- the compiled driver ---------------------------------------------------------------------------------------
@@ -686,7 +688,7 @@ def test_out_size_and_pad(batch):
         assert tuple(out[k][0]) == ref
 
 
-# ---- broadcasting binary ops, activations, strided slice (tt_arith.c, tt_activations.c, tt_slice.c) ------------
+# ---- broadcasting binary ops, activations, strided slice (kernels_c/ops/) -------------------------------------
 
 def _bcast_ints(out_shape, *operands) -> list[int]:
     """tt_broadcast as ints: the output's rank-4 shape, then each operand's element strides (numpy broadcasting:
@@ -1032,6 +1034,32 @@ def test_data_movement_and_activation_backward(batch):
             _assert_close(out[i][j], r)
 
 
+def test_clamp_and_mask_gradients(batch):
+    """int8_clamp_grad (lo < y_q < hi passes dy) and mask_grad (a 1-bit mask from any bit offset) vs the training
+    executor's kernels, bit for bit; dz written over dy as the schedule runs them in place."""
+    from tinytrain.stages import ops
+
+    rng = np.random.default_rng(236)
+    run_clamp = ops.get("int8_clamp_grad").run
+    refs = []
+    for _ in range(12):
+        n = int(rng.integers(1, 40))
+        lo, hi = sorted(int(v) for v in rng.integers(-128, 128, size=2))
+        y = rng.integers(-128, 128, size=n).astype(np.int8)
+        y[rng.integers(0, n, size=max(1, n // 4))] = lo  # the bounds themselves are masked
+        dy = rng.standard_normal(n).astype(np.float32)
+        op = Op("int8_clamp_grad", ["dy", "y"], ["dz"], {"lo": lo, "hi": hi})
+        want = run_clamp(op, lambda j, vals=(dy, y): vals[j], None, None)[0]
+        refs.append((batch.add("int8_clamp_grad_f32", [n, lo, hi], [], [dy, y, dy.copy()]), want, 2))
+        off = int(rng.integers(0, 20))
+        mask = rng.integers(0, 256, size=(off + n + 7) // 8).astype(np.uint8)
+        refs.append((batch.add("mask_grad_f32", [n, off], [], [mask, dy, dy.copy()]),
+                     go.mask_grad(dy, mask, bit_offset=off), 2))
+    out = batch.run()
+    for i, want, j in refs:
+        assert np.array_equal(out[i][j].view(np.uint32), np.asarray(want, np.float32).reshape(-1).view(np.uint32))
+
+
 def test_elementwise_backward(batch):
     """unbroadcast (add/sub grads, both signs), mul_grad, the activation grads and the strided-slice scatter vs
     grad_ops, within 1e-5 (sums over broadcast axes run in another order than numpy's pairwise sums)."""
@@ -1267,7 +1295,7 @@ def test_every_kernel_cross_compiles_warning_free(tmp_path, core, dsp):
                              capture_output=True, text=True)
         assert res.returncode == 0 and not res.stderr.strip(), f"{src.name} ({core}):\n{res.stderr}"
     # The DSP build really uses the SIMD instructions (and the portable one does not).
-    asm = subprocess.run([cc, *flags, "-S", "-o", "-", str(KDIR / "tt_fully_connected.c")], capture_output=True,
+    asm = subprocess.run([cc, *flags, "-S", "-o", "-", str(KDIR / "ops" / "tt_fully_connected.c")], capture_output=True,
                          text=True, check=True).stdout
     assert ("smlad" in asm) == dsp
 

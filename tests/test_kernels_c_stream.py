@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tinytrain.stages.cross_compile import KERNEL_SOURCE_GLOBS
+
 ROOT = Path(__file__).resolve().parents[1]
 KDIR = ROOT / "kernels_c"
 CFLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off"]
@@ -386,7 +388,7 @@ def harness(tmp_path_factory) -> Path:
     src = tmp / "stream.c"
     src.write_text(HARNESS)
     exe = tmp / "stream"
-    cmd = [cc, *HOST_FLAGS, f"-I{KDIR}", *map(str, sorted(KDIR.glob("*.c"))), str(src), "-lm", "-o", str(exe)]
+    cmd = [cc, *HOST_FLAGS, f"-I{KDIR}", *[str(p) for g in KERNEL_SOURCE_GLOBS for p in sorted(KDIR.glob(g))], str(src), "-lm", "-o", str(exe)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, f"host build failed:\n{' '.join(cmd)}\n{res.stderr}"
     return exe

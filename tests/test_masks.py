@@ -292,7 +292,7 @@ def test_c_kernels_match_numpy(tmp_path, act):
                                                          fhi="INFINITY" if fhi is None else codegen.flit(fhi)))
     exe = tmp_path / "drv"
     cmd = [cc, *CFLAGS, "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{KDIR}",
-           str(KDIR / "tt_mask.c"), str(src), "-lm", "-o", str(exe)]
+           str(KDIR / "tt_mask.c"), str(KDIR / "ops" / "tt_mask_grad.c"), str(src), "-lm", "-o", str(exe)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split("\n")
@@ -315,9 +315,10 @@ def test_c_kernels_build_for_cortex_m7(tmp_path):
     if cc is None:
         pytest.skip("no arm-none-eabi-gcc")
     flags = ["-mcpu=cortex-m7", "-mthumb", "-mfpu=fpv5-d16", "-mfloat-abi=hard", *CFLAGS, "-O2", "-c"]
-    res = subprocess.run([cc, *flags, f"-I{KDIR}", str(KDIR / "tt_mask.c"), "-o", str(tmp_path / "m.o")],
-                         capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
+    for src in (KDIR / "tt_mask.c", KDIR / "ops" / "tt_mask_grad.c"):
+        res = subprocess.run([cc, *flags, f"-I{KDIR}", str(src), "-o", str(tmp_path / "m.o")],
+                             capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
 
 
 @pytest.mark.parametrize("name,scheme", [("digits_cnn_int8", "full"), ("dwsep_float", "last_k"),

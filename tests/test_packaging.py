@@ -32,10 +32,15 @@ def test_wheel_install_works_outside_the_checkout(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for module in ("tinytrain/__init__.py", "tinytrain/pipeline/cli.py", "tinytrain/stages/ir.py",
                    "tinytrain/stages/load.py", "tinytrain/cache/store.py", "tinytrain/kernels_c/tt_kernels.h",
-                   "tinytrain/kernels_c/tt_conv.c", "tinytrain/kernels_c/boards/startup.c",
+                   "tinytrain/kernels_c/boards/startup.c",
                    "tinytrain/kernels_c/boards/stm32f746-disco.ld",
                    "tinytrain/stages/zoo_models/mbv2_w035_128_int8.tflite"):
         assert module in names, f"{module} missing from the wheel"
+    # every kernel source ships, the one-op-per-file kernels (kernels_c/ops/) included
+    kernels = [p for g in ("*.[ch]", "ops/*.[ch]") for p in (REPO / "kernels_c").glob(g)]
+    assert any(p.parent.name == "ops" for p in kernels)
+    for p in kernels:
+        assert f"tinytrain/{p.relative_to(REPO).as_posix()}" in names, f"{p.name} missing from the wheel"
     assert not any(n.startswith("tinytrain/tests/") for n in names), "tests must not ship in the wheel"
 
     target = tmp_path / "site"

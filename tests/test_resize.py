@@ -382,10 +382,11 @@ def test_c_kernels_cross_compile_for_cortex_m7(tmp_path):
         pytest.skip("arm-none-eabi-gcc not installed")
     kdir = HERE.parent / "kernels_c"
     for extra in ([], ["-mfpu=fpv5-d16", "-mfloat-abi=hard"]):
-        cmd = [arm, "-mcpu=cortex-m7", "-mthumb", *extra, "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-c",
-               str(kdir / "tt_resize.c"), f"-I{kdir}", "-o", str(tmp_path / "tt_resize.o")]
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        assert res.returncode == 0 and not res.stderr, res.stderr
+        for name in ("tt_resize_bilinear.c", "tt_resize_nearest_neighbor.c"):
+            cmd = [arm, "-mcpu=cortex-m7", "-mthumb", *extra, "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-c",
+                   str(kdir / "ops" / name), f"-I{kdir}", "-o", str(tmp_path / "tt_resize.o")]
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            assert res.returncode == 0 and not res.stderr, res.stderr
 
 
 # ---- generated training code -------------------------------------------------------------------------------------

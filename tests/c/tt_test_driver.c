@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "tt_kernels.h"
+#include "tt_mask.h"
 #include "tt_train_ops.h"
 
 #define MAX_BUF 64
@@ -97,21 +98,32 @@ static tt_strided_slice_params slice_params(const int32_t *v)
     return p;
 }
 
-#define IS(name) (strcmp(op, name) == 0)
 #define S8(k) ((int8_t *)B[k])
 #define I32(k) ((int32_t *)B[k])
 #define F32(k) ((float *)B[k])
 #define U32(k) ((uint32_t *)B[k])
 
-/* One function per kernel op the tests call; KERNELS maps the op name the test writes to it. */
+/* One function per kernel variant the tests call, grouped by op; KERNELS (below) maps the case file's name to it. */
 
-static void k_conv2d_s8(void)
+/* ints: dims, requant; buffers: x, w, b, mult, shift, y (conv2d_s8 and depthwise_conv2d_s8) */
+static void run_conv_s8(void (*kernel)(const tt_conv_dims *, const tt_requant_s8 *, const int8_t *, const int8_t *,
+                                       const int32_t *, int8_t *))
 {
     tt_conv_dims cd;
     tt_requant_s8 q;
     conv_dims(&cd, I);
     q = requant(I + 16, B[3], B[4]);
-    (IS("conv2d_s8") ? tt_conv2d_s8 : tt_depthwise_conv2d_s8)(&cd, &q, S8(0), S8(1), I32(2), S8(5));
+    kernel(&cd, &q, S8(0), S8(1), I32(2), S8(5));
+}
+
+static void k_conv2d_s8(void)
+{
+    run_conv_s8(tt_conv2d_s8);
+}
+
+static void k_depthwise_conv2d_s8(void)
+{
+    run_conv_s8(tt_depthwise_conv2d_s8);
 }
 
 static void k_conv2d_s8_split(void) /* ints: dims, requant, n; buffers: x, w, b, mult, shift, y, w_slice */
@@ -136,8 +148,14 @@ static void k_conv2d_f32(void)
 {
     tt_conv_dims cd;
     conv_dims(&cd, I);
-    (IS("conv2d_f32") ? tt_conv2d_f32 : tt_depthwise_conv2d_f32)(&cd, (float)F[0], (float)F[1], F32(0), F32(1),
-                                                                  F32(2), F32(3));
+    tt_conv2d_f32(&cd, (float)F[0], (float)F[1], F32(0), F32(1), F32(2), F32(3));
+}
+
+static void k_depthwise_conv2d_f32(void)
+{
+    tt_conv_dims cd;
+    conv_dims(&cd, I);
+    tt_depthwise_conv2d_f32(&cd, (float)F[0], (float)F[1], F32(0), F32(1), F32(2), F32(3));
 }
 
 static void k_fully_connected_s8(void)
@@ -170,15 +188,28 @@ static void k_average_pool2d_s8(void)
 {
     tt_pool_dims pd;
     pool_dims(&pd, I);
-    (IS("average_pool2d_s8") ? tt_average_pool2d_s8 : tt_max_pool2d_s8)(&pd, I[12], I[13], S8(0), S8(1));
+    tt_average_pool2d_s8(&pd, I[12], I[13], S8(0), S8(1));
+}
+
+static void k_max_pool2d_s8(void)
+{
+    tt_pool_dims pd;
+    pool_dims(&pd, I);
+    tt_max_pool2d_s8(&pd, I[12], I[13], S8(0), S8(1));
 }
 
 static void k_average_pool2d_f32(void)
 {
     tt_pool_dims pd;
     pool_dims(&pd, I);
-    (IS("average_pool2d_f32") ? tt_average_pool2d_f32 : tt_max_pool2d_f32)(&pd, (float)F[0], (float)F[1],
-                                                                            F32(0), F32(1));
+    tt_average_pool2d_f32(&pd, (float)F[0], (float)F[1], F32(0), F32(1));
+}
+
+static void k_max_pool2d_f32(void)
+{
+    tt_pool_dims pd;
+    pool_dims(&pd, I);
+    tt_max_pool2d_f32(&pd, (float)F[0], (float)F[1], F32(0), F32(1));
 }
 
 static void k_mean_s8(void)
@@ -278,14 +309,26 @@ static void k_copy_f32(void)
     tt_copy_f32(I[0], F32(0), F32(1));
 }
 
-static void k_add_s8_broadcast(void)
+/* ints: add params (12), broadcast (12); buffers: a, b, y (add_s8_broadcast and sub_s8) */
+static void run_add_sub_s8(void (*kernel)(const tt_add_params_s8 *, const tt_broadcast *, const int8_t *,
+                                          const int8_t *, int8_t *))
 {
     tt_add_params_s8 p;
     tt_broadcast bc = bcast(I + 12);
     p.input1_zero_point = I[0]; p.input2_zero_point = I[1]; p.output_zero_point = I[2]; p.left_shift = I[3];
     p.input1_multiplier = I[4]; p.input1_shift = I[5]; p.input2_multiplier = I[6]; p.input2_shift = I[7];
     p.output_multiplier = I[8]; p.output_shift = I[9]; p.act_min = I[10]; p.act_max = I[11];
-    (IS("sub_s8") ? tt_sub_s8 : tt_add_s8_broadcast)(&p, &bc, S8(0), S8(1), S8(2));
+    kernel(&p, &bc, S8(0), S8(1), S8(2));
+}
+
+static void k_add_s8_broadcast(void)
+{
+    run_add_sub_s8(tt_add_s8_broadcast);
+}
+
+static void k_sub_s8(void)
+{
+    run_add_sub_s8(tt_sub_s8);
 }
 
 static void k_mul_s8(void)
@@ -297,16 +340,36 @@ static void k_mul_s8(void)
     tt_mul_s8(&p, &bc, S8(0), S8(1), S8(2));
 }
 
-static void k_add_f32_broadcast(void)
+/* ints: broadcast; floats: act_min, act_max; buffers: a, b, y (add_f32_broadcast, sub_f32, mul_f32) */
+static void run_binary_f32(void (*kernel)(const tt_broadcast *, float, float, const float *, const float *, float *))
 {
     tt_broadcast bc = bcast(I);
-    (IS("sub_f32") ? tt_sub_f32 : IS("mul_f32") ? tt_mul_f32 : tt_add_f32_broadcast)(
-        &bc, (float)F[0], (float)F[1], F32(0), F32(1), F32(2));
+    kernel(&bc, (float)F[0], (float)F[1], F32(0), F32(1), F32(2));
+}
+
+static void k_add_f32_broadcast(void)
+{
+    run_binary_f32(tt_add_f32_broadcast);
+}
+
+static void k_sub_f32(void)
+{
+    run_binary_f32(tt_sub_f32);
+}
+
+static void k_mul_f32(void)
+{
+    run_binary_f32(tt_mul_f32);
 }
 
 static void k_logistic_s8(void)
 {
-    (IS("tanh_s8") ? tt_tanh_s8 : tt_logistic_s8)(I[0], I[1], I[2], I[3], I[4], S8(0), S8(1));
+    tt_logistic_s8(I[0], I[1], I[2], I[3], I[4], S8(0), S8(1));
+}
+
+static void k_tanh_s8(void)
+{
+    tt_tanh_s8(I[0], I[1], I[2], I[3], I[4], S8(0), S8(1));
 }
 
 static void k_hard_swish_s8(void)
@@ -373,10 +436,25 @@ static void k_strided_slice_f32(void)
 static void k_resize_bilinear_s8(void)
 {
     tt_resize_params p = resize_params(I);
-    if (IS("resize_bilinear_s8")) tt_resize_bilinear_s8(&p, S8(0), S8(1));
-    else if (IS("resize_bilinear_f32")) tt_resize_bilinear_f32(&p, F32(0), F32(1));
-    else if (IS("resize_nearest_s8")) tt_resize_nearest_s8(&p, S8(0), S8(1));
-    else tt_resize_nearest_f32(&p, F32(0), F32(1));
+    tt_resize_bilinear_s8(&p, S8(0), S8(1));
+}
+
+static void k_resize_bilinear_f32(void)
+{
+    tt_resize_params p = resize_params(I);
+    tt_resize_bilinear_f32(&p, F32(0), F32(1));
+}
+
+static void k_resize_nearest_s8(void)
+{
+    tt_resize_params p = resize_params(I);
+    tt_resize_nearest_s8(&p, S8(0), S8(1));
+}
+
+static void k_resize_nearest_f32(void)
+{
+    tt_resize_params p = resize_params(I);
+    tt_resize_nearest_f32(&p, F32(0), F32(1));
 }
 
 static void k_out_size_and_pad(void)
@@ -531,9 +609,27 @@ static void k_mul_grad_f32(void)
 
 static void k_logistic_grad_f32(void)
 {
-    (IS("logistic_grad_f32") ? tt_logistic_grad_f32 : IS("tanh_grad_f32") ? tt_tanh_grad_f32
-                                                                             : tt_hard_swish_grad_f32)(
-        I[0], F32(0), F32(1), F32(2));
+    tt_logistic_grad_f32(I[0], F32(0), F32(1), F32(2));
+}
+
+static void k_tanh_grad_f32(void)
+{
+    tt_tanh_grad_f32(I[0], F32(0), F32(1), F32(2));
+}
+
+static void k_hard_swish_grad_f32(void)
+{
+    tt_hard_swish_grad_f32(I[0], F32(0), F32(1), F32(2));
+}
+
+static void k_int8_clamp_grad_f32(void) /* ints: n, lo, hi; buffers: dy, y (int8), dx */
+{
+    tt_int8_clamp_grad_f32(I[0], I[1], I[2], F32(0), S8(1), F32(2));
+}
+
+static void k_mask_grad_f32(void) /* ints: n, bit_offset; buffers: mask, dy, dz */
+{
+    tt_mask_grad_f32(I[0], I[1], (const uint8_t *)B[0], F32(1), F32(2));
 }
 
 static void k_leaky_relu_grad_f32(void)
@@ -647,106 +743,112 @@ static void k_xorshift32(void)
 
 #endif
 
+/* The dispatch table: one line per kernel variant the tests call. `op` is the IR op whose kernels_c/ops/tt_<op>.c
+ * file holds the kernel (or, for support code that is no op, its kernels_c/ file's concern); `name` is what the
+ * case file says. tests/test_kernels_c_layout.py checks that every op with C code has its lines here. */
 typedef struct {
+    const char *op;
     const char *name;
     void (*run)(void);
 } tt_driver_op;
 
 static const tt_driver_op KERNELS[] = {
-    {"conv2d_s8", k_conv2d_s8},
-    {"depthwise_conv2d_s8", k_conv2d_s8},
-    {"conv2d_s8_split", k_conv2d_s8_split},
-    {"depthwise_conv2d_s8_inplace", k_depthwise_conv2d_s8_inplace},
-    {"conv2d_f32", k_conv2d_f32},
-    {"depthwise_conv2d_f32", k_conv2d_f32},
-    {"fully_connected_s8", k_fully_connected_s8},
-    {"fully_connected_f32", k_fully_connected_f32},
-    {"add_s8", k_add_s8},
-    {"add_f32", k_add_f32},
-    {"average_pool2d_s8", k_average_pool2d_s8},
-    {"max_pool2d_s8", k_average_pool2d_s8},
-    {"average_pool2d_f32", k_average_pool2d_f32},
-    {"max_pool2d_f32", k_average_pool2d_f32},
-    {"mean_s8", k_mean_s8},
-    {"mean_f32", k_mean_f32},
-    {"softmax_s8", k_softmax_s8},
-    {"softmax_f32", k_softmax_f32},
-    {"relu_s8", k_relu_s8},
-    {"clamp_f32", k_clamp_f32},
-    {"quantize_f32_s8", k_quantize_f32_s8},
-    {"requantize_s8", k_requantize_s8},
-    {"dequantize_s8_f32", k_dequantize_s8_f32},
-    {"dequantize_per_channel_s8_f32", k_dequantize_per_channel_s8_f32},
-    {"pad_s8", k_pad_s8},
-    {"pad_f32", k_pad_f32},
-    {"concatenation_s8", k_concatenation_s8},
-    {"concatenation_f32", k_concatenation_f32},
-    {"copy_s8", k_copy_s8},
-    {"copy_f32", k_copy_f32},
-    {"add_s8_broadcast", k_add_s8_broadcast},
-    {"sub_s8", k_add_s8_broadcast},
-    {"mul_s8", k_mul_s8},
-    {"add_f32_broadcast", k_add_f32_broadcast},
-    {"sub_f32", k_add_f32_broadcast},
-    {"mul_f32", k_add_f32_broadcast},
-    {"logistic_s8", k_logistic_s8},
-    {"tanh_s8", k_logistic_s8},
-    {"hard_swish_s8", k_hard_swish_s8},
-    {"leaky_relu_s8", k_leaky_relu_s8},
-    {"prelu_s8", k_prelu_s8},
-    {"logistic_f32", k_logistic_f32},
-    {"tanh_f32", k_tanh_f32},
-    {"hard_swish_f32", k_hard_swish_f32},
-    {"leaky_relu_f32", k_leaky_relu_f32},
-    {"prelu_f32", k_prelu_f32},
-    {"strided_slice_s8", k_strided_slice_s8},
-    {"strided_slice_f32", k_strided_slice_f32},
-    {"resize_bilinear_s8", k_resize_bilinear_s8},
-    {"resize_bilinear_f32", k_resize_bilinear_s8},
-    {"resize_nearest_s8", k_resize_bilinear_s8},
-    {"resize_nearest_f32", k_resize_bilinear_s8},
-    {"out_size_and_pad", k_out_size_and_pad},
+    {"conv2d", "conv2d_s8", k_conv2d_s8},
+    {"conv2d", "conv2d_s8_split", k_conv2d_s8_split},
+    {"conv2d", "conv2d_f32", k_conv2d_f32},
+    {"depthwise_conv2d", "depthwise_conv2d_s8", k_depthwise_conv2d_s8},
+    {"depthwise_conv2d", "depthwise_conv2d_s8_inplace", k_depthwise_conv2d_s8_inplace},
+    {"depthwise_conv2d", "depthwise_conv2d_f32", k_depthwise_conv2d_f32},
+    {"fully_connected", "fully_connected_s8", k_fully_connected_s8},
+    {"fully_connected", "fully_connected_f32", k_fully_connected_f32},
+    {"add", "add_s8", k_add_s8},
+    {"add", "add_f32", k_add_f32},
+    {"add", "add_s8_broadcast", k_add_s8_broadcast},
+    {"add", "add_f32_broadcast", k_add_f32_broadcast},
+    {"sub", "sub_s8", k_sub_s8},
+    {"sub", "sub_f32", k_sub_f32},
+    {"mul", "mul_s8", k_mul_s8},
+    {"mul", "mul_f32", k_mul_f32},
+    {"average_pool2d", "average_pool2d_s8", k_average_pool2d_s8},
+    {"average_pool2d", "average_pool2d_f32", k_average_pool2d_f32},
+    {"max_pool2d", "max_pool2d_s8", k_max_pool2d_s8},
+    {"max_pool2d", "max_pool2d_f32", k_max_pool2d_f32},
+    {"mean", "mean_s8", k_mean_s8},
+    {"mean", "mean_f32", k_mean_f32},
+    {"softmax", "softmax_s8", k_softmax_s8},
+    {"softmax", "softmax_f32", k_softmax_f32},
+    {"relu", "relu_s8", k_relu_s8},
+    {"relu", "clamp_f32", k_clamp_f32},
+    {"quantize", "quantize_f32_s8", k_quantize_f32_s8},
+    {"quantize", "requantize_s8", k_requantize_s8},
+    {"dequantize", "dequantize_s8_f32", k_dequantize_s8_f32},
+    {"dequantize", "dequantize_per_channel_s8_f32", k_dequantize_per_channel_s8_f32},
+    {"pad", "pad_s8", k_pad_s8},
+    {"pad", "pad_f32", k_pad_f32},
+    {"concatenation", "concatenation_s8", k_concatenation_s8},
+    {"concatenation", "concatenation_f32", k_concatenation_f32},
+    {"reshape", "copy_s8", k_copy_s8},
+    {"reshape", "copy_f32", k_copy_f32},
+    {"logistic", "logistic_s8", k_logistic_s8},
+    {"logistic", "logistic_f32", k_logistic_f32},
+    {"tanh", "tanh_s8", k_tanh_s8},
+    {"tanh", "tanh_f32", k_tanh_f32},
+    {"hard_swish", "hard_swish_s8", k_hard_swish_s8},
+    {"hard_swish", "hard_swish_f32", k_hard_swish_f32},
+    {"leaky_relu", "leaky_relu_s8", k_leaky_relu_s8},
+    {"leaky_relu", "leaky_relu_f32", k_leaky_relu_f32},
+    {"prelu", "prelu_s8", k_prelu_s8},
+    {"prelu", "prelu_f32", k_prelu_f32},
+    {"strided_slice", "strided_slice_s8", k_strided_slice_s8},
+    {"strided_slice", "strided_slice_f32", k_strided_slice_f32},
+    {"resize_bilinear", "resize_bilinear_s8", k_resize_bilinear_s8},
+    {"resize_bilinear", "resize_bilinear_f32", k_resize_bilinear_f32},
+    {"resize_nearest_neighbor", "resize_nearest_s8", k_resize_nearest_s8},
+    {"resize_nearest_neighbor", "resize_nearest_f32", k_resize_nearest_f32},
+    {"geometry", "out_size_and_pad", k_out_size_and_pad},
 #ifndef TT_DRIVER_FORWARD_ONLY
-    {"conv2d_grad_input_qw_f32", k_conv2d_grad_input_qw_f32},
-    {"dw_conv2d_grad_input_qw_f32", k_dw_conv2d_grad_input_qw_f32},
-    {"transpose_conv_s8", k_transpose_conv_s8},
-    {"transpose_conv_f32", k_transpose_conv_f32},
-    {"transpose_conv_grad_input_f32", k_transpose_conv_grad_input_f32},
-    {"transpose_conv_grad_weight_f32", k_transpose_conv_grad_weight_f32},
-    {"conv2d_grad_input_f32", k_conv2d_grad_input_f32},
-    {"conv2d_grad_weight_f32", k_conv2d_grad_weight_f32},
-    {"depthwise_conv2d_grad_input_f32", k_depthwise_conv2d_grad_input_f32},
-    {"depthwise_conv2d_grad_weight_f32", k_depthwise_conv2d_grad_weight_f32},
-    {"fully_connected_grad_input_f32", k_fully_connected_grad_input_f32},
-    {"fully_connected_grad_weight_f32", k_fully_connected_grad_weight_f32},
-    {"bias_grad_f32", k_bias_grad_f32},
-    {"average_pool2d_grad_f32", k_average_pool2d_grad_f32},
-    {"max_pool2d_grad_f32", k_max_pool2d_grad_f32},
-    {"mean_hw_grad_f32", k_mean_hw_grad_f32},
-    {"pad_grad_f32", k_pad_grad_f32},
-    {"concatenation_grad_f32", k_concatenation_grad_f32},
-    {"act_grad_f32", k_act_grad_f32},
-    {"softmax_grad_f32", k_softmax_grad_f32},
-    {"unbroadcast_f32", k_unbroadcast_f32},
-    {"mul_grad_f32", k_mul_grad_f32},
-    {"logistic_grad_f32", k_logistic_grad_f32},
-    {"tanh_grad_f32", k_logistic_grad_f32},
-    {"hard_swish_grad_f32", k_logistic_grad_f32},
-    {"leaky_relu_grad_f32", k_leaky_relu_grad_f32},
-    {"prelu_grad_f32", k_prelu_grad_f32},
-    {"resize_bilinear_grad_f32", k_resize_bilinear_grad_f32},
-    {"resize_nearest_grad_f32", k_resize_nearest_grad_f32},
-    {"strided_slice_grad_f32", k_strided_slice_grad_f32},
-    {"accumulate_f32", k_accumulate_f32},
-    {"softmax_cross_entropy_f32", k_softmax_cross_entropy_f32},
-    {"mse_f32", k_mse_f32},
-    {"sgd_f32", k_sgd_f32},
-    {"momentum_f32", k_momentum_f32},
-    {"adam_f32", k_adam_f32},
-    {"rmsprop_f32", k_rmsprop_f32},
-    {"qas_s8", k_qas_s8},
-    {"qas_bias_s32", k_qas_bias_s32},
-    {"xorshift32", k_xorshift32},
+    {"conv2d", "conv2d_grad_input_f32", k_conv2d_grad_input_f32},
+    {"conv2d", "conv2d_grad_input_qw_f32", k_conv2d_grad_input_qw_f32},
+    {"conv2d", "conv2d_grad_weight_f32", k_conv2d_grad_weight_f32},
+    {"depthwise_conv2d", "depthwise_conv2d_grad_input_f32", k_depthwise_conv2d_grad_input_f32},
+    {"depthwise_conv2d", "dw_conv2d_grad_input_qw_f32", k_dw_conv2d_grad_input_qw_f32},
+    {"depthwise_conv2d", "depthwise_conv2d_grad_weight_f32", k_depthwise_conv2d_grad_weight_f32},
+    {"transpose_conv", "transpose_conv_s8", k_transpose_conv_s8},
+    {"transpose_conv", "transpose_conv_f32", k_transpose_conv_f32},
+    {"transpose_conv", "transpose_conv_grad_input_f32", k_transpose_conv_grad_input_f32},
+    {"transpose_conv", "transpose_conv_grad_weight_f32", k_transpose_conv_grad_weight_f32},
+    {"fully_connected", "fully_connected_grad_input_f32", k_fully_connected_grad_input_f32},
+    {"fully_connected", "fully_connected_grad_weight_f32", k_fully_connected_grad_weight_f32},
+    {"bias_grad", "bias_grad_f32", k_bias_grad_f32},
+    {"average_pool2d", "average_pool2d_grad_f32", k_average_pool2d_grad_f32},
+    {"max_pool2d", "max_pool2d_grad_f32", k_max_pool2d_grad_f32},
+    {"mean", "mean_hw_grad_f32", k_mean_hw_grad_f32},
+    {"pad", "pad_grad_f32", k_pad_grad_f32},
+    {"concatenation", "concatenation_grad_f32", k_concatenation_grad_f32},
+    {"act_grad", "act_grad_f32", k_act_grad_f32},
+    {"int8_clamp_grad", "int8_clamp_grad_f32", k_int8_clamp_grad_f32},
+    {"mask_grad", "mask_grad_f32", k_mask_grad_f32},
+    {"softmax", "softmax_grad_f32", k_softmax_grad_f32},
+    {"add", "unbroadcast_f32", k_unbroadcast_f32},
+    {"mul", "mul_grad_f32", k_mul_grad_f32},
+    {"logistic", "logistic_grad_f32", k_logistic_grad_f32},
+    {"tanh", "tanh_grad_f32", k_tanh_grad_f32},
+    {"hard_swish", "hard_swish_grad_f32", k_hard_swish_grad_f32},
+    {"leaky_relu", "leaky_relu_grad_f32", k_leaky_relu_grad_f32},
+    {"prelu", "prelu_grad_f32", k_prelu_grad_f32},
+    {"resize_bilinear", "resize_bilinear_grad_f32", k_resize_bilinear_grad_f32},
+    {"resize_nearest_neighbor", "resize_nearest_grad_f32", k_resize_nearest_grad_f32},
+    {"strided_slice", "strided_slice_grad_f32", k_strided_slice_grad_f32},
+    {"grad_accumulate", "accumulate_f32", k_accumulate_f32},
+    {"loss", "softmax_cross_entropy_f32", k_softmax_cross_entropy_f32},
+    {"loss", "mse_f32", k_mse_f32},
+    {"optimizer", "sgd_f32", k_sgd_f32},
+    {"optimizer", "momentum_f32", k_momentum_f32},
+    {"optimizer", "adam_f32", k_adam_f32},
+    {"optimizer", "rmsprop_f32", k_rmsprop_f32},
+    {"qas", "qas_s8", k_qas_s8},
+    {"qas", "qas_bias_s32", k_qas_bias_s32},
+    {"qas", "xorshift32", k_xorshift32},
 #endif
 };
 
@@ -754,7 +856,7 @@ static void run(void)
 {
     size_t k;
     for (k = 0; k < sizeof KERNELS / sizeof KERNELS[0]; ++k) {
-        if (IS(KERNELS[k].name)) {
+        if (strcmp(op, KERNELS[k].name) == 0) {
             KERNELS[k].run();
             return;
         }

@@ -1,6 +1,9 @@
-/* Element-wise binary ops with numpy broadcasting (ADD, SUB, MUL), int8 and float32, and their backward
- * (grad_ops.unbroadcast / sub_grad / mul_grad). Shapes travel as tt_broadcast: the output's rank-4 shape and each
- * operand's element strides (0 along an axis the operand is broadcast over), computed by codegen. */
+/* The broadcasting loops shared by add, sub and mul (ops/tt_add.c, tt_sub.c, tt_mul.c; TT_BC_OFF also by
+ * tt_prelu.c). static inline: each op file inlines the loop into its entry points with the op kind / sign a
+ * constant. */
+#ifndef TT_BROADCAST_H
+#define TT_BROADCAST_H
+
 #include "tt_kernels.h"
 
 /* The flat offsets of operand a and b for the output element (i0, i1, i2, i3). */
@@ -8,7 +11,7 @@
 
 /* add.cc / sub.cc 8-bit general path (executor._add_or_sub): both operands shifted up by left_shift and rescaled
  * to a common scale, summed or subtracted (int32, wraps as the reference), rescaled to the output, clamped. */
-static void tt_add_sub_s8(const tt_add_params_s8 *p, const tt_broadcast *bc, int32_t sign, const int8_t *a,
+static inline void tt_add_sub_s8(const tt_add_params_s8 *p, const tt_broadcast *bc, int32_t sign, const int8_t *a,
                           const int8_t *b, int8_t *y)
 {
     int32_t i0, i1, i2, i3, k = 0;
@@ -35,40 +38,9 @@ static void tt_add_sub_s8(const tt_add_params_s8 *p, const tt_broadcast *bc, int
     }
 }
 
-void tt_add_s8_broadcast(const tt_add_params_s8 *p, const tt_broadcast *bc, const int8_t *a, const int8_t *b,
-                         int8_t *y)
-{
-    tt_add_sub_s8(p, bc, 1, a, b, y);
-}
-
-void tt_sub_s8(const tt_add_params_s8 *p, const tt_broadcast *bc, const int8_t *a, const int8_t *b, int8_t *y)
-{
-    tt_add_sub_s8(p, bc, -1, a, b, y);
-}
-
-/* mul.cc / reference_integer_ops::MulElementwise (executor._mul, TFLite Micro's multiplier): one requantization
- * of the int32 product (|product| <= 255 * 255, no overflow). */
-void tt_mul_s8(const tt_mul_params_s8 *p, const tt_broadcast *bc, const int8_t *a, const int8_t *b, int8_t *y)
-{
-    int32_t i0, i1, i2, i3, k = 0;
-    for (i0 = 0; i0 < bc->shape[0]; ++i0) {
-        for (i1 = 0; i1 < bc->shape[1]; ++i1) {
-            for (i2 = 0; i2 < bc->shape[2]; ++i2) {
-                for (i3 = 0; i3 < bc->shape[3]; ++i3) {
-                    const int32_t av = (int32_t)a[TT_BC_OFF(bc->a_stride, i0, i1, i2, i3)] - p->input1_zero_point;
-                    const int32_t bv = (int32_t)b[TT_BC_OFF(bc->b_stride, i0, i1, i2, i3)] - p->input2_zero_point;
-                    const int32_t raw = tt_multiply_by_quantized_multiplier(av * bv, p->multiplier, (int)p->shift) +
-                                        p->output_zero_point;
-                    y[k++] = (int8_t)tt_clamp32(raw, p->act_min, p->act_max);
-                }
-            }
-        }
-    }
-}
-
 /* float32: the op, then the fused activation's clamp (max then min, as executor._float_act). kind 0 add, 1 sub,
  * 2 mul. */
-static void tt_binary_f32(int kind, const tt_broadcast *bc, float act_min, float act_max, const float *a,
+static inline void tt_binary_f32(int kind, const tt_broadcast *bc, float act_min, float act_max, const float *a,
                           const float *b, float *y)
 {
     int32_t i0, i1, i2, i3, k = 0;
@@ -92,28 +64,12 @@ static void tt_binary_f32(int kind, const tt_broadcast *bc, float act_min, float
     }
 }
 
-void tt_add_f32_broadcast(const tt_broadcast *bc, float act_min, float act_max, const float *a, const float *b,
-                          float *y)
-{
-    tt_binary_f32(0, bc, act_min, act_max, a, b, y);
-}
-
-void tt_sub_f32(const tt_broadcast *bc, float act_min, float act_max, const float *a, const float *b, float *y)
-{
-    tt_binary_f32(1, bc, act_min, act_max, a, b, y);
-}
-
-void tt_mul_f32(const tt_broadcast *bc, float act_min, float act_max, const float *a, const float *b, float *y)
-{
-    tt_binary_f32(2, bc, act_min, act_max, a, b, y);
-}
-
 /* ---- backward ---------------------------------------------------------------------------------------------- */
 
 /* Shared by unbroadcast and mul_grad: dx[a(i)] (+)= sign * dy[i] (* other[b(i)]). A dx of the output's size is
  * written directly, element by element (dx may then be dy); a smaller one is zeroed and accumulated over the
  * broadcast positions in row-major order of dy. */
-static void tt_reduce_to_operand_f32(const tt_broadcast *bc, float sign, const float *dy, const float *other,
+static inline void tt_reduce_to_operand_f32(const tt_broadcast *bc, float sign, const float *dy, const float *other,
                                      float *dx, int32_t dx_size)
 {
     const int32_t total = bc->shape[0] * bc->shape[1] * bc->shape[2] * bc->shape[3];
@@ -144,12 +100,4 @@ static void tt_reduce_to_operand_f32(const tt_broadcast *bc, float sign, const f
     }
 }
 
-void tt_unbroadcast_f32(const tt_broadcast *bc, float sign, const float *dy, float *dx, int32_t dx_size)
-{
-    tt_reduce_to_operand_f32(bc, sign, dy, 0, dx, dx_size);
-}
-
-void tt_mul_grad_f32(const tt_broadcast *bc, const float *dy, const float *other, float *d, int32_t d_size)
-{
-    tt_reduce_to_operand_f32(bc, 1.0f, dy, other, d, d_size);
-}
+#endif /* TT_BROADCAST_H */

@@ -1,4 +1,16 @@
-/* Backward of conv2d and depthwise_conv2d in float32 (grad_ops.conv2d_grad_*, depthwise_conv2d_grad_*).
+/* conv2d: int8 (plain and split weight) and float32 forward, and its backward conv2d_grad_input (float and
+ * int8-weight) and conv2d_grad_weight (whole, output-channel range, int8 input).
+ *
+ * Forward (also ops/tt_depthwise_conv2d.c): conv2d and depthwise_conv2d, int8 (per-channel) and float32.
+ *
+ * int8: reference_integer_ops::ConvPerChannel / DepthwiseConvPerChannel. Out-of-image taps are skipped, which
+ * equals padding (x - z_x) with 0 (the executor's formulation). Accumulation in int32 like the reference; the
+ * numpy model wraps the int64 sum to int32, identical whenever the C sum does not overflow (it cannot for any
+ * layer with fewer than 2^16 taps per output: |(x - z) * w| <= 255 * 128).
+ * float32: acc = 0, += x*w in the order filter y, filter x, input channel (the executor's loop order), then
+ * + bias, then the activation clamp.
+ *
+ * Backward: conv2d and depthwise_conv2d in float32 (grad_ops.conv2d_grad_*, depthwise_conv2d_grad_*).
  *
  * dy is the gradient of the pre-activation output. Input gradients are gathered: each dx element sums its taps
  * in (filter y, filter x) order, as grad_ops accumulates one tap after the other; weight gradients sum over the
@@ -6,23 +18,326 @@
  * gradient in grad_ops does. Partial weight gradients (sparse update) cover input channels [0, k) only and are
  * stored compact: conv [O,KH,KW,k], depthwise [1,KH,KW,k*M]. */
 #include "tt_kernels.h"
+#include "tt_dot.h"
+#include "tt_requant.h"
+#include "tt_train_ops.h"
+#include "tt_conv_common.h"
 
-#if defined(__GNUC__)
-#define TT_GI_INLINE static inline __attribute__((always_inline))
-#else
-#define TT_GI_INLINE static inline
-#endif
+/* One block of up to four output channels: weight rows (the split kernel's slice rows for input channels [0, n)),
+ * the constant added to an interior output's raw sum (bias - z_x * sum w) and to a border output's reference sum
+ * (bias), and the requantization. */
+typedef struct {
+    const int8_t *w[4];
+    const int8_t *ws[4];
+    int32_t add[4];
+    int32_t bias[4];
+    tt_requant_fast f[4];
+    const tt_requant_s8 *q; /* the slow path (fast == 0, never seen in practice) recomputes channel oc0 + j's */
+    int32_t oc0, nb, fast;
+} tt_conv_block;
 
-/* Output coordinate that reads input coordinate i through tap k, or -1. */
-static inline int32_t tt_src_out(int32_t i, int32_t pad, int32_t k, int32_t dil, int32_t stride, int32_t out_size)
+static int8_t tt_block_slow(const tt_conv_block *bk, int32_t j, int32_t v)
 {
-    const int32_t t = i + pad - k * dil;
-    int32_t o;
-    if (t < 0 || t % stride != 0) {
-        return -1;
+    const tt_requant1 r = tt_requant_channel(bk->q, bk->oc0 + j);
+    return tt_requant_apply(&r, v);
+}
+
+/* Raw products of a run of n input bytes with four weight rows: acc_j += sum x[i] * w_j[i]. */
+TT_CONV_INLINE void tt_run4(const int8_t *x, const int8_t *w0, const int8_t *w1, const int8_t *w2, const int8_t *w3,
+                            int32_t n, int32_t *a0, int32_t *a1, int32_t *a2, int32_t *a3)
+{
+    int32_t acc[4];
+    acc[0] = *a0;
+    acc[1] = *a1;
+    acc[2] = *a2;
+    acc[3] = *a3;
+#if TT_DOT_DSP
+    tt_dot4_raw_s8(x, w0, w1, w2, w3, n, acc);
+    *a0 = acc[0];
+    *a1 = acc[1];
+    *a2 = acc[2];
+    *a3 = acc[3];
+#else
+    {
+        /* pointer post-increments: one load per weight byte, one per input byte, nothing else but the loop test */
+        int32_t s0 = acc[0], s1 = acc[1], s2 = acc[2], s3 = acc[3];
+        const int8_t *const e = x + n;
+        while (x < e) {
+            const int32_t xv = *x++;
+            s0 += xv * *w0++;
+            s1 += xv * *w1++;
+            s2 += xv * *w2++;
+            s3 += xv * *w3++;
+        }
+        *a0 = s0;
+        *a1 = s1;
+        *a2 = s2;
+        *a3 = s3;
     }
-    o = t / stride;
-    return o < out_size ? o : -1;
+#endif
+}
+
+/* Requantizes and stores the four interior sums of a full block. */
+TT_CONV_INLINE void tt_store4(const tt_conv_block *bk, int32_t lo, int32_t hi, int32_t a0, int32_t a1, int32_t a2,
+                              int32_t a3, int8_t *yp)
+{
+    if (bk->fast) {
+        yp[0] = (int8_t)tt_clamp32(tt_requant_fast_apply(bk->f[0].k, bk->f[0].multiplier, bk->f[0].sh, a0 + bk->add[0]),
+                                   lo, hi);
+        yp[1] = (int8_t)tt_clamp32(tt_requant_fast_apply(bk->f[1].k, bk->f[1].multiplier, bk->f[1].sh, a1 + bk->add[1]),
+                                   lo, hi);
+        yp[2] = (int8_t)tt_clamp32(tt_requant_fast_apply(bk->f[2].k, bk->f[2].multiplier, bk->f[2].sh, a2 + bk->add[2]),
+                                   lo, hi);
+        yp[3] = (int8_t)tt_clamp32(tt_requant_fast_apply(bk->f[3].k, bk->f[3].multiplier, bk->f[3].sh, a3 + bk->add[3]),
+                                   lo, hi);
+    } else {
+        yp[0] = tt_block_slow(bk, 0, a0 + bk->add[0]);
+        yp[1] = tt_block_slow(bk, 1, a1 + bk->add[1]);
+        yp[2] = tt_block_slow(bk, 2, a2 + bk->add[2]);
+        yp[3] = tt_block_slow(bk, 3, a3 + bk->add[3]);
+    }
+}
+
+TT_CONV_INLINE int8_t tt_store1(const tt_conv_block *bk, int32_t j, int32_t lo, int32_t hi, int32_t v)
+{
+    if (bk->fast) {
+        return (int8_t)tt_clamp32(tt_requant_fast_apply(bk->f[j].k, bk->f[j].multiplier, bk->f[j].sh, v), lo, hi);
+    }
+    return tt_block_slow(bk, j, v);
+}
+
+/* A run of `count` interior outputs of a full block (k_h x k_w filter), input pixels `xstep` bytes apart, output
+ * pixels consecutive: per tap, input channels [0, n) with the slice rows and [n, in_c) with the frozen rows; a
+ * whole filter row is one contiguous run when there is no split and no dilation along x. */
+TT_CONV_NOINLINE void tt_conv_run4(const tt_geom *g, const tt_conv_block *bk, int32_t n, int32_t lo, int32_t hi,
+                                   const int8_t *x, int32_t xstep, int32_t count, int8_t *y)
+{
+    const int32_t C = g->in_c, KH = g->k_h, KW = g->k_w, row = KW * C, xrow = g->dil_h * g->in_w * C;
+    const int32_t xtap = g->dil_w * C, OC = g->out_c, contiguous = n == 0 && g->dil_w == 1;
+    const int8_t *w0 = bk->w[0], *w1 = bk->w[1], *w2 = bk->w[2], *w3 = bk->w[3];
+    int32_t p, ky, kx;
+    for (p = 0; p < count; ++p) {
+        int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        for (ky = 0; ky < KH; ++ky) {
+            const int8_t *xp = x + ky * xrow;
+            const int32_t wo = ky * row;
+            if (contiguous) {
+                tt_run4(xp, w0 + wo, w1 + wo, w2 + wo, w3 + wo, row, &a0, &a1, &a2, &a3);
+            } else {
+                for (kx = 0; kx < KW; ++kx) {
+                    const int32_t o = wo + kx * C + n, os = (ky * KW + kx) * n;
+                    const int8_t *xt = xp + kx * xtap;
+                    if (n > 0) {
+                        tt_run4(xt, bk->ws[0] + os, bk->ws[1] + os, bk->ws[2] + os, bk->ws[3] + os, n, &a0, &a1,
+                                &a2, &a3);
+                    }
+                    tt_run4(xt + n, w0 + o, w1 + o, w2 + o, w3 + o, C - n, &a0, &a1, &a2, &a3);
+                }
+            }
+        }
+        tt_store4(bk, lo, hi, a0, a1, a2, a3, y);
+        x += xstep;
+        y += OC;
+    }
+}
+
+/* Raw sum of an interior output for one channel of a block. */
+static int32_t tt_conv_interior1(const tt_geom *g, const tt_conv_block *bk, int32_t j, int32_t n, const int8_t *x0)
+{
+    const int32_t C = g->in_c, xrow = g->dil_h * g->in_w * C, xtap = g->dil_w * C;
+    int32_t s = 0, ky, kx;
+    for (ky = 0; ky < g->k_h; ++ky) {
+        for (kx = 0; kx < g->k_w; ++kx) {
+            const int32_t o = (ky * g->k_w + kx) * C, os = (ky * g->k_w + kx) * n;
+            const int8_t *xt = x0 + ky * xrow + kx * xtap;
+            if (n > 0) {
+                s += tt_dot1_raw_s8(xt, bk->ws[j] + os, n);
+            }
+            s += tt_dot1_raw_s8(xt + n, bk->w[j] + o + n, C - n);
+        }
+    }
+    return s;
+}
+
+/* A border output (some taps outside the image): the reference formulation, (x - z_x) * w over in-image taps. */
+static int32_t tt_conv_border(const tt_geom *g, const int8_t *xb, const int8_t *wr, const int8_t *wsr, int32_t n,
+                              int32_t oy, int32_t ox, int32_t zin)
+{
+    int32_t ky, kx, acc = 0;
+    const int32_t iy0 = oy * g->stride_h - g->pad_top, ix0 = ox * g->stride_w - g->pad_left, C = g->in_c;
+    for (ky = 0; ky < g->k_h; ++ky) {
+        const int32_t iy = iy0 + ky * g->dil_h;
+        if (iy < 0 || iy >= g->in_h) {
+            continue;
+        }
+        for (kx = 0; kx < g->k_w; ++kx) {
+            const int32_t ix = ix0 + kx * g->dil_w, t = ky * g->k_w + kx;
+            const int8_t *xp = xb + (iy * g->in_w + ix) * C;
+            if (ix < 0 || ix >= g->in_w) {
+                continue;
+            }
+            if (n > 0) {
+                acc += tt_dot_s8(xp, wsr + t * n, n, zin);
+            }
+            acc += tt_dot_s8(xp + n, wr + t * C + n, C - n, zin);
+        }
+    }
+    return acc;
+}
+
+/* 1x1 conv, four output channels, over `count` pixels spaced `xstep` input bytes apart (output pixels are
+ * consecutive): the channel block's constants stay put while the pixels stream by. */
+TT_CONV_NOINLINE void tt_pointwise4(const tt_conv_block *bk, int32_t C, int32_t n, int32_t OC, int32_t lo, int32_t hi,
+                          const int8_t *x, int32_t xstep, int32_t count, int8_t *y)
+{
+    const int8_t *w0 = bk->w[0] + n, *w1 = bk->w[1] + n, *w2 = bk->w[2] + n, *w3 = bk->w[3] + n;
+    const int32_t rest = C - n;
+    int32_t p;
+    for (p = 0; p < count; ++p) {
+        int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        if (n > 0) {
+            tt_run4(x, bk->ws[0], bk->ws[1], bk->ws[2], bk->ws[3], n, &a0, &a1, &a2, &a3);
+        }
+        tt_run4(x + n, w0, w1, w2, w3, rest, &a0, &a1, &a2, &a3);
+        tt_store4(bk, lo, hi, a0, a1, a2, a3, y);
+        x += xstep;
+        y += OC;
+    }
+}
+
+/* int8 conv, output channels in blocks of four (each input byte loaded once per block, the block's constants
+ * hoisted out of the pixel loops) and the input zero point taken out of the inner loop: for an interior output,
+ * sum (x - z) * w = sum x * w - z * sum w, with sum w of a channel computed once per call. Integer sums: any order
+ * gives the reference's result bit for bit (no int32 overflow for < 2^16 taps, as tt_kernels.h states). Border
+ * outputs run the reference loop. n > 0: input channels [0, n) of every tap come from w_slice [O,KH,KW,n]. */
+static void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
+                              const int8_t *w_slice, int32_t n, const int32_t *bias, int8_t *y)
+{
+    const tt_geom g = tt_geom_of(d);
+    const int32_t batches = d->batches, taps = g.k_h * g.k_w, K = taps * g.in_c, OC = g.out_c;
+    const int32_t zin = q->input_zero_point, lo = q->act_min, hi = q->act_max;
+    const int32_t in_plane = g.in_h * g.in_w * g.in_c, out_plane = g.out_h * g.out_w * OC;
+    const int32_t pointwise = g.k_h == 1 && g.k_w == 1;
+    int32_t oy_lo, oy_hi, ox_lo, ox_hi, oc0, b, oy, ox, j, i, t;
+    tt_conv_block bk;
+    tt_interior(g.out_h, g.in_h, g.stride_h, g.pad_top, g.k_h, g.dil_h, &oy_lo, &oy_hi);
+    tt_interior(g.out_w, g.in_w, g.stride_w, g.pad_left, g.k_w, g.dil_w, &ox_lo, &ox_hi);
+    if (n <= 0) {
+        n = 0;
+        w_slice = w;
+    }
+    for (oc0 = 0; oc0 < OC; oc0 += 4) {
+        bk.nb = OC - oc0 < 4 ? OC - oc0 : 4;
+        bk.q = q;
+        bk.oc0 = oc0;
+        bk.fast = 1;
+        for (j = 0; j < 4; ++j) {
+            const int32_t oc = oc0 + (j < bk.nb ? j : 0); /* a short last block repeats its first row, unused */
+            int32_t sw = 0;
+            bk.w[j] = w + oc * K;
+            bk.ws[j] = w_slice + oc * taps * n;
+            for (t = 0; t < taps; ++t) {
+                for (i = 0; i < n; ++i) {
+                    sw += bk.ws[j][t * n + i];
+                }
+                for (i = n; i < g.in_c; ++i) {
+                    sw += bk.w[j][t * g.in_c + i];
+                }
+            }
+            bk.bias[j] = bias != 0 ? bias[oc] : 0;
+            bk.add[j] = bk.bias[j] - zin * sw;
+            {
+                const tt_requant1 r = tt_requant_channel(q, oc);
+                bk.fast &= tt_requant_fast_init(&bk.f[j], &r);
+            }
+        }
+        for (b = 0; b < batches; ++b) {
+            const int8_t *xb = x + b * in_plane;
+            int8_t *yb = y + b * out_plane + oc0;
+            for (oy = 0; oy < g.out_h; ++oy) {
+                const int32_t iy0 = oy * g.stride_h - g.pad_top;
+                const int32_t row_in = oy >= oy_lo && oy < oy_hi;
+                int8_t *yrow = yb + oy * g.out_w * OC;
+                const int32_t a_lo = row_in ? ox_lo : g.out_w, a_hi = row_in ? ox_hi : g.out_w;
+                for (ox = 0; ox < g.out_w; ++ox) {
+                    int8_t *yp = yrow + ox * OC;
+                    if (ox == a_lo && bk.nb == 4 && a_hi > a_lo) {
+                        /* the interior run of the row in one go */
+                        const int8_t *x0 = xb + (iy0 * g.in_w + ox * g.stride_w - g.pad_left) * g.in_c;
+                        if (pointwise) {
+                            tt_pointwise4(&bk, g.in_c, n, OC, lo, hi, x0, g.stride_w * g.in_c, a_hi - a_lo, yp);
+                        } else {
+                            tt_conv_run4(&g, &bk, n, lo, hi, x0, g.stride_w * g.in_c, a_hi - a_lo, yp);
+                        }
+                        ox = a_hi - 1;
+                    } else if (ox >= a_lo && ox < a_hi) {
+                        const int8_t *x0 = xb + (iy0 * g.in_w + ox * g.stride_w - g.pad_left) * g.in_c;
+                        for (j = 0; j < bk.nb; ++j) {
+                            yp[j] = tt_store1(&bk, j, lo, hi, tt_conv_interior1(&g, &bk, j, n, x0) + bk.add[j]);
+                        }
+                    } else {
+                        for (j = 0; j < bk.nb; ++j) {
+                            yp[j] = tt_store1(&bk, j, lo, hi,
+                                              tt_conv_border(&g, xb, bk.w[j], bk.ws[j], n, oy, ox, zin) + bk.bias[j]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+void tt_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
+                  const int32_t *bias, int8_t *y)
+{
+    tt_conv2d_s8_core(d, q, x, w, w, 0, bias, y);
+}
+
+void tt_conv2d_s8_split(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
+                        const int8_t *w_slice, int32_t n, const int32_t *bias, int8_t *y)
+{
+    tt_conv2d_s8_core(d, q, x, w, w_slice, n, bias, y);
+}
+
+void tt_conv2d_f32(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
+                   const float *bias, float *y)
+{
+    int32_t b, oy, ox, oc, ky, kx, ic;
+    for (b = 0; b < d->batches; ++b) {
+        for (oy = 0; oy < d->out_h; ++oy) {
+            const int32_t iy0 = oy * d->stride_h - d->pad_top;
+            for (ox = 0; ox < d->out_w; ++ox) {
+                const int32_t ix0 = ox * d->stride_w - d->pad_left;
+                float *yp = y + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
+                for (oc = 0; oc < d->out_c; ++oc) {
+                    float acc = 0.0f;
+                    for (ky = 0; ky < d->k_h; ++ky) {
+                        const int32_t iy = iy0 + ky * d->dilation_h;
+                        if (iy < 0 || iy >= d->in_h) {
+                            continue;
+                        }
+                        for (kx = 0; kx < d->k_w; ++kx) {
+                            const int32_t ix = ix0 + kx * d->dilation_w;
+                            const float *xp;
+                            const float *wp;
+                            if (ix < 0 || ix >= d->in_w) {
+                                continue;
+                            }
+                            xp = x + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
+                            wp = w + ((oc * d->k_h + ky) * d->k_w + kx) * d->in_c;
+                            for (ic = 0; ic < d->in_c; ++ic) {
+                                acc += xp[ic] * wp[ic];
+                            }
+                        }
+                    }
+                    if (bias != 0) {
+                        acc += bias[oc];
+                    }
+                    yp[oc] = tt_act_clamp(acc, act_min, act_max);
+                }
+            }
+        }
+    }
 }
 
 void tt_conv2d_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *w, float *dx)
@@ -186,93 +501,6 @@ void tt_conv2d_grad_weight_qx_f32_range(const tt_conv_dims *d, int32_t k, int32_
                                         const int8_t *x, float scale, int32_t zero_point, float *dw)
 {
     tt_conv2d_grad_weight_impl(d, k, o0, o1, dy, 0, x, scale, zero_point, dw);
-}
-
-void tt_depthwise_conv2d_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *w, float *dx)
-{
-    int32_t b, iy, ix, ic, m, ky, kx;
-    const int32_t mult = d->depth_multiplier;
-    for (b = 0; b < d->batches; ++b) {
-        for (iy = 0; iy < d->in_h; ++iy) {
-            for (ix = 0; ix < d->in_w; ++ix) {
-                for (ic = 0; ic < d->in_c; ++ic) {
-                    float total = 0.0f;
-                    /* grad_ops accumulates each output channel over the taps, then folds the multiplier. */
-                    for (m = 0; m < mult; ++m) {
-                        const int32_t oc = ic * mult + m;
-                        float s = 0.0f;
-                        for (ky = 0; ky < d->k_h; ++ky) {
-                            const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
-                            if (oy < 0) {
-                                continue;
-                            }
-                            for (kx = 0; kx < d->k_w; ++kx) {
-                                const int32_t ox =
-                                    tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
-                                if (ox < 0) {
-                                    continue;
-                                }
-                                s += dy[((b * d->out_h + oy) * d->out_w + ox) * d->out_c + oc] *
-                                     w[(ky * d->k_w + kx) * d->out_c + oc];
-                            }
-                        }
-                        total += s;
-                    }
-                    dx[((b * d->in_h + iy) * d->in_w + ix) * d->in_c + ic] = total;
-                }
-            }
-        }
-    }
-}
-
-void tt_depthwise_conv2d_grad_weight_f32(const tt_conv_dims *d, int32_t k, const float *dy, const float *x,
-                                         float *dw)
-{
-    tt_depthwise_conv2d_grad_weight_f32_taps(d, k, 0, d->k_h * d->k_w, dy, x, dw);
-}
-
-/* Taps [t0, t1) (t = ky * k_w + kx, the rows of the [KH*KW, k*M] gradient): each tap row is its own sum. */
-void tt_depthwise_conv2d_grad_weight_f32_taps(const tt_conv_dims *d, int32_t k, int32_t t0, int32_t t1,
-                                              const float *dy, const float *x, float *dw)
-{
-    int32_t t, oc, b, oy, ox;
-    const int32_t mult = d->depth_multiplier;
-    const int32_t n_out = k * mult;
-    for (t = t0; t < t1; ++t) {
-        const int32_t ky = t / d->k_w, kx = t % d->k_w;
-        float *dwp = dw + (t - t0) * n_out;
-        for (oc = 0; oc < n_out; ++oc) {
-            dwp[oc] = 0.0f;
-        }
-        for (b = 0; b < d->batches; ++b) {
-            for (oy = 0; oy < d->out_h; ++oy) {
-                const int32_t iy = oy * d->stride_h - d->pad_top + ky * d->dilation_h;
-                if (iy < 0 || iy >= d->in_h) {
-                    continue;
-                }
-                for (ox = 0; ox < d->out_w; ++ox) {
-                    const int32_t ix = ox * d->stride_w - d->pad_left + kx * d->dilation_w;
-                    const float *dyp;
-                    const float *xp;
-                    if (ix < 0 || ix >= d->in_w) {
-                        continue;
-                    }
-                    dyp = dy + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
-                    xp = x + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
-                    for (oc = 0; oc < n_out; ++oc) {
-                        dwp[oc] += dyp[oc] * xp[oc / mult];
-                    }
-                }
-            }
-        }
-    }
-}
-
-/* The input gradients above with an int8 weight dequantized per element (tt_kernels.h). Loops and accumulation
- * order are those of the float kernels; only the weight load differs. */
-static inline float tt_dq(int8_t q, int32_t zero_point, float scale)
-{
-    return (float)((int32_t)q - zero_point) * scale;
 }
 
 /* ---- 1x1, stride 1, no padding: input pixel p reads output pixel p only ---------------------------------------
@@ -452,210 +680,4 @@ void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const i
             }
         }
     }
-}
-
-/* The taps that reach input pixel (iy, ix), in (filter y, filter x) order, found once per pixel instead of once
- * per channel: tap index and the dy offset of its output pixel. At most TT_DW_MAX_TAPS (larger filters take the
- * per-channel search). */
-#define TT_DW_MAX_TAPS 49
-
-void tt_depthwise_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const int8_t *w,
-                                           const float *scale, const int32_t *zero_point, float *dx)
-{
-    int32_t b, iy, ix, ic, m, ky, kx, t;
-    const int32_t mult = d->depth_multiplier;
-    int32_t tap_w[TT_DW_MAX_TAPS], tap_dy[TT_DW_MAX_TAPS];
-    const int32_t listed = d->k_h * d->k_w <= TT_DW_MAX_TAPS;
-    for (b = 0; b < d->batches; ++b) {
-        for (iy = 0; iy < d->in_h; ++iy) {
-            for (ix = 0; ix < d->in_w; ++ix) {
-                int32_t nt = 0;
-                if (listed) {
-                    for (ky = 0; ky < d->k_h; ++ky) {
-                        const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
-                        if (oy < 0) {
-                            continue;
-                        }
-                        for (kx = 0; kx < d->k_w; ++kx) {
-                            const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
-                            if (ox < 0) {
-                                continue;
-                            }
-                            tap_w[nt] = (ky * d->k_w + kx) * d->out_c;
-                            tap_dy[nt] = ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
-                            ++nt;
-                        }
-                    }
-                }
-                for (ic = 0; ic < d->in_c; ++ic) {
-                    float total = 0.0f;
-                    for (m = 0; m < mult; ++m) {
-                        const int32_t oc = ic * mult + m;
-                        float s = 0.0f;
-                        if (listed) {
-                            const int32_t z = zero_point[oc];
-                            const float sc = scale[oc];
-                            for (t = 0; t < nt; ++t) {
-                                s += dy[tap_dy[t] + oc] * ((float)((int32_t)w[tap_w[t] + oc] - z) * sc);
-                            }
-                            total += s;
-                            continue;
-                        }
-                        for (ky = 0; ky < d->k_h; ++ky) {
-                            const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
-                            if (oy < 0) {
-                                continue;
-                            }
-                            for (kx = 0; kx < d->k_w; ++kx) {
-                                const int32_t ox =
-                                    tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
-                                if (ox < 0) {
-                                    continue;
-                                }
-                                s += dy[((b * d->out_h + oy) * d->out_w + ox) * d->out_c + oc] *
-                                     tt_dq(w[(ky * d->k_w + kx) * d->out_c + oc], zero_point[oc], scale[oc]);
-                            }
-                        }
-                        total += s;
-                    }
-                    dx[((b * d->in_h + iy) * d->in_w + ix) * d->in_c + ic] = total;
-                }
-            }
-        }
-    }
-}
-
-/* ---- in-place depthwise input gradient (depth multiplier 1; memplan: dx written over dz) ---------------------
- * Input-gradient channel c reads only output-gradient channel c, and both keep channel c at the offsets
- * (pixel * C + c) of the shared buffer: channel c of a batch is computed into scratch (in_h*in_w floats), then
- * copied over it, as tt_depthwise_conv2d_f32_inplace does. With several batches, batch b of dx covers
- * [b*n_in*C, (b+1)*n_in*C) and batch b of dz [b*n_out*C, (b+1)*n_out*C): when n_in <= n_out the batches go
- * first to last (dx of batch b never reaches dz of a later batch), otherwise last to first. Each element is the
- * sum of tt_depthwise_conv2d_grad_input_f32 / _qw_f32 (taps in (filter y, filter x) order, then total = 0 + s),
- * so the bits are those of the out-of-place kernels. */
-/* Stride 1, float taps wc[tap * w_stride], at most TT_DW_ROWS filter rows: the same sums without the per-tap
- * division of tt_src_out. The filter rows that reach input row iy are listed once per row (in ky order); per
- * pixel the taps run in (ky, kx) order, skipping out-of-range output columns, so each element sees the float
- * operations of the general loop below in the same order (s = 0, s += dy * w per valid tap, total = 0 + s). A
- * 3-wide undilated row whose three output columns are all in range is unrolled. */
-#define TT_DW_ROWS 8
-
-static void tt_dw_grad_input_channel_s1(const tt_conv_dims *d, const float *dyb, int32_t c, const float *wc,
-                                        int32_t w_stride, float *out)
-{
-    int32_t iy, ix, ky, kx, r, nr;
-    const int32_t C = d->out_c, OW = d->out_w, KW = d->k_w, dil_w = d->dilation_w;
-    const float *rdy[TT_DW_ROWS];
-    const float *rw[TT_DW_ROWS];
-    for (iy = 0; iy < d->in_h; ++iy) {
-        nr = 0;
-        for (ky = 0; ky < d->k_h; ++ky) {
-            const int32_t oy = iy + d->pad_top - ky * d->dilation_h;
-            if (oy >= 0 && oy < d->out_h) {
-                rdy[nr] = dyb + oy * OW * C + c;
-                rw[nr] = wc + ky * KW * w_stride;
-                ++nr;
-            }
-        }
-        for (ix = 0; ix < d->in_w; ++ix) {
-            const int32_t ox0 = ix + d->pad_left; /* output column of tap kx: ox0 - kx * dil_w */
-            float total = 0.0f, s = 0.0f;
-            if (KW == 3 && dil_w == 1 && ox0 - 2 >= 0 && ox0 < OW) {
-                for (r = 0; r < nr; ++r) {
-                    const float *dp = rdy[r] + ox0 * C;
-                    const float *wp = rw[r];
-                    s += dp[0] * wp[0];
-                    s += dp[-C] * wp[w_stride];
-                    s += dp[-2 * C] * wp[2 * w_stride];
-                }
-            } else {
-                for (r = 0; r < nr; ++r) {
-                    for (kx = 0; kx < KW; ++kx) {
-                        const int32_t ox = ox0 - kx * dil_w;
-                        if (ox < 0 || ox >= OW) {
-                            continue;
-                        }
-                        s += rdy[r][ox * C] * rw[r][kx * w_stride];
-                    }
-                }
-            }
-            total += s;
-            out[iy * d->in_w + ix] = total;
-        }
-    }
-}
-
-static void tt_dw_grad_input_channel(const tt_conv_dims *d, const float *dyb, int32_t c, const float *wc,
-                                     int32_t w_stride, const int8_t *wq, int32_t z, float sc, float *out)
-{
-    int32_t iy, ix, ky, kx;
-    const int32_t C = d->out_c;
-    if (wc != 0 && d->stride_h == 1 && d->stride_w == 1 && d->k_h <= TT_DW_ROWS) {
-        tt_dw_grad_input_channel_s1(d, dyb, c, wc, w_stride, out);
-        return;
-    }
-    for (iy = 0; iy < d->in_h; ++iy) {
-        for (ix = 0; ix < d->in_w; ++ix) {
-            float total = 0.0f, s = 0.0f;
-            for (ky = 0; ky < d->k_h; ++ky) {
-                const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
-                if (oy < 0) {
-                    continue;
-                }
-                for (kx = 0; kx < d->k_w; ++kx) {
-                    const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
-                    const int32_t tap = ky * d->k_w + kx;
-                    if (ox < 0) {
-                        continue;
-                    }
-                    s += dyb[(oy * d->out_w + ox) * C + c] *
-                         (wc != 0 ? wc[tap * w_stride] : tt_dq(wq[tap * C + c], z, sc));
-                }
-            }
-            total += s;
-            out[iy * d->in_w + ix] = total;
-        }
-    }
-}
-
-/* w: float weight (wq 0) or int8 weight with its dequantize tables. */
-static void tt_dw_grad_input_inplace(const tt_conv_dims *d, float *dydx, const float *w, const int8_t *wq,
-                                     const float *scale, const int32_t *zero_point, float *scratch)
-{
-    int32_t i, c, p, t;
-    const int32_t C = d->in_c, n_in = d->in_h * d->in_w, n_out = d->out_h * d->out_w, taps = d->k_h * d->k_w;
-    const int32_t backwards = n_in > n_out;
-    float wl[TT_DW_MAX_TAPS];
-    for (i = 0; i < d->batches; ++i) {
-        const int32_t b = backwards ? d->batches - 1 - i : i;
-        const float *dyb = dydx + b * n_out * C;
-        float *dxb = dydx + b * n_in * C;
-        for (c = 0; c < C; ++c) {
-            if (w != 0) {
-                tt_dw_grad_input_channel(d, dyb, c, w + c, C, 0, 0, 0.0f, scratch);
-            } else if (taps <= TT_DW_MAX_TAPS) {
-                /* the channel's taps dequantized once (the same float values tt_dq gives per element) */
-                for (t = 0; t < taps; ++t) {
-                    wl[t] = tt_dq(wq[t * C + c], zero_point[c], scale[c]);
-                }
-                tt_dw_grad_input_channel(d, dyb, c, wl, 1, 0, 0, 0.0f, scratch);
-            } else {
-                tt_dw_grad_input_channel(d, dyb, c, 0, 0, wq, zero_point[c], scale[c], scratch);
-            }
-            for (p = 0; p < n_in; ++p) {
-                dxb[p * C + c] = scratch[p];
-            }
-        }
-    }
-}
-
-void tt_depthwise_conv2d_grad_input_f32_inplace(const tt_conv_dims *d, float *dydx, const float *w, float *scratch)
-{
-    tt_dw_grad_input_inplace(d, dydx, w, 0, 0, 0, scratch);
-}
-
-void tt_depthwise_conv2d_grad_input_qw_f32_inplace(const tt_conv_dims *d, float *dydx, const int8_t *w,
-                                                   const float *scale, const int32_t *zero_point, float *scratch)
-{
-    tt_dw_grad_input_inplace(d, dydx, 0, w, scale, zero_point, scratch);
 }

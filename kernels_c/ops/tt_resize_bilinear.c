@@ -10,81 +10,9 @@
  * sum of the four products, + or - 2^19 by its sign, divided by 2^20 toward zero. Raw int8 values are
  * interpolated: the output has the input's quantization.
  * nearest: (i + offset) * scale in float, rounded half away from zero (align_corners) or floored; at most in - 1. */
+#include "tt_resize_common.h"
+
 #include <stddef.h>
-
-#include "tt_kernels.h"
-
-static int32_t tt_floor_i(float v)
-{
-    int32_t t = (int32_t)v;
-    return ((float)t > v) ? t - 1 : t;
-}
-
-static int32_t tt_ceil_i(float v)
-{
-    int32_t t = (int32_t)v;
-    return ((float)t < v) ? t + 1 : t;
-}
-
-static float tt_resize_scale(int32_t in, int32_t out, int32_t align_corners)
-{
-    if (align_corners && out > 1) {
-        return (float)(in - 1) / (float)(out - 1);
-    }
-    return (float)in / (float)out;
-}
-
-/* Source pair and weights of output index i along one axis (float). */
-static void tt_bilinear_axis(int32_t i, float scale, int32_t half, int32_t in, int32_t *lo, int32_t *hi,
-                             float *w_lo, float *w_hi)
-{
-    float v = half ? ((float)i + 0.5f) * scale - 0.5f : (float)i * scale;
-    int32_t a = tt_floor_i(v), b = tt_ceil_i(v);
-    a = a < 0 ? 0 : a;
-    a = a > in - 1 ? in - 1 : a;
-    b = b > in - 1 ? in - 1 : b;
-    *lo = a;
-    *hi = b;
-    *w_hi = v - (float)a;
-    *w_lo = 1.0f - *w_hi;
-}
-
-/* Q10 scale of one axis (ResizeBilinearInteger). */
-static int32_t tt_scale_10(int32_t in, int32_t out, int32_t align_corners)
-{
-    if (align_corners && out > 1) {
-        return ((1 << 10) * (in - 1) + (out - 1) / 2) / (out - 1);
-    }
-    return ((1 << 10) * in + out / 2) / out;
-}
-
-static void tt_bilinear_axis_q10(int32_t i, int32_t s10, int32_t half, int32_t in, int32_t *lo, int32_t *hi,
-                                 int32_t *w_lo, int32_t *w_hi)
-{
-    int32_t v = half ? i * s10 + s10 / 2 - (1 << 9) : i * s10;
-    int32_t a = v / (1 << 10), b = (v + (1 << 10) - 1) / (1 << 10);
-    a = a < 0 ? 0 : a;
-    a = a > in - 1 ? in - 1 : a;
-    b = b > in - 1 ? in - 1 : b;
-    *lo = a;
-    *hi = b;
-    *w_hi = v - (1 << 10) * a;
-    *w_lo = (1 << 10) - *w_hi;
-}
-
-static int32_t tt_nearest_axis(int32_t i, float scale, int32_t align, int32_t half, int32_t in)
-{
-    float v = ((float)i + (half ? 0.5f : 0.0f)) * scale;
-    int32_t r;
-    if (align) {
-        /* std::round: v >= 0 here, and v + 0.5 is exact in double. */
-        r = (int32_t)((double)v + 0.5);
-    } else {
-        r = tt_floor_i(v);
-    }
-    r = r > in - 1 ? in - 1 : r;
-    return (half && r < 0) ? 0 : r;
-}
 
 void tt_resize_bilinear_f32(const tt_resize_params *p, const float *x, float *y)
 {
@@ -151,35 +79,6 @@ void tt_resize_bilinear_s8(const tt_resize_params *p, const int8_t *x, int8_t *y
     }
 }
 
-#define TT_RESIZE_NEAREST(T)                                                                                 \
-    const int32_t c = p->channels, iw = p->in_w;                                                             \
-    const float sy = tt_resize_scale(p->in_h, p->out_h, p->align_corners);                                   \
-    const float sx = tt_resize_scale(p->in_w, p->out_w, p->align_corners);                                   \
-    int32_t b, oy, ox, k;                                                                                    \
-    for (b = 0; b < p->batches; ++b) {                                                                       \
-        const T *xb = x + (size_t)b * p->in_h * iw * c;                                                      \
-        for (oy = 0; oy < p->out_h; ++oy) {                                                                  \
-            int32_t iy = tt_nearest_axis(oy, sy, p->align_corners, p->half_pixel_centers, p->in_h);          \
-            for (ox = 0; ox < p->out_w; ++ox) {                                                              \
-                int32_t ix = tt_nearest_axis(ox, sx, p->align_corners, p->half_pixel_centers, iw);           \
-                const T *src = xb + ((size_t)iy * iw + ix) * c;                                              \
-                for (k = 0; k < c; ++k) {                                                                    \
-                    *y++ = src[k];                                                                           \
-                }                                                                                            \
-            }                                                                                                \
-        }                                                                                                    \
-    }
-
-void tt_resize_nearest_s8(const tt_resize_params *p, const int8_t *x, int8_t *y)
-{
-    TT_RESIZE_NEAREST(int8_t)
-}
-
-void tt_resize_nearest_f32(const tt_resize_params *p, const float *x, float *y)
-{
-    TT_RESIZE_NEAREST(float)
-}
-
 void tt_resize_bilinear_grad_f32(const tt_resize_params *p, const float *dy, float *dx)
 {
     const int32_t c = p->channels, iw = p->in_w;
@@ -212,33 +111,6 @@ void tt_resize_bilinear_grad_f32(const tt_resize_params *p, const float *dy, flo
                     q10[k] += g * wy1 * wx0;
                     q01[k] += g * wy0 * wx1;
                     q11[k] += g * wy1 * wx1;
-                }
-                dy += c;
-            }
-        }
-    }
-}
-
-void tt_resize_nearest_grad_f32(const tt_resize_params *p, const float *dy, float *dx)
-{
-    const int32_t c = p->channels, iw = p->in_w;
-    const float sy = tt_resize_scale(p->in_h, p->out_h, p->align_corners);
-    const float sx = tt_resize_scale(p->in_w, p->out_w, p->align_corners);
-    const size_t n_in = (size_t)p->batches * p->in_h * iw * c;
-    size_t i;
-    int32_t b, oy, ox, k;
-    for (i = 0; i < n_in; ++i) {
-        dx[i] = 0.0f;
-    }
-    for (b = 0; b < p->batches; ++b) {
-        float *db = dx + (size_t)b * p->in_h * iw * c;
-        for (oy = 0; oy < p->out_h; ++oy) {
-            int32_t iy = tt_nearest_axis(oy, sy, p->align_corners, p->half_pixel_centers, p->in_h);
-            for (ox = 0; ox < p->out_w; ++ox) {
-                int32_t ix = tt_nearest_axis(ox, sx, p->align_corners, p->half_pixel_centers, iw);
-                float *q = db + ((size_t)iy * iw + ix) * c;
-                for (k = 0; k < c; ++k) {
-                    q[k] += dy[k];
                 }
                 dy += c;
             }

@@ -1,5 +1,6 @@
 /* softmax, int8 (reference_ops::Softmax<int8_t, int8_t>, gemmlowp fixed-point exp and reciprocal) and float32.
- * The int8 path is a line-by-line port of int8_arith.softmax_int8; the gemmlowp helpers are in tt_gemmlowp.h. */
+ * The int8 path is a line-by-line port of int8_arith.softmax_int8; the gemmlowp helpers are in tt_gemmlowp.h.
+ * softmax_grad: from the forward output. */
 #include "tt_gemmlowp.h"
 #include "tt_kernels.h"
 #include "tt_math.h"
@@ -76,6 +77,23 @@ void tt_softmax_f32(int32_t rows, int32_t depth, float beta, const float *x, flo
         }
         for (c = 0; c < depth; ++c) {
             yr[c] = yr[c] / total;
+        }
+    }
+}
+
+void tt_softmax_grad_f32(int32_t rows, int32_t depth, float beta, const float *dy, const float *y, float *dx)
+{
+    int32_t r, c;
+    for (r = 0; r < rows; ++r) {
+        const float *dyr = dy + r * depth;
+        const float *yr = y + r * depth;
+        float *dxr = dx + r * depth;
+        float s = 0.0f;
+        for (c = 0; c < depth; ++c) {
+            s += dyr[c] * yr[c];
+        }
+        for (c = 0; c < depth; ++c) {
+            dxr[c] = beta * yr[c] * (dyr[c] - s);
         }
     }
 }

@@ -1,0 +1,25 @@
+/* act_grad: the straight-through mask of a fused activation, from the forward output, float32. */
+#include "tt_kernels.h"
+
+void tt_act_grad_f32(int32_t n, tt_act act, const float *dy, const float *y, float *dx)
+{
+    int32_t i;
+    for (i = 0; i < n; ++i) {
+        int keep;
+        switch (act) {
+        case TT_ACT_RELU:
+            keep = y[i] > 0.0f;
+            break;
+        case TT_ACT_RELU6:
+            keep = y[i] > 0.0f && y[i] < 6.0f;
+            break;
+        case TT_ACT_RELU_N1_TO_1:
+            keep = y[i] > -1.0f && y[i] < 1.0f;
+            break;
+        default:
+            keep = 1;
+            break;
+        }
+        dx[i] = keep ? dy[i] : 0.0f;
+    }
+}

@@ -1,0 +1,57 @@
+/* add: int8 and float32, equal shapes and broadcast, and add_grad (tt_unbroadcast_f32, also sub_grad's kernel).
+ *
+ * Element-wise binary ops with numpy broadcasting (ADD, SUB, MUL), int8 and float32, and their backward
+ * (grad_ops.unbroadcast / sub_grad / mul_grad). Shapes travel as tt_broadcast: the output's rank-4 shape and each
+ * operand's element strides (0 along an axis the operand is broadcast over), computed by codegen. */
+#include "tt_broadcast.h"
+
+/* add.cc / reference_integer_ops::AddElementwise (8-bit general path), as executor._add. */
+void tt_add_s8(const tt_add_params_s8 *p, int32_t n, const int8_t *a, const int8_t *b, int8_t *y)
+{
+    int32_t i;
+    for (i = 0; i < n; ++i) {
+        /* |x - z| <= 255, times 2^20 < 2^31: the shift cannot overflow. */
+        const int32_t v1 = tt_wrap_shl32((int32_t)a[i] - p->input1_zero_point, (int)p->left_shift);
+        const int32_t v2 = tt_wrap_shl32((int32_t)b[i] - p->input2_zero_point, (int)p->left_shift);
+        const int32_t r1 = tt_multiply_by_quantized_multiplier_smaller_than_one_exp(v1, p->input1_multiplier,
+                                                                                    (int)p->input1_shift);
+        const int32_t r2 = tt_multiply_by_quantized_multiplier_smaller_than_one_exp(v2, p->input2_multiplier,
+                                                                                    (int)p->input2_shift);
+        const int32_t raw = tt_multiply_by_quantized_multiplier_smaller_than_one_exp(
+                                tt_wrap_add32(r1, r2), p->output_multiplier, (int)p->output_shift) +
+                            p->output_zero_point;
+        y[i] = (int8_t)tt_clamp32(raw, p->act_min, p->act_max);
+    }
+}
+
+void tt_add_f32(int32_t n, float act_min, float act_max, const float *a, const float *b, float *y)
+{
+    int32_t i;
+    for (i = 0; i < n; ++i) {
+        float v = a[i] + b[i];
+        if (v < act_min) {
+            v = act_min;
+        }
+        if (v > act_max) {
+            v = act_max;
+        }
+        y[i] = v;
+    }
+}
+
+void tt_add_s8_broadcast(const tt_add_params_s8 *p, const tt_broadcast *bc, const int8_t *a, const int8_t *b,
+                         int8_t *y)
+{
+    tt_add_sub_s8(p, bc, 1, a, b, y);
+}
+
+void tt_add_f32_broadcast(const tt_broadcast *bc, float act_min, float act_max, const float *a, const float *b,
+                          float *y)
+{
+    tt_binary_f32(0, bc, act_min, act_max, a, b, y);
+}
+
+void tt_unbroadcast_f32(const tt_broadcast *bc, float sign, const float *dy, float *dx, int32_t dx_size)
+{
+    tt_reduce_to_operand_f32(bc, sign, dy, 0, dx, dx_size);
+}

@@ -1,0 +1,15 @@
+/* bias_grad: the bias gradient of a conv / depthwise / fully connected layer, float32. */
+#include "tt_kernels.h"
+
+void tt_bias_grad_f32(int32_t rows, int32_t channels, const float *dy, float *db)
+{
+    int32_t r, c;
+    for (c = 0; c < channels; ++c) {
+        db[c] = 0.0f;
+    }
+    for (r = 0; r < rows; ++r) {
+        for (c = 0; c < channels; ++c) {
+            db[c] += dy[r * channels + c];
+        }
+    }
+}

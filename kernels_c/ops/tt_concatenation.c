@@ -1,0 +1,86 @@
+/* concatenation: int8 (with requantization) and float32, and concatenation_grad. */
+#include "tt_kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+void tt_concatenation_s8(int32_t n_inputs, const int8_t *const *inputs, const int32_t *inner_sizes, int32_t outer,
+                         const tt_concat_params_s8 *q, int8_t *y)
+{
+    int32_t total = 0, o, i, j;
+    for (i = 0; i < n_inputs; ++i) {
+        total += inner_sizes[i];
+    }
+    for (o = 0; o < outer; ++o) {
+        int8_t *yo = y + o * total;
+        for (i = 0; i < n_inputs; ++i) {
+            const int32_t len = inner_sizes[i];
+            const int8_t *xi = inputs[i] + o * len;
+            if (q == 0) {
+                memcpy(yo, xi, (size_t)len);
+            } else if (q->input_scale[i] == q->output_scale && q->input_zero_point[i] == q->output_zero_point) {
+                for (j = 0; j < len; ++j) {
+                    yo[j] = (int8_t)tt_clamp32(xi[j], q->act_min, q->act_max);
+                }
+            } else {
+                /* reference_ops::ConcatenationWithScaling, float32 (executor._concatenation). */
+                const float inv = 1.0f / q->output_scale;
+                const float scale = q->input_scale[i] * inv;
+                const float bias = (float)(-q->input_zero_point[i]) * scale;
+                for (j = 0; j < len; ++j) {
+                    const float r = roundf((float)xi[j] * scale + bias);
+                    int32_t v = (r < -1024.0f ? -1024 : (r > 1024.0f ? 1024 : (int32_t)r)) + q->output_zero_point;
+                    v = tt_clamp32(v, -128, 127);
+                    yo[j] = (int8_t)tt_clamp32(v, q->act_min, q->act_max);
+                }
+            }
+            yo += len;
+        }
+    }
+}
+
+void tt_concatenation_f32(int32_t n_inputs, const float *const *inputs, const int32_t *inner_sizes, int32_t outer,
+                          float act_min, float act_max, float *y)
+{
+    int32_t total = 0, o, i, j;
+    for (i = 0; i < n_inputs; ++i) {
+        total += inner_sizes[i];
+    }
+    for (o = 0; o < outer; ++o) {
+        float *yo = y + o * total;
+        for (i = 0; i < n_inputs; ++i) {
+            const int32_t len = inner_sizes[i];
+            const float *xi = inputs[i] + o * len;
+            for (j = 0; j < len; ++j) {
+                float v = xi[j];
+                if (v < act_min) {
+                    v = act_min;
+                }
+                if (v > act_max) {
+                    v = act_max;
+                }
+                yo[j] = v;
+            }
+            yo += len;
+        }
+    }
+}
+
+void tt_concatenation_grad_f32(int32_t n_inputs, const int32_t *inner_sizes, int32_t outer, const float *dy,
+                               float *const *dxs)
+{
+    int32_t o, i, j;
+    for (o = 0; o < outer; ++o) {
+        for (i = 0; i < n_inputs; ++i) {
+            const int32_t len = inner_sizes[i];
+            /* A NULL destination is an input that needs no gradient (autodiff prunes it): skipped. */
+            if (dxs[i] != 0) {
+                float *dst = dxs[i] + o * len;
+                for (j = 0; j < len; ++j) {
+                    dst[j] = dy[j];
+                }
+            }
+            dy += len;
+        }
+    }
+}

@@ -1,0 +1,596 @@
+/* depthwise_conv2d: int8 and float32 forward (also in place, channel by channel), and its backward
+ * depthwise_conv2d_grad_input (float and int8 weight, also in place) and depthwise_conv2d_grad_weight (whole
+ * and by taps). Arithmetic conventions: ops/tt_conv2d.c's header. */
+#include "tt_kernels.h"
+#include "tt_dot.h"
+#include "tt_requant.h"
+#include "tt_train_ops.h"
+#include "tt_conv_common.h"
+
+static inline int32_t tt_requant_one(const tt_requant_s8 *q, int32_t acc, int32_t oc)
+{
+    const int32_t i = q->per_channel ? oc : 0;
+    int32_t v = tt_multiply_by_quantized_multiplier(acc, q->multiplier[i], (int)q->shift[i]);
+    v += q->output_zero_point;
+    return tt_clamp32(v, q->act_min, q->act_max);
+}
+
+/* A run of `count` interior outputs of one channel of a 3x3 depthwise conv without dilation: p is the top-left
+ * tap of the first output, taps C bytes apart along x and `row` bytes apart along y, outputs `step` input bytes
+ * apart; the nine weights and the requantization constants stay in locals. */
+TT_CONV_NOINLINE void tt_dw3x3_run(const int8_t *p, int32_t C, int32_t row, int32_t step, int32_t count,
+                                   const int8_t *wc, int32_t WS, int32_t add, const tt_requant1 *r,
+                                   const tt_requant_fast *f, int32_t fast, int8_t *out, int32_t out_stride)
+{
+    const int32_t w0 = wc[0], w1 = wc[WS], w2 = wc[2 * WS], w3 = wc[3 * WS], w4 = wc[4 * WS], w5 = wc[5 * WS];
+    const int32_t w6 = wc[6 * WS], w7 = wc[7 * WS], w8 = wc[8 * WS];
+    const int32_t C2 = 2 * C, lo = r->lo, hi = r->hi;
+    int32_t i;
+    if (fast) {
+        const int64_t k = f->k;
+        const int32_t m = f->multiplier;
+        const int sh = f->sh;
+        for (i = 0; i < count; ++i) {
+            const int8_t *p1 = p + row, *p2 = p1 + row;
+            const int32_t acc = p[0] * w0 + p[C] * w1 + p[C2] * w2 + p1[0] * w3 + p1[C] * w4 + p1[C2] * w5 +
+                                p2[0] * w6 + p2[C] * w7 + p2[C2] * w8 + add;
+            *out = (int8_t)tt_clamp32(tt_requant_fast_apply(k, m, sh, acc), lo, hi);
+            out += out_stride;
+            p += step;
+        }
+    } else {
+        for (i = 0; i < count; ++i) {
+            const int8_t *p1 = p + row, *p2 = p1 + row;
+            const int32_t acc = p[0] * w0 + p[C] * w1 + p[C2] * w2 + p1[0] * w3 + p1[C] * w4 + p1[C2] * w5 +
+                                p2[0] * w6 + p2[C] * w7 + p2[C2] * w8 + add;
+            *out = tt_requant_apply(r, acc);
+            out += out_stride;
+            p += step;
+        }
+    }
+}
+
+/* One channel of a depth-multiplier-1 depthwise conv (shared with the in-place kernel, tt_train_ops.c): xc is the
+ * batch's input at channel c (pixel stride in_c), wc the weight at channel c (tap stride out_c); output pixel p goes
+ * to out[p * out_stride]. Interior outputs skip the bounds checks and take the zero point out of the taps
+ * (sum (x - z) w = sum x w - z sum w, exact in int32); a 3x3 filter without dilation runs tt_dw3x3_run, its nine
+ * weights in locals. Border outputs sum (x - z) w over their in-image taps (a rectangle of the filter). */
+void tt_depthwise_channel_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *xc, const int8_t *wc,
+                             int32_t bias, int32_t c, int8_t *out, int32_t out_stride)
+{
+    const tt_geom g = tt_geom_of(d);
+    const int32_t C = g.in_c, WS = g.out_c, zin = q->input_zero_point, row = g.in_w * C;
+    const tt_requant1 r = tt_requant_channel(q, c);
+    const int32_t k3 = g.k_h == 3 && g.k_w == 3 && g.dil_h == 1 && g.dil_w == 1;
+    const int32_t lo = r.lo, hi = r.hi;
+    tt_requant_fast f;
+    const int32_t fast = tt_requant_fast_init(&f, &r);
+    int32_t oy_lo, oy_hi, ox_lo, ox_hi, oy, ox, ky, kx, sw = 0, add;
+    int32_t w9[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+    tt_interior(g.out_h, g.in_h, g.stride_h, g.pad_top, g.k_h, g.dil_h, &oy_lo, &oy_hi);
+    tt_interior(g.out_w, g.in_w, g.stride_w, g.pad_left, g.k_w, g.dil_w, &ox_lo, &ox_hi);
+    for (ky = 0; ky < g.k_h * g.k_w; ++ky) {
+        sw += wc[ky * WS];
+    }
+    add = bias - zin * sw;
+    if (k3) {
+        for (ky = 0; ky < 9; ++ky) {
+            w9[ky] = wc[ky * WS];
+        }
+    }
+    for (oy = 0; oy < g.out_h; ++oy) {
+        const int32_t iy0 = oy * g.stride_h - g.pad_top;
+        const int32_t row_in = oy >= oy_lo && oy < oy_hi;
+        const int32_t a_lo = row_in ? ox_lo : g.out_w, a_hi = row_in ? ox_hi : g.out_w;
+        int8_t *op = out + oy * g.out_w * out_stride;
+        int32_t ky0 = 0, ky1 = g.k_h;
+        /* the in-image filter rows of this output row */
+        while (ky0 < ky1 && iy0 + ky0 * g.dil_h < 0) {
+            ++ky0;
+        }
+        while (ky1 > ky0 && iy0 + (ky1 - 1) * g.dil_h >= g.in_h) {
+            --ky1;
+        }
+        for (ox = 0; ox < g.out_w; ++ox) {
+            const int32_t ix0 = ox * g.stride_w - g.pad_left;
+            int32_t acc = 0;
+            if (ox == a_lo && k3 && a_hi > a_lo) {
+                tt_dw3x3_run(xc + iy0 * row + ix0 * C, C, row, g.stride_w * C, a_hi - a_lo, wc, WS, add, &r, &f,
+                             fast, op + ox * out_stride, out_stride);
+                ox = a_hi - 1;
+                continue;
+            }
+            if (ox >= a_lo && ox < a_hi) {
+                const int8_t *p0 = xc + iy0 * row + ix0 * C;
+                for (ky = 0; ky < g.k_h; ++ky) {
+                    for (kx = 0; kx < g.k_w; ++kx) {
+                        acc += p0[ky * g.dil_h * row + kx * g.dil_w * C] * wc[(ky * g.k_w + kx) * WS];
+                    }
+                }
+                acc += add;
+            } else if (k3) {
+                /* per tap bounds checks on the three rows and columns, the weights in a small local table */
+                const int32_t vx0 = ix0 >= 0 && ix0 < g.in_w, vx1 = ix0 + 1 >= 0 && ix0 + 1 < g.in_w;
+                const int32_t vx2 = ix0 + 2 >= 0 && ix0 + 2 < g.in_w;
+                for (ky = ky0; ky < ky1; ++ky) {
+                    const int8_t *xr = xc + (iy0 + ky) * row + ix0 * C;
+                    const int32_t *wr = w9 + 3 * ky;
+                    if (vx0) {
+                        acc += ((int32_t)xr[0] - zin) * wr[0];
+                    }
+                    if (vx1) {
+                        acc += ((int32_t)xr[C] - zin) * wr[1];
+                    }
+                    if (vx2) {
+                        acc += ((int32_t)xr[2 * C] - zin) * wr[2];
+                    }
+                }
+                acc += bias;
+            } else {
+                /* the in-image taps: a rectangle [ky0, ky1) x [kx0, kx1) of the filter (int32 sums: any order) */
+                int32_t kx0 = 0, kx1 = g.k_w;
+                while (kx0 < kx1 && ix0 + kx0 * g.dil_w < 0) {
+                    ++kx0;
+                }
+                while (kx1 > kx0 && ix0 + (kx1 - 1) * g.dil_w >= g.in_w) {
+                    --kx1;
+                }
+                for (ky = ky0; ky < ky1; ++ky) {
+                    const int8_t *xr = xc + (iy0 + ky * g.dil_h) * row + ix0 * C;
+                    const int8_t *wr = wc + ky * g.k_w * WS;
+                    for (kx = kx0; kx < kx1; ++kx) {
+                        acc += ((int32_t)xr[kx * g.dil_w * C] - zin) * (int32_t)wr[kx * WS];
+                    }
+                }
+                acc += bias;
+            }
+            op[ox * out_stride] = fast ? (int8_t)tt_clamp32(tt_requant_fast_apply(f.k, f.multiplier, f.sh, acc), lo, hi)
+                                       : tt_requant_apply(&r, acc);
+        }
+    }
+}
+
+void tt_depthwise_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
+                            const int32_t *bias, int8_t *y)
+{
+    int32_t b, oy, ox, ic, m, ky, kx;
+    const int32_t zin = q->input_zero_point;
+    const int32_t mult = d->depth_multiplier;
+    if (mult == 1) {
+        /* channel by channel through the fast per-channel kernel (each output is computed alike, in any order) */
+        for (b = 0; b < d->batches; ++b) {
+            for (ic = 0; ic < d->in_c; ++ic) {
+                tt_depthwise_channel_s8(d, q, x + b * d->in_h * d->in_w * d->in_c + ic, w + ic,
+                                        bias != 0 ? bias[ic] : 0, ic, y + b * d->out_h * d->out_w * d->out_c + ic,
+                                        d->out_c);
+            }
+        }
+        return;
+    }
+    for (b = 0; b < d->batches; ++b) {
+        for (oy = 0; oy < d->out_h; ++oy) {
+            const int32_t iy0 = oy * d->stride_h - d->pad_top;
+            for (ox = 0; ox < d->out_w; ++ox) {
+                const int32_t ix0 = ox * d->stride_w - d->pad_left;
+                int8_t *yp = y + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
+                for (ic = 0; ic < d->in_c; ++ic) {
+                    for (m = 0; m < mult; ++m) {
+                        const int32_t oc = ic * mult + m;
+                        int32_t acc = 0;
+                        for (ky = 0; ky < d->k_h; ++ky) {
+                            const int32_t iy = iy0 + ky * d->dilation_h;
+                            if (iy < 0 || iy >= d->in_h) {
+                                continue;
+                            }
+                            for (kx = 0; kx < d->k_w; ++kx) {
+                                const int32_t ix = ix0 + kx * d->dilation_w;
+                                if (ix < 0 || ix >= d->in_w) {
+                                    continue;
+                                }
+                                acc += ((int32_t)x[((b * d->in_h + iy) * d->in_w + ix) * d->in_c + ic] - zin) *
+                                       (int32_t)w[(ky * d->k_w + kx) * d->out_c + oc];
+                            }
+                        }
+                        if (bias != 0) {
+                            acc += bias[oc];
+                        }
+                        yp[oc] = (int8_t)tt_requant_one(q, acc, oc);
+                    }
+                }
+            }
+        }
+    }
+}
+
+void tt_depthwise_conv2d_f32(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
+                             const float *bias, float *y)
+{
+    int32_t b, oy, ox, ic, m, ky, kx;
+    const int32_t mult = d->depth_multiplier;
+    for (b = 0; b < d->batches; ++b) {
+        for (oy = 0; oy < d->out_h; ++oy) {
+            const int32_t iy0 = oy * d->stride_h - d->pad_top;
+            for (ox = 0; ox < d->out_w; ++ox) {
+                const int32_t ix0 = ox * d->stride_w - d->pad_left;
+                float *yp = y + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
+                for (ic = 0; ic < d->in_c; ++ic) {
+                    for (m = 0; m < mult; ++m) {
+                        const int32_t oc = ic * mult + m;
+                        float acc = 0.0f;
+                        for (ky = 0; ky < d->k_h; ++ky) {
+                            const int32_t iy = iy0 + ky * d->dilation_h;
+                            if (iy < 0 || iy >= d->in_h) {
+                                continue;
+                            }
+                            for (kx = 0; kx < d->k_w; ++kx) {
+                                const int32_t ix = ix0 + kx * d->dilation_w;
+                                if (ix < 0 || ix >= d->in_w) {
+                                    continue;
+                                }
+                                acc += x[((b * d->in_h + iy) * d->in_w + ix) * d->in_c + ic] *
+                                       w[(ky * d->k_w + kx) * d->out_c + oc];
+                            }
+                        }
+                        if (bias != 0) {
+                            acc += bias[oc];
+                        }
+                        yp[oc] = tt_act_clamp(acc, act_min, act_max);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* ---- in-place depthwise (depth multiplier 1) ----------------------------------------------------------------
+ * Output channel c reads only input channel c, and output element (pixel p, channel c) sits at p*C + c, an
+ * element of channel c of the input too: so once channel c's outputs are all in scratch, copying them over the
+ * buffer destroys no input another channel still needs, whatever the stride. */
+void tt_depthwise_conv2d_s8_inplace(const tt_conv_dims *d, const tt_requant_s8 *q, int8_t *xy, const int8_t *w,
+                                    const int32_t *bias, int8_t *scratch)
+{
+    int32_t b, c, p;
+    const int32_t C = d->in_c, n_out = d->out_h * d->out_w;
+    for (b = 0; b < d->batches; ++b) {
+        const int8_t *x = xy + b * d->in_h * d->in_w * C;
+        int8_t *y = xy + b * n_out * C;
+        for (c = 0; c < C; ++c) {
+            tt_depthwise_channel_s8(d, q, x + c, w + c, bias != 0 ? bias[c] : 0, c, scratch, 1);
+            for (p = 0; p < n_out; ++p) {
+                y[p * C + c] = scratch[p];
+            }
+        }
+    }
+}
+
+void tt_depthwise_conv2d_f32_inplace(const tt_conv_dims *d, float act_min, float act_max, float *xy,
+                                     const float *w, const float *bias, float *scratch)
+{
+    int32_t b, c, oy, ox, ky, kx;
+    const int32_t C = d->in_c;
+    for (b = 0; b < d->batches; ++b) {
+        const float *x = xy + b * d->in_h * d->in_w * C;
+        float *y = xy + b * d->out_h * d->out_w * C;
+        for (c = 0; c < C; ++c) {
+            for (oy = 0; oy < d->out_h; ++oy) {
+                const int32_t iy0 = oy * d->stride_h - d->pad_top;
+                for (ox = 0; ox < d->out_w; ++ox) {
+                    const int32_t ix0 = ox * d->stride_w - d->pad_left;
+                    float acc = 0.0f;
+                    for (ky = 0; ky < d->k_h; ++ky) {
+                        const int32_t iy = iy0 + ky * d->dilation_h;
+                        if (iy < 0 || iy >= d->in_h) {
+                            continue;
+                        }
+                        for (kx = 0; kx < d->k_w; ++kx) {
+                            const int32_t ix = ix0 + kx * d->dilation_w;
+                            if (ix < 0 || ix >= d->in_w) {
+                                continue;
+                            }
+                            acc += x[(iy * d->in_w + ix) * C + c] * w[(ky * d->k_w + kx) * C + c];
+                        }
+                    }
+                    if (bias != 0) {
+                        acc += bias[c];
+                    }
+                    if (acc < act_min) {
+                        acc = act_min;
+                    }
+                    if (acc > act_max) {
+                        acc = act_max;
+                    }
+                    scratch[oy * d->out_w + ox] = acc;
+                }
+            }
+            for (oy = 0; oy < d->out_h * d->out_w; ++oy) {
+                y[oy * C + c] = scratch[oy];
+            }
+        }
+    }
+}
+
+void tt_depthwise_conv2d_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *w, float *dx)
+{
+    int32_t b, iy, ix, ic, m, ky, kx;
+    const int32_t mult = d->depth_multiplier;
+    for (b = 0; b < d->batches; ++b) {
+        for (iy = 0; iy < d->in_h; ++iy) {
+            for (ix = 0; ix < d->in_w; ++ix) {
+                for (ic = 0; ic < d->in_c; ++ic) {
+                    float total = 0.0f;
+                    /* grad_ops accumulates each output channel over the taps, then folds the multiplier. */
+                    for (m = 0; m < mult; ++m) {
+                        const int32_t oc = ic * mult + m;
+                        float s = 0.0f;
+                        for (ky = 0; ky < d->k_h; ++ky) {
+                            const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
+                            if (oy < 0) {
+                                continue;
+                            }
+                            for (kx = 0; kx < d->k_w; ++kx) {
+                                const int32_t ox =
+                                    tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
+                                if (ox < 0) {
+                                    continue;
+                                }
+                                s += dy[((b * d->out_h + oy) * d->out_w + ox) * d->out_c + oc] *
+                                     w[(ky * d->k_w + kx) * d->out_c + oc];
+                            }
+                        }
+                        total += s;
+                    }
+                    dx[((b * d->in_h + iy) * d->in_w + ix) * d->in_c + ic] = total;
+                }
+            }
+        }
+    }
+}
+
+void tt_depthwise_conv2d_grad_weight_f32(const tt_conv_dims *d, int32_t k, const float *dy, const float *x,
+                                         float *dw)
+{
+    tt_depthwise_conv2d_grad_weight_f32_taps(d, k, 0, d->k_h * d->k_w, dy, x, dw);
+}
+
+/* Taps [t0, t1) (t = ky * k_w + kx, the rows of the [KH*KW, k*M] gradient): each tap row is its own sum. */
+void tt_depthwise_conv2d_grad_weight_f32_taps(const tt_conv_dims *d, int32_t k, int32_t t0, int32_t t1,
+                                              const float *dy, const float *x, float *dw)
+{
+    int32_t t, oc, b, oy, ox;
+    const int32_t mult = d->depth_multiplier;
+    const int32_t n_out = k * mult;
+    for (t = t0; t < t1; ++t) {
+        const int32_t ky = t / d->k_w, kx = t % d->k_w;
+        float *dwp = dw + (t - t0) * n_out;
+        for (oc = 0; oc < n_out; ++oc) {
+            dwp[oc] = 0.0f;
+        }
+        for (b = 0; b < d->batches; ++b) {
+            for (oy = 0; oy < d->out_h; ++oy) {
+                const int32_t iy = oy * d->stride_h - d->pad_top + ky * d->dilation_h;
+                if (iy < 0 || iy >= d->in_h) {
+                    continue;
+                }
+                for (ox = 0; ox < d->out_w; ++ox) {
+                    const int32_t ix = ox * d->stride_w - d->pad_left + kx * d->dilation_w;
+                    const float *dyp;
+                    const float *xp;
+                    if (ix < 0 || ix >= d->in_w) {
+                        continue;
+                    }
+                    dyp = dy + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
+                    xp = x + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
+                    for (oc = 0; oc < n_out; ++oc) {
+                        dwp[oc] += dyp[oc] * xp[oc / mult];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* The taps that reach input pixel (iy, ix), in (filter y, filter x) order, found once per pixel instead of once
+ * per channel: tap index and the dy offset of its output pixel. At most TT_DW_MAX_TAPS (larger filters take the
+ * per-channel search). */
+#define TT_DW_MAX_TAPS 49
+
+void tt_depthwise_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const int8_t *w,
+                                           const float *scale, const int32_t *zero_point, float *dx)
+{
+    int32_t b, iy, ix, ic, m, ky, kx, t;
+    const int32_t mult = d->depth_multiplier;
+    int32_t tap_w[TT_DW_MAX_TAPS], tap_dy[TT_DW_MAX_TAPS];
+    const int32_t listed = d->k_h * d->k_w <= TT_DW_MAX_TAPS;
+    for (b = 0; b < d->batches; ++b) {
+        for (iy = 0; iy < d->in_h; ++iy) {
+            for (ix = 0; ix < d->in_w; ++ix) {
+                int32_t nt = 0;
+                if (listed) {
+                    for (ky = 0; ky < d->k_h; ++ky) {
+                        const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
+                        if (oy < 0) {
+                            continue;
+                        }
+                        for (kx = 0; kx < d->k_w; ++kx) {
+                            const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
+                            if (ox < 0) {
+                                continue;
+                            }
+                            tap_w[nt] = (ky * d->k_w + kx) * d->out_c;
+                            tap_dy[nt] = ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
+                            ++nt;
+                        }
+                    }
+                }
+                for (ic = 0; ic < d->in_c; ++ic) {
+                    float total = 0.0f;
+                    for (m = 0; m < mult; ++m) {
+                        const int32_t oc = ic * mult + m;
+                        float s = 0.0f;
+                        if (listed) {
+                            const int32_t z = zero_point[oc];
+                            const float sc = scale[oc];
+                            for (t = 0; t < nt; ++t) {
+                                s += dy[tap_dy[t] + oc] * ((float)((int32_t)w[tap_w[t] + oc] - z) * sc);
+                            }
+                            total += s;
+                            continue;
+                        }
+                        for (ky = 0; ky < d->k_h; ++ky) {
+                            const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
+                            if (oy < 0) {
+                                continue;
+                            }
+                            for (kx = 0; kx < d->k_w; ++kx) {
+                                const int32_t ox =
+                                    tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
+                                if (ox < 0) {
+                                    continue;
+                                }
+                                s += dy[((b * d->out_h + oy) * d->out_w + ox) * d->out_c + oc] *
+                                     tt_dq(w[(ky * d->k_w + kx) * d->out_c + oc], zero_point[oc], scale[oc]);
+                            }
+                        }
+                        total += s;
+                    }
+                    dx[((b * d->in_h + iy) * d->in_w + ix) * d->in_c + ic] = total;
+                }
+            }
+        }
+    }
+}
+
+/* ---- in-place depthwise input gradient (depth multiplier 1; memplan: dx written over dz) ---------------------
+ * Input-gradient channel c reads only output-gradient channel c, and both keep channel c at the offsets
+ * (pixel * C + c) of the shared buffer: channel c of a batch is computed into scratch (in_h*in_w floats), then
+ * copied over it, as tt_depthwise_conv2d_f32_inplace does. With several batches, batch b of dx covers
+ * [b*n_in*C, (b+1)*n_in*C) and batch b of dz [b*n_out*C, (b+1)*n_out*C): when n_in <= n_out the batches go
+ * first to last (dx of batch b never reaches dz of a later batch), otherwise last to first. Each element is the
+ * sum of tt_depthwise_conv2d_grad_input_f32 / _qw_f32 (taps in (filter y, filter x) order, then total = 0 + s),
+ * so the bits are those of the out-of-place kernels. */
+/* Stride 1, float taps wc[tap * w_stride], at most TT_DW_ROWS filter rows: the same sums without the per-tap
+ * division of tt_src_out. The filter rows that reach input row iy are listed once per row (in ky order); per
+ * pixel the taps run in (ky, kx) order, skipping out-of-range output columns, so each element sees the float
+ * operations of the general loop below in the same order (s = 0, s += dy * w per valid tap, total = 0 + s). A
+ * 3-wide undilated row whose three output columns are all in range is unrolled. */
+#define TT_DW_ROWS 8
+
+static void tt_dw_grad_input_channel_s1(const tt_conv_dims *d, const float *dyb, int32_t c, const float *wc,
+                                        int32_t w_stride, float *out)
+{
+    int32_t iy, ix, ky, kx, r, nr;
+    const int32_t C = d->out_c, OW = d->out_w, KW = d->k_w, dil_w = d->dilation_w;
+    const float *rdy[TT_DW_ROWS];
+    const float *rw[TT_DW_ROWS];
+    for (iy = 0; iy < d->in_h; ++iy) {
+        nr = 0;
+        for (ky = 0; ky < d->k_h; ++ky) {
+            const int32_t oy = iy + d->pad_top - ky * d->dilation_h;
+            if (oy >= 0 && oy < d->out_h) {
+                rdy[nr] = dyb + oy * OW * C + c;
+                rw[nr] = wc + ky * KW * w_stride;
+                ++nr;
+            }
+        }
+        for (ix = 0; ix < d->in_w; ++ix) {
+            const int32_t ox0 = ix + d->pad_left; /* output column of tap kx: ox0 - kx * dil_w */
+            float total = 0.0f, s = 0.0f;
+            if (KW == 3 && dil_w == 1 && ox0 - 2 >= 0 && ox0 < OW) {
+                for (r = 0; r < nr; ++r) {
+                    const float *dp = rdy[r] + ox0 * C;
+                    const float *wp = rw[r];
+                    s += dp[0] * wp[0];
+                    s += dp[-C] * wp[w_stride];
+                    s += dp[-2 * C] * wp[2 * w_stride];
+                }
+            } else {
+                for (r = 0; r < nr; ++r) {
+                    for (kx = 0; kx < KW; ++kx) {
+                        const int32_t ox = ox0 - kx * dil_w;
+                        if (ox < 0 || ox >= OW) {
+                            continue;
+                        }
+                        s += rdy[r][ox * C] * rw[r][kx * w_stride];
+                    }
+                }
+            }
+            total += s;
+            out[iy * d->in_w + ix] = total;
+        }
+    }
+}
+
+static void tt_dw_grad_input_channel(const tt_conv_dims *d, const float *dyb, int32_t c, const float *wc,
+                                     int32_t w_stride, const int8_t *wq, int32_t z, float sc, float *out)
+{
+    int32_t iy, ix, ky, kx;
+    const int32_t C = d->out_c;
+    if (wc != 0 && d->stride_h == 1 && d->stride_w == 1 && d->k_h <= TT_DW_ROWS) {
+        tt_dw_grad_input_channel_s1(d, dyb, c, wc, w_stride, out);
+        return;
+    }
+    for (iy = 0; iy < d->in_h; ++iy) {
+        for (ix = 0; ix < d->in_w; ++ix) {
+            float total = 0.0f, s = 0.0f;
+            for (ky = 0; ky < d->k_h; ++ky) {
+                const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
+                if (oy < 0) {
+                    continue;
+                }
+                for (kx = 0; kx < d->k_w; ++kx) {
+                    const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
+                    const int32_t tap = ky * d->k_w + kx;
+                    if (ox < 0) {
+                        continue;
+                    }
+                    s += dyb[(oy * d->out_w + ox) * C + c] *
+                         (wc != 0 ? wc[tap * w_stride] : tt_dq(wq[tap * C + c], z, sc));
+                }
+            }
+            total += s;
+            out[iy * d->in_w + ix] = total;
+        }
+    }
+}
+
+/* w: float weight (wq 0) or int8 weight with its dequantize tables. */
+static void tt_dw_grad_input_inplace(const tt_conv_dims *d, float *dydx, const float *w, const int8_t *wq,
+                                     const float *scale, const int32_t *zero_point, float *scratch)
+{
+    int32_t i, c, p, t;
+    const int32_t C = d->in_c, n_in = d->in_h * d->in_w, n_out = d->out_h * d->out_w, taps = d->k_h * d->k_w;
+    const int32_t backwards = n_in > n_out;
+    float wl[TT_DW_MAX_TAPS];
+    for (i = 0; i < d->batches; ++i) {
+        const int32_t b = backwards ? d->batches - 1 - i : i;
+        const float *dyb = dydx + b * n_out * C;
+        float *dxb = dydx + b * n_in * C;
+        for (c = 0; c < C; ++c) {
+            if (w != 0) {
+                tt_dw_grad_input_channel(d, dyb, c, w + c, C, 0, 0, 0.0f, scratch);
+            } else if (taps <= TT_DW_MAX_TAPS) {
+                /* the channel's taps dequantized once (the same float values tt_dq gives per element) */
+                for (t = 0; t < taps; ++t) {
+                    wl[t] = tt_dq(wq[t * C + c], zero_point[c], scale[c]);
+                }
+                tt_dw_grad_input_channel(d, dyb, c, wl, 1, 0, 0, 0.0f, scratch);
+            } else {
+                tt_dw_grad_input_channel(d, dyb, c, 0, 0, wq, zero_point[c], scale[c], scratch);
+            }
+            for (p = 0; p < n_in; ++p) {
+                dxb[p * C + c] = scratch[p];
+            }
+        }
+    }
+}
+
+void tt_depthwise_conv2d_grad_input_f32_inplace(const tt_conv_dims *d, float *dydx, const float *w, float *scratch)
+{
+    tt_dw_grad_input_inplace(d, dydx, w, 0, 0, 0, scratch);
+}
+
+void tt_depthwise_conv2d_grad_input_qw_f32_inplace(const tt_conv_dims *d, float *dydx, const int8_t *w,
+                                                   const float *scale, const int32_t *zero_point, float *scratch)
+{
+    tt_dw_grad_input_inplace(d, dydx, 0, w, scale, zero_point, scratch);
+}

@@ -1,0 +1,111 @@
+/* Forward fully_connected, int8 (per-tensor or per-channel) and float32.
+ *
+ * int8: reference_integer_ops::FullyConnected with the fixed-point requantization (TFLite Micro's kernel; the
+ * executor's default fc_requant="fixed_point"). float32: acc = 0, += x[d] * w[o, d] over d in order, + bias,
+ * clamp (executor._fully_connected).
+ *
+ * Backward (grad_ops.fully_connected_grad_*): fully_connected_grad_input (float and int8 weight) and
+ * fully_connected_grad_weight (whole and by output rows). */
+#include "tt_kernels.h"
+#include "tt_dot.h"
+
+void tt_fully_connected_s8(int32_t rows, int32_t depth, int32_t out_c, const tt_requant_s8 *q, const int8_t *x,
+                           const int8_t *w, const int32_t *bias, int8_t *y)
+{
+    int32_t r, o;
+    const int32_t zin = q->input_zero_point;
+    for (r = 0; r < rows; ++r) {
+        const int8_t *xr = x + r * depth;
+        for (o = 0; o < out_c; ++o) {
+            const int8_t *wr = w + o * depth;
+            const int32_t i = q->per_channel ? o : 0;
+            int32_t acc = tt_dot_s8(xr, wr, depth, zin);
+            int32_t v;
+            if (bias != 0) {
+                acc += bias[o];
+            }
+            v = tt_multiply_by_quantized_multiplier(acc, q->multiplier[i], (int)q->shift[i]) + q->output_zero_point;
+            y[r * out_c + o] = (int8_t)tt_clamp32(v, q->act_min, q->act_max);
+        }
+    }
+}
+
+void tt_fully_connected_f32(int32_t rows, int32_t depth, int32_t out_c, float act_min, float act_max,
+                            const float *x, const float *w, const float *bias, float *y)
+{
+    int32_t r, o, k;
+    for (r = 0; r < rows; ++r) {
+        const float *xr = x + r * depth;
+        for (o = 0; o < out_c; ++o) {
+            const float *wr = w + o * depth;
+            float acc = 0.0f;
+            for (k = 0; k < depth; ++k) {
+                acc += xr[k] * wr[k];
+            }
+            if (bias != 0) {
+                acc += bias[o];
+            }
+            if (acc < act_min) {
+                acc = act_min;
+            }
+            if (acc > act_max) {
+                acc = act_max;
+            }
+            y[r * out_c + o] = acc;
+        }
+    }
+}
+
+void tt_fully_connected_grad_input_f32(int32_t rows, int32_t depth, int32_t out_c, const float *dy, const float *w,
+                                       float *dx)
+{
+    int32_t r, d, o;
+    for (r = 0; r < rows; ++r) {
+        for (d = 0; d < depth; ++d) {
+            float s = 0.0f;
+            for (o = 0; o < out_c; ++o) {
+                s += dy[r * out_c + o] * w[o * depth + d];
+            }
+            dx[r * depth + d] = s;
+        }
+    }
+}
+
+/* tt_fully_connected_grad_input_f32 on an int8 weight dequantized per element (tt_kernels.h). */
+void tt_fully_connected_grad_input_qw_f32(int32_t rows, int32_t depth, int32_t out_c, const float *dy,
+                                          const int8_t *w, const float *scale, const int32_t *zero_point, float *dx)
+{
+    int32_t r, d, o;
+    for (r = 0; r < rows; ++r) {
+        for (d = 0; d < depth; ++d) {
+            float s = 0.0f;
+            for (o = 0; o < out_c; ++o) {
+                s += dy[r * out_c + o] * ((float)((int32_t)w[o * depth + d] - zero_point[o]) * scale[o]);
+            }
+            dx[r * depth + d] = s;
+        }
+    }
+}
+
+/* dw [out_c, k] = dy^T x[:, :k]. */
+void tt_fully_connected_grad_weight_f32(int32_t rows, int32_t depth, int32_t out_c, int32_t k, const float *dy,
+                                        const float *x, float *dw)
+{
+    tt_fully_connected_grad_weight_f32_range(rows, depth, out_c, k, 0, out_c, dy, x, dw);
+}
+
+/* Rows [o0, o1) of dw (each its own sums: any split gives the bits of the whole call); dw points at row o0. */
+void tt_fully_connected_grad_weight_f32_range(int32_t rows, int32_t depth, int32_t out_c, int32_t k, int32_t o0,
+                                              int32_t o1, const float *dy, const float *x, float *dw)
+{
+    int32_t r, d, o;
+    for (o = o0; o < o1; ++o) {
+        for (d = 0; d < k; ++d) {
+            float s = 0.0f;
+            for (r = 0; r < rows; ++r) {
+                s += dy[r * out_c + o] * x[r * depth + d];
+            }
+            dw[(o - o0) * k + d] = s;
+        }
+    }
+}

@@ -1,0 +1,73 @@
+/* logistic: int8 and float32, and logistic_grad.
+ *
+ * Activations added for converter models: LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU, PRELU, int8 and float32, and
+ * their backward (grad_ops.logistic_grad, tanh_grad, hard_swish_grad, leaky_relu_grad, prelu_grad).
+ *
+ * int8 follows the executor's default mode (fc_requant="fixed_point"), i.e. TFLite Micro: LOGISTIC / TANH through
+ * gemmlowp fixed point (int8_arith.logistic_int8_fixed / tanh_int8_fixed), HARD_SWISH in 16-bit fixed point
+ * (int8_arith.hard_swish_int8), LEAKY_RELU and PRELU with two requantizations. Every multiplier is computed by
+ * codegen (stages/int8_arith.py); the kernels only do the integer work, so they are bit-exact with the executor.
+ * y may equal x in every element-wise kernel here (each element is read before it is written). */
+#include "tt_gemmlowp.h"
+#include "tt_kernels.h"
+#include "tt_math.h"
+
+/* gemmlowp::logistic(FixedPoint<int32, 4>) -> Q0.31 (int8_arith.gemmlowp_logistic). */
+static int32_t tt_gemmlowp_logistic_q4(int32_t a)
+{
+    int32_t abs_a, on_positive;
+    if (a == 0) {
+        return (int32_t)1 << 30;
+    }
+    abs_a = a > 0 ? a : tt_neg32(a);
+    on_positive = tt_one_over_one_plus_x_for_x_in_0_1(tt_exp_on_negative_values(tt_neg32(abs_a), 4));
+    return a > 0 ? on_positive : tt_wrap_sub32(TT_INT32_MAX, on_positive);
+}
+
+void tt_logistic_s8(int32_t n, int32_t input_zero_point, int32_t multiplier, int32_t left_shift, int32_t radius,
+                    const int8_t *x, int8_t *y)
+{
+    int32_t i;
+    for (i = 0; i < n; ++i) {
+        const int32_t v = (int32_t)x[i] - input_zero_point;
+        int32_t out;
+        if (v <= -radius) {
+            out = -128;
+        } else if (v >= radius) {
+            out = 127;
+        } else {
+            const int32_t q4 = tt_multiply_by_quantized_multiplier(v, multiplier, (int)left_shift);
+            out = tt_clamp32(tt_rounding_divide_by_pot(tt_gemmlowp_logistic_q4(q4), 31 - 8) - 128, -128, 127);
+        }
+        y[i] = (int8_t)out;
+    }
+}
+
+/* reference_ops::Logistic (executor._logistic): 1 above 16.619047, exp(x) below -9, else 1 / (1 + exp(-x)). */
+void tt_logistic_f32(int32_t n, const float *x, float *y)
+{
+    int32_t i;
+    for (i = 0; i < n; ++i) {
+        const float v = x[i];
+        float r;
+        if (v > 16.619047164916992188f) {
+            r = 1.0f;
+        } else if (v < -9.0f) {
+            r = tt_expf(v);
+        } else {
+            r = 1.0f / (1.0f + tt_expf(-v));
+        }
+        y[i] = r;
+    }
+}
+
+/* ---- backward (from the forward output y: logistic, tanh; from the input x: the rest) ------------------------ */
+
+/* dy * (1 - y) * y, left to right like grad_ops.logistic_grad. dx may be dy. */
+void tt_logistic_grad_f32(int32_t n, const float *dy, const float *y, float *dx)
+{
+    int32_t i;
+    for (i = 0; i < n; ++i) {
+        dx[i] = dy[i] * (1.0f - y[i]) * y[i];
+    }
+}

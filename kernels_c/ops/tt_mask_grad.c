@@ -1,0 +1,11 @@
+/* mask_grad: dz = dy where the forward output's 1-bit mask (tt_mask.h, tt_mask.c) is set. */
+#include "tt_mask.h"
+
+void tt_mask_grad_f32(int32_t n, int32_t bit_offset, const uint8_t *mask, const float *dy, float *dz)
+{
+    int32_t i;
+    for (i = 0; i < n; ++i) {
+        const uint32_t b = (uint32_t)bit_offset + (uint32_t)i;
+        dz[i] = ((mask[b >> 3] >> (b & 7u)) & 1u) ? dy[i] : 0.0f;
+    }
+}

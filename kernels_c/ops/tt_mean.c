@@ -1,0 +1,57 @@
+/* mean over H and W: int8 and float32, and mean_grad. */
+#include "tt_kernels.h"
+
+/* reference_ops::QuantizedMeanOrSum (executor._quantized_mean): sum in int32, minus z_in * count, then the
+ * multiplier that already holds 1/count, + z_out, clamped to int8 (no fused activation). */
+void tt_mean_hw_s8(const tt_mean_params_s8 *p, int32_t batches, int32_t h, int32_t w, int32_t c, const int8_t *x,
+                   int8_t *y)
+{
+    int32_t b, i, ch;
+    const int32_t count = h * w;
+    for (b = 0; b < batches; ++b) {
+        for (ch = 0; ch < c; ++ch) {
+            int32_t total = 0, v;
+            for (i = 0; i < count; ++i) {
+                total += x[(b * count + i) * c + ch];
+            }
+            total = tt_wrap_sub32(total, (int32_t)((uint32_t)p->input_zero_point * (uint32_t)count));
+            v = tt_multiply_by_quantized_multiplier(total, p->multiplier, (int)p->shift) + p->output_zero_point;
+            y[b * c + ch] = (int8_t)tt_clamp32(v, -128, 127);
+        }
+    }
+}
+
+/* ReduceSumImpl order: a sequential float32 sum over the H*W positions, then / count (executor._mean). */
+void tt_mean_hw_f32(int32_t batches, int32_t h, int32_t w, int32_t c, const float *x, float *y)
+{
+    int32_t b, i, ch;
+    const int32_t count = h * w;
+    for (b = 0; b < batches; ++b) {
+        float *yb = y + b * c;
+        for (ch = 0; ch < c; ++ch) {
+            yb[ch] = 0.0f;
+        }
+        for (i = 0; i < count; ++i) {
+            const float *xp = x + (b * count + i) * c;
+            for (ch = 0; ch < c; ++ch) {
+                yb[ch] += xp[ch];
+            }
+        }
+        for (ch = 0; ch < c; ++ch) {
+            yb[ch] = yb[ch] / (float)count;
+        }
+    }
+}
+
+void tt_mean_hw_grad_f32(int32_t batches, int32_t h, int32_t w, int32_t c, const float *dy, float *dx)
+{
+    int32_t b, i, ch;
+    const int32_t count = h * w;
+    for (b = 0; b < batches; ++b) {
+        for (i = 0; i < count; ++i) {
+            for (ch = 0; ch < c; ++ch) {
+                dx[(b * count + i) * c + ch] = dy[b * c + ch] / (float)count;
+            }
+        }
+    }
+}

@@ -1,0 +1,32 @@
+/* mul: int8 and float32 with broadcasting, and mul_grad. */
+#include "tt_broadcast.h"
+
+/* mul.cc / reference_integer_ops::MulElementwise (executor._mul, TFLite Micro's multiplier): one requantization
+ * of the int32 product (|product| <= 255 * 255, no overflow). */
+void tt_mul_s8(const tt_mul_params_s8 *p, const tt_broadcast *bc, const int8_t *a, const int8_t *b, int8_t *y)
+{
+    int32_t i0, i1, i2, i3, k = 0;
+    for (i0 = 0; i0 < bc->shape[0]; ++i0) {
+        for (i1 = 0; i1 < bc->shape[1]; ++i1) {
+            for (i2 = 0; i2 < bc->shape[2]; ++i2) {
+                for (i3 = 0; i3 < bc->shape[3]; ++i3) {
+                    const int32_t av = (int32_t)a[TT_BC_OFF(bc->a_stride, i0, i1, i2, i3)] - p->input1_zero_point;
+                    const int32_t bv = (int32_t)b[TT_BC_OFF(bc->b_stride, i0, i1, i2, i3)] - p->input2_zero_point;
+                    const int32_t raw = tt_multiply_by_quantized_multiplier(av * bv, p->multiplier, (int)p->shift) +
+                                        p->output_zero_point;
+                    y[k++] = (int8_t)tt_clamp32(raw, p->act_min, p->act_max);
+                }
+            }
+        }
+    }
+}
+
+void tt_mul_f32(const tt_broadcast *bc, float act_min, float act_max, const float *a, const float *b, float *y)
+{
+    tt_binary_f32(2, bc, act_min, act_max, a, b, y);
+}
+
+void tt_mul_grad_f32(const tt_broadcast *bc, const float *dy, const float *other, float *d, int32_t d_size)
+{
+    tt_reduce_to_operand_f32(bc, 1.0f, dy, other, d, d_size);
+}

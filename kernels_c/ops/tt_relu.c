@@ -1,0 +1,29 @@
+/* relu and relu6 (the standalone clamps): int8 requantize-and-clamp, float32 clamp. */
+#include "tt_kernels.h"
+
+/* activations.cc QuantizedReluX, as executor._relu_common. */
+void tt_relu_s8(int32_t n, int32_t input_zero_point, int32_t output_zero_point, int32_t multiplier, int32_t shift,
+                int32_t qlo, int32_t qhi, const int8_t *x, int8_t *y)
+{
+    int32_t i;
+    for (i = 0; i < n; ++i) {
+        const int32_t v = output_zero_point +
+                          tt_multiply_by_quantized_multiplier((int32_t)x[i] - input_zero_point, multiplier, (int)shift);
+        y[i] = (int8_t)tt_clamp32(v, qlo, qhi);
+    }
+}
+
+void tt_clamp_f32(int32_t n, float lo, float hi, const float *x, float *y)
+{
+    int32_t i;
+    for (i = 0; i < n; ++i) {
+        float v = x[i];
+        if (v < lo) {
+            v = lo;
+        }
+        if (v > hi) {
+            v = hi;
+        }
+        y[i] = v;
+    }
+}
