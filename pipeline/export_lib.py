@@ -88,7 +88,7 @@ def export_library(codegen_dir: Path, size_json: Path | None, out: Path, name: s
     src.mkdir(parents=True)
     for f in ("tt_model.c", "tt_model.h"):
         shutil.copyfile(Path(codegen_dir) / f, src / f)
-    for p in sorted(KERNELS.glob("*.[ch]")):
+    for p in sorted([*KERNELS.glob("*.[ch]"), *KERNELS.glob("ops/*.c")]):   # one flat src/ (ops/ files too)
         shutil.copyfile(p, src / p.name)
     layout = json.loads((Path(codegen_dir) / "io_layout.json").read_text())
     cgj = json.loads((Path(codegen_dir) / "codegen.json").read_text())

@@ -65,7 +65,7 @@ STAGES: tuple[StageDef, ...] = (
              "tinytrain.stages.cross_compile",
              "ELF for the board, size report and fit check",
              tools=(("arm-none-eabi-gcc", "--version"), ("cc", "--version")),
-             source_files=("kernels_c/*.c", "kernels_c/*.h", "kernels_c/boards/*")),
+             source_files=("kernels_c/*.c", "kernels_c/ops/*.c", "kernels_c/*.h", "kernels_c/boards/*")),
     # Runtime values only (they go into runtime.bin, never into the program): changing them reruns this stage
     # alone. `model` is read for the original file's tensor count (the .wof's n_buffers); train.optimizer for
     # its hyper-parameters (the kind is compiled in by autodiff, so it changes the ELF too).

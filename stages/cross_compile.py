@@ -184,7 +184,7 @@ def _stage_sources(work: Path, board: Board, program_dir: Path, kernels: Sequenc
     if not program:
         raise StageFailed(f"no C sources (*.c) in {program_dir}")
     if kernels is None:
-        lib = sorted(p.relative_to(work) for p in (src / "kernels_c").glob("*.c"))
+        lib = sorted(p.relative_to(work) for g in ("*.c", "ops/*.c") for p in (src / "kernels_c").glob(g))
     else:
         lib = []
         for name in kernels:

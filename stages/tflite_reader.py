@@ -858,7 +858,8 @@ _Handler = tuple[str, tuple[int, int, int], Callable[[_OpCtx], dict[str, Any]]]
 
 
 def _handler(op_type: str, b: Builtin, key: int | str) -> _Handler:
-    return op_type, (b.min_inputs, b.max_inputs, b.outputs), _PARSERS.get(key, _no_attrs)
+    parse = ops.REGISTRY[op_type].read_options or _PARSERS.get(key, _no_attrs)
+    return op_type, (b.min_inputs, b.max_inputs, b.outputs), parse
 
 
 # builtin code -> (IR op type, (min inputs, max inputs, outputs), option parser), from the op registry

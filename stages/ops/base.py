@@ -49,6 +49,11 @@ class OpDef:
     note: str = ""
     # .tflite spellings; the first builtin (non-custom) one is what the writer writes.
     tflite: tuple[Builtin, ...] = ()
+    # (c) -> attrs: the builtin options of a .tflite operator as IR attrs (c: the reader's _OpCtx: c.options(cls,
+    # type), c.err(message), c.ins / c.outs); None: the reader's own parser table, or no attrs
+    read_options: Callable | None = None
+    # (builder, op) -> (BuiltinOptions union type, table offset): the writer's options; None: the writer's own table
+    write_options: Callable | None = None
     # (graph, op) -> the op version TFLite's converter writes (tensorflow/lite/tools/versioning/op_version.cc) for
     # the cases our vocabulary produces; runtimes refuse versions they lack. None: 1.
     version: Callable | None = None
