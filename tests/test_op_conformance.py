@@ -7,6 +7,8 @@ tests/op_cases/, is checked against references we did not write.
   backward  for differentiable ops whose backward the registry emits (OpDef.backward), the float instances' input
             gradients, run through the emitted backward ops' numpy kernels, match PyTorch autograd of the op's
             twin (rtol 1e-4) and central finite differences of our own forward along random directions;
+  writer    the fixtures holding it, written back by tflite_writer, read as the same ops and run (LiteRT) to
+            the same outputs;
   C         every instance (int8 and float) and every emitted backward op is written by codegen (OpDef.c or
             codegen's op_<type>), compiled with the kernel library under ASan/UBSan, run, and compared with the
             numpy executor: int8 bit-exact, float within 1e-5 relative.
@@ -132,9 +134,11 @@ def _batch(fname: str) -> np.ndarray:
 
 @functools.lru_cache(maxsize=None)
 def _oracle(fname: str, backend: str) -> oracle.OracleResult:
-    """The fixture through LiteRT or TFLite Micro (a child process, ~0.3 s), once per test process."""
-    run = oracle.run_litert if backend == "litert" else oracle.run_tflm
-    return run(FIXTURES / fname, [_batch(fname)])
+    """The fixture through LiteRT ("litert": reference kernels, "litert_builtin") or TFLite Micro ("tflm"), a
+    child process of ~0.3 s, once per test process."""
+    if backend == "tflm":
+        return oracle.run_tflm(FIXTURES / fname, [_batch(fname)])
+    return oracle.run_litert(FIXTURES / fname, [_batch(fname)], reference=backend == "litert")
 
 
 def _op_vs_oracle(fname: str, i: int, res: oracle.OracleResult, fc_requant: str) -> list[str]:
@@ -166,13 +170,35 @@ def test_int8_forward_matches_litert_and_tflm(name):
     checked = 0
     for f in case.fixtures:
         for i in _int8_instances(f, name):
-            problems = _op_vs_oracle(f, i, _oracle(f, "litert"), "litert_double")
+            problems = _op_vs_oracle(f, i, _oracle(f, "litert" if case.litert_ref else "litert_builtin"),
+                                     "litert_double")
             assert not problems, f"{name} in {f} (op {i}) vs LiteRT: {problems}"
             if oracle.tflm_available() and case.tflm is None:
                 problems = _op_vs_oracle(f, i, _oracle(f, "tflm"), "fixed_point")
                 assert not problems, f"{name} in {f} (op {i}) vs TFLite Micro: {problems}"
             checked += 1
     assert checked
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_writer_round_trip(name, tmp_path):
+    """The op's fixtures written back by tflite_writer read as the same ops and attrs, and LiteRT runs the written
+    file to the same outputs as the converter's (the options, op versions and operand order the writer writes)."""
+    from tinytrain.stages.tflite_writer import model_bytes
+
+    case = CASES[name]
+    for f in case.fixtures:
+        if not _int8_instances(f, name):
+            continue
+        g = _graph(f)
+        path = tmp_path / Path(f).name
+        path.write_bytes(model_bytes(g))
+        back = read_model(path)
+        assert [(op.type, op.attrs) for op in back.ops] == [(op.type, op.attrs) for op in g.ops], f
+        mine = oracle.run_litert(path, [_batch(f)], reference=case.litert_ref).outputs
+        theirs = _oracle(f, "litert" if case.litert_ref else "litert_builtin").outputs
+        for a, b in zip(mine, theirs):
+            np.testing.assert_array_equal(a, b, err_msg=f"{name}: {f} written back")
 
 
 # ---- backward: PyTorch and finite differences -------------------------------------------------------------------

@@ -12,6 +12,9 @@ editing the test. What an OpCase names:
              torch tensors for float operands, numpy arrays for integer constants (axes, shapes). None: the twin
              of tests/torch_mirror.py.
   tflm       why TFLite Micro is not an oracle of this op's int8 forward (None: it is).
+  litert_ref False when LiteRT's reference resolver lacks the op's version (the converter's int8 DEPTH_TO_SPACE
+             v2): LiteRT's builtin kernels without delegates are the oracle instead (a data-movement op has no
+             arithmetic in which they could differ).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ class OpCase:
     fixtures: tuple[str, ...]
     torch: Callable | None = None
     tflm: str | None = None
+    litert_ref: bool = True
 
 
 def load() -> dict[str, OpCase]:
