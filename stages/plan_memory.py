@@ -424,22 +424,31 @@ class MemoryModel:
             pgrads.setdefault(p, []).append(name)
             return readers.get(p, 1) == 1
 
+        def gathered(y: str) -> str | None:
+            """The gradient of y: its one share, or the sum of its shares (a grad_accumulate step)."""
+            parts = contrib.get(y)
+            if not parts or len(parts) == 1:
+                return parts[0] if parts else None
+            dy = f"grad/{y}"
+            sizes[dy] = self._bytes(y, fp32=True)
+            steps.append(("grad_accumulate", list(parts), [dy]))
+            return dy
+
         sb = _StepBuilder(g, sizes, steps, share, dequant, bcast)
         for i in reversed(self._fwd):
             op = g.ops[i]
             if not op_needs[i]:
                 continue
+            if len(op.outputs) > 1:   # a multi-output op (split), as autodiff emits it
+                dys = [gathered(y) for y in op.outputs]
+                if any(dys):
+                    REGISTRY[op.type].backward(sb, op, i, dys)
+                continue
             y = op.outputs[0]
-            parts = contrib.get(y)
-            if not parts:
+            if not contrib.get(y):
                 continue
             start = len(steps)
-            if len(parts) > 1:
-                dy = f"grad/{y}"
-                sizes[dy] = self._bytes(y, fp32=True)
-                steps.append(("grad_accumulate", list(parts), [dy]))
-            else:
-                dy = parts[0]
+            dy = gathered(y)
             t, act = op.type, op.attrs.get("act", "none")
             clamped = self._clamped(i)
             if clamped and t not in OP_CLAMPS:

@@ -92,9 +92,14 @@ def _graph(fname: str) -> Graph:
 
 def _instances(fname: str, name: str, dtype_pred) -> list[int]:
     g = _graph(fname)
-    idx = [i for i, op in enumerate(g.ops) if op.type == name and dtype_pred(g.tensors[op.inputs[0]].dtype)
-           and any(not g.tensors[t].is_constant for t in op.inputs if t is not None)]
+    idx = [i for i, op in enumerate(g.ops) if op.type == name and _data(g, op) is not None
+           and dtype_pred(g.tensors[_data(g, op)].dtype)]
     return idx[:MAX_INSTANCES]
+
+
+def _data(g: Graph, op: Op) -> str | None:
+    """The op's first non-constant operand (SPLIT's comes after its axis), None for an op on constants only."""
+    return next((t for t in op.inputs if t is not None and not g.tensors[t].is_constant), None)
 
 
 def _int8_instances(fname: str, name: str) -> list[int]:
@@ -360,7 +365,7 @@ def _c_cases() -> list[tuple[str, Graph, list[Op], dict[str, np.ndarray]]]:
         for f in CASES[name].fixtures:
             for i in _int8_instances(f, name) + _float_instances(f, name):
                 g, op, xs = _one_op(f, i, drop_act=False)
-                out.append((f"{name} {g.tensors[op.inputs[0]].dtype} {f}#{i}", g, [op], xs))
+                out.append((f"{name} {g.tensors[_data(g, op)].dtype} {f}#{i}", g, [op], xs))
         if _wants_backward(name):
             for f, i in _backward_instances(name):
                 g, op, bops, xs, dzs, _ = _backward_case(f, i)

@@ -22,14 +22,14 @@ from types import MappingProxyType
 from typing import Callable, Mapping
 
 from . import (activations, conv, depth_to_space, elementwise, fully_connected, pooling, quant, resize, shape, softmax,
-               training)
+               split, training)
 from .base import KINDS, Builtin, OpDef
 
 __all__ = ["Builtin", "OpDef", "KINDS", "REGISTRY", "get", "names", "update_op", "catalogue"]
 
 # The one table of op modules. Order: forward families first, training ops last (derived lists keep this order).
 _FAMILIES = (conv, fully_connected, elementwise, pooling, shape, softmax, activations, quant, resize, depth_to_space,
-             training)
+             split, training)
 
 
 def _build() -> Mapping[str, OpDef]:

@@ -10,7 +10,7 @@ KINDS = ("forward", "backward", "loss", "update", "aux")
 
 class Builtin(NamedTuple):
     """One way a .tflite file spells the op: a BuiltinOperator member name (or, with custom=True, a custom code)
-    and the operand counts the reader accepts."""
+    and the operand counts the reader accepts (outputs 0: any number, as SPLIT's)."""
 
     code: str
     min_inputs: int
