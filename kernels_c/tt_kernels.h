@@ -461,6 +461,21 @@ void tt_qas_update_bias_s32(int32_t channels, tt_rounding rounding, const float 
 void tt_conv2d_grad_weight_qx_f32_range(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dy,
                                         const int8_t *x, float scale, int32_t zero_point, float *dw);
 
+/* DEPTH_TO_SPACE (ops/tt_depth_to_space.c; stages/ops/depth_to_space.py), NHWC, DCR order, dims of the input x
+ * [batches, in_h, in_w, in_c], block k: y [batches, in_h*k, in_w*k, in_c/k^2]. grad: dx = space_to_depth(dy). */
+void tt_depth_to_space_s8(int32_t batches, int32_t in_h, int32_t in_w, int32_t in_c, int32_t block,
+                          const int8_t *x, int8_t *y);
+void tt_depth_to_space_f32(int32_t batches, int32_t in_h, int32_t in_w, int32_t in_c, int32_t block,
+                           const float *x, float *y);
+void tt_depth_to_space_grad_f32(int32_t batches, int32_t in_h, int32_t in_w, int32_t in_c, int32_t block,
+                                const float *dy, float *dx);
+
+/* SPLIT / SPLIT_V (ops/tt_split.c; stages/ops/split.py): x is `outer` runs of sum(inner) elements, part j gets
+ * inner[j] of each run; grad: dx = the parts' gradients concatenated back, zeros for a NULL part. */
+void tt_split_s8(int32_t parts, const int32_t *inner, int32_t outer, const int8_t *x, int8_t *const *y);
+void tt_split_f32(int32_t parts, const int32_t *inner, int32_t outer, const float *x, float *const *y);
+void tt_split_grad_f32(int32_t parts, const int32_t *inner, int32_t outer, const float *const *dy, float *dx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -330,6 +330,12 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
         op = fwd[i]
         if not op_needs[i]:
             continue
+        if len(op.outputs) > 1:
+            # a multi-output op (split; no fused activation): one gradient per output, None where none flows
+            dys = [gather(y) for y in op.outputs]
+            if any(dys):
+                ops.REGISTRY[op.type].backward(bb, op, i, dys)
+            continue
         dy = gather(op.outputs[0])
         if dy is None:
             continue  # its output does not reach the loss

@@ -396,23 +396,34 @@ class MemoryModel:
             else:
                 pending.append(grad)
 
+        def gathered(y: str) -> str | None:
+            """The gradient of y: its one share, or the sum of its shares (a grad_accumulate step)."""
+            parts = contrib.get(y)
+            if not parts or len(parts) == 1:
+                return parts[0] if parts else None
+            dy = f"grad/{y}"
+            sizes[dy] = self._bytes(y, fp32=True)
+            steps.append(("grad_accumulate", list(parts), [dy]))
+            return dy
+
         sb = _StepBuilder(self, steps, sizes, share, update, wk, bias_on, pgrads,
                           whole=lambda p: readers.get(p, 1) == 1)
         for i in reversed(self._fwd):
             op = g.ops[i]
             if not op_needs[i]:
                 continue
+            if len(op.outputs) > 1:   # a multi-output op (split), as autodiff emits it
+                start = len(steps)
+                dys = [gathered(y) for y in op.outputs]
+                if any(dys):
+                    REGISTRY[op.type].backward(sb, op, i, dys)
+                    sb.finish(start)
+                continue
             y = op.outputs[0]
-            parts = contrib.get(y)
-            if not parts:
+            if not contrib.get(y):
                 continue
             start = len(steps)
-            if len(parts) > 1:
-                dy = f"grad/{y}"
-                sizes[dy] = self._bytes(y, fp32=True)
-                steps.append(("grad_accumulate", list(parts), [dy]))
-            else:
-                dy = parts[0]
+            dy = gathered(y)
             d = REGISTRY[op.type]
             dz = output_mask(sb, d, op, dy)
             if dz != dy and dy in sb.bcast and self._position_streamed(op, wk, s.reorder):

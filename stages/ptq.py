@@ -181,7 +181,8 @@ def activation_params(g: Graph, ranges: dict[str, tuple[float, float]]) -> dict[
         if op.type in SHARED_PARAM_OPS:
             for x in _shared_inputs(op):
                 if x is not None and g.tensors[x].data is None:
-                    uf.union(op.outputs[0], x)
+                    for y in op.outputs:   # every output of a multi-output op (split)
+                        uf.union(y, x)
         if op.type in FIXED_OUTPUT_PARAMS:
             fixed[op.outputs[0]] = FIXED_OUTPUT_PARAMS[op.type]
         act = op.type if op.type in ops.OP_CLAMPS else op.attrs.get("act", "none")

@@ -456,7 +456,8 @@ class _Reader:
             op_type, arity, parse = _HANDLERS[code]
             op_name = _OP_NAMES[code]
         lo, hi, n_out = arity
-        if not (lo <= len(ins) <= hi) or len(outs) != n_out or any(i < 0 for i in ins[:lo]):
+        # n_out 0: any number >= 1 (SPLIT, SPLIT_V: the op's options check it)
+        if not (lo <= len(ins) <= hi) or (len(outs) != n_out if n_out else not outs) or any(i < 0 for i in ins[:lo]):
             raise self.err(f"operator {idx} ({op_name}) has {len(ins)} inputs and {len(outs)} outputs, "
                            f"expected {lo}..{hi} inputs and {n_out} output(s)")
         in_names = [None if i < 0 else self.names[i] for i in ins]
@@ -859,7 +860,8 @@ _Handler = tuple[str, tuple[int, int, int], Callable[[_OpCtx], dict[str, Any]]]
 
 
 def _handler(op_type: str, b: Builtin, key: int | str) -> _Handler:
-    return op_type, (b.min_inputs, b.max_inputs, b.outputs), _PARSERS.get(key, _no_attrs)
+    parse = ops.REGISTRY[op_type].read_options or _PARSERS.get(key, _no_attrs)
+    return op_type, (b.min_inputs, b.max_inputs, b.outputs), parse
 
 
 # builtin code -> (IR op type, (min inputs, max inputs, outputs), option parser), from the op registry

@@ -376,7 +376,7 @@ def _padding(op: Op) -> int:
 
 def _options(b: flatbuffers.Builder, op: Op) -> tuple[int, int | None]:
     """(BuiltinOptions union type, table offset); (0, None) for ops without options."""
-    writer = _OPTION_WRITERS.get(_BUILTIN[op.type])
+    writer = ops.REGISTRY[op.type].write_options or _OPTION_WRITERS.get(_BUILTIN[op.type])
     return (0, None) if writer is None else writer(b, op)
 
 

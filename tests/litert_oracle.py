@@ -50,8 +50,11 @@ def tflm_available() -> bool:
     return True
 
 
-def run_litert(model_path: Path, inputs: list[np.ndarray], timeout: float = CHILD_TIMEOUT_S) -> OracleResult:
-    return _run_child("litert", model_path, inputs, timeout)
+def run_litert(model_path: Path, inputs: list[np.ndarray], timeout: float = CHILD_TIMEOUT_S,
+               reference: bool = True) -> OracleResult:
+    """reference=False: LiteRT's builtin (optimized) kernels without delegates, for ops whose newer versions the
+    reference resolver lacks (e.g. DEPTH_TO_SPACE v2, int8)."""
+    return _run_child("litert" if reference else "litert_builtin", model_path, inputs, timeout)
 
 
 def run_tflm(model_path: Path, inputs: list[np.ndarray], timeout: float = CHILD_TIMEOUT_S) -> OracleResult:
@@ -92,10 +95,10 @@ def _fold(samples: list[np.ndarray]) -> np.ndarray:
     return np.stack(samples, axis=0)
 
 
-def _child_litert(model: str, feeds: list[np.ndarray]) -> dict[str, np.ndarray]:
+def _child_litert(model: str, feeds: list[np.ndarray], resolver: str = "BUILTIN_REF") -> dict[str, np.ndarray]:
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    interp = Interpreter(model_path=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
+    interp = Interpreter(model_path=model, experimental_op_resolver_type=getattr(OpResolverType, resolver),
                          experimental_preserve_all_tensors=True, num_threads=1)
     interp.allocate_tensors()
     ins, outs = interp.get_input_details(), interp.get_output_details()
@@ -183,7 +186,8 @@ def _child_main(argv: list[str]) -> int:
     backend, model, in_path, out_path = argv
     with np.load(in_path, allow_pickle=False) as z:
         feeds = [z[f"in{i}"] for i in range(len(z.files))]
-    fn = {"litert": _child_litert, "tflm": _child_tflm}[backend]
+    fn = {"litert": _child_litert, "tflm": _child_tflm,
+          "litert_builtin": lambda m, f: _child_litert(m, f, "BUILTIN_WITHOUT_DEFAULT_DELEGATES")}[backend]
     result = fn(model, feeds)
     tmp = out_path + ".part.npz"
     np.savez(tmp, **result)

@@ -82,8 +82,12 @@ def _executor():
 def test_hand_built_cases_cover_every_op_type():
     from tinytrain.stages.tflite_writer import SUPPORTED_OPS
 
+    import op_cases
+
     used = {op.type for case in all_cases() for op in case.graph.ops}
-    assert used == set(SUPPORTED_OPS)
+    assert used <= set(SUPPORTED_OPS)
+    # an op added since has its writer checked by tests/test_op_conformance.py (converter fixture -> written file)
+    assert set(SUPPORTED_OPS) <= used | set(op_cases.load())
 
 
 def test_hand_built_outputs_have_the_ir_shapes_and_dtypes(hand_built):

@@ -1,9 +1,11 @@
 """The op registry: everything the pipeline knows about an op type, declared once, in the op's own module.
 
 One module per op or small family (conv.py, fully_connected.py, elementwise.py, activations.py, pooling.py,
-shape.py, resize.py, softmax.py, quant.py) declares an `OPS` tuple of `OpDef`s: the forward op as a .tflite file
-holds it (its TFLite builtin codes and their operand counts), its IR operands and attrs, its traits, and next to
-it the backward ops autodiff emits for it. training.py declares the ops only training graphs hold (losses,
+shape.py, resize.py, softmax.py, quant.py, depth_to_space.py, split.py) declares an `OPS` tuple of `OpDef`s: the
+forward op as a .tflite file holds it (its TFLite builtin codes and their operand counts, and where moved its
+options: read_options / write_options), its IR operands and attrs, its traits, and next to it the backward ops
+autodiff emits for it. depth_to_space.py and split.py show an op added in one place: module, C kernel file
+(kernels_c/ops/), its prototypes in tt_kernels.h, its cases (tests/op_cases/) and one line here. training.py declares the ops only training graphs hold (losses,
 updates, gradient plumbing). `_FAMILIES` below is the one table that lists the modules; adding an op means adding
 an `OpDef` to its family's module (or a new module and one line here).
 
@@ -21,13 +23,15 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Callable, Mapping
 
-from . import activations, conv, elementwise, fully_connected, pooling, quant, resize, shape, softmax, training
+from . import (activations, conv, depth_to_space, elementwise, fully_connected, pooling, quant, resize, shape, softmax,
+               split, training)
 from .base import KINDS, Builtin, OpDef
 
 __all__ = ["Builtin", "OpDef", "KINDS", "REGISTRY", "get", "names", "update_op", "catalogue"]
 
 # The one table of op modules. Order: forward families first, training ops last (derived lists keep this order).
-_FAMILIES = (conv, fully_connected, elementwise, pooling, shape, softmax, activations, quant, resize, training)
+_FAMILIES = (conv, fully_connected, elementwise, pooling, shape, softmax, activations, quant, resize, depth_to_space,
+             split, training)
 
 
 def _build() -> Mapping[str, OpDef]:

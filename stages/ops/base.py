@@ -10,7 +10,7 @@ KINDS = ("forward", "backward", "loss", "update", "aux")
 
 class Builtin(NamedTuple):
     """One way a .tflite file spells the op: a BuiltinOperator member name (or, with custom=True, a custom code)
-    and the operand counts the reader accepts."""
+    and the operand counts the reader accepts (outputs 0: any number, as SPLIT's)."""
 
     code: str
     min_inputs: int
@@ -53,6 +53,11 @@ class OpDef:
     # writer back; an operand past the file's count is absent). None: the same order
     file_operands: tuple[int, ...] | None = None
     bias_required: bool = False    # a .tflite must hold its bias operand: the writer adds a zero one if the IR has none
+    # (c) -> attrs: the builtin options of a .tflite operator as IR attrs (c: the reader's _OpCtx: c.options(cls,
+    # type), c.err(message), c.ins / c.outs); None: the reader's own parser table, or no attrs
+    read_options: Callable | None = None
+    # (builder, op) -> (BuiltinOptions union type, table offset): the writer's options; None: the writer's own table
+    write_options: Callable | None = None
     # (graph, op) -> the op version TFLite's converter writes (tensorflow/lite/tools/versioning/op_version.cc) for
     # the cases our vocabulary produces; runtimes refuse versions they lack. None: 1.
     version: Callable | None = None

@@ -1,0 +1,93 @@
+"""DEPTH_TO_SPACE (NHWC, TFLite's DCR order) and its backward: pure data movement, so int8 keeps the input's
+parameters and the gradient is the inverse permutation (space_to_depth of dy).
+
+    y[n, h*k + i, w*k + j, c] = x[n, h, w, (i*k + j)*C_out + c],   C_out = C_in / k^2,  k = block_size
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tflite
+from tflite.BuiltinOptions import BuiltinOptions
+
+from ..c_literals import CodegenError
+from ..ir import Op
+from .backward import input_backward
+from .base import Builtin, OpDef, version_by_dtype
+
+
+def _block(attrs: dict) -> int:
+    return int(attrs["block_size"])
+
+
+# ---- numpy: forward (float and int8 alike) and backward
+
+def depth_to_space(x: np.ndarray, k: int) -> np.ndarray:
+    n, h, w, c = x.shape
+    return x.reshape(n, h, w, k, k, c // (k * k)).transpose(0, 1, 3, 2, 4, 5).reshape(n, h * k, w * k, c // (k * k))
+
+
+def space_to_depth(y: np.ndarray, k: int) -> np.ndarray:
+    n, hk, wk, c = y.shape
+    return y.reshape(n, hk // k, k, wk // k, k, c).transpose(0, 1, 3, 2, 4, 5).reshape(n, hk // k, wk // k, k * k * c)
+
+
+def _forward(ctx) -> list[np.ndarray]:
+    return [depth_to_space(ctx.x(0), _block(ctx.attrs))]
+
+
+def _run_grad(op, v, shape, tensor):
+    return [space_to_depth(v(0), _block(op.attrs)).astype(np.float32)]
+
+
+def _backward(bb, op, i, dz):
+    input_backward(bb, op, i, dz, attrs={"block_size": _block(op.attrs)})
+
+
+# ---- .tflite options
+
+def _read(c) -> dict:
+    k = int(c.options(tflite.DepthToSpaceOptions, BuiltinOptions.DepthToSpaceOptions).BlockSize())
+    c.rank("input", c.ins[0], 4)
+    if k < 1 or c.ins[0].shape[3] % (k * k):
+        raise c.err(f"block_size {k} does not divide the input's {c.ins[0].shape[3]} channels into k^2 groups")
+    return {"block_size": k}
+
+
+def _write(b, op):
+    tflite.DepthToSpaceOptionsStart(b)
+    tflite.DepthToSpaceOptionsAddBlockSize(b, _block(op.attrs))
+    return BuiltinOptions.DepthToSpaceOptions, tflite.DepthToSpaceOptionsEnd(b)
+
+
+# ---- C (gen: codegen's generator); kernels_c/ops/tt_depth_to_space.c
+
+def _dims(gen, x: str, k: int) -> str:
+    n, h, w, c = (int(d) for d in gen.g.tensors[x].shape)
+    return f"{n}, {h}, {w}, {c}, {k}"
+
+
+def _c(gen, op: Op) -> list[str]:
+    x, y = op.inputs[0], op.outputs[0]
+    if gen.same_place(x, y):
+        raise CodegenError(f"depth_to_space {y!r} planned in place over its input (the kernel cannot)")
+    suffix = "s8" if gen.is_int8(x) else "f32"
+    return [f"tt_depth_to_space_{suffix}({_dims(gen, x, _block(op.attrs))}, {gen.loc(x)}, {gen.loc(y)});"]
+
+
+def _c_grad(gen, op: Op) -> list[str]:
+    dy, dx = op.inputs[0], op.outputs[0]
+    if gen.same_place(dy, dx):
+        raise CodegenError(f"depth_to_space_grad {dx!r} planned in place over dy (the kernel cannot)")
+    return [f"tt_depth_to_space_grad_f32({_dims(gen, dx, _block(op.attrs))}, {gen.loc(dy)}, {gen.loc(dx)});"]
+
+
+OPS = (
+    OpDef("depth_to_space", signature="x[N,H,W,C] -> y[N,H*k,W*k,C/k^2]", attrs=("block_size",),
+          note="TFLite's DCR order; int8 keeps the input's parameters",
+          tflite=(Builtin("DEPTH_TO_SPACE", 1, 1),), read_options=_read, write_options=_write,
+          version=version_by_dtype({"int8": 2}), differentiable=True, shared_qparams="first",
+          forward=_forward, backward=_backward, c=_c),
+    OpDef("depth_to_space_grad", kind="backward", of="depth_to_space", signature="dy -> dx", attrs=("block_size",),
+          note="space_to_depth of dy", c=_c_grad, run=_run_grad),
+)
