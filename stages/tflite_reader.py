@@ -23,7 +23,7 @@ from tflite.BuiltinOptions import BuiltinOptions as BOpt
 from tflite.TensorType import TensorType as TT
 
 from tinytrain.pipeline.errors import ModelError, UnsupportedOpError
-from tinytrain.stages import densify, ops, prune
+from tinytrain.stages import densify, ops, prune, state
 from tinytrain.stages.ir import Graph, Op, QuantParams, Tensor
 from tinytrain.stages.ops import Builtin
 from tinytrain.stages.ops.conv import MEDIAPIPE_TRANSPOSE_CONV_BIAS
@@ -73,9 +73,14 @@ def read_model(path: Path, fmt: str = "auto", outputs: list[str] | None = None) 
     return graph
 
 
+def tensor_dtype(ttype: int) -> str | None:
+    """The IR dtype of a TFLite TensorType, None when the reader has none."""
+    return _DTYPES.get(ttype)
+
+
 def supported_ops() -> list[str]:
-    # DENSIFY has no handler: it is decoded at load into a plain constant.
-    return sorted([_OP_NAMES[code] for code in _HANDLERS] + [_OP_NAMES[BO.DENSIFY]]
+    # DENSIFY has no handler: it is decoded at load into a plain constant; the resource-variable ops become state.
+    return sorted([_OP_NAMES[code] for code in _HANDLERS] + [_OP_NAMES[BO.DENSIFY]] + list(state.STATE_CODES.values())
                   + [f"CUSTOM({name})" for name in _CUSTOM_HANDLERS])
 
 
@@ -164,6 +169,7 @@ class _Reader:
         self.sg: Any = None
         self.raw_names: list[str] = []
         self.names: list[str] = []
+        self.state_ops: list[tuple[int, int, Any]] = []  # resource-variable ops of subgraph 0 (stages/state.py)
 
     def err(self, message: str, hint: str | None = None) -> ModelError:
         return ModelError(f"{self.path}: {message}", hint=hint)
@@ -193,8 +199,10 @@ class _Reader:
                 t.data, t.source_index = self._tensor(src).data, None
         ops = [self._op(idx, *raw, tensors) for idx, raw in enumerate(ops_raw) if raw is not None]
         inputs, outputs = [self.names[i] for i in g_inputs], [self.names[i] for i in g_outputs]
+        meta = self._meta(sorted(used))
+        self._state_scan().attach(self.state_ops, tensors, inputs, meta)  # state reads: extra graph inputs
         _assign_roles(tensors, ops, inputs, outputs)
-        return Graph(tensors=tensors, ops=ops, inputs=inputs, outputs=outputs, meta=self._meta(sorted(used)))
+        return Graph(tensors=tensors, ops=ops, inputs=inputs, outputs=outputs, meta=meta)
 
     def _used_tensors(self, ops_raw: list, n_tensors: int) -> set[int]:
         used: set[int] = set()
@@ -220,12 +228,18 @@ class _Reader:
         n = self.length(self.model.SubgraphsLength(), "subgraph table")
         if n == 0:
             raise self.err("the model has no subgraph")
-        if n > 1:
+        problems = self._state_scan().problems(n) if n > 1 else []
+        if problems:
             raise self.err(f"the model has {n} subgraphs ({self._describe_subgraphs(n)}); "
-                           f"only single-subgraph models are supported{self._unsupported_everywhere(n)}",
-                           hint="control flow (WHILE/IF), variables (stateful streaming models) and "
-                                "multi-signature models are not supported; export a single inference signature")
+                           f"only subgraphs that initialise variables are supported besides the main one "
+                           f"({'; '.join(problems)}){self._unsupported_everywhere(n)}",
+                           hint="control flow (WHILE/IF) and multi-signature models are not supported; export a "
+                                "single inference signature (variables set by a CALL_ONCE init subgraph are)")
         return self.model.Subgraphs(0)
+
+    def _state_scan(self) -> state.Scan:
+        n_codes = self.length(self.model.OperatorCodesLength(), "operator code table")
+        return state.Scan(self, [self._opcode(j) for j in range(n_codes)])
 
     def _describe_subgraphs(self, n: int) -> str:
         signatures: dict[int, list[str]] = {}
@@ -253,7 +267,7 @@ class _Reader:
                 if k >= n_codes:
                     raise self.err(f"corrupt file: operator {idx} of subgraph {i} uses opcode index {k} of {n_codes}")
                 code, custom = codes[k]
-                if code != BO.DENSIFY and _handler_key(code, custom) is None:
+                if code != BO.DENSIFY and not state.is_state_code(code) and _handler_key(code, custom) is None:
                     found.setdefault(_op_display_name(code, custom), []).append(f"#{i}:{idx}")
         if not found:
             return ""
@@ -268,7 +282,10 @@ class _Reader:
         codes = [self._opcode(j) for j in range(n_codes)]
         n_ops = self.length(self.sg.OperatorsLength(), "operator table")
         io = self._cut_io(n_ops)
-        needed = None if self.targets is None else prune.needed_ops(io, self.targets)
+        needed = None
+        if self.targets is not None:  # a cut keeps the state ops and what their assignments need
+            state_idx, assigned = self._state_scan().main_state_ops()
+            needed = prune.needed_ops(io, self.targets + assigned) | state_idx
         result, unsupported = [], []
         for idx in range(n_ops):
             op = self.sg.Operators(idx)
@@ -282,6 +299,10 @@ class _Reader:
             if code == BO.DENSIFY:  # decoded at load: its output becomes a plain constant (_sparse_data)
                 result.append(None)
                 self._densified(idx, *io[idx])
+                continue
+            if state.is_state_code(code):  # resource variables become graph state (stages/state.py)
+                result.append(None)
+                self.state_ops.append((idx, code, op))
                 continue
             key = _handler_key(code, custom)
             if key is None:

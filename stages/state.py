@@ -1,0 +1,320 @@
+"""Stateful streaming models: resource variables read from the file, and the sequence semantics of running them.
+
+A streaming model (microWakeWord's keyword spotters, any converter output of a tf.Variable-based streaming layer)
+is one invocation per chunk of input frames; between invocations it keeps ring buffers of past activations in
+resource variables. In the .tflite file:
+  - subgraph #0 starts with CALL_ONCE(init subgraph), then VAR_HANDLE per variable (a resource handle named by
+    container + shared_name), READ_VARIABLE(handle) -> the value at the start of this invocation, and
+    ASSIGN_VARIABLE(handle, value) -> the value for the next invocation;
+  - the init subgraph (run once, at the first invocation) holds VAR_HANDLE + ASSIGN_VARIABLE(handle, constant):
+    each variable's initial value (zeros in every converter output we have seen; any constant is read).
+
+The IR has no resource ops. At load the init subgraph is interpreted (each variable gets its initial value) and
+each variable becomes a pair of ordinary tensors:
+  - `read`: the READ_VARIABLE output, an extra graph input after the model's own inputs;
+  - `assign`: the tensor ASSIGN_VARIABLE stores (produced by the graph; not a graph output).
+graph.meta["state"] lists the variables in graph-input order ({"variable", "read", "assign", "init"}; `init`
+is {"fill": v} for a uniform value, else the flat list of values). A variable that is read but never assigned
+keeps its initial value; one assigned but never read is dropped (nothing sees it).
+
+Semantics (what LiteRT and TFLite Micro do when a model is invoked T times): invocation t reads the values the
+invocation t-1 assigned (the initial values at t = 0). An ASSIGN_VARIABLE copies bytes: the stored value keeps the
+assigned tensor's bytes whatever its quantization, and the next READ reinterprets them with the read tensor's.
+This module's `run_sequence` is that loop on the numpy executor.
+
+Training (the choice made here): a sample is a sequence of T invocations [T, *frame shape] started from the
+initial state (the state is reset per sample); the label applies to the output of the last invocation. The first
+T-1 invocations only run forward (they advance the state); the last one trains. Gradients do not flow through the
+state: a read is a graph input, so backpropagation stops there (truncated backprop through time with a window of
+one invocation). Layers whose input depends on a read are still trainable; what they receive from the state is
+a constant of the sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+from tflite.BuiltinOperator import BuiltinOperator as BO
+
+from tinytrain.stages.ir import Graph
+
+STATE_CODES = {BO.CALL_ONCE: "CALL_ONCE", BO.VAR_HANDLE: "VAR_HANDLE", BO.READ_VARIABLE: "READ_VARIABLE",
+               BO.ASSIGN_VARIABLE: "ASSIGN_VARIABLE"}
+# What an init subgraph may contain: handles and assignments of constants.
+_INIT_CODES = {BO.VAR_HANDLE, BO.ASSIGN_VARIABLE}
+
+
+def is_state_code(code: int) -> bool:
+    return code in STATE_CODES
+
+
+@dataclass
+class StateVar:
+    variable: str              # container/shared_name as the file names it
+    read: str                  # IR tensor: the value at the start of an invocation (a graph input)
+    assign: str | None         # IR tensor: the value for the next invocation (None: never assigned)
+    init: np.ndarray           # initial value, shaped and typed as `read`
+
+    def to_json(self) -> dict[str, Any]:
+        flat = self.init.reshape(-1)
+        init: Any = {"fill": flat[0].item()} if flat.size and (flat == flat[0]).all() else flat.tolist()
+        return {"variable": self.variable, "read": self.read, "assign": self.assign, "init": init}
+
+
+def variables(graph: Graph) -> list[StateVar]:
+    """The graph's state variables (empty for a stateless graph), in graph-input order."""
+    out = []
+    for d in graph.meta.get("state", []):
+        t = graph.tensors[d["read"]]
+        init = d["init"]
+        arr = (np.full(t.shape, init["fill"], dtype=t.dtype) if isinstance(init, dict)
+               else np.asarray(init, dtype=t.dtype).reshape(t.shape))
+        out.append(StateVar(variable=d["variable"], read=d["read"], assign=d.get("assign"), init=arr))
+    return out
+
+
+def model_inputs(graph: Graph) -> list[str]:
+    """The graph inputs that are the model's own (not state reads)."""
+    reads = {v["read"] for v in graph.meta.get("state", [])}
+    return [n for n in graph.inputs if n not in reads]
+
+
+def assigned(graph: Graph) -> list[str]:
+    """The tensors the state assignments store: a pruned graph must keep computing them."""
+    return [v["assign"] for v in graph.meta.get("state", []) if v.get("assign")]
+
+
+def prune_meta(meta: dict[str, Any], inputs: list[str]) -> dict[str, Any]:
+    """meta without the variables whose read is no longer a graph input (nothing the pruned graph computes
+    reads them)."""
+    if "state" in meta:
+        meta["state"] = [v for v in meta["state"] if v["read"] in inputs]
+        if not meta["state"]:
+            del meta["state"]
+    return meta
+
+
+def initial_state(graph: Graph, n: int) -> dict[str, np.ndarray]:
+    """Each read tensor's initial value for a batch of n independent sequences."""
+    return {v.read: np.broadcast_to(v.init, [n] + list(v.init.shape[1:])).copy() for v in variables(graph)}
+
+
+def run_sequence(graph: Graph, x: np.ndarray, run: Callable[..., dict[str, np.ndarray]] | None = None,
+                 **run_kwargs: Any) -> list[dict[str, np.ndarray]]:
+    """Run a stateful graph over sequences: x is [N, T, *input shape without its batch dim]; each of the N
+    sequences starts from the initial state. Returns, per step, the graph outputs ([N, ...] each).
+    `run(graph, feeds, keep_intermediates=True, **run_kwargs)` is the executor (default: the numpy golden one)."""
+    if run is None:
+        from tinytrain.stages.executor import run_graph as run
+    own = model_inputs(graph)
+    if len(own) != 1:
+        raise ValueError(f"a sequence feeds one model input, the graph has {len(own)}: {own}")
+    n, steps = x.shape[0], x.shape[1]
+    state = initial_state(graph, n)
+    svars = variables(graph)
+    results = []
+    for t in range(steps):
+        values = run(graph, {own[0]: x[:, t], **state}, keep_intermediates=True, **run_kwargs)
+        results.append({k: values[k] for k in graph.outputs})
+        state = {v.read: _as_read(graph, v, values[v.assign]) if v.assign else state[v.read] for v in svars}
+    return results
+
+
+def _as_read(graph: Graph, v: StateVar, value: np.ndarray) -> np.ndarray:
+    """The assigned bytes, seen through the read tensor's type (ASSIGN_VARIABLE copies bytes)."""
+    want = np.dtype(graph.tensors[v.read].dtype)
+    value = np.ascontiguousarray(value)
+    return value if value.dtype == want else value.view(want)
+
+
+# ---- reading the file ------------------------------------------------------------------------------
+
+class Scan:
+    """The resource-variable structure of a model file, read with the tflite reader's accessors (`reader` is the
+    tflite_reader._Reader; `codes` its (builtin code, custom code) per opcode index)."""
+
+    def __init__(self, reader: Any, codes: list[tuple[int, str]]):
+        self.reader, self.codes = reader, codes
+        self.model = reader.model
+
+    def _code(self, op: Any) -> int:
+        k = op.OpcodeIndex()
+        if k >= len(self.codes):
+            raise self.reader.err(f"corrupt file: an operator uses opcode index {k} of {len(self.codes)}")
+        return self.codes[k][0]
+
+    def init_subgraphs(self) -> set[int]:
+        """Subgraphs that subgraph #0's CALL_ONCE ops run."""
+        import tflite
+
+        sg = self.model.Subgraphs(0)
+        out = set()
+        for idx in range(self.reader.length(sg.OperatorsLength(), "operator table")):
+            op = sg.Operators(idx)
+            if self._code(op) == BO.CALL_ONCE:
+                o = tflite.CallOnceOptions()
+                table = op.BuiltinOptions()
+                if table is None:
+                    raise self.reader.err(f"operator {idx} (CALL_ONCE) has no options")
+                o.Init(table.Bytes, table.Pos)
+                out.add(int(o.InitSubgraphIndex()))
+        return out
+
+    def main_state_ops(self) -> tuple[set[int], list[int]]:
+        """Subgraph #0's resource-variable op indices, and the tensors its ASSIGN_VARIABLE ops store."""
+        sg = self.model.Subgraphs(0)
+        idx, stored = set(), []
+        for i in range(self.reader.length(sg.OperatorsLength(), "operator table")):
+            op = sg.Operators(i)
+            code = self._code(op)
+            if code in STATE_CODES:
+                idx.add(i)
+                ins = _ints(op.InputsAsNumpy())
+                if code == BO.ASSIGN_VARIABLE and len(ins) == 2:
+                    stored.append(ins[1])
+        return idx, stored
+
+    def problems(self, n_subgraphs: int) -> list[str]:
+        """Why the extra subgraphs are not all variable initialisers (empty: they are, the model can be read)."""
+        inits = self.init_subgraphs()
+        found = []
+        for i in range(1, n_subgraphs):
+            sg = self.model.Subgraphs(i)
+            if i not in inits:
+                found.append(f"subgraph #{i} is not run by CALL_ONCE (control flow or a second signature)")
+                continue
+            others = sorted({STATE_CODES.get(c, _code_name(c)) for c in
+                             (self._code(sg.Operators(j))
+                              for j in range(self.reader.length(sg.OperatorsLength(), "operator table")))
+                             if c not in _INIT_CODES})
+            if others:
+                found.append(f"init subgraph #{i} computes ({', '.join(others)}); only assigning constants "
+                             f"to variables is supported")
+        for i in sorted(inits):
+            if not 0 < i < n_subgraphs:
+                found.append(f"CALL_ONCE runs subgraph #{i}, which does not exist")
+        return found
+
+    def handles(self, sg: Any, ops: list[tuple[int, Any]]) -> dict[int, str]:
+        """Resource tensor index -> variable name, for the VAR_HANDLE ops of one subgraph."""
+        import tflite
+
+        out = {}
+        for idx, op in ops:
+            if self._code(op) != BO.VAR_HANDLE:
+                continue
+            o = tflite.VarHandleOptions()
+            table = op.BuiltinOptions()
+            if table is not None:
+                o.Init(table.Bytes, table.Pos)
+            container = _text(o.Container()) if table is not None else ""
+            shared = _text(o.SharedName()) if table is not None else ""
+            outs = _ints(op.OutputsAsNumpy())
+            if len(outs) != 1:
+                raise self.reader.err(f"operator {idx} (VAR_HANDLE) has {len(outs)} outputs, expected 1")
+            out[outs[0]] = f"{container}/{shared}" if container else shared
+        return out
+
+    def initial_values(self) -> dict[str, np.ndarray]:
+        """Variable name -> initial value, from the init subgraphs' ASSIGN_VARIABLE(handle, constant)."""
+        values: dict[str, np.ndarray] = {}
+        for i in sorted(self.init_subgraphs()):
+            sg = self.model.Subgraphs(i)
+            ops = [(j, sg.Operators(j)) for j in range(self.reader.length(sg.OperatorsLength(), "operator table"))]
+            handles = self.handles(sg, ops)
+            for j, op in ops:
+                if self._code(op) != BO.ASSIGN_VARIABLE:
+                    continue
+                ins = _ints(op.InputsAsNumpy())
+                if len(ins) != 2 or ins[0] not in handles:
+                    raise self.reader.err(f"init subgraph #{i}, operator {j} (ASSIGN_VARIABLE): the first operand "
+                                          f"is not a VAR_HANDLE output")
+                values[handles[ins[0]]] = self._constant(sg, ins[1], f"init subgraph #{i}, operator {j}")
+        return values
+
+    def _constant(self, sg: Any, i: int, where: str) -> np.ndarray:
+        from tinytrain.stages.tflite_reader import tensor_dtype
+
+        if not 0 <= i < sg.TensorsLength():
+            raise self.reader.err(f"corrupt file: {where} reads tensor {i} of {sg.TensorsLength()}")
+        t = sg.Tensors(i)
+        name = _text(t.Name())
+        shape = _ints(t.ShapeAsNumpy())
+        dtype = tensor_dtype(t.Type())
+        raw = self.reader._buffer(t, name, shape)
+        if raw is None or dtype is None:
+            raise self.reader.err(f"{where} (ASSIGN_VARIABLE) assigns {name!r}, which is not a constant of a "
+                                  f"supported type; only constant initial values are supported")
+        return self.reader._decode_data(raw, dtype, shape, name)
+
+    def attach(self, state_ops: list[tuple[int, int, Any]], tensors: dict, inputs: list[str], meta: dict) -> None:
+        """Turn subgraph #0's resource ops (idx, code, op) into state: reads appended to `inputs`, the variables
+        to meta["state"]. Checks the order LiteRT's semantics need for reads to be the invocation's start value."""
+        if not state_ops:
+            return
+        names = self.reader.names
+        handles = self.handles(self.reader.sg, [(i, op) for i, c, op in state_ops])
+        init = self.initial_values()
+        reads: dict[str, list[int]] = {}
+        assigns: dict[str, tuple[int, int]] = {}
+        for idx, code, op in state_ops:
+            ins, outs = _ints(op.InputsAsNumpy()), _ints(op.OutputsAsNumpy())
+            if code == BO.READ_VARIABLE:
+                if len(ins) != 1 or len(outs) != 1 or ins[0] not in handles:
+                    raise self.reader.err(f"operator {idx} (READ_VARIABLE) does not read a VAR_HANDLE output")
+                var = handles[ins[0]]
+                if var in assigns:
+                    raise self.reader.err(f"operator {idx} (READ_VARIABLE) reads {var!r} after operator "
+                                          f"{assigns[var][0]} assigned it in the same invocation; only reads "
+                                          f"before the assignment are supported")
+                reads.setdefault(var, []).append(outs[0])
+            elif code == BO.ASSIGN_VARIABLE:
+                if len(ins) != 2 or ins[0] not in handles:
+                    raise self.reader.err(f"operator {idx} (ASSIGN_VARIABLE) does not assign a VAR_HANDLE output")
+                var = handles[ins[0]]
+                if var in assigns:
+                    raise self.reader.err(f"operator {idx} (ASSIGN_VARIABLE) assigns {var!r} a second time "
+                                          f"(first at operator {assigns[var][0]})")
+                assigns[var] = (idx, ins[1])
+        state = []
+        for var, outs in reads.items():
+            if var not in init:
+                raise self.reader.err(f"variable {var!r} is read but no init subgraph assigns it an initial value")
+            read = names[outs[0]]
+            if len(outs) > 1:
+                raise self.reader.err(f"variable {var!r} is read twice ({read!r} and {names[outs[1]]!r}); "
+                                      f"one READ_VARIABLE per variable is supported")
+            t = tensors[read]
+            value = init[var]
+            if value.size * value.itemsize != t.nbytes:
+                raise self.reader.err(f"variable {var!r}: initial value {list(value.shape)} {value.dtype} does not "
+                                      f"fill its read {list(t.shape)} {t.dtype}")
+            value = np.ascontiguousarray(value).view(t.dtype).reshape(t.shape)
+            assign = None
+            if var in assigns:
+                idx, a = assigns[var]
+                assign = names[a]
+                at = tensors[assign]
+                if at.nbytes != t.nbytes or list(at.shape) != list(t.shape):
+                    raise self.reader.err(f"operator {idx} (ASSIGN_VARIABLE) stores {assign!r} "
+                                          f"{at.shape} {at.dtype} into {var!r}, read as {t.shape} {t.dtype}")
+            state.append(StateVar(variable=var, read=read, assign=assign, init=value))
+        for sv in state:
+            inputs.append(sv.read)
+        meta["state"] = [sv.to_json() for sv in state]
+
+
+def _code_name(code: int) -> str:
+    from tinytrain.stages.tflite_reader import _OP_NAMES
+
+    return _OP_NAMES.get(code, f"BUILTIN_{code}")
+
+
+def _text(b: bytes | None) -> str:
+    return b.decode("utf-8", errors="replace") if b else ""
+
+
+def _ints(arr: Any) -> list[int]:
+    return [] if isinstance(arr, int) else [int(x) for x in arr]

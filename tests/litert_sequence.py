@@ -1,0 +1,61 @@
+"""Oracle for stateful (streaming) models: LiteRT's reference kernels invoking a model T times per sequence.
+
+    outs = run_litert_sequence(path, x)    # x [N, T, *input shape without batch] -> outputs [N, T, *output]
+
+Each sequence gets a fresh interpreter, so it starts from the variables' initial values (the CALL_ONCE init
+subgraph runs at its first invocation) and the resource variables carry over between its invocations, as on a
+device. Run in a child process (see litert_oracle.py for why); only the model's outputs are read back (reading
+every tensor, as litert_oracle does, crashes LiteRT on some stateful models).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from litert_oracle import CHILD_TIMEOUT_S, OracleCrashed
+
+
+def run_litert_sequence(model_path: Path, x: np.ndarray, timeout: float = CHILD_TIMEOUT_S) -> np.ndarray:
+    with tempfile.TemporaryDirectory(prefix="oracle-seq-") as tmp:
+        in_path, out_path = Path(tmp) / "in.npy", Path(tmp) / "out.npy"
+        np.save(in_path, np.asarray(x))
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1")
+        try:
+            proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), str(model_path), str(in_path),
+                                   str(out_path)], capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            raise OracleCrashed(f"litert did not finish {model_path.name} within {timeout}s") from None
+        if proc.returncode != 0 or not out_path.exists():
+            raise OracleCrashed(f"litert failed on {model_path.name} (exit code {proc.returncode})",
+                                proc.stderr + proc.stdout)
+        return np.load(out_path, allow_pickle=False)
+
+
+def _child(model: str, in_path: str, out_path: str) -> int:
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    x = np.load(in_path, allow_pickle=False)
+    per_seq = []
+    for seq in x:
+        interp = Interpreter(model_path=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
+                             num_threads=1)
+        interp.allocate_tensors()
+        d_in, d_out = interp.get_input_details()[0], interp.get_output_details()[0]
+        steps = []
+        for frame in seq:
+            interp.set_tensor(d_in["index"], frame[None].astype(d_in["dtype"]))
+            interp.invoke()
+            steps.append(np.array(interp.get_tensor(d_out["index"]))[0])
+        per_seq.append(np.stack(steps))
+    np.save(out_path, np.stack(per_seq))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(*sys.argv[1:]))

@@ -1,0 +1,114 @@
+"""Stateful streaming models (stages/state.py): resource variables read at load, and the numpy golden model run
+over sequences of invocations against LiteRT invoking the same file T times.
+
+Fixture: tests/fixtures/stateful/stream_kws_int8.tflite, made by tests/make_stateful_fixtures.py with the TF
+converter (resource variables, variable quantization: microWakeWord's structure in miniature).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from litert_sequence import run_litert_sequence
+from tinytrain.pipeline.errors import ModelError
+from tinytrain.stages import state
+from tinytrain.stages.ir import Graph
+from tinytrain.stages.prune import prune_graph
+from tinytrain.stages.tflite_reader import read_model
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "stateful"
+MODEL = FIX / "stream_kws_int8.tflite"
+
+
+@pytest.fixture(scope="module")
+def graph() -> Graph:
+    return read_model(MODEL)
+
+
+@pytest.fixture(scope="module")
+def seqs() -> np.ndarray:
+    return np.load(FIX / "stream_kws.input.npy")
+
+
+@pytest.fixture(scope="module")
+def litert(seqs) -> np.ndarray:
+    return run_litert_sequence(MODEL, seqs)
+
+
+def _outputs(g: Graph, x: np.ndarray, **kw) -> np.ndarray:
+    steps = state.run_sequence(g, x, **kw)
+    return np.stack([s[g.outputs[0]] for s in steps], axis=1)
+
+
+def test_variables_become_state_inputs_with_their_initial_values(graph):
+    svars = state.variables(graph)
+    assert sorted(v.variable for v in svars) == ["stream0/states", "stream1/states"]
+    assert state.model_inputs(graph) == ["serving_default_x:0"]
+    assert graph.inputs == ["serving_default_x:0"] + [v.read for v in svars]
+    assert not any(op.type in ("var_handle", "read_variable", "assign_variable") for op in graph.ops)
+    for v in svars:
+        t = graph.tensors[v.read]
+        assert v.init.shape == tuple(t.shape) and v.init.dtype == np.dtype(t.dtype)
+        # The converter initialises with zeros: the zero point of each int8 state.
+        assert (v.init == t.quant.zero_point[0]).all()
+        assert graph.tensors[v.assign].shape == t.shape
+    assert {graph.tensors[v.read].shape[1] for v in svars} == {2, 3}
+
+
+def test_golden_model_matches_litert_over_every_invocation(graph, seqs, litert):
+    ours = _outputs(graph, seqs, fc_requant="litert_double")
+    assert ours.shape == litert.shape == (4, 6, 2)
+    np.testing.assert_array_equal(ours, litert)
+    # The MCU's fixed-point FC rescaling may differ from LiteRT's double one by 1 LSB on near-ties, no more.
+    fixed = _outputs(graph, seqs, fc_requant="fixed_point")
+    assert np.abs(fixed.astype(int) - litert.astype(int)).max() <= 1
+
+
+def test_state_carries_over_and_resets_per_sequence(graph, seqs, litert):
+    # Each frame alone from the initial state (no carry-over) gives other outputs than LiteRT's sequence...
+    frames = seqs.reshape(-1, 1, *seqs.shape[2:])
+    alone = _outputs(graph, frames, fc_requant="litert_double").reshape(litert.shape)
+    assert not np.array_equal(alone, litert)
+    assert np.array_equal(alone[:, 0], litert[:, 0])  # ...except the first, which starts from the initial state
+    # Sequences are independent: one run alone gives what it gives in a batch.
+    one = _outputs(graph, seqs[2:3], fc_requant="litert_double")
+    np.testing.assert_array_equal(one[0], litert[2])
+
+
+def test_state_survives_the_ir_round_trip(graph, seqs, tmp_path):
+    graph.save(tmp_path)
+    back = Graph.load(tmp_path)
+    assert back.meta["state"] == graph.meta["state"]
+    for a, b in zip(state.variables(graph), state.variables(back)):
+        np.testing.assert_array_equal(a.init, b.init)
+    np.testing.assert_array_equal(_outputs(back, seqs), _outputs(graph, seqs))
+
+
+def test_a_cut_keeps_what_the_state_needs(graph, seqs):
+    # Cutting before the classifier (model.outputs) must not drop the ops that compute the next state: the cut
+    # graph's feature at every step is the full graph's.
+    from tinytrain.stages.executor import run_graph
+
+    feat = next(op.inputs[0] for op in graph.ops if op.type == "fully_connected")
+    full = state.run_sequence(graph, seqs, run=lambda g, feeds, **kw: run_graph(g, feeds, **kw))
+    want = []
+    st = state.initial_state(graph, seqs.shape[0])
+    for t in range(seqs.shape[1]):
+        vals = run_graph(graph, {state.model_inputs(graph)[0]: seqs[:, t], **st}, keep_intermediates=True)
+        want.append(vals[feat])
+        st = {v.read: vals[v.assign] for v in state.variables(graph)}
+    assert len(full) == seqs.shape[1]
+    for g in (prune_graph(graph, [feat]), read_model(MODEL, outputs=[feat])):
+        assert {v["variable"] for v in g.meta["state"]} == {"stream0/states", "stream1/states"}
+        got = np.stack([s[feat] for s in state.run_sequence(g, seqs)], axis=1)
+        np.testing.assert_array_equal(got, np.stack(want, axis=1))
+
+
+def test_a_subgraph_that_is_not_a_variable_initialiser_is_refused_with_the_reason(tmp_path):
+    from test_load import write_model
+
+    with pytest.raises(ModelError, match=r"2 subgraphs .*subgraph #1 is not run by CALL_ONCE"):
+        read_model(write_model(tmp_path, extra_subgraphs=1))
