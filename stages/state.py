@@ -96,6 +96,19 @@ def prune_meta(meta: dict[str, Any], inputs: list[str]) -> dict[str, Any]:
     return meta
 
 
+def refuse_training(graph: Graph, stage: str) -> None:
+    """Stages that take one input per sample stop a stateful graph here, with what is missing."""
+    svars = graph.meta.get("state")
+    if svars:
+        from tinytrain.pipeline.errors import ModelError
+
+        names = ", ".join(repr(v["variable"]) for v in svars[:3]) + (", ..." if len(svars) > 3 else "")
+        raise ModelError(f"stateful streaming model ({len(svars)} state variables: {names}): {stage} does not "
+                         f"train over sequences of invocations yet (load reads the state and the reference executor "
+                         f"runs sequences; quantize, the plan, codegen and the firmware take one stateless input "
+                         f"per sample)")
+
+
 def initial_state(graph: Graph, n: int) -> dict[str, np.ndarray]:
     """Each read tensor's initial value for a batch of n independent sequences."""
     return {v.read: np.broadcast_to(v.init, [n] + list(v.init.shape[1:])).copy() for v in variables(graph)}

@@ -12,6 +12,7 @@ that a corrupted length cannot make us spin over billions of entries.
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 from typing import Any, Callable
@@ -404,14 +405,33 @@ class _Reader:
         ttype = t.Type()
         dtype = _DTYPES.get(ttype)
         if dtype is None or (dtype == "int64" and data is None):
-            raise self.err(f"tensor {name!r} has unsupported dtype {_TT_NAMES.get(ttype, f'type {ttype}')}",
-                           hint="supported: float32, float16, int8, int32 (and int64 constants)")
+            tname = _TT_NAMES.get(ttype, f"type {ttype}")
+            cut = self._conversion_cut(i, tname)
+            raise self.err(f"tensor {name!r} has unsupported dtype {tname}",
+                           hint=(f"{cut}; " if cut else "") + "supported: float32, float16, int8, int32 (and int64 "
+                                "constants)")
         if t.Sparsity() is not None:
             data = self._sparse_data(t, data, dtype, shape, name)
         elif data is not None:
             data = self._decode_data(data, dtype, shape, name)
         return Tensor(name=name, shape=shape, dtype=dtype, quant=self._quant(t, name, shape),
                       source_index=i, data=data)
+
+    def _conversion_cut(self, i: int, tname: str) -> str | None:
+        """For a model output of a dtype we lack that a final QUANTIZE converts from a tensor we read (microWakeWord's
+        int8 -> uint8 score): the model.outputs cut that trains on the tensor before it (stages/prune.py's wording)."""
+        if i not in _int_list(self.sg.OutputsAsNumpy()):
+            return None
+        for idx in range(self.length(self.sg.OperatorsLength(), "operator table")):
+            op = self.sg.Operators(idx)
+            ins = _int_list(op.InputsAsNumpy())
+            if i in _int_list(op.OutputsAsNumpy()) and ins and 0 <= ins[0] < self.sg.TensorsLength():
+                code, _ = self._opcode(op.OpcodeIndex())
+                if code == BO.QUANTIZE and self.sg.Tensors(ins[0]).Type() in _DTYPES:
+                    listed = json.dumps([self.names[ins[0]]])  # JSON is YAML
+                    return (f"the output only converts {listed} to {tname}: to train on it, add `outputs: {listed}` "
+                            f"to the spec's `model` section")
+        return None
 
     def _check_static(self, t: Any, name: str) -> None:
         sig = _int_list(t.ShapeSignatureAsNumpy())

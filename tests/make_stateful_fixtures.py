@@ -14,6 +14,8 @@ initial value (zeros). One invocation takes one chunk of 3 frames x 10 features:
        -> CONV_2D 5x1 (ReLU) [1,1,1,8] -> concat(state1 [1,3,1,8], y) [1,4,1,8] -> state1 := last 3 frames
        -> reshape [1,32] -> FULLY_CONNECTED [1,2] -> output [1,2]
 
+`stream_kws_u8out.tflite`: the same with a uint8 output, as microWakeWord's (a final QUANTIZE int8 -> uint8).
+
 `stream_kws.input.npy`: int8 [4, 6, 3, 10], 4 sequences of 6 invocations (seeds fixed).
 """
 
@@ -61,16 +63,17 @@ def main() -> None:
     rep = rng.normal(0, 1, (64, 1, FRAMES, FEATURES)).astype(np.float32)
     with tempfile.TemporaryDirectory() as tmp:
         tf.saved_model.save(module, tmp, signatures=module.__call__.get_concrete_function())
-        conv = tf.lite.TFLiteConverter.from_saved_model(tmp)
-        conv.experimental_enable_resource_variables = True
-        # What microWakeWord sets: the variables themselves become int8 (no DEQUANTIZE/QUANTIZE around the state).
-        conv._experimental_variable_quantization = True
-        conv.optimizations = [tf.lite.Optimize.DEFAULT]
-        conv.representative_dataset = lambda: ([r] for r in rep)
-        conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-        conv.inference_input_type = tf.int8
-        conv.inference_output_type = tf.int8
-        (OUT / "stream_kws_int8.tflite").write_bytes(conv.convert())
+        for out_type, fname in ((tf.int8, "stream_kws_int8.tflite"), (tf.uint8, "stream_kws_u8out.tflite")):
+            conv = tf.lite.TFLiteConverter.from_saved_model(tmp)
+            conv.experimental_enable_resource_variables = True
+            # What microWakeWord sets: the variables themselves become int8 (no DEQUANTIZE/QUANTIZE around them).
+            conv._experimental_variable_quantization = True
+            conv.optimizations = [tf.lite.Optimize.DEFAULT]
+            conv.representative_dataset = lambda: ([r] for r in rep)
+            conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+            conv.inference_input_type = tf.int8
+            conv.inference_output_type = out_type
+            (OUT / fname).write_bytes(conv.convert())
     x = rng.normal(0, 1, (4, 6, FRAMES, FEATURES))
     # Quantized with the model's input parameters, as the data a user feeds an int8 model.
     interp = tf.lite.Interpreter(model_path=str(OUT / "stream_kws_int8.tflite"))

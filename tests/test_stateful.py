@@ -112,3 +112,24 @@ def test_a_subgraph_that_is_not_a_variable_initialiser_is_refused_with_the_reaso
 
     with pytest.raises(ModelError, match=r"2 subgraphs .*subgraph #1 is not run by CALL_ONCE"):
         read_model(write_model(tmp_path, extra_subgraphs=1))
+
+
+def test_a_uint8_output_names_the_cut_that_trains_on_the_tensor_before_it(seqs):
+    # microWakeWord's score is int8 requantized to uint8 by a final QUANTIZE: load names the cut before it.
+    path = FIX / "stream_kws_u8out.tflite"
+    with pytest.raises(ModelError, match=r"(?s)unsupported dtype UINT8.*add `outputs: \[\"StatefulPartitionedCall:01\"\]`"):
+        read_model(path)
+    g = read_model(path, outputs=["StatefulPartitionedCall:01"])
+    ours = _outputs(g, seqs, fc_requant="litert_double").astype(np.int64)
+    ref = run_litert_sequence(path, seqs).astype(np.int64)
+    # Same scale on both sides: the uint8 score is the int8 one shifted by the zero points' difference.
+    q_i8, q_u8 = g.tensors[g.outputs[0]].quant, (0.05536841228604317, 85)
+    assert q_i8.scale[0] == pytest.approx(q_u8[0])
+    np.testing.assert_array_equal(ours - q_i8.zero_point[0], ref - q_u8[1])
+
+
+def test_stages_that_take_one_stateless_input_stop_with_what_is_missing(graph):
+    with pytest.raises(ModelError, match=r"stateful streaming model \(2 state variables: .*quantize does not train "
+                                         r"over sequences"):
+        state.refuse_training(graph, "quantize")
+    state.refuse_training(read_model(FIX.parent / "mlp_int8.tflite"), "quantize")  # stateless: no error
