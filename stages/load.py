@@ -15,7 +15,7 @@ import numpy as np
 
 from tinytrain.pipeline.contract import StageContext, StageResult
 from tinytrain.pipeline.errors import ModelError
-from tinytrain.stages import ops
+from tinytrain.stages import ops, state
 from tinytrain.stages.ir import Graph, Op
 from tinytrain.stages.prune import prune_graph
 from tinytrain.stages.tflite_reader import read_model
@@ -32,6 +32,7 @@ def run(ctx: StageContext) -> StageResult:
     graph = read_model(Path(model.path), fmt, cut)
     if cut:
         graph = prune_graph(graph, cut)
+    graph = state.for_training(graph, getattr(model, "sequence_length", None), str(model.path))
     try:
         graph.validate()
     except ValueError as e:  # read_model validates already; this guards a reader regression

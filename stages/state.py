@@ -96,17 +96,36 @@ def prune_meta(meta: dict[str, Any], inputs: list[str]) -> dict[str, Any]:
     return meta
 
 
+def for_training(graph: Graph, sequence_length: int | None, where: str) -> Graph:
+    """load's graph for the later stages: a stateful graph unrolled over model.sequence_length invocations (a
+    stateless graph is returned as it is). Without the length the stateful graph is kept (refuse_training stops
+    it, with the hint)."""
+    from tinytrain.pipeline.errors import ModelError
+
+    if not graph.meta.get("state"):
+        if sequence_length is not None:
+            raise ModelError(f"{where}: model.sequence_length is set but the model has no state variables (it is "
+                             f"not a stateful streaming model)", hint="remove model.sequence_length")
+        return graph
+    if sequence_length is None:
+        return graph
+    try:
+        return unroll(graph, sequence_length)
+    except ValueError as e:
+        raise ModelError(f"{where}: cannot unroll the stateful model: {e}") from None
+
+
 def refuse_training(graph: Graph, stage: str) -> None:
-    """Stages that take one input per sample stop a stateful graph here, with what is missing."""
+    """Stages that take one input per sample stop a stateful graph that load did not unroll, with the hint."""
     svars = graph.meta.get("state")
     if svars:
         from tinytrain.pipeline.errors import ModelError
 
         names = ", ".join(repr(v["variable"]) for v in svars[:3]) + (", ..." if len(svars) > 3 else "")
-        raise ModelError(f"stateful streaming model ({len(svars)} state variables: {names}): {stage} does not "
-                         f"train over sequences of invocations yet (load reads the state and the reference executor "
-                         f"runs sequences; quantize, the plan, codegen and the firmware take one stateless input "
-                         f"per sample)")
+        raise ModelError(f"stateful streaming model ({len(svars)} state variables: {names}): {stage} needs each "
+                         f"training sample as a sequence of invocations",
+                         hint="set model.sequence_length: the invocations per sample (data samples are then "
+                              "[sequence_length, *input shape]; the label applies to the last invocation)")
 
 
 def initial_state(graph: Graph, n: int) -> dict[str, np.ndarray]:
@@ -140,6 +159,118 @@ def _as_read(graph: Graph, v: StateVar, value: np.ndarray) -> np.ndarray:
     want = np.dtype(graph.tensors[v.read].dtype)
     value = np.ascontiguousarray(value)
     return value if value.dtype == want else value.view(want)
+
+
+# ---- unrolling: a training sample is a sequence ------------------------------------------------------
+
+def unroll(graph: Graph, steps: int) -> Graph:
+    """The stateless graph of `steps` invocations from the initial state: its one input is the sequence
+    [batch, steps, *input dims] (invocation t reads x[:, t] through a STRIDED_SLICE that drops the step axis), its
+    outputs those of the last invocation. Invocation t's reads are invocation t-1's assigned tensors (constants
+    holding the initial values at t = 0), so the state lives in the arena between invocations like any activation
+    and every sample starts from the initial state. Constants (weights) are shared by the copies, not duplicated;
+    ops of earlier invocations that the last one does not need (their heads) are dropped.
+
+    Training on the result trains the last invocation's layers after the state (the gradient does not flow into
+    the state): meta["unrolled"]["shared_parameters"] lists the constants earlier invocations read too, and the
+    train plan (train_plan.TrainPlan.trainable_ops) keeps their layers frozen."""
+    from tinytrain.stages.ir import Op, Tensor
+    from tinytrain.stages.prune import needed_ops
+
+    if steps < 1:
+        raise ValueError(f"a sequence has at least one invocation, got {steps}")
+    svars = variables(graph)
+    own = model_inputs(graph)
+    if len(own) != 1:
+        raise ValueError(f"unrolling needs one model input besides the state, the graph has {len(own)}: {own}")
+    x = graph.tensors[own[0]]
+    if not x.shape or x.shape[0] != 1 or len(x.shape) > 3:
+        raise ValueError(f"unrolling needs an input [1, ...] of rank <= 3 (the sequence adds an axis), "
+                         f"got {x.shape}")
+    tensors: dict[str, Tensor] = {n: t for n, t in graph.tensors.items() if t.is_constant}
+    seq_name = _fresh(f"{x.name}/sequence", graph.tensors)
+    tensors[seq_name] = Tensor(name=seq_name, shape=[1, steps] + list(x.shape[1:]), dtype=x.dtype, role="input",
+                               quant=x.quant)
+    reads: dict[str, str] = {}
+    for v in svars:
+        t = graph.tensors[v.read]
+        name = _fresh(f"{v.read}/initial", graph.tensors)
+        tensors[name] = Tensor(name=name, shape=list(t.shape), dtype=t.dtype, role="constant", quant=t.quant,
+                               data=v.init.copy())
+        reads[v.read] = name
+    rank = len(x.shape) + 1
+    ops: list[Op] = []
+    op_step: list[int] = []  # the invocation of each op
+    for step in range(steps):
+        suffix = "" if step == steps - 1 else f"@{step}"
+        rename = dict(reads)
+        xs = f"{x.name}{suffix}" if suffix else x.name
+        tensors[xs] = Tensor(name=xs, shape=list(x.shape), dtype=x.dtype, quant=x.quant)
+        operands = []
+        for what, values in (("begin", [0, step] + [0] * (rank - 2)),
+                             ("end", [1, step + 1] + list(x.shape[1:])), ("strides", [1] * rank)):
+            name = _fresh(f"{seq_name}/{what}{step}", tensors)
+            tensors[name] = Tensor(name=name, shape=[rank], dtype="int32", role="constant",
+                                   data=np.asarray(values, dtype=np.int32))
+            operands.append(name)
+        op_step.append(step)
+        ops.append(Op("strided_slice", [seq_name] + operands, [xs],
+                      {"starts": [0, step] + [0] * (rank - 2), "stops": [1, step + 1] + list(x.shape[1:]),
+                       "strides": [1] * rank, "begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0,
+                       "new_axis_mask": 0, "shrink_axis_mask": 2, "offset": False}))
+        rename[x.name] = xs
+        for op in graph.ops:
+            outs = []
+            for o in op.outputs:
+                name = f"{o}{suffix}"
+                t = graph.tensors[o]
+                tensors[name] = Tensor(name=name, shape=list(t.shape), dtype=t.dtype, quant=t.quant,
+                                       source_index=t.source_index if not suffix else None)
+                rename[o] = name
+                outs.append(name)
+            op_step.append(step)
+            ops.append(Op(op.type, [None if i is None else rename.get(i, i) for i in op.inputs], outs,
+                          dict(op.attrs), source_index=op.source_index))
+        reads = {v.read: _as_read_tensor(tensors, rename[v.assign], graph.tensors[v.read], ops) if v.assign
+                 else reads[v.read] for v in svars}
+    outputs = list(graph.outputs)
+    keep = needed_ops([(op.inputs, op.outputs) for op in ops], outputs)
+    op_step = [s for i, s in enumerate(op_step) if i in keep]
+    ops = [op for i, op in enumerate(ops) if i in keep]
+    used = {n for op in ops for n in (*op.inputs, *op.outputs) if n is not None} | set(outputs) | {seq_name}
+    for name in outputs:
+        tensors[name].role = "output"
+    meta = {k: v for k, v in graph.meta.items() if k != "state"}
+    # Constants that earlier invocations read too: their layers feed the state and must not train.
+    read_by = [{n for op, s in zip(ops, op_step) if (s == steps - 1) == last for n in op.inputs if n is not None}
+               for last in (False, True)]
+    shared = sorted(n for n in read_by[0] & read_by[1] if tensors[n].is_constant)
+    meta["unrolled"] = {"steps": steps, "input": x.name, "variables": [v.variable for v in svars],
+                        "shared_parameters": shared}
+    out = Graph(tensors={n: t for n, t in tensors.items() if n in used}, ops=ops, inputs=[seq_name],
+                outputs=outputs, meta=meta)
+    for t in out.tensors.values():
+        if t.is_constant and t.name in graph.tensors:
+            t.role = graph.tensors[t.name].role
+    out.validate()
+    return out
+
+
+def _as_read_tensor(tensors: dict, assigned: str, read: Any, ops: list) -> str:
+    """The next invocation's read: the assigned tensor itself when its type and quantization are the read's (every
+    converter output we have seen); else a byte reinterpretation is not something the IR has: refuse."""
+    a = tensors[assigned]
+    if a.dtype != read.dtype or (a.quant is None) != (read.quant is None) or (
+            a.quant is not None and (a.quant.scale, a.quant.zero_point) != (read.quant.scale, read.quant.zero_point)):
+        raise ValueError(f"state {read.name!r} is assigned {assigned!r} of another type or quantization "
+                         f"({a.dtype}, {a.quant}) than it is read with ({read.dtype}, {read.quant})")
+    return assigned
+
+
+def _fresh(name: str, taken: dict) -> str:
+    while name in taken:
+        name += "_"
+    return name
 
 
 # ---- reading the file ------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ converter (resource variables, variable quantization: microWakeWord's structure 
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,7 @@ from tinytrain.stages.tflite_reader import read_model
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "stateful"
 MODEL = FIX / "stream_kws_int8.tflite"
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler")
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +132,88 @@ def test_a_uint8_output_names_the_cut_that_trains_on_the_tensor_before_it(seqs):
 
 
 def test_stages_that_take_one_stateless_input_stop_with_what_is_missing(graph):
-    with pytest.raises(ModelError, match=r"stateful streaming model \(2 state variables: .*quantize does not train "
-                                         r"over sequences"):
+    with pytest.raises(ModelError, match=r"(?s)stateful streaming model \(2 state variables: .*quantize needs each "
+                                         r"training sample as a sequence.*model.sequence_length"):
         state.refuse_training(graph, "quantize")
     state.refuse_training(read_model(FIX.parent / "mlp_int8.tflite"), "quantize")  # stateless: no error
+    with pytest.raises(ModelError, match="model.sequence_length is set but the model has no state variables"):
+        state.for_training(read_model(FIX.parent / "mlp_int8.tflite"), 4, "mlp_int8.tflite")
+
+
+# ---- training: the model unrolled over a sequence ------------------------------------------------------------------
+
+def test_unrolled_graph_is_litert_over_the_sequence(graph, seqs, litert):
+    from tinytrain.stages.executor import run_graph
+
+    for steps in (1, 3, seqs.shape[1]):
+        u = state.unroll(graph, steps)
+        assert u.inputs == ["serving_default_x:0/sequence"] and "state" not in u.meta
+        assert u.tensors[u.inputs[0]].shape == [1, steps, 3, 10]
+        out = run_graph(u, {u.inputs[0]: seqs[:, :steps]}, fc_requant="litert_double")[u.outputs[0]]
+        np.testing.assert_array_equal(out, litert[:, steps - 1])
+    # Only the last invocation's head is kept; every invocation's feature extractor is (it feeds the state).
+    u = state.unroll(graph, 4)
+    assert sum(op.type == "fully_connected" for op in u.ops) == 1
+    assert sum(op.type == "conv2d" for op in u.ops) == 4
+
+
+def test_only_layers_after_the_state_train(graph):
+    from tinytrain.stages.train_plan import TrainPlan
+
+    u = state.unroll(graph, 4)
+    # The conv's weights are shared by the 4 invocations (the gradient would not reach its earlier uses): frozen.
+    assert [u.ops[i].type for i in TrainPlan.trainable_ops(u)] == ["fully_connected"]
+    assert [graph.ops[i].type for i in TrainPlan.trainable_ops(graph)] == ["conv2d", "fully_connected"]
+
+
+def _train_build(tmp_path, seqs):
+    from tinytrain.stages import codegen
+    from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
+    from tinytrain.stages.data import write_stream
+    from tinytrain.stages.reorder import plan_schedules
+    from tinytrain.stages.train_plan import TrainPlan
+
+    u = state.unroll(read_model(MODEL), seqs.shape[1])
+    tg = build_training_graph(u, TrainPlan.full(u), "cross_entropy", OptimizerSpec("sgd", learning_rate=0.05), 1)
+    _, mp, _, _ = plan_schedules(tg, True)
+    codegen.generate(tg, mp.order, mp.to_json(), tmp_path / "prog")
+    x = np.concatenate([seqs] * 3)  # 12 sequences
+    y = (np.arange(len(x)) % 2).astype(np.int64)
+    write_stream(tmp_path / "train.ttds", x, y)
+    write_stream(tmp_path / "test.ttds", x[:4], y[:4])
+    return tg, x, y, {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"}
+
+
+@pytest.mark.slow  # a firmware build (~10 s on a shared machine)
+@needs_cc
+def test_sequence_training_in_c_on_the_host_matches_the_golden_model_bit_for_bit(tmp_path, seqs):
+    from test_codegen import _golden, _run
+    from tinytrain.stages.runtime_config import RuntimeConfig
+
+    tg, x, y, data = _train_build(tmp_path, seqs)
+    cfg = RuntimeConfig(learning_rate=0.05, epochs=1)
+    out = _run("host", tmp_path / "prog", tmp_path / "build", tmp_path / "run", cfg, data)
+    want, st = _golden(tg, x, y, cfg)
+    np.testing.assert_allclose(np.frombuffer(out["losses.bin"], "<f4"), want, rtol=1e-5, atol=1e-6)
+    io = json.loads((tmp_path / "prog" / "io_layout.json").read_text())
+    changed = 0
+    for e in io["trained_tensors"]:
+        got = np.frombuffer(out["weights.bin"][e["offset"]:e["offset"] + e["nbytes"]], e["dtype"]).reshape(e["shape"])
+        np.testing.assert_array_equal(got, st[e["name"]], err_msg=e["name"])
+        changed += int(np.count_nonzero(got != tg.tensors[e["name"]].data))
+    assert changed > 0
+
+
+@pytest.mark.slow  # two firmware builds and a QEMU run
+@needs_cc
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
+                    reason="arm-none-eabi-gcc or qemu-system-arm not installed")
+def test_sequence_training_in_qemu_matches_the_host_bit_for_bit(tmp_path, seqs):
+    from test_codegen import _run
+    from tinytrain.stages.runtime_config import RuntimeConfig
+
+    _, _, _, data = _train_build(tmp_path, seqs)
+    cfg = RuntimeConfig(learning_rate=0.05, epochs=1)
+    host = _run("host", tmp_path / "prog", tmp_path / "bh", tmp_path / "rh", cfg, data)
+    qemu = _run("stm32f746-disco", tmp_path / "prog", tmp_path / "bq", tmp_path / "rq", cfg, data)
+    assert qemu["losses.bin"] == host["losses.bin"] and qemu["weights.bin"] == host["weights.bin"]
