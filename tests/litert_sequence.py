@@ -1,6 +1,7 @@
 """Oracle for stateful (streaming) models: LiteRT's reference kernels invoking a model T times per sequence.
 
     outs = run_litert_sequence(path, x)    # x [N, T, *input shape without batch] -> outputs [N, T, *output]
+    vals = run_litert_sequence(path, x, tensor=17)   # the same for tensor 17 of the file (any activation)
 
 Each sequence gets a fresh interpreter, so it starts from the variables' initial values (the CALL_ONCE init
 subgraph runs at its first invocation) and the resource variables carry over between its invocations, as on a
@@ -21,14 +22,15 @@ import numpy as np
 from litert_oracle import CHILD_TIMEOUT_S, OracleCrashed
 
 
-def run_litert_sequence(model_path: Path, x: np.ndarray, timeout: float = CHILD_TIMEOUT_S) -> np.ndarray:
+def run_litert_sequence(model_path: Path, x: np.ndarray, timeout: float = CHILD_TIMEOUT_S,
+                        tensor: int | None = None) -> np.ndarray:
     with tempfile.TemporaryDirectory(prefix="oracle-seq-") as tmp:
         in_path, out_path = Path(tmp) / "in.npy", Path(tmp) / "out.npy"
         np.save(in_path, np.asarray(x))
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1")
         try:
             proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), str(model_path), str(in_path),
-                                   str(out_path)], capture_output=True, text=True, timeout=timeout, env=env)
+                                   str(out_path), str(-1 if tensor is None else tensor)], capture_output=True, text=True, timeout=timeout, env=env)
         except subprocess.TimeoutExpired:
             raise OracleCrashed(f"litert did not finish {model_path.name} within {timeout}s") from None
         if proc.returncode != 0 or not out_path.exists():
@@ -37,21 +39,22 @@ def run_litert_sequence(model_path: Path, x: np.ndarray, timeout: float = CHILD_
         return np.load(out_path, allow_pickle=False)
 
 
-def _child(model: str, in_path: str, out_path: str) -> int:
+def _child(model: str, in_path: str, out_path: str, tensor: str) -> int:
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     x = np.load(in_path, allow_pickle=False)
     per_seq = []
     for seq in x:
         interp = Interpreter(model_path=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
-                             num_threads=1)
+                             num_threads=1, experimental_preserve_all_tensors=int(tensor) >= 0)
         interp.allocate_tensors()
         d_in, d_out = interp.get_input_details()[0], interp.get_output_details()[0]
+        read = d_out["index"] if int(tensor) < 0 else int(tensor)
         steps = []
         for frame in seq:
             interp.set_tensor(d_in["index"], frame[None].astype(d_in["dtype"]))
             interp.invoke()
-            steps.append(np.array(interp.get_tensor(d_out["index"]))[0])
+            steps.append(np.array(interp.get_tensor(read))[0])
         per_seq.append(np.stack(steps))
     np.save(out_path, np.stack(per_seq))
     return 0

@@ -217,3 +217,13 @@ def test_sequence_training_in_qemu_matches_the_host_bit_for_bit(tmp_path, seqs):
     host = _run("host", tmp_path / "prog", tmp_path / "bh", tmp_path / "rh", cfg, data)
     qemu = _run("stm32f746-disco", tmp_path / "prog", tmp_path / "bq", tmp_path / "rq", cfg, data)
     assert qemu["losses.bin"] == host["losses.bin"] and qemu["weights.bin"] == host["weights.bin"]
+
+
+def test_every_invocations_intermediate_matches_litert(graph, seqs):
+    # An activation that feeds the state (the conv's output), at every invocation: the state evolution itself.
+    conv = next(op for op in graph.ops if op.type == "conv2d").outputs[0]
+    ref = run_litert_sequence(MODEL, seqs, tensor=graph.tensors[conv].source_index)
+    cut = read_model(MODEL, outputs=[conv])  # the cut keeps the state's ops (test above)
+    got = np.stack([s[conv] for s in state.run_sequence(cut, seqs)], axis=1)
+    assert len(np.unique(ref)) > 10  # not a saturated constant
+    np.testing.assert_array_equal(got, ref)
