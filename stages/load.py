@@ -44,7 +44,7 @@ def run(ctx: StageContext) -> StageResult:
     (out / "graph.txt").write_text(graph.to_text())
     summary = summarize(graph)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    line = summary_line(summary) + (f"; cut at {', '.join(cut)} (model.outputs)" if cut else "") + \
+    line = summary_line(summary) + (f"; cut at {', '.join(cut)} (model.outputs)" if cut else "") + state.summary(graph) + \
         "".join(f"; warning: {w}" for w in warnings)
     return StageResult(summary=line, metrics=_metrics(summary) | {"warnings": warnings})
 

@@ -115,6 +115,18 @@ def for_training(graph: Graph, sequence_length: int | None, where: str) -> Graph
         raise ModelError(f"{where}: cannot unroll the stateful model: {e}") from None
 
 
+def summary(graph: Graph) -> str:
+    """load's summary-line part for a stateful model: what was unrolled and what stays frozen ("" if stateless)."""
+    u = graph.meta.get("unrolled")
+    if u:
+        frozen = sum(graph.tensors[n].role == "weight" for n in u["shared_parameters"] if n in graph.tensors)
+        return (f"; stateful: {len(u['variables'])} state variables, unrolled over {u['steps']} invocations per "
+                f"sample ({frozen} layer(s) feed the state and stay frozen)")
+    if graph.meta.get("state"):
+        return f"; stateful: {len(graph.meta['state'])} state variables (set model.sequence_length to train)"
+    return ""
+
+
 def refuse_training(graph: Graph, stage: str) -> None:
     """Stages that take one input per sample stop a stateful graph that load did not unroll, with the hint."""
     svars = graph.meta.get("state")

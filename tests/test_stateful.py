@@ -227,3 +227,10 @@ def test_every_invocations_intermediate_matches_litert(graph, seqs):
     got = np.stack([s[conv] for s in state.run_sequence(cut, seqs)], axis=1)
     assert len(np.unique(ref)) > 10  # not a saturated constant
     np.testing.assert_array_equal(got, ref)
+
+
+def test_load_summary_says_what_was_unrolled(graph):
+    assert state.summary(state.unroll(graph, 4)) == ("; stateful: 2 state variables, unrolled over 4 invocations per "
+                                                     "sample (1 layer(s) feed the state and stay frozen)")
+    assert "set model.sequence_length" in state.summary(graph)
+    assert state.summary(read_model(FIX.parent / "mlp_int8.tflite")) == ""
