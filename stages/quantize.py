@@ -168,6 +168,7 @@ def check_samples(graph: Graph, x: np.ndarray, what: str) -> None:
 
 def check_data(graph: Graph, ds) -> None:
     name = _single_input(graph)
+    state.check_sequence_samples(graph, ds.x_train.shape[1:], "data (train split)")
     check_samples(graph, ds.x_train, "data (train split)")
     if len(ds.x_test):
         check_samples(graph, ds.x_test, "data (test split)")

@@ -32,6 +32,7 @@ a constant of the sample.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -127,6 +128,23 @@ def summary(graph: Graph) -> str:
     return ""
 
 
+def check_sequence_samples(graph: Graph, sample_shape: tuple[int, ...], where: str) -> None:
+    """For a graph load unrolled: samples must be sequences [T, *one invocation's input] (one line if not)."""
+    u = graph.meta.get("unrolled")
+    if not u:
+        return
+    want = [int(d) for d in graph.tensors[graph.inputs[0]].shape[1:]]
+    got = [int(d) for d in sample_shape]
+    if got != want:
+        from tinytrain.pipeline.errors import UserError
+
+        frame = want[1:]
+        hint = (f"set model.sequence_length: {got[0]}" if got[1:] == frame and got else
+                f"reshape x to [N, {u['steps']}, {', '.join(map(str, frame))}]")
+        raise UserError(f"{where}: samples of a stateful model are sequences of model.sequence_length "
+                        f"({u['steps']}) invocations, each {frame}: expected {want}, got {got}", hint=hint)
+
+
 def refuse_training(graph: Graph, stage: str) -> None:
     """Stages that take one input per sample stop a stateful graph that load did not unroll, with the hint."""
     svars = graph.meta.get("state")
@@ -199,7 +217,8 @@ def unroll(graph: Graph, steps: int) -> Graph:
     if not x.shape or x.shape[0] != 1 or len(x.shape) > 3:
         raise ValueError(f"unrolling needs an input [1, ...] of rank <= 3 (the sequence adds an axis), "
                          f"got {x.shape}")
-    tensors: dict[str, Tensor] = {n: t for n, t in graph.tensors.items() if t.is_constant}
+    # Copies of the Tensor records (the arrays are shared, read-only here): the unrolled graph is a graph of its own.
+    tensors: dict[str, Tensor] = {n: copy.copy(t) for n, t in graph.tensors.items() if t.is_constant}
     seq_name = _fresh(f"{x.name}/sequence", graph.tensors)
     tensors[seq_name] = Tensor(name=seq_name, shape=[1, steps] + list(x.shape[1:]), dtype=x.dtype, role="input",
                                quant=x.quant)
@@ -261,9 +280,6 @@ def unroll(graph: Graph, steps: int) -> Graph:
                         "shared_parameters": shared}
     out = Graph(tensors={n: t for n, t in tensors.items() if n in used}, ops=ops, inputs=[seq_name],
                 outputs=outputs, meta=meta)
-    for t in out.tensors.values():
-        if t.is_constant and t.name in graph.tensors:
-            t.role = graph.tensors[t.name].role
     out.validate()
     return out
 

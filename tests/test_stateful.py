@@ -234,3 +234,17 @@ def test_load_summary_says_what_was_unrolled(graph):
                                                      "sample (1 layer(s) feed the state and stay frozen)")
     assert "set model.sequence_length" in state.summary(graph)
     assert state.summary(read_model(FIX.parent / "mlp_int8.tflite")) == ""
+
+
+def test_sequence_data_of_the_wrong_shape_is_one_line_with_the_fix(graph):
+    from tinytrain.pipeline.errors import UserError
+
+    u = state.unroll(graph, 4)
+    state.check_sequence_samples(u, (4, 3, 10), "data")
+    with pytest.raises(UserError, match=r"expected \[4, 3, 10\], got \[6, 3, 10\]") as e:
+        state.check_sequence_samples(u, (6, 3, 10), "data")
+    assert e.value.hint == "set model.sequence_length: 6"
+    with pytest.raises(UserError) as e:
+        state.check_sequence_samples(u, (3, 10), "data")  # one invocation per sample, not a sequence
+    assert e.value.hint == "reshape x to [N, 4, 3, 10]"
+    state.check_sequence_samples(graph, (9,), "data")  # not unrolled: not this check's business
