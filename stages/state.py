@@ -22,12 +22,16 @@ invocation t-1 assigned (the initial values at t = 0). An ASSIGN_VARIABLE copies
 assigned tensor's bytes whatever its quantization, and the next READ reinterprets them with the read tensor's.
 This module's `run_sequence` is that loop on the numpy executor.
 
-Training (the choice made here): a sample is a sequence of T invocations [T, *frame shape] started from the
-initial state (the state is reset per sample); the label applies to the output of the last invocation. The first
-T-1 invocations only run forward (they advance the state); the last one trains. Gradients do not flow through the
-state: a read is a graph input, so backpropagation stops there (truncated backprop through time with a window of
-one invocation). Layers whose input depends on a read are still trainable; what they receive from the state is
-a constant of the sample.
+Training (the choice made here): a sample is a sequence of T = model.sequence_length invocations, [T, *input
+shape], run from the initial state (the state is reset per sample); the label applies to the output of the last
+invocation. load unrolls the graph over the T invocations (`unroll`): one stateless program whose state tensors are
+activations between the copies, so the later stages (quantize, the plan, autodiff, codegen, the firmware) need no
+notion of state, and the emitted C keeps the state in the arena between invocations, planned by the memory plan
+like any activation; the first invocation reads the initial values (constants), so every sample starts afresh. Gradients do not flow into the
+state (truncated backprop): the parameters of the layers that feed the state are shared by every invocation, and
+the train plan keeps them frozen, so the trainable layers are those after the last state read (microWakeWord: the
+final FULLY_CONNECTED); `scheme: auto` picks among those. The cost: the program holds T copies of the ops that feed
+the state (code and per-op tables in flash grow with T; the weights are not copied).
 """
 
 from __future__ import annotations
