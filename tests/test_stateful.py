@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from litert_sequence import run_litert_sequence
+from litert_oracle import tflm_available
+from litert_sequence import run_litert_sequence, run_tflm_sequence
 from tinytrain.pipeline.errors import ModelError
 from tinytrain.stages import state
 from tinytrain.stages.ir import Graph
@@ -68,6 +69,12 @@ def test_golden_model_matches_litert_over_every_invocation(graph, seqs, litert):
     # The MCU's fixed-point FC rescaling may differ from LiteRT's double one by 1 LSB on near-ties, no more.
     fixed = _outputs(graph, seqs, fc_requant="fixed_point")
     assert np.abs(fixed.astype(int) - litert.astype(int)).max() <= 1
+
+
+@pytest.mark.skipif(not tflm_available(), reason="tflite-micro not installed")
+def test_golden_model_matches_tflite_micro_over_every_invocation(graph, seqs):
+    # The fixed-point arithmetic the generated C runs, against TFLite Micro's resource variables.
+    np.testing.assert_array_equal(_outputs(graph, seqs, fc_requant="fixed_point"), run_tflm_sequence(MODEL, seqs))
 
 
 def test_state_carries_over_and_resets_per_sequence(graph, seqs, litert):
