@@ -255,3 +255,22 @@ def test_sequence_data_of_the_wrong_shape_is_one_line_with_the_fix(graph):
         state.check_sequence_samples(u, (3, 10), "data")  # one invocation per sample, not a sequence
     assert e.value.hint == "reshape x to [N, 4, 3, 10]"
     state.check_sequence_samples(graph, (9,), "data")  # not unrolled: not this check's business
+
+
+def test_the_spec_s_sequence_length_reaches_load_and_the_plan(tmp_path, seqs):
+    import tinytrain
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(0, 1, (24, 6, 3, 10)).astype(np.float32)
+    np.savez(tmp_path / "d.npz", x_train=x[:16], y_train=np.arange(16) % 2, x_test=x[16:], y_test=np.arange(8) % 2)
+    spec = {"name": "kws", "model": {"path": str(MODEL), "sequence_length": 6},
+            "data": {"source": "npz", "path": str(tmp_path / "d.npz")},
+            "train": {"update": {"scheme": "last_k", "k": 1}}, "build": {"out_dir": str(tmp_path / "build")}}
+    (tmp_path / "kws.yaml").write_text(json.dumps(spec))
+    r = tinytrain.build(tmp_path / "kws.yaml", until="sparse-plan", cache_dir=tmp_path / "cache")
+    assert "unrolled over 6 invocations per sample" in r.stages["load"].summary
+    g = Graph.load(r.artifact("load", "graph.json").parent)
+    assert g.inputs == ["serving_default_x:0/sequence"] and g.tensors[g.inputs[0]].shape == [1, 6, 3, 10]
+    plan = json.loads(r.artifact("sparse-plan", "plan.json").read_text())
+    assert [g.ops[d["layer"]].type if isinstance(d["layer"], int) else d["layer"] for d in plan["layers"]] \
+        in (["fully_connected"], ["MatMul"])
