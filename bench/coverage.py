@@ -17,7 +17,8 @@ built a second time with that cut, as a user following the message would.
 
 For each model the benchmark writes a spec (board stm32f746-disco, `scheme: auto`, everything else default) and
 an .npz of synthetic data shaped like the model's first input: smooth random images for 4-D inputs, uniform
-noise otherwise. The targets follow the first output: a SOFTMAX over K >= 2 classes gets random class labels
+noise otherwise; a stateful streaming model (resource variables) gets `model.sequence_length: SEQUENCE` and
+sequences of that many such inputs per sample. The targets follow the first output: a SOFTMAX over K >= 2 classes gets random class labels
 (cross-entropy), any other output random float targets of its size in [0, 1] (regression, MSE). The data is synthetic,
 so loss before/after shows that training runs, not that the model gets better at its real task.
 
@@ -50,6 +51,9 @@ BOARD = "stm32f746-disco"
 # (pip requirement, label): the wheels whose .tflite files are benchmarked.
 WHEELS = (("mediapipe==0.10.14", "mediapipe"), ("pymicro-wakeword", "microWakeWord"), ("tflite-micro", "tflm"))
 N_TRAIN, N_TEST = 48, 16
+# Stateful streaming models (microWakeWord): invocations per training sample (model.sequence_length). A window,
+# not the whole receptive field (hey_jarvis' buffers span ~50 invocations): the state before it is the initial one.
+SEQUENCE = 16
 
 
 @dataclass
@@ -127,6 +131,20 @@ def model_io(path: Path) -> tuple[list, list]:
             [desc(i) + (["softmax"] if int(i) in softmax else []) for i in sg.OutputsAsNumpy()])
 
 
+def is_stateful(path: Path) -> bool:
+    """Whether subgraph 0 reads resource variables (a streaming model: its spec needs model.sequence_length)."""
+    import tflite
+    from tflite.BuiltinOperator import BuiltinOperator as BO
+
+    m = tflite.Model.GetRootAs(path.read_bytes(), 0)
+    sg = m.Subgraphs(0)
+    for j in range(sg.OperatorsLength()):
+        oc = m.OperatorCodes(sg.Operators(j).OpcodeIndex())
+        if max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode()) == BO.READ_VARIABLE:
+            return True
+    return False
+
+
 # ---- spec and data --------------------------------------------------------------------------------
 
 def smooth_images(shape: tuple[int, ...], n: int, rng: np.random.Generator) -> np.ndarray:
@@ -137,11 +155,12 @@ def smooth_images(shape: tuple[int, ...], n: int, rng: np.random.Generator) -> n
     return np.clip(0.9 * big + 0.1 * rng.uniform(0, 1, size=(n, h, w, c)), 0, 1).astype(np.float32)
 
 
-def write_data(path: Path, inputs: list, outputs: list, seed: int = 0) -> str:
+def write_data(path: Path, inputs: list, outputs: list, seed: int = 0, steps: int | None = None) -> str:
     """Synthetic .npz for the first input and first output; returns the task: classification when that output
-    is a softmax over K >= 2 classes, else regression on all its values."""
+    is a softmax over K >= 2 classes, else regression on all its values. With `steps` (a stateful model) a sample
+    is a sequence of that many inputs."""
     rng = np.random.default_rng(seed)
-    shape = tuple(max(1, d) for d in inputs[0][0][1:])
+    shape = ((steps,) if steps else ()) + tuple(max(1, d) for d in inputs[0][0][1:])
     n = N_TRAIN + N_TEST
     x = smooth_images(shape, n, rng) if len(shape) == 3 else rng.uniform(0, 1, size=(n, *shape)).astype(np.float32)
     out_shape = outputs[0][0]
@@ -155,10 +174,12 @@ def write_data(path: Path, inputs: list, outputs: list, seed: int = 0) -> str:
     return task
 
 
-def spec_text(name: str, model: Path, data: Path, task: str, out_dir: Path, cut: list | None = None) -> str:
+def spec_text(name: str, model: Path, data: Path, task: str, out_dir: Path, cut: list | None = None,
+              sequence_length: int | None = None) -> str:
     spec = {
         "name": name,
-        "model": {"path": str(model)} | ({"outputs": cut} if cut else {}),
+        "model": {"path": str(model)} | ({"outputs": cut} if cut else {})
+                 | ({"sequence_length": sequence_length} if sequence_length else {}),
         "data": {"source": "npz", "path": str(data), "task": task},
         "train": {"update": {"scheme": "auto"}, "loss": "cross_entropy" if task == "classification" else "mse",
                   "epochs": 2},
@@ -184,9 +205,10 @@ def run_one(model: Path, label: str, work: Path, timeout: float, cut: list | Non
         row.outputs = io_of_cut(model, cut)
     folder = work / name
     folder.mkdir(parents=True, exist_ok=True)
-    row.task = write_data(folder / "data.npz", row.inputs, row.outputs)
+    steps = SEQUENCE if is_stateful(model) else None
+    row.task = write_data(folder / "data.npz", row.inputs, row.outputs, steps=steps)
     spec = folder / "spec.yaml"
-    spec.write_text(spec_text(name, model, folder / "data.npz", row.task, folder / "build", cut))
+    spec.write_text(spec_text(name, model, folder / "data.npz", row.task, folder / "build", cut, steps))
     cmd = [sys.executable, "-m", "tinytrain", "build", str(spec), "--json", "--cache-dir", str(folder / "cache")]
     t0 = time.monotonic()
     try:

@@ -68,6 +68,11 @@ class ModelSpec(_Strict):
                     "become its outputs and every op after them is dropped, e.g. a custom op that only "
                     "post-processes the result; null = the model's own outputs",
         json_schema_extra={"uniqueItems": True})
+    sequence_length: int | None = Field(
+        default=None, ge=1, le=4096,
+        description="stateful streaming models (resource variables, e.g. microWakeWord): invocations per training "
+                    "sample; a sample is [sequence_length, *input shape], run from the model's initial state, and "
+                    "its label applies to the last invocation's output; null for stateless models")
 
 
 # ---- train ------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import numpy as np
 
 from tinytrain.pipeline.contract import StageContext, StageResult
 from tinytrain.pipeline.errors import ModelError
-from tinytrain.stages import ops
+from tinytrain.stages import ops, state
 from tinytrain.stages.ir import Graph, Op
 from tinytrain.stages.prune import prune_graph
 from tinytrain.stages.tflite_reader import read_model
@@ -32,6 +32,7 @@ def run(ctx: StageContext) -> StageResult:
     graph = read_model(Path(model.path), fmt, cut)
     if cut:
         graph = prune_graph(graph, cut)
+    graph = state.for_training(graph, getattr(model, "sequence_length", None), str(model.path))
     try:
         graph.validate()
     except ValueError as e:  # read_model validates already; this guards a reader regression
@@ -43,7 +44,7 @@ def run(ctx: StageContext) -> StageResult:
     (out / "graph.txt").write_text(graph.to_text())
     summary = summarize(graph)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    line = summary_line(summary) + (f"; cut at {', '.join(cut)} (model.outputs)" if cut else "") + \
+    line = summary_line(summary) + (f"; cut at {', '.join(cut)} (model.outputs)" if cut else "") + state.summary(graph) + \
         "".join(f"; warning: {w}" for w in warnings)
     return StageResult(summary=line, metrics=_metrics(summary) | {"warnings": warnings})
 

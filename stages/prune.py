@@ -16,6 +16,7 @@ import json
 from collections.abc import Hashable, Sequence
 
 from tinytrain.pipeline.errors import ModelError
+from tinytrain.stages import state
 from tinytrain.stages.ir import Graph
 
 
@@ -59,7 +60,8 @@ def prune_graph(graph: Graph, outputs: Sequence[str]) -> Graph:
         if graph.tensors[name].is_constant:
             raise ModelError(f"{where}: {name!r} is a constant (a weight or a parameter), not a tensor the model "
                              f"computes; name an op's output")
-    keep = needed_ops([(op.inputs, op.outputs) for op in graph.ops], outputs)
+    # A stateful graph also keeps what its state assignments need (stages/state.py).
+    keep = needed_ops([(op.inputs, op.outputs) for op in graph.ops], list(outputs) + state.assigned(graph))
     ops = [op for i, op in enumerate(graph.ops) if i in keep]
     used = {n for op in ops for n in (*op.inputs, *op.outputs) if n is not None} | set(outputs)
     inputs = [n for n in graph.inputs if n in used]
@@ -67,7 +69,7 @@ def prune_graph(graph: Graph, outputs: Sequence[str]) -> Graph:
         raise ModelError(f"{where}: {', '.join(repr(n) for n in outputs)} do(es) not depend on any model input; "
                          f"name tensors computed from the input")
     tensors = {n: t for n, t in graph.tensors.items() if n in used}
-    meta = dict(graph.meta) | {"pruned_to": list(outputs), "pruned_ops": len(graph.ops) - len(ops)}
+    meta = state.prune_meta(dict(graph.meta), inputs) | {"pruned_to": list(outputs), "pruned_ops": len(graph.ops) - len(ops)}
     pruned = Graph(tensors=tensors, ops=ops, inputs=inputs, outputs=list(outputs), meta=meta)
     pruned.validate()
     return pruned

@@ -26,7 +26,7 @@ import numpy as np
 from ..pipeline.contract import StageContext, StageResult, no_progress
 from ..pipeline.errors import ModelError, UserError
 from ..pipeline.spec_quantize import QuantizeSpec
-from . import calibrate, ops, ptq
+from . import calibrate, ops, ptq, state
 from .ir import Graph
 
 ARTIFACTS = ("graph.json", "tensors.npz", "graph.txt", "model_int8.tflite", "report.json", "report.txt")
@@ -46,6 +46,7 @@ def run(ctx: StageContext) -> StageResult:
     data_spec = ctx.config.get("data")
     out = Path(ctx.out_dir)
     graph = Graph.load(ctx.input_dir("load"))
+    state.refuse_training(graph, "quantize")
     if ptq.is_quantized(graph):
         return _passthrough(ctx, graph, data_spec, out, spec)
     if not spec.enabled:
@@ -167,6 +168,7 @@ def check_samples(graph: Graph, x: np.ndarray, what: str) -> None:
 
 def check_data(graph: Graph, ds) -> None:
     name = _single_input(graph)
+    state.check_sequence_samples(graph, ds.x_train.shape[1:], "data (train split)")
     check_samples(graph, ds.x_train, "data (train split)")
     if len(ds.x_test):
         check_samples(graph, ds.x_test, "data (test split)")

@@ -12,6 +12,7 @@ that a corrupted length cannot make us spin over billions of entries.
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 from typing import Any, Callable
@@ -23,7 +24,7 @@ from tflite.BuiltinOptions import BuiltinOptions as BOpt
 from tflite.TensorType import TensorType as TT
 
 from tinytrain.pipeline.errors import ModelError, UnsupportedOpError
-from tinytrain.stages import densify, ops, prune
+from tinytrain.stages import densify, ops, prune, state
 from tinytrain.stages.ir import Graph, Op, QuantParams, Tensor
 from tinytrain.stages.ops import Builtin
 from tinytrain.stages.ops.conv import MEDIAPIPE_TRANSPOSE_CONV_BIAS
@@ -74,9 +75,14 @@ def read_model(path: Path, fmt: str = "auto", outputs: list[str] | None = None) 
     return graph
 
 
+def tensor_dtype(ttype: int) -> str | None:
+    """The IR dtype of a TFLite TensorType, None when the reader has none."""
+    return _DTYPES.get(ttype)
+
+
 def supported_ops() -> list[str]:
-    # DENSIFY has no handler: it is decoded at load into a plain constant.
-    return sorted([_OP_NAMES[code] for code in _HANDLERS] + [_OP_NAMES[BO.DENSIFY]]
+    # DENSIFY has no handler: it is decoded at load into a plain constant; the resource-variable ops become state.
+    return sorted([_OP_NAMES[code] for code in _HANDLERS] + [_OP_NAMES[BO.DENSIFY]] + list(state.STATE_CODES.values())
                   + [f"CUSTOM({name})" for name in _CUSTOM_HANDLERS])
 
 
@@ -165,6 +171,7 @@ class _Reader:
         self.sg: Any = None
         self.raw_names: list[str] = []
         self.names: list[str] = []
+        self.state_ops: list[tuple[int, int, Any]] = []  # resource-variable ops of subgraph 0 (stages/state.py)
 
     def err(self, message: str, hint: str | None = None) -> ModelError:
         return ModelError(f"{self.path}: {message}", hint=hint)
@@ -194,8 +201,10 @@ class _Reader:
                 t.data, t.source_index = self._tensor(src).data, None
         ops = [self._op(idx, *raw, tensors) for idx, raw in enumerate(ops_raw) if raw is not None]
         inputs, outputs = [self.names[i] for i in g_inputs], [self.names[i] for i in g_outputs]
+        meta = self._meta(sorted(used))
+        self._state_scan().attach(self.state_ops, tensors, inputs, meta)  # state reads: extra graph inputs
         _assign_roles(tensors, ops, inputs, outputs)
-        return Graph(tensors=tensors, ops=ops, inputs=inputs, outputs=outputs, meta=self._meta(sorted(used)))
+        return Graph(tensors=tensors, ops=ops, inputs=inputs, outputs=outputs, meta=meta)
 
     def _used_tensors(self, ops_raw: list, n_tensors: int) -> set[int]:
         used: set[int] = set()
@@ -221,12 +230,18 @@ class _Reader:
         n = self.length(self.model.SubgraphsLength(), "subgraph table")
         if n == 0:
             raise self.err("the model has no subgraph")
-        if n > 1:
+        problems = self._state_scan().problems(n) if n > 1 else []
+        if problems:
             raise self.err(f"the model has {n} subgraphs ({self._describe_subgraphs(n)}); "
-                           f"only single-subgraph models are supported{self._unsupported_everywhere(n)}",
-                           hint="control flow (WHILE/IF), variables (stateful streaming models) and "
-                                "multi-signature models are not supported; export a single inference signature")
+                           f"only subgraphs that initialise variables are supported besides the main one "
+                           f"({'; '.join(problems)}){self._unsupported_everywhere(n)}",
+                           hint="control flow (WHILE/IF) and multi-signature models are not supported; export a "
+                                "single inference signature (variables set by a CALL_ONCE init subgraph are)")
         return self.model.Subgraphs(0)
+
+    def _state_scan(self) -> state.Scan:
+        n_codes = self.length(self.model.OperatorCodesLength(), "operator code table")
+        return state.Scan(self, [self._opcode(j) for j in range(n_codes)])
 
     def _describe_subgraphs(self, n: int) -> str:
         signatures: dict[int, list[str]] = {}
@@ -254,7 +269,7 @@ class _Reader:
                 if k >= n_codes:
                     raise self.err(f"corrupt file: operator {idx} of subgraph {i} uses opcode index {k} of {n_codes}")
                 code, custom = codes[k]
-                if code != BO.DENSIFY and _handler_key(code, custom) is None:
+                if code != BO.DENSIFY and not state.is_state_code(code) and _handler_key(code, custom) is None:
                     found.setdefault(_op_display_name(code, custom), []).append(f"#{i}:{idx}")
         if not found:
             return ""
@@ -269,7 +284,10 @@ class _Reader:
         codes = [self._opcode(j) for j in range(n_codes)]
         n_ops = self.length(self.sg.OperatorsLength(), "operator table")
         io = self._cut_io(n_ops)
-        needed = None if self.targets is None else prune.needed_ops(io, self.targets)
+        needed = None
+        if self.targets is not None:  # a cut keeps the state ops and what their assignments need
+            state_idx, assigned = self._state_scan().main_state_ops()
+            needed = prune.needed_ops(io, self.targets + assigned) | state_idx
         result, unsupported = [], []
         for idx in range(n_ops):
             op = self.sg.Operators(idx)
@@ -283,6 +301,10 @@ class _Reader:
             if code == BO.DENSIFY:  # decoded at load: its output becomes a plain constant (_sparse_data)
                 result.append(None)
                 self._densified(idx, *io[idx])
+                continue
+            if state.is_state_code(code):  # resource variables become graph state (stages/state.py)
+                result.append(None)
+                self.state_ops.append((idx, code, op))
                 continue
             key = _handler_key(code, custom)
             if key is None:
@@ -384,14 +406,33 @@ class _Reader:
         ttype = t.Type()
         dtype = _DTYPES.get(ttype)
         if dtype is None or (dtype == "int64" and data is None):
-            raise self.err(f"tensor {name!r} has unsupported dtype {_TT_NAMES.get(ttype, f'type {ttype}')}",
-                           hint="supported: float32, float16, int8, int32 (and int64 constants)")
+            tname = _TT_NAMES.get(ttype, f"type {ttype}")
+            cut = self._conversion_cut(i, tname)
+            raise self.err(f"tensor {name!r} has unsupported dtype {tname}",
+                           hint=(f"{cut}; " if cut else "") + "supported: float32, float16, int8, int32 (and int64 "
+                                "constants)")
         if t.Sparsity() is not None:
             data = self._sparse_data(t, data, dtype, shape, name)
         elif data is not None:
             data = self._decode_data(data, dtype, shape, name)
         return Tensor(name=name, shape=shape, dtype=dtype, quant=self._quant(t, name, shape),
                       source_index=i, data=data)
+
+    def _conversion_cut(self, i: int, tname: str) -> str | None:
+        """For a model output of a dtype we lack that a final QUANTIZE converts from a tensor we read (microWakeWord's
+        int8 -> uint8 score): the model.outputs cut that trains on the tensor before it (stages/prune.py's wording)."""
+        if i not in _int_list(self.sg.OutputsAsNumpy()):
+            return None
+        for idx in range(self.length(self.sg.OperatorsLength(), "operator table")):
+            op = self.sg.Operators(idx)
+            ins = _int_list(op.InputsAsNumpy())
+            if i in _int_list(op.OutputsAsNumpy()) and ins and 0 <= ins[0] < self.sg.TensorsLength():
+                code, _ = self._opcode(op.OpcodeIndex())
+                if code == BO.QUANTIZE and self.sg.Tensors(ins[0]).Type() in _DTYPES:
+                    listed = json.dumps([self.names[ins[0]]])  # JSON is YAML
+                    return (f"the output only converts {listed} to {tname}: to train on it, add `outputs: {listed}` "
+                            f"to the spec's `model` section")
+        return None
 
     def _check_static(self, t: Any, name: str) -> None:
         sig = _int_list(t.ShapeSignatureAsNumpy())

@@ -56,8 +56,12 @@ class TrainPlan:
     # ---- helpers: the fixed schemes --------------------------------------------------------------------------
     @staticmethod
     def trainable_ops(graph: Graph) -> list[int]:
+        # A stateful model unrolled over a sequence (stages/state.py) shares the parameters of the layers that feed
+        # its state with the earlier invocations, which the gradient does not reach: those stay frozen.
+        shared = set(graph.meta.get("unrolled", {}).get("shared_parameters", []))
         return [i for i, op in enumerate(graph.ops) if op.type in TRAINABLE_OPS and len(op.inputs) > 1
-                and op.inputs[1] is not None and graph.tensors[op.inputs[1]].data is not None]
+                and op.inputs[1] is not None and graph.tensors[op.inputs[1]].data is not None
+                and op.inputs[1] not in shared]
 
     @classmethod
     def full(cls, graph: Graph) -> "TrainPlan":

@@ -114,9 +114,11 @@ def _child_litert(model: str, feeds: list[np.ndarray], resolver: str = "BUILTIN_
             per_output[j].append(np.array(interp.get_tensor(d["index"])))
         for d in details:
             try:
-                per_tensor.setdefault(d["index"], []).append(np.array(interp.get_tensor(d["index"])))
+                arr = np.array(interp.get_tensor(d["index"]))
             except ValueError:
-                pass  # tensors without data (e.g. optional operands)
+                continue  # tensors without data (e.g. optional operands)
+            if arr.dtype.kind in "fiub":  # not resource handles (stateful models' VAR_HANDLE outputs)
+                per_tensor.setdefault(d["index"], []).append(arr)
     result = {f"out{j}": _fold(v) for j, v in enumerate(per_output)}
     result.update({f"t{i}": _fold(v) for i, v in per_tensor.items()})
     result["input_indices"] = np.array([d["index"] for d in ins])

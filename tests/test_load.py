@@ -528,7 +528,7 @@ def test_unsupported_op_from_the_converter(monkeypatch):
         read_model(FIX / "resize.tflite")
     assert (e.value.op_name, e.value.op_index) == ("RESIZE_BILINEAR", 1)
     assert "unsupported op RESIZE_BILINEAR at operator index 1" in str(e.value)
-    assert "supported ops: ADD, AVERAGE_POOL_2D" in str(e.value) and e.value.exit_code == 2
+    assert "supported ops: ADD, ASSIGN_VARIABLE, AVERAGE_POOL_2D" in str(e.value) and e.value.exit_code == 2
 
 
 def test_resize_from_the_converter_loads():

@@ -153,7 +153,7 @@ def test_file_fields_enter_the_key_by_content_not_by_path(tmp_path):
     one, two, other = project(tmp_path / "one", b"m"), project(tmp_path / "two", b"m"), project(tmp_path / "three", b"M")
     pre = slice_preimage(one.model, "model")
     assert pre == {"path": {"sha256": "62c66a7a5dd70c3146618063c344e531e6d4b59e379808443ce962b3abd63c5a"},
-                   "format": "auto", "outputs": None}
+                   "format": "auto", "outputs": None, "sequence_length": None}
     assert set(slice_preimage(one.data, "data")["path"]) == {"tree"}
     load = STAGES[0]
     assert stage_preimage(load, one, {}, "") == stage_preimage(load, two, {}, "")
