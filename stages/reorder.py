@@ -22,12 +22,15 @@ streams; codegen runs them.
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 from tinytrain.pipeline.plots import Picture, memory_figure
-from tinytrain.stages.ir import Graph
+from tinytrain.stages.ir import Graph, canonical_json
 from tinytrain.stages.memplan import (MemOptions, MemPlan, ROLE_ORDER, _RESIDENT, check_plan, counted_bytes, kb,
                                       plan_memory, tensor_roles)
 from tinytrain.stages.streams import find_streams, prune_streams
@@ -38,12 +41,56 @@ PLACEMENT_SEARCH = 400   # rounds of placement local search for the chosen plan 
 ARTIFACTS = ("schedule.json", "schedule.txt", "memplan.json", "memory.svg", "memory.png")
 
 
+class ScheduleMemo:
+    """The last few plan_schedules results, by the training graph's structure (its JSON: ops, tensor shapes,
+    dtypes, roles, quantization and which tensors are constants; never the values, which no schedule reads) and
+    the planning options. sparse-plan plans the training graph autodiff will build (its exact peak) and the reorder
+    stage plans the graph autodiff wrote: within one build (one process) the second is a lookup. Results are
+    deep-copied in and out, so a caller cannot change what the next one gets. Bounded: `auto` plans many graphs."""
+
+    def __init__(self, size: int = 16):
+        self.size = size
+        self.hits = self.misses = 0
+        self._memo: OrderedDict[str, tuple] = OrderedDict()
+
+    @staticmethod
+    def key(graph: Graph, *settings: Any) -> str:
+        doc = {"graph": graph.to_json(), "settings": [repr(s) for s in settings]}
+        return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
+
+    def get(self, key: str) -> tuple | None:
+        if key not in self._memo:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._memo.move_to_end(key)
+        return copy.deepcopy(self._memo[key])
+
+    def put(self, key: str, value: tuple) -> None:
+        self._memo[key] = copy.deepcopy(value)
+        while len(self._memo) > self.size:
+            self._memo.popitem(last=False)
+
+
+SCHEDULES = ScheduleMemo()
+
+
 def plan_schedules(graph: Graph, reorder: bool = True, options: MemOptions | None = None, streams: bool = True
                    ) -> tuple[str, MemPlan, MemPlan, dict[str, MemPlan]]:
     """-> (chosen candidate's name, its plan, the plain order's plan, every candidate's plan).
     With `reorder` and `streams`, each candidate also runs the streams its order allows (stages.streams), and
-    the chosen one keeps those that lower its arena."""
+    the chosen one keeps those that lower its arena. Deterministic, so memoised (ScheduleMemo)."""
     options = options or MemOptions(master_copy=bool(graph.meta.get("train", {}).get("master_copy", False)))
+    key = SCHEDULES.key(graph, bool(reorder), options, bool(streams), PLACEMENT_SEARCH)
+    found = SCHEDULES.get(key)
+    if found is None:
+        found = _plan_schedules(graph, reorder, options, streams)
+        SCHEDULES.put(key, found)
+    return found
+
+
+def _plan_schedules(graph: Graph, reorder: bool, options: MemOptions, streams: bool
+                    ) -> tuple[str, MemPlan, MemPlan, dict[str, MemPlan]]:
     plain = plan_memory(graph, plain_order(graph), options)
     cands = {"plain": plain}
     orders = {"plain": plain_order(graph)}
