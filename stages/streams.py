@@ -6,12 +6,19 @@ between them never exist whole (DESIGN §3 `reorder`; MCUNetV2's patch-based inf
 
 Three kinds, each exact (every element is computed by the same arithmetic, in the same order, as unstreamed):
 
-rows       A chain of forward conv2d / depthwise_conv2d ops (N = 1) whose intermediate outputs have no other
-           reader (frozen layers below the trained ones). The last op's output is produced row by row; each op
-           computes a row of its output as soon as a consumer needs it (line buffers: no row is computed twice),
-           and keeps only the last `window` rows of its output, the most any consumer row reads (3 for a 3x3
-           stride-1 or stride-2 consumer, 1 for a 1x1). For MobileNetV2-w0.35 at 128x128 the stem and the first
-           two blocks never hold their 64x64x48 expand output (192 KB), only 3 rows of it (9 KB).
+rows       A group of forward ops of a frozen prefix (N = 1): conv2d / depthwise_conv2d with constant untrained
+           weights, max / average pooling that pads nothing, and ops that map row r to row r (element-wise
+           arithmetic with W/C broadcasting, activations, PReLU, channel padding), forming a DAG whose outputs
+           but the last op's (the sink) are read only inside the group, as row inputs: residual blocks stream
+           with both branches of their ADD inside the group. The sink's output is produced row by row; each op
+           computes a row of its output when a consumer needs it (kernels_c/tt_stream.c's pull schedule: no row is
+           computed twice) and keeps only the last `window` rows of its output, the most any read needs at once,
+           found by simulating that schedule (simulate_rows). Inputs from outside the group stay whole. Which
+           groups: in each run of such ops in the schedule, a dynamic program over the cut points minimises the
+           most bytes any group or unstreamed op holds, so the big tensors sit inside groups. For
+           MobileNetV2-w0.35 at 128x128 the stem and the first two blocks never hold their 64x64x48 expand output
+           (192 KB), only 3 rows of it (9 KB); MediaPipe's hand_recrop streams its first 23 ops (two residual
+           blocks, each ADD with both branches) and never holds their 128x128 activations whole: 320 KB -> 247 KB.
 positions  The gradient of a global average pool feeding a masked 1x1 convolution (mean_grad -> clamp/mask grad
            -> bias_grad and/or a 1x1 stride-1 conv2d_grad_input): one spatial position at a time, so the broadcast
            gradient (MobileNetV2's 4x4x1280 fp32, 80 KB) exists one position (5 KB) at a time; the bias gradient
@@ -230,28 +237,24 @@ def _row_group(graph: Graph, group: list[int], readers: dict[str, list[int]],
     return sources, outside
 
 
-def _tensor_bytes(graph: Graph, t: str) -> int:
-    return _numel(graph.tensors[t].shape) * element_bytes(graph, t)
-
-
 def _group_cost(graph: Graph, group: list[int], sources: list[list[int]], outside: list[str],
-                geos: dict[int, dict[str, Any]]) -> int:
+                geos: dict[int, dict[str, Any]], nbytes) -> int:
     """Bytes a row stream holds while it runs, estimated without simulating it: its outside inputs and its sink's
     output whole, each intermediate output for the most rows its consumers read at once, per consumer."""
     rows: dict[int, int] = {}
     for k, i in enumerate(group):
         for p in sources[k]:
             if p >= 0:
-                rows[p] = rows.get(p, 0) + window_rows(geos[i])
-    return (sum(_tensor_bytes(graph, t) for t in outside) + _tensor_bytes(graph, graph.ops[group[-1]].outputs[0])
+                rows[p] = rows.get(p, 0) + geos[i]["window"]
+    return (sum(nbytes(t) for t in outside) + nbytes(graph.ops[group[-1]].outputs[0])
             + sum(r * geos[group[p]]["out_row"] for p, r in rows.items()))
 
 
-def _op_cost(graph: Graph, i: int) -> int:
+def _op_cost(graph: Graph, i: int, nbytes) -> int:
     """Bytes an op run whole holds: its non-constant inputs and its output."""
     op = graph.ops[i]
     ins = {t for t in op.inputs if t is not None and graph.tensors[t].data is None}
-    return sum(_tensor_bytes(graph, t) for t in ins | set(op.outputs))
+    return sum(nbytes(t) for t in ins | set(op.outputs))
 
 
 def _row_streams(graph: Graph, order: list[int]) -> list[Stream]:
@@ -263,6 +266,15 @@ def _row_streams(graph: Graph, order: list[int]) -> list[Stream]:
     readers = _readers(graph)
     ok = {i: row_op_ok(graph, graph.ops[i], trained) for i in order}
     geos = {i: row_geometry(graph, graph.ops[i]) for i in order if ok[i]}
+    for geo in geos.values():
+        geo["window"] = window_rows(geo)
+    sizes: dict[str, int] = {}
+
+    def nbytes(t: str) -> int:
+        if t not in sizes:
+            sizes[t] = _numel(graph.tensors[t].shape) * element_bytes(graph, t)
+        return sizes[t]
+
     out: list[Stream] = []
     s = 0
     while s < len(order):
@@ -273,19 +285,27 @@ def _row_streams(graph: Graph, order: list[int]) -> list[Stream]:
         while e + 1 < len(order) and ok[order[e + 1]]:
             e += 1
         run = order[s:e + 1]
+        at = {i: k for k, i in enumerate(run)}
+        # last reader (position in the run) of each op's output; past the end when it cannot stay inside a group
+        last = [max((at.get(r, len(run)) for r in readers.get(graph.ops[i].outputs[0], [])), default=len(run))
+                if graph.ops[i].outputs[0] not in graph.outputs else len(run) for i in run]
         # best[j]: (most bytes held, streamed ops, previous cut, group found) for the run's first j ops
         best: list[tuple | None] = [None] * (len(run) + 1)
         best[0] = (0, 0, -1, None)
         for i in range(len(run)):
             peak, nops = best[i][0], best[i][1]
-            cand = (max(peak, _op_cost(graph, run[i])), nops, i, None)
+            cand = (max(peak, _op_cost(graph, run[i], nbytes)), nops, i, None)
             if best[i + 1] is None or cand[:2] < best[i + 1][:2]:
                 best[i + 1] = cand
+            reach = -1
             for j in range(i + 2, min(len(run), i + MAX_ROW_OPS) + 1):
+                reach = max(reach, last[j - 2])
+                if reach > j - 1:
+                    continue  # an output of run[i:j - 1] is read after the group: _row_group would refuse it
                 found = _row_group(graph, run[i:j], readers, geos)
                 if found is None:
                     continue
-                cand = (max(peak, _group_cost(graph, run[i:j], *found, geos)), nops + j - i, i, found)
+                cand = (max(peak, _group_cost(graph, run[i:j], *found, geos, nbytes)), nops + j - i, i, found)
                 if best[j] is None or cand[:2] < best[j][:2]:
                     best[j] = cand
         j, groups = len(run), []
