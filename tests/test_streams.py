@@ -282,3 +282,27 @@ def test_small_row_streams_are_bit_identical(fixture, tmp_path):
     if g.tensors[g.inputs[0]].dtype == "int8":
         want, _ = _golden(tg, x, y, cfg)
         np.testing.assert_allclose(np.frombuffer(outs[0]["losses.bin"], "<f4"), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None
+                    or shutil.which("cc") is None, reason="arm-none-eabi-gcc, qemu-system-arm or cc not installed")
+def test_row_streams_in_qemu_give_the_host_bytes(tmp_path):
+    """The streamed group schedule (tt_stream.c) on the Cortex-M7 board in QEMU gives the host build's bytes."""
+    from tinytrain.stages.tflite_reader import read_model
+    from tinytrain.stages.train_plan import TrainPlan
+
+    g = read_model(REPO / "tests" / "fixtures" / "residual_int8.tflite")
+    tg = build_training_graph(g, TrainPlan.bias_only(g, last=1), "cross_entropy", OptimizerSpec("sgd"), 1)
+    order, streams = find_streams(tg, in_place_update_order(tg))
+    mp = plan_memory(tg, order, MemOptions(), [s for s in streams if s.kind == "rows"])
+    assert mp.streams
+    codegen.generate(tg, mp.order, mp.to_json(), tmp_path / "prog")
+    x, y = _data(tg, 3, seed=4)
+    write_stream(tmp_path / "train.ttds", x, y)
+    write_stream(tmp_path / "test.ttds", x[:1], y[:1])
+    cfg = RuntimeConfig(learning_rate=0.05, epochs=1)
+    data = {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"}
+    host = _run("host", tmp_path / "prog", tmp_path / "hb", tmp_path / "hr", cfg, data)
+    board = _run("stm32f746-disco", tmp_path / "prog", tmp_path / "bb", tmp_path / "br", cfg, data)
+    assert host["losses.bin"] == board["losses.bin"] and host["weights.bin"] == board["weights.bin"]
