@@ -286,11 +286,13 @@ def master_copies(graph: Graph) -> dict[str, int]:
 # ---- lifetimes -----------------------------------------------------------------------------------------------
 
 def plan_memory(graph: Graph, order: list[int] | None = None, options: MemOptions | None = None,
-                streams: list | None = None, placement_search: int = 0) -> MemPlan:
+                streams: list | None = None, placement_search: int = 0, place_below: int | None = None) -> MemPlan:
     """Lifetimes of the SRAM tensors under `order` (op indices; default: the graph's order), buffers (with
     in-place sharing), arena offsets and the lower bound. `streams` (stages.streams.Stream, each consecutive in
     `order`): their streamed tensors cost their window only, and everything their ops touch lives for the whole
-    group. `placement_search`: rounds of local search after the greedy placement (see _place)."""
+    group. `placement_search`: rounds of local search after the greedy placement (see _place). `place_below`: when
+    the lower bound already exceeds it, the buffers are not placed (offsets -1) and the arena is the lower bound,
+    for a caller that only wants to know whether the arena can stay at or below that size."""
     options = options or MemOptions()
     order = list(range(len(graph.ops))) if order is None else list(order)
     if sorted(order) != list(range(len(graph.ops))):
@@ -387,6 +389,8 @@ def plan_memory(graph: Graph, order: list[int] | None = None, options: MemOption
 
     live = _live_by_role(buffers, n)
     lower = max((sum(d.values()) for d in live), default=0)
+    if place_below is not None and lower > place_below:
+        return MemPlan(order, buffers, lower, lower, n, live, options, streams)
     _place(buffers, options.align, placement_search, lower)
     arena = max((b.offset + _aligned(b.size, options.align) for b in buffers), default=0)
     return MemPlan(order, buffers, arena, lower, n, live, options, streams)

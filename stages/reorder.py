@@ -18,6 +18,9 @@ earlier candidate), so reordering never makes the peak worse than either of the 
 the streams that lower its arena, and its arena placement gets a local search (memplan._place), which brings
 MobileNetV2's TTE-like plan from 3.6 % to 0.1 % over its lower bound. schedule.json / memplan.json list the
 streams; codegen runs them.
+
+Planned once per build: sparse-plan's exact peak plans the training graph autodiff then writes, and this stage's
+plan of that graph is a lookup (ScheduleMemo, keyed by the graph's structure and the planning options).
 """
 
 from __future__ import annotations
@@ -113,7 +116,8 @@ def _plan_schedules(graph: Graph, reorder: bool, options: MemOptions, streams: b
     chosen = cands[best]
     kept = chosen.streams
     if kept:
-        kept, _ = prune_streams(lambda sts: plan_memory(graph, chosen.order, options, sts), kept)
+        kept, _ = prune_streams(lambda sts, below: plan_memory(graph, chosen.order, options, sts,
+                                                              place_below=below), kept)
     # the chosen plan's placement gets the local search (the candidates are compared on the greedy one)
     chosen = plan_memory(graph, chosen.order, options, kept, placement_search=PLACEMENT_SEARCH)
     cands[best] = chosen

@@ -457,12 +457,13 @@ def _chunked_stream(graph: Graph, kind: str, group: list[int]) -> Stream:
 
 def prune_streams(plan_fn, streams: list[Stream]) -> tuple[list[Stream], Any]:
     """Drop each stream whose removal does not raise the arena (fewer streams: fewer, larger kernel calls).
-    plan_fn(streams) -> MemPlan."""
+    plan_fn(streams, place_below) -> MemPlan (memplan.plan_memory: a trial whose lower bound is already above the
+    arena to beat is not placed)."""
     keep = list(streams)
-    best = plan_fn(keep)
+    best = plan_fn(keep, None)
     for s in sorted(streams, key=lambda s: sum(s.chunked.values())):
         trial = [k for k in keep if k is not s]
-        p = plan_fn(trial)
+        p = plan_fn(trial, best.arena)
         if p.arena <= best.arena:
             keep, best = trial, p
     return keep, best
