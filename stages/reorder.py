@@ -25,15 +25,17 @@ plan of that graph is a lookup (ScheduleMemo, keyed by the graph's structure and
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
+import pickle
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tinytrain.pipeline.plots import Picture, memory_figure
-from tinytrain.stages.ir import Graph, canonical_json
+from tinytrain.stages.ir import Graph
 from tinytrain.stages.memplan import (MemOptions, MemPlan, ROLE_ORDER, _RESIDENT, check_plan, counted_bytes, kb,
                                       plan_memory, tensor_roles)
 from tinytrain.stages.streams import find_streams, prune_streams
@@ -45,21 +47,31 @@ ARTIFACTS = ("schedule.json", "schedule.txt", "memplan.json", "memory.svg", "mem
 
 
 class ScheduleMemo:
-    """The last few plan_schedules results, by the training graph's structure (its JSON: ops, tensor shapes,
-    dtypes, roles, quantization and which tensors are constants; never the values, which no schedule reads) and
-    the planning options. sparse-plan plans the training graph autodiff will build (its exact peak) and the reorder
-    stage plans the graph autodiff wrote: within one build (one process) the second is a lookup. Results are
-    deep-copied in and out, so a caller cannot change what the next one gets. Bounded: `auto` plans many graphs."""
+    """The last few plan_schedules results, by the training graph (ops, tensor names, shapes, dtypes, roles,
+    quantization granularity, constants' bytes, inputs, outputs, meta; not the quantization parameters' values,
+    which no schedule reads) and the planning options. sparse-plan plans the training graph autodiff will build (its exact
+    peak) and the reorder stage plans the graph autodiff wrote: within one build (one process) the second is a
+    lookup. Results are kept pickled, so a caller gets its own copy. Bounded: `auto` plans many graphs."""
 
     def __init__(self, size: int = 16):
         self.size = size
         self.hits = self.misses = 0
-        self._memo: OrderedDict[str, tuple] = OrderedDict()
+        self._memo: OrderedDict[str, bytes] = OrderedDict()
 
     @staticmethod
     def key(graph: Graph, *settings: Any) -> str:
-        doc = {"graph": graph.to_json(), "settings": [repr(s) for s in settings]}
-        return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
+        h = hashlib.sha256()
+        tensors = []
+        for t in graph.tensors.values():
+            tensors.append([t.name, list(t.shape), t.dtype, t.role, None if t.quant is None else len(t.quant.scale),
+                            t.data is None])
+            if t.data is not None:
+                h.update(np.ascontiguousarray(t.data).tobytes())
+        doc = {"ops": [[op.type, op.inputs, op.outputs, op.attrs] for op in graph.ops], "tensors": tensors,
+               "inputs": graph.inputs, "outputs": graph.outputs, "meta": graph.meta,
+               "settings": [repr(s) for s in settings]}
+        h.update(json.dumps(doc, sort_keys=True, default=repr).encode())
+        return h.hexdigest()
 
     def get(self, key: str) -> tuple | None:
         if key not in self._memo:
@@ -67,10 +79,10 @@ class ScheduleMemo:
             return None
         self.hits += 1
         self._memo.move_to_end(key)
-        return copy.deepcopy(self._memo[key])
+        return pickle.loads(self._memo[key])
 
     def put(self, key: str, value: tuple) -> None:
-        self._memo[key] = copy.deepcopy(value)
+        self._memo[key] = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         while len(self._memo) > self.size:
             self._memo.popitem(last=False)
 
