@@ -18,8 +18,10 @@ built a second time with that cut, as a user following the message would.
 For each model the benchmark writes a spec (board stm32f746-disco, `scheme: auto`, everything else default) and
 an .npz of synthetic data shaped like the model's first input: smooth random images for 4-D inputs, uniform
 noise otherwise; a stateful streaming model (resource variables) gets `model.sequence_length: SEQUENCE` and
-sequences of that many such inputs per sample. The targets follow the first output: a SOFTMAX over K >= 2 classes gets random class labels
-(cross-entropy), any other output random float targets of its size in [0, 1] (regression, MSE). The data is synthetic,
+sequences of that many such inputs per sample. The targets follow the first output: a SOFTMAX over K >= 2 classes
+gets random class labels (cross-entropy), any other output random float targets of its size in [0, 1] (regression,
+MSE); a model with several outputs trains its first one with MSE (`train.outputs`, as load's message suggests; data.task
+outputs). The data is synthetic,
 so loss before/after shows that training runs, not that the model gets better at its real task.
 
 Each build runs as `tinytrain build --json` in a subprocess with a private, empty cache and a timeout. Recorded
@@ -145,6 +147,14 @@ def is_stateful(path: Path) -> bool:
     return False
 
 
+def output_names(path: Path) -> list[str]:
+    """Names of subgraph 0's outputs (the names train.outputs uses)."""
+    import tflite
+
+    sg = tflite.Model.GetRootAs(path.read_bytes(), 0).Subgraphs(0)
+    return [sg.Tensors(int(i)).Name().decode() for i in sg.OutputsAsNumpy()]
+
+
 # ---- spec and data --------------------------------------------------------------------------------
 
 def smooth_images(shape: tuple[int, ...], n: int, rng: np.random.Generator) -> np.ndarray:
@@ -155,16 +165,23 @@ def smooth_images(shape: tuple[int, ...], n: int, rng: np.random.Generator) -> n
     return np.clip(0.9 * big + 0.1 * rng.uniform(0, 1, size=(n, h, w, c)), 0, 1).astype(np.float32)
 
 
-def write_data(path: Path, inputs: list, outputs: list, seed: int = 0, steps: int | None = None) -> str:
+def write_data(path: Path, inputs: list, outputs: list, seed: int = 0, steps: int | None = None,
+               first_output: str | None = None) -> str:
     """Synthetic .npz for the first input and first output; returns the task: classification when that output
     is a softmax over K >= 2 classes, else regression on all its values. With `steps` (a stateful model) a sample
-    is a sequence of that many inputs."""
+    is a sequence of that many inputs. A model with several outputs trains its first one (`first_output`, its
+    name) with MSE, as load's message suggests: task outputs, y_<split>_<name>."""
     rng = np.random.default_rng(seed)
     shape = ((steps,) if steps else ()) + tuple(max(1, d) for d in inputs[0][0][1:])
     n = N_TRAIN + N_TEST
     x = smooth_images(shape, n, rng) if len(shape) == 3 else rng.uniform(0, 1, size=(n, *shape)).astype(np.float32)
     out_shape = outputs[0][0]
     k = int(np.prod(out_shape[1:])) if len(out_shape) > 1 else 1
+    if len(outputs) > 1 and first_output:
+        t = rng.uniform(0, 1, size=(n, *[max(1, d) for d in out_shape[1:]])).astype(np.float32)
+        np.savez(path, x_train=x[:N_TRAIN], x_test=x[N_TRAIN:], **{f"y_train_{first_output}": t[:N_TRAIN],
+                                                                    f"y_test_{first_output}": t[N_TRAIN:]})
+        return "outputs"
     if outputs[0][2:] == ["softmax"] and k >= 2:
         task, y = "classification", np.arange(n) % k
         rng.shuffle(y)
@@ -175,14 +192,15 @@ def write_data(path: Path, inputs: list, outputs: list, seed: int = 0, steps: in
 
 
 def spec_text(name: str, model: Path, data: Path, task: str, out_dir: Path, cut: list | None = None,
-              sequence_length: int | None = None) -> str:
+              sequence_length: int | None = None, first_output: str | None = None) -> str:
+    loss = {"outputs": [{"name": first_output, "loss": "mse"}]} if task == "outputs" else \
+        {"loss": "cross_entropy" if task == "classification" else "mse"}
     spec = {
         "name": name,
         "model": {"path": str(model)} | ({"outputs": cut} if cut else {})
                  | ({"sequence_length": sequence_length} if sequence_length else {}),
         "data": {"source": "npz", "path": str(data), "task": task},
-        "train": {"update": {"scheme": "auto"}, "loss": "cross_entropy" if task == "classification" else "mse",
-                  "epochs": 2},
+        "train": {"update": {"scheme": "auto"}, **loss, "epochs": 2},
         "target": {"board": BOARD},
         "build": {"out_dir": str(out_dir)},
     }
@@ -206,9 +224,10 @@ def run_one(model: Path, label: str, work: Path, timeout: float, cut: list | Non
     folder = work / name
     folder.mkdir(parents=True, exist_ok=True)
     steps = SEQUENCE if is_stateful(model) else None
-    row.task = write_data(folder / "data.npz", row.inputs, row.outputs, steps=steps)
+    first = cut[0] if cut else output_names(model)[0]
+    row.task = write_data(folder / "data.npz", row.inputs, row.outputs, steps=steps, first_output=first)
     spec = folder / "spec.yaml"
-    spec.write_text(spec_text(name, model, folder / "data.npz", row.task, folder / "build", cut, steps))
+    spec.write_text(spec_text(name, model, folder / "data.npz", row.task, folder / "build", cut, steps, first))
     cmd = [sys.executable, "-m", "tinytrain", "build", str(spec), "--json", "--cache-dir", str(folder / "cache")]
     t0 = time.monotonic()
     try:

@@ -3,73 +3,80 @@
 
 #include "tt_stream.h"
 
-typedef struct {
-    const tt_row_op *ops;
-    int32_t n;
-    const uint8_t *x;
-    uint8_t *const *bufs;
-    uint8_t *y;
-    tt_row_fn fn;
-    void *ctx;
-    int32_t made[TT_STREAM_MAX_OPS]; /* rows of its output each op has computed */
-} tt_rows_state;
-
-/* First row held in op j's window: the last `window` rows it made. */
-static int32_t tt_window_first(const tt_rows_state *st, int32_t j)
+/* Input rows [lo, hi] that output row r of op o reads (clipped to the input; hi < lo: none). */
+static void tt_rows_read(const tt_row_op *o, int32_t r, int32_t *lo, int32_t *hi)
 {
-    const int32_t f = st->made[j] - st->ops[j].window;
-    return f > 0 ? f : 0;
-}
-
-/* Computes the next output row of op k, after making sure its producer has the input rows it reads. */
-static void tt_rows_next(tt_rows_state *st, int32_t k)
-{
-    const tt_row_op *o = &st->ops[k];
-    const int32_t r = st->made[k];
     const int32_t top = r * o->stride - o->pad_top;
-    const int32_t lo = top > 0 ? top : 0;
-    const int32_t hi = top + o->span - 1 < o->in_h - 1 ? top + o->span - 1 : o->in_h - 1;
-    const int32_t rows = hi >= lo ? hi - lo + 1 : 0;
-    const uint8_t *xin;
-    uint8_t *yout;
-    if (k == 0) {
-        xin = st->x + (int32_t)lo * o->in_row;
-    } else {
-        while (st->made[k - 1] <= hi) {
-            tt_rows_next(st, k - 1);
-        }
-        xin = st->bufs[k - 1] + (lo - tt_window_first(st, k - 1)) * o->in_row;
-    }
-    if (k == st->n - 1) {
-        yout = st->y + r * o->out_row;
-    } else if (r >= o->window) {
-        /* the oldest row slides out: no consumer row still reads it (the window is the most one reads) */
-        memmove(st->bufs[k], st->bufs[k] + o->out_row, (size_t)(o->window - 1) * (size_t)o->out_row);
-        yout = st->bufs[k] + (o->window - 1) * o->out_row;
-    } else {
-        yout = st->bufs[k] + r * o->out_row;
-    }
-    st->fn(st->ctx, k, xin, rows, o->pad_top - r * o->stride + lo, yout, 1);
-    st->made[k] = r + 1;
+    *lo = top > 0 ? top : 0;
+    *hi = top + o->span - 1 < o->in_h - 1 ? top + o->span - 1 : o->in_h - 1;
 }
 
-void tt_stream_rows(const tt_row_op *ops, int32_t n, const uint8_t *x, uint8_t *const *bufs, uint8_t *y,
+/* The next output row of op k, its inputs being ready: slide its window, call the kernel, count the row. */
+static void tt_rows_compute(const tt_row_op *ops, int32_t n, const uint8_t *const *ext, uint8_t *const *bufs,
+                            uint8_t *y, tt_row_fn fn, void *ctx, int32_t *made, int32_t k)
+{
+    const tt_row_op *o = &ops[k];
+    const int32_t r = made[k];
+    const uint8_t *xs[TT_STREAM_MAX_IN];
+    int32_t lo, hi, j;
+    uint8_t *yout;
+    tt_rows_read(o, r, &lo, &hi);
+    for (j = 0; j < o->n_in; ++j) {
+        const int32_t p = o->src[j];
+        if (p < 0) {
+            xs[j] = ext[-1 - p] + lo * o->in_row[j];
+        } else {
+            /* the window of p holds its rows [made - window, made) */
+            const int32_t first = made[p] - ops[p].window > 0 ? made[p] - ops[p].window : 0;
+            xs[j] = bufs[p] + (lo - first) * o->in_row[j];
+        }
+    }
+    if (k == n - 1) {
+        yout = y + r * o->out_row;
+    } else if (r >= o->window) {
+        /* the oldest row slides out: no consumer still reads it (the window covers the furthest read) */
+        memmove(bufs[k], bufs[k] + o->out_row, (size_t)(o->window - 1) * (size_t)o->out_row);
+        yout = bufs[k] + (o->window - 1) * o->out_row;
+    } else {
+        yout = bufs[k] + r * o->out_row;
+    }
+    fn(ctx, k, xs, hi >= lo ? hi - lo + 1 : 0, o->pad_top - r * o->stride + lo, yout, 1);
+    made[k] = r + 1;
+}
+
+/* Pull schedule (stages/streams.py simulates the same): to make op k's next row, its first streamed input whose
+ * producer has not yet made the last row it reads is made first (a path of the DAG on an explicit stack, no
+ * recursion); once all are there, k's row is computed. */
+void tt_stream_rows(const tt_row_op *ops, int32_t n, const uint8_t *const *ext, uint8_t *const *bufs, uint8_t *y,
                     tt_row_fn fn, void *ctx)
 {
-    tt_rows_state st;
-    int32_t k;
-    st.ops = ops;
-    st.n = n;
-    st.x = x;
-    st.bufs = bufs;
-    st.y = y;
-    st.fn = fn;
-    st.ctx = ctx;
+    int32_t made[TT_STREAM_MAX_OPS];
+    int32_t stack[TT_STREAM_MAX_OPS];
+    int32_t k, depth;
     for (k = 0; k < TT_STREAM_MAX_OPS; ++k) {
-        st.made[k] = 0;
+        made[k] = 0;
     }
-    while (st.made[n - 1] < ops[n - 1].out_h) {
-        tt_rows_next(&st, n - 1);
+    while (made[n - 1] < ops[n - 1].out_h) {
+        depth = 0;
+        stack[depth++] = n - 1;
+        while (depth > 0) {
+            const tt_row_op *o;
+            int32_t lo, hi, j, pending = -1;
+            k = stack[depth - 1];
+            o = &ops[k];
+            tt_rows_read(o, made[k], &lo, &hi);
+            for (j = 0; j < o->n_in && pending < 0; ++j) {
+                if (o->src[j] >= 0 && made[o->src[j]] <= hi) {
+                    pending = o->src[j];
+                }
+            }
+            if (pending >= 0) {
+                stack[depth++] = pending;
+            } else {
+                tt_rows_compute(ops, n, ext, bufs, y, fn, ctx, made, k);
+                --depth;
+            }
+        }
     }
 }
 

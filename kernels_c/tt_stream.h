@@ -1,9 +1,11 @@
 /* Streamed op groups (stages/streams.py): the C side of the three stream kinds.
  *
- * rows: a chain of conv / depthwise ops producing the last op's output row by row. Op k computes output row r
- * when its consumer needs it and keeps the last `window` rows of its output contiguous in a small buffer (older
- * rows slide out); the first op reads the whole input tensor, the last writes the whole output tensor. Each row is
- * computed once, by a call of the unchanged kernel on the input rows it reads (see tt_stream_rows). */
+ * rows: a group of ops (a DAG with one sink: conv / depthwise / pooling, and ops that map row r to row r such as
+ * element-wise arithmetic, activations and channel padding) producing the sink's output row by row. Op k computes
+ * its next output row when a consumer needs it and keeps the last `window` rows of its output contiguous in a small
+ * buffer (older rows slide out); inputs from outside the group are whole tensors, the sink writes its whole output
+ * tensor. Each row is computed once, by a call of the unchanged kernel on the input rows it reads
+ * (see tt_stream_rows). The windows are computed by stages/streams.py, which simulates this same schedule. */
 #ifndef TT_STREAM_H
 #define TT_STREAM_H
 
@@ -13,24 +15,29 @@
 extern "C" {
 #endif
 
-#define TT_STREAM_MAX_OPS 16
+#define TT_STREAM_MAX_OPS 32
+#define TT_STREAM_MAX_IN 2
 
 typedef struct {
-    int32_t in_h, out_h;       /* rows of the op's input and output tensors */
+    int32_t in_h, out_h;       /* rows of the op's (streamed) inputs and of its output */
     int32_t stride, pad_top;   /* row stride and top padding of the op */
     int32_t span;              /* input rows one output row reads: (k_h - 1) * dilation_h + 1 */
-    int32_t in_row, out_row;   /* bytes of one input / output row */
-    int32_t window;            /* rows kept of the output (all ops but the last) */
+    int32_t n_in;              /* streamed inputs (the others, e.g. weights or per-channel operands, are whole) */
+    int32_t src[TT_STREAM_MAX_IN];     /* each streamed input: op of the group (>= 0) or outside tensor -1 - e */
+    int32_t in_row[TT_STREAM_MAX_IN];  /* bytes of one row of each streamed input */
+    int32_t out_row;           /* bytes of one output row */
+    int32_t window;            /* rows kept of the output (every op but the sink) */
 } tt_row_op;
 
-/* Computes op k's output rows for one call: x points at input row `first`, `in_rows` rows of it are valid, and the
- * sub-problem's top padding is `pad_top` (so the kernel reads exactly the rows the whole call would); y receives
- * `out_rows` output rows. */
-typedef void (*tt_row_fn)(void *ctx, int32_t k, const uint8_t *x, int32_t in_rows, int32_t pad_top, uint8_t *y,
-                          int32_t out_rows);
+/* Computes op k's next output row: xs[j] points at the first input row the call reads of streamed input j,
+ * `in_rows` rows of each are valid, and the sub-problem's top padding is `pad_top` (so the kernel reads exactly the
+ * rows the whole op would); y receives `out_rows` output rows. */
+typedef void (*tt_row_fn)(void *ctx, int32_t k, const uint8_t *const *xs, int32_t in_rows, int32_t pad_top,
+                          uint8_t *y, int32_t out_rows);
 
-/* Runs the chain ops[0..n) producing every row of the last op into y. bufs[k] (k < n - 1) holds op k's window. */
-void tt_stream_rows(const tt_row_op *ops, int32_t n, const uint8_t *x, uint8_t *const *bufs, uint8_t *y,
+/* Runs ops[0..n) (ops[n - 1] is the sink) producing every row of the sink into y. ext[e] is outside tensor e
+ * (whole); bufs[k] (k < n - 1) holds op k's window. */
+void tt_stream_rows(const tt_row_op *ops, int32_t n, const uint8_t *const *ext, uint8_t *const *bufs, uint8_t *y,
                     tt_row_fn fn, void *ctx);
 
 /* positions: the pieces one spatial position of a broadcast mean gradient needs. */

@@ -39,6 +39,8 @@ Compile-time options: -DTT_DUMP_TENSORS=1 makes the program write every trained 
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +60,7 @@ from tinytrain.stages.codegen_api import CKPT_HEADER, CKPT_VERSION, model_header
 from tinytrain.stages.codegen_driver import driver_source
 from tinytrain.stages.ops import QAS_UPDATE_OPS, conv_forward
 from tinytrain.stages.runtime_config import PROTOCOL
-from tinytrain.stages.streams import Stream, row_geometry
+from tinytrain.stages.streams import MAX_ROW_OPS, Stream, row_geometry
 
 # Stack of the firmware (sources.json -> cross-compile -> the linker's __stack_size). Measured high-water marks
 # (painted stack, QEMU): digits 776 B, MobileNetV2-w0.35@128 TTE-like sparse ~1 KB: every kernel is a leaf with a
@@ -362,32 +364,67 @@ class _Gen:
         return [f"/* stream {st.kind}: {names} -> {', '.join(self.g.ops[st.ops[-1]].outputs)} */"] + lines
 
     def stream_rows(self, st: Stream) -> list[str]:
-        """The chain row by row (tt_stream_rows): a callback runs op k's kernel on a sub-problem of its rows."""
+        """The group row by row (tt_stream_rows): a callback runs op k's kernel on a sub-problem of its rows (conv
+        and depthwise: the op's dims narrowed at run time; pooling and row-local ops: the op's own C on a view of
+        its tensors one output row high, stages/streams.py)."""
         ops = [self.g.ops[i] for i in st.ops]
-        if len(ops) > 16:
-            raise CodegenError("a row stream of more than 16 ops (TT_STREAM_MAX_OPS)")
-        fn, table, bufs = self.uid("tt_rows_fn"), self.uid("tt_rows"), self.uid("tt_rows_buf")
+        if len(ops) > MAX_ROW_OPS:
+            raise CodegenError(f"a row stream of more than {MAX_ROW_OPS} ops (TT_STREAM_MAX_OPS)")
+        sources = st.info.get("sources") or [[k - 1] if k else [-1] for k in range(len(ops))]
+        outside = st.info.get("outside") or [ops[0].inputs[0]]
+        fn, table, bufs, ext = self.uid("tt_rows_fn"), self.uid("tt_rows"), self.uid("tt_rows_buf"), \
+            self.uid("tt_rows_ext")
         rows = []
         cases = []
         for k, op in enumerate(ops):
             geo = row_geometry(self.g, op)
             window = int(st.info["windows"].get(op.outputs[0], 0)) if k < len(ops) - 1 else 0
+            src = list(sources[k]) + [0] * (2 - len(sources[k]))
+            inr = list(geo["in_rows"]) + [0] * (2 - len(geo["in_rows"]))
             rows.append(f"{{{geo['in_h']}, {geo['out_h']}, {geo['stride']}, {geo['pad_top']}, {geo['span']}, "
-                        f"{geo['in_row']}, {geo['out_row']}, {window}}}")
-            io = {"d": "&d", "x": "x", "y": "y"}
-            call = self.calls_of(op, io=io)
-            cases += [f"    case {k}:", f"        d = {io['dims']};", "        d.in_h = in_rows;",
-                      "        d.pad_top = pad_top;", "        d.out_h = out_rows;", *[f"        {c}" for c in call],
-                      "        break;"]
+                        f"{len(sources[k])}, {{{src[0]}, {src[1]}}}, {{{inr[0]}, {inr[1]}}}, {geo['out_row']}, "
+                        f"{window}}}")
+            if op.type in ("conv2d", "depthwise_conv2d"):
+                io = {"d": "&d", "x": "xs[0]", "y": "y"}
+                call = self.calls_of(op, io=io)
+                body = ["{", "    tt_conv_dims d;", f"    d = {io['dims']};", "    d.in_h = in_rows;",
+                        "    d.pad_top = pad_top;", "    d.out_h = out_rows;", *[f"    {c}" for c in call], "}"]
+            else:
+                body = self._row_view_call(op, geo)
+            cases += [f"    case {k}:", *[f"        {c}" for c in body], "        break;"]
         self.globals.append(f"static const tt_row_op {table}[{len(ops)}] = {{{', '.join(rows)}}};")
         self.globals.append("\n".join([
-            f"static void {fn}(void *ctx, int32_t k, const uint8_t *x, int32_t in_rows, int32_t pad_top, uint8_t *y,",
-            "                  int32_t out_rows)", "{", "    tt_conv_dims d;", "    (void)ctx;", "    switch (k) {",
+            f"static void {fn}(void *ctx, int32_t k, const uint8_t *const *xs, int32_t in_rows, int32_t pad_top,",
+            "                  uint8_t *y, int32_t out_rows)", "{", "    (void)ctx;", "    (void)in_rows;",
+            "    (void)pad_top;", "    (void)out_rows;", "    (void)xs;", "    switch (k) {",
             *cases, "    default:", "        break;", "    }", "}"]))
         wins = [f"(uint8_t *){self.loc(op.outputs[0])}" for op in ops[:-1]]
+        exts = [f"(const uint8_t *){self.loc(t)}" for t in outside]
         return [f"{{ uint8_t *const {bufs}[{len(wins)}] = {{{', '.join(wins)}}};",
-                f"  tt_stream_rows({table}, {len(ops)}, (const uint8_t *){self.loc(ops[0].inputs[0])}, {bufs}, "
+                f"  const uint8_t *const {ext}[{len(exts)}] = {{{', '.join(exts)}}};",
+                f"  tt_stream_rows({table}, {len(ops)}, {ext}, {bufs}, "
                 f"(uint8_t *){self.loc(ops[-1].outputs[0])}, {fn}, 0); }}"]
+
+    def _row_view_call(self, op: Op, geo: dict[str, Any]) -> list[str]:
+        """The op's own C on a view of its tensors one output row high (its streamed inputs `span` rows: pooling
+        reads a window, runs unpadded, stages/streams.row_op_ok), pointing at the callback's rows."""
+        saved_g, saved_locs = self.g, dict(self.locs)
+        view = copy.copy(self.g)
+        view.tensors = dict(self.g.tensors)
+        y = op.outputs[0]
+        view.tensors[y] = dataclasses.replace(self.g.tensors[y], shape=[1, 1, *self.g.tensors[y].shape[2:]])
+        for n, j in enumerate(geo["inputs"]):
+            t = op.inputs[j]
+            view.tensors[t] = dataclasses.replace(self.g.tensors[t], shape=[1, geo["span"], *self.g.tensors[t].shape[2:]])
+            self.locs[t] = _Loc("arena", f"(({CTYPE[self.g.tensors[t].dtype]} const *)xs[{n}])")
+        self.locs[y] = _Loc("arena", f"(({CTYPE[self.g.tensors[y].dtype]} *)y)")
+        if "padding" in op.attrs:
+            op = dataclasses.replace(op, attrs={**op.attrs, "padding": "valid"})
+        self.g = view
+        try:
+            return self.calls_of(op)
+        finally:
+            self.g, self.locs = saved_g, saved_locs
 
     def stream_channels(self, st: Stream) -> list[str]:
         """Weight gradient + its update, one output channel at a time (the gradient holds one channel)."""

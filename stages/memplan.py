@@ -37,7 +37,6 @@ any step: no placement of these lifetimes can use less.
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -288,11 +287,13 @@ def master_copies(graph: Graph) -> dict[str, int]:
 # ---- lifetimes -----------------------------------------------------------------------------------------------
 
 def plan_memory(graph: Graph, order: list[int] | None = None, options: MemOptions | None = None,
-                streams: list | None = None, placement_search: int = 0) -> MemPlan:
+                streams: list | None = None, placement_search: int = 0, place_below: int | None = None) -> MemPlan:
     """Lifetimes of the SRAM tensors under `order` (op indices; default: the graph's order), buffers (with
     in-place sharing), arena offsets and the lower bound. `streams` (stages.streams.Stream, each consecutive in
     `order`): their streamed tensors cost their window only, and everything their ops touch lives for the whole
-    group. `placement_search`: rounds of local search after the greedy placement (see _place)."""
+    group. `placement_search`: rounds of local search after the greedy placement (see _place). `place_below`: when
+    the lower bound already exceeds it, the buffers are not placed (offsets -1) and the arena is the lower bound,
+    for a caller that only wants to know whether the arena can stay at or below that size."""
     options = options or MemOptions()
     order = list(range(len(graph.ops))) if order is None else list(order)
     if sorted(order) != list(range(len(graph.ops))):
@@ -387,11 +388,10 @@ def plan_memory(graph: Graph, order: list[int] | None = None, options: MemOption
             by_tensor[t] = b
     buffers.extend(scratch)
 
-    live = [dict.fromkeys(ROLE_ORDER, 0) for _ in range(n)]
-    for b in buffers:
-        for s in range(b.start, b.end + 1):
-            live[s][b.role] += b.size
+    live = _live_by_role(buffers, n)
     lower = max((sum(d.values()) for d in live), default=0)
+    if place_below is not None and lower > place_below:
+        return MemPlan(order, buffers, lower, lower, n, live, options, streams)
     _place(buffers, options.align, placement_search, lower)
     arena = max((b.offset + _aligned(b.size, options.align) for b in buffers), default=0)
     return MemPlan(order, buffers, arena, lower, n, live, options, streams)
@@ -480,22 +480,46 @@ def _place(buffers: list[Buffer], align: int, search: int = 0, lower: int = 0) -
     place(best_order)
 
 
+def _live_by_role(buffers: list[Buffer], n: int) -> list[dict[str, int]]:
+    """Live bytes per step and role: a difference array per role (O(buffers + steps), not buffers x steps)."""
+    delta = np.zeros((len(ROLE_ORDER), n + 1), np.int64)
+    for b in buffers:
+        r = ROLE_ORDER.index(b.role)
+        delta[r, b.start] += b.size
+        delta[r, b.end + 1] -= b.size
+    acc = np.cumsum(delta[:, :n], axis=1).T.tolist()
+    return [dict(zip(ROLE_ORDER, (int(v) for v in row))) for row in acc]
+
+
 def _place_in_order(buffers: list[Buffer], align: int, key) -> None:
     """Greedy best-fit: each buffer in `key` order goes into the smallest gap between the already placed buffers
-    whose lifetimes overlap its own, else on top."""
-    placed: list[Buffer] = []
-    for b in sorted(buffers, key=key):
-        need = _aligned(b.size, align)
-        busy = sorted((p.offset, p.offset + _aligned(p.size, align)) for p in placed
-                      if p.start <= b.end and b.start <= p.end)
-        best, best_gap, cursor = None, math.inf, 0
-        for lo, hi in busy:
-            gap = lo - cursor
-            if gap >= need and gap < best_gap:
-                best, best_gap = cursor, gap
-            cursor = max(cursor, hi)
-        b.offset = best if best is not None else cursor
-        placed.append(b)
+    whose lifetimes overlap its own (the first such gap by offset on ties), else on top.
+
+    Vectorised over the placed buffers (numpy), so a placement is a few array passes per buffer rather than a
+    Python loop over every placed one; the offsets are those of the plain loop (same order, same tie rules)."""
+    order = sorted(buffers, key=key)
+    m = len(order)
+    start = np.fromiter((b.start for b in order), np.int64, m)
+    end = np.fromiter((b.end for b in order), np.int64, m)
+    need = np.fromiter((_aligned(b.size, align) for b in order), np.int64, m)
+    lo = np.zeros(m, np.int64)
+    for k in range(m):
+        ov = np.flatnonzero((start[:k] <= end[k]) & (start[k] <= end[:k]))   # placed, overlapping in time
+        if len(ov):
+            plo, phi = lo[ov], lo[ov] + need[ov]
+            srt = np.lexsort((phi, plo))           # by (offset, end offset), as sorted() on the pairs
+            plo, phi = plo[srt], phi[srt]
+            reach = np.maximum.accumulate(phi)     # the cursor after each busy block
+            cursor = np.concatenate(([0], reach[:-1]))
+            gap = plo - cursor
+            fits = np.flatnonzero(gap >= need[k])
+            if len(fits):
+                j = fits[np.argmin(gap[fits])]     # argmin: the first of equal smallest gaps
+                lo[k] = cursor[j]
+            else:
+                lo[k] = reach[-1]
+    for b, off in zip(order, lo.tolist()):
+        b.offset = int(off)
 
 
 def check_plan(plan: MemPlan) -> None:

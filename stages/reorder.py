@@ -12,19 +12,27 @@ Summary: `peak 141.2 KB (lower bound 139.8 KB, +1.0%), without reordering 335.0 
 
 Which schedule: the candidates are the plain order, TTE's in-place update order (each update right after its
 gradient) and the memory-greedy list schedule, each also with the streamed groups its order allows
-(stages/streams.py: frozen conv chains row by row, the pooled head's gradient position by position, weight
+(stages/streams.py: groups of a frozen prefix row by row, the pooled head's gradient position by position, weight
 gradient + update channel by channel); the one with the smallest arena wins (ties: smaller lower bound, then the
 earlier candidate), so reordering never makes the peak worse than either of the first two. The winner keeps only
 the streams that lower its arena, and its arena placement gets a local search (memplan._place), which brings
 MobileNetV2's TTE-like plan from 3.6 % to 0.1 % over its lower bound. schedule.json / memplan.json list the
 streams; codegen runs them.
+
+Planned once per build: sparse-plan's exact peak plans the training graph autodiff then writes, and this stage's
+plan of that graph is a lookup (ScheduleMemo, keyed by the graph's structure and the planning options).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import pickle
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from tinytrain.pipeline.plots import Picture, memory_figure
 from tinytrain.stages.ir import Graph
@@ -38,12 +46,66 @@ PLACEMENT_SEARCH = 400   # rounds of placement local search for the chosen plan 
 ARTIFACTS = ("schedule.json", "schedule.txt", "memplan.json", "memory.svg", "memory.png")
 
 
+class ScheduleMemo:
+    """The last few plan_schedules results, by the training graph (ops, tensor names, shapes, dtypes, roles,
+    quantization granularity, constants' bytes, inputs, outputs, meta; not the quantization parameters' values,
+    which no schedule reads) and the planning options. sparse-plan plans the training graph autodiff will build (its exact
+    peak) and the reorder stage plans the graph autodiff wrote: within one build (one process) the second is a
+    lookup. Results are kept pickled, so a caller gets its own copy. Bounded: `auto` plans many graphs."""
+
+    def __init__(self, size: int = 16):
+        self.size = size
+        self.hits = self.misses = 0
+        self._memo: OrderedDict[str, bytes] = OrderedDict()
+
+    @staticmethod
+    def key(graph: Graph, *settings: Any) -> str:
+        h = hashlib.sha256()
+        tensors = []
+        for t in graph.tensors.values():
+            tensors.append([t.name, list(t.shape), t.dtype, t.role, None if t.quant is None else len(t.quant.scale),
+                            t.data is None])
+            if t.data is not None:
+                h.update(np.ascontiguousarray(t.data).tobytes())
+        doc = {"ops": [[op.type, op.inputs, op.outputs, op.attrs] for op in graph.ops], "tensors": tensors,
+               "inputs": graph.inputs, "outputs": graph.outputs, "meta": graph.meta,
+               "settings": [repr(s) for s in settings]}
+        h.update(json.dumps(doc, sort_keys=True, default=repr).encode())
+        return h.hexdigest()
+
+    def get(self, key: str) -> tuple | None:
+        if key not in self._memo:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._memo.move_to_end(key)
+        return pickle.loads(self._memo[key])
+
+    def put(self, key: str, value: tuple) -> None:
+        self._memo[key] = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        while len(self._memo) > self.size:
+            self._memo.popitem(last=False)
+
+
+SCHEDULES = ScheduleMemo()
+
+
 def plan_schedules(graph: Graph, reorder: bool = True, options: MemOptions | None = None, streams: bool = True
                    ) -> tuple[str, MemPlan, MemPlan, dict[str, MemPlan]]:
     """-> (chosen candidate's name, its plan, the plain order's plan, every candidate's plan).
     With `reorder` and `streams`, each candidate also runs the streams its order allows (stages.streams), and
-    the chosen one keeps those that lower its arena."""
+    the chosen one keeps those that lower its arena. Deterministic, so memoised (ScheduleMemo)."""
     options = options or MemOptions(master_copy=bool(graph.meta.get("train", {}).get("master_copy", False)))
+    key = SCHEDULES.key(graph, bool(reorder), options, bool(streams), PLACEMENT_SEARCH)
+    found = SCHEDULES.get(key)
+    if found is None:
+        found = _plan_schedules(graph, reorder, options, streams)
+        SCHEDULES.put(key, found)
+    return found
+
+
+def _plan_schedules(graph: Graph, reorder: bool, options: MemOptions, streams: bool
+                    ) -> tuple[str, MemPlan, MemPlan, dict[str, MemPlan]]:
     plain = plan_memory(graph, plain_order(graph), options)
     cands = {"plain": plain}
     orders = {"plain": plain_order(graph)}
@@ -66,7 +128,8 @@ def plan_schedules(graph: Graph, reorder: bool = True, options: MemOptions | Non
     chosen = cands[best]
     kept = chosen.streams
     if kept:
-        kept, _ = prune_streams(lambda sts: plan_memory(graph, chosen.order, options, sts), kept)
+        kept, _ = prune_streams(lambda sts, below: plan_memory(graph, chosen.order, options, sts,
+                                                              place_below=below), kept)
     # the chosen plan's placement gets the local search (the candidates are compared on the greedy one)
     chosen = plan_memory(graph, chosen.order, options, kept, placement_search=PLACEMENT_SEARCH)
     cands[best] = chosen
@@ -77,6 +140,18 @@ def summary_line(plan: MemPlan, plain: MemPlan) -> str:
     over = 100.0 * (plan.arena - plan.lower_bound) / plan.lower_bound if plan.lower_bound else 0.0
     return (f"peak {kb(plan.arena)} (lower bound {kb(plan.lower_bound)}, +{over:.1f}%), "
             f"without reordering {kb(plain.arena)}")
+
+
+def rows_line(graph: Graph, plan: MemPlan, cands: dict[str, MemPlan]) -> str:
+    """What the row streams of `plan` run and what they save: "row-streamed 23 ops (#0 conv2d .. #22 add), without
+    streams 320.0 KB" ("" when it has none)."""
+    rows = [st for st in plan.streams if st.kind == "rows"]
+    if not rows:
+        return ""
+    groups = ", ".join(f"#{st.ops[0]} {graph.ops[st.ops[0]].type} .. #{st.ops[-1]} {graph.ops[st.ops[-1]].type}"
+                       for st in rows)
+    without = min((p.arena for n, p in cands.items() if not n.endswith("+streams")), default=plan.arena)
+    return f"row-streamed {sum(len(st.ops) for st in rows)} ops ({groups}), without streams {kb(without)}"
 
 
 def run(ctx) -> Any:
@@ -92,7 +167,8 @@ def run(ctx) -> Any:
     check_plan(plan)
     out = Path(ctx.out_dir)
     write_artifacts(out, graph, chosen, plan, plain, cands)
-    return StageResult(summary=summary_line(plan, plain),
+    rows = rows_line(graph, plan, cands)
+    return StageResult(summary=summary_line(plan, plain) + (f"; {rows}" if rows else ""),
                        metrics={"peak_bytes": plan.arena, "lower_bound_bytes": plan.lower_bound,
                                 "plain_peak_bytes": plain.arena, "schedule": chosen, "steps": plan.steps})
 
@@ -109,6 +185,7 @@ def write_artifacts(out: Path, graph: Graph, chosen: str, plan: MemPlan, plain: 
     (out / "schedule.txt").write_text(schedule_text(graph, plan))
     doc = plan.to_json()
     doc.update({"version": 1, "schedule": chosen, "summary": summary_line(plan, plain),
+                "row_streams": rows_line(graph, plan, cands),
                 "plain_peak_bytes": plain.arena, "plain_lower_bound_bytes": plain.lower_bound,
                 "candidates": {n: {"arena_bytes": p.arena, "lower_bound_bytes": p.lower_bound}
                                for n, p in cands.items()},
@@ -178,6 +255,8 @@ def inspect(path: Path) -> str | None:
         lines.append(f"  {n:<24} arena {kb(c['arena_bytes']):>10}  lower bound {kb(c['lower_bound_bytes']):>10}")
     if d.get("streams"):
         lines += ["", "streams (each op group runs interleaved, a slice at a time; stages/streams.py):"]
+        if d.get("row_streams"):
+            lines.append(f"  {d['row_streams']}")
         for k, st in enumerate(d["streams"]):
             lines.append(f"  {k}: {st['kind']:<9} ops {st['ops']}")
             lines += [f"       {_short(t)}: {n} B while streamed" for t, n in st["chunked"].items()]

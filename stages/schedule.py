@@ -167,12 +167,13 @@ def memory_greedy_order(graph: Graph, sizes: dict[str, int], resident: Iterable[
     return order
 
 
-def is_valid_order(graph: Graph, order: list[int]) -> bool:
-    """A permutation that respects every dependency and keeps each phase together."""
+def is_valid_order(graph: Graph, order: list[int], preds: list[set[int]] | None = None) -> bool:
+    """A permutation that respects every dependency (`preds`: dependencies(graph), when the caller has them) and
+    keeps each phase together."""
     if sorted(order) != list(range(len(graph.ops))):
         return False
     pos = {i: k for k, i in enumerate(order)}
-    preds = dependencies(graph)
+    preds = dependencies(graph) if preds is None else preds
     if any(pos[p] > pos[i] for i in range(len(graph.ops)) for p in preds[i]):
         return False
     offset = 0

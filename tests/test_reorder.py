@@ -288,3 +288,61 @@ def test_stage_runs_through_ctx(tmp_path, enabled):
     run(StageContext(config={"train.reorder": cfg}, inputs=ctx.inputs, out_dir=out2))
     for name in ("memplan.json", "schedule.json", "schedule.txt", "memory.svg", "memory.png"):
         assert (out / name).read_bytes() == (out2 / name).read_bytes()
+
+
+# ---- placement and the schedule memo ---------------------------------------------------------------------------
+
+def _loop_best_fit(buffers, align):
+    """The plain-loop best fit memplan._place_in_order vectorises (the rule, written out once more)."""
+    from tinytrain.stages.memplan import _aligned
+    placed = []
+    for b in buffers:
+        need = _aligned(b.size, align)
+        busy = sorted((p.offset, p.offset + _aligned(p.size, align)) for p in placed
+                      if p.start <= b.end and b.start <= p.end)
+        best, best_gap, cursor = None, float("inf"), 0
+        for lo, hi in busy:
+            if lo - cursor >= need and lo - cursor < best_gap:
+                best, best_gap = cursor, lo - cursor
+            cursor = max(cursor, hi)
+        b.offset = best if best is not None else cursor
+        placed.append(b)
+    return [b.offset for b in buffers]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_vectorised_best_fit_places_as_the_plain_loop(seed):
+    from tinytrain.stages.memplan import Buffer, _place_in_order
+    rng = random.Random(seed)
+    bufs = []
+    for k in range(rng.randint(1, 120)):
+        s = rng.randint(0, 50)
+        bufs.append(Buffer(f"b{k}", rng.choice([0, 1, 16, 17, rng.randint(1, 5000)]), s, s + rng.randint(0, 30),
+                           "activation"))
+    want = _loop_best_fit([Buffer(b.name, b.size, b.start, b.end, b.role) for b in bufs], 16)
+    _place_in_order(bufs, 16, key=lambda b: int(b.name[1:]))
+    assert [b.offset for b in bufs] == want
+
+
+def test_schedule_is_planned_once_for_the_same_graph(tmp_path):
+    """sparse-plan plans the graph autodiff builds, reorder the one autodiff wrote: the second is a memo hit, and
+    a hit gives the same plan as planning afresh (and cannot be changed by its caller)."""
+    from tinytrain.stages import reorder
+    g = read_model(FIX / "digits_cnn_int8.tflite")
+    tg = build_training_graph(g, TrainPlan.last_k(g, 2), "cross_entropy", OptimizerSpec("sgd"), 1)
+    memo = reorder.SCHEDULES
+    first = plan_schedules(tg, True)
+    tg.save(tmp_path, stem="train_")
+    loaded = Graph.load(tmp_path, stem="train_")
+    hits = memo.hits
+    again = plan_schedules(loaded, True)
+    assert memo.hits == hits + 1
+    assert again[0] == first[0] and again[1].to_json() == first[1].to_json()
+    again[1].buffers[0].offset += 1   # a caller's change stays with the caller
+    assert plan_schedules(loaded, True)[1].to_json() == first[1].to_json()
+    fresh = reorder._plan_schedules(loaded, True, MemOptions(), True)
+    assert fresh[1].to_json() == first[1].to_json()
+    # other settings are another plan
+    hits = memo.hits
+    plan_schedules(loaded, False)
+    assert memo.hits == hits

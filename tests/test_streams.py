@@ -185,3 +185,124 @@ def test_stream_variants_match_golden_model(variant, tmp_path):
     for t in io["trained_tensors"]:
         got = np.frombuffer(out["weights.bin"][t["offset"]:t["offset"] + t["nbytes"]], t["dtype"]).reshape(t["shape"])
         np.testing.assert_array_equal(got, state[t["name"]], err_msg=t["name"])
+
+
+# ---- a third-party frozen prefix: residual blocks, PReLU, max pooling, channel padding -------------------------
+
+@pytest.fixture(scope="module")
+def hand_recrop_int8():
+    """MediaPipe's hand_recrop (tests/fixtures/thirdparty), quantized on 4 synthetic images: 256x256x3 input,
+    blocks of depthwise -> conv and max_pool -> channel pad, joined by ADD, then PReLU."""
+    from tinytrain.pipeline.spec_quantize import QuantizeSpec
+    from tinytrain.stages import quantize
+    from tinytrain.stages.tflite_reader import read_model
+
+    g = read_model(REPO / "tests" / "fixtures" / "thirdparty" / "hand_recrop.tflite")
+    rng = np.random.default_rng(0)
+    calib = rng.uniform(0, 1, size=(4, 256, 256, 3)).astype(np.float32)
+    q, _ = quantize.quantize_model(g, calib, QuantizeSpec(), calib[:1])
+    from tinytrain.stages.train_plan import TrainPlan
+    return build_training_graph(q, TrainPlan.bias_only(q, last=1), "cross_entropy", OptimizerSpec("sgd"), 1,
+                                QASOptions(enabled=True, rounding="nearest", master_copy=False))
+
+
+def test_residual_prefix_is_streamed_and_lowers_the_peak(hand_recrop_int8):
+    """The frozen prefix runs as one row stream through the residual blocks (both branches of each ADD inside
+    it, the block input read by two ops of the stream), and the 320 KB peak (the 192 KB input next to the 128 KB
+    first activation) drops below the 300 KB budget."""
+    tg = hand_recrop_int8
+    best, plan, plain, cands = plan_schedules(tg, True)
+    check_plan(plan)
+    rows = [s for s in plan.streams if s.kind == "rows"]
+    assert rows, best
+    types = {tg.ops[i].type for s in rows for i in s.ops}
+    assert {"conv2d", "depthwise_conv2d", "prelu", "max_pool2d", "pad", "add"} <= types
+    fan_out = [q for s in rows for srcs in s.info["sources"] for q in srcs if q >= 0]
+    assert len(fan_out) > len(set(fan_out))  # some op of a stream feeds two others (a block's two branches)
+    unstreamed = min(p.arena for n, p in cands.items() if not n.endswith("+streams"))
+    assert unstreamed > 300 * 1024 > plan.arena
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler")
+def test_residual_prefix_streamed_c_is_bit_identical(hand_recrop_int8, tmp_path):
+    """The streamed program gives the unstreamed program's bytes (loss and trained bias) and the golden model's."""
+    tg = hand_recrop_int8
+    _, mp, _, _ = plan_schedules(tg, True)
+    assert any(s.kind == "rows" for s in mp.streams)
+    x, y = _data(tg, 2, seed=1)
+    write_stream(tmp_path / "train.ttds", x, y)
+    write_stream(tmp_path / "test.ttds", x[:1], y[:1])
+    cfg = RuntimeConfig(learning_rate=0.05, epochs=1)
+
+    def firmware(plan, name):
+        summ = codegen.generate(tg, plan.order, plan.to_json(), tmp_path / name / "prog")
+        out = _run("host", tmp_path / name / "prog", tmp_path / name / "build", tmp_path / name / "run", cfg,
+                   {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"})
+        assert json.loads(out["results.json"])["arena_bytes_planned"] == plan.arena == summ["arena_bytes"]
+        return out
+
+    streamed = firmware(mp, "streamed")
+    plain = firmware(plan_memory(tg, mp.order, mp.options), "plain")
+    assert streamed["losses.bin"] == plain["losses.bin"] and streamed["weights.bin"] == plain["weights.bin"]
+    want, state = _golden(tg, x, y, cfg)
+    np.testing.assert_allclose(np.frombuffer(streamed["losses.bin"], "<f4"), want, rtol=1e-5, atol=1e-6)
+    io = json.loads((tmp_path / "streamed" / "prog" / "io_layout.json").read_text())
+    for t in io["trained_tensors"]:
+        got = np.frombuffer(streamed["weights.bin"][t["offset"]:t["offset"] + t["nbytes"]],
+                            t["dtype"]).reshape(t["shape"])
+        np.testing.assert_array_equal(got, state[t["name"]], err_msg=t["name"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", ["residual_int8", "convnet_int8", "residual_float"])
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler")
+def test_small_row_streams_are_bit_identical(fixture, tmp_path):
+    """Every row stream find_streams offers (kept whether or not it lowers the arena) on small fixtures: a conv
+    and the residual ADD reading the block input twice (int8 and float), a conv and max pooling."""
+    from tinytrain.stages.tflite_reader import read_model
+    from tinytrain.stages.train_plan import TrainPlan
+
+    g = read_model(REPO / "tests" / "fixtures" / f"{fixture}.tflite")
+    tg = build_training_graph(g, TrainPlan.bias_only(g, last=1), "cross_entropy", OptimizerSpec("sgd"), 1)
+    order, streams = find_streams(tg, in_place_update_order(tg))
+    streams = [s for s in streams if s.kind == "rows"]
+    assert streams
+    mp = plan_memory(tg, order, MemOptions(), streams)
+    check_plan(mp)
+    x, y = _data(tg, 3, seed=2)
+    write_stream(tmp_path / "train.ttds", x, y)
+    write_stream(tmp_path / "test.ttds", x[:1], y[:1])
+    cfg = RuntimeConfig(learning_rate=0.05, epochs=1)
+    outs = []
+    for name, plan in (("streamed", mp), ("plain", plan_memory(tg, order, MemOptions()))):
+        codegen.generate(tg, plan.order, plan.to_json(), tmp_path / name / "prog")
+        outs.append(_run("host", tmp_path / name / "prog", tmp_path / name / "build", tmp_path / name / "run", cfg,
+                         {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"}))
+    assert outs[0]["losses.bin"] == outs[1]["losses.bin"] and outs[0]["weights.bin"] == outs[1]["weights.bin"]
+    if g.tensors[g.inputs[0]].dtype == "int8":
+        want, _ = _golden(tg, x, y, cfg)
+        np.testing.assert_allclose(np.frombuffer(outs[0]["losses.bin"], "<f4"), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None
+                    or shutil.which("cc") is None, reason="arm-none-eabi-gcc, qemu-system-arm or cc not installed")
+def test_row_streams_in_qemu_give_the_host_bytes(tmp_path):
+    """The streamed group schedule (tt_stream.c) on the Cortex-M7 board in QEMU gives the host build's bytes."""
+    from tinytrain.stages.tflite_reader import read_model
+    from tinytrain.stages.train_plan import TrainPlan
+
+    g = read_model(REPO / "tests" / "fixtures" / "residual_int8.tflite")
+    tg = build_training_graph(g, TrainPlan.bias_only(g, last=1), "cross_entropy", OptimizerSpec("sgd"), 1)
+    order, streams = find_streams(tg, in_place_update_order(tg))
+    mp = plan_memory(tg, order, MemOptions(), [s for s in streams if s.kind == "rows"])
+    assert mp.streams
+    codegen.generate(tg, mp.order, mp.to_json(), tmp_path / "prog")
+    x, y = _data(tg, 3, seed=4)
+    write_stream(tmp_path / "train.ttds", x, y)
+    write_stream(tmp_path / "test.ttds", x[:1], y[:1])
+    cfg = RuntimeConfig(learning_rate=0.05, epochs=1)
+    data = {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"}
+    host = _run("host", tmp_path / "prog", tmp_path / "hb", tmp_path / "hr", cfg, data)
+    board = _run("stm32f746-disco", tmp_path / "prog", tmp_path / "bb", tmp_path / "br", cfg, data)
+    assert host["losses.bin"] == board["losses.bin"] and host["weights.bin"] == board["weights.bin"]
