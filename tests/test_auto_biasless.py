@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from tinytrain.pipeline.errors import UserError
+from tinytrain.stages import auto_plan
 from tinytrain.stages import contribution as C
 from tinytrain.stages import plan_search as PS
 from tinytrain.stages import sparse_plan as SP
@@ -100,7 +101,7 @@ def test_dp_with_empty_regions_matches_brute_force(cap):
 
 def test_lazy_analysis_measures_only_what_the_search_needs(tmp_path, fake, monkeypatch):
     g = graph_of("digits_cnn_int8")
-    monkeypatch.setattr(SP, "FULL_ANALYSIS_MAX_UNITS", 0)   # treat the fixture as a large model
+    monkeypatch.setattr(auto_plan, "FULL_ANALYSIS_MAX_UNITS", 0)   # treat the fixture as a large model
     ctx = make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 16, "analysis": FAST})
     res = SP.run(ctx)
     plan, trace = read(ctx, "plan.json"), read(ctx, "search_trace.json")

@@ -23,6 +23,7 @@ from tinytrain.pipeline.errors import UserError
 from tinytrain.pipeline.spec_data import DataSpec
 from tinytrain.pipeline.spec_quantize import QuantizeSpec
 from tinytrain.stages import contribution as C
+from tinytrain.stages import contribution_text as CT
 from tinytrain.stages import sparse_plan as SP
 from tinytrain.stages.ir import Graph, canonical_json
 from tinytrain.stages.plan_memory import MemorySettings
@@ -177,7 +178,7 @@ def test_diverged_regression_units_score_the_worst(reg, tmp_path):
     assert len(diverged) == 12 and all(u["mse"] is None and u["score"] == C.SCORE_FLOOR for u in diverged)
     assert all("train_loss" not in u for u in diverged)
     assert all(w["delta"] < 0 for w in table["weights"])
-    assert "diverged (scored -100, the worst)" in C.table_text(table)
+    assert "diverged (scored -100, the worst)" in CT.table_text(table)
     from tinytrain.stages.plan_memory import MemoryModel
     plan, predicted, _, _ = SP.plan_auto(MemoryModel(q, MemorySettings(loss="mse")), table, 1 << 40)
     assert not any(lp.weight_ratio for lp in plan.layers) and predicted["delta_score"] > 0
@@ -279,7 +280,7 @@ def test_classification_table_is_unchanged(tmp_path):
                for w in table["weights"])
     correct = [round(u["accuracy"] * 48) for u in table["units"]]
     assert correct == GOLDEN_CORRECT
-    text = C.table_text(table)
+    text = CT.table_text(table)
     assert "reference (no update): accuracy" in text and "MSE" not in text
 
 

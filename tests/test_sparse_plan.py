@@ -78,7 +78,7 @@ class FakeMeasure:
     def __init__(self):
         self.calls = 0
 
-    def factory(self, graph, ds, settings):
+    def factory(self, graph, ds, settings, loss=None):
         def measure(plan):
             self.calls += 1
             acc = 0.2
