@@ -187,11 +187,13 @@ def auto_search(ctx: StageContext, graph: Graph, mm: MemoryModel, upd, capacity:
     Only the plans that win a search get measured: the answer equals the full analysis's whenever no option that
     was only estimated would have beaten it once measured (the estimates rank options by the loss decrease of
     their gradients, the measurements by accuracy)."""
-    if ctx.config.get("train.outputs") or len(graph.outputs) > 1:
-        # The contribution analysis fine-tunes and scores one output; named heads need a scheme that says what to train.
-        heads_from(loss_config(ctx.config), list(graph.outputs))  # several outputs and none named: say so first
-        raise UserError("scheme auto scores options on a single output and cannot plan for train.outputs yet",
-                        hint="with train.outputs choose train.update.scheme: full, last_k, bias_only or manual")
+    loss = loss_config(ctx.config)
+    if isinstance(loss, str):
+        heads_from(loss, list(graph.outputs))   # several outputs and none named: say so before anything runs
+    else:
+        loss = list(loss)                       # named outputs: scored by their total weighted loss
+    if ctx.config.get("train.loss") is None and not ctx.config.get("train.outputs"):
+        loss = None                             # the data decides (classification or regression)
     settings = contrib.AnalysisSettings.from_spec(upd.analysis)
     gd = contrib.graph_digest(graph)
     path = ctx.inputs.get("contribution/contributions.json")
@@ -202,17 +204,22 @@ def auto_search(ctx: StageContext, graph: Graph, mm: MemoryModel, upd, capacity:
             return verified_auto(mm, table, capacity, exact, upd.search, upd.analysis.seed)
         return (*plan_auto(mm, table, capacity, upd.search, upd.analysis.seed), None)
 
-    if upstream is not None and contrib.table_matches(upstream, gd, settings):
-        counts = {"measured": 0, "reused": len(upstream.get("units", [])), "dropped": 0, "estimated_only": 0}
-        return upstream, searched(upstream), {"mode": "full", "source": "contribution stage"}, counts
-    lazy = len(contrib.units(graph, settings)) > FULL_ANALYSIS_MAX_UNITS
+    reuse = upstream is not None and contrib.table_matches(upstream, gd, settings)
+    lazy = not reuse and len(contrib.units(graph, settings)) > FULL_ANALYSIS_MAX_UNITS
     an = contrib.open_analysis(graph, ctx.config.get("data"), settings, cache=contrib.unit_cache_of(ctx),
-                               known=upstream, progress=ctx.progress, loss=ctx.config.get("train.loss"),
-                               estimate=lazy)
+                               known=upstream, progress=ctx.progress, loss=loss, estimate=lazy)
+
+    def whole(table, result, record):
+        result, record["whole_plan"] = whole_plan_choice(an, graph, mm, table, result, capacity, budget, exact,
+                                                         use_exact)
+        return table, result, record, an.counters()
+
+    if reuse:
+        return whole(upstream, searched(upstream), {"mode": "full", "source": "contribution stage"})
     if not lazy:
         an.measure_all()
         table = an.table()
-        return table, searched(table), {"mode": "full"}, an.counters()
+        return whole(table, searched(table), {"mode": "full"})
     an.measure(["reference"])
     rounds = []
     for r in range(MAX_LAZY_ROUNDS + 1):
@@ -229,7 +236,80 @@ def auto_search(ctx: StageContext, graph: Graph, mm: MemoryModel, upd, capacity:
               "probe_samples": contrib.PROBE_SAMPLES, "units": len(an.todo),
               "units_measured": sum(1 for uid, _, _ in an.todo if an.known(uid)),
               "chosen_estimated": rounds[-1]["measure"]}
-    return table, result, record, an.counters()
+    return whole(table, result, record)
+
+
+MAX_PER_K = 3          # whole-plan candidates: the search's best plans of this many other region sizes k
+MAX_SUBPLANS = 3       # ... and this many nested sub-plans of the search's choice
+
+
+def whole_plan_choice(an, graph: Graph, mm: MemoryModel, table: dict[str, Any], result: tuple, capacity: int,
+                      budget: int | None, exact: ExactPeaks, use_exact: bool) -> tuple[tuple, dict[str, Any]]:
+    """The best of the top candidate plans, each measured as a whole plan (fine-tuned as one unit, like the table's
+    units and cached the same way). The search adds single options' gains, which overstates a plan whose options
+    overlap (two updates that fix the same error) and cannot see options that interfere; the candidates are the
+    search's choice W, the search's best plan for up to MAX_PER_K other bias regions k (largest predicted gain
+    first), and up to MAX_SUBPLANS nested sub-plans of W (W without its weights of smallest Δ, one more each time,
+    and W's bias region alone), all that fit the budget (by the exact peak when the exact planner is used, else
+    the analytic cost under `capacity`). The chosen plan is the one with the largest measured gain; W stays unless
+    another measures strictly better. Returns the search result tuple with the chosen plan and its prediction (its
+    `measured_gain` added) and the record for plan.json's analysis."""
+    plan, predicted, res, positions, verification = result
+    problem, _ = build_problem(mm, table)
+    best = res.best
+    cands: list[tuple[str, int, dict[int, float]]] = [("search", best.k, dict(best.ratios))]
+    per_k = sorted((t["candidate"] for t in res.trace if t.get("fits") and "candidate" in t),
+                   key=lambda c: (-c["gain"], c["cost"], c["k"]))
+    for c in per_k[:MAX_PER_K + 1]:
+        cands.append(("best of k", int(c["k"]), {int(j): float(r) for j, r in c["weights"].items()}))
+    by_delta = sorted(best.ratios.items(), key=lambda jr: -_weight_delta(table, positions, *jr))
+    for n in range(len(by_delta) - 1, max(-1, len(by_delta) - 1 - MAX_SUBPLANS), -1):
+        cands.append(("sub-plan", best.k, dict(by_delta[:n])))
+    seen: set[tuple] = set()
+    rows: list[dict[str, Any]] = []
+    chosen: tuple | None = None
+    ref = table["reference"]
+    for source, k, ratios in cands:
+        sig = (k, tuple(sorted(ratios.items())))
+        if sig in seen or problem.bias[k - 1] is None or not problem.valid(k, ratios):
+            continue
+        seen.add(sig)
+        p = choice_plan(mm, positions, k, ratios)
+        peak = exact(p)["peak_bytes"] if use_exact else None
+        if (peak is not None and budget is not None and peak > budget) or (
+                peak is None and problem.cost(k, ratios) > capacity):
+            continue
+        an.progress(f"measuring whole plan {len(rows) + 1} (k={k}, {len(ratios)} weight layers)", None)
+        doc = an.measure_plan(_named_plan(graph, p))
+        gain = contrib.unit_score(table, doc) - contrib.unit_score(table, ref)
+        row = {"source": source, "k": k, "weights_by_op": {str(positions[j]): r for j, r in sorted(ratios.items())},
+               "predicted_gain": problem.gain(k, ratios), "measured_gain": gain, "exact_peak_bytes": peak}
+        rows.append(row)
+        if chosen is None or gain > chosen[0] + 1e-9:
+            chosen = (gain, k, ratios, len(rows) - 1)
+    gain, k, ratios, idx = chosen
+    if idx != 0:
+        choice = Choice(k, ratios, problem.cost(k, ratios), problem.gain(k, ratios))
+        plan, new = _chosen(mm, table, positions, SearchResult(choice, method=res.method))
+        for key in ("search_capacity",):
+            if key in predicted:
+                new[key] = predicted[key]
+        predicted = new
+    predicted["measured_gain"] = gain
+    record = {"candidates": rows, "chosen": idx,
+              "rule": "the candidate with the largest measured gain (each fine-tuned as one unit); the search's "
+                      "choice unless another measures strictly better"}
+    return (plan, predicted, res, positions, verification), record
+
+
+def _weight_delta(table: dict[str, Any], positions: list[int], j: int, r: float) -> float:
+    return next(float(w["delta"]) for w in table["weights"] if w["op"] == positions[j] and float(w["ratio"]) == r)
+
+
+def _named_plan(graph: Graph, plan: TrainPlan) -> TrainPlan:
+    """`plan` (layers by op index of the quantize graph) with layers named by weight tensor, as the analysis' units
+    are (dequantization drops QUANTIZE ops, so op indices shift; names stay)."""
+    return TrainPlan([LayerPlan(graph.ops[int(lp.layer)].inputs[1], lp.bias, lp.weight_ratio) for lp in plan.layers])
 
 
 def plan_auto(mm: MemoryModel, table: dict[str, Any], budget: int, method: str = "dp",
@@ -265,9 +345,10 @@ def predicted_metric(table: dict[str, Any], gain: float, parts: list[float] | No
     always); regression {metric: "mse", delta_score, reference_mse, predicted_mse}: the MSE predicted when each of
     the chosen options (their Δs: `parts`) removes its share of the error left by the others,
     MSE_ref · Π (1 - Δ_i); positive unless a measured option left no error at all."""
-    if contrib.table_task(table) != "regression":
+    metric = contrib.ERROR_TASKS.get(contrib.table_task(table))
+    if metric is None:
         return {"delta_accuracy": gain, "reference_accuracy": table["reference"]["accuracy"]}
-    ref = float(table["reference"]["mse"])
+    ref = float(table["reference"][metric])
     if parts is None:
         parts = [gain]
     # Each option removes its share of the error that is left (never more than all of it): the MSE shrinks by a
@@ -276,13 +357,14 @@ def predicted_metric(table: dict[str, Any], gain: float, parts: list[float] | No
     for d in parts:
         factor *= 1.0 - min(max(float(d), SCORE_FLOOR), 1.0)
     pred = ref * factor if ref > 0 else -gain
-    return {"metric": "mse", "delta_score": gain, "reference_mse": ref, "predicted_mse": max(0.0, pred),
-            "combination": "multiplicative: each option removes its share of the remaining MSE"}
+    return {"metric": metric, "delta_score": gain, f"reference_{metric}": ref, f"predicted_{metric}": max(0.0, pred),
+            "combination": f"multiplicative: each option removes its share of the remaining {metric}"}
 
 
 def predicted_gain(predicted: dict[str, Any]) -> float:
     """The summed gain of plan.json's `predicted` (either task)."""
-    return float(predicted["delta_score"] if predicted.get("metric") == "mse" else predicted["delta_accuracy"])
+    return float(predicted["delta_score"] if predicted.get("metric") in contrib.ERROR_TASKS.values()
+                 else predicted["delta_accuracy"])
 
 
 MAX_ROUNDS = 8          # searches of the exact verification (each: a search + one exact plan, < 1 s on MBV2)

@@ -379,6 +379,15 @@ def _table(graph: Graph, settings: AnalysisSettings, gd: str, dd: str, rows: lis
             "reference": {"accuracy": ref}, "bias": bias, "weights": weights, "units": rows}
 
 
+def unit_score(table: dict[str, Any], doc: dict[str, Any]) -> float:
+    """A measured unit's score on the table's scale: its accuracy (classification), or the share of the
+    reference's error it removes, 1 - value / reference value, floored at SCORE_FLOOR (regression, outputs)."""
+    value = ERROR_TASKS.get(table_task(table))
+    if value is None:
+        return float(doc["accuracy"])
+    return _scorer(table["reference"][value], "MSE" if value == "mse" else "loss")(doc.get(value))
+
+
 def table_matches(table: dict[str, Any] | None, graph_dig: str, settings: AnalysisSettings) -> bool:
     return (isinstance(table, dict) and table.get("version") == TABLE_VERSION and table.get("graph") == graph_dig
             and table.get("settings") == settings.to_json())

@@ -18,6 +18,25 @@ def _kb_short(n: float) -> str:
     return f"{n / 1024:.1f}".rstrip("0").rstrip(".") + " KB"
 
 
+ERROR_NAME = {"mse": "MSE", "loss": "loss"}   # a regression / named-outputs plan's error, as the text names it
+
+
+def gain_text(p: dict[str, Any]) -> str:
+    """The chosen plan's gain for the summary line: measured as a whole plan when it was, else predicted.
+    "ΔAcc +6.2 (measured; +9.0 predicted)", "MSE 0.2 → 0.1 (predicted)", "loss 0.52 → 0.31 (measured)"."""
+    metric = p.get("metric")
+    measured = p.get("measured_gain")
+    if metric in ERROR_NAME:
+        ref = p[f"reference_{metric}"]
+        if measured is not None:
+            after = ref * (1.0 - measured) if ref > 0 else -measured
+            return f"{ERROR_NAME[metric]} {ref:.4g} → {max(0.0, after):.4g} (measured)"
+        return f"{ERROR_NAME[metric]} {ref:.4g} → {p[f'predicted_{metric}']:.4g} (predicted)"
+    if measured is not None:
+        return f"ΔAcc {100 * measured:+.1f} (measured; {100 * p['delta_accuracy']:+.1f} predicted)"
+    return f"ΔAcc {100 * p['delta_accuracy']:+.1f} (predicted)"
+
+
 def summary_line(doc: dict[str, Any], mm: MemoryModel) -> str:
     layers = doc["layers"]
     w = sum(1 for d in layers if d["weight_ratio"] > 0)
@@ -31,13 +50,9 @@ def summary_line(doc: dict[str, Any], mm: MemoryModel) -> str:
     if scheme == "auto":
         p = doc["predicted"]
         k = p["k"]
-        if p.get("metric") == "mse":
-            gain = f"MSE {p['reference_mse']:.4g} → {p['predicted_mse']:.4g}"
-        else:
-            gain = f"ΔAcc {100 * p['delta_accuracy']:+.1f}"
         what = " + ".join(([f"weights of {w} layer{'s' * (w != 1)}"] if w else [])
                           + ([f"{b} bias{'es' * (b != 1)}"] if b else []))
-        return f"auto: {what} (last {k} layer{'s' * (k != 1)}), {mem}, {gain} (predicted)"
+        return f"auto: {what} (last {k} layer{'s' * (k != 1)}), {mem}, {gain_text(p)}"
     what = {"full": f"all {len(mm.layers)} layers (weights + biases)",
             "last_k": f"weights + biases of the last {len(layers)} layers",
             "bias_only": f"{b} biases",
@@ -81,16 +96,31 @@ def plan_text(doc: dict[str, Any], mm: MemoryModel, table: dict[str, Any] | None
                      f"(by the {doc.get('fits_by', 'exact')} peak)")
     if doc["scheme"] == "auto":
         p = doc["predicted"]
-        if p.get("metric") == "mse":
-            lines.append(f"predicted: MSE {p['reference_mse']:.4g} (no update) → {p['predicted_mse']:.4g} "
-                         f"(held-out train samples; the search adds the options' gains, {100 * p['delta_score']:+.1f} "
-                         f"points of the reference MSE; the MSE shown assumes each option removes its share of the "
-                         f"error the others leave)")
+        metric = p.get("metric")
+        if metric in ERROR_NAME:
+            name = ERROR_NAME[metric] + (" (the total weighted loss of the trained outputs)" if metric == "loss" else "")
+            lines.append(f"predicted: {name} {p[f'reference_{metric}']:.4g} (no update) → "
+                         f"{p[f'predicted_{metric}']:.4g} (held-out train samples; the search adds the options' gains, "
+                         f"{100 * p['delta_score']:+.1f} points of the reference {ERROR_NAME[metric]}; the value shown "
+                         f"assumes each option removes its share of the error the others leave)")
         else:
             lines.append(f"predicted: accuracy {p['reference_accuracy']:.1%} (no update) "
                          f"{100 * p['delta_accuracy']:+.1f} points (held-out train samples; additive model: gains "
                          f"measured one option at a time and summed, so overlapping gains are overstated)")
         a = doc.get("analysis") or {}
+        wp = a.get("whole_plan")
+        if wp:
+            c = wp["candidates"][wp["chosen"]]
+            unit = "points of accuracy" if metric not in ERROR_NAME else f"points of the reference {ERROR_NAME[metric]}"
+            lines.append(f"whole plans measured: {len(wp['candidates'])} candidates (the search's choice, its best "
+                         f"plan of other region sizes, nested sub-plans), each fine-tuned as one unit; chosen: "
+                         f"{'the search' + chr(39) + 's choice' if wp['chosen'] == 0 else c['source']} "
+                         f"(k={c['k']}), measured {100 * c['measured_gain']:+.1f} {unit} (summed options "
+                         f"{100 * c['predicted_gain']:+.1f})")
+            for n, r in enumerate(wp["candidates"]):
+                ws = ", ".join(f"#{o} @ {_ratio_text(x)}" for o, x in r["weights_by_op"].items()) or "no weights"
+                lines.append(f"  {'*' if n == wp['chosen'] else ' '} {r['source']:<10} k={r['k']:<3} {ws:<40} "
+                             f"summed {100 * r['predicted_gain']:+6.1f}  measured {100 * r['measured_gain']:+6.1f}")
         if a.get("mode") == "lazy":
             est = p.get("estimated_options") or []
             lines.append(f"analysis: {a['units_measured']} of {a['units']} options measured by fine-tuning, the "

@@ -31,7 +31,9 @@ Artifacts
   plan.json           TrainPlan JSON (layers by op index of the quantize graph, with their names) + scheme,
                       budget, the memory estimate (`memory`), the exact peak (`exact`), `fits` (on the exact peak)
                       and, for auto, the predicted gain (`predicted`: classification delta_accuracy and
-                      reference_accuracy; regression metric "mse", delta_score, reference_mse, predicted_mse)
+                      reference_accuracy; regression metric "mse", delta_score, reference_mse, predicted_mse;
+                      named outputs metric "loss", reference_loss, predicted_loss; `measured_gain`: the chosen
+                      plan measured as a whole, auto_plan.whole_plan_choice)
   train_plan.json     the plan alone (version, scheme, layers; `qas` when the update check changed it): the only
                       file autodiff reads
   update_check.json   int8 updates below half a step, per trained tensor, and the rounding / master copy chosen
@@ -287,11 +289,14 @@ def run(ctx: StageContext) -> StageResult:
                "biases": sum(1 for lp in plan.layers if lp.bias)}
     if upd.scheme == "auto":
         p = doc["predicted"]
-        if p.get("metric") == "mse":
-            metrics.update(predicted_delta_score=p["delta_score"], predicted_mse=p["predicted_mse"],
-                           reference_mse=p["reference_mse"])
+        m = p.get("metric")
+        if m is not None:
+            metrics.update({"predicted_delta_score": p["delta_score"], f"predicted_{m}": p[f"predicted_{m}"],
+                            f"reference_{m}": p[f"reference_{m}"]})
         else:
             metrics["predicted_delta_accuracy"] = p["delta_accuracy"]
+        if p.get("measured_gain") is not None:
+            metrics["measured_gain"] = p["measured_gain"]
         # What this run measured or found memoised: the log line and build.json, never an artifact.
         metrics.update({f"{k}_units": v for k, v in counts.items()})
         line += (f" [{counts.get('measured', 0)} units measured, {counts.get('reused', 0)} reused"
