@@ -156,3 +156,48 @@ def test_force_remeasures_and_same_key_gives_same_bytes(tmp_path, fake):
     for name in ("plan.txt", "plan.json", "contributions.json", "search_trace.json", "train_plan.json"):
         assert (c1.out_dir / name).read_bytes() == (c2.out_dir / name).read_bytes() == (c3.out_dir / name).read_bytes()
     assert "units measured" not in (c1.out_dir / "plan.txt").read_text()
+
+
+# ---- whole-plan choice ----------------------------------------------------------------------------------------
+
+class InterferingMeasure:
+    """Accuracy that is not additive: each bias adds 0.01; one trained weight layer adds 0.1, but two or more
+    interfere and add only 0.02 together. Every single weight option's Δ is +10 points, so the sum of single gains
+    prefers every weight layer at once — which measures worse than any one of them alone."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def factory(self, graph, ds, settings, loss=None):
+        def measure(plan):
+            self.calls += 1
+            layers = plan.layers if plan else []
+            n_w = sum(1 for lp in layers if lp.weight_ratio > 0)
+            return {"accuracy": 0.2 + 0.01 * sum(lp.bias for lp in layers)
+                    + (0.1 if n_w == 1 else 0.02 if n_w > 1 else 0.0)}
+        return measure
+
+
+def test_whole_plan_score_beats_the_sum_of_single_gains(tmp_path, monkeypatch):
+    f = InterferingMeasure()
+    monkeypatch.setattr(C, "make_measure", f.factory)
+    g = graph_of("digits_cnn_int8")
+    ctx = make_ctx(tmp_path, g, {"scheme": "auto"})           # host: no memory limit, every plan fits
+    res = SP.run(ctx)
+    plan = read(ctx, "plan.json")
+    whole = plan["analysis"]["whole_plan"]
+    search, chosen = whole["candidates"][0], whole["candidates"][whole["chosen"]]
+    # The additive search picks all three weight layers (summed +33 points); measured as one plan it gains +5.
+    assert search["source"] == "search" and len(search["weights_by_op"]) == 3
+    assert search["predicted_gain"] == pytest.approx(0.33) and search["measured_gain"] == pytest.approx(0.05)
+    # The whole-plan choice is a nested sub-plan with one weight layer: +13 points measured.
+    assert whole["chosen"] != 0 and chosen["source"] == "sub-plan" and len(chosen["weights_by_op"]) == 1
+    assert chosen["measured_gain"] == pytest.approx(0.13) == plan["predicted"]["measured_gain"]
+    assert chosen["measured_gain"] == max(c["measured_gain"] for c in whole["candidates"])
+    trained = [d for d in plan["layers"] if d["weight_ratio"] > 0]
+    assert len(trained) == 1 and str(trained[0]["layer"]) in chosen["weights_by_op"]
+    # What the files say is the chosen plan's: its own summed prediction and its measured gain.
+    assert plan["predicted"]["delta_accuracy"] == pytest.approx(chosen["predicted_gain"])
+    assert "ΔAcc +13.0 (measured; +13.0 predicted)" in res.summary and "weights of 1 layer" in res.summary
+    text = (ctx.out_dir / "plan.txt").read_text()
+    assert "whole plans measured" in text and "chosen: sub-plan" in text
