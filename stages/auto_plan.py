@@ -205,7 +205,7 @@ def auto_search(ctx: StageContext, graph: Graph, mm: MemoryModel, upd, capacity:
         return (*plan_auto(mm, table, capacity, upd.search, upd.analysis.seed), None)
 
     reuse = upstream is not None and contrib.table_matches(upstream, gd, settings)
-    lazy = not reuse and len(contrib.units(graph, settings)) > FULL_ANALYSIS_MAX_UNITS
+    lazy = not reuse and len(contrib.units(graph, settings, trained_outputs(ctx.config))) > FULL_ANALYSIS_MAX_UNITS
     an = contrib.open_analysis(graph, ctx.config.get("data"), settings, cache=contrib.unit_cache_of(ctx),
                                known=upstream, progress=ctx.progress, loss=loss, estimate=lazy)
 
@@ -237,6 +237,21 @@ def auto_search(ctx: StageContext, graph: Graph, mm: MemoryModel, upd, capacity:
               "units_measured": sum(1 for uid, _, _ in an.todo if an.known(uid)),
               "chosen_estimated": rounds[-1]["measure"]}
     return whole(table, result, record)
+
+
+def trained_outputs(config: Any) -> list[str] | None:
+    """The outputs train.outputs names (None: the model's single output)."""
+    outs = config.get("train.outputs")
+    return [h.name for h in loss_config(config)] if outs else None
+
+
+def restrict_to_trained(mm: MemoryModel, graph: Graph, config: Any) -> None:
+    """With train.outputs, the search offers only the layers whose result reaches a trained output (the others are
+    pruned from training): `mm.layers` keeps those (in place, before any option is priced)."""
+    outs = trained_outputs(config)
+    if outs:
+        keep = set(contrib.trainable_layers(graph, outs))
+        mm.layers = [lay for lay in mm.layers if lay.op_index in keep]
 
 
 MAX_PER_K = 3          # whole-plan candidates: the search's best plans of this many other region sizes k

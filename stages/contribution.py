@@ -90,17 +90,30 @@ def table_task(table: dict[str, Any] | None) -> str:
 
 # ---- units -------------------------------------------------------------------------------------------
 
-def trainable_layers(graph: Graph) -> list[int]:
-    return TrainPlan.trainable_ops(graph)
+def trainable_layers(graph: Graph, outputs: list[str] | None = None) -> list[int]:
+    """The trainable layers (op order); with `outputs` (the trained heads), only those whose result reaches one of
+    them: a layer of an output that is not trained is pruned from training and has nothing to offer."""
+    ops = TrainPlan.trainable_ops(graph)
+    if not outputs:
+        return ops
+    live = set(outputs)
+    reach: set[int] = set()
+    for i in range(len(graph.ops) - 1, -1, -1):
+        op = graph.ops[i]
+        if live & set(op.outputs):
+            reach.add(i)
+            live.update(t for t in op.inputs if t is not None)
+    return [i for i in ops if i in reach]
 
 
-def units(graph: Graph, settings: AnalysisSettings) -> list[tuple[str, dict[str, Any], TrainPlan | None]]:
+def units(graph: Graph, settings: AnalysisSettings,
+          outputs: list[str] | None = None) -> list[tuple[str, dict[str, Any], TrainPlan | None]]:
     """(unit id, description, plan) for every measurement, plans naming layers by weight tensor (names survive
     dequantization, op indices do not). A bias region whose layers have no bias at all (a bias-less classifier,
     a conv whose bias the converter folded into a separate ADD) trains nothing by itself: its plan is None, the
     reference's, so it is never measured apart (`empty: true`); its weights are offered all the same, measured
     against the reference."""
-    ops = trainable_layers(graph)
+    ops = trainable_layers(graph, outputs)
     depth = len(ops) if settings.max_layers is None else min(settings.max_layers, len(ops))
 
     def bias_plan(k: int, extra: tuple[int, float] | None = None) -> TrainPlan | None:
@@ -158,7 +171,8 @@ class Analysis:
         self.gd, self.dd, self.cache, self.progress = graph_dig, data_dig, cache, progress
         self.value = UNIT_VALUE[task]
         self.prior = {u["key"]: u for u in (known or {}).get("units", []) if "key" in u and self.value in u}
-        self.todo = units(graph, settings)
+        self.outputs = None if heads is None else [h[0] for h in heads]     # the trained outputs' layers only
+        self.todo = units(graph, settings, self.outputs)
         self.desc = {uid: (desc, plan) for uid, desc, plan in self.todo}
         self.heads = heads          # Task.key_json(): the named outputs trained (part of every key)
         self.keys = {uid: self.key(plan) for uid, _, plan in self.todo}
@@ -224,9 +238,9 @@ class Analysis:
             rows.append(row)
         counts = self.counters()
         if self.task in ERROR_TASKS:
-            table = _error_table(self.graph, self.settings, self.gd, self.dd, rows, self.task)
+            table = _error_table(self.graph, self.settings, self.gd, self.dd, rows, self.task, self.outputs)
         else:
-            table = _table(self.graph, self.settings, self.gd, self.dd, rows, 0, 0)
+            table = _table(self.graph, self.settings, self.gd, self.dd, rows)
         table.update(counts)
         if self.estimates is not None:
             table["estimate"] = _fill_estimates(table, self.held_out)
@@ -346,7 +360,7 @@ def _entries(rows: list[dict[str, Any]], value: str) -> tuple[list[dict[str, Any
 
 
 def _error_table(graph: Graph, settings: AnalysisSettings, gd: str, dd: str, rows: list[dict[str, Any]],
-                 task: str) -> dict[str, Any]:
+                 task: str, outputs: list[str] | None = None) -> dict[str, Any]:
     """The regression (outputs) table: as `_table`, each unit's score (1 - MSE/MSE_ref, 1 - loss/loss_ref) in place
     of its accuracy."""
     value = ERROR_TASKS[task]
@@ -357,7 +371,7 @@ def _error_table(graph: Graph, settings: AnalysisSettings, gd: str, dd: str, row
         if not r.get("estimated"):
             r["score"] = score(r.get(value))
     bias, weights = _entries(rows, "score")
-    ops = trainable_layers(graph)
+    ops = trainable_layers(graph, outputs)
     return {"version": TABLE_VERSION, "task": task, "metric": METRICS[task],
             "graph": gd, "data": dd, "settings": settings.to_json(),
             "layers": [{"op": i, "name": short_name(graph.ops[i].inputs[1]), "type": graph.ops[i].type,
@@ -460,7 +474,7 @@ def first_order(graph: Graph, ds, settings: AnalysisSettings, probe: int = PROBE
         return max(0.0, v) if math.isfinite(v) else 0.0
 
     out: dict[str, float] = {"reference": 0.0}
-    for uid, desc, plan in units(graph, settings):
+    for uid, desc, plan in units(graph, settings, None if task.heads is None else [h.name for h in task.heads]):
         if desc["kind"] == "bias":
             total = 0.0
             for lp in (plan.layers if plan else []):

@@ -56,7 +56,8 @@ from tinytrain.pipeline.contract import StageContext, StageResult
 from tinytrain.stages import contribution as contrib
 from tinytrain.stages import contribution_text, update_check
 from tinytrain.stages.auto_plan import (MAX_ROUNDS, NO_LIMIT, auto_search,  # noqa: F401
-                                        build_problem, plan_auto, smallest_plan_check, smallest_plans,
+                                        build_problem, plan_auto, restrict_to_trained, smallest_plan_check,
+                                        smallest_plans,
                                         verified_auto)
 from tinytrain.stages.ir import Graph
 from tinytrain.stages.losses import loss_config
@@ -231,6 +232,7 @@ def run(ctx: StageContext) -> StageResult:
     if upd.scheme == "auto":
         # host has no memory limit: auto then picks the plan with the largest predicted gain.
         capacity = budget if budget is not None else NO_LIMIT
+        restrict_to_trained(mm, graph, cfg)
         # Before measuring anything: a budget below the smallest plan fails at once (by the exact measure).
         depth = len(mm.layers) if upd.analysis.max_layers is None else min(upd.analysis.max_layers, len(mm.layers))
         try:
