@@ -38,7 +38,17 @@ The task comes from the data (`Dataset.regression`); sparse-plan also hands over
 with it (mse for regression, cross_entropy for class labels: emulate-run refuses the mix too), checked before
 anything is measured. A regression table has `task: "regression"`; a classification table is exactly as before.
 
-Nothing here depends on the memory budget: re-planning with another budget reuses the whole table.
+Named outputs (`train.outputs`: several heads, each with its loss and weight): each unit fine-tunes the heads with
+their losses and records the total weighted loss of the trained heads on the held-out samples (`loss`); the table
+(`task: "outputs"`) scores a unit by the share of the reference's loss it removes, exactly as regression does with
+the MSE. Only layers whose result reaches a trained output are options (the others are pruned from training).
+
+Modules: this one (units, the table, the stage), contribution_measure.py (the float measurement and the task),
+contribution_cache.py (unit keys and memos), contribution_text.py (contributions.txt). `Analysis.measure_plan`
+also measures whole plans for sparse-plan's final choice (auto_plan.whole_plan_choice), keyed like the units.
+
+Nothing here depends on the memory budget: re-planning with another budget reuses the whole table (the whole-plan
+choice measures only candidate plans not measured before).
 Caching: each unit's key is sha256 of {graph content digest, data digest, the unit's plan (weights by tensor
 name), the analysis settings} (+ the task for regression). `UnitCache` keeps one JSON file per key in a folder
 (given by the runner when it provides one); `analyse(..., known=...)` also reuses the units of an earlier
