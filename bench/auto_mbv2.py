@@ -86,7 +86,7 @@ def _measured_gains(build_dir: Path, data_spec: dict, plans: list[dict]) -> tupl
 
 def _print_whole(plan: dict) -> None:
     wp = (plan.get("analysis") or {}).get("whole_plan")
-    if not wp:
+    if not wp or wp.get("chosen") is None:
         return
     print(f"whole plans measured ({len(wp['candidates'])}; * chosen):")
     for n, c in enumerate(wp["candidates"]):

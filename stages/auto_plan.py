@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from tinytrain.pipeline.contract import StageContext
-from tinytrain.pipeline.errors import UserError
 from tinytrain.stages import contribution as contrib
 from tinytrain.stages.contribution import SCORE_FLOOR
 from tinytrain.stages.ir import Graph
@@ -302,6 +301,8 @@ def whole_plan_choice(an, graph: Graph, mm: MemoryModel, table: dict[str, Any], 
         rows.append(row)
         if chosen is None or gain > chosen[0] + 1e-9:
             chosen = (gain, k, ratios, len(rows) - 1)
+    if chosen is None:      # no candidate fits (cannot happen: the search's choice fits); keep the search's
+        return result, {"candidates": rows, "chosen": None, "rule": "no candidate fits: the search's choice"}
     gain, k, ratios, idx = chosen
     if idx != 0:
         choice = Choice(k, ratios, problem.cost(k, ratios), problem.gain(k, ratios))

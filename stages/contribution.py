@@ -76,7 +76,7 @@ from tinytrain.stages.contribution_cache import (UNIT_VALUE, UNIT_VERSION, UnitC
 from tinytrain.stages.contribution_measure import (EVAL_BATCH, AnalysisSettings, ContributionError,  # noqa: F401
                                                    Measure, Task, check_task, dequantize_graph, evaluate,
                                                    evaluate_heads, evaluate_mse, holdout_split, make_measure,
-                                                   num_classes, outputs_per_sample, task_of)
+                                                   num_classes, one_blas_thread, outputs_per_sample, task_of)
 from tinytrain.stages.ir import Graph
 from tinytrain.stages.plan_memory import WEIGHT_RATIOS, channels, short_name
 from tinytrain.stages.train_plan import LayerPlan, TrainPlan, _has_bias, _in_channels
@@ -463,7 +463,7 @@ def first_order(graph: Graph, ds, settings: AnalysisSettings, probe: int = PROBE
     n = max(1, min(probe, len(x_tu)))
     mean = {p: np.zeros(fg.tensors[p].shape, np.float64) for p in grads}
     power = {p: np.zeros(fg.tensors[p].shape, np.float64) for p in grads}      # mean of the squared gradients
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), one_blas_thread():
         for i in range(n):
             values = run_sample(tg, state, x_tu[i:i + 1], y_tu[i:i + 1], fast_float.run_op,
                                 fast_float.backward_op)

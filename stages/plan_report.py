@@ -109,7 +109,7 @@ def plan_text(doc: dict[str, Any], mm: MemoryModel, table: dict[str, Any] | None
                          f"measured one option at a time and summed, so overlapping gains are overstated)")
         a = doc.get("analysis") or {}
         wp = a.get("whole_plan")
-        if wp:
+        if wp and wp.get("chosen") is not None:
             c = wp["candidates"][wp["chosen"]]
             unit = "points of accuracy" if metric not in ERROR_NAME else f"points of the reference {ERROR_NAME[metric]}"
             lines.append(f"whole plans measured: {len(wp['candidates'])} candidates (the search's choice, its best "
