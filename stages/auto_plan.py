@@ -254,7 +254,8 @@ def restrict_to_trained(mm: MemoryModel, graph: Graph, config: Any) -> None:
 
 
 MAX_PER_K = 3          # whole-plan candidates: the search's best plans of this many other region sizes k
-MAX_SUBPLANS = 3       # ... and this many nested sub-plans of the search's choice
+SUBPLAN_SIZES = (1, 2, 4)   # ... the search's choice's top-m weights by Δ (in the smallest region holding them)
+MAX_TABLE_UNITS = 3    # ... and the best measured table units that fit (already measured: free)
 
 
 def whole_plan_choice(an, graph: Graph, mm: MemoryModel, table: dict[str, Any], result: tuple, capacity: int,
@@ -263,9 +264,11 @@ def whole_plan_choice(an, graph: Graph, mm: MemoryModel, table: dict[str, Any], 
     units and cached the same way). The search adds single options' gains, which overstates a plan whose options
     overlap (two updates that fix the same error) and cannot see options that interfere; the candidates are the
     search's choice W, the search's best plan for up to MAX_PER_K other bias regions k (largest predicted gain
-    first), and up to MAX_SUBPLANS nested sub-plans of W (W without its weights of smallest Δ, one more each time,
-    and W's bias region alone), all that fit the budget (by the exact peak when the exact planner is used, else
-    the analytic cost under `capacity`). The chosen plan is the one with the largest measured gain; W stays unless
+    first), W's sub-plans made of its top-m weights by Δ (SUBPLAN_SIZES, each in the smallest region holding
+    them: many options at once can measure worse than a few — on MobileNetV2 the search's 19-layer plan, summed
+    +118 points, measured -6), and the MAX_TABLE_UNITS table units with the largest measured gain (a table unit
+    is a whole plan already measured: a bias region, or one layer's weights in the region reaching it), all that
+    fit the budget (by the exact peak when the exact planner is used, else the analytic cost under `capacity`). The chosen plan is the one with the largest measured gain; W stays unless
     another measures strictly better. Returns the search result tuple with the chosen plan and its prediction (its
     `measured_gain` added) and the record for plan.json's analysis."""
     plan, predicted, res, positions, verification = result
@@ -277,16 +280,32 @@ def whole_plan_choice(an, graph: Graph, mm: MemoryModel, table: dict[str, Any], 
     for c in per_k[:MAX_PER_K + 1]:
         cands.append(("best of k", int(c["k"]), {int(j): float(r) for j, r in c["weights"].items()}))
     by_delta = sorted(best.ratios.items(), key=lambda jr: -_weight_delta(table, positions, *jr))
-    for n in range(len(by_delta) - 1, max(-1, len(by_delta) - 1 - MAX_SUBPLANS), -1):
-        cands.append(("sub-plan", best.k, dict(by_delta[:n])))
+    for m in SUBPLAN_SIZES:
+        if m < len(by_delta):
+            sub = dict(by_delta[:m])
+            cands.append(("sub-plan", _smallest_region(problem, sub), sub))
+    ref_score = contrib.unit_score(table, table["reference"])
+    measured_units = sorted(
+        ((contrib.unit_score(table, u) - ref_score, u) for u in table.get("units", [])
+         if u["kind"] in ("bias", "weight") and not u.get("estimated") and not u.get("empty")),
+        key=lambda t: -t[0])
+    table_cands = []
+    for _, u in measured_units:
+        if u["kind"] == "bias":
+            table_cands.append(("table unit", int(u["k"]), {}))
+        else:
+            table_cands.append(("table unit", int(u["reference_k"]), {int(u["position"]): float(u["ratio"])}))
     seen: set[tuple] = set()
     rows: list[dict[str, Any]] = []
     chosen: tuple | None = None
     ref = table["reference"]
-    for source, k, ratios in cands:
+    n_table = 0
+    for source, k, ratios in cands + table_cands:
         sig = (k, tuple(sorted(ratios.items())))
         if sig in seen or problem.bias[k - 1] is None or not problem.valid(k, ratios):
             continue
+        if source == "table unit" and n_table >= MAX_TABLE_UNITS:
+            break
         seen.add(sig)
         p = choice_plan(mm, positions, k, ratios)
         peak = exact(p)["peak_bytes"] if use_exact else None
@@ -294,6 +313,7 @@ def whole_plan_choice(an, graph: Graph, mm: MemoryModel, table: dict[str, Any], 
                 peak is None and problem.cost(k, ratios) > capacity):
             continue
         an.progress(f"measuring whole plan {len(rows) + 1} (k={k}, {len(ratios)} weight layers)", None)
+        n_table += source == "table unit"
         doc = an.measure_plan(_named_plan(graph, p))
         gain = contrib.unit_score(table, doc) - contrib.unit_score(table, ref)
         row = {"source": source, "k": k, "weights_by_op": {str(positions[j]): r for j, r in sorted(ratios.items())},
@@ -316,6 +336,14 @@ def whole_plan_choice(an, graph: Graph, mm: MemoryModel, table: dict[str, Any], 
               "rule": "the candidate with the largest measured gain (each fine-tuned as one unit); the search's "
                       "choice unless another measures strictly better"}
     return (plan, predicted, res, positions, verification), record
+
+
+def _smallest_region(problem: Problem, ratios: dict[int, float]) -> int:
+    """The smallest bias region k holding the weights at positions `ratios` that is a valid choice."""
+    k = max(ratios) + 1
+    while k < problem.k_max and problem.bias[k - 1] is None:
+        k += 1
+    return k
 
 
 def _weight_delta(table: dict[str, Any], positions: list[int], j: int, r: float) -> float:

@@ -113,7 +113,8 @@ def plan_text(doc: dict[str, Any], mm: MemoryModel, table: dict[str, Any] | None
             c = wp["candidates"][wp["chosen"]]
             unit = "points of accuracy" if metric not in ERROR_NAME else f"points of the reference {ERROR_NAME[metric]}"
             lines.append(f"whole plans measured: {len(wp['candidates'])} candidates (the search's choice, its best "
-                         f"plan of other region sizes, nested sub-plans), each fine-tuned as one unit; chosen: "
+                         f"plans of other region sizes, its top weights alone, the best measured table units), each "
+                         f"fine-tuned as one unit; chosen: "
                          f"{'the search' + chr(39) + 's choice' if wp['chosen'] == 0 else c['source']} "
                          f"(k={c['k']}), measured {100 * c['measured_gain']:+.1f} {unit} (summed options "
                          f"{100 * c['predicted_gain']:+.1f})")
