@@ -12,6 +12,9 @@
 3. Fine-tunes each chosen plan as one unit (the analysis' own measurement: float SGD on the tuning split, top-1
    on the held-out split) and prints, side by side, the plan, its predicted gain (sum of its options' Δ) and its
    measured gain over the no-update reference.
+The lazy run's whole-plan candidates (auto_plan.whole_plan_choice: each fine-tuned as one unit) are printed with
+their summed and measured gains. The load average is printed before and after: on a shared machine the wall time
+counts other jobs' turns, the CPU time does not.
 A benchmark, not a test: times depend on the machine (issue 14's goal: the default analysis <= 2 minutes on 2 cores).
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -80,6 +84,17 @@ def _measured_gains(build_dir: Path, data_spec: dict, plans: list[dict]) -> tupl
     return ref, gains
 
 
+def _print_whole(plan: dict) -> None:
+    wp = (plan.get("analysis") or {}).get("whole_plan")
+    if not wp or wp.get("chosen") is None:
+        return
+    print(f"whole plans measured ({len(wp['candidates'])}; * chosen):")
+    for n, c in enumerate(wp["candidates"]):
+        ws = ", ".join(f"#{op}@{r:g}" for op, r in c["weights_by_op"].items()) or "none"
+        print(f"  {'*' if n == wp['chosen'] else ' '} {c['source']:<10} k={c['k']:<3} weights {ws[:40]:<40} "
+              f"summed {100 * c['predicted_gain']:+6.1f}  measured {100 * c['measured_gain']:+6.1f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--train-per-class", type=int, default=make_mbv2_data.TRAIN_PER_CLASS)
@@ -92,9 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     make_mbv2_data.TRAIN_PER_CLASS = a.train_per_class
     data = make_mbv2_data.make(out)
     spec = (HERE / "mbv2_auto.yaml").read_text().replace("../build/bench-data/mbv2_synth.npz", str(data))
+    print("load average before: " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + f" ({os.cpu_count()} cores)")
     with tempfile.TemporaryDirectory(prefix="tt-auto-bench-") as tmp:
         tmp = Path(tmp)
         wall, lazy = _build(spec, tmp, "lazy")
+        print("load average after: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
         plan = lazy["plan"]
         an = plan.get("analysis", {})
         print(f"train samples: {a.train_per_class * 10}; sparse-plan wall time {wall:.1f} s, CPU {lazy['cpu']:.1f} s "
@@ -104,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{plan['predicted'].get('estimated_options') or 'none'}")
         print(f"plan: {_plan_text(plan)}, exact peak {plan['exact']['peak_bytes'] / 1024:.1f} KB of "
               f"{plan['budget_bytes'] / 1024:.1f} KB, fits {plan['fits']}")
+        _print_whole(plan)
         if a.compare_layers <= 0:
             return 0
         n = a.compare_layers

@@ -58,7 +58,7 @@ from tinytrain.stages.ir import Graph, Op, Tensor
 from tinytrain.stages.memplan import fused_dequantize
 from tinytrain.stages.codegen_api import CKPT_HEADER, CKPT_VERSION, model_header
 from tinytrain.stages.codegen_driver import driver_source
-from tinytrain.stages.ops import QAS_UPDATE_OPS, conv_forward
+from tinytrain.stages.ops import QAS_UPDATE_OPS, ROW_OPS, conv_forward
 from tinytrain.stages.runtime_config import PROTOCOL
 from tinytrain.stages.streams import MAX_ROW_OPS, Stream, row_geometry
 
@@ -384,7 +384,7 @@ class _Gen:
             rows.append(f"{{{geo['in_h']}, {geo['out_h']}, {geo['stride']}, {geo['pad_top']}, {geo['span']}, "
                         f"{len(sources[k])}, {{{src[0]}, {src[1]}}}, {{{inr[0]}, {inr[1]}}}, {geo['out_row']}, "
                         f"{window}}}")
-            if op.type in ("conv2d", "depthwise_conv2d"):
+            if op.type in ROW_OPS:   # its C takes a row view of its dims struct
                 io = {"d": "&d", "x": "xs[0]", "y": "y"}
                 call = self.calls_of(op, io=io)
                 body = ["{", "    tt_conv_dims d;", f"    d = {io['dims']};", "    d.in_h = in_rows;",

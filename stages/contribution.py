@@ -38,7 +38,17 @@ The task comes from the data (`Dataset.regression`); sparse-plan also hands over
 with it (mse for regression, cross_entropy for class labels: emulate-run refuses the mix too), checked before
 anything is measured. A regression table has `task: "regression"`; a classification table is exactly as before.
 
-Nothing here depends on the memory budget: re-planning with another budget reuses the whole table.
+Named outputs (`train.outputs`: several heads, each with its loss and weight): each unit fine-tunes the heads with
+their losses and records the total weighted loss of the trained heads on the held-out samples (`loss`); the table
+(`task: "outputs"`) scores a unit by the share of the reference's loss it removes, exactly as regression does with
+the MSE. Only layers whose result reaches a trained output are options (the others are pruned from training).
+
+Modules: this one (units, the table, the stage), contribution_measure.py (the float measurement and the task),
+contribution_cache.py (unit keys and memos), contribution_text.py (contributions.txt). `Analysis.measure_plan`
+also measures whole plans for sparse-plan's final choice (auto_plan.whole_plan_choice), keyed like the units.
+
+Nothing here depends on the memory budget: re-planning with another budget reuses the whole table (the whole-plan
+choice measures only candidate plans not measured before).
 Caching: each unit's key is sha256 of {graph content digest, data digest, the unit's plan (weights by tensor
 name), the analysis settings} (+ the task for regression). `UnitCache` keeps one JSON file per key in a folder
 (given by the runner when it provides one); `analyse(..., known=...)` also reuses the units of an earlier
@@ -51,13 +61,8 @@ reruns only the search. Without that stage `sparse-plan` calls `analyse` itself.
 
 from __future__ import annotations
 
-import copy
-import hashlib
 import json
 import math
-import os
-import tempfile
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -66,156 +71,59 @@ import numpy as np
 from tinytrain.pipeline.contract import StageContext, StageResult, no_progress
 from tinytrain.pipeline.errors import UserError
 from tinytrain.stages import fast_float
-from tinytrain.stages.frozen_prefix import FrozenPrefix
-from tinytrain.stages.ir import Graph, canonical_json, npz_bytes
+from tinytrain.stages.contribution_cache import (UNIT_VALUE, UNIT_VERSION, UnitCache, graph_digest,  # noqa: F401
+                                                 plausible_unit, unit_key)
+from tinytrain.stages.contribution_measure import (EVAL_BATCH, AnalysisSettings, ContributionError,  # noqa: F401
+                                                   Measure, Task, check_task, dequantize_graph, evaluate,
+                                                   evaluate_heads, evaluate_mse, holdout_split, make_measure,
+                                                   num_classes, one_blas_thread, outputs_per_sample, task_of)
+from tinytrain.stages.ir import Graph
 from tinytrain.stages.plan_memory import WEIGHT_RATIOS, channels, short_name
 from tinytrain.stages.train_plan import LayerPlan, TrainPlan, _has_bias, _in_channels
 
 TABLE_VERSION = 1
-UNIT_VERSION = 2      # 2: the suffix after a cached frozen prefix, float conv2d by BLAS (last bits differ from 1)
-EVAL_BATCH = 64
-SCORE_FLOOR = -1.0      # regression: the worst score (MSE >= 2x the reference's, or a diverged run)
+SCORE_FLOOR = -1.0      # regression / outputs: the worst score (error >= 2x the reference's, or a diverged run)
 METRICS = {"classification": "top-1 accuracy on held-out train samples (fraction)",
            "regression": "share of the reference's (no update) mean squared error removed, 1 - MSE / MSE_ref, on "
-                         "held-out train samples (fraction; floored at -1, which a diverged run scores)"}
-# What a unit records: the measured value, in contributions.json's units and the unit cache.
-UNIT_VALUE = {"classification": "accuracy", "regression": "mse"}
-
-Measure = Callable[[TrainPlan | None], dict[str, float]]
-
-
-class ContributionError(UserError):
-    """Contribution analysis cannot run on this model or data."""
-
-
-@dataclass(frozen=True)
-class AnalysisSettings:
-    samples: int = 256
-    eval_samples: int = 256
-    steps: int | None = None
-    learning_rate: float = 0.01
-    seed: int = 0
-    max_layers: int | None = None
-
-    @classmethod
-    def from_spec(cls, spec: Any) -> "AnalysisSettings":
-        if spec is None:
-            return cls()
-        d = spec if isinstance(spec, dict) else spec.model_dump()
-        return cls(**{k: d[k] for k in asdict(cls()) if k in d})
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def unit_json(self) -> dict[str, Any]:
-        """What changes a unit's result: not max_layers (it only says which units exist)."""
-        d = asdict(self)
-        d.pop("max_layers")
-        return d
-
-
-# ---- digests and the unit cache ---------------------------------------------------------------------
-
-def graph_digest(graph: Graph) -> str:
-    h = hashlib.sha256()
-    h.update(canonical_json(graph.to_json()).encode())
-    h.update(npz_bytes({t.name: t.data for t in graph.constants()}))
-    return h.hexdigest()
-
-
-def unit_key(graph_dig: str, data_dig: str, plan: TrainPlan | None, settings: AnalysisSettings,
-             task: str = "classification") -> str:
-    doc = {"unit_version": UNIT_VERSION, "graph": graph_dig, "data": data_dig,
-           "plan": plan.to_json() if plan is not None else None, "settings": settings.unit_json()}
-    if task != "classification":     # classification keys stay what they were (existing caches stay valid)
-        doc["task"] = task
-    return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
+                         "held-out train samples (fraction; floored at -1, which a diverged run scores)",
+           "outputs": "share of the reference's (no update) total weighted loss of the trained outputs removed, "
+                      "1 - loss / loss_ref, on held-out train samples (fraction; floored at -1, which a diverged "
+                      "run scores)"}
+# The tasks scored by the share of the reference's error removed: task -> the unit value that error is.
+ERROR_TASKS = {"regression": "mse", "outputs": "loss"}
 
 
 def table_task(table: dict[str, Any] | None) -> str:
-    """"classification" (tables without a `task`, as before regression existed) or "regression"."""
+    """"classification" (tables without a `task`, as before regression existed), "regression" or "outputs"."""
     return str((table or {}).get("task") or "classification")
-
-
-def _is_unit(doc: Any) -> bool:
-    return isinstance(doc, dict) and any(v in doc for v in UNIT_VALUE.values())
-
-
-def _unit_digest(key: str, doc: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical_json({"key": key, "unit": doc}).encode()).hexdigest()
-
-
-def plausible_unit(doc: dict[str, Any]) -> bool:
-    """A measurement that can be true: an accuracy in [0, 1]; an MSE >= 0 (or null for a diverged run)."""
-    acc, mse = doc.get("accuracy"), doc.get("mse", 0.0)
-    num = (int, float)
-    if "accuracy" in doc and not (isinstance(acc, num) and not isinstance(acc, bool) and 0.0 <= acc <= 1.0):
-        return False
-    if mse is not None and not (isinstance(mse, num) and not isinstance(mse, bool) and math.isfinite(mse)
-                                and mse >= 0.0):
-        return False
-    return True
-
-
-class UnitCache:
-    """One JSON file per measured unit: <dir>/<key[:2]>/<key>.json, written atomically (temp + rename), so two
-    builds measuring at once at worst measure a unit twice. Content-checked like every other cache entry: a memo
-    holds its key and the sha256 of (key, measurement); one whose digest does not match (edited, truncated, of an
-    older format) or whose value cannot be true (an accuracy outside [0, 1]) is dropped and measured again.
-    `refresh` (the runner's `--force` of the stage): every unit is measured again and its memo rewritten."""
-
-    def __init__(self, directory: Path, refresh: bool = False):
-        self.dir = Path(directory)
-        self.refresh = refresh
-        self.dropped = 0          # memos found bad (log/metrics only; never written into an artifact)
-
-    def _path(self, key: str) -> Path:
-        return self.dir / key[:2] / f"{key}.json"
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        if self.refresh:
-            return None
-        path = self._path(key)
-        try:
-            entry = json.loads(path.read_text())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError):
-            entry = None
-        doc = entry.get("unit") if isinstance(entry, dict) else None
-        if (isinstance(doc, dict) and entry.get("key") == key and _is_unit(doc) and plausible_unit(doc)
-                and entry.get("digest") == _unit_digest(key, doc)):
-            return doc
-        self.dropped += 1
-        path.unlink(missing_ok=True)
-        return None
-
-    def put(self, key: str, doc: dict[str, Any]) -> None:
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(json.dumps({"key": key, "unit": doc, "digest": _unit_digest(key, doc)}, sort_keys=True))
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
 
 
 # ---- units -------------------------------------------------------------------------------------------
 
-def trainable_layers(graph: Graph) -> list[int]:
-    return TrainPlan.trainable_ops(graph)
+def trainable_layers(graph: Graph, outputs: list[str] | None = None) -> list[int]:
+    """The trainable layers (op order); with `outputs` (the trained heads), only those whose result reaches one of
+    them: a layer of an output that is not trained is pruned from training and has nothing to offer."""
+    ops = TrainPlan.trainable_ops(graph)
+    if not outputs:
+        return ops
+    live = set(outputs)
+    reach: set[int] = set()
+    for i in range(len(graph.ops) - 1, -1, -1):
+        op = graph.ops[i]
+        if live & set(op.outputs):
+            reach.add(i)
+            live.update(t for t in op.inputs if t is not None)
+    return [i for i in ops if i in reach]
 
 
-def units(graph: Graph, settings: AnalysisSettings) -> list[tuple[str, dict[str, Any], TrainPlan | None]]:
+def units(graph: Graph, settings: AnalysisSettings,
+          outputs: list[str] | None = None) -> list[tuple[str, dict[str, Any], TrainPlan | None]]:
     """(unit id, description, plan) for every measurement, plans naming layers by weight tensor (names survive
     dequantization, op indices do not). A bias region whose layers have no bias at all (a bias-less classifier,
     a conv whose bias the converter folded into a separate ADD) trains nothing by itself: its plan is None, the
     reference's, so it is never measured apart (`empty: true`); its weights are offered all the same, measured
     against the reference."""
-    ops = trainable_layers(graph)
+    ops = trainable_layers(graph, outputs)
     depth = len(ops) if settings.max_layers is None else min(settings.max_layers, len(ops))
 
     def bias_plan(k: int, extra: tuple[int, float] | None = None) -> TrainPlan | None:
@@ -266,42 +174,54 @@ class Analysis:
     def __init__(self, graph: Graph, measure: Measure, settings: AnalysisSettings, *, graph_dig: str,
                  data_dig: str, cache: UnitCache | None = None, known: dict[str, Any] | None = None,
                  progress=no_progress, task: str = "classification",
-                 estimates: dict[str, float] | None = None, held_out: int | None = None):
+                 estimates: dict[str, float] | None = None, held_out: int | None = None, heads: Any = None):
         if task not in UNIT_VALUE:
             raise ContributionError(f"contribution analysis: unknown task {task!r}")
         self.graph, self._measure, self.settings, self.task = graph, measure, settings, task
         self.gd, self.dd, self.cache, self.progress = graph_dig, data_dig, cache, progress
         self.value = UNIT_VALUE[task]
         self.prior = {u["key"]: u for u in (known or {}).get("units", []) if "key" in u and self.value in u}
-        self.todo = units(graph, settings)
+        self.outputs = None if heads is None else [h[0] for h in heads]     # the trained outputs' layers only
+        self.todo = units(graph, settings, self.outputs)
         self.desc = {uid: (desc, plan) for uid, desc, plan in self.todo}
-        self.keys = {uid: unit_key(graph_dig, data_dig, plan, settings, task) for uid, _, plan in self.todo}
+        self.heads = heads          # Task.key_json(): the named outputs trained (part of every key)
+        self.keys = {uid: self.key(plan) for uid, _, plan in self.todo}
         self.docs: dict[str, dict[str, Any]] = {}     # key -> measurement
         self.estimates = estimates
         self.held_out = settings.eval_samples if held_out is None else held_out   # samples each Δ is scored on
         self.counts = {"measured": 0, "reused": 0}
 
+    def key(self, plan: TrainPlan | None) -> str:
+        return unit_key(self.gd, self.dd, plan, self.settings, self.task, self.heads)
+
     def known(self, uid: str) -> bool:
         return self.keys[uid] in self.docs
 
-    def measure(self, ids: list[str]) -> None:
-        ids = list(dict.fromkeys(ids))
-        for n, uid in enumerate(ids):
-            key = self.keys[uid]
-            if key in self.docs:
-                continue
+    def measure_plan(self, plan: TrainPlan | None) -> dict[str, Any]:
+        """One whole plan measured as a unit (or its memo reused): the same fine-tuning and score as the table's
+        units, keyed and cached the same way (a plan equal to a table unit's is that unit)."""
+        key = self.key(plan)
+        if key not in self.docs:
             doc = self.prior.get(key) or (self.cache.get(key) if self.cache else None)
             if doc is not None and self.value not in doc:
                 doc = None      # (cannot happen: the key holds the task) a unit of the other kind is no answer
             if doc is None:
-                self.progress(f"measuring {uid} ({n + 1}/{len(ids)})", n / max(1, len(ids)))
-                doc = _unit_doc(self._measure(self.desc[uid][1]), self.value)
+                doc = _unit_doc(self._measure(plan), self.value)
                 self.counts["measured"] += 1
                 if self.cache:
                     self.cache.put(key, doc)
             else:
                 self.counts["reused"] += 1
             self.docs[key] = {k: v for k, v in doc.items() if k not in ("key", "id", "plan")}
+        return self.docs[key]
+
+    def measure(self, ids: list[str]) -> None:
+        ids = list(dict.fromkeys(ids))
+        for n, uid in enumerate(ids):
+            key = self.keys[uid]
+            if key not in self.docs:
+                self.progress(f"measuring {uid} ({n + 1}/{len(ids)})", n / max(1, len(ids)))
+                self.measure_plan(self.desc[uid][1])
 
     def measure_all(self) -> None:
         self.measure([uid for uid, _, _ in self.todo])
@@ -327,10 +247,10 @@ class Analysis:
                 row["first_order"] = float(self.estimates.get(uid, 0.0))
             rows.append(row)
         counts = self.counters()
-        if self.task == "regression":
-            table = _regression_table(self.graph, self.settings, self.gd, self.dd, rows, 0, 0)
+        if self.task in ERROR_TASKS:
+            table = _error_table(self.graph, self.settings, self.gd, self.dd, rows, self.task, self.outputs)
         else:
-            table = _table(self.graph, self.settings, self.gd, self.dd, rows, 0, 0)
+            table = _table(self.graph, self.settings, self.gd, self.dd, rows)
         table.update(counts)
         if self.estimates is not None:
             table["estimate"] = _fill_estimates(table, self.held_out)
@@ -341,7 +261,7 @@ def delta_noise_var(table: dict[str, Any], held_out: int) -> float:
     """Variance of a measured Δ from the held-out set's finite size alone: a difference of two accuracies on the
     same `held_out` samples, each binomial, 2·p(1 − p)/n at the reference accuracy p (regression: the binomial
     worst case p = 1/2, a rough level for a score whose per-sample spread is of order one)."""
-    p = 0.5 if table_task(table) == "regression" else float(table["reference"]["accuracy"])
+    p = 0.5 if table_task(table) in ERROR_TASKS else float(table["reference"]["accuracy"])
     p = min(max(p, 0.05), 0.95)       # a reference at 0 % or 100 % would claim noiseless measurements
     return 2.0 * p * (1.0 - p) / max(1, held_out)
 
@@ -393,26 +313,27 @@ def analyse(graph: Graph, measure: Measure, settings: AnalysisSettings, *, graph
 
 
 def _unit_doc(res: dict[str, Any], value: str) -> dict[str, Any]:
-    """What one measurement records. Classification: as it always was. Regression: the raw MSE, or `mse: null` and
-    `diverged: true` when it is not finite (JSON has no NaN/inf; the table scores it the floor)."""
+    """What one measurement records. Classification: as it always was. Regression (outputs): the raw MSE (loss),
+    or `mse: null` (`loss: null`) and `diverged: true` when it is not finite (JSON has no NaN/inf; the table scores
+    it the floor)."""
     extra = {k: float(v) for k, v in res.items()
              if k not in (value, "diverged") and isinstance(v, (int, float)) and not isinstance(v, bool)}
     if value == "accuracy":
         return {"accuracy": float(res["accuracy"]), **extra}
     extra = {k: v for k, v in extra.items() if math.isfinite(v)}
-    mse = res.get("mse")
-    mse = float(mse) if mse is not None else float("nan")
-    if not math.isfinite(mse) or res.get("diverged"):
-        return {"mse": None, "diverged": True, **extra}
-    return {"mse": mse, **extra}
+    err = res.get(value)
+    err = float(err) if err is not None else float("nan")
+    if not math.isfinite(err) or res.get("diverged"):
+        return {value: None, "diverged": True, **extra}
+    return {value: err, **extra}
 
 
-def _scorer(ref_mse: float | None) -> Callable[[float | None], float]:
-    """score = 1 - MSE / MSE_ref, floored at SCORE_FLOOR; a diverged unit (MSE None) scores the floor. A reference
-    with no error at all (MSE_ref = 0) scores the others by -MSE (still 0 for the reference)."""
+def _scorer(ref_mse: float | None, what: str = "MSE") -> Callable[[float | None], float]:
+    """score = 1 - MSE / MSE_ref (or loss / loss_ref), floored at SCORE_FLOOR; a diverged unit (None) scores the
+    floor. A reference with no error at all (MSE_ref = 0) scores the others by -MSE (still 0 for the reference)."""
     if ref_mse is None or not math.isfinite(ref_mse):
         raise ContributionError("contribution analysis: the model as it is (no update) predicts non-finite values on "
-                                "the held-out train samples, so no option's MSE can be compared with it",
+                                f"the held-out train samples, so no option's {what} can be compared with it",
                                 hint="check the model and the data's scale, or use scheme manual / last_k / "
                                      "bias_only")
 
@@ -429,7 +350,7 @@ def _entries(rows: list[dict[str, Any]], value: str) -> tuple[list[dict[str, Any
     regression). An option is `estimated` when it or the unit its Δ is measured against was not measured (its Δ
     is filled in by _fill_estimates); an empty bias region is the reference (Δ 0)."""
     by_id = {r["id"]: r for r in rows}
-    keep = ("first_order", "empty", "diverged", "mse", "accuracy", "score")
+    keep = ("first_order", "empty", "diverged", "mse", "loss", "accuracy", "score")
     bias, weights = [], []
     for r in rows:
         if r["kind"] not in ("bias", "weight"):
@@ -448,27 +369,29 @@ def _entries(rows: list[dict[str, Any]], value: str) -> tuple[list[dict[str, Any
     return bias, weights
 
 
-def _regression_table(graph: Graph, settings: AnalysisSettings, gd: str, dd: str, rows: list[dict[str, Any]],
-                      measured: int, reused: int) -> dict[str, Any]:
-    """The regression table: as `_table`, each unit's score (1 - MSE/MSE_ref) in place of its accuracy."""
+def _error_table(graph: Graph, settings: AnalysisSettings, gd: str, dd: str, rows: list[dict[str, Any]],
+                 task: str, outputs: list[str] | None = None) -> dict[str, Any]:
+    """The regression (outputs) table: as `_table`, each unit's score (1 - MSE/MSE_ref, 1 - loss/loss_ref) in place
+    of its accuracy."""
+    value = ERROR_TASKS[task]
     by_id = {r["id"]: r for r in rows}
-    ref = by_id["reference"]["mse"]
-    score = _scorer(ref)
+    ref = by_id["reference"][value]
+    score = _scorer(ref, "MSE" if value == "mse" else "loss")
     for r in rows:
         if not r.get("estimated"):
-            r["score"] = score(r.get("mse"))
+            r["score"] = score(r.get(value))
     bias, weights = _entries(rows, "score")
-    ops = trainable_layers(graph)
-    return {"version": TABLE_VERSION, "task": "regression", "metric": METRICS["regression"],
+    ops = trainable_layers(graph, outputs)
+    return {"version": TABLE_VERSION, "task": task, "metric": METRICS[task],
             "graph": gd, "data": dd, "settings": settings.to_json(),
             "layers": [{"op": i, "name": short_name(graph.ops[i].inputs[1]), "type": graph.ops[i].type,
                         "position": len(ops) - 1 - n} for n, i in enumerate(ops)],
-            "reference": {"mse": ref, "score": by_id["reference"]["score"]}, "bias": bias, "weights": weights,
+            "reference": {value: ref, "score": by_id["reference"]["score"]}, "bias": bias, "weights": weights,
             "units": rows}
 
 
 def _table(graph: Graph, settings: AnalysisSettings, gd: str, dd: str, rows: list[dict[str, Any]],
-           measured: int, reused: int) -> dict[str, Any]:
+           *_: Any) -> dict[str, Any]:
     by_id = {r["id"]: r for r in rows}
     ref = by_id["reference"]["accuracy"]
     bias, weights = _entries(rows, "accuracy")
@@ -480,194 +403,18 @@ def _table(graph: Graph, settings: AnalysisSettings, gd: str, dd: str, rows: lis
             "reference": {"accuracy": ref}, "bias": bias, "weights": weights, "units": rows}
 
 
+def unit_score(table: dict[str, Any], doc: dict[str, Any]) -> float:
+    """A measured unit's score on the table's scale: its accuracy (classification), or the share of the
+    reference's error it removes, 1 - value / reference value, floored at SCORE_FLOOR (regression, outputs)."""
+    value = ERROR_TASKS.get(table_task(table))
+    if value is None:
+        return float(doc["accuracy"])
+    return _scorer(table["reference"][value], "MSE" if value == "mse" else "loss")(doc.get(value))
+
+
 def table_matches(table: dict[str, Any] | None, graph_dig: str, settings: AnalysisSettings) -> bool:
     return (isinstance(table, dict) and table.get("version") == TABLE_VERSION and table.get("graph") == graph_dig
             and table.get("settings") == settings.to_json())
-
-
-# ---- the float measurement --------------------------------------------------------------------------
-
-def dequantize_graph(graph: Graph) -> Graph:
-    """The float graph an int8 graph stands for: constants with quantization parameters become their real values
-    (float32), activations float32, and QUANTIZE/DEQUANTIZE ops disappear (their output is their input). Tensor
-    names are kept. A float graph comes back unchanged (a copy)."""
-    g = copy.deepcopy(graph)
-    alias: dict[str, str] = {}
-    keep = []
-    for op in g.ops:
-        if op.type in ("quantize", "dequantize") and g.tensors[op.inputs[0]].data is None:
-            src = op.inputs[0]
-            alias[op.outputs[0]] = alias.get(src, src)
-            continue
-        op.inputs = [alias.get(t, t) if t else t for t in op.inputs]
-        keep.append(op)
-    g.ops = keep
-    g.outputs = [alias.get(t, t) for t in g.outputs]
-    for name in alias:
-        g.tensors.pop(name, None)
-    for t in g.tensors.values():
-        if t.data is not None:
-            if t.quant is not None and t.dtype in ("int8", "int16", "int32", "uint8"):
-                q = t.quant
-                scale = np.asarray(q.scale, np.float64)
-                zp = np.asarray(q.zero_point, np.float64)
-                if len(q.scale) > 1:
-                    shape = [1] * t.data.ndim
-                    shape[q.axis] = -1
-                    scale, zp = scale.reshape(shape), zp.reshape(shape)
-                t.data = ((np.asarray(t.data, np.float64) - zp) * scale).astype(np.float32)
-                t.dtype, t.quant = "float32", None
-            elif t.dtype == "float16":
-                t.data, t.dtype = t.data.astype(np.float32), "float32"
-        elif t.dtype in ("int8", "int16", "uint8", "float16"):
-            t.dtype, t.quant = "float32", None
-    for name in g.outputs:
-        g.tensors[name].role = "output"
-    g.validate()
-    return g
-
-
-def holdout_split(ds, settings: AnalysisSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(x_tune, y_tune, x_eval, y_eval): disjoint, seeded subsets of the TRAIN split."""
-    n = len(ds.x_train)
-    if n < 2:
-        raise ContributionError(f"contribution analysis needs at least 2 train samples, the data has {n}")
-    want = settings.samples + settings.eval_samples
-    n_eval = settings.eval_samples if n >= want else max(1, round(n * settings.eval_samples / want))
-    n_tune = min(settings.samples, n - n_eval)
-    perm = np.random.default_rng(settings.seed).permutation(n)
-    ev, tu = np.sort(perm[:n_eval]), np.sort(perm[n_eval:n_eval + n_tune])
-    return ds.x_train[tu], ds.y_train[tu], ds.x_train[ev], ds.y_train[ev]
-
-
-def num_classes(graph: Graph) -> int | None:
-    shape = graph.tensors[graph.outputs[0]].shape
-    return int(shape[-1]) if len(graph.outputs) == 1 and len(shape) in (1, 2) and shape[-1] > 1 else None
-
-
-def outputs_per_sample(graph: Graph) -> int:
-    """Values the (single) output holds per sample: the regression targets it must match."""
-    if len(graph.outputs) != 1:
-        raise ContributionError(f"scheme auto scores regression options by the MSE of the model's output, but the "
-                                f"model has {len(graph.outputs)} outputs",
-                                hint="use scheme manual, last_k or bias_only for this model")
-    shape = [int(d) for d in graph.tensors[graph.outputs[0]].shape]
-    return int(np.prod(shape[1:] if len(shape) > 1 else shape, dtype=np.int64))
-
-
-def check_task(ds, loss: str | None) -> None:
-    """The data's task and the build's training loss must agree (emulate-run refuses the mix too): regression
-    targets train with mse, class labels with cross_entropy. `loss` None: not known here (the contribution stage
-    does not read it) — the data decides."""
-    if loss is None:
-        return
-    if loss == "mse" and not ds.regression:
-        raise ContributionError("train.loss is mse, but the data are class labels: scheme auto would score options "
-                                "by the MSE of float targets the data does not have",
-                                hint="for regression set data.task: regression (npz with float y [N, outputs]); "
-                                     "for classification use train.loss: cross_entropy")
-    if loss != "mse" and ds.regression:
-        raise ContributionError(f"data.task is regression (float targets), but train.loss is {loss}: regression "
-                                "trains (and scheme auto scores options) with the mse loss",
-                                hint="set train.loss: mse")
-
-
-def make_measure(graph: Graph, ds, settings: AnalysisSettings) -> Measure:
-    """The real measurement: float fine-tuning of `plan` on the tuning split, scored on the eval split —
-    classification: cross-entropy, top-1 accuracy; regression (`ds.regression`): mse, the eval split's MSE (inf
-    when the run diverged: the table scores it the worst)."""
-    from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
-    from tinytrain.stages.data import check_compatible
-    from tinytrain.stages.train_executor import train
-
-    regression = bool(getattr(ds, "regression", False))
-    if regression:
-        check_compatible(ds, graph.tensors[graph.inputs[0]].shape, outputs_per_sample(graph))
-    else:
-        k = num_classes(graph)
-        if k is None:
-            raise ContributionError("scheme auto scores options by classification accuracy, but the model's output "
-                                    f"{graph.tensors[graph.outputs[0]].shape} is not a class vector",
-                                    hint="use scheme manual, last_k or bias_only for this model, or for a model that "
-                                         "predicts values: data.task: regression with train.loss: mse")
-        check_compatible(ds, graph.tensors[graph.inputs[0]].shape, k)
-    fg = dequantize_graph(graph)
-    x_tu, y_tu, x_ev, y_ev = holdout_split(ds, settings)
-    steps = settings.steps or len(x_tu)
-    opt = OptimizerSpec(kind="sgd", learning_rate=settings.learning_rate)
-    loss = "mse" if regression else "cross_entropy"
-    # The ops before a unit's first trained layer compute the same values in every unit: run them once per sample
-    # (batched) and train / score only the suffix from the deepest single-tensor cut before that layer.
-    prefix = FrozenPrefix(fg, {"tune": x_tu, "eval": x_ev})
-
-    def measure(plan: TrainPlan | None) -> dict[str, float]:
-        params: dict[str, np.ndarray] = {}
-        out: dict[str, float] = {}
-        trained = [] if plan is None else [_weight_of(fg, lp.layer) for lp in plan.layers]
-        cut = prefix.cut_before(prefix.first_trained_op(trained))
-        sg = prefix.suffix(cut)
-        if plan is not None:
-            tg = build_training_graph(sg, plan, loss, opt, 1)
-            with np.errstate(all="ignore"):       # a diverging run overflows; it is scored, not reported
-                losses, state = train(tg, prefix.activations(cut, "tune"), y_tu, steps=steps, seed=settings.seed,
-                                      forward_op=fast_float.run_op, backward_op=fast_float.backward_op)
-            params = {n: state[n] for n in tg.meta["train"]["trained"]}
-            tail = losses[-max(1, len(losses) // 10):]
-            if np.all(np.isfinite(tail)):         # a diverged run is scored by its (poor) result; JSON has no NaN
-                out["train_loss"] = float(np.mean(tail))
-        x = prefix.activations(cut, "eval")
-        if regression:
-            out["mse"] = evaluate_mse(sg, params, x, y_ev)
-        else:
-            out["accuracy"] = evaluate(sg, params, x, y_ev)
-        return out
-
-    return measure
-
-
-def _weight_of(fg: Graph, layer: int | str) -> str:
-    """A plan layer's weight tensor name (plans here name layers by weight tensor; an op index also works)."""
-    return fg.ops[layer].inputs[1] if isinstance(layer, int) else layer
-
-
-def evaluate_mse(fg: Graph, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> float:
-    """Mean squared error of float graph `fg` with `params` substituted: per sample the mean over its outputs (the
-    mse loss's and the device's test MSE's definition), then the mean over the samples; inf when any prediction
-    (or the result) is not finite (a diverged run)."""
-    g = _with_params(fg, params)
-    total = 0.0
-    with np.errstate(all="ignore"):
-        for i in range(0, len(x), EVAL_BATCH):
-            outs = fast_float.run_graph(g, {g.inputs[0]: x[i:i + EVAL_BATCH].astype(np.float32)})
-            n = len(x[i:i + EVAL_BATCH])
-            pred = np.asarray(outs[g.outputs[0]], np.float64).reshape(n, -1)
-            if not np.all(np.isfinite(pred)):
-                return float("inf")
-            t = np.asarray(y[i:i + EVAL_BATCH], np.float64).reshape(n, -1)
-            total += float(np.sum(np.mean((pred - t) ** 2, axis=1)))
-        mse = total / max(1, len(x))
-    return mse if math.isfinite(mse) else float("inf")
-
-
-def _with_params(fg: Graph, params: dict[str, np.ndarray]) -> Graph:
-    g = Graph(tensors=dict(fg.tensors), ops=fg.ops, inputs=fg.inputs, outputs=fg.outputs, meta=fg.meta)
-    for name, arr in params.items():
-        g.tensors[name] = copy.copy(fg.tensors[name])
-        g.tensors[name].data = np.asarray(arr, np.float32)
-    return g
-
-
-def evaluate(fg: Graph, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> float:
-    """Top-1 accuracy of float graph `fg` with `params` (tensor name -> array) substituted."""
-    g = _with_params(fg, params)
-    correct = 0
-    for i in range(0, len(x), EVAL_BATCH):
-        outs = fast_float.run_graph(g, {g.inputs[0]: x[i:i + EVAL_BATCH].astype(np.float32)})
-        pred = np.asarray(outs[g.outputs[0]]).reshape(len(x[i:i + EVAL_BATCH]), -1)
-        if not np.all(np.isfinite(pred)):
-            continue      # a diverged run: count its samples as wrong
-        correct += int(np.sum(np.argmax(pred, axis=1) == y[i:i + EVAL_BATCH]))
-    return correct / max(1, len(x))
 
 
 # ---- stage -------------------------------------------------------------------------------------------
@@ -690,7 +437,8 @@ def unit_cache_of(ctx: StageContext) -> UnitCache | None:
 PROBE_SAMPLES = 32      # tuning samples whose mean gradient the first-order estimate uses
 
 
-def first_order(graph: Graph, ds, settings: AnalysisSettings, probe: int = PROBE_SAMPLES) -> dict[str, float]:
+def first_order(graph: Graph, ds, settings: AnalysisSettings, probe: int = PROBE_SAMPLES,
+                loss: Any = None) -> dict[str, float]:
     """First-order estimate of every unit's gain, in loss units: an SGD run of `steps` steps at learning rate lr on
     a parameter set P lowers the loss by about lr · steps · |expected gradient over P|² (TTE's contribution analysis
     ranks options by such gradient information before it measures), |expected gradient|² estimated without the
@@ -701,16 +449,21 @@ def first_order(graph: Graph, ds, settings: AnalysisSettings, probe: int = PROBE
     from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
     from tinytrain.stages.train_executor import init_state, run_sample
 
+    task = task_of(graph, ds, loss)
     fg = dequantize_graph(graph)
-    x_tu, y_tu, _, _ = holdout_split(ds, settings)
-    loss = "mse" if getattr(ds, "regression", False) else "cross_entropy"
-    tg = build_training_graph(fg, TrainPlan.full(fg), loss, OptimizerSpec(kind="sgd"), 1)
+    x_tu, y_tu, _, _ = holdout_split(ds, settings, task.y)
+    train_loss = task.loss
+    if task.heads is not None:      # named outputs: by the float graph's names (a final DEQUANTIZE is gone)
+        from tinytrain.stages.losses import Head
+        name = dict(zip(graph.outputs, fg.outputs))
+        train_loss = [Head(name[h.name], h.loss, h.weight) for h in task.heads]
+    tg = build_training_graph(fg, TrainPlan.full(fg), train_loss, OptimizerSpec(kind="sgd"), 1)
     grads = {p: d["gradient"] for p, d in tg.meta["train"]["trained"].items()}
     state = init_state(tg, {"seed": settings.seed})
     n = max(1, min(probe, len(x_tu)))
     mean = {p: np.zeros(fg.tensors[p].shape, np.float64) for p in grads}
     power = {p: np.zeros(fg.tensors[p].shape, np.float64) for p in grads}      # mean of the squared gradients
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), one_blas_thread():
         for i in range(n):
             values = run_sample(tg, state, x_tu[i:i + 1], y_tu[i:i + 1], fast_float.run_op,
                                 fast_float.backward_op)
@@ -731,7 +484,7 @@ def first_order(graph: Graph, ds, settings: AnalysisSettings, probe: int = PROBE
         return max(0.0, v) if math.isfinite(v) else 0.0
 
     out: dict[str, float] = {"reference": 0.0}
-    for uid, desc, plan in units(graph, settings):
+    for uid, desc, plan in units(graph, settings, None if task.heads is None else [h.name for h in task.heads]):
         if desc["kind"] == "bias":
             total = 0.0
             for lp in (plan.layers if plan else []):
@@ -753,7 +506,7 @@ def _op_of_weight(graph: Graph, weight: str) -> int:
 
 
 def open_analysis(graph: Graph, data_spec: Any, settings: AnalysisSettings, *, cache: UnitCache | None = None,
-                  known: dict[str, Any] | None = None, progress=no_progress, loss: str | None = None,
+                  known: dict[str, Any] | None = None, progress=no_progress, loss: Any = None,
                   estimate: bool = False) -> Analysis:
     """Load the data and set up the analysis (nothing measured yet); with `estimate`, every unit is first
     estimated to first order (`first_order`), so that the caller measures only the units that matter."""
@@ -767,15 +520,15 @@ def open_analysis(graph: Graph, data_spec: Any, settings: AnalysisSettings, *, c
         from tinytrain.pipeline.spec_data import DataSpec
         data_spec = DataSpec.model_validate(data_spec)
     ds = load_dataset(data_spec)
-    check_task(ds, loss)
-    measure = make_measure(graph, ds, settings)
+    task = task_of(graph, ds, loss)     # checks the data against the loss / heads before anything runs
+    measure = make_measure(graph, ds, settings, loss)
     estimates = None
     if estimate:
         progress("first-order estimate of every option", 0.0)
-        estimates = first_order(graph, ds, settings)
+        estimates = first_order(graph, ds, settings, loss=loss)
     return Analysis(graph, measure, settings, graph_dig=graph_digest(graph), data_dig=ds.digest(), cache=cache,
-                    known=known, progress=progress, task="regression" if ds.regression else "classification",
-                    estimates=estimates, held_out=len(holdout_split(ds, settings)[2]))
+                    known=known, progress=progress, task=task.kind, heads=task.key_json(),
+                    estimates=estimates, held_out=len(holdout_split(ds, settings, task.y)[2]))
 
 
 def compute_table(graph: Graph, data_spec: Any, settings: AnalysisSettings, *, cache: UnitCache | None = None,
@@ -788,6 +541,8 @@ def compute_table(graph: Graph, data_spec: Any, settings: AnalysisSettings, *, c
 
 
 def run(ctx: StageContext) -> StageResult:
+    from tinytrain.stages.contribution_text import reference_text, table_text
+
     scheme = ctx.config.get("train.update.scheme", "auto")
     settings = AnalysisSettings.from_spec(ctx.config.get("train.update.analysis"))
     graph = load_graph(ctx)
@@ -797,16 +552,25 @@ def run(ctx: StageContext) -> StageResult:
         (out / "contributions.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         return StageResult(summary=f"skipped (scheme {scheme})", metrics={"measured": 0})
     table = compute_table(graph, ctx.config.get("data"), settings, cache=unit_cache_of(ctx), progress=ctx.progress,
-                          loss=ctx.config.get("train.loss"))
+                          loss=_loss_of(ctx.config))
     write_table(out / "contributions.json", table)
     (out / "contributions.txt").write_text(table_text(table))
     metrics = {k: table.get(k, 0) for k in RUN_COUNTERS}
-    if table_task(table) == "regression":
-        metrics["reference_mse"] = table["reference"]["mse"]
+    value = ERROR_TASKS.get(table_task(table))
+    if value is not None:
+        metrics[f"reference_{value}"] = table["reference"][value]
     else:
         metrics["reference_accuracy"] = table["reference"]["accuracy"]
     return StageResult(summary=f"{table['measured']} units measured, {table['reused']} reused; reference "
                                f"{reference_text(table)}", metrics=metrics)
+
+
+def _loss_of(config: Any) -> Any:
+    """What the analysis trains, from a stage's config: the heads of train.outputs, else train.loss (None when
+    the spec leaves it to the data)."""
+    from tinytrain.stages.losses import loss_config
+
+    return loss_config(config) if config.get("train.outputs") else config.get("train.loss")
 
 
 def write_table(path: Path, table: dict[str, Any]) -> None:
@@ -816,69 +580,3 @@ def write_table(path: Path, table: dict[str, Any]) -> None:
     Path(path).write_text(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
-def mse_text(mse: float | None) -> str:
-    return "diverged" if mse is None else f"{mse:.4g}"
-
-
-def reference_text(table: dict[str, Any]) -> str:
-    """The reference's measurement: "acc 22.9%" or "MSE 0.1234"."""
-    if table_task(table) == "regression":
-        return f"MSE {mse_text(table['reference']['mse'])}"
-    return f"acc {table['reference']['accuracy']:.1%}"
-
-
-def table_text(table: dict[str, Any]) -> str:
-    if "skipped" in table:
-        return table["skipped"] + "\n"
-    s = table["settings"]
-    regression = table_task(table) == "regression"
-    if regression:
-        head = [f"contribution analysis (regression, mse loss): {s['samples']} tuning / {s['eval_samples']} "
-                f"held-out train samples, {s['steps'] or 'one pass'} steps, SGD lr {s['learning_rate']}, "
-                f"seed {s['seed']}",
-                f"reference (no update): MSE {mse_text(table['reference']['mse'])}",
-                "score: share of the reference's MSE removed (1 - MSE / reference MSE); Δ in points of it"]
-    else:
-        head = [f"contribution analysis: {s['samples']} tuning / {s['eval_samples']} held-out train samples, "
-                f"{s['steps'] or 'one pass'} steps, SGD lr {s['learning_rate']}, seed {s['seed']}",
-                f"reference (no update): accuracy {table['reference']['accuracy']:.2%}"]
-    lines = head + ["", "biases of the last k layers (Δ vs no update, points)"]
-    names = {lay["op"]: lay["name"] for lay in table["layers"]}
-    for b in table["bias"]:
-        if b.get("estimated"):
-            score = "estimated"
-        else:
-            score = f"MSE {mse_text(b['mse'])}" if regression else f"acc {b['accuracy']:.2%}"
-        note = " (no bias in the region: trains only the weights chosen in it)" if b.get("empty") else ""
-        lines.append(f"  k={b['k']:<3} down to {names.get(b['earliest_op'], b['earliest_op'])}: "
-                     f"{score}  Δ {100 * b['delta']:+.1f}{note}")
-    lines += ["", "weights (Δ vs the bias-only update reaching the layer, points)",
-              f"  {'op':>4}  {'layer':<40} " + " ".join(f"{r:>7g}" for r in WEIGHT_RATIOS)]
-    by_op: dict[int, dict[float, str]] = {}
-    for w in table["weights"]:
-        by_op.setdefault(w["op"], {})[w["ratio"]] = f"{100 * w['delta']:+.1f}" + ("~" if w.get("estimated") else "")
-    for op in sorted(by_op, reverse=True):
-        lines.append(f"  {op:>4}  {names.get(op, str(op))[:40]:<40} "
-                     + " ".join(f"{by_op[op].get(r, 'nan'):>7}" for r in WEIGHT_RATIOS))
-    if any(w.get("estimated") for w in table["weights"]):
-        lines.append("  (~: estimated, not measured)")
-    diverged = [u["id"] for u in table.get("units", []) if u.get("diverged")]
-    if regression and diverged:
-        lines.append(f"diverged (scored {100 * SCORE_FLOOR:+.0f}, the worst): {', '.join(diverged)}")
-    est = table.get("estimate")
-    if est:
-        n_est = sum(1 for e in table["bias"] + table["weights"] if e.get("estimated"))
-        lines.append(f"\n{n_est} of {len(table['bias']) + len(table['weights'])} options estimated, not measured: "
-                     f"{est['method']} (scale: bias {est['scale']['bias']:.4g}, weights "
-                     f"{est['scale']['weights']:.4g}); every option of the chosen plan is measured unless plan.txt "
-                     f"says otherwise")
-    return "\n".join(lines) + "\n"
-
-
-def inspect(path: Path) -> str | None:
-    path = Path(path)
-    if path.is_dir():
-        path = path / "contributions.json"
-    if path.name == "contributions.json":
-        return table_text(json.loads(path.read_text()))
-    return None

@@ -1,5 +1,5 @@
-"""A fast float forward for the contribution analysis: FLOAT conv2d as one BLAS product (im2col), every other op
-on the reference executor's kernels.
+"""A fast float forward for the contribution analysis: FLOAT conv2d as one BLAS product (im2col), depthwise as one
+multiply-add per tap on preallocated buffers, every other op on the reference executor's kernels.
 
 The reference executor's float conv2d accumulates input channel by input channel, in TFLite Micro's order, so that
 float models match the device bit for bit; that costs a numpy pass per input channel and tap, which dominates the
@@ -43,9 +43,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict) -> n
     if kh == kw == 1 and sh == sw == 1 and pt == pl == 0 and (oh, ow) == (h, wd):
         cols = x.reshape(-1, ci)
     else:
-        need_h, need_w = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
-        xp = np.zeros((n, max(need_h, pt + h), max(need_w, pl + wd), ci), np.float32)
-        xp[:, pt:pt + h, pl:pl + wd, :] = x
+        xp = _padded(x, kh, kw, attrs)[0]
         taps = [xp[:, ky * dh:ky * dh + (oh - 1) * sh + 1:sh, kx * dw:kx * dw + (ow - 1) * sw + 1:sw, :]
                 for ky in range(kh) for kx in range(kw)]
         cols = np.concatenate(taps, axis=-1).reshape(-1, kh * kw * ci)
@@ -58,7 +56,51 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict) -> n
     return y.reshape(n, oh, ow, o).astype(np.float32, copy=False)
 
 
+def _padded(x: np.ndarray, kh: int, kw: int, attrs: dict) -> tuple[np.ndarray, int, int, int, int, int, int]:
+    """(x zero-padded so that every tap of every output is in range, oh, ow, sh, sw, dh, dw)."""
+    n, h, wd, c = x.shape
+    sh, sw = int(attrs["stride_h"]), int(attrs["stride_w"])
+    dh, dw = int(attrs.get("dilation_h", 1)), int(attrs.get("dilation_w", 1))
+    oh, pt = out_size_and_pad(attrs["padding"], h, kh, sh, dh)
+    ow, pl = out_size_and_pad(attrs["padding"], wd, kw, sw, dw)
+    need_h, need_w = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
+    if pt == pl == 0 and need_h <= h and need_w <= wd:
+        return x, oh, ow, sh, sw, dh, dw
+    xp = np.zeros((n, max(need_h, pt + h), max(need_w, pl + wd), c), np.float32)
+    xp[:, pt:pt + h, pl:pl + wd, :] = x
+    return xp, oh, ow, sh, sw, dh, dw
+
+
+def depthwise_conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict) -> np.ndarray:
+    """Float DEPTHWISE_CONV_2D (weights 1HWO, multiplier M: output channel c·M + m reads input channel c) as one
+    multiply-add per tap on preallocated buffers; padding and the fused activation as the reference executor's."""
+    x, w = np.asarray(x, np.float32), np.asarray(w, np.float32)
+    _, kh, kw, o = w.shape
+    c = x.shape[3]
+    if o % c:
+        raise ValueError(f"depthwise filter has {o} channels for {c} input channels")
+    if o != c:
+        x = np.repeat(x, o // c, axis=-1)
+    xp, oh, ow, sh, sw, dh, dw = _padded(x, kh, kw, attrs)
+    acc = np.zeros((x.shape[0], oh, ow, o), np.float32)
+    tmp = np.empty_like(acc)
+    for ky in range(kh):
+        for kx in range(kw):
+            tap = xp[:, ky * dh:ky * dh + (oh - 1) * sh + 1:sh, kx * dw:kx * dw + (ow - 1) * sw + 1:sw, :]
+            np.multiply(tap, w[0, ky, kx], out=tmp)
+            acc += tmp
+    if b is not None:
+        acc += np.asarray(b, np.float32)
+    lo, hi = _ACT[attrs.get("act", "none")]
+    if lo is not None or hi is not None:
+        np.clip(acc, lo, hi, out=acc)
+    return acc
+
+
 def run_op(graph: Graph, op: Op, values: dict[str, np.ndarray], *, index: int = 0, n: int = 1) -> list[np.ndarray]:
+    if op.type == "depthwise_conv2d" and _is_float(graph, op) and op.attrs.get("act", "none") in _ACT:
+        b = values[op.inputs[2]] if len(op.inputs) > 2 and op.inputs[2] is not None else None
+        return [depthwise_conv2d(values[op.inputs[0]], values[op.inputs[1]], b, op.attrs)]
     if op.type == "conv2d" and _is_float(graph, op) and op.attrs.get("act", "none") in _ACT:
         b = values[op.inputs[2]] if len(op.inputs) > 2 and op.inputs[2] is not None else None
         w = values[op.inputs[1]]

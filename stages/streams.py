@@ -85,10 +85,10 @@ def _numel(shape) -> int:
 # ---- rows ------------------------------------------------------------------------------------------------------
 
 # Ops whose output row r reads row r of each streamed input and nothing else of it (element-wise arithmetic with
-# operands broadcast along W/C, activations, channel / width padding): they run on one-row sub-problems.
-LOCAL_ROW_OPS = frozenset({"add", "sub", "mul", "relu", "relu6", "prelu", "leaky_relu", "logistic", "tanh",
-                           "hard_swish", "pad"})
-POOL_ROW_OPS = frozenset({"max_pool2d", "average_pool2d"})
+# operands broadcast along W/C, activations, channel / width padding) run on one-row sub-problems; pooling reads a
+# window like a conv (OpDef.row_stream).
+LOCAL_ROW_OPS = ops.LOCAL_ROW_OPS
+POOL_ROW_OPS = ops.POOL_ROW_OPS
 MAX_ROW_INPUTS = 2  # kernels_c/tt_stream.h TT_STREAM_MAX_IN
 
 

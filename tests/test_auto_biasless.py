@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from tinytrain.pipeline.errors import UserError
+from tinytrain.stages import auto_plan
 from tinytrain.stages import contribution as C
 from tinytrain.stages import plan_search as PS
 from tinytrain.stages import sparse_plan as SP
@@ -100,7 +101,7 @@ def test_dp_with_empty_regions_matches_brute_force(cap):
 
 def test_lazy_analysis_measures_only_what_the_search_needs(tmp_path, fake, monkeypatch):
     g = graph_of("digits_cnn_int8")
-    monkeypatch.setattr(SP, "FULL_ANALYSIS_MAX_UNITS", 0)   # treat the fixture as a large model
+    monkeypatch.setattr(auto_plan, "FULL_ANALYSIS_MAX_UNITS", 0)   # treat the fixture as a large model
     ctx = make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 16, "analysis": FAST})
     res = SP.run(ctx)
     plan, trace = read(ctx, "plan.json"), read(ctx, "search_trace.json")
@@ -119,15 +120,16 @@ def test_lazy_analysis_measures_only_what_the_search_needs(tmp_path, fake, monke
 def test_edited_memo_is_dropped_and_remeasured(tmp_path, fake):
     g = graph_of("digits_cnn_int8")
     units = tmp_path / "units"
-    SP.run(make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 16}, unit_cache=units))
-    assert fake.calls == 16
+    r1 = SP.run(make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 16}, unit_cache=units))
+    first = fake.calls
+    assert first == r1.metrics["measured_units"] > 16      # the table's units and the whole plans
     memo = sorted(units.rglob("*.json"))[0]
     doc = json.loads(memo.read_text())
     doc["unit"]["accuracy"] = 7.5                          # 750 %: and the digest no longer matches
     memo.write_text(json.dumps(doc))
     ctx = make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 16}, unit_cache=units)
     res = SP.run(ctx)
-    assert fake.calls == 17 and res.metrics["measured_units"] == 1 and res.metrics["dropped_units"] == 1
+    assert fake.calls == first + 1 and res.metrics["measured_units"] == 1 and res.metrics["dropped_units"] == 1
     assert all(u.get("accuracy") is None or 0 <= u["accuracy"] <= 1 for u in read(ctx, "contributions.json")["units"])
     assert json.loads(memo.read_text())["unit"]["accuracy"] != 7.5      # rewritten with the real measurement
 
@@ -147,9 +149,58 @@ def test_force_remeasures_and_same_key_gives_same_bytes(tmp_path, fake):
     r2 = SP.run(c2)                                        # every unit from its memo
     c3 = replace(make_ctx(tmp_path, g, {"scheme": "auto", "budget_kb": 16}, unit_cache=units), refresh_units=True)
     r3 = SP.run(c3)                                        # --force: measured again
-    assert fake.calls == 32
-    assert (r1.metrics["measured_units"], r2.metrics["measured_units"], r3.metrics["measured_units"]) == (16, 0, 16)
-    assert r2.metrics["reused_units"] == 16 and "16 reused" in r2.summary
+    n = r1.metrics["measured_units"]                       # the table's 16 units and the whole plans
+    assert n > 16 and fake.calls == 2 * n
+    assert (r2.metrics["measured_units"], r3.metrics["measured_units"]) == (0, n)
+    assert r2.metrics["reused_units"] == n and f"{n} reused" in r2.summary
     for name in ("plan.txt", "plan.json", "contributions.json", "search_trace.json", "train_plan.json"):
         assert (c1.out_dir / name).read_bytes() == (c2.out_dir / name).read_bytes() == (c3.out_dir / name).read_bytes()
     assert "units measured" not in (c1.out_dir / "plan.txt").read_text()
+
+
+# ---- whole-plan choice ----------------------------------------------------------------------------------------
+
+class InterferingMeasure:
+    """Accuracy that is not additive: each bias adds 0.01; one trained weight layer adds 0.1, but two or more
+    interfere and add only 0.02 together. Every single weight option's Δ is +10 points, so the sum of single gains
+    prefers every weight layer at once — which measures worse than any one of them alone."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def factory(self, graph, ds, settings, loss=None):
+        def measure(plan):
+            self.calls += 1
+            layers = plan.layers if plan else []
+            n_w = sum(1 for lp in layers if lp.weight_ratio > 0)
+            return {"accuracy": 0.2 + 0.01 * sum(lp.bias for lp in layers)
+                    + (0.1 if n_w == 1 else 0.02 if n_w > 1 else 0.0)}
+        return measure
+
+
+def test_whole_plan_score_beats_the_sum_of_single_gains(tmp_path, monkeypatch):
+    f = InterferingMeasure()
+    monkeypatch.setattr(C, "make_measure", f.factory)
+    g = graph_of("digits_cnn_int8")
+    ctx = make_ctx(tmp_path, g, {"scheme": "auto"})           # host: no memory limit, every plan fits
+    res = SP.run(ctx)
+    plan = read(ctx, "plan.json")
+    whole = plan["analysis"]["whole_plan"]
+    search, chosen = whole["candidates"][0], whole["candidates"][whole["chosen"]]
+    # The additive search picks all three weight layers (summed +33 points); measured as one plan it gains +5.
+    assert search["source"] == "search" and len(search["weights_by_op"]) == 3
+    assert search["predicted_gain"] == pytest.approx(0.33) and search["measured_gain"] == pytest.approx(0.05)
+    # The whole-plan choice has one weight layer (the deepest region's: 3 biases): +13 points measured.
+    assert whole["chosen"] != 0 and chosen["source"] in ("sub-plan", "table unit")
+    assert len(chosen["weights_by_op"]) == 1 and chosen["k"] == 3
+    assert chosen["measured_gain"] == pytest.approx(0.13) == plan["predicted"]["measured_gain"]
+    assert chosen["measured_gain"] == max(c["measured_gain"] for c in whole["candidates"])
+    trained = [d for d in plan["layers"] if d["weight_ratio"] > 0]
+    assert len(trained) == 1 and str(trained[0]["layer"]) in chosen["weights_by_op"]
+    # What the files say is the chosen plan's: its own summed prediction and its measured gain.
+    assert plan["predicted"]["delta_accuracy"] == pytest.approx(chosen["predicted_gain"])
+    assert "ΔAcc +13.0 (measured; +13.0 predicted)" in res.summary and "weights of 1 layer" in res.summary
+    text = (ctx.out_dir / "plan.txt").read_text()
+    assert "whole plans measured" in text and f"chosen: {chosen['source']}" in text
+    # The best measured table units were candidates (already measured: no new fine-tuning for them).
+    assert "table unit" in {c["source"] for c in whole["candidates"]}

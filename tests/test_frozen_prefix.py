@@ -161,6 +161,32 @@ def test_fast_float_conv2d_matches_the_reference_executor(kh, stride, padding, d
     assert fast_float.run_op(g, op, {"x": x, "w": w, "b": b}, n=3)[0].shape == want.shape
 
 
+@pytest.mark.parametrize("kh,stride,padding,dil,act,mult", [(3, 1, "same", 1, "relu6", 1), (3, 2, "same", 1, "none", 1),
+                                                            (3, 2, "valid", 1, "relu", 2), (5, 1, "same", 2, "none", 1),
+                                                            (1, 1, "valid", 1, "relu6", 3)])
+def test_fast_float_depthwise_matches_the_reference_executor(kh, stride, padding, dil, act, mult):
+    """fast_float's depthwise (one multiply-add per tap, depth multiplier by repeating channels) = the reference
+    executor's float depthwise up to float32 rounding order."""
+    from tinytrain.stages.executor import run_op as ref_run_op
+    from tinytrain.stages.ir import Graph, Op, Tensor
+
+    rng = np.random.default_rng(kh * 10 + stride + mult)
+    x = rng.standard_normal((3, 11, 9, 4)).astype(np.float32)
+    w = rng.standard_normal((1, kh, kh, 4 * mult)).astype(np.float32)
+    b = rng.standard_normal(4 * mult).astype(np.float32)
+    attrs = {"stride_h": stride, "stride_w": stride, "padding": padding, "dilation_h": dil, "dilation_w": dil,
+             "act": act, "depth_multiplier": mult}
+    got = fast_float.depthwise_conv2d(x, w, b, attrs)
+    tensors = {"x": Tensor("x", [1, 11, 9, 4], "float32"), "w": Tensor("w", list(w.shape), "float32", data=w),
+               "b": Tensor("b", [4 * mult], "float32", data=b), "y": Tensor("y", [1, *got.shape[1:]], "float32")}
+    op = Op("depthwise_conv2d", ["x", "w", "b"], ["y"], attrs)
+    g = Graph(tensors=tensors, ops=[op], inputs=["x"], outputs=["y"])
+    want = ref_run_op(g, op, {"x": x, "w": w, "b": b}, n=3)[0]
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(fast_float.run_op(g, op, {"x": x, "w": w, "b": b}, n=3)[0], got)
+
+
 @pytest.mark.parametrize("k", [None, 3])
 def test_fast_float_pointwise_backward_matches_grad_ops(k):
     from tinytrain.stages import grad_ops as go

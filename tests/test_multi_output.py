@@ -374,15 +374,11 @@ def test_run_files_for_named_outputs(tmp_path):
         emulate_run.run_files(spec, {**layout, "input": {"shape": [1, 8], "dtype": "float32"}}, RuntimeConfig())
 
 
-def test_cli_several_outputs_without_names_and_auto(tmp_path, capsys):
-    """A model with several outputs and no train.outputs names them (the old "one output only" stop is gone); scheme
-    auto with train.outputs says it cannot plan for them yet (both one line, exit 2)."""
+def test_cli_several_outputs_without_names(tmp_path, capsys):
+    """A model with several outputs and no train.outputs names them (the old "one output only" stop is gone), for
+    scheme auto as for a fixed scheme (one line, exit 2)."""
     spec = _build_spec(tmp_path, OUTS, _arrays())
     doc = json.loads(spec.read_text())
-    doc["train"]["update"] = {"scheme": "auto"}
-    spec.write_text(json.dumps(doc))
-    assert "scheme auto scores options on a single output and cannot plan for train.outputs" in \
-        _cli_error(tmp_path, capsys, spec)
     x = _arrays()["x"]
     np.savez(tmp_path / "c.npz", x=x, y=np.arange(len(x)) % 3)
     doc["train"].pop("outputs")
@@ -444,3 +440,59 @@ def test_spec_train_outputs(tmp_path):
         with pytest.raises(SpecError, match=message) as e:
             _load(tmp_path, train, data)
         assert e.value.exit_code == 2
+
+
+# ---- scheme auto on named outputs ------------------------------------------------------------------------------
+
+def test_auto_scores_two_heads_by_their_total_weighted_loss(tmp_path):
+    """scheme auto on the int8 two-head model with train.outputs: every option is scored by the share of the
+    no-update total weighted loss (bce on scores + 0.5 huber on boxes) it removes; the plan's text speaks of that
+    loss, not of accuracy or MSE. The held-out loss itself is checked against PyTorch."""
+    from test_sparse_plan import make_ctx
+
+    from tinytrain.pipeline.spec_data import DataSpec
+    from tinytrain.stages import contribution as C
+    from tinytrain.stages import sparse_plan as SP
+
+    q = _int8_two_heads()
+    a = _arrays(160)
+    np.savez(tmp_path / "d.npz", **a)
+    data = DataSpec(source="npz", path=tmp_path / "d.npz", task="outputs")
+    ctx = make_ctx(tmp_path, q, {"scheme": "auto", "analysis": {"samples": 48, "eval_samples": 48,
+                                                                "learning_rate": 0.05}},
+                   data=data, **{"train.outputs": OUTS})
+    res = SP.run(ctx)
+    table = json.loads((ctx.out_dir / "contributions.json").read_text())
+    plan = json.loads((ctx.out_dir / "plan.json").read_text())
+    ref = table["reference"]["loss"]
+    assert table["task"] == "outputs" and "total weighted loss" in table["metric"] and ref > 0
+    p = plan["predicted"]
+    assert p["metric"] == "loss" and p["reference_loss"] == ref and "delta_accuracy" not in p
+    assert p["measured_gain"] > 0                          # fine-tuning the chosen plan lowers the held-out loss
+    # The untrained output's layer (aux, read from the input only) is pruned from training: never an option.
+    from tinytrain.stages.train_plan import TrainPlan
+    aux = next(i for i in TrainPlan.trainable_ops(q) if q.ops[i].outputs[0] == "aux")
+    assert len(TrainPlan.trainable_ops(q)) == 4 and len(table["layers"]) == 3
+    assert aux not in {lay["op"] for lay in table["layers"]} | {d["layer"] for d in plan["layers"]}
+    after = ref * (1 - p["measured_gain"])
+    assert f"loss {ref:.4g} → {after:.4g} (measured)" in res.summary and "ΔAcc" not in res.summary
+    text = (ctx.out_dir / "plan.txt").read_text()
+    assert "total weighted loss of the trained outputs" in text and "reference (no update): loss" in text
+    assert "accuracy" not in text and "MSE" not in text
+    # The reference's held-out loss is the spec's weighted sum of the heads' losses (PyTorch's BCEWithLogitsLoss
+    # and HuberLoss, per sample the mean over the elements), on the same held-out samples.
+    settings = C.AnalysisSettings(samples=48, eval_samples=48, learning_rate=0.05)
+    from tinytrain.stages.data import load_dataset
+
+    ds = load_dataset(data)
+    task = C.task_of(q, ds, OUTS)
+    _, _, xe, ye = C.holdout_split(ds, settings, task.y)
+    fg = C.dequantize_graph(q)
+    from tinytrain.stages import fast_float
+
+    out = fast_float.run_graph(fg, {fg.inputs[0]: xe})
+    z, b = (torch.tensor(np.asarray(out[n], np.float64)) for n in fg.outputs[:2])
+    ts, tb = torch.tensor(ye[:, :3], dtype=torch.float64), torch.tensor(ye[:, 3:], dtype=torch.float64)
+    want = (torch.nn.functional.binary_cross_entropy_with_logits(z, ts, reduction="none").mean(1)
+            + 0.5 * torch.nn.functional.huber_loss(b, tb, reduction="none", delta=1.0).mean(1)).mean().item()
+    assert ref == pytest.approx(want, rel=1e-5)

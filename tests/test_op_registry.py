@@ -24,7 +24,7 @@ STAGES = Path(__file__).resolve().parents[1] / "stages"
 # (step 2 of issue 11 moves them into the op modules).
 LISTS_LEFT: dict[str, int] = {
     "bn_fold.py": 1,            # the ops a BatchNorm exports as (mul, add, sub: fold rules, not op traits)
-    "contribution.py": 1,       # dequantize_graph's conversions (another helper's module)
+    "contribution_measure.py": 1,   # dequantize_graph's conversions
     "fast_float.py": 1,         # sparse-plan's fast conv2d / 1x1-gradient kernels (a fast variant for ops/conv.py)
 }
 
@@ -34,16 +34,18 @@ LITERALS_LEFT: dict[str, int] = {
     "autodiff.py": 9,
     "bn_fold.py": 6,
     "codegen.py": 5,            # the masks' and bias_grad's C and streams (the backward's)
-    "contribution.py": 4,       # + load_graph's ("quantize", "load"): stage names
+    "contribution.py": 2,       # load_graph's ("quantize", "load"): stage names
+    "contribution_measure.py": 2,   # dequantize_graph's conversions
     "emulate_run.py": 1,        # ctx.input_dir("quantize"): the stage of that name
     "memplan.py": 2,
     "plan_memory.py": 7,
     "ptq.py": 3,                # the float boundaries' quantize / dequantize ops it adds; where="quantize": the stage
-    "quantize.py": 1,           # the stage of that name
-    "streams.py": 2,
+    "quantize.py": 2,           # the stage of that name (its config slice and the refusal names it)
+    "streams.py": 4,            # pad (its data operand only, W/C padding) and the position stream's grad ops
     "tflite_reader.py": 2,      # PADV2's pad-value operand, MediaPipe's custom transpose conv (per-builtin reading)
+    "state.py": 1,              # the unrolled graph reads each frame through a strided_slice it adds
     "train_plan.py": 1,
-    "fast_float.py": 4,         # see LISTS_LEFT
+    "fast_float.py": 5,         # see LISTS_LEFT (+ the fast float depthwise)
     "update_check.py": 1,       # the step counter the probe advances itself
 }
 

@@ -78,7 +78,10 @@ class OpDef:
     shared_qparams: str | None = None    # int8 output shares the input's params: "first" input, or "all" inputs
     fixed_output: tuple[float, int] | None = None        # int8 output (scale, zero point) the kernels hard-code
     const_operands_per_tensor: bool = False   # a constant operand is quantized per tensor, like an activation
-    row_stream: bool = False       # the reorder stage may run a chain of these row by row (streams.rows)
+    # how the reorder stage may run it in a row stream (stages/streams.py): "conv" (an output row reads a window of
+    # input rows; its C takes a row view of its dims struct, io=), "pool" (a window, run unpadded on a row view),
+    # "local" (output row r reads row r of each streamed input only: element-wise, activations, W/C padding)
+    row_stream: str | None = None
     macs: Callable | None = None   # (graph, op) -> multiply-accumulates, for load's summary
     # -- memory traits (memplan): None, "any" (the output may take over any dying input), "first" (only the
     # first input), "channel" (the first input, computed one channel at a time through a scratch channel)

@@ -94,12 +94,12 @@ def _transpose_conv_version(graph, op) -> int:
 OPS = (
     OpDef("conv2d", signature="x, w[O,KH,KW,I], b? -> y", attrs=_GEOMETRY + ("act",),
           tflite=(Builtin("CONV_2D", 2, 3),), bias_required=True, layer=True, bn_fold=True, out_channel_axis=0,
-          differentiable=True, clamp_masked=True, row_stream=True, macs=_conv_macs, version=_conv_version,
+          differentiable=True, clamp_masked=True, row_stream="conv", macs=_conv_macs, version=_conv_version,
           split_weight=1, forward=fw.conv2d, c=fw.c_conv2d, backward=LayerBackward()),
     OpDef("depthwise_conv2d", signature="x, w[1,KH,KW,O], b? -> y",
           attrs=_GEOMETRY + ("depth_multiplier", "act"),
           tflite=(Builtin("DEPTHWISE_CONV_2D", 2, 3),), bias_required=True, layer=True, bn_fold=True,
-          out_channel_axis=3, differentiable=True, clamp_masked=True, row_stream=True, macs=_depthwise_macs,
+          out_channel_axis=3, differentiable=True, clamp_masked=True, row_stream="conv", macs=_depthwise_macs,
           # TinyEngine's scheme: one output channel into a scratch buffer, copied over the input channel it came
           # from (multiplier 1 only: memplan checks it).
           in_place="channel", version=_depthwise_version, forward=fw.depthwise_conv2d, c=fw.c_depthwise_conv2d,

@@ -232,10 +232,10 @@ def _run_mean_grad(op, v, shape, tensor):
 
 
 OPS = (
-    OpDef("average_pool2d", signature="x -> y", attrs=_POOL, tflite=(Builtin("AVERAGE_POOL_2D", 1, 1),),
+    OpDef("average_pool2d", row_stream="pool", signature="x -> y", attrs=_POOL, tflite=(Builtin("AVERAGE_POOL_2D", 1, 1),),
           differentiable=True, shared_qparams="first", forward=_average_pool2d, backward=_avg_pool_backward,
           c=_c_average_pool2d, version=version_by_dtype({"int8": 2, "int16": 3})),
-    OpDef("max_pool2d", signature="x -> y", attrs=_POOL, tflite=(Builtin("MAX_POOL_2D", 1, 1),),
+    OpDef("max_pool2d", row_stream="pool", signature="x -> y", attrs=_POOL, tflite=(Builtin("MAX_POOL_2D", 1, 1),),
           differentiable=True, shared_qparams="first", forward=_max_pool2d, backward=_max_pool_backward,
           c=_c_max_pool2d, version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("mean", signature="x, axes -> y", attrs=("keep_dims",), tflite=(Builtin("MEAN", 2, 2),),

@@ -268,7 +268,7 @@ OPS = (
           note="new_shape is the output shape, always present", tflite=(Builtin("RESHAPE", 1, 2),),
           differentiable=True, shared_qparams="first", in_place="any", forward=_reshape,
           backward=_reshape_backward, c=_c_reshape),
-    OpDef("pad", signature="x, paddings[N,2] -> y", tflite=(Builtin("PAD", 2, 2), Builtin("PADV2", 2, 3)),
+    OpDef("pad", row_stream="local", signature="x, paddings[N,2] -> y", tflite=(Builtin("PAD", 2, 2), Builtin("PADV2", 2, 3)),
           differentiable=True, shared_qparams="first", forward=_pad, backward=_pad_backward, c=_c_pad,
           version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("concatenation", signature="x0, x1, ... -> y", attrs=("axis", "act"),
