@@ -470,7 +470,7 @@ void tt_depth_to_space_f32(int32_t batches, int32_t in_h, int32_t in_w, int32_t 
 void tt_depth_to_space_grad_f32(int32_t batches, int32_t in_h, int32_t in_w, int32_t in_c, int32_t block,
                                 const float *dy, float *dx);
 
-/* SPLIT / SPLIT_V (ops/tt_split.c; stages/ops/split.py): x is `outer` runs of sum(inner) elements, part j gets
+/* SPLIT / SPLIT_V (ops/tt_split_even.c; stages/ops/split.py): x is `outer` runs of sum(inner) elements, part j gets
  * inner[j] of each run; grad: dx = the parts' gradients concatenated back, zeros for a NULL part. */
 void tt_split_s8(int32_t parts, const int32_t *inner, int32_t outer, const int8_t *x, int8_t *const *y);
 void tt_split_f32(int32_t parts, const int32_t *inner, int32_t outer, const float *x, float *const *y);

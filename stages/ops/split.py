@@ -107,7 +107,7 @@ def _version(graph, op) -> int:
     return 2 if graph.tensors[data_input(op)].dtype == "int8" else 1
 
 
-# ---- C (gen: codegen's generator); kernels_c/ops/tt_split.c
+# ---- C (gen: codegen's generator); kernels_c/ops/tt_split_even.c (split_v shares it)
 
 def _geometry(gen, x: str, axis: int, sizes: list[int]) -> tuple[str, int]:
     """(const table of each part's contiguous run: size * the elements after the axis, the runs' count)."""
