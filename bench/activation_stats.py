@@ -26,8 +26,8 @@ import synth_images  # noqa: E402
 
 def layer_stats(graph, x_uint8: np.ndarray) -> list[dict]:
     """One dict per op output (op index, type, short name, at_zero, dead_channels, batch_spread, std)."""
-    from tinytrain.stages.executor import run_graph
-    from tinytrain.stages.train_executor import _feed
+    from tinytrain.stages.golden.forward import run_graph
+    from tinytrain.stages.golden.train_step import _feed
 
     inp = graph.tensors[graph.inputs[0]]
     x = _feed(synth_images.to_model_input(x_uint8), inp)
@@ -56,8 +56,8 @@ def _short(name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tinytrain.stages import zoo
-    from tinytrain.stages.tflite_reader import read_model
+    from tinytrain.stages.model import zoo
+    from tinytrain.stages.model.tflite_reader import read_model
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="zoo:mbv2-w0.35-128")

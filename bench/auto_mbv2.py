@@ -65,10 +65,10 @@ def _plan_text(plan: dict) -> str:
 def _measured_gains(build_dir: Path, data_spec: dict, plans: list[dict]) -> tuple[float, list[float]]:
     """(reference accuracy, measured gain of each plan): each plan fine-tuned as one contribution unit."""
     from tinytrain.pipeline.spec_data import DataSpec
-    from tinytrain.stages import contribution as C
-    from tinytrain.stages.data import load_dataset
-    from tinytrain.stages.ir import Graph
-    from tinytrain.stages.train_plan import LayerPlan, TrainPlan
+    from tinytrain.stages.planning import contribution as C
+    from tinytrain.stages.train.data import load_dataset
+    from tinytrain.stages.model.ir import Graph
+    from tinytrain.stages.planning.train_plan import LayerPlan, TrainPlan
 
     g = Graph.load(build_dir / "quantize")
     ds = load_dataset(DataSpec.model_validate(data_spec))

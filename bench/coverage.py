@@ -12,7 +12,7 @@ The models come from the package index only (plus one control, below), downloade
 The TFLite Micro wheel ships no other model; `pymicro-wakeword` is the only package on the index whose wheel holds
 microWakeWord's .tflite files.
 (`--cache` sets the folder; default ~/.cache/tinytrain-coverage.)
-When load's error suggests a cut (`model.outputs`, stages/prune.py) that leaves unsupported ops out, the model is
+When load's error suggests a cut (`model.outputs`, stages/model/prune.py) that leaves unsupported ops out, the model is
 built a second time with that cut, as a user following the message would.
 
 For each model the benchmark writes a spec (board stm32f746-disco, `scheme: auto`, everything else default) and
@@ -75,7 +75,7 @@ class Row:
     loss_after: float | None = None
     seconds: float = 0.0
     cut: list | None = None                           # model.outputs, when the build was retried with a cut
-    suggested_cut: list | None = None                 # the cut load's error suggested (see stages/prune.py)
+    suggested_cut: list | None = None                 # the cut load's error suggested (see stages/model/prune.py)
 
 
 # ---- models ---------------------------------------------------------------------------------------
@@ -257,7 +257,7 @@ def run_one(model: Path, label: str, work: Path, timeout: float, cut: list | Non
 
 def io_of_cut(model: Path, cut: list) -> list:
     """[shape, dtype] of each tensor of `cut`, as tinytrain's reader reads the model cut there."""
-    from tinytrain.stages.tflite_reader import read_model
+    from tinytrain.stages.model.tflite_reader import read_model
 
     g = read_model(model, outputs=cut)
     return [[list(g.tensors[n].shape), g.tensors[n].dtype] for n in cut]

@@ -6,7 +6,7 @@
 
 For every optimizer at its usual learning rate (SGD 0.01, momentum 0.9 at 0.01, Adam 0.001, RMSProp 0.001) and
 plan (the spec's `auto` plan as sparse-plan picks it for that optimizer, and `full`):
-  int8   the quantize stage's int8 graph trained by the numpy golden model (stages/train_executor.py) with QAS and
+  int8   the quantize stage's int8 graph trained by the numpy golden model (stages/golden/train_step.py) with QAS and
          nearest rounding, stochastic rounding, or the fp32 master copy. The golden model is what the device runs:
          tests/test_codegen.py pins the generated C's trained int8/int32 tensors to it bit for bit after 20 steps
          (QEMU identical to the host build), so this is the device's training without a build per cell (a build
@@ -38,11 +38,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from tinytrain.stages import train_executor as te  # noqa: E402
+from tinytrain.stages.golden import train_step as te  # noqa: E402
 from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph  # noqa: E402
-from tinytrain.stages.executor import run_graph  # noqa: E402
-from tinytrain.stages.ir import Graph  # noqa: E402
-from tinytrain.stages.train_plan import TrainPlan  # noqa: E402
+from tinytrain.stages.golden.forward import run_graph  # noqa: E402
+from tinytrain.stages.model.ir import Graph  # noqa: E402
+from tinytrain.stages.planning.train_plan import TrainPlan  # noqa: E402
 
 # The optimizers' usual learning rates (issue 17, "Defaults that work").
 USUAL_LR = {"sgd": 0.01, "momentum": 0.01, "adam": 0.001, "rmsprop": 0.001}
@@ -101,7 +101,7 @@ def widen(qgraph: Graph, plan: TrainPlan, k: float, k_out: float = 1.0) -> Graph
     bit-exact to each other on the widened graph; only the forward's precision changes (log2 k bits)."""
     import copy
 
-    from tinytrain.stages import qas
+    from tinytrain.stages.quant import qas
 
     if k == 1 and k_out == 1:
         return qgraph
@@ -170,7 +170,7 @@ def train_fp32(fgraph: Graph, names: dict[str, int | None], kind: str, lr: float
     import torch.nn.functional as F
     from torch_mirror import TorchMirror
 
-    from tinytrain.stages.runtime_config import OPTIMIZER_DEFAULTS as D
+    from tinytrain.stages.train.runtime_config import OPTIMIZER_DEFAULTS as D
 
     torch.set_num_threads(1)     # batch 1: threads only add overhead (and the machine is shared)
     torch.manual_seed(0)
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"int8_vs_fp32: unknown optimizer, plan or mode {bad[0]!r}", file=sys.stderr)
         return 2
-    from tinytrain.stages.data import load_dataset
+    from tinytrain.stages.train.data import load_dataset
 
     seeds = list(range(a.seeds))
     rows, runs = [], []

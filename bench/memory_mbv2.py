@@ -36,14 +36,14 @@ import json
 import sys
 from pathlib import Path
 
-from tinytrain.stages import zoo
+from tinytrain.stages.model import zoo
 from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
-from tinytrain.stages.memplan import MemOptions, int8_twin, kb, plan_memory
+from tinytrain.stages.planning.arena import MemOptions, int8_twin, kb, plan_memory
 from tinytrain.stages.reorder import plan_schedules, summary_line, write_artifacts
-from tinytrain.stages.schedule import plain_order
-from tinytrain.stages.streams import find_streams
-from tinytrain.stages.tflite_reader import read_model
-from tinytrain.stages.train_plan import TrainPlan
+from tinytrain.stages.planning.schedule import plain_order
+from tinytrain.stages.planning.streams import find_streams
+from tinytrain.stages.model.tflite_reader import read_model
+from tinytrain.stages.planning.train_plan import TrainPlan
 
 TTE_KB = {"full": 2939, "sparse": 335, "sparse_reordered": 141}
 SPARSE_WEIGHT_BLOCKS = ("block_11", "block_12", "block_13", "block_14", "block_15", "block_16")
@@ -124,7 +124,7 @@ def measure(out: Path | None = None) -> dict:
 
 def _inference_peak(graph) -> dict[str, int]:
     """Arena of the int8 forward alone under the same counting (in-place elementwise/depthwise on), plain and with
-    the row streams the reorder stage would run (stages/streams.py)."""
+    the row streams the reorder stage would run (stages/planning/streams.py)."""
     order, streams = find_streams(graph, list(range(len(graph.ops))))
     return {"plain": plan_memory(graph, None, MemOptions()).arena,
             "streamed": plan_memory(graph, order, MemOptions(), streams).arena}

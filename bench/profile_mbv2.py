@@ -83,11 +83,11 @@ def profile(bdir: Path, kernels: str, steps: int, spec_path: Path) -> dict:
     """Compile build folder `bdir`'s program with TT_PROFILE for `kernels`, run `steps` training steps in the
     emulator (no evaluation) and return the per-op table."""
     from tinytrain.pipeline.spec import load_spec
-    from tinytrain.stages.boards import get_board
+    from tinytrain.stages.device.boards import get_board
     from tinytrain.stages.cross_compile import build_firmware, kernel_defines
-    from tinytrain.stages.emulate import run_firmware
+    from tinytrain.stages.device.launch import run_firmware
     from tinytrain.stages.emulate_run import run_files
-    from tinytrain.stages.runtime_config import RuntimeConfig
+    from tinytrain.stages.train.runtime_config import RuntimeConfig
 
     spec = load_spec(spec_path)
     board = get_board(spec.target.board)

@@ -3,7 +3,7 @@
     .venv/bin/python bench/speed.py [--json] [--skip-mbv2] [--out build/bench-speed.json]
 
 1. Device: instructions per training step (QEMU, counted by the firmware, mean over the run) and the cycle
-   estimate of one traced step (stages/cycles.py: Cortex-M7 table, the M4 table beside it) for the digits example
+   estimate of one traced step (stages/device/cycles.py: Cortex-M7 table, the M4 table beside it) for the digits example
    and MobileNetV2-w0.35@128 with the TTE-like sparse update (bench/mbv2_tte.yaml; bench/make_mbv2_data.py makes
    its data), each with `target.kernels: portable` and `dsp`. TTE's 373 ms at 216 MHz = 80.6 M cycles beside it.
    A traced MobileNetV2 step takes ~45 s (QEMU's per-TB log); --skip-mbv2 leaves MobileNetV2 out.
@@ -49,7 +49,7 @@ def _one_step_files(build_dir: Path, spec: Path, steps: int) -> dict[str, bytes]
     """runtime.bin (no evaluation, stop after `steps` steps), train.ttds, test.ttds for a built program."""
     from tinytrain.pipeline.spec import load_spec
     from tinytrain.stages import emulate_run
-    from tinytrain.stages.ir import Graph
+    from tinytrain.stages.model.ir import Graph
 
     s = load_spec(spec)
     layout = json.loads((build_dir / "codegen" / "io_layout.json").read_text())
@@ -65,8 +65,8 @@ def _one_step_files(build_dir: Path, spec: Path, steps: int) -> dict[str, bytes]
 # ---- 1. device ---------------------------------------------------------------------------------
 
 def device(spec: Path, kernels: str, label: str) -> dict[str, Any]:
-    from tinytrain.stages import cycles
-    from tinytrain.stages.boards import get_board
+    from tinytrain.stages.device import cycles
+    from tinytrain.stages.device.boards import get_board
     from tinytrain.stages.emulate_run import BOARD_CLOCK_HZ
 
     r = _build(spec, name=f"speed-{label}-{kernels}", **{"target.kernels": kernels})
@@ -127,9 +127,9 @@ def torch_step_ms(host_build: Any) -> float:
     sys.path.insert(0, str(ROOT / "tests"))
     from torch_mirror import TorchMirror
 
-    from tinytrain.stages.ir import Graph
+    from tinytrain.stages.model.ir import Graph
 
-    from tinytrain.stages.contribution import dequantize_graph
+    from tinytrain.stages.planning.contribution import dequantize_graph
 
     torch.set_num_threads(1)
     g = dequantize_graph(Graph.load(host_build.out_dir / "load"))  # an int8 model: the float graph it stands for
@@ -194,7 +194,7 @@ def table(doc: dict[str, Any]) -> str:
     from rich.table import Table
 
     console = Console(record=True, width=120)
-    t = Table(title="device: one training step (QEMU counts; cycles: stages/cycles.py tables)")
+    t = Table(title="device: one training step (QEMU counts; cycles: stages/device/cycles.py tables)")
     for c in ("model", "kernels", "instr/step", "traced step", "cycles M7", "CPI M7", "cycles M4", "vs TTE (M7)"):
         t.add_column(c, justify="left" if c in ("model", "kernels") else "right")
     for d in doc["device"]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from tinytrain.cache.imports import ModuleFile, import_closure, package_module_file, third_party_imports
-from tinytrain.stages.ir import canonical_json
+from tinytrain.stages.model.ir import canonical_json
 
 # Bump when the meaning of a preimage changes, so that old entries can never be mistaken for new ones.
 # 2: "impl" is the computed import closure of the stage's module, no longer a hand-kept module list.

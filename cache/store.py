@@ -38,7 +38,7 @@ from typing import Any, Iterator
 from tinytrain.cache import safe_fs
 from tinytrain.cache.keys import sha256_bytes, tree_files
 from tinytrain.pipeline.errors import TinytrainError, UserError
-from tinytrain.stages.ir import canonical_json
+from tinytrain.stages.model.ir import canonical_json
 
 log = logging.getLogger("tinytrain.cache")
 

@@ -1,6 +1,6 @@
 /* Fixed-point primitives of TFLite's reference kernels (gemmlowp fixedpoint.h, internal/common.h), portable C99.
  *
- * Bit-identical to tinytrain.stages.int8_arith (the numpy golden model), which mirrors the default TFLite build
+ * Bit-identical to tinytrain.stages.golden.int8_arith (the numpy golden model), which mirrors the default TFLite build
  * (no TFLITE_SINGLE_ROUNDING: the "double rounding" path TFLite Micro also runs).
  *
  * Wrapping int32 arithmetic: where the reference C++ lets an int32 overflow (and int8_arith wraps explicitly),

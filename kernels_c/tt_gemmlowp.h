@@ -1,6 +1,6 @@
 /* tt_gemmlowp.h: gemmlowp's fixed-point transcendental helpers (fixedpoint.h), shared by int8 SOFTMAX and the
  * int8 LOGISTIC / TANH of TFLite Micro (reference_integer_ops). Line-by-line ports of the numpy golden model
- * (stages/int8_arith.py: exp_on_negative_values, one_over_one_plus_x_for_x_in_0_1,
+ * (stages/golden/int8_arith.py: exp_on_negative_values, one_over_one_plus_x_for_x_in_0_1,
  * one_minus_x_over_one_plus_x_for_x_in_0_1), bit-identical to it. FixedPoint<int32, k> values are carried as their
  * raw int32. Header-only (static inline) so each kernel file gets its own copy and nothing is exported. */
 #ifndef TT_GEMMLOWP_H

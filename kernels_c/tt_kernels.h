@@ -8,12 +8,12 @@
  *  - Layout NHWC. Weights as in the IR: conv [O,KH,KW,I], depthwise [1,KH,KW,C*M], fully connected [O,I].
  *  - No malloc, no static or hidden state: every buffer (inputs, outputs, optimizer state, PRNG state) is passed
  *    in. Sizes and quantization parameters travel in small structs that codegen emits as `static const`.
- *  - int8 forward is bit-identical to the numpy golden model (stages/executor.py + stages/int8_arith.py), i.e. to
+ *  - int8 forward is bit-identical to the numpy golden model (stages/golden/forward.py + stages/golden/int8_arith.py), i.e. to
  *    TFLite's reference kernels with double rounding. Zero points are passed as zero points (not negated
  *    "offsets"); weights are symmetric (zero point 0, TFLite int8 spec).
  *  - float32 kernels accumulate in the executor's / reference kernels' loop order (no FMA: build with
  *    -ffp-contract=off), so host and target agree bit for bit and the numpy model to ~1 ulp.
- *  - Backward kernels and optimizer updates mirror stages/grad_ops.py; "k" / "n" is the number of leading input
+ *  - Backward kernels and optimizer updates mirror stages/golden/grad_ops.py; "k" / "n" is the number of leading input
  *    channels trained (sparse update, DESIGN §6): gradients of a partial slice are stored compact.
  *  - Activation buffers may hold a batch of `batches` samples; nothing depends on the batch size.
  *  - Build with -DTT_USE_DSP=1 on Cortex-M4/M7 to run the int8 conv / fully-connected inner products through ACLE
@@ -21,7 +21,7 @@
  *
  * All parameter values that the numpy side computes in double (QuantizeMultiplier, activation ranges, softmax
  * input multiplier, mean multipliers, optimizer constants) are computed by the code generator in Python with
- * stages/int8_arith.py and passed in: the kernels only do the integer / float32 work.
+ * stages/golden/int8_arith.py and passed in: the kernels only do the integer / float32 work.
  */
 #ifndef TT_KERNELS_H
 #define TT_KERNELS_H
@@ -286,7 +286,7 @@ void tt_softmax_f32(int32_t rows, int32_t depth, float beta, const float *x, flo
 /* RELU / RELU6 / any clamp, element-wise (y may equal x). */
 void tt_clamp_f32(int32_t n, float lo, float hi, const float *x, float *y);
 
-/* ---- float32 backward (stages/grad_ops.py) --------------------------------------------------------------- */
+/* ---- float32 backward (stages/golden/grad_ops.py) --------------------------------------------------------------- */
 
 /* dy is the gradient of the pre-activation output (apply tt_act_grad_f32 first). dx is overwritten. */
 void tt_conv2d_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *w, float *dx);

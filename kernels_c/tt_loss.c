@@ -51,7 +51,7 @@ float tt_mse_f32(int32_t samples, int32_t per_sample, const float *y, const floa
     return loss;
 }
 
-/* Binary cross-entropy with logits (stages/losses.py bce_logits_loss): per element
+/* Binary cross-entropy with logits (stages/train/losses.py bce_logits_loss): per element
  * max(z, 0) - z t + log(1 + e^-|z|), per sample the mean over its elements, summed over the samples;
  * dz = (sigmoid(z) - t) / per with sigmoid from the same e = e^-|z| (stable for any z). */
 float tt_bce_logits_f32(int32_t samples, int32_t per_sample, const float *z, const float *target, float *dz)
@@ -74,7 +74,7 @@ float tt_bce_logits_f32(int32_t samples, int32_t per_sample, const float *z, con
     return loss;
 }
 
-/* Huber loss (stages/losses.py huber_loss, PyTorch HuberLoss): per element of d = y - t, 0.5 d^2 where
+/* Huber loss (stages/train/losses.py huber_loss, PyTorch HuberLoss): per element of d = y - t, 0.5 d^2 where
  * |d| <= delta, else delta (|d| - delta / 2); per sample the mean, summed over the samples;
  * dy = clamp(d, -delta, delta) / per. */
 float tt_huber_f32(int32_t samples, int32_t per_sample, float delta, const float *y, const float *target, float *dy)
@@ -96,7 +96,7 @@ float tt_huber_f32(int32_t samples, int32_t per_sample, float delta, const float
     return loss;
 }
 
-/* A head's weight (stages/losses.py weighted): its loss and gradient times w, float32. */
+/* A head's weight (stages/train/losses.py weighted): its loss and gradient times w, float32. */
 float tt_loss_weight_f32(int32_t n, float w, float loss, float *grad)
 {
     int32_t i;

@@ -1,4 +1,4 @@
-/* Streamed op groups: see tt_stream.h and stages/streams.py. */
+/* Streamed op groups: see tt_stream.h and stages/planning/streams.py. */
 #include <string.h>
 
 #include "tt_stream.h"
@@ -44,7 +44,7 @@ static void tt_rows_compute(const tt_row_op *ops, int32_t n, const uint8_t *cons
     made[k] = r + 1;
 }
 
-/* Pull schedule (stages/streams.py simulates the same): to make op k's next row, its first streamed input whose
+/* Pull schedule (stages/planning/streams.py simulates the same): to make op k's next row, its first streamed input whose
  * producer has not yet made the last row it reads is made first (a path of the DAG on an explicit stack, no
  * recursion); once all are there, k's row is computed. */
 void tt_stream_rows(const tt_row_op *ops, int32_t n, const uint8_t *const *ext, uint8_t *const *bufs, uint8_t *y,

@@ -1,11 +1,11 @@
-/* Streamed op groups (stages/streams.py): the C side of the three stream kinds.
+/* Streamed op groups (stages/planning/streams.py): the C side of the three stream kinds.
  *
  * rows: a group of ops (a DAG with one sink: conv / depthwise / pooling, and ops that map row r to row r such as
  * element-wise arithmetic, activations and channel padding) producing the sink's output row by row. Op k computes
  * its next output row when a consumer needs it and keeps the last `window` rows of its output contiguous in a small
  * buffer (older rows slide out); inputs from outside the group are whole tensors, the sink writes its whole output
  * tensor. Each row is computed once, by a call of the unchanged kernel on the input rows it reads
- * (see tt_stream_rows). The windows are computed by stages/streams.py, which simulates this same schedule. */
+ * (see tt_stream_rows). The windows are computed by stages/planning/streams.py, which simulates this same schedule. */
 #ifndef TT_STREAM_H
 #define TT_STREAM_H
 

@@ -52,7 +52,7 @@ int32_t tt_argmax_f32(int32_t n, const float *x)
 }
 
 /* ---- QAS update ----------------------------------------------------------------------------------------------
- * Per element, in the order of stages/qas.py (each line one float32 rounding, as numpy does it).
+ * Per element, in the order of stages/quant/qas.py (each line one float32 rounding, as numpy does it).
  *
  * Cost: the update runs once per trained element per step (on the digits example it was ~78% of a step), so the
  * loop is specialised: tt_qas_update dispatches once per call on optimizer kind x rounding mode (nearest,

@@ -4,7 +4,7 @@
  *    channel of scratch, then copied over the input channel it came from; depth multiplier 1 only);
  *  - element-wise helpers of the training IR (multi-input gradient sum, int8 straight-through clamp mask,
  *    dequantize of a channel slice, max-pool backward reading the int8 forward input, argmax);
- *  - the int8/int32 parameter update of stages/qas.py (qas_*_update ops), bit-exact with it.
+ *  - the int8/int32 parameter update of stages/quant/qas.py (qas_*_update ops), bit-exact with it.
  * Same conventions as tt_kernels.h. */
 #ifndef TT_TRAIN_OPS_H
 #define TT_TRAIN_OPS_H
@@ -38,7 +38,7 @@ void tt_dequantize_slice_s8_f32(int32_t rows, int32_t depth, int32_t k, float sc
 int32_t tt_argmax_s8(int32_t n, const int8_t *x);
 int32_t tt_argmax_f32(int32_t n, const float *x);
 
-/* ---- QAS update (stages/qas.py qas_update; formulas in its docstring) -------------------------------------- */
+/* ---- QAS update (stages/quant/qas.py qas_update; formulas in its docstring) -------------------------------------- */
 typedef enum { TT_OPT_SGD = 0, TT_OPT_MOMENTUM = 1, TT_OPT_ADAM = 2, TT_OPT_RMSPROP = 3 } tt_opt_kind;
 
 typedef struct {

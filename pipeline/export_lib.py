@@ -1,9 +1,9 @@
 """`tinytrain export SPEC --to DIR`: the model's training library as a self-contained folder (issue 12, item 2).
 
-    DIR/src/            tt_model.c, tt_model.h (the C API, stages/codegen_api.py) and the kernels_c/ files
+    DIR/src/            tt_model.c, tt_model.h (the C API, stages/c_emit/api.py) and the kernels_c/ files
     DIR/examples/train_from_flash/train_from_flash.c   trains on samples kept in a const array (flash)
     DIR/CMakeLists.txt  library target `tinytrain_<name>` (+ the example with -DTT_BUILD_EXAMPLES=ON)
-    DIR/boards/         the QEMU stand-in boards of stages/boards.py: startup, semihosting console, linker scripts
+    DIR/boards/         the QEMU stand-in boards of stages/device/boards.py: startup, semihosting console, linker scripts
                         and an arm-none-eabi toolchain file, so `-DTT_BOARD=<board>` builds the example as firmware
                         that runs in qemu-system-arm. A product links its own startup instead; the library itself
                         (src/) needs none of boards/.
@@ -58,7 +58,7 @@ def export_spec(spec: Any, cache: Any, log: Any, to: Path) -> Path:
 
 
 def _samples(spec: Any, layout: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    from tinytrain.stages.data import load_dataset
+    from tinytrain.stages.train.data import load_dataset
     from tinytrain.stages.emulate_run import quantize_input
 
     data = getattr(spec, "data", None)
@@ -113,13 +113,13 @@ def export_library(codegen_dir: Path, size_json: Path | None, out: Path, name: s
 
 
 def _mcu_boards() -> list[Any]:
-    from tinytrain.stages.boards import BOARDS
+    from tinytrain.stages.device.boards import BOARDS
 
     return [b for b in BOARDS.values() if not b.host]
 
 
 def _copy_boards(dest: Path) -> None:
-    from tinytrain.stages.boards import BOARD_DIR
+    from tinytrain.stages.device.boards import BOARD_DIR
 
     dest.mkdir()
     for f in BOARD_FILES + tuple(sorted({b.linker_script for b in _mcu_boards()})):

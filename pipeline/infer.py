@@ -25,10 +25,10 @@ def find_graph(folder: Path) -> str:
 
 
 def infer(folder: Path, x: np.ndarray) -> dict[str, np.ndarray]:
-    from tinytrain.stages.ir import Graph
+    from tinytrain.stages.model.ir import Graph
 
     try:
-        from tinytrain.stages.executor import run_graph
+        from tinytrain.stages.golden.forward import run_graph
     except ImportError as e:
         raise StageFailed(f"the reference executor is not available: {e}") from e
     graph = Graph.load(folder, find_graph(folder))

@@ -34,8 +34,8 @@ def describe(path: Path, custom: Inspector | None = None) -> str:
         return _text(path)
     if suffix == ".npz":
         return _npz(path)
-    if suffix == ".ttck":   # a training checkpoint (stages/checkpoint.py): step, CRC, state norms
-        from tinytrain.stages.checkpoint import describe_artifact
+    if suffix == ".ttck":   # a training checkpoint (stages/train/checkpoint.py): step, CRC, state norms
+        from tinytrain.stages.train.checkpoint import describe_artifact
 
         return describe_artifact(path)
     if suffix == ".npy":
@@ -44,7 +44,7 @@ def describe(path: Path, custom: Inspector | None = None) -> str:
 
 
 def _graph(path: Path) -> str:
-    from tinytrain.stages.ir import Graph
+    from tinytrain.stages.model.ir import Graph
 
     stem = path.name[: -len("graph.json")]
     g = Graph.load(path.parent, stem)

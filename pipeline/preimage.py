@@ -1,7 +1,7 @@
 """What a stage's result depends on, as the JSON "preimage" its cache key is the hash of (DESIGN §4).
 
     {"key_schema": 2, "stage": "load",
-     "impl":   {"tinytrain.stages.load": "<source sha256>", "tinytrain.stages.ir": "<source sha256>", ...,
+     "impl":   {"tinytrain.stages.load": "<source sha256>", "tinytrain.stages.model.ir": "<source sha256>", ...,
                 "files:kernels_c/*.h": "<sha256 of the matching files>"},
      "config": {"model": {"path": {"sha256": "..."}, "format": "auto"}},
      "inputs": {"load/graph.json": "<content sha256>", ...},

@@ -27,8 +27,8 @@ from tinytrain.pipeline.spec_quantize import QuantizeSpec
 from tinytrain.pipeline.yaml_source import MAX_BYTES, load_yaml
 
 # The board choices come from the board registry, so a new board needs no edit here.
-from tinytrain.stages.boards import BOARD_NAMES as BOARDS, describe_boards  # noqa: E402
-from tinytrain.stages.runtime_config import OPTIMIZER_DEFAULTS
+from tinytrain.stages.device.boards import BOARD_NAMES as BOARDS, describe_boards  # noqa: E402
+from tinytrain.stages.train.runtime_config import OPTIMIZER_DEFAULTS
 WEIGHT_RATIOS = (0.0, 0.125, 0.25, 0.5, 1.0)
 # A ratio may also be written as text: "0", "1/8", "1/4", "1/2", "1".
 WEIGHT_RATIO_TEXTS = tuple(str(Fraction(r)) for r in WEIGHT_RATIOS)
@@ -44,7 +44,7 @@ _Strict = SpecModel
 
 def _zoo_model(v: Any) -> Any:
     """`zoo:<name>` names a model shipped with tinytrain; it resolves to that file (hashed like any other)."""
-    from tinytrain.stages import zoo
+    from tinytrain.stages.model import zoo
 
     if isinstance(v, str) and zoo.is_zoo_ref(v):
         try:
@@ -172,7 +172,7 @@ class OptimizerSpec(_Strict):
     """The update rule compiled into the firmware; its state tensors are counted in memory."""
 
     kind: Literal["sgd", "momentum", "adam", "rmsprop"] = Field(default="sgd")
-    # Defaults: stages/runtime_config.py OPTIMIZER_DEFAULTS, shared with the firmware's record and autodiff.
+    # Defaults: stages/train/runtime_config.py OPTIMIZER_DEFAULTS, shared with the firmware's record and autodiff.
     momentum: float = Field(default=OPTIMIZER_DEFAULTS.momentum, ge=0, lt=1, description="momentum: velocity decay")
     beta1: float = Field(default=OPTIMIZER_DEFAULTS.beta1, ge=0, lt=1, description="adam: first-moment decay")
     beta2: float = Field(default=OPTIMIZER_DEFAULTS.beta2, ge=0, lt=1, description="adam: second-moment decay")
@@ -210,7 +210,7 @@ class GateSpec(_Strict):
 
 class CheckpointSpec(_Strict):
     """Runtime value: emulate-run saves a checkpoint (trained weights, optimizer state, step counter, PRNG streams;
-    CRC-protected, layout in stages/codegen_api.py) as the artifact trained.ttck, which train.resume_from of a
+    CRC-protected, layout in stages/c_emit/api.py) as the artifact trained.ttck, which train.resume_from of a
     later build continues from, bit for bit as if never stopped."""
 
     stop_after_steps: int | None = Field(
@@ -220,7 +220,7 @@ class CheckpointSpec(_Strict):
 
 class OutputLoss(_Strict):
     """One trained output of a model with several (a detector's scores and boxes, a landmark model's points and
-    presence flag): which output, its loss and its weight in the summed loss (stages/losses.py)."""
+    presence flag): which output, its loss and its weight in the summed loss (stages/train/losses.py)."""
 
     name: str = Field(description="the model output's tensor name (as `tinytrain inspect SPEC load` lists them)")
     loss: Literal["cross_entropy", "mse", "bce", "huber"] = Field(
@@ -384,7 +384,7 @@ class Spec(_Strict):
         """A .circle model's CIRCLE_TRAINING metadata (onert's circle+) fills the training fields the spec leaves
         out: optimizer (kind, Adam's betas and eps), loss, learning rate, batch size, epochs. What the spec states
         wins; `value_sources()` says where each value came from (`tinytrain explain` prints it)."""
-        from tinytrain.stages.circle_training import CircleTrainingError, read_circle_training, spec_values
+        from tinytrain.stages.model.circle_training import CircleTrainingError, read_circle_training, spec_values
 
         path = Path(self.model.path)
         if self.model.format == "tflite" or not path.is_file():

@@ -6,7 +6,7 @@
   means by integer, number and boolean, so an editor validating against `tinytrain schema` agrees with
   the loader. Paths and pairs (`data.image_size`) opt out where a YAML string or list is the only way
   to write them.
-* Every number fits the firmware's 32-bit fields (stages/runtime_config.py packs the runtime values
+* Every number fits the firmware's 32-bit fields (stages/train/runtime_config.py packs the runtime values
   as u32 and f32): integers at most U32_MAX (each integer field sets its own lower bound, 0 or 1),
   floats finite and within +-F32_MAX. A value that would
   only fail when runtime.bin is written, seven stages later, fails here with its YAML line.
@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from tinytrain.stages.runtime_config import F32_MAX, U32_MAX
+from tinytrain.stages.train.runtime_config import F32_MAX, U32_MAX
 
 
 class SpecModel(BaseModel):

@@ -13,7 +13,7 @@ expects; with `relabel: false` the raw labels are kept.
 
 Task: `classification` (the default: integer labels), `regression` (npz only: y_train / y_test are
 float targets [N, K], trained with `train.loss: mse`) or `outputs` (npz only: one y array per output named
-in `train.outputs`, see stages/data.py; the default when train.outputs is given). The task is stated, not guessed from y's
+in `train.outputs`, see stages/train/data.py; the default when train.outputs is given). The task is stated, not guessed from y's
 dtype: a float y holding whole numbers is a valid classification set (it is converted to labels).
 """
 
@@ -55,7 +55,7 @@ class DataSpec(SpecModel):
                     "x_train/y_train/x_test/y_test (or x/y, split here), x of any rank ([N, F] features, "
                     "[N, T, F] sequences, [N, H, W, C] images); images: a folder with one "
                     "subfolder of images per class")
-    # Existence is checked when the data is loaded (stages/data.py), not here, so that a spec can be
+    # Existence is checked when the data is loaded (stages/train/data.py), not here, so that a spec can be
     # validated before its data is made.
     path: SpecPath | None = Field(default=None, description="the .npz file or image folder (not for digits), "
                                                             "relative to this YAML file's folder")

@@ -78,7 +78,7 @@ STAGES: tuple[StageDef, ...] = (
              tools=(("qemu-system-arm", "--version"),),
              reads=("cross-compile/firmware.elf", "cross-compile/size.json", "codegen/io_layout.json",
                     "quantize/graph.json", "quantize/tensors.npz", "load/graph.json",
-                    # the int8 update check, re-run at the run's learning rate (stages/update_check.py)
+                    # the int8 update check, re-run at the run's learning rate (stages/quant/update_check.py)
                     "sparse-plan/update_check.json", "sparse-plan/train_plan.json")),
 )
 

@@ -56,7 +56,7 @@ float32 tensors with role "gradient", named grad/<tensor> (a reader's share of a
 Losses: softmax_ce_loss(logits, labels:int32[1]) -> loss:f32[], dlogits  (fused, stable; the model's final
 softmax is dropped from the training forward); mse_loss(y, target) -> loss, dy (mean over the sample's elements);
 bce_logits_loss, huber_loss (same form); attrs weight, offset; loss_sum(l0, l1, ...) -> loss. `loss` is a loss name
-(the model's single output) or a list of heads (output, loss, weight: spec train.outputs): stages/losses.py says
+(the model's single output) or a list of heads (output, loss, weight: spec train.outputs): stages/train/losses.py says
 which tensor each head's loss reads, prunes outputs not trained and emits the loss ops.
 Updates (in place: the weight and state tensors are both inputs and outputs; the trained slice is w[..., :n]):
   batch_accumulate(acc, g) -> acc
@@ -99,7 +99,7 @@ every gradient is the float32 gradient of the *real* tensor (dL/dx for x = s·(x
   means the curve is flat there and the derivative from the dequantized y is already ~0 — an STE mask would only
   drop the small remaining slope. strided_slice_grad moves dz as it is (the slice copies int8 values); so do the
   resize grads (the int8 resizes interpolate raw values with the input's parameters and never clamp: no mask).
-Updates of int8 weights / int32 biases (stages/qas.py has the exact float32 formulas, rounding and PRNG):
+Updates of int8 weights / int32 biases (stages/quant/qas.py has the exact float32 formulas, rounding and PRNG):
   qas_sgd_update(p, g, scale [, master] [, prng]) -> p [, master] [, prng]
   qas_momentum_update(p, g, scale, buf [, master] [, prng]) -> p, buf [, master] [, prng]
   qas_adam_update(p, g, scale, m, v, step [, master] [, prng]) -> p, m, v [, master] [, prng]
@@ -138,13 +138,13 @@ import numpy as np
 
 from tinytrain.pipeline.errors import UnsupportedOpError, UserError
 from tinytrain.stages import ops
-from tinytrain.stages.ir import Graph, Op, Tensor
+from tinytrain.stages.model.ir import Graph, Op, Tensor
 # LOSSES is re-exported: plan_memory and others read autodiff.LOSSES.
-from tinytrain.stages.losses import LOSSES, emit_losses, heads_from, loss_config, prepare_heads  # noqa: F401
+from tinytrain.stages.train.losses import LOSSES, emit_losses, heads_from, loss_config, prepare_heads  # noqa: F401
 from tinytrain.stages.ops.backward import MASK_ACTS, mask_bounds, output_mask, slice_shape  # noqa: F401 (MASK_ACTS)
-from tinytrain.stages.qas import BIAS_RANGE, ROUNDINGS, STATE_NAMES, WEIGHT_RANGE, seed_state
-from tinytrain.stages.runtime_config import OPTIMIZER_DEFAULTS
-from tinytrain.stages.train_plan import TrainPlan
+from tinytrain.stages.quant.qas import BIAS_RANGE, ROUNDINGS, STATE_NAMES, WEIGHT_RANGE, seed_state
+from tinytrain.stages.train.runtime_config import OPTIMIZER_DEFAULTS
+from tinytrain.stages.planning.train_plan import TrainPlan
 
 OPTIMIZERS = ("sgd", "momentum", "adam", "rmsprop")
 # Default of build_training_graph(masks=...): 1-bit activation masks for the backward (clamp_mask / mask_grad).
@@ -183,7 +183,7 @@ class OptimizerSpec:
 
 @dataclass
 class QASOptions:
-    """How int8 parameters update (config `train.qas`, DESIGN §6; formulas in stages/qas.py). Ignored for float
+    """How int8 parameters update (config `train.qas`, DESIGN §6; formulas in stages/quant/qas.py). Ignored for float
     graphs."""
 
     enabled: bool = True
@@ -550,7 +550,7 @@ def _channel_scales(t: Tensor, channels: int) -> np.ndarray:
 
 def _emit_qas_update(b: _Builder, g: Graph, p: str, gname: str, kind: str, attrs: dict, step: str | None, st,
                      qas: QASOptions, layer: Op, wk: dict, masters: dict, prngs: dict, scales: dict) -> None:
-    """One qas_<kind>_update of an int8 weight or int32 bias (semantics: stages/qas.py)."""
+    """One qas_<kind>_update of an int8 weight or int32 bias (semantics: stages/quant/qas.py)."""
     pt = g.tensors[p]
     is_weight = pt.dtype == "int8"
     if is_weight:
@@ -624,7 +624,7 @@ def _read_plan(ctx, graph: Graph) -> tuple[TrainPlan, str]:
 
 def _planned_qas(ctx) -> dict | None:
     """The int8 update rule sparse-plan chose over train.qas because the requested one would erase most updates
-    (stages/update_check.py: stochastic rounding or a master copy; train_plan.json carries `qas` only then)."""
+    (stages/quant/update_check.py: stochastic rounding or a master copy; train_plan.json carries `qas` only then)."""
     import json
 
     try:

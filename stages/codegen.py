@@ -7,9 +7,9 @@ Inputs: autodiff's `train_graph.json`/`train_tensors.npz`, reorder's `schedule.j
   tt_model.c     the program: `static uint8_t tt_arena[A]`, frozen constants `static const` (flash), trained
                  tensors and optimizer state in SRAM (at their planned arena offsets) initialised from flash
                  copies at start, requantization multipliers / shifts / QAS scales as const tables (computed here
-                 with stages/int8_arith.py, in double exactly as the numpy executor does), the schedule as
+                 with stages/golden/int8_arith.py, in double exactly as the numpy executor does), the schedule as
                  straight-line kernel calls, and `tt_main` implementing the firmware protocol of
-                 stages/runtime_config.py (runtime.bin in; losses.bin, weights.bin, results.json out);
+                 stages/train/runtime_config.py (runtime.bin in; losses.bin, weights.bin, results.json out);
   sources.json   {"kernels": null (every kernels_c/*.c), "defines": {}, "stack_bytes": ...} for cross-compile;
   io_layout.json where weights.bin's tensors are, the model input's quantization, the output, arena bytes;
   codegen.json   lines of C, kernel calls, const bytes, arena bytes.
@@ -29,7 +29,7 @@ Where the C of an op is written: its op module's emitter (stages/ops/<family>.py
 forward op, and every op a training graph adds (the layers' gradients in stages/ops/conv_grad.py and fc_grad.py, the
 masks and bias gradient in stages/ops/training.py). `_Gen` offers the emitters the places (loc, ploc, same_place,
 row_io), the tables (const_table, uid, globals), the geometry (conv_dims, tconv_dims), the quantization parameters
-(qp, requant, bcast), the split weights (split, weight_args) and copy_call. stages/codegen_program.py writes the
+(qp, requant, bcast), the split weights (split, weight_args) and copy_call. stages/c_emit/program.py writes the
 program around the calls (arena, loops, evaluation, tt_main).
 
 Compile-time options: -DTT_DUMP_TENSORS=1 makes the program write every trained tensor after each sample step
@@ -48,19 +48,18 @@ from typing import Any
 
 import numpy as np
 
-from tinytrain.stages import int8_arith as ia
+from tinytrain.stages.golden import int8_arith as ia
 from tinytrain.stages import ops
-from tinytrain.stages.c_literals import (ACT_ENUM, CTYPE, CodegenError, c_array, flit,
-                                         numel)
-from tinytrain.stages.codegen_program import api_parts, head_captures, program
-from tinytrain.stages.geometry import out_size_and_pad
-from tinytrain.stages.ir import Graph, Op, Tensor
-from tinytrain.stages.memplan import fused_dequantize
-from tinytrain.stages.codegen_api import CKPT_HEADER, CKPT_VERSION, model_header
-from tinytrain.stages.codegen_driver import driver_source
+from tinytrain.stages.c_emit.literals import ACT_ENUM, CTYPE, CodegenError, c_array, flit, numel
+from tinytrain.stages.c_emit.program import api_parts, head_captures, program
+from tinytrain.stages.model.geometry import out_size_and_pad
+from tinytrain.stages.model.ir import Graph, Op, Tensor
+from tinytrain.stages.planning.arena import fused_dequantize
+from tinytrain.stages.c_emit.api import CKPT_HEADER, CKPT_VERSION, model_header
+from tinytrain.stages.c_emit.driver import driver_source
 from tinytrain.stages.ops import QAS_UPDATE_OPS, ROW_OPS, conv_forward
-from tinytrain.stages.runtime_config import PROTOCOL
-from tinytrain.stages.streams import MAX_ROW_OPS, Stream, row_geometry
+from tinytrain.stages.train.runtime_config import PROTOCOL
+from tinytrain.stages.planning.streams import MAX_ROW_OPS, Stream, row_geometry
 
 # Stack of the firmware (sources.json -> cross-compile -> the linker's __stack_size). Measured high-water marks
 # (painted stack, QEMU): digits 776 B, MobileNetV2-w0.35@128 TTE-like sparse ~1 KB: every kernel is a leaf with a
@@ -99,7 +98,7 @@ class _Gen:
         self.written = {t for op in g.ops for t in op.outputs}
         self.locs: dict[str, _Loc] = {}
         self.init_lines: list[str] = []
-        self.state: list[dict[str, Any]] = []  # what tt_init sets = what a checkpoint holds (stages/codegen_api.py)
+        self.state: list[dict[str, Any]] = []  # what tt_init sets = what a checkpoint holds (stages/c_emit/api.py)
         self._uid = 0
         self.fused = fused_dequantize(g)      # fp32 weight copies that are never materialised
         self.split = self._split_weights()    # weight -> n: compact trained slice in the arena + flash original
@@ -356,7 +355,7 @@ class _Gen:
 
     # ---- backward --------------------------------------------------------------------------------------------
 
-    # ---- streamed groups (stages/streams.py) -------------------------------------------------------------------
+    # ---- streamed groups (stages/planning/streams.py) -------------------------------------------------------------------
     def emit_stream(self, st: Stream) -> list[str]:
         lines = getattr(self, "stream_" + st.kind)(st)
         self.calls += sum(1 for ln in lines if ln.lstrip().startswith("tt_"))
@@ -366,7 +365,7 @@ class _Gen:
     def stream_rows(self, st: Stream) -> list[str]:
         """The group row by row (tt_stream_rows): a callback runs op k's kernel on a sub-problem of its rows (conv
         and depthwise: the op's dims narrowed at run time; pooling and row-local ops: the op's own C on a view of
-        its tensors one output row high, stages/streams.py)."""
+        its tensors one output row high, stages/planning/streams.py)."""
         ops = [self.g.ops[i] for i in st.ops]
         if len(ops) > MAX_ROW_OPS:
             raise CodegenError(f"a row stream of more than {MAX_ROW_OPS} ops (TT_STREAM_MAX_OPS)")
@@ -601,7 +600,7 @@ def generate(tg: Graph, order: list[int], memplan_doc: dict[str, Any], out_dir: 
           "wof": {"n_buffers": api.wof_n_buffers, "bytes": api.wof_layout()[1]}}
     if regression:  # classification layouts keep their bytes; regression says what the streams must carry
         io.update(loss="mse", num_targets=numel(h_t.shape))
-    elif loss_heads:  # the heads' targets back to back in each record (stages/losses.py)
+    elif loss_heads:  # the heads' targets back to back in each record (stages/train/losses.py)
         io.update(loss=meta["loss"], num_targets=numel(tg.tensors[lab].shape),
                   heads=[{"output": h["output"], "loss": h["loss"], "weight": h["weight"],
                           "shape": list(tg.tensors[h["tensor"]].shape)} for h in loss_heads])

@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 from tinytrain.pipeline.contract import StageContext, StageResult, no_progress
 from tinytrain.pipeline.errors import StageFailed, UserError
-from tinytrain.stages.boards import BOARD_DIR, Board, get_board
+from tinytrain.stages.device.boards import BOARD_DIR, Board, get_board
 
 KERNELS_DIR = BOARD_DIR.parent  # kernels_c/
 # The kernel library's C files under kernels_c/: shared support, then one file per op (kernels_c/README.md).

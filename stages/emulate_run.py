@@ -6,7 +6,7 @@ of each tensor in weights.bin), quantize's int8 IR (graph.json + tensors.npz), l
 file (`model`: its tensor count is the .wof's n_buffers), the data (`data`) and the runtime values
 (`train.learning_rate`, `epochs`, `seed`, `batch_size`, `optimizer`, `max_train_samples`, `gate`,
 `target.board`, `target.timeout_s`). Runtime values reach the firmware in `runtime.bin`
-(stages/runtime_config.py), never through the program, so changing them reruns only this stage.
+(stages/train/runtime_config.py), never through the program, so changing them reruns only this stage.
 
 The run folder (a temp folder, not an artifact) holds runtime.bin, train.ttds (the train split) and
 test.ttds (the test split) -- the same `load_dataset` split quantize calibrated on, samples quantized
@@ -20,13 +20,13 @@ Artifacts
   loss.svg, loss.png  per-step loss (log scale), its moving average, the per-epoch means, and the test
                       accuracy (MSE) measured before and after training
   weights.bin         the firmware's trained tensors as it wrote them (whatever the gate decided)
-  trained.wof         weights-only format of seed 000 (layout: stages/wof.py), indexed by the
+  trained.wof         weights-only format of seed 000 (layout: stages/model/wof.py), indexed by the
                       ORIGINAL model file's tensors
   trained_int8.tflite the int8 model with the trained tensors replaced (LiteRT runs it)
   run.log             the console of the firmware and the emulator's log
   trained.circle      for a .circle model: the trained model in circle form with the CIRCLE_TRAINING metadata
-                      (onert's circle+, stages/circle_training.py) saying what it was trained with
-  trained.ttck        with `train.checkpoint`: the checkpoint the firmware saved (stages/checkpoint.py reads it;
+                      (onert's circle+, stages/model/circle_training.py) saying what it was trained with
+  trained.ttck        with `train.checkpoint`: the checkpoint the firmware saved (stages/train/checkpoint.py reads it;
                       `tinytrain inspect SPEC emulate-run` shows its step and state norms)
 
 Checkpoint / resume (runtime values, like the learning rate): `train.checkpoint: {stop_after_steps: N}` stops
@@ -40,7 +40,7 @@ only if accuracy after - before >= `train.gate.min_delta` (percentage points); o
 original weights are exported and run.json / the summary say so.
 
 Regression (`train.loss: mse`, `data.task: regression`): the streams are TTDS version 2 (float32
-targets per record, stages/data.py), the firmware reports the test split's mean squared error before
+targets per record, stages/train/data.py), the firmware reports the test split's mean squared error before
 and after as IEEE-754 bit patterns (results.json `mse_before_bits` / `mse_after_bits`; JSON from the
 firmware holds integers only), run.json has `mse` {before, after, delta} instead of accuracy, and the
 gate keeps the trained weights when before - after >= min_delta (lower is better; min_delta in MSE
@@ -54,7 +54,7 @@ loss (every head's weighted loss) as bits (`loss_before_bits` / `loss_after_bits
 Cycle estimates: QEMU counts instructions, not cycles. `cycles_estimate` assumes one cycle per instruction at
 the board's real clock (216 MHz for the STM32F746). `cycles_per_step_estimate` is better founded: one training
 step traced in QEMU (`-d in_asm,exec,nochain`), every instruction classed and costed with a Cortex-M4 / M7
-table (stages/cycles.py states the tables and their assumptions), with the instruction mix. The trace is slow
+table (stages/device/cycles.py states the tables and their assumptions), with the instruction mix. The trace is slow
 (~TRACE_SLOWDOWN x per instruction), so it runs only when it costs at most TRACE_BUDGET of the run (the digits
 example: yes; MobileNetV2: no, bench/speed.py traces it); otherwise the entry says why not.
 """
@@ -75,12 +75,22 @@ import numpy as np
 from tinytrain.pipeline.contract import StageContext, StageResult
 from tinytrain.pipeline.errors import StageFailed, UserError
 from tinytrain.pipeline.plots import Picture, loss_figure
-from tinytrain.stages import cycles, export, update_check, wof
-from tinytrain.stages.boards import Board, get_board
-from tinytrain.stages.emulate import EmulationError, RunResult, run_firmware
-from tinytrain.stages.ir import Graph
-from tinytrain.stages.runtime_config import (FLAG_EVAL_AFTER, FLAG_EVAL_BEFORE, FLAG_RESUME, FLAG_SAVE_CHECKPOINT,
-                                               OPTIMIZER_DEFAULTS, PROTOCOL, RuntimeConfig)
+from tinytrain.stages.device import cycles
+from tinytrain.stages.device import export
+from tinytrain.stages.quant import update_check
+from tinytrain.stages.model import wof
+from tinytrain.stages.device.boards import Board, get_board
+from tinytrain.stages.device.launch import EmulationError, RunResult, run_firmware
+from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.train.runtime_config import (
+    FLAG_EVAL_AFTER,
+    FLAG_EVAL_BEFORE,
+    FLAG_RESUME,
+    FLAG_SAVE_CHECKPOINT,
+    OPTIMIZER_DEFAULTS,
+    PROTOCOL,
+    RuntimeConfig,
+)
 
 ARTIFACTS = ("run.json", "loss.svg", "loss.png", "weights.bin", "trained.wof", "trained_int8.tflite", "run.log")
 CHECKPOINT_ARTIFACT = "trained.ttck"   # only with train.checkpoint
@@ -95,7 +105,7 @@ TTE_MS_PER_STEP = 373.0
 TTE_CLOCK_HZ = 216_000_000
 TTE_CYCLES_PER_STEP = TTE_MS_PER_STEP * 1e-3 * TTE_CLOCK_HZ   # ~80.6 M
 
-# The cycle estimate's trace (stages/cycles.py) runs about TRACE_SLOWDOWN times slower per instruction than the
+# The cycle estimate's trace (stages/device/cycles.py) runs about TRACE_SLOWDOWN times slower per instruction than the
 # plain emulation, plus a fixed start-up cost worth TRACE_FIXED_INSNS plain instructions (measured: a MobileNetV2
 # step, 170 M instructions, traces in 46 s where the plain run does 4.2 ns per instruction; the digits trace is
 # 0.4 s, mostly QEMU's start), and may cost TRACE_BUDGET of the run.
@@ -152,7 +162,7 @@ def run(ctx: StageContext) -> StageResult:
     doc = finish(out, outcome, qgraph, layout, n_buffers, rc, cfg.get("train.gate"), board, size, data_info,
                  result, estimate, updates)
     if _model_is_circle(cfg):
-        from tinytrain.stages.circle_training import write_circle_plus
+        from tinytrain.stages.model.circle_training import write_circle_plus
 
         opt = cfg.get("train.optimizer")
         kind = getattr(opt, "kind", None) or dict(opt or {}).get("kind", "sgd")
@@ -162,7 +172,7 @@ def run(ctx: StageContext) -> StageResult:
 
 def cycle_estimate(board: Board, elf: Path, files: dict[str, bytes], rc: RuntimeConfig, res: Mapping[str, Any],
                    result: RunResult, timeout_s: float, ctx: StageContext) -> dict[str, Any]:
-    """run.json's `cycles_per_step_estimate`: one training step traced in QEMU and costed (stages/cycles.py), when
+    """run.json's `cycles_per_step_estimate`: one training step traced in QEMU and costed (stages/device/cycles.py), when
     that costs at most TRACE_BUDGET of this run. The trace runs ~TRACE_SLOWDOWN times slower per instruction than
     the plain run, so the rule compares instruction counts (deterministic, unlike a clock): a traced step must
     not exceed TRACE_BUDGET of the run's instructions after the slowdown. Otherwise `{"traced": false, ...}`;
@@ -226,7 +236,7 @@ def _field(section: Any, name: str) -> Any:
 def checked_checkpoint(path: Path, layout: Mapping[str, Any]) -> bytes:
     """The bytes of train.resume_from after the firmware's own checks (size, magic, version, model id, CRC), so a
     bad checkpoint is the user's one-line error instead of a run that silently starts over."""
-    from tinytrain.stages.checkpoint import CheckpointError, read_checkpoint
+    from tinytrain.stages.train.checkpoint import CheckpointError, read_checkpoint
 
     raw = Path(path).read_bytes()
     try:
@@ -259,7 +269,7 @@ def keep_checkpoint(result: RunResult, rc: RuntimeConfig, out: Path) -> dict[str
 def run_files(data_spec: Any, layout: Mapping[str, Any], rc: RuntimeConfig,
               qgraph: Graph | None = None) -> tuple[dict[str, bytes], dict[str, Any]]:
     """runtime.bin, train.ttds, test.ttds as bytes, and what they hold (for run.json)."""
-    from tinytrain.stages.data import check_compatible, load_dataset, write_stream
+    from tinytrain.stages.train.data import check_compatible, load_dataset, write_stream
 
     ds = load_dataset(data_spec)
     inp = layout.get("input") or {}
@@ -267,7 +277,7 @@ def run_files(data_spec: Any, layout: Mapping[str, Any], rc: RuntimeConfig,
         return _run_files_outputs(ds, layout, rc, inp)
     regression = layout.get("loss") == "mse"
     if ds.task == "outputs":  # train.outputs naming the model's one output, with a cross-entropy or MSE head
-        from tinytrain.stages.data import single_target
+        from tinytrain.stages.train.data import single_target
 
         ds = single_target(ds, classification=not regression)
     if regression != ds.regression:
@@ -308,8 +318,8 @@ def run_files(data_spec: Any, layout: Mapping[str, Any], rc: RuntimeConfig,
 def _run_files_outputs(ds: Any, layout: Mapping[str, Any], rc: RuntimeConfig,
                        inp: Mapping[str, Any]) -> tuple[dict[str, bytes], dict[str, Any]]:
     """Named outputs (train.outputs): TTDS version 2 whose float targets are the heads' targets back to back
-    (stages/losses.py, stages/data.target_rows)."""
-    from tinytrain.stages.data import check_sample_shape, target_rows, write_stream
+    (stages/train/losses.py, stages/data.target_rows)."""
+    from tinytrain.stages.train.data import check_sample_shape, target_rows, write_stream
 
     if inp.get("shape") is not None:
         check_sample_shape(ds.sample_shape, inp["shape"])
@@ -762,7 +772,7 @@ def inspect(path: Path) -> str | None:
 
 
 def describe_checkpoint(path: Path) -> str:
-    from tinytrain.stages.checkpoint import describe_artifact
+    from tinytrain.stages.train.checkpoint import describe_artifact
 
     return describe_artifact(path)
 

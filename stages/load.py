@@ -15,10 +15,11 @@ import numpy as np
 
 from tinytrain.pipeline.contract import StageContext, StageResult
 from tinytrain.pipeline.errors import ModelError
-from tinytrain.stages import ops, state
-from tinytrain.stages.ir import Graph, Op
-from tinytrain.stages.prune import prune_graph
-from tinytrain.stages.tflite_reader import read_model
+from tinytrain.stages import ops
+from tinytrain.stages.model import state
+from tinytrain.stages.model.ir import Graph, Op
+from tinytrain.stages.model.prune import prune_graph
+from tinytrain.stages.model.tflite_reader import read_model
 
 ARTIFACTS = ("graph.json", "tensors.npz", "graph.txt", "summary.json")
 

@@ -23,11 +23,14 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..pipeline.contract import StageContext, StageResult, no_progress
-from ..pipeline.errors import ModelError, UserError
-from ..pipeline.spec_quantize import QuantizeSpec
-from . import calibrate, ops, ptq, state
-from .ir import Graph
+from tinytrain.pipeline.contract import StageContext, StageResult, no_progress
+from tinytrain.pipeline.errors import ModelError, UserError
+from tinytrain.pipeline.spec_quantize import QuantizeSpec
+from tinytrain.stages import ops
+from tinytrain.stages.quant import calibrate
+from tinytrain.stages.quant import ptq
+from tinytrain.stages.model import state
+from tinytrain.stages.model.ir import Graph
 
 ARTIFACTS = ("graph.json", "tensors.npz", "graph.txt", "model_int8.tflite", "report.json", "report.txt")
 BATCH = 64
@@ -127,12 +130,12 @@ def _passthrough(ctx: StageContext, graph: Graph, data_spec, out: Path, spec: Qu
 # ---- data --------------------------------------------------------------------------------------
 
 def _load_data(data_spec):
-    from .data import load_dataset
+    from tinytrain.stages.train.data import load_dataset
     return load_dataset(data_spec)
 
 
 def _calibration_samples(ds, spec: QuantizeSpec) -> np.ndarray:
-    from .data import calibration_samples
+    from tinytrain.stages.train.data import calibration_samples
     x = calibration_samples(ds, spec.num_samples, spec.seed)
     return x[0] if isinstance(x, tuple) else x
 
@@ -159,7 +162,7 @@ def check_samples(graph: Graph, x: np.ndarray, what: str) -> None:
     if not np.issubdtype(x.dtype, np.floating):
         raise QuantizeError(f"{what}: dtype {x.dtype}, expected float samples (the model's float input)",
                             hint="set data.scale/offset so raw values map to the floats the model was trained on")
-    from tinytrain.stages.data import check_sample_shape
+    from tinytrain.stages.train.data import check_sample_shape
 
     check_sample_shape(x.shape[1:], graph.tensors[_single_input(graph)].shape, what)
     if not np.all(np.isfinite(x)):
@@ -203,7 +206,7 @@ def _batches(x: np.ndarray) -> Iterator[np.ndarray]:
 
 
 def _run(graph: Graph, x: np.ndarray, keep: bool) -> dict[str, np.ndarray]:
-    from .executor import run_graph
+    from tinytrain.stages.golden.forward import run_graph
     name = graph.inputs[0]
     t = graph.tensors[name]
     if t.dtype == "int8":
@@ -374,7 +377,7 @@ def report_text(report: dict[str, Any]) -> str:
 # ---- artifacts ---------------------------------------------------------------------------------
 
 def _save(out: Path, g: Graph) -> None:
-    from .tflite_writer import write_model
+    from tinytrain.stages.model.tflite_writer import write_model
     g.save(out)
     (out / "graph.txt").write_text(g.to_text())
     write_model(g, out / "model_int8.tflite")
@@ -396,7 +399,7 @@ def inspect(path: Path) -> str | None:
     if path.name == "graph.json":
         return Graph.load(path.parent).to_text()
     if path.suffix == ".tflite":
-        from .tflite_reader import read_model
+        from tinytrain.stages.model.tflite_reader import read_model
         return read_model(path).to_text()
     if path.name != "report.json":
         return None

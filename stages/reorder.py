@@ -12,7 +12,7 @@ Summary: `peak 141.2 KB (lower bound 139.8 KB, +1.0%), without reordering 335.0 
 
 Which schedule: the candidates are the plain order, TTE's in-place update order (each update right after its
 gradient) and the memory-greedy list schedule, each also with the streamed groups its order allows
-(stages/streams.py: groups of a frozen prefix row by row, the pooled head's gradient position by position, weight
+(stages/planning/streams.py: groups of a frozen prefix row by row, the pooled head's gradient position by position, weight
 gradient + update channel by channel); the one with the smallest arena wins (ties: smaller lower bound, then the
 earlier candidate), so reordering never makes the peak worse than either of the first two. The winner keeps only
 the streams that lower its arena, and its arena placement gets a local search (memplan._place), which brings
@@ -35,12 +35,26 @@ from typing import Any
 import numpy as np
 
 from tinytrain.pipeline.plots import Picture, memory_figure
-from tinytrain.stages.ir import Graph
-from tinytrain.stages.memplan import (MemOptions, MemPlan, ROLE_ORDER, _RESIDENT, check_plan, counted_bytes, kb,
-                                      plan_memory, tensor_roles)
-from tinytrain.stages.streams import find_streams, prune_streams
-from tinytrain.stages.schedule import (in_place_update_order, is_valid_order, memory_greedy_order, phases,
-                                       plain_order)
+from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.planning.arena import (
+    MemOptions,
+    MemPlan,
+    ROLE_ORDER,
+    _RESIDENT,
+    check_plan,
+    counted_bytes,
+    kb,
+    plan_memory,
+    tensor_roles,
+)
+from tinytrain.stages.planning.streams import find_streams, prune_streams
+from tinytrain.stages.planning.schedule import (
+    in_place_update_order,
+    is_valid_order,
+    memory_greedy_order,
+    phases,
+    plain_order,
+)
 
 PLACEMENT_SEARCH = 400   # rounds of placement local search for the chosen plan (memplan._place)
 ARTIFACTS = ("schedule.json", "schedule.txt", "memplan.json", "memory.svg", "memory.png")
@@ -254,7 +268,7 @@ def inspect(path: Path) -> str | None:
     for n, c in d["candidates"].items():
         lines.append(f"  {n:<24} arena {kb(c['arena_bytes']):>10}  lower bound {kb(c['lower_bound_bytes']):>10}")
     if d.get("streams"):
-        lines += ["", "streams (each op group runs interleaved, a slice at a time; stages/streams.py):"]
+        lines += ["", "streams (each op group runs interleaved, a slice at a time; stages/planning/streams.py):"]
         if d.get("row_streams"):
             lines.append(f"  {d['row_streams']}")
         for k, st in enumerate(d["streams"]):

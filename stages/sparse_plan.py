@@ -14,7 +14,7 @@ Schemes (`train.update.scheme`)
 Modules: this one (config, budget, fixed schemes, the stage), auto_plan.py (auto), plan_exact.py (the exact peak),
 plan_report.py (plan.txt, the summary line, the search trace's text).
 Budget: `train.update.budget_kb` (KB = 1024 bytes), else the board's SRAM minus the runtime's own needs
-(stages/boards.py). Memory is reported two ways: the analytic estimate (plan_memory.py, what the search prices
+(stages/device/boards.py). Memory is reported two ways: the analytic estimate (plan_memory.py, what the search prices
 options with) and the exact peak of the chosen plan — autodiff's training graph for the build's loss, optimizer,
 batch size and QAS settings, planned by the reorder stage's own planner (with train.reorder.enabled), i.e. the
 number the reorder stage will print. `fits` is decided on the exact peak. Fixed schemes are checked against the
@@ -37,7 +37,7 @@ Artifacts
   train_plan.json     the plan alone (version, scheme, layers; `qas` when the update check changed it): the only
                       file autodiff reads
   update_check.json   int8 updates below half a step, per trained tensor, and the rounding / master copy chosen
-                      (stages/update_check.py; also plan.json `updates`, plan.txt; emulate-run re-checks it)
+                      (stages/quant/update_check.py; also plan.json `updates`, plan.txt; emulate-run re-checks it)
   memory.json         memory of every option: bias regions k = 1..K, every layer's weights at every ratio
   plan.txt            readable plan, memory breakdown, and for auto the best candidate per k
   contributions.json  auto: the contribution table (contribution.py)
@@ -53,18 +53,26 @@ from pathlib import Path
 from typing import Any
 
 from tinytrain.pipeline.contract import StageContext, StageResult
-from tinytrain.stages import contribution as contrib
-from tinytrain.stages import contribution_text, update_check
-from tinytrain.stages.auto_plan import (MAX_ROUNDS, NO_LIMIT, auto_search,  # noqa: F401
-                                        build_problem, plan_auto, restrict_to_trained, smallest_plan_check,
-                                        smallest_plans,
-                                        verified_auto)
-from tinytrain.stages.ir import Graph
-from tinytrain.stages.losses import loss_config
-from tinytrain.stages.plan_exact import ExactPeaks, ExactUnavailable, exact_peak  # noqa: F401
-from tinytrain.stages.plan_memory import MemoryModel, MemorySettings, channels, kb
-from tinytrain.stages.plan_report import memory_text, plan_text, summary_line, trace_doc, trace_text
-from tinytrain.stages.train_plan import RATIOS, LayerPlan, PlanError, TrainPlan
+from tinytrain.stages.planning import contribution as contrib
+from tinytrain.stages.planning import contribution_text
+from tinytrain.stages.quant import update_check
+from tinytrain.stages.planning.auto_plan import (
+    MAX_ROUNDS,
+    NO_LIMIT,
+    auto_search,
+    build_problem,
+    plan_auto,
+    restrict_to_trained,
+    smallest_plan_check,
+    smallest_plans,
+    verified_auto,
+)
+from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.train.losses import loss_config
+from tinytrain.stages.planning.plan_exact import ExactPeaks, ExactUnavailable, exact_peak  # noqa: F401
+from tinytrain.stages.planning.memory_model import MemoryModel, MemorySettings, channels, kb
+from tinytrain.stages.planning.plan_report import memory_text, plan_text, summary_line, trace_doc, trace_text
+from tinytrain.stages.planning.train_plan import RATIOS, LayerPlan, PlanError, TrainPlan
 
 RATIO_TEXT = "0, 1/8, 1/4, 1/2, 1"
 
@@ -115,7 +123,7 @@ def resolve_budget(budget_kb: float | None, board: str | None) -> tuple[int | No
     if budget_kb is not None:
         return int(round(budget_kb * 1024)), f"train.update.budget_kb = {budget_kb:g}"
     try:
-        from tinytrain.stages.boards import get_board
+        from tinytrain.stages.device.boards import get_board
     except ImportError:      # the registry is optional for this stage: an explicit budget_kb always works
         return None, "no budget_kb and no board registry"
     try:

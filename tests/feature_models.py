@@ -1,5 +1,5 @@
 """Small float models for the data-rank and multi-output tests, written with the project's own TFLite writer
-(stages/tflite_writer.py; TensorFlow is not installed here, so the converter cannot make them). Built in code at
+(stages/model/tflite_writer.py; TensorFlow is not installed here, so the converter cannot make them). Built in code at
 test time, so no binary fixture is committed; the writer's output is read back by the same reader as any model.
 
 - `features_mlp(features, hidden, classes)`: [1, F] -> FC + relu -> FC -> softmax (a classifier on flat features).
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tinytrain.stages.ir import Graph, Op, Tensor
-from tinytrain.stages.tflite_writer import write_model
+from tinytrain.stages.model.ir import Graph, Op, Tensor
+from tinytrain.stages.model.tflite_writer import write_model
 
 
 class _Net:

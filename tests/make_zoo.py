@@ -1,4 +1,4 @@
-"""Make the zoo models in stages/zoo_models/ with TensorFlow's own converter (run by hand, not in CI).
+"""Make the zoo models in stages/model/zoo_models/ with TensorFlow's own converter (run by hand, not in CI).
 
     /opt/tfvenv/bin/python tests/make_zoo.py          # ~4 minutes on one CPU core
 
@@ -42,7 +42,7 @@ import tensorflow as tf  # noqa: E402
 keras = tf.keras
 
 REPO = Path(__file__).resolve().parents[1]
-ZOO = REPO / "stages" / "zoo_models"
+ZOO = REPO / "stages" / "model" / "zoo_models"
 sys.path.insert(0, str(REPO / "bench"))
 import synth_images  # noqa: E402
 

@@ -11,12 +11,12 @@ from dataclasses import replace
 import pytest
 
 from tinytrain.pipeline.errors import UserError
-from tinytrain.stages import auto_plan
-from tinytrain.stages import contribution as C
-from tinytrain.stages import plan_search as PS
+from tinytrain.stages.planning import auto_plan
+from tinytrain.stages.planning import contribution as C
+from tinytrain.stages.planning import budget_search as PS
 from tinytrain.stages import sparse_plan as SP
-from tinytrain.stages.ir import Graph
-from tinytrain.stages.train_plan import TrainPlan
+from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.planning.train_plan import TrainPlan
 
 from test_sparse_plan import FAST, FakeMeasure, graph_of, make_ctx, read  # noqa: F401  (fixtures' helpers)
 

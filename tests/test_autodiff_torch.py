@@ -17,10 +17,10 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph  # noqa: E402
-from tinytrain.stages.runtime_config import OPTIMIZER_DEFAULTS  # noqa: E402
-from tinytrain.stages.tflite_reader import read_model  # noqa: E402
-from tinytrain.stages.train_executor import init_state, train, train_step  # noqa: E402
-from tinytrain.stages.train_plan import LayerPlan, PlanError, TrainPlan  # noqa: E402
+from tinytrain.stages.train.runtime_config import OPTIMIZER_DEFAULTS  # noqa: E402
+from tinytrain.stages.model.tflite_reader import read_model  # noqa: E402
+from tinytrain.stages.golden.train_step import init_state, train, train_step  # noqa: E402
+from tinytrain.stages.planning.train_plan import LayerPlan, PlanError, TrainPlan  # noqa: E402
 
 from torch_mirror import TorchMirror  # noqa: E402
 
@@ -227,7 +227,7 @@ def test_plan_json_and_errors():
 def test_stage_run_writes_train_graph(tmp_path):
     from tinytrain.pipeline.contract import StageContext
     from tinytrain.stages.autodiff import run
-    from tinytrain.stages.ir import Graph
+    from tinytrain.stages.model.ir import Graph
 
     src = tmp_path / "load"
     src.mkdir()
@@ -273,7 +273,7 @@ def test_elementwise_and_slice_ops(model, kind, batch):
 def test_elementwise_ops_first_gradient_matches_torch(model):
     """One sample's parameter gradients (before any update) against torch autograd: the whole chain of new
     backward ops, not only the loss it leads to."""
-    from tinytrain.stages.train_executor import run_sample
+    from tinytrain.stages.golden.train_step import run_sample
 
     g = _graph(model)
     tg = build_training_graph(g, TrainPlan.full(g), "mse", OptimizerSpec("sgd"), 1)

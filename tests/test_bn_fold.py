@@ -17,11 +17,13 @@ import numpy as np
 import pytest
 
 from tinytrain.pipeline.spec_quantize import QuantizeSpec
-from tinytrain.stages import bn_fold, ptq, quantize
-from tinytrain.stages.executor import run_graph
-from tinytrain.stages.ir import Graph, Op, Tensor
-from tinytrain.stages.tflite_reader import read_model
-from tinytrain.stages.tflite_writer import write_model
+from tinytrain.stages import quantize
+from tinytrain.stages.model import bn_fold
+from tinytrain.stages.quant import ptq
+from tinytrain.stages.golden.forward import run_graph
+from tinytrain.stages.model.ir import Graph, Op, Tensor
+from tinytrain.stages.model.tflite_reader import read_model
+from tinytrain.stages.model.tflite_writer import write_model
 
 import litert_oracle as oracle
 

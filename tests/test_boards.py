@@ -22,10 +22,10 @@ from tinytrain.pipeline.contract import StageContext
 from tinytrain.pipeline.errors import StageFailed, UserError
 from tinytrain.pipeline.spec import TargetSpec
 from tinytrain.stages import cross_compile
-from tinytrain.stages.boards import BOARD_DIR, BOARDS, get_board
+from tinytrain.stages.device.boards import BOARD_DIR, BOARDS, get_board
 from tinytrain.stages.cross_compile import build_firmware
-from tinytrain.stages.data import write_stream
-from tinytrain.stages.emulate import EmulationError, run_firmware
+from tinytrain.stages.train.data import write_stream
+from tinytrain.stages.device.launch import EmulationError, run_firmware
 
 
 def _arm_toolchain_missing() -> str | None:

@@ -135,11 +135,12 @@ def test_module_source_digest_follows_the_source_text(tmp_path, monkeypatch):
 def test_implementation_digests_follow_the_module_and_its_tinytrain_imports(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     mod = tmp_path / "tt_probe_impl_mod.py"
-    mod.write_text("import json\nfrom tinytrain.stages.geometry import out_size_and_pad\n")
+    mod.write_text("import json\nfrom tinytrain.stages.model.geometry import out_size_and_pad\n")
     digests = implementation_digests("tt_probe_impl_mod")
     # json is another package's (versioned by the environment); the tinytrain modules are followed.
     # The package __init__ re-exports the error classes, so pipeline.errors belongs to every closure.
-    assert set(digests) == {"tt_probe_impl_mod", "tinytrain", "tinytrain.stages", "tinytrain.stages.geometry",
+    assert set(digests) == {"tt_probe_impl_mod", "tinytrain", "tinytrain.stages", "tinytrain.stages.model",
+                            "tinytrain.stages.model.geometry",
                             "tinytrain.pipeline", "tinytrain.pipeline.errors"}
     assert digests["tt_probe_impl_mod"] == module_source_digest(["tt_probe_impl_mod"])
     mod.write_text(mod.read_text() + "# edited\n")

@@ -89,11 +89,12 @@ def test_editing_a_module_changes_exactly_the_keys_of_the_stages_that_reach_it(p
 
 
 def test_known_import_edges_are_in_the_closures(pkg_copy):
-    from tinytrain.stages import codegen, executor
+    from tinytrain.stages import codegen
+    from tinytrain.stages.golden import forward as executor
 
     autodiff = _closure("autodiff")
     # autodiff reaches grad_ops through qas, and geometry through the executor.
-    assert {"tinytrain.stages.qas", "tinytrain.stages.grad_ops", "tinytrain.stages.geometry"} <= autodiff
+    assert {"tinytrain.stages.quant.qas", "tinytrain.stages.golden.grad_ops", "tinytrain.stages.model.geometry"} <= autodiff
     # codegen shapes transposed convolutions with a function it imports inside a method.
     assert codegen.__dict__.get("transpose_conv_geometry") is None  # a function-level import, not a module one
     assert executor.transpose_conv_geometry.__module__ in _closure("codegen")
@@ -163,18 +164,18 @@ def test_explain_names_the_edited_module_and_the_stage_reruns(fake_project, pkg_
     from tinytrain.pipeline.workspace import open_cache
 
     stage_a = fake_project.module_file("a")
-    stage_a.write_text("from tinytrain.stages import geometry  # noqa: F401\n" + stage_a.read_text())
+    stage_a.write_text("from tinytrain.stages.model import geometry  # noqa: F401\n" + stage_a.read_text())
     spec = load_spec(fake_project.spec_path)
     cache = open_cache(spec)
     r = build(spec, cache, BuildLog(quiet=True), stages=fake_project.table(), until="c")
     assert r.error is None and fake_project.calls() == ["a", "b", "c"]
 
-    geometry = pkg_copy["tinytrain.stages.geometry"]
+    geometry = pkg_copy["tinytrain.stages.model.geometry"]
     geometry.write_text(geometry.read_text() + "\n# edited\n")
     items = {i.stage.name: i for i in plan(spec, cache, fake_project.table())}
-    assert items["a"].state == "will run" and items["a"].reason == "source changed (tinytrain.stages.geometry)"
+    assert items["a"].state == "will run" and items["a"].reason == "source changed (tinytrain.stages.model.geometry)"
     text = "\n".join(explain(spec, cache, "a", fake_project.table()))
-    assert "impl.tinytrain.stages.geometry" in text and "source changed (tinytrain.stages.geometry)" in text
+    assert "impl.tinytrain.stages.model.geometry" in text and "source changed (tinytrain.stages.model.geometry)" in text
     # Editing a module that stage a does not reach keeps it cached.
     geometry.write_text(geometry.read_text().removesuffix("\n# edited\n"))
     cli = pkg_copy["tinytrain.pipeline.cli"]

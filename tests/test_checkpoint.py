@@ -5,7 +5,7 @@ concatenated and the final weights are byte-identical to one uninterrupted run (
 SGD, and a residual model with Adam and batch 2, so optimizer moments, Adam's step counter and gradient
 accumulation matter). A truncated or byte-flipped checkpoint is refused (results.json checkpoint_status, the
 firmware's log) and training starts from the original weights: the run equals a fresh one. The host reads the
-checkpoint back (stages/checkpoint.py) and its weights equal the stopped run's weights.bin.
+checkpoint back (stages/train/checkpoint.py) and its weights equal the stopped run's weights.bin.
 """
 
 from __future__ import annotations
@@ -18,17 +18,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tinytrain.stages import checkpoint as ck
+from tinytrain.stages.train import checkpoint as ck
 from tinytrain.stages import codegen
 from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
-from tinytrain.stages.boards import get_board
+from tinytrain.stages.device.boards import get_board
 from tinytrain.stages.cross_compile import build_firmware
-from tinytrain.stages.data import write_stream
-from tinytrain.stages.emulate import run_firmware
+from tinytrain.stages.train.data import write_stream
+from tinytrain.stages.device.launch import run_firmware
 from tinytrain.stages.reorder import plan_schedules
-from tinytrain.stages.runtime_config import FLAG_EVAL_AFTER, FLAG_RESUME, FLAG_SAVE_CHECKPOINT, RuntimeConfig
-from tinytrain.stages.tflite_reader import read_model
-from tinytrain.stages.train_plan import TrainPlan
+from tinytrain.stages.train.runtime_config import (
+    FLAG_EVAL_AFTER,
+    FLAG_RESUME,
+    FLAG_SAVE_CHECKPOINT,
+    RuntimeConfig,
+)
+from tinytrain.stages.model.tflite_reader import read_model
+from tinytrain.stages.planning.train_plan import TrainPlan
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler")
@@ -133,7 +138,7 @@ def test_inspect_reads_a_checkpoint_artifact_and_refuses_a_bad_one(tmp_path):
     """The generic `tinytrain inspect` view of a .ttck (pipeline/inspect_artifacts.py): header only without the
     codegen layout beside it; a truncated one is described as refused, not a traceback."""
     from tinytrain.pipeline.inspect_artifacts import describe
-    from tinytrain.stages.codegen_api import CKPT_HEADER
+    from tinytrain.stages.c_emit.api import CKPT_HEADER
 
     state = b"\x01\x00\x00\x00" * 3
     head = bytearray(ck._HEAD.pack(b"TTCK", ck.CKPT_VERSION, 0x1234, CKPT_HEADER + len(state) + 4, 7, 0,

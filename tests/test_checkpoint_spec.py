@@ -22,7 +22,7 @@ from tinytrain.pipeline.preimage import config_slice, slice_preimage
 from tinytrain.pipeline.spec import load_spec
 from tinytrain.pipeline.stage_graph import STAGES
 from tinytrain.stages.emulate_run import runtime_config
-from tinytrain.stages.runtime_config import FLAG_RESUME, FLAG_SAVE_CHECKPOINT, RuntimeConfig
+from tinytrain.stages.train.runtime_config import FLAG_RESUME, FLAG_SAVE_CHECKPOINT, RuntimeConfig
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "tinytrain.yaml.example"

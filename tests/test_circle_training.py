@@ -2,7 +2,7 @@
 leaves out, and `tinytrain explain` says where each value came from.
 
 The metadata is written here with the flatbuffers runtime's Builder in the layout of ONE's circle_traininfo.fbs
-(schema 0.1, identifier CTR0) and read back by stages/circle_training.py; a field-by-field check against the
+(schema 0.1, identifier CTR0) and read back by stages/model/circle_training.py; a field-by-field check against the
 schema's slot order is in test_layout_matches_the_schema_slots (read with raw vtable lookups, not our reader).
 """
 
@@ -20,10 +20,14 @@ import tinytrain
 from tinytrain.pipeline.errors import SpecError
 from tinytrain.pipeline.planner import _value_sources
 from tinytrain.pipeline.stage_graph import STAGES
-from tinytrain.stages.circle_training import (TrainingInfo, parse_training_info, read_circle_training,
-                                              training_info_bytes)
-from tinytrain.stages.tflite_reader import read_model
-from tinytrain.stages.tflite_writer import model_bytes
+from tinytrain.stages.model.circle_training import (
+    TrainingInfo,
+    parse_training_info,
+    read_circle_training,
+    training_info_bytes,
+)
+from tinytrain.stages.model.tflite_reader import read_model
+from tinytrain.stages.model.tflite_writer import model_bytes
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 # float32-exact values (the schema's fields are float), so a round trip compares with ==
@@ -121,7 +125,7 @@ def test_bad_metadata_is_a_spec_error(blob, why, tmp_path):
 def test_the_trained_circle_carries_what_it_was_trained_with(tmp_path):
     from types import SimpleNamespace
 
-    from tinytrain.stages.circle_training import write_circle_plus
+    from tinytrain.stages.model.circle_training import write_circle_plus
 
     rc = SimpleNamespace(learning_rate=0.0078125, batch_size=2, epochs=3, beta1=0.75, beta2=0.9921875, eps=2.0 ** -20)
     assert write_circle_plus(FIX / "mlp_float.tflite", tmp_path / "t.circle", "adam", rc, False)

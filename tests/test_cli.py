@@ -243,7 +243,7 @@ def test_example_until_load_then_a_second_build_runs_nothing(tmp_path, capsys, m
 
 def test_infer_runs_the_reference_executor_on_a_stage_graph(tmp_path, capsys):
     pytest.importorskip("tinytrain.stages.load")
-    pytest.importorskip("tinytrain.stages.executor")
+    pytest.importorskip("tinytrain.stages.golden.forward")
     example = _example(tmp_path)
     assert main(["build", str(example), "--until", "load"]) == 0
     x = np.load(REPO / "tests" / "fixtures" / "digits_cnn.input.npy")

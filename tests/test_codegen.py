@@ -2,10 +2,10 @@
 
 Per case: fixture model -> training IR (autodiff) -> schedule + memory plan (reorder) -> C (codegen) -> host build
 (-std=c99 -Wall -Wextra -Werror -ffp-contract=off + ASan/UBSan, TT_DUMP_TENSORS=1) -> run on a small TTDS set
-(firmware protocol of stages/runtime_config.py). Checked:
-  - int8 forward outputs (the prediction of every test sample, eval_out.bin) bit-exact vs stages/executor.py,
+(firmware protocol of stages/train/runtime_config.py). Checked:
+  - int8 forward outputs (the prediction of every test sample, eval_out.bin) bit-exact vs stages/golden/forward.py,
     float forward within 1e-5 relative;
-  - per-sample losses (losses.bin) vs stages/train_executor.py within 1e-5 relative (or 1e-6 absolute: a loss
+  - per-sample losses (losses.bin) vs stages/golden/train_step.py within 1e-5 relative (or 1e-6 absolute: a loss
     near 0 is log(1 + tiny), where one ulp of the sum is a large relative error on either side);
   - after 20 steps: int8/int32 trained tensors identical to the golden model, float ones within 1e-5 relative
     (of the tensor's largest magnitude) -- the gradients feed these, so this checks the fp32 backward too;
@@ -23,17 +23,17 @@ import numpy as np
 import pytest
 
 from tinytrain.stages import codegen
-from tinytrain.stages import train_executor as te
+from tinytrain.stages.golden import train_step as te
 from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
-from tinytrain.stages.boards import get_board
+from tinytrain.stages.device.boards import get_board
 from tinytrain.stages.cross_compile import build_firmware
-from tinytrain.stages.data import write_stream
-from tinytrain.stages.emulate import run_firmware
-from tinytrain.stages.executor import run_graph
+from tinytrain.stages.train.data import write_stream
+from tinytrain.stages.device.launch import run_firmware
+from tinytrain.stages.golden.forward import run_graph
 from tinytrain.stages.reorder import plan_schedules
-from tinytrain.stages.runtime_config import RuntimeConfig
-from tinytrain.stages.tflite_reader import read_model
-from tinytrain.stages.train_plan import LayerPlan, TrainPlan
+from tinytrain.stages.train.runtime_config import RuntimeConfig
+from tinytrain.stages.model.tflite_reader import read_model
+from tinytrain.stages.planning.train_plan import LayerPlan, TrainPlan
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 STEPS = 20
@@ -109,7 +109,7 @@ def _forward_ref(tg, x):
     """The prediction head of the training forward, per sample, by the reference executor."""
     meta = tg.meta["train"]
     n_fwd = int(meta["phases"]["forward"])
-    from tinytrain.stages.ir import Graph
+    from tinytrain.stages.model.ir import Graph
     ops = [op for op in tg.ops[:n_fwd] if op.type != "clamp_mask"]   # autodiff's backward masks: not inference
     fg = Graph(tensors=tg.tensors, ops=ops, inputs=[t for t in tg.inputs if t != meta["label_input"]],
                outputs=[meta["prediction"]], meta={})
@@ -237,7 +237,7 @@ QAS_CASES = [("convnet_int8", "stochastic", False, "sgd"), ("convnet_int8", "nea
                          ids=[f"{c[0]}-{c[1]}-{'master' if c[2] else 'nomaster'}-{c[3]}" for c in QAS_CASES])
 def test_qas_variants_bit_exact(fixture, rounding, master, opt, tmp_path):
     """QAS rounding modes (stochastic: the xorshift32 streams seeded from runtime.bin's seed) and the fp32 master
-    copy: int8/int32 parameters identical to stages/qas.py after 20 steps."""
+    copy: int8/int32 parameters identical to stages/quant/qas.py after 20 steps."""
     from tinytrain.stages.autodiff import QASOptions
 
     g = read_model(FIX / f"{fixture}.tflite")
@@ -275,7 +275,7 @@ def test_split_weights_live_compact_in_the_arena_and_stay_bit_exact(fixture, tmp
     """A weight trained on a channel slice keeps only that slice in SRAM, at its planned arena offset (the frozen
     channels are read from the flash original); the input gradients read int8 weights directly (no fp32 copy).
     Same numbers as the golden model, and nothing of the program's SRAM is outside the plan."""
-    from tinytrain.stages.memplan import fused_dequantize
+    from tinytrain.stages.planning.arena import fused_dequantize
 
     g = read_model(FIX / f"{fixture}.tflite")
     layers, opt = SPLIT_CASES[fixture]
@@ -320,8 +320,8 @@ def test_split_weights_live_compact_in_the_arena_and_stay_bit_exact(fixture, tmp
 def test_fused_weight_readers_run_before_the_weight_update(digits_int8):
     """A fused dequantize's readers read the int8 weight when they run, so schedule.dependencies makes the in-place
     update of a trained weight wait for them (they would read the updated weight otherwise)."""
-    from tinytrain.stages.memplan import counted_bytes, fused_dequantize
-    from tinytrain.stages.schedule import dependencies
+    from tinytrain.stages.planning.arena import counted_bytes, fused_dequantize
+    from tinytrain.stages.planning.schedule import dependencies
 
     tg = build_training_graph(digits_int8, _plan(digits_int8, "full"), "cross_entropy", OptimizerSpec(), 1)
     fused = fused_dequantize(tg)
@@ -348,7 +348,7 @@ def _with_classifier_head(g, seed=0):
     HEAD_CLASSES logits on its flattened output, so that it trains with cross-entropy on integer labels (the
     firmware protocol streams labels). int8: per-channel symmetric weights, zero bias (scale s_x * s_w, as the
     converter), the logits' scale from the float logits of random inputs."""
-    from tinytrain.stages.ir import Op, QuantParams, Tensor
+    from tinytrain.stages.model.ir import Op, QuantParams, Tensor
 
     feat = g.outputs[0]
     ft = g.tensors[feat]
@@ -483,7 +483,7 @@ def test_depthwise_grad_input_in_place_bit_exact(fixture, opt, rounding, tmp_pat
     trained parameters are byte-identical to the same schedule planned without in-place sharing (and match the
     golden model: int8/int32 exactly, float within 1e-5)."""
     from tinytrain.stages.autodiff import QASOptions
-    from tinytrain.stages.memplan import MemOptions, plan_memory
+    from tinytrain.stages.planning.arena import MemOptions, plan_memory
 
     g = _with_classifier_head(read_model(FIX / f"{fixture}.tflite"))
     tg = build_training_graph(g, TrainPlan.full(g), "cross_entropy", OptimizerSpec(kind=opt, learning_rate=0.05), 1,

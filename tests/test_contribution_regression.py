@@ -22,12 +22,12 @@ from test_sparse_plan import DIGITS, FAST, graph_of, make_ctx, read
 from tinytrain.pipeline.errors import UserError
 from tinytrain.pipeline.spec_data import DataSpec
 from tinytrain.pipeline.spec_quantize import QuantizeSpec
-from tinytrain.stages import contribution as C
-from tinytrain.stages import contribution_text as CT
+from tinytrain.stages.planning import contribution as C
+from tinytrain.stages.planning import contribution_text as CT
 from tinytrain.stages import sparse_plan as SP
-from tinytrain.stages.ir import Graph, canonical_json
-from tinytrain.stages.plan_memory import MemorySettings
-from tinytrain.stages.train_plan import TrainPlan
+from tinytrain.stages.model.ir import Graph, canonical_json
+from tinytrain.stages.planning.memory_model import MemorySettings
+from tinytrain.stages.planning.train_plan import TrainPlan
 
 MSE = {"train.loss": "mse"}
 
@@ -45,7 +45,7 @@ def regression_float_model() -> Graph:
 @pytest.fixture(scope="module")
 def reg(tmp_path_factory):
     """(int8 graph, DataSpec of the regression npz, float graph)."""
-    from tinytrain.stages.executor import run_graph
+    from tinytrain.stages.golden.forward import run_graph
     from tinytrain.stages.quantize import quantize_model
 
     root = tmp_path_factory.mktemp("reg")
@@ -186,7 +186,7 @@ def test_diverged_regression_units_score_the_worst(reg, tmp_path):
     assert all("train_loss" not in u for u in diverged)
     assert all(w["delta"] < 0 for w in table["weights"])
     assert "diverged (scored -100, the worst)" in CT.table_text(table)
-    from tinytrain.stages.plan_memory import MemoryModel
+    from tinytrain.stages.planning.memory_model import MemoryModel
     plan, predicted, _, _ = SP.plan_auto(MemoryModel(q, MemorySettings(loss="mse")), table, 1 << 40)
     assert not any(lp.weight_ratio for lp in plan.layers) and predicted["delta_score"] > 0
     # A floored (not diverged) unit: MSE far above the reference's.
@@ -256,7 +256,7 @@ def test_unit_cache_does_not_mix_tasks(tmp_path):
 def test_regression_needs_one_output_matching_the_targets(reg, tmp_path):
     from dataclasses import replace
 
-    from tinytrain.stages.data import load_dataset
+    from tinytrain.stages.train.data import load_dataset
     _, data, g = reg
     ds = load_dataset(data)
     narrow = replace(ds, y_train=ds.y_train[:, :3], y_test=ds.y_test[:, :3])   # 3 targets, the model has 10
@@ -301,7 +301,7 @@ def test_build_regression_auto_reuses_units_when_only_the_budget_changes(reg, tm
     from tinytrain.pipeline.spec import load_spec
     from tinytrain.pipeline.stage_graph import stage
     from tinytrain.pipeline.workspace import open_cache
-    from tinytrain.stages.tflite_writer import write_model
+    from tinytrain.stages.model.tflite_writer import write_model
 
     q, data, g = reg
     write_model(g, tmp_path / "net.tflite")

@@ -1,4 +1,4 @@
-"""The cycle estimate (stages/cycles.py): instruction classes, the cost tables and the QEMU log reader, on
+"""The cycle estimate (stages/device/cycles.py): instruction classes, the cost tables and the QEMU log reader, on
 hand-written log snippets in the format QEMU 7.2 prints with -d in_asm,exec,nochain (exact counts)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tinytrain.stages.cycles import COSTS, TraceReader, classify, estimate, parse_insn
+from tinytrain.stages.device.cycles import COSTS, TraceReader, classify, estimate, parse_insn
 
 M4, M7 = COSTS["cortex-m4"], COSTS["cortex-m7"]
 REPO = Path(__file__).resolve().parent.parent
@@ -196,8 +196,8 @@ def test_emulate_run_traces_only_when_cheap(monkeypatch):
     from types import SimpleNamespace
 
     from tinytrain.stages import emulate_run
-    from tinytrain.stages.boards import get_board
-    from tinytrain.stages.runtime_config import RuntimeConfig
+    from tinytrain.stages.device.boards import get_board
+    from tinytrain.stages.train.runtime_config import RuntimeConfig
 
     seen = []
 

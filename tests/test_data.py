@@ -12,8 +12,15 @@ from pydantic import ValidationError
 
 from tinytrain.pipeline.errors import UserError
 from tinytrain.pipeline.spec_data import DataSpec
-from tinytrain.stages.data import (
-    DataError, calibration_samples, check_compatible, input_files, load_dataset, read_stream, resize_bilinear, write_stream,
+from tinytrain.stages.train.data import (
+    DataError,
+    calibration_samples,
+    check_compatible,
+    input_files,
+    load_dataset,
+    read_stream,
+    resize_bilinear,
+    write_stream,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures"

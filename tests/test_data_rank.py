@@ -14,7 +14,7 @@ import pytest
 from feature_models import features_mlp, write
 from tinytrain.pipeline.cli import main
 from tinytrain.pipeline.spec_data import DataSpec
-from tinytrain.stages.data import DataError, check_compatible, load_dataset
+from tinytrain.stages.train.data import DataError, check_compatible, load_dataset
 
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler")
 
@@ -105,8 +105,8 @@ def test_mismatched_feature_count_exits_2_with_one_line(tmp_path, capsys):
 def test_sequences_stream_to_the_firmware_with_their_rank(tmp_path):
     """emulate-run's streams carry [T, F] samples as they are (TTDS rank 2), quantized with the input's parameters."""
     from tinytrain.stages import emulate_run
-    from tinytrain.stages.data import read_stream
-    from tinytrain.stages.runtime_config import RuntimeConfig
+    from tinytrain.stages.train.data import read_stream
+    from tinytrain.stages.train.runtime_config import RuntimeConfig
 
     x = np.random.default_rng(2).uniform(-1, 1, (30, 5, 8)).astype(np.float32)
     np.savez(tmp_path / "s.npz", x=x, y=np.arange(30) % 3)

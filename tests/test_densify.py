@@ -13,9 +13,9 @@ from tflite.BuiltinOperator import BuiltinOperator as BO
 import litert_oracle as oracle
 from test_load import write_model
 from tinytrain.pipeline.errors import ModelError
-from tinytrain.stages.densify import DENSE, SPARSE_CSR, DimMetadata, SparsityError, densify
-from tinytrain.stages.executor import run_graph
-from tinytrain.stages.tflite_reader import read_model
+from tinytrain.stages.model.densify import DENSE, SPARSE_CSR, DimMetadata, SparsityError, densify
+from tinytrain.stages.golden.forward import run_graph
+from tinytrain.stages.model.tflite_reader import read_model
 
 from make_sparse_fixtures import OUT as SPARSE_FC
 

@@ -23,14 +23,16 @@ from tinytrain.pipeline.contract import StageContext
 from tinytrain.pipeline.spec import GateSpec, OptimizerSpec
 from tinytrain.pipeline.spec_data import DataSpec
 from tinytrain.pipeline.spec_quantize import QuantizeSpec
-from tinytrain.stages import emulate_run, export, wof
-from tinytrain.stages.boards import get_board
+from tinytrain.stages import emulate_run
+from tinytrain.stages.device import export
+from tinytrain.stages.model import wof
+from tinytrain.stages.device.boards import get_board
 from tinytrain.stages.cross_compile import build_firmware
-from tinytrain.stages.data import calibration_samples, load_dataset, read_stream
-from tinytrain.stages.emulate import EmulationError
-from tinytrain.stages.ir import Graph
-from tinytrain.stages.runtime_config import RuntimeConfig
-from tinytrain.stages.tflite_reader import read_model
+from tinytrain.stages.train.data import calibration_samples, load_dataset, read_stream
+from tinytrain.stages.device.launch import EmulationError
+from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.train.runtime_config import RuntimeConfig
+from tinytrain.stages.model.tflite_reader import read_model
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "digits_cnn_float.tflite"
@@ -223,8 +225,8 @@ def test_run_folder_holds_the_spec_data_quantized_like_tflite(model, tmp_path):
         xs, ys = read_stream(tmp_path / f"{split}.ttds")
         assert xs.dtype == np.int8 and xs.shape == x.shape and np.array_equal(ys, y)
         # The executor's QUANTIZE op is the reference for how TFLite rounds.
-        from tinytrain.stages.executor import run_graph
-        from tinytrain.stages.ir import Op, QuantParams, Tensor
+        from tinytrain.stages.golden.forward import run_graph
+        from tinytrain.stages.model.ir import Op, QuantParams, Tensor
         s, z = layout["input"]["scale"], layout["input"]["zero_point"]
         g = Graph({"x": Tensor("x", [1, *x.shape[1:]], "float32", role="input"),
                    "q": Tensor("q", [1, *x.shape[1:]], "int8", role="output", quant=QuantParams([s], [z]))},
@@ -363,7 +365,7 @@ def test_wof_and_tflite_hold_the_firmware_weights(model, fwdir, tmp_path):
 def test_updated_tflite_runs_in_litert_like_our_executor(model, fwdir, tmp_path):
     pytest.importorskip("ai_edge_litert")
     from tests.litert_oracle import run_litert
-    from tinytrain.stages.executor import run_graph
+    from tinytrain.stages.golden.forward import run_graph
 
     fw = firmware(model, "host", fwdir)
     run_stage(model, fw, tmp_path / "out", config("host"))

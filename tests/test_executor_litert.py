@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tinytrain.stages import int8_arith as ia
-from tinytrain.stages.executor import ExecutionError, run_graph
-from tinytrain.stages.ir import Graph, Op, QuantParams, Tensor
+from tinytrain.stages.golden import int8_arith as ia
+from tinytrain.stages.golden.forward import ExecutionError, run_graph
+from tinytrain.stages.model.ir import Graph, Op, QuantParams, Tensor
 
 import litert_oracle as oracle
 
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(not MODEL_FILES, reason="no fixtures; run tests/
 
 
 def _read_model(path: Path) -> Graph:
-    from tinytrain.stages.tflite_reader import read_model
+    from tinytrain.stages.model.tflite_reader import read_model
 
     return read_model(path)
 
@@ -288,7 +288,7 @@ def test_quantize_multiplier_edges():
 def test_round_half_away_from_zero():
     assert [ia.round_half_away(v) for v in (2.5, -2.5, 0.5, -0.5, 1.4999999999999998, 0.49999999999999994)] == \
         [3, -3, 1, -1, 1, 0]
-    from tinytrain.stages.executor import _round_half_away_f32
+    from tinytrain.stages.golden.forward import _round_half_away_f32
 
     v = np.array([0.5, -0.5, 1.5, 2.5, -2.5, 0.49999997, -0.49999997], dtype=np.float32)
     np.testing.assert_array_equal(_round_half_away_f32(v), [1, -1, 2, 3, -3, 0, 0])

@@ -20,11 +20,11 @@ import pytest
 from tinytrain.pipeline.export_lib import export_library
 from tinytrain.stages import codegen
 from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
-from tinytrain.stages.boards import BOARDS, get_board
-from tinytrain.stages.emulate import run_firmware
+from tinytrain.stages.device.boards import BOARDS, get_board
+from tinytrain.stages.device.launch import run_firmware
 from tinytrain.stages.reorder import plan_schedules
-from tinytrain.stages.tflite_reader import read_model
-from tinytrain.stages.train_plan import TrainPlan
+from tinytrain.stages.model.tflite_reader import read_model
+from tinytrain.stages.planning.train_plan import TrainPlan
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 ROOT = FIX.parent.parent

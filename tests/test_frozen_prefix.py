@@ -1,4 +1,4 @@
-"""The contribution analysis' frozen-prefix cache (stages/frozen_prefix.py) and its noise-aware estimate scaling.
+"""The contribution analysis' frozen-prefix cache (stages/planning/frozen_prefix.py) and its noise-aware estimate scaling.
 
 A unit trained on the suffix after a cached cut must be the unit trained on the whole graph: the same losses and
 parameters (the prefix is the same ops on the same values, only batched), and the same held-out accuracy."""
@@ -6,13 +6,13 @@ parameters (the prefix is the same ops on the same values, only batched), and th
 import numpy as np
 import pytest
 
-from tinytrain.stages import contribution as C
-from tinytrain.stages import fast_float
+from tinytrain.stages.planning import contribution as C
+from tinytrain.stages.golden import fast_float
 from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
-from tinytrain.stages.executor import run_graph
-from tinytrain.stages.frozen_prefix import FrozenPrefix, single_tensor_cuts
-from tinytrain.stages.train_executor import train
-from tinytrain.stages.train_plan import LayerPlan, TrainPlan
+from tinytrain.stages.golden.forward import run_graph
+from tinytrain.stages.planning.frozen_prefix import FrozenPrefix, single_tensor_cuts
+from tinytrain.stages.golden.train_step import train
+from tinytrain.stages.planning.train_plan import LayerPlan, TrainPlan
 
 from test_sparse_plan import graph_of
 
@@ -83,7 +83,7 @@ def test_measure_uses_the_cut_and_matches_the_whole_graph():
     x, y = _data(fg, 40)
     ds = SimpleNamespace(x_train=x, y_train=y, regression=False, x_test=x[:2], y_test=y[:2])
     settings = C.AnalysisSettings(samples=24, eval_samples=16)
-    import tinytrain.stages.data as D
+    import tinytrain.stages.train.data as D
     orig = D.check_compatible
     D.check_compatible = lambda *a, **k: None
     try:
@@ -141,8 +141,8 @@ def test_nothing_measured_keeps_the_first_order_ranking():
                                                        (5, 1, "valid", 2, "relu"), (1, 2, "valid", 1, "relu6")])
 def test_fast_float_conv2d_matches_the_reference_executor(kh, stride, padding, dil, act):
     """fast_float's BLAS conv2d = the reference executor's float conv2d up to float32 rounding order."""
-    from tinytrain.stages.executor import run_op as ref_run_op
-    from tinytrain.stages.ir import Graph, Op, Tensor
+    from tinytrain.stages.golden.forward import run_op as ref_run_op
+    from tinytrain.stages.model.ir import Graph, Op, Tensor
 
     rng = np.random.default_rng(kh * 10 + stride)
     x = rng.standard_normal((3, 11, 9, 5)).astype(np.float32)
@@ -167,8 +167,8 @@ def test_fast_float_conv2d_matches_the_reference_executor(kh, stride, padding, d
 def test_fast_float_depthwise_matches_the_reference_executor(kh, stride, padding, dil, act, mult):
     """fast_float's depthwise (one multiply-add per tap, depth multiplier by repeating channels) = the reference
     executor's float depthwise up to float32 rounding order."""
-    from tinytrain.stages.executor import run_op as ref_run_op
-    from tinytrain.stages.ir import Graph, Op, Tensor
+    from tinytrain.stages.golden.forward import run_op as ref_run_op
+    from tinytrain.stages.model.ir import Graph, Op, Tensor
 
     rng = np.random.default_rng(kh * 10 + stride + mult)
     x = rng.standard_normal((3, 11, 9, 4)).astype(np.float32)
@@ -189,8 +189,8 @@ def test_fast_float_depthwise_matches_the_reference_executor(kh, stride, padding
 
 @pytest.mark.parametrize("k", [None, 3])
 def test_fast_float_pointwise_backward_matches_grad_ops(k):
-    from tinytrain.stages import grad_ops as go
-    from tinytrain.stages.ir import Op
+    from tinytrain.stages.golden import grad_ops as go
+    from tinytrain.stages.model.ir import Op
 
     rng = np.random.default_rng(7)
     x = rng.standard_normal((1, 6, 5, 8)).astype(np.float32)

@@ -1,7 +1,7 @@
-"""Every backward kernel of stages/grad_ops.py against float64 central finite differences.
+"""Every backward kernel of stages/golden/grad_ops.py against float64 central finite differences.
 
 The float64 forwards here are written independently of the kernels; each is first checked against the reference
-executor (stages/executor.py, TFLite geometry) so that FD differentiates the right function. The scalar probed is
+executor (stages/golden/forward.py, TFLite geometry) so that FD differentiates the right function. The scalar probed is
 L = Σ R ⊙ f(x) for a fixed random R; kernels run in float32, so the tolerance is that of float32 (rtol 1e-4).
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tinytrain.stages import grad_ops as go
-from tinytrain.stages.executor import run_graph
-from tinytrain.stages.ir import Graph, Op, Tensor
+from tinytrain.stages.golden import grad_ops as go
+from tinytrain.stages.golden.forward import run_graph
+from tinytrain.stages.model.ir import Graph, Op, Tensor
 
 RTOL, ATOL = 1e-4, 2e-5
 

@@ -2,7 +2,7 @@
 is still on the command line, and nothing that relaxes IEEE arithmetic is. (The bits themselves are checked by
 test_codegen.py's host-vs-golden and QEMU-vs-host tests, which build with these flags.)"""
 
-from tinytrain.stages.boards import get_board
+from tinytrain.stages.device.boards import get_board
 from tinytrain.stages.cross_compile import _cflags
 
 

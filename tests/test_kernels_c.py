@@ -3,9 +3,9 @@
 All kernels and tests/c/tt_test_driver.c are compiled once per session for the host with ASan + UBSan
 (-std=c99 -Wall -Wextra -Werror -ffp-contract=off). Each test writes its random cases as small binary files (the
 format is in the driver's header comment), runs the driver once on all of them and compares with:
-  - int8 forward: stages/executor.py (+ int8_arith) on one-op graphs, bit-exact;
+  - int8 forward: stages/golden/forward.py (+ int8_arith) on one-op graphs, bit-exact;
   - float forward: the same executor, within 1e-5 relative (in practice identical: same loop order);
-  - backward, losses, float optimizers: stages/grad_ops.py, within 1e-5 / 1e-6 relative;
+  - backward, losses, float optimizers: stages/golden/grad_ops.py, within 1e-5 / 1e-6 relative;
   - int8 QAS update: the numpy reference `qas_update_ref` below (DESIGN §6 formula with the rounding rules
     documented in kernels_c/tt_kernels.h), exactly.
 Every kernel file also cross-compiles warning-free for Cortex-M7 (skipped without arm-none-eabi-gcc).
@@ -21,12 +21,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tinytrain.stages import grad_ops as go
-from tinytrain.stages import int8_arith as ia
+from tinytrain.stages.golden import grad_ops as go
+from tinytrain.stages.golden import int8_arith as ia
 from tinytrain.stages.cross_compile import KERNEL_SOURCE_GLOBS
-from tinytrain.stages.executor import run_graph
-from tinytrain.stages.geometry import out_size_and_pad
-from tinytrain.stages.ir import Graph, Op, QuantParams, Tensor
+from tinytrain.stages.golden.forward import run_graph
+from tinytrain.stages.model.geometry import out_size_and_pad
+from tinytrain.stages.model.ir import Graph, Op, QuantParams, Tensor
 
 ROOT = Path(__file__).resolve().parents[1]
 KDIR = ROOT / "kernels_c"
@@ -1302,7 +1302,7 @@ def test_every_kernel_cross_compiles_warning_free(tmp_path, core, dsp):
 
 # ---- tt_qas_update (tt_train_ops.c) against the plain per-element loop it replaced ------------------------------
 # The specialised kernel must give byte-identical parameters, state, master copies and PRNG state to the loop that
-# stages/qas.py was first transcribed into (kept here verbatim as ref_qas_update), for every optimizer x rounding
+# stages/quant/qas.py was first transcribed into (kept here verbatim as ref_qas_update), for every optimizer x rounding
 # x master x QAS on/off x weight decay x int8/int32 x scale layout, including ties, steps beyond 2^24 / 2^31 /
 # 2^40, infinities and NaN (the paths outside the int32 fast path). Only the sign bit of a NaN in the float
 # state may differ (compiler folding of x + (-d)); parameters and PRNG state must match byte for byte.

@@ -24,8 +24,8 @@ from tflite.TensorType import TensorType as TT
 from tinytrain.pipeline.contract import StageContext
 from tinytrain.pipeline.errors import ModelError, UnsupportedOpError
 from tinytrain.stages import load
-from tinytrain.stages.ir import Graph
-from tinytrain.stages.tflite_reader import read_model
+from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.model.tflite_reader import read_model
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "load"
 OPS_FLOAT, OPS_INT8, OPS_F16 = FIX / "ops_float.tflite", FIX / "ops_int8.tflite", FIX / "ops_f16.tflite"
@@ -521,7 +521,7 @@ def test_random_byte_flips_only_ever_raise_model_error(tmp_path, fixture):
 def test_unsupported_op_from_the_converter(monkeypatch):
     # RESIZE_BILINEAR is supported now (tests/test_resize.py); without its handler this converter file still
     # shows how a converter model with an op we lack is reported.
-    from tinytrain.stages import tflite_reader
+    from tinytrain.stages.model import tflite_reader
 
     monkeypatch.delitem(tflite_reader._HANDLERS, BO.RESIZE_BILINEAR)
     with pytest.raises(UnsupportedOpError) as e:

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from tinytrain.pipeline.cli import main
-from tinytrain.stages import tflite_reader
-from tinytrain.stages.tflite_reader import read_model
+from tinytrain.stages.model import tflite_reader
+from tinytrain.stages.model.tflite_reader import read_model
 
 FIXTURE = Path(__file__).parent / "fixtures" / "digits_cnn_float.tflite"
 

@@ -6,8 +6,8 @@ import warnings
 
 import numpy as np
 
-from tinytrain.stages.executor import run_graph
-from tinytrain.stages.ir import Graph, Op, Tensor
+from tinytrain.stages.golden.forward import run_graph
+from tinytrain.stages.model.ir import Graph, Op, Tensor
 
 
 def _reference(v: float) -> float:

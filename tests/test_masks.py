@@ -23,15 +23,15 @@ import pytest
 
 from test_codegen import _data  # the same random int8 / float samples and labels
 from tinytrain.stages import codegen
-from tinytrain.stages import grad_ops as go
-from tinytrain.stages import train_executor as te
+from tinytrain.stages.golden import grad_ops as go
+from tinytrain.stages.golden import train_step as te
 from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
-from tinytrain.stages.memplan import MemOptions, counted_bytes, plan_memory
-from tinytrain.stages.plan_memory import MemoryModel, MemorySettings
+from tinytrain.stages.planning.arena import MemOptions, counted_bytes, plan_memory
+from tinytrain.stages.planning.memory_model import MemoryModel, MemorySettings
 from tinytrain.stages.reorder import plan_schedules
-from tinytrain.stages.schedule import plain_order
-from tinytrain.stages.tflite_reader import read_model
-from tinytrain.stages.train_plan import LayerPlan, TrainPlan
+from tinytrain.stages.planning.schedule import plain_order
+from tinytrain.stages.model.tflite_reader import read_model
+from tinytrain.stages.planning.train_plan import LayerPlan, TrainPlan
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures"
@@ -144,7 +144,7 @@ def test_training_with_masks_is_bit_identical(name, batch):
 def test_elementwise_ops_models_with_masks_are_bit_identical(name):
     """mul / sub / hard_swish / leaky_relu / prelu / logistic / tanh / strided_slice (MSE, int8 and the float
     twin counted as int8, batch 2)."""
-    from tinytrain.stages.memplan import int8_twin
+    from tinytrain.stages.planning.arena import int8_twin
     q = read_model(FIX / "ops" / f"{name}_int8.tflite")
     for g in (q, int8_twin(q)):
         for plan in (TrainPlan.full(g), TrainPlan.bias_only(g)):
@@ -187,7 +187,7 @@ def _bench_mbv2():
 
 @pytest.fixture(scope="module")
 def mbv2():
-    from tinytrain.stages import zoo
+    from tinytrain.stages.model import zoo
     g = read_model(zoo.resolve("zoo:mbv2-w0.35-128"))
     plan = _bench_mbv2().tte_like_plan(g)[0]
     qas = QASOptions(enabled=True, rounding="nearest", master_copy=False)

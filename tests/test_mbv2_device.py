@@ -36,8 +36,8 @@ def _bench(name: str):
 def test_spec_trains_the_layers_of_the_memory_benchmark():
     """The device spec's manual plan is bench/memory_mbv2.py's TTE-like scheme, layer for layer."""
     from tinytrain.pipeline.spec import load_spec
-    from tinytrain.stages import zoo
-    from tinytrain.stages.tflite_reader import read_model
+    from tinytrain.stages.model import zoo
+    from tinytrain.stages.model.tflite_reader import read_model
 
     g = read_model(zoo.resolve("zoo:mbv2-w0.35-128"))
     plan, _ = _bench("memory_mbv2").tte_like_plan(g)
@@ -64,8 +64,8 @@ def test_synthetic_data_is_deterministic_and_small(tmp_path):
 
 
 def _zoo_graph():
-    from tinytrain.stages import zoo
-    from tinytrain.stages.tflite_reader import read_model
+    from tinytrain.stages.model import zoo
+    from tinytrain.stages.model.tflite_reader import read_model
 
     return read_model(zoo.resolve("zoo:mbv2-w0.35-128"))
 
@@ -75,8 +75,8 @@ def test_zoo_model_is_pretrained_and_no_layer_is_dead():
     every layer's output varies with the input, and the late layers the device trains keep live channels."""
     import numpy as np
 
-    info = json.loads((REPO / "stages" / "zoo_models" / "mbv2_w035_128.json").read_text())
-    assert (REPO / "stages" / "zoo_models" / "mbv2_w035_128_int8.tflite").stat().st_size < 700 * KB  # wheel size
+    info = json.loads((REPO / "stages" / "model" / "zoo_models" / "mbv2_w035_128.json").read_text())
+    assert (REPO / "stages" / "model" / "zoo_models" / "mbv2_w035_128_int8.tflite").stat().st_size < 700 * KB  # wheel size
     assert info["accuracy"]["source_heldout_int8"] >= 0.9          # it learned its pretraining task
     assert info["accuracy"]["shifted_int8"] < info["accuracy"]["source_heldout_int8"] - 0.1  # the shift hurts
     g = _zoo_graph()
@@ -97,7 +97,7 @@ def test_trained_layers_get_nonzero_gradients():
     import numpy as np
 
     from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
-    from tinytrain.stages.train_executor import init_state, run_sample
+    from tinytrain.stages.golden.train_step import init_state, run_sample
 
     g = _zoo_graph()
     plan, _ = _bench("memory_mbv2").tte_like_plan(g)

@@ -19,15 +19,15 @@ from test_codegen import _forward_ref, _golden, _run  # the same firmware/golden
 from tinytrain.pipeline.spec_data import DataSpec
 from tinytrain.stages import codegen, emulate_run
 from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
-from tinytrain.stages.boards import get_board
+from tinytrain.stages.device.boards import get_board
 from tinytrain.stages.cross_compile import build_firmware
-from tinytrain.stages.data import DataError, load_dataset, read_stream, write_stream
-from tinytrain.stages.emulate import run_firmware
-from tinytrain.stages.ir import Graph
+from tinytrain.stages.train.data import DataError, load_dataset, read_stream, write_stream
+from tinytrain.stages.device.launch import run_firmware
+from tinytrain.stages.model.ir import Graph
 from tinytrain.stages.reorder import plan_schedules
-from tinytrain.stages.runtime_config import RuntimeConfig
-from tinytrain.stages.tflite_reader import read_model
-from tinytrain.stages.train_plan import TrainPlan
+from tinytrain.stages.train.runtime_config import RuntimeConfig
+from tinytrain.stages.model.tflite_reader import read_model
+from tinytrain.stages.planning.train_plan import TrainPlan
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 STEPS = 20

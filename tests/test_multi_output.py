@@ -17,13 +17,13 @@ import torch
 
 from feature_models import features_mlp, two_head_mlp
 from tinytrain.stages import codegen
-from tinytrain.stages import train_executor as te
+from tinytrain.stages.golden import train_step as te
 from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
-from tinytrain.stages.data import write_stream
-from tinytrain.stages.losses import Head, LossError, bce_logits_loss, huber_loss
+from tinytrain.stages.train.data import write_stream
+from tinytrain.stages.train.losses import Head, LossError, bce_logits_loss, huber_loss
 from tinytrain.stages.reorder import plan_schedules
-from tinytrain.stages.runtime_config import RuntimeConfig
-from tinytrain.stages.train_plan import TrainPlan
+from tinytrain.stages.train.runtime_config import RuntimeConfig
+from tinytrain.stages.planning.train_plan import TrainPlan
 
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler")
 HEADS = [Head("scores", "bce"), Head("boxes", "huber", 0.1)]
@@ -345,7 +345,7 @@ def test_run_files_for_named_outputs(tmp_path):
     line each (missing array, wrong shape, class index out of range)."""
     from tinytrain.pipeline.spec_data import DataSpec
     from tinytrain.stages import emulate_run
-    from tinytrain.stages.data import DataError, read_stream
+    from tinytrain.stages.train.data import DataError, read_stream
 
     a = _arrays(20)
     cls = np.arange(20) % 3
@@ -451,7 +451,7 @@ def test_auto_scores_two_heads_by_their_total_weighted_loss(tmp_path):
     from test_sparse_plan import make_ctx
 
     from tinytrain.pipeline.spec_data import DataSpec
-    from tinytrain.stages import contribution as C
+    from tinytrain.stages.planning import contribution as C
     from tinytrain.stages import sparse_plan as SP
 
     q = _int8_two_heads()
@@ -470,7 +470,7 @@ def test_auto_scores_two_heads_by_their_total_weighted_loss(tmp_path):
     assert p["metric"] == "loss" and p["reference_loss"] == ref and "delta_accuracy" not in p
     assert p["measured_gain"] > 0                          # fine-tuning the chosen plan lowers the held-out loss
     # The untrained output's layer (aux, read from the input only) is pruned from training: never an option.
-    from tinytrain.stages.train_plan import TrainPlan
+    from tinytrain.stages.planning.train_plan import TrainPlan
     aux = next(i for i in TrainPlan.trainable_ops(q) if q.ops[i].outputs[0] == "aux")
     assert len(TrainPlan.trainable_ops(q)) == 4 and len(table["layers"]) == 3
     assert aux not in {lay["op"] for lay in table["layers"]} | {d["layer"] for d in plan["layers"]}
@@ -482,13 +482,13 @@ def test_auto_scores_two_heads_by_their_total_weighted_loss(tmp_path):
     # The reference's held-out loss is the spec's weighted sum of the heads' losses (PyTorch's BCEWithLogitsLoss
     # and HuberLoss, per sample the mean over the elements), on the same held-out samples.
     settings = C.AnalysisSettings(samples=48, eval_samples=48, learning_rate=0.05)
-    from tinytrain.stages.data import load_dataset
+    from tinytrain.stages.train.data import load_dataset
 
     ds = load_dataset(data)
     task = C.task_of(q, ds, OUTS)
     _, _, xe, ye = C.holdout_split(ds, settings, task.y)
     fg = C.dequantize_graph(q)
-    from tinytrain.stages import fast_float
+    from tinytrain.stages.golden import fast_float
 
     out = fast_float.run_graph(fg, {fg.inputs[0]: xe})
     z, b = (torch.tensor(np.asarray(out[n], np.float64)) for n in fg.outputs[:2])

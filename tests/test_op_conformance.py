@@ -32,9 +32,9 @@ import pytest
 import litert_oracle as oracle
 import op_cases
 from tinytrain.stages import ops
-from tinytrain.stages.executor import run_graph, run_op
-from tinytrain.stages.ir import Graph, Op, Tensor
-from tinytrain.stages.tflite_reader import read_model
+from tinytrain.stages.golden.forward import run_graph, run_op
+from tinytrain.stages.model.ir import Graph, Op, Tensor
+from tinytrain.stages.model.tflite_reader import read_model
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -186,7 +186,7 @@ def test_int8_forward_matches_litert_and_tflm(name):
 def test_writer_round_trip(name, tmp_path):
     """The op's fixtures written back by tflite_writer read as the same ops and attrs, and LiteRT runs the written
     file to the same outputs as the converter's (the options, op versions and operand order the writer writes)."""
-    from tinytrain.stages.tflite_writer import model_bytes
+    from tinytrain.stages.model.tflite_writer import model_bytes
 
     case = CASES[name]
     for f in case.fixtures:
@@ -270,7 +270,7 @@ def _torch_twin(name: str):
 
 
 def _run_backward(g: Graph, bops: list[Op], values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    from tinytrain.stages.train_executor import _backward
+    from tinytrain.stages.golden.train_step import _backward
 
     values = dict(values)
     for t in g.constants():

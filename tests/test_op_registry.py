@@ -14,8 +14,11 @@ from pathlib import Path
 import pytest
 import tflite
 
-from tinytrain.stages import codegen, executor, ops, tflite_reader, tflite_writer
-from tinytrain.stages.ir import ACTIVATIONS
+from tinytrain.stages import codegen, ops
+from tinytrain.stages.golden import forward as executor
+from tinytrain.stages.model import tflite_reader
+from tinytrain.stages.model import tflite_writer
+from tinytrain.stages.model.ir import ACTIVATIONS
 
 STAGES = Path(__file__).resolve().parents[1] / "stages"
 
@@ -23,34 +26,34 @@ STAGES = Path(__file__).resolve().parents[1] / "stages"
 # stages/ops/: per module, how many. Each is a per-op behaviour table or chain the registry does not yet hold
 # (step 2 of issue 11 moves them into the op modules).
 LISTS_LEFT: dict[str, int] = {
-    "bn_fold.py": 1,            # the ops a BatchNorm exports as (mul, add, sub: fold rules, not op traits)
-    "contribution_measure.py": 1,   # dequantize_graph's conversions
-    "fast_float.py": 1,         # sparse-plan's fast conv2d / 1x1-gradient kernels (a fast variant for ops/conv.py)
+    "model/bn_fold.py": 1,            # the ops a BatchNorm exports as (mul, add, sub: fold rules, not op traits)
+    "planning/contribution_measure.py": 1,   # dequantize_graph's conversions
+    "golden/fast_float.py": 1,         # sparse-plan's fast conv2d / 1x1-gradient kernels (a fast variant for ops/conv.py)
 }
 
 # String literals equal to a registered op name (activation names excluded: they are also `act` values), per
 # module outside stages/ops/: `op.type == "..."` branches and per-op code that step 2 moves into the op modules.
 LITERALS_LEFT: dict[str, int] = {
     "autodiff.py": 9,
-    "bn_fold.py": 6,
+    "model/bn_fold.py": 6,
     "codegen.py": 5,            # the masks' and bias_grad's C and streams (the backward's)
-    "contribution.py": 2,       # load_graph's ("quantize", "load"): stage names
-    "contribution_measure.py": 2,   # dequantize_graph's conversions
+    "planning/contribution.py": 2,       # load_graph's ("quantize", "load"): stage names
+    "planning/contribution_measure.py": 2,   # dequantize_graph's conversions
     "emulate_run.py": 1,        # ctx.input_dir("quantize"): the stage of that name
-    "memplan.py": 2,
-    "plan_memory.py": 7,
-    "ptq.py": 3,                # the float boundaries' quantize / dequantize ops it adds; where="quantize": the stage
+    "planning/arena.py": 2,
+    "planning/memory_model.py": 7,
+    "quant/ptq.py": 3,                # the float boundaries' quantize / dequantize ops it adds; where="quantize": the stage
     "quantize.py": 2,           # the stage of that name (its config slice and the refusal names it)
-    "streams.py": 4,            # pad (its data operand only, W/C padding) and the position stream's grad ops
-    "tflite_reader.py": 2,      # PADV2's pad-value operand, MediaPipe's custom transpose conv (per-builtin reading)
-    "state.py": 1,              # the unrolled graph reads each frame through a strided_slice it adds
-    "train_plan.py": 1,
-    "fast_float.py": 5,         # see LISTS_LEFT (+ the fast float depthwise)
-    "update_check.py": 1,       # the step counter the probe advances itself
+    "planning/streams.py": 4,            # pad (its data operand only, W/C padding) and the position stream's grad ops
+    "model/tflite_reader.py": 2,      # PADV2's pad-value operand, MediaPipe's custom transpose conv (per-builtin reading)
+    "model/state.py": 1,              # the unrolled graph reads each frame through a strided_slice it adds
+    "planning/train_plan.py": 1,
+    "golden/fast_float.py": 5,         # see LISTS_LEFT (+ the fast float depthwise)
+    "quant/update_check.py": 1,       # the step counter the probe advances itself
 }
 
 # Modules whose strings are not IR op names even when they spell one: cycles.py classes Arm mnemonics ("add", "mul").
-NOT_IR_MODULES = {"cycles.py"}
+NOT_IR_MODULES = {"device/cycles.py"}
 
 
 def _op_names() -> set[str]:
@@ -155,7 +158,7 @@ def test_new_ops_bring_their_backward_and_c():
 
 def test_codegen_and_the_training_executor_only_dispatch_training_ops():
     """No training op keeps a method of its own in codegen or a branch in the training executor."""
-    from tinytrain.stages import train_executor
+    from tinytrain.stages.golden import train_step as train_executor
 
     training = {n for n, d in ops.REGISTRY.items() if d.kind != "forward"}
     assert {n for n in training if hasattr(codegen._Gen, "op_" + n)} == set()
@@ -166,7 +169,8 @@ def test_codegen_and_the_training_executor_only_dispatch_training_ops():
 def test_autodiff_and_the_memory_model_run_one_backward_emission():
     """Both BackwardBuilders (autodiff's graph, plan_memory's abstract program) implement the whole interface, and
     neither holds an op's backward of its own: every differentiable op's emission is its OpDef.backward."""
-    from tinytrain.stages import autodiff, plan_memory
+    from tinytrain.stages import autodiff
+    from tinytrain.stages.planning import memory_model as plan_memory
     from tinytrain.stages.ops.backward import BackwardBuilder
 
     methods = {n for n, v in vars(BackwardBuilder).items() if callable(v) and not n.startswith("_")}

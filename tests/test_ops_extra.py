@@ -18,10 +18,10 @@ import pytest
 from tinytrain.pipeline.errors import UnsupportedOpError
 from tinytrain.pipeline.spec_quantize import QuantizeSpec
 from tinytrain.stages import quantize
-from tinytrain.stages.executor import run_graph
-from tinytrain.stages.ir import Graph
-from tinytrain.stages.tflite_reader import read_model
-from tinytrain.stages.tflite_writer import write_model
+from tinytrain.stages.golden.forward import run_graph
+from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.model.tflite_reader import read_model
+from tinytrain.stages.model.tflite_writer import write_model
 
 import litert_oracle as oracle
 
@@ -114,7 +114,7 @@ def test_prelu_float_kernel_is_the_reference_formula():
     g = read_model(OPS / "prelu_slice_float.tflite")
     op = next(o for o in g.ops if o.type == "prelu")
     x = np.random.default_rng(0).normal(size=(2,) + tuple(g.tensors[op.inputs[0]].shape[1:])).astype(np.float32)
-    from tinytrain.stages.executor import run_op
+    from tinytrain.stages.golden.forward import run_op
     alpha = g.tensors[op.inputs[1]].data
     (y,) = run_op(g, op, {op.inputs[0]: x, op.inputs[1]: alpha}, n=2)
     np.testing.assert_array_equal(y, np.where(x >= 0, x, x * alpha))
@@ -124,7 +124,7 @@ def test_autodiff_names_an_op_it_cannot_differentiate():
     """An op without a backward rule (here one renamed to a type nobody knows) stops autodiff with its name and
     index, never a crash."""
     from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
-    from tinytrain.stages.train_plan import TrainPlan
+    from tinytrain.stages.planning.train_plan import TrainPlan
 
     g = read_model(OPS / "prelu_slice_float.tflite")
     g.ops[1].type = "frobnicate"
@@ -135,7 +135,7 @@ def test_autodiff_names_an_op_it_cannot_differentiate():
 @pytest.mark.parametrize("name", ["prelu_slice", "act_arith", "bn_input"])
 def test_autodiff_builds_training_graphs_through_the_new_ops(name):
     from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
-    from tinytrain.stages.train_plan import TrainPlan
+    from tinytrain.stages.planning.train_plan import TrainPlan
 
     g = read_model(OPS / f"{name}_float.tflite")
     tg = build_training_graph(g, TrainPlan.full(g), "mse", OptimizerSpec("sgd"), 1)
@@ -153,8 +153,8 @@ def test_autodiff_builds_training_graphs_through_the_new_ops(name):
 # the two differ in how some kernels form their multipliers (MUL: float vs double scale ratio; FULLY_CONNECTED)
 # and int8 LOGISTIC/TANH run a float-filled table in LiteRT, gemmlowp fixed point in TFLM.
 
-from tinytrain.stages.ir import Op, QuantParams, Tensor  # noqa: E402
-from tinytrain.stages import int8_arith as ia  # noqa: E402
+from tinytrain.stages.model.ir import Op, QuantParams, Tensor  # noqa: E402
+from tinytrain.stages.golden import int8_arith as ia  # noqa: E402
 
 NEW_OPS = ["conv2d", "logistic", "tanh", "mul", "sub", "hard_swish", "leaky_relu", "mul", "sub"]
 

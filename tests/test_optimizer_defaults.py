@@ -9,7 +9,7 @@ import pytest
 
 from tinytrain.pipeline.spec import OptimizerSpec as SpecOptimizer
 from tinytrain.stages import autodiff, emulate_run
-from tinytrain.stages.runtime_config import OPTIMIZER_DEFAULTS, RuntimeConfig
+from tinytrain.stages.train.runtime_config import OPTIMIZER_DEFAULTS, RuntimeConfig
 
 # The names of the spec's fields for the runtime record's ones (RMSProp's decay is `rho` in the spec, as in Keras).
 SPEC_NAME = {"momentum": "momentum", "beta1": "beta1", "beta2": "beta2", "eps": "eps", "alpha": "rho"}

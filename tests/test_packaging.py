@@ -15,9 +15,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_editable_install_imports_from_the_checkout():
     import tinytrain.pipeline.contract as contract
-    import tinytrain.stages.ir as ir
+    import tinytrain.stages.model.ir as ir
 
-    assert Path(ir.__file__).resolve() == REPO / "stages" / "ir.py"
+    assert Path(ir.__file__).resolve() == REPO / "stages" / "model" / "ir.py"
     assert Path(contract.__file__).resolve() == REPO / "pipeline" / "contract.py"
 
 
@@ -30,11 +30,11 @@ def test_wheel_install_works_outside_the_checkout(tmp_path):
                     "-w", str(wheel_dir), str(src)], check=True, capture_output=True)
     (wheel,) = wheel_dir.glob("tinytrain-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for module in ("tinytrain/__init__.py", "tinytrain/pipeline/cli.py", "tinytrain/stages/ir.py",
+    for module in ("tinytrain/__init__.py", "tinytrain/pipeline/cli.py", "tinytrain/stages/model/ir.py",
                    "tinytrain/stages/load.py", "tinytrain/cache/store.py", "tinytrain/kernels_c/tt_kernels.h",
                    "tinytrain/kernels_c/boards/startup.c",
                    "tinytrain/kernels_c/boards/stm32f746-disco.ld",
-                   "tinytrain/stages/zoo_models/mbv2_w035_128_int8.tflite"):
+                   "tinytrain/stages/model/zoo_models/mbv2_w035_128_int8.tflite"):
         assert module in names, f"{module} missing from the wheel"
     # every kernel source ships, the one-op-per-file kernels (kernels_c/ops/) included
     kernels = [p for g in ("*.[ch]", "ops/*.[ch]") for p in (REPO / "kernels_c").glob(g)]
@@ -46,7 +46,7 @@ def test_wheel_install_works_outside_the_checkout(tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
                     str(wheel)], check=True, capture_output=True)
-    probe = ("import tinytrain.stages.ir as ir, tinytrain.pipeline.cli as cli; "
+    probe = ("import tinytrain.stages.model.ir as ir, tinytrain.pipeline.cli as cli; "
              "print(ir.__file__); print(callable(cli.main))")
     # -I: isolated mode, so neither the checkout nor the editable finder can shadow the wheel.
     out = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(target)!r}); {probe}"],

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tinytrain.stages.boards import get_board
-from tinytrain.stages.emulate import LOSS_WINDOW, run_firmware
+from tinytrain.stages.device.boards import get_board
+from tinytrain.stages.device.launch import LOSS_WINDOW, run_firmware
 
 REPO = Path(__file__).resolve().parents[1]
 

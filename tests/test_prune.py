@@ -1,4 +1,4 @@
-"""`model.outputs`: cutting a model at named tensors (stages/prune.py, the reader's skip of ops after the cut,
+"""`model.outputs`: cutting a model at named tensors (stages/model/prune.py, the reader's skip of ops after the cut,
 and the load error that suggests the cut for an unsupported op that only post-processes)."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from tflite.BuiltinOptions import BuiltinOptions as BOpt
 from test_load import OPS_FLOAT, _code, _fc_options, write_model
 from tinytrain.pipeline.cli import main
 from tinytrain.pipeline.errors import ModelError, UnsupportedOpError
-from tinytrain.stages.executor import run_graph
-from tinytrain.stages.prune import needed_ops, prune_graph
-from tinytrain.stages.tflite_reader import read_model
+from tinytrain.stages.golden.forward import run_graph
+from tinytrain.stages.model.prune import needed_ops, prune_graph
+from tinytrain.stages.model.tflite_reader import read_model
 
 FC = {"opt": (BOpt.FullyConnectedOptions, _fc_options)}
 

@@ -1,4 +1,4 @@
-"""Real-int8 training with Quantization-Aware Scaling (stages/qas.py, the int8 path of stages/autodiff.py).
+"""Real-int8 training with Quantization-Aware Scaling (stages/quant/qas.py, the int8 path of stages/autodiff.py).
 
 - the update ops against hand-computed values: per-channel weight scale, bias scale s_x·s_W, round-half-away
   ties, stochastic rounding with the documented xorshift32 stream (its first values pinned), master copy, QAS off;
@@ -19,16 +19,16 @@ import pytest
 
 from tinytrain.pipeline.spec_data import DataSpec
 from tinytrain.pipeline.spec_quantize import QuantizeSpec
-from tinytrain.stages import int8_arith as ia
-from tinytrain.stages import qas
+from tinytrain.stages.golden import int8_arith as ia
+from tinytrain.stages.quant import qas
 from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
-from tinytrain.stages.data import load_dataset
-from tinytrain.stages.executor import run_graph
-from tinytrain.stages.memplan import int8_twin
+from tinytrain.stages.train.data import load_dataset
+from tinytrain.stages.golden.forward import run_graph
+from tinytrain.stages.planning.arena import int8_twin
 from tinytrain.stages.quantize import quantize_model
-from tinytrain.stages.tflite_reader import read_model
-from tinytrain.stages.train_executor import _feed, init_state, run_sample, train, train_step
-from tinytrain.stages.train_plan import LayerPlan, TrainPlan
+from tinytrain.stages.model.tflite_reader import read_model
+from tinytrain.stages.golden.train_step import _feed, init_state, run_sample, train, train_step
+from tinytrain.stages.planning.train_plan import LayerPlan, TrainPlan
 
 FIX = Path(__file__).parent / "fixtures"
 F32 = np.float32
@@ -62,7 +62,7 @@ def _update_op(tg, param):
 # ---- PRNG and rounding -------------------------------------------------------------------------------------
 
 def _xorshift32_reference(x: int, n: int) -> list[int]:
-    """Written out from the documented recurrence, independently of stages/qas.py."""
+    """Written out from the documented recurrence, independently of stages/quant/qas.py."""
     out = []
     for _ in range(n):
         x = (x ^ (x << 13)) % 2**32
@@ -184,7 +184,7 @@ def test_master_copy_accumulates_small_steps():
 def test_optimizers_keep_fp32_state_in_real_units(kind):
     """With QAS the optimizer's state and step are exactly fp32 training's on the real gradient; only −d/s then
     reaches the integer weight."""
-    from tinytrain.stages import grad_ops as go
+    from tinytrain.stages.golden import grad_ops as go
 
     rng = np.random.default_rng(1)
     w = rng.integers(-100, 100, (3, 4)).astype(np.int8)
@@ -318,7 +318,7 @@ def test_straight_through_mask_at_clamped_values():
         seen_clamped += int(clamped.sum())
     assert seen_clamped > 0  # relu zeros (y_q == zero point == −128) are there in every sample
     # The int8 range itself: a logit at 127 passes no gradient.
-    from tinytrain.stages.train_executor import _backward
+    from tinytrain.stages.golden.train_step import _backward
     op = masks[0]
     y = np.array([[-128, -127, 0, 126, 127]], np.int8)
     dy = np.ones((1, 5), F32)
@@ -391,7 +391,7 @@ def test_stage_run_int8(tmp_path):
     from tinytrain.pipeline.spec import OptimizerSpec as SpecOptimizer, QASSpec
     from tinytrain.pipeline.stage_graph import stage
     from tinytrain.stages.autodiff import run
-    from tinytrain.stages.ir import Graph
+    from tinytrain.stages.model.ir import Graph
 
     assert stage("autodiff").impl == "tinytrain.stages.autodiff"
     _, q, ds = _int8_digits()

@@ -16,10 +16,13 @@ from tinytrain.pipeline.contract import StageContext
 from tinytrain.pipeline.errors import ModelError, UserError
 from tinytrain.pipeline.spec_data import DataSpec
 from tinytrain.pipeline.spec_quantize import QuantizeSpec
-from tinytrain.stages import bn_fold, calibrate, ptq, quantize
-from tinytrain.stages.ir import Graph, Op, Tensor
-from tinytrain.stages.tflite_reader import read_model
-from tinytrain.stages.tflite_writer import write_model
+from tinytrain.stages import quantize
+from tinytrain.stages.model import bn_fold
+from tinytrain.stages.quant import calibrate
+from tinytrain.stages.quant import ptq
+from tinytrain.stages.model.ir import Graph, Op, Tensor
+from tinytrain.stages.model.tflite_reader import read_model
+from tinytrain.stages.model.tflite_writer import write_model
 
 FIX = Path(__file__).parent / "fixtures"
 FLOAT_MODELS = ["mlp", "convnet", "residual", "dwsep", "mbv2_block"]
@@ -28,7 +31,7 @@ FLOAT_MODELS = ["mlp", "convnet", "residual", "dwsep", "mbv2_block"]
 def run_graph(graph, feeds, keep_intermediates=False):
     # Compared with LiteRT's BUILTIN_REF, whose int8 FULLY_CONNECTED rescales in double precision
     # (TFLite Micro and our C use the fixed-point multiplier; tests/test_executor_litert.py covers both).
-    from tinytrain.stages.executor import run_graph as rg
+    from tinytrain.stages.golden.forward import run_graph as rg
     return rg(graph, feeds, keep_intermediates=keep_intermediates, fc_requant="litert_double")
 
 
@@ -431,7 +434,7 @@ def test_third_party_sine_model_bit_exact(tmp_path):
 
 def test_regression_data_calibrates_and_reports_sqnr_without_accuracy(tmp_path):
     """Float targets (data.task: regression) need no labels: calibration uses the inputs, the report has SQNR."""
-    from tinytrain.stages.data import load_dataset
+    from tinytrain.stages.train.data import load_dataset
 
     g = read_model(FIX / "convnet_float.tflite")
     shape = g.tensors[g.inputs[0]].shape

@@ -8,8 +8,8 @@ import pytest
 
 from tinytrain.pipeline.errors import UserError
 from tinytrain.stages import quantize
-from tinytrain.stages.ir import Graph
-from tinytrain.stages.tflite_reader import read_model
+from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.model.tflite_reader import read_model
 
 from test_quantize import FIX, make_ctx, npz_data
 
@@ -17,7 +17,7 @@ from test_quantize import FIX, make_ctx, npz_data
 def test_int8_model_with_data_is_not_executed_unless_asked(tmp_path, monkeypatch):
     """issue 14 item 4: an already-int8 model passes through without running it (the data's shape is still
     checked); quantize.eval_samples asks for the int8 accuracy on that many test samples."""
-    from tinytrain.stages.executor import run_graph
+    from tinytrain.stages.golden.forward import run_graph
 
     g = read_model(FIX / "convnet_int8.tflite")
     shape = g.tensors[g.inputs[0]].shape

@@ -17,15 +17,27 @@ import pytest
 
 from tinytrain.pipeline.contract import StageContext
 from tinytrain.pipeline.errors import UserError
-from tinytrain.stages import zoo
+from tinytrain.stages.model import zoo
 from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
-from tinytrain.stages.ir import Graph, Op, Tensor
-from tinytrain.stages.memplan import MemOptions, check_plan, counted_bytes, int8_twin, plan_memory, tensor_roles
+from tinytrain.stages.model.ir import Graph, Op, Tensor
+from tinytrain.stages.planning.arena import (
+    MemOptions,
+    check_plan,
+    counted_bytes,
+    int8_twin,
+    plan_memory,
+    tensor_roles,
+)
 from tinytrain.stages.reorder import inspect, memory_picture, plan_schedules, run, step_labels
-from tinytrain.stages.schedule import (in_place_update_order, is_valid_order, memory_greedy_order, phases,
-                                       plain_order)
-from tinytrain.stages.tflite_reader import read_model
-from tinytrain.stages.train_plan import TrainPlan
+from tinytrain.stages.planning.schedule import (
+    in_place_update_order,
+    is_valid_order,
+    memory_greedy_order,
+    phases,
+    plain_order,
+)
+from tinytrain.stages.model.tflite_reader import read_model
+from tinytrain.stages.planning.train_plan import TrainPlan
 
 FIX = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parent.parent
@@ -294,7 +306,7 @@ def test_stage_runs_through_ctx(tmp_path, enabled):
 
 def _loop_best_fit(buffers, align):
     """The plain-loop best fit memplan._place_in_order vectorises (the rule, written out once more)."""
-    from tinytrain.stages.memplan import _aligned
+    from tinytrain.stages.planning.arena import _aligned
     placed = []
     for b in buffers:
         need = _aligned(b.size, align)
@@ -312,7 +324,7 @@ def _loop_best_fit(buffers, align):
 
 @pytest.mark.parametrize("seed", range(20))
 def test_vectorised_best_fit_places_as_the_plain_loop(seed):
-    from tinytrain.stages.memplan import Buffer, _place_in_order
+    from tinytrain.stages.planning.arena import Buffer, _place_in_order
     rng = random.Random(seed)
     bufs = []
     for k in range(rng.randint(1, 120)):

@@ -25,12 +25,12 @@ import numpy as np
 import pytest
 
 from tinytrain.pipeline.spec_quantize import QuantizeSpec
-from tinytrain.stages import grad_ops as go
+from tinytrain.stages.golden import grad_ops as go
 from tinytrain.stages import quantize
-from tinytrain.stages.executor import run_graph
-from tinytrain.stages.ir import Graph, Op, QuantParams, Tensor
-from tinytrain.stages.tflite_reader import read_model
-from tinytrain.stages.tflite_writer import write_model
+from tinytrain.stages.golden.forward import run_graph
+from tinytrain.stages.model.ir import Graph, Op, QuantParams, Tensor
+from tinytrain.stages.model.tflite_reader import read_model
+from tinytrain.stages.model.tflite_writer import write_model
 
 import litert_oracle as oracle
 
@@ -230,7 +230,7 @@ def test_writer_round_trip_keeps_ops_options_and_versions(variant, tmp_path):
 
 def _fwd64(op_type, x, out_hw, al, hp):
     """The forward in float64 (same coordinate math as the executor, float64 products): for finite differences."""
-    from tinytrain.stages.executor import resize_bilinear_axis, resize_nearest_axis
+    from tinytrain.stages.golden.forward import resize_bilinear_axis, resize_nearest_axis
 
     if op_type == "resize_nearest_neighbor":
         iy = resize_nearest_axis(x.shape[1], out_hw[0], al, hp)
@@ -293,7 +293,7 @@ def test_grads_match_pytorch(op_type, mode, torch_mode, out_hw):
 @pytest.mark.parametrize("variant", ["float", "int8"])
 def test_autodiff_trains_through_the_resizes(variant):
     from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
-    from tinytrain.stages.train_plan import TrainPlan
+    from tinytrain.stages.planning.train_plan import TrainPlan
 
     g = read_model(OPS / f"resize_{variant}.tflite")
     tg = build_training_graph(g, TrainPlan.full(g), "mse", OptimizerSpec("sgd"), 1)

@@ -20,13 +20,13 @@ from tinytrain.pipeline.errors import UserError
 from tinytrain.pipeline.spec import UpdateSpec
 from tinytrain.pipeline.spec_data import DataSpec
 from tinytrain.pipeline.spec_quantize import QuantizeSpec
-from tinytrain.stages import contribution as C
-from tinytrain.stages import plan_search as S
+from tinytrain.stages.planning import contribution as C
+from tinytrain.stages.planning import budget_search as S
 from tinytrain.stages import sparse_plan as SP
-from tinytrain.stages.ir import Graph
-from tinytrain.stages.plan_memory import MemoryModel, MemorySettings, kb
-from tinytrain.stages.tflite_reader import read_model
-from tinytrain.stages.train_plan import PlanError, TrainPlan
+from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.planning.memory_model import MemoryModel, MemorySettings, kb
+from tinytrain.stages.model.tflite_reader import read_model
+from tinytrain.stages.planning.train_plan import PlanError, TrainPlan
 
 FIX = Path(__file__).parent / "fixtures"
 INT8_MODELS = ["digits_cnn_int8", "convnet_int8", "residual_int8", "dwsep_int8", "mbv2_block_int8",
@@ -136,7 +136,7 @@ def test_fixed_schemes_on_fixture_models(name, tmp_path):
 def test_plan_trains_on_the_float_path():
     """The stage's plan is accepted by autodiff and trains (float path on the dequantized graph)."""
     from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
-    from tinytrain.stages.train_executor import train
+    from tinytrain.stages.golden.train_step import train
     g = graph_of("digits_cnn_int8")
     mm = MemoryModel(g)
     plan = SP.manual_plan(mm, g, {"#1": {"bias": True, "weight_ratio": 0.25},
@@ -395,8 +395,8 @@ def test_memory_grows_with_options(name):
 # ---- the real measurement ----------------------------------------------------------------------------------
 
 def test_dequantized_graph_agrees_with_int8():
-    from tinytrain.stages.executor import run_graph
-    from tinytrain.stages.data import load_dataset
+    from tinytrain.stages.golden.forward import run_graph
+    from tinytrain.stages.train.data import load_dataset
     g = graph_of("digits_cnn_int8")
     fg = C.dequantize_graph(g)
     assert all(t.dtype in ("float32", "int32") for t in fg.tensors.values())
@@ -411,7 +411,7 @@ def test_dequantized_graph_agrees_with_int8():
 
 
 def test_holdout_split_uses_only_train_data_and_is_disjoint():
-    from tinytrain.stages.data import load_dataset
+    from tinytrain.stages.train.data import load_dataset
     ds = load_dataset(DIGITS)
     xt, yt, xe, ye = C.holdout_split(ds, C.AnalysisSettings(samples=100, eval_samples=50, seed=1))
     assert len(xt) == 100 and len(xe) == 50
@@ -471,7 +471,7 @@ def test_runner_restores_the_contribution_stage_when_only_the_budget_changes(tmp
     shutil.copy(FIX / "digits_cnn_int8.tflite", tmp_path / "net.tflite")
     table = (stage("load"), stage("quantize"),
              StageDef("contribution", ("train.update.scheme", "train.update.analysis", "data"), ("quantize",),
-                      "tinytrain.stages.contribution"),
+                      "tinytrain.stages.planning.contribution"),
              StageDef("sparse-plan", ("train.update", "train.optimizer.kind", "train.batch_size",
                                       "train.qas.master_copy", "target.board", "data"), ("quantize", "contribution"),
                       "tinytrain.stages.sparse_plan"))
@@ -497,7 +497,7 @@ def test_runner_restores_the_contribution_stage_when_only_the_budget_changes(tmp
 
 
 def test_default_budget_is_the_boards_sram_minus_the_runtime_reserve(tmp_path, fake):
-    from tinytrain.stages.boards import get_board
+    from tinytrain.stages.device.boards import get_board
     g = graph_of("digits_cnn_int8")
     b = get_board("m4-128k")
     ctx = make_ctx(tmp_path, g, {"scheme": "auto"}, **{"target.board": "m4-128k"})
@@ -524,7 +524,7 @@ MIRROR_MODELS = INT8_MODELS + ["mlp_int8", "mbv2_block_float", "residual_float",
 
 
 def _model(name: str) -> Graph:
-    from tinytrain.stages import zoo
+    from tinytrain.stages.model import zoo
     return read_model(zoo.resolve(name)) if name.startswith("zoo:") else graph_of(name)
 
 
@@ -683,7 +683,7 @@ def test_mbv2_tte_like_manual_plan_fits_the_board(tmp_path):
     import yaml
 
     from tinytrain.pipeline.spec import QASSpec, ReorderSpec
-    from tinytrain.stages import zoo
+    from tinytrain.stages.model import zoo
     spec = yaml.safe_load((Path(__file__).resolve().parent.parent / "bench" / "mbv2_tte.yaml").read_text())
     tr = spec["train"]
     g = read_model(zoo.resolve(spec["model"]["path"]))

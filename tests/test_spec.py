@@ -355,7 +355,7 @@ def test_the_spec_limits_are_the_firmware_limits(tmp_path):
     import math
 
     from tinytrain.stages.emulate_run import runtime_config
-    from tinytrain.stages.runtime_config import F32_MAX, U32_MAX, RuntimeConfig
+    from tinytrain.stages.train.runtime_config import F32_MAX, U32_MAX, RuntimeConfig
 
     text = (f"model: {{path: net.tflite}}\ntrain: {{epochs: {U32_MAX}, seed: {U32_MAX}, "
             f"max_train_samples: {U32_MAX}, learning_rate: {F32_MAX!r}}}\n")

@@ -93,7 +93,7 @@ def test_invalid_specs_fail_both(validator, tmp_path, name):
 
 
 def test_the_ranges_come_from_the_firmware(validator):
-    from tinytrain.stages.runtime_config import F32_MAX, U32_MAX
+    from tinytrain.stages.train.runtime_config import F32_MAX, U32_MAX
 
     epochs = json_schema()["$defs"]["TrainSpec"]["properties"]["epochs"]
     assert (epochs["minimum"], epochs["maximum"]) == (1, U32_MAX)

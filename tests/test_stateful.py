@@ -1,4 +1,4 @@
-"""Stateful streaming models (stages/state.py): resource variables read at load, and the numpy golden model run
+"""Stateful streaming models (stages/model/state.py): resource variables read at load, and the numpy golden model run
 over sequences of invocations against LiteRT invoking the same file T times.
 
 Fixture: tests/fixtures/stateful/stream_kws_int8.tflite, made by tests/make_stateful_fixtures.py with the TF
@@ -17,10 +17,10 @@ import pytest
 from litert_oracle import tflm_available
 from litert_sequence import run_litert_sequence, run_tflm_sequence
 from tinytrain.pipeline.errors import ModelError
-from tinytrain.stages import state
-from tinytrain.stages.ir import Graph
-from tinytrain.stages.prune import prune_graph
-from tinytrain.stages.tflite_reader import read_model
+from tinytrain.stages.model import state
+from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.model.prune import prune_graph
+from tinytrain.stages.model.tflite_reader import read_model
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "stateful"
 MODEL = FIX / "stream_kws_int8.tflite"
@@ -100,7 +100,7 @@ def test_state_survives_the_ir_round_trip(graph, seqs, tmp_path):
 def test_a_cut_keeps_what_the_state_needs(graph, seqs):
     # Cutting before the classifier (model.outputs) must not drop the ops that compute the next state: the cut
     # graph's feature at every step is the full graph's.
-    from tinytrain.stages.executor import run_graph
+    from tinytrain.stages.golden.forward import run_graph
 
     feat = next(op.inputs[0] for op in graph.ops if op.type == "fully_connected")
     full = state.run_sequence(graph, seqs, run=lambda g, feeds, **kw: run_graph(g, feeds, **kw))
@@ -150,7 +150,7 @@ def test_stages_that_take_one_stateless_input_stop_with_what_is_missing(graph):
 # ---- training: the model unrolled over a sequence ------------------------------------------------------------------
 
 def test_unrolled_graph_is_litert_over_the_sequence(graph, seqs, litert):
-    from tinytrain.stages.executor import run_graph
+    from tinytrain.stages.golden.forward import run_graph
 
     for steps in (1, 3, seqs.shape[1]):
         u = state.unroll(graph, steps)
@@ -165,7 +165,7 @@ def test_unrolled_graph_is_litert_over_the_sequence(graph, seqs, litert):
 
 
 def test_only_layers_after_the_state_train(graph):
-    from tinytrain.stages.train_plan import TrainPlan
+    from tinytrain.stages.planning.train_plan import TrainPlan
 
     u = state.unroll(graph, 4)
     # The conv's weights are shared by the 4 invocations (the gradient would not reach its earlier uses): frozen.
@@ -176,9 +176,9 @@ def test_only_layers_after_the_state_train(graph):
 def _train_build(tmp_path, seqs):
     from tinytrain.stages import codegen
     from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
-    from tinytrain.stages.data import write_stream
+    from tinytrain.stages.train.data import write_stream
     from tinytrain.stages.reorder import plan_schedules
-    from tinytrain.stages.train_plan import TrainPlan
+    from tinytrain.stages.planning.train_plan import TrainPlan
 
     u = state.unroll(read_model(MODEL), seqs.shape[1])
     tg = build_training_graph(u, TrainPlan.full(u), "cross_entropy", OptimizerSpec("sgd", learning_rate=0.05), 1)
@@ -195,7 +195,7 @@ def _train_build(tmp_path, seqs):
 @needs_cc
 def test_sequence_training_in_c_on_the_host_matches_the_golden_model_bit_for_bit(tmp_path, seqs):
     from test_codegen import _golden, _run
-    from tinytrain.stages.runtime_config import RuntimeConfig
+    from tinytrain.stages.train.runtime_config import RuntimeConfig
 
     tg, x, y, data = _train_build(tmp_path, seqs)
     cfg = RuntimeConfig(learning_rate=0.05, epochs=1)
@@ -217,7 +217,7 @@ def test_sequence_training_in_c_on_the_host_matches_the_golden_model_bit_for_bit
                     reason="arm-none-eabi-gcc or qemu-system-arm not installed")
 def test_sequence_training_in_qemu_matches_the_host_bit_for_bit(tmp_path, seqs):
     from test_codegen import _run
-    from tinytrain.stages.runtime_config import RuntimeConfig
+    from tinytrain.stages.train.runtime_config import RuntimeConfig
 
     _, _, _, data = _train_build(tmp_path, seqs)
     cfg = RuntimeConfig(learning_rate=0.05, epochs=1)

@@ -1,4 +1,4 @@
-"""Streamed op groups (stages/streams.py): the planner finds them, the memory plan counts them, and the generated C
+"""Streamed op groups (stages/planning/streams.py): the planner finds them, the memory plan counts them, and the generated C
 that runs them row by row / position by position / channel by channel is bit-identical to the numpy golden model
 (which runs every op whole)."""
 
@@ -15,12 +15,12 @@ import pytest
 from test_codegen import _data, _forward_ref, _golden, _run  # the same firmware/golden-model harness
 from tinytrain.stages import codegen
 from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
-from tinytrain.stages.data import write_stream
-from tinytrain.stages.memplan import MemOptions, check_plan, plan_memory
+from tinytrain.stages.train.data import write_stream
+from tinytrain.stages.planning.arena import MemOptions, check_plan, plan_memory
 from tinytrain.stages.reorder import plan_schedules
-from tinytrain.stages.runtime_config import RuntimeConfig
-from tinytrain.stages.schedule import in_place_update_order, is_valid_order
-from tinytrain.stages.streams import find_streams, input_rows, window_rows
+from tinytrain.stages.train.runtime_config import RuntimeConfig
+from tinytrain.stages.planning.schedule import in_place_update_order, is_valid_order
+from tinytrain.stages.planning.streams import find_streams, input_rows, window_rows
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -45,8 +45,8 @@ def _mbv2_tte():
         from memory_mbv2 import tte_like_plan
     finally:
         sys.path.remove(str(REPO / "bench"))
-    from tinytrain.stages import zoo
-    from tinytrain.stages.tflite_reader import read_model
+    from tinytrain.stages.model import zoo
+    from tinytrain.stages.model.tflite_reader import read_model
 
     g = read_model(zoo.resolve("zoo:mbv2-w0.35-128"))
     plan, _ = tte_like_plan(g)
@@ -139,7 +139,7 @@ VARIANTS = {
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler")
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_stream_variants_match_golden_model(variant, tmp_path):
-    from tinytrain.stages.contribution import dequantize_graph
+    from tinytrain.stages.planning.contribution import dequantize_graph
 
     v = VARIANTS[variant]
     g, plan = _mbv2_tte()
@@ -195,13 +195,13 @@ def hand_recrop_int8():
     blocks of depthwise -> conv and max_pool -> channel pad, joined by ADD, then PReLU."""
     from tinytrain.pipeline.spec_quantize import QuantizeSpec
     from tinytrain.stages import quantize
-    from tinytrain.stages.tflite_reader import read_model
+    from tinytrain.stages.model.tflite_reader import read_model
 
     g = read_model(REPO / "tests" / "fixtures" / "thirdparty" / "hand_recrop.tflite")
     rng = np.random.default_rng(0)
     calib = rng.uniform(0, 1, size=(4, 256, 256, 3)).astype(np.float32)
     q, _ = quantize.quantize_model(g, calib, QuantizeSpec(), calib[:1])
-    from tinytrain.stages.train_plan import TrainPlan
+    from tinytrain.stages.planning.train_plan import TrainPlan
     return build_training_graph(q, TrainPlan.bias_only(q, last=1), "cross_entropy", OptimizerSpec("sgd"), 1,
                                 QASOptions(enabled=True, rounding="nearest", master_copy=False))
 
@@ -259,8 +259,8 @@ def test_residual_prefix_streamed_c_is_bit_identical(hand_recrop_int8, tmp_path)
 def test_small_row_streams_are_bit_identical(fixture, tmp_path):
     """Every row stream find_streams offers (kept whether or not it lowers the arena) on small fixtures: a conv
     and the residual ADD reading the block input twice (int8 and float), a conv and max pooling."""
-    from tinytrain.stages.tflite_reader import read_model
-    from tinytrain.stages.train_plan import TrainPlan
+    from tinytrain.stages.model.tflite_reader import read_model
+    from tinytrain.stages.planning.train_plan import TrainPlan
 
     g = read_model(REPO / "tests" / "fixtures" / f"{fixture}.tflite")
     tg = build_training_graph(g, TrainPlan.bias_only(g, last=1), "cross_entropy", OptimizerSpec("sgd"), 1)
@@ -289,8 +289,8 @@ def test_small_row_streams_are_bit_identical(fixture, tmp_path):
                     or shutil.which("cc") is None, reason="arm-none-eabi-gcc, qemu-system-arm or cc not installed")
 def test_row_streams_in_qemu_give_the_host_bytes(tmp_path):
     """The streamed group schedule (tt_stream.c) on the Cortex-M7 board in QEMU gives the host build's bytes."""
-    from tinytrain.stages.tflite_reader import read_model
-    from tinytrain.stages.train_plan import TrainPlan
+    from tinytrain.stages.model.tflite_reader import read_model
+    from tinytrain.stages.planning.train_plan import TrainPlan
 
     g = read_model(REPO / "tests" / "fixtures" / "residual_int8.tflite")
     tg = build_training_graph(g, TrainPlan.bias_only(g, last=1), "cross_entropy", OptimizerSpec("sgd"), 1)

@@ -14,8 +14,8 @@ import pytest
 import tflite
 
 from tinytrain.pipeline.errors import ModelError, UnsupportedOpError
-from tinytrain.stages.ir import Graph, Op, QuantParams, Tensor
-from tinytrain.stages.tflite_writer import TfliteWriteError, model_bytes, write_model
+from tinytrain.stages.model.ir import Graph, Op, QuantParams, Tensor
+from tinytrain.stages.model.tflite_writer import TfliteWriteError, model_bytes, write_model
 
 from writer_graphs import Case, all_cases, float_cases, int8_cases
 
@@ -71,7 +71,7 @@ def _has_tflm() -> bool:
 
 def _executor():
     try:
-        from tinytrain.stages.executor import run_graph
+        from tinytrain.stages.golden.forward import run_graph
     except ImportError:
         return None
     return run_graph
@@ -80,7 +80,7 @@ def _executor():
 # ---- hand-built graphs ----------------------------------------------------------------------------
 
 def test_hand_built_cases_cover_every_op_type():
-    from tinytrain.stages.tflite_writer import SUPPORTED_OPS
+    from tinytrain.stages.model.tflite_writer import SUPPORTED_OPS
 
     import op_cases
 
@@ -136,7 +136,7 @@ def test_hand_built_graphs_run_bit_identically_in_tflite_micro(hand_built, tmp_p
 def test_hand_built_graphs_match_the_numpy_executor(hand_built):
     run_graph = _executor()
     if run_graph is None:
-        pytest.skip("tinytrain.stages.executor is not there yet")
+        pytest.skip("tinytrain.stages.golden.forward is not there yet")
     for case, outs in hand_built:
         ours = run_graph(case.graph, case.feeds)
         for name, y in zip(case.graph.outputs, outs):
@@ -284,16 +284,16 @@ def test_bad_graphs_give_clear_errors(op, tensors, message):
 
 def _reader():
     try:
-        from tinytrain.stages.tflite_reader import read_model
+        from tinytrain.stages.model.tflite_reader import read_model
     except ImportError:
-        pytest.skip("tinytrain.stages.tflite_reader is not there yet")
+        pytest.skip("tinytrain.stages.model.tflite_reader is not there yet")
     return read_model
 
 
 def _readable_fixtures() -> list[Path]:
     from tinytrain.pipeline.errors import ModelError as _ME
     try:
-        from tinytrain.stages.tflite_reader import read_model
+        from tinytrain.stages.model.tflite_reader import read_model
     except ImportError:
         return []
     ok = []

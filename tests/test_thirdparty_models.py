@@ -25,10 +25,10 @@ import pytest
 from tinytrain.pipeline.errors import UnsupportedOpError
 from tinytrain.pipeline.spec_quantize import QuantizeSpec
 from tinytrain.stages import quantize
-from tinytrain.stages.executor import run_graph
-from tinytrain.stages.ir import Graph
-from tinytrain.stages.tflite_reader import read_model
-from tinytrain.stages.tflite_writer import write_model
+from tinytrain.stages.golden.forward import run_graph
+from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.model.tflite_reader import read_model
+from tinytrain.stages.model.tflite_writer import write_model
 
 import litert_oracle as oracle
 

@@ -26,10 +26,11 @@ from tflite.BuiltinOperator import BuiltinOperator as BO
 
 from tinytrain.pipeline.errors import ModelError, UnsupportedOpError
 from tinytrain.pipeline.spec_quantize import QuantizeSpec
-from tinytrain.stages import ptq, quantize
-from tinytrain.stages.executor import run_graph, run_op
-from tinytrain.stages.tflite_reader import read_model
-from tinytrain.stages.tflite_writer import write_model
+from tinytrain.stages import quantize
+from tinytrain.stages.quant import ptq
+from tinytrain.stages.golden.forward import run_graph, run_op
+from tinytrain.stages.model.tflite_reader import read_model
+from tinytrain.stages.model.tflite_writer import write_model
 
 import litert_oracle as oracle
 import test_thirdparty_models as tpm

@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 
 from test_grad_ops import fd_grad  # the same float64 central differences
-from tinytrain.stages import executor as ex
-from tinytrain.stages.executor import run_graph
-from tinytrain.stages.ir import Graph, Op, QuantParams, Tensor
-from tinytrain.stages.tflite_reader import read_model
-from tinytrain.stages.tflite_writer import model_bytes, write_model
+from tinytrain.stages.golden import forward as ex
+from tinytrain.stages.golden.forward import run_graph
+from tinytrain.stages.model.ir import Graph, Op, QuantParams, Tensor
+from tinytrain.stages.model.tflite_reader import read_model
+from tinytrain.stages.model.tflite_writer import model_bytes, write_model
 
 import litert_oracle as oracle
 
@@ -249,7 +249,7 @@ def _tconv64(x, w, a, y_hw):
     """float64 transpose conv straight from the definition (scatter), no bias."""
     o, kh, kw, ci = w.shape
     sh, sw = a["stride_h"], a["stride_w"]
-    from tinytrain.stages.geometry import out_size_and_pad
+    from tinytrain.stages.model.geometry import out_size_and_pad
     _, pt = out_size_and_pad(a["padding"], y_hw[0], kh, sh)
     _, pl = out_size_and_pad(a["padding"], y_hw[1], kw, sw)
     y = np.zeros((x.shape[0], y_hw[0], y_hw[1], o))
@@ -265,7 +265,7 @@ def _tconv64(x, w, a, y_hw):
 
 @pytest.mark.parametrize("gi", range(len(GEOMS)))
 def test_grad_ops_against_finite_differences(gi):
-    from tinytrain.stages import grad_ops as go
+    from tinytrain.stages.golden import grad_ops as go
 
     geo = dict(GEOMS[gi])
     g = _tconv_graph("float32", **geo, seed=10 + gi)
@@ -320,8 +320,8 @@ def _loss_fd_check(g: Graph, param: str, x: np.ndarray, target: np.ndarray, got:
 
 def test_training_graph_backpropagates_through_transpose_conv():
     from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
-    from tinytrain.stages import train_executor as te
-    from tinytrain.stages.train_plan import TrainPlan
+    from tinytrain.stages.golden import train_step as te
+    from tinytrain.stages.planning.train_plan import TrainPlan
 
     g = read_model(TC / "tconv_b_float.tflite")
     plan = TrainPlan.full(g)
@@ -341,8 +341,8 @@ def test_training_graph_backpropagates_through_transpose_conv():
 
 def test_int8_training_graph_masks_and_dequantizes():
     from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
-    from tinytrain.stages import train_executor as te
-    from tinytrain.stages.train_plan import TrainPlan
+    from tinytrain.stages.golden import train_step as te
+    from tinytrain.stages.planning.train_plan import TrainPlan
 
     g = read_model(TC / "tconv_b_int8.tflite")
     tg = build_training_graph(g, TrainPlan.full(g), "mse", OptimizerSpec("sgd"), 1)
@@ -361,7 +361,7 @@ def test_int8_training_graph_masks_and_dequantizes():
 
 
 def test_a_plan_that_trains_a_transpose_conv_is_refused_by_name():
-    from tinytrain.stages.train_plan import LayerPlan, PlanError, TrainPlan
+    from tinytrain.stages.planning.train_plan import LayerPlan, PlanError, TrainPlan
 
     g = read_model(TC / "tconv_b_float.tflite")
     for name in (1, g.ops[1].inputs[1], g.ops[1].outputs[0]):
@@ -407,7 +407,7 @@ def test_c_kernels_match_the_executor(gi, driver, tmp_path):
             lo, hi = {"none": (-np.inf, np.inf), "relu": (0.0, np.inf), "relu6": (0.0, 6.0)}[act]
             k = batch.add("transpose_conv_f32", dims, [lo, hi], [x, w, b, np.zeros_like(y)])
             refs.append((k, 3, y, 0))
-            from tinytrain.stages import grad_ops as go
+            from tinytrain.stages.golden import grad_ops as go
             rng = np.random.default_rng(gi)
             dy = rng.normal(size=y.shape).astype(np.float32)
             dx = go.transpose_conv_grad_input(dy, w, x.shape, g.ops[0].attrs)
@@ -438,10 +438,10 @@ def test_generated_code_trains_like_the_golden_model(fixture, tmp_path):
     import test_codegen as tc
     from tinytrain.stages import codegen
     from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
-    from tinytrain.stages.data import write_stream
+    from tinytrain.stages.train.data import write_stream
     from tinytrain.stages.reorder import plan_schedules
-    from tinytrain.stages.runtime_config import RuntimeConfig
-    from tinytrain.stages.train_plan import TrainPlan
+    from tinytrain.stages.train.runtime_config import RuntimeConfig
+    from tinytrain.stages.planning.train_plan import TrainPlan
 
     g = tc._with_classifier_head(read_model(TC / f"{fixture}.tflite"))
     opt = "sgd" if fixture.endswith("int8") else "adam"

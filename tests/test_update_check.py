@@ -1,6 +1,6 @@
-"""Int8 updates that never vanish silently (issue 17, item 1; stages/update_check.py).
+"""Int8 updates that never vanish silently (issue 17, item 1; stages/quant/update_check.py).
 
-The probe is pinned against the golden model (stages/train_executor.py + stages/qas.py): the Δ it measures is
+The probe is pinned against the golden model (stages/golden/train_step.py + stages/quant/qas.py): the Δ it measures is
 recomputed here from the sample's gradient by the QAS formula (Δ = −lr·g/s) and the lost elements counted with
 |Δ| < 1/2; its shadow update leaves training untouched; the integer change the real update then applies is
 round(Δ). The planner picks the master copy, else stochastic rounding, as the budget allows, and warns otherwise;
@@ -18,14 +18,14 @@ import pytest
 from tinytrain.pipeline.contract import StageContext
 from tinytrain.pipeline.spec import UpdateSpec
 from tinytrain.pipeline.spec_data import DataSpec
-from tinytrain.stages import qas
+from tinytrain.stages.quant import qas
 from tinytrain.stages import sparse_plan as SP
-from tinytrain.stages import train_executor as te
-from tinytrain.stages import update_check as uc
+from tinytrain.stages.golden import train_step as te
+from tinytrain.stages.quant import update_check as uc
 from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
-from tinytrain.stages.ir import Graph
-from tinytrain.stages.tflite_reader import read_model
-from tinytrain.stages.train_plan import TrainPlan
+from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.model.tflite_reader import read_model
+from tinytrain.stages.planning.train_plan import TrainPlan
 
 FIX = Path(__file__).parent / "fixtures"
 DIGITS = DataSpec(source="digits", test_fraction=0.2)
@@ -40,7 +40,7 @@ def graph() -> Graph:
 
 @pytest.fixture(scope="module")
 def data():
-    from tinytrain.stages.data import load_dataset
+    from tinytrain.stages.train.data import load_dataset
     ds = load_dataset(DIGITS)
     return ds.x_train[:64], ds.y_train[:64]
 

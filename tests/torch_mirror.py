@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tinytrain.stages.ir import Graph
+from tinytrain.stages.model.ir import Graph
 
 PARAM_OPS = ("conv2d", "depthwise_conv2d", "fully_connected")
 

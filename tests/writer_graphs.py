@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tinytrain.stages.ir import Graph, Op, QuantParams, Tensor
+from tinytrain.stages.model.ir import Graph, Op, QuantParams, Tensor
 
 
 @dataclass

@@ -1,4 +1,4 @@
-/* tt_ttds.h: read a TTDS dataset stream (the format of tinytrain/stages/data.py, write_stream)
+/* tt_ttds.h: read a TTDS dataset stream (the format of tinytrain/stages/train/data.py, write_stream)
  * one record at a time, so a data set far larger than SRAM streams through a fixed buffer.
  *
  *   header (32 bytes, little-endian): "TTDS", u16 version (1 or 2), u8 dtype (0 int8, 1 uint8,

@@ -6,7 +6,7 @@
  * int8 follows the executor's default mode (fc_requant="fixed_point"), i.e. TFLite Micro: LOGISTIC / TANH through
  * gemmlowp fixed point (int8_arith.logistic_int8_fixed / tanh_int8_fixed), HARD_SWISH in 16-bit fixed point
  * (int8_arith.hard_swish_int8), LEAKY_RELU and PRELU with two requantizations. Every multiplier is computed by
- * codegen (stages/int8_arith.py); the kernels only do the integer work, so they are bit-exact with the executor.
+ * codegen (stages/golden/int8_arith.py); the kernels only do the integer work, so they are bit-exact with the executor.
  * y may equal x in every element-wise kernel here (each element is read before it is written). */
 #include "tt_gemmlowp.h"
 #include "tt_kernels.h"

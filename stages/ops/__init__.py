@@ -15,7 +15,7 @@ table, ptq's int8 rules, autodiff's differentiable and clamp-masked ops, memplan
 layers of train_plan / plan_memory / load, the streams' row / channel / mask ops and the schedule's eager ops.
 tests/test_op_registry.py checks that no list of op names is written anywhere else.
 
-`catalogue()` renders the IR op vocabulary (the table stages/ir.py used to hold by hand).
+`catalogue()` renders the IR op vocabulary (the table stages/model/ir.py used to hold by hand).
 """
 
 from __future__ import annotations
@@ -23,9 +23,21 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Callable, Mapping
 
-from . import (activations, conv, depth_to_space, elementwise, fully_connected, pooling, quant, resize, shape, softmax,
-               split, training)
-from .base import KINDS, Builtin, OpDef
+from tinytrain.stages.ops import (
+    activations,
+    conv,
+    depth_to_space,
+    elementwise,
+    fully_connected,
+    pooling,
+    quant,
+    resize,
+    shape,
+    softmax,
+    split,
+    training,
+)
+from tinytrain.stages.ops.base import KINDS, Builtin, OpDef
 
 __all__ = ["Builtin", "OpDef", "KINDS", "REGISTRY", "get", "names", "update_op", "catalogue"]
 

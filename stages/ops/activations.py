@@ -11,13 +11,13 @@ import math
 
 import numpy as np
 
-from .. import grad_ops as go
-from .. import int8_arith as ia
-from ..c_literals import CodegenError, flit, numel
-from ..ir import Op
-from ..kernel_common import qparams
-from .backward import clamp_backward, unary_backward
-from .base import Builtin, OpDef, version_by_dtype
+from tinytrain.stages.golden import grad_ops as go
+from tinytrain.stages.golden import int8_arith as ia
+from tinytrain.stages.c_emit.literals import CodegenError, flit, numel
+from tinytrain.stages.model.ir import Op
+from tinytrain.stages.golden.kernel_common import qparams
+from tinytrain.stages.ops.backward import clamp_backward, unary_backward
+from tinytrain.stages.ops.base import Builtin, OpDef, version_by_dtype
 
 # the standalone clamps: (lo, hi) in real units, hi None = unbounded
 _CLAMPS = {"relu": (0.0, None), "relu6": (0.0, 6.0)}

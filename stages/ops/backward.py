@@ -1,7 +1,7 @@
 """The builder interface an op's backward emission writes to (`OpDef.backward`).
 
 An op module says once which backward ops its op needs and what they read; two builders run that description:
-stages/autodiff.py builds the training IR from it, and stages/plan_memory.py's analytic memory model builds its
+stages/autodiff.py builds the training IR from it, and stages/planning/memory_model.py's analytic memory model builds its
 abstract program of the training step from it (sizes and lifetimes only), so the two cannot disagree.
 
     backward(bb, op, i, dz)   op: the forward op (number i of the forward); dz: the gradient of its output after
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .. import int8_arith as ia
-from ..ir import Graph, Op, Tensor
+from tinytrain.stages.golden import int8_arith as ia
+from tinytrain.stages.model.ir import Graph, Op, Tensor
 
 # Float act_grad activations a 1-bit mask can replace: act -> (lo, hi) with the gradient passing where lo < y < hi
 # (hi None: no upper bound), exactly grad_ops.act_grad's test.

@@ -78,7 +78,7 @@ class OpDef:
     shared_qparams: str | None = None    # int8 output shares the input's params: "first" input, or "all" inputs
     fixed_output: tuple[float, int] | None = None        # int8 output (scale, zero point) the kernels hard-code
     const_operands_per_tensor: bool = False   # a constant operand is quantized per tensor, like an activation
-    # how the reorder stage may run it in a row stream (stages/streams.py): "conv" (an output row reads a window of
+    # how the reorder stage may run it in a row stream (stages/planning/streams.py): "conv" (an output row reads a window of
     # input rows; its C takes a row view of its dims struct, io=), "pool" (a window, run unpadded on a row view),
     # "local" (output row r reads row r of each streamed input only: element-wise, activations, W/C padding)
     row_stream: str | None = None
@@ -110,7 +110,7 @@ class OpDef:
     fused_input: bool = False      # a weight gradient that dequantizes a per-tensor int8 input (operand 1) as it
     #                                reads it (memplan.fused_input_dequantize: no fp32 copy of the saved input)
     optimizer: str | None = None   # update ops: the optimizer kind
-    qas: bool = False              # update ops: of an int8 / int32 parameter (stages/qas.py)
+    qas: bool = False              # update ops: of an int8 / int32 parameter (stages/quant/qas.py)
     eager: bool = False            # the schedule runs it as soon as it can (updates, accumulation)
     loss: str | None = None        # loss ops: the spec loss name it implements (train.loss, train.outputs)
     drops: str | None = None       # loss ops on logits: the inference-only activation ending a head that the

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import grad_ops as go
-from . import conv_forward as fw
-from . import conv_grad as cg
-from .backward import LayerBackward
-from .base import Builtin, OpDef, input_dtype
+from tinytrain.stages.golden import grad_ops as go
+from tinytrain.stages.ops import conv_forward as fw
+from tinytrain.stages.ops import conv_grad as cg
+from tinytrain.stages.ops.backward import LayerBackward
+from tinytrain.stages.ops.base import Builtin, OpDef, input_dtype
 
 # MediaPipe's custom transpose convolution with a bias (read as transpose_conv, written as TRANSPOSE_CONV).
 MEDIAPIPE_TRANSPOSE_CONV_BIAS = "Convolution2DTransposeBias"

@@ -1,17 +1,17 @@
 """The forward of the convolutions (conv2d, depthwise_conv2d, transpose_conv): their numpy float and int8 kernels
-(the executor's; TFLite's reference arithmetic, see stages/executor.py) and the C of their kernel calls (gen:
+(the executor's; TFLite's reference arithmetic, see stages/golden/forward.py) and the C of their kernel calls (gen:
 codegen's generator). conv.py registers them; their backward ops are conv.py's."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import int8_arith as ia
-from ..c_literals import FLOAT_BOUNDS, CodegenError, flit
-from ..geometry import out_size_and_pad
-from ..ir import Op
-from ..kernel_common import float_act, qparams
-from .layer_common import channel_multipliers, conv_geometry, padded, tap, weight_zp
+from tinytrain.stages.golden import int8_arith as ia
+from tinytrain.stages.c_emit.literals import FLOAT_BOUNDS, CodegenError, flit
+from tinytrain.stages.model.geometry import out_size_and_pad
+from tinytrain.stages.model.ir import Op
+from tinytrain.stages.golden.kernel_common import float_act, qparams
+from tinytrain.stages.ops.layer_common import channel_multipliers, conv_geometry, padded, tap, weight_zp
 
 
 # ---- numpy forward (ctx: executor._Ctx)

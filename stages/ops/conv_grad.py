@@ -6,9 +6,9 @@ gradient whose per-tensor int8 input is fused reads that input (`_qx_f32_range`)
 
 from __future__ import annotations
 
-from ..c_literals import CodegenError, flit
-from ..geometry import out_size_and_pad
-from ..ir import Op
+from tinytrain.stages.c_emit.literals import CodegenError, flit
+from tinytrain.stages.model.geometry import out_size_and_pad
+from tinytrain.stages.model.ir import Op
 
 
 def c_transpose_conv_grad_input(gen, op: Op) -> list[str]:

@@ -10,10 +10,10 @@ import numpy as np
 import tflite
 from tflite.BuiltinOptions import BuiltinOptions
 
-from ..c_literals import CodegenError
-from ..ir import Op
-from .backward import input_backward
-from .base import Builtin, OpDef, version_by_dtype
+from tinytrain.stages.c_emit.literals import CodegenError
+from tinytrain.stages.model.ir import Op
+from tinytrain.stages.ops.backward import input_backward
+from tinytrain.stages.ops.base import Builtin, OpDef, version_by_dtype
 
 
 def _block(attrs: dict) -> int:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import grad_ops as go
-from .. import int8_arith as ia
-from ..c_literals import FLOAT_BOUNDS, flit, numel
-from ..ir import Op
-from ..kernel_common import float_act, qparams
-from .base import Builtin, OpDef, input_dtype, version_by_dtype
+from tinytrain.stages.golden import grad_ops as go
+from tinytrain.stages.golden import int8_arith as ia
+from tinytrain.stages.c_emit.literals import FLOAT_BOUNDS, flit, numel
+from tinytrain.stages.model.ir import Op
+from tinytrain.stages.golden.kernel_common import float_act, qparams
+from tinytrain.stages.ops.base import Builtin, OpDef, input_dtype, version_by_dtype
 
 _NOTE = ("numpy broadcasting, either operand may be a constant such as BatchNorm's per-channel scale [C]; a "
          "constant never spans the batch axis")

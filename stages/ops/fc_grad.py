@@ -4,8 +4,8 @@ dequantized slice holds only those) and computes one output channel `o` inside a
 
 from __future__ import annotations
 
-from ..c_literals import numel
-from ..ir import Op
+from tinytrain.stages.c_emit.literals import numel
+from tinytrain.stages.model.ir import Op
 
 
 def c_fully_connected_grad_input(gen, op: Op) -> list[str]:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import grad_ops as go
-from .. import int8_arith as ia
-from ..c_literals import FLOAT_BOUNDS, flit, numel
-from ..ir import Op, Tensor
-from ..kernel_common import float_act, qparams
-from . import fc_grad
-from .backward import LayerBackward
-from .base import Builtin, OpDef, input_dtype
-from .layer_common import channel_multipliers, weight_zp
+from tinytrain.stages.golden import grad_ops as go
+from tinytrain.stages.golden import int8_arith as ia
+from tinytrain.stages.c_emit.literals import FLOAT_BOUNDS, flit, numel
+from tinytrain.stages.model.ir import Op, Tensor
+from tinytrain.stages.golden.kernel_common import float_act, qparams
+from tinytrain.stages.ops import fc_grad
+from tinytrain.stages.ops.backward import LayerBackward
+from tinytrain.stages.ops.base import Builtin, OpDef, input_dtype
+from tinytrain.stages.ops.layer_common import channel_multipliers, weight_zp
 
 
 def _fc_macs(graph, op) -> int:

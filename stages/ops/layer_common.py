@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import int8_arith as ia
-from ..geometry import out_size_and_pad
-from ..ir import Tensor
-from ..kernel_common import qparams
+from tinytrain.stages.golden import int8_arith as ia
+from tinytrain.stages.model.geometry import out_size_and_pad
+from tinytrain.stages.model.ir import Tensor
+from tinytrain.stages.golden.kernel_common import qparams
 
 
 # ---- sliding windows (ctx: executor._Ctx)

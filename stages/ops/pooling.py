@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import grad_ops as go
-from .. import int8_arith as ia
-from ..c_literals import FLOAT_BOUNDS, CodegenError, flit
-from ..geometry import out_size_and_pad
-from ..ir import Op
-from ..kernel_common import float_act, qparams
-from .backward import geometry, input_backward
-from .base import Builtin, OpDef, version_by_dtype
-from .layer_common import padded, spatial, tap
+from tinytrain.stages.golden import grad_ops as go
+from tinytrain.stages.golden import int8_arith as ia
+from tinytrain.stages.c_emit.literals import FLOAT_BOUNDS, CodegenError, flit
+from tinytrain.stages.model.geometry import out_size_and_pad
+from tinytrain.stages.model.ir import Op
+from tinytrain.stages.golden.kernel_common import float_act, qparams
+from tinytrain.stages.ops.backward import geometry, input_backward
+from tinytrain.stages.ops.base import Builtin, OpDef, version_by_dtype
+from tinytrain.stages.ops.layer_common import padded, spatial, tap
 
 
 # ---- backward: the gradient of the input, with the forward's pooling attrs; max pool reads its input (int8 as it

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import int8_arith as ia
-from ..c_literals import flit, numel
-from ..ir import Op
-from ..kernel_common import qparams
-from .base import Builtin, OpDef, version_by_dtype
-from .train_kernels import run_dequantize_slice
+from tinytrain.stages.golden import int8_arith as ia
+from tinytrain.stages.c_emit.literals import flit, numel
+from tinytrain.stages.model.ir import Op
+from tinytrain.stages.golden.kernel_common import qparams
+from tinytrain.stages.ops.base import Builtin, OpDef, version_by_dtype
+from tinytrain.stages.ops.train_kernels import run_dequantize_slice
 
 # ---- numpy forward (the executor's kernels; ctx: executor._Ctx)
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import grad_ops as go
-from ..c_literals import CodegenError
-from ..ir import Op
-from .backward import input_backward
-from .base import Builtin, OpDef, input_dtype
+from tinytrain.stages.golden import grad_ops as go
+from tinytrain.stages.c_emit.literals import CodegenError
+from tinytrain.stages.model.ir import Op
+from tinytrain.stages.ops.backward import input_backward
+from tinytrain.stages.ops.base import Builtin, OpDef, input_dtype
 
 _ATTRS = ("align_corners", "half_pixel_centers")
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import grad_ops as go
-from .. import int8_arith as ia
-from ..c_literals import FLOAT_BOUNDS, CodegenError, flit, numel
-from ..ir import Op
-from ..kernel_common import float_act, qparams
-from .backward import input_backward
-from .base import Builtin, OpDef, input_dtype, output_dtype, version_by_dtype
+from tinytrain.stages.golden import grad_ops as go
+from tinytrain.stages.golden import int8_arith as ia
+from tinytrain.stages.c_emit.literals import FLOAT_BOUNDS, CodegenError, flit, numel
+from tinytrain.stages.model.ir import Op
+from tinytrain.stages.golden.kernel_common import float_act, qparams
+from tinytrain.stages.ops.backward import input_backward
+from tinytrain.stages.ops.base import Builtin, OpDef, input_dtype, output_dtype, version_by_dtype
 
 
 # ---- numpy forward (the executor's kernels; ctx: executor._Ctx)

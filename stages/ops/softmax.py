@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import grad_ops as go
-from .. import int8_arith as ia
-from ..c_literals import flit, numel
-from ..ir import Op
-from ..kernel_common import qparams
-from .backward import unary_backward
-from .base import Builtin, OpDef, version_by_dtype
+from tinytrain.stages.golden import grad_ops as go
+from tinytrain.stages.golden import int8_arith as ia
+from tinytrain.stages.c_emit.literals import flit, numel
+from tinytrain.stages.model.ir import Op
+from tinytrain.stages.golden.kernel_common import qparams
+from tinytrain.stages.ops.backward import unary_backward
+from tinytrain.stages.ops.base import Builtin, OpDef, version_by_dtype
 
 
 def _softmax_backward(bb, op, i, dz):

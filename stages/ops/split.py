@@ -13,9 +13,9 @@ import numpy as np
 import tflite
 from tflite.BuiltinOptions import BuiltinOptions
 
-from ..c_literals import CodegenError, numel
-from ..ir import Op
-from .base import Builtin, OpDef, version_by_dtype
+from tinytrain.stages.c_emit.literals import CodegenError, numel
+from tinytrain.stages.model.ir import Op
+from tinytrain.stages.ops.base import Builtin, OpDef, version_by_dtype
 
 _DATA = {"split_even": 1, "split_v": 0}   # which operand is the tensor cut
 

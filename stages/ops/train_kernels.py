@@ -1,6 +1,6 @@
 """numpy kernels (OpDef.run) of the training-only ops that keep state: the batch accumulation, Adam's step counter,
 the float and QAS updates; and of dequantize_slice (the saved int8 input of a weight gradient). The training
-executor (stages/train_executor.py) only dispatches to them.
+executor (stages/golden/train_step.py) only dispatches to them.
 
 Ops of the step phase (kind "update", step_counter) and batch_accumulate change their state inputs in place and
 return no outputs; an update reads its runtime hyper-parameters through `hp(key)` (learning_rate, momentum,
@@ -14,8 +14,8 @@ import numpy as np
 
 from tinytrain.pipeline.errors import ModelError
 
-from .. import grad_ops as go
-from .. import qas
+from tinytrain.stages.golden import grad_ops as go
+from tinytrain.stages.quant import qas
 
 
 def run_dequantize_slice(op, v, shape, tensor):
@@ -75,7 +75,7 @@ _HYPER = {"sgd": [], "momentum": ["momentum"], "adam": ["beta1", "beta2", "eps"]
 
 def qas_update(kind: str):
     """qas_<kind>_update(p, g, scale, *state[, step][, master][, prng]) -> p, *state[, master][, prng]
-    (stages/qas.py)."""
+    (stages/quant/qas.py)."""
     def run(op, v, shape, tensor, hp):
         a = op.attrs
         h = {k: hp(k) for k in ["learning_rate"] + _HYPER[kind]}

@@ -7,12 +7,12 @@ import math
 
 import numpy as np
 
-from .. import grad_ops as go
-from ..c_literals import ACT_ENUM, CodegenError, flit, numel
-from ..ir import Op
-from ..qas import STATE_COUNT
-from .base import OpDef
-from .train_kernels import float_update, qas_update, run_batch_accumulate, run_step_counter
+from tinytrain.stages.golden import grad_ops as go
+from tinytrain.stages.c_emit.literals import ACT_ENUM, CodegenError, flit, numel
+from tinytrain.stages.model.ir import Op
+from tinytrain.stages.quant.qas import STATE_COUNT
+from tinytrain.stages.ops.base import OpDef
+from tinytrain.stages.ops.train_kernels import float_update, qas_update, run_batch_accumulate, run_step_counter
 
 # runtime value -> field of the firmware's runtime config (tt_cfg), read by the update calls
 RUNTIME_FIELDS = {"learning_rate": "learning_rate", "momentum": "momentum", "beta1": "beta1", "beta2": "beta2",
@@ -78,7 +78,7 @@ def loss_call(op_type: str, shape: list[int], pred: str, target: str, target_dty
     """C lines computing `result = loss` and the gradient `grad` of loss op `op_type` on a prediction `pred` of
     `shape`, reading the targets at `target` + `offset` (a float class index for cross-entropy on a float target
     row: several heads). Shared by the training step (the ops' emitters below) and codegen's evaluation of heads."""
-    from ..losses import HUBER_DELTA
+    from tinytrain.stages.train.losses import HUBER_DELTA
 
     rows, per = (int(shape[0]), numel(shape[1:])) if len(shape) > 1 else (1, numel(shape))
     tgt = f"{target} + {offset}" if offset else target
@@ -102,7 +102,7 @@ def loss_call(op_type: str, shape: list[int], pred: str, target: str, target_dty
 
 
 def _c_loss(gen, op: Op) -> list[str]:
-    """A loss op (stages/losses.py): its kernel on the head's slice of the target (attr offset: several heads),
+    """A loss op (stages/train/losses.py): its kernel on the head's slice of the target (attr offset: several heads),
     then the head's weight (attr weight) on loss and gradient. Single-head ops have neither attr and keep their C.
     mse: grad_ops.mse_loss's dy order (bit-exact); the loss sums sequentially (numpy sums pairwise from 8 elements
     on, so the loss may differ in the last ulp for K >= 8)."""
@@ -201,7 +201,7 @@ def _c_step_counter(gen, op: Op) -> list[str]:
 
 
 def _c_qas(gen, op: Op, kind: str) -> list[str]:
-    """qas_<kind>_update: one tt_qas_update call (stages/qas.py has the semantics)."""
+    """qas_<kind>_update: one tt_qas_update call (stages/quant/qas.py has the semantics)."""
     a = op.attrs
     p, gname, scale = op.inputs[:3]
     ns = STATE_COUNT[kind]
@@ -304,36 +304,36 @@ def _run_grad_accumulate(op, v, shape, tensor):
     return [go.grad_sum([v(j) for j in range(len(op.inputs))])]
 
 
-# Loss kernels: the golden model (stages/losses.py), which applies the offset and weight attrs of several heads.
+# Loss kernels: the golden model (stages/train/losses.py), which applies the offset and weight attrs of several heads.
 
 def _run_softmax_ce_loss(op, v, shape, tensor):
-    from .. import losses
+    from tinytrain.stages.train import losses
     return losses.run_loss_op(op, v, go.softmax_ce_loss, class_target=True)
 
 
 def _run_mse_loss(op, v, shape, tensor):
-    from .. import losses
+    from tinytrain.stages.train import losses
     return losses.run_loss_op(op, v, go.mse_loss)
 
 
 def _run_bce_logits_loss(op, v, shape, tensor):
-    from .. import losses
+    from tinytrain.stages.train import losses
     return losses.run_loss_op(op, v, losses.bce_logits_loss)
 
 
 def _run_huber_loss(op, v, shape, tensor):
-    from .. import losses
+    from tinytrain.stages.train import losses
     delta = float(op.attrs.get("delta", losses.HUBER_DELTA))
     return losses.run_loss_op(op, v, lambda y, t: losses.huber_loss(y, t, delta))
 
 
 def _run_loss_sum(op, v, shape, tensor):
-    from .. import losses
+    from tinytrain.stages.train import losses
     return [losses.loss_sum([v(j) for j in range(len(op.inputs))])]
 
 
 _LOSS_ATTRS = ("offset", "weight")
-LOSS_SUM = "loss_sum"   # the op adding several heads' losses (stages/losses.py emits it)
+LOSS_SUM = "loss_sum"   # the op adding several heads' losses (stages/train/losses.py emits it)
 
 OPS = (
     OpDef("act_grad", kind="backward", signature="dy, y -> dz", attrs=("act",),
@@ -352,7 +352,7 @@ OPS = (
           note="a tensor read by several ops", in_place="any", c=_c_grad_accumulate, run=_run_grad_accumulate),
     OpDef("batch_accumulate", kind="aux", signature="acc, g -> acc", eager=True, c=_c_batch_accumulate,
           run=run_batch_accumulate),
-    # Losses, in the order of the spec's loss names (stages/losses.py); attrs only with several heads / a weight.
+    # Losses, in the order of the spec's loss names (stages/train/losses.py); attrs only with several heads / a weight.
     OpDef("softmax_ce_loss", kind="loss", signature="logits, labels:int32[1] -> loss:f32[], dlogits",
           attrs=_LOSS_ATTRS, note="fused, stable; several heads: a float class index in the target row",
           loss="cross_entropy", drops="softmax", c=_c_loss, run=_run_softmax_ce_loss),

@@ -1,5 +1,5 @@
 /* protocol_stub.c: a stand-in for a generated training firmware that obeys the emulate-run protocol
- * (stages/runtime_config.py, protocol 1) without training anything real, so that emulate-run, the
+ * (stages/train/runtime_config.py, protocol 1) without training anything real, so that emulate-run, the
  * weight export and the report can be tested before and apart from codegen.
  *
  * It reads runtime.bin (field by field, little-endian), streams train.ttds / test.ttds, and writes

@@ -1,0 +1,106 @@
+"""The board registry: every target tinytrain can build firmware for, as data.
+
+A board says how to compile for it (CPU and float-ABI flags), what memory it has (the fit check,
+and the sparse-plan stage's budget: `sram_bytes - runtime_reserve_bytes`), and how to run it
+(QEMU machine and CPU, or natively for `host`). Its linker script in `kernels_c/boards/` carries
+the same sizes; a test keeps the two equal.
+
+This module imports nothing from the rest of tinytrain, so the spec can take its board choices
+from here without an import cycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+# kernels_c/boards/: linker scripts, startup, semihosting, the tt_platform API.
+BOARD_DIR = Path(__file__).resolve().parents[2] / "kernels_c" / "boards"
+
+# Board-support sources, by platform kind. The program itself defines tt_main().
+COMMON_SOURCES = ("tt_common.c", "tt_ttds.c")
+CORTEX_M_SOURCES = ("startup.c", "semihost.c", "platform_semihost.c")
+HOST_SOURCES = ("platform_host.c",)
+
+# QEMU runs with `-icount shift=0`: each guest instruction advances virtual time by 2**0 ns, so
+# a SysTick on the mps2 machines' 25 MHz system clock ticks once per 40 instructions.
+MPS2_SYSCLK_HZ = 25_000_000
+
+
+@dataclass(frozen=True)
+class Board:
+    name: str
+    description: str
+    cpu: str                          # "cortex-m7", "cortex-m4", ... or "host"
+    cflags: tuple[str, ...]           # CPU / FPU / float-ABI flags (compile and link)
+    sram_bytes: int                   # 0 for host: no limit
+    flash_bytes: int                  # 0 for host: no limit
+    stack_bytes: int                  # the stack section the linker script reserves
+    # What the memory plan must leave to the runtime: the stack plus the runtime's own static
+    # data (platform, TTDS record state, formatter buffers on the stack, fault frame).
+    runtime_reserve_bytes: int
+    qemu_machine: str | None = None
+    qemu_cpu: str | None = None
+    linker_script: str | None = None  # file name in kernels_c/boards/
+    flash_origin: int = 0x0000_0000
+    sram_origin: int = 0x2000_0000
+    sysclk_hz: int = MPS2_SYSCLK_HZ
+    host: bool = False
+
+    @property
+    def linker_script_path(self) -> Path | None:
+        return BOARD_DIR / self.linker_script if self.linker_script else None
+
+    @property
+    def budget_bytes(self) -> int | None:
+        """SRAM a training program may plan for (arena + trainable data), or None on host."""
+        return None if self.host else self.sram_bytes - self.runtime_reserve_bytes
+
+    @property
+    def instructions_per_tick(self) -> int:
+        return 1_000_000_000 // self.sysclk_hz
+
+    @property
+    def support_sources(self) -> tuple[Path, ...]:
+        names = COMMON_SOURCES + (HOST_SOURCES if self.host else CORTEX_M_SOURCES)
+        return tuple(BOARD_DIR / n for n in names)
+
+    def summary(self) -> str:
+        if self.host:
+            return f"{self.name}: native C on this machine"
+        return (f"{self.name}: {self.cpu}, {self.sram_bytes // 1024} KB SRAM, {self.flash_bytes // 1024} KB flash "
+                f"(QEMU {self.qemu_machine})")
+
+
+_M7_FLAGS = ("-mthumb", "-mcpu=cortex-m7", "-mfpu=fpv5-sp-d16", "-mfloat-abi=hard")
+_M4_FLAGS = ("-mthumb", "-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard")
+KB = 1024
+
+BOARDS: dict[str, Board] = {b.name: b for b in (
+    # -O3 (after BASE_CFLAGS' -O2, so it wins) for speed; bit-identical to -O2 and to QEMU because
+    # -ffp-contract=off stays and no -ffast-math: IEEE results do not depend on the optimisation level. Portable
+    # on purpose (no -march=native): the cache key knows the compiler's version, not the build machine's CPU.
+    Board("host", "native C on the build machine (cc); no memory limits", "host", ("-O3",), 0, 0, 0, 0, host=True),
+    # STM32F746NG has a single-precision FPU (FPv5-SP); QEMU's M7 has double too, so the flags,
+    # not the emulator, keep doubles in software as on the real part.
+    Board("stm32f746-disco", "STM32F746G-DISCO: Cortex-M7 @216 MHz, 320 KB SRAM, 1 MB flash", "cortex-m7",
+          _M7_FLAGS, 320 * KB, 1024 * KB, 16 * KB, 20 * KB, "mps2-an500", "cortex-m7", "stm32f746-disco.ld"),
+    Board("m4-256k", "Cortex-M4F with 256 KB SRAM, 1 MB flash (STM32F429-class)", "cortex-m4",
+          _M4_FLAGS, 256 * KB, 1024 * KB, 16 * KB, 20 * KB, "mps2-an386", "cortex-m4", "m4-256k.ld"),
+    Board("m4-128k", "Cortex-M4F with 128 KB SRAM, 512 KB flash (STM32F411-class)", "cortex-m4",
+          _M4_FLAGS, 128 * KB, 512 * KB, 8 * KB, 12 * KB, "mps2-an386", "cortex-m4", "m4-128k.ld"),
+)}
+
+BOARD_NAMES: tuple[str, ...] = tuple(BOARDS)
+
+
+def get_board(name: str) -> Board:
+    try:
+        return BOARDS[name]
+    except KeyError:
+        raise KeyError(f"unknown board {name!r}; known boards: {', '.join(BOARD_NAMES)}") from None
+
+
+def describe_boards() -> str:
+    """One line per board, for the spec's field description and `--help`."""
+    return "; ".join(b.summary() for b in BOARDS.values())

@@ -1,0 +1,502 @@
+"""A cycle estimate for one training step, from QEMU's own execution log (issue 14, item 2).
+
+QEMU counts instructions, not cycles. Debian's QEMU 7.2 ships no TCG plugin header, so instead of a
+plugin we read QEMU's logging: `-d in_asm,exec,nochain` prints every translation block (TB) once, as
+disassembled instructions ("IN:" blocks), and a "Trace" line each time a TB starts executing
+(`nochain` makes every execution go through the logging path). From that we get, per TB, its
+instructions and how often it ran; whether a TB that ends in a branch took it is read off the
+address of the TB that ran next. Each instruction is put in a class and costed with a table for the
+Cortex-M4 and one for the Cortex-M7.
+
+Two corrections keep the counts exact: a TB whose execution QEMU rewinds to recompile it for an I/O
+access ("cpu_io_recompile: rewound execution of TB to X") ran only its instructions before X, and a
+TB announced by "Trace" but then not entered ("Stopped execution of TB chain before ...") did not run.
+An exception taken in the middle of a TB is not corrected for (none happens inside a training step).
+
+The window: only the TBs between the first entry into `start_symbol` and the following entry into
+`stop_symbol` count (the Trace line carries the symbol of the TB's function). For a training step
+that is `tt_train_sample` up to `tt_progress`: the forward, backward and update of the first step
+(every sample of the batch) and the loss write; the sample read (`tt_ttds_next`) is outside it.
+
+Cost tables (zero-wait-state memory: TCM / SRAM / flash behind a cache that never misses; no
+interrupts; the barrel shifter and IT folding ignored):
+
+  Cortex-M4 -- ARM Cortex-M4 Technical Reference Manual (DDI 0439, r0p1), Table 3-1 "Cortex-M4
+  instruction set summary" and the FPU chapter's instruction table: ALU, saturating, packing and all
+  multiplies incl. the long and DSP MACs (SMLAD, SMLAL, SMULxy ...) 1 cycle; SDIV/UDIV 2-12 (early
+  termination: we charge the upper end, 12); LDR/STR (any width) 2, but 1 when it follows another
+  single load/store ("neighbouring load and store single instructions can pipeline their address
+  and data phases"); LDRD/STRD 3; LDM/STM/PUSH/POP 1+N; a branch taken 1+P, not taken 1; TBB/TBH
+  2+P; a load into PC (POP {..,pc}, LDR pc) adds P; P, the pipeline refill, is 1-3 in the TRM: we
+  take 2. FPU: VADD/VSUB/VMUL/VNMUL/VABS/VNEG/VCMP/VCVT/VMOV/VMRS 1, VMLA/VMLS/VNMLA/VNMLS/VFMA/VFMS
+  3, VDIV/VSQRT 14, VLDR/VSTR 2, VLDM/VSTM/VPUSH/VPOP 1+N (N in 32-bit words).
+
+  Cortex-M7 -- ARM does not publish a cycle table for the M7 (its TRM, DDI 0489, has none). We model
+  it as a SINGLE-ISSUE pipelined core: every instruction issues in 1 cycle, including loads/stores
+  (64-bit TCM/AXI interface: LDRD/STRD 1, LDM/STM/VLDM/VSTM ceil(N/2)), multiplies and MACs; SDIV/UDIV
+  12 as on the M4; VMLA/VMLS (not fused: a multiply then an add) 2; VDIV/VSQRT 14 (not pipelined); a
+  taken branch 2 (1 + one refill cycle: predicted by the branch target cache), not taken 1; a load
+  into PC 2 extra. Dual issue is IGNORED (it would lower the figure, by up to 2x for ideal pairs) and
+  so are result-latency stalls (load-use, MAC chains; they would raise it): the M7 figure is an
+  issue-slot count, not a pipeline simulation. Both tables live in `COSTS` below, one fact each.
+
+`python -m tinytrain.stages.device.cycles LOG` estimates from a saved log (QEMU's -D file).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+# ---- instruction classes -------------------------------------------------------------------------
+
+CLASSES = ("alu", "mul_mac", "divide", "load", "load_pair", "load_multiple", "store", "store_pair",
+           "store_multiple", "branch", "fp_arith", "fp_mac", "fp_div_sqrt", "fp_load", "fp_store",
+           "fp_load_multiple", "fp_store_multiple", "barrier", "other")
+
+_CONDS = ("eq", "ne", "cs", "hs", "cc", "lo", "mi", "pl", "vs", "vc", "hi", "ls", "ge", "lt", "gt", "le", "al")
+
+_MUL = {"mul", "mla", "mls", "smull", "umull", "smlal", "umlal", "umaal",
+        "smulbb", "smulbt", "smultb", "smultt", "smulwb", "smulwt",
+        "smlabb", "smlabt", "smlatb", "smlatt", "smlawb", "smlawt",
+        "smlalbb", "smlalbt", "smlaltb", "smlaltt",
+        "smlad", "smladx", "smlsd", "smlsdx", "smuad", "smuadx", "smusd", "smusdx",
+        "smlald", "smlaldx", "smlsld", "smlsldx", "smmul", "smmulr", "smmla", "smmlar", "smmls", "smmlsr",
+        "usad8", "usada8"}
+_DIV = {"sdiv", "udiv"}
+_LOAD = {"ldr", "ldrb", "ldrh", "ldrsb", "ldrsh", "ldrex", "ldrexb", "ldrexh", "ldrt", "ldrbt", "ldrht",
+         "ldrsbt", "ldrsht", "pld", "pli"}
+_STORE = {"str", "strb", "strh", "strex", "strexb", "strexh", "strt", "strbt", "strht"}
+_LDM = {"ldm", "ldmia", "ldmfd", "ldmdb", "ldmea", "pop"}
+_STM = {"stm", "stmia", "stmea", "stmdb", "stmfd", "push"}
+_BRANCH = {"b", "bl", "bx", "blx", "cbz", "cbnz", "tbb", "tbh"}
+_BARRIER = {"dsb", "dmb", "isb"}
+_FP_MAC = {"vmla", "vmls", "vnmla", "vnmls", "vfma", "vfms", "vfnma", "vfnms"}
+_FP_DIV = {"vdiv", "vsqrt"}
+_FP_LOAD, _FP_STORE = {"vldr"}, {"vstr"}
+_FP_LDM, _FP_STM = {"vldm", "vldmia", "vldmdb", "vpop"}, {"vstm", "vstmia", "vstmdb", "vpush"}
+_OTHER = {"svc", "bkpt", "udf", "wfi", "wfe", "sev", "cpsid", "cpsie", "mrs", "msr"}
+_KNOWN_ALU = {"it", "nop", "teq", "tst", "cmp", "cmn", "mov", "movw", "movt", "mvn", "add", "addw", "adc", "sub",
+              "subw", "sbc", "rsb", "and", "orr", "orn", "eor", "bic", "lsl", "lsr", "asr", "ror", "rrx", "adr",
+              "clz", "rbit", "rev", "rev16", "revsh", "sxtb", "sxth", "uxtb", "uxth", "sxtab", "sxtah", "uxtab",
+              "uxtah", "sxtb16", "uxtb16", "sxtab16", "uxtab16", "bfi", "bfc", "sbfx", "ubfx", "ssat", "usat",
+              "ssat16", "usat16", "qadd", "qsub", "qdadd", "qdsub", "pkhbt", "pkhtb", "sel", "sadd16", "ssub16",
+              "sadd8", "ssub8", "uadd16", "usub16", "uadd8", "usub8", "qadd16", "qsub16", "qadd8", "qsub8",
+              "shadd16", "shsub16", "uhadd16", "uhsub16", "sasx", "ssax", "uasx", "usax", "qasx", "qsax", "neg"}
+_ALL = (_MUL | _DIV | _LOAD | _STORE | _LDM | _STM | _BRANCH | _BARRIER | _FP_MAC | _FP_DIV | _FP_LOAD
+        | _FP_STORE | _FP_LDM | _FP_STM | _OTHER | _KNOWN_ALU)
+
+
+@dataclass(frozen=True)
+class Insn:
+    addr: int
+    size: int          # bytes: 2 or 4
+    mnemonic: str      # as disassembled, e.g. "ldr.w", "smlad", "vmla.f32", "bne"
+    operands: str
+    base: str          # without width qualifier, condition, flag-setting `s`, FP type: "ldr", "b", "vmla"
+    cls: str           # one of CLASSES
+    regs: int = 0      # registers (32-bit words) moved by a multiple load/store
+    writes_pc: bool = False   # a branch, or a load / move into PC
+    conditional: bool = False
+
+
+def _strip(m: str) -> tuple[str, bool]:
+    """Mnemonic -> (base, conditional). "ldr.w" -> "ldr", "bne" -> "b", "subs" -> "sub", "vmla.f32" -> "vmla"."""
+    m = m.lower().split(".", 1)[0]
+    if m in _ALL:
+        return m, False
+    if len(m) > 2 and m[-2:] in _CONDS:       # inside an IT block, or a conditional branch
+        c = m[:-2]
+        if c in _ALL:
+            return c, True
+        if c.endswith("s") and c[:-1] in _ALL:
+            return c[:-1], True
+    if m.endswith("s") and m[:-1] in _ALL:     # flag-setting form: adds, lsls, muls, ...
+        return m[:-1], False
+    return m, False
+
+
+def _reglist(operands: str) -> tuple[int, bool]:
+    """{r4, r5, pc} -> (3, True); {d8, d9} -> (4 words, False); {s0-s3} -> 4."""
+    m = re.search(r"\{([^}]*)\}", operands)
+    if not m:
+        return 0, False
+    words, pc = 0, False
+    for part in (p.strip() for p in m.group(1).split(",") if p.strip()):
+        scale = 2 if part.startswith("d") else 1
+        rng = re.fullmatch(r"([a-z]+)(\d+)\s*-\s*[a-z]+(\d+)", part)
+        words += scale * (int(rng.group(3)) - int(rng.group(2)) + 1) if rng else scale
+        pc = pc or part == "pc"
+    return words, pc
+
+
+def classify(addr: int, size: int, mnemonic: str, operands: str) -> Insn:
+    base, cond = _strip(mnemonic)
+    ops = operands.strip().lower()
+    first = ops.split(",", 1)[0].strip()
+    regs, writes_pc = 0, False
+    if base in _MUL:
+        cls = "mul_mac"
+    elif base in _DIV:
+        cls = "divide"
+    elif base in _LOAD:
+        cls, writes_pc = "load", first == "pc"
+    elif base == "ldrd":
+        cls = "load_pair"
+    elif base == "strd":
+        cls = "store_pair"
+    elif base in _STORE:
+        cls = "store"
+    elif base in _LDM:
+        regs, writes_pc = _reglist(ops)
+        cls = "load_multiple"
+    elif base in _STM:
+        regs, _ = _reglist(ops)
+        cls = "store_multiple"
+    elif base in _BRANCH:
+        cls, writes_pc = "branch", True
+    elif base in _FP_MAC:
+        cls = "fp_mac"
+    elif base in _FP_DIV:
+        cls = "fp_div_sqrt"
+    elif base in _FP_LOAD:
+        cls = "fp_load"
+    elif base in _FP_STORE:
+        cls = "fp_store"
+    elif base in _FP_LDM:
+        regs, _ = _reglist(ops)
+        cls = "fp_load_multiple"
+    elif base in _FP_STM:
+        regs, _ = _reglist(ops)
+        cls = "fp_store_multiple"
+    elif base in _BARRIER:
+        cls = "barrier"
+    elif base.startswith("v"):
+        cls = "fp_arith"
+    elif base in _OTHER:
+        cls = "other"
+    else:
+        cls = "alu"
+        writes_pc = first == "pc" and base in ("mov", "add")
+    if base in ("ldrd",) and first == "pc":
+        writes_pc = True
+    return Insn(addr, size, mnemonic, operands, base, cls, regs, writes_pc, cond)
+
+
+_INSN_RE = re.compile(r"^0x([0-9a-f]+):\s+([0-9a-f]{4})((?: [0-9a-f]{4})?)\s+(\S+)\s*(.*?)\s*$")
+
+
+def parse_insn(line: str) -> Insn | None:
+    """One instruction line of an "IN:" block: `0x00000884:  e92d 4ff0  push.w   {r4, lr}` (Thumb)."""
+    m = _INSN_RE.match(line)
+    if not m:
+        return None
+    first = int(m.group(2), 16)
+    size = 4 if (first >> 11) in (0b11101, 0b11110, 0b11111) else 2
+    return classify(int(m.group(1), 16), size, m.group(4), m.group(5))
+
+
+# ---- cost tables ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CostModel:
+    name: str
+    cpu: str
+    refill: int          # P: cycles to refill the pipeline after a taken branch / PC write
+    fixed: dict[str, int]  # class -> cycles (classes whose cost does not depend on context)
+    load_store: int      # a single LDR/STR ...
+    load_store_pipelined: int  # ... that follows another single LDR/STR
+    pair: int            # LDRD / STRD
+    multiple_base: int   # LDM/STM: base + per_reg(N)
+    per_two_regs: bool   # True: ceil(N/2) (64-bit path), False: N
+    branch_not_taken: int
+    branch_taken: int    # including the refill
+    table_branch: int    # TBB/TBH (taken by definition), including the refill
+    source: str
+
+    def static_cost(self, insns: list[Insn]) -> int:
+        """Cycles of a run of instructions, a taken branch at the end counted as NOT taken (see taken_extra)."""
+        total, prev_single = 0, False
+        for i in insns:
+            single = i.cls in ("load", "store")
+            if single:
+                c = self.load_store_pipelined if prev_single else self.load_store
+            elif i.cls in ("load_pair", "store_pair"):
+                c = self.pair
+            elif i.cls in ("load_multiple", "store_multiple", "fp_load_multiple", "fp_store_multiple"):
+                n = max(i.regs, 1)
+                c = self.multiple_base + (math.ceil(n / 2) if self.per_two_regs else n)
+            elif i.cls == "branch":
+                c = self.table_branch if i.base in ("tbb", "tbh") else self.branch_not_taken
+            else:
+                c = self.fixed[i.cls]
+            if i.writes_pc and i.cls != "branch":
+                c += self.refill  # POP {.., pc}, LDR pc, MOV pc: always a refill
+            total += c
+            prev_single = single
+        return total
+
+    def taken_extra(self, last: Insn) -> int:
+        """Extra cycles when the TB's last instruction, a branch, was taken."""
+        if last.cls == "branch" and last.base not in ("tbb", "tbh"):
+            return self.branch_taken - self.branch_not_taken
+        return 0
+
+
+_COMMON_FIXED = {"alu": 1, "mul_mac": 1, "divide": 12, "barrier": 1, "other": 1, "fp_arith": 1,
+                 "fp_div_sqrt": 14}
+
+COSTS: dict[str, CostModel] = {
+    "cortex-m4": CostModel(
+        "cortex-m4", "cortex-m4", refill=2,
+        fixed={**_COMMON_FIXED, "fp_mac": 3, "fp_load": 2, "fp_store": 2},
+        load_store=2, load_store_pipelined=1, pair=3, multiple_base=1, per_two_regs=False,
+        branch_not_taken=1, branch_taken=1 + 2, table_branch=2 + 2,
+        source="ARM Cortex-M4 TRM (DDI 0439) Table 3-1 and the FPU instruction table; P=2, divides 12"),
+    "cortex-m7": CostModel(
+        "cortex-m7", "cortex-m7", refill=2,
+        fixed={**_COMMON_FIXED, "fp_mac": 2, "fp_load": 1, "fp_store": 1},
+        load_store=1, load_store_pipelined=1, pair=1, multiple_base=0, per_two_regs=True,
+        branch_not_taken=1, branch_taken=2, table_branch=1 + 2,
+        source="single-issue model (ARM publishes no M7 cycle table): 1 cycle per instruction, 64-bit "
+               "loads/stores, taken branch 2, VMLA 2, VDIV/VSQRT 14, divides 12; dual issue and stalls ignored"),
+}
+
+ASSUMPTIONS = ("zero-wait-state memory (TCM/SRAM, flash behind an ART/cache that never misses), no interrupts; "
+               "M4: the TRM's Table 3-1 with pipeline refill P=2 and SDIV/UDIV at their 12-cycle upper bound; "
+               "M7: single-issue issue-slot count (dual issue ignored, result-latency stalls ignored)")
+
+
+# ---- the trace -----------------------------------------------------------------------------------
+
+@dataclass
+class _Block:
+    insns: list[Insn]
+
+    @property
+    def fallthrough(self) -> int:
+        last = self.insns[-1]
+        return last.addr + last.size
+
+    @property
+    def ends_in_branch(self) -> bool:
+        return self.insns[-1].writes_pc
+
+
+@dataclass
+class TraceProfile:
+    """What ran inside the window: per TB, its instructions, executions and taken final branches."""
+    blocks: list[_Block] = field(default_factory=list)
+    runs: Counter = field(default_factory=Counter)          # block index -> full executions
+    taken: Counter = field(default_factory=Counter)         # block index -> executions whose last branch was taken
+    partial: Counter = field(default_factory=Counter)       # (block index, instructions run) -> count
+    opened: bool = False
+    closed: bool = False
+
+    @property
+    def instructions(self) -> int:
+        return (sum(len(self.blocks[b].insns) * n for b, n in self.runs.items())
+                + sum(k * n for (_, k), n in self.partial.items()))
+
+    def mix(self) -> dict[str, int]:
+        """Executed instructions per class; branches split into taken / not taken; registers moved by
+        multiple loads/stores."""
+        out: Counter = Counter()
+        for b, n in self.runs.items():
+            blk = self.blocks[b]
+            for i in blk.insns:
+                out[i.cls] += n
+                if i.regs:
+                    out["registers_multiple"] += n * i.regs
+            if blk.insns[-1].cls == "branch":
+                out["branch_taken"] += self.taken[b]
+                out["branch_not_taken"] += n - self.taken[b]
+        for (b, k), n in self.partial.items():
+            for i in self.blocks[b].insns[:k]:
+                out[i.cls] += n
+        return {k: int(out[k]) for k in (*CLASSES, "branch_taken", "branch_not_taken", "registers_multiple")
+                if out[k]}
+
+    def cycles(self, model: CostModel) -> int:
+        total = 0
+        for b, n in self.runs.items():
+            blk = self.blocks[b]
+            total += n * model.static_cost(blk.insns) + self.taken[b] * model.taken_extra(blk.insns[-1])
+        for (b, k), n in self.partial.items():
+            total += n * model.static_cost(self.blocks[b].insns[:k])
+        return total
+
+
+_TRACE_RE = re.compile(r"^Trace \d+: (0x[0-9a-f]+) \[([0-9a-f]+)/([0-9a-f]+)/([0-9a-f]+)/([0-9a-f]+)\] ?(\S*)")
+_REWOUND_RE = re.compile(r"^cpu_io_recompile: rewound execution of TB to ([0-9a-f]+)")
+_STOPPED_RE = re.compile(r"^Stopped execution of TB chain before (0x[0-9a-f]+)")
+
+
+class TraceReader:
+    """Consumes QEMU's `-d in_asm,exec,nochain` log line by line (`feed`), counting only inside the
+    window [first TB of `start_symbol`, next TB of `stop_symbol`). `start_symbol=None` counts from the
+    first TB, `stop_symbol=None` to the end."""
+
+    def __init__(self, start_symbol: str | None = "tt_train_sample", stop_symbol: str | None = "tt_progress"):
+        self.start, self.stop = start_symbol, stop_symbol
+        self.profile = TraceProfile(opened=start_symbol is None)
+        self._by_line: dict[str, int] = {}    # Trace line -> block index (a TB prints the same line each run)
+        self._pending: list[Insn] | None = None  # the "IN:" block being read / not yet bound to its TB
+        self._reading = False
+        self._prev: int | None = None         # block index of the last counted execution (branch outcome)
+        self._last_line: str | None = None
+
+    def feed(self, line: str) -> None:
+        if line.startswith("Trace "):
+            self._trace(line)
+        elif self._reading:
+            insn = parse_insn(line)
+            if insn is not None:
+                assert self._pending is not None
+                self._pending.append(insn)
+            elif not line.strip():
+                self._reading = False
+        elif line.startswith("IN:"):
+            self._pending, self._reading = [], True
+        elif line.startswith("cpu_io_recompile"):
+            self._rewound(line)
+        elif line.startswith("Stopped execution"):
+            self._stopped(line)
+
+    def feed_all(self, lines: Iterable[str]) -> TraceProfile:
+        for ln in lines:
+            self.feed(ln.rstrip("\n"))
+        return self.profile
+
+    def _trace(self, line: str) -> None:
+        p = self.profile
+        if p.closed:
+            return
+        self._reading = False
+        key = line.rstrip("\n")
+        info = self._by_line.get(key)
+        if self._pending or info is None:
+            m = _TRACE_RE.match(key)
+            if m is None:
+                return
+            pc = int(m.group(3), 16)
+            if self._pending and pc == self._pending[0].addr:  # the translation just logged is this TB's
+                p.blocks.append(_Block(self._pending))
+                info = self._by_line[key] = (len(p.blocks) - 1, m.group(6), pc)
+                self._pending = None
+            if info is None:
+                raise ValueError(f"QEMU trace: the TB at {pc:#x} ran without its instructions in the log "
+                                 "(run with -d in_asm,exec,nochain from the start)")
+        idx, symbol, pc = info
+        if not p.opened:
+            if symbol != self.start:
+                return
+            p.opened = True
+        elif self.stop is not None and symbol == self.stop:
+            self._close_branch(pc)
+            p.closed = True
+            return
+        self._close_branch(pc)
+        p.runs[idx] += 1
+        self._prev, self._last_line = idx, key
+
+    def _close_branch(self, next_pc: int) -> None:
+        """The previous TB's last instruction wrote PC: it was taken when the next TB is not its fall-through."""
+        if self._prev is not None:
+            blk = self.profile.blocks[self._prev]
+            if blk.ends_in_branch and next_pc != blk.fallthrough:
+                self.profile.taken[self._prev] += 1
+        self._prev = None
+
+    def _rewound(self, line: str) -> None:
+        m = _REWOUND_RE.match(line)
+        p = self.profile
+        if not m or self._prev is None or p.closed:
+            return
+        blk = p.blocks[self._prev]
+        to = int(m.group(1), 16)
+        k = sum(1 for i in blk.insns if i.addr < to)
+        p.runs[self._prev] -= 1
+        if k:
+            p.partial[(self._prev, k)] += 1
+        self._prev = None  # it ended mid-block: no branch outcome
+
+    def _stopped(self, line: str) -> None:
+        m = _STOPPED_RE.match(line)
+        p = self.profile
+        if not m or self._prev is None or self._last_line is None or p.closed:
+            return
+        if self._last_line.split(" ", 3)[2] == m.group(1):  # that TB was announced but not entered
+            p.runs[self._prev] -= 1
+            self._prev = None
+
+
+# ---- report --------------------------------------------------------------------------------------
+
+def estimate(profile: TraceProfile, cpu: str, clock_hz: int | None = None) -> dict[str, Any]:
+    """run.json's `cycles_per_step_estimate`: cycles on `cpu` (and the other core for comparison),
+    the instruction mix, CPI, and ms at `clock_hz`."""
+    if cpu not in COSTS:
+        raise ValueError(f"no cycle table for {cpu!r} (have {', '.join(COSTS)})")
+    n = profile.instructions
+    per_model = {name: m_cycles for name, m_cycles in ((k, profile.cycles(m)) for k, m in COSTS.items())}
+    cycles = per_model[cpu]
+    doc: dict[str, Any] = {
+        "cpu": cpu, "cycles_per_step": cycles, "instructions_traced": n,
+        "cycles_per_instruction": round(cycles / n, 4) if n else None,
+        "by_core": {k: {"cycles": v, "cpi": round(v / n, 4) if n else None, "source": COSTS[k].source}
+                    for k, v in per_model.items()},
+        "mix": profile.mix(),
+        "assumptions": ASSUMPTIONS,
+        "how": ("QEMU -d in_asm,exec,nochain over one training step (tt_train_sample up to tt_progress: "
+                "forward, backward, update, loss write), each instruction costed by class (stages/device/cycles.py)"),
+    }
+    if clock_hz:
+        doc.update(clock_hz=clock_hz, ms_per_step=cycles / clock_hz * 1e3)
+    return doc
+
+
+def estimate_step(board: Any, elf: Path, files: dict[str, bytes], workdir: Path, *, clock_hz: int | None = None,
+                  timeout_s: float = 600.0) -> dict[str, Any]:
+    """Trace one training step of `elf` on `board` in QEMU and estimate its cycles. `files` must make the firmware
+    stop after one step without evaluating (runtime.bin flags 0, stop_after_steps 1): the trace then covers little
+    more than the window."""
+    from tinytrain.stages.device.launch import trace_firmware
+
+    reader = TraceReader()
+    _console, wall = trace_firmware(board, elf, workdir, files, reader.feed, lambda: reader.profile.closed,
+                                    timeout_s=timeout_s)
+    if not reader.profile.closed:
+        raise RuntimeError(f"the QEMU trace ended before the first training step finished ({wall:.0f} s)")
+    doc = estimate(reader.profile, board.cpu, clock_hz)
+    doc["trace_wall_s"] = round(wall, 3)
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m tinytrain.stages.device.cycles",
+                                 description="cycle estimate from a saved QEMU -d in_asm,exec,nochain log")
+    ap.add_argument("log", type=Path)
+    ap.add_argument("--cpu", default="cortex-m7", choices=sorted(COSTS))
+    ap.add_argument("--start", default="tt_train_sample")
+    ap.add_argument("--stop", default="tt_progress")
+    a = ap.parse_args(argv)
+    with open(a.log, encoding="utf-8", errors="replace") as f:
+        prof = TraceReader(a.start or None, a.stop or None).feed_all(f)
+    doc = estimate(prof, a.cpu)
+    print(f"{doc['instructions_traced']} instructions, {doc['cycles_per_step']} cycles on {a.cpu} "
+          f"(CPI {doc['cycles_per_instruction']}); mix: {doc['mix']}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
+
+
+__all__ = ["COSTS", "CostModel", "Insn", "TraceProfile", "TraceReader", "classify", "estimate", "estimate_step",
+           "parse_insn"]

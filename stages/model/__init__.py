@@ -1,0 +1,1 @@
+"""The IR (ir.py) and what turns model files into it and back: the .tflite/.circle reader and writer, sparse-constant decoding, BatchNorm folding, cutting at named outputs, .circle training metadata, the weights-only .wof format, geometry rules and the model zoo."""

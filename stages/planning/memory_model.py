@@ -1,0 +1,793 @@
+"""Analytic memory model of sparse-update options, in bytes (DESIGN §3, §6).
+
+The `auto` search prices thousands of candidate plans, so it cannot build a training graph and run the `reorder`
+stage's exact planner (stages/planning/arena.py) on each; sparse-plan runs that planner once, on the plan it chose
+(sparse_plan.exact_peak), and decides `fits` on it. This module is the fast predictor in between. It mirrors what
+the exact planner measures, without building graphs:
+
+Simulated peak of a plan (`simulate`, `estimate`)
+  An abstract program of the training step, with only the tensors the planner puts in SRAM. Its backward is the
+  op modules' own emission (OpDef.backward, stages/ops/backward.py), the one autodiff runs, through a builder that
+  records steps and sizes instead of ops (`_StepBuilder`); this module adds the exact planner's view of it:
+    forward              the inference ops (the final softmax / float-I/O dequantize that training drops are left
+                         out); activations at their own itemsize (int8: 1 byte), graph input included.
+    loss                 int8 head dequantized to fp32 (`deq/<head>`), labels (int32[1]) or an fp32 MSE target,
+                         the fp32 loss, the fp32 head gradient.
+    backward             in reverse op order, only ops a trained parameter reaches: fan-out shares summed by
+                         grad_accumulate; int8 clamp gradients (straight-through estimator, reads the int8 output,
+                         which is therefore kept from forward to backward) or float act_grad — or, where that is
+                         all that reads the output after the forward, autodiff's 1-bit mask instead (`clamp_mask`
+                         right after the producer, ceil(n/8) bytes; `mask_grad` in place); weight gradients of
+                         the trained slice in fp32 from the fp32 dequantized input slice (`dequantize_slice`,
+                         int8; float graphs read x itself); bias gradients; input gradients (the int8 weight is
+                         dequantized inside the kernel: memplan.fused_dequantize, no fp32 copy); pools, mean,
+                         reshape, pad, concat, add, softmax and element-wise ops as autodiff emits them.
+    updates              with `reorder` (the default, as the reorder stage): each update right after its gradient
+                         is complete (TTE's in-place update: the weight's after its input gradient, which still
+                         reads the old weight; the bias's after its gradient), so its gradient dies there; without:
+                         all updates at the end (every parameter gradient lives until then).
+  Lifetimes are the planner's: from the writing op (graph inputs: step 0) to the last reader (the loss: to the end),
+  with its in-place sharing (memplan.IN_PLACE_OPS: an output takes over an input that dies at that op; depthwise
+  adds one output channel of scratch). The peak is the largest sum of live transient buffers (each rounded up to
+  the arena alignment, as the arena places them) plus the resident parameters.
+  Resident (the whole step, SRAM): the trained weight slice (ceil(r·C_in) input channels, weight itemsize), trained
+  biases (int32 4 B), and per trained tensor (on the gradient's shape, fp32): optimizer state (0 sgd, 1 momentum,
+  2 adam, 1 rmsprop), the batch accumulator when batch_size > 1, the QAS master copy (int8 weights, master_copy),
+  a 4-byte PRNG state per QAS tensor with stochastic rounding, Adam's step counter.
+  What this does not do is the arena's placement, nor the planner's other schedules: the exact planner also tries
+  the memory-greedy order (sometimes up to ~15 % less) and its best-fit placement may add fragmentation (up to
+  ~10 % on the fixtures, usually < 1 %). Measured against the exact planner (tests/test_sparse_plan.py,
+  test_simulated_peak_tracks_the_exact_planner: every int8 fixture model, the digits CNN, float fixtures,
+  MobileNetV2-w0.35; full / last_k / bias_only / manual / the TTE scheme; sgd, adam with batch 4 and master copy,
+  momentum with stochastic rounding and no reordering, MSE): with 1-bit masks, the reorder stage's row streams
+  (frozen conv chains row by row, where that lowers the forward's peak) and channel streams (a conv / FC weight
+  gradient computed right before its update, one output channel at a time) mirrored, estimate / exact peak is in
+  [0.98, 1.04], median 1.000 over the 160 cases. Not mirrored: the position stream of a pooled head's gradient
+  (it only lowers the exact peak) and the exact planner's other orders.
+
+Per-option costs for the search (`bias_option`, `weight_cost`; an additive model, so that a knapsack applies)
+  region term of k  the simulated peak of "biases of the last k layers" (gradients flow down to the k-th last
+                    layer e): forward, saved activations, gradient buffers, bias parameters — everything but
+                    weights.
+  weight term of l at ratio r
+                    the resident part (slice copy, state, accumulator, master copy) plus the most l's transients
+                    can raise the peak of any region holding it (`_excess`, read off each region's live profile,
+                    no extra simulation): with region peak P and at most A bytes live during l's backward steps,
+                    the fp32 weight gradient and dequantized input slice T lift those steps to A + T, so the peak
+                    rises by at most max(0, A + T - P); plus l's input activation buffer when nothing else keeps it
+                    until then. Without reordering every gradient lives until the end: the whole T.
+  A plan costs region(k) + the sum of its weight terms. Why an upper bound of the estimate: with in-place updates
+  each weight's transients exist only around its own backward steps, so several weights raise the peak by at
+  most the largest of their excesses, and the sum bounds that; the excess is the largest over the regions the
+  layer can sit in (the live set at a layer's steps grows with the region's depth faster than the region's peak
+  when that peak is in the forward, so a single reference region would under-price it). Measured (same tests):
+  the additive price is never below the estimate; over random plans it is median 1.02x, p90 1.27x the exact
+  peak, up to ~2x for full updates (many weight layers, one peak). sparse-plan verifies the chosen plan with the
+  exact planner and re-searches under a corrected capacity (sparse_plan.verified_auto).
+What neither counts: code, stack and the runtime's own buffers (the board's `runtime_reserve_bytes`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+
+from tinytrain.stages import autodiff
+from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.planning.arena import ALIGN, CHANNEL_SCRATCH_OPS, depth_multiplier
+from tinytrain.stages.ops import CONVERSION_OPS, FIRST_INPUT_ONLY, IN_PLACE_OPS, LOSS_DROPS, REGISTRY, TRAINABLE_OPS
+from tinytrain.stages.ops.backward import mask_bounds, output_mask, slice_shape
+from tinytrain.stages.quant.qas import STATE_COUNT
+from tinytrain.stages.planning.streams import MAX_ROW_OPS, row_geometry, row_op_ok, window_rows
+from tinytrain.stages.planning.train_plan import RATIOS, TrainPlan, _has_bias, _in_channels
+
+FP32 = 4
+OPTIMIZER_STATE = STATE_COUNT
+WEIGHT_RATIOS = tuple(r for r in RATIOS if r > 0)
+LOSSES = autodiff.LOSSES
+_LAYER_OPS = TRAINABLE_OPS
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """What besides the plan changes training memory (autodiff's, the optimizer's and reorder's choices)."""
+
+    optimizer: str = "sgd"
+    batch_size: int = 1
+    master_copy: bool = False
+    loss: str = "cross_entropy"
+    rounding: str = "nearest"          # QAS rounding: stochastic keeps a PRNG state per trained int8 tensor
+    reorder: bool = True               # train.reorder.enabled: in-place updates, or every gradient until the end
+    masks: bool | None = None          # autodiff's 1-bit activation masks (None: autodiff.MASKS, its default)
+    # train.outputs (stages/losses.Head, several outputs): the exact peak builds them all; the estimate here models
+    # the first output with `loss` (its first head's loss)
+    heads: tuple = ()
+
+    def __post_init__(self):
+        if self.optimizer not in OPTIMIZER_STATE:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}")
+        if self.loss not in LOSSES:
+            raise ValueError(f"unknown loss {self.loss!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer, "batch_size": int(self.batch_size), "master_copy": bool(self.master_copy),
+                "loss": self.loss, "rounding": self.rounding, "reorder": bool(self.reorder),
+                **({"heads": [[h.name, h.loss, h.weight] for h in self.heads]} if self.heads else {})}
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A trainable layer of the graph."""
+
+    op_index: int
+    type: str
+    weight: str
+    bias: str | None
+    c_in: int
+    c_out: int
+    name: str          # short, readable: the weight tensor's name up to the first ';'
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op_index, "type": self.type, "name": self.name, "weight": self.weight,
+                "bias": self.bias, "c_in": self.c_in, "c_out": self.c_out}
+
+
+def channels(c_in: int, ratio: float) -> int:
+    """Input channels trained at `ratio` (the rule of train_plan.resolve)."""
+    return int(math.ceil(ratio * c_in - 1e-9))
+
+
+def short_name(name: str) -> str:
+    return name.split(";")[0]
+
+
+def _numel(shape: Iterable[int]) -> int:
+    return int(np.prod(list(shape), dtype=np.int64))
+
+
+def _aligned(n: int) -> int:
+    return -(-int(n) // ALIGN) * ALIGN
+
+
+class MemoryModel:
+    """Memory of every option of one graph under one MemorySettings."""
+
+    def __init__(self, graph: Graph, settings: MemorySettings = MemorySettings()):
+        self.g = graph
+        self.s = settings
+        self.layers = [self._layer(i) for i in TrainPlan.trainable_ops(graph)]
+        self.by_op = {lay.op_index: lay for lay in self.layers}
+        self._fwd, self._head = self._training_forward()
+        self.forward_peak = self._forward_peak()
+        self._region_cache: dict[int, dict[str, Any]] = {}
+        self._weight_cache: dict[tuple[int, int], dict[str, int]] = {}
+
+    def _layer(self, i: int) -> Layer:
+        op = self.g.ops[i]
+        w = self.g.tensors[op.inputs[1]]
+        y = self.g.tensors[op.outputs[0]]
+        return Layer(i, op.type, w.name, op.inputs[2] if _has_bias(self.g, i) else None, _in_channels(self.g, i),
+                     int(y.shape[-1]), short_name(w.name))
+
+    # ---- resident parameters ---------------------------------------------------------------------------------
+    def _is_qas(self, name: str) -> bool:
+        t = self.g.tensors[name]
+        return t.dtype in ("int8", "int32") and t.quant is not None
+
+    def _param_cost(self, name: str, copy_elems: int, grad_elems: int, is_weight: bool) -> dict[str, int]:
+        """Resident bytes of one trained tensor, by component (each its own arena buffer, hence aligned)."""
+        t = self.g.tensors[name]
+        qas = self._is_qas(name)
+        st = OPTIMIZER_STATE[self.s.optimizer]
+        master = self.s.master_copy and qas and is_weight and t.dtype == "int8"
+        # autodiff: a master copy forces nearest rounding; otherwise QAS tensors keep a PRNG state when stochastic.
+        prng = qas and not master and self.s.rounding == "stochastic"
+        return {"copy": _aligned(copy_elems * int(np.dtype(t.dtype).itemsize)),
+                "optimizer_state": st * _aligned(grad_elems * FP32) + (_aligned(4) if prng else 0),
+                "accumulator": _aligned(grad_elems * FP32) if self.s.batch_size > 1 else 0,
+                "master_copy": _aligned(grad_elems * FP32) if master else 0}
+
+    def _weight_elems(self, op_index: int, n: int) -> tuple[int, int]:
+        """(elements of the resident slice, elements of its gradient) for n trained input channels. The resident
+        slice is counted as memplan.counted_bytes does (n on the weight's last axis); a depthwise gradient has
+        n·multiplier there."""
+        lay = self.by_op[op_index]
+        w = self.g.tensors[lay.weight]
+        per = _numel(w.shape) // int(w.shape[-1])
+        return per * n, _numel(REGISTRY[lay.type].backward.grad_shape(self.g, self.g.ops[op_index], n))
+
+    def bias_param_cost(self, op_index: int) -> dict[str, int]:
+        lay = self.by_op[op_index]
+        if lay.bias is None:
+            return {"params": 0, "total": 0}
+        n = _numel(self.g.tensors[lay.bias].shape)
+        parts = self._param_cost(lay.bias, n, n, is_weight=False)
+        out = {"params": n, "bias_copy": parts.pop("copy"), **parts}
+        out["total"] = sum(v for k, v in out.items() if k != "params")
+        return out
+
+    def _resident(self, biases: Iterable[int], weights: dict[int, int]) -> tuple[int, int]:
+        """(bias bytes, weight bytes) resident for the whole step, Adam's step counter with the biases. A tensor
+        that several layers share (the converter dedupes identical constants) is one tensor in SRAM."""
+        b_ops = {self.by_op[i].bias: i for i in sorted(biases) if self.by_op[i].bias is not None}
+        b = sum(self.bias_param_cost(i)["total"] for i in b_ops.values())
+        wk: dict[str, tuple[int, int]] = {}
+        for i, n in sorted(weights.items()):
+            name = self.by_op[i].weight
+            if name not in wk or n > wk[name][1]:
+                wk[name] = (i, n)
+        w = 0
+        for name, (i, n) in wk.items():
+            ce, ge = self._weight_elems(i, n)
+            w += sum(self._param_cost(name, ce, ge, is_weight=True).values())
+        if self.s.optimizer == "adam" and (b or w):
+            b += _aligned(4)
+        return b, w
+
+    # ---- the simulated training step ------------------------------------------------------------------------
+    def _act(self, name: str | None) -> bool:
+        return name is not None and self.g.tensors[name].data is None
+
+    def _bytes(self, name: str, fp32: bool = False) -> int:
+        t = self.g.tensors[name]
+        n = _numel(t.shape) if list(t.shape) else 1
+        return n * (FP32 if fp32 else int(np.dtype(t.dtype).itemsize))
+
+    def _training_forward(self) -> tuple[list[int], str]:
+        """Forward ops of the training step and the loss's head tensor: a float-I/O conversion of an int8 head and
+        the inference-only activation a loss on logits drops (cross-entropy: a final softmax; ops.LOSS_DROPS) are
+        dropped, as stages/losses.prepare_heads does."""
+        g = self.g
+        fwd = list(range(len(g.ops)))
+        head = g.outputs[0] if g.outputs else None
+        prod = {t: i for i in fwd for t in g.ops[i].outputs}
+        if head in prod and g.ops[prod[head]].type in CONVERSION_OPS \
+                and g.tensors[g.ops[prod[head]].inputs[0]].dtype == "int8":
+            i = prod.pop(head)
+            fwd.remove(i)
+            head = g.ops[i].inputs[0]
+        drops = LOSS_DROPS.get(self.s.loss)
+        if drops and head in prod and g.ops[prod[head]].type == drops:
+            i = prod[head]
+            fwd.remove(i)
+            head = g.ops[i].inputs[0]
+        return fwd, head
+
+    def _forward_steps(self, sizes: dict[str, int]) -> list[tuple[str, list[str], list[str]]]:
+        steps = []
+        for i in self._fwd:
+            op = self.g.ops[i]
+            typ = op.type
+            if typ in CHANNEL_SCRATCH_OPS and depth_multiplier(self.g, op) != 1:
+                typ += "/m"           # the planner computes it in place only for multiplier 1
+            for t in op.outputs:
+                sizes[t] = self._bytes(t)
+            steps.append((typ, [t for t in op.inputs if self._act(t)], list(op.outputs)))
+        return steps
+
+    def _forward_peak(self) -> int:
+        """The training forward alone (an inference step), with the planner's in-place sharing and row streams."""
+        sizes = {t: self._bytes(t) for t in self.g.inputs if self._act(t)}
+        steps = self._forward_steps(sizes)
+        self._stream_rows(steps, sizes, set(), set())
+        outs = [self._head] if self._head in sizes else []
+        return max(_live_profile(sizes, steps, [t for t in self.g.inputs if t in sizes], outs, self.g)[0],
+                   default=0)
+
+    def _stream_rows(self, steps: list[tuple[str, list[str], list[str]]], sizes: dict[str, int],
+                     params: set[str], backward_read: set[int]) -> int:
+        """The reorder stage's row streams (stages/planning/streams.py `rows`) on the forward steps (one per op of
+        self._fwd, at the start of `steps`): a chain of frozen conv / depthwise ops whose intermediate outputs
+        only the next op reads (not a trained layer, not an op whose output the backward reads: `backward_read`)
+        becomes one step that reads and writes all of them, the intermediates at their window's bytes, when that
+        lowers the forward's live peak (the stage keeps a stream only when it lowers the arena). Returns how many
+        forward steps remain."""
+        g = self.g
+        n = len(self._fwd)
+        readers: dict[str, list[int]] = {}
+        for i in self._fwd:
+            for t in g.ops[i].inputs:
+                if t is not None:
+                    readers.setdefault(t, []).append(i)
+        trained = dict.fromkeys(params)
+        ok = [row_op_ok(g, g.ops[i], trained) for i in self._fwd]
+        inputs = [t for t in g.inputs if t in sizes]
+        outs = [self._head] if self._head in sizes else []
+        k = n - 1
+        while k > 0:                     # from the end, so the indices of the chains still to merge hold
+            j = k
+            while j > 0 and ok[j] and ok[j - 1] and k - j + 1 < MAX_ROW_OPS:
+                a, b = g.ops[self._fwd[j - 1]], g.ops[self._fwd[j]]
+                t = a.outputs[0]
+                if b.inputs[0] != t or readers.get(t) != [self._fwd[j]] or self._fwd[j - 1] in backward_read:
+                    break
+                j -= 1
+            if j < k:
+                chain = [self._fwd[i] for i in range(j, k + 1)]
+                window = {g.ops[c].outputs[0]: window_rows(row_geometry(g, g.ops[d])) *
+                          row_geometry(g, g.ops[c])["out_row"] for c, d in zip(chain, chain[1:])}
+                merged = ("stream_rows", [x for x in steps[j][1]] + list(window),
+                          list(window) + [g.ops[chain[-1]].outputs[0]])
+                trial = steps[:j] + [merged] + steps[k + 1:n]
+                trial_sizes = {**sizes, **window}
+                before = max(_live_profile(sizes, steps[:n], inputs, outs, g)[0], default=0)
+                after = max(_live_profile(trial_sizes, trial, inputs, outs, g)[0], default=0)
+                if after < before:
+                    steps[j:k + 1] = [merged]
+                    sizes.update(window)
+                    n -= k - j
+            k = j - 1
+        return n
+
+    def simulate(self, biases: Iterable[int], weights: dict[int, int], reach: int | None = None) -> dict[str, int]:
+        """Simulated peak of training the biases of ops `biases` and the first n input channels of the weights
+        of ops `weights` ({op: n}); `reach` is an op the gradient must reach even if it trains nothing there (a
+        bias region whose earliest layer has no bias). See the module docstring."""
+        return {k: v for k, v in self._simulate(biases, weights, reach).items() if not k.startswith("_")}
+
+    def _simulate(self, biases: Iterable[int], weights: dict[int, int], reach: int | None = None) -> dict[str, Any]:
+        """simulate(), plus the live bytes per step (`_live`), each transient's last step (`_end`) and buffer
+        bytes (`_held`), and each layer's backward steps (`_windows`: op -> (first, last); the step before when
+        it has none)."""
+        g, s = self.g, self.s
+        windows: dict[int, tuple[int, int]] = {}
+        biases = {i for i in biases if self.by_op[i].bias is not None}
+        weights = {i: int(n) for i, n in weights.items() if n > 0}
+        sizes: dict[str, int] = {t: self._bytes(t) for t in g.inputs if self._act(t)}
+        inputs = list(sizes)
+        steps = self._forward_steps(sizes)
+        head = self._head
+        # ---- loss
+        head_in = head
+        if g.tensors[head].dtype == "int8":
+            head_in = f"deq/{head}"
+            sizes[head_in] = self._bytes(head, fp32=True)
+            steps.append(("dequantize", [head], [head_in]))
+        lab = "train/labels" if s.loss == "cross_entropy" else "train/target"
+        sizes[lab] = 4 if s.loss == "cross_entropy" else self._bytes(head, fp32=True)
+        inputs.append(lab)
+        sizes["train/loss"] = 4
+        gh = f"grad/{head}"
+        sizes[gh] = self._bytes(head, fp32=True)
+        steps.append(("loss", [head_in, lab], ["train/loss", gh]))
+        # ---- which ops the gradient reaches. Trained parameters are tensors: the converter shares identical
+        # constants (e.g. two zero biases), and every layer reading a trained tensor gets a share of its gradient.
+        wk: dict[str, int] = {}
+        for i, n in weights.items():
+            wk[self.by_op[i].weight] = max(wk.get(self.by_op[i].weight, 0), n)
+        bias_on = {self.by_op[i].bias for i in biases}
+        params = set(wk) | bias_on
+        needs: set[str] = set()
+        op_needs: dict[int, bool] = {}
+        readers: dict[str, int] = {}
+        for i in self._fwd:
+            op = g.ops[i]
+            n = i == reach or any(t is not None and (t in needs or t in params) for t in op.inputs)
+            op_needs[i] = n
+            if n:
+                needs.update(op.outputs)
+            for t in op.inputs[1:3] if op.type in _LAYER_OPS else ():
+                if t in params:
+                    readers[t] = readers.get(t, 0) + 1
+        # Frozen forward chains run row by row (reorder's row streams) where that lowers the forward's peak; the
+        # backward reads the outputs of the ops the gradient passes through.
+        n_fwd = self._stream_rows(steps, sizes, params, {i for i in self._fwd if op_needs[i]}) if s.reorder \
+            else len(self._fwd)
+        pgrads: dict[str, list[str]] = {}
+        contrib: dict[str, list[str]] = {head: [gh]}
+        pending: list[str] = []
+
+        def share(t: str | None, i: int) -> str | None:
+            if t is None or t not in needs:
+                return None
+            name, k = f"grad/{t}#{i}", 1
+            while name in sizes:
+                name, k = f"grad/{t}#{i}.{k}", k + 1
+            sizes[name] = self._bytes(t, fp32=True)
+            contrib.setdefault(t, []).append(name)
+            return name
+
+        def update(grad: str) -> None:
+            if s.reorder:
+                steps.append(("update", [grad], []))
+            else:
+                pending.append(grad)
+
+        def gathered(y: str) -> str | None:
+            """The gradient of y: its one share, or the sum of its shares (a grad_accumulate step)."""
+            parts = contrib.get(y)
+            if not parts or len(parts) == 1:
+                return parts[0] if parts else None
+            dy = f"grad/{y}"
+            sizes[dy] = self._bytes(y, fp32=True)
+            steps.append(("grad_accumulate", list(parts), [dy]))
+            return dy
+
+        sb = _StepBuilder(self, steps, sizes, share, update, wk, bias_on, pgrads,
+                          whole=lambda p: readers.get(p, 1) == 1)
+        for i in reversed(self._fwd):
+            op = g.ops[i]
+            if not op_needs[i]:
+                continue
+            if len(op.outputs) > 1:   # a multi-output op (split), as autodiff emits it
+                start = len(steps)
+                dys = [gathered(y) for y in op.outputs]
+                if any(dys):
+                    REGISTRY[op.type].backward(sb, op, i, dys)
+                    sb.finish(start)
+                continue
+            y = op.outputs[0]
+            if not contrib.get(y):
+                continue
+            start = len(steps)
+            dy = gathered(y)
+            d = REGISTRY[op.type]
+            dz = output_mask(sb, d, op, dy)
+            if dz != dy and dy in sb.bcast and self._position_streamed(op, wk, s.reorder):
+                # reorder's position stream: mean_grad -> mask -> bias / 1x1 input gradient, one position at a time
+                sizes[dy] = sizes[dz] = int(g.tensors[y].shape[-1]) * FP32
+            d.backward(sb, op, i, dz)   # the op module's emission, as autodiff runs it
+            sb.finish(start)
+            if d.trainable:
+                windows[i] = (start, len(steps) - 1) if len(steps) > start else (start - 1, start - 1)
+        # A parameter shared by several layers: its shares are summed after the backward, then it updates.
+        for p, parts in pgrads.items():
+            if len(parts) > 1:
+                sizes[f"grad/{p}"] = sizes[parts[0]]
+                steps.append(("grad_accumulate", list(parts), [f"grad/{p}"]))
+                update(f"grad/{p}")
+        if pending:
+            steps.append(("update", pending, []))
+        if (autodiff.MASKS if s.masks is None else s.masks):
+            k = _mask_steps(steps, n_fwd, sb.maskable, sizes, g)
+            windows = {i: (a + k, b + k) for i, (a, b) in windows.items()}   # the masks went into the forward
+        live, end, held = _live_profile(sizes, steps, inputs, ["train/loss"], g)
+        transient = max(live, default=0)
+        b, w = self._resident(biases, weights)
+        return {"total": int(transient + b + w), "transient": int(transient), "bias_params": int(b),
+                "weights": int(w), "_live": live, "_end": end, "_held": held, "_windows": windows}
+
+    # ---- per-option costs (the search's additive model) ------------------------------------------------------
+    def region_cost(self, earliest: int) -> dict[str, Any]:
+        """Simulated peak of the biases of every layer at or after op `earliest`, the gradient flowing down to
+        it (the search's region term)."""
+        return {k: v for k, v in self._region(earliest).items() if not k.startswith("_")}
+
+    def _region(self, earliest: int) -> dict[str, Any]:
+        if earliest not in self._region_cache:
+            chosen = [lay.op_index for lay in self.layers if lay.op_index >= earliest]
+            self._region_cache[earliest] = self._simulate(chosen, {}, reach=earliest)
+        return self._region_cache[earliest]
+
+    def bias_option(self, k: int) -> dict[str, Any]:
+        """The `auto` search's bias option: biases of the last k trainable layers (their gradients flow down to
+        the k-th last layer)."""
+        chosen = self.layers[len(self.layers) - k:]
+        region = self.region_cost(chosen[0].op_index)
+        return {"k": k, "earliest_op": chosen[0].op_index, "earliest": chosen[0].name,
+                "biases": sum(lay.bias is not None for lay in chosen), "transient": region["transient"],
+                "bias_params": region["bias_params"], "total": region["total"]}
+
+    def _position_streamed(self, op, wk: dict[str, int], reorder: bool) -> bool:
+        """stages/planning/streams.py's position stream applies to the gradient of this op's (masked) output: a 1x1
+        stride-1 conv2d with N = 1 whose weights are not trained (a weight gradient would read every position)."""
+        if not reorder or op.type != "conv2d" or op.inputs[1] in wk:
+            return False
+        w, y = self.g.tensors[op.inputs[1]].shape, self.g.tensors[op.outputs[0]].shape
+        return (int(w[1]) == 1 and int(w[2]) == 1 and int(op.attrs.get("stride_h", 1)) == 1
+                and int(op.attrs.get("stride_w", 1)) == 1 and len(y) == 4 and int(y[0]) == 1)
+
+    def weight_cost(self, op_index: int, ratio: float) -> dict[str, int]:
+        """Bytes of training layer `op_index`'s weights at `ratio`: resident parts, and the most its transients can
+        raise the peak of a region holding it (`_excess`; see the module docstring)."""
+        lay = self.by_op[op_index]
+        n = channels(lay.c_in, ratio)
+        ce, ge = self._weight_elems(op_index, n)
+        parts = self._param_cost(lay.weight, ce, ge, is_weight=True) if n else dict.fromkeys(
+            ("copy", "optimizer_state", "accumulator", "master_copy"), 0)
+        resident = sum(parts.values())
+        key = (op_index, n)
+        if key not in self._weight_cache:
+            self._weight_cache[key] = {"transient": self._excess(op_index, n) if n else 0}
+        out = {"channels": n, "params": ce, "weight_copy": parts["copy"], "optimizer_state": parts["optimizer_state"],
+               "accumulator": parts["accumulator"], "master_copy": parts["master_copy"],
+               "transient": self._weight_cache[key]["transient"]}
+        out["total"] = resident + out["transient"]
+        return out
+
+    def _excess(self, op_index: int, n: int) -> int:
+        """How much training layer op_index's weights (n input channels) can raise the simulated peak of any
+        region that contains it (the largest over regions e <= op_index, read off each region's live profile):
+        in region e with peak P, layer l's backward steps reach at most A bytes; the weights add their fp32
+        gradient (alive from the weight-gradient op to the update after the input gradient) and, for int8, the
+        fp32 dequantized input slice (alive at the weight-gradient op), so those steps reach at most A + T, and
+        the peak rises by at most max(0, A + T - P); plus the layer's input activation if nothing else keeps it
+        until then (it is kept from the forward on). Without reordering every gradient lives until the updates
+        at the end, so the whole T counts."""
+        lay = self.by_op[op_index]
+        g = self.g
+        x = g.ops[op_index].inputs[0]
+        w = g.tensors[lay.weight]
+        t = _aligned(self._weight_elems(op_index, n)[1] * FP32)
+        depth = REGISTRY[lay.type].backward.slice_depth(g, g.ops[op_index])
+        if w.dtype == "int8" and not fused_read(g, REGISTRY[f"{lay.type}_grad_weight"], 1, x, True, depth):
+            t += _aligned(_numel(slice_shape(g, x, n, depth)) * FP32)
+        best = 0
+        for e in (other.op_index for other in self.layers if other.op_index <= op_index):
+            r = self._region(e)
+            win = r["_windows"].get(op_index)
+            if win is None:
+                continue          # the gradient of region e does not reach this layer (another branch)
+            # Kept alive longer, x keeps its whole buffer: an in-place output (a forward depthwise) shares its
+            # input's, which may be larger.
+            ext = r["_held"].get(x, 0) if self._act(x) and r["_end"].get(x, -1) < win[0] else 0
+            if self.s.reorder:
+                a = max(r["_live"][win[0]:win[1] + 1])
+                best = max(best, ext + max(0, a + t - r["transient"]))
+            else:
+                best = max(best, ext + t)
+        return int(best)
+
+    # ---- a whole plan ---------------------------------------------------------------------------------------
+    def estimate(self, plan: TrainPlan) -> dict[str, Any]:
+        """Simulated peak of an arbitrary plan, with a per-layer breakdown (the options' costs)."""
+        layers = plan.resolve(self.g)
+        if not any(r.train_bias or r.in_channels > 0 for r in layers):
+            return {"total": 0, "transient": 0, "bias_params": 0, "weights": 0, "per_layer": []}
+        sim = self.simulate([r.op_index for r in layers if r.train_bias],
+                            {r.op_index: r.in_channels for r in layers if r.in_channels > 0})
+        rows = []
+        for r in layers:
+            b = self.bias_param_cost(r.op_index)["total"] if r.train_bias else 0
+            w = self.weight_cost(r.op_index, r.weight_ratio) if r.in_channels > 0 else {"total": 0, "channels": 0}
+            rows.append({"op": r.op_index, "name": self.by_op[r.op_index].name, "bias": b,
+                         "weight_ratio": r.weight_ratio, "channels": w["channels"], "weight": w["total"]})
+        return {**sim, "forward_peak": self.forward_peak, "per_layer": rows}
+
+    def table(self) -> dict[str, Any]:
+        """Memory of every option (memory.json)."""
+        return {
+            "settings": self.s.to_json(),
+            "forward_peak": self.forward_peak,
+            "layers": [lay.to_json() for lay in self.layers],
+            "bias_options": [self.bias_option(k) for k in range(1, len(self.layers) + 1)],
+            "weight_options": [{"op": lay.op_index, "name": lay.name, "ratio": r, **self.weight_cost(lay.op_index, r)}
+                               for lay in self.layers for r in WEIGHT_RATIOS],
+        }
+
+
+class _StepBuilder:
+    """The BackwardBuilder (stages/ops/backward.py) of the abstract program: an op module's backward ops become
+    (type, SRAM inputs, outputs) steps; constants (flash) are not inputs. What the exact planner does to the graph
+    autodiff emits is applied here as the ops come: an int8 tensor's dequantization is a step where a backward op
+    first reads it, except where memplan.fused_dequantize fuses it into its reader (an input gradient's weights:
+    `grad_input`; a per-tensor int8 4-D input of a `fused_input` weight gradient: the reader reads the int8 tensor
+    itself); `finish` places each layer's updates as the reorder stage does."""
+
+    def __init__(self, model: "MemoryModel", steps: list, sizes: dict[str, int], share, update,
+                 wk: dict[str, int], bias_on: set[str], pgrads: dict[str, list[str]], whole):
+        self.m, self.g, self.steps, self.sizes, self._share, self._update = model, model.g, steps, sizes, share, update
+        self._wk, self._bias_on, self._pgrads, self._whole = wk, bias_on, pgrads, whole
+        self.bcast: set[str] = set()     # gradients that are a broadcast (mean_grad's): reorder streams them by position
+        self.maskable: set[int] = set()  # steps autodiff may turn into mask_grad (backward.mask_bounds)
+        self._deq: dict[tuple, str] = {}         # dequantized (slices of) int8 tensors, once per sample
+        self._lazy: dict[str, tuple] = {}        # named, not yet read
+        self._reads: dict[int, list[str]] = {}   # id(step) -> every tensor it reads (constants included)
+        self._marked: set[int] = set()           # id(step) of maskable steps
+        self._new: dict[str, str] = {}           # parameter gradient -> its parameter, until a step writes it
+        self._params: list[tuple[str, str, tuple]] = []   # (parameter, its gradient, the step writing it)
+
+    # ---- BackwardBuilder
+    def share(self, t: str | None, i: int) -> str | None:
+        return self._share(t, i)
+
+    def real(self, t: str) -> str:
+        return self._name(t, None, None) if self.g.tensors[t].dtype == "int8" else t
+
+    def real_slice(self, x: str, k: int, depth: int | None) -> str:
+        return self._name(x, k, depth)
+
+    def gradient(self, name: str, like: str) -> str:
+        self.sizes[name] = self.m._bytes(like, fp32=True)
+        return name
+
+    def weight_channels(self, w: str) -> int:
+        return self._wk.get(w, 0)
+
+    def trains_bias(self, b: str | None) -> bool:
+        return b is not None and b in self._bias_on
+
+    def param_grad(self, p: str, i: int, shape: list[int]) -> str:
+        name = f"grad/{p}#{i}"
+        self.sizes[name] = _numel(shape) * FP32
+        self._pgrads.setdefault(p, []).append(name)
+        self._new[name] = p
+        return name
+
+    def emit(self, type_: str, inputs: list[str], outputs: list[str], **attrs) -> None:
+        d = REGISTRY[type_]
+        reads = []
+        for k, t in enumerate(inputs):
+            if t in self._lazy:
+                t = self._lazy[t][0] if self._fused(d, k, *self._lazy[t]) else self._materialize(t)
+            reads.append(t)
+        step = (type_, [t for t in reads if t in self.sizes], list(outputs))
+        self._step(step, reads)
+        if len(inputs) == 2 and inputs[1] in self.g.tensors \
+                and mask_bounds(type_, attrs, self.g.tensors[inputs[1]]) is not None:
+            self._marked.add(id(step))
+        if d.broadcasts and len(outputs) == 1:
+            self.bcast.add(outputs[0])
+        self._params += [(self._new.pop(o), o, step) for o in outputs if o in self._new]
+
+    # ---- the exact planner's view
+    def _name(self, t: str, k: int | None, depth: int | None) -> str:
+        key = (t, k, depth)
+        if key in self._deq:
+            return self._deq[key]
+        name = f"deq/{t}" + (f"[:{k}]" if k is not None else "")
+        self._lazy[name] = key
+        return name
+
+    def _fused(self, d, k: int, t: str, channels: int | None, depth: int | None) -> bool:
+        return fused_read(self.g, d, k, t, channels is not None, depth)
+
+    def _materialize(self, name: str) -> str:
+        t, k, depth = self._lazy.pop(name)
+        self.sizes[name] = self.m._bytes(t, fp32=True) if k is None else _numel(slice_shape(self.g, t, k, depth)) * FP32
+        self._step(("dequantize", [t] if self.m._act(t) else [], [name]), [t])
+        self._deq[(t, k, depth)] = name
+        return name
+
+    def _step(self, step: tuple, reads: list[str]) -> None:
+        self.steps.append(step)
+        self._reads[id(step)] = reads
+
+    def finish(self, start: int) -> None:
+        """Place the updates of the parameter gradients the op's backward wrote (steps[start:]), as the reorder
+        stage does: a whole gradient (no other layer shares the parameter) updates right after the last step that
+        reads the parameter (an input gradient reads the old weight), at once with batch_size > 1 (what runs then
+        is the accumulation); a `channel_stream` weight gradient (conv / FC, in-place updates at batch 1) is
+        computed right before its update, one output channel at a time."""
+        seg = self.steps[start:]
+        del self.steps[start:]
+        s = self.m.s
+        pos = {id(st): j for j, st in enumerate(seg)}
+        anchors: dict[int, list[tuple[str, tuple | None]]] = {}
+        moved: set[int] = set()
+        for p, gname, step in self._params:
+            if not self._whole(p):
+                continue
+            at = pos[id(step)]
+            if s.batch_size == 1:
+                at = max([at] + [j for j, st in enumerate(seg) if p in self._reads.get(id(st), ())])
+            streamed = s.reorder and s.batch_size == 1 and REGISTRY[step[0]].channel_stream
+            if streamed:
+                self.sizes[gname] //= int(self.g.tensors[p].shape[0])
+                moved.add(id(step))
+            anchors.setdefault(at, []).append((gname, step if streamed else None))
+        for j, st in enumerate(seg):
+            if id(st) not in moved:
+                self.steps.append(st)
+            for gname, streamed_step in anchors.get(j, ()):
+                if streamed_step is not None:
+                    self.steps.append(streamed_step)
+                self._update(gname)
+        for j in range(start, len(self.steps)):
+            if id(self.steps[j]) in self._marked:
+                self.maskable.add(j)
+        self._params.clear()
+        self._reads.clear()
+        self._marked.clear()
+
+
+def fused_read(g: Graph, reader, k: int, t: str, sliced: bool, depth: int | None) -> bool:
+    """memplan.fused_dequantize: a backward op (OpDef `reader`) reading the dequantized int8 tensor t (sliced: its
+    trained channels) as its operand k dequantizes it as it reads it, so the fp32 copy takes no SRAM: an input
+    gradient's weights (`grad_input`), a `fused_input` weight gradient's per-tensor 4-D input slice."""
+    if k != 1:
+        return False
+    if not sliced:
+        return reader.grad_input
+    xt = g.tensors[t]
+    return reader.fused_input and depth is None and xt.quant is not None and len(xt.quant.scale) == 1 \
+        and len(xt.shape) == 4
+
+
+def _mask_steps(steps: list[tuple[str, list[str], list[str]]], n_fwd: int, maskable: set[int],
+                sizes: dict[str, int], graph: Graph) -> int:
+    """autodiff._use_masks on the abstract program: a forward output y whose only readers after the forward
+    (steps[n_fwd:]) are masking steps (int8_clamp_grad, act_grad of relu / relu6 / relu_n1_to_1) gets a
+    `clamp_mask` step right after its producer (ceil(n/8) bytes) and those steps read the mask instead
+    (`mask_grad`, in place over dy). Returns how many steps went into the forward."""
+    readers: dict[str, list[int]] = {}
+    for j in range(n_fwd, len(steps)):
+        for t in set(steps[j][1]):
+            readers.setdefault(t, []).append(j)
+    producer = {t: i for i in range(n_fwd) for t in steps[i][2]}
+    after: dict[int, list[tuple[str, list[str], list[str]]]] = {}
+    for y, js in readers.items():
+        if y not in producer or any(j not in maskable or steps[j][1][1:] != [y] or steps[j][1][0] == y
+                                    for j in js):
+            continue
+        mask = f"mask/{y}"
+        sizes[mask] = -(-_numel(graph.tensors[y].shape) // 8)
+        after.setdefault(producer[y], []).append(("clamp_mask", [y], [mask]))
+        for j in js:
+            steps[j] = ("mask_grad", [steps[j][1][0], mask], list(steps[j][2]))
+    new = []
+    for i, st in enumerate(steps):
+        new.append(st)
+        new.extend(after.get(i, []))
+    steps[:] = new
+    return sum(len(v) for v in after.values())
+
+
+def _live_profile(sizes: dict[str, int], steps: list[tuple[str, list[str], list[str]]], inputs: list[str],
+                  outputs: list[str], graph: Graph) -> tuple[list[int], dict[str, int], dict[str, int]]:
+    """(live transient bytes at each step, last step of each tensor, bytes of the buffer holding each tensor) of
+    `steps` run in order, with memplan.plan_memory's lifetimes and in-place sharing; each buffer counts its
+    aligned size, as the arena places it."""
+    n = max(len(steps), 1)
+    first: dict[str, int] = {}
+    end: dict[str, int] = {}
+    for t in inputs:
+        first[t], end[t] = 0, 0
+    for s, (_, ins, outs) in enumerate(steps):
+        for t in ins:
+            end[t] = s
+        for t in outs:
+            if t not in first:
+                first[t], end[t] = s, max(end.get(t, s), s)
+    for t in outputs:
+        if t in first:
+            end[t] = n - 1
+    # buffers as [size, start, end]
+    bufs: list[list[int]] = []
+    by: dict[str, list[int]] = {}
+    for t in inputs:
+        by[t] = [sizes[t], 0, end[t]]
+        bufs.append(by[t])
+    for s, (typ, ins, outs) in enumerate(steps):
+        taken: set[int] = set()
+        for t in outs:
+            if first[t] != s or t in by:
+                continue
+            host = None
+            if typ in IN_PLACE_OPS:
+                for c in (ins[:1] if typ in FIRST_INPUT_ONLY else ins):
+                    b = by.get(c)
+                    if b is None or id(b) in taken or c in outputs or end[c] != s or b[2] != s \
+                            or ins.count(c) != 1 or b[0] < sizes[t]:
+                        continue
+                    host = b
+                    break
+            if host is not None:
+                taken.add(id(host))
+                host[2] = max(host[2], end[t])
+                by[t] = host
+                # one output channel of scratch, as the planner counts it (a forward op's; the backward's
+                # depthwise input gradient, in place over dz, is modelled without it)
+                if typ in CHANNEL_SCRATCH_OPS and REGISTRY[typ].kind == "forward":
+                    tt = graph.tensors[t]
+                    bufs.append([_numel(tt.shape[:-1]) * int(np.dtype(tt.dtype).itemsize), s, s])
+                continue
+            by[t] = [sizes[t], s, end[t]]
+            bufs.append(by[t])
+    diff = [0] * (n + 1)
+    for size, a, b in bufs:
+        diff[a] += _aligned(size)
+        diff[b + 1] -= _aligned(size)
+    live, acc = [], 0
+    for s in range(n):
+        acc += diff[s]
+        live.append(acc)
+    return live, end, {t: _aligned(b[0]) for t, b in by.items()}
+
+
+def kb(n: float) -> str:
+    """Bytes as KB (1024) with one decimal, the unit budgets are given in."""
+    return f"{n / 1024:.1f} KB"

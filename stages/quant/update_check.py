@@ -1,0 +1,370 @@
+"""Updates that never vanish silently (issue 17, item 1): at plan time, measure per trained int8/int32 tensor how
+many of its updates nearest rounding erases, and choose what carries them.
+
+An int8 weight moves by Δ = −d/s integer steps per update (stages/quant/qas.py; d the optimizer's step, s the tensor's
+scale). With nearest rounding every |Δ| < 1/2 rounds to 0: the update is lost, on every step, for ever. Adam at
+lr 0.001 takes steps of about lr per element, so a weight with s > 0.002 loses nearly all of them; with QAS off
+(Δ = −d with the gradient scaled by s) almost every update is lost.
+
+The probe (`probe`): the chosen plan's training graph, built for the build's optimizer and QAS setting with
+nearest rounding and no master copy (the path whose losses are measured), runs PROBE_STEPS steps of the golden
+model (stages/golden/train_step.py) on held-out train samples (contribution.holdout_split's tuning samples: the test
+split stays unseen) at the optimizer's usual learning rate (USUAL_LEARNING_RATE: the build's own rate is a runtime
+value, see there). Before each real update, the update op runs once more on
+copies of its parameter and optimizer state with a zero fp32 "master copy" (qas.qas_update with master=0 sets
+master = Δ exactly, since 0 + Δ is exact), so Δ is the device's own float32 value, not a re-derivation. Per
+tensor:
+  updates   elements with Δ ≠ 0, summed over the steps;
+  lost      of those, the ones with round_nearest(Δ) = 0 (|Δ| < 1/2): the rounding erases them;
+  lost_fraction = lost / updates; lost_mass = Σ|Δ| over the lost ones / Σ|Δ| (how much of the total movement
+  they carry); median_abs_delta in integer steps; saturated: elements at ±127 (int8) after the probe;
+  output_clamped: share of the layer's int8 outputs at −128 or 127 over the probe (its gradient stops there).
+A tensor *vanishes* when lost_mass > LOST_THRESHOLD: the rounding erases most of its movement. (lost_fraction
+alone misleads: softmax cross-entropy gives most elements tiny but nonzero gradients every step, so SGD loses
+~90 % of its update *elements* on the digits example yet matches fp32, its large updates surviving.)
+
+The decision (`decide`), when some tensor vanishes and the build uses nearest rounding without a master copy:
+  1. the fp32 master copy (4 bytes per trained weight element; it accumulates Δ exactly as fp32 training does)
+     if the plan's exact peak with it fits the budget (or there is no budget);
+  2. else stochastic rounding (one 4-byte PRNG state per update op; unbiased: E[round] = Δ) if that fits;
+  3. else no change and a warning: the stage summary and run.json (emulate-run reads update_check.json) give the
+     fraction of updates lost per tensor.
+With QAS off neither remedy helps (the update itself is s² times too small: a master copy would accumulate it
+faithfully and still barely move), so the answer is the warning, saying why and to enable train.qas.
+A build that already asks for stochastic rounding or a master copy is left as it is; the probe is still reported.
+The choice is recorded as `qas` {enabled, rounding, master_copy} in plan.json and train_plan.json (what autodiff
+reads), with its cost in bytes (exact peak with the choice minus without).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import numpy as np
+
+from tinytrain.stages.quant import qas as qas_mod
+from tinytrain.stages.golden import train_step as te
+from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.planning.train_plan import TrainPlan
+
+PROBE_STEPS = 32          # golden-model steps of the probe (digits: well under a second)
+LOST_THRESHOLD = 0.5      # a tensor "vanishes" when the rounding erases more than this share of its movement
+_SHADOW_MASTER = "update_check/shadow_master"
+
+__all__ = ["probe", "decide", "check", "peaks", "train_plan_fields", "recheck", "for_run", "vanishing",
+           "summary_suffix", "text", "USUAL_LEARNING_RATE", "PROBE_STEPS", "LOST_THRESHOLD"]
+
+
+# ---- the probe -----------------------------------------------------------------------------------------------
+
+def _shadow_delta(op, values: dict[str, np.ndarray], runtime: dict, defaults: dict) -> np.ndarray:
+    """The Δ (float32, integer units, trained slice) that update `op` applies now, from copies of its parameter and
+    state: the op re-run with a zero master copy and nearest rounding leaves master = 0 + Δ = Δ. (Weight decay
+    would read the zero copy as the weight; the firmware's runtime record sets it to 0.)"""
+    if op.attrs.get("master") or op.attrs.get("rounding") != "nearest":
+        raise ValueError("the probe graph must use nearest rounding without a master copy")
+    p = values[op.inputs[0]]
+    kind = op.type[len("qas_"):-len("_update")]
+    n_state = qas_mod.STATE_COUNT[kind] + (1 if kind == "adam" else 0)   # adam: m, v and the step counter
+    ins = list(op.inputs[:3 + n_state])
+    shadow = dict(values)
+    for name in ins[3:]:
+        shadow[name] = np.array(values[name], copy=True)
+    shadow[ins[0]] = np.array(p, copy=True)
+    n = op.attrs.get("n")
+    shadow[_SHADOW_MASTER] = np.zeros(p[qas_mod.go._slice(n)].shape, np.float32)
+    sop = dataclasses.replace(op, inputs=ins + [_SHADOW_MASTER],
+                              attrs={**op.attrs, "master": True, "rounding": "nearest", "reset_grad": False})
+    te._qas_update(sop, shadow, runtime, defaults)
+    return shadow[_SHADOW_MASTER]
+
+
+def probe(graph: Graph, plan: TrainPlan, *, loss: str, optimizer: str, qas_enabled: bool, learning_rate: float,
+          x: np.ndarray, y: np.ndarray, steps: int = PROBE_STEPS, batch_size: int = 1,
+          seed: int = 0) -> dict[str, dict[str, Any]]:
+    """Per trained int8/int32 tensor: updates, lost, lost_fraction, lost_mass, median_abs_delta, saturated (see the
+    module docstring). Empty for a float graph (nothing is rounded)."""
+    from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
+
+    tg = build_training_graph(graph, plan, loss, OptimizerSpec(kind=optimizer), batch_size,
+                              QASOptions(qas_enabled, "nearest", False))
+    meta = tg.meta["train"]
+    ops = [op for op in tg.ops[int(meta["sample_ops"]):] if op.type in te._QAS_UPDATES]
+    if not ops:
+        return {}
+    runtime = {"learning_rate": float(learning_rate), "seed": int(seed)}
+    defaults = meta["runtime_defaults"]
+    state = te.init_state(tg, runtime)
+    acc = {op.inputs[0]: {"updates": 0, "lost": 0, "mass": 0.0, "lost_mass": 0.0, "deltas": []} for op in ops}
+    # The int8 output of each trained parameter's layer: at its range's ends it clamps, and the gradient stops
+    # there (issue 17 item 2: a classifier head whose logits need more room than calibration gave them).
+    outputs = {p: op.outputs[0] for op in graph.ops for p in op.inputs[1:3]
+               if p in acc and graph.tensors[op.outputs[0]].dtype == "int8"}
+    clamped = {p: [0, 0] for p in outputs}
+    n = len(x)
+    order = np.random.default_rng(seed).permutation(n)
+    with np.errstate(all="ignore"):
+        for k in range(steps):
+            idx = [order[(k * batch_size + j) % n] for j in range(batch_size)]
+            last = None
+            for i in idx:
+                last = te.run_sample(tg, state, x[i:i + 1], y[i:i + 1])
+                for p, o in outputs.items():
+                    v = np.asarray(last[o])
+                    clamped[p][0] += int(np.sum((v == -128) | (v == 127)))
+                    clamped[p][1] += int(v.size)
+            for op in tg.ops[int(meta["sample_ops"]):]:
+                if op.type == "step_counter":
+                    state[op.inputs[0]][...] += 1
+                    last[op.inputs[0]] = state[op.inputs[0]]
+                    continue
+                if op.type in te._QAS_UPDATES:
+                    d = _shadow_delta(op, last, runtime, defaults)
+                    a = acc[op.inputs[0]]
+                    moving = d != 0
+                    gone = moving & (qas_mod.round_nearest(d) == 0)
+                    a["updates"] += int(moving.sum())
+                    a["lost"] += int(gone.sum())
+                    a["mass"] += float(np.abs(d[moving]).astype(np.float64).sum())
+                    a["lost_mass"] += float(np.abs(d[gone]).astype(np.float64).sum())
+                    a["deltas"].append(np.abs(d[moving]))
+                    te._qas_update(op, last, runtime, defaults)
+                else:
+                    te._update(op, last, runtime, defaults)
+    out = {}
+    for name, a in acc.items():
+        p = state[name]
+        deltas = np.concatenate(a["deltas"]) if a["deltas"] else np.zeros(0, np.float32)
+        lo, hi = (qas_mod.WEIGHT_RANGE if p.dtype == np.int8 else qas_mod.BIAS_RANGE)
+        out[name] = {"dtype": str(p.dtype), "elements": int(np.prod(tg.tensors[meta["trained"][name]["gradient"]]
+                                                                  .shape, dtype=np.int64)),
+                     "updates": a["updates"], "lost": a["lost"],
+                     "lost_fraction": a["lost"] / a["updates"] if a["updates"] else 0.0,
+                     "lost_mass": a["lost_mass"] / a["mass"] if a["mass"] > 0 else 0.0,
+                     "median_abs_delta": float(np.median(deltas)) if deltas.size else 0.0,
+                     "saturated": int(np.sum((p <= lo) | (p >= hi))) if p.dtype == np.int8 else 0,
+                     "output_clamped": clamped[name][0] / clamped[name][1] if clamped.get(name, [0, 0])[1] else 0.0}
+    return out
+
+
+# ---- the decision --------------------------------------------------------------------------------------------
+
+def vanishing(tensors: dict[str, dict[str, Any]], threshold: float = LOST_THRESHOLD) -> list[str]:
+    return sorted(n for n, t in tensors.items() if t["updates"] and t["lost_mass"] > threshold)
+
+
+def decide(tensors: dict[str, dict[str, Any]], *, qas_enabled: bool, rounding: str, master_copy: bool,
+           budget: int | None, peak: Callable[[str, bool], int | None]) -> dict[str, Any]:
+    """The QAS setting to build with and why. `peak(rounding, master_copy)`: the plan's peak bytes with that
+    setting (None: unknown). Returns {qas: {enabled, rounding, master_copy}, action, vanishing, cost_bytes,
+    warning, reason}."""
+    vanish = vanishing(tensors)
+    keep = {"enabled": qas_enabled, "rounding": rounding, "master_copy": master_copy}
+    doc: dict[str, Any] = {"qas": keep, "requested": dict(keep), "vanishing": vanish, "action": "none",
+                           "cost_bytes": 0, "warning": None, "threshold": LOST_THRESHOLD}
+    if not vanish:
+        doc["reason"] = f"no trained tensor loses more than {LOST_THRESHOLD:.0%} of its movement to rounding"
+        return doc
+    worst = max(vanish, key=lambda n: tensors[n]["lost_mass"])
+    lost = f"{tensors[worst]['lost_mass']:.0%} of the update of {worst}"
+    if master_copy or rounding != "nearest":
+        carried = "the fp32 master copy" if master_copy else "stochastic rounding"
+        doc.update(action="kept", reason=f"{lost} is below half an int8 step; {carried} (as the spec asks) "
+                                         f"carries them")
+        return doc
+    if not qas_enabled:
+        doc.update(action="warn", warning=f"train.qas.enabled is false: {lost} is rounded away (the int8 update is "
+                                          f"lr·g·s, s² times smaller than the fp32 step in int8 units), so the "
+                                          f"model barely learns; set train.qas.enabled: true")
+        doc["reason"] = "without QAS neither a master copy nor stochastic rounding restores the update's size"
+        return doc
+    base = peak("nearest", False)
+    options = (("nearest", True, "fp32 master copy"), ("stochastic", False, "stochastic rounding"))
+    doc["peaks_bytes"] = {"nearest": base, **{("master_copy" if m else r): peak(r, m) for r, m, _ in options}}
+    for rnd, master, what in options:
+        p = doc["peaks_bytes"]["master_copy" if master else rnd]
+        if p is not None and (budget is None or p <= budget):
+            doc.update(qas={"enabled": True, "rounding": rnd, "master_copy": master},
+                       action="master_copy" if master else "stochastic",
+                       cost_bytes=(p - base) if base is not None else None, peak_bytes=p,
+                       reason=f"{lost} is below half an int8 step and nearest rounding erases it; the {what} "
+                              f"carries it" + (f" and fits the budget ({p} of {budget} bytes)" if budget else
+                                                 " (no memory limit)"))
+            return doc
+    doc.update(action="warn",
+               warning=f"{lost} is below half an int8 step and nearest rounding erases it; neither an fp32 "
+                       f"master copy nor stochastic rounding fits the budget ({budget} bytes)",
+               reason="no remedy fits the budget")
+    return doc
+
+
+# ---- the stage's use ------------------------------------------------------------------------------------------
+
+def peaks(graph: Graph, plan: TrainPlan, settings, qas_enabled: bool,
+          exact_peak: Callable) -> Callable[[str, bool], int | None]:
+    """peak(rounding, master_copy): the plan's exact peak (sparse_plan.exact_peak: autodiff's graph, reorder's
+    planner) with that QAS setting, else plan_memory's estimate when autodiff cannot build the graph."""
+    from tinytrain.pipeline.errors import UserError
+    from tinytrain.stages.planning.memory_model import MemoryModel
+
+    def peak(rounding: str, master_copy: bool) -> int | None:
+        s = dataclasses.replace(settings, rounding=rounding, master_copy=master_copy)
+        try:
+            return int(exact_peak(graph, plan, s, qas_enabled)["peak_bytes"])
+        except (UserError, NotImplementedError):
+            return int(MemoryModel(graph, s).estimate(plan)["total"])
+    return peak
+
+
+# The learning rate the planner probes at: the optimizer's usual one (issue 17). The build's own rate is a runtime
+# value (changing it reruns only emulate-run, DESIGN §3), so the compiled choice cannot depend on it; emulate-run
+# re-runs the probe at the run's rate with the compiled setting and warns in run.json (`recheck`).
+USUAL_LEARNING_RATE = {"sgd": 0.01, "momentum": 0.01, "adam": 0.001, "rmsprop": 0.001}
+
+
+def _qas_enabled(config: dict[str, Any]) -> bool:
+    q = config.get("train.qas")
+    return bool(q.get("enabled", True) if isinstance(q, dict) else getattr(q, "enabled", True))
+
+
+def _int8(graph: Graph) -> bool:
+    return any(t.dtype in ("int8", "int32") and t.quant is not None and t.data is not None
+               for t in graph.tensors.values())
+
+
+def _probe_data(graph: Graph, data: Any, analysis: Any, loss: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """Held-out train samples to probe with, or None when the data cannot train this model with this loss (a
+    stage downstream refuses the mix with its own message; the probe has nothing to say then)."""
+    from tinytrain.pipeline.errors import UserError
+    from tinytrain.stages.planning import contribution as contrib
+    from tinytrain.stages.train.data import check_compatible, load_dataset
+
+    ds = load_dataset(data)
+    out = graph.tensors[graph.outputs[0]].shape if len(graph.outputs) == 1 else None
+    try:
+        contrib.check_task(ds, loss)
+        check_compatible(ds, graph.tensors[graph.inputs[0]].shape,
+                         int(np.prod(out[1:])) if out and ds.regression else (int(out[-1]) if out else None))
+    except UserError:
+        return None
+    x, y, _, _ = contrib.holdout_split(ds, contrib.AnalysisSettings.from_spec(analysis))
+    return x, y
+
+
+def check(graph: Graph, plan: TrainPlan, config: dict[str, Any], settings, analysis: Any, budget: int | None,
+          exact_peak: Callable) -> dict[str, Any] | None:
+    """sparse-plan's call: probe the plan on held-out train samples at the optimizer's usual learning rate and
+    decide. `settings`: the stage's MemorySettings (optimizer, batch size, loss, QAS rounding and master copy);
+    `exact_peak`: sparse_plan's. None for a float graph or without data."""
+    data = config.get("data")
+    if data is None or not _int8(graph):
+        return None
+    qas_on = _qas_enabled(config)
+    lr = USUAL_LEARNING_RATE[settings.optimizer]
+    xy = _probe_data(graph, data, analysis, settings.loss)
+    if xy is None:
+        return None
+    x, y = xy
+    tensors = probe(graph, plan, loss=settings.loss, optimizer=settings.optimizer, qas_enabled=qas_on,
+                    learning_rate=lr, x=x, y=y, batch_size=settings.batch_size)
+    if not tensors:
+        return None
+    doc = decide(tensors, qas_enabled=qas_on, rounding=settings.rounding, master_copy=settings.master_copy,
+                 budget=budget, peak=peaks(graph, plan, settings, qas_on, exact_peak))
+    return {**doc, "learning_rate": lr, "learning_rate_source": f"the usual rate of {settings.optimizer}",
+            "probe_steps": PROBE_STEPS, "tensors": tensors}
+
+
+def recheck(graph: Graph, plan_doc: dict[str, Any], planned: dict[str, Any], *, optimizer: str, loss: str,
+            batch_size: int, learning_rate: float, data: Any) -> dict[str, Any] | None:
+    """emulate-run's call (run.json `updates`): the probe at the run's learning rate, judged against the setting
+    the plan compiled (`planned`: sparse-plan's update_check.json). None when the plan made no check."""
+    if not planned or planned.get("applies") is False:
+        return None
+    plan = TrainPlan.from_json(plan_doc)
+    q = planned["qas"]
+    tensors = probe(graph, plan, loss=loss, optimizer=optimizer, qas_enabled=bool(q["enabled"]),
+                    learning_rate=learning_rate, x=data[0], y=data[1], batch_size=batch_size)
+    vanish = vanishing(tensors)
+    carried = q["enabled"] and (q["master_copy"] or q["rounding"] != "nearest")
+    warning = None
+    if vanish and not carried:
+        worst = max(vanish, key=lambda n: tensors[n]["lost_mass"])
+        why = ("train.qas.enabled is false: the int8 update is lr·g·s, s² times smaller than the fp32 step"
+               if not q["enabled"] else "nearest rounding erases updates below half an int8 step")
+        warning = (f"{tensors[worst]['lost_mass']:.0%} of the update of {worst} is lost at learning rate "
+                   f"{learning_rate:g} ({why})")
+    return {"learning_rate": float(learning_rate), "qas": q, "vanishing": vanish, "warning": warning,
+            "lost_mass": {n: t["lost_mass"] for n, t in tensors.items()},
+            "lost_fraction": {n: t["lost_fraction"] for n, t in tensors.items()},
+            "probe_steps": PROBE_STEPS}
+
+
+def for_run(inputs: dict[str, Any], graph: Graph, config: dict[str, Any], layout: dict[str, Any],
+            learning_rate: float) -> dict[str, Any] | None:
+    """run.json's `updates` (emulate-run): `recheck` from sparse-plan's update_check.json and train_plan.json
+    (None when the build has no sparse-plan check, e.g. a float model)."""
+    import json
+
+    paths = [inputs.get(f"sparse-plan/{n}") for n in ("update_check.json", "train_plan.json")]
+    if any(p is None for p in paths) or config.get("data") is None:
+        return None
+    planned, plan_doc = (json.loads(open(p).read()) for p in paths)
+    if planned.get("applies") is False:
+        return None
+    opt = config.get("train.optimizer")
+    kind = opt if isinstance(opt, str) else (opt.get("kind", "sgd") if isinstance(opt, dict)
+                                             else getattr(opt, "kind", "sgd"))
+    loss = "mse" if layout.get("loss") == "mse" else "cross_entropy"
+    xy = _probe_data(graph, config["data"], None, loss)
+    if xy is None:
+        return None
+    # What the firmware was compiled with, from its own checkpoint layout (master copies and PRNG streams are
+    # state it keeps), not from what the plan asked: the two agree only when autodiff applied the plan's choice.
+    state = (layout.get("checkpoint") or {}).get("tensors") or []
+    compiled = {"enabled": bool(planned["qas"]["enabled"]),
+                "rounding": "stochastic" if any(t.get("role") == "prng" for t in state) else "nearest",
+                "master_copy": any(str(t.get("name", "")).endswith("/master") for t in state)}
+    if "checkpoint" in layout:
+        planned = {**planned, "qas": compiled}
+    return recheck(graph, plan_doc, planned, optimizer=str(kind or "sgd"), loss=loss,
+                   batch_size=int(config.get("train.batch_size") or 1), learning_rate=float(learning_rate),
+                   data=xy)
+
+
+def train_plan_fields(doc: dict[str, Any] | None) -> dict[str, Any]:
+    """What train_plan.json (autodiff's input) gains: the QAS setting, only when the check changed it (an
+    unchanged plan keeps its bytes, so autodiff and the stages after it stay cached)."""
+    return {"qas": doc["qas"]} if doc and doc["qas"] != doc["requested"] else {}
+
+
+def summary_suffix(doc: dict[str, Any] | None) -> str:
+    if not doc or doc["action"] in ("none", "kept"):
+        return ""
+    if doc["action"] == "warn":
+        return " — WARNING: " + doc["warning"]
+    what = "fp32 master copy" if doc["qas"]["master_copy"] else "stochastic rounding"
+    return f"; {what} (+{doc['cost_bytes']} B): updates below half an int8 step would vanish"
+
+
+def text(doc: dict[str, Any] | None) -> str:
+    """plan.txt's section."""
+    if not doc:
+        return ""
+    lines = ["", f"int8 updates (probe: {doc['probe_steps']} golden-model steps at lr {doc['learning_rate']:g}, "
+                 f"held-out train samples; lost = |Δ| < 1/2 step, erased by nearest rounding):"]
+    width = max(len(n) for n in doc["tensors"])
+    lines.append(f"  {'tensor':<{width}}  {'updates':>8} {'lost':>7} {'of mass':>8} {'median |Δ|':>11} "
+                 f"{'at ±127':>8} {'output clamped':>15}")
+    for n, t in doc["tensors"].items():
+        lines.append(f"  {n:<{width}}  {t['updates']:>8} {t['lost_fraction']:>7.1%} {t['lost_mass']:>8.1%} "
+                     f"{t['median_abs_delta']:>11.3g} {t['saturated']:>8} {t['output_clamped']:>15.1%}")
+    q = doc["qas"]
+    lines.append(f"update rounding: {q['rounding']}{', fp32 master copy' if q['master_copy'] else ''}"
+                 f"{'' if q['enabled'] else ', QAS off'} ({doc['action']}: {doc['reason']}"
+                 + (f"; costs {doc['cost_bytes']} bytes" if doc["action"] in ("master_copy", "stochastic") else "")
+                 + ")")
+    if doc.get("warning"):
+        lines.append("WARNING: " + doc["warning"])
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""A training run's inputs and run-time values: datasets, losses, runtime.bin and checkpoints."""
