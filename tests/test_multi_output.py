@@ -496,3 +496,22 @@ def test_auto_scores_two_heads_by_their_total_weighted_loss(tmp_path):
     want = (torch.nn.functional.binary_cross_entropy_with_logits(z, ts, reduction="none").mean(1)
             + 0.5 * torch.nn.functional.huber_loss(b, tb, reduction="none", delta=1.0).mean(1)).mean().item()
     assert ref == pytest.approx(want, rel=1e-5)
+
+
+def test_sparse_plan_on_an_int8_model_with_several_outputs_and_an_mse_head(tmp_path):
+    """A first head with an mse loss on an int8 model with several outputs: sparse-plan's update probe must not
+    build a training graph for the bare loss name (it once said "name the one(s) to train in train.outputs" to a
+    spec that did; MediaPipe's face detector hit it)."""
+    from test_sparse_plan import make_ctx
+
+    from tinytrain.pipeline.spec_data import DataSpec
+    from tinytrain.stages import sparse_plan as SP
+
+    q = _int8_two_heads()
+    np.savez(tmp_path / "d.npz", **_arrays(64))
+    data = DataSpec(source="npz", path=tmp_path / "d.npz", task="outputs")
+    outs = [{"name": "boxes", "loss": "mse"}]
+    ctx = make_ctx(tmp_path, q, {"scheme": "last_k", "k": 1}, data=data, **{"train.outputs": outs})
+    res = SP.run(ctx)
+    plan = json.loads((ctx.out_dir / "plan.json").read_text())
+    assert plan["layers"] and res.summary

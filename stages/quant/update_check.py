@@ -260,6 +260,10 @@ def check(graph: Graph, plan: TrainPlan, config: dict[str, Any], settings, analy
     data = config.get("data")
     if data is None or not _int8(graph):
         return None
+    if len(graph.outputs) > 1:
+        # The probe feeds one target array per sample (a single head); a model with several outputs trains the
+        # heads of train.outputs from per-output targets, which it does not read yet: no probe, as without data.
+        return None
     qas_on = _qas_enabled(config)
     lr = USUAL_LEARNING_RATE[settings.optimizer]
     xy = _probe_data(graph, data, analysis, settings.loss)
