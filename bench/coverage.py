@@ -289,8 +289,20 @@ def _short_paths(text: str, model: Path, folder: Path) -> str:
 
 
 def _first_line(text: str) -> str:
-    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
-    return lines[0] if lines else ""
+    """The error's first line; one that ends in ':' (a message listing its details, e.g. the regions over the
+    board's memory) goes on with its indented detail lines, joined with '; '."""
+    raw = [ln for ln in (text or "").splitlines() if ln.strip()]
+    if not raw:
+        return ""
+    first = raw[0].strip()
+    if first.endswith(":"):
+        details = []
+        for ln in raw[1:]:
+            if not ln.startswith((" ", "\t")) or ln.strip().startswith("hint:"):
+                break
+            details.append(ln.strip())
+        first = first + " " + "; ".join(details) if details else first
+    return first
 
 
 # ---- output ---------------------------------------------------------------------------------------
