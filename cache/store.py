@@ -12,6 +12,8 @@ renamed into place, and a store writes all blobs before the action entry. A proc
 any point therefore leaves at worst some orphan blobs and temp files (swept by `gc`), never an
 entry that points at something missing. Readers never trust the disk: `lookup` re-hashes every
 blob, and anything that does not verify is dropped so that the stage is rebuilt.
+
+The action entry's format and checks are cache/entries.py; the crash-safe file operations cache/fs_ops.py.
 """
 
 from __future__ import annotations
@@ -19,40 +21,50 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import stat
 import tempfile
 import threading
 import time
-import uuid
 import weakref
 from dataclasses import asdict, dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Iterator
 
 from tinytrain.cache import safe_fs
+from tinytrain.cache.entries import (
+    MANIFEST_NAME,
+    _HEX64,
+    ActionEntry,
+    OutputRecord,
+    _plain,
+    _safe_relative,
+)
+from tinytrain.cache.fs_ops import (
+    TMP_PREFIX,
+    _blob_sizes,
+    _count_files,
+    _fsync_dir,
+    _new_tmp,
+    _remove_any,
+    _remove_empty_dirs,
+    _swap_in,
+    atomic_write_bytes,
+    copy_hashing,
+)
 from tinytrain.cache.keys import sha256_bytes, tree_files
 from tinytrain.pipeline.errors import TinytrainError, UserError
 from tinytrain.stages.model.ir import canonical_json
 
 log = logging.getLogger("tinytrain.cache")
 
-TMP_PREFIX = ".tmp-"
-MANIFEST_NAME = "manifest.json"
-ENTRY_FORMAT = 1
-_CHUNK = 1 << 20
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 # A materialisation temp dir older than this belongs to a dead process, not a slow one.
 _STALE_TMP_DIR_S = 600.0
 # An action entry is a small JSON document; a bigger file in ac/ is not one of ours.
 MAX_ENTRY_BYTES = 16 << 20
-# Longest file-name component most filesystems accept (bytes); a longer output name cannot be restored.
-_NAME_MAX = 255
 _READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
@@ -73,154 +85,6 @@ class DiskFullError(UserError):
 def disk_full(folder: Path, what: str) -> DiskFullError:
     return DiskFullError(f"no space left on the device of {folder} ({what})",
                          hint="free some space, or shrink the cache: tinytrain cache gc --max-size 2G")
-
-
-@dataclass
-class OutputRecord:
-    name: str
-    digest: str
-    size: int
-
-
-@dataclass
-class ActionEntry:
-    key: str
-    outputs: list[OutputRecord]
-    summary: str
-    metrics: dict
-    duration_s: float
-    preimage: dict
-    created: float
-
-    def to_json_bytes(self) -> bytes:
-        doc = asdict(self)
-        doc["format"] = ENTRY_FORMAT
-        return json.dumps(doc, sort_keys=True, default=_plain).encode("utf-8")
-
-    @classmethod
-    def from_json_bytes(cls, raw: bytes, expected_key: str) -> "ActionEntry":
-        """Parse and validate; raises ValueError on anything unexpected, since an entry can
-        come from a truncated write or from a remote server we do not control."""
-        doc = json.loads(raw)
-        if not isinstance(doc, dict) or doc.get("format") != ENTRY_FORMAT:
-            raise ValueError("not an action entry of a known format")
-        if doc.get("key") != expected_key:
-            raise ValueError(f"entry is for key {doc.get('key')!r}")
-        outputs = [_parse_output(o) for o in _typed(doc, "outputs", list)]
-        if len({o.name for o in outputs}) != len(outputs):
-            raise ValueError("duplicate output names")
-        _check_restorable(outputs)
-        return cls(
-            key=expected_key,
-            outputs=outputs,
-            summary=_typed(doc, "summary", str),
-            metrics=_typed(doc, "metrics", dict),
-            duration_s=float(_typed(doc, "duration_s", (int, float))),
-            preimage=_typed(doc, "preimage", dict),
-            created=float(_typed(doc, "created", (int, float))),
-        )
-
-
-def _typed(doc: dict, field: str, kind: Any) -> Any:
-    value = doc.get(field)
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise ValueError(f"field {field!r} missing or of the wrong type")
-    return value
-
-
-def _parse_output(o: Any) -> OutputRecord:
-    if not isinstance(o, dict):
-        raise ValueError("output record is not an object")
-    name, digest, size = o.get("name"), o.get("digest"), o.get("size")
-    if not isinstance(name, str) or not _safe_relative(name):
-        raise ValueError(f"unsafe output name {name!r}")
-    if not isinstance(digest, str) or not _HEX64.match(digest):
-        raise ValueError(f"bad digest for {name!r}")
-    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-        raise ValueError(f"bad size for {name!r}")
-    return OutputRecord(name, digest, size)
-
-
-def _safe_relative(name: str) -> bool:
-    # Output names become paths under the materialisation folder; an entry from a remote must not
-    # be able to write outside it.
-    p = PurePosixPath(name)
-    return (
-        bool(name) and not p.is_absolute() and "\\" not in name and "\0" not in name
-        and all(part not in ("", ".", "..") for part in name.split("/"))
-        and name != MANIFEST_NAME
-    )
-
-
-def _check_restorable(outputs: list[OutputRecord]) -> None:
-    """Names that are each safe can still not be restored together: `x` and `x/y` (a file and a
-    folder of one name), or a component longer than a file name may be. Such an entry is refused
-    up front instead of failing half-way through a restore."""
-    names = {o.name for o in outputs}
-    for o in outputs:
-        parts = o.name.split("/")
-        if any(len(part.encode("utf-8")) > _NAME_MAX for part in parts):
-            raise ValueError(f"output name too long ({len(o.name)} characters)")
-        for i in range(1, len(parts)):
-            prefix = "/".join(parts[:i])
-            if prefix in names:
-                raise ValueError(f"output names clash: {prefix!r} is both a file and a folder")
-
-
-def _plain(obj: Any) -> Any:
-    """json.dumps fallback for the values stages like to return (numpy scalars/arrays, paths)."""
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if isinstance(obj, (Path, PurePosixPath)):
-        return str(obj)
-    if isinstance(obj, (set, frozenset, tuple)):
-        return sorted(obj) if isinstance(obj, (set, frozenset)) else list(obj)
-    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
-
-
-def _fsync_dir(folder: Path) -> None:
-    # Makes the rename itself durable; not every filesystem supports it, and it is only insurance.
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _new_tmp(folder: Path, tag: str = "") -> Path:
-    return folder / f"{TMP_PREFIX}{tag}{uuid.uuid4().hex[:16]}"
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _new_tmp(path.parent)
-    try:
-        with open(tmp, "xb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-
-def copy_hashing(src: Path, dst: Path, *, fsync: bool) -> tuple[str, int]:
-    """Copy src to dst (created exclusively) and return (sha256, size) of the bytes copied."""
-    h = hashlib.sha256()
-    size = 0
-    with os.fdopen(safe_fs.open_regular(src), "rb") as fi, open(dst, "xb") as fo:
-        while chunk := fi.read(_CHUNK):
-            h.update(chunk)
-            fo.write(chunk)
-            size += len(chunk)
-        if fsync:
-            fo.flush()
-            os.fsync(fo.fileno())
-    return h.hexdigest(), size
 
 
 class Cache:
@@ -899,71 +763,3 @@ def _choose_victims(entries: list[_EntryInfo], blob_sizes: dict[str, int], max_s
                 total -= blob_sizes.get(d, 0)
     return victims
 
-
-def _swap_in(new: Path, dest: Path) -> None:
-    """Rename `new` to `dest`, moving any old `dest` aside first and deleting it after, so a
-    reader sees the old folder, no folder, or the new one; never a half-written one."""
-    for _ in range(5):
-        old = _move_aside(dest)
-        try:
-            os.rename(new, dest)
-        except OSError as e:
-            if old is not None:
-                with contextlib.suppress(OSError):
-                    os.rename(old, dest)
-                _remove_any(old)
-            # Another writer (using another cache root, hence another lock) put a dest back
-            # between our two renames: try again.
-            if e.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
-                continue
-            raise
-        if old is not None:
-            _remove_any(old)
-        _fsync_dir(dest.parent)
-        return
-    raise OSError(f"could not replace {dest}: it keeps being recreated")
-
-
-def _move_aside(dest: Path) -> Path | None:
-    if not (dest.exists() or dest.is_symlink()):
-        return None
-    old = _new_tmp(dest.parent, f"old-{dest.name}-")
-    try:
-        os.rename(dest, old)
-    except FileNotFoundError:
-        return None
-    return old
-
-
-def _remove_any(p: Path) -> None:
-    if p.is_dir() and not p.is_symlink():
-        shutil.rmtree(p, ignore_errors=True)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            p.unlink()
-
-
-def _count_files(folder: Path) -> tuple[int, int]:
-    n = size = 0
-    for p, st in safe_fs.walk(folder):
-        if stat.S_ISREG(st.st_mode) and not p.name.startswith(TMP_PREFIX):
-            n += 1
-            size += st.st_size
-    return n, size
-
-
-def _blob_sizes(cas: Path) -> dict[str, tuple[Path, int]]:
-    """digest -> (path, size) of every regular file at cas/<aa>/<name> (lstat: links are not blobs)."""
-    sizes = {}
-    for p, st in safe_fs.walk(cas):
-        if (p.parent.parent == cas and stat.S_ISREG(st.st_mode)
-                and not p.name.startswith(TMP_PREFIX)):
-            sizes[p.name] = (p, st.st_size)
-    return sizes
-
-
-def _remove_empty_dirs(folder: Path) -> None:
-    for p, st in safe_fs.walk(folder):
-        if stat.S_ISDIR(st.st_mode) and p.parent == folder:
-            with contextlib.suppress(OSError):
-                p.rmdir()
