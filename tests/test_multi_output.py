@@ -511,7 +511,10 @@ def test_sparse_plan_on_an_int8_model_with_several_outputs_and_an_mse_head(tmp_p
     np.savez(tmp_path / "d.npz", **_arrays(64))
     data = DataSpec(source="npz", path=tmp_path / "d.npz", task="outputs")
     outs = [{"name": "boxes", "loss": "mse"}]
-    ctx = make_ctx(tmp_path, q, {"scheme": "last_k", "k": 1}, data=data, **{"train.outputs": outs})
+    ctx = make_ctx(tmp_path, q, {"scheme": "full"}, data=data, **{"train.outputs": outs})
     res = SP.run(ctx)
     plan = json.loads((ctx.out_dir / "plan.json").read_text())
     assert plan["layers"] and res.summary
+    # the probe ran on the named head's targets (it once skipped every model with several outputs)
+    check = json.loads((ctx.out_dir / "update_check.json").read_text())
+    assert check["tensors"] and "boxes/w" in check["tensors"], check

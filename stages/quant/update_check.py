@@ -47,6 +47,7 @@ from tinytrain.stages.quant import qas as qas_mod
 from tinytrain.stages.golden import train_step as te
 from tinytrain.stages.model.ir import Graph
 from tinytrain.stages.planning.train_plan import TrainPlan
+from tinytrain.stages.train.losses import Head
 
 PROBE_STEPS = 32          # golden-model steps of the probe (digits: well under a second)
 LOST_THRESHOLD = 0.5      # a tensor "vanishes" when the rounding erases more than this share of its movement
@@ -80,7 +81,7 @@ def _shadow_delta(op, values: dict[str, np.ndarray], runtime: dict, defaults: di
     return shadow[_SHADOW_MASTER]
 
 
-def probe(graph: Graph, plan: TrainPlan, *, loss: str, optimizer: str, qas_enabled: bool, learning_rate: float,
+def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabled: bool, learning_rate: float,
           x: np.ndarray, y: np.ndarray, steps: int = PROBE_STEPS, batch_size: int = 1,
           seed: int = 0) -> dict[str, dict[str, Any]]:
     """Per trained int8/int32 tensor: updates, lost, lost_fraction, lost_mass, median_abs_delta, saturated (see the
@@ -233,22 +234,21 @@ def _int8(graph: Graph) -> bool:
                for t in graph.tensors.values())
 
 
-def _probe_data(graph: Graph, data: Any, analysis: Any, loss: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """Held-out train samples to probe with, or None when the data cannot train this model with this loss (a
-    stage downstream refuses the mix with its own message; the probe has nothing to say then)."""
+def _probe_data(graph: Graph, data: Any, analysis: Any, loss: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """Held-out train samples to probe with (the analysis' task: `loss` a loss name, or the heads of train.outputs,
+    whose targets are the heads' rows back to back), or None when the data cannot train this model with this loss
+    (a stage downstream refuses the mix with its own message; the probe has nothing to say then)."""
     from tinytrain.pipeline.errors import UserError
-    from tinytrain.stages.planning import contribution as contrib
-    from tinytrain.stages.train.data import check_compatible, load_dataset
+    from tinytrain.stages.planning import contribution_measure as cm
+    from tinytrain.stages.train.data import load_dataset
 
     ds = load_dataset(data)
-    out = graph.tensors[graph.outputs[0]].shape if len(graph.outputs) == 1 else None
     try:
-        contrib.check_task(ds, loss)
-        check_compatible(ds, graph.tensors[graph.inputs[0]].shape,
-                         int(np.prod(out[1:])) if out and ds.regression else (int(out[-1]) if out else None))
+        task = cm.task_of(graph, ds, loss)
+        cm.check_model(graph, task)
     except UserError:
         return None
-    x, y, _, _ = contrib.holdout_split(ds, contrib.AnalysisSettings.from_spec(analysis))
+    x, y, _, _ = cm.holdout_split(task.data or ds, cm.AnalysisSettings.from_spec(analysis), task.y)
     return x, y
 
 
@@ -260,17 +260,14 @@ def check(graph: Graph, plan: TrainPlan, config: dict[str, Any], settings, analy
     data = config.get("data")
     if data is None or not _int8(graph):
         return None
-    if len(graph.outputs) > 1:
-        # The probe feeds one target array per sample (a single head); a model with several outputs trains the
-        # heads of train.outputs from per-output targets, which it does not read yet: no probe, as without data.
-        return None
     qas_on = _qas_enabled(config)
     lr = USUAL_LEARNING_RATE[settings.optimizer]
-    xy = _probe_data(graph, data, analysis, settings.loss)
+    loss = list(settings.heads) if settings.heads else settings.loss
+    xy = _probe_data(graph, data, analysis, loss)
     if xy is None:
         return None
     x, y = xy
-    tensors = probe(graph, plan, loss=settings.loss, optimizer=settings.optimizer, qas_enabled=qas_on,
+    tensors = probe(graph, plan, loss=loss, optimizer=settings.optimizer, qas_enabled=qas_on,
                     learning_rate=lr, x=x, y=y, batch_size=settings.batch_size)
     if not tensors:
         return None
@@ -280,7 +277,7 @@ def check(graph: Graph, plan: TrainPlan, config: dict[str, Any], settings, analy
             "probe_steps": PROBE_STEPS, "tensors": tensors}
 
 
-def recheck(graph: Graph, plan_doc: dict[str, Any], planned: dict[str, Any], *, optimizer: str, loss: str,
+def recheck(graph: Graph, plan_doc: dict[str, Any], planned: dict[str, Any], *, optimizer: str, loss: Any,
             batch_size: int, learning_rate: float, data: Any) -> dict[str, Any] | None:
     """emulate-run's call (run.json `updates`): the probe at the run's learning rate, judged against the setting
     the plan compiled (`planned`: sparse-plan's update_check.json). None when the plan made no check."""
@@ -320,7 +317,11 @@ def for_run(inputs: dict[str, Any], graph: Graph, config: dict[str, Any], layout
     opt = config.get("train.optimizer")
     kind = opt if isinstance(opt, str) else (opt.get("kind", "sgd") if isinstance(opt, dict)
                                              else getattr(opt, "kind", "sgd"))
-    loss = "mse" if layout.get("loss") == "mse" else "cross_entropy"
+    heads = layout.get("heads") or []
+    if len(heads) > 1 or (heads and len(graph.outputs) > 1):   # named outputs: the heads autodiff trained
+        loss: Any = [Head(h["output"], h["loss"], float(h["weight"])) for h in heads]
+    else:
+        loss = "mse" if layout.get("loss") == "mse" else "cross_entropy"
     xy = _probe_data(graph, config["data"], None, loss)
     if xy is None:
         return None
