@@ -90,14 +90,14 @@ def test_editing_a_module_changes_exactly_the_keys_of_the_stages_that_reach_it(p
 
 def test_known_import_edges_are_in_the_closures(pkg_copy):
     from tinytrain.stages import codegen
-    from tinytrain.stages.golden import forward as executor
+    from tinytrain.stages.ops import conv_forward
 
     autodiff = _closure("autodiff")
     # autodiff reaches grad_ops through qas, and geometry through the executor.
     assert {"tinytrain.stages.quant.qas", "tinytrain.stages.golden.grad_ops", "tinytrain.stages.model.geometry"} <= autodiff
-    # codegen shapes transposed convolutions with a function it imports inside a method.
-    assert codegen.__dict__.get("transpose_conv_geometry") is None  # a function-level import, not a module one
-    assert executor.transpose_conv_geometry.__module__ in _closure("codegen")
+    # codegen shapes transposed convolutions with a function of the conv op module (reached as conv_forward.*).
+    assert codegen.__dict__.get("transpose_conv_geometry") is None  # not a name imported into codegen
+    assert conv_forward.transpose_conv_geometry.__module__ in _closure("codegen")
     # sparse-plan plans the graph autodiff would emit, as reorder would schedule it.
     assert {"tinytrain.stages.autodiff", "tinytrain.stages.reorder"} <= _closure("sparse-plan")
     # Packages whose __init__ runs on import are covered; modules no stage imports are not.

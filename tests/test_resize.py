@@ -230,7 +230,7 @@ def test_writer_round_trip_keeps_ops_options_and_versions(variant, tmp_path):
 
 def _fwd64(op_type, x, out_hw, al, hp):
     """The forward in float64 (same coordinate math as the executor, float64 products): for finite differences."""
-    from tinytrain.stages.golden.forward import resize_bilinear_axis, resize_nearest_axis
+    from tinytrain.stages.ops.resize import resize_bilinear_axis, resize_nearest_axis
 
     if op_type == "resize_nearest_neighbor":
         iy = resize_nearest_axis(x.shape[1], out_hw[0], al, hp)

@@ -22,8 +22,10 @@ import numpy as np
 import pytest
 
 from test_grad_ops import fd_grad  # the same float64 central differences
-from tinytrain.stages.golden import forward as ex
+from tinytrain.stages.golden import int8_arith as ia
 from tinytrain.stages.golden.forward import run_graph
+from tinytrain.stages.ops.conv_forward import transpose_conv_geometry
+from tinytrain.stages.ops.layer_common import channel_multipliers
 from tinytrain.stages.model.ir import Graph, Op, QuantParams, Tensor
 from tinytrain.stages.model.tflite_reader import read_model
 from tinytrain.stages.model.tflite_writer import model_bytes, write_model
@@ -203,7 +205,7 @@ def test_int8_fused_activation_clamps_in_both_runtimes(tmp_path):
     write_model(g, path)
     x = _feed(g, 4)
     ours = run_graph(g, {"x": x})["y"]
-    lo, hi = ex.ia.activation_range("relu6", 0.05, -20)
+    lo, hi = ia.activation_range("relu6", 0.05, -20)
     assert ours.min() == lo and ours.max() == hi
     assert np.array_equal(ours, oracle.run_litert(path, [x]).outputs[0].reshape(ours.shape))
     if oracle.tflm_available():
@@ -377,7 +379,7 @@ from test_kernels_c import Batch, driver  # noqa: E402,F401  (the compiled host 
 def _dims(g: Graph) -> list[int]:
     x, y, w = g.tensors["x"], g.tensors["y"], g.tensors["w"]
     o, kh, kw, _ = w.shape
-    sh, sw, pt, pl = ex.transpose_conv_geometry(g.ops[0].attrs, x.shape, y.shape, kh, kw)
+    sh, sw, pt, pl = transpose_conv_geometry(g.ops[0].attrs, x.shape, y.shape, kh, kw)
     return [x.shape[0], x.shape[1], x.shape[2], x.shape[3], y.shape[1], y.shape[2], o, kh, kw, sh, sw, 1, 1, pt, pl, 1]
 
 
@@ -397,8 +399,8 @@ def test_c_kernels_match_the_executor(gi, driver, tmp_path):
         act = g.ops[0].attrs["act"]
         if dtype == "int8":
             xt, yt, wt = g.tensors["x"], g.tensors["y"], g.tensors["w"]
-            mult, shift = ex._channel_multipliers(xt, wt, yt, w.shape[0])
-            lo, hi = ex.ia.activation_range(act, yt.quant.scale[0], yt.quant.zero_point[0])
+            mult, shift = channel_multipliers(xt, wt, yt, w.shape[0])
+            lo, hi = ia.activation_range(act, yt.quant.scale[0], yt.quant.zero_point[0])
             ints = dims + [xt.quant.zero_point[0], yt.quant.zero_point[0], lo, hi, 1]
             k = batch.add("transpose_conv_s8", ints, [], [x, w, b, mult.astype(np.int32), shift.astype(np.int32),
                                                          np.zeros_like(y)])

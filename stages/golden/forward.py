@@ -33,13 +33,6 @@ import numpy as np
 from tinytrain.pipeline.errors import ModelError, UnsupportedOpError
 from tinytrain.stages.model.ir import Graph, Op, Tensor
 from tinytrain.stages.ops import FORWARD_OPS, REGISTRY
-# Names of the op modules' kernels (and their arithmetic module) that tests and grad_ops reach through this module,
-# where they used to live.
-from tinytrain.stages.golden import int8_arith as ia  # noqa: F401
-from tinytrain.stages.golden.int8_arith import round_half_away_array as _round_half_away_f32  # noqa: F401
-from tinytrain.stages.ops.conv_forward import transpose_conv_geometry  # noqa: F401
-from tinytrain.stages.ops.layer_common import channel_multipliers as _channel_multipliers  # noqa: F401
-from tinytrain.stages.ops.resize import resize_bilinear_axis, resize_nearest_axis  # noqa: F401
 
 __all__ = ["run_graph", "run_op", "supported_ops", "ExecutionError", "FC_REQUANT_MODES"]
 

@@ -350,7 +350,7 @@ def resize_bilinear_grad(dy: np.ndarray, x_shape, attrs) -> np.ndarray:
     four source pixels with the forward's float32 weights wy·wx (PyTorch's upsample_bilinear2d backward for the
     matching coordinate mapping: align_corners=True, or half_pixel_centers = PyTorch's align_corners=False).
     Accumulated in float32, output rows then columns in order (tt_resize_bilinear_grad_f32 does the same)."""
-    from tinytrain.stages.golden.forward import resize_bilinear_axis
+    from tinytrain.stages.ops.resize import resize_bilinear_axis
     dy = _f32(dy)
     n, oh, ow, c = dy.shape
     ih, iw = int(x_shape[1]), int(x_shape[2])
@@ -371,7 +371,7 @@ def resize_bilinear_grad(dy: np.ndarray, x_shape, attrs) -> np.ndarray:
 def resize_nearest_neighbor_grad(dy: np.ndarray, x_shape, attrs) -> np.ndarray:
     """Backward of RESIZE_NEAREST_NEIGHBOR: each output pixel's dy is summed into the source pixel it copied
     (float32, output rows then columns in order)."""
-    from tinytrain.stages.golden.forward import resize_nearest_axis
+    from tinytrain.stages.ops.resize import resize_nearest_axis
     dy = _f32(dy)
     n, oh, ow, c = dy.shape
     ih, iw = int(x_shape[1]), int(x_shape[2])
