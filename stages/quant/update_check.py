@@ -273,8 +273,10 @@ def check(graph: Graph, plan: TrainPlan, config: dict[str, Any], settings, analy
         return None
     doc = decide(tensors, qas_enabled=qas_on, rounding=settings.rounding, master_copy=settings.master_copy,
                  budget=budget, peak=peaks(graph, plan, settings, qas_on, exact_peak))
+    # the loss the probe trained (a name, or the heads of train.outputs): emulate-run's recheck trains the same
+    probe_loss = [[h.name, h.loss, h.weight] for h in loss] if isinstance(loss, list) else loss
     return {**doc, "learning_rate": lr, "learning_rate_source": f"the usual rate of {settings.optimizer}",
-            "probe_steps": PROBE_STEPS, "tensors": tensors}
+            "probe_steps": PROBE_STEPS, "tensors": tensors, "loss": probe_loss}
 
 
 def recheck(graph: Graph, plan_doc: dict[str, Any], planned: dict[str, Any], *, optimizer: str, loss: Any,
@@ -317,9 +319,9 @@ def for_run(inputs: dict[str, Any], graph: Graph, config: dict[str, Any], layout
     opt = config.get("train.optimizer")
     kind = opt if isinstance(opt, str) else (opt.get("kind", "sgd") if isinstance(opt, dict)
                                              else getattr(opt, "kind", "sgd"))
-    heads = layout.get("heads") or []
-    if len(heads) > 1 or (heads and len(graph.outputs) > 1):   # named outputs: the heads autodiff trained
-        loss: Any = [Head(h["output"], h["loss"], float(h["weight"])) for h in heads]
+    probed = planned.get("loss")     # what sparse-plan's probe trained: a loss name or [name, loss, weight] heads
+    if isinstance(probed, list):
+        loss: Any = [Head(str(n), str(k), float(w)) for n, k, w in probed]
     else:
         loss = "mse" if layout.get("loss") == "mse" else "cross_entropy"
     xy = _probe_data(graph, config["data"], None, loss)
