@@ -245,7 +245,8 @@ int TT_EXAMPLE_MAIN(void)
 def _cmake(lib: str) -> str:
     boards = "\n".join(
         f'elseif(TT_BOARD STREQUAL "{b.name}")\n  set(TT_CPU_FLAGS {" ".join(b.cflags)})\n'
-        f'  set(TT_LINKER_SCRIPT {b.linker_script})\n  set(TT_INSNS_PER_TICK {b.instructions_per_tick})'
+        f'  set(TT_LINKER_SCRIPT {b.linker_script})\n  set(TT_INSNS_PER_TICK {b.instructions_per_tick.numerator})\n'
+        f'  set(TT_INSNS_PER_TICK_DEN {b.instructions_per_tick.denominator})'
         for b in _mcu_boards())
     names = " ".join(b.name for b in _mcu_boards())
     return f"""cmake_minimum_required(VERSION 3.13)
@@ -287,7 +288,8 @@ if(TT_BUILD_EXAMPLES)
                    ${{B}}/tt_common.c)
     target_include_directories(train_from_flash PRIVATE ${{B}})
     target_compile_definitions(train_from_flash PRIVATE TT_EXAMPLE_ON_BOARD=1 TT_BOARD_NAME="${{TT_BOARD}}"
-                               TT_INSNS_PER_TICK=${{TT_INSNS_PER_TICK}})
+                               TT_INSNS_PER_TICK=${{TT_INSNS_PER_TICK}}
+                               TT_INSNS_PER_TICK_DEN=${{TT_INSNS_PER_TICK_DEN}})
     # No --gc-sections: the map then shows all of tt_model.c, the figures the README reports.
     target_link_options(train_from_flash PRIVATE -nostartfiles --specs=nano.specs -L${{B}}
                         -T${{B}}/${{TT_LINKER_SCRIPT}} -Wl,-Map=train_from_flash.map)

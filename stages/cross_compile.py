@@ -90,6 +90,8 @@ def kernel_defines(variant: str | None) -> dict[str, str]:
     host and on cores without it (they keep the portable loops, with identical results)."""
     if variant == "dsp":
         return {"TT_KERNELS_DSP": "1", "TT_USE_DSP": "1"}
+    if variant == "mve":  # the DSP variants plus tt_dot_mve.h's Helium dot products (TT_USE_MVE, read by tt_dot.h)
+        return {"TT_KERNELS_MVE": "1", "TT_USE_DSP": "1", "TT_USE_MVE": "1"}
     return {"TT_KERNELS_PORTABLE": "1"}
 
 
@@ -205,7 +207,7 @@ def _cflags(board: Board, defines: dict[str, str], extra: Sequence[str], sanitiz
     if board.host:
         flags.append("-DTT_HOST=1")
     else:
-        flags.append(f"-DTT_INSNS_PER_TICK={board.instructions_per_tick}")
+        flags += [f"-D{k}={v}" for k, v in board.tick_defines.items()]
     flags += [f"-D{k}={v}" for k, v in sorted(defines.items())]
     if sanitize:
         flags += [f"-fsanitize={','.join(sanitize)}", *SANITIZE_FLAGS]
@@ -265,6 +267,7 @@ def _measure_unlimited(work: Path, cc: str, cflags: list[str], ldflags: list[str
         f"  FLASH (rx) : ORIGIN = {board.flash_origin:#x}, LENGTH = 4M\n"
         f"  RAM (rwx) : ORIGIN = {board.sram_origin:#x}, LENGTH = 4M\n"
         "}\n"
+        'REGION_ALIAS("VECTORS", FLASH);\n'
         f"__stack_size = DEFINED(__stack_size) ? __stack_size : {board.stack_bytes};\n"
         "INCLUDE cortexm_sections.ld\n")
     flags = [f for f in ldflags if not f.startswith("-T")] + ["-Tmeasure.ld"]

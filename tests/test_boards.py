@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -70,14 +71,21 @@ def test_registry_matches_linker_scripts_and_spec():
             assert b.budget_bytes is None
             continue
         text = b.linker_script_path.read_text()
-        sizes = dict(re.findall(r"(FLASH|RAM)\s*\([rwx]+\)\s*:\s*ORIGIN\s*=\s*0x[0-9a-fA-F]+,\s*LENGTH\s*=\s*(\d+)K", text))
-        assert int(sizes["FLASH"]) * 1024 == b.flash_bytes, name
-        assert int(sizes["RAM"]) * 1024 == b.sram_bytes, name
+        regions = {m[0]: (int(m[1], 16), int(m[2]) * 1024) for m in re.findall(
+            r"(\w+)\s*\([rwx]+\)\s*:\s*ORIGIN\s*=\s*(0x[0-9a-fA-F]+),\s*LENGTH\s*=\s*(\d+)K", text)}
+        assert regions["FLASH"] == (b.flash_origin, b.flash_bytes), name
+        assert regions["RAM"] == (b.sram_origin, b.sram_bytes), name
+        # The vector table sits at the boot address 0, in flash or (mps3-an547) in a region of its own.
+        vectors = re.search(r'REGION_ALIAS\("VECTORS",\s*(\w+)\)', text).group(1)
+        assert regions[vectors][0] == 0, name
         stack = re.search(r"__stack_size\s*=\s*DEFINED\(__stack_size\)\s*\?\s*__stack_size\s*:\s*(\d+)K", text)
         assert int(stack.group(1)) * 1024 == b.stack_bytes, name
         assert b.runtime_reserve_bytes >= b.stack_bytes and 0 < b.budget_bytes < b.sram_bytes
     assert get_board("stm32f746-disco").sram_bytes == 320 * 1024
     assert get_board("stm32f746-disco").qemu_machine == "mps2-an500"
+    m55 = get_board("mps3-an547")
+    assert m55.half_precision and m55.mve and m55.instructions_per_tick == Fraction(125, 4)
+    assert get_board("host").half_precision and not any(b.mve for b in BOARDS.values() if b is not m55)
     with pytest.raises(KeyError, match="known boards"):
         get_board("pc")
 
@@ -167,12 +175,12 @@ int tt_main(void) {
 
 
 @needs_arm
-@pytest.mark.parametrize("board", ["stm32f746-disco", "m4-128k"])
+@pytest.mark.parametrize("board", ["stm32f746-disco", "m4-128k", "mps3-an547"])
 def test_instruction_count_is_calibrated(board, tmp_path):
     built = _build(board, _program(tmp_path, "loop", LOOP), tmp_path / "out")
     ran = run_firmware(get_board(board), built.elf, tmp_path / "run", {}, 30)
     counted = int(re.search(r"loop (\d+)", ran.console).group(1))
-    assert 2_000_000 <= counted <= 2_000_000 + 200  # resolution 40 instructions + the two reads
+    assert 2_000_000 <= counted <= 2_000_000 + 200  # resolution 40 (31.25 at 32 MHz) instructions + the two reads
 
 
 # ---- size report and fit check ---------------------------------------------------------------------
@@ -285,11 +293,51 @@ def test_bad_pointer_is_a_hardfault_with_registers(board, tmp_path):
 
 
 @needs_arm
-def test_stack_overflow_is_caught(tmp_path):
-    built = _build("m4-128k", _program(tmp_path, "deep", RECURSE), tmp_path / "out")
+@pytest.mark.parametrize("board", ["m4-128k", "mps3-an547"])  # PMSAv7 and PMSAv8 MPUs
+def test_stack_overflow_is_caught(board, tmp_path):
+    built = _build(board, _program(tmp_path, "deep", RECURSE), tmp_path / "out")
     with pytest.raises(EmulationError) as e:
-        run_firmware(get_board("m4-128k"), built.elf, tmp_path / "run", {}, timeout_s=10)
+        run_firmware(get_board(board), built.elf, tmp_path / "run", {}, timeout_s=10)
     assert e.value.kind == "fault" and "stack overflow" in str(e.value)
+
+
+CONST_WRITE = r"""
+#include "tt_platform.h"
+const uint32_t frozen[4] = {1, 2, 3, 4};
+int tt_main(void) {
+    volatile uint32_t *p = (volatile uint32_t *)(uintptr_t)frozen;  /* casting const away */
+    p[1] = 7;
+    return (int)p[1];
+}
+"""
+
+UNMAPPED = r"""
+#include "tt_platform.h"
+int tt_main(void) {
+    tt_log("reading outside the board's memories\n");
+    return (int)*(volatile uint32_t *)0x21000000u;  /* the AN547's ISRAM: QEMU maps it, the board does not */
+}
+"""
+
+
+@needs_arm
+@pytest.mark.parametrize("board", ["stm32f746-disco", "mps3-an547"])
+def test_write_to_const_data_faults(board, tmp_path):
+    built = _build(board, _program(tmp_path, "cw", CONST_WRITE), tmp_path / "out")
+    with pytest.raises(EmulationError) as e:
+        run_firmware(get_board(board), built.elf, tmp_path / "run", {}, timeout_s=10)
+    assert e.value.kind == "fault" and "write to flash" in str(e.value)
+
+
+@needs_arm
+def test_pmsav8_mpu_maps_only_the_boards_memories(tmp_path):
+    """mps3-an547: the MPU's background map is off, so memory QEMU has but the board's budget leaves out faults."""
+    built = _build("mps3-an547", _program(tmp_path, "far", UNMAPPED), tmp_path / "out")
+    with pytest.raises(EmulationError) as e:
+        run_firmware(get_board("mps3-an547"), built.elf, tmp_path / "run", {}, timeout_s=10)
+    msg = str(e.value)
+    assert e.value.kind == "fault" and "MemManage: bad data address 0x21000000" in msg and "PC=0x" in msg
+    assert "on mps3-an547" in msg
 
 
 @pytest.mark.parametrize("board", [_board_param("host"), _board_param("stm32f746-disco")])

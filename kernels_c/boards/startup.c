@@ -1,4 +1,4 @@
-/* startup.c: reset and exception handling for the Cortex-M boards (M4 and M7, ARMv7E-M).
+/* startup.c: reset and exception handling for the Cortex-M boards (M4 and M7, ARMv7E-M; M55, Armv8.1-M).
  *
  * Reset_Handler: FPU on, stack painted, .data copied from flash, .bss zeroed, SysTick started
  * as the instruction counter, then tt_exit(tt_main()). Every fault and every unexpected
@@ -14,6 +14,7 @@
 extern uint32_t __stack_bottom[], __stack_top[];
 extern uint32_t __data_load[], __data_start[], __data_end[];
 extern uint32_t __bss_start[], __bss_end[];
+extern uint32_t __vectors_start[], __vectors_end[], __flash_start[], __flash_end[], __ram_start[], __ram_end[];
 
 #define REG32(addr) (*(volatile uint32_t *)(uintptr_t)(addr))
 #define SCB_ICSR 0xE000ED04u
@@ -29,7 +30,15 @@ extern uint32_t __bss_start[], __bss_end[];
 #define MPU_CTRL 0xE000ED94u
 #define MPU_RNR 0xE000ED98u
 #define MPU_RBAR 0xE000ED9Cu
-#define MPU_RASR 0xE000EDA0u
+#define MPU_RASR 0xE000EDA0u /* PMSAv7 (ARMv7-M) */
+#define MPU_RLAR 0xE000EDA0u /* PMSAv8 (Armv8-M): the same address, a limit instead of a size */
+#define MPU_MAIR0 0xE000EDC0u
+
+#if defined(__ARM_ARCH_8M_MAIN__) || defined(__ARM_ARCH_8M_BASE__)
+#define TT_PMSAV8 1 /* Armv8-M (and 8.1-M, for which gcc 12 defines __ARM_ARCH_8M_MAIN__ too) */
+#else
+#define TT_PMSAV8 0
+#endif
 
 /* MPU guard below RAM: QEMU's mps2 reads unmapped memory under 0x20000000 as zeros without a
  * fault, so a stack that grows past ORIGIN(RAM) must be stopped by the MPU. 256 MB, no access. */
@@ -40,8 +49,13 @@ extern uint32_t __bss_start[], __bss_end[];
  * stack's high-water mark. */
 #define TT_STACK_PAINT 0xC0DEF00Du
 
+/* -icount shift=0: 1 ns per instruction, so instructions per SysTick tick = 1 GHz / the system clock,
+ * as the fraction NUM / DEN (cross-compile passes the board's: 40/1 at 25 MHz, 125/4 at 32 MHz). */
 #ifndef TT_INSNS_PER_TICK
-#define TT_INSNS_PER_TICK 40 /* -icount shift=0: 1 ns per instruction; SysTick at 25 MHz */
+#define TT_INSNS_PER_TICK 40
+#endif
+#ifndef TT_INSNS_PER_TICK_DEN
+#define TT_INSNS_PER_TICK_DEN 1
 #endif
 
 void Reset_Handler(void) __attribute__((noreturn));
@@ -64,6 +78,30 @@ __attribute__((optimize("no-tree-loop-distribute-patterns"))) static void init_m
     for (uint32_t *d = __bss_start; d < __bss_end;) *d++ = 0;
 }
 
+#if TT_PMSAV8
+/* PMSAv8 regions are [base, limit] in 32-byte units and have no "no access" permission, so the
+ * guard is the absence of a region: the background map is off (no PRIVDEFENA) and only the board's
+ * memories are mapped: the code memories read-only (QEMU backs them with RAM; a real part's flash
+ * refuses plain stores too), RAM read-write and never executed. Any other address - below RAM,
+ * where a stack overflow goes, or a stray pointer - is a MemManage fault. The System Control Space
+ * (SysTick, SCB, MPU) is not subject to the MPU. */
+static void mpu_region(uint32_t n, uintptr_t start, uintptr_t end, uint32_t rbar_flags) {
+    REG32(MPU_RNR) = n;
+    REG32(MPU_RBAR) = ((uint32_t)start & ~31u) | rbar_flags;
+    REG32(MPU_RLAR) = (((uint32_t)end - 1u) & ~31u) | (0u << 1) /* AttrIndx 0 */ | 1u /* EN */;
+}
+
+static void mpu_init(void) {
+    REG32(MPU_MAIR0) = 0xFFu; /* attribute 0: normal memory, write-back, read/write-allocate */
+    uint32_t n = 0;
+    mpu_region(n++, (uintptr_t)__flash_start, (uintptr_t)__flash_end, 0x3u << 1 /* AP: read-only */);
+    if ((uintptr_t)__vectors_start != (uintptr_t)__flash_start) /* regions may not overlap: an address in two of them faults */
+        mpu_region(n++, (uintptr_t)__vectors_start, (uintptr_t)__vectors_end, 0x3u << 1);
+    mpu_region(n++, (uintptr_t)__ram_start, (uintptr_t)__ram_end, (0x1u << 1) /* AP: read-write */ | 1u /* XN */);
+    REG32(MPU_CTRL) = 1u; /* ENABLE, no PRIVDEFENA */
+    __asm__ volatile("dsb\n\tisb" ::: "memory");
+}
+#else
 /* Region 0: the flash image (QEMU backs it with RAM) read-only, as a real part's flash is to
  * plain stores, so a write through a pointer to `const` faults here too. Region 1: the guard
  * below RAM. Everything else keeps the default map (PRIVDEFENA). */
@@ -77,10 +115,12 @@ static void mpu_init(void) {
     REG32(MPU_CTRL) = (1u << 2) /* PRIVDEFENA */ | 1u /* ENABLE */;
     __asm__ volatile("dsb\n\tisb" ::: "memory");
 }
+#endif
 
 void Reset_Handler(void) {
     /* FPU first: with -mfloat-abi=hard the compiler may use VFP registers anywhere, and an FP
-     * instruction with CP10/CP11 disabled is a UsageFault (NOCP). */
+     * instruction with CP10/CP11 disabled is a UsageFault (NOCP). On Armv8.1-M the same two
+     * coprocessor fields enable MVE (Helium). */
     REG32(SCB_CPACR) |= (0xFu << 20);
     __asm__ volatile("dsb\n\tisb" ::: "memory");
     init_memory();
@@ -120,7 +160,7 @@ uint64_t tt_instructions(void) {
     }
     __asm__ volatile("msr primask, %0" ::"r"(primask) : "memory");
     uint64_t ticks = (uint64_t)wraps * 0x1000000u + (0x00FFFFFFu - val);
-    return ticks * TT_INSNS_PER_TICK;
+    return ticks * TT_INSNS_PER_TICK / TT_INSNS_PER_TICK_DEN;
 }
 
 uint32_t tt_stack_high_water(void) {
@@ -176,6 +216,7 @@ static const char *exception_name(uint32_t n) {
     case 4: return "MemManage";
     case 5: return "BusFault";
     case 6: return "UsageFault";
+    case 7: return "SecureFault";
     case 11: return "SVCall";
     case 12: return "DebugMonitor";
     case 14: return "PendSV";
@@ -200,6 +241,7 @@ void tt_fault_report(const uint32_t *frame, uint32_t ipsr, uint32_t exc_return, 
     }
     if (cfsr & (1u << 25)) tt_log("  UsageFault: divide by zero\n");
     if (cfsr & (1u << 24)) tt_log("  UsageFault: unaligned access\n");
+    if (cfsr & (1u << 20)) tt_log("  UsageFault: stack limit reached (stack overflow)\n");
     if (cfsr & (1u << 19)) tt_log("  UsageFault: FPU disabled (NOCP)\n");
     if (cfsr & (1u << 16)) tt_log("  UsageFault: undefined instruction\n");
     if (cfsr & (1u << 15)) tt_log("  BusFault: bad data address 0x%08lx\n", (unsigned long)REG32(SCB_BFAR));
@@ -209,7 +251,8 @@ void tt_fault_report(const uint32_t *frame, uint32_t ipsr, uint32_t exc_return, 
         tt_log("  MemManage: bad data address 0x%08lx\n", (unsigned long)a);
         if (a >= TT_GUARD_BASE && a < (uintptr_t)__stack_bottom)
             tt_log("  stack overflow: the stack (%lu bytes) ran below RAM\n", (unsigned long)tt_stack_size());
-        else if (a < 0x00400000u)
+        else if ((a >= (uintptr_t)__flash_start && a < (uintptr_t)__flash_end) ||
+                 (a >= (uintptr_t)__vectors_start && a < (uintptr_t)__vectors_end))
             tt_log("  write to flash (a pointer to const data?)\n");
     }
     if (cfsr & (1u << 4)) tt_log("  MemManage: stacking failed (stack overflow)\n");
@@ -218,7 +261,11 @@ void tt_fault_report(const uint32_t *frame, uint32_t ipsr, uint32_t exc_return, 
 
 /* ---- vector table ----------------------------------------------------------------------------- */
 
+#if TT_PMSAV8
+#define TT_NUM_IRQS 96 /* mps3-an547 wires 96 (QEMU) */
+#else
 #define TT_NUM_IRQS 48 /* mps2-an386/an500 wire 32 (QEMU); a few spare catch stray numbers */
+#endif
 
 typedef void (*tt_vector)(void);
 
@@ -231,7 +278,8 @@ __attribute__((section(".isr_vector"), used)) const tt_vector tt_vectors[16 + TT
     Fault_Handler, /* MemManage */
     Fault_Handler, /* BusFault */
     Fault_Handler, /* UsageFault */
-    0, 0, 0, 0,
+    Fault_Handler, /* SecureFault (Armv8-M), reserved before */
+    0, 0, 0,
     Fault_Handler, /* SVCall */
     Fault_Handler, /* DebugMonitor */
     0,

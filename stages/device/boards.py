@@ -12,6 +12,7 @@ from here without an import cycle.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 # kernels_c/boards/: linker scripts, startup, semihosting, the tt_platform API.
@@ -25,6 +26,9 @@ HOST_SOURCES = ("platform_host.c",)
 # QEMU runs with `-icount shift=0`: each guest instruction advances virtual time by 2**0 ns, so
 # a SysTick on the mps2 machines' 25 MHz system clock ticks once per 40 instructions.
 MPS2_SYSCLK_HZ = 25_000_000
+# QEMU's mps3-an547 (hw/arm/mps2-tz.c: sysclk_frq) clocks the SSE-300 and its SysTick at 32 MHz:
+# one tick per 31.25 instructions, so the count is scaled by a fraction (125/4), not an integer.
+MPS3_AN547_SYSCLK_HZ = 32_000_000
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,8 @@ class Board:
     sram_origin: int = 0x2000_0000
     sysclk_hz: int = MPS2_SYSCLK_HZ
     host: bool = False
+    half_precision: bool = False      # native fp16 arithmetic (or, on host, a portable fallback)
+    mve: bool = False                 # Armv8.1-M MVE (Helium): `target.kernels: mve` is allowed
 
     @property
     def linker_script_path(self) -> Path | None:
@@ -57,8 +63,15 @@ class Board:
         return None if self.host else self.sram_bytes - self.runtime_reserve_bytes
 
     @property
-    def instructions_per_tick(self) -> int:
-        return 1_000_000_000 // self.sysclk_hz
+    def instructions_per_tick(self) -> Fraction:
+        """Instructions per SysTick tick at 1 ns per instruction (exact: 40 at 25 MHz, 125/4 at 32 MHz)."""
+        return Fraction(1_000_000_000, self.sysclk_hz)
+
+    @property
+    def tick_defines(self) -> dict[str, str]:
+        """-D flags for startup.c's tt_instructions(): instructions = ticks * NUM / DEN."""
+        r = self.instructions_per_tick
+        return {"TT_INSNS_PER_TICK": str(r.numerator), "TT_INSNS_PER_TICK_DEN": str(r.denominator)}
 
     @property
     def support_sources(self) -> tuple[Path, ...]:
@@ -74,13 +87,18 @@ class Board:
 
 _M7_FLAGS = ("-mthumb", "-mcpu=cortex-m7", "-mfpu=fpv5-sp-d16", "-mfloat-abi=hard")
 _M4_FLAGS = ("-mthumb", "-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard")
+# gcc 12's -mcpu=cortex-m55 means the full core: MVE with floating point (__ARM_FEATURE_MVE == 3), the
+# double-precision FPU and scalar fp16 arithmetic (__ARM_FEATURE_FP16_SCALAR_ARITHMETIC), as the AN547's
+# M55 is configured (and QEMU's cortex-m55 emulates). -mfpu=auto takes the FPU from the CPU name.
+_M55_FLAGS = ("-mthumb", "-mcpu=cortex-m55", "-mfpu=auto", "-mfloat-abi=hard")
 KB = 1024
 
 BOARDS: dict[str, Board] = {b.name: b for b in (
     # -O3 (after BASE_CFLAGS' -O2, so it wins) for speed; bit-identical to -O2 and to QEMU because
     # -ffp-contract=off stays and no -ffast-math: IEEE results do not depend on the optimisation level. Portable
     # on purpose (no -march=native): the cache key knows the compiler's version, not the build machine's CPU.
-    Board("host", "native C on the build machine (cc); no memory limits", "host", ("-O3",), 0, 0, 0, 0, host=True),
+    Board("host", "native C on the build machine (cc); no memory limits", "host", ("-O3",), 0, 0, 0, 0, host=True,
+          half_precision=True),
     # STM32F746NG has a single-precision FPU (FPv5-SP); QEMU's M7 has double too, so the flags,
     # not the emulator, keep doubles in software as on the real part.
     Board("stm32f746-disco", "STM32F746G-DISCO: Cortex-M7 @216 MHz, 320 KB SRAM, 1 MB flash", "cortex-m7",
@@ -89,6 +107,14 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
           _M4_FLAGS, 256 * KB, 1024 * KB, 16 * KB, 20 * KB, "mps2-an386", "cortex-m4", "m4-256k.ld"),
     Board("m4-128k", "Cortex-M4F with 128 KB SRAM, 512 KB flash (STM32F411-class)", "cortex-m4",
           _M4_FLAGS, 128 * KB, 512 * KB, 8 * KB, 12 * KB, "mps2-an386", "cortex-m4", "m4-128k.ld"),
+    # Arm MPS3 AN547 (Corstone SSE-300, Cortex-M55 with MVE-FP). It has no on-chip flash: the MPS3 loads the
+    # image into its code memories, so "flash" (code and frozen weights) is the 2 MB code SRAM at 0x01000000,
+    # and the vector table sits in the ITCM at the boot address 0 (kernels_c/boards/mps3-an547.ld). The budget
+    # is the 512 KB DTCM (4 x 128 KB at 0x20000000, the core's zero-wait data memory); the 4 MB ISRAM at
+    # 0x21000000 stays out of it, as memory a product shares with the rest of the system (the AN547's Ethos-U55).
+    Board("mps3-an547", "Arm MPS3 AN547: Cortex-M55 (Helium/MVE, fp16) @32 MHz, 512 KB DTCM, 2 MB code SRAM",
+          "cortex-m55", _M55_FLAGS, 512 * KB, 2048 * KB, 16 * KB, 20 * KB, "mps3-an547", "cortex-m55",
+          "mps3-an547.ld", flash_origin=0x0100_0000, sysclk_hz=MPS3_AN547_SYSCLK_HZ, half_precision=True, mve=True),
 )}
 
 BOARD_NAMES: tuple[str, ...] = tuple(BOARDS)
