@@ -111,4 +111,9 @@ static inline int32_t tt_dot1_raw_s8(const int8_t *x, const int8_t *w, int32_t n
     return acc;
 }
 
+/* target.kernels: mve - Helium versions replace the three functions above for the code that includes this file. */
+#if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
+#include "tt_dot_mve.h"
+#endif
+
 #endif /* TT_DOT_H */

@@ -28,6 +28,7 @@ from tinytrain.pipeline.yaml_source import MAX_BYTES, load_yaml
 
 # The board choices come from the board registry, so a new board needs no edit here.
 from tinytrain.stages.device.boards import BOARD_NAMES as BOARDS, describe_boards  # noqa: E402
+from tinytrain.stages.device.boards import BOARDS as BOARD_OBJECTS, get_board  # noqa: E402
 from tinytrain.stages.train.runtime_config import OPTIMIZER_DEFAULTS
 WEIGHT_RATIOS = (0.0, 0.125, 0.25, 0.5, 1.0)
 # A ratio may also be written as text: "0", "1/8", "1/4", "1/2", "1".
@@ -270,10 +271,20 @@ class TargetSpec(_Strict):
 
     board: Literal[BOARDS] = Field(  # type: ignore[valid-type]
         default="host", description=describe_boards())
-    kernels: Literal["portable", "dsp"] = Field(default="portable",
-                                                description="portable C99, or Cortex-M DSP (ACLE) variants")
+    kernels: Literal["portable", "dsp", "mve"] = Field(
+        default="portable", description="portable C99; Cortex-M DSP (ACLE) variants; or mve: the DSP variants plus "
+                                        "Helium (MVE) int8 dot products, on boards with MVE (same results as portable)")
     cflags: list[str] = Field(default_factory=list, description="extra compiler flags")
     timeout_s: float = Field(default=600.0, gt=0, description="emulator run time limit, seconds")
+
+    @model_validator(mode="after")
+    def _kernels_fit_the_board(self) -> "TargetSpec":
+        board = get_board(self.board)
+        if self.kernels == "mve" and not board.mve:
+            with_mve = ", ".join(b.name for b in BOARD_OBJECTS.values() if b.mve)
+            raise ValueError(f"kernels mve needs a board with Helium (MVE); {self.board} ({board.cpu}) has none "
+                             f"(boards with MVE: {with_mve})")
+        return self
 
 
 # ---- build ------------------------------------------------------------------------------------

@@ -60,3 +60,149 @@ def test_example_trains_on_the_m55_bit_identical_to_host(tmp_path, capsys):
     assert m55["run"]["accuracy"] == host["run"]["accuracy"]
     assert m55["run"]["loss"]["steps"] == 60
     assert m55["run"]["instructions"]["counted"] and m55["run"]["instructions"]["per_step_mean"] > 0
+
+
+# ---- Helium dot products against the reference loops and numpy ------------------------------------------------------
+
+DOTS = r"""
+#include <stdint.h>
+#include "tt_dot.h"
+#include "tt_platform.h"
+
+#ifndef TT_DOT_MVE
+#define TT_DOT_MVE 0 /* host, or a build without TT_USE_MVE: both columns are the reference loop */
+#endif
+
+static uint8_t buf[64 * 1024];
+static int32_t out[16 * 256];
+
+static int32_t rd32(const uint8_t *p) { return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24); }
+
+int tt_main(void) {
+    long size = tt_read_file("cases.bin", buf, sizeof buf);
+    if (size < 4) tt_fail("no cases.bin");
+    int32_t cases = rd32(buf), k = 0;
+    const uint8_t *p = buf + 4;
+    uint64_t t_fast = 0, t_ref = 0;
+    for (int32_t c = 0; c < cases; ++c) {
+        int32_t n = rd32(p), z = rd32(p + 4), start = rd32(p + 8);
+        const int8_t *x = (const int8_t *)(p + 12), *w = x + n;
+        int32_t a[4] = {start, -start, start, 1}, r[4] = {start, -start, start, 1};
+        uint64_t t0 = tt_instructions();
+        out[k] = tt_dot_s8(x, w, n, z);
+        tt_dot4_raw_s8(x, w, w + n, w + 2 * n, w + 3 * n, n, a);
+        out[k + 2] = tt_dot1_raw_s8(x, w + 3 * n, n);
+        uint64_t t1 = tt_instructions();
+        out[k + 1] = (tt_dot_s8)(x, w, n, z);
+        (tt_dot4_raw_s8)(x, w, w + n, w + 2 * n, w + 3 * n, n, r);
+        out[k + 3] = (tt_dot1_raw_s8)(x, w + 3 * n, n);
+        uint64_t t2 = tt_instructions();
+        t_fast += t1 - t0;
+        t_ref += t2 - t1;
+        for (int j = 0; j < 4; ++j) {
+            out[k + 4 + j] = a[j];
+            out[k + 8 + j] = r[j];
+        }
+        k += 12;
+        p += 12 + 5 * n;
+    }
+    tt_log("mve=%d instructions fast=%llu reference=%llu\n", TT_DOT_MVE, (unsigned long long)t_fast,
+           (unsigned long long)t_ref);
+    return tt_write_file("out.bin", out, (size_t)k * 4) == 0 ? 0 : 1;
+}
+"""
+
+
+def _dot_cases(seed: int = 5):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    sizes = [0, 1, 2, 15, 16, 17, 31, 32, 33, 48, 64, 100, 255, 256, 257, 300]
+    sizes += [int(s) for s in rng.integers(1, 400, 40)]
+    cases, blob = [], [np.int32(len(sizes)).tobytes()]
+    for i, n in enumerate(sizes):
+        lo_hi = (i % 3 == 0)  # every third case at the int8 extremes only: the largest products
+        x = rng.choice(np.array([-128, 127], np.int8), n) if lo_hi else rng.integers(-128, 128, n).astype(np.int8)
+        w = rng.choice(np.array([-128, 127], np.int8), (4, n)) if lo_hi else rng.integers(-128, 128, (4, n)).astype(np.int8)
+        z, start = int(rng.integers(-128, 128)), int(rng.integers(-1000, 1000))
+        blob += [np.array([n, z, start], "<i4").tobytes(), x.tobytes(), w.tobytes()]
+        cases.append((x.astype(np.int64), w.astype(np.int64), z, start))
+    return cases, b"".join(blob)
+
+
+def _check_dots(out: bytes, cases) -> None:
+    import numpy as np
+
+    got = np.frombuffer(out, "<i4").reshape(len(cases), 12).astype(np.int64)
+    for (x, w, z, start), row in zip(cases, got):
+        n = len(x)
+        dot = int(((x - z) * w[0]).sum())
+        raw = [int((x * w[j]).sum()) for j in range(4)] if n else [0] * 4
+        want4 = [start + raw[0], -start + raw[1], start + raw[2], 1 + raw[3]]
+        assert row[0] == row[1] == dot, n
+        assert row[2] == row[3] == raw[3], n
+        assert list(row[4:8]) == list(row[8:12]) == want4, n
+
+
+def _run_dots(board: str, tmp: Path, sanitize: tuple[str, ...] = ()):
+    from tinytrain.stages.cross_compile import build_firmware
+    from tinytrain.stages.device.boards import get_board
+    from tinytrain.stages.device.launch import run_firmware
+
+    prog = tmp / "prog"
+    prog.mkdir(exist_ok=True)
+    (prog / "dots.c").write_text(DOTS)
+    cases, blob = _dot_cases()
+    b = get_board(board)
+    built = build_firmware(b, prog, tmp / f"build-{board}", kernels=[], defines={"TT_USE_MVE": "1"}, sanitize=sanitize)
+    ran = run_firmware(b, built.elf, tmp / f"run-{board}", {"cases.bin": blob}, timeout_s=60)
+    _check_dots(ran.files["out.bin"], cases)
+    return ran
+
+
+@needs_arm
+def test_mve_dot_products_equal_the_reference_loops_and_numpy_in_qemu(tmp_path):
+    ran = _run_dots(BOARD, tmp_path)
+    assert "mve=1" in ran.console  # the Helium path really ran (the reference loops are the other column)
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no native C compiler (cc)")
+def test_dot_products_on_host_under_sanitizers(tmp_path):
+    ran = _run_dots("host", tmp_path, sanitize=("address", "undefined"))
+    assert "mve=0" in ran.console and "runtime error" not in ran.log
+
+
+# ---- target.kernels: mve, end to end ---------------------------------------------------------------------------------
+
+def test_mve_kernels_are_refused_on_a_board_without_helium():
+    from pydantic import ValidationError
+
+    from tinytrain.pipeline.spec import TargetSpec
+
+    assert TargetSpec(board=BOARD, kernels="mve").kernels == "mve"
+    for board in ("host", "stm32f746-disco", "m4-128k"):
+        with pytest.raises(ValidationError, match=f"kernels mve needs a board with Helium \\(MVE\\); {board}"):
+            TargetSpec(board=board, kernels="mve")
+
+
+def test_mve_refusal_is_one_line_and_exit_2(tmp_path, capsys):
+    from tinytrain.pipeline.cli import main
+
+    spec = _spec(tmp_path, "bad", "stm32f746-disco", "mve")
+    assert main(["status", str(spec)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "kernels mve needs a board with Helium (MVE)" in err
+    assert "mps3-an547" in err and "Traceback" not in err
+
+
+@needs_arm
+@pytest.mark.slow
+def test_example_with_mve_kernels_trains_bit_identically_to_portable(tmp_path, capsys):
+    port = _build(_spec(tmp_path, "digits", BOARD, "portable"), "digits")
+    mve = _build(_spec(tmp_path, "digits", BOARD, "mve"), "digits")  # same name: one build folder, shared stages
+    capsys.readouterr()
+    assert "-DTT_USE_MVE=1" in mve["cflags"] and "-DTT_USE_MVE=1" not in port["cflags"]
+    assert mve["elf"] != port["elf"]
+    assert mve["weights"] == port["weights"]
+    assert mve["run"]["loss"]["per_step"] == port["run"]["loss"]["per_step"]
+    assert mve["run"]["accuracy"] == port["run"]["accuracy"]
