@@ -181,6 +181,8 @@ def cycle_estimate(board: Board, elf: Path, files: dict[str, bytes], rc: Runtime
     total = float(result.instructions or 0)
     if board.host or not per_step or not total:
         return {"traced": False, "reason": "no instruction count to trace (host board or no training step)"}
+    if board.cpu not in cycles.COSTS:  # checked before the trace, which would cost time only to fail
+        return {"traced": False, "reason": f"no cycle table for {board.cpu} (have {', '.join(cycles.COSTS)})"}
     if per_step * TRACE_SLOWDOWN + TRACE_FIXED_INSNS > TRACE_BUDGET * total:
         return {"traced": False, "reason": f"tracing one step (~{TRACE_SLOWDOWN}x slower than the run per "
                                            f"instruction) would cost more than {TRACE_BUDGET:.0%} of this run; "
@@ -556,7 +558,7 @@ def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[st
              "per_step_max": int(res.get("instructions_per_step_max") or 0) if counted else None,
              "total_train": int(res.get("instructions_total_train") or 0) if counted else None,
              "total_run": result.instructions if counted else None,
-             "how": ("QEMU -icount shift=0: SysTick counts every 40 instructions" if counted
+             "how": (f"QEMU -icount shift=0: SysTick counts every {board.instructions_per_tick} instructions" if counted
                      else "not counted on host")}
     one_cpi = None
     if counted and clock:
