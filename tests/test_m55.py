@@ -54,7 +54,7 @@ def test_example_trains_on_the_m55_bit_identical_to_host(tmp_path, capsys):
     host = _build(_spec(tmp_path, "host", "host"), "host")
     m55 = _build(_spec(tmp_path, "m55", BOARD), "m55")
     capsys.readouterr()
-    assert "-mcpu=cortex-m55" in m55["cflags"]
+    assert "-mcpu=cortex-m55+nomve.fp" in m55["cflags"]
     assert m55["weights"] == host["weights"]
     assert m55["run"]["loss"]["per_step"] == host["run"]["loss"]["per_step"]
     assert m55["run"]["accuracy"] == host["run"]["accuracy"]
@@ -206,3 +206,52 @@ def test_example_with_mve_kernels_trains_bit_identically_to_portable(tmp_path, c
     assert mve["weights"] == port["weights"]
     assert mve["run"]["loss"]["per_step"] == port["run"]["loss"]["per_step"]
     assert mve["run"]["accuracy"] == port["run"]["accuracy"]
+
+
+# ---- why the board compiles without MVE floating point -------------------------------------------------------------
+
+FLUSH = r"""
+#include <arm_mve.h>
+#include "tt_platform.h"
+int tt_main(void) {
+    volatile float a = 1e-20f, b = 1e-20f;  /* a * b = 1e-40: a subnormal float */
+    float scalar = a * b;
+    float vector = vgetq_lane_f32(vmulq_f32(vdupq_n_f32(a), vdupq_n_f32(b)), 0);
+    tt_log("scalar %08lx vector %08lx\n", (unsigned long)tt_f32_bits(scalar), (unsigned long)tt_f32_bits(vector));
+    return 0;
+}
+"""
+
+
+@needs_arm
+def test_mve_float_flushes_subnormals_so_the_board_leaves_it_out(tmp_path):
+    """MVE's float vector instructions flush subnormals to zero (the scalar FPU and the host do not), so the board's
+    flags (+nomve.fp) keep gcc from auto-vectorizing float loops with them; shown here with them forced back on."""
+    import re
+    import subprocess
+
+    import numpy as np
+
+    from tinytrain.stages.cross_compile import build_firmware
+    from tinytrain.stages.device.boards import get_board
+    from tinytrain.stages.device.launch import run_firmware
+
+    board = get_board(BOARD)
+    assert "-mcpu=cortex-m55+nomve.fp" in board.cflags
+    prog = tmp_path / "prog"
+    prog.mkdir()
+    (prog / "flush.c").write_text(FLUSH)
+    built = build_firmware(board, prog, tmp_path / "b", kernels=[], extra_cflags=["-mcpu=cortex-m55"])
+    ran = run_firmware(board, built.elf, tmp_path / "r", {}, timeout_s=30)
+    scalar, vector = (int(v, 16) for v in re.search(r"scalar (\w+) vector (\w+)", ran.console).groups())
+    assert scalar == int((np.float32(1e-20) * np.float32(1e-20)).view(np.uint32)) != 0 and vector == 0
+    # With the board's own flags, no kernel compiles to a float vector instruction.
+    conv = subprocess.run(["arm-none-eabi-gcc", *board.cflags, "-std=c99", "-O2", "-ffp-contract=off",
+                           f"-I{REPO / 'kernels_c'}", "-S", "-o", "-", str(REPO / "kernels_c" / "ops" / "tt_conv2d.c")],
+                          capture_output=True, text=True, check=True).stdout
+    assert not re.search(r"\sv\w+\.f(16|32)\s+q\d", conv)
+    with_fp = subprocess.run(["arm-none-eabi-gcc", "-mthumb", "-mcpu=cortex-m55", "-mfloat-abi=hard", "-std=c99", "-O2",
+                              "-ffp-contract=off", f"-I{REPO / 'kernels_c'}", "-S", "-o", "-",
+                              str(REPO / "kernels_c" / "ops" / "tt_conv2d.c")], capture_output=True, text=True,
+                             check=True).stdout
+    assert re.search(r"\sv\w+\.f32\s+q\d", with_fp)  # what the flag prevents
