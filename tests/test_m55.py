@@ -255,3 +255,43 @@ def test_mve_float_flushes_subnormals_so_the_board_leaves_it_out(tmp_path):
                               str(REPO / "kernels_c" / "ops" / "tt_conv2d.c")], capture_output=True, text=True,
                              check=True).stdout
     assert re.search(r"\sv\w+\.f32\s+q\d", with_fp)  # what the flag prevents
+
+
+@needs_arm
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", ["convnet_float", "dwsep_float"])
+def test_fp32_training_on_the_m55_is_bit_identical_to_host(fixture, tmp_path):
+    """fp32 models (the float conv / depthwise kernels and their backward) train on the M55 with the host's bits."""
+    import numpy as np
+
+    from tinytrain.stages import codegen
+    from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
+    from tinytrain.stages.cross_compile import build_firmware
+    from tinytrain.stages.device.boards import get_board
+    from tinytrain.stages.device.launch import run_firmware
+    from tinytrain.stages.model.tflite_reader import read_model
+    from tinytrain.stages.planning.train_plan import TrainPlan
+    from tinytrain.stages.reorder import plan_schedules
+    from tinytrain.stages.train.data import write_stream
+    from tinytrain.stages.train.runtime_config import RuntimeConfig
+
+    g = read_model(REPO / "tests" / "fixtures" / f"{fixture}.tflite")
+    tg = build_training_graph(g, TrainPlan.full(g), "cross_entropy", OptimizerSpec(kind="sgd", learning_rate=0.05), 1)
+    _, mp, _, _ = plan_schedules(tg, True)
+    codegen.generate(tg, mp.order, mp.to_json(), tmp_path / "prog")
+    meta = tg.meta["train"]
+    x_t = tg.tensors[[t for t in tg.inputs if t != meta["label_input"]][0]]
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal([8] + list(x_t.shape[1:])).astype(np.float32)
+    y = rng.integers(0, tg.tensors[meta["prediction"]].shape[-1], 8)
+    write_stream(tmp_path / "train.ttds", x, y)
+    write_stream(tmp_path / "test.ttds", x[:4], y[:4])
+    out = {}
+    for board in ("host", BOARD):
+        b = get_board(board)
+        built = build_firmware(b, tmp_path / "prog", tmp_path / f"b-{board}")
+        files = {"runtime.bin": RuntimeConfig(learning_rate=0.05, epochs=1).to_bytes(),
+                 "train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"}
+        ran = run_firmware(b, built.elf, tmp_path / f"r-{board}", files, 120)
+        out[board] = (ran.files["losses.bin"], ran.files["weights.bin"])
+    assert out[BOARD] == out["host"]
