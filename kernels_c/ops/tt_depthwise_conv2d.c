@@ -15,38 +15,60 @@ static inline int32_t tt_requant_one(const tt_requant_s8 *q, int32_t acc, int32_
     return tt_clamp32(v, q->act_min, q->act_max);
 }
 
-/* A run of `count` interior outputs of one channel of a 3x3 depthwise conv without dilation: p is the top-left
- * tap of the first output, taps C bytes apart along x and `row` bytes apart along y, outputs `step` input bytes
- * apart; the nine weights and the requantization constants stay in locals. */
-TT_CONV_NOINLINE void tt_dw3x3_run(const int8_t *p, int32_t C, int32_t row, int32_t step, int32_t count,
-                                   const int8_t *wc, int32_t WS, int32_t add, const tt_requant1 *r,
+/* Outputs per chunk of tt_dw3x3_run: their raw sums wait in an int32 array on the stack (128 bytes). */
+#define TT_DW_CHUNK 32
+
+/* Raw sums of `count` outputs of one channel of a 3x3 depthwise conv: rows p0, p1, p2 of the first output's
+ * top-left tap, taps C bytes apart along x, outputs `step` bytes apart. The nine weights are plain locals and
+ * nothing else is live in the loop (the requantization runs afterwards over the chunk), which keeps the loop at
+ * two instructions per tap plus the pointer steps. */
+TT_CONV_INLINE void tt_dw3x3_sums(const int8_t *p0, const int8_t *p1, const int8_t *p2, int32_t C, int32_t step,
+                                  int32_t count, const int32_t *w9, int32_t *acc)
+{
+    const int32_t w0 = w9[0], w1 = w9[1], w2 = w9[2], w3 = w9[3], w4 = w9[4], w5 = w9[5], w6 = w9[6];
+    const int32_t w7 = w9[7], w8 = w9[8], C2 = 2 * C;
+    int32_t *const e = acc + count;
+    while (acc < e) {
+        *acc++ = p0[0] * w0 + p0[C] * w1 + p0[C2] * w2 + p1[0] * w3 + p1[C] * w4 + p1[C2] * w5 + p2[0] * w6 +
+                 p2[C] * w7 + p2[C2] * w8;
+        p0 += step;
+        p1 += step;
+        p2 += step;
+    }
+}
+
+/* A run of `count` outputs of one channel of a 3x3 depthwise conv without dilation whose columns are all in the
+ * image: p0, p1, p2 are the three input rows of the first output at its left tap. A filter row outside the image
+ * (top / bottom border) has zero weights in w9 and a row pointer at an in-image row, so it adds nothing; `add` is
+ * bias - z_x * (sum of the weights of the in-image rows). Sums chunk by chunk, then requantized. */
+TT_CONV_NOINLINE void tt_dw3x3_run(const int8_t *p0, const int8_t *p1, const int8_t *p2, int32_t C, int32_t step,
+                                   int32_t count, const int32_t *w9, int32_t add, const tt_requant1 *r,
                                    const tt_requant_fast *f, int32_t fast, int8_t *out, int32_t out_stride)
 {
-    const int32_t w0 = wc[0], w1 = wc[WS], w2 = wc[2 * WS], w3 = wc[3 * WS], w4 = wc[4 * WS], w5 = wc[5 * WS];
-    const int32_t w6 = wc[6 * WS], w7 = wc[7 * WS], w8 = wc[8 * WS];
-    const int32_t C2 = 2 * C, lo = r->lo, hi = r->hi;
-    int32_t i;
-    if (fast) {
-        const int64_t k = f->k;
-        const int32_t m = f->multiplier;
-        const int sh = f->sh;
-        for (i = 0; i < count; ++i) {
-            const int8_t *p1 = p + row, *p2 = p1 + row;
-            const int32_t acc = p[0] * w0 + p[C] * w1 + p[C2] * w2 + p1[0] * w3 + p1[C] * w4 + p1[C2] * w5 +
-                                p2[0] * w6 + p2[C] * w7 + p2[C2] * w8 + add;
-            *out = (int8_t)tt_clamp32(tt_requant_fast_apply(k, m, sh, acc), lo, hi);
-            out += out_stride;
-            p += step;
+    int32_t acc[TT_DW_CHUNK];
+    const int32_t lo = r->lo, hi = r->hi;
+    while (count > 0) {
+        const int32_t n = count < TT_DW_CHUNK ? count : TT_DW_CHUNK;
+        int32_t i;
+        tt_dw3x3_sums(p0, p1, p2, C, step, n, w9, acc);
+        if (fast) {
+            const int64_t k = f->k;
+            const int32_t m = f->multiplier;
+            const int sh = f->sh;
+            for (i = 0; i < n; ++i) {
+                *out = (int8_t)tt_clamp32(tt_requant_fast_apply(k, m, sh, acc[i] + add), lo, hi);
+                out += out_stride;
+            }
+        } else {
+            for (i = 0; i < n; ++i) {
+                *out = tt_requant_apply(r, acc[i] + add);
+                out += out_stride;
+            }
         }
-    } else {
-        for (i = 0; i < count; ++i) {
-            const int8_t *p1 = p + row, *p2 = p1 + row;
-            const int32_t acc = p[0] * w0 + p[C] * w1 + p[C2] * w2 + p1[0] * w3 + p1[C] * w4 + p1[C2] * w5 +
-                                p2[0] * w6 + p2[C] * w7 + p2[C2] * w8 + add;
-            *out = tt_requant_apply(r, acc);
-            out += out_stride;
-            p += step;
-        }
+        p0 += n * step;
+        p1 += n * step;
+        p2 += n * step;
+        count -= n;
     }
 }
 
@@ -67,6 +89,9 @@ void tt_depthwise_channel_s8(const tt_conv_dims *d, const tt_requant_s8 *q, cons
     const int32_t fast = tt_requant_fast_init(&f, &r);
     int32_t oy_lo, oy_hi, ox_lo, ox_hi, oy, ox, ky, kx, sw = 0, add;
     int32_t w9[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+    int32_t wz[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+    int32_t rsum[3] = {0, 0, 0};
+    int32_t rk0 = -1, rk1 = -1, radd = 0;
     tt_interior(g.out_h, g.in_h, g.stride_h, g.pad_top, g.k_h, g.dil_h, &oy_lo, &oy_hi);
     tt_interior(g.out_w, g.in_w, g.stride_w, g.pad_left, g.k_w, g.dil_w, &ox_lo, &ox_hi);
     for (ky = 0; ky < g.k_h * g.k_w; ++ky) {
@@ -76,6 +101,7 @@ void tt_depthwise_channel_s8(const tt_conv_dims *d, const tt_requant_s8 *q, cons
     if (k3) {
         for (ky = 0; ky < 9; ++ky) {
             w9[ky] = wc[ky * WS];
+            rsum[ky / 3] += w9[ky];
         }
     }
     for (oy = 0; oy < g.out_h; ++oy) {
@@ -83,7 +109,7 @@ void tt_depthwise_channel_s8(const tt_conv_dims *d, const tt_requant_s8 *q, cons
         const int32_t row_in = oy >= oy_lo && oy < oy_hi;
         const int32_t a_lo = row_in ? ox_lo : g.out_w, a_hi = row_in ? ox_hi : g.out_w;
         int8_t *op = out + oy * g.out_w * out_stride;
-        int32_t ky0 = 0, ky1 = g.k_h;
+        int32_t ky0 = 0, ky1 = g.k_h, r_lo = g.out_w, r_hi = g.out_w;
         /* the in-image filter rows of this output row */
         while (ky0 < ky1 && iy0 + ky0 * g.dil_h < 0) {
             ++ky0;
@@ -91,13 +117,35 @@ void tt_depthwise_channel_s8(const tt_conv_dims *d, const tt_requant_s8 *q, cons
         while (ky1 > ky0 && iy0 + (ky1 - 1) * g.dil_h >= g.in_h) {
             --ky1;
         }
+        if (k3 && ky1 > ky0 && ox_hi > ox_lo) {
+            /* 3x3: the columns whose taps are all in the image run through tt_dw3x3_run, every row (a border row
+             * with its outside filter rows' weights zeroed); the weights and add change only with the rows */
+            r_lo = ox_lo;
+            r_hi = ox_hi;
+            if (ky0 != rk0 || ky1 != rk1) {
+                int32_t s = 0;
+                for (ky = 0; ky < 9; ++ky) {
+                    const int32_t in = ky / 3 >= ky0 && ky / 3 < ky1;
+                    wz[ky] = in ? w9[ky] : 0;
+                    s += in && ky % 3 == 0 ? rsum[ky / 3] : 0;
+                }
+                radd = bias - zin * s;
+                rk0 = ky0;
+                rk1 = ky1;
+            }
+        }
         for (ox = 0; ox < g.out_w; ++ox) {
             const int32_t ix0 = ox * g.stride_w - g.pad_left;
             int32_t acc = 0;
-            if (ox == a_lo && k3 && a_hi > a_lo) {
-                tt_dw3x3_run(xc + iy0 * row + ix0 * C, C, row, g.stride_w * C, a_hi - a_lo, wc, WS, add, &r, &f,
-                             fast, op + ox * out_stride, out_stride);
-                ox = a_hi - 1;
+            if (ox == r_lo && r_hi > r_lo) {
+                const int8_t *xb = xc + ix0 * C;
+                const int32_t y0 = iy0 + (ky0 > 0 ? ky0 : 0);
+                const int8_t *p0 = xb + (ky0 <= 0 ? iy0 : y0) * row;
+                const int8_t *p1 = xb + (ky0 <= 1 && ky1 > 1 ? iy0 + 1 : y0) * row;
+                const int8_t *p2 = xb + (ky1 > 2 ? iy0 + 2 : y0) * row;
+                tt_dw3x3_run(p0, p1, p2, C, g.stride_w * C, r_hi - r_lo, wz, radd, &r, &f, fast,
+                             op + ox * out_stride, out_stride);
+                ox = r_hi - 1;
                 continue;
             }
             if (ox >= a_lo && ox < a_hi) {
