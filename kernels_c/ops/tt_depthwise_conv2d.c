@@ -91,7 +91,8 @@ void tt_depthwise_channel_s8(const tt_conv_dims *d, const tt_requant_s8 *q, cons
     int32_t w9[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
     int32_t wz[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
     int32_t rsum[3] = {0, 0, 0};
-    int32_t rk0 = -1, rk1 = -1, radd = 0;
+    int32_t rk0 = -1, rk1 = -1, radd = 0, rb = 0;
+    const int32_t *rw = w9;
     tt_interior(g.out_h, g.in_h, g.stride_h, g.pad_top, g.k_h, g.dil_h, &oy_lo, &oy_hi);
     tt_interior(g.out_w, g.in_w, g.stride_w, g.pad_left, g.k_w, g.dil_w, &ox_lo, &ox_hi);
     for (ky = 0; ky < g.k_h * g.k_w; ++ky) {
@@ -117,9 +118,15 @@ void tt_depthwise_channel_s8(const tt_conv_dims *d, const tt_requant_s8 *q, cons
         while (ky1 > ky0 && iy0 + (ky1 - 1) * g.dil_h >= g.in_h) {
             --ky1;
         }
-        if (k3 && ky1 > ky0 && ox_hi > ox_lo) {
-            /* 3x3: the columns whose taps are all in the image run through tt_dw3x3_run, every row (a border row
-             * with its outside filter rows' weights zeroed); the weights and add change only with the rows */
+        if (k3 && ky0 == 0 && ky1 == 3 && ox_hi > ox_lo) {
+            /* 3x3: the columns whose taps are all in the image run through tt_dw3x3_run */
+            r_lo = ox_lo;
+            r_hi = ox_hi;
+            rw = w9;
+            rb = add;
+        } else if (k3 && ky1 > ky0 && ox_hi - ox_lo >= 8) {
+            /* a wide top / bottom border row too, its outside filter rows' weights zeroed (rebuilt only when the
+             * rows change: narrow rows keep the per-output border path, cheaper than the rebuild) */
             r_lo = ox_lo;
             r_hi = ox_hi;
             if (ky0 != rk0 || ky1 != rk1) {
@@ -133,6 +140,8 @@ void tt_depthwise_channel_s8(const tt_conv_dims *d, const tt_requant_s8 *q, cons
                 rk0 = ky0;
                 rk1 = ky1;
             }
+            rw = wz;
+            rb = radd;
         }
         for (ox = 0; ox < g.out_w; ++ox) {
             const int32_t ix0 = ox * g.stride_w - g.pad_left;
@@ -143,7 +152,7 @@ void tt_depthwise_channel_s8(const tt_conv_dims *d, const tt_requant_s8 *q, cons
                 const int8_t *p0 = xb + (ky0 <= 0 ? iy0 : y0) * row;
                 const int8_t *p1 = xb + (ky0 <= 1 && ky1 > 1 ? iy0 + 1 : y0) * row;
                 const int8_t *p2 = xb + (ky1 > 2 ? iy0 + 2 : y0) * row;
-                tt_dw3x3_run(p0, p1, p2, C, g.stride_w * C, r_hi - r_lo, wz, radd, &r, &f, fast,
+                tt_dw3x3_run(p0, p1, p2, C, g.stride_w * C, r_hi - r_lo, rw, rb, &r, &f, fast,
                              op + ox * out_stride, out_stride);
                 ox = r_hi - 1;
                 continue;
