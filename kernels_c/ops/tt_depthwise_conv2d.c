@@ -207,6 +207,178 @@ void tt_depthwise_channel_s8(const tt_conv_dims *d, const tt_requant_s8 *q, cons
     }
 }
 
+/* ---- depth multiplier 1, pixel by pixel over a block of channels -------------------------------------------
+ * Channel-by-channel (tt_depthwise_channel_s8) pays its setup, its border outputs and a run call per channel and
+ * row: on the 8x8 and 4x4 maps of a MobileNet that cost more than the taps. Here a block of up to TT_DWB_G
+ * channels keeps its constants in small stack tables and an output row is computed pixel by pixel, the channels
+ * of a pixel innermost: the pixel's tap geometry (interior or which taps are in the image) is worked out once for
+ * the block. Interior pixels: sum x * w + (bias - z_x * sum w); border pixels: sum over the in-image taps of
+ * (x - z_x) * w + bias (int32 sums, any order: the reference's bits). */
+#define TT_DWB_G 8
+
+typedef struct {
+    int64_t k[TT_DWB_G];
+    int32_t m[TT_DWB_G], sh[TT_DWB_G], add[TT_DWB_G], bias[TT_DWB_G];
+    tt_requant1 r[TT_DWB_G];
+    int32_t fast; /* every channel of the block has the fast requantization */
+} tt_dwb;
+
+static void tt_dwb_init(const tt_geom *g, const tt_requant_s8 *q, const int8_t *w, const int32_t *bias, int32_t c0,
+                        int32_t nc, tt_dwb *b)
+{
+    const int32_t taps = g->k_h * g->k_w, zin = q->input_zero_point;
+    int32_t j, t;
+    b->fast = 1;
+    for (j = 0; j < nc; ++j) {
+        tt_requant_fast f;
+        int32_t sw = 0;
+        for (t = 0; t < taps; ++t) {
+            sw += w[t * g->out_c + c0 + j];
+        }
+        b->bias[j] = bias != 0 ? bias[c0 + j] : 0;
+        b->add[j] = b->bias[j] - zin * sw;
+        b->r[j] = tt_requant_channel(q, c0 + j);
+        b->fast &= tt_requant_fast_init(&f, &b->r[j]);
+        b->k[j] = f.k;
+        b->m[j] = f.multiplier;
+        b->sh[j] = f.sh;
+    }
+}
+
+TT_CONV_INLINE int8_t tt_dwb_out(const tt_dwb *b, int32_t j, int32_t acc)
+{
+    if (b->fast) {
+        return (int8_t)tt_clamp32(tt_requant_fast_apply(b->k[j], b->m[j], b->sh[j], acc), b->r[0].lo, b->r[0].hi);
+    }
+    return tt_requant_apply(&b->r[j], acc);
+}
+
+/* Output row oy of channels [c0, c0 + nc) of one batch plane xb: pixel ox, channel j goes to y[ox * ys + j]. */
+static void tt_dwb_row(const tt_geom *g, const tt_dwb *b, const int8_t *xb, const int8_t *w, int32_t c0, int32_t nc,
+                       int32_t zin, int32_t oy, int32_t ox_lo, int32_t ox_hi, int8_t *y, int32_t ys)
+{
+    const int32_t C = g->in_c, row = g->in_w * C, iy0 = oy * g->stride_h - g->pad_top;
+    const int32_t k3 = g->k_h == 3 && g->k_w == 3 && g->dil_h == 1 && g->dil_w == 1;
+    const int8_t *const wb = w + c0;
+    int32_t ky0 = 0, ky1 = g->k_h, ox, j, ky, kx;
+    while (ky0 < ky1 && iy0 + ky0 * g->dil_h < 0) {
+        ++ky0;
+    }
+    while (ky1 > ky0 && iy0 + (ky1 - 1) * g->dil_h >= g->in_h) {
+        --ky1;
+    }
+    for (ox = 0; ox < g->out_w; ++ox) {
+        const int32_t ix0 = ox * g->stride_w - g->pad_left;
+        const int8_t *xp = xb + iy0 * row + ix0 * C + c0;
+        int8_t *yp = y + ox * ys;
+        if (ky0 == 0 && ky1 == g->k_h && ox >= ox_lo && ox < ox_hi) {
+            if (k3) {
+                const int8_t *x1 = xp + row, *x2 = x1 + row;
+                const int8_t *w1 = wb + 3 * C, *w2 = w1 + 3 * C;
+                const int32_t C2 = 2 * C;
+                for (j = 0; j < nc; ++j) {
+                    const int32_t acc = xp[j] * wb[j] + xp[C + j] * wb[C + j] + xp[C2 + j] * wb[C2 + j] +
+                                        x1[j] * w1[j] + x1[C + j] * w1[C + j] + x1[C2 + j] * w1[C2 + j] +
+                                        x2[j] * w2[j] + x2[C + j] * w2[C + j] + x2[C2 + j] * w2[C2 + j];
+                    yp[j] = tt_dwb_out(b, j, acc + b->add[j]);
+                }
+            } else {
+                for (j = 0; j < nc; ++j) {
+                    int32_t acc = b->add[j];
+                    for (ky = 0; ky < g->k_h; ++ky) {
+                        for (kx = 0; kx < g->k_w; ++kx) {
+                            acc += xp[ky * g->dil_h * row + kx * g->dil_w * C + j] *
+                                   wb[(ky * g->k_w + kx) * C + j];
+                        }
+                    }
+                    yp[j] = tt_dwb_out(b, j, acc);
+                }
+            }
+        } else {
+            int32_t kx0 = 0, kx1 = g->k_w;
+            while (kx0 < kx1 && ix0 + kx0 * g->dil_w < 0) {
+                ++kx0;
+            }
+            while (kx1 > kx0 && ix0 + (kx1 - 1) * g->dil_w >= g->in_w) {
+                --kx1;
+            }
+            for (j = 0; j < nc; ++j) {
+                int32_t acc = b->bias[j];
+                for (ky = ky0; ky < ky1; ++ky) {
+                    for (kx = kx0; kx < kx1; ++kx) {
+                        acc += ((int32_t)xp[ky * g->dil_h * row + kx * g->dil_w * C + j] - zin) *
+                               (int32_t)wb[(ky * g->k_w + kx) * C + j];
+                    }
+                }
+                yp[j] = tt_dwb_out(b, j, acc);
+            }
+        }
+    }
+}
+
+/* Output rows kept back by the in-place kernel, at most (bytes on the stack). */
+#define TT_DWB_STAGE 512
+
+/* Depthwise (multiplier 1) channel block by channel block. ip == 0: y is another buffer, rows are written in
+ * place. ip == 1: y == x; a computed output row is held in a small stack buffer until no later output row reads an
+ * input row its bytes overlap (for stride 1 the row before; stride 2 at once), then copied to its place. Returns 0
+ * (nothing done) when the rows to hold would not fit in TT_DWB_STAGE. */
+static int tt_dwb_conv(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
+                       const int32_t *bias, int8_t *y, int ip)
+{
+    const tt_geom g = tt_geom_of(d);
+    const int32_t C = g.in_c, OW = g.out_w, zin = q->input_zero_point;
+    const int32_t in_plane = g.in_h * g.in_w * C, out_plane = g.out_h * OW * C;
+    int8_t stage[TT_DWB_STAGE];
+    int32_t hold = 0, ox_lo, ox_hi, r, bt, c0, oy, G = TT_DWB_G;
+    tt_dwb blk;
+    if (ip) {
+        /* rows held: 1 + the largest lag between an output row and the last output row reading an input row its
+         * bytes overlap (batch 0's offsets; a later batch's output lies further ahead of its input) */
+        for (r = 0; r < g.out_h; ++r) {
+            const int32_t i_max = (int32_t)((((int64_t)r + 1) * OW * C - 1) / ((int64_t)g.in_w * C));
+            int32_t last = (i_max + g.pad_top) / g.stride_h;
+            last = last < g.out_h - 1 ? last : g.out_h - 1;
+            hold = last - r > hold ? last - r : hold;
+        }
+        hold += 1;
+        if ((int64_t)hold * OW > TT_DWB_STAGE) {
+            return 0;
+        }
+        G = TT_DWB_STAGE / (hold * OW) < G ? TT_DWB_STAGE / (hold * OW) : G; /* channels whose rows fit */
+    }
+    tt_interior(g.out_w, g.in_w, g.stride_w, g.pad_left, g.k_w, g.dil_w, &ox_lo, &ox_hi);
+    for (c0 = 0; c0 < C; c0 += G) {
+        const int32_t nc = C - c0 < G ? C - c0 : G;
+        tt_dwb_init(&g, q, w, bias, c0, nc, &blk);
+        for (bt = 0; bt < d->batches; ++bt) {
+            const int8_t *xb = x + bt * in_plane;
+            int8_t *yb = y + bt * out_plane + c0;
+            for (oy = 0; oy < g.out_h; ++oy) {
+                if (!ip) {
+                    tt_dwb_row(&g, &blk, xb, w, c0, nc, zin, oy, ox_lo, ox_hi, yb + oy * OW * C, C);
+                    continue;
+                }
+                tt_dwb_row(&g, &blk, xb, w, c0, nc, zin, oy, ox_lo, ox_hi, stage + (oy % hold) * OW * nc, nc);
+                /* row oy - hold + 1 has no reader left once row oy is made (the last one: every row) */
+                for (r = oy - hold + 1 < 0 ? 0 : oy - hold + 1; r <= oy; ++r) {
+                    if (r == oy - hold + 1 || oy == g.out_h - 1) {
+                        const int8_t *src = stage + (r % hold) * OW * nc;
+                        int8_t *dst = yb + r * OW * C;
+                        int32_t ox, j;
+                        for (ox = 0; ox < OW; ++ox) {
+                            for (j = 0; j < nc; ++j) {
+                                dst[ox * C + j] = src[ox * nc + j];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    return 1;
+}
+
 void tt_depthwise_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
                             const int32_t *bias, int8_t *y)
 {
@@ -214,14 +386,7 @@ void tt_depthwise_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const
     const int32_t zin = q->input_zero_point;
     const int32_t mult = d->depth_multiplier;
     if (mult == 1) {
-        /* channel by channel through the fast per-channel kernel (each output is computed alike, in any order) */
-        for (b = 0; b < d->batches; ++b) {
-            for (ic = 0; ic < d->in_c; ++ic) {
-                tt_depthwise_channel_s8(d, q, x + b * d->in_h * d->in_w * d->in_c + ic, w + ic,
-                                        bias != 0 ? bias[ic] : 0, ic, y + b * d->out_h * d->out_w * d->out_c + ic,
-                                        d->out_c);
-            }
-        }
+        tt_dwb_conv(d, q, x, w, bias, y, 0);
         return;
     }
     for (b = 0; b < d->batches; ++b) {
@@ -308,6 +473,9 @@ void tt_depthwise_conv2d_s8_inplace(const tt_conv_dims *d, const tt_requant_s8 *
 {
     int32_t b, c, p;
     const int32_t C = d->in_c, n_out = d->out_h * d->out_w;
+    if (tt_dwb_conv(d, q, xy, w, bias, xy, 1)) {
+        return;
+    }
     for (b = 0; b < d->batches; ++b) {
         const int8_t *x = xy + b * d->in_h * d->in_w * C;
         int8_t *y = xy + b * n_out * C;
