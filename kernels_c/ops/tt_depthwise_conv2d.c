@@ -248,14 +248,15 @@ static void tt_dwb_init(const tt_geom *g, const tt_requant_s8 *q, const int8_t *
     }
 }
 
-/* Raw sums of the nine taps of an interior 3x3 pixel for channels [0, nc) of a block: xp its top-left tap at the
- * block's first channel, wb the weight at the block's first channel. DSP: four channels per word, SXTB16 splits
- * them into two lanes pairs and SMLABB / SMLATT multiply-accumulate lane by lane. */
-TT_CONV_INLINE void tt_dwb_sums3(const int8_t *xp, const int8_t *wb, int32_t C, int32_t row, int32_t nc,
+/* Raw sums of the nine taps of a 3x3 pixel for channels [0, nc) of a block: xp its top-left tap at the block's
+ * first channel, taps xs bytes apart along x and row bytes along y; wb the weight at the block's first channel
+ * (taps C bytes apart). DSP: four channels per word, SXTB16 splits them into two pairs of lanes and SMLABB /
+ * SMLATT multiply-accumulate lane by lane. */
+TT_CONV_INLINE void tt_dwb_sums3(const int8_t *xp, int32_t xs, int32_t row, const int8_t *wb, int32_t C, int32_t nc,
                                  int32_t *acc)
 {
     const int8_t *const x1 = xp + row, *const x2 = x1 + row;
-    const int32_t C2 = 2 * C, C3 = 3 * C;
+    const int32_t C2 = 2 * C, C3 = 3 * C, X2 = 2 * xs;
     int32_t j = 0;
 #if TT_SIMD
 #define TT_DWB_TAP(xq, wq)                                                                                           \
@@ -271,14 +272,14 @@ TT_CONV_INLINE void tt_dwb_sums3(const int8_t *xp, const int8_t *wb, int32_t C, 
         int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
         const int8_t *const w0 = wb + j, *const w1 = w0 + C3, *const w2 = w1 + C3;
         TT_DWB_TAP(xp + j, w0);
-        TT_DWB_TAP(xp + C + j, w0 + C);
-        TT_DWB_TAP(xp + C2 + j, w0 + C2);
+        TT_DWB_TAP(xp + xs + j, w0 + C);
+        TT_DWB_TAP(xp + X2 + j, w0 + C2);
         TT_DWB_TAP(x1 + j, w1);
-        TT_DWB_TAP(x1 + C + j, w1 + C);
-        TT_DWB_TAP(x1 + C2 + j, w1 + C2);
+        TT_DWB_TAP(x1 + xs + j, w1 + C);
+        TT_DWB_TAP(x1 + X2 + j, w1 + C2);
         TT_DWB_TAP(x2 + j, w2);
-        TT_DWB_TAP(x2 + C + j, w2 + C);
-        TT_DWB_TAP(x2 + C2 + j, w2 + C2);
+        TT_DWB_TAP(x2 + xs + j, w2 + C);
+        TT_DWB_TAP(x2 + X2 + j, w2 + C2);
         acc[j] = a0;
         acc[j + 1] = a1;
         acc[j + 2] = a2;
@@ -288,8 +289,8 @@ TT_CONV_INLINE void tt_dwb_sums3(const int8_t *xp, const int8_t *wb, int32_t C, 
 #endif
     for (; j < nc; ++j) {
         const int8_t *const w0 = wb + j, *const w1 = w0 + C3, *const w2 = w1 + C3;
-        acc[j] = xp[j] * w0[0] + xp[C + j] * w0[C] + xp[C2 + j] * w0[C2] + x1[j] * w1[0] + x1[C + j] * w1[C] +
-                 x1[C2 + j] * w1[C2] + x2[j] * w2[0] + x2[C + j] * w2[C] + x2[C2 + j] * w2[C2];
+        acc[j] = xp[j] * w0[0] + xp[xs + j] * w0[C] + xp[X2 + j] * w0[C2] + x1[j] * w1[0] + x1[xs + j] * w1[C] +
+                 x1[X2 + j] * w1[C2] + x2[j] * w2[0] + x2[xs + j] * w2[C] + x2[X2 + j] * w2[C2];
     }
 }
 
@@ -330,7 +331,7 @@ static void tt_dwb_row(const tt_geom *g, const tt_dwb *b, const int8_t *xb, cons
         const int8_t *xp = xb + iy0 * row + ix0 * C + c0;
         if (ky0 == 0 && ky1 == g->k_h && ox >= ox_lo && ox < ox_hi) {
             if (k3) {
-                tt_dwb_sums3(xp, wb, C, row, nc, acc);
+                tt_dwb_sums3(xp, C, row, wb, C, nc, acc);
             } else {
                 for (j = 0; j < nc; ++j) {
                     int32_t s = 0;
@@ -342,6 +343,29 @@ static void tt_dwb_row(const tt_geom *g, const tt_dwb *b, const int8_t *xb, cons
                     acc[j] = s;
                 }
             }
+            tt_dwb_store(b, acc, b->add, nc, y + ox * ys);
+        } else if (k3) {
+            /* a border pixel of a 3x3: its taps gathered into a 3x3 x nc patch, out-of-image taps filled with z_x,
+             * then the interior sum: sum over the patch of x * w + bias - z_x * sum w = sum over the in-image taps
+             * of (x - z_x) * w + bias, exactly */
+            int8_t patch[9 * TT_DWB_G];
+            for (ky = 0; ky < 3; ++ky) {
+                const int32_t yin = iy0 + ky >= 0 && iy0 + ky < g->in_h;
+                for (kx = 0; kx < 3; ++kx) {
+                    int8_t *dst = patch + (ky * 3 + kx) * nc;
+                    if (yin && ix0 + kx >= 0 && ix0 + kx < g->in_w) {
+                        const int8_t *src = xp + ky * row + kx * C;
+                        for (j = 0; j < nc; ++j) {
+                            dst[j] = src[j];
+                        }
+                    } else {
+                        for (j = 0; j < nc; ++j) {
+                            dst[j] = (int8_t)zin;
+                        }
+                    }
+                }
+            }
+            tt_dwb_sums3(patch, nc, 3 * nc, wb, C, nc, acc);
             tt_dwb_store(b, acc, b->add, nc, y + ox * ys);
         } else {
             int32_t kx0 = 0, kx1 = g->k_w;
