@@ -1,6 +1,8 @@
 /* depthwise_conv2d: int8 and float32 forward (also in place, channel by channel), and its backward
  * depthwise_conv2d_grad_input (float and int8 weight, also in place) and depthwise_conv2d_grad_weight (whole
  * and by taps). Arithmetic conventions: ops/tt_conv2d.c's header. */
+#include <string.h>
+
 #include "tt_kernels.h"
 #include "tt_dot.h"
 #include "tt_requant.h"
@@ -355,13 +357,15 @@ static void tt_dwb_row(const tt_geom *g, const tt_dwb *b, const int8_t *xb, cons
                     int8_t *dst = patch + (ky * 3 + kx) * nc;
                     if (yin && ix0 + kx >= 0 && ix0 + kx < g->in_w) {
                         const int8_t *src = xp + ky * row + kx * C;
-                        for (j = 0; j < nc; ++j) {
-                            dst[j] = src[j];
+                        if (nc == TT_DWB_G) {
+                            memcpy(dst, src, TT_DWB_G); /* fixed size: two word loads and stores */
+                        } else {
+                            for (j = 0; j < nc; ++j) {
+                                dst[j] = src[j];
+                            }
                         }
                     } else {
-                        for (j = 0; j < nc; ++j) {
-                            dst[j] = (int8_t)zin;
-                        }
+                        memset(dst, zin, (size_t)nc);
                     }
                 }
             }
@@ -440,9 +444,15 @@ static int tt_dwb_conv(const tt_conv_dims *d, const tt_requant_s8 *q, const int8
                         const int8_t *src = stage + (r % hold) * OW * nc;
                         int8_t *dst = yb + r * OW * C;
                         int32_t ox, j;
-                        for (ox = 0; ox < OW; ++ox) {
-                            for (j = 0; j < nc; ++j) {
-                                dst[ox * C + j] = src[ox * nc + j];
+                        if (nc == TT_DWB_G) { /* a whole block: two word copies per pixel */
+                            for (ox = 0; ox < OW; ++ox) {
+                                memcpy(dst + ox * C, src + ox * TT_DWB_G, TT_DWB_G);
+                            }
+                        } else {
+                            for (ox = 0; ox < OW; ++ox) {
+                                for (j = 0; j < nc; ++j) {
+                                    dst[ox * C + j] = src[ox * nc + j];
+                                }
                             }
                         }
                     }
