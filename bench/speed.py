@@ -201,6 +201,8 @@ def table(doc: dict[str, Any]) -> str:
         t.add_row(d["model"], d["kernels"], _m(d["instructions_per_step"]), _m(d["instructions_traced_step"]),
                   _m(d["cycles_m7"]), f"{d['cpi_m7']:.3f}", _m(d["cycles_m4"]), f"{d['cycles_m7'] / TTE_CYCLES:.3f}x")
     console.print(t)
+    if "build" not in doc:  # --device-only
+        return console.export_text()
     h = Table(title="host: CPU ms per training step (best of 5), PyTorch on 1 thread")
     for c in ("model", "host -O3", "PyTorch", "speed-up"):
         h.add_column(c, justify="right")
@@ -219,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print the figures as JSON instead of tables")
     ap.add_argument("--skip-mbv2", action="store_true", help="leave MobileNetV2 out (its traced steps take minutes)")
+    ap.add_argument("--device-only", action="store_true",
+                    help="only the device table (instructions and estimated cycles, portable vs dsp): no host or "
+                         "build timings")
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "bench-speed.json")
     a = ap.parse_args(argv)
     os.chdir(ROOT)
@@ -231,12 +236,13 @@ def main(argv: list[str] | None = None) -> int:
     for label, spec in models:
         for kernels in ("portable", "dsp"):
             doc["device"].append(device(spec, kernels, label))
-    for label, spec in models:
+    for label, spec in [] if a.device_only else models:
         ms, hb = host_step_ms(spec, label)
         entry: dict[str, Any] = {"model": label, "host_ms": ms}
         entry["torch_ms"] = torch_step_ms(hb)
         doc["host"].append(entry)
-    doc["build"] = build_times()
+    if not a.device_only:
+        doc["build"] = build_times()
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(doc, indent=1) + "\n")
     if a.json:

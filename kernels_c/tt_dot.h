@@ -13,12 +13,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(TT_USE_DSP) && TT_USE_DSP && defined(__ARM_FEATURE_DSP) && defined(__ARM_FEATURE_SIMD32)
-#include <arm_acle.h>
-#define TT_DOT_DSP 1
-#else
-#define TT_DOT_DSP 0
-#endif
+#include "tt_simd.h"
+
+#define TT_DOT_DSP TT_SIMD
 
 static inline int32_t tt_dot_s8(const int8_t *x, const int8_t *w, int32_t n, int32_t x_zero_point)
 {
@@ -31,12 +28,12 @@ static inline int32_t tt_dot_s8(const int8_t *x, const int8_t *w, int32_t n, int
         for (; i + 4 <= n; i += 4) {
             uint32_t xw, ww;
             int16x2_t x02, x13, w02, w13;
-            memcpy(&xw, x + i, 4); /* one unaligned LDR on M4/M7 */
-            memcpy(&ww, w + i, 4);
+            xw = tt_ld32(x + i);
+            ww = tt_ld32(w + i);
             x02 = __sxtab16(off, (int8x4_t)xw);
             x13 = __sxtab16(off, (int8x4_t)((xw >> 8) | (xw << 24)));
-            w02 = __sxtb16((int8x4_t)ww);
-            w13 = __sxtb16((int8x4_t)((ww >> 8) | (ww << 24)));
+            w02 = tt_sx02(ww);
+            w13 = tt_sx13(ww);
             acc = __smlad(x02, w02, acc);
             acc = __smlad(x13, w13, acc);
         }
@@ -48,41 +45,92 @@ static inline int32_t tt_dot_s8(const int8_t *x, const int8_t *w, int32_t n, int
     return acc;
 }
 
-/* The raw products of one input run with four weight rows at once: acc[j] += sum over i of x[i] * w_j[i] (no zero
- * point: the conv kernels subtract z_x * sum(w_j) once per output, exact in int32 since the whole sum fits).
- * Each x byte is loaded once for four output channels. DSP: four taps per word, as tt_dot_s8. */
-static inline void tt_dot4_raw_s8(const int8_t *x, const int8_t *w0, const int8_t *w1, const int8_t *w2,
-                                  const int8_t *w3, int32_t n, int32_t acc[4])
+/* The raw products of one input run with four weight rows `ws` bytes apart (w0, w0 + ws, w0 + 2 ws, w0 + 3 ws):
+ * acc[j] += sum over i of x[i] * w_j[i] (no zero point: the conv kernels subtract z_x * sum(w_j) once per output,
+ * exact in int32 since the whole sum fits). Each x byte is loaded once for four output channels. DSP: four taps
+ * per word, as tt_dot_s8, the rotate folded into SXTB16; the rows addressed from one pointer and one stride
+ * leave the loop's values in registers. */
+static inline void tt_dot4_raw_s8(const int8_t *x, const int8_t *w0, int32_t ws, int32_t n, int32_t acc[4])
 {
     int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
-    int32_t i = 0;
-#if TT_DOT_DSP
-    for (; i + 4 <= n; i += 4) {
-        uint32_t xw, ww;
-        int16x2_t x02, x13;
-        memcpy(&xw, x + i, 4);
-        x02 = __sxtb16((int8x4_t)xw);
-        x13 = __sxtb16((int8x4_t)((xw >> 8) | (xw << 24)));
-        memcpy(&ww, w0 + i, 4);
-        a0 = __smlad(x02, __sxtb16((int8x4_t)ww), a0);
-        a0 = __smlad(x13, __sxtb16((int8x4_t)((ww >> 8) | (ww << 24))), a0);
-        memcpy(&ww, w1 + i, 4);
-        a1 = __smlad(x02, __sxtb16((int8x4_t)ww), a1);
-        a1 = __smlad(x13, __sxtb16((int8x4_t)((ww >> 8) | (ww << 24))), a1);
-        memcpy(&ww, w2 + i, 4);
-        a2 = __smlad(x02, __sxtb16((int8x4_t)ww), a2);
-        a2 = __smlad(x13, __sxtb16((int8x4_t)((ww >> 8) | (ww << 24))), a2);
-        memcpy(&ww, w3 + i, 4);
-        a3 = __smlad(x02, __sxtb16((int8x4_t)ww), a3);
-        a3 = __smlad(x13, __sxtb16((int8x4_t)((ww >> 8) | (ww << 24))), a3);
+    int32_t r = n;
+    const int32_t ws2 = 2 * ws;
+    const int8_t *w3 = w0 + 3 * ws;
+#if TT_DOT_DSP && defined(__arm__) && defined(__GNUC__) && defined(__OPTIMIZE__)
+    int32_t q = n >> 2;
+    r = n & 3;
+    if (q > 0) {
+        /* The loop of the C version below written out: GCC's register allocation spilled pointers and sums of it
+         * to the stack inside the loop (8 extra loads/stores per word); by hand it is 26 instructions per 16 MACs:
+         * one load of x, two SXTB16 of it, and per row a load, two SXTB16 and two SMLAD. Rows 1..3 are addressed
+         * off row 0 ([w0, ws], [w0, ws, lsl #1], one ADD for row 3), so the loop needs 12 registers (13 did not
+         * always leave GCC enough around it). */
+        w3 += 4 * q;
+        uint32_t t0, t1, t2, t3;
+        __asm__ volatile(
+            "1:\n\t"
+            "ldr    %[t0], [%[x]], #4\n\t"
+            "ldr    %[t2], [%[w0], %[ws]]\n\t"
+            "sxtb16 %[t1], %[t0], ror #8\n\t"
+            "sxtb16 %[t0], %[t0]\n\t"
+            "sxtb16 %[t3], %[t2]\n\t"
+            "sxtb16 %[t2], %[t2], ror #8\n\t"
+            "smlad  %[a1], %[t0], %[t3], %[a1]\n\t"
+            "smlad  %[a1], %[t1], %[t2], %[a1]\n\t"
+            "ldr    %[t2], [%[w0], %[ws], lsl #1]\n\t"
+            "sxtb16 %[t3], %[t2]\n\t"
+            "sxtb16 %[t2], %[t2], ror #8\n\t"
+            "smlad  %[a2], %[t0], %[t3], %[a2]\n\t"
+            "smlad  %[a2], %[t1], %[t2], %[a2]\n\t"
+            "add    %[t2], %[w0], %[ws], lsl #1\n\t"
+            "ldr    %[t2], [%[t2], %[ws]]\n\t"
+            "sxtb16 %[t3], %[t2]\n\t"
+            "sxtb16 %[t2], %[t2], ror #8\n\t"
+            "smlad  %[a3], %[t0], %[t3], %[a3]\n\t"
+            "smlad  %[a3], %[t1], %[t2], %[a3]\n\t"
+            "ldr    %[t2], [%[w0]], #4\n\t"
+            "sxtb16 %[t3], %[t2]\n\t"
+            "sxtb16 %[t2], %[t2], ror #8\n\t"
+            "smlad  %[a0], %[t0], %[t3], %[a0]\n\t"
+            "smlad  %[a0], %[t1], %[t2], %[a0]\n\t"
+            "subs   %[q], %[q], #1\n\t"
+            "bne    1b\n\t"
+            : [x] "+r"(x), [w0] "+r"(w0), [q] "+r"(q), [a0] "+r"(a0), [a1] "+r"(a1),
+              [a2] "+r"(a2), [a3] "+r"(a3), [t0] "=&r"(t0), [t1] "=&r"(t1), [t2] "=&r"(t2), [t3] "=&r"(t3)
+            : [ws] "r"(ws)
+            : "cc", "memory");
+    }
+#elif TT_DOT_DSP
+    int32_t q = n >> 2;
+    r = n & 3;
+    while (q-- > 0) {
+        const uint32_t xw = tt_ld32(x);
+        const int16x2_t x02 = tt_sx02(xw), x13 = tt_sx13(xw);
+        uint32_t ww;
+        x += 4;
+        ww = tt_ld32(w0);
+        a0 = __smlad(x02, tt_sx02(ww), a0);
+        a0 = __smlad(x13, tt_sx13(ww), a0);
+        ww = tt_ld32(w0 + ws);
+        a1 = __smlad(x02, tt_sx02(ww), a1);
+        a1 = __smlad(x13, tt_sx13(ww), a1);
+        ww = tt_ld32(w0 + ws2);
+        w0 += 4;
+        a2 = __smlad(x02, tt_sx02(ww), a2);
+        a2 = __smlad(x13, tt_sx13(ww), a2);
+        ww = tt_ld32(w3);
+        w3 += 4;
+        a3 = __smlad(x02, tt_sx02(ww), a3);
+        a3 = __smlad(x13, tt_sx13(ww), a3);
     }
 #endif
-    for (; i < n; ++i) {
-        const int32_t xv = x[i];
-        a0 += xv * w0[i];
-        a1 += xv * w1[i];
-        a2 += xv * w2[i];
-        a3 += xv * w3[i];
+    while (r-- > 0) {
+        const int32_t xv = *x++;
+        a0 += xv * w0[0];
+        a1 += xv * w0[ws];
+        a2 += xv * w0[ws2];
+        a3 += xv * *w3++;
+        ++w0;
     }
     acc[0] = a0;
     acc[1] = a1;
@@ -94,19 +142,20 @@ static inline void tt_dot4_raw_s8(const int8_t *x, const int8_t *w0, const int8_
 static inline int32_t tt_dot1_raw_s8(const int8_t *x, const int8_t *w, int32_t n)
 {
     int32_t acc = 0;
-    int32_t i = 0;
+    int32_t r = n;
 #if TT_DOT_DSP
-    for (; i + 4 <= n; i += 4) {
-        uint32_t xw, ww;
-        memcpy(&xw, x + i, 4);
-        memcpy(&ww, w + i, 4);
-        acc = __smlad(__sxtb16((int8x4_t)xw), __sxtb16((int8x4_t)ww), acc);
-        acc = __smlad(__sxtb16((int8x4_t)((xw >> 8) | (xw << 24))), __sxtb16((int8x4_t)((ww >> 8) | (ww << 24))),
-                      acc);
+    int32_t q = n >> 2;
+    r = n & 3;
+    while (q-- > 0) {
+        const uint32_t xw = tt_ld32(x), ww = tt_ld32(w);
+        x += 4;
+        w += 4;
+        acc = __smlad(tt_sx02(xw), tt_sx02(ww), acc);
+        acc = __smlad(tt_sx13(xw), tt_sx13(ww), acc);
     }
 #endif
-    for (; i < n; ++i) {
-        acc += (int32_t)x[i] * (int32_t)w[i];
+    while (r-- > 0) {
+        acc += (int32_t)*x++ * (int32_t)*w++;
     }
     return acc;
 }

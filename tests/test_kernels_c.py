@@ -321,6 +321,49 @@ def test_conv_int8_specialised_paths_bit_exact(batch, dsp_driver):
                 np.testing.assert_array_equal(got[0].reshape(-1)[:ref.size], ref.reshape(-1))
 
 
+def test_depthwise_int8_wide_rows_in_place_bit_exact(batch, dsp_driver):
+    """The DSP build's channel-block depthwise holds back output rows on the stack when in place: rows so wide that
+    fewer channels fit per block (w = 70: 3 of 8), or that not even one row pair fits (w = 300: the per-channel
+    kernel takes over), with strides 1 and 2 and odd channel counts: identical to the executor, both builds."""
+    rng = np.random.default_rng(77)
+    refs = []
+    for w, c, s in ((70, 5, 1), (70, 13, 2), (300, 3, 1), (9, 11, 1)):
+        h = 3 if w > 10 else 9
+        oh, pt = out_size_and_pad("same", h, 3, s, 1)
+        ow, pl = out_size_and_pad("same", w, 3, s, 1)
+        attrs = dict(stride_h=s, stride_w=s, dilation_h=1, dilation_w=1, padding="same", act="relu6",
+                     depth_multiplier=1)
+        dims = [1, h, w, c, oh, ow, c, 3, 3, s, s, 1, 1, pt, pl, 1]
+        sx, zx = _f32s(0.05), int(rng.integers(-128, 128))
+        sws = rng.uniform(0.002, 0.03, size=c).astype(np.float32)
+        sy, zy = _f32s(0.3), int(rng.integers(-60, 60))
+        x = rng.integers(-128, 128, size=(1, h, w, c)).astype(np.int8)
+        wq = rng.integers(-127, 128, size=(1, 3, 3, c)).astype(np.int8)
+        b = rng.integers(-3000, 3000, size=c).astype(np.int32)
+        xt = Tensor("x", [1, h, w, c], "int8", quant=_q(sx, zx))
+        wt = Tensor("w", [1, 3, 3, c], "int8", role="weight", quant=_q(sws, [0] * c, 3), data=wq)
+        bt = Tensor("b", [c], "int32", role="bias", quant=_q(sx * sws, [0] * c), data=b)
+        yt = Tensor("y", [1, oh, ow, c], "int8", quant=_q(sy, zy))
+        ref = _run("depthwise_conv2d", [xt, wt, bt], yt, attrs, {"x": x})
+        pairs = [ia.quantize_multiplier(float(sx) * float(v) / float(sy)) for v in sws]
+        lo, hi = ia.activation_range("relu6", sy, zy)
+        ints = dims + [zx, zy, lo, hi, 1]
+        mult = np.array([p[0] for p in pairs], np.int32)
+        shift = np.array([p[1] for p in pairs], np.int32)
+        refs.append(("xy", batch.add("depthwise_conv2d_s8_inplace", ints, [],
+                                     [x.copy(), wq, b, mult, shift, np.zeros(oh * ow, np.int8)]), ref))
+        refs.append(("y", batch.add("depthwise_conv2d_s8", ints, [],
+                                    [x, wq, b, mult, shift, np.zeros((1, oh, ow, c), np.int8)]), ref))
+    out = batch.run(keep=True)
+    out_dsp = batch.run(driver=dsp_driver)
+    for where, k, ref in refs:
+        for got in (out[k], out_dsp[k]):
+            if where == "y":
+                np.testing.assert_array_equal(got[5], ref)
+            else:
+                np.testing.assert_array_equal(got[0].reshape(-1)[:ref.size], ref.reshape(-1))
+
+
 def test_grad_input_qw_equals_float_kernel_on_dequantized_weight(batch):
     """conv / depthwise input gradients reading int8 weights (blocked over input channels, tap lists) give the bits
     of the float kernels on the dequantized weight: the same float32 operations in the same order."""

@@ -42,17 +42,17 @@ static int8_t tt_block_slow(const tt_conv_block *bk, int32_t j, int32_t v)
     return tt_requant_apply(&r, v);
 }
 
-/* Raw products of a run of n input bytes with four weight rows: acc_j += sum x[i] * w_j[i]. */
-TT_CONV_INLINE void tt_run4(const int8_t *x, const int8_t *w0, const int8_t *w1, const int8_t *w2, const int8_t *w3,
-                            int32_t n, int32_t *a0, int32_t *a1, int32_t *a2, int32_t *a3)
+/* Raw products of a run of n input bytes with four weight rows ws bytes apart: acc_j += sum x[i] * w_j[i]. */
+TT_CONV_INLINE void tt_run4(const int8_t *x, const int8_t *w0, int32_t ws, int32_t n, int32_t *a0, int32_t *a1,
+                            int32_t *a2, int32_t *a3)
 {
+#if TT_DOT_DSP
     int32_t acc[4];
     acc[0] = *a0;
     acc[1] = *a1;
     acc[2] = *a2;
     acc[3] = *a3;
-#if TT_DOT_DSP
-    tt_dot4_raw_s8(x, w0, w1, w2, w3, n, acc);
+    tt_dot4_raw_s8(x, w0, ws, n, acc);
     *a0 = acc[0];
     *a1 = acc[1];
     *a2 = acc[2];
@@ -60,7 +60,8 @@ TT_CONV_INLINE void tt_run4(const int8_t *x, const int8_t *w0, const int8_t *w1,
 #else
     {
         /* pointer post-increments: one load per weight byte, one per input byte, nothing else but the loop test */
-        int32_t s0 = acc[0], s1 = acc[1], s2 = acc[2], s3 = acc[3];
+        const int8_t *w1 = w0 + ws, *w2 = w1 + ws, *w3 = w2 + ws;
+        int32_t s0 = *a0, s1 = *a1, s2 = *a2, s3 = *a3;
         const int8_t *const e = x + n;
         while (x < e) {
             const int32_t xv = *x++;
@@ -114,7 +115,8 @@ TT_CONV_NOINLINE void tt_conv_run4(const tt_geom *g, const tt_conv_block *bk, in
 {
     const int32_t C = g->in_c, KH = g->k_h, KW = g->k_w, row = KW * C, xrow = g->dil_h * g->in_w * C;
     const int32_t xtap = g->dil_w * C, OC = g->out_c, contiguous = n == 0 && g->dil_w == 1;
-    const int8_t *w0 = bk->w[0], *w1 = bk->w[1], *w2 = bk->w[2], *w3 = bk->w[3];
+    const int8_t *w0 = bk->w[0];
+    const int32_t K = KH * row, S = KH * KW * n; /* the block's rows: whole weight, slice */
     int32_t p, ky, kx;
     for (p = 0; p < count; ++p) {
         int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
@@ -122,16 +124,15 @@ TT_CONV_NOINLINE void tt_conv_run4(const tt_geom *g, const tt_conv_block *bk, in
             const int8_t *xp = x + ky * xrow;
             const int32_t wo = ky * row;
             if (contiguous) {
-                tt_run4(xp, w0 + wo, w1 + wo, w2 + wo, w3 + wo, row, &a0, &a1, &a2, &a3);
+                tt_run4(xp, w0 + wo, K, row, &a0, &a1, &a2, &a3);
             } else {
                 for (kx = 0; kx < KW; ++kx) {
                     const int32_t o = wo + kx * C + n, os = (ky * KW + kx) * n;
                     const int8_t *xt = xp + kx * xtap;
                     if (n > 0) {
-                        tt_run4(xt, bk->ws[0] + os, bk->ws[1] + os, bk->ws[2] + os, bk->ws[3] + os, n, &a0, &a1,
-                                &a2, &a3);
+                        tt_run4(xt, bk->ws[0] + os, S, n, &a0, &a1, &a2, &a3);
                     }
-                    tt_run4(xt + n, w0 + o, w1 + o, w2 + o, w3 + o, C - n, &a0, &a1, &a2, &a3);
+                    tt_run4(xt + n, w0 + o, K, C - n, &a0, &a1, &a2, &a3);
                 }
             }
         }
@@ -190,15 +191,15 @@ static int32_t tt_conv_border(const tt_geom *g, const int8_t *xb, const int8_t *
 TT_CONV_NOINLINE void tt_pointwise4(const tt_conv_block *bk, int32_t C, int32_t n, int32_t OC, int32_t lo, int32_t hi,
                           const int8_t *x, int32_t xstep, int32_t count, int8_t *y)
 {
-    const int8_t *w0 = bk->w[0] + n, *w1 = bk->w[1] + n, *w2 = bk->w[2] + n, *w3 = bk->w[3] + n;
+    const int8_t *w0 = bk->w[0] + n, *s0 = bk->ws[0];
     const int32_t rest = C - n;
     int32_t p;
     for (p = 0; p < count; ++p) {
         int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
         if (n > 0) {
-            tt_run4(x, bk->ws[0], bk->ws[1], bk->ws[2], bk->ws[3], n, &a0, &a1, &a2, &a3);
+            tt_run4(x, s0, n, n, &a0, &a1, &a2, &a3);
         }
-        tt_run4(x + n, w0, w1, w2, w3, rest, &a0, &a1, &a2, &a3);
+        tt_run4(x + n, w0, C, rest, &a0, &a1, &a2, &a3);
         tt_store4(bk, lo, hi, a0, a1, a2, a3, y);
         x += xstep;
         y += OC;
@@ -210,7 +211,7 @@ TT_CONV_NOINLINE void tt_pointwise4(const tt_conv_block *bk, int32_t C, int32_t 
  * sum (x - z) * w = sum x * w - z * sum w, with sum w of a channel computed once per call. Integer sums: any order
  * gives the reference's result bit for bit (no int32 overflow for < 2^16 taps, as tt_kernels.h states). Border
  * outputs run the reference loop. n > 0: input channels [0, n) of every tap come from w_slice [O,KH,KW,n]. */
-static void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
+TT_CONV_INLINE void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
                               const int8_t *w_slice, int32_t n, const int32_t *bias, int8_t *y)
 {
     const tt_geom g = tt_geom_of(d);

@@ -1,5 +1,5 @@
-/* Host stand-in for the few ACLE SIMD32 intrinsics kernels_c/tt_dot.h uses, written from the Arm ARM
- * definitions of SXTAB16, SXTB16 and SMLAD, so that the DSP code path can be unit-tested on the host under the
+/* Host stand-in for the few ACLE SIMD32 intrinsics the DSP kernels use (kernels_c/tt_simd.h), written from the Arm
+ * ARM definitions of SXTAB16, SXTB16, SMLAD, SMLABB and SMLATT, so that the DSP code path can be unit-tested on the host under the
  * sanitizers (tests/test_kernels_c.py builds a second driver with it). Not for target builds. */
 #ifndef TT_HOST_ARM_ACLE_H
 #define TT_HOST_ARM_ACLE_H
@@ -38,6 +38,17 @@ static inline int32_t __smlad(int16x2_t a, int16x2_t b, int32_t c)
     const int64_t s = (int64_t)c + (int64_t)tt_host_lane(a, 0) * tt_host_lane(b, 0) +
                       (int64_t)tt_host_lane(a, 1) * tt_host_lane(b, 1);
     return (int32_t)(uint32_t)(uint64_t)s;
+}
+
+/* SMLABB / SMLATT: c + the product of the bottom (top) halfwords of a and b, wrapping (Q flag not modelled). */
+static inline int32_t __smlabb(int32_t a, int32_t b, int32_t c)
+{
+    return (int32_t)(uint32_t)((uint64_t)(int64_t)c + (uint64_t)(int64_t)(tt_host_lane(a, 0) * tt_host_lane(b, 0)));
+}
+
+static inline int32_t __smlatt(int32_t a, int32_t b, int32_t c)
+{
+    return (int32_t)(uint32_t)((uint64_t)(int64_t)c + (uint64_t)(int64_t)(tt_host_lane(a, 1) * tt_host_lane(b, 1)));
 }
 
 #endif /* TT_HOST_ARM_ACLE_H */
