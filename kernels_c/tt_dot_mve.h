@@ -37,10 +37,11 @@ static inline int32_t tt_dot_s8_mve(const int8_t *x, const int8_t *w, int32_t n,
     return (int32_t)((uint32_t)dot - (uint32_t)x_zero_point * (uint32_t)wsum);
 }
 
-/* Four weight rows against one input run (no zero point): each x vector is loaded once for the four rows. */
-static inline void tt_dot4_raw_s8_mve(const int8_t *x, const int8_t *w0, const int8_t *w1, const int8_t *w2,
-                                      const int8_t *w3, int32_t n, int32_t acc[4])
+/* Four weight rows `ws` bytes apart against one input run (no zero point), tt_dot.h's signature: each x vector is
+ * loaded once for the four rows. */
+static inline void tt_dot4_raw_s8_mve(const int8_t *x, const int8_t *w0, int32_t ws, int32_t n, int32_t acc[4])
 {
+    const int8_t *w1 = w0 + ws, *w2 = w0 + 2 * ws, *w3 = w0 + 3 * ws;
     int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3], i = 0;
     for (; i + 16 <= n; i += 16) {
         const int8x16_t xv = vld1q_s8(x + i);

@@ -90,11 +90,11 @@ int tt_main(void) {
         int32_t a[4] = {start, -start, start, 1}, r[4] = {start, -start, start, 1};
         uint64_t t0 = tt_instructions();
         out[k] = tt_dot_s8(x, w, n, z);
-        tt_dot4_raw_s8(x, w, w + n, w + 2 * n, w + 3 * n, n, a);
+        tt_dot4_raw_s8(x, w, n, n, a);
         out[k + 2] = tt_dot1_raw_s8(x, w + 3 * n, n);
         uint64_t t1 = tt_instructions();
         out[k + 1] = (tt_dot_s8)(x, w, n, z);
-        (tt_dot4_raw_s8)(x, w, w + n, w + 2 * n, w + 3 * n, n, r);
+        (tt_dot4_raw_s8)(x, w, n, n, r);
         out[k + 3] = (tt_dot1_raw_s8)(x, w + 3 * n, n);
         uint64_t t2 = tt_instructions();
         t_fast += t1 - t0;
