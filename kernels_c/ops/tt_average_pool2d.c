@@ -6,6 +6,13 @@
 #include "tt_act_clamp.h"
 #include "tt_kernels.h"
 
+#ifdef TT_INTERFACE
+/* reference_integer_ops::AveragePool: sum of in-image taps / their count, rounded half away from zero. */
+void tt_average_pool2d_s8(const tt_pool_dims *d, int32_t act_min, int32_t act_max, const int8_t *x, int8_t *y);
+void tt_average_pool2d_f32(const tt_pool_dims *d, float act_min, float act_max, const float *x, float *y);
+void tt_average_pool2d_grad_f32(const tt_pool_dims *d, const float *dy, float *dx);
+#endif /* TT_INTERFACE */
+
 void tt_average_pool2d_s8(const tt_pool_dims *d, int32_t act_min, int32_t act_max, const int8_t *x, int8_t *y)
 {
     int32_t b, oy, ox, c, ky, kx;

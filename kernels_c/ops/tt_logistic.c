@@ -12,6 +12,18 @@
 #include "tt_kernels.h"
 #include "tt_math.h"
 
+#ifdef TT_INTERFACE
+/* int8 LOGISTIC (output (1/256, -128)) and TANH (output (1/128, 0)): TFLite Micro's reference_integer_ops, gemmlowp
+ * fixed point. multiplier / left_shift / radius = int8_arith.logistic_tanh_params(s_in); |x - z_in| >= radius
+ * saturates. */
+void tt_logistic_s8(int32_t n, int32_t input_zero_point, int32_t multiplier, int32_t left_shift, int32_t radius,
+                    const int8_t *x, int8_t *y);
+/* 1 above 16.619047, exp(x) below -9, else 1 / (1 + exp(-x)) (reference_ops::Logistic). */
+void tt_logistic_f32(int32_t n, const float *x, float *y);
+/* From the forward output y: logistic dy (1 - y) y; tanh dy (1 - y^2). dx may be dy. */
+void tt_logistic_grad_f32(int32_t n, const float *dy, const float *y, float *dx);
+#endif /* TT_INTERFACE */
+
 /* gemmlowp::logistic(FixedPoint<int32, 4>) -> Q0.31 (int8_arith.gemmlowp_logistic). */
 static int32_t tt_gemmlowp_logistic_q4(int32_t a)
 {

@@ -5,6 +5,15 @@
 
 #include <float.h>
 
+#ifdef TT_INTERFACE
+void tt_max_pool2d_s8(const tt_pool_dims *d, int32_t act_min, int32_t act_max, const int8_t *x, int8_t *y);
+void tt_max_pool2d_f32(const tt_pool_dims *d, float act_min, float act_max, const float *x, float *y);
+/* All of dy goes to the window's first maximum in row-major tap order (strict >). */
+void tt_max_pool2d_grad_f32(const tt_pool_dims *d, const float *dy, const float *x, float *dx);
+/* the same with the int8 forward input (ties: first maximum in row-major tap order, strict >) */
+void tt_max_pool2d_grad_s8(const tt_pool_dims *d, const float *dy, const int8_t *x, float *dx);
+#endif /* TT_INTERFACE */
+
 void tt_max_pool2d_s8(const tt_pool_dims *d, int32_t act_min, int32_t act_max, const int8_t *x, int8_t *y)
 {
     int32_t b, oy, ox, c, ky, kx;

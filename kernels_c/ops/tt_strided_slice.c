@@ -5,6 +5,21 @@
  * what it already overwrote). */
 #include "tt_kernels.h"
 
+#ifdef TT_INTERFACE
+/* STRIDED_SLICE on a rank-4 view: output element (i0..i3) reads input index start[d] + i_d * stride[d] per axis
+ * (stride may be negative); out_shape holds the extents (a shrunk axis: 1). int8 keeps the input's parameters. */
+typedef struct {
+    int32_t in_shape[4];
+    int32_t out_shape[4];
+    int32_t start[4];
+    int32_t stride[4];
+} tt_strided_slice_params;
+void tt_strided_slice_s8(const tt_strided_slice_params *p, const int8_t *x, int8_t *y);
+void tt_strided_slice_f32(const tt_strided_slice_params *p, const float *x, float *y);
+/* dx (x's rank-4 shape p->in_shape) = 0 except the sliced positions, which get dy in order. */
+void tt_strided_slice_grad_f32(const tt_strided_slice_params *p, const float *dy, float *dx);
+#endif /* TT_INTERFACE */
+
 #define TT_SS_IN(p, i0, i1, i2, i3) \
     ((((p)->start[0] + (i0) * (p)->stride[0]) * (p)->in_shape[1] + (p)->start[1] + (i1) * (p)->stride[1]) * \
          (p)->in_shape[2] * (p)->in_shape[3] + \

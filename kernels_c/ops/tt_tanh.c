@@ -3,6 +3,15 @@
 #include "tt_kernels.h"
 #include "tt_math.h"
 
+#ifdef TT_INTERFACE
+/* int8 TANH (output (1/128, 0)): the parameters and saturation as tt_logistic_s8's; float tanh; tanh_grad from the
+ * forward output y: dy (1 - y^2), dx may be dy. */
+void tt_tanh_s8(int32_t n, int32_t input_zero_point, int32_t multiplier, int32_t left_shift, int32_t radius,
+                const int8_t *x, int8_t *y);
+void tt_tanh_f32(int32_t n, const float *x, float *y);
+void tt_tanh_grad_f32(int32_t n, const float *dy, const float *y, float *dx);
+#endif /* TT_INTERFACE */
+
 /* gemmlowp::tanh(FixedPoint<int32, 4>) -> Q0.31 (int8_arith.gemmlowp_tanh): e^{2n} for n = -|a| is
  * exp_on_negative_values of the same raw value read with 5 integer bits. */
 static int32_t tt_gemmlowp_tanh_q4(int32_t a)
