@@ -36,6 +36,7 @@ from tinytrain.stages.ops import (
     softmax,
     split,
     training,
+    transpose,
 )
 from tinytrain.stages.ops.base import KINDS, Builtin, OpDef
 
@@ -43,7 +44,7 @@ __all__ = ["Builtin", "OpDef", "KINDS", "REGISTRY", "get", "names", "update_op",
 
 # The one table of op modules. Order: forward families first, training ops last (derived lists keep this order).
 _FAMILIES = (conv, fully_connected, elementwise, pooling, shape, softmax, activations, quant, resize, depth_to_space,
-             split, training)
+             split, transpose, training)
 
 
 def _build() -> Mapping[str, OpDef]:
