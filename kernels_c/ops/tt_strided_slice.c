@@ -25,31 +25,26 @@ void tt_strided_slice_grad_f32(const tt_strided_slice_params *p, const float *dy
          (p)->in_shape[2] * (p)->in_shape[3] + \
      ((p)->start[2] + (i2) * (p)->stride[2]) * (p)->in_shape[3] + (p)->start[3] + (i3) * (p)->stride[3])
 
+/* The statement after it runs once per output element (i0, i1, i2, i3), in row-major order. */
+#define TT_SS_FOR_EACH_OUTPUT(p, i0, i1, i2, i3) \
+    for ((i0) = 0; (i0) < (p)->out_shape[0]; ++(i0)) \
+        for ((i1) = 0; (i1) < (p)->out_shape[1]; ++(i1)) \
+            for ((i2) = 0; (i2) < (p)->out_shape[2]; ++(i2)) \
+                for ((i3) = 0; (i3) < (p)->out_shape[3]; ++(i3))
+
 void tt_strided_slice_s8(const tt_strided_slice_params *p, const int8_t *x, int8_t *y)
 {
     int32_t i0, i1, i2, i3, k = 0;
-    for (i0 = 0; i0 < p->out_shape[0]; ++i0) {
-        for (i1 = 0; i1 < p->out_shape[1]; ++i1) {
-            for (i2 = 0; i2 < p->out_shape[2]; ++i2) {
-                for (i3 = 0; i3 < p->out_shape[3]; ++i3) {
-                    y[k++] = x[TT_SS_IN(p, i0, i1, i2, i3)];
-                }
-            }
-        }
+    TT_SS_FOR_EACH_OUTPUT(p, i0, i1, i2, i3) {
+        y[k++] = x[TT_SS_IN(p, i0, i1, i2, i3)];
     }
 }
 
 void tt_strided_slice_f32(const tt_strided_slice_params *p, const float *x, float *y)
 {
     int32_t i0, i1, i2, i3, k = 0;
-    for (i0 = 0; i0 < p->out_shape[0]; ++i0) {
-        for (i1 = 0; i1 < p->out_shape[1]; ++i1) {
-            for (i2 = 0; i2 < p->out_shape[2]; ++i2) {
-                for (i3 = 0; i3 < p->out_shape[3]; ++i3) {
-                    y[k++] = x[TT_SS_IN(p, i0, i1, i2, i3)];
-                }
-            }
-        }
+    TT_SS_FOR_EACH_OUTPUT(p, i0, i1, i2, i3) {
+        y[k++] = x[TT_SS_IN(p, i0, i1, i2, i3)];
     }
 }
 
@@ -61,13 +56,7 @@ void tt_strided_slice_grad_f32(const tt_strided_slice_params *p, const float *dy
     for (i0 = 0; i0 < n; ++i0) {
         dx[i0] = 0.0f;
     }
-    for (i0 = 0; i0 < p->out_shape[0]; ++i0) {
-        for (i1 = 0; i1 < p->out_shape[1]; ++i1) {
-            for (i2 = 0; i2 < p->out_shape[2]; ++i2) {
-                for (i3 = 0; i3 < p->out_shape[3]; ++i3) {
-                    dx[TT_SS_IN(p, i0, i1, i2, i3)] = dy[k++];
-                }
-            }
-        }
+    TT_SS_FOR_EACH_OUTPUT(p, i0, i1, i2, i3) {
+        dx[TT_SS_IN(p, i0, i1, i2, i3)] = dy[k++];
     }
 }
