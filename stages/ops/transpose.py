@@ -13,10 +13,10 @@ import numpy as np
 import tflite
 from tflite.BuiltinOptions import BuiltinOptions
 
-from tinytrain.stages.c_emit.literals import CodegenError
 from tinytrain.stages.model.ir import Op
 from tinytrain.stages.ops.backward import input_backward
 from tinytrain.stages.ops.base import Builtin, OpDef, version_by_dtype
+from tinytrain.stages.ops.movement import forward_call, grad_call
 
 MAX_RANK = 4   # the kernel's view (kernels_c/ops/tt_transpose.c)
 
@@ -76,19 +76,12 @@ def _args(gen, x: str, perm: list[int]) -> str:
 
 
 def _c(gen, op: Op) -> list[str]:
-    x, y = op.inputs[0], op.outputs[0]
-    if gen.same_place(x, y):
-        raise CodegenError(f"transpose {y!r} planned in place over its input (the kernel cannot)")
-    suffix = "s8" if gen.is_int8(x) else "f32"
-    return [f"tt_transpose_{suffix}({_args(gen, x, _perm(op.attrs))}, {gen.loc(x)}, {gen.loc(y)});"]
+    return forward_call(gen, op, "tt_transpose", _args(gen, op.inputs[0], _perm(op.attrs)))
 
 
 def _c_grad(gen, op: Op) -> list[str]:
     """dx = dy transposed by the inverse permutation (the f32 forward kernel on dy's shape)."""
-    dy, dx = op.inputs[0], op.outputs[0]
-    if gen.same_place(dy, dx):
-        raise CodegenError(f"transpose_grad {dx!r} planned in place over dy (the kernel cannot)")
-    return [f"tt_transpose_f32({_args(gen, dy, inverse(_perm(op.attrs)))}, {gen.loc(dy)}, {gen.loc(dx)});"]
+    return grad_call(gen, op, "tt_transpose_f32", _args(gen, op.inputs[0], inverse(_perm(op.attrs))))
 
 
 OPS = (
