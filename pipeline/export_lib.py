@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from tinytrain.pipeline.errors import UserError
+from tinytrain.stages.c_emit import ops_header
 
 KERNELS = Path(__file__).resolve().parent.parent / "kernels_c"
 EXAMPLE_SAMPLES = 16
@@ -91,6 +92,7 @@ def export_library(codegen_dir: Path, size_json: Path | None, out: Path, name: s
     # flat: the one-op-per-file kernels (kernels_c/ops/) include the shared headers by name, found in src/ too
     for p in sorted(KERNELS.glob("*.[ch]")) + sorted(KERNELS.glob("ops/*.[ch]")):
         shutil.copyfile(p, src / p.name)
+    ops_header.write(src)   # tt_kernels.h's op prototypes, gathered from the op files (stages/c_emit/ops_header.py)
     layout = json.loads((Path(codegen_dir) / "io_layout.json").read_text())
     cgj = json.loads((Path(codegen_dir) / "codegen.json").read_text())
     size = json.loads(Path(size_json).read_text()) if size_json and Path(size_json).is_file() else {}

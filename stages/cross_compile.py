@@ -34,6 +34,7 @@ from typing import Any, Sequence
 
 from tinytrain.pipeline.contract import StageContext, StageResult, no_progress
 from tinytrain.pipeline.errors import StageFailed, UserError
+from tinytrain.stages.c_emit import ops_header
 from tinytrain.stages.device.boards import BOARD_DIR, Board, get_board
 
 KERNELS_DIR = BOARD_DIR.parent  # kernels_c/
@@ -184,6 +185,8 @@ def _stage_sources(work: Path, board: Board, program_dir: Path, kernels: Sequenc
     ignore = shutil.ignore_patterns("__pycache__", "*.py", "*.pyc")
     shutil.copytree(program_dir, src / "program", ignore=ignore)
     shutil.copytree(KERNELS_DIR, src / "kernels_c", ignore=ignore)
+    # tt_kernels.h includes the op prototypes gathered from the op files' interface blocks
+    ops_header.write(src / "kernels_c", src / "kernels_c" / "ops")
     program = sorted(p.relative_to(work) for p in (src / "program").glob("*.c"))
     if not program:
         raise StageFailed(f"no C sources (*.c) in {program_dir}")

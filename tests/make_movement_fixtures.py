@@ -6,7 +6,8 @@ Run by hand with TensorFlow (not in CI; tests only read the files):
     /path/to/tf-venv/bin/python tests/make_movement_fixtures.py [name ...]
 
 Each model `<m>` gets `<m>_float.tflite`, `<m>_int8.tflite` (full-integer int8, int8 I/O, 64 N(0,1)
-representative inputs) and `<m>.input.npy` (4 samples), as tests/make_op_fixtures.py writes them. Models:
+representative inputs) and `<m>.input.npy` (4 samples), as tests/make_op_fixtures.py writes them. Models (and
+every FIXTURE_MODELS recipe of tests/op_cases/, e.g. transpose):
 
   d2s      [1,4,5,3]: CONV_2D 3x3 (12 channels) -> DEPTH_TO_SPACE (block 2) -> [1,8,10,3] -> CONV_2D 1x1 (4)
            -> DEPTH_TO_SPACE (block 2) -> output [1,16,20,1]
@@ -26,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 import keras
 
+import op_cases
 from make_op_fixtures import write_models
 
 OUT = Path(__file__).resolve().parent / "fixtures" / "ops"
@@ -54,7 +56,8 @@ def split() -> keras.Model:
     return keras.Model(x, out)
 
 
-MODELS = {"d2s": d2s, "split": split}
+# and the recipes the op cases declare beside them (tests/op_cases/, FIXTURE_MODELS)
+MODELS = {"d2s": d2s, "split": split, **op_cases.fixture_models()}
 
 
 if __name__ == "__main__":

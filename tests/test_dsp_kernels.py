@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tinytrain.stages.c_emit import ops_header
+
 REPO = Path(__file__).resolve().parents[1]
 
 needs_arm = pytest.mark.skipif(
@@ -75,7 +77,7 @@ def test_dsp_object_code_uses_simd_only_when_asked(tmp_path):
     """The inner products of the conv kernel compile to SMLAD under TT_USE_DSP for the M7, and not without it."""
     cc = "arm-none-eabi-gcc"
     base = [cc, "-mcpu=cortex-m7", "-mthumb", "-mfpu=fpv5-d16", "-mfloat-abi=hard", "-std=c99", "-O2",
-            "-ffp-contract=off", f"-I{REPO / 'kernels_c'}", "-S", "-o", "-", str(REPO / "kernels_c" / "ops" / "tt_conv2d.c")]
+            "-ffp-contract=off", f"-I{REPO / 'kernels_c'}", f"-I{ops_header.include_dir()}", "-S", "-o", "-", str(REPO / "kernels_c" / "ops" / "tt_conv2d.c")]
     plain = subprocess.run(base, capture_output=True, text=True, check=True).stdout
     simd = subprocess.run(base + ["-DTT_USE_DSP=1"], capture_output=True, text=True, check=True).stdout
     assert "smlad" in simd and "smlad" not in plain

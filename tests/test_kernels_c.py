@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tinytrain.stages.c_emit import ops_header
 from tinytrain.stages.golden import grad_ops as go
 from tinytrain.stages.golden import int8_arith as ia
 from tinytrain.stages.cross_compile import KERNEL_SOURCE_GLOBS
@@ -55,7 +56,7 @@ def driver(tmp_path_factory) -> Path:
     if cc is None:
         pytest.skip("no host C compiler")
     out = tmp_path_factory.mktemp("ttk") / "tt_test_driver"
-    cmd = [cc, *HOST_FLAGS, f"-I{KDIR}", *map(str, kernel_sources()), str(DRIVER), "-lm", "-o", str(out)]
+    cmd = [cc, *HOST_FLAGS, f"-I{KDIR}", f"-I{ops_header.include_dir()}", *map(str, kernel_sources()), str(DRIVER), "-lm", "-o", str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, f"host build failed:\n{' '.join(cmd)}\n{res.stderr}"
     return out
@@ -69,7 +70,7 @@ def dsp_driver(tmp_path_factory) -> Path:
         pytest.skip("no host C compiler")
     out = tmp_path_factory.mktemp("ttk_dsp") / "tt_test_driver_dsp"
     cmd = [cc, *HOST_FLAGS, "-DTT_USE_DSP=1", "-D__ARM_FEATURE_DSP=1", "-D__ARM_FEATURE_SIMD32=1",
-           f"-I{ROOT / 'tests' / 'c' / 'acle_host'}", f"-I{KDIR}", *map(str, kernel_sources()), str(DRIVER), "-lm",
+           f"-I{ROOT / 'tests' / 'c' / 'acle_host'}", f"-I{KDIR}", f"-I{ops_header.include_dir()}", *map(str, kernel_sources()), str(DRIVER), "-lm",
            "-o", str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, f"host DSP build failed:\n{' '.join(cmd)}\n{res.stderr}"
@@ -1331,7 +1332,7 @@ def test_every_kernel_cross_compiles_warning_free(tmp_path, core, dsp):
     cc = shutil.which("arm-none-eabi-gcc")
     if cc is None:
         pytest.skip("arm-none-eabi-gcc is not installed")
-    flags = ARM_CORES[core] + ["-mthumb", "-mfloat-abi=hard"] + CFLAGS + ["-O2", f"-I{KDIR}"]
+    flags = ARM_CORES[core] + ["-mthumb", "-mfloat-abi=hard"] + CFLAGS + ["-O2", f"-I{KDIR}", f"-I{ops_header.include_dir()}"]
     flags += ["-DTT_USE_DSP=1"] if dsp else []
     for src in kernel_sources():
         res = subprocess.run([cc, *flags, "-c", str(src), "-o", str(tmp_path / (src.stem + ".o"))],
@@ -1565,7 +1566,7 @@ def test_qas_update_specialised_equals_plain_loop(tmp_path):
     src = tmp_path / "qas_ref.c"
     src.write_text(_QAS_REF_C)
     exe = tmp_path / "qas_ref"
-    cmd = [cc, *HOST_FLAGS, f"-I{KDIR}", str(KDIR / "tt_train_ops.c"), str(KDIR / "tt_qas.c"),
+    cmd = [cc, *HOST_FLAGS, f"-I{KDIR}", f"-I{ops_header.include_dir()}", str(KDIR / "tt_train_ops.c"), str(KDIR / "tt_qas.c"),
            *[str(s) for s in kernel_sources() if s.name not in ("tt_train_ops.c", "tt_qas.c")], str(src), "-lm",
            "-o", str(exe)]
     res = subprocess.run(cmd, capture_output=True, text=True)

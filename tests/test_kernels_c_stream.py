@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tinytrain.stages.c_emit import ops_header
 from tinytrain.stages.cross_compile import KERNEL_SOURCE_GLOBS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -388,7 +389,7 @@ def harness(tmp_path_factory) -> Path:
     src = tmp / "stream.c"
     src.write_text(HARNESS)
     exe = tmp / "stream"
-    cmd = [cc, *HOST_FLAGS, f"-I{KDIR}", *[str(p) for g in KERNEL_SOURCE_GLOBS for p in sorted(KDIR.glob(g))], str(src), "-lm", "-o", str(exe)]
+    cmd = [cc, *HOST_FLAGS, f"-I{KDIR}", f"-I{ops_header.include_dir()}", *[str(p) for g in KERNEL_SOURCE_GLOBS for p in sorted(KDIR.glob(g))], str(src), "-lm", "-o", str(exe)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, f"host build failed:\n{' '.join(cmd)}\n{res.stderr}"
     return exe

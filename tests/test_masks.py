@@ -23,6 +23,7 @@ import pytest
 
 from test_codegen import _data  # the same random int8 / float samples and labels
 from tinytrain.stages import codegen
+from tinytrain.stages.c_emit import ops_header
 from tinytrain.stages.golden import grad_ops as go
 from tinytrain.stages.golden import train_step as te
 from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
@@ -292,7 +293,7 @@ def test_c_kernels_match_numpy(tmp_path, act):
                                                          fhi="INFINITY" if fhi is None else codegen.flit(fhi)))
     exe = tmp_path / "drv"
     cmd = [cc, *CFLAGS, "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{KDIR}",
-           str(KDIR / "tt_mask.c"), str(KDIR / "ops" / "tt_mask_grad.c"), str(src), "-lm", "-o", str(exe)]
+           f"-I{ops_header.include_dir()}", str(KDIR / "tt_mask.c"), str(KDIR / "ops" / "tt_mask_grad.c"), str(src), "-lm", "-o", str(exe)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split("\n")

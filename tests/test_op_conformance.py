@@ -31,6 +31,7 @@ import pytest
 
 import litert_oracle as oracle
 import op_cases
+from tinytrain.stages.c_emit import ops_header
 from tinytrain.stages import ops
 from tinytrain.stages.golden.forward import run_graph, run_op
 from tinytrain.stages.model.ir import Graph, Op, Tensor
@@ -462,7 +463,7 @@ int main(int argc, char **argv)
 """)
     exe = tmp_path / "cases"
     flags = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off", "-O1", "-g",
-             "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{KDIR}"]
+             "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{KDIR}", f"-I{ops_header.include_dir()}"]
     sources = [*_kernel_sources(), *units, tmp_path / "main.c"]
     objects = [tmp_path / f"o{k}.o" for k in range(len(sources))]
 

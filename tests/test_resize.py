@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tinytrain.stages.c_emit import ops_header
 from tinytrain.pipeline.spec_quantize import QuantizeSpec
 from tinytrain.stages.golden import grad_ops as go
 from tinytrain.stages import quantize
@@ -316,7 +317,7 @@ def kbatch(tmp_path_factory, tmp_path):
     if cc is None:
         pytest.skip("no host C compiler")
     out = tmp_path_factory.mktemp("ttk_resize") / "tt_test_driver"
-    cmd = [cc, *HOST_FLAGS, f"-I{KDIR}", *map(str, kernel_sources()), str(DRIVER), "-lm", "-o", str(out)]
+    cmd = [cc, *HOST_FLAGS, f"-I{KDIR}", f"-I{ops_header.include_dir()}", *map(str, kernel_sources()), str(DRIVER), "-lm", "-o", str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     return Batch(out, tmp_path)
@@ -384,7 +385,7 @@ def test_c_kernels_cross_compile_for_cortex_m7(tmp_path):
     for extra in ([], ["-mfpu=fpv5-d16", "-mfloat-abi=hard"]):
         for name in ("tt_resize_bilinear.c", "tt_resize_nearest_neighbor.c"):
             cmd = [arm, "-mcpu=cortex-m7", "-mthumb", *extra, "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-c",
-                   str(kdir / "ops" / name), f"-I{kdir}", "-o", str(tmp_path / "tt_resize.o")]
+                   str(kdir / "ops" / name), f"-I{kdir}", f"-I{ops_header.include_dir()}", "-o", str(tmp_path / "tt_resize.o")]
             res = subprocess.run(cmd, capture_output=True, text=True)
             assert res.returncode == 0 and not res.stderr, res.stderr
 

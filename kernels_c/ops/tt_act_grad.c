@@ -1,6 +1,11 @@
 /* act_grad: the straight-through mask of a fused activation, from the forward output, float32. */
 #include "tt_kernels.h"
 
+#ifdef TT_INTERFACE
+/* Straight-through mask from the forward *output* y: relu y>0, relu6 0<y<6, relu_n1_to_1 -1<y<1 (dx may be dy). */
+void tt_act_grad_f32(int32_t n, tt_act act, const float *dy, const float *y, float *dx);
+#endif /* TT_INTERFACE */
+
 void tt_act_grad_f32(int32_t n, tt_act act, const float *dy, const float *y, float *dx)
 {
     int32_t i;

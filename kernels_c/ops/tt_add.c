@@ -5,6 +5,22 @@
  * operand's element strides (0 along an axis the operand is broadcast over), computed by codegen. */
 #include "tt_broadcast.h"
 
+#ifdef TT_INTERFACE
+/* Element-wise, equal shapes (n elements). */
+void tt_add_s8(const tt_add_params_s8 *p, int32_t n, const int8_t *a, const int8_t *b, int8_t *y);
+/* ADD with broadcasting (equal shapes: tt_add_s8) and SUB (sub.cc: ADD's general path with the rescaled second
+ * operand subtracted; PrepareGeneralSubOp computes the same parameters as add.cc). */
+void tt_add_s8_broadcast(const tt_add_params_s8 *p, const tt_broadcast *bc, const int8_t *a, const int8_t *b,
+                         int8_t *y);
+void tt_add_f32_broadcast(const tt_broadcast *bc, float act_min, float act_max, const float *a, const float *b,
+                          float *y);
+void tt_add_f32(int32_t n, float act_min, float act_max, const float *a, const float *b, float *y);
+/* The gradient of an operand broadcast up to dy's shape (add_grad / sub_grad: sign +1 / -1): dx[a(i)] += sign *
+ * dy[i] over bc's output positions (a_stride: dx's strides, 0 on the broadcast axes); dx has dx_size elements.
+ * When dx has dy's size it is a (signed) copy and dx may be dy; otherwise dx is zeroed first. */
+void tt_unbroadcast_f32(const tt_broadcast *bc, float sign, const float *dy, float *dx, int32_t dx_size);
+#endif /* TT_INTERFACE */
+
 /* add.cc / reference_integer_ops::AddElementwise (8-bit general path), as executor._add. */
 void tt_add_s8(const tt_add_params_s8 *p, int32_t n, const int8_t *a, const int8_t *b, int8_t *y)
 {

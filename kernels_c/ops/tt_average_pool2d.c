@@ -5,84 +5,42 @@
  * skipped and the average divides by the number of in-image taps. */
 #include "tt_act_clamp.h"
 #include "tt_kernels.h"
+#include "tt_pool_window.h"
+
+#ifdef TT_INTERFACE
+/* reference_integer_ops::AveragePool: sum of in-image taps / their count, rounded half away from zero. */
+void tt_average_pool2d_s8(const tt_pool_dims *d, int32_t act_min, int32_t act_max, const int8_t *x, int8_t *y);
+void tt_average_pool2d_f32(const tt_pool_dims *d, float act_min, float act_max, const float *x, float *y);
+void tt_average_pool2d_grad_f32(const tt_pool_dims *d, const float *dy, float *dx);
+#endif /* TT_INTERFACE */
 
 void tt_average_pool2d_s8(const tt_pool_dims *d, int32_t act_min, int32_t act_max, const int8_t *x, int8_t *y)
 {
-    int32_t b, oy, ox, c, ky, kx;
-    for (b = 0; b < d->batches; ++b) {
-        for (oy = 0; oy < d->out_h; ++oy) {
-            for (ox = 0; ox < d->out_w; ++ox) {
-                const int32_t iy0 = oy * d->stride_h - d->pad_top;
-                const int32_t ix0 = ox * d->stride_w - d->pad_left;
-                for (c = 0; c < d->channels; ++c) {
-                    int32_t acc = 0, count = 0, avg;
-                    for (ky = 0; ky < d->filter_h; ++ky) {
-                        const int32_t iy = iy0 + ky;
-                        if (iy < 0 || iy >= d->in_h) {
-                            continue;
-                        }
-                        for (kx = 0; kx < d->filter_w; ++kx) {
-                            const int32_t ix = ix0 + kx;
-                            if (ix < 0 || ix >= d->in_w) {
-                                continue;
-                            }
-                            acc += x[((b * d->in_h + iy) * d->in_w + ix) * d->channels + c];
-                            ++count;
-                        }
-                    }
-                    /* Round half away from zero with C's truncating division (reference AveragePool). */
-                    avg = acc > 0 ? (acc + count / 2) / count : (acc - count / 2) / count;
-                    y[((b * d->out_h + oy) * d->out_w + ox) * d->channels + c] =
-                        (int8_t)tt_clamp32(avg, act_min, act_max);
-                }
-            }
+    int32_t b, oy, ox, c, iy, ix;
+    tt_pool_window w;
+    TT_POOL_FOR_EACH_OUTPUT(d, b, oy, ox, c, w) {
+        const int32_t count = tt_pool_window_count(&w);
+        int32_t acc = 0, avg;
+        TT_POOL_FOR_EACH_TAP(w, iy, ix) {
+            acc += x[TT_POOL_IN(d, b, iy, ix, c)];
         }
+        /* Round half away from zero with C's truncating division (reference AveragePool). */
+        avg = acc > 0 ? (acc + count / 2) / count : (acc - count / 2) / count;
+        y[TT_POOL_OUT(d, b, oy, ox, c)] = (int8_t)tt_clamp32(avg, act_min, act_max);
     }
 }
 
 void tt_average_pool2d_f32(const tt_pool_dims *d, float act_min, float act_max, const float *x, float *y)
 {
-    int32_t b, oy, ox, c, ky, kx;
-    for (b = 0; b < d->batches; ++b) {
-        for (oy = 0; oy < d->out_h; ++oy) {
-            for (ox = 0; ox < d->out_w; ++ox) {
-                const int32_t iy0 = oy * d->stride_h - d->pad_top;
-                const int32_t ix0 = ox * d->stride_w - d->pad_left;
-                for (c = 0; c < d->channels; ++c) {
-                    float acc = 0.0f, count = 0.0f;
-                    for (ky = 0; ky < d->filter_h; ++ky) {
-                        const int32_t iy = iy0 + ky;
-                        if (iy < 0 || iy >= d->in_h) {
-                            continue;
-                        }
-                        for (kx = 0; kx < d->filter_w; ++kx) {
-                            const int32_t ix = ix0 + kx;
-                            if (ix < 0 || ix >= d->in_w) {
-                                continue;
-                            }
-                            acc += x[((b * d->in_h + iy) * d->in_w + ix) * d->channels + c];
-                            count += 1.0f;
-                        }
-                    }
-                    y[((b * d->out_h + oy) * d->out_w + ox) * d->channels + c] =
-                        tt_act_clamp(acc / count, act_min, act_max);
-                }
-            }
+    int32_t b, oy, ox, c, iy, ix;
+    tt_pool_window w;
+    TT_POOL_FOR_EACH_OUTPUT(d, b, oy, ox, c, w) {
+        float acc = 0.0f;
+        TT_POOL_FOR_EACH_TAP(w, iy, ix) {
+            acc += x[TT_POOL_IN(d, b, iy, ix, c)];
         }
+        y[TT_POOL_OUT(d, b, oy, ox, c)] = tt_act_clamp(acc / (float)tt_pool_window_count(&w), act_min, act_max);
     }
-}
-
-static int32_t tt_window_count(const tt_pool_dims *d, int32_t iy0, int32_t ix0)
-{
-    int32_t y0 = iy0 < 0 ? 0 : iy0, x0 = ix0 < 0 ? 0 : ix0;
-    int32_t y1 = iy0 + d->filter_h, x1 = ix0 + d->filter_w;
-    if (y1 > d->in_h) {
-        y1 = d->in_h;
-    }
-    if (x1 > d->in_w) {
-        x1 = d->in_w;
-    }
-    return (y1 - y0) * (x1 - x0);
 }
 
 /* Each output spreads dy / count (count = in-image taps, TFLite's divisor) over its window; taps outer like
@@ -106,13 +64,15 @@ void tt_average_pool2d_grad_f32(const tt_pool_dims *d, const float *dy, float *d
                     for (ox = 0; ox < d->out_w; ++ox) {
                         const int32_t ix0 = ox * d->stride_w - d->pad_left;
                         const int32_t ix = ix0 + kx;
+                        tt_pool_window win;
                         float count;
                         const float *dyp;
                         float *dxp;
                         if (ix < 0 || ix >= d->in_w) {
                             continue;
                         }
-                        count = (float)tt_window_count(d, iy0, ix0);
+                        win = tt_pool_window_at(d, oy, ox);
+                        count = (float)tt_pool_window_count(&win);
                         dyp = dy + ((b * d->out_h + oy) * d->out_w + ox) * d->channels;
                         dxp = dx + ((b * d->in_h + iy) * d->in_w + ix) * d->channels;
                         for (c = 0; c < d->channels; ++c) {

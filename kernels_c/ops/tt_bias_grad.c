@@ -1,6 +1,11 @@
 /* bias_grad: the bias gradient of a conv / depthwise / fully connected layer, float32. */
 #include "tt_kernels.h"
 
+#ifdef TT_INTERFACE
+/* db[c] = sum over every row (batch and positions) of dy[row, c]. */
+void tt_bias_grad_f32(int32_t rows, int32_t channels, const float *dy, float *db);
+#endif /* TT_INTERFACE */
+
 void tt_bias_grad_f32(int32_t rows, int32_t channels, const float *dy, float *db)
 {
     int32_t r, c;

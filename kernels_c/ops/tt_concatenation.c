@@ -4,6 +4,27 @@
 #include <math.h>
 #include <string.h>
 
+#ifdef TT_INTERFACE
+/* CONCATENATION: tensors viewed as [outer, inner_i] with inner_i = axis extent * product of the later dims.
+ * q == NULL: every input has the output's parameters and there is no fused activation (a pure copy).
+ * Otherwise inputs with different (scale, zero point) are rescaled as ConcatenationWithScaling does (float32
+ * math: scale = s_i * (1/s_o), bias = -z_i * scale, roundf(x*scale + bias) + z_o), then the act clamp. */
+typedef struct {
+    const float *input_scale;
+    const int32_t *input_zero_point;
+    float output_scale;
+    int32_t output_zero_point;
+    int32_t act_min, act_max;
+} tt_concat_params_s8;
+void tt_concatenation_s8(int32_t n_inputs, const int8_t *const *inputs, const int32_t *inner_sizes, int32_t outer,
+                         const tt_concat_params_s8 *q, int8_t *y);
+void tt_concatenation_f32(int32_t n_inputs, const float *const *inputs, const int32_t *inner_sizes, int32_t outer,
+                          float act_min, float act_max, float *y);
+/* dxs[i] == NULL: input i needs no gradient and is skipped. */
+void tt_concatenation_grad_f32(int32_t n_inputs, const int32_t *inner_sizes, int32_t outer, const float *dy,
+                               float *const *dxs);
+#endif /* TT_INTERFACE */
+
 void tt_concatenation_s8(int32_t n_inputs, const int8_t *const *inputs, const int32_t *inner_sizes, int32_t outer,
                          const tt_concat_params_s8 *q, int8_t *y)
 {

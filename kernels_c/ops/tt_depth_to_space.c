@@ -9,6 +9,17 @@
 
 #include "tt_kernels.h"
 
+#ifdef TT_INTERFACE
+/* DEPTH_TO_SPACE (ops/tt_depth_to_space.c; stages/ops/depth_to_space.py), NHWC, DCR order, dims of the input x
+ * [batches, in_h, in_w, in_c], block k: y [batches, in_h*k, in_w*k, in_c/k^2]. grad: dx = space_to_depth(dy). */
+void tt_depth_to_space_s8(int32_t batches, int32_t in_h, int32_t in_w, int32_t in_c, int32_t block,
+                          const int8_t *x, int8_t *y);
+void tt_depth_to_space_f32(int32_t batches, int32_t in_h, int32_t in_w, int32_t in_c, int32_t block,
+                           const float *x, float *y);
+void tt_depth_to_space_grad_f32(int32_t batches, int32_t in_h, int32_t in_w, int32_t in_c, int32_t block,
+                                const float *dy, float *dx);
+#endif /* TT_INTERFACE */
+
 /* to_space != 0: x [n, h, w, c] -> y [n, h*k, w*k, c/k^2]; else the inverse (y back into x's layout). */
 static void tt_d2s_move(int32_t batches, int32_t in_h, int32_t in_w, int32_t in_c, int32_t k, size_t elem,
                         const uint8_t *src, uint8_t *dst, int to_space)

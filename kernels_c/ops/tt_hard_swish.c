@@ -3,6 +3,22 @@
 #include "tt_kernels.h"
 #include "tt_math.h"
 
+#ifdef TT_INTERFACE
+/* int8 HARD_SWISH: reference_ops::HardSwish<int8_t>, 16-bit fixed point; the Q0.15 multipliers and exponents are
+ * int8_arith.hard_swish_params(s_in, s_out). */
+typedef struct {
+    int32_t input_zero_point, output_zero_point;
+    int32_t output_multiplier_fixedpoint_int16, output_multiplier_exponent;
+    int32_t reluish_multiplier_fixedpoint_int16, reluish_multiplier_exponent;
+} tt_hard_swish_params_s8;
+void tt_hard_swish_s8(const tt_hard_swish_params_s8 *p, int32_t n, const int8_t *x, int8_t *y);
+/* x * min(6, max(0, x + 3)) / 6. */
+void tt_hard_swish_f32(int32_t n, const float *x, float *y);
+/* From the forward input x: hard_swish 0 / dy (x/3 + 1/2) / dy at x <= -3 / between / x >= 3; leaky_relu and prelu
+ * x > 0 ? dy : alpha dy (prelu: alpha operand b of bc, x / dy / dx operand a). dx may be dy. */
+void tt_hard_swish_grad_f32(int32_t n, const float *dy, const float *x, float *dx);
+#endif /* TT_INTERFACE */
+
 /* ---- HARD_SWISH (reference_ops::HardSwish<int8_t>, int8_arith.hard_swish_int8) ------------------------------- */
 
 static inline int32_t tt_wrap16(int32_t x) { return (int32_t)(int16_t)(uint16_t)(uint32_t)x; }

@@ -1,6 +1,17 @@
 /* leaky_relu: int8 and float32, and leaky_relu_grad (conventions: ops/tt_logistic.c's header). */
 #include "tt_kernels.h"
 
+#ifdef TT_INTERFACE
+/* int8 LEAKY_RELU: x - z_in >= 0 requantized by QuantizeMultiplier(f32(s_in / s_out)), below by
+ * QuantizeMultiplier(f32(f32(s_in * alpha) / s_out)) (LeakyReluPrepare's float ratios), + z_out, int8 range. */
+void tt_leaky_relu_s8(int32_t n, int32_t input_zero_point, int32_t output_zero_point, int32_t multiplier_identity,
+                      int32_t shift_identity, int32_t multiplier_alpha, int32_t shift_alpha, const int8_t *x,
+                      int8_t *y);
+/* x > 0 ? x : x * alpha. */
+void tt_leaky_relu_f32(int32_t n, float alpha, const float *x, float *y);
+void tt_leaky_relu_grad_f32(int32_t n, float alpha, const float *dy, const float *x, float *dx);
+#endif /* TT_INTERFACE */
+
 /* ---- LEAKY_RELU / PRELU -------------------------------------------------------------------------------------- */
 
 /* reference_ops::QuantizeLeakyRelu: x - z_in >= 0 rescaled by (m_identity, s_identity), below by (m_alpha, s_alpha). */

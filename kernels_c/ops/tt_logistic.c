@@ -8,9 +8,21 @@
  * (int8_arith.hard_swish_int8), LEAKY_RELU and PRELU with two requantizations. Every multiplier is computed by
  * codegen (stages/golden/int8_arith.py); the kernels only do the integer work, so they are bit-exact with the executor.
  * y may equal x in every element-wise kernel here (each element is read before it is written). */
-#include "tt_gemmlowp.h"
+#include "tt_sigmoid_s8.h"
 #include "tt_kernels.h"
 #include "tt_math.h"
+
+#ifdef TT_INTERFACE
+/* int8 LOGISTIC (output (1/256, -128)) and TANH (output (1/128, 0)): TFLite Micro's reference_integer_ops, gemmlowp
+ * fixed point. multiplier / left_shift / radius = int8_arith.logistic_tanh_params(s_in); |x - z_in| >= radius
+ * saturates. */
+void tt_logistic_s8(int32_t n, int32_t input_zero_point, int32_t multiplier, int32_t left_shift, int32_t radius,
+                    const int8_t *x, int8_t *y);
+/* 1 above 16.619047, exp(x) below -9, else 1 / (1 + exp(-x)) (reference_ops::Logistic). */
+void tt_logistic_f32(int32_t n, const float *x, float *y);
+/* From the forward output y: logistic dy (1 - y) y; tanh dy (1 - y^2). dx may be dy. */
+void tt_logistic_grad_f32(int32_t n, const float *dy, const float *y, float *dx);
+#endif /* TT_INTERFACE */
 
 /* gemmlowp::logistic(FixedPoint<int32, 4>) -> Q0.31 (int8_arith.gemmlowp_logistic). */
 static int32_t tt_gemmlowp_logistic_q4(int32_t a)
@@ -27,20 +39,7 @@ static int32_t tt_gemmlowp_logistic_q4(int32_t a)
 void tt_logistic_s8(int32_t n, int32_t input_zero_point, int32_t multiplier, int32_t left_shift, int32_t radius,
                     const int8_t *x, int8_t *y)
 {
-    int32_t i;
-    for (i = 0; i < n; ++i) {
-        const int32_t v = (int32_t)x[i] - input_zero_point;
-        int32_t out;
-        if (v <= -radius) {
-            out = -128;
-        } else if (v >= radius) {
-            out = 127;
-        } else {
-            const int32_t q4 = tt_multiply_by_quantized_multiplier(v, multiplier, (int)left_shift);
-            out = tt_clamp32(tt_rounding_divide_by_pot(tt_gemmlowp_logistic_q4(q4), 31 - 8) - 128, -128, 127);
-        }
-        y[i] = (int8_t)out;
-    }
+    tt_sigmoid_like_s8(n, input_zero_point, multiplier, left_shift, radius, tt_gemmlowp_logistic_q4, 31 - 8, -128, x, y);
 }
 
 /* reference_ops::Logistic (executor._logistic): 1 above 16.619047, exp(x) below -9, else 1 / (1 + exp(-x)). */

@@ -1,6 +1,19 @@
 /* mean over H and W: int8 and float32, and mean_grad. */
 #include "tt_kernels.h"
 
+#ifdef TT_INTERFACE
+/* MEAN over H and W of [B,H,W,C] -> [B,C]: QuantizedMeanOrSum; multiplier/shift already fold 1/count in
+ * (executor._quantized_mean computes them). */
+typedef struct {
+    int32_t input_zero_point, output_zero_point;
+    int32_t multiplier, shift;
+} tt_mean_params_s8;
+void tt_mean_hw_s8(const tt_mean_params_s8 *p, int32_t batches, int32_t h, int32_t w, int32_t c, const int8_t *x,
+                   int8_t *y);
+void tt_mean_hw_f32(int32_t batches, int32_t h, int32_t w, int32_t c, const float *x, float *y);
+void tt_mean_hw_grad_f32(int32_t batches, int32_t h, int32_t w, int32_t c, const float *dy, float *dx);
+#endif /* TT_INTERFACE */
+
 /* reference_ops::QuantizedMeanOrSum (executor._quantized_mean): sum in int32, minus z_in * count, then the
  * multiplier that already holds 1/count, + z_out, clamped to int8 (no fused activation). */
 void tt_mean_hw_s8(const tt_mean_params_s8 *p, int32_t batches, int32_t h, int32_t w, int32_t c, const int8_t *x,

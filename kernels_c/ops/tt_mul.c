@@ -1,6 +1,20 @@
 /* mul: int8 and float32 with broadcasting, and mul_grad. */
 #include "tt_broadcast.h"
 
+#ifdef TT_INTERFACE
+/* MUL: y = z_y + MultiplyByQuantizedMultiplier((a - z_a)(b - z_b), QuantizeMultiplier(s_a * s_b / s_y)), the
+ * ratio in double of the float32 scales (TFLite Micro's CalculateOpDataMul), clamped to the fused act's range. */
+typedef struct {
+    int32_t input1_zero_point, input2_zero_point, output_zero_point;
+    int32_t multiplier, shift;
+    int32_t act_min, act_max;
+} tt_mul_params_s8;
+void tt_mul_s8(const tt_mul_params_s8 *p, const tt_broadcast *bc, const int8_t *a, const int8_t *b, int8_t *y);
+void tt_mul_f32(const tt_broadcast *bc, float act_min, float act_max, const float *a, const float *b, float *y);
+/* mul_grad: d = unbroadcast(dy * other) to d's shape (a_stride: d's strides, b_stride: other's). */
+void tt_mul_grad_f32(const tt_broadcast *bc, const float *dy, const float *other, float *d, int32_t d_size);
+#endif /* TT_INTERFACE */
+
 /* mul.cc / reference_integer_ops::MulElementwise (executor._mul, TFLite Micro's multiplier): one requantization
  * of the int32 product (|product| <= 255 * 255, no overflow). */
 void tt_mul_s8(const tt_mul_params_s8 *p, const tt_broadcast *bc, const int8_t *a, const int8_t *b, int8_t *y)

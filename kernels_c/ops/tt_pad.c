@@ -1,6 +1,14 @@
 /* pad: int8 and float32, and pad_grad. */
 #include "tt_kernels.h"
 
+#ifdef TT_INTERFACE
+/* PAD of a rank-4 tensor (lower ranks: leading 1s). pads[2*d], pads[2*d+1] = before, after of dim d. */
+void tt_pad_s8(const int32_t in_shape[4], const int32_t pads[8], int8_t value, const int8_t *x, int8_t *y);
+void tt_pad_f32(const int32_t in_shape[4], const int32_t pads[8], float value, const float *x, float *y);
+/* in_shape is the forward input's (dx's) shape; dy has the padded shape. */
+void tt_pad_grad_f32(const int32_t in_shape[4], const int32_t pads[8], const float *dy, float *dx);
+#endif /* TT_INTERFACE */
+
 /* Rank-4 PAD; quantized PAD pads with the output zero point, float with 0.0 (the caller passes `value`). */
 #define TT_PAD_BODY                                                                                                \
     const int32_t o1 = in_shape[1] + pads[2] + pads[3];                                                           \

@@ -1,6 +1,22 @@
 /* prelu: int8 and float32 (alpha broadcast), and prelu_grad (conventions: ops/tt_logistic.c's header). */
 #include "tt_broadcast.h"
 
+#ifdef TT_INTERFACE
+/* int8 PRELU (reference_ops::BroadcastPrelu4D): pos = QuantizeMultiplier(f32(s_x / s_y)), neg =
+ * QuantizeMultiplier(f32(f32(s_x * s_alpha) / s_y)) on (x - z_x)(alpha - z_alpha). bc: x is operand a (full
+ * shape), alpha operand b (broadcast). */
+typedef struct {
+    int32_t input_zero_point, alpha_zero_point, output_zero_point;
+    int32_t multiplier_pos, shift_pos;
+    int32_t multiplier_neg, shift_neg;
+} tt_prelu_params_s8;
+void tt_prelu_s8(const tt_prelu_params_s8 *p, const tt_broadcast *bc, const int8_t *x, const int8_t *alpha,
+                 int8_t *y);
+/* x >= 0 ? x : x * alpha (alpha broadcast, operand b of bc). */
+void tt_prelu_f32(const tt_broadcast *bc, const float *x, const float *alpha, float *y);
+void tt_prelu_grad_f32(const tt_broadcast *bc, const float *dy, const float *x, const float *alpha, float *dx);
+#endif /* TT_INTERFACE */
+
 /* reference_ops::BroadcastPrelu4D: x (a_stride) against alpha broadcast (b_stride). The negative side multiplies
  * (x - z_x) (alpha - z_alpha), at most 255 * 255: no overflow. */
 void tt_prelu_s8(const tt_prelu_params_s8 *p, const tt_broadcast *bc, const int8_t *x, const int8_t *alpha,

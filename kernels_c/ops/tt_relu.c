@@ -1,6 +1,15 @@
 /* relu and relu6 (the standalone clamps): int8 requantize-and-clamp, float32 clamp. */
 #include "tt_kernels.h"
 
+#ifdef TT_INTERFACE
+/* Standalone RELU / RELU6 (activations.cc QuantizedReluX): requantize from the input's to the output's params
+ * (multiplier/shift = QuantizeMultiplier(s_x / s_y)) and clamp to [qlo, qhi] (int8_arith.relu_op_range). */
+void tt_relu_s8(int32_t n, int32_t input_zero_point, int32_t output_zero_point, int32_t multiplier, int32_t shift,
+                int32_t qlo, int32_t qhi, const int8_t *x, int8_t *y);
+/* RELU / RELU6 / any clamp, element-wise (y may equal x). */
+void tt_clamp_f32(int32_t n, float lo, float hi, const float *x, float *y);
+#endif /* TT_INTERFACE */
+
 /* activations.cc QuantizedReluX, as executor._relu_common. */
 void tt_relu_s8(int32_t n, int32_t input_zero_point, int32_t output_zero_point, int32_t multiplier, int32_t shift,
                 int32_t qlo, int32_t qhi, const int8_t *x, int8_t *y)

@@ -4,6 +4,12 @@
 
 #include <string.h>
 
+#ifdef TT_INTERFACE
+/* RESHAPE: a no-op when codegen aliases input and output; otherwise a copy (memmove: may overlap). */
+void tt_copy_s8(int32_t n, const int8_t *x, int8_t *y);
+void tt_copy_f32(int32_t n, const float *x, float *y);
+#endif /* TT_INTERFACE */
+
 void tt_copy_s8(int32_t n, const int8_t *x, int8_t *y)
 {
     if (x != y) {

@@ -14,6 +14,12 @@
 
 #include <stddef.h>
 
+#ifdef TT_INTERFACE
+void tt_resize_bilinear_s8(const tt_resize_params *p, const int8_t *x, int8_t *y);
+void tt_resize_bilinear_f32(const tt_resize_params *p, const float *x, float *y);
+void tt_resize_bilinear_grad_f32(const tt_resize_params *p, const float *dy, float *dx);
+#endif /* TT_INTERFACE */
+
 void tt_resize_bilinear_f32(const tt_resize_params *p, const float *x, float *y)
 {
     const int32_t c = p->channels, iw = p->in_w;

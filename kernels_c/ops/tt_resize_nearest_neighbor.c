@@ -4,6 +4,12 @@
 
 #include <stddef.h>
 
+#ifdef TT_INTERFACE
+void tt_resize_nearest_s8(const tt_resize_params *p, const int8_t *x, int8_t *y);
+void tt_resize_nearest_f32(const tt_resize_params *p, const float *x, float *y);
+void tt_resize_nearest_grad_f32(const tt_resize_params *p, const float *dy, float *dx);
+#endif /* TT_INTERFACE */
+
 #define TT_RESIZE_NEAREST(T)                                                                                 \
     const int32_t c = p->channels, iw = p->in_w;                                                             \
     const float sy = tt_resize_scale(p->in_h, p->out_h, p->align_corners);                                   \

@@ -7,6 +7,16 @@
 
 #include <math.h>
 
+#ifdef TT_INTERFACE
+/* reference_ops::Softmax<int8, int8> over the last axis; output scale 1/256, zero point -128. The parameters are
+ * int8_arith.softmax_params(beta, s_x). */
+void tt_softmax_s8(int32_t rows, int32_t depth, int32_t input_multiplier, int32_t input_left_shift,
+                   int32_t diff_min, const int8_t *x, int8_t *y);
+void tt_softmax_f32(int32_t rows, int32_t depth, float beta, const float *x, float *y);
+/* y = softmax(beta x): dx = beta * y * (dy - sum(dy*y)). */
+void tt_softmax_grad_f32(int32_t rows, int32_t depth, float beta, const float *dy, const float *y, float *dx);
+#endif /* TT_INTERFACE */
+
 void tt_softmax_s8(int32_t rows, int32_t depth, int32_t input_multiplier, int32_t input_left_shift,
                    int32_t diff_min, const int8_t *x, int8_t *y)
 {

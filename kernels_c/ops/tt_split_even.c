@@ -7,6 +7,14 @@
 
 #include "tt_kernels.h"
 
+#ifdef TT_INTERFACE
+/* SPLIT / SPLIT_V (ops/tt_split_even.c; stages/ops/split.py): x is `outer` runs of sum(inner) elements, part j gets
+ * inner[j] of each run; grad: dx = the parts' gradients concatenated back, zeros for a NULL part. */
+void tt_split_s8(int32_t parts, const int32_t *inner, int32_t outer, const int8_t *x, int8_t *const *y);
+void tt_split_f32(int32_t parts, const int32_t *inner, int32_t outer, const float *x, float *const *y);
+void tt_split_grad_f32(int32_t parts, const int32_t *inner, int32_t outer, const float *const *dy, float *dx);
+#endif /* TT_INTERFACE */
+
 static void tt_split_move(int32_t parts, const int32_t *inner, int32_t outer, size_t elem, const uint8_t *x,
                           uint8_t *const *y)
 {

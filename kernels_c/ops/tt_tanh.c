@@ -1,7 +1,16 @@
 /* tanh: int8 and float32, and tanh_grad (conventions: ops/tt_logistic.c's header). */
-#include "tt_gemmlowp.h"
+#include "tt_sigmoid_s8.h"
 #include "tt_kernels.h"
 #include "tt_math.h"
+
+#ifdef TT_INTERFACE
+/* int8 TANH (output (1/128, 0)): the parameters and saturation as tt_logistic_s8's; float tanh; tanh_grad from the
+ * forward output y: dy (1 - y^2), dx may be dy. */
+void tt_tanh_s8(int32_t n, int32_t input_zero_point, int32_t multiplier, int32_t left_shift, int32_t radius,
+                const int8_t *x, int8_t *y);
+void tt_tanh_f32(int32_t n, const float *x, float *y);
+void tt_tanh_grad_f32(int32_t n, const float *dy, const float *y, float *dx);
+#endif /* TT_INTERFACE */
 
 /* gemmlowp::tanh(FixedPoint<int32, 4>) -> Q0.31 (int8_arith.gemmlowp_tanh): e^{2n} for n = -|a| is
  * exp_on_negative_values of the same raw value read with 5 integer bits. */
@@ -18,20 +27,7 @@ static int32_t tt_gemmlowp_tanh_q4(int32_t a)
 void tt_tanh_s8(int32_t n, int32_t input_zero_point, int32_t multiplier, int32_t left_shift, int32_t radius,
                 const int8_t *x, int8_t *y)
 {
-    int32_t i;
-    for (i = 0; i < n; ++i) {
-        const int32_t v = (int32_t)x[i] - input_zero_point;
-        int32_t out;
-        if (v <= -radius) {
-            out = -128;
-        } else if (v >= radius) {
-            out = 127;
-        } else {
-            const int32_t q4 = tt_multiply_by_quantized_multiplier(v, multiplier, (int)left_shift);
-            out = tt_clamp32(tt_rounding_divide_by_pot(tt_gemmlowp_tanh_q4(q4), 31 - 7), -128, 127);
-        }
-        y[i] = (int8_t)out;
-    }
+    tt_sigmoid_like_s8(n, input_zero_point, multiplier, left_shift, radius, tt_gemmlowp_tanh_q4, 31 - 7, 0, x, y);
 }
 
 void tt_tanh_f32(int32_t n, const float *x, float *y)

@@ -16,6 +16,19 @@
 #include "tt_kernels.h"
 #include "tt_requant.h"
 
+#ifdef TT_INTERFACE
+/* TRANSPOSE_CONV (ops/tt_transpose_conv.c): x [B,in_h,in_w,in_c] -> y [B,out_h,out_w,out_c], w [out_c,k_h,k_w,in_c],
+ * pad_top/pad_left from y's size (executor.transpose_conv_geometry); dilation / depth_multiplier ignored. int8:
+ * requant as conv2d (bit-exact with the reference's int32 scratch); float: the reference's per-element order. The
+ * backward: dx = the conv2d of dy with w of the same geometry; dw [out_c,k_h,k_w,k] (first k input channels). */
+void tt_transpose_conv_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
+                          const int32_t *bias, int8_t *y);
+void tt_transpose_conv_f32(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
+                           const float *bias, float *y);
+void tt_transpose_conv_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *w, float *dx);
+void tt_transpose_conv_grad_weight_f32(const tt_conv_dims *d, int32_t k, const float *dy, const float *x, float *dw);
+#endif /* TT_INTERFACE */
+
 /* First tap index of a stride-aligned axis: the taps k with (o + pad - k) % s == 0 and 0 <= (o + pad - k) / s < n
  * are k = r, r + s, ... with r = (o + pad) % s; returns the input index of tap k (or -1 when outside). */
 static inline int32_t tt_tc_src(int32_t o, int32_t pad, int32_t k, int32_t s, int32_t n)

@@ -5,9 +5,9 @@ shape.py, resize.py, softmax.py, quant.py, depth_to_space.py, split.py) declares
 forward op as a .tflite file holds it (its TFLite builtin codes and their operand counts, and where moved its
 options: read_options / write_options), its IR operands and attrs, its traits, and next to it the backward ops
 autodiff emits for it. depth_to_space.py and split.py show an op added in one place: module, C kernel file
-(kernels_c/ops/), its prototypes in tt_kernels.h, its cases (tests/op_cases/) and one line here. training.py declares the ops only training graphs hold (losses,
-updates, gradient plumbing). `_FAMILIES` below is the one table that lists the modules; adding an op means adding
-an `OpDef` to its family's module (or a new module and one line here).
+(kernels_c/ops/, declaring its own prototypes), its cases (tests/op_cases/) and one line here. training.py declares
+the ops only training graphs hold (losses, updates, gradient plumbing). `_FAMILIES` below is the one table that
+lists the modules; adding an op means adding an `OpDef` to its family's module (or a new module and one line here).
 
 Every op-name list and trait list of the pipeline is derived here (`FORWARD_OPS`, `LAYER_OPS`, `INT8_OPS`, ...)
 and imported from here: the TFLite reader's handler table and the writer's builtin map, the executor's kernel
@@ -36,6 +36,7 @@ from tinytrain.stages.ops import (
     softmax,
     split,
     training,
+    transpose,
 )
 from tinytrain.stages.ops.base import KINDS, Builtin, OpDef
 
@@ -43,7 +44,7 @@ __all__ = ["Builtin", "OpDef", "KINDS", "REGISTRY", "get", "names", "update_op",
 
 # The one table of op modules. Order: forward families first, training ops last (derived lists keep this order).
 _FAMILIES = (conv, fully_connected, elementwise, pooling, shape, softmax, activations, quant, resize, depth_to_space,
-             split, training)
+             split, transpose, training)
 
 
 def _build() -> Mapping[str, OpDef]:

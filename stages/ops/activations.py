@@ -102,6 +102,18 @@ _LOGISTIC_CUTOFF_UPPER = np.float32(16.619047164916992188)
 _LOGISTIC_CUTOFF_LOWER = np.float32(-9.0)
 
 
+def _sigmoid_like_int8(ctx, f32, fixed) -> np.ndarray:
+    """int8 LOGISTIC / TANH (the output parameters the kernels hard-code): LiteRT's table filled with the float
+    function f32 (fc_requant="litert_double") or TFLite Micro's gemmlowp fixed point `fixed` (the default)."""
+    s_in, z_in = qparams(ctx.tin(0))
+    s_out, z_out = qparams(ctx.tout())
+    _check_fixed_output(ctx.op.type, s_out, z_out)
+    if ctx.fc_requant == "litert_double":
+        return ia.apply_lut(ctx.x(0), ia.lut_int8(s_in, z_in, s_out, z_out, f32))
+    mult, shift, radius = ia.logistic_tanh_params(s_in)
+    return fixed(ctx.x(0), z_in, mult, shift, radius)
+
+
 def _logistic(ctx) -> list[np.ndarray]:
     """float: reference_ops::Logistic (1 above 16.619, exp(x) below -9, else 1 / (1 + exp(-x)), in float).
     int8 (output (1/256, -128)): LiteRT's BUILTIN_REF kernel looks each value up in a table it fills with float
@@ -109,13 +121,7 @@ def _logistic(ctx) -> list[np.ndarray]:
     (the default). The two differ by an LSB on some inputs."""
     x = ctx.x(0)
     if ctx.quantized():
-        s_in, z_in = qparams(ctx.tin(0))
-        s_out, z_out = qparams(ctx.tout())
-        _check_fixed_output("logistic", s_out, z_out)
-        if ctx.fc_requant == "litert_double":
-            return [ia.apply_lut(x, ia.lut_int8(s_in, z_in, s_out, z_out, ia.logistic_f32))]
-        mult, shift, radius = ia.logistic_tanh_params(s_in)
-        return [ia.logistic_int8_fixed(x, z_in, mult, shift, radius)]
+        return [_sigmoid_like_int8(ctx, ia.logistic_f32, ia.logistic_int8_fixed)]
     xf = x.astype(np.float32)
     # Each branch's exp only sees the inputs of its own range (clipped), so nothing overflows; the values in range
     # are the same bits as the unclipped formula.
@@ -130,13 +136,7 @@ def _tanh(ctx) -> list[np.ndarray]:
     reference_integer_ops::Tanh."""
     x = ctx.x(0)
     if ctx.quantized():
-        s_in, z_in = qparams(ctx.tin(0))
-        s_out, z_out = qparams(ctx.tout())
-        _check_fixed_output("tanh", s_out, z_out)
-        if ctx.fc_requant == "litert_double":
-            return [ia.apply_lut(x, ia.lut_int8(s_in, z_in, s_out, z_out, ia.tanhf))]
-        mult, shift, radius = ia.logistic_tanh_params(s_in)
-        return [ia.tanh_int8_fixed(x, z_in, mult, shift, radius)]
+        return [_sigmoid_like_int8(ctx, ia.tanhf, ia.tanh_int8_fixed)]
     return [np.tanh(x.astype(np.float32)).astype(np.float32)]
 
 

@@ -16,6 +16,26 @@ from tinytrain.stages.ops.layer_common import channel_multipliers, conv_geometry
 
 # ---- numpy forward (ctx: executor._Ctx)
 
+def _int8_out(ctx, acc: np.ndarray, b: np.ndarray | None, channels: int, act: str) -> np.ndarray:
+    """A convolution's int8 output from its exact int64 accumulator: + the int32 bias, wrapped to int32 like the
+    kernels' accumulator, requantized per output channel (channel_multipliers), + the output zero point, clamped
+    to the fused activation's quantized range."""
+    y_t = ctx.tout()
+    if b is not None:
+        acc = acc + b.astype(np.int64)
+    mult, shift = channel_multipliers(ctx.tin(0), ctx.tin(1), y_t, channels)
+    s_out, z_out = qparams(y_t)
+    lo, hi = ia.activation_range(act, s_out, z_out)
+    return ia.requantize(ia.wrap32(acc), mult, shift, z_out, lo, hi).astype(np.int8)
+
+
+def _float_out(acc: np.ndarray, b: np.ndarray | None, act: str) -> np.ndarray:
+    """A convolution's float32 output: + bias (added last, as the reference kernels), then the fused activation."""
+    if b is not None:
+        acc = acc + b.astype(np.float32)
+    return float_act(acc, act).astype(np.float32)
+
+
 def conv2d(ctx) -> list[np.ndarray]:
     x, w, b = ctx.x(0), ctx.x(1), ctx.x(2)
     o, kh, kw, ci = w.shape
@@ -24,21 +44,14 @@ def conv2d(ctx) -> list[np.ndarray]:
     oh, ow, pt, pl, sh, sw, dh, dw = conv_geometry(ctx, x, kh, kw)
     act = ctx.attrs.get("act", "none")
     if ctx.quantized():
-        x_t, w_t, y_t = ctx.tin(0), ctx.tin(1), ctx.tout()
-        _, zin = qparams(x_t)
-        _, zout = qparams(y_t)
+        _, zin = qparams(ctx.tin(0))
         # Skipped out-of-image taps == taps on (input - zero point) padded with 0.
         xs = x.astype(np.int64) - zin
         xp, _ = padded(xs, oh, ow, pt, pl, kh, kw, sh, sw, dh, dw, 0)
         cols = np.concatenate([tap(xp, ky, kx, oh, ow, sh, sw, dh, dw)
                                for ky in range(kh) for kx in range(kw)], axis=-1)
-        wz = w.astype(np.int64) - weight_zp(w_t, o)[:, None, None, None]
-        acc = ia.exact_matmul(cols, wz.reshape(o, -1).T)
-        if b is not None:
-            acc = acc + b.astype(np.int64)
-        mult, shift = channel_multipliers(x_t, w_t, y_t, o)
-        lo, hi = ia.activation_range(act, *qparams(y_t))
-        return [ia.requantize(ia.wrap32(acc), mult, shift, zout, lo, hi).astype(np.int8)]
+        wz = w.astype(np.int64) - weight_zp(ctx.tin(1), o)[:, None, None, None]
+        return [_int8_out(ctx, ia.exact_matmul(cols, wz.reshape(o, -1).T), b, o, act)]
     xp, _ = padded(x.astype(np.float32), oh, ow, pt, pl, kh, kw, sh, sw, dh, dw, 0.0)
     wf = w.astype(np.float32)
     acc = np.zeros((x.shape[0], oh, ow, o), dtype=np.float32)
@@ -47,9 +60,7 @@ def conv2d(ctx) -> list[np.ndarray]:
             patch = tap(xp, ky, kx, oh, ow, sh, sw, dh, dw)
             for c in range(ci):
                 acc += patch[..., c:c + 1] * wf[:, ky, kx, c]
-    if b is not None:
-        acc = acc + b.astype(np.float32)
-    return [float_act(acc, act).astype(np.float32)]
+    return [_float_out(acc, b, act)]
 
 
 def depthwise_conv2d(ctx) -> list[np.ndarray]:
@@ -66,30 +77,22 @@ def depthwise_conv2d(ctx) -> list[np.ndarray]:
     oh, ow, pt, pl, sh, sw, dh, dw = conv_geometry(ctx, x, kh, kw)
     act = ctx.attrs.get("act", "none")
     if ctx.quantized():
-        x_t, w_t, y_t = ctx.tin(0), ctx.tin(1), ctx.tout()
-        _, zin = qparams(x_t)
-        _, zout = qparams(y_t)
+        _, zin = qparams(ctx.tin(0))
         xs = (x.astype(np.int64) - zin)[..., src]
         xp, _ = padded(xs, oh, ow, pt, pl, kh, kw, sh, sw, dh, dw, 0)
-        wz = w[0].astype(np.int64) - weight_zp(w_t, o)
+        wz = w[0].astype(np.int64) - weight_zp(ctx.tin(1), o)
         acc = np.zeros((x.shape[0], oh, ow, o), dtype=np.int64)
         for ky in range(kh):
             for kx in range(kw):
                 acc += tap(xp, ky, kx, oh, ow, sh, sw, dh, dw) * wz[ky, kx]
-        if b is not None:
-            acc = acc + b.astype(np.int64)
-        m, s = channel_multipliers(x_t, w_t, y_t, o)
-        lo, hi = ia.activation_range(act, *qparams(y_t))
-        return [ia.requantize(ia.wrap32(acc), m, s, zout, lo, hi).astype(np.int8)]
+        return [_int8_out(ctx, acc, b, o, act)]
     xp, _ = padded(x.astype(np.float32)[..., src], oh, ow, pt, pl, kh, kw, sh, sw, dh, dw, 0.0)
     wf = w[0].astype(np.float32)
     acc = np.zeros((x.shape[0], oh, ow, o), dtype=np.float32)
     for ky in range(kh):
         for kx in range(kw):
             acc += tap(xp, ky, kx, oh, ow, sh, sw, dh, dw) * wf[ky, kx]
-    if b is not None:
-        acc = acc + b.astype(np.float32)
-    return [float_act(acc, act).astype(np.float32)]
+    return [_float_out(acc, b, act)]
 
 
 def transpose_conv_geometry(attrs: dict, x_shape, y_shape, kh: int, kw: int) -> tuple[int, int, int, int]:
@@ -125,21 +128,15 @@ def transpose_conv(ctx) -> list[np.ndarray]:
     full_w = max((wd - 1) * sw + kw, pl + ow)
     act = ctx.attrs.get("act", "none")
     if ctx.quantized():
-        x_t, w_t = ctx.tin(0), ctx.tin(1)
-        _, zin = qparams(x_t)
-        _, zout = qparams(y_t)
+        _, zin = qparams(ctx.tin(0))
         xs = x.astype(np.int64) - zin
         wz = w.astype(np.int64)  # reference_integer_ops::TransposeConv applies no filter offset
         acc = np.zeros((n, full_h, full_w, o), dtype=np.int64)
         for ky in range(kh):
             for kx in range(kw):
                 acc[:, ky:ky + (h - 1) * sh + 1:sh, kx:kx + (wd - 1) * sw + 1:sw, :] += xs @ wz[:, ky, kx, :].T
-        acc = ia.wrap32(acc[:, pt:pt + oh, pl:pl + ow, :])
-        if b is not None:
-            acc = ia.wrap32(acc + b.astype(np.int64))
-        mult, shift = channel_multipliers(x_t, w_t, y_t, o)
-        lo, hi = ia.activation_range(act, *qparams(y_t))
-        return [ia.requantize(acc, mult, shift, zout, lo, hi).astype(np.int8)]
+        # the reference's int32 scratch wraps; + bias and the wrap again commute with it (mod 2^32)
+        return [_int8_out(ctx, acc[:, pt:pt + oh, pl:pl + ow, :], b, o, act)]
     xf, wf = x.astype(np.float32), w.astype(np.float32)
     acc = np.zeros((n, full_h, full_w, o), dtype=np.float32)
     for ky in range(kh - 1, -1, -1):
@@ -147,10 +144,7 @@ def transpose_conv(ctx) -> list[np.ndarray]:
             dst = acc[:, ky:ky + (h - 1) * sh + 1:sh, kx:kx + (wd - 1) * sw + 1:sw, :]
             for c in range(ci):
                 dst += xf[..., c:c + 1] * wf[:, ky, kx, c]
-    acc = np.ascontiguousarray(acc[:, pt:pt + oh, pl:pl + ow, :])
-    if b is not None:
-        acc = acc + b.astype(np.float32)
-    return [float_act(acc, act).astype(np.float32)]
+    return [_float_out(np.ascontiguousarray(acc[:, pt:pt + oh, pl:pl + ow, :]), b, act)]
 
 
 # ---- C (gen: codegen's generator; io: a row stream's sub-problem, codegen.stream_rows)

@@ -10,10 +10,10 @@ import numpy as np
 import tflite
 from tflite.BuiltinOptions import BuiltinOptions
 
-from tinytrain.stages.c_emit.literals import CodegenError
 from tinytrain.stages.model.ir import Op
 from tinytrain.stages.ops.backward import input_backward
 from tinytrain.stages.ops.base import Builtin, OpDef, version_by_dtype
+from tinytrain.stages.ops.movement import forward_call, grad_call
 
 
 def _block(attrs: dict) -> int:
@@ -68,18 +68,11 @@ def _dims(gen, x: str, k: int) -> str:
 
 
 def _c(gen, op: Op) -> list[str]:
-    x, y = op.inputs[0], op.outputs[0]
-    if gen.same_place(x, y):
-        raise CodegenError(f"depth_to_space {y!r} planned in place over its input (the kernel cannot)")
-    suffix = "s8" if gen.is_int8(x) else "f32"
-    return [f"tt_depth_to_space_{suffix}({_dims(gen, x, _block(op.attrs))}, {gen.loc(x)}, {gen.loc(y)});"]
+    return forward_call(gen, op, "tt_depth_to_space", _dims(gen, op.inputs[0], _block(op.attrs)))
 
 
 def _c_grad(gen, op: Op) -> list[str]:
-    dy, dx = op.inputs[0], op.outputs[0]
-    if gen.same_place(dy, dx):
-        raise CodegenError(f"depth_to_space_grad {dx!r} planned in place over dy (the kernel cannot)")
-    return [f"tt_depth_to_space_grad_f32({_dims(gen, dx, _block(op.attrs))}, {gen.loc(dy)}, {gen.loc(dx)});"]
+    return grad_call(gen, op, "tt_depth_to_space_grad_f32", _dims(gen, op.outputs[0], _block(op.attrs)))
 
 
 OPS = (

@@ -12,6 +12,7 @@ from tinytrain.stages.c_emit.literals import CodegenError
 from tinytrain.stages.model.ir import Op
 from tinytrain.stages.ops.backward import input_backward
 from tinytrain.stages.ops.base import Builtin, OpDef, input_dtype
+from tinytrain.stages.ops.movement import forward_call, grad_call
 
 _ATTRS = ("align_corners", "half_pixel_centers")
 
@@ -143,37 +144,21 @@ def _c_resize_params(gen, x: str, y: str, attrs: dict) -> str:
     return name
 
 
-def _c_resize(gen, op: Op, kind: str) -> list[str]:
-    x, y = op.inputs[0], op.outputs[0]
-    if gen.same_place(x, y):
-        raise CodegenError(f"{op.type} {y!r} planned in place over its input (the kernel cannot)")
-    p = _c_resize_params(gen, x, y, op.attrs)
-    suffix = "s8" if gen.is_int8(x) else "f32"
-    return [f"tt_resize_{kind}_{suffix}(&{p}, {gen.loc(x)}, {gen.loc(y)});"]
+def _c_resize(kind: str):
+    """The C emitters (forward, gradient) of tt_resize_<kind>: the forward reads x into y, the gradient dy into dx,
+    both with the forward's params."""
+    def forward(gen, op: Op) -> list[str]:
+        p = _c_resize_params(gen, op.inputs[0], op.outputs[0], op.attrs)
+        return forward_call(gen, op, f"tt_resize_{kind}", f"&{p}")
+
+    def grad(gen, op: Op) -> list[str]:
+        p = _c_resize_params(gen, op.outputs[0], op.inputs[0], op.attrs)
+        return grad_call(gen, op, f"tt_resize_{kind}_grad_f32", f"&{p}")
+    return forward, grad
 
 
-def _c_resize_bilinear(gen, op: Op) -> list[str]:
-    return _c_resize(gen, op, "bilinear")
-
-
-def _c_resize_nearest_neighbor(gen, op: Op) -> list[str]:
-    return _c_resize(gen, op, "nearest")
-
-
-def _c_resize_grad(gen, op: Op, kind: str) -> list[str]:
-    dy, dx = op.inputs[0], op.outputs[0]
-    if gen.same_place(dy, dx):
-        raise CodegenError(f"{op.type} {dx!r} planned in place over dy (the kernel cannot)")
-    p = _c_resize_params(gen, dx, dy, op.attrs)
-    return [f"tt_resize_{kind}_grad_f32(&{p}, {gen.loc(dy)}, {gen.loc(dx)});"]
-
-
-def _c_resize_bilinear_grad(gen, op: Op) -> list[str]:
-    return _c_resize_grad(gen, op, "bilinear")
-
-
-def _c_resize_nearest_neighbor_grad(gen, op: Op) -> list[str]:
-    return _c_resize_grad(gen, op, "nearest")
+_c_resize_bilinear, _c_resize_bilinear_grad = _c_resize("bilinear")
+_c_resize_nearest_neighbor, _c_resize_nearest_neighbor_grad = _c_resize("nearest")
 
 
 # ---- numpy kernels of the backward ops (the training executor's; v(j): the value of input j, shape(t): a

@@ -12,6 +12,7 @@ from tinytrain.stages.model.ir import Op
 from tinytrain.stages.golden.kernel_common import float_act, qparams
 from tinytrain.stages.ops.backward import input_backward
 from tinytrain.stages.ops.base import Builtin, OpDef, input_dtype, output_dtype, version_by_dtype
+from tinytrain.stages.ops.movement import forward_call, grad_call
 
 
 # ---- numpy forward (the executor's kernels; ctx: executor._Ctx)
@@ -217,20 +218,13 @@ def _c_slice_params(gen, x: str, y: str, attrs: dict) -> str:
 
 
 def _c_strided_slice(gen, op: Op) -> list[str]:
-    x, y = op.inputs[0], op.outputs[0]
-    if gen.same_place(x, y):
-        raise CodegenError(f"strided_slice {y!r} planned in place over its input (the kernel cannot)")
-    p = _c_slice_params(gen, x, y, op.attrs)
-    suffix = "s8" if gen.is_int8(x) else "f32"
-    return [f"tt_strided_slice_{suffix}(&{p}, {gen.loc(x)}, {gen.loc(y)});"]
+    p = _c_slice_params(gen, op.inputs[0], op.outputs[0], op.attrs)
+    return forward_call(gen, op, "tt_strided_slice", f"&{p}")
 
 
 def _c_strided_slice_grad(gen, op: Op) -> list[str]:
-    dy, dx = op.inputs[0], op.outputs[0]
-    if gen.same_place(dy, dx):
-        raise CodegenError(f"strided_slice_grad {dx!r} planned in place over dy (the kernel cannot)")
-    p = _c_slice_params(gen, dx, dy, op.attrs)
-    return [f"tt_strided_slice_grad_f32(&{p}, {gen.loc(dy)}, {gen.loc(dx)});"]
+    p = _c_slice_params(gen, op.outputs[0], op.inputs[0], op.attrs)
+    return grad_call(gen, op, "tt_strided_slice_grad_f32", f"&{p}")
 
 
 # ---- numpy kernels of the backward ops (the training executor's; v(j): the value of input j, shape(t): a

@@ -15,7 +15,7 @@ from tflite.BuiltinOptions import BuiltinOptions
 
 from tinytrain.stages.c_emit.literals import CodegenError, numel
 from tinytrain.stages.model.ir import Op
-from tinytrain.stages.ops.base import Builtin, OpDef, version_by_dtype
+from tinytrain.stages.ops.base import Builtin, OpDef
 
 _DATA = {"split_even": 1, "split_v": 0}   # which operand is the tensor cut
 

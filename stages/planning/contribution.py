@@ -99,7 +99,7 @@ from tinytrain.stages.planning.contribution_measure import (
 )
 from tinytrain.stages.model.ir import Graph
 from tinytrain.stages.planning.memory_model import WEIGHT_RATIOS, channels, short_name
-from tinytrain.stages.planning.train_plan import LayerPlan, TrainPlan, _has_bias, _in_channels
+from tinytrain.stages.planning.train_plan import LayerPlan, TrainPlan, _has_bias, _in_channels, outputs_last
 
 TABLE_VERSION = 1
 SCORE_FLOOR = -1.0      # regression / outputs: the worst score (error >= 2x the reference's, or a diverged run)
@@ -516,7 +516,7 @@ def first_order(graph: Graph, ds, settings: AnalysisSettings, probe: int = PROBE
             i = _op_of_weight(fg, graph.ops[desc["op"]].inputs[1])
             w = fg.ops[i].inputs[1]
             c_in = _in_channels(fg, i)
-            mult = max(1, int(fg.tensors[w].shape[-1]) // c_in) if fg.ops[i].type == "depthwise_conv2d" else 1
+            mult = max(1, int(fg.tensors[w].shape[-1]) // c_in) if outputs_last(fg, fg.ops[i]) else 1
             out[uid] = scale * sq_of(w, (..., slice(0, desc["channels"] * mult)))
     return out
 

@@ -27,6 +27,7 @@ from tinytrain.pipeline.errors import UserError
 from tinytrain.stages.golden import fast_float
 from tinytrain.stages.planning.frozen_prefix import FrozenPrefix
 from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.ops import CONVERSION_OPS  # the registry's float <-> int8 conversions
 from tinytrain.stages.train.losses import DROPS, Head, heads_from
 from tinytrain.stages.planning.train_plan import TrainPlan
 
@@ -72,7 +73,7 @@ def dequantize_graph(graph: Graph) -> Graph:
     alias: dict[str, str] = {}
     keep = []
     for op in g.ops:
-        if op.type in ("quantize", "dequantize") and g.tensors[op.inputs[0]].data is None:
+        if op.type in CONVERSION_OPS and g.tensors[op.inputs[0]].data is None:
             src = op.inputs[0]
             alias[op.outputs[0]] = alias.get(src, src)
             continue

@@ -18,7 +18,7 @@ from typing import Any
 
 from tinytrain.pipeline.errors import UserError
 from tinytrain.stages.model.ir import Graph
-from tinytrain.stages.ops import FROZEN_ONLY_OPS, TRAINABLE_OPS  # the op registry's layer traits
+from tinytrain.stages.ops import FROZEN_ONLY_OPS, REGISTRY, TRAINABLE_OPS  # the op registry's layer traits
 
 RATIOS = (0.0, 0.125, 0.25, 0.5, 1.0)
 PLAN_VERSION = 1
@@ -184,9 +184,15 @@ def _has_bias(graph: Graph, i: int) -> bool:
     return len(op.inputs) > 2 and op.inputs[2] is not None and graph.tensors[op.inputs[2]].data is not None
 
 
+def outputs_last(graph: Graph, op) -> bool:
+    """A layer whose weights hold its output channels on their last axis (the registry's out_channel_axis: the
+    depthwise [1,KH,KW,C*M]): its input channels are then the input's, and each feeds C*M / C filters."""
+    return REGISTRY[op.type].out_channel_axis == len(graph.tensors[op.inputs[1]].shape) - 1
+
+
 def _in_channels(graph: Graph, i: int) -> int:
     op = graph.ops[i]
     w = graph.tensors[op.inputs[1]]
-    if op.type == "depthwise_conv2d":
+    if outputs_last(graph, op):
         return int(graph.tensors[op.inputs[0]].shape[-1])
     return int(w.shape[-1])

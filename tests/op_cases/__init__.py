@@ -15,6 +15,11 @@ editing the test. What an OpCase names:
   litert_ref False when LiteRT's reference resolver lacks the op's version (the converter's int8 DEPTH_TO_SPACE
              v2): LiteRT's builtin kernels without delegates are the oracle instead (a data-movement op has no
              arithmetic in which they could differ).
+
+A module may also declare `FIXTURE_MODELS = {fixture name: function returning a keras.Model}`, the recipe of its
+converter-made fixtures: tests/make_movement_fixtures.py writes <name>_float.tflite, <name>_int8.tflite and
+<name>.input.npy under tests/fixtures/ops/ from it (TensorFlow imported inside the function, so the tests, which
+only read the files, never need it). A new op's recipe then lives beside its cases.
 """
 
 from __future__ import annotations
@@ -41,4 +46,15 @@ def load() -> dict[str, OpCase]:
             if name in out:
                 raise ValueError(f"op {name!r} has cases in two modules ({m.name})")
             out[name] = case
+    return out
+
+
+def fixture_models() -> dict[str, Callable]:
+    """Every case module's FIXTURE_MODELS, merged (a name twice is an error)."""
+    out: dict[str, Callable] = {}
+    for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        for name, make in getattr(importlib.import_module(f"{__name__}.{m.name}"), "FIXTURE_MODELS", {}).items():
+            if name in out:
+                raise ValueError(f"fixture model {name!r} is declared twice ({m.name})")
+            out[name] = make
     return out
