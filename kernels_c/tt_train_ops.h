@@ -1,7 +1,6 @@
-/* tt_train_ops.h: kernels the generated training program needs besides tt_kernels.h (stages/codegen.py).
+/* tt_train_ops.h: kernels the generated training program needs besides tt_kernels.h (the in-place depthwise
+ * convolution is declared in ops/tt_depthwise_conv2d.c's interface block) (stages/codegen.py).
  *
- *  - in-place depthwise convolution (TinyEngine's channel-by-channel scheme the memory plan counts: one output
- *    channel of scratch, then copied over the input channel it came from; depth multiplier 1 only);
  *  - element-wise helpers of the training IR (multi-input gradient sum, int8 straight-through clamp mask,
  *    dequantize of a channel slice, max-pool backward reading the int8 forward input, argmax);
  *  - the int8/int32 parameter update of stages/quant/qas.py (qas_*_update ops), bit-exact with it.
@@ -16,17 +15,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* y written over x (same buffer); scratch holds out_h*out_w elements. Same arithmetic as the out-of-place
- * kernels. */
-void tt_depthwise_conv2d_s8_inplace(const tt_conv_dims *d, const tt_requant_s8 *q, int8_t *xy, const int8_t *w,
-                                    const int32_t *bias, int8_t *scratch);
-/* One channel of a depthwise conv with depth multiplier 1 (ops/tt_depthwise_conv2d.c): xc / wc point at channel c
- * of the batch's input and of the weight, output pixel p is written to out[p * out_stride]. */
-void tt_depthwise_channel_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *xc, const int8_t *wc,
-                             int32_t bias, int32_t c, int8_t *out, int32_t out_stride);
-void tt_depthwise_conv2d_f32_inplace(const tt_conv_dims *d, float act_min, float act_max, float *xy,
-                                     const float *w, const float *bias, float *scratch);
 
 /* y = ((x0 + x1) + x2) + ... element-wise; y may be any of the inputs (each element is read before written). */
 void tt_sum_f32(int32_t n_inputs, const float *const *xs, int32_t n, float *y);

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tinytrain.stages.c_emit import ops_header
+
 REPO = Path(__file__).resolve().parents[1]
 BOARD = "mps3-an547"
 
@@ -247,11 +249,12 @@ def test_mve_float_flushes_subnormals_so_the_board_leaves_it_out(tmp_path):
     assert scalar == int((np.float32(1e-20) * np.float32(1e-20)).view(np.uint32)) != 0 and vector == 0
     # With the board's own flags, no kernel compiles to a float vector instruction.
     conv = subprocess.run(["arm-none-eabi-gcc", *board.cflags, "-std=c99", "-O2", "-ffp-contract=off",
-                           f"-I{REPO / 'kernels_c'}", "-S", "-o", "-", str(REPO / "kernels_c" / "ops" / "tt_conv2d.c")],
+                           f"-I{REPO / 'kernels_c'}", f"-I{ops_header.include_dir()}", "-S", "-o", "-",
+                           str(REPO / "kernels_c" / "ops" / "tt_conv2d.c")],
                           capture_output=True, text=True, check=True).stdout
     assert not re.search(r"\sv\w+\.f(16|32)\s+q\d", conv)
     with_fp = subprocess.run(["arm-none-eabi-gcc", "-mthumb", "-mcpu=cortex-m55", "-mfloat-abi=hard", "-std=c99", "-O2",
-                              "-ffp-contract=off", f"-I{REPO / 'kernels_c'}", "-S", "-o", "-",
+                              "-ffp-contract=off", f"-I{REPO / 'kernels_c'}", f"-I{ops_header.include_dir()}", "-S", "-o", "-",
                               str(REPO / "kernels_c" / "ops" / "tt_conv2d.c")], capture_output=True, text=True,
                              check=True).stdout
     assert re.search(r"\sv\w+\.f32\s+q\d", with_fp)  # what the flag prevents

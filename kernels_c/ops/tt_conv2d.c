@@ -23,6 +23,40 @@
 #include "tt_train_ops.h"
 #include "tt_conv_common.h"
 
+#ifdef TT_INTERFACE
+/* y[B,OH,OW,O] = requant(sum (x - z_x) * w + bias). bias may be NULL. int32 accumulation (never overflows for
+ * depth < 2^16 taps; the numpy model wraps the same way). */
+void tt_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
+                  const int32_t *bias, int8_t *y);
+/* conv2d with a split weight (sparse update, DESIGN §6): input channels [0, n) of every filter row come from the
+ * compact trained slice w_slice [O,KH,KW,n] (SRAM), channels [n, in_c) from the whole frozen weight w [O,KH,KW,in_c]
+ * (flash; its first n channels are stale and never read). Same result as tt_conv2d_s8 on the merged weight. */
+void tt_conv2d_s8_split(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
+                        const int8_t *w_slice, int32_t n, const int32_t *bias, int8_t *y);
+void tt_conv2d_f32(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
+                   const float *bias, float *y);
+/* dy is the gradient of the pre-activation output (apply tt_act_grad_f32 first). dx is overwritten. */
+void tt_conv2d_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *w, float *dx);
+/* dw [O,KH,KW,k]: the first k input channels only (k = in_c: the full gradient). */
+void tt_conv2d_grad_weight_f32(const tt_conv_dims *d, int32_t k, const float *dy, const float *x, float *dw);
+/* Output channels [o0, o1) only: dw [o1-o0,KH,KW,k] holds the rows of o0.. (dw[(o-o0)*KH*KW*k ...]); the bits of
+ * those rows of the whole call (which is this with [0, out_c)). For streaming grad-weight -> update per channel. */
+void tt_conv2d_grad_weight_f32_range(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dy,
+                                     const float *x, float *dw);
+/* The same three input gradients reading an int8 weight and dequantizing each element where the float kernels read
+ * it: f32(q - zero_point[c]) * scale[c] with c the output channel (conv, FC: axis 0; depthwise: axis 3), which is
+ * bit-equal to tt_dequantize_per_channel_s8_f32 (an int times a float32 is exact in double), with the same
+ * accumulation order; so no fp32 copy of the weight is needed (memplan.fused_dequantize). conv2d also takes a
+ * split weight (w_slice / n as tt_conv2d_s8_split; w_slice 0 and n 0: w alone). */
+void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const int8_t *w, const int8_t *w_slice,
+                                 int32_t n, const float *scale, const int32_t *zero_point, float *dx);
+/* conv2d weight gradient of output channels [o0, o1) reading the int8 input x (per-tensor scale / zero point,
+ * d->in_c channels of which the first k are trained) and dequantizing each element where it is used: bits of
+ * dequantize_slice followed by tt_conv2d_grad_weight_f32_range (ops/tt_conv2d.c). */
+void tt_conv2d_grad_weight_qx_f32_range(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dy,
+                                        const int8_t *x, float scale, int32_t zero_point, float *dw);
+#endif /* TT_INTERFACE */
+
 /* One block of up to four output channels: weight rows (the split kernel's slice rows for input channels [0, n)),
  * the constant added to an interior output's raw sum (bias - z_x * sum w) and to a border output's reference sum
  * (bias), and the requantization. */

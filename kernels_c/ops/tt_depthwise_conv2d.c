@@ -10,6 +10,44 @@
 #include "tt_conv_common.h"
 #include "tt_simd.h"
 
+#ifdef TT_INTERFACE
+/* Output channel ic*M + m reads input channel ic. */
+void tt_depthwise_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
+                            const int32_t *bias, int8_t *y);
+void tt_depthwise_conv2d_f32(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
+                             const float *bias, float *y);
+void tt_depthwise_conv2d_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *w, float *dx);
+/* dw [1,KH,KW,k*M]: the filters fed by input channels [0, k). */
+void tt_depthwise_conv2d_grad_weight_f32(const tt_conv_dims *d, int32_t k, const float *dy, const float *x,
+                                         float *dw);
+/* Taps [t0, t1) only (t = ky*KW + kx: the rows of the [KH*KW, k*M] gradient, channels last so an output-channel
+ * range would not be contiguous): dw [t1-t0, k*M] holds rows t0..; bits of the whole call. */
+void tt_depthwise_conv2d_grad_weight_f32_taps(const tt_conv_dims *d, int32_t k, int32_t t0, int32_t t1,
+                                              const float *dy, const float *x, float *dw);
+/* The input gradient reading the int8 weight, dequantized where it is read (as tt_conv2d_grad_input_qw_f32:
+ * bits of the dequantized weight's float kernel, no fp32 copy of the weight). */
+void tt_depthwise_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const int8_t *w,
+                                           const float *scale, const int32_t *zero_point, float *dx);
+/* Depthwise input gradient written over its output gradient (depth multiplier 1; memplan's in-place
+ * depthwise_conv2d_grad_input): dydx holds dz on entry and dx on return; scratch holds in_h*in_w floats. Channel
+ * by channel like tt_depthwise_conv2d_f32_inplace; the bits of the out-of-place kernels. */
+void tt_depthwise_conv2d_grad_input_f32_inplace(const tt_conv_dims *d, float *dydx, const float *w, float *scratch);
+void tt_depthwise_conv2d_grad_input_qw_f32_inplace(const tt_conv_dims *d, float *dydx, const int8_t *w,
+                                                   const float *scale, const int32_t *zero_point, float *scratch);
+/* In place (TinyEngine's channel-by-channel scheme the memory plan counts: one output channel of scratch, then
+ * copied over the input channel it came from; depth multiplier 1 only): */
+/* y written over x (same buffer); scratch holds out_h*out_w elements. Same arithmetic as the out-of-place
+ * kernels. */
+void tt_depthwise_conv2d_s8_inplace(const tt_conv_dims *d, const tt_requant_s8 *q, int8_t *xy, const int8_t *w,
+                                    const int32_t *bias, int8_t *scratch);
+/* One channel of a depthwise conv with depth multiplier 1 (ops/tt_depthwise_conv2d.c): xc / wc point at channel c
+ * of the batch's input and of the weight, output pixel p is written to out[p * out_stride]. */
+void tt_depthwise_channel_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *xc, const int8_t *wc,
+                             int32_t bias, int32_t c, int8_t *out, int32_t out_stride);
+void tt_depthwise_conv2d_f32_inplace(const tt_conv_dims *d, float act_min, float act_max, float *xy,
+                                     const float *w, const float *bias, float *scratch);
+#endif /* TT_INTERFACE */
+
 static inline int32_t tt_requant_one(const tt_requant_s8 *q, int32_t acc, int32_t oc)
 {
     const int32_t i = q->per_channel ? oc : 0;

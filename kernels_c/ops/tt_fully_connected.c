@@ -9,6 +9,26 @@
 #include "tt_kernels.h"
 #include "tt_dot.h"
 
+#ifdef TT_INTERFACE
+/* x viewed as [rows, depth], w [out_c, depth], y [rows, out_c] (fixed-point requantization, TFLM's path). */
+void tt_fully_connected_s8(int32_t rows, int32_t depth, int32_t out_c, const tt_requant_s8 *q, const int8_t *x,
+                           const int8_t *w, const int32_t *bias, int8_t *y);
+void tt_fully_connected_f32(int32_t rows, int32_t depth, int32_t out_c, float act_min, float act_max,
+                            const float *x, const float *w, const float *bias, float *y);
+void tt_fully_connected_grad_input_f32(int32_t rows, int32_t depth, int32_t out_c, const float *dy, const float *w,
+                                       float *dx);
+/* The input gradient reading the int8 weight, dequantized where it is read (as tt_conv2d_grad_input_qw_f32:
+ * bits of the dequantized weight's float kernel, no fp32 copy of the weight). */
+void tt_fully_connected_grad_input_qw_f32(int32_t rows, int32_t depth, int32_t out_c, const float *dy,
+                                          const int8_t *w, const float *scale, const int32_t *zero_point, float *dx);
+/* dw [out_c, k]. */
+void tt_fully_connected_grad_weight_f32(int32_t rows, int32_t depth, int32_t out_c, int32_t k, const float *dy,
+                                        const float *x, float *dw);
+/* Rows [o0, o1) only: dw [o1-o0, k] (dw points at row o0); bits of the whole call. */
+void tt_fully_connected_grad_weight_f32_range(int32_t rows, int32_t depth, int32_t out_c, int32_t k, int32_t o0,
+                                              int32_t o1, const float *dy, const float *x, float *dw);
+#endif /* TT_INTERFACE */
+
 void tt_fully_connected_s8(int32_t rows, int32_t depth, int32_t out_c, const tt_requant_s8 *q, const int8_t *x,
                            const int8_t *w, const int32_t *bias, int8_t *y)
 {
