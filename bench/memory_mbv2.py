@@ -10,7 +10,8 @@ Three configurations, as in the TTE paper (full update 2939 KB, sparse update 33
                       found these pw1 layers of the late blocks most worth updating; plain order
   sparse + reordering the same plan, scheduled by the reorder stage (in-place updates, memory-aware order,
                       in-place elementwise/depthwise buffers and depthwise input gradients, and streamed groups:
-                      the frozen stem and blocks 0-1 row by row, the pooled head's gradient position by position,
+                      the frozen stem and blocks 0-1 row by row (their output written over the image rows they
+                      have read), the pooled head's gradient position by position,
                       each expand weight's gradient + QAS update channel by channel) with a best-fit static arena
                       refined by local search
 Optimizer SGD (no state), batch 1, fused softmax cross-entropy.
@@ -219,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 WHOLE_TARGET_KB = 120  # issue 10: arena + stack + .data/.bss on the board
+# Reference point: the same build before the stack was sized from the code and the driver's buffers moved into the
+# arena (arena 143,680 + fixed stack 4,096 + other .data/.bss 1,424).
+WHOLE_BEFORE_BYTES = 149200
 
 
 def print_whole(w: dict | None, build: Path) -> None:
@@ -230,7 +234,8 @@ def print_whole(w: dict | None, build: Path) -> None:
     print(f"whole SRAM on {w['board']} (build {build}): {kb(w['whole_bytes'])} ({w['whole_bytes']} B) = "
           f"arena {kb(w['arena_bytes'])} + stack {kb(w['stack_bytes'])} + other .data/.bss "
           f"{kb(w['other_static_bytes'])};  target <= {WHOLE_TARGET_KB} KB: "
-          f"{'met' if w['whole_bytes'] <= WHOLE_TARGET_KB * 1024 else 'NOT met'}")
+          f"{'met' if w['whole_bytes'] <= WHOLE_TARGET_KB * 1024 else 'NOT met'} (before: {WHOLE_BEFORE_BYTES} B "
+          f"= arena 143680 + stack 4096 + other 1424)")
     print(f"  stack: {w['stack_how']}" + (f"; measured high-water {hw} B" if hw is not None else ""))
     print("  other .data/.bss, largest: " + ", ".join(f"{y['name']} {y['size']} B" for y in w["other_static_largest"]))
     res = w["resident_by_role"]
