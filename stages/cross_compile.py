@@ -175,6 +175,9 @@ def build_firmware(board: Board, program_dir: Path, out_dir: Path, *,
             overflows = {m.group(1): int(m.group(2)) for m in _OVERFLOW_RE.finditer(proc.stderr)}
             if overflows and not board.host:
                 size = _measure_unlimited(work, cc, cflags, ldflags, objects, board)
+                if auto and bound is None:  # say what the program needs with the stack it would get
+                    _, sized = _size_stack(board, extra_cflags, sanitize, work / "measure.elf")
+                    size = _measure_unlimited(work, cc, cflags, sized, objects, board)
                 raise _does_not_fit(board, size, overflows)
             raise StageFailed(_link_failure(board, proc.stderr))
         size = size_report(board, elf)

@@ -153,3 +153,22 @@ def test_a_call_into_its_own_body_counts_the_frame_twice():
     assert funcs["callback"].local_sub and funcs["callback"].calls == set()
     b = sb.bound_of(funcs, {0x401}, VECTORS)
     assert b.program_bytes == 8 + 56 + 2 * 16 and b.chain == ["Reset_Handler", "main_fn", "callback"]
+
+
+@needs_arm
+def test_too_big_for_ram_says_so_with_the_stack_it_would_get(tmp_path):
+    """A program over the board's SRAM with stack_bytes="auto": the message counts the bound, not the board's
+    16 KB default nor the 8-byte stack of the first link."""
+    import re
+
+    from tinytrain.pipeline.errors import UserError
+    from tests.test_boards import BIG_RAM, _program
+
+    with pytest.raises(UserError) as e:
+        build_firmware(get_board("stm32f746-disco"), _program(tmp_path, "big", BIG_RAM), tmp_path / "out",
+                       kernels=[], stack_bytes="auto")
+    msg = str(e.value)
+    over = int(re.search(r"SRAM over by \d+\.\d KB \((\d+) bytes\)", msg).group(1))
+    stack = re.search(r"\(stack (\d+) B \+", msg)
+    assert stack and 256 < int(stack.group(1)) < 2048, msg
+    assert 80 * 1024 + int(stack.group(1)) < over < 80 * 1024 + 2 * int(stack.group(1)) + 1024  # + a little data
