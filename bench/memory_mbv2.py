@@ -158,6 +158,10 @@ def whole_sram(build: Path) -> dict | None:
         if b["start"] <= peak <= b["end"] and not (b["start"] == 0 and b["end"] == last):
             at_peak[b["role"]] = at_peak.get(b["role"], 0) + int(b["size"])
     op = next(o for o in sched["ops"] if o["step"] == peak)
+    # the forward's busiest step (before the loss): the floor a lower backward would meet
+    loss_step = min((o["step"] for o in sched["ops"] if o["type"].endswith("_loss")), default=steps)
+    fwd = max(range(max(loss_step, 1)), key=lambda t: live[t])
+    fwd_op = next(o for o in sched["ops"] if o["step"] == fwd)
     others = [y for y in size["top_symbols"]["sram"] if y["name"] != "tt_arena"]
     return {
         "board": size["board"], "whole_bytes": sram["used"], "arena_bytes": arena, "stack_bytes": sram["stack"],
@@ -169,6 +173,7 @@ def whole_sram(build: Path) -> dict | None:
         "resident_by_role": resident,
         "peak": {"step": peak, "op": op["op"], "type": op["type"], "live_bytes": live[peak],
                  "transient_by_role": at_peak},
+        "forward_peak": {"step": fwd, "op": fwd_op["op"], "type": fwd_op["type"], "live_bytes": live[fwd]},
     }
 
 
@@ -245,6 +250,9 @@ def print_whole(w: dict | None, build: Path) -> None:
     print(f"  arena's busiest step {p['step']} (op #{p['op']} {p['type']}): live {kb(p['live_bytes'])} (the placed "
           f"arena {kb(w['arena_bytes'])}) = resident + "
           + ", ".join(f"{k} {kb(v)}" for k, v in sorted(p["transient_by_role"].items(), key=lambda kv: -kv[1])))
+    f = w["forward_peak"]
+    print(f"  forward's busiest step {f['step']} (op #{f['op']} {f['type']}): live {kb(f['live_bytes'])} — the floor "
+          f"below which a lower backward does not take the arena")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def test_whole_sram_splits_the_firmware_sram_and_finds_the_busiest_step(tmp_path
                {"start": 2, "end": 3, "size": 500, "role": "activation"}]
     _write(tmp_path / "reorder" / "memplan.json", {"arena_bytes": 5000, "steps": 4, "buffers": buffers})
     _write(tmp_path / "reorder" / "schedule.json",
-           {"ops": [{"op": 10 + i, "step": i, "type": f"t{i}"} for i in range(4)]})
+           {"ops": [{"op": 10 + i, "step": i, "type": "softmax_ce_loss" if i == 1 else f"t{i}"} for i in range(4)]})
     _write(tmp_path / "emulate-run" / "run.json",
            {"stack": {"high_water_bytes": 700}, "arena": {"used_bytes": 5000}})
     w = whole_sram(tmp_path)
@@ -46,5 +46,7 @@ def test_whole_sram_splits_the_firmware_sram_and_finds_the_busiest_step(tmp_path
     assert w["resident_by_role"] == {"weight": 1000, "bias": 400}
     assert w["stack_high_water_bytes"] == 700 and w["stack_how"] == "bound" and w["arena_measured_bytes"] == 5000
     # step 1: 1400 resident + 2000 input + 3000 gradient; step 2: 1400 + 3000 + 500
-    assert w["peak"] == {"step": 1, "op": 11, "type": "t1", "live_bytes": 6400,
+    assert w["peak"] == {"step": 1, "op": 11, "type": "softmax_ce_loss", "live_bytes": 6400,
                          "transient_by_role": {"input": 2000, "gradient": 3000}}
+    # the forward: the steps before the loss
+    assert w["forward_peak"] == {"step": 0, "op": 10, "type": "t0", "live_bytes": 3400}
