@@ -61,11 +61,11 @@ from tinytrain.stages.ops import QAS_UPDATE_OPS, ROW_OPS, conv_forward
 from tinytrain.stages.train.runtime_config import PROTOCOL
 from tinytrain.stages.planning.streams import MAX_ROW_OPS, Stream, row_geometry
 
-# Stack of the firmware (sources.json -> cross-compile -> the linker's __stack_size). Measured high-water marks
-# (painted stack, QEMU): digits 776 B, MobileNetV2-w0.35@128 TTE-like sparse ~1 KB: every kernel is a leaf with a
-# small frame and the program's deepest chain is tt_main -> tt_write_results -> tt_snprintf. 4 KB leaves a
-# margin of ~3x; the default 16 KB would cost 12 KB of the 320 KB board for nothing.
-DEFAULT_STACK = 4 * 1024
+# Stack of the firmware (sources.json -> cross-compile -> the linker's __stack_size): "auto", the worst-case depth
+# of the linked code (stages/stack_bound.py: every call path, plus the interrupts' exception frames), instead of a
+# fixed reserve. Measured high-water marks (painted stack, QEMU) stay below it: digits 1104 B against a bound of
+# 1248 B, where the old fixed 4 KB left ~3 KB of the board unused.
+DEFAULT_STACK = "auto"
 
 
 @dataclass
@@ -499,7 +499,7 @@ class _Gen:
 # ---- the program ---------------------------------------------------------------------------------------------
 
 def generate(tg: Graph, order: list[int], memplan_doc: dict[str, Any], out_dir: Path,
-             kernels: str = "portable", stack_bytes: int = DEFAULT_STACK, wof_n_buffers: int | None = None,
+             kernels: str = "portable", stack_bytes: int | str = DEFAULT_STACK, wof_n_buffers: int | None = None,
              driver: bool = True) -> dict[str, Any]:
     """Write the program for training IR `tg` run in schedule `order` with memory plan `memplan_doc` (reorder's
     memplan.json) into `out_dir`; returns codegen.json's content. `wof_n_buffers`: the original model file's

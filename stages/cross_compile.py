@@ -6,10 +6,12 @@ path) and, when present, its `sources.json`:
     {"kernels": ["conv2d_int8.c", ...],   # kernel-library files (relative to kernels_c/) to build;
                                           # absent or null: every kernels_c/*.c and kernels_c/ops/*.c
      "defines": {"TT_ARENA_BYTES": "4096"},   # extra -D for every file
-     "stack_bytes": 12288}                # stack the linker script reserves (default: the board's)
+     "stack_bytes": 12288}                # stack the linker script reserves (default: the board's);
+                                          # "auto": the worst-case depth of the linked code (stages/stack_bound.py)
 
 Outputs: `firmware.elf` (for `host`, a native executable), `firmware.map`, `size.json` (flash and
-SRAM by section and by region against the board), `build.json` (flags and source digests).
+SRAM by section and by region against the board; with "auto", `stack_bound`: how the stack was sized),
+`build.json` (flags and source digests).
 A program that does not fit fails with a UserError saying how many KB each region is over.
 
 Every build is reproducible byte for byte: sources are copied into a scratch folder and compiled
@@ -36,6 +38,7 @@ from tinytrain.pipeline.contract import StageContext, StageResult, no_progress
 from tinytrain.pipeline.errors import StageFailed, UserError
 from tinytrain.stages.c_emit import ops_header
 from tinytrain.stages.device.boards import BOARD_DIR, Board, get_board
+from tinytrain.stages.stack_bound import ALIGN, StackBoundError, stack_bound
 
 KERNELS_DIR = BOARD_DIR.parent  # kernels_c/
 # The kernel library's C files under kernels_c/: shared support, then one file per op (kernels_c/README.md).
@@ -131,13 +134,16 @@ def build_firmware(board: Board, program_dir: Path, out_dir: Path, *,
                    defines: dict[str, str] | None = None,
                    extra_cflags: Sequence[str] = (),
                    sanitize: Sequence[str] = (),
-                   stack_bytes: int | None = None,
+                   stack_bytes: int | str | None = None,
                    progress=no_progress) -> BuildResult:
     """Compile every `*.c` of `program_dir` (which defines `tt_main`), the kernel library files
     `kernels` (names under kernels_c/; None = every KERNEL_SOURCE_GLOBS file, [] = none) and the board
     support into `out_dir/firmware.elf` (+ firmware.map, size.json, build.json).
 
     `sanitize` (host only), e.g. ("address", "undefined"), adds -fsanitize=... for tests.
+    `stack_bytes`: the stack section's size; None = the board's; "auto" = the worst-case depth of the linked code
+    (linked once with the board's stack, measured by stages/stack_bound.py, linked again with that size; where
+    the code cannot be bounded, the board's size stays and size.json's `stack_bound` says why).
     Raises UserError when the program does not fit the board, StageFailed when it does not build.
     """
     program_dir, out_dir = Path(program_dir), Path(out_dir)
@@ -155,16 +161,31 @@ def build_firmware(board: Board, program_dir: Path, out_dir: Path, *,
         cflags = _cflags(board, defines or {}, extra_cflags, sanitize)
         objects = _compile_all(work, cc, cflags, sources, progress)
         progress(f"linking for {board.name}", 0.95)
-        ldflags = _ldflags(board, extra_cflags, sanitize, stack_bytes)
+        auto = stack_bytes == "auto"
+        if stack_bytes is not None and not auto and not isinstance(stack_bytes, int):
+            raise StageFailed(f"stack_bytes must be a byte count or \"auto\", not {stack_bytes!r}")
+        # "auto": a first link with the smallest stack (so that whatever fits links), measured, then the real one
+        ldflags = _ldflags(board, extra_cflags, sanitize, ALIGN if auto else stack_bytes)
         elf, mapfile = work / "firmware.elf", work / "firmware.map"
         proc = _link(work, cc, cflags, ldflags, objects, elf, mapfile, board)
+        bound = None
+        if auto and not board.host and proc.returncode == 0:
+            bound, ldflags = _size_stack(board, extra_cflags, sanitize, elf)
+            proc = _link(work, cc, cflags, ldflags, objects, elf, mapfile, board)
+            if proc.returncode == 0 and "deepest_chain" in bound and stack_bound(elf).bytes != bound["bytes"]:
+                raise StageFailed("the stack bound changed when the firmware was relinked with it")
         if proc.returncode != 0:
             overflows = {m.group(1): int(m.group(2)) for m in _OVERFLOW_RE.finditer(proc.stderr)}
             if overflows and not board.host:
                 size = _measure_unlimited(work, cc, cflags, ldflags, objects, board)
+                if auto and bound is None:  # say what the program needs with the stack it would get
+                    _, sized = _size_stack(board, extra_cflags, sanitize, work / "measure.elf")
+                    size = _measure_unlimited(work, cc, cflags, sized, objects, board)
                 raise _does_not_fit(board, size, overflows)
             raise StageFailed(_link_failure(board, proc.stderr))
         size = size_report(board, elf)
+        if bound is not None:
+            size["stack_bound"] = bound
         if not size["fits"]:  # the linker script is the first check; this one cannot disagree
             raise _does_not_fit(board, size, {})
         shutil.copyfile(elf, out_dir / "firmware.elf")
@@ -215,6 +236,19 @@ def _cflags(board: Board, defines: dict[str, str], extra: Sequence[str], sanitiz
     if sanitize:
         flags += [f"-fsanitize={','.join(sanitize)}", *SANITIZE_FLAGS]
     return flags + list(extra)  # the user's flags last, so they can override ours
+
+
+def _size_stack(board: Board, extra: Sequence[str], sanitize: Sequence[str],
+                elf: Path) -> tuple[dict[str, Any], list[str]]:
+    """size.json's `stack_bound` and the link flags that reserve it. The bound does not depend on where the stack
+    ends (no instruction changes with the addresses of .data/.bss, only literal-pool words), so the relinked
+    program has the bound it was sized for."""
+    try:
+        b = stack_bound(elf)
+    except StackBoundError as e:
+        return ({"bytes": board.stack_bytes, "how": f"the board's default: the code's depth is not bounded ({e})"},
+                _ldflags(board, extra, sanitize, None))
+    return b.to_json(), _ldflags(board, extra, sanitize, b.bytes)
 
 
 def _ldflags(board: Board, extra: Sequence[str], sanitize: Sequence[str], stack_bytes: int | None) -> list[str]:

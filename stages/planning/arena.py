@@ -80,6 +80,9 @@ class Buffer:
     role: str
     tensors: list[str] = field(default_factory=list)
     offset: int = -1
+    # Placed at the offset of this buffer, which it outlives (a row stream's sink written over its consumed input,
+    # _sink_host): the two overlap in time only while the stream runs, when the simulation says it is safe.
+    follows: "Buffer | None" = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -365,12 +368,21 @@ def plan_memory(graph: Graph, order: list[int] | None = None, options: MemOption
         for t in graph.ops[i].outputs:
             if t in first:
                 births.setdefault(first[t], []).append((i, t))
+    sink_hosts = {graph.ops[st.ops[-1]].outputs[0]: st for st in streams if st.info.get("sink_over")}
     for s, _ in enumerate(order):
         taken: set[int] = set()
         for i, t in births.get(s, []):
             op = graph.ops[i]
             if first[t] != s or t in by_tensor:
                 continue
+            if options.in_place and t in sink_hosts:
+                host = _sink_host(graph, sink_hosts[t], t, sizes, end, by_tensor, pos)
+                if host is not None and end[t] > host.end:
+                    # while the stream runs the sink's rows are inside the input's buffer; after it, its own
+                    b = Buffer(t, sizes[t], host.end + 1, end[t], roles[t], [t], follows=host)
+                    buffers.append(b)
+                    by_tensor[t] = b
+                    continue
             host = _in_place_host(graph, op, t, s, sizes, end, by_tensor, taken) \
                 if options.in_place and i not in streamed_ops else None
             if host is not None:
@@ -395,6 +407,20 @@ def plan_memory(graph: Graph, order: list[int] | None = None, options: MemOption
     _place(buffers, options.align, placement_search, lower)
     arena = max((b.offset + _aligned(b.size, options.align) for b in buffers), default=0)
     return MemPlan(order, buffers, arena, lower, n, live, options, streams)
+
+
+def _sink_host(graph, st, out, sizes, end, by_tensor, pos) -> Buffer | None:
+    """The buffer of an outside input of row stream `st` that its sink's output `out` may take over: one the
+    stream's simulation allows (Stream.info["sink_over"]: each sink row is written after the last read of the
+    input rows under it), that dies with the stream and holds only that input, and is large enough."""
+    b = max(pos[i] for i in st.ops)
+    for t in st.info["sink_over"]:
+        host = by_tensor.get(t)
+        if host is None or t in graph.outputs or end.get(t) != b or host.end != b or host.tensors != [t]:
+            continue
+        if host.size >= sizes[out]:
+            return host
+    return None
 
 
 def _in_place_host(graph, op, out, s, sizes, end, by_tensor, taken) -> Buffer | None:
@@ -503,8 +529,21 @@ def _place_in_order(buffers: list[Buffer], align: int, key) -> None:
     end = np.fromiter((b.end for b in order), np.int64, m)
     need = np.fromiter((_aligned(b.size, align) for b in order), np.int64, m)
     lo = np.zeros(m, np.int64)
+    placed = np.zeros(m, bool)
+    rank = {id(b): k for k, b in enumerate(order)}
+    followers: dict[int, list[int]] = {}
+    for k, b in enumerate(order):
+        if b.follows is not None:
+            followers.setdefault(rank[id(b.follows)], []).append(k)
     for k in range(m):
-        ov = np.flatnonzero((start[:k] <= end[k]) & (start[k] <= end[:k]))   # placed, overlapping in time
+        if order[k].follows is not None:
+            continue  # placed with the buffer it follows
+        if k in followers:
+            off = _place_group(start, end, need, lo, placed, [k] + followers[k])
+            for j in [k] + followers[k]:
+                lo[j], placed[j] = off, True
+            continue
+        ov = np.flatnonzero(placed & (start <= end[k]) & (start[k] <= end))   # placed, overlapping in time
         if len(ov):
             plo, phi = lo[ov], lo[ov] + need[ov]
             srt = np.lexsort((phi, plo))           # by (offset, end offset), as sorted() on the pairs
@@ -518,8 +557,22 @@ def _place_in_order(buffers: list[Buffer], align: int, key) -> None:
                 lo[k] = cursor[j]
             else:
                 lo[k] = reach[-1]
+        placed[k] = True
     for b, off in zip(order, lo.tolist()):
         b.offset = int(off)
+
+
+def _place_group(start, end, need, lo, placed, members: list[int]) -> int:
+    """The lowest offset where every member (a buffer and those that follow it, all at one offset) is clear of the
+    placed buffers that overlap it in time."""
+    busy = []
+    for k in members:
+        ov = np.flatnonzero(placed & (start <= end[k]) & (start[k] <= end))
+        busy.append(list(zip(lo[ov].tolist(), (lo[ov] + need[ov]).tolist())))
+    for off in sorted({0} | {hi for b in busy for _, hi in b}):
+        if all(not (plo < off + int(need[k]) and off < phi) for k, b in zip(members, busy) for plo, phi in b):
+            return off
+    raise AssertionError("unreachable: the offset above every placed buffer is clear")
 
 
 def check_plan(plan: MemPlan) -> None:

@@ -207,6 +207,53 @@ def simulate_rows(geos: list[dict[str, Any]], sources: list[list[int]]) -> list[
     return window
 
 
+def sink_over_inputs(geos: list[dict[str, Any]], sources: list[list[int]], n_outside: int) -> list[int]:
+    """The outside inputs (indices into the stream's `outside`) whose buffer the sink's output may share: runs the
+    pull schedule of simulate_rows, timing each row call, and keeps input e when every sink row is written by a
+    later call than the last one that reads any row of e its bytes overlap (the sink's row r and e's row q both
+    start at the buffer's start: bytes [r * out_row, (r + 1) * out_row) and [q * in_row, (q + 1) * in_row)). Rows
+    the schedule reads after they are overwritten, or an input read in the same call that writes over it, rule it
+    out. MobileNetV2's stem: the 32x32x8 output of blocks 0-1 goes where the 128x128x3 image was (8 KB)."""
+    n = len(geos)
+    made = [0] * n
+    last_read: list[dict[int, int]] = [{} for _ in range(n_outside)]
+    in_row: list[int | None] = [None] * n_outside
+    written: list[int] = []
+    clock = 0
+    while made[n - 1] < geos[n - 1]["out_h"]:
+        stack = [n - 1]
+        while stack:
+            k = stack[-1]
+            lo, hi = input_rows(geos[k], made[k])
+            pending = next((p for p in sources[k] if p >= 0 and made[p] <= hi), None)
+            if pending is not None:
+                stack.append(pending)
+                continue
+            for j, p in enumerate(sources[k]):
+                if p < 0:
+                    e = -1 - p
+                    if in_row[e] not in (None, geos[k]["in_rows"][j]):
+                        in_row[e] = -1  # read with two row sizes: not a plain NHWC image
+                    elif in_row[e] is None:
+                        in_row[e] = geos[k]["in_rows"][j]
+                    for q in range(lo, hi + 1):
+                        last_read[e][q] = clock
+            if k == n - 1:
+                written.append(clock)
+            made[k] += 1
+            clock += 1
+            stack.pop()
+    out_row = geos[n - 1]["out_row"]
+    ok = []
+    for e in range(n_outside):
+        if not in_row[e] or in_row[e] < 0:
+            continue
+        if all(last_read[e].get(q, -1) < t for r, t in enumerate(written)
+               for q in range(r * out_row // in_row[e], ((r + 1) * out_row - 1) // in_row[e] + 1)):
+            ok.append(e)
+    return ok
+
+
 def _row_group(graph: Graph, group: list[int], readers: dict[str, list[int]],
                geos: dict[int, dict[str, Any]]) -> tuple[list[list[int]], list[str]] | None:
     """(sources per op, outside tensors) when `group` (op indices in schedule order) can run as one row stream:
@@ -319,7 +366,10 @@ def _row_streams(graph: Graph, order: list[int]) -> list[Stream]:
             windows = simulate_rows(gl, sources)
             win = {graph.ops[i].outputs[0]: windows[k] for k, i in enumerate(group[:-1])}
             chunked = {graph.ops[i].outputs[0]: windows[k] * gl[k]["out_row"] for k, i in enumerate(group[:-1])}
-            out.append(Stream("rows", group, chunked, {"windows": win, "sources": sources, "outside": outside}))
+            whole = {t for i in group for j, t in enumerate(graph.ops[i].inputs) if j not in geos[i]["inputs"]}
+            over = [outside[e] for e in sink_over_inputs(gl, sources, len(outside)) if outside[e] not in whole]
+            out.append(Stream("rows", group, chunked, {"windows": win, "sources": sources, "outside": outside,
+                                                       "sink_over": over}))
         s = e + 1
     return out
 
