@@ -29,7 +29,7 @@ Whole SRAM on the board (when the build exists: `tinytrain build bench/mbv2_tte.
 bench/instructions_mbv2.py; --build names another build folder): the firmware's .stack + .data + .bss from
 cross-compile/size.json, split into the training arena (the planned peak, reorder/memplan.json; the firmware's
 measured high-water equals it), the stack (cross-compile reserves the worst-case depth of the linked code,
-stages/stack_bound.py; the run's measured high-water beside it) and the rest of .data/.bss (the driver's result
+stages/device/stack_bound.py; the run's measured high-water beside it) and the rest of .data/.bss (the driver's result
 buffers, newlib, the platform); the arena's resident trained state by role (weights, biases, optimizer/QAS state)
 and where its peak is (step, op, live bytes by role).
 

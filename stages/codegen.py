@@ -62,7 +62,7 @@ from tinytrain.stages.train.runtime_config import PROTOCOL
 from tinytrain.stages.planning.streams import MAX_ROW_OPS, Stream, row_geometry
 
 # Stack of the firmware (sources.json -> cross-compile -> the linker's __stack_size): "auto", the worst-case depth
-# of the linked code (stages/stack_bound.py: every call path, plus the interrupts' exception frames), instead of a
+# of the linked code (stages/device/stack_bound.py: every call path, plus the interrupts' exception frames), instead of a
 # fixed reserve. Measured high-water marks (painted stack, QEMU) stay below it: digits 1104 B against a bound of
 # 1248 B, where the old fixed 4 KB left ~3 KB of the board unused.
 DEFAULT_STACK = "auto"

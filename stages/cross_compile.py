@@ -7,7 +7,7 @@ path) and, when present, its `sources.json`:
                                           # absent or null: every kernels_c/*.c and kernels_c/ops/*.c
      "defines": {"TT_ARENA_BYTES": "4096"},   # extra -D for every file
      "stack_bytes": 12288}                # stack the linker script reserves (default: the board's);
-                                          # "auto": the worst-case depth of the linked code (stages/stack_bound.py)
+                                          # "auto": the worst-case depth of the linked code (stages/device/stack_bound.py)
 
 Outputs: `firmware.elf` (for `host`, a native executable), `firmware.map`, `size.json` (flash and
 SRAM by section and by region against the board; with "auto", `stack_bound`: how the stack was sized),
@@ -38,7 +38,7 @@ from tinytrain.pipeline.contract import StageContext, StageResult, no_progress
 from tinytrain.pipeline.errors import StageFailed, UserError
 from tinytrain.stages.c_emit import ops_header
 from tinytrain.stages.device.boards import BOARD_DIR, Board, get_board
-from tinytrain.stages.stack_bound import ALIGN, StackBoundError, stack_bound
+from tinytrain.stages.device.stack_bound import ALIGN, StackBoundError, stack_bound
 
 KERNELS_DIR = BOARD_DIR.parent  # kernels_c/
 # The kernel library's C files under kernels_c/: shared support, then one file per op (kernels_c/README.md).
@@ -142,7 +142,7 @@ def build_firmware(board: Board, program_dir: Path, out_dir: Path, *,
 
     `sanitize` (host only), e.g. ("address", "undefined"), adds -fsanitize=... for tests.
     `stack_bytes`: the stack section's size; None = the board's; "auto" = the worst-case depth of the linked code
-    (linked once with the board's stack, measured by stages/stack_bound.py, linked again with that size; where
+    (linked once with the board's stack, measured by stages/device/stack_bound.py, linked again with that size; where
     the code cannot be bounded, the board's size stays and size.json's `stack_bound` says why).
     Raises UserError when the program does not fit the board, StageFailed when it does not build.
     """

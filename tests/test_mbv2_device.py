@@ -118,7 +118,7 @@ def test_trained_layers_get_nonzero_gradients():
 
 
 # The whole SRAM of the QEMU build (tests/test_mbv2_device.py's slow test), only ever lowered: 145,712 B = arena
-# 143,680 + stack 1,824 (stages/stack_bound.py) + other .data/.bss 208 (the driver's result buffers now borrow the
+# 143,680 + stack 1,824 (stages/device/stack_bound.py) + other .data/.bss 208 (the driver's result buffers now borrow the
 # arena's input slot). It was 149,200 B with a fixed 4 KB stack and 1,216 B of static driver buffers.
 MBV2_WHOLE_SRAM = 145712
 

@@ -61,7 +61,7 @@ LITERALS_LEFT: dict[str, tuple[int, str]] = {
 
 # Modules whose strings are not IR op names even when they spell one: cycles.py classes Arm mnemonics ("add", "mul"),
 # stack_bound.py reads them from the disassembly ("push", "sub sp").
-NOT_IR_MODULES = {"device/cycles.py", "stack_bound.py"}
+NOT_IR_MODULES = {"device/cycles.py", "device/stack_bound.py"}
 
 
 def _op_names() -> set[str]:

@@ -1,4 +1,4 @@
-"""The stack section sized from the linked code's worst-case call depth (stages/stack_bound.py), not a fixed reserve.
+"""The stack section sized from the linked code's worst-case call depth (stages/device/stack_bound.py), not a fixed reserve.
 
 The analysis is checked on hand-written disassembly (frames, calls, tail calls, indirect calls, interrupts, what
 it refuses), and on real firmware in QEMU: the painted stack's measured high-water mark stays within the bound,
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tinytrain.stages import stack_bound as sb
+from tinytrain.stages.device import stack_bound as sb
 from tinytrain.stages.cross_compile import build_firmware
 from tinytrain.stages.device.boards import BOARD_DIR, get_board
 from tinytrain.stages.device.launch import run_firmware

@@ -74,7 +74,7 @@ class StackBound:
     def to_json(self) -> dict:
         return {"bytes": self.bytes, "program_bytes": self.program_bytes, "interrupt_bytes": self.interrupt_bytes,
                 "deepest_chain": self.chain, "indirect_targets": self.indirect_targets,
-                "how": "worst-case call graph of the linked machine code (stages/stack_bound.py)"}
+                "how": "worst-case call graph of the linked machine code (stages/device/stack_bound.py)"}
 
 
 def stack_bound(elf: Path, objdump: str = OBJDUMP) -> StackBound:
