@@ -46,6 +46,7 @@ class Board:
     sram_origin: int = 0x2000_0000
     sysclk_hz: int = MPS2_SYSCLK_HZ
     host: bool = False
+    half_precision: bool = False
 
     @property
     def linker_script_path(self) -> Path | None:
@@ -80,7 +81,8 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
     # -O3 (after BASE_CFLAGS' -O2, so it wins) for speed; bit-identical to -O2 and to QEMU because
     # -ffp-contract=off stays and no -ffast-math: IEEE results do not depend on the optimisation level. Portable
     # on purpose (no -march=native): the cache key knows the compiler's version, not the build machine's CPU.
-    Board("host", "native C on the build machine (cc); no memory limits", "host", ("-O3",), 0, 0, 0, 0, host=True),
+    Board("host", "native C on the build machine (cc); no memory limits", "host", ("-O3",), 0, 0, 0, 0, host=True,
+          half_precision=True),
     # STM32F746NG has a single-precision FPU (FPv5-SP); QEMU's M7 has double too, so the flags,
     # not the emulator, keep doubles in software as on the real part.
     Board("stm32f746-disco", "STM32F746G-DISCO: Cortex-M7 @216 MHz, 320 KB SRAM, 1 MB flash", "cortex-m7",
