@@ -679,13 +679,18 @@ def summarize(tg: Graph) -> dict[str, Any]:
         "optimizer_state_bytes": sum(tg.tensors[n].nbytes for n in tr["optimizer_state"]),
         "master_copy_bytes": sum(tg.tensors[n].nbytes for n in masters),
         "accumulator_bytes": sum(tg.tensors[n].nbytes for n in tr["accumulators"]),
+        "loss_scale": tr.get("loss_scale"),
     }
 
 
 def summary_line(s: dict[str, Any]) -> str:
     ph = s["ops_by_phase"]
     mode = "fp32"
-    if s["precision"] == "int8":
+    if s["precision"] == "fp16-mixed":
+        ls = s.get("loss_scale") or {}
+        mode = f"fp16-mixed (fp16 activations and gradients, fp32 weights), {ls.get('kind', '?')} loss scale " \
+               f"{ls.get('init_scale', 0):g}"
+    elif s["precision"] == "int8":
         q = s["qas"]
         mode = ("int8+QAS" if q["enabled"] else "int8 (no QAS)") + f", {q['rounding']}" \
             + (", master copy" if q["master_copy"] else "")
@@ -716,6 +721,9 @@ def run(ctx) -> Any:
                               _optimizer_from_config(cfg.get("train.optimizer")),
                               int(cfg.get("train.batch_size") or 1),
                               QASOptions.from_config(_planned_qas(ctx) or cfg.get("train.qas")))
+    if cfg.get("train.precision") == "fp16-mixed":
+        from tinytrain.stages.autodiff_fp16 import to_fp16_mixed
+        tg = to_fp16_mixed(tg, cfg.get("train.loss_scale"))
     tg.save(ctx.out_dir, stem="train_")
     (ctx.out_dir / "train_graph.txt").write_text(tg.to_text())
     summ = summarize(tg)

@@ -100,7 +100,13 @@ def _update(op: Op, values: dict[str, np.ndarray], runtime: dict, defaults: dict
     d = ops.REGISTRY.get(op.type)
     if d is None or d.run is None:
         raise NotImplementedError(f"training executor: op {op.type!r} in the step phase")
-    d.run(op, lambda j: values[op.inputs[j]], None, None, lambda k: _runtime_value(op, k, runtime, defaults))
+    skip = op.attrs.get("skip_if")
+    if skip is not None and int(values[skip]) != 0:
+        return  # fp16-mixed: a gradient overflowed, the step is skipped (stages/autodiff_fp16.py)
+    outs = d.run(op, lambda j: values[op.inputs[j]], None, None, lambda k: _runtime_value(op, k, runtime, defaults))
+    # ops that make a new value (fp16-mixed's check and unscale) return it; updates change their state in place
+    for name, arr in zip(op.outputs, outs or []):
+        values[name] = np.asarray(arr)
 
 
 _qas_update = _update   # stages/quant/update_check.py runs the QAS updates one by one

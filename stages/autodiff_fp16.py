@@ -1,0 +1,168 @@
+"""fp16-mixed training graphs (issue 13): the float training IR of stages/autodiff.py rewritten so that activations
+and gradients are stored as IEEE binary16 while every kernel computes in fp32.
+
+Rules (what is stored in which type):
+  * activations and gradients of the sample phase: fp16 (dtype "float16", 2 bytes in the arena). Each op still runs
+    its fp32 kernel: an fp16 input is widened into an fp32 temporary right before the op (`cast_f16_f32`, exact), and
+    each fp16 output is written by the kernel into an fp32 temporary and rounded to fp16 right after it
+    (`cast_f32_f16`, round to nearest even). So every dot product accumulates in fp32 from fp16 operands, and the
+    result is rounded once, as PyTorch's autocast does on a GPU. The temporaries live for one op.
+  * weights: fp32. Trained weights are the fp32 master copy the update writes; the kernels read it as it is (no fp16
+    copy: it would cost SRAM, and the dot products run in fp32 anyway); frozen weights stay fp32 in flash.
+  * kept in fp32: the model input, the prediction (the loss's logits / output: evaluation reads it), the loss and the
+    loss op's own gradient before scaling, batch accumulators and optimizer state.
+  * loss scaling: the loss's gradient is multiplied by the loss scale (`loss_scale_mul`) before it is stored in
+    fp16, so small gradients stay above fp16's subnormal range; the step phase checks every trained gradient for
+    Inf/NaN (`amp_check`), divides it by the scale in fp32 (`amp_unscale`), and runs the updates (and Adam's step
+    counter) only when all are finite (`skip_if`); `loss_scale_update` then applies the policy (train.loss_scale).
+    The scale, the finite-steps counter and the skipped-steps counter are optimizer state: checkpoints keep them.
+Since the check reads every gradient, an update waits for the whole backward (the schedule's in-place updates
+cannot apply a weight before the step is known to be finite).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tinytrain.pipeline.errors import UserError
+from tinytrain.stages import ops
+from tinytrain.stages.model.ir import Graph, Op, Tensor
+
+SCALE, GOOD, SKIPPED, FLAG = "amp/loss_scale", "amp/good_steps", "amp/skipped_steps", "amp/found_inf"
+_LOSS_TYPES = frozenset(ops.LOSS_OPS.values()) | {"loss_sum"}
+
+
+def policy_from_config(cfg: Any) -> dict[str, Any]:
+    """train.loss_scale (a LossScaleSpec, a dict or None: GradScaler's defaults) as the op's attrs."""
+    from tinytrain.pipeline.spec_precision import LossScaleSpec
+
+    if cfg is None:
+        cfg = LossScaleSpec()
+    elif not isinstance(cfg, LossScaleSpec):
+        cfg = LossScaleSpec(**(cfg.model_dump() if hasattr(cfg, "model_dump") else dict(cfg)))
+    return {"kind": cfg.kind, "init_scale": float(cfg.init_scale), "growth": float(cfg.growth_factor),
+            "backoff": float(cfg.backoff_factor), "interval": int(cfg.growth_interval),
+            "min_scale": float(cfg.min_scale), "max_scale": float(cfg.max_scale)}
+
+
+def half_tensors(g: Graph) -> set[str]:
+    """The float32 tensors the sample phase writes that fp16-mixed stores as fp16 (see the module's rules)."""
+    meta = g.meta["train"]
+    split = int(meta["sample_ops"])
+    keep = {meta["prediction"], meta["loss_tensor"], *[hd["tensor"] for hd in meta.get("heads", [])]}
+    keep.update(meta.get("accumulators", []))
+    out: set[str] = set()
+    for op in g.ops[:split]:
+        if op.type in _LOSS_TYPES:
+            continue
+        for t in op.outputs:
+            tt = g.tensors[t]
+            if tt.dtype == "float32" and tt.data is None and t not in g.inputs and t not in keep \
+                    and t not in op.inputs:
+                out.add(t)
+    return out
+
+
+def to_fp16_mixed(g: Graph, loss_scale: Any = None) -> Graph:
+    """Rewrite float training IR `g` (stages/autodiff.py) in place into its fp16-mixed form; returns it."""
+    meta = g.meta["train"]
+    if meta.get("precision") != "float32":
+        raise UserError(f"train.precision fp16-mixed trains a float model, but this training graph is "
+                        f"{meta.get('precision')}: set quantize.enabled: false (or leave it out)")
+    pol = policy_from_config(loss_scale)
+    split = int(meta["sample_ops"])
+    ph = meta["phases"]
+    n_fwd, n_loss = int(ph["forward"]), int(ph["loss"])
+    half = half_tensors(g)
+
+    def new(name: str, like: Tensor, dtype: str = "float32", role: str | None = None, data=None) -> str:
+        base, k = name, 1
+        while name in g.tensors:
+            name, k = f"{base}.{k}", k + 1
+        g.tensors[name] = Tensor(name, list(like.shape), dtype, role=role or like.role, data=data)
+        return name
+
+    scale = new(SCALE, Tensor(SCALE, [], "float32"), role="optimizer_state",
+                data=np.array(pol["init_scale"], np.float32))
+    good = new(GOOD, Tensor(GOOD, [], "int32"), "int32", "optimizer_state", np.zeros((), np.int32))
+    skipped = new(SKIPPED, Tensor(SKIPPED, [], "int32"), "int32", "optimizer_state", np.zeros((), np.int32))
+    flag = new(FLAG, Tensor(FLAG, [], "int32"), "int32", "activation")
+
+    out: list[Op] = []
+    bounds: list[int] = []            # new op count at the end of forward, loss, backward(+accumulate)
+    rename: dict[str, str] = {}
+    for i, op in enumerate(g.ops[:split]):
+        if i == n_fwd:
+            bounds.append(len(out))
+        if i == n_fwd + n_loss:
+            bounds.append(len(out))
+        ins = [rename.get(t, t) if t is not None else None for t in op.inputs]
+        widened: dict[str, str] = {}
+        for t in ins:
+            if t is not None and t in half and t not in widened:
+                widened[t] = new(f"f32/{t}@{i}", g.tensors[t])
+                out.append(Op("cast_f16_f32", [t], [widened[t]], {}))
+        ins = [widened.get(t, t) if t is not None else None for t in ins]
+        outs, narrow = [], []
+        for t in op.outputs:
+            if t in half:
+                tmp = new(f"f32/{t}", g.tensors[t])
+                outs.append(tmp)
+                narrow.append(Op("cast_f32_f16", [tmp], [t], {}))
+            else:
+                outs.append(t)
+        out.append(Op(op.type, ins, outs, dict(op.attrs), op.source_index))
+        out.extend(narrow)
+        if op.type in _LOSS_TYPES and op.type != "loss_sum":
+            for d in op.outputs[1:]:
+                dt = g.tensors[d]
+                scaled = new(f"scaled/{d}", dt)
+                tmp = new(f"f32/scaled/{d}", dt)
+                out.append(Op("loss_scale_mul", [d, scale], [tmp], {}))
+                out.append(Op("cast_f32_f16", [tmp], [scaled], {}))
+                half.add(scaled)
+                rename[d] = scaled
+    while len(bounds) < 2:
+        bounds.append(len(out))
+    new_split = len(out)
+    n_acc_new = sum(1 for op in out[bounds[1]:] if op.type == "batch_accumulate")
+
+    # ---- the step phase: check, unscale, guarded updates, the scale policy ------------------------------------
+    step_ops = g.ops[split:]
+    updates = [op for op in step_ops if op.type in ops.UPDATE_OPS]
+    if any(op.type in ops.QAS_UPDATE_OPS for op in updates):
+        raise UserError("fp16-mixed trains float parameters only (this graph has int8 QAS updates)")
+    grads = [op.inputs[1] for op in updates]
+    out.append(Op("amp_check", grads, [flag], {}))
+    for op in step_ops:
+        if op.type == "step_counter":
+            out.append(Op(op.type, op.inputs + [flag], list(op.outputs), {**op.attrs, "skip_if": flag}))
+        elif op.type in ops.UPDATE_OPS:
+            gname = op.inputs[1]
+            gt = g.tensors[gname]
+            g32 = new(f"unscaled/{op.inputs[0]}", gt, "float32", "gradient")
+            reset = bool(op.attrs.get("reset_grad"))
+            out.append(Op("amp_unscale", [gname, scale], [g32] + ([gname] if reset else []), {"reset": reset}))
+            attrs = {**op.attrs, "reset_grad": False, "skip_if": flag}
+            out.append(Op(op.type, [op.inputs[0], g32, *op.inputs[2:], flag], list(op.outputs), attrs))
+        else:
+            raise UserError(f"fp16-mixed: unexpected op {op.type!r} in the step phase")
+    out.append(Op("loss_scale_update", [scale, good, skipped, flag], [scale, good, skipped],
+                  {k: pol[k] for k in ("kind", "growth", "backoff", "interval", "min_scale", "max_scale")}))
+
+    for t in half:
+        g.tensors[t].dtype = "float16"
+    g.ops = out
+    meta["sample_ops"] = new_split
+    meta["phases"] = {"forward": bounds[0], "loss": bounds[1] - bounds[0],
+                      "backward": new_split - bounds[1] - n_acc_new, "accumulate": n_acc_new,
+                      "update": len(out) - new_split}
+    meta["optimizer_state"] = list(meta["optimizer_state"]) + [scale, good, skipped]
+    meta["precision"] = "fp16-mixed"
+    meta["loss_scale"] = {**pol, "scale_tensor": scale, "good_steps_tensor": good, "skipped_steps_tensor": skipped,
+                          "flag_tensor": flag, "fp16_tensors": len(half)}
+    meta["runtime_defaults"] = dict(meta["runtime_defaults"])
+    g.validate()
+    return g
