@@ -144,7 +144,8 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None) -> Graph:
             gt = g.tensors[gname]
             g32 = new(f"unscaled/{op.inputs[0]}", gt, "float32", "gradient")
             reset = bool(op.attrs.get("reset_grad"))
-            out.append(Op("amp_unscale", [gname, scale], [g32] + ([gname] if reset else []), {"reset": reset}))
+            # reset (batch > 1): the accumulator is zeroed after use, skipped step or not (as reset_grad did)
+            out.append(Op("amp_unscale", [gname, scale], [g32], {"reset": reset}))
             attrs = {**op.attrs, "reset_grad": False, "skip_if": flag}
             out.append(Op(op.type, [op.inputs[0], g32, *op.inputs[2:], flag], list(op.outputs), attrs))
         else:

@@ -1,0 +1,126 @@
+"""fp16-mixed training (issue 13) compiled to C and run on the host, against the golden model.
+
+What is exact and what is not: the fp16 machinery (conversions, loss scaling, the Inf/NaN check, skipping, the scale
+policy) is integer or single-rounding arithmetic and matches the golden model bit for bit; the fp32 kernels it
+wraps are the float path's, whose sums numpy runs in another order (equal within 1e-5 relative, tests/
+test_codegen.py), so an fp16 rounding can rarely land one fp16 ulp (2^-11 relative) apart. Hence: the skip decisions,
+the scale and the skipped count are compared exactly; losses and weights to a tolerance of a few fp16 ulps."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinytrain.stages import codegen
+from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
+from tinytrain.stages.autodiff_fp16 import to_fp16_mixed
+from tinytrain.stages.cross_compile import build_firmware
+from tinytrain.stages.device.boards import get_board
+from tinytrain.stages.device.launch import run_firmware
+from tinytrain.stages.golden import train_step as te
+from tinytrain.stages.model.tflite_reader import read_model
+from tinytrain.stages.planning.train_plan import TrainPlan
+from tinytrain.stages.reorder import plan_schedules
+from tinytrain.stages.train.data import write_stream
+from tinytrain.stages.train.runtime_config import RuntimeConfig
+
+FIX = Path(__file__).parent / "fixtures"
+RT_KEYS = ("learning_rate", "momentum", "beta1", "beta2", "eps", "alpha", "weight_decay")
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler")
+
+
+def _graph(opt: str, batch: int, policy: dict, fixture: str = "digits_cnn_float"):
+    g = read_model(FIX / f"{fixture}.tflite")
+    tg = build_training_graph(g, TrainPlan.full(g), "cross_entropy", OptimizerSpec(kind=opt), batch)
+    return to_fp16_mixed(tg, policy)
+
+
+def _host_run(tg, x, y, tmp: Path, cfg: RuntimeConfig):
+    _, mp, _, _ = plan_schedules(tg, True)
+    codegen.generate(tg, mp.order, mp.to_json(), tmp / "prog")
+    write_stream(tmp / "train.ttds", x, y)
+    write_stream(tmp / "test.ttds", x[:8], y[:8])
+    board = get_board("host")
+    b = build_firmware(board, tmp / "prog", tmp / "build")
+    run_firmware(board, b.elf, tmp / "run", {"runtime.bin": cfg.to_bytes(), "train.ttds": tmp / "train.ttds",
+                                             "test.ttds": tmp / "test.ttds"}, 300)
+    res = json.loads((tmp / "run" / "results.json").read_text())
+    losses = np.frombuffer((tmp / "run" / "losses.bin").read_bytes(), "<f4")
+    io = json.loads((tmp / "prog" / "io_layout.json").read_text())
+    wb = (tmp / "run" / "weights.bin").read_bytes()
+    weights = {t["name"]: np.frombuffer(wb[t["offset"]:t["offset"] + t["nbytes"]], t["dtype"]).reshape(t["shape"])
+               for t in io["trained_tensors"]}
+    return res, losses, weights, mp
+
+
+def _golden(tg, x, y, cfg, batch):
+    back = RuntimeConfig.from_bytes(cfg.to_bytes())
+    rt = {k: float(getattr(back, k)) for k in RT_KEYS}
+    state = te.init_state(tg, rt)
+    scales, skipped = [], []
+    meta = tg.meta["train"]["loss_scale"]
+    with np.errstate(all="ignore"):
+        for i in range(len(x) // batch):
+            te.train_step(tg, state, x[i * batch:(i + 1) * batch], y[i * batch:(i + 1) * batch], rt)
+            scales.append(float(state[meta["scale_tensor"]]))
+            skipped.append(int(state[meta["skipped_steps_tensor"]]))
+    return state, scales, skipped
+
+
+def _digits(n: int):
+    x = np.load(FIX / "digits_cnn.input.npy").astype(np.float32)
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, len(x), n)
+    return x[idx], rng.integers(0, 10, n)
+
+
+def _scale(res) -> float:
+    return float(np.uint32(res["loss_scale_bits"]).view(np.float32))
+
+
+@pytest.mark.parametrize("opt, batch", [("sgd", 1), ("adam", 2)])
+def test_host_fp16_mixed_matches_golden(opt, batch, tmp_path):
+    # growth every 3 finite steps from 2^20: the run both backs off (overflows) and grows
+    tg = _graph(opt, batch, {"kind": "dynamic", "init_scale": 2.0 ** 20, "growth_interval": 3})
+    x, y = _digits(12 * batch)
+    cfg = RuntimeConfig(learning_rate=0.01, epochs=1, momentum=0.9, alpha=0.99, eps=1e-7, batch_size=batch)
+    res, losses, weights, mp = _host_run(tg, x, y, tmp_path, cfg)
+    state, scales, skipped = _golden(tg, x, y, cfg, batch)
+    assert res["steps"] == 12 and res["loss_nan"] is False
+    assert _scale(res) == scales[-1] and res["skipped_steps"] == skipped[-1]
+    assert 0 < skipped[-1] < 12 and len(set(scales)) > 2    # the policy was exercised both ways
+    for name, got in weights.items():
+        want = state[name]
+        tol = 4 * 2.0 ** -11 * max(float(np.abs(want).max()), 1e-30)
+        assert float(np.abs(got - want).max()) <= tol, name
+    assert res["arena_bytes_planned"] == mp.arena
+
+
+def test_overflow_skips_the_step_and_halves_the_scale_bit_exact(tmp_path):
+    """A huge loss scale makes every fp16 gradient Inf: each step is skipped (weights and optimizer state untouched,
+    bit for bit), the scale halves per step; C and golden agree exactly."""
+    init = 2.0 ** 100
+    tg = _graph("momentum", 1, {"kind": "dynamic", "init_scale": init, "max_scale": 2.0 ** 120})
+    x, y = _digits(5)
+    cfg = RuntimeConfig(learning_rate=0.01, epochs=1, momentum=0.9)
+    res, _, weights, _ = _host_run(tg, x, y, tmp_path, cfg)
+    state, scales, skipped = _golden(tg, x, y, cfg, 1)
+    assert scales == [init * 0.5 ** k for k in range(1, 6)] and skipped == [1, 2, 3, 4, 5]
+    assert _scale(res) == scales[-1] == 2.0 ** 95 and res["skipped_steps"] == 5
+    for name, got in weights.items():
+        orig = np.asarray(tg.tensors[name].data)
+        assert got.tobytes() == orig.astype(got.dtype).tobytes() == state[name].tobytes(), name
+    for name in tg.meta["train"]["optimizer_state"]:
+        if name.startswith("opt/"):
+            assert not np.asarray(state[name]).any(), name    # momentum buffers never moved
+
+
+def test_static_scale_counts_skips_without_changing(tmp_path):
+    tg = _graph("sgd", 1, {"kind": "static", "init_scale": 2.0 ** 100, "max_scale": 2.0 ** 100})
+    x, y = _digits(3)
+    res, _, _, _ = _host_run(tg, x, y, tmp_path, RuntimeConfig(learning_rate=0.01, epochs=1))
+    assert _scale(res) == 2.0 ** 100 and res["skipped_steps"] == 3
