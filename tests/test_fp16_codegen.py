@@ -30,7 +30,8 @@ from tinytrain.stages.train.runtime_config import RuntimeConfig
 
 FIX = Path(__file__).parent / "fixtures"
 RT_KEYS = ("learning_rate", "momentum", "beta1", "beta2", "eps", "alpha", "weight_decay")
-pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler")
+# Each test builds a host firmware (~15 s): slow (run with -m slow).
+pytestmark = [pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler"), pytest.mark.slow]
 
 
 def _graph(opt: str, batch: int, policy: dict, fixture: str = "digits_cnn_float"):
