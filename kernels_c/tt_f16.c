@@ -81,6 +81,14 @@ void tt_cast_f16_f32(uint32_t n, const uint16_t *x, float *y)
     }
 }
 
+void tt_round_f16(uint32_t n, const float *x, float *y)
+{
+    uint32_t i;
+    for (i = 0; i < n; ++i) {
+        y[i] = tt_f16_to_f32(tt_f32_to_f16(x[i]));
+    }
+}
+
 void tt_scale_f32(uint32_t n, const float *x, float s, float *y)
 {
     uint32_t i;

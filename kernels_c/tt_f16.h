@@ -19,6 +19,9 @@ void tt_cast_f32_f16(uint32_t n, const float *x, uint16_t *y);
 /* y[i] = float(x[i]); safe in place (it runs backwards). */
 void tt_cast_f16_f32(uint32_t n, const uint16_t *x, float *y);
 
+/* y[i] = float(fp16(x[i])): an fp16 value kept in an fp32 slot; safe in place. */
+void tt_round_f16(uint32_t n, const float *x, float *y);
+
 /* y[i] = x[i] * s (the loss gradient times the loss scale). */
 void tt_scale_f32(uint32_t n, const float *x, float s, float *y);
 /* y[i] = float(g[i]) / s (gradients unscaled before the update). */

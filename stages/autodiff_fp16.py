@@ -2,11 +2,15 @@
 and gradients are stored as IEEE binary16 while every kernel computes in fp32.
 
 Rules (what is stored in which type):
-  * activations and gradients of the sample phase: fp16 (dtype "float16", 2 bytes in the arena). Each op still runs
-    its fp32 kernel: an fp16 input is widened into an fp32 temporary right before the op (`cast_f16_f32`, exact), and
-    each fp16 output is written by the kernel into an fp32 temporary and rounded to fp16 right after it
-    (`cast_f32_f16`, round to nearest even). So every dot product accumulates in fp32 from fp16 operands, and the
-    result is rounded once, as PyTorch's autocast does on a GPU. The temporaries live for one op.
+  * activations and gradients of the sample phase hold fp16 values; every op still runs its fp32 kernel, so every
+    dot product accumulates in fp32 from fp16 operands and its result is rounded once to fp16 (round to nearest
+    even), as PyTorch's autocast does on a GPU. Where they are stored:
+      - activations the backward reads (saved between the forward and the backward: what dominates training
+        memory) are fp16 tensors (dtype "float16", 2 bytes in the arena): the forward's result is rounded
+        (`round_f16`), the forward's next readers read that fp32 value, and `cast_f32_f16` keeps the fp16 copy; a
+        backward op widens it into an fp32 temporary right before it runs (`cast_f16_f32`, exact);
+      - everything else lives for an op or two: an fp32 slot holding an fp16 value (`round_f16` in place, same
+        bits as a round trip through fp16 storage), so no second copy of it ever exists.
   * weights: fp32. Trained weights are the fp32 master copy the update writes; the kernels read it as it is (no fp16
     copy: it would cost SRAM, and the dot products run in fp32 anyway); frozen weights stay fp32 in flash.
   * kept in fp32: the model input, the prediction (the loss's logits / output: evaluation reads it), the loss and the
@@ -91,38 +95,54 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None) -> Graph:
     flag = new(FLAG, Tensor(FLAG, [], "int32"), "int32", "activation")
 
     out: list[Op] = []
-    bounds: list[int] = []            # new op count at the end of forward, loss, backward(+accumulate)
+    bounds: list[int] = []            # new op count at the end of forward, loss
     rename: dict[str, str] = {}
+    readers: dict[str, list[int]] = {}
+    for i, op in enumerate(g.ops[:split]):
+        for t in op.inputs:
+            if t is not None:
+                readers.setdefault(t, []).append(i)
+    n_head = n_fwd + n_loss
+    # saved for the backward: written by the forward, read after it -> stored as fp16 (half the bytes); the rest
+    # live for an op or two: fp32 slots holding fp16 values (round_f16, in place), so no second copy exists
+    producer = {t: i for i, op in enumerate(g.ops[:split]) for t in op.outputs}
+    saved = {t for t in half if producer[t] < n_fwd and any(r >= n_fwd for r in readers.get(t, []))}
     for i, op in enumerate(g.ops[:split]):
         if i == n_fwd:
             bounds.append(len(out))
-        if i == n_fwd + n_loss:
+        if i == n_head:
             bounds.append(len(out))
         ins = [rename.get(t, t) if t is not None else None for t in op.inputs]
-        widened: dict[str, str] = {}
-        for t in ins:
-            if t is not None and t in half and t not in widened:
-                widened[t] = new(f"f32/{t}@{i}", g.tensors[t])
-                out.append(Op("cast_f16_f32", [t], [widened[t]], {}))
-        ins = [widened.get(t, t) if t is not None else None for t in ins]
-        outs, narrow = [], []
+        if i >= n_fwd:   # a backward op reading a saved activation: widened into an fp32 temporary for the op
+            widened: dict[str, str] = {}
+            for t in ins:
+                if t is not None and t in saved and t not in widened:
+                    widened[t] = new(f"f32/{t}@{i}", g.tensors[t])
+                    out.append(Op("cast_f16_f32", [t], [widened[t]], {}))
+            ins = [widened.get(t, t) if t is not None else None for t in ins]
+        outs, after = [], []
         for t in op.outputs:
-            if t in half:
-                tmp = new(f"f32/{t}", g.tensors[t])
-                outs.append(tmp)
-                narrow.append(Op("cast_f32_f16", [tmp], [t], {}))
-            else:
+            if t not in half:
                 outs.append(t)
+                continue
+            raw = new(f"raw/{t}", g.tensors[t])
+            outs.append(raw)
+            if t in saved:   # forward readers read the rounded fp32 value, the backward its fp16 copy
+                r = new(f"f32/{t}", g.tensors[t])
+                after += [Op("round_f16", [raw], [r], {}), Op("cast_f32_f16", [r], [t], {})]
+                for o in g.ops[i + 1:n_fwd]:
+                    o.inputs = [r if x == t else x for x in o.inputs]
+            else:
+                after.append(Op("round_f16", [raw], [t], {}))
         out.append(Op(op.type, ins, outs, dict(op.attrs), op.source_index))
-        out.extend(narrow)
+        out.extend(after)
         if op.type in _LOSS_TYPES and op.type != "loss_sum":
             for d in op.outputs[1:]:
                 dt = g.tensors[d]
+                raw = new(f"raw/scaled/{d}", dt)
                 scaled = new(f"scaled/{d}", dt)
-                tmp = new(f"f32/scaled/{d}", dt)
-                out.append(Op("loss_scale_mul", [d, scale], [tmp], {}))
-                out.append(Op("cast_f32_f16", [tmp], [scaled], {}))
-                half.add(scaled)
+                out.append(Op("loss_scale_mul", [d, scale], [raw], {}))
+                out.append(Op("round_f16", [raw], [scaled], {}))
                 rename[d] = scaled
     while len(bounds) < 2:
         bounds.append(len(out))
@@ -145,7 +165,7 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None) -> Graph:
             g32 = new(f"unscaled/{op.inputs[0]}", gt, "float32", "gradient")
             reset = bool(op.attrs.get("reset_grad"))
             # reset (batch > 1): the accumulator is zeroed after use, skipped step or not (as reset_grad did)
-            out.append(Op("amp_unscale", [gname, scale], [g32], {"reset": reset}))
+            out.append(Op("amp_unscale_reset" if reset else "amp_unscale", [gname, scale], [g32], {}))
             attrs = {**op.attrs, "reset_grad": False, "skip_if": flag}
             out.append(Op(op.type, [op.inputs[0], g32, *op.inputs[2:], flag], list(op.outputs), attrs))
         else:
@@ -153,7 +173,7 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None) -> Graph:
     out.append(Op("loss_scale_update", [scale, good, skipped, flag], [scale, good, skipped],
                   {k: pol[k] for k in ("kind", "growth", "backoff", "interval", "min_scale", "max_scale")}))
 
-    for t in half:
+    for t in saved:
         g.tensors[t].dtype = "float16"
     g.ops = out
     meta["sample_ops"] = new_split
@@ -163,7 +183,8 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None) -> Graph:
     meta["optimizer_state"] = list(meta["optimizer_state"]) + [scale, good, skipped]
     meta["precision"] = "fp16-mixed"
     meta["loss_scale"] = {**pol, "scale_tensor": scale, "good_steps_tensor": good, "skipped_steps_tensor": skipped,
-                          "flag_tensor": flag, "fp16_tensors": len(half)}
+                          "flag_tensor": flag, "fp16_tensors": len(saved),
+                          "fp16_rounded_tensors": len(half) + len(rename)}
     meta["runtime_defaults"] = dict(meta["runtime_defaults"])
     g.validate()
     return g

@@ -3,9 +3,11 @@ and the fp32 kernels, and loss scaling. numpy kernels: stages/golden/fp16.py; C:
 
   cast_f32_f16:       x:f32 -> y:f16        round to nearest even (an op's fp32 result stored as fp16)
   cast_f16_f32:       x:f16 -> y:f32        exact (an fp16 tensor read by an fp32 kernel)
+  round_f16:          x:f32 -> y:f32        f32(f16(x)): an fp16 value kept in an fp32 slot (in place)
   loss_scale_mul:     g, scale -> gs        the loss's gradient times the loss scale (fp32 multiply)
   amp_check:          g0, g1, ... -> flag   1 when a gradient holds Inf/NaN (the step is skipped), else 0
-  amp_unscale:        g, scale -> g32 [, g] g / scale in fp32 (attr reset: g, a batch accumulator, is zeroed)
+  amp_unscale:        g, scale -> g32       g / scale in fp32 (in place)
+  amp_unscale_reset:  acc, scale -> g32     the same from a batch accumulator, which is then zeroed
   loss_scale_update:  scale, good, skipped, flag -> scale, good, skipped   the policy (attrs kind, growth,
                       backoff, interval, min_scale, max_scale)
 An update op (and Adam's step counter) carries attr `skip_if` = the flag tensor, its last input: it does nothing when
@@ -36,6 +38,11 @@ def _c_cast_f16_f32(gen, op: Op) -> list[str]:
     return [f"tt_cast_f16_f32({_n(gen, x)}u, {gen.loc(x)}, {gen.loc(y)});"]
 
 
+def _c_round_f16(gen, op: Op) -> list[str]:
+    x, y = op.inputs[0], op.outputs[0]
+    return [f"tt_round_f16({_n(gen, x)}u, {gen.loc(x)}, {gen.loc(y)});"]
+
+
 def _c_loss_scale_mul(gen, op: Op) -> list[str]:
     g, s, y = op.inputs[0], op.inputs[1], op.outputs[0]
     return [f"tt_scale_f32({_n(gen, g)}u, {gen.loc(g)}, {gen.loc(s)}[0], {gen.loc(y)});"]
@@ -54,7 +61,7 @@ def _c_amp_unscale(gen, op: Op) -> list[str]:
     g, s, y = op.inputs[0], op.inputs[1], op.outputs[0]
     fn = "tt_unscale_f16" if gen.g.tensors[g].dtype == "float16" else "tt_unscale_f32"
     lines = [f"{fn}({_n(gen, g)}u, {gen.loc(g)}, {gen.loc(s)}[0], {gen.loc(y)});"]
-    if op.attrs.get("reset"):
+    if op.type == "amp_unscale_reset":
         lines.append(f"memset({gen.loc(g)}, 0, {gen.g.tensors[g].nbytes}u);")
     return lines
 
@@ -77,6 +84,10 @@ def _run_cast_f16_f32(op, v, shape, tensor, hp=None):
     return [h.to_f32(v(0))]
 
 
+def _run_round_f16(op, v, shape, tensor, hp=None):
+    return [h.to_f32(h.to_f16(v(0)))]
+
+
 def _run_loss_scale_mul(op, v, shape, tensor, hp=None):
     return [h.scale_grad(v(0), v(1))]
 
@@ -87,7 +98,7 @@ def _run_amp_check(op, v, shape, tensor, hp=None):
 
 def _run_amp_unscale(op, v, shape, tensor, hp=None):
     out = h.unscale(v(0), v(1))
-    if op.attrs.get("reset"):
+    if op.type == "amp_unscale_reset":
         v(0)[...] = 0
     return [out]
 
@@ -104,12 +115,16 @@ OPS = (
           run=_run_cast_f32_f16, c=_c_cast_f32_f16),
     OpDef("cast_f16_f32", kind="aux", signature="x:f16 -> y:f32", note="exact",
           run=_run_cast_f16_f32, c=_c_cast_f16_f32),
+    OpDef("round_f16", kind="aux", signature="x:f32 -> y:f32", note="an fp16 value in an fp32 slot",
+          in_place="first", run=_run_round_f16, c=_c_round_f16),
     OpDef("loss_scale_mul", kind="aux", signature="g, scale -> gs", note="the loss gradient times the loss scale",
-          run=_run_loss_scale_mul, c=_c_loss_scale_mul),
+          in_place="first", run=_run_loss_scale_mul, c=_c_loss_scale_mul),
     OpDef("amp_check", kind="aux", signature="g0, g1, ... -> flag:int32", note="1 when a gradient is not finite",
           run=_run_amp_check, c=_c_amp_check),
-    OpDef("amp_unscale", kind="aux", signature="g, scale -> g32", attrs=("reset",),
-          note="g / scale in fp32 before the update", run=_run_amp_unscale, c=_c_amp_unscale),
+    OpDef("amp_unscale", kind="aux", signature="g, scale -> g32", note="g / scale in fp32 before the update",
+          in_place="first", run=_run_amp_unscale, c=_c_amp_unscale),
+    OpDef("amp_unscale_reset", kind="aux", signature="acc, scale -> g32",
+          note="g / scale from a batch accumulator, zeroed after", run=_run_amp_unscale, c=_c_amp_unscale),
     OpDef("loss_scale_update", kind="aux", signature="scale, good, skipped, flag -> scale, good, skipped",
           attrs=("kind", "growth", "backoff", "interval", "min_scale", "max_scale"),
           note="skip counter, backoff on overflow, growth after `interval` finite steps",
