@@ -600,7 +600,7 @@ def generate(tg: Graph, order: list[int], memplan_doc: dict[str, Any], out_dir: 
                      "scale": hs[0] if hs else None, "zero_point": hz[0] if hz else None},
           "arena_bytes": gen.arena, "num_classes": int(h_t.shape[-1]), "batch_size": bsz,
           "precision": meta.get("precision", "float32"),
-          "loss_scale": {k: v for k, v in (meta.get("loss_scale") or {}).items() if not k.endswith("_tensor")} or None,
+          "loss_scale": meta.get("loss_scale"),
           "weights_bytes": off,
           "checkpoint": {"bytes": CKPT_HEADER + api.state_bytes() + 4, "version": CKPT_VERSION,
                          "model_id": api.model_id(), "tensors": api.state_layout()},
