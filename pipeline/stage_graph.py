@@ -52,7 +52,7 @@ STAGES: tuple[StageDef, ...] = (
              "tinytrain.stages.sparse_plan",
              "choose what to train under the memory budget"),
     StageDef("autodiff", ("train.loss", "train.outputs", "train.optimizer", "train.batch_size", "train.qas",
-                          "train.precision", "train.loss_scale"),
+                          "train.precision", "train.loss_scale", "train.reorder.enabled"),
              ("quantize", "sparse-plan"),
              "tinytrain.stages.autodiff",
              "compile-time backward graph and update ops (int8: QAS)",

@@ -694,6 +694,11 @@ def summary_line(s: dict[str, Any]) -> str:
         q = s["qas"]
         mode = ("int8+QAS" if q["enabled"] else "int8 (no QAS)") + f", {q['rounding']}" \
             + (", master copy" if q["master_copy"] else "")
+    mem = s.get("memory_vs_fp32")
+    if mem:
+        mode += (f"; arena {mem['arena_bytes'] / 1024:.1f} KB vs fp32 {mem['arena_bytes_fp32'] / 1024:.1f} KB, saved "
+                 f"activations {mem['saved_activation_bytes'] / 1024:.1f} KB vs "
+                 f"{mem['saved_activation_bytes_fp32'] / 1024:.1f} KB")
     return (f"train graph: {ph['forward']} fwd + {ph['loss'] + ph['backward'] + ph['accumulate']} bwd + "
             f"{ph['update']} update ops, {_fmt_count(s['trained_params'])} trained params, {mode}")
 
@@ -721,13 +726,20 @@ def run(ctx) -> Any:
                               _optimizer_from_config(cfg.get("train.optimizer")),
                               int(cfg.get("train.batch_size") or 1),
                               QASOptions.from_config(_planned_qas(ctx) or cfg.get("train.qas")))
+    memory = None
     if cfg.get("train.precision") == "fp16-mixed":
-        from tinytrain.stages.autodiff_fp16 import to_fp16_mixed
+        from tinytrain.stages.autodiff_fp16 import memory_against_fp32, to_fp16_mixed
+        reorder = cfg.get("train.reorder.enabled")
+        memory = memory_against_fp32(tg, to_fp16_mixed(copy.deepcopy(tg), cfg.get("train.loss_scale")),
+                                     True if reorder is None else bool(reorder))
         tg = to_fp16_mixed(tg, cfg.get("train.loss_scale"))
+        (ctx.out_dir / "precision.json").write_text(json.dumps(memory, indent=1, sort_keys=True) + "\n")
     tg.save(ctx.out_dir, stem="train_")
     (ctx.out_dir / "train_graph.txt").write_text(tg.to_text())
     summ = summarize(tg)
     summ["plan_scheme"] = scheme
+    if memory is not None:
+        summ["memory_vs_fp32"] = memory
     (ctx.out_dir / "summary.json").write_text(json.dumps(summ, indent=2, sort_keys=True) + "\n")
     ph = summ["ops_by_phase"]
     return StageResult(summary=summary_line(summ),

@@ -188,3 +188,21 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None) -> Graph:
     meta["runtime_defaults"] = dict(meta["runtime_defaults"])
     g.validate()
     return g
+
+
+def memory_against_fp32(fp32: Graph, fp16: Graph, reorder: bool = True) -> dict[str, Any]:
+    """The arena of the fp16-mixed training graph next to the fp32 graph of the same plan, both planned by the
+    reorder stage's planner, and the activations saved for the backward in each (autodiff's precision.json)."""
+    from tinytrain.stages.reorder import plan_schedules
+
+    _, b32, _, _ = plan_schedules(fp32, reorder)
+    _, b16, _, _ = plan_schedules(fp16, reorder)
+    saved16 = [t for t in fp16.tensors.values() if t.dtype == "float16"]
+    return {"arena_bytes": int(b16.arena), "arena_bytes_fp32": int(b32.arena),
+            "arena_saving_bytes": int(b32.arena) - int(b16.arena),
+            "saved_activation_bytes": sum(t.nbytes for t in saved16),
+            "saved_activation_bytes_fp32": 2 * sum(t.nbytes for t in saved16),
+            "fp16_tensors": len(saved16), "reorder": reorder,
+            "note": "fp16 halves the activations kept for the backward; loss scaling keeps every trained gradient "
+                    "until the Inf/NaN check, so no update runs in place (or channel by channel) during the "
+                    "backward as fp32's can: where a weight gradient dominates, the fp16 arena is larger"}
