@@ -33,9 +33,11 @@ import numpy as np
 from tinytrain.pipeline.errors import UserError
 from tinytrain.stages import ops
 from tinytrain.stages.model.ir import Graph, Op, Tensor
+from tinytrain.stages.ops import fp16 as f16
+from tinytrain.stages.ops.training import LOSS_SUM
 
 SCALE, GOOD, SKIPPED, FLAG = "amp/loss_scale", "amp/good_steps", "amp/skipped_steps", "amp/found_inf"
-_LOSS_TYPES = frozenset(ops.LOSS_OPS.values()) | {"loss_sum"}
+_LOSS_TYPES = frozenset(ops.LOSS_OPS.values()) | {LOSS_SUM}
 
 
 def policy_from_config(cfg: Any) -> dict[str, Any]:
@@ -118,7 +120,7 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None) -> Graph:
             for t in ins:
                 if t is not None and t in saved and t not in widened:
                     widened[t] = new(f"f32/{t}@{i}", g.tensors[t])
-                    out.append(Op("cast_f16_f32", [t], [widened[t]], {}))
+                    out.append(Op(f16.CAST_F16_F32, [t], [widened[t]], {}))
             ins = [widened.get(t, t) if t is not None else None for t in ins]
         outs, after = [], []
         for t in op.outputs:
@@ -129,25 +131,25 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None) -> Graph:
             outs.append(raw)
             if t in saved:   # forward readers read the rounded fp32 value, the backward its fp16 copy
                 r = new(f"f32/{t}", g.tensors[t])
-                after += [Op("round_f16", [raw], [r], {}), Op("cast_f32_f16", [r], [t], {})]
+                after += [Op(f16.ROUND_F16, [raw], [r], {}), Op(f16.CAST_F32_F16, [r], [t], {})]
                 for o in g.ops[i + 1:n_fwd]:
                     o.inputs = [r if x == t else x for x in o.inputs]
             else:
-                after.append(Op("round_f16", [raw], [t], {}))
+                after.append(Op(f16.ROUND_F16, [raw], [t], {}))
         out.append(Op(op.type, ins, outs, dict(op.attrs), op.source_index))
         out.extend(after)
-        if op.type in _LOSS_TYPES and op.type != "loss_sum":
+        if op.type in _LOSS_TYPES and op.type != LOSS_SUM:
             for d in op.outputs[1:]:
                 dt = g.tensors[d]
                 raw = new(f"raw/scaled/{d}", dt)
                 scaled = new(f"scaled/{d}", dt)
-                out.append(Op("loss_scale_mul", [d, scale], [raw], {}))
-                out.append(Op("round_f16", [raw], [scaled], {}))
+                out.append(Op(f16.LOSS_SCALE_MUL, [d, scale], [raw], {}))
+                out.append(Op(f16.ROUND_F16, [raw], [scaled], {}))
                 rename[d] = scaled
     while len(bounds) < 2:
         bounds.append(len(out))
     new_split = len(out)
-    n_acc_new = sum(1 for op in out[bounds[1]:] if op.type == "batch_accumulate")
+    n_acc_new = sum(1 for op in out[bounds[1]:] if op.type == f16.BATCH_ACCUMULATE)
 
     # ---- the step phase: check, unscale, guarded updates, the scale policy ------------------------------------
     step_ops = g.ops[split:]
@@ -155,9 +157,9 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None) -> Graph:
     if any(op.type in ops.QAS_UPDATE_OPS for op in updates):
         raise UserError("fp16-mixed trains float parameters only (this graph has int8 QAS updates)")
     grads = [op.inputs[1] for op in updates]
-    out.append(Op("amp_check", grads, [flag], {}))
+    out.append(Op(f16.AMP_CHECK, grads, [flag], {}))
     for op in step_ops:
-        if op.type == "step_counter":
+        if op.type == f16.STEP_COUNTER:
             out.append(Op(op.type, op.inputs + [flag], list(op.outputs), {**op.attrs, "skip_if": flag}))
         elif op.type in ops.UPDATE_OPS:
             gname = op.inputs[1]
@@ -165,12 +167,12 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None) -> Graph:
             g32 = new(f"unscaled/{op.inputs[0]}", gt, "float32", "gradient")
             reset = bool(op.attrs.get("reset_grad"))
             # reset (batch > 1): the accumulator is zeroed after use, skipped step or not (as reset_grad did)
-            out.append(Op("amp_unscale_reset" if reset else "amp_unscale", [gname, scale], [g32], {}))
+            out.append(Op(f16.AMP_UNSCALE_RESET if reset else f16.AMP_UNSCALE, [gname, scale], [g32], {}))
             attrs = {**op.attrs, "reset_grad": False, "skip_if": flag}
             out.append(Op(op.type, [op.inputs[0], g32, *op.inputs[2:], flag], list(op.outputs), attrs))
         else:
             raise UserError(f"fp16-mixed: unexpected op {op.type!r} in the step phase")
-    out.append(Op("loss_scale_update", [scale, good, skipped, flag], [scale, good, skipped],
+    out.append(Op(f16.LOSS_SCALE_UPDATE, [scale, good, skipped, flag], [scale, good, skipped],
                   {k: pol[k] for k in ("kind", "growth", "backoff", "interval", "min_scale", "max_scale")}))
 
     for t in saved:

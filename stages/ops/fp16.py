@@ -24,6 +24,14 @@ from tinytrain.stages.model.ir import Op
 from tinytrain.stages.ops.base import OpDef
 
 
+# The op names stages/autodiff_fp16.py emits (op-name literals live in stages/ops/), and the training ops it
+# handles: Adam's step counter (skipped with the updates) and the batch accumulation.
+CAST_F32_F16, CAST_F16_F32, ROUND_F16 = "cast_f32_f16", "cast_f16_f32", "round_f16"
+LOSS_SCALE_MUL, AMP_CHECK, LOSS_SCALE_UPDATE = "loss_scale_mul", "amp_check", "loss_scale_update"
+AMP_UNSCALE, AMP_UNSCALE_RESET = "amp_unscale", "amp_unscale_reset"
+STEP_COUNTER, BATCH_ACCUMULATE = "step_counter", "batch_accumulate"
+
+
 def _n(gen, name: str) -> int:
     return numel(gen.g.tensors[name].shape)
 
@@ -61,7 +69,7 @@ def _c_amp_unscale(gen, op: Op) -> list[str]:
     g, s, y = op.inputs[0], op.inputs[1], op.outputs[0]
     fn = "tt_unscale_f16" if gen.g.tensors[g].dtype == "float16" else "tt_unscale_f32"
     lines = [f"{fn}({_n(gen, g)}u, {gen.loc(g)}, {gen.loc(s)}[0], {gen.loc(y)});"]
-    if op.type == "amp_unscale_reset":
+    if op.type == AMP_UNSCALE_RESET:
         lines.append(f"memset({gen.loc(g)}, 0, {gen.g.tensors[g].nbytes}u);")
     return lines
 
@@ -98,7 +106,7 @@ def _run_amp_check(op, v, shape, tensor, hp=None):
 
 def _run_amp_unscale(op, v, shape, tensor, hp=None):
     out = h.unscale(v(0), v(1))
-    if op.type == "amp_unscale_reset":
+    if op.type == AMP_UNSCALE_RESET:
         v(0)[...] = 0
     return [out]
 
@@ -111,21 +119,21 @@ def _run_loss_scale_update(op, v, shape, tensor, hp=None):
 
 
 OPS = (
-    OpDef("cast_f32_f16", kind="aux", signature="x:f32 -> y:f16", note="round to nearest even",
+    OpDef(CAST_F32_F16, kind="aux", signature="x:f32 -> y:f16", note="round to nearest even",
           run=_run_cast_f32_f16, c=_c_cast_f32_f16),
-    OpDef("cast_f16_f32", kind="aux", signature="x:f16 -> y:f32", note="exact",
+    OpDef(CAST_F16_F32, kind="aux", signature="x:f16 -> y:f32", note="exact",
           run=_run_cast_f16_f32, c=_c_cast_f16_f32),
-    OpDef("round_f16", kind="aux", signature="x:f32 -> y:f32", note="an fp16 value in an fp32 slot",
+    OpDef(ROUND_F16, kind="aux", signature="x:f32 -> y:f32", note="an fp16 value in an fp32 slot",
           in_place="first", run=_run_round_f16, c=_c_round_f16),
-    OpDef("loss_scale_mul", kind="aux", signature="g, scale -> gs", note="the loss gradient times the loss scale",
+    OpDef(LOSS_SCALE_MUL, kind="aux", signature="g, scale -> gs", note="the loss gradient times the loss scale",
           in_place="first", run=_run_loss_scale_mul, c=_c_loss_scale_mul),
-    OpDef("amp_check", kind="aux", signature="g0, g1, ... -> flag:int32", note="1 when a gradient is not finite",
+    OpDef(AMP_CHECK, kind="aux", signature="g0, g1, ... -> flag:int32", note="1 when a gradient is not finite",
           run=_run_amp_check, c=_c_amp_check),
-    OpDef("amp_unscale", kind="aux", signature="g, scale -> g32", note="g / scale in fp32 before the update",
+    OpDef(AMP_UNSCALE, kind="aux", signature="g, scale -> g32", note="g / scale in fp32 before the update",
           in_place="first", run=_run_amp_unscale, c=_c_amp_unscale),
-    OpDef("amp_unscale_reset", kind="aux", signature="acc, scale -> g32",
+    OpDef(AMP_UNSCALE_RESET, kind="aux", signature="acc, scale -> g32",
           note="g / scale from a batch accumulator, zeroed after", run=_run_amp_unscale, c=_c_amp_unscale),
-    OpDef("loss_scale_update", kind="aux", signature="scale, good, skipped, flag -> scale, good, skipped",
+    OpDef(LOSS_SCALE_UPDATE, kind="aux", signature="scale, good, skipped, flag -> scale, good, skipped",
           attrs=("kind", "growth", "backoff", "interval", "min_scale", "max_scale"),
           note="skip counter, backoff on overflow, growth after `interval` finite steps",
           run=_run_loss_scale_update, c=_c_loss_scale_update),
