@@ -730,9 +730,10 @@ def run(ctx) -> Any:
     if cfg.get("train.precision") == "fp16-mixed":
         from tinytrain.stages.autodiff_fp16 import memory_against_fp32, to_fp16_mixed
         reorder = cfg.get("train.reorder.enabled")
-        memory = memory_against_fp32(tg, to_fp16_mixed(copy.deepcopy(tg), cfg.get("train.loss_scale")),
-                                     True if reorder is None else bool(reorder))
-        tg = to_fp16_mixed(tg, cfg.get("train.loss_scale"))
+        reorder = True if reorder is None else bool(reorder)
+        fp32 = copy.deepcopy(tg)
+        tg = to_fp16_mixed(tg, cfg.get("train.loss_scale"), reorder)
+        memory = memory_against_fp32(fp32, tg, reorder)
         (ctx.out_dir / "precision.json").write_text(json.dumps(memory, indent=1, sort_keys=True) + "\n")
     tg.save(ctx.out_dir, stem="train_")
     (ctx.out_dir / "train_graph.txt").write_text(tg.to_text())

@@ -9,6 +9,7 @@ Rules (what is stored in which type):
         memory) are fp16 tensors (dtype "float16", 2 bytes in the arena): the forward's result is rounded
         (`round_f16`), the forward's next readers read that fp32 value, and `cast_f32_f16` keeps the fp16 copy; a
         backward op widens it into an fp32 temporary right before it runs (`cast_f16_f32`, exact);
+      - the trained parameters' gradients (batch 1), which wait for the overflow check, are fp16 tensors too;
       - everything else lives for an op or two: an fp32 slot holding an fp16 value (`round_f16` in place, same
         bits as a round trip through fp16 storage), so no second copy of it ever exists.
   * weights: fp32. Trained weights are the fp32 master copy the update writes; the kernels read it as it is (no fp16
@@ -71,8 +72,24 @@ def half_tensors(g: Graph) -> set[str]:
     return out
 
 
-def to_fp16_mixed(g: Graph, loss_scale: Any = None) -> Graph:
-    """Rewrite float training IR `g` (stages/autodiff.py) in place into its fp16-mixed form; returns it."""
+def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_fp16: bool | None = None) -> Graph:
+    """Rewrite float training IR `g` (stages/autodiff.py) in place into its fp16-mixed form; returns it.
+
+    Where the trained parameters' gradients wait for the overflow check (`grads_fp16`): True stores them as fp16
+    (half the bytes while several are held, plus an fp32 temporary while each is written and unscaled); False
+    keeps fp32 slots holding fp16 values (no temporaries; better when one gradient dominates). None: both are
+    planned with the reorder stage's planner (`reorder`: train.reorder.enabled) and the smaller arena wins (ties:
+    fp32 slots), so the choice is a function of the graph alone, the same in sparse-plan and autodiff."""
+    if grads_fp16 is None:
+        import copy
+
+        from tinytrain.stages.reorder import plan_schedules
+
+        a = to_fp16_mixed(copy.deepcopy(g), loss_scale, reorder, True)
+        b = to_fp16_mixed(copy.deepcopy(g), loss_scale, reorder, False)
+        best = a if plan_schedules(a, reorder)[1].arena < plan_schedules(b, reorder)[1].arena else b
+        g.tensors, g.ops, g.meta = best.tensors, best.ops, best.meta
+        return g
     meta = g.meta["train"]
     if meta.get("precision") != "float32":
         raise UserError(f"train.precision fp16-mixed trains a float model, but this training graph is "
@@ -109,6 +126,9 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None) -> Graph:
     # live for an op or two: fp32 slots holding fp16 values (round_f16, in place), so no second copy exists
     producer = {t: i for i, op in enumerate(g.ops[:split]) for t in op.outputs}
     saved = {t for t in half if producer[t] < n_fwd and any(r >= n_fwd for r in readers.get(t, []))}
+    # the trained parameters' gradients (batch 1: no fp32 accumulator) wait for the overflow check: fp16 as well
+    final_grads = {d["gradient"] for d in meta["trained"].values()} & half if grads_fp16 else set()
+    saved |= final_grads
     for i, op in enumerate(g.ops[:split]):
         if i == n_fwd:
             bounds.append(len(out))
@@ -129,7 +149,9 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None) -> Graph:
                 continue
             raw = new(f"raw/{t}", g.tensors[t])
             outs.append(raw)
-            if t in saved:   # forward readers read the rounded fp32 value, the backward its fp16 copy
+            if t in final_grads:   # read by the step phase only (amp_check, amp_unscale read fp16)
+                after.append(Op(f16.CAST_F32_F16, [raw], [t], {}))
+            elif t in saved:   # forward readers read the rounded fp32 value, the backward its fp16 copy
                 r = new(f"f32/{t}", g.tensors[t])
                 after += [Op(f16.ROUND_F16, [raw], [r], {}), Op(f16.CAST_F32_F16, [r], [t], {})]
                 for o in g.ops[i + 1:n_fwd]:
@@ -186,7 +208,7 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None) -> Graph:
     meta["precision"] = "fp16-mixed"
     meta["loss_scale"] = {**pol, "scale_tensor": scale, "good_steps_tensor": good, "skipped_steps_tensor": skipped,
                           "flag_tensor": flag, "fp16_tensors": len(saved),
-                          "fp16_rounded_tensors": len(half) + len(rename)}
+                          "fp16_rounded_tensors": len(half) + len(rename), "gradients_fp16": bool(final_grads)}
     meta["runtime_defaults"] = dict(meta["runtime_defaults"])
     g.validate()
     return g
@@ -203,7 +225,8 @@ def memory_against_fp32(fp32: Graph, fp16: Graph, reorder: bool = True) -> dict[
     return {"arena_bytes": int(b16.arena), "arena_bytes_fp32": int(b32.arena),
             "arena_saving_bytes": int(b32.arena) - int(b16.arena),
             "saved_activation_bytes": sum(t.nbytes for t in saved16),
-            "saved_activation_bytes_fp32": 2 * sum(t.nbytes for t in saved16),
+            "saved_activation_bytes_fp32": 2 * sum(t.nbytes for t in saved16),   # fp16 tensors: saved activations
+            #                                                                       and the gradients kept to the check
             "fp16_tensors": len(saved16), "reorder": reorder,
             "note": "fp16 halves the activations kept for the backward; loss scaling keeps every trained gradient "
                     "until the Inf/NaN check, so no update runs in place (or channel by channel) during the "

@@ -34,10 +34,10 @@ RT_KEYS = ("learning_rate", "momentum", "beta1", "beta2", "eps", "alpha", "weigh
 pytestmark = [pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler"), pytest.mark.slow]
 
 
-def _graph(opt: str, batch: int, policy: dict, fixture: str = "digits_cnn_float"):
-    g = read_model(FIX / f"{fixture}.tflite")
+def _graph(opt: str, batch: int, policy: dict, grads_fp16: bool | None = None):
+    g = read_model(FIX / "digits_cnn_float.tflite")
     tg = build_training_graph(g, TrainPlan.full(g), "cross_entropy", OptimizerSpec(kind=opt), batch)
-    return to_fp16_mixed(tg, policy)
+    return to_fp16_mixed(tg, policy, grads_fp16=grads_fp16)
 
 
 def _host_run(tg, x, y, tmp: Path, cfg: RuntimeConfig):
@@ -83,10 +83,10 @@ def _scale(res) -> float:
     return float(np.uint32(res["loss_scale_bits"]).view(np.float32))
 
 
-@pytest.mark.parametrize("opt, batch", [("sgd", 1), ("adam", 2)])
-def test_host_fp16_mixed_matches_golden(opt, batch, tmp_path):
+@pytest.mark.parametrize("opt, batch, grads_fp16", [("sgd", 1, True), ("momentum", 1, False), ("adam", 2, None)])
+def test_host_fp16_mixed_matches_golden(opt, batch, grads_fp16, tmp_path):
     # growth every 3 finite steps from 2^20: the run both backs off (overflows) and grows
-    tg = _graph(opt, batch, {"kind": "dynamic", "init_scale": 2.0 ** 20, "growth_interval": 3})
+    tg = _graph(opt, batch, {"kind": "dynamic", "init_scale": 2.0 ** 20, "growth_interval": 3}, grads_fp16)
     x, y = _digits(12 * batch)
     cfg = RuntimeConfig(learning_rate=0.01, epochs=1, momentum=0.9, alpha=0.99, eps=1e-7, batch_size=batch)
     res, losses, weights, mp = _host_run(tg, x, y, tmp_path, cfg)
