@@ -46,7 +46,7 @@ class Board:
     sram_origin: int = 0x2000_0000
     sysclk_hz: int = MPS2_SYSCLK_HZ
     host: bool = False
-    half_precision: bool = False
+    half_precision: bool = False      # native fp16 arithmetic (or, on host, a portable fallback)
 
     @property
     def linker_script_path(self) -> Path | None:
