@@ -119,6 +119,10 @@ def run_sample(g: Graph, state: dict[str, np.ndarray], x1: np.ndarray, y1: np.nd
     (default: the reference executor's run_op) runs the forward ops, e.g. the analysis' fast_float.run_op;
     `backward_op(op, v)` may take over a backward op (None: grad_ops runs it), e.g. fast_float.backward_op."""
     meta = _meta(g)
+    if backward_op is None and meta.get("precision") == "fp16-mixed":
+        # fp16 rounds every result: the fp32 sums must be the C's, bit for bit (stages/golden/fp16_exact.py)
+        from tinytrain.stages.golden.fp16_exact import backward_op as exact
+        backward_op = exact(g)
     x_name = [n for n in g.inputs if n != meta["label_input"]]
     if len(x_name) != 1:
         raise NotImplementedError("training executor: models with several inputs")
