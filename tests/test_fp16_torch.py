@@ -3,7 +3,7 @@
 1. PyTorch: the digits CNN (tests/fixtures, the example's model), the same initial weights, the same samples in the
    same order, SGD, batch 1, trained by PyTorch under torch.autocast(float16) with torch.amp.GradScaler (the same
    policy: init 2^16, backoff 0.5, growth 2 every 2000 finite steps) and by our golden model of the fp16-mixed
-   graph (the host C equals the golden model: tests/test_fp16_codegen.py).
+   graph (the host C equals the golden model bit for bit: tests/test_fp16_codegen.py).
    Tolerance: the two are not the same arithmetic. Autocast rounds the conv / linear *weights* to fp16 for every
    forward (relative error up to 2^-11 ~ 5e-4 per weight), while our rule keeps fp32 master weights in the
    kernels; both round activations and gradients to fp16 at op boundaries but PyTorch also rounds inside some ops
