@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import tinytrain
+from tinytrain.stages.device.boards import BOARDS
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler"), pytest.mark.slow]
@@ -42,3 +43,25 @@ def test_fp16_example_reports_and_resumes_the_loss_scale(tmp_path):
     assert resumed["loss_scale"]["final"] == ls["final"]
     assert resumed["loss_scale"]["skipped_steps"] == ls["skipped_steps"]
     assert resumed["loss"]["per_step"] == run["loss"]["per_step"][150:]
+
+
+_EMULATED = [b.name for b in BOARDS.values() if b.half_precision and not b.host]
+
+
+@pytest.mark.parametrize("board", _EMULATED or [pytest.param(None, marks=pytest.mark.skip(
+    reason="no emulated board with half precision here (the Cortex-M55 board, mps3-an547, comes with its branch)"))])
+def test_fp16_example_on_an_emulated_board_has_the_host_bits(board, tmp_path):
+    if shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None:
+        pytest.skip("no arm-none-eabi-gcc / qemu-system-arm")
+    runs = {}
+    for b in ("host", board):
+        spec = _spec(tmp_path, f"fp16-{b}", max_train_samples=200)
+        spec["target"] = {"board": b}
+        r = tinytrain.build(spec)
+        runs[b] = (json.loads(r.artifact("emulate-run", "run.json").read_text()),
+                   r.artifact("emulate-run", "weights.bin").read_bytes())
+    (host, hw), (dev, dw) = runs["host"], runs[board]
+    assert dev["loss"]["per_step"] == host["loss"]["per_step"]
+    assert dev["loss_scale"]["final"] == host["loss_scale"]["final"]
+    assert dev["loss_scale"]["skipped_steps"] == host["loss_scale"]["skipped_steps"]
+    assert dw == hw
