@@ -124,3 +124,24 @@ def test_static_scale_counts_skips_without_changing(tmp_path):
     x, y = _digits(3)
     res, _, _, _ = _host_run(tg, x, y, tmp_path, RuntimeConfig(learning_rate=0.01, epochs=1))
     assert _scale(res) == 2.0 ** 100 and res["skipped_steps"] == 3
+
+
+@pytest.mark.parametrize("fixture, opt", [("dwsep_float", "momentum"), ("residual_float", "adam"),
+                                          ("convnet_float", "sgd")])
+def test_host_fp16_mixed_matches_golden_on_fixtures(fixture, opt, tmp_path):
+    """Depthwise convolutions, residual adds (fan-out gradients) and a conv net: the same bits as the golden model."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_codegen import _data
+
+    g = read_model(FIX / f"{fixture}.tflite")
+    tg = build_training_graph(g, TrainPlan.full(g), "cross_entropy", OptimizerSpec(kind=opt), 1)
+    tg = to_fp16_mixed(tg, {"kind": "dynamic", "init_scale": 2.0 ** 20, "growth_interval": 2})
+    x, y = _data(tg, 10)
+    cfg = RuntimeConfig(learning_rate=0.01, epochs=1, momentum=0.9, alpha=0.99, eps=1e-7)
+    res, losses, weights, _ = _host_run(tg, x, y, tmp_path, cfg)
+    state, scales, skipped, means = _golden(tg, x, y, cfg, 1)
+    assert losses.tobytes() == np.array(means, np.float32).tobytes()
+    assert _scale(res) == scales[-1] and res["skipped_steps"] == skipped[-1]
+    for name, got in weights.items():
+        assert got.tobytes() == state[name].tobytes(), name
