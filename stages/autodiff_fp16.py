@@ -9,7 +9,8 @@ Rules (what is stored in which type):
         memory) are fp16 tensors (dtype "float16", 2 bytes in the arena): the forward's result is rounded
         (`round_f16`), the forward's next readers read that fp32 value, and `cast_f32_f16` keeps the fp16 copy; a
         backward op widens it into an fp32 temporary right before it runs (`cast_f16_f32`, exact);
-      - the trained parameters' gradients (batch 1), which wait for the overflow check, are fp16 tensors too;
+      - the trained parameters' gradients (batch 1), which wait for the overflow check: fp16 tensors or fp32 slots,
+        whichever plans the smaller arena (`grads_fp16`; batch > 1: the fp32 accumulators);
       - everything else lives for an op or two: an fp32 slot holding an fp16 value (`round_f16` in place, same
         bits as a round trip through fp16 storage), so no second copy of it ever exists.
   * weights: fp32. Trained weights are the fp32 master copy the update writes; the kernels read it as it is (no fp16

@@ -13,7 +13,8 @@ test.ttds (the test split) -- the same `load_dataset` split quantize calibrated 
 with the model input's scale / zero point exactly as TFLite's QUANTIZE op does.
 
 Artifacts
-  run.json            loss per step, accuracy before/after (%), instructions per training step
+  run.json            loss per step, accuracy before/after (%), instructions per training step; fp16-mixed
+                      (train.precision): `loss_scale` {final, skipped_steps, policy}
                       (mean/min/max, total), a cycle estimate at the board's real clock as ms/step,
                       stack high-water mark, arena planned vs used, flash/SRAM from size.json, the
                       improvement gate's decision, what was exported
