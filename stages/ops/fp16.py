@@ -124,7 +124,7 @@ OPS = (
     OpDef(CAST_F16_F32, kind="aux", signature="x:f16 -> y:f32", note="exact",
           run=_run_cast_f16_f32, c=_c_cast_f16_f32),
     OpDef(ROUND_F16, kind="aux", signature="x:f32 -> y:f32", note="an fp16 value in an fp32 slot",
-          in_place="first", run=_run_round_f16, c=_c_round_f16),
+          in_place="first", row_stream="local", run=_run_round_f16, c=_c_round_f16),
     OpDef(LOSS_SCALE_MUL, kind="aux", signature="g, scale -> gs", note="the loss gradient times the loss scale",
           in_place="first", run=_run_loss_scale_mul, c=_c_loss_scale_mul),
     OpDef(AMP_CHECK, kind="aux", signature="g0, g1, ... -> flag:int32", note="1 when a gradient is not finite",
