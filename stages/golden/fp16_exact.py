@@ -194,25 +194,44 @@ def conv2d_grad_weight(dy, x, w_shape, a, k=None) -> np.ndarray:
     return dw
 
 
+def run_softmax_ce(op, v, shape):
+    if np.asarray(v(1)).dtype.kind not in "iu":
+        return None   # a float class-index row (several heads): its own kernel
+    from tinytrain.stages.train import losses
+    return losses.run_loss_op(op, v, softmax_ce, class_target=True)
+
+
+def run_bias_grad(op, v, shape):
+    return [bias_grad(v(0))]
+
+
+def run_fc_grad_input(op, v, shape):
+    return [fc_grad_input(v(0), v(1), shape(op.outputs[0]))]
+
+
+def run_fc_grad_weight(op, v, shape):
+    return [fc_grad_weight(v(0), v(1), list(op.attrs["w_shape"]), op.attrs.get("in_channels"))]
+
+
+def run_conv2d_grad_input(op, v, shape):
+    return [conv2d_grad_input(v(0), v(1), shape(op.outputs[0]), op.attrs)]
+
+
+def run_conv2d_grad_weight(op, v, shape):
+    return [conv2d_grad_weight(v(0), v(1), list(op.attrs["w_shape"]), op.attrs, op.attrs.get("in_channels"))]
+
+
 def backward_op(graph):
-    """fn(op, v): the op's outputs in the C's order of operations, or None to let its own kernel run."""
+    """fn(op, v): the op's outputs in the C's order of operations, or None to let its own kernel run (the op -> kernel
+    table is stages/ops/fp16.py's EXACT_KERNELS: op names live in the op modules)."""
+    from tinytrain.stages.ops.fp16 import exact_kernels
+
+    table = exact_kernels()
+
     def shape(name: str) -> list[int]:
         return list(graph.tensors[name].shape)
 
     def run(op, v):
-        a, t = op.attrs, op.type
-        if t == "softmax_ce_loss" and np.asarray(v(1)).dtype.kind in "iu":
-            from tinytrain.stages.train import losses
-            return losses.run_loss_op(op, v, softmax_ce, class_target=True)
-        if t == "bias_grad":
-            return [bias_grad(v(0))]
-        if t == "fully_connected_grad_input":
-            return [fc_grad_input(v(0), v(1), shape(op.outputs[0]))]
-        if t == "fully_connected_grad_weight":
-            return [fc_grad_weight(v(0), v(1), list(a["w_shape"]), a.get("in_channels"))]
-        if t == "conv2d_grad_input":
-            return [conv2d_grad_input(v(0), v(1), shape(op.outputs[0]), a)]
-        if t == "conv2d_grad_weight":
-            return [conv2d_grad_weight(v(0), v(1), list(a["w_shape"]), a, a.get("in_channels"))]
-        return None
+        fn = table.get(op.type)
+        return None if fn is None else fn(op, v, shape)
     return run

@@ -32,6 +32,16 @@ AMP_UNSCALE, AMP_UNSCALE_RESET = "amp_unscale", "amp_unscale_reset"
 STEP_COUNTER, BATCH_ACCUMULATE = "step_counter", "batch_accumulate"
 
 
+def exact_kernels() -> dict:
+    """op -> its fp32 kernel in the C's order of operations (stages/golden/fp16_exact.py), which the golden model
+    runs for fp16-mixed graphs so that every fp16 rounding matches the C."""
+    from tinytrain.stages.golden import fp16_exact as ex
+
+    return {"softmax_ce_loss": ex.run_softmax_ce, "bias_grad": ex.run_bias_grad,
+            "fully_connected_grad_input": ex.run_fc_grad_input, "fully_connected_grad_weight": ex.run_fc_grad_weight,
+            "conv2d_grad_input": ex.run_conv2d_grad_input, "conv2d_grad_weight": ex.run_conv2d_grad_weight}
+
+
 def _n(gen, name: str) -> int:
     return numel(gen.g.tensors[name].shape)
 
