@@ -23,6 +23,7 @@ from tinytrain.pipeline.spec_base import SpecJsonSchema, SpecModel
 from tinytrain.pipeline.spec_data import DataSpec
 from tinytrain.pipeline.spec_errors import format_errors
 from tinytrain.pipeline.spec_paths import ExistingFile, SpecPath, resolve_paths
+from tinytrain.pipeline.spec_precision import LossScaleSpec, Precision, resolve as resolve_precision
 from tinytrain.pipeline.spec_quantize import QuantizeSpec
 from tinytrain.pipeline.yaml_source import MAX_BYTES, load_yaml
 
@@ -262,6 +263,14 @@ class TrainSpec(_Strict):
                                   "or other model's checkpoint is refused with an error")
     qas: QASSpec = Field(default_factory=QASSpec)
     reorder: ReorderSpec = Field(default_factory=ReorderSpec)
+    precision: Precision | None = Field(
+        default=None, description="int8 (the quantized graph, QAS) | fp32 | fp16-mixed (fp16 activations and "
+                                  "gradients, fp32 master weights and accumulation, loss scaling; boards with "
+                                  "half precision only); null = int8 when quantize.enabled, else fp32 "
+                                  "(pipeline/spec_precision.py)")
+    loss_scale: LossScaleSpec | None = Field(
+        default=None, description="fp16-mixed only: the loss-scaling policy; null = dynamic with PyTorch "
+                                  "GradScaler's defaults")
 
 
 # ---- target -----------------------------------------------------------------------------------
@@ -417,6 +426,28 @@ class Spec(_Strict):
                 continue
             setattr(section, leaf, value)
             self._sources[dotted] = f"{path.name}'s CIRCLE_TRAINING metadata"
+        return self
+
+    @model_validator(mode="after")
+    def _precision(self) -> "Spec":
+        """train.precision against quantize.enabled and the board (pipeline/spec_precision.py): fp16-mixed needs a
+        board with half precision; loss_scale applies to fp16-mixed only. Afterwards precision is never null."""
+        from tinytrain.stages.device.boards import BOARDS as BOARD_TABLE
+
+        prec, enabled = resolve_precision(self.train.precision, self.quantize.enabled,
+                                          "enabled" in self.quantize.model_fields_set)
+        self.quantize.enabled = enabled
+        self.train.precision = prec
+        if prec == "fp16-mixed":
+            board = BOARD_TABLE[self.target.board]
+            if not board.half_precision:
+                able = ", ".join(b.name for b in BOARD_TABLE.values() if b.half_precision)
+                raise ValueError(f"train.precision fp16-mixed needs a board with half-precision support; "
+                                 f"{board.name} ({board.cpu}) has none. Boards that have it: {able}")
+            if self.train.loss_scale is None:
+                self.train.loss_scale = LossScaleSpec()
+        elif self.train.loss_scale is not None:
+            raise ValueError(f"train.loss_scale applies to train.precision fp16-mixed only (precision is {prec})")
         return self
 
     def value_sources(self) -> dict[str, str]:

@@ -47,11 +47,12 @@ STAGES: tuple[StageDef, ...] = (
     # them, planned as the reorder stage plans it (sparse_plan imports the modules of both, so they are part of
     # this stage's version too).
     StageDef("sparse-plan", ("train.update", "train.optimizer.kind", "train.batch_size", "train.loss",
-                             "train.outputs", "train.qas",
+                             "train.outputs", "train.qas", "train.precision",
                              "train.reorder.enabled", "target.board", "data"), ("quantize",),
              "tinytrain.stages.sparse_plan",
              "choose what to train under the memory budget"),
-    StageDef("autodiff", ("train.loss", "train.outputs", "train.optimizer", "train.batch_size", "train.qas"),
+    StageDef("autodiff", ("train.loss", "train.outputs", "train.optimizer", "train.batch_size", "train.qas",
+                          "train.precision", "train.loss_scale", "train.reorder.enabled"),
              ("quantize", "sparse-plan"),
              "tinytrain.stages.autodiff",
              "compile-time backward graph and update ops (int8: QAS)",

@@ -679,16 +679,26 @@ def summarize(tg: Graph) -> dict[str, Any]:
         "optimizer_state_bytes": sum(tg.tensors[n].nbytes for n in tr["optimizer_state"]),
         "master_copy_bytes": sum(tg.tensors[n].nbytes for n in masters),
         "accumulator_bytes": sum(tg.tensors[n].nbytes for n in tr["accumulators"]),
+        "loss_scale": tr.get("loss_scale"),
     }
 
 
 def summary_line(s: dict[str, Any]) -> str:
     ph = s["ops_by_phase"]
     mode = "fp32"
-    if s["precision"] == "int8":
+    if s["precision"] == "fp16-mixed":
+        ls = s.get("loss_scale") or {}
+        mode = f"fp16-mixed (fp16 activations and gradients, fp32 weights), {ls.get('kind', '?')} loss scale " \
+               f"{ls.get('init_scale', 0):g}"
+    elif s["precision"] == "int8":
         q = s["qas"]
         mode = ("int8+QAS" if q["enabled"] else "int8 (no QAS)") + f", {q['rounding']}" \
             + (", master copy" if q["master_copy"] else "")
+    mem = s.get("memory_vs_fp32")
+    if mem:
+        mode += (f"; arena {mem['arena_bytes'] / 1024:.1f} KB vs fp32 {mem['arena_bytes_fp32'] / 1024:.1f} KB, saved "
+                 f"activations {mem['saved_activation_bytes'] / 1024:.1f} KB vs "
+                 f"{mem['saved_activation_bytes_fp32'] / 1024:.1f} KB")
     return (f"train graph: {ph['forward']} fwd + {ph['loss'] + ph['backward'] + ph['accumulate']} bwd + "
             f"{ph['update']} update ops, {_fmt_count(s['trained_params'])} trained params, {mode}")
 
@@ -716,10 +726,21 @@ def run(ctx) -> Any:
                               _optimizer_from_config(cfg.get("train.optimizer")),
                               int(cfg.get("train.batch_size") or 1),
                               QASOptions.from_config(_planned_qas(ctx) or cfg.get("train.qas")))
+    memory = None
+    if cfg.get("train.precision") == "fp16-mixed":
+        from tinytrain.stages.train.fp16_mixed import memory_against_fp32, to_fp16_mixed
+        reorder = cfg.get("train.reorder.enabled")
+        reorder = True if reorder is None else bool(reorder)
+        fp32 = copy.deepcopy(tg)
+        tg = to_fp16_mixed(tg, cfg.get("train.loss_scale"), reorder)
+        memory = memory_against_fp32(fp32, tg, reorder)
+        (ctx.out_dir / "precision.json").write_text(json.dumps(memory, indent=1, sort_keys=True) + "\n")
     tg.save(ctx.out_dir, stem="train_")
     (ctx.out_dir / "train_graph.txt").write_text(tg.to_text())
     summ = summarize(tg)
     summ["plan_scheme"] = scheme
+    if memory is not None:
+        summ["memory_vs_fp32"] = memory
     (ctx.out_dir / "summary.json").write_text(json.dumps(summ, indent=2, sort_keys=True) + "\n")
     ph = summ["ops_by_phase"]
     return StageResult(summary=summary_line(summ),

@@ -314,11 +314,16 @@ class _Gen:
         """The C of one op: its op module's emitter (stages/ops/, OpDef.c), or this class's op_<type>."""
         d = ops.get(op.type)
         if d is not None and d.c is not None:
-            return d.c(self, op, **kw)
-        fn = getattr(self, "op_" + op.type, None)
-        if fn is None:
-            raise CodegenError(f"codegen: no C for op {op.type!r}")
-        return fn(op, **kw)
+            lines = d.c(self, op, **kw)
+        else:
+            fn = getattr(self, "op_" + op.type, None)
+            if fn is None:
+                raise CodegenError(f"codegen: no C for op {op.type!r}")
+            lines = fn(op, **kw)
+        skip = op.attrs.get("skip_if")
+        if skip is not None:  # fp16-mixed: no update on a step whose gradients overflowed (stages/train/fp16_mixed.py)
+            lines = [f"if ({self.loc(skip)}[0] == 0) {{", *["    " + ln for ln in lines], "}"]
+        return lines
 
     def is_int8(self, name: str) -> bool:
         return self.g.tensors[name].dtype == "int8"
@@ -594,6 +599,8 @@ def generate(tg: Graph, order: list[int], memplan_doc: dict[str, Any], out_dir: 
           "output": {"name": head, "shape": list(h_t.shape), "dtype": h_t.dtype,
                      "scale": hs[0] if hs else None, "zero_point": hz[0] if hz else None},
           "arena_bytes": gen.arena, "num_classes": int(h_t.shape[-1]), "batch_size": bsz,
+          "precision": meta.get("precision", "float32"),
+          "loss_scale": meta.get("loss_scale"),
           "weights_bytes": off,
           "checkpoint": {"bytes": CKPT_HEADER + api.state_bytes() + 4, "version": CKPT_VERSION,
                          "model_id": api.model_id(), "tensors": api.state_layout()},

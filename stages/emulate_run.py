@@ -13,7 +13,8 @@ test.ttds (the test split) -- the same `load_dataset` split quantize calibrated 
 with the model input's scale / zero point exactly as TFLite's QUANTIZE op does.
 
 Artifacts
-  run.json            loss per step, accuracy before/after (%), instructions per training step
+  run.json            loss per step, accuracy before/after (%), instructions per training step; fp16-mixed
+                      (train.precision): `loss_scale` {final, skipped_steps, policy}
                       (mean/min/max, total), a cycle estimate at the board's real clock as ms/step,
                       stack high-water mark, arena planned vs used, flash/SRAM from size.json, the
                       improvement gate's decision, what was exported
@@ -623,6 +624,11 @@ def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[st
     }
     if updates is not None:
         doc["updates"] = updates
+    if layout.get("precision") == "fp16-mixed":   # issue 13: the loss scale the run ended with, and the skipped steps
+        doc["precision"] = "fp16-mixed"
+        doc["loss_scale"] = {"final": float(np.frombuffer(np.uint32(res.get("loss_scale_bits", 0)).tobytes(),
+                                                          np.float32)[0]),
+                             "skipped_steps": int(res.get("skipped_steps", 0)), "policy": layout.get("loss_scale")}
     # int8 weights stuck at the ends of their range after training (issue 17, item 2: a saturating tensor needs a
     # wider scale); "before": the same count in the model as quantized.
     at_limit = lambda a: int(np.sum(np.abs(np.asarray(a).astype(np.int32)) >= 127))  # noqa: E731
@@ -684,6 +690,9 @@ def summary_line(doc: Mapping[str, Any]) -> str:
     else:
         i = "instr/step not counted on host"
     parts = [a, i]
+    if doc.get("loss_scale"):
+        parts.append(f"fp16-mixed: loss scale {doc['loss_scale']['final']:g}, "
+                     f"{doc['loss_scale']['skipped_steps']} steps skipped")
     if doc["stack"]["high_water_bytes"]:
         parts.append(f"stack {_kb(doc['stack']['high_water_bytes'])} KB")
     ar = doc["arena"]

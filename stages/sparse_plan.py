@@ -108,7 +108,8 @@ def memory_settings(config: dict[str, Any]) -> MemorySettings:
     heads = tuple(loss) if isinstance(loss, list) else ()
     return MemorySettings(optimizer=str(kind), batch_size=int(config.get("train.batch_size") or 1),
                           master_copy=bool(master), loss=heads[0].loss if heads else loss,
-                          rounding=str(_get(qas, "rounding", "nearest")), reorder=bool(reorder), heads=heads)
+                          rounding=str(_get(qas, "rounding", "nearest")), reorder=bool(reorder), heads=heads,
+                          fp16_mixed=config.get("train.precision") == "fp16-mixed")
 
 
 def qas_enabled(config: dict[str, Any]) -> bool:

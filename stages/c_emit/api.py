@@ -219,6 +219,8 @@ int tt_train_sample(const void *input, const void *target);
 int tt_apply_update(void);               /* applies a partial batch now (scaled by 1/TT_BATCH_SIZE); samples used */
 float tt_loss_last(void);
 uint32_t tt_steps_done(void);            /* updates applied since tt_init (restored by tt_checkpoint_load) */
+float tt_loss_scale(void);               /* fp16-mixed: the current loss scale (1 for other precisions) */
+uint32_t tt_skipped_steps(void);         /* fp16-mixed: steps skipped for an Inf/NaN gradient (0 otherwise) */
 uint32_t tt_samples_pending(void);
 void tt_evaluate_begin(void);
 int tt_evaluate_add(const void *input, const void *target); /* forward only; a label out of range is wrong */

@@ -86,7 +86,7 @@ static void tt_read_config(tt_runtime_config *c)
 /* The files written once no sample is pending (weights.bin, results.json, the NaN message) go out through the
  * model's input buffer when it is large enough: that slot of the arena is free between samples and after the run,
  * so the board keeps no static buffer for them (MobileNetV2: 1.2 KB of SRAM); a smaller input gets one. */
-#define TT_TEXT_BYTES 896u
+#define TT_TEXT_BYTES 1024u
 #if TT_INPUT_BYTES >= TT_TEXT_BYTES
 #define TT_SCRATCH() ((char *)tt_input_buffer())
 #else
@@ -204,12 +204,14 @@ static void tt_write_results(const tt_run *r, int nan)
         "\"instructions_total_train\": %llu, \"instructions_per_step_min\": %llu, "
         "\"instructions_per_step_max\": %llu, \"instructions_per_step_mean\": %llu, "
         "\"arena_bytes_planned\": %lu, \"arena_end_planned\": %lu, \"arena_bytes_used\": %lu, "
-        "\"start_step\": %lu, \"checkpoint_status\": %d, \"loss_nan\": %s}\n",
+        "\"start_step\": %lu, \"checkpoint_status\": %d, \"loss_scale_bits\": %lu, \"skipped_steps\": %lu, "
+        "\"loss_nan\": %s}\n",
         (unsigned long)r->cb, (unsigned long)r->tb, (unsigned long)r->ca, (unsigned long)r->ta,
         (unsigned long)r->steps, (unsigned long)r->samples, (unsigned long long)r->itotal,
         (unsigned long long)r->imin, (unsigned long long)r->imax, (unsigned long long)imean,
         (unsigned long)tt_arena_bytes(), (unsigned long)TT_ARENA_END, (unsigned long)tt_arena_high_water(),
-        (unsigned long)r->start_step, r->ckpt_status, nan ? "true" : "false");
+        (unsigned long)r->start_step, r->ckpt_status, (unsigned long)tt_f32_bits(tt_loss_scale()),
+        (unsigned long)tt_skipped_steps(), nan ? "true" : "false");
     if (n <= 0 || tt_write_file("results.json", buf, (size_t)n) != 0) {
         tt_fail("cannot write results.json");
     }

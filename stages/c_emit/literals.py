@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 CTYPE = {"int8": "int8_t", "int32": "int32_t", "float32": "float", "uint8": "uint8_t", "int16": "int16_t",
-         "int64": "int64_t"}
+         "int64": "int64_t", "float16": "uint16_t"}   # fp16: IEEE binary16 bits (kernels_c/tt_f16.h)
 ACT_ENUM = {"none": "TT_ACT_NONE", "relu": "TT_ACT_RELU", "relu6": "TT_ACT_RELU6",
             "relu_n1_to_1": "TT_ACT_RELU_N1_TO_1"}
 FLOAT_BOUNDS = {"none": (-math.inf, math.inf), "relu": (0.0, math.inf), "relu6": (0.0, 6.0),

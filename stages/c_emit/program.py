@@ -33,6 +33,7 @@ def program(gen, fwd_lines: list[str], sample_lines: list[str], step_lines: list
 
 #include "tt_kernels.h"
 #include "tt_train_ops.h"
+#include "tt_f16.h"
 #include "tt_model.h"
 
 #define TT_ARENA_SIZE {max(gen.arena, 16)}u
@@ -88,7 +89,18 @@ static void tt_update_step(void)
 {{
 {ind(step_lines, 4) if step_lines else '    /* updates run inside the sample step (batch 1, in-place order) */'}
 }}
+{_loss_scale_api(gen)}
 {model_api(api, PAINT)}"""
+
+
+def _loss_scale_api(gen) -> str:
+    """tt_loss_scale / tt_skipped_steps: fp16-mixed's loss-scale state (optimizer state, stages/train/fp16_mixed.py)."""
+    ls = gen.g.meta["train"].get("loss_scale")
+    if not ls:
+        return ("float tt_loss_scale(void) { return 1.0f; }\n"
+                "uint32_t tt_skipped_steps(void) { return 0u; }\n")
+    return (f"float tt_loss_scale(void) {{ return {gen.loc(ls['scale_tensor'])}[0]; }}\n"
+            f"uint32_t tt_skipped_steps(void) {{ return (uint32_t){gen.loc(ls['skipped_steps_tensor'])}[0]; }}\n")
 
 
 def api_parts(gen, x_name: str, lab: str, head: str, meta: dict[str, Any], trained: list[dict],

@@ -100,7 +100,13 @@ def _update(op: Op, values: dict[str, np.ndarray], runtime: dict, defaults: dict
     d = ops.REGISTRY.get(op.type)
     if d is None or d.run is None:
         raise NotImplementedError(f"training executor: op {op.type!r} in the step phase")
-    d.run(op, lambda j: values[op.inputs[j]], None, None, lambda k: _runtime_value(op, k, runtime, defaults))
+    skip = op.attrs.get("skip_if")
+    if skip is not None and int(values[skip]) != 0:
+        return  # fp16-mixed: a gradient overflowed, the step is skipped (stages/train/fp16_mixed.py)
+    outs = d.run(op, lambda j: values[op.inputs[j]], None, None, lambda k: _runtime_value(op, k, runtime, defaults))
+    # ops that make a new value (fp16-mixed's check and unscale) return it; updates change their state in place
+    for name, arr in zip(op.outputs, outs or []):
+        values[name] = np.asarray(arr)
 
 
 _qas_update = _update   # stages/quant/update_check.py runs the QAS updates one by one
@@ -113,6 +119,10 @@ def run_sample(g: Graph, state: dict[str, np.ndarray], x1: np.ndarray, y1: np.nd
     (default: the reference executor's run_op) runs the forward ops, e.g. the analysis' fast_float.run_op;
     `backward_op(op, v)` may take over a backward op (None: grad_ops runs it), e.g. fast_float.backward_op."""
     meta = _meta(g)
+    if backward_op is None and meta.get("precision") == "fp16-mixed":
+        # fp16 rounds every result: the fp32 sums must be the C's, bit for bit (stages/golden/fp16_exact.py)
+        from tinytrain.stages.golden.fp16_exact import backward_op as exact
+        backward_op = exact(g)
     x_name = [n for n in g.inputs if n != meta["label_input"]]
     if len(x_name) != 1:
         raise NotImplementedError("training executor: models with several inputs")

@@ -28,6 +28,7 @@ from tinytrain.stages.ops import (
     conv,
     depth_to_space,
     elementwise,
+    fp16,
     fully_connected,
     pooling,
     quant,
@@ -44,7 +45,7 @@ __all__ = ["Builtin", "OpDef", "KINDS", "REGISTRY", "get", "names", "update_op",
 
 # The one table of op modules. Order: forward families first, training ops last (derived lists keep this order).
 _FAMILIES = (conv, fully_connected, elementwise, pooling, shape, softmax, activations, quant, resize, depth_to_space,
-             split, transpose, training)
+             split, transpose, training, fp16)
 
 
 def _build() -> Mapping[str, OpDef]:

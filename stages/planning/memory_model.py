@@ -105,6 +105,9 @@ class MemorySettings:
     # train.outputs (stages/losses.Head, several outputs): the exact peak builds them all; the estimate here models
     # the first output with `loss` (its first head's loss)
     heads: tuple = ()
+    # train.precision fp16-mixed (stages/train/fp16_mixed.py): the exact peak plans the fp16-mixed training graph (saved
+    # activations at 2 bytes, every gradient kept until the overflow check); the estimate here stays fp32's
+    fp16_mixed: bool = False
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZER_STATE:
@@ -115,7 +118,8 @@ class MemorySettings:
     def to_json(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer, "batch_size": int(self.batch_size), "master_copy": bool(self.master_copy),
                 "loss": self.loss, "rounding": self.rounding, "reorder": bool(self.reorder),
-                **({"heads": [[h.name, h.loss, h.weight] for h in self.heads]} if self.heads else {})}
+                **({"heads": [[h.name, h.loss, h.weight] for h in self.heads]} if self.heads else {}),
+                **({"precision": "fp16-mixed"} if self.fp16_mixed else {})}
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,9 @@ def exact_peak(graph: Graph, plan: TrainPlan, settings: MemorySettings, qas: boo
     tg = build_training_graph(graph, plan, list(settings.heads) or settings.loss,
                               OptimizerSpec(kind=settings.optimizer), settings.batch_size,
                               QASOptions(qas, settings.rounding, settings.master_copy))
+    if settings.fp16_mixed:
+        from tinytrain.stages.train.fp16_mixed import to_fp16_mixed
+        tg = to_fp16_mixed(tg, reorder=settings.reorder)   # the loss-scale policy does not change memory
     chosen, best, plain, _ = plan_schedules(tg, settings.reorder)
     return {"peak_bytes": int(best.arena), "lower_bound_bytes": int(best.lower_bound),
             "plain_peak_bytes": int(plain.arena), "schedule": chosen, "reorder": settings.reorder}

@@ -1,1 +1,2 @@
-"""A training run's inputs and run-time values: datasets, losses, runtime.bin and checkpoints."""
+"""A training run's inputs and run-time values: datasets, losses, runtime.bin, checkpoints, and the fp16-mixed rewrite of the
+training graph."""

@@ -66,12 +66,28 @@ def read_checkpoint(raw: bytes, layout: Mapping[str, Any] | None = None) -> Chec
 def describe(path: Path, layout: Mapping[str, Any] | None = None) -> str:
     """Step, model id and per state tensor its role, size and L2 norm (optimizer moments show how far Adam got)."""
     c = read_checkpoint(Path(path).read_bytes(), layout)
-    lines = [f"checkpoint: version {CKPT_VERSION}, step {c.steps}, model id {c.model_id:08x}, CRC ok",
-             "  (no loss scale: the int8 QAS update needs none)"]
+    lines = [f"checkpoint: version {CKPT_VERSION}, step {c.steps}, model id {c.model_id:08x}, CRC ok"]
+    ls = loss_scale(c, layout)
+    if ls is None:
+        lines.append(f"  (no loss scale: {(layout or {}).get('precision', 'int8')} training needs none)")
+    else:
+        lines.append(f"  fp16-mixed loss scale {ls['scale']:g} ({ls['kind']}), {ls['skipped_steps']} steps skipped, "
+                     f"{ls['good_steps']} finite steps since the last change")
     for name, arr in c.tensors.items():
         norm = float(np.linalg.norm(arr.astype(np.float64)))
         lines.append(f"  {c.roles[name]:<9} {name:<48} {arr.nbytes:>8} B  |x|_2 = {norm:.6g}")
     return "\n".join(lines)
+
+
+def loss_scale(c: Checkpoint, layout: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """fp16-mixed's loss-scale state in a checkpoint (optimizer state, stages/train/fp16_mixed.py): resuming continues
+    from this scale and these counters; None for other precisions."""
+    ls = (layout or {}).get("loss_scale")
+    if not ls or ls.get("scale_tensor") not in c.tensors:
+        return None
+    return {"kind": ls.get("kind"), "scale": float(c.tensors[ls["scale_tensor"]].reshape(-1)[0]),
+            "skipped_steps": int(c.tensors[ls["skipped_steps_tensor"]].reshape(-1)[0]),
+            "good_steps": int(c.tensors[ls["good_steps_tensor"]].reshape(-1)[0])}
 
 
 def describe_artifact(path: Path) -> str:

@@ -1,0 +1,163 @@
+/* fp16-mixed training kernels (tt_f16.h). Integer-only conversions: bit-identical on every target. */
+#include "tt_f16.h"
+
+#include <string.h>
+
+float tt_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1Fu;
+    uint32_t man = h & 0x3FFu;
+    uint32_t bits;
+    float f;
+    if (exp == 0x1Fu) {
+        bits = sign | 0x7F800000u | (man << 13);                  /* Inf, NaN (payload kept) */
+    } else if (exp != 0u) {
+        bits = sign | ((exp + 112u) << 23) | (man << 13);         /* normal: rebias 15 -> 127 */
+    } else if (man == 0u) {
+        bits = sign;                                              /* +-0 */
+    } else {
+        /* subnormal: man * 2^-24, normalised */
+        uint32_t e = 113u;                                        /* 127 - 14 */
+        while ((man & 0x400u) == 0u) {
+            man <<= 1;
+            --e;
+        }
+        bits = sign | (e << 23) | ((man & 0x3FFu) << 13);
+    }
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t tt_f32_to_f16(float f)
+{
+    uint32_t x;
+    uint32_t sign, exp, man;
+    memcpy(&x, &f, 4);
+    sign = (x >> 16) & 0x8000u;
+    exp = (x >> 23) & 0xFFu;
+    man = x & 0x7FFFFFu;
+    if (exp == 0xFFu) {                                           /* Inf, NaN (quiet, top payload bits kept) */
+        return (uint16_t)(sign | 0x7C00u | (man ? (0x200u | (man >> 13)) : 0u));
+    }
+    if (exp >= 143u) {                                            /* >= 2^16: beyond 65504 -> Inf */
+        return (uint16_t)(sign | 0x7C00u);
+    }
+    if (exp >= 113u) {                                            /* normal fp16 range (2^-14 and up) */
+        uint32_t h = ((exp - 112u) << 10) | (man >> 13);
+        uint32_t rest = man & 0x1FFFu;
+        if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) {
+            ++h;                                                  /* a carry into the exponent is right, even to Inf */
+        }
+        return (uint16_t)(sign | h);
+    }
+    if (exp >= 102u) {                                            /* fp16 subnormal (or rounds up to the smallest normal) */
+        uint32_t m = man | 0x800000u;                             /* 24 significant bits */
+        uint32_t shift = 126u - exp;                              /* 14 .. 24 */
+        uint32_t h = m >> shift;
+        uint32_t rest = m & ((1u << shift) - 1u);
+        uint32_t half = 1u << (shift - 1u);
+        if (rest > half || (rest == half && (h & 1u))) {
+            ++h;
+        }
+        return (uint16_t)(sign | h);
+    }
+    return (uint16_t)sign;                                        /* below half the smallest subnormal: +-0 */
+}
+
+void tt_cast_f32_f16(uint32_t n, const float *x, uint16_t *y)
+{
+    uint32_t i;
+    for (i = 0; i < n; ++i) {
+        y[i] = tt_f32_to_f16(x[i]);
+    }
+}
+
+void tt_cast_f16_f32(uint32_t n, const uint16_t *x, float *y)
+{
+    uint32_t i;
+    for (i = n; i > 0u; --i) {
+        y[i - 1u] = tt_f16_to_f32(x[i - 1u]);
+    }
+}
+
+void tt_round_f16(uint32_t n, const float *x, float *y)
+{
+    uint32_t i;
+    for (i = 0; i < n; ++i) {
+        y[i] = tt_f16_to_f32(tt_f32_to_f16(x[i]));
+    }
+}
+
+void tt_scale_f32(uint32_t n, const float *x, float s, float *y)
+{
+    uint32_t i;
+    for (i = 0; i < n; ++i) {
+        y[i] = x[i] * s;
+    }
+}
+
+void tt_unscale_f16(uint32_t n, const uint16_t *g, float s, float *y)
+{
+    uint32_t i;
+    for (i = 0; i < n; ++i) {
+        y[i] = tt_f16_to_f32(g[i]) / s;
+    }
+}
+
+void tt_unscale_f32(uint32_t n, const float *g, float s, float *y)
+{
+    uint32_t i;
+    for (i = 0; i < n; ++i) {
+        y[i] = g[i] / s;
+    }
+}
+
+int tt_nonfinite_f16(uint32_t n, const uint16_t *g)
+{
+    uint32_t i;
+    for (i = 0; i < n; ++i) {
+        if ((g[i] & 0x7C00u) == 0x7C00u) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int tt_nonfinite_f32(uint32_t n, const float *g)
+{
+    uint32_t i, b;
+    for (i = 0; i < n; ++i) {
+        memcpy(&b, &g[i], 4);
+        if ((b & 0x7F800000u) == 0x7F800000u) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+void tt_loss_scale_update(const tt_loss_scale_params *p, float *scale, int32_t *good, int32_t *skipped,
+                          int32_t found_inf)
+{
+    float s = *scale;
+    if (found_inf) {
+        *skipped += 1;
+        *good = 0;
+        if (p->dynamic) {
+            s = s * p->backoff;
+            if (s < p->min_scale) {
+                s = p->min_scale;
+            }
+        }
+    } else {
+        *good += 1;
+        if (p->dynamic && *good >= p->interval) {
+            s = s * p->growth;
+            if (s > p->max_scale) {
+                s = p->max_scale;
+            }
+            *good = 0;
+        }
+    }
+    *scale = s;
+}

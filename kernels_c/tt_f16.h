@@ -1,0 +1,47 @@
+/* fp16-mixed training (issue 13): IEEE binary16 storage, fp32 arithmetic. numpy reference: stages/golden/fp16.py.
+ *
+ * Storage is uint16_t holding binary16 bits on every target. Why not _Float16 / __fp16: with -std=c99 neither is
+ * standard (_Float16 is C23 / TS 18661-3; __fp16 is an Arm extension whose format depends on -mfp16-format), and
+ * x86 hosts may promote differently. The conversions below are written once in portable integer C, with round to
+ * nearest, ties to even, subnormals kept and overflow to +-Inf -- what numpy's float32 -> float16 cast and Arm's
+ * VCVTB.F16.F32 do -- so the host and every Cortex-M give the same bits. All arithmetic on the values is done by
+ * the fp32 kernels (fp16 operands are exact in fp32), so no fp16 arithmetic unit is needed for the results. */
+#ifndef TT_F16_H
+#define TT_F16_H
+
+#include <stdint.h>
+
+float tt_f16_to_f32(uint16_t h);
+uint16_t tt_f32_to_f16(float f);
+
+/* y[i] = fp16(x[i]); safe in place (y may start where x does: it writes behind what it reads). */
+void tt_cast_f32_f16(uint32_t n, const float *x, uint16_t *y);
+/* y[i] = float(x[i]); safe in place (it runs backwards). */
+void tt_cast_f16_f32(uint32_t n, const uint16_t *x, float *y);
+
+/* y[i] = float(fp16(x[i])): an fp16 value kept in an fp32 slot; safe in place. */
+void tt_round_f16(uint32_t n, const float *x, float *y);
+
+/* y[i] = x[i] * s (the loss gradient times the loss scale). */
+void tt_scale_f32(uint32_t n, const float *x, float s, float *y);
+/* y[i] = float(g[i]) / s (gradients unscaled before the update). */
+void tt_unscale_f16(uint32_t n, const uint16_t *g, float s, float *y);
+void tt_unscale_f32(uint32_t n, const float *g, float s, float *y);
+
+/* 1 when any element is Inf or NaN (by its exponent bits: independent of any fast-math setting). */
+int tt_nonfinite_f16(uint32_t n, const uint16_t *g);
+int tt_nonfinite_f32(uint32_t n, const float *g);
+
+/* The loss-scale policy (train.loss_scale; GradScaler's). */
+typedef struct {
+    int32_t dynamic;      /* 0: static scale */
+    float growth;         /* x growth after `interval` finite steps in a row */
+    float backoff;        /* x backoff on a step with an Inf/NaN gradient (skipped) */
+    int32_t interval;
+    float min_scale, max_scale;
+} tt_loss_scale_params;
+
+void tt_loss_scale_update(const tt_loss_scale_params *p, float *scale, int32_t *good, int32_t *skipped,
+                          int32_t found_inf);
+
+#endif

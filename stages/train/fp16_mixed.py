@@ -1,0 +1,234 @@
+"""fp16-mixed training graphs (issue 13): the float training IR of stages/autodiff.py rewritten so that activations
+and gradients are stored as IEEE binary16 while every kernel computes in fp32.
+
+Rules (what is stored in which type):
+  * activations and gradients of the sample phase hold fp16 values; every op still runs its fp32 kernel, so every
+    dot product accumulates in fp32 from fp16 operands and its result is rounded once to fp16 (round to nearest
+    even), as PyTorch's autocast does on a GPU. Where they are stored:
+      - activations the backward reads (saved between the forward and the backward: what dominates training
+        memory) are fp16 tensors (dtype "float16", 2 bytes in the arena): the forward's result is rounded
+        (`round_f16`), the forward's next readers read that fp32 value, and `cast_f32_f16` keeps the fp16 copy; a
+        backward op widens it into an fp32 temporary right before it runs (`cast_f16_f32`, exact);
+      - the trained parameters' gradients (batch 1), which wait for the overflow check: fp16 tensors or fp32 slots,
+        whichever plans the smaller arena (`grads_fp16`; batch > 1: the fp32 accumulators);
+      - everything else lives for an op or two: an fp32 slot holding an fp16 value (`round_f16` in place, same
+        bits as a round trip through fp16 storage), so no second copy of it ever exists.
+  * weights: fp32. Trained weights are the fp32 master copy the update writes; the kernels read it as it is (no fp16
+    copy: it would cost SRAM, and the dot products run in fp32 anyway); frozen weights stay fp32 in flash.
+  * kept in fp32: the model input, the prediction (the loss's logits / output: evaluation reads it), the loss and the
+    loss op's own gradient before scaling, batch accumulators and optimizer state.
+  * loss scaling: the loss's gradient is multiplied by the loss scale (`loss_scale_mul`) before it is stored in
+    fp16, so small gradients stay above fp16's subnormal range; the step phase checks every trained gradient for
+    Inf/NaN (`amp_check`), divides it by the scale in fp32 (`amp_unscale`), and runs the updates (and Adam's step
+    counter) only when all are finite (`skip_if`); `loss_scale_update` then applies the policy (train.loss_scale).
+    The scale, the finite-steps counter and the skipped-steps counter are optimizer state: checkpoints keep them.
+Since the check reads every gradient, an update waits for the whole backward (the schedule's in-place updates
+cannot apply a weight before the step is known to be finite).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tinytrain.pipeline.errors import UserError
+from tinytrain.stages import ops
+from tinytrain.stages.model.ir import Graph, Op, Tensor
+from tinytrain.stages.ops import fp16 as f16
+from tinytrain.stages.ops.training import LOSS_SUM
+
+SCALE, GOOD, SKIPPED, FLAG = "amp/loss_scale", "amp/good_steps", "amp/skipped_steps", "amp/found_inf"
+_LOSS_TYPES = frozenset(ops.LOSS_OPS.values()) | {LOSS_SUM}
+
+
+def policy_from_config(cfg: Any) -> dict[str, Any]:
+    """train.loss_scale (a LossScaleSpec, a dict or None: GradScaler's defaults) as the op's attrs."""
+    from tinytrain.pipeline.spec_precision import LossScaleSpec
+
+    if cfg is None:
+        cfg = LossScaleSpec()
+    elif not isinstance(cfg, LossScaleSpec):
+        cfg = LossScaleSpec(**(cfg.model_dump() if hasattr(cfg, "model_dump") else dict(cfg)))
+    return {"kind": cfg.kind, "init_scale": float(cfg.init_scale), "growth": float(cfg.growth_factor),
+            "backoff": float(cfg.backoff_factor), "interval": int(cfg.growth_interval),
+            "min_scale": float(cfg.min_scale), "max_scale": float(cfg.max_scale)}
+
+
+def half_tensors(g: Graph) -> set[str]:
+    """The float32 tensors the sample phase writes that fp16-mixed stores as fp16 (see the module's rules)."""
+    meta = g.meta["train"]
+    split = int(meta["sample_ops"])
+    keep = {meta["prediction"], meta["loss_tensor"], *[hd["tensor"] for hd in meta.get("heads", [])]}
+    keep.update(meta.get("accumulators", []))
+    out: set[str] = set()
+    for op in g.ops[:split]:
+        if op.type in _LOSS_TYPES:
+            continue
+        for t in op.outputs:
+            tt = g.tensors[t]
+            if tt.dtype == "float32" and tt.data is None and t not in g.inputs and t not in keep \
+                    and t not in op.inputs:
+                out.add(t)
+    return out
+
+
+def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_fp16: bool | None = None) -> Graph:
+    """Rewrite float training IR `g` (stages/autodiff.py) in place into its fp16-mixed form; returns it.
+
+    Where the trained parameters' gradients wait for the overflow check (`grads_fp16`): True stores them as fp16
+    (half the bytes while several are held, plus an fp32 temporary while each is written and unscaled); False
+    keeps fp32 slots holding fp16 values (no temporaries; better when one gradient dominates). None: both are
+    planned with the reorder stage's planner (`reorder`: train.reorder.enabled) and the smaller arena wins (ties:
+    fp32 slots), so the choice is a function of the graph alone, the same in sparse-plan and autodiff."""
+    if grads_fp16 is None:
+        import copy
+
+        from tinytrain.stages.reorder import plan_schedules
+
+        a = to_fp16_mixed(copy.deepcopy(g), loss_scale, reorder, True)
+        b = to_fp16_mixed(copy.deepcopy(g), loss_scale, reorder, False)
+        best = a if plan_schedules(a, reorder)[1].arena < plan_schedules(b, reorder)[1].arena else b
+        g.tensors, g.ops, g.meta = best.tensors, best.ops, best.meta
+        return g
+    meta = g.meta["train"]
+    if meta.get("precision") != "float32":
+        raise UserError(f"train.precision fp16-mixed trains a float model, but this training graph is "
+                        f"{meta.get('precision')}: set quantize.enabled: false (or leave it out)")
+    pol = policy_from_config(loss_scale)
+    split = int(meta["sample_ops"])
+    ph = meta["phases"]
+    n_fwd, n_loss = int(ph["forward"]), int(ph["loss"])
+    half = half_tensors(g)
+
+    def new(name: str, like: Tensor, dtype: str = "float32", role: str | None = None, data=None) -> str:
+        base, k = name, 1
+        while name in g.tensors:
+            name, k = f"{base}.{k}", k + 1
+        g.tensors[name] = Tensor(name, list(like.shape), dtype, role=role or like.role, data=data)
+        return name
+
+    scale = new(SCALE, Tensor(SCALE, [], "float32"), role="optimizer_state",
+                data=np.array(pol["init_scale"], np.float32))
+    good = new(GOOD, Tensor(GOOD, [], "int32"), "int32", "optimizer_state", np.zeros((), np.int32))
+    skipped = new(SKIPPED, Tensor(SKIPPED, [], "int32"), "int32", "optimizer_state", np.zeros((), np.int32))
+    flag = new(FLAG, Tensor(FLAG, [], "int32"), "int32", "activation")
+
+    out: list[Op] = []
+    bounds: list[int] = []            # new op count at the end of forward, loss
+    rename: dict[str, str] = {}
+    readers: dict[str, list[int]] = {}
+    for i, op in enumerate(g.ops[:split]):
+        for t in op.inputs:
+            if t is not None:
+                readers.setdefault(t, []).append(i)
+    n_head = n_fwd + n_loss
+    # saved for the backward: written by the forward, read after it -> stored as fp16 (half the bytes); the rest
+    # live for an op or two: fp32 slots holding fp16 values (round_f16, in place), so no second copy exists
+    producer = {t: i for i, op in enumerate(g.ops[:split]) for t in op.outputs}
+    saved = {t for t in half if producer[t] < n_fwd and any(r >= n_fwd for r in readers.get(t, []))}
+    # the trained parameters' gradients (batch 1: no fp32 accumulator) wait for the overflow check: fp16 as well
+    final_grads = {d["gradient"] for d in meta["trained"].values()} & half if grads_fp16 else set()
+    saved |= final_grads
+    for i, op in enumerate(g.ops[:split]):
+        if i == n_fwd:
+            bounds.append(len(out))
+        if i == n_head:
+            bounds.append(len(out))
+        ins = [rename.get(t, t) if t is not None else None for t in op.inputs]
+        if i >= n_fwd:   # a backward op reading a saved activation: widened into an fp32 temporary for the op
+            widened: dict[str, str] = {}
+            for t in ins:
+                if t is not None and t in saved and t not in widened:
+                    widened[t] = new(f"f32/{t}@{i}", g.tensors[t])
+                    out.append(Op(f16.CAST_F16_F32, [t], [widened[t]], {}))
+            ins = [widened.get(t, t) if t is not None else None for t in ins]
+        outs, after = [], []
+        for t in op.outputs:
+            if t not in half:
+                outs.append(t)
+                continue
+            raw = new(f"raw/{t}", g.tensors[t])
+            outs.append(raw)
+            if t in final_grads:   # read by the step phase only (amp_check, amp_unscale read fp16)
+                after.append(Op(f16.CAST_F32_F16, [raw], [t], {}))
+            elif t in saved:   # forward readers read the rounded fp32 value, the backward its fp16 copy
+                r = new(f"f32/{t}", g.tensors[t])
+                after += [Op(f16.ROUND_F16, [raw], [r], {}), Op(f16.CAST_F32_F16, [r], [t], {})]
+                for o in g.ops[i + 1:n_fwd]:
+                    o.inputs = [r if x == t else x for x in o.inputs]
+            else:
+                after.append(Op(f16.ROUND_F16, [raw], [t], {}))
+        out.append(Op(op.type, ins, outs, dict(op.attrs), op.source_index))
+        out.extend(after)
+        if op.type in _LOSS_TYPES and op.type != LOSS_SUM:
+            for d in op.outputs[1:]:
+                dt = g.tensors[d]
+                raw = new(f"raw/scaled/{d}", dt)
+                scaled = new(f"scaled/{d}", dt)
+                out.append(Op(f16.LOSS_SCALE_MUL, [d, scale], [raw], {}))
+                out.append(Op(f16.ROUND_F16, [raw], [scaled], {}))
+                rename[d] = scaled
+    while len(bounds) < 2:
+        bounds.append(len(out))
+    new_split = len(out)
+    n_acc_new = sum(1 for op in out[bounds[1]:] if op.type == f16.BATCH_ACCUMULATE)
+
+    # ---- the step phase: check, unscale, guarded updates, the scale policy ------------------------------------
+    step_ops = g.ops[split:]
+    updates = [op for op in step_ops if op.type in ops.UPDATE_OPS]
+    if any(op.type in ops.QAS_UPDATE_OPS for op in updates):
+        raise UserError("fp16-mixed trains float parameters only (this graph has int8 QAS updates)")
+    grads = [op.inputs[1] for op in updates]
+    out.append(Op(f16.AMP_CHECK, grads, [flag], {}))
+    for op in step_ops:
+        if op.type == f16.STEP_COUNTER:
+            out.append(Op(op.type, op.inputs + [flag], list(op.outputs), {**op.attrs, "skip_if": flag}))
+        elif op.type in ops.UPDATE_OPS:
+            gname = op.inputs[1]
+            gt = g.tensors[gname]
+            g32 = new(f"unscaled/{op.inputs[0]}", gt, "float32", "gradient")
+            reset = bool(op.attrs.get("reset_grad"))
+            # reset (batch > 1): the accumulator is zeroed after use, skipped step or not (as reset_grad did)
+            out.append(Op(f16.AMP_UNSCALE_RESET if reset else f16.AMP_UNSCALE, [gname, scale], [g32], {}))
+            attrs = {**op.attrs, "reset_grad": False, "skip_if": flag}
+            out.append(Op(op.type, [op.inputs[0], g32, *op.inputs[2:], flag], list(op.outputs), attrs))
+        else:
+            raise UserError(f"fp16-mixed: unexpected op {op.type!r} in the step phase")
+    out.append(Op(f16.LOSS_SCALE_UPDATE, [scale, good, skipped, flag], [scale, good, skipped],
+                  {k: pol[k] for k in ("kind", "growth", "backoff", "interval", "min_scale", "max_scale")}))
+
+    for t in saved:
+        g.tensors[t].dtype = "float16"
+    g.ops = out
+    meta["sample_ops"] = new_split
+    meta["phases"] = {"forward": bounds[0], "loss": bounds[1] - bounds[0],
+                      "backward": new_split - bounds[1] - n_acc_new, "accumulate": n_acc_new,
+                      "update": len(out) - new_split}
+    meta["optimizer_state"] = list(meta["optimizer_state"]) + [scale, good, skipped]
+    meta["precision"] = "fp16-mixed"
+    meta["loss_scale"] = {**pol, "scale_tensor": scale, "good_steps_tensor": good, "skipped_steps_tensor": skipped,
+                          "flag_tensor": flag, "fp16_tensors": len(saved),
+                          "fp16_rounded_tensors": len(half) + len(rename), "gradients_fp16": bool(final_grads)}
+    meta["runtime_defaults"] = dict(meta["runtime_defaults"])
+    g.validate()
+    return g
+
+
+def memory_against_fp32(fp32: Graph, fp16: Graph, reorder: bool = True) -> dict[str, Any]:
+    """The arena of the fp16-mixed training graph next to the fp32 graph of the same plan, both planned by the
+    reorder stage's planner, and the activations saved for the backward in each (autodiff's precision.json)."""
+    from tinytrain.stages.reorder import plan_schedules
+
+    _, b32, _, _ = plan_schedules(fp32, reorder)
+    _, b16, _, _ = plan_schedules(fp16, reorder)
+    saved16 = [t for t in fp16.tensors.values() if t.dtype == "float16"]
+    return {"arena_bytes": int(b16.arena), "arena_bytes_fp32": int(b32.arena),
+            "arena_saving_bytes": int(b32.arena) - int(b16.arena),
+            "saved_activation_bytes": sum(t.nbytes for t in saved16),
+            "saved_activation_bytes_fp32": 2 * sum(t.nbytes for t in saved16),   # fp16 tensors: saved activations
+            #                                                                       and the gradients kept to the check
+            "fp16_tensors": len(saved16), "reorder": reorder,
+            "note": "fp16 halves the activations kept for the backward; loss scaling keeps every trained gradient "
+                    "until the Inf/NaN check, so no update runs in place (or channel by channel) during the "
+                    "backward as fp32's can: where a weight gradient dominates, the fp16 arena is larger"}
