@@ -247,6 +247,12 @@ def test_sparse_plan_warns_when_no_remedy_fits(graph, tmp_path):
 
 
 def test_sparse_plan_says_why_qas_off_cannot_learn(graph, tmp_path):
-    doc, tp, _, summary, _ = _stage(tmp_path, graph, "sgd", enabled=False)
+    doc, tp, text, summary, out = _stage(tmp_path, graph, "sgd", enabled=False)
     assert doc["updates"]["action"] == "warn" and "qas" not in tp
-    assert "train.qas.enabled is false" in summary
+    assert "train.qas.enabled is false" in summary and "set train.qas.enabled: true" in summary
+    assert "WARNING: train.qas.enabled is false" in text
+    # run.json (emulate-run's re-check at the run's rate) says it too
+    inputs = {f"sparse-plan/{n}": out / n for n in ("update_check.json", "train_plan.json")}
+    r = uc.for_run(inputs, graph, {"data": DIGITS, "train.optimizer": {"kind": "sgd"}, "train.batch_size": 1},
+                   {"loss": "cross_entropy"}, 0.01)
+    assert r["qas"]["enabled"] is False and "train.qas.enabled is false" in r["warning"]

@@ -44,12 +44,14 @@ from typing import Any, Callable
 import numpy as np
 
 from tinytrain.stages.quant import qas as qas_mod
+from tinytrain.stages.quant import rescale
 from tinytrain.stages.golden import train_step as te
 from tinytrain.stages.model.ir import Graph
 from tinytrain.stages.planning.train_plan import TrainPlan
 from tinytrain.stages.train.losses import Head
 
-PROBE_STEPS = 32          # golden-model steps of the probe (digits: well under a second)
+PROBE_STEPS = 32          # golden-model steps of emulate-run's re-check (digits: well under a second)
+REACH_STEPS_MAX = 2048    # sparse-plan's probe: one pass over the train split's size in steps, at most this many
 LOST_THRESHOLD = 0.5      # a tensor "vanishes" when the rounding erases more than this share of its movement
 _SHADOW_MASTER = "update_check/shadow_master"
 
@@ -98,6 +100,13 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabl
     defaults = meta["runtime_defaults"]
     state = te.init_state(tg, runtime)
     acc = {op.inputs[0]: {"updates": 0, "lost": 0, "mass": 0.0, "lost_mass": 0.0, "deltas": []} for op in ops}
+    # Where each int8 weight would go if its range did not stop it: its starting value plus every Δ the update
+    # computed (the float trajectory a master copy without a clamp would follow). Its largest |value| per output
+    # channel over the probe, in int8 steps, is the spread the training reaches (stages/quant/rescale.py).
+    free = {op.inputs[0]: state[op.inputs[0]][qas_mod.go._slice(op.attrs.get("n"))].astype(np.float64)
+            for op in ops if state[op.inputs[0]].dtype == np.int8}
+    axis = {op.inputs[0]: int(op.attrs.get("axis", 0)) for op in ops}
+    reach = {p: _channel_max(np.abs(u), axis[p]) for p, u in free.items()}
     # The int8 output of each trained parameter's layer: at its range's ends it clamps, and the gradient stops
     # there (issue 17 item 2: a classifier head whose logits need more room than calibration gave them).
     outputs = {p: op.outputs[0] for op in graph.ops for p in op.inputs[1:3]
@@ -130,6 +139,10 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabl
                     a["mass"] += float(np.abs(d[moving]).astype(np.float64).sum())
                     a["lost_mass"] += float(np.abs(d[gone]).astype(np.float64).sum())
                     a["deltas"].append(np.abs(d[moving]))
+                    p = op.inputs[0]
+                    if p in free:
+                        free[p] += d
+                        reach[p] = np.maximum(reach[p], _channel_max(np.abs(free[p]), axis[p]))
                     te._qas_update(op, last, runtime, defaults)
                 else:
                     te._update(op, last, runtime, defaults)
@@ -146,7 +159,15 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabl
                      "median_abs_delta": float(np.median(deltas)) if deltas.size else 0.0,
                      "saturated": int(np.sum((p <= lo) | (p >= hi))) if p.dtype == np.int8 else 0,
                      "output_clamped": clamped[name][0] / clamped[name][1] if clamped.get(name, [0, 0])[1] else 0.0}
+        if name in reach:
+            out[name]["reach"] = [round(float(r), 3) for r in reach[name]]
+            out[name]["axis"] = axis[name]
     return out
+
+
+def _channel_max(a: np.ndarray, axis: int) -> np.ndarray:
+    """max over every axis but `axis` (the quantisation's channel axis)."""
+    return np.max(np.moveaxis(a, axis, 0).reshape(a.shape[axis], -1), axis=1)
 
 
 # ---- the decision --------------------------------------------------------------------------------------------
@@ -234,8 +255,8 @@ def _int8(graph: Graph) -> bool:
                for t in graph.tensors.values())
 
 
-def _probe_data(graph: Graph, data: Any, analysis: Any, loss: Any) -> tuple[np.ndarray, np.ndarray] | None:
-    """Held-out train samples to probe with (the analysis' task: `loss` a loss name, or the heads of train.outputs,
+def _probe_data(graph: Graph, data: Any, analysis: Any, loss: Any) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """Held-out train samples to probe with, and the train split's size (the probe's horizon) (the analysis' task: `loss` a loss name, or the heads of train.outputs,
     whose targets are the heads' rows back to back), or None when the data cannot train this model with this loss
     (a stage downstream refuses the mix with its own message; the probe has nothing to say then)."""
     from tinytrain.pipeline.errors import UserError
@@ -249,7 +270,7 @@ def _probe_data(graph: Graph, data: Any, analysis: Any, loss: Any) -> tuple[np.n
     except UserError:
         return None
     x, y, _, _ = cm.holdout_split(task.data or ds, cm.AnalysisSettings.from_spec(analysis), task.y)
-    return x, y
+    return x, y, len(ds.x_train)
 
 
 def check(graph: Graph, plan: TrainPlan, config: dict[str, Any], settings, analysis: Any, budget: int | None,
@@ -266,17 +287,27 @@ def check(graph: Graph, plan: TrainPlan, config: dict[str, Any], settings, analy
     xy = _probe_data(graph, data, analysis, loss)
     if xy is None:
         return None
-    x, y = xy
-    tensors = probe(graph, plan, loss=loss, optimizer=settings.optimizer, qas_enabled=qas_on,
-                    learning_rate=lr, x=x, y=y, batch_size=settings.batch_size)
-    if not tensors:
+    x, y, n_train = xy
+    steps = max(PROBE_STEPS, min(n_train, REACH_STEPS_MAX))
+    kw = dict(plan=plan, loss=loss, optimizer=settings.optimizer, qas_enabled=qas_on, learning_rate=lr, x=x, y=y,
+              batch_size=settings.batch_size, steps=steps)
+    first = probe(graph, **kw)
+    if not first:
         return None
+    # Head-room first (stages/quant/rescale.py): a channel the probe moved past ±127 gets a wider scale. Its
+    # updates then shrink k-fold in int8 steps, so the rounding is judged on the rescaled graph, probed again.
+    widen = rescale.choose(graph, first)
+    wide = rescale.apply(graph, widen)
+    tensors = probe(wide, **kw) if wide is not graph else first
     doc = decide(tensors, qas_enabled=qas_on, rounding=settings.rounding, master_copy=settings.master_copy,
-                 budget=budget, peak=peaks(graph, plan, settings, qas_on, exact_peak))
+                 budget=budget, peak=peaks(wide, plan, settings, qas_on, exact_peak))
     # the loss the probe trained (a name, or the heads of train.outputs): emulate-run's recheck trains the same
     probe_loss = [[h.name, h.loss, h.weight] for h in loss] if isinstance(loss, list) else loss
+    saturation = {n: {"elements": t["elements"], "before_rescale": first[n]["saturated"],
+                      "after_rescale": t["saturated"]} for n, t in tensors.items() if t["dtype"] == "int8"}
     return {**doc, "learning_rate": lr, "learning_rate_source": f"the usual rate of {settings.optimizer}",
-            "probe_steps": PROBE_STEPS, "tensors": tensors, "loss": probe_loss}
+            "probe_steps": steps, "tensors": tensors, "loss": probe_loss, "rescale": widen,
+            "saturation": saturation}
 
 
 def recheck(graph: Graph, plan_doc: dict[str, Any], planned: dict[str, Any], *, optimizer: str, loss: Any,
@@ -299,6 +330,7 @@ def recheck(graph: Graph, plan_doc: dict[str, Any], planned: dict[str, Any], *, 
         warning = (f"{tensors[worst]['lost_mass']:.0%} of the update of {worst} is lost at learning rate "
                    f"{learning_rate:g} ({why})")
     return {"learning_rate": float(learning_rate), "qas": q, "vanishing": vanish, "warning": warning,
+            "rescale": planned.get("rescale") or {"weights": {}, "outputs": {}},
             "lost_mass": {n: t["lost_mass"] for n, t in tensors.items()},
             "lost_fraction": {n: t["lost_fraction"] for n, t in tensors.items()},
             "probe_steps": PROBE_STEPS}
@@ -327,6 +359,7 @@ def for_run(inputs: dict[str, Any], graph: Graph, config: dict[str, Any], layout
     xy = _probe_data(graph, config["data"], None, loss)
     if xy is None:
         return None
+    xy = xy[:2]
     # What the firmware was compiled with, from its own checkpoint layout (master copies and PRNG streams are
     # state it keeps), not from what the plan asked: the two agree only when autodiff applied the plan's choice.
     state = (layout.get("checkpoint") or {}).get("tensors") or []
@@ -341,18 +374,28 @@ def for_run(inputs: dict[str, Any], graph: Graph, config: dict[str, Any], layout
 
 
 def train_plan_fields(doc: dict[str, Any] | None) -> dict[str, Any]:
-    """What train_plan.json (autodiff's input) gains: the QAS setting, only when the check changed it (an
-    unchanged plan keeps its bytes, so autodiff and the stages after it stay cached)."""
-    return {"qas": doc["qas"]} if doc and doc["qas"] != doc["requested"] else {}
+    """What train_plan.json (autodiff's input) gains: the QAS setting, only when the check changed it, and the
+    wider scales (stages/quant/rescale.py), only when there are any (an unchanged plan keeps its bytes, so autodiff
+    and the stages after it stay cached)."""
+    out: dict[str, Any] = {}
+    if doc and doc["qas"] != doc["requested"]:
+        out["qas"] = doc["qas"]
+    widen = (doc or {}).get("rescale") or {}
+    if widen.get("weights") or widen.get("outputs"):
+        out["rescale"] = widen
+    return out
 
 
 def summary_suffix(doc: dict[str, Any] | None) -> str:
-    if not doc or doc["action"] in ("none", "kept"):
+    if not doc:
         return ""
+    head = rescale.summary_suffix(doc.get("rescale"))
+    if doc["action"] in ("none", "kept"):
+        return head
     if doc["action"] == "warn":
-        return " — WARNING: " + doc["warning"]
+        return head + " — WARNING: " + doc["warning"]
     what = "fp32 master copy" if doc["qas"]["master_copy"] else "stochastic rounding"
-    return f"; {what} (+{doc['cost_bytes']} B): updates below half an int8 step would vanish"
+    return head + f"; {what} (+{doc['cost_bytes']} B): updates below half an int8 step would vanish"
 
 
 def text(doc: dict[str, Any] | None) -> str:
@@ -360,7 +403,8 @@ def text(doc: dict[str, Any] | None) -> str:
     if not doc:
         return ""
     lines = ["", f"int8 updates (probe: {doc['probe_steps']} golden-model steps at lr {doc['learning_rate']:g}, "
-                 f"held-out train samples; lost = |Δ| < 1/2 step, erased by nearest rounding):"]
+                 f"held-out train samples{', on the rescaled graph' if _widened(doc) else ''}; lost = |Δ| < 1/2 "
+                 f"step, erased by nearest rounding; at ±127: weights saturated after the probe):"]
     width = max(len(n) for n in doc["tensors"])
     lines.append(f"  {'tensor':<{width}}  {'updates':>8} {'lost':>7} {'of mass':>8} {'median |Δ|':>11} "
                  f"{'at ±127':>8} {'output clamped':>15}")
@@ -374,4 +418,14 @@ def text(doc: dict[str, Any] | None) -> str:
                  + ")")
     if doc.get("warning"):
         lines.append("WARNING: " + doc["warning"])
-    return "\n".join(lines) + "\n"
+    sat = doc.get("saturation") or {}
+    if _widened(doc):
+        lines.append("weights at ±127 after the probe, before → after the rescale: "
+                     + ", ".join(f"{n} {v['before_rescale']} → {v['after_rescale']} of {v['elements']}"
+                                 for n, v in sat.items()))
+    return "\n".join(lines) + "\n" + rescale.text(doc.get("rescale"))
+
+
+def _widened(doc: dict[str, Any]) -> bool:
+    w = doc.get("rescale") or {}
+    return bool(w.get("weights") or w.get("outputs"))
