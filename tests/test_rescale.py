@@ -262,3 +262,17 @@ def test_generated_c_matches_golden_model_on_a_rescaled_graph(graph, tmp_path):
         got = np.frombuffer(wb[t["offset"]:t["offset"] + t["nbytes"]], t["dtype"]).reshape(t["shape"])
         if t["dtype"] != "float32":
             np.testing.assert_array_equal(got, state[t["name"]], err_msg=t["name"])
+
+
+def test_output_clamp_ignores_the_fused_activations_own_bounds():
+    """A fused ReLU's output (zero point −128) sits at −128 for every negative pre-activation: that is real 0, not a
+    clamp a wider scale would lift; ReLU6's 127 is real 6. Only the range's other ends count."""
+    from tinytrain.stages.model.ir import QuantParams, Tensor
+
+    def t(s, z):
+        return Tensor(name="o", shape=[1, 4], dtype="int8", quant=QuantParams([s], [z], 0))
+
+    assert uc._clamp_codes(t(0.1, 23), "none") == [-128, 127]
+    assert uc._clamp_codes(t(0.1, -128), "relu") == [127]
+    assert uc._clamp_codes(t(6 / 255, -128), "relu6") == []
+    assert uc._clamp_codes(t(0.01, -128), "relu6") == [127]          # range ends at 2.55 < 6: 127 clamps

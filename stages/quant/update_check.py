@@ -18,7 +18,9 @@ tensor:
   lost      of those, the ones with round_nearest(Δ) = 0 (|Δ| < 1/2): the rounding erases them;
   lost_fraction = lost / updates; lost_mass = Σ|Δ| over the lost ones / Σ|Δ| (how much of the total movement
   they carry); median_abs_delta in integer steps; saturated: elements at ±127 (int8) after the probe;
-  output_clamped: share of the layer's int8 outputs at −128 or 127 over the probe (its gradient stops there).
+  output_clamped: share of the layer's int8 outputs at −128 or 127 over the probe (its gradient stops there), where
+  that end is not its fused activation's own bound (ReLU's 0, ReLU6's 6: no wider scale moves those);
+  reach: per output channel of an int8 weight, the largest |q + ΣΔ| of its free trajectory (stages/quant/rescale.py).
 A tensor *vanishes* when lost_mass > LOST_THRESHOLD: the rounding erases most of its movement. (lost_fraction
 alone misleads: softmax cross-entropy gives most elements tiny but nonzero gradients every step, so SGD loses
 ~90 % of its update *elements* on the digits example yet matches fp32, its large updates surviving.)
@@ -112,6 +114,8 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabl
     outputs = {p: op.outputs[0] for op in graph.ops for p in op.inputs[1:3]
                if p in acc and graph.tensors[op.outputs[0]].dtype == "int8"}
     clamped = {p: [0, 0] for p in outputs}
+    layer_act = {op.outputs[0]: op.attrs.get("act", "none") for op in graph.ops}
+    ends = {o: _clamp_codes(graph.tensors[o], layer_act[o]) for o in outputs.values()}
     n = len(x)
     order = np.random.default_rng(seed).permutation(n)
     with np.errstate(all="ignore"):
@@ -122,7 +126,7 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabl
                 last = te.run_sample(tg, state, x[i:i + 1], y[i:i + 1])
                 for p, o in outputs.items():
                     v = np.asarray(last[o])
-                    clamped[p][0] += int(np.sum((v == -128) | (v == 127)))
+                    clamped[p][0] += int(np.sum(np.isin(v, ends[o])))
                     clamped[p][1] += int(v.size)
             for op in tg.ops[int(meta["sample_ops"]):]:
                 if op.type == "step_counter":
@@ -163,6 +167,24 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabl
             out[name]["reach"] = [round(float(r), 3) for r in reach[name]]
             out[name]["axis"] = axis[name]
     return out
+
+
+# A fused activation's own bounds (real values): an int8 code at one of them is the activation, not a clamp.
+_ACT_BOUNDS = {"relu": (0.0, None), "relu6": (0.0, 6.0), "relu_n1_to_1": (-1.0, 1.0)}
+
+
+def _clamp_codes(t, act: str) -> list[int]:
+    """The int8 codes of tensor `t` that are a clamp of its range, not its activation's bound: −128 unless it stands
+    for the activation's floor (a fused ReLU's output has zero point −128: −128 is real 0), 127 unless it stands
+    for its ceiling (ReLU6's 6)."""
+    s, z = float(t.quant.scale[0]), int(t.quant.zero_point[0])
+    lo, hi = _ACT_BOUNDS.get(act, (None, None))
+    codes = []
+    if lo is None or (-128 - z) * s < lo - s / 2:
+        codes.append(-128)
+    if hi is None or (127 - z) * s < hi - s / 2:
+        codes.append(127)
+    return codes
 
 
 def _channel_max(a: np.ndarray, axis: int) -> np.ndarray:
