@@ -229,12 +229,16 @@ def test_sparse_plan_gives_adam_a_master_copy_and_sgd_nothing(graph, tmp_path):
 def test_sparse_plan_warns_when_no_remedy_fits(graph, tmp_path):
     doc, _, _, _, _ = _stage(tmp_path, graph, "adam")
     peaks = doc["updates"]["peaks_bytes"]
-    assert peaks["nearest"] == doc["exact"]["peak_bytes"] < peaks["stochastic"] < peaks["master_copy"]
+    # plan.json's exact peak is the one of the rule the planner chose (what autodiff builds)
+    assert doc["updates"]["action"] == "master_copy" and doc["exact"]["peak_bytes"] == peaks["master_copy"]
+    assert doc["memory_settings"]["master_copy"] is True
+    assert peaks["nearest"] < peaks["stochastic"] < peaks["master_copy"]
     doc, tp, _, summary, _ = _stage(tmp_path, graph, "adam", budget_kb=peaks["stochastic"] / 1024)
     assert doc["updates"]["action"] == "stochastic" and tp["qas"]["rounding"] == "stochastic"
+    assert doc["exact"]["peak_bytes"] == peaks["stochastic"] and doc["fits"] is True
     assert doc["updates"]["cost_bytes"] == peaks["stochastic"] - peaks["nearest"]
     doc, tp, text, summary, out = _stage(tmp_path, graph, "adam", budget_kb=peaks["nearest"] / 1024)
-    assert doc["updates"]["action"] == "warn" and "qas" not in tp
+    assert doc["updates"]["action"] == "warn" and "qas" not in tp and doc["exact"]["peak_bytes"] == peaks["nearest"]
     assert "WARNING" in summary and "of the update of" in summary and "WARNING" in text
     # emulate-run's re-check at the run's rate reads what the plan compiled and warns in run.json.
     inputs = {f"sparse-plan/{n}": out / n for n in ("update_check.json", "train_plan.json")}
