@@ -158,6 +158,9 @@ def test_planner_falls_back_to_stochastic_rounding_then_warns():
     d = _decide({"w": _t(0.9)}, budget=1004)
     assert d["action"] == "warn" and d["qas"] == d["requested"] and uc.train_plan_fields(d) == {}
     assert "90% of the update of w" in d["warning"] and "fits the budget (1004 bytes)" in d["warning"]
+    # a (fixed) plan over the budget without any remedy: stochastic rounding's PRNG bytes are not what decides it
+    d = _decide({"w": _t(0.9)}, budget=900)
+    assert d["action"] == "stochastic" and "over the budget without it too" in d["reason"]
 
 
 def test_planner_keeps_the_spec_when_nothing_vanishes_or_it_already_carries_updates():

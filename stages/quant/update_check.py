@@ -28,7 +28,8 @@ alone misleads: softmax cross-entropy gives most elements tiny but nonzero gradi
 The decision (`decide`), when some tensor vanishes and the build uses nearest rounding without a master copy:
   1. the fp32 master copy (4 bytes per trained weight element; it accumulates Δ exactly as fp32 training does)
      if the plan's exact peak with it fits the budget (or there is no budget);
-  2. else stochastic rounding (one 4-byte PRNG state per update op; unbiased: E[round] = Δ) if that fits;
+  2. else stochastic rounding (one 4-byte PRNG state per update op; unbiased: E[round] = Δ) if that fits, or if
+     the plan is over the budget without it too (a fixed scheme: the PRNG's bytes do not decide it);
   3. else no change and a warning: the stage summary and run.json (emulate-run reads update_check.json) give the
      fraction of updates lost per tensor.
 With QAS off neither remedy helps (the update itself is s² times too small: a master copy would accumulate it
@@ -226,15 +227,20 @@ def decide(tensors: dict[str, dict[str, Any]], *, qas_enabled: bool, rounding: s
     base = peak("nearest", False)
     options = (("nearest", True, "fp32 master copy"), ("stochastic", False, "stochastic rounding"))
     doc["peaks_bytes"] = {"nearest": base, **{("master_copy" if m else r): peak(r, m) for r, m, _ in options}}
+    # A plan over the budget even without a remedy (a fixed scheme is reported, not refused) still gets stochastic
+    # rounding: its few bytes of PRNG state do not decide whether the plan fits, the rest of the plan does.
+    over = base is not None and budget is not None and base > budget
     for rnd, master, what in options:
         p = doc["peaks_bytes"]["master_copy" if master else rnd]
-        if p is not None and (budget is None or p <= budget):
+        if p is not None and (budget is None or p <= budget or (over and not master)):
+            fits = (f" and fits the budget ({p} of {budget} bytes)" if budget is not None and p <= budget else
+                    f" (the plan is over the budget without it too: {base} of {budget} bytes)" if over else
+                    " (no memory limit)")
             doc.update(qas={"enabled": True, "rounding": rnd, "master_copy": master},
                        action="master_copy" if master else "stochastic",
                        cost_bytes=(p - base) if base is not None else None, peak_bytes=p,
                        reason=f"{lost} is below half an int8 step and nearest rounding erases it; the {what} "
-                              f"carries it" + (f" and fits the budget ({p} of {budget} bytes)" if budget else
-                                                 " (no memory limit)"))
+                              f"carries it" + fits)
             return doc
     doc.update(action="warn",
                warning=f"{lost} is below half an int8 step and nearest rounding erases it; neither an fp32 "
