@@ -21,6 +21,9 @@ tensor:
   output_clamped: share of the layer's int8 outputs at −128 or 127 over the probe (its gradient stops there), where
   that end is not its fused activation's own bound (ReLU's 0, ReLU6's 6: no wider scale moves those);
   reach: per output channel of an int8 weight, the largest |q + ΣΔ| of its free trajectory (stages/quant/rescale.py).
+sparse-plan's probe runs one pass over the train split's size (at most REACH_STEPS_MAX steps), first on the
+quantiser's graph to choose the head-room (stages/quant/rescale.py), then on the rescaled graph for the decision below
+(wider scales shrink every Δ in int8 steps); emulate-run's re-check runs PROBE_STEPS.
 A tensor *vanishes* when lost_mass > LOST_THRESHOLD: the rounding erases most of its movement. (lost_fraction
 alone misleads: softmax cross-entropy gives most elements tiny but nonzero gradients every step, so SGD loses
 ~90 % of its update *elements* on the digits example yet matches fp32, its large updates surviving.)
@@ -284,9 +287,10 @@ def _int8(graph: Graph) -> bool:
 
 
 def _probe_data(graph: Graph, data: Any, analysis: Any, loss: Any) -> tuple[np.ndarray, np.ndarray, int] | None:
-    """Held-out train samples to probe with, and the train split's size (the probe's horizon) (the analysis' task: `loss` a loss name, or the heads of train.outputs,
-    whose targets are the heads' rows back to back), or None when the data cannot train this model with this loss
-    (a stage downstream refuses the mix with its own message; the probe has nothing to say then)."""
+    """Held-out train samples to probe with (the analysis' task: `loss` a loss name, or the heads of train.outputs,
+    whose targets are the heads' rows back to back) and the train split's size (the probe's horizon), or None when
+    the data cannot train this model with this loss (a stage downstream refuses the mix with its own message; the
+    probe has nothing to say then)."""
     from tinytrain.pipeline.errors import UserError
     from tinytrain.stages.planning import contribution_measure as cm
     from tinytrain.stages.train.data import load_dataset
