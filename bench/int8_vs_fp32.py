@@ -1,22 +1,29 @@
 """tinytrain int8 training against PyTorch fp32 training of the same layers, on the same split and sample order
 (issue 17, item 4).
 
-    PYTHONPATH=... python bench/int8_vs_fp32.py [tinytrain.yaml.example] [--seeds 3] [--epochs N]
-        [--optimizers sgd,momentum,adam,rmsprop] [--plans auto,full] [--json out.json]
+    PYTHONPATH=... python bench/int8_vs_fp32.py [SPEC] [--seeds 3] [--epochs N] [--optimizers sgd,momentum,adam,rmsprop]
+        [--plans auto,full] [--modes default,nearest,stochastic,master] [--no-rescale] [--json out.json]
 
+SPEC: tinytrain.yaml.example (digits) by default; bench/mbv2_tte.yaml for MobileNetV2 with the TTE sparse scheme
+(its `auto` row is the spec's own manual plan; write its data first with bench/make_mbv2_data.py).
 For every optimizer at its usual learning rate (SGD 0.01, momentum 0.9 at 0.01, Adam 0.001, RMSProp 0.001) and
-plan (the spec's `auto` plan as sparse-plan picks it for that optimizer, and `full`):
-  int8   the quantize stage's int8 graph trained by the numpy golden model (stages/golden/train_step.py) with QAS and
-         nearest rounding, stochastic rounding, or the fp32 master copy. The golden model is what the device runs:
+plan (`auto`: the spec's own plan as sparse-plan picks it for that optimizer; `full`):
+  int8   the quantize stage's int8 graph, with the scales sparse-plan widened for head-room (stages/quant/rescale.py;
+         --no-rescale leaves them out), trained by the numpy golden model (stages/golden/train_step.py) with the
+         update rule of the mode: `default` is the planner's choice from the spec's defaults (train_plan.json: the
+         fp32 master copy or stochastic rounding where nearest rounding would erase the updates), printed per row;
+         nearest / stochastic / master force that rule. The golden model is what the device runs:
          tests/test_codegen.py pins the generated C's trained int8/int32 tensors to it bit for bit after 20 steps
-         (QEMU identical to the host build), so this is the device's training without a build per cell (a build
-         and a QEMU run per cell would take hours on the shared machine). Over whole runs the fp32 backward's
-         last-bit differences (C vs numpy, within 1e-5) can flip an occasional rounding: a host build of the
-         example (Adam, auto, seed 0) matched the golden model exactly with nearest rounding and to one test
-         sample with the master copy;
-  fp32   the load stage's float model mirrored in PyTorch (tests/torch_mirror.py), the same layers trained
-         (a weight trained on a slice of its input channels gets its other channels' gradient zeroed), batch 1,
-         softmax cross-entropy on the logits, torch.optim with the hyper-parameters the firmware uses.
+         (QEMU identical to the host build; tests/test_rescale.py does the same on a rescaled graph), so this is the
+         device's training without a build per cell (a build and a QEMU run per cell would take hours on the shared
+         machine). Over whole runs the fp32 backward's last-bit differences (C vs numpy, within 1e-5) can flip an
+         occasional rounding: a host build of the example (Adam, auto, seed 0) matched the golden model exactly with
+         nearest rounding and to one test sample with the master copy;
+  fp32   the load stage's float model (a model that comes int8, like the zoo's MobileNetV2: its int8 graph
+         dequantized) mirrored in PyTorch (tests/torch_mirror.py), the same layers trained (a weight trained on a
+         slice of its input channels gets its other channels' gradient zeroed), batch 1, softmax cross-entropy on
+         the logits, torch.optim with the hyper-parameters the firmware uses.
+Both train on the spec's train.max_train_samples first samples (all when null) for train.epochs epochs.
 Sample order: seed 0 is the train split's file order (what the firmware streams, every epoch the same); seed s > 0
 is a fixed seeded permutation of it, the same for both sides and every epoch. Accuracy: top-1 on the test split
 (int8 on the reference executor's int8 kernels, bit-exact to the device's forward). Prints mean ± spread (sample
@@ -46,24 +53,50 @@ from tinytrain.stages.planning.train_plan import TrainPlan  # noqa: E402
 
 # The optimizers' usual learning rates (issue 17, "Defaults that work").
 USUAL_LR = {"sgd": 0.01, "momentum": 0.01, "adam": 0.001, "rmsprop": 0.001}
-MODES = {"nearest": QASOptions(True, "nearest", False), "stochastic": QASOptions(True, "stochastic", False),
+MODES = {"default": None, "nearest": QASOptions(True, "nearest", False),
+         "stochastic": QASOptions(True, "stochastic", False),
          "master": QASOptions(True, "nearest", True)}
 EVAL_BATCH = 256
 
 
 # ---- what the pipeline gives: int8 graph, float graph, the plan, the data ----------------------------------
 
-def prepare(spec_path: Path, kind: str, work: Path) -> dict:
-    """The spec built up to sparse-plan with optimizer `kind` (its auto plan prices the optimizer's state):
-    the quantize stage's int8 graph, the load stage's float graph and the auto plan."""
+def prepare(spec_path: Path, kind: str, work: Path, plan: str) -> dict:
+    """The spec built up to sparse-plan with optimizer `kind` and, for plan "full", scheme full (the planner's
+    update check and rescale are then made for that plan): the quantize stage's int8 graph, the float graph
+    (the load stage's, or the int8 one dequantized when the model came quantized), the plan and the planner's
+    choice (train_plan.json: `qas` when it changed the spec's rule, `rescale` when it widened scales)."""
     from tinytrain.pipeline.api import build
+    from tinytrain.stages.planning.contribution_measure import dequantize_graph
 
-    r = build(spec_path, until="sparse-plan", **{"train.optimizer.kind": kind, "build.out_dir": str(work / "build"),
-                                                 "build.cache_dir": str(work / "cache")})
-    plan = TrainPlan.from_json(json.loads(r.stages["sparse-plan"].artifacts["train_plan.json"].read_text()))
-    return {"spec": r.spec, "qgraph": Graph.load(r.stages["quantize"].folder),
-            "fgraph": Graph.load(r.stages["load"].folder), "auto": plan,
-            "summary": r.stages["sparse-plan"].summary}
+    over = {"train.optimizer.kind": kind, "build.out_dir": str(work / "build"), "build.cache_dir": str(work / "cache")}
+    if plan == "full":
+        over["train.update.scheme"] = "full"
+    r = build(spec_path, until="sparse-plan", **over)
+    tp = json.loads(r.stages["sparse-plan"].artifacts["train_plan.json"].read_text())
+    qgraph = Graph.load(r.stages["quantize"].folder)
+    fgraph = Graph.load(r.stages["load"].folder)
+    if any(t.dtype == "int8" for t in fgraph.tensors.values()):
+        fgraph = dequantize_graph(qgraph)
+    q = r.spec.train.qas
+    qas = tp.get("qas") or {"enabled": q.enabled, "rounding": q.rounding, "master_copy": q.master_copy}
+    return {"spec": r.spec, "qgraph": qgraph, "fgraph": fgraph, "plan": TrainPlan.from_json(tp),
+            "qas": QASOptions(bool(qas["enabled"]), str(qas["rounding"]), bool(qas["master_copy"])),
+            "rescale": tp.get("rescale"), "summary": r.stages["sparse-plan"].summary}
+
+
+def choice_text(prep: dict) -> str:
+    """The planner's choice in a few words: the update rule, and the widest rescale."""
+    q = prep["qas"]
+    rule = "master copy" if q.master_copy else q.rounding
+    w = (prep["rescale"] or {}).get("weights") or {}
+    o = (prep["rescale"] or {}).get("outputs") or {}
+    if w:
+        n = sum(sum(f > 1 for f in k) for k in w.values())
+        rule += f", {n} ch ×≤{max(max(k) for k in w.values())}"
+    if o:
+        rule += f", out ×{max(o.values())}"
+    return rule
 
 
 def trained_names(graph: Graph, plan: TrainPlan) -> dict[str, int | None]:
@@ -90,47 +123,11 @@ def orders(n: int, seeds: list[int]) -> dict[int, np.ndarray]:
     return {s: (np.arange(n) if s == 0 else np.random.default_rng(s).permutation(n)) for s in seeds}
 
 
-# ---- issue 17 item 2, as an experiment: head-room for the trained weights' scales ------------------------------
-
-def widen(qgraph: Graph, plan: TrainPlan, k: float, k_out: float = 1.0) -> Graph:
-    """A copy of `qgraph` whose trained int8 weights have k times their per-channel scale (q' = round(q / k), half
-    away from zero) and whose int32 biases follow (their scale is s_in·s_W: b' = round(b / k)), so the layer
-    computes about the same function with room for its weights to grow k-fold before they saturate; k_out widens
-    the layer's int8 output activation's scale too (its calibrated range clamps the logits a new class needs). The
-    golden model and the generated C both take their requantisation from the graph's scales, so they stay
-    bit-exact to each other on the widened graph; only the forward's precision changes (log2 k bits)."""
-    import copy
-
-    from tinytrain.stages.quant import qas
-
-    if k == 1 and k_out == 1:
-        return qgraph
-    g = Graph(tensors=dict(qgraph.tensors), ops=qgraph.ops, inputs=qgraph.inputs, outputs=qgraph.outputs,
-              meta=qgraph.meta)
-    for lay in plan.resolve(qgraph):
-        if not lay.in_channels:        # a bias-only layer keeps its scales (the bias's is tied to the weight's)
-            continue
-        for name in [lay.weight] + ([lay.bias_tensor] if lay.bias_tensor else []):
-            t = copy.deepcopy(qgraph.tensors[name])
-            lo, hi = (-127, 127) if t.dtype == "int8" else (qas.INT32_MIN, qas.INT32_MAX)
-            v = np.asarray(t.data, np.float64) / k
-            t.data = np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5), lo, hi).astype(t.data.dtype)
-            t.quant.scale = [float(s) * k for s in t.quant.scale]
-            g.tensors[name] = t
-        out = qgraph.ops[lay.op_index].outputs[0]
-        if k_out != 1 and qgraph.tensors[out].quant is not None:
-            # the layer's int8 output clamps at its calibrated range: its consumers read the new scale from the graph
-            t = copy.deepcopy(qgraph.tensors[out])
-            t.quant.scale = [float(s) * k_out for s in t.quant.scale]
-            g.tensors[out] = t
-    return g
-
-
 # ---- int8: the golden model ------------------------------------------------------------------------------
 
-def train_int8(qgraph: Graph, plan: TrainPlan, kind: str, lr: float, mode: str, x, y, order, epochs: int,
+def train_int8(qgraph: Graph, plan: TrainPlan, kind: str, lr: float, rule: QASOptions, x, y, order, epochs: int,
                seed: int) -> tuple[dict[str, np.ndarray], dict]:
-    tg = build_training_graph(qgraph, plan, "cross_entropy", OptimizerSpec(kind=kind), 1, MODES[mode])
+    tg = build_training_graph(qgraph, plan, "cross_entropy", OptimizerSpec(kind=kind), 1, rule)
     runtime = {"learning_rate": lr, "seed": seed}
     state = te.init_state(tg, runtime)
     for _ in range(epochs):
@@ -228,12 +225,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=3, help="sample orders (seed 0 = the file order)")
     ap.add_argument("--epochs", type=int, default=None, help="default: the spec's train.epochs")
     ap.add_argument("--optimizers", default=",".join(USUAL_LR))
-    ap.add_argument("--plans", default="auto,full")
-    ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--headroom", type=float, default=1.0,
-                    help="experiment (issue 17 item 2): widen the trained weights' scales k-fold (see widen)")
-    ap.add_argument("--headroom-out", type=float, default=1.0,
-                    help="experiment: widen the trained layers' output activation scales k-fold too")
+    ap.add_argument("--plans", default="auto,full", help="auto: the spec's own plan (whatever its scheme); full")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help="default: the planner's choice with the spec's defaults; nearest, stochastic, master: that "
+                         "update rule forced (the planner's rescale still applies)")
+    ap.add_argument("--no-rescale", action="store_true",
+                    help="train the quantize stage's graph as it is (the planner's rescale left out), to compare")
     ap.add_argument("--json", default=None, help="write every run's figures here")
     ap.add_argument("--work", default="/tmp/tinytrain-int8-vs-fp32", help="build folder and cache of the bench")
     a = ap.parse_args(argv)
@@ -243,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"int8_vs_fp32: unknown optimizer, plan or mode {bad[0]!r}", file=sys.stderr)
         return 2
+    from tinytrain.stages.quant import rescale
     from tinytrain.stages.train.data import load_dataset
 
     seeds = list(range(a.seeds))
@@ -250,16 +248,18 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     for kind in kinds:
         lr = USUAL_LR[kind]
-        prep = prepare(Path(a.spec), kind, Path(a.work))
-        spec = prep["spec"]
-        ds = load_dataset(spec.data)
-        epochs = a.epochs or int(spec.train.epochs)
-        x, y, xt, yt = ds.x_train, ds.y_train, ds.x_test, ds.y_test
-        ords = orders(len(x), seeds)
         for plan_name in plans:
-            plan = prep["auto"] if plan_name == "auto" else TrainPlan.full(prep["qgraph"])
+            prep = prepare(Path(a.spec), kind, Path(a.work), plan_name)
+            spec = prep["spec"]
+            ds = load_dataset(spec.data)
+            epochs = a.epochs or int(spec.train.epochs)
+            n = spec.train.max_train_samples or len(ds.x_train)
+            x, y, xt, yt = ds.x_train[:n], ds.y_train[:n], ds.x_test, ds.y_test
+            ords = orders(len(x), seeds)
+            plan = prep["plan"]
             names = trained_names(prep["qgraph"], plan)
-            qg = widen(prep["qgraph"], plan, a.headroom, a.headroom_out)
+            qg = prep["qgraph"] if a.no_rescale else rescale.apply(prep["qgraph"], prep["rescale"])
+            chosen = choice_text(prep) if not a.no_rescale else choice_text({**prep, "rescale": None})
             fp = []
             for s in seeds:
                 m, logits = train_fp32(prep["fgraph"], names, kind, lr, x, y, ords[s], epochs)
@@ -267,34 +267,36 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append({"optimizer": kind, "plan": plan_name, "side": "fp32", "seed": s, "accuracy": fp[-1]})
             fm, fs = mean_sd(fp)
             for mode in modes:
+                rule = prep["qas"] if mode == "default" else MODES[mode]
+                label = f"default: {chosen}" if mode == "default" else mode
                 acc, sat = [], []
                 for s in seeds:
-                    params, info = train_int8(qg, plan, kind, lr, mode, x, y, ords[s], epochs, s)
+                    params, info = train_int8(qg, plan, kind, lr, rule, x, y, ords[s], epochs, s)
                     acc.append(accuracy_int8(qg, params, xt, yt))
                     sat.append(sum(info["saturated"].values()))
                     runs.append({"optimizer": kind, "plan": plan_name, "side": "int8", "mode": mode, "seed": s,
-                                 "accuracy": acc[-1], "saturated": info["saturated"]})
+                                 "choice": chosen, "accuracy": acc[-1], "saturated": info["saturated"]})
                 im, isd = mean_sd(acc)
-                rows.append((kind, lr, plan_name, mode, im, isd, fm, fs, int(np.max(sat))))
-                print(f"{kind:<8} lr {lr:<6g} {plan_name:<5} {mode:<10} int8 {im:5.1f} ± {isd:3.1f}   "
+                rows.append((kind, lr, plan_name, label, im, isd, fm, fs, int(np.max(sat))))
+                print(f"{kind:<8} lr {lr:<6g} {plan_name:<5} {label:<36} int8 {im:5.1f} ± {isd:3.1f}   "
                       f"fp32 {fm:5.1f} ± {fs:3.1f}   gap {im - fm:+5.1f}   saturated ≤ {rows[-1][-1]}  "
                       f"[{time.time() - t0:.0f} s]", flush=True)
     print()
-    print(table(rows, len(seeds), epochs)
-          + (f" Experiment: trained weights' scales widened {a.headroom:g}-fold, their layers' outputs' "
-             f"{a.headroom_out:g}-fold." if (a.headroom, a.headroom_out) != (1, 1) else ""))
+    print(table(rows, len(seeds), epochs, len(xt), a.no_rescale))
     if a.json:
         Path(a.json).write_text(json.dumps({"seeds": seeds, "epochs": epochs, "runs": runs}, indent=1) + "\n")
     return 0
 
 
-def table(rows: list[tuple], n_seeds: int, epochs: int) -> str:
-    out = ["| optimizer (lr) | plan | int8 rounding | int8 % | fp32 % | gap | int8 weights at ±127 |",
-           "|---|---|---|---|---|---|---|"]
+def table(rows: list[tuple], n_seeds: int, epochs: int, n_test: int, no_rescale: bool = False) -> str:
+    out = ["| optimizer (lr) | plan | int8 update (default: the planner's choice) | int8 % | fp32 % | gap | "
+           "int8 weights at ±127 |", "|---|---|---|---|---|---|---|"]
     for kind, lr, plan, mode, im, isd, fm, fs, sat in rows:
         out.append(f"| {kind} ({lr:g}) | {plan} | {mode} | {im:.1f} ± {isd:.1f} | {fm:.1f} ± {fs:.1f} | "
                    f"{im - fm:+.1f} | {sat} |")
-    out.append(f"\n{n_seeds} sample orders, {epochs} epochs, batch 1; ± is the standard deviation over the orders.")
+    out.append(f"\n{n_seeds} sample orders, {epochs} epochs, batch 1, {n_test} test samples; ± is the standard "
+               f"deviation over the orders" + ("; the planner's rescale left out (--no-rescale)." if no_rescale
+                                                else "."))
     return "\n".join(out)
 
 

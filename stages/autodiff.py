@@ -719,7 +719,10 @@ def run(ctx) -> Any:
             continue
     if src is None:
         raise UserError("autodiff needs the IR of quantize (or load)")
-    graph = Graph.load(src)
+    from tinytrain.stages.quant import rescale
+
+    # with the wider scales sparse-plan chose for trained int8 weights that would saturate (train_plan.json)
+    graph = rescale.planned(Graph.load(src), ctx.inputs.get("sparse-plan/train_plan.json"))
     cfg = ctx.config
     plan, scheme = _read_plan(ctx, graph)
     tg = build_training_graph(graph, plan, loss_config(cfg),

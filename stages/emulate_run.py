@@ -78,7 +78,7 @@ from tinytrain.pipeline.errors import StageFailed, UserError
 from tinytrain.pipeline.plots import Picture, loss_figure
 from tinytrain.stages.device import cycles
 from tinytrain.stages.device import export
-from tinytrain.stages.quant import update_check
+from tinytrain.stages.quant import rescale, update_check
 from tinytrain.stages.model import wof
 from tinytrain.stages.device.boards import Board, get_board
 from tinytrain.stages.device.launch import EmulationError, RunResult, run_firmware
@@ -129,7 +129,8 @@ def run(ctx: StageContext) -> StageResult:
     elf = cc_dir / "firmware.elf"
     size = _read_json(cc_dir / "size.json", "cross-compile's size.json")
     layout = _read_json(ctx.input("codegen/io_layout.json"), "codegen's io_layout.json")
-    qgraph = Graph.load(ctx.input_dir("quantize"))
+    # the int8 graph as autodiff trained it: with the wider scales sparse-plan chose (stages/quant/rescale.py)
+    qgraph = rescale.planned(Graph.load(ctx.input_dir("quantize")), ctx.inputs.get("sparse-plan/train_plan.json"))
     n_buffers = _original_tensor_count(cfg, ctx)
     rc = runtime_config(cfg)
     data_spec = cfg.get("data")

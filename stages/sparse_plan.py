@@ -47,6 +47,7 @@ Artifacts
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -266,7 +267,16 @@ def run(ctx: StageContext) -> StageResult:
         plan = fixed_plan(mm, graph, upd)
         table, counts = None, {}
     plan.resolve(graph)   # the same checks autodiff will make
-    est = mm.estimate(plan)
+    # Int8 updates below half a step vanish under nearest rounding, and weights pinned at ±127 cannot move: probe,
+    # and pick the head-room and the update rule that carry them (issue 17). Before the memory report: the chosen
+    # rule (a master copy, a PRNG state) is what autodiff builds, so it is what the exact peak measures.
+    doc["updates"] = update_check.check(graph, plan, cfg, mm.s, upd.analysis, budget, exact_peak)
+    chosen = (doc["updates"] or {}).get("qas")
+    settings = mm.s
+    if chosen and chosen != doc["updates"]["requested"]:
+        settings = dataclasses.replace(mm.s, rounding=chosen["rounding"], master_copy=bool(chosen["master_copy"]))
+        exact = ExactPeaks(graph, settings, bool(chosen["enabled"]))
+    est = MemoryModel(graph, settings).estimate(plan) if settings is not mm.s else mm.estimate(plan)
     ex = None
     if exact_error is None:
         try:
@@ -281,9 +291,7 @@ def run(ctx: StageContext) -> StageResult:
     doc["fits"] = None if budget is None else bool(peak <= budget)
     doc["fits_by"] = "exact" if ex is not None else "estimate"
     doc["estimate_over_exact"] = round(est["total"] / ex["peak_bytes"], 4) if ex and ex["peak_bytes"] else None
-    doc["memory_settings"] = mm.s.to_json()
-    # Int8 updates below half a step vanish under nearest rounding: probe, and pick what carries them (issue 17).
-    doc["updates"] = update_check.check(graph, plan, cfg, mm.s, upd.analysis, budget, exact_peak)
+    doc["memory_settings"] = settings.to_json()
     _write_json(out / "update_check.json", doc["updates"] or {"applies": False})
     _write_json(out / "plan.json", doc)
     # What autodiff consumes, alone: a new budget or board that picks the same plan leaves these bytes (and so

@@ -158,6 +158,9 @@ def test_planner_falls_back_to_stochastic_rounding_then_warns():
     d = _decide({"w": _t(0.9)}, budget=1004)
     assert d["action"] == "warn" and d["qas"] == d["requested"] and uc.train_plan_fields(d) == {}
     assert "90% of the update of w" in d["warning"] and "fits the budget (1004 bytes)" in d["warning"]
+    # a (fixed) plan over the budget without any remedy: stochastic rounding's PRNG bytes are not what decides it
+    d = _decide({"w": _t(0.9)}, budget=900)
+    assert d["action"] == "stochastic" and "over the budget without it too" in d["reason"]
 
 
 def test_planner_keeps_the_spec_when_nothing_vanishes_or_it_already_carries_updates():
@@ -229,12 +232,16 @@ def test_sparse_plan_gives_adam_a_master_copy_and_sgd_nothing(graph, tmp_path):
 def test_sparse_plan_warns_when_no_remedy_fits(graph, tmp_path):
     doc, _, _, _, _ = _stage(tmp_path, graph, "adam")
     peaks = doc["updates"]["peaks_bytes"]
-    assert peaks["nearest"] == doc["exact"]["peak_bytes"] < peaks["stochastic"] < peaks["master_copy"]
+    # plan.json's exact peak is the one of the rule the planner chose (what autodiff builds)
+    assert doc["updates"]["action"] == "master_copy" and doc["exact"]["peak_bytes"] == peaks["master_copy"]
+    assert doc["memory_settings"]["master_copy"] is True
+    assert peaks["nearest"] < peaks["stochastic"] < peaks["master_copy"]
     doc, tp, _, summary, _ = _stage(tmp_path, graph, "adam", budget_kb=peaks["stochastic"] / 1024)
     assert doc["updates"]["action"] == "stochastic" and tp["qas"]["rounding"] == "stochastic"
+    assert doc["exact"]["peak_bytes"] == peaks["stochastic"] and doc["fits"] is True
     assert doc["updates"]["cost_bytes"] == peaks["stochastic"] - peaks["nearest"]
     doc, tp, text, summary, out = _stage(tmp_path, graph, "adam", budget_kb=peaks["nearest"] / 1024)
-    assert doc["updates"]["action"] == "warn" and "qas" not in tp
+    assert doc["updates"]["action"] == "warn" and "qas" not in tp and doc["exact"]["peak_bytes"] == peaks["nearest"]
     assert "WARNING" in summary and "of the update of" in summary and "WARNING" in text
     # emulate-run's re-check at the run's rate reads what the plan compiled and warns in run.json.
     inputs = {f"sparse-plan/{n}": out / n for n in ("update_check.json", "train_plan.json")}
@@ -247,6 +254,12 @@ def test_sparse_plan_warns_when_no_remedy_fits(graph, tmp_path):
 
 
 def test_sparse_plan_says_why_qas_off_cannot_learn(graph, tmp_path):
-    doc, tp, _, summary, _ = _stage(tmp_path, graph, "sgd", enabled=False)
+    doc, tp, text, summary, out = _stage(tmp_path, graph, "sgd", enabled=False)
     assert doc["updates"]["action"] == "warn" and "qas" not in tp
-    assert "train.qas.enabled is false" in summary
+    assert "train.qas.enabled is false" in summary and "set train.qas.enabled: true" in summary
+    assert "WARNING: train.qas.enabled is false" in text
+    # run.json (emulate-run's re-check at the run's rate) says it too
+    inputs = {f"sparse-plan/{n}": out / n for n in ("update_check.json", "train_plan.json")}
+    r = uc.for_run(inputs, graph, {"data": DIGITS, "train.optimizer": {"kind": "sgd"}, "train.batch_size": 1},
+                   {"loss": "cross_entropy"}, 0.01)
+    assert r["qas"]["enabled"] is False and "train.qas.enabled is false" in r["warning"]

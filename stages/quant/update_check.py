@@ -18,7 +18,12 @@ tensor:
   lost      of those, the ones with round_nearest(Δ) = 0 (|Δ| < 1/2): the rounding erases them;
   lost_fraction = lost / updates; lost_mass = Σ|Δ| over the lost ones / Σ|Δ| (how much of the total movement
   they carry); median_abs_delta in integer steps; saturated: elements at ±127 (int8) after the probe;
-  output_clamped: share of the layer's int8 outputs at −128 or 127 over the probe (its gradient stops there).
+  output_clamped: share of the layer's int8 outputs at −128 or 127 over the probe (its gradient stops there), where
+  that end is not its fused activation's own bound (ReLU's 0, ReLU6's 6: no wider scale moves those);
+  reach: per output channel of an int8 weight, the largest |q + ΣΔ| of its free trajectory (stages/quant/rescale.py).
+sparse-plan's probe runs one pass over the train split's size (at most REACH_STEPS_MAX steps), first on the
+quantiser's graph to choose the head-room (stages/quant/rescale.py), then on the rescaled graph for the decision below
+(wider scales shrink every Δ in int8 steps); emulate-run's re-check runs PROBE_STEPS.
 A tensor *vanishes* when lost_mass > LOST_THRESHOLD: the rounding erases most of its movement. (lost_fraction
 alone misleads: softmax cross-entropy gives most elements tiny but nonzero gradients every step, so SGD loses
 ~90 % of its update *elements* on the digits example yet matches fp32, its large updates surviving.)
@@ -26,7 +31,8 @@ alone misleads: softmax cross-entropy gives most elements tiny but nonzero gradi
 The decision (`decide`), when some tensor vanishes and the build uses nearest rounding without a master copy:
   1. the fp32 master copy (4 bytes per trained weight element; it accumulates Δ exactly as fp32 training does)
      if the plan's exact peak with it fits the budget (or there is no budget);
-  2. else stochastic rounding (one 4-byte PRNG state per update op; unbiased: E[round] = Δ) if that fits;
+  2. else stochastic rounding (one 4-byte PRNG state per update op; unbiased: E[round] = Δ) if that fits, or if
+     the plan is over the budget without it too (a fixed scheme: the PRNG's bytes do not decide it);
   3. else no change and a warning: the stage summary and run.json (emulate-run reads update_check.json) give the
      fraction of updates lost per tensor.
 With QAS off neither remedy helps (the update itself is s² times too small: a master copy would accumulate it
@@ -44,12 +50,14 @@ from typing import Any, Callable
 import numpy as np
 
 from tinytrain.stages.quant import qas as qas_mod
+from tinytrain.stages.quant import rescale
 from tinytrain.stages.golden import train_step as te
 from tinytrain.stages.model.ir import Graph
 from tinytrain.stages.planning.train_plan import TrainPlan
 from tinytrain.stages.train.losses import Head
 
-PROBE_STEPS = 32          # golden-model steps of the probe (digits: well under a second)
+PROBE_STEPS = 32          # golden-model steps of emulate-run's re-check (digits: well under a second)
+REACH_STEPS_MAX = 2048    # sparse-plan's probe: one pass over the train split's size in steps, at most this many
 LOST_THRESHOLD = 0.5      # a tensor "vanishes" when the rounding erases more than this share of its movement
 _SHADOW_MASTER = "update_check/shadow_master"
 
@@ -98,11 +106,20 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabl
     defaults = meta["runtime_defaults"]
     state = te.init_state(tg, runtime)
     acc = {op.inputs[0]: {"updates": 0, "lost": 0, "mass": 0.0, "lost_mass": 0.0, "deltas": []} for op in ops}
+    # Where each int8 weight would go if its range did not stop it: its starting value plus every Δ the update
+    # computed (the float trajectory a master copy without a clamp would follow). Its largest |value| per output
+    # channel over the probe, in int8 steps, is the spread the training reaches (stages/quant/rescale.py).
+    free = {op.inputs[0]: state[op.inputs[0]][qas_mod.go._slice(op.attrs.get("n"))].astype(np.float64)
+            for op in ops if state[op.inputs[0]].dtype == np.int8}
+    axis = {op.inputs[0]: int(op.attrs.get("axis", 0)) for op in ops}
+    reach = {p: _channel_max(np.abs(u), axis[p]) for p, u in free.items()}
     # The int8 output of each trained parameter's layer: at its range's ends it clamps, and the gradient stops
     # there (issue 17 item 2: a classifier head whose logits need more room than calibration gave them).
     outputs = {p: op.outputs[0] for op in graph.ops for p in op.inputs[1:3]
                if p in acc and graph.tensors[op.outputs[0]].dtype == "int8"}
     clamped = {p: [0, 0] for p in outputs}
+    layer_act = {op.outputs[0]: op.attrs.get("act", "none") for op in graph.ops}
+    ends = {o: _clamp_codes(graph.tensors[o], layer_act[o]) for o in outputs.values()}
     n = len(x)
     order = np.random.default_rng(seed).permutation(n)
     with np.errstate(all="ignore"):
@@ -113,7 +130,7 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabl
                 last = te.run_sample(tg, state, x[i:i + 1], y[i:i + 1])
                 for p, o in outputs.items():
                     v = np.asarray(last[o])
-                    clamped[p][0] += int(np.sum((v == -128) | (v == 127)))
+                    clamped[p][0] += int(np.sum(np.isin(v, ends[o])))
                     clamped[p][1] += int(v.size)
             for op in tg.ops[int(meta["sample_ops"]):]:
                 if op.type == "step_counter":
@@ -130,6 +147,10 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabl
                     a["mass"] += float(np.abs(d[moving]).astype(np.float64).sum())
                     a["lost_mass"] += float(np.abs(d[gone]).astype(np.float64).sum())
                     a["deltas"].append(np.abs(d[moving]))
+                    p = op.inputs[0]
+                    if p in free:
+                        free[p] += d
+                        reach[p] = np.maximum(reach[p], _channel_max(np.abs(free[p]), axis[p]))
                     te._qas_update(op, last, runtime, defaults)
                 else:
                     te._update(op, last, runtime, defaults)
@@ -146,7 +167,33 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabl
                      "median_abs_delta": float(np.median(deltas)) if deltas.size else 0.0,
                      "saturated": int(np.sum((p <= lo) | (p >= hi))) if p.dtype == np.int8 else 0,
                      "output_clamped": clamped[name][0] / clamped[name][1] if clamped.get(name, [0, 0])[1] else 0.0}
+        if name in reach:
+            out[name]["reach"] = [round(float(r), 3) for r in reach[name]]
+            out[name]["axis"] = axis[name]
     return out
+
+
+# A fused activation's own bounds (real values): an int8 code at one of them is the activation, not a clamp.
+_ACT_BOUNDS = {"relu": (0.0, None), "relu6": (0.0, 6.0), "relu_n1_to_1": (-1.0, 1.0)}
+
+
+def _clamp_codes(t, act: str) -> list[int]:
+    """The int8 codes of tensor `t` that are a clamp of its range, not its activation's bound: −128 unless it stands
+    for the activation's floor (a fused ReLU's output has zero point −128: −128 is real 0), 127 unless it stands
+    for its ceiling (ReLU6's 6)."""
+    s, z = float(t.quant.scale[0]), int(t.quant.zero_point[0])
+    lo, hi = _ACT_BOUNDS.get(act, (None, None))
+    codes = []
+    if lo is None or (-128 - z) * s < lo - s / 2:
+        codes.append(-128)
+    if hi is None or (127 - z) * s < hi - s / 2:
+        codes.append(127)
+    return codes
+
+
+def _channel_max(a: np.ndarray, axis: int) -> np.ndarray:
+    """max over every axis but `axis` (the quantisation's channel axis)."""
+    return np.max(np.moveaxis(a, axis, 0).reshape(a.shape[axis], -1), axis=1)
 
 
 # ---- the decision --------------------------------------------------------------------------------------------
@@ -183,15 +230,20 @@ def decide(tensors: dict[str, dict[str, Any]], *, qas_enabled: bool, rounding: s
     base = peak("nearest", False)
     options = (("nearest", True, "fp32 master copy"), ("stochastic", False, "stochastic rounding"))
     doc["peaks_bytes"] = {"nearest": base, **{("master_copy" if m else r): peak(r, m) for r, m, _ in options}}
+    # A plan over the budget even without a remedy (a fixed scheme is reported, not refused) still gets stochastic
+    # rounding: its few bytes of PRNG state do not decide whether the plan fits, the rest of the plan does.
+    over = base is not None and budget is not None and base > budget
     for rnd, master, what in options:
         p = doc["peaks_bytes"]["master_copy" if master else rnd]
-        if p is not None and (budget is None or p <= budget):
+        if p is not None and (budget is None or p <= budget or (over and not master)):
+            fits = (f" and fits the budget ({p} of {budget} bytes)" if budget is not None and p <= budget else
+                    f" (the plan is over the budget without it too: {base} of {budget} bytes)" if over else
+                    " (no memory limit)")
             doc.update(qas={"enabled": True, "rounding": rnd, "master_copy": master},
                        action="master_copy" if master else "stochastic",
                        cost_bytes=(p - base) if base is not None else None, peak_bytes=p,
                        reason=f"{lost} is below half an int8 step and nearest rounding erases it; the {what} "
-                              f"carries it" + (f" and fits the budget ({p} of {budget} bytes)" if budget else
-                                                 " (no memory limit)"))
+                              f"carries it" + fits)
             return doc
     doc.update(action="warn",
                warning=f"{lost} is below half an int8 step and nearest rounding erases it; neither an fp32 "
@@ -234,10 +286,11 @@ def _int8(graph: Graph) -> bool:
                for t in graph.tensors.values())
 
 
-def _probe_data(graph: Graph, data: Any, analysis: Any, loss: Any) -> tuple[np.ndarray, np.ndarray] | None:
+def _probe_data(graph: Graph, data: Any, analysis: Any, loss: Any) -> tuple[np.ndarray, np.ndarray, int] | None:
     """Held-out train samples to probe with (the analysis' task: `loss` a loss name, or the heads of train.outputs,
-    whose targets are the heads' rows back to back), or None when the data cannot train this model with this loss
-    (a stage downstream refuses the mix with its own message; the probe has nothing to say then)."""
+    whose targets are the heads' rows back to back) and the train split's size (the probe's horizon), or None when
+    the data cannot train this model with this loss (a stage downstream refuses the mix with its own message; the
+    probe has nothing to say then)."""
     from tinytrain.pipeline.errors import UserError
     from tinytrain.stages.planning import contribution_measure as cm
     from tinytrain.stages.train.data import load_dataset
@@ -249,7 +302,7 @@ def _probe_data(graph: Graph, data: Any, analysis: Any, loss: Any) -> tuple[np.n
     except UserError:
         return None
     x, y, _, _ = cm.holdout_split(task.data or ds, cm.AnalysisSettings.from_spec(analysis), task.y)
-    return x, y
+    return x, y, len(ds.x_train)
 
 
 def check(graph: Graph, plan: TrainPlan, config: dict[str, Any], settings, analysis: Any, budget: int | None,
@@ -266,17 +319,27 @@ def check(graph: Graph, plan: TrainPlan, config: dict[str, Any], settings, analy
     xy = _probe_data(graph, data, analysis, loss)
     if xy is None:
         return None
-    x, y = xy
-    tensors = probe(graph, plan, loss=loss, optimizer=settings.optimizer, qas_enabled=qas_on,
-                    learning_rate=lr, x=x, y=y, batch_size=settings.batch_size)
-    if not tensors:
+    x, y, n_train = xy
+    steps = max(PROBE_STEPS, min(n_train, REACH_STEPS_MAX))
+    kw = dict(plan=plan, loss=loss, optimizer=settings.optimizer, qas_enabled=qas_on, learning_rate=lr, x=x, y=y,
+              batch_size=settings.batch_size, steps=steps)
+    first = probe(graph, **kw)
+    if not first:
         return None
+    # Head-room first (stages/quant/rescale.py): a channel the probe moved past ±127 gets a wider scale. Its
+    # updates then shrink k-fold in int8 steps, so the rounding is judged on the rescaled graph, probed again.
+    widen = rescale.choose(graph, first)
+    wide = rescale.apply(graph, widen)
+    tensors = probe(wide, **kw) if wide is not graph else first
     doc = decide(tensors, qas_enabled=qas_on, rounding=settings.rounding, master_copy=settings.master_copy,
-                 budget=budget, peak=peaks(graph, plan, settings, qas_on, exact_peak))
+                 budget=budget, peak=peaks(wide, plan, settings, qas_on, exact_peak))
     # the loss the probe trained (a name, or the heads of train.outputs): emulate-run's recheck trains the same
     probe_loss = [[h.name, h.loss, h.weight] for h in loss] if isinstance(loss, list) else loss
+    saturation = {n: {"elements": t["elements"], "before_rescale": first[n]["saturated"],
+                      "after_rescale": t["saturated"]} for n, t in tensors.items() if t["dtype"] == "int8"}
     return {**doc, "learning_rate": lr, "learning_rate_source": f"the usual rate of {settings.optimizer}",
-            "probe_steps": PROBE_STEPS, "tensors": tensors, "loss": probe_loss}
+            "probe_steps": steps, "tensors": tensors, "loss": probe_loss, "rescale": widen,
+            "saturation": saturation}
 
 
 def recheck(graph: Graph, plan_doc: dict[str, Any], planned: dict[str, Any], *, optimizer: str, loss: Any,
@@ -299,6 +362,7 @@ def recheck(graph: Graph, plan_doc: dict[str, Any], planned: dict[str, Any], *, 
         warning = (f"{tensors[worst]['lost_mass']:.0%} of the update of {worst} is lost at learning rate "
                    f"{learning_rate:g} ({why})")
     return {"learning_rate": float(learning_rate), "qas": q, "vanishing": vanish, "warning": warning,
+            "rescale": planned.get("rescale") or {"weights": {}, "outputs": {}},
             "lost_mass": {n: t["lost_mass"] for n, t in tensors.items()},
             "lost_fraction": {n: t["lost_fraction"] for n, t in tensors.items()},
             "probe_steps": PROBE_STEPS}
@@ -327,6 +391,7 @@ def for_run(inputs: dict[str, Any], graph: Graph, config: dict[str, Any], layout
     xy = _probe_data(graph, config["data"], None, loss)
     if xy is None:
         return None
+    xy = xy[:2]
     # What the firmware was compiled with, from its own checkpoint layout (master copies and PRNG streams are
     # state it keeps), not from what the plan asked: the two agree only when autodiff applied the plan's choice.
     state = (layout.get("checkpoint") or {}).get("tensors") or []
@@ -341,18 +406,28 @@ def for_run(inputs: dict[str, Any], graph: Graph, config: dict[str, Any], layout
 
 
 def train_plan_fields(doc: dict[str, Any] | None) -> dict[str, Any]:
-    """What train_plan.json (autodiff's input) gains: the QAS setting, only when the check changed it (an
-    unchanged plan keeps its bytes, so autodiff and the stages after it stay cached)."""
-    return {"qas": doc["qas"]} if doc and doc["qas"] != doc["requested"] else {}
+    """What train_plan.json (autodiff's input) gains: the QAS setting, only when the check changed it, and the
+    wider scales (stages/quant/rescale.py), only when there are any (an unchanged plan keeps its bytes, so autodiff
+    and the stages after it stay cached)."""
+    out: dict[str, Any] = {}
+    if doc and doc["qas"] != doc["requested"]:
+        out["qas"] = doc["qas"]
+    widen = (doc or {}).get("rescale") or {}
+    if widen.get("weights") or widen.get("outputs"):
+        out["rescale"] = widen
+    return out
 
 
 def summary_suffix(doc: dict[str, Any] | None) -> str:
-    if not doc or doc["action"] in ("none", "kept"):
+    if not doc:
         return ""
+    head = rescale.summary_suffix(doc.get("rescale"))
+    if doc["action"] in ("none", "kept"):
+        return head
     if doc["action"] == "warn":
-        return " — WARNING: " + doc["warning"]
+        return head + " — WARNING: " + doc["warning"]
     what = "fp32 master copy" if doc["qas"]["master_copy"] else "stochastic rounding"
-    return f"; {what} (+{doc['cost_bytes']} B): updates below half an int8 step would vanish"
+    return head + f"; {what} (+{doc['cost_bytes']} B): updates below half an int8 step would vanish"
 
 
 def text(doc: dict[str, Any] | None) -> str:
@@ -360,7 +435,8 @@ def text(doc: dict[str, Any] | None) -> str:
     if not doc:
         return ""
     lines = ["", f"int8 updates (probe: {doc['probe_steps']} golden-model steps at lr {doc['learning_rate']:g}, "
-                 f"held-out train samples; lost = |Δ| < 1/2 step, erased by nearest rounding):"]
+                 f"held-out train samples{', on the rescaled graph' if _widened(doc) else ''}; lost = |Δ| < 1/2 "
+                 f"step, erased by nearest rounding; at ±127: weights saturated after the probe):"]
     width = max(len(n) for n in doc["tensors"])
     lines.append(f"  {'tensor':<{width}}  {'updates':>8} {'lost':>7} {'of mass':>8} {'median |Δ|':>11} "
                  f"{'at ±127':>8} {'output clamped':>15}")
@@ -374,4 +450,14 @@ def text(doc: dict[str, Any] | None) -> str:
                  + ")")
     if doc.get("warning"):
         lines.append("WARNING: " + doc["warning"])
-    return "\n".join(lines) + "\n"
+    sat = doc.get("saturation") or {}
+    if _widened(doc):
+        lines.append("weights at ±127 after the probe, before → after the rescale: "
+                     + ", ".join(f"{n} {v['before_rescale']} → {v['after_rescale']} of {v['elements']}"
+                                 for n, v in sat.items()))
+    return "\n".join(lines) + "\n" + rescale.text(doc.get("rescale"))
+
+
+def _widened(doc: dict[str, Any]) -> bool:
+    w = doc.get("rescale") or {}
+    return bool(w.get("weights") or w.get("outputs"))
