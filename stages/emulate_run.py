@@ -51,6 +51,14 @@ are the heads' targets back to back (stages/data.target_rows); the firmware repo
 loss (every head's weighted loss) as bits (`loss_before_bits` / `loss_after_bits`), run.json has `test_loss`
 {before, after, delta}, and the gate keeps the trained weights when before - after >= min_delta (loss units).
 
+Where the phases run (run.json `phases`): on an emulated board, QEMU trains and the accuracy (MSE, test loss)
+before and after is evaluated natively on cross-compile's `host_eval.elf`, the same generated C built for the host
+(stages/device/eval_split.py): bit-identical by construction, and checked on every run -- QEMU evaluates the first
+eval_split.CHECK_SAMPLES test samples too, before and after, and their output bytes must equal the host's (a
+difference is a build error). The host evaluates from QEMU's trained state (a checkpoint), while QEMU trains for
+the evaluation before. `instructions.total_run` counts what QEMU ran (training + the check samples). Without a
+host build (no `cc`, or it failed: cross-compile's build.json says why) QEMU evaluates as before.
+
 Cycle estimates: QEMU counts instructions, not cycles. `cycles_estimate` assumes one cycle per instruction at
 the board's real clock (216 MHz for the STM32F746). `cycles_per_step_estimate` is better founded: one training
 step traced in QEMU (`-d in_asm,exec,nochain`), every instruction classed and costed with a Cortex-M4 / M7
@@ -67,6 +75,7 @@ import math
 import shutil
 import struct
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -144,15 +153,21 @@ def run(ctx: StageContext) -> StageResult:
     if resume is not None:
         files["resume.ttck"] = checked_checkpoint(Path(resume), layout)
     host_elf = ctx.inputs.get(f"cross-compile/{HOST_EVAL_ELF}")
-    with tempfile.TemporaryDirectory(prefix="tinytrain-run-") as tmp:
-        exe = _private_copy(elf, Path(tmp))
-        if not board.host and host_elf is not None and eval_split.wanted(rc):
-            split = eval_split.run_split(board, exe, _private_copy(host_elf, Path(tmp)), Path(tmp), files, rc,
-                                         _runner(ctx, timeout_s))
-            result, error, phases, hosts = split.result, split.error, split.phases, split.hosts
-        else:
-            result, error = _run(board, exe, Path(tmp) / "run", files, timeout_s, ctx)
-            phases, hosts = in_place_phases(board, rc, host_elf is not None), {}
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # Int8 updates that rounding erases at this run's learning rate (run.json `updates`, issue 17): it needs
+        # nothing from the run, so it is computed while the firmware trains (QEMU is another process).
+        recheck = pool.submit(update_check.for_run, ctx.inputs, qgraph, cfg, layout, rc.learning_rate)
+        with tempfile.TemporaryDirectory(prefix="tinytrain-run-") as tmp:
+            exe = _private_copy(elf, Path(tmp))
+            if not board.host and host_elf is not None and eval_split.wanted(rc):
+                split = eval_split.run_split(board, exe, _private_copy(host_elf, Path(tmp)), Path(tmp), files, rc,
+                                             _runner(ctx, timeout_s))
+                result, error, phases, hosts = split.result, split.error, split.phases, split.hosts
+            else:
+                result, error = _run(board, exe, Path(tmp) / "run", files, timeout_s, ctx)
+                phases, hosts = in_place_phases(board, rc, host_elf is not None), {}
+        if error is not None:
+            recheck.cancel()
     log_text = run_log(result, rc, board, hosts)
     if error is not None:
         raise _explain_failure(error, rc, log_text)
@@ -162,8 +177,7 @@ def run(ctx: StageContext) -> StageResult:
     out = Path(ctx.out_dir)
     (out / "run.log").write_text(log_text)
     outcome["checkpoint"] = keep_checkpoint(result, rc, out)
-    # Int8 updates that rounding erases at this run's learning rate: run.json `updates` (issue 17).
-    updates = update_check.for_run(ctx.inputs, qgraph, cfg, layout, rc.learning_rate)
+    updates = recheck.result()
     doc = finish(out, outcome, qgraph, layout, n_buffers, rc, cfg.get("train.gate"), board, size, data_info,
                  result, estimate, updates, phases)
     if _model_is_circle(cfg):

@@ -5,6 +5,8 @@ The protocol is stages/train/runtime_config.py's: runtime.bin in; losses.bin, we
 checkpoint flags it also loads `resume.ttck` before training (a refused checkpoint is reported in results.json
 `checkpoint_status` -- tt_model.h's error code -- and training starts from the original weights), skips the
 steps the checkpoint already holds, stops after `stop_after_steps` steps of this run, and saves `checkpoint.ttck`.
+With FLAG_EVAL_DUMP each evaluation also writes every sample's output bytes (eval_before.bin / eval_after.bin): how
+emulate-run checks that the host build's evaluation equals QEMU's (stages/device/eval_split.py).
 
 The text is the same for every model: the model's facts come in as tt_model.h's macros.
 """
