@@ -220,3 +220,31 @@ def test_fast_training_tracks_the_reference_training():
     np.testing.assert_allclose(lb, la, rtol=1e-4, atol=1e-5)
     for name in tg.meta["train"]["trained"]:
         np.testing.assert_allclose(sb[name], sa[name], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape,o,act,bias,keep", [((1, 1280), 10, "none", False, False), ((7, 33), 5, "relu6", True, False),
+                                                  ((4, 1, 1, 24), 6, "relu", True, False),
+                                                  ((2, 3, 16), 4, "none", True, True)])
+def test_fast_float_fully_connected_is_the_reference_bit_for_bit(shape, o, act, bias, keep):
+    """fast_float's fully_connected adds the products in the reference kernel's order (np.add.accumulate): the same
+    bits, so the analysis' choices do not move; shapes as the reference's (keep_num_dims, a 4-D input)."""
+    from tinytrain.stages.golden.forward import run_op as ref_run_op
+    from tinytrain.stages.model.ir import Graph, Op, Tensor
+
+    rng = np.random.default_rng(sum(shape) + o)
+    depth = shape[-1] if len(shape) != 4 else int(np.prod(shape[1:]))
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    w = rng.standard_normal((o, depth)).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32) if bias else None
+    y_shape = [1, *shape[1:-1], o] if keep else [1, o]
+    tensors = {"x": Tensor("x", [1, *shape[1:]], "float32"), "w": Tensor("w", [o, depth], "float32", data=w),
+               "y": Tensor("y", y_shape, "float32")}
+    if bias:
+        tensors["b"] = Tensor("b", [o], "float32", data=b)
+    op = Op("fully_connected", ["x", "w", "b" if bias else None], ["y"], {"act": act, "keep_num_dims": keep})
+    g = Graph(tensors=tensors, ops=[op], inputs=["x"], outputs=["y"])
+    values = {"x": x, "w": w, **({"b": b} if bias else {})}
+    want = ref_run_op(g, op, values, n=shape[0])[0]
+    got = fast_float.run_op(g, op, values, n=shape[0])[0]
+    assert got.shape == want.shape and got.dtype == want.dtype == np.float32
+    assert got.tobytes() == want.tobytes()
