@@ -427,8 +427,15 @@ def verified_auto(mm: MemoryModel, table: dict[str, Any], budget: int, exact: Ex
     peak); if no searched plan fits, the smallest plan (which smallest_plan_check found to fit). Returns plan,
     predicted, the chosen search's result, positions and the verification record (search_trace.json)."""
     problem, positions = build_problem(mm, table)
-    # Widening the capacity cannot beat the plan the search picks with no limit at all.
-    top = search(problem, NO_LIMIT, method, seed).best
+    # Widening the capacity cannot beat the plan the search picks with no limit at all. That search has the largest
+    # frontiers of all: it runs only when a fitting plan leaves slack (the one case that asks for it).
+    unlimited: list[Choice | None] = []
+
+    def top() -> Choice | None:
+        if not unlimited:
+            unlimited.append(search(problem, NO_LIMIT, method, seed).best)
+        return unlimited[0]
+
     rounds: list[dict[str, Any]] = []
     chosen: tuple | None = None
     cap, lo, hi = budget, None, None            # lo: largest capacity whose plan fit; hi: smallest that did not
@@ -449,7 +456,7 @@ def verified_auto(mm: MemoryModel, table: dict[str, Any], budget: int, exact: Ex
         if fits:
             lo = cap
             slack = budget - peak
-            if slack <= SLACK_TOLERANCE * budget or (top is not None and res.best.gain >= top.gain - 1e-12):
+            if slack <= SLACK_TOLERANCE * budget or (top() is not None and res.best.gain >= top().gain - 1e-12):
                 break
             nxt = cap + slack if hi is None else min(cap + slack, (cap + hi) // 2)
         else:
