@@ -248,3 +248,38 @@ def test_fast_float_fully_connected_is_the_reference_bit_for_bit(shape, o, act, 
     got = fast_float.run_op(g, op, values, n=shape[0])[0]
     assert got.shape == want.shape and got.dtype == want.dtype == np.float32
     assert got.tobytes() == want.tobytes()
+
+
+def test_parallel_measurements_equal_the_sequential_ones(monkeypatch):
+    """Analysis.measure runs the units still to measure side by side in forked workers: each result (and so the
+    table) is exactly what measuring them one by one in this process gives; a failing worker falls back to that."""
+    from types import SimpleNamespace
+
+    g = graph_of("residual_int8")
+    fg = C.dequantize_graph(g)
+    x, y = _data(fg, 48)
+    ds = SimpleNamespace(x_train=x, y_train=y, regression=False, x_test=x[:2], y_test=y[:2])
+    settings = C.AnalysisSettings(samples=24, eval_samples=16)
+    import tinytrain.stages.train.data as D
+    monkeypatch.setattr(D, "check_compatible", lambda *a, **k: None)
+
+    def table(workers: int, measure=None) -> dict:
+        monkeypatch.setattr(C, "worker_count", lambda: workers)
+        m = measure or C.make_measure(g, ds, settings)
+        an = C.Analysis(g, m, settings, graph_dig="g", data_dig="d")
+        an.measure_all()
+        return an.table()
+
+    one = table(1)
+    assert table(2) == one and one["measured"] == len({u["key"] for u in one["units"]})
+    import os
+    parent = os.getpid()
+    real = C.make_measure(g, ds, settings)
+
+    def failing(plan):     # fails in every worker (with an error that does not even pickle), works here
+        if os.getpid() != parent:
+            raise C.ContributionError("worker", hint="x")
+        return real(plan)
+
+    failing.warm = real.warm
+    assert table(2, failing) == one
