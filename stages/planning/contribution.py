@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -74,6 +73,7 @@ import numpy as np
 from tinytrain.pipeline.contract import StageContext, StageResult, no_progress
 from tinytrain.pipeline.errors import UserError
 from tinytrain.stages.golden import fast_float
+from tinytrain.stages.planning.parallel import fork_map, worker_count
 from tinytrain.stages.planning.contribution_cache import (
     UNIT_VALUE,
     UNIT_VERSION,
@@ -183,44 +183,13 @@ def base_unit(desc: dict[str, Any]) -> str | None:
     return None
 
 
-def worker_count() -> int:
-    """Cores this process may run on (the analysis measures one unit per core)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:      # not on Linux
-        return os.cpu_count() or 1
-
-
 def parallel_measure(measure: Measure, plans: list[TrainPlan | None]) -> list[dict[str, Any]] | None:
-    """measure(plan) for every plan, on worker_count() forked processes; None when that is not possible (no fork,
-    a worker failed): the caller then measures one by one, where a failure is reported as it should be. Each unit
-    is a seeded, deterministic run of its own, so its result does not depend on where it ran; the workers inherit
-    the parent's memory (the frozen prefix's cached activations, `warm`ed first: a child's own fills would be lost
-    with it). Fork passes `measure` (a closure: not picklable) to the children without pickling it."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    if "fork" not in multiprocessing.get_all_start_methods():
-        return None
+    """measure(plan) for every plan on every core (parallel.fork_map; None: measure here instead). Each unit is a
+    seeded, deterministic run of its own, so its result does not depend on where it ran. The workers inherit the
+    parent's memory: the frozen prefix's cached activations are `warm`ed first (a child's own fills would be lost
+    with it)."""
     measure.warm()  # type: ignore[attr-defined]
-    try:
-        with ProcessPoolExecutor(max_workers=min(worker_count(), len(plans)),
-                                 mp_context=multiprocessing.get_context("fork"),
-                                 initializer=_child_measure_is, initargs=(measure,)) as pool:
-            return list(pool.map(_child_measure, plans))
-    except Exception:       # noqa: BLE001 -- e.g. an exception that does not pickle; measured again one by one
-        return None
-
-
-_CHILD: list[Measure] = []      # a forked worker's measure (set by its initializer, in the child only)
-
-
-def _child_measure_is(measure: Measure) -> None:
-    _CHILD[:] = [measure]
-
-
-def _child_measure(plan: TrainPlan | None) -> dict[str, Any]:
-    return _CHILD[0](plan)
+    return fork_map(measure, plans)
 
 
 # The counters of one analysis (what was measured, reused, dropped): for the log, the stage summary and
@@ -285,27 +254,30 @@ class Analysis:
         self.docs[key] = {k: v for k, v in doc.items() if k not in ("key", "id", "plan")}
 
     def measure(self, ids: list[str]) -> None:
-        """Measure (or reuse) the named units. Those still to measure are independent runs: with several cores they
-        run side by side in forked workers (parallel_measure), each exactly as it would run here."""
+        """Measure (or reuse) the named units."""
         ids = list(dict.fromkeys(ids))
-        todo: dict[str, str] = {}       # key -> the first unit with it (an empty bias region is the reference)
-        for uid in ids:
-            key = self.keys[uid]
+        self.measure_plans([self.desc[uid][1] for uid in ids], names=ids)
+
+    def measure_plans(self, plans: list[TrainPlan | None], names: list[str] | None = None) -> None:
+        """Measure (or reuse) these plans as units. Those still to measure are independent runs: with several cores
+        they run side by side in forked workers (parallel_measure), each exactly as it would run here."""
+        todo: dict[str, tuple[str, TrainPlan | None]] = {}    # key -> (a name, the plan); one run per key
+        for n, plan in enumerate(plans):
+            key = self.key(plan)
             if key not in self.docs and key not in todo and not self._reuse(key):
-                todo[key] = uid
+                todo[key] = (names[n] if names else f"plan {n + 1}", plan)
         # Only a measure that says how to share its state (`warm`: make_measure's) goes to workers; any other (a
         # test's stand-in, whose side effects must stay in this process) runs here.
         if len(todo) > 1 and worker_count() > 1 and hasattr(self._measure, "warm"):
-            plans = [self.desc[uid][1] for uid in todo.values()]
             self.progress(f"measuring {len(todo)} options on {min(worker_count(), len(todo))} cores", 0.0)
-            results = parallel_measure(self._measure, plans)
+            results = parallel_measure(self._measure, [plan for _, plan in todo.values()])
             if results is not None:
                 for key, res in zip(todo, results):
                     self._record(key, res)
-        for n, (key, uid) in enumerate(todo.items()):
+        for n, (key, (name, plan)) in enumerate(todo.items()):
             if key not in self.docs:
-                self.progress(f"measuring {uid} ({n + 1}/{len(todo)})", n / max(1, len(todo)))
-                self._record(key, self._measure(self.desc[uid][1]))
+                self.progress(f"measuring {name} ({n + 1}/{len(todo)})", n / max(1, len(todo)))
+                self._record(key, self._measure(plan))
 
     def measure_all(self) -> None:
         self.measure([uid for uid, _, _ in self.todo])
