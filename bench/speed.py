@@ -12,8 +12,13 @@
    against PyTorch on one thread training the same float graph (tests/torch_mirror.py: forward, cross-entropy,
    backward, SGD on the tensors the firmware trains; the int8 MobileNetV2 as the float graph it stands for,
    stages/contribution.dequantize_graph; a final softmax dropped, as the firmware's fused loss takes logits).
-3. Build times of the example (its own board, stm32f746-disco): cold (an empty cache), no-op (everything
-   cached) and a learning-rate change (emulate-run alone reruns).
+3. Build times of the example and of MobileNetV2 (bench/mbv2_tte.yaml), each on its own board: cold (an empty
+   cache), no-op (everything cached) and a learning-rate change (emulate-run alone reruns), with the cold build's
+   time per stage (the CLI prints the same per stage). Issue 14's goal: a cold MobileNetV2 build <= 15 s.
+4. `scheme: auto` on MobileNetV2 (bench/mbv2_auto.yaml): sparse-plan in a fresh cache (nothing memoised), wall
+   and CPU time (issue 14's goal: <= 2 minutes on 2 cores); bench/auto_mbv2.py compares its choice in detail.
+
+    .venv/bin/python bench/speed.py --only builds   # 3. and 4. alone (a few minutes; no traced steps)
 
 Benchmarks measure; nothing here asserts a time.
 """
@@ -167,20 +172,56 @@ def torch_step_ms(host_build: Any) -> float:
 
 # ---- 3. build times --------------------------------------------------------------------------------
 
-def build_times() -> dict[str, float]:
+def build_times(spec: Path = EXAMPLE, label: str = "digits") -> dict[str, Any]:
+    """Cold, no-op and learning-rate-change builds of `spec` in a fresh cache; the cold build's seconds per stage.
+    Wall time of the build call (the report and the cache writes included), on whatever else the machine runs."""
     with tempfile.TemporaryDirectory(prefix="tt-speed-cache-") as cache, \
             tempfile.TemporaryDirectory(prefix="tt-speed-out-") as out:
-        common = dict(cache_dir=Path(cache), name="speed-build", build={"out_dir": out})
+        common = dict(cache_dir=Path(cache), name=f"speed-build-{label}", build={"out_dir": out})
+        lr = _runtime_value(spec, "learning_rate") * 2
         t = time.perf_counter()
-        _build(EXAMPLE, **common)
+        r = _build(spec, **common)
         cold = time.perf_counter() - t
+        stages = {name: round(st.duration_s, 3) for name, st in r.stages.items()}
         t = time.perf_counter()
-        _build(EXAMPLE, **common)
+        _build(spec, **common)
         noop = time.perf_counter() - t
         t = time.perf_counter()
-        _build(EXAMPLE, **common, **{"train.learning_rate": 0.02})
-        lr = time.perf_counter() - t
-    return {"cold_s": cold, "noop_s": noop, "lr_change_s": lr}
+        _build(spec, **common, **{"train.learning_rate": lr})
+        lr_s = time.perf_counter() - t
+    return {"model": label, "cold_s": cold, "noop_s": noop, "lr_change_s": lr_s, "cold_stages_s": stages}
+
+
+def _runtime_value(spec: Path, name: str) -> float:
+    from tinytrain.pipeline.spec import load_spec
+
+    return float(getattr(load_spec(spec).train, name))
+
+
+# ---- 4. auto on MobileNetV2 --------------------------------------------------------------------------
+
+def auto_time() -> dict[str, Any]:
+    """sparse-plan of bench/mbv2_auto.yaml in a fresh cache (load and quantize built first, not timed): wall and
+    CPU seconds of the child process, and the plan it chose."""
+    import resource
+
+    with tempfile.TemporaryDirectory(prefix="tt-speed-auto-") as tmp:
+        spec = Path(tmp) / "mbv2_auto.yaml"
+        text = (HERE / "mbv2_auto.yaml").read_text()
+        spec.write_text(text.replace("../build/bench-data/", f"{ROOT}/build/bench-data/")
+                        .replace("out_dir: ../build", f"out_dir: {tmp}/build"))
+        cmd = [sys.executable, "-m", "tinytrain", "build", str(spec), "--cache-dir", f"{tmp}/cache", "-q"]
+        subprocess.run(cmd + ["--until", "quantize"], check=True, capture_output=True)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t = time.perf_counter()
+        subprocess.run(cmd + ["--until", "sparse-plan"], check=True, capture_output=True)
+        wall = time.perf_counter() - t
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        plan = json.loads((Path(tmp) / "build" / "mbv2_auto" / "sparse-plan" / "plan.json").read_text())
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    p = plan["predicted"]
+    return {"wall_s": wall, "cpu_s": cpu, "k": p["k"], "weights": p["weights"],
+            "exact_peak_bytes": plan["exact"]["peak_bytes"]}
 
 
 # ---- report --------------------------------------------------------------------------------------
@@ -189,11 +230,9 @@ def _m(n: float | None) -> str:
     return "-" if n is None else f"{n / 1e6:.2f} M" if n >= 1e5 else f"{n / 1e3:.1f} k"
 
 
-def table(doc: dict[str, Any]) -> str:
-    from rich.console import Console
+def _device_tables(console: Any, doc: dict[str, Any]) -> None:
     from rich.table import Table
 
-    console = Console(record=True, width=120)
     t = Table(title="device: one training step (QEMU counts; cycles: stages/device/cycles.py tables)")
     for c in ("model", "kernels", "instr/step", "traced step", "cycles M7", "CPI M7", "cycles M4", "vs TTE (M7)"):
         t.add_column(c, justify="left" if c in ("model", "kernels") else "right")
@@ -211,9 +250,28 @@ def table(doc: dict[str, Any]) -> str:
         h.add_row(d["model"], f"{d['host_ms']:.4f}", "-" if d.get("torch_ms") is None else f"{d['torch_ms']:.4f}",
                   "-" if ratio is None else f"{ratio:.1f}x")
     console.print(h)
-    b = doc["build"]
-    console.print(f"build times of the example: cold {b['cold_s']:.1f} s, no-op {b['noop_s']:.2f} s, "
-                  f"learning-rate change {b['lr_change_s']:.1f} s")
+
+
+def table(doc: dict[str, Any]) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(record=True, width=120)
+    if doc["device"]:
+        _device_tables(console, doc)
+    bt = Table(title="build times (s, wall; cold: an empty cache)")
+    for c in ("model", "cold", "no-op", "lr change", "cold per stage"):
+        bt.add_column(c, justify="left" if c in ("model", "cold per stage") else "right")
+    for b in doc["build"]:
+        per = ", ".join(f"{k} {v:.1f}" for k, v in b["cold_stages_s"].items() if v >= 0.05)
+        bt.add_row(b["model"], f"{b['cold_s']:.1f}", f"{b['noop_s']:.2f}", f"{b['lr_change_s']:.1f}", per)
+    console.print(bt)
+    a = doc.get("auto")
+    if a:
+        ws = ", ".join(f"#{op}@{r:g}" for op, r in sorted(a["weights"].items(), key=lambda t: int(t[0]))) or "none"
+        console.print(f"scheme auto on MobileNetV2 (sparse-plan, fresh cache): {a['wall_s']:.1f} s wall, "
+                      f"{a['cpu_s']:.1f} s CPU; plan k={a['k']}, weights {ws}, exact peak "
+                      f"{a['exact_peak_bytes'] / 1024:.1f} KB")
     return console.export_text()
 
 
@@ -225,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="only the device table (instructions and estimated cycles, portable vs dsp): no host or "
                          "build timings")
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "bench-speed.json")
+    ap.add_argument("--only", choices=("all", "builds"), default="all",
+                    help="builds: only the build times and the auto time (no device traces, no host steps)")
     a = ap.parse_args(argv)
     os.chdir(ROOT)
     if not a.skip_mbv2:
@@ -233,16 +293,19 @@ def main(argv: list[str] | None = None) -> int:
         make()
     models = [("digits", EXAMPLE)] + ([] if a.skip_mbv2 else [("mbv2", MBV2)])
     doc: dict[str, Any] = {"device": [], "host": []}
-    for label, spec in models:
-        for kernels in ("portable", "dsp"):
-            doc["device"].append(device(spec, kernels, label))
-    for label, spec in [] if a.device_only else models:
-        ms, hb = host_step_ms(spec, label)
-        entry: dict[str, Any] = {"model": label, "host_ms": ms}
-        entry["torch_ms"] = torch_step_ms(hb)
-        doc["host"].append(entry)
+    if a.only == "all":
+        for label, spec in models:
+            for kernels in ("portable", "dsp"):
+                doc["device"].append(device(spec, kernels, label))
+        for label, spec in [] if a.device_only else models:
+            ms, hb = host_step_ms(spec, label)
+            entry: dict[str, Any] = {"model": label, "host_ms": ms}
+            entry["torch_ms"] = torch_step_ms(hb)
+            doc["host"].append(entry)
     if not a.device_only:
-        doc["build"] = build_times()
+        doc["build"] = [build_times(spec, label) for label, spec in models]
+        if not a.skip_mbv2:
+            doc["auto"] = auto_time()
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(doc, indent=1) + "\n")
     if a.json:

@@ -77,7 +77,9 @@ STAGES: tuple[StageDef, ...] = (
              ("cross-compile", "codegen", "quantize", "load", "sparse-plan"), "tinytrain.stages.emulate_run",
              "train inside QEMU (or natively for host); export trained weights (.wof, .tflite)",
              tools=(("qemu-system-arm", "--version"),),
-             reads=("cross-compile/firmware.elf", "cross-compile/size.json", "codegen/io_layout.json",
+             # host_eval.elf: the same program built natively, for the accuracy evaluation (stages/emulate_run.py)
+             reads=("cross-compile/firmware.elf", "cross-compile/host_eval.elf", "cross-compile/size.json",
+                    "codegen/io_layout.json",
                     "quantize/graph.json", "quantize/tensors.npz", "load/graph.json",
                     # the int8 update check, re-run at the run's learning rate (stages/quant/update_check.py)
                     "sparse-plan/update_check.json", "sparse-plan/train_plan.json")),

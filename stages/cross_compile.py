@@ -14,6 +14,15 @@ SRAM by section and by region against the board; with "auto", `stack_bound`: how
 `build.json` (flags and source digests).
 A program that does not fit fails with a UserError saying how many KB each region is over.
 
+For an emulated board, also `host_eval.elf`: the same program (same generated C, same kernels, same -D flags)
+built natively with the host's `cc` and the host board support. emulate-run evaluates accuracy on it instead of in
+QEMU (-ffp-contract=off on both sides, no -ffast-math, no libm transcendental: bit-identical by construction, and
+emulate-run checks a sample of evaluations against QEMU). Its units are compiled in the same pool as the
+firmware's, so on two cores it costs little wall time. It is -O2 (BASE_CFLAGS), not the host board's -O3: the
+evaluation runs for well under a second either way and -O3 takes much longer to compile. A host build that fails
+(e.g. a `target.cflags` flag the host compiler does not know) is not an error: build.json says why and
+emulate-run evaluates in QEMU as before.
+
 Every build is reproducible byte for byte: sources are copied into a scratch folder and compiled
 by relative path, so no absolute path reaches the ELF or the map, and an unchanged program keeps
 the same digest (the emulate-run cache key depends on it).
@@ -30,7 +39,7 @@ import struct
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -46,6 +55,7 @@ KERNEL_SOURCE_GLOBS = ("*.c", "ops/*.c")
 
 ARM_CC = "arm-none-eabi-gcc"
 HOST_CC = "cc"
+HOST_EVAL_ELF = "host_eval.elf"   # the native build emulate-run evaluates on (module docstring)
 
 # DESIGN §6: -ffp-contract=off on host and target, so that no a*b+c becomes one fused rounding on
 # one side only; that is what makes QEMU and host results bit-identical.
@@ -84,7 +94,8 @@ def run(ctx: StageContext) -> StageResult:
     defines.update({str(k): str(v) for k, v in (manifest.get("defines") or {}).items()})
     result = build_firmware(
         board, program_dir, ctx.out_dir, kernels=manifest.get("kernels"), defines=defines,
-        extra_cflags=user_cflags, stack_bytes=manifest.get("stack_bytes"), progress=ctx.progress)
+        extra_cflags=user_cflags, stack_bytes=manifest.get("stack_bytes"), progress=ctx.progress,
+        host_eval=not board.host)
     return StageResult(_summary(result.size), _metrics(result.size))
 
 
@@ -135,7 +146,8 @@ def build_firmware(board: Board, program_dir: Path, out_dir: Path, *,
                    extra_cflags: Sequence[str] = (),
                    sanitize: Sequence[str] = (),
                    stack_bytes: int | str | None = None,
-                   progress=no_progress) -> BuildResult:
+                   progress=no_progress,
+                   host_eval: bool = False) -> BuildResult:
     """Compile every `*.c` of `program_dir` (which defines `tt_main`), the kernel library files
     `kernels` (names under kernels_c/; None = every KERNEL_SOURCE_GLOBS file, [] = none) and the board
     support into `out_dir/firmware.elf` (+ firmware.map, size.json, build.json).
@@ -144,6 +156,8 @@ def build_firmware(board: Board, program_dir: Path, out_dir: Path, *,
     `stack_bytes`: the stack section's size; None = the board's; "auto" = the worst-case depth of the linked code
     (linked once with the board's stack, measured by stages/device/stack_bound.py, linked again with that size; where
     the code cannot be bounded, the board's size stays and size.json's `stack_bound` says why).
+    `host_eval` (an emulated board): also build `out_dir/host_eval.elf`, the same program for the host
+    (module docstring); its units share the compile pool with the firmware's.
     Raises UserError when the program does not fit the board, StageFailed when it does not build.
     """
     program_dir, out_dir = Path(program_dir), Path(out_dir)
@@ -154,12 +168,26 @@ def build_firmware(board: Board, program_dir: Path, out_dir: Path, *,
     if shutil.which(cc) is None:
         raise UserError(f"the compiler for board {board.name} ({cc}) is not installed",
                         hint="install gcc-arm-none-eabi and libnewlib-arm-none-eabi" if not board.host else None)
+    host_eval = host_eval and not board.host
+    host_eval_doc: dict[str, Any] | None = None
+    if host_eval and shutil.which(HOST_CC) is None:
+        host_eval, host_eval_doc = False, {"built": False, "reason": f"no host C compiler ({HOST_CC})"}
 
     with tempfile.TemporaryDirectory(prefix="tt-cc-") as tmp:
         work = Path(tmp)
         sources = _stage_sources(work, board, program_dir, kernels)
         cflags = _cflags(board, defines or {}, extra_cflags, sanitize)
-        objects = _compile_all(work, cc, cflags, sources, progress)
+        units = [_Unit(cc, tuple(cflags), s, _object(s, "obj")) for s in sources]
+        if host_eval:
+            hboard = _host_eval_board()
+            hsources = [s for s in sources if s not in _support(board)] + _support(hboard)
+            hflags = _cflags(hboard, defines or {}, extra_cflags, ())
+            hunits = [_Unit(HOST_CC, tuple(hflags), s, _object(s, "obj-host")) for s in hsources]
+        else:
+            hunits = []
+        failed = _compile_units(work, units + hunits, progress)
+        _raise_compile_failures(cc, [failed[u] for u in units if u in failed])
+        objects = [u.obj for u in units]
         progress(f"linking for {board.name}", 0.95)
         auto = stack_bytes == "auto"
         if stack_bytes is not None and not auto and not isinstance(stack_bytes, int):
@@ -188,15 +216,48 @@ def build_firmware(board: Board, program_dir: Path, out_dir: Path, *,
             size["stack_bound"] = bound
         if not size["fits"]:  # the linker script is the first check; this one cannot disagree
             raise _does_not_fit(board, size, {})
+        if host_eval:
+            host_eval_doc = _link_host_eval(work, hunits, failed, hboard, extra_cflags, out_dir)
         shutil.copyfile(elf, out_dir / "firmware.elf")
         os.chmod(out_dir / "firmware.elf", 0o755)
         shutil.copyfile(mapfile, out_dir / "firmware.map")
         rel_sources = [str(s) for s in sources]
         build = {"board": board.name, "compiler": cc, "cflags": cflags, "ldflags": ldflags,
                  "sources": {s: _sha256(work / s) for s in rel_sources}}
+        if host_eval_doc is not None:
+            build["host_eval"] = host_eval_doc
     (out_dir / "size.json").write_text(json.dumps(size, indent=1) + "\n")
     (out_dir / "build.json").write_text(json.dumps(build, indent=1) + "\n")
     return BuildResult(board, out_dir / "firmware.elf", out_dir / "firmware.map", size, rel_sources, cflags, ldflags)
+
+
+def _host_eval_board() -> Board:
+    """The host board without its -O3 (module docstring: -O2 evaluates as fast for our purpose and compiles faster;
+    the optimisation level does not change IEEE results under -ffp-contract=off)."""
+    return replace(get_board("host"), cflags=())
+
+
+def _support(board: Board) -> list[Path]:
+    return [Path("src/kernels_c/boards") / p.name for p in board.support_sources]
+
+
+def _link_host_eval(work: Path, hunits: list["_Unit"], failed: dict["_Unit", str], hboard: Board,
+                    extra_cflags: Sequence[str], out_dir: Path) -> dict[str, Any]:
+    """Link host_eval.elf into `out_dir`; build.json's `host_eval` entry (built, or why not)."""
+    bad = [failed[u] for u in hunits if u in failed]
+    hflags = list(hunits[0].cflags)
+    if bad:
+        first = bad[0].splitlines()
+        return {"built": False, "reason": f"the host compiler failed on {len(bad)} file(s): "
+                                          + " | ".join(first[:3])}
+    ldflags = _ldflags(hboard, extra_cflags, (), None)
+    proc = _link(work, HOST_CC, hflags, ldflags, [u.obj for u in hunits], work / HOST_EVAL_ELF,
+                 work / "host_eval.map", hboard)
+    if proc.returncode != 0:
+        return {"built": False, "reason": "linking for the host failed: " + " | ".join(proc.stderr.splitlines()[:3])}
+    shutil.copyfile(work / HOST_EVAL_ELF, out_dir / HOST_EVAL_ELF)
+    os.chmod(out_dir / HOST_EVAL_ELF, 0o755)
+    return {"built": True, "elf": HOST_EVAL_ELF, "compiler": HOST_CC, "cflags": hflags, "ldflags": ldflags}
 
 
 def _stage_sources(work: Path, board: Board, program_dir: Path, kernels: Sequence[str] | None) -> list[Path]:
@@ -220,8 +281,7 @@ def _stage_sources(work: Path, board: Board, program_dir: Path, kernels: Sequenc
             if ".." in Path(name).parts or not p.is_file():
                 raise StageFailed(f"sources.json names kernel {name!r}, which is not in kernels_c/")
             lib.append(p.relative_to(work))
-    support = [Path("src/kernels_c/boards") / p.name for p in board.support_sources]
-    return program + lib + support
+    return program + lib + _support(board)
 
 
 def _cflags(board: Board, defines: dict[str, str], extra: Sequence[str], sanitize: Sequence[str]) -> list[str]:
@@ -263,28 +323,46 @@ def _ldflags(board: Board, extra: Sequence[str], sanitize: Sequence[str], stack_
     return flags + list(extra)
 
 
-def _compile_all(work: Path, cc: str, cflags: list[str], sources: list[Path], progress) -> list[Path]:
-    objects = [Path("obj") / s.relative_to("src").with_suffix(".o") for s in sources]
-    for o in objects:
-        (work / o).parent.mkdir(parents=True, exist_ok=True)
+@dataclass(frozen=True)
+class _Unit:
+    """One compilation: `cc cflags -c src -o obj`, both relative to the scratch folder."""
+    cc: str
+    cflags: tuple[str, ...]
+    src: Path
+    obj: Path
 
-    def one(pair: tuple[Path, Path]) -> tuple[Path, subprocess.CompletedProcess]:
-        s, o = pair
-        cmd = [cc, *cflags, "-c", str(s), "-o", str(o)]
-        return s, subprocess.run(cmd, cwd=work, capture_output=True, text=True, errors="replace")
 
-    failures = []
-    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
-        for i, (s, proc) in enumerate(pool.map(one, zip(sources, objects))):
-            progress(f"compiled {s.name}", 0.9 * (i + 1) / len(sources))
+def _object(src: Path, obj_dir: str) -> Path:
+    return Path(obj_dir) / src.relative_to("src").with_suffix(".o")
+
+
+def _compile_units(work: Path, units: list[_Unit], progress) -> dict[_Unit, str]:
+    """Compile every unit, as many at a time as there are cores (each gcc is one process on one core); returns
+    the failed units with their compiler output. The largest files start first, so a long one does not run alone
+    at the end while the other cores idle."""
+    for u in units:
+        (work / u.obj).parent.mkdir(parents=True, exist_ok=True)
+
+    def one(u: _Unit) -> tuple[_Unit, subprocess.CompletedProcess]:
+        cmd = [u.cc, *u.cflags, "-c", str(u.src), "-o", str(u.obj)]
+        return u, subprocess.run(cmd, cwd=work, capture_output=True, text=True, errors="replace")
+
+    order = sorted(units, key=lambda u: -(work / u.src).stat().st_size)
+    failed: dict[_Unit, str] = {}
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        for i, (u, proc) in enumerate(pool.map(one, order)):
+            progress(f"compiled {u.src.name}", 0.9 * (i + 1) / len(units))
             if proc.returncode != 0:
-                failures.append(f"{s}:\n{proc.stderr.strip()}")
+                failed[u] = f"{u.src}:\n{proc.stderr.strip()}"
+    return failed
+
+
+def _raise_compile_failures(cc: str, failures: list[str]) -> None:
     if failures:
         text = "\n".join(failures)
         lines = text.splitlines()
         shown = "\n".join(lines[:60]) + (f"\n... ({len(lines) - 60} more lines)" if len(lines) > 60 else "")
         raise StageFailed(f"C compilation failed ({len(failures)} file(s), {cc} {' '.join(BASE_CFLAGS)}):\n{shown}")
-    return objects
 
 
 def _link(work: Path, cc: str, cflags: list[str], ldflags: list[str], objects: list[Path], elf: Path,

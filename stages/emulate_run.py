@@ -52,6 +52,14 @@ are the heads' targets back to back (stages/data.target_rows); the firmware repo
 loss (every head's weighted loss) as bits (`loss_before_bits` / `loss_after_bits`), run.json has `test_loss`
 {before, after, delta}, and the gate keeps the trained weights when before - after >= min_delta (loss units).
 
+Where the phases run (run.json `phases`): on an emulated board, QEMU trains and the accuracy (MSE, test loss)
+before and after is evaluated natively on cross-compile's `host_eval.elf`, the same generated C built for the host
+(stages/device/eval_split.py): bit-identical by construction, and checked on every run -- QEMU evaluates the first
+eval_split.CHECK_SAMPLES test samples too, before and after, and their output bytes must equal the host's (a
+difference is a build error). The host evaluates from QEMU's trained state (a checkpoint), while QEMU trains for
+the evaluation before. `instructions.total_run` counts what QEMU ran (training + the check samples). Without a
+host build (no `cc`, or it failed: cross-compile's build.json says why) QEMU evaluates as before.
+
 Cycle estimates: QEMU counts instructions, not cycles. `cycles_estimate` assumes one cycle per instruction at
 the board's real clock (216 MHz for the STM32F746). `cycles_per_step_estimate` is better founded: one training
 step traced in QEMU (`-d in_asm,exec,nochain`), every instruction classed and costed with a Cortex-M4 / M7
@@ -68,15 +76,18 @@ import math
 import shutil
 import struct
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-from tinytrain.pipeline.contract import StageContext, StageResult
+from tinytrain.pipeline.contract import StageContext, StageResult, no_progress
 from tinytrain.pipeline.errors import StageFailed, UserError
 from tinytrain.pipeline.plots import Picture, loss_figure
+from tinytrain.stages.cross_compile import HOST_EVAL_ELF
 from tinytrain.stages.device import cycles
+from tinytrain.stages.device import eval_split
 from tinytrain.stages.device import export
 from tinytrain.stages.quant import rescale, update_check
 from tinytrain.stages.model import wof
@@ -143,14 +154,23 @@ def run(ctx: StageContext) -> StageResult:
     resume = cfg.get("train.resume_from")
     if resume is not None:
         files["resume.ttck"] = checked_checkpoint(Path(resume), layout)
-    with tempfile.TemporaryDirectory(prefix="tinytrain-run-") as tmp:
-        # Artifacts come out of the cache read-only and without the execute bit: the host board runs a
-        # private copy. The run folder is a sibling, so the firmware cannot see (or clobber) its ELF.
-        exe = Path(tmp) / "firmware.elf"
-        shutil.copyfile(elf, exe)
-        exe.chmod(0o755)
-        result, error = _run(board, exe, Path(tmp) / "run", files, timeout_s, ctx)
-    log_text = run_log(result, rc, board)
+    host_elf = ctx.inputs.get(f"cross-compile/{HOST_EVAL_ELF}")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # Int8 updates that rounding erases at this run's learning rate (run.json `updates`, issue 17): it needs
+        # nothing from the run, so it is computed while the firmware trains (QEMU is another process).
+        recheck = pool.submit(update_check.for_run, ctx.inputs, qgraph, cfg, layout, rc.learning_rate)
+        with tempfile.TemporaryDirectory(prefix="tinytrain-run-") as tmp:
+            exe = _private_copy(elf, Path(tmp))
+            if not board.host and host_elf is not None and eval_split.wanted(rc):
+                split = eval_split.run_split(board, exe, _private_copy(host_elf, Path(tmp)), Path(tmp), files, rc,
+                                             _runner(ctx, timeout_s))
+                result, error, phases, hosts = split.result, split.error, split.phases, split.hosts
+            else:
+                result, error = _run(board, exe, Path(tmp) / "run", files, timeout_s, ctx)
+                phases, hosts = in_place_phases(board, rc, host_elf is not None), {}
+        if error is not None:
+            recheck.cancel()
+    log_text = run_log(result, rc, board, hosts)
     if error is not None:
         raise _explain_failure(error, rc, log_text)
 
@@ -159,10 +179,9 @@ def run(ctx: StageContext) -> StageResult:
     out = Path(ctx.out_dir)
     (out / "run.log").write_text(log_text)
     outcome["checkpoint"] = keep_checkpoint(result, rc, out)
-    # Int8 updates that rounding erases at this run's learning rate: run.json `updates` (issue 17).
-    updates = update_check.for_run(ctx.inputs, qgraph, cfg, layout, rc.learning_rate)
+    updates = recheck.result()
     doc = finish(out, outcome, qgraph, layout, n_buffers, rc, cfg.get("train.gate"), board, size, data_info,
-                 result, estimate, updates)
+                 result, estimate, updates, phases)
     if _model_is_circle(cfg):
         from tinytrain.stages.model.circle_training import write_circle_plus
 
@@ -170,6 +189,38 @@ def run(ctx: StageContext) -> StageResult:
         kind = getattr(opt, "kind", None) or dict(opt or {}).get("kind", "sgd")
         write_circle_plus(out / "trained_int8.tflite", out / CIRCLE_ARTIFACT, kind, rc, layout.get("loss") == "mse")
     return StageResult(summary=doc["summary"], metrics=_metrics(doc))
+
+
+def _private_copy(elf: Path, folder: Path) -> Path:
+    """Artifacts come out of the cache read-only and without the execute bit: the host runs a private copy. The
+    run folders are its siblings, so a program cannot see (or clobber) an ELF."""
+    exe = folder / Path(elf).name
+    shutil.copyfile(elf, exe)
+    exe.chmod(0o755)
+    return exe
+
+
+def _runner(ctx: StageContext, timeout_s: float) -> eval_split.Runner:
+    """run_firmware with this stage's settings; progress only for the run that trains (the host runs evaluate)."""
+    def run(board: Board, exe: Path, workdir: Path, files: dict[str, bytes], report: bool) -> RunResult:
+        if report:
+            ctx.progress(f"training on {board.name} in QEMU {board.qemu_machine} (evaluation: natively)", 0.05)
+        return run_firmware(board, exe, workdir, files, timeout_s, progress=ctx.progress if report else no_progress,
+                            epochs=int(ctx.config["train.epochs"]),
+                            samples_per_step=int(ctx.config.get("train.batch_size") or 1))
+    return run
+
+
+def in_place_phases(board: Board, rc: RuntimeConfig, host_built: bool) -> dict[str, Any]:
+    """run.json's `phases` when one program run does everything (the host board, or no host build to evaluate on)."""
+    where = "host" if board.host else f"QEMU {board.qemu_machine}"
+    doc: dict[str, Any] = {"train": {"where": where}}
+    for phase in eval_split.wanted(rc):
+        doc[f"evaluate_{phase}"] = {"where": where}
+    if not board.host and eval_split.wanted(rc):
+        doc["host_eval"] = ("not used: no training run" if host_built
+                            else "cross-compile built no host_eval.elf (its build.json says why)")
+    return doc
 
 
 def cycle_estimate(board: Board, elf: Path, files: dict[str, bytes], rc: RuntimeConfig, res: Mapping[str, Any],
@@ -437,7 +488,8 @@ def _console_tail(result: RunResult, n: int = 15) -> str:
     return ("\n  last lines of the console:\n" + "\n".join("    " + ln for ln in lines[-n:])) if lines else ""
 
 
-def run_log(result: RunResult | None, rc: RuntimeConfig, board: Board) -> str:
+def run_log(result: RunResult | None, rc: RuntimeConfig, board: Board,
+            hosts: Mapping[str, RunResult] | None = None) -> str:
     if result is None:
         return ""
     # Progress lines are for the live display; in the log one in 50 is plenty (the rest would be most of it).
@@ -454,6 +506,8 @@ def run_log(result: RunResult | None, rc: RuntimeConfig, board: Board) -> str:
              f"# runtime: {json.dumps(_rc_json(rc), sort_keys=True)}",
              f"# exit code {result.exit_code}; {seen} progress lines, 1 in 50 kept", "", "## console",
              "\n".join(lines).rstrip(), "", "## emulator log", result.log.rstrip() or "(empty)", ""]
+    for phase, host in (hosts or {}).items():
+        parts += [f"## host build, evaluation {phase} training (console)", host.console.rstrip() or "(empty)", ""]
     return "\n".join(parts)
 
 
@@ -523,7 +577,7 @@ def gate_decision(gate: Any, before: float | None, after: float | None) -> dict[
 def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[str, Any], n_buffers: int,
            rc: RuntimeConfig, gate: Any, board: Board, size: Mapping[str, Any], data_info: Mapping[str, Any],
            result: RunResult, estimate: dict[str, Any] | None = None,
-           updates: dict[str, Any] | None = None) -> dict[str, Any]:
+           updates: dict[str, Any] | None = None, phases: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write run.json, loss.svg/.png, weights.bin, trained.wof, trained_int8.tflite; return run.json's document."""
     res, losses = outcome["results"], outcome["losses"]
     entries = list(layout.get("trained_tensors") or [])
@@ -614,6 +668,7 @@ def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[st
                    "sram_used": sram.get("used"), "sram_available": sram.get("available"),
                    "fits": size.get("fits"), "source": "cross-compile/size.json"},
         "gate": decision,
+        **({"phases": phases} if phases else {}),
         **({"checkpoint": outcome["checkpoint"]} if outcome.get("checkpoint") else {}),
         "export": {"weights": "trained" if decision["accepted"] else "original",
                    "wof": "trained.wof", "wof_n_buffers": n_buffers, "wof_absent_offset": wof.ABSENT,

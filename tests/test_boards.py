@@ -391,8 +391,12 @@ def test_stage_run_builds_from_the_codegen_folder(board, tmp_path):
         inputs={"codegen/selftest.c": codegen / "selftest.c", "codegen/sources.json": codegen / "sources.json"},
         out_dir=out)
     result = cross_compile.run(ctx)
-    assert sorted(p.name for p in out.iterdir()) == ["build.json", "firmware.elf", "firmware.map", "size.json"]
+    # An emulated board also gets the same program built natively, for emulate-run's evaluation.
+    extra = [] if board == "host" else ["host_eval.elf"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(["build.json", "firmware.elf", "firmware.map", "size.json",
+                                                            *extra])
     build = json.loads((out / "build.json").read_text())
+    assert ("host_eval" in build) == (board != "host") and build.get("host_eval", {"built": True})["built"]
     assert "-DTT_EXAMPLE=3" in build["cflags"] and "-DTT_KERNELS_PORTABLE=1" in build["cflags"]
     assert all(not s.startswith("/") for s in build["sources"])
     assert result.metrics["board"] == board and board in result.summary or "host" in result.summary

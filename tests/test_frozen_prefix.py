@@ -220,3 +220,66 @@ def test_fast_training_tracks_the_reference_training():
     np.testing.assert_allclose(lb, la, rtol=1e-4, atol=1e-5)
     for name in tg.meta["train"]["trained"]:
         np.testing.assert_allclose(sb[name], sa[name], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape,o,act,bias,keep", [((1, 1280), 10, "none", False, False), ((7, 33), 5, "relu6", True, False),
+                                                  ((4, 1, 1, 24), 6, "relu", True, False),
+                                                  ((2, 3, 16), 4, "none", True, True)])
+def test_fast_float_fully_connected_is_the_reference_bit_for_bit(shape, o, act, bias, keep):
+    """fast_float's fully_connected adds the products in the reference kernel's order (np.add.accumulate): the same
+    bits, so the analysis' choices do not move; shapes as the reference's (keep_num_dims, a 4-D input)."""
+    from tinytrain.stages.golden.forward import run_op as ref_run_op
+    from tinytrain.stages.model.ir import Graph, Op, Tensor
+
+    rng = np.random.default_rng(sum(shape) + o)
+    depth = shape[-1] if len(shape) != 4 else int(np.prod(shape[1:]))
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    w = rng.standard_normal((o, depth)).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32) if bias else None
+    y_shape = [1, *shape[1:-1], o] if keep else [1, o]
+    tensors = {"x": Tensor("x", [1, *shape[1:]], "float32"), "w": Tensor("w", [o, depth], "float32", data=w),
+               "y": Tensor("y", y_shape, "float32")}
+    if bias:
+        tensors["b"] = Tensor("b", [o], "float32", data=b)
+    op = Op("fully_connected", ["x", "w", "b" if bias else None], ["y"], {"act": act, "keep_num_dims": keep})
+    g = Graph(tensors=tensors, ops=[op], inputs=["x"], outputs=["y"])
+    values = {"x": x, "w": w, **({"b": b} if bias else {})}
+    want = ref_run_op(g, op, values, n=shape[0])[0]
+    got = fast_float.run_op(g, op, values, n=shape[0])[0]
+    assert got.shape == want.shape and got.dtype == want.dtype == np.float32
+    assert got.tobytes() == want.tobytes()
+
+
+def test_parallel_measurements_equal_the_sequential_ones(monkeypatch):
+    """Analysis.measure runs the units still to measure side by side in forked workers: each result (and so the
+    table) is exactly what measuring them one by one in this process gives; a failing worker falls back to that."""
+    from types import SimpleNamespace
+
+    g = graph_of("residual_int8")
+    fg = C.dequantize_graph(g)
+    x, y = _data(fg, 48)
+    ds = SimpleNamespace(x_train=x, y_train=y, regression=False, x_test=x[:2], y_test=y[:2])
+    settings = C.AnalysisSettings(samples=24, eval_samples=16)
+    import tinytrain.stages.train.data as D
+    monkeypatch.setattr(D, "check_compatible", lambda *a, **k: None)
+
+    def table(workers: int, measure=None) -> dict:
+        monkeypatch.setattr(C, "worker_count", lambda: workers)
+        m = measure or C.make_measure(g, ds, settings)
+        an = C.Analysis(g, m, settings, graph_dig="g", data_dig="d")
+        an.measure_all()
+        return an.table()
+
+    one = table(1)
+    assert table(2) == one and one["measured"] == len({u["key"] for u in one["units"]})
+    import os
+    parent = os.getpid()
+    real = C.make_measure(g, ds, settings)
+
+    def failing(plan):     # fails in every worker (with an error that does not even pickle), works here
+        if os.getpid() != parent:
+            raise C.ContributionError("worker", hint="x")
+        return real(plan)
+
+    failing.warm = real.warm
+    assert table(2, failing) == one

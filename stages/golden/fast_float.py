@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from tinytrain.stages.golden import forward as ref_exec
+from tinytrain.stages.golden.kernel_common import float_act
 from tinytrain.stages.model.geometry import out_size_and_pad
 from tinytrain.stages.model.ir import Graph, Op
 
@@ -97,7 +98,44 @@ def depthwise_conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: 
     return acc
 
 
+def fully_connected(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, act: str) -> np.ndarray:
+    """Float FULLY_CONNECTED rows [R, O], bit for bit the reference kernel's: it adds the products x[:, d]·w[:, d]
+    one input index d after another in float32 (a numpy pass per d: 1280 of them for MobileNetV2's classifier);
+    np.add.accumulate adds in that same order, in one call (it is sequential by definition, unlike np.sum's
+    pairwise sums)."""
+    o, depth = w.shape
+    rows = np.asarray(x, np.float32).reshape(-1, depth)
+    prod = rows.T[:, :, None] * np.asarray(w, np.float32).T[:, None, :]       # [depth, R, O], float32 products
+    if depth:
+        prod[0] += np.float32(0)      # the reference starts from +0: a first product of -0 sums to +0 there too
+    acc = np.add.accumulate(prod, axis=0, dtype=np.float32)[-1] if depth else np.zeros((len(rows), o), np.float32)
+    if b is not None:
+        acc = acc + np.asarray(b, np.float32)
+    return float_act(acc, act).astype(np.float32)
+
+
+def _fc_fast(graph: Graph, op: Op, values: dict[str, np.ndarray]) -> list[np.ndarray] | None:
+    """fully_connected on the float path with the reference's output shape rules, or None (the caller runs the
+    reference: quantized, or an input that does not split into rows)."""
+    if not _is_float(graph, op) or op.attrs.get("act", "none") not in _ACT:
+        return None
+    x, w = np.asarray(values[op.inputs[0]]), values[op.inputs[1]]
+    b = values[op.inputs[2]] if len(op.inputs) > 2 and op.inputs[2] is not None else None
+    o, depth = w.shape
+    if not depth or x.size % depth:
+        return None
+    out = fully_connected(x, w, b, op.attrs.get("act", "none"))
+    if op.attrs.get("keep_num_dims"):
+        return [out.reshape(x.shape[:-1] + (o,))]
+    target = (x.shape[0],) + tuple(graph.tensors[op.outputs[0]].shape[1:])
+    return [out.reshape(target) if out.size == int(np.prod(target)) else out]
+
+
 def run_op(graph: Graph, op: Op, values: dict[str, np.ndarray], *, index: int = 0, n: int = 1) -> list[np.ndarray]:
+    if op.type == "fully_connected":
+        out = _fc_fast(graph, op, values)
+        if out is not None:
+            return out
     if op.type == "depthwise_conv2d" and _is_float(graph, op) and op.attrs.get("act", "none") in _ACT:
         b = values[op.inputs[2]] if len(op.inputs) > 2 and op.inputs[2] is not None else None
         return [depthwise_conv2d(values[op.inputs[0]], values[op.inputs[1]], b, op.attrs)]

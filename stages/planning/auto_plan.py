@@ -20,7 +20,7 @@ from tinytrain.stages.planning import contribution as contrib
 from tinytrain.stages.planning.contribution import SCORE_FLOOR
 from tinytrain.stages.model.ir import Graph
 from tinytrain.stages.train.losses import heads_from, loss_config
-from tinytrain.stages.planning.plan_exact import ExactPeaks
+from tinytrain.stages.planning.plan_exact import ExactPeaks, ExactUnavailable
 from tinytrain.stages.planning.memory_model import WEIGHT_RATIOS, MemoryModel, kb, short_name
 from tinytrain.stages.planning.plan_report import _ratio_text
 from tinytrain.stages.planning.budget_search import Choice, Option, Problem, SearchResult, search
@@ -295,6 +295,7 @@ def whole_plan_choice(an, graph: Graph, mm: MemoryModel, table: dict[str, Any], 
             table_cands.append(("table unit", int(u["k"]), {}))
         else:
             table_cands.append(("table unit", int(u["reference_k"]), {int(u["position"]): float(u["ratio"])}))
+    _prefetch(an, graph, mm, positions, problem, cands, table_cands, capacity, budget, exact, use_exact)
     seen: set[tuple] = set()
     rows: list[dict[str, Any]] = []
     chosen: tuple | None = None
@@ -336,6 +337,39 @@ def whole_plan_choice(an, graph: Graph, mm: MemoryModel, table: dict[str, Any], 
               "rule": "the candidate with the largest measured gain (each fine-tuned as one unit); the search's "
                       "choice unless another measures strictly better"}
     return (plan, predicted, res, positions, verification), record
+
+
+def _prefetch(an, graph: Graph, mm: MemoryModel, positions: list[int], problem: Problem, cands: list, table_cands: list,
+              capacity: int, budget: int | None, exact: ExactPeaks, use_exact: bool) -> None:
+    """Compute ahead, on every core, what whole_plan_choice's loop will ask for: the candidates' exact peaks, then
+    the measurements of those that fit. Both are deterministic per plan and memoised, so the loop then finds the
+    same numbers it would have computed one by one, and decides exactly as before. (The table units it may try are
+    measured already; only the first MAX_TABLE_UNITS + 1 of them get a peak ahead.)"""
+    seen: set[tuple] = set()
+    plans: list[tuple[str, TrainPlan, int, dict[int, float]]] = []
+    for source, k, ratios in cands + table_cands[:MAX_TABLE_UNITS + 1]:
+        sig = (k, tuple(sorted(ratios.items())))
+        if sig in seen or problem.bias[k - 1] is None or not problem.valid(k, ratios):
+            continue
+        seen.add(sig)
+        plans.append((source, choice_plan(mm, positions, k, ratios), k, ratios))
+    if use_exact:
+        exact.prefetch([p for _, p, _, _ in plans])
+    fitting = []
+    for source, p, k, ratios in plans:
+        if source == "table unit":
+            continue
+        if use_exact:
+            try:
+                peak = exact(p)["peak_bytes"]
+            except ExactUnavailable:
+                continue
+            if budget is not None and peak > budget:
+                continue
+        elif problem.cost(k, ratios) > capacity:
+            continue
+        fitting.append(_named_plan(graph, p))
+    an.measure_plans(fitting)
 
 
 def _smallest_region(problem: Problem, ratios: dict[int, float]) -> int:
@@ -427,8 +461,15 @@ def verified_auto(mm: MemoryModel, table: dict[str, Any], budget: int, exact: Ex
     peak); if no searched plan fits, the smallest plan (which smallest_plan_check found to fit). Returns plan,
     predicted, the chosen search's result, positions and the verification record (search_trace.json)."""
     problem, positions = build_problem(mm, table)
-    # Widening the capacity cannot beat the plan the search picks with no limit at all.
-    top = search(problem, NO_LIMIT, method, seed).best
+    # Widening the capacity cannot beat the plan the search picks with no limit at all. That search has the largest
+    # frontiers of all: it runs only when a fitting plan leaves slack (the one case that asks for it).
+    unlimited: list[Choice | None] = []
+
+    def top() -> Choice | None:
+        if not unlimited:
+            unlimited.append(search(problem, NO_LIMIT, method, seed).best)
+        return unlimited[0]
+
     rounds: list[dict[str, Any]] = []
     chosen: tuple | None = None
     cap, lo, hi = budget, None, None            # lo: largest capacity whose plan fit; hi: smallest that did not
@@ -449,7 +490,7 @@ def verified_auto(mm: MemoryModel, table: dict[str, Any], budget: int, exact: Ex
         if fits:
             lo = cap
             slack = budget - peak
-            if slack <= SLACK_TOLERANCE * budget or (top is not None and res.best.gain >= top.gain - 1e-12):
+            if slack <= SLACK_TOLERANCE * budget or (top() is not None and res.best.gain >= top().gain - 1e-12):
                 break
             nxt = cap + slack if hi is None else min(cap + slack, (cap + hi) // 2)
         else:

@@ -120,14 +120,91 @@ def _better(a: Choice, b: Choice | None) -> bool:
     return (a.cost, a.k) < (b.cost, b.k)
 
 
-def _prune(points: list[tuple[int, float, tuple]], cap: int) -> list[tuple[int, float, tuple]]:
-    """Keep the Pareto frontier (ascending cost, strictly ascending gain) of points that fit `cap`."""
-    points = sorted((p for p in points if p[0] <= cap), key=lambda p: (p[0], -p[1]))
-    out: list[tuple[int, float, tuple]] = []
-    for p in points:
-        if not out or p[1] > out[-1][1] + 1e-12:
-            out.append(p)
-    return out
+class _Frontier:
+    """A Pareto frontier as parallel arrays: cost (int64, ascending), gain (float64, strictly ascending) and the
+    node of each point's weight choice in a shared `_Nodes` table (a choice is a chain of (position, ratio) links:
+    extending it is O(1), where copying tuples made the DP quadratic in the number of layers)."""
+
+    def __init__(self, cost: np.ndarray, gain: np.ndarray, node: np.ndarray):
+        self.cost, self.gain, self.node = cost, gain, node
+
+    def __len__(self) -> int:
+        return len(self.cost)
+
+
+class _Nodes:
+    """Weight choices as linked nodes: node 0 is the empty choice; node n adds (j[n], r[n]) to parent[n]."""
+
+    def __init__(self):
+        self.parent, self.j, self.r = [-1], [-1], [0.0]
+
+    def add(self, parents: np.ndarray, j: int, ratios: np.ndarray) -> np.ndarray:
+        first = len(self.parent)
+        self.parent.extend(int(p) for p in parents)
+        self.j.extend([j] * len(parents))
+        self.r.extend(float(x) for x in ratios)
+        return np.arange(first, first + len(parents), dtype=np.int64)
+
+    def choice(self, node: int) -> tuple[tuple[int, float], ...]:
+        out = []
+        while node > 0:
+            out.append((self.j[node], self.r[node]))
+            node = self.parent[node]
+        return tuple(reversed(out))
+
+
+def _prune(cost: np.ndarray, gain: np.ndarray, cap: int) -> np.ndarray:
+    """Indices of the Pareto frontier (ascending cost, strictly ascending gain) of the points that fit `cap`, in
+    that order. Ties in (cost, gain) keep the earliest point (a stable sort), as a sorted() of the points did."""
+    idx = np.flatnonzero(cost <= cap)
+    idx = idx[np.lexsort((-gain[idx], cost[idx]))]
+    keep, last = [], None
+    for i, g in zip(idx.tolist(), gain[idx].tolist()):
+        if last is None or g > last + 1e-12:
+            keep.append(i)
+            last = g
+    return np.asarray(keep, dtype=np.int64)
+
+
+def _grow(nodes: _Nodes, base: list[_Frontier], extend: list[_Frontier], j: int, opts: dict[float, Option],
+          cap: int, made: dict[tuple[int, int], int]) -> tuple[_Frontier, int]:
+    """The frontier of `base`'s points as they are followed by every point of `extend` with every option of layer
+    j (in that order: the order in which the points were listed before), pruned to `cap`; and how many points
+    were considered. `made` shares the nodes created for the same (extended frontier, point x option) between
+    the two frontiers of knapsack_dp."""
+    oc = np.array([o.cost for o in opts.values()], np.int64)
+    og = np.array([o.gain for o in opts.values()], np.float64)
+    orr = np.array(list(opts), np.float64)
+    costs, gains, origin = [], [], []   # origin: (frontier id, point index, option index or -1)
+    for f in base:
+        costs.append(f.cost)
+        gains.append(f.gain)
+        origin.append((id(f), np.arange(len(f)), np.full(len(f), -1)))
+    for f in extend:
+        if len(oc) and len(f):
+            costs.append((f.cost[:, None] + oc[None, :]).ravel())
+            gains.append((f.gain[:, None] + og[None, :]).ravel())
+            origin.append((id(f), np.repeat(np.arange(len(f)), len(oc)), np.tile(np.arange(len(oc)), len(f))))
+    if not costs:
+        return _Frontier(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)), 0
+    cost, gain = np.concatenate(costs), np.concatenate(gains)
+    src = np.concatenate([np.full(len(o[1]), n) for n, o in enumerate(origin)])
+    pt = np.concatenate([o[1] for o in origin])
+    opt = np.concatenate([o[2] for o in origin])
+    keep = _prune(cost, gain, cap)
+    frontiers = {id(f): f for f in base + extend}
+    node = np.empty(len(keep), np.int64)
+    for n, i in enumerate(keep.tolist()):
+        f = frontiers[origin[int(src[i])][0]]
+        p, o = int(pt[i]), int(opt[i])
+        if o < 0:
+            node[n] = f.node[p]
+            continue
+        key = (id(f), p * len(oc) + o)
+        if key not in made:
+            made[key] = int(nodes.add(np.array([f.node[p]]), j, np.array([orr[o]]))[0])
+        node[n] = made[key]
+    return _Frontier(cost[keep], gain[keep], node), len(cost)
 
 
 def knapsack_dp(problem: Problem, capacity: int) -> SearchResult:
@@ -139,33 +216,29 @@ def knapsack_dp(problem: Problem, capacity: int) -> SearchResult:
         return result
     # No weight choice may cost more than what is left after the cheapest bias region.
     cap = capacity - min(o.cost for o in valid)
-    frontier: list[tuple[int, float, tuple]] = [(0, 0.0, ())] if cap >= 0 else []
-    nonempty: list[tuple[int, float, tuple]] = []
+    nodes = _Nodes()
+    empty = _Frontier(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64))
+    frontier = (_Frontier(np.zeros(1, np.int64), np.zeros(1), np.zeros(1, np.int64)) if cap >= 0 else empty)
+    nonempty = empty
     for k in range(1, problem.k_max + 1):
         j = k - 1
         opts = problem.weights[j] if j < len(problem.weights) else {}
-        grown = list(frontier)
-        grown_ne = list(nonempty)
-        for p in frontier:
-            for r, o in opts.items():
-                q = (p[0] + o.cost, p[1] + o.gain, p[2] + ((j, r),))
-                grown.append(q)
-                grown_ne.append(q)
-        for p in nonempty:
-            for r, o in opts.items():
-                grown_ne.append((p[0] + o.cost, p[1] + o.gain, p[2] + ((j, r),)))
-        frontier, nonempty = _prune(grown, cap), _prune(grown_ne, cap)
-        result.evaluated += len(grown) + len(grown_ne)
+        made: dict[tuple[int, int], int] = {}
+        new_frontier, n1 = _grow(nodes, [frontier], [frontier], j, opts, cap, made)
+        new_nonempty, n2 = _grow(nodes, [nonempty], [frontier, nonempty], j, opts, cap, made)
+        frontier, nonempty = new_frontier, new_nonempty
+        result.evaluated += n1 + n2
         b = problem.bias[k - 1]
         if b is None:
             continue
         room = capacity - b.cost
-        fits = [p for p in (nonempty if b.empty else frontier) if p[0] <= room]
-        if not fits:
+        f = nonempty if b.empty else frontier
+        at = int(np.searchsorted(f.cost, room, side="right")) - 1   # the frontier's costs ascend
+        if at < 0:
             result.trace.append({"k": k, "fits": False, "bias_cost": b.cost, "frontier": len(frontier)})
             continue
-        p = fits[-1]                       # the frontier's gain rises with cost: the last that fits is the best
-        cand = Choice(k, dict(p[2]), b.cost + p[0], b.gain + p[1])
+        # the frontier's gain rises with cost: the last point that fits is the best
+        cand = Choice(k, dict(nodes.choice(int(f.node[at]))), b.cost + int(f.cost[at]), b.gain + float(f.gain[at]))
         if _better(cand, result.best):
             result.best = cand
         result.trace.append({"k": k, "fits": True, "candidate": cand.to_json(), "frontier": len(frontier),

@@ -19,7 +19,9 @@ Speed (issue 14): the ops before a unit's first trained layer are frozen, so the
 sample set, batched, and cached at single-tensor cuts (frozen_prefix.py); a unit trains and scores only the suffix
 from the deepest cut before its first trained layer. Float conv2d and 1x1 conv gradients run as BLAS products
 (fast_float.py) instead of the golden model's TFLite-order loops: the analysis needs float fine-tuning, not the
-device's float rounding order (results differ from the reference kernels in the last bits only).
+device's float rounding order (results differ from the reference kernels in the last bits only). The units a
+round (or the full analysis) still has to measure are independent seeded runs: on several cores they run side by
+side in forked workers (`parallel_measure`), each result the same as measuring it here.
 
 Regression (`data.task: regression`, float targets; trained with `train.loss: mse`): each unit fine-tunes with the
 MSE loss instead, and records the mean squared error of its predictions on the held-out samples (per sample the
@@ -71,6 +73,7 @@ import numpy as np
 from tinytrain.pipeline.contract import StageContext, StageResult, no_progress
 from tinytrain.pipeline.errors import UserError
 from tinytrain.stages.golden import fast_float
+from tinytrain.stages.planning.parallel import fork_map, worker_count
 from tinytrain.stages.planning.contribution_cache import (
     UNIT_VALUE,
     UNIT_VERSION,
@@ -180,6 +183,15 @@ def base_unit(desc: dict[str, Any]) -> str | None:
     return None
 
 
+def parallel_measure(measure: Measure, plans: list[TrainPlan | None]) -> list[dict[str, Any]] | None:
+    """measure(plan) for every plan on every core (parallel.fork_map; None: measure here instead). Each unit is a
+    seeded, deterministic run of its own, so its result does not depend on where it ran. The workers inherit the
+    parent's memory: the frozen prefix's cached activations are `warm`ed first (a child's own fills would be lost
+    with it)."""
+    measure.warm()  # type: ignore[attr-defined]
+    return fork_map(measure, plans)
+
+
 # The counters of one analysis (what was measured, reused, dropped): for the log, the stage summary and
 # build.json, never for an artifact (the bytes of a stage's output depend only on its key).
 RUN_COUNTERS = ("measured", "reused", "dropped", "estimated_only")
@@ -221,27 +233,51 @@ class Analysis:
         """One whole plan measured as a unit (or its memo reused): the same fine-tuning and score as the table's
         units, keyed and cached the same way (a plan equal to a table unit's is that unit)."""
         key = self.key(plan)
-        if key not in self.docs:
-            doc = self.prior.get(key) or (self.cache.get(key) if self.cache else None)
-            if doc is not None and self.value not in doc:
-                doc = None      # (cannot happen: the key holds the task) a unit of the other kind is no answer
-            if doc is None:
-                doc = _unit_doc(self._measure(plan), self.value)
-                self.counts["measured"] += 1
-                if self.cache:
-                    self.cache.put(key, doc)
-            else:
-                self.counts["reused"] += 1
-            self.docs[key] = {k: v for k, v in doc.items() if k not in ("key", "id", "plan")}
+        if key not in self.docs and not self._reuse(key):
+            self._record(key, self._measure(plan))
         return self.docs[key]
 
+    def _reuse(self, key: str) -> bool:
+        """Take unit `key` from the earlier table or the cache, if either has it."""
+        doc = self.prior.get(key) or (self.cache.get(key) if self.cache else None)
+        if doc is None or self.value not in doc:
+            return False        # (a doc without the value cannot happen: the key holds the task)
+        self.counts["reused"] += 1
+        self.docs[key] = {k: v for k, v in doc.items() if k not in ("key", "id", "plan")}
+        return True
+
+    def _record(self, key: str, res: dict[str, Any]) -> None:
+        doc = _unit_doc(res, self.value)
+        self.counts["measured"] += 1
+        if self.cache:
+            self.cache.put(key, doc)
+        self.docs[key] = {k: v for k, v in doc.items() if k not in ("key", "id", "plan")}
+
     def measure(self, ids: list[str]) -> None:
+        """Measure (or reuse) the named units."""
         ids = list(dict.fromkeys(ids))
-        for n, uid in enumerate(ids):
-            key = self.keys[uid]
+        self.measure_plans([self.desc[uid][1] for uid in ids], names=ids)
+
+    def measure_plans(self, plans: list[TrainPlan | None], names: list[str] | None = None) -> None:
+        """Measure (or reuse) these plans as units. Those still to measure are independent runs: with several cores
+        they run side by side in forked workers (parallel_measure), each exactly as it would run here."""
+        todo: dict[str, tuple[str, TrainPlan | None]] = {}    # key -> (a name, the plan); one run per key
+        for n, plan in enumerate(plans):
+            key = self.key(plan)
+            if key not in self.docs and key not in todo and not self._reuse(key):
+                todo[key] = (names[n] if names else f"plan {n + 1}", plan)
+        # Only a measure that says how to share its state (`warm`: make_measure's) goes to workers; any other (a
+        # test's stand-in, whose side effects must stay in this process) runs here.
+        if len(todo) > 1 and worker_count() > 1 and hasattr(self._measure, "warm"):
+            self.progress(f"measuring {len(todo)} options on {min(worker_count(), len(todo))} cores", 0.0)
+            results = parallel_measure(self._measure, [plan for _, plan in todo.values()])
+            if results is not None:
+                for key, res in zip(todo, results):
+                    self._record(key, res)
+        for n, (key, (name, plan)) in enumerate(todo.items()):
             if key not in self.docs:
-                self.progress(f"measuring {uid} ({n + 1}/{len(ids)})", n / max(1, len(ids)))
-                self.measure_plan(self.desc[uid][1])
+                self.progress(f"measuring {name} ({n + 1}/{len(todo)})", n / max(1, len(todo)))
+                self._record(key, self._measure(plan))
 
     def measure_all(self) -> None:
         self.measure([uid for uid, _, _ in self.todo])

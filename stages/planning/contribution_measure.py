@@ -249,6 +249,16 @@ def make_measure(graph: Graph, ds, settings: AnalysisSettings, loss: Any = None)
         with one_blas_thread():
             return _measure(plan)
 
+    def warm() -> None:
+        """Fill the frozen prefix's cached activations of both sample sets now (as a unit would, on one BLAS
+        thread: the same bits): contribution.parallel_measure's workers then share them instead of each filling
+        its own."""
+        with one_blas_thread():
+            for which in ("tune", "eval"):
+                prefix.activations(prefix.cuts[-1], which)
+
+    measure.warm = warm  # type: ignore[attr-defined]
+
     def _measure(plan: TrainPlan | None) -> dict[str, float]:
         params: dict[str, np.ndarray] = {}
         out: dict[str, float] = {}

@@ -53,6 +53,26 @@ class ExactPeaks:
         return self._memo[key]
 
 
+    def prefetch(self, plans: list[TrainPlan]) -> None:
+        """Compute the exact peaks of `plans` not known yet side by side on every core (planning/parallel.py: a
+        deterministic function of the plan, so the same numbers); anything that fails there is left to __call__."""
+        from tinytrain.stages.planning.parallel import fork_map
+
+        todo = list({p.dumps(): p for p in plans if p.dumps() not in self._memo}.values())
+        if len(todo) < 2:
+            return
+        got = fork_map(self._peak_or_none, todo)
+        for plan, res in zip(todo, got or []):
+            if res is not None:
+                self._memo[plan.dumps()] = res
+
+    def _peak_or_none(self, plan: TrainPlan) -> dict[str, Any] | None:
+        try:
+            return exact_peak(self.graph, plan, self.settings, self.qas)
+        except (UserError, NotImplementedError):
+            return None
+
+
 def _one_line(e: Exception) -> str:
     return " ".join(str(e).split()) or type(e).__name__
 

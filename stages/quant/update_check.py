@@ -122,7 +122,11 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabl
     ends = {o: _clamp_codes(graph.tensors[o], layer_act[o]) for o in outputs.values()}
     n = len(x)
     order = np.random.default_rng(seed).permutation(n)
-    with np.errstate(all="ignore"):
+    # One BLAS thread: the probe's products are batch-1 sized, and a second thread only spins (MobileNetV2: 5.6 s
+    # of CPU on two threads, 1.3 s on one, same bits; in emulate-run it runs beside QEMU, whose core it would take).
+    from threadpoolctl import threadpool_limits
+
+    with np.errstate(all="ignore"), threadpool_limits(limits=1, user_api="blas"):
         for k in range(steps):
             idx = [order[(k * batch_size + j) % n] for j in range(batch_size)]
             last = None

@@ -22,7 +22,8 @@ small binary file at start-up, so that changing them reruns only `emulate-run`, 
     48     4     max_train_samples (u32): samples of train.ttds used per epoch, 0 = all
     52     4     flags (u32): bit0 evaluate on test.ttds before training, bit1 evaluate after,
                  bit2 resume from `resume.ttck` (a checkpoint, stages/c_emit/api.py), bit3 save
-                 `checkpoint.ttck` after training
+                 `checkpoint.ttck` after training, bit4 write every evaluated sample's output bytes to
+                 `eval_before.bin` / `eval_after.bin` (emulate-run's QEMU-vs-host agreement check)
     56     4     stop_after_steps (u32, version 2 only): stop after this many steps of this run
 
 Version 2 (60 bytes) is written only when stop_after_steps is set, so every other record keeps its
@@ -76,6 +77,7 @@ FLAG_EVAL_BEFORE = 1 << 0
 FLAG_EVAL_AFTER = 1 << 1
 FLAG_RESUME = 1 << 2
 FLAG_SAVE_CHECKPOINT = 1 << 3
+FLAG_EVAL_DUMP = 1 << 4
 
 # One struct format for the whole record: '<' = little-endian, no padding.
 _FORMAT = "<4sIfIIIffffffII"

@@ -1,0 +1,48 @@
+"""planning/parallel.py's fork_map and what uses it outside the contribution analysis (ExactPeaks.prefetch): the
+same results as computing in this process, and a clean fallback when a worker fails."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tinytrain.stages.planning.memory_model import MemorySettings
+from tinytrain.stages.planning.parallel import fork_map
+from tinytrain.stages.planning.plan_exact import ExactPeaks, exact_peak
+from tinytrain.stages.planning.train_plan import LayerPlan, TrainPlan
+
+from test_sparse_plan import graph_of
+
+needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+
+
+@needs_fork
+def test_fork_map_is_map_and_sees_the_parents_memory():
+    table = {k: k * k for k in range(10)}          # a closure over parent state: fork hands it over unpickled
+    got = fork_map(lambda k: table[k] + 1, list(range(10)), workers=2)
+    assert got == [k * k + 1 for k in range(10)]
+
+
+@needs_fork
+def test_fork_map_gives_none_when_a_worker_fails():
+    parent = os.getpid()
+
+    def boom(k):
+        if os.getpid() != parent:
+            raise RuntimeError("in a worker")
+        return k
+    assert fork_map(boom, [1, 2, 3], workers=2) is None
+
+
+@needs_fork
+def test_prefetched_exact_peaks_equal_computed_ones():
+    g = graph_of("digits_cnn_int8")
+    ops = TrainPlan.trainable_ops(g)
+    plans = [TrainPlan.bias_only(g, 1), TrainPlan.bias_only(g, 2),
+             TrainPlan([LayerPlan(ops[-1], bias=True, weight_ratio=0.5)])]
+    ex = ExactPeaks(g, MemorySettings())
+    ex.prefetch(plans)
+    for p in plans:
+        want = exact_peak(g, p, MemorySettings())
+        assert ex._memo[p.dumps()] == want and ex(p) == want
