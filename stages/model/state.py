@@ -32,6 +32,12 @@ state (truncated backprop): the parameters of the layers that feed the state are
 the train plan keeps them frozen, so the trainable layers are those after the last state read (microWakeWord: the
 final FULLY_CONNECTED); `scheme: auto` picks among those. The cost: the program holds T copies of the ops that feed
 the state (code and per-op tables in flash grow with T; the weights are not copied).
+
+Inference (the library a product links): one invocation per call, as TFLite Micro runs the original file.
+unroll records the one-invocation program in meta["unrolled"]["step"] (`step_program`: the original ops, tensor
+descriptors, small constants, the variables); `step_graph` rebuilds it over the training graph's tensors, so its
+weights are the trained ones, and stages/c_emit/stream.py emits it as tt_stream_step with each variable in a static
+SRAM buffer between calls (tt_stream_reset: the initial values).
 """
 
 from __future__ import annotations
