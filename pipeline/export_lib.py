@@ -301,6 +301,9 @@ endif()
 """
 
 
+_CTYPES = {"int8": "int8_t", "uint8": "uint8_t", "float32": "float"}
+
+
 def _stream_readme(layout: dict[str, Any]) -> str:
     """The README's part for a stateful streaming model (io_layout.json "stream", stages/c_emit/stream.py)."""
     s = layout.get("stream")
@@ -319,8 +322,8 @@ one invocation per frame, as TFLite Micro invokes the original file. The state s
 state; after `tt_train_sample` the next frame uses the trained weights.
 
 ```c
-static {'int8_t' if fr['dtype'] == 'int8' else 'float'} frame[TT_STREAM_FRAME_BYTES / sizeof(frame[0])];    /* {fr['dtype']}{fr['shape']} */
-static {'int8_t' if out['dtype'] == 'int8' else 'float'} score[TT_STREAM_OUTPUT_BYTES / sizeof(score[0])];  /* {out['dtype']}{out['shape']} */
+static {_CTYPES.get(fr['dtype'], 'float')} frame[TT_STREAM_FRAME_BYTES / sizeof(frame[0])];    /* {fr['dtype']}{fr['shape']} */
+static {_CTYPES.get(out['dtype'], 'float')} score[TT_STREAM_OUTPUT_BYTES / sizeof(score[0])];  /* {out['dtype']}{out['shape']} */
 
 tt_init();
 tt_stream_reset();                 /* the initial state, as the model's init subgraph sets it */

@@ -25,13 +25,13 @@ STEPS = 4           # model.sequence_length of the training program; streaming i
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler")
 
 
-def _program(tmp: Path, steps: int = STEPS, scheme: str = "full"):
+def _program(tmp: Path, steps: int = STEPS, model: Path = MODEL):
     from tinytrain.stages import codegen
     from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
     from tinytrain.stages.planning.train_plan import TrainPlan
     from tinytrain.stages.reorder import plan_schedules
 
-    u = state.unroll(read_model(MODEL), steps)
+    u = state.unroll(read_model(model), steps)
     tg = build_training_graph(u, TrainPlan.full(u), "cross_entropy", OptimizerSpec("sgd", learning_rate=0.05), 1)
     _, mp, _, _ = plan_schedules(tg, True)
     summary = codegen.generate(tg, mp.order, mp.to_json(), tmp / "prog")
@@ -168,42 +168,48 @@ def _with_trained(tg, raw: bytes):
     return g
 
 
+def _stream_golden(tg, seqs: np.ndarray) -> np.ndarray:
+    """Frames through state.step_graph(tg) (the golden model, the C's fixed-point FC rescale), as the model's
+    output bytes: a re-encoded uint8 output (stages/model/uint8_output.py) as uint8."""
+    sg = state.step_graph(tg)
+    out = np.stack([s[sg.outputs[0]] for s in state.run_sequence(sg, seqs, fc_requant="fixed_point")], axis=1)
+    enc = sg.meta["output_uint8"].get(sg.outputs[0])
+    return out if enc is None else np.clip(out.astype(np.int32) + enc["offset"], 0, 255).astype(np.uint8)
+
+
 @pytest.mark.slow  # a firmware build (~10 s on a shared machine)
 @needs_cc
-def test_frames_through_the_c_api_are_litert_invoking_the_stateful_file_before_and_after_training(tmp_path):
+@pytest.mark.parametrize("name", ["stream_kws_int8", "stream_kws_u8out"])
+def test_frames_through_the_c_api_are_litert_invoking_the_stateful_file_before_and_after_training(name, tmp_path):
+    model = FIX / f"{name}.tflite"
     seqs = np.load(FIX / "stream_kws.input.npy")          # int8 [4 sequences, 6 frames, 3, 10]
-    tg, summary = _program(tmp_path)
+    tg, summary = _program(tmp_path, model=model)
+    out_t = np.dtype(summary["stream"]["output"]["dtype"])
+    assert out_t == (np.uint8 if name.endswith("u8out") else np.int8)
     rng = np.random.default_rng(5)
     x = np.concatenate([seqs[:, :STEPS], seqs[:, 2:2 + STEPS]])  # 8 training sequences of STEPS frames
     y = rng.integers(0, 2, len(x))
     raw = _run_harness(tmp_path, "host", seqs, x, y)
     n_out = seqs.shape[0] * seqs.shape[1] * 2
-    before = np.frombuffer(raw[:n_out], np.int8).reshape(seqs.shape[0], seqs.shape[1], 2)
-    after = np.frombuffer(raw[n_out:2 * n_out], np.int8).reshape(before.shape)
-    # Before training: the original file invoked once per frame. 6 frames per sequence with a training program of
-    # 4: the state carries over between calls, not within a fixed window.
-    sg = state.step_graph(tg)
-    golden = np.stack([s[sg.outputs[0]] for s in state.run_sequence(sg, seqs, fc_requant="fixed_point")],
-                      axis=1)
-    np.testing.assert_array_equal(before, golden)
+    before = np.frombuffer(raw[:n_out], out_t).reshape(seqs.shape[0], seqs.shape[1], 2)
+    after = np.frombuffer(raw[n_out:2 * n_out], out_t).reshape(before.shape)
+    # Before training: the original file invoked once per frame, its own output bytes (uint8 for u8out). 6 frames
+    # per sequence with a training program of 4: the state carries over between calls, not within a fixed window.
+    np.testing.assert_array_equal(before, _stream_golden(tg, seqs))
     # LiteRT rescales the FC in double, TFLite Micro and the C in fixed point: on near-ties they may differ by one
     # LSB (tests/test_stateful.py); on these frames they agree, so the C is LiteRT's output byte for byte.
-    np.testing.assert_array_equal(before, run_litert_sequence(MODEL, seqs))
+    np.testing.assert_array_equal(before, run_litert_sequence(model, seqs))
     if tflm_available():
-        np.testing.assert_array_equal(before, run_tflm_sequence(MODEL, seqs))
-    # The unrolled training program's golden forward gives the same at frame STEPS - 1 (the same invocations).
+        np.testing.assert_array_equal(before, run_tflm_sequence(model, seqs))
+    # The unrolled training program's golden forward (int8) gives the same at frame STEPS - 1.
     from tinytrain.stages.golden.forward import run_graph
-    u = state.unroll(read_model(MODEL), STEPS)
-    np.testing.assert_array_equal(
-        run_graph(u, {u.inputs[0]: seqs[:, :STEPS]}, fc_requant="fixed_point")[u.outputs[0]],
-        before[:, STEPS - 1])
+    u = state.unroll(read_model(model), STEPS)
+    last = run_graph(u, {u.inputs[0]: seqs[:, :STEPS]}, fc_requant="fixed_point")[u.outputs[0]]
+    np.testing.assert_array_equal(last.astype(np.int32) + (128 if out_t == np.uint8 else 0), before[:, STEPS - 1])
     # After training: the same frames through the trained weights (the firmware's own, read back).
     trained = _with_trained(tg, raw[2 * n_out:])
     assert any(not np.array_equal(trained.tensors[n].data, tg.tensors[n].data) for n in tg.meta["train"]["trained"])
-    sg2 = state.step_graph(trained)
-    want = np.stack([s[sg2.outputs[0]] for s in state.run_sequence(sg2, seqs, fc_requant="fixed_point")],
-                    axis=1)
-    np.testing.assert_array_equal(after, want)
+    np.testing.assert_array_equal(after, _stream_golden(trained, seqs))
     assert not np.array_equal(after, before)
 
 

@@ -273,7 +273,7 @@ def _stream_header(p: ApiParts) -> str:
     if not s.ok:
         return f"/* Stateful model, trained unrolled; no per-frame API: {s.reason.replace('*/', '* /')} */\n\n"
     fr, out = s.frame, s.output
-    ctype = {"int8": "int8_t", "float32": "float"}
+    ctype = {"int8": "int8_t", "uint8": "uint8_t", "float32": "float"}
     q = lambda name, d: (f"#define {name}_SCALE {_flit(d['scale'])}\n#define {name}_ZERO_POINT "  # noqa: E731
                          f"{d['zero_point']}\n" if d["scale"] is not None else "")
     names = ", ".join(v["variable"] for v in s.variables)

@@ -164,5 +164,13 @@ def _emit(gen: Any, g: Graph) -> StreamParts:
         if v.assign and v.assign not in direct:
             p.body.append(f"memcpy(tt_sv{k}, {locs[v.assign][1]}, {g.tensors[v.assign].nbytes}u); "
                           f"/* new {v.variable} */")
-    p.body.append(f"if (output != 0) {{\n    memcpy(output, {locs[out][1]}, {g.tensors[out].nbytes}u);\n}}")
+    enc = g.meta.get("output_uint8", {}).get(out)
+    if enc is None:
+        p.body.append(f"if (output != 0) {{\n    memcpy(output, {locs[out][1]}, {g.tensors[out].nbytes}u);\n}}")
+        return p
+    # The model's own uint8 output (stages/model/uint8_output.py): its final QUANTIZE re-encodes the int8 score.
+    p.output.update(name=enc["output"], dtype="uint8", scale=enc["scale"], zero_point=enc["zero_point"])
+    p.body.append(f"if (output != 0) {{\n    uint32_t i;\n    for (i = 0; i < {g.tensors[out].nbytes}u; ++i) {{\n"
+                  f"        const int32_t v = (int32_t){locs[out][1]}[i] + {enc['offset']};\n"
+                  f"        ((uint8_t *)output)[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);\n    }}\n}}")
     return p

@@ -307,7 +307,9 @@ def step_program(graph: Graph) -> dict[str, Any]:
     names, trained ones included, so the per-frame program reads the trained values."""
     const = {n: t for n, t in graph.tensors.items() if t.is_constant}
     used = {n for op in graph.ops for n in (*op.inputs, *op.outputs) if n is not None} | set(graph.inputs)
+    enc = {k: v for k, v in graph.meta.get("output_uint8", {}).items() if k in graph.outputs}
     return {"input": model_inputs(graph)[0], "outputs": list(graph.outputs), "state": copy.deepcopy(graph.meta["state"]),
+            "output_uint8": copy.deepcopy(enc),
             "ops": [op.to_json() for op in graph.ops],
             "tensors": [graph.tensors[n].to_json() for n in sorted(used) if n not in const],
             "constants": [{**const[n].to_json(), "data": np.asarray(const[n].data).reshape(-1).tolist()}
@@ -352,7 +354,7 @@ def step_graph(trained: Graph) -> Graph | None:
                          f"invocation reads (model.sequence_length 1 keeps no earlier invocation that reads them)")
     reads = [v["read"] for v in step["state"]]
     g = Graph(tensors=tensors, ops=ops, inputs=[step["input"]] + reads, outputs=list(step["outputs"]),
-              meta={"state": copy.deepcopy(step["state"])})
+              meta={"state": copy.deepcopy(step["state"]), "output_uint8": copy.deepcopy(step.get("output_uint8", {}))})
     used = {n for op in ops for n in (*op.inputs, *op.outputs) if n is not None} | set(g.inputs) | set(g.outputs)
     g.tensors = {n: t for n, t in tensors.items() if n in used}
     g.validate()
