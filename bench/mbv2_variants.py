@@ -4,7 +4,8 @@ default board: does each fit the budget and train in QEMU? (issue 10, "Done when
     python bench/mbv2_variants.py                 # the four zoo variants; writes bench/mbv2_variants.md
     python bench/mbv2_variants.py --only 96       # variants whose zoo name contains this text
 
-The variants are zoo models (stages/model/zoo.py): zoo:mbv2-w0.35-128 is the converter-made int8 file; -96, -128-float
+`--model FILE` builds other MobileNetV2 files instead (e.g. a converter's own float or 96 export; a file name with
+`_96_` or `-96` gets the 96x96 data). The zoo variants are zoo models (stages/model/zoo.py): zoo:mbv2-w0.35-128 is the converter-made int8 file; -96, -128-float
 and -96-float are made from it at first use (stages/model/zoo_derive.py). Each is built with bench/mbv2_auto.yaml's
 settings (stm32f746-disco, auto, SGD, 2 epochs on 20 samples, 50 test samples) on bench/make_mbv2_data.py's shifted
 synthetic task; the 96 variants get the same images resized to 96x96 (nearest neighbour). A float model goes through
@@ -45,16 +46,18 @@ def data_for(size: int, tmp: Path) -> Path:
 
 
 def build(variant: str, tmp: Path, timeout: float) -> dict:
-    size = 96 if "-96" in variant else 128
+    """variant: a zoo name, or the path of a converter-made file (tests/make_zoo.py --variants)."""
+    size = 96 if ("-96" in variant or "_96_" in variant) else 128
+    ref = variant if variant.endswith(".tflite") else f"zoo:{variant}"
     spec = (HERE / "mbv2_auto.yaml").read_text()
-    spec = spec.replace("zoo:mbv2-w0.35-128", f"zoo:{variant}").replace(
+    spec = spec.replace("zoo:mbv2-w0.35-128", ref).replace(
         "../build/bench-data/mbv2_synth.npz", str(data_for(size, tmp))).replace(
-        "out_dir: ../build", f"out_dir: {tmp}/build").replace("name: mbv2_auto", f"name: {variant.replace('.', '_')}")
-    path = tmp / f"{variant}.yaml"
+        "out_dir: ../build", f"out_dir: {tmp}/build").replace("name: mbv2_auto", f"name: {_ident(variant)}")
+    path = tmp / f"{_ident(variant)}.yaml"
     path.write_text(spec)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "tinytrain", "build", str(path), "--json", "--cache-dir",
-                           str(tmp / f"cache-{variant}")], capture_output=True, text=True, timeout=timeout)
+                           str(tmp / f"cache-{_ident(variant)}")], capture_output=True, text=True, timeout=timeout)
     row = {"variant": variant, "seconds": round(time.perf_counter() - t0, 1), "exit_code": proc.returncode}
     try:
         doc = json.loads(proc.stdout)
@@ -81,6 +84,10 @@ def build(variant: str, tmp: Path, timeout: float) -> dict:
     return row
 
 
+def _ident(variant: str) -> str:
+    return Path(variant).stem.replace(".", "_").replace("-", "_")
+
+
 def _acc(run: dict, when: str):
     a = run.get("accuracy", {})
     return a.get(f"{when}_pct")
@@ -90,7 +97,7 @@ def markdown(rows: list[dict]) -> str:
     head = ("| zoo model | plan `auto` chose | firmware SRAM KB | flash KB | top-1 before -> after (QEMU) | "
             "auto s | build s | result |\n|---|---|---|---|---|---|---|---|\n")
     body = "".join(
-        f"| `zoo:{r['variant']}` | {r.get('plan', '').replace('|', '/')} | {r.get('sram_kb', '')} | "
+        f"| `{r['variant'] if r['variant'].endswith('.tflite') else 'zoo:' + r['variant']}` | {r.get('plan', '').replace('|', '/')} | {r.get('sram_kb', '')} | "
         f"{r.get('flash_kb', '')} | {r.get('acc_before', '')} -> {r.get('acc_after', '')} | "
         f"{r.get('plan_seconds', '')} | {r['seconds']} | {'trains' if r['exit_code'] == 0 else r.get('reason', '')} |\n"
         for r in rows)
@@ -103,10 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=None)
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--out", type=Path, default=HERE)
+    ap.add_argument("--model", action="append", default=None,
+                    help="build this .tflite instead of the zoo variants (repeatable; e.g. your converter's own)")
     a = ap.parse_args(argv)
+    variants = list(a.model) if a.model else list(VARIANTS)
     rows = []
     with tempfile.TemporaryDirectory(prefix="tt-mbv2v-") as tmp:
-        for v in VARIANTS:
+        for v in variants:
             if a.only and a.only not in v:
                 continue
             print(f"{v} ...", flush=True)
