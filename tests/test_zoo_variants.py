@@ -4,6 +4,8 @@ reference kernels on the written file)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -63,3 +65,35 @@ def test_the_float_variant_is_the_int8_network_dequantized(zoo_dir, size):
     oq = gq.tensors[gq.outputs[0]].quant
     p8 = (run_graph(gq, {gq.inputs[0]: xq})[gq.outputs[0]].astype(np.float32) - oq.zero_point[0]) * oq.scale[0]
     assert np.abs(p8 - ours).max() < 0.1
+
+
+@pytest.mark.slow  # auto's analysis of a MobileNetV2 and a QEMU run (~1 minute unloaded)
+def test_the_96_float_variant_trains_with_the_default_plan_within_the_board(zoo_dir, tmp_path):
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    import tinytrain
+
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    sys.path.insert(0, str(bench))
+    try:
+        import mbv2_variants
+    finally:
+        sys.path.pop(0)
+    data = mbv2_variants.data_for(96, tmp_path)
+    spec = yaml.safe_load((bench / "mbv2_auto.yaml").read_text())
+    spec["model"]["path"] = "zoo:mbv2-w0.35-96-float"
+    spec["data"]["path"] = str(data)
+    spec["train"].update(max_train_samples=10, epochs=1)
+    spec["build"]["out_dir"] = str(tmp_path / "build")
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    r = tinytrain.build(tmp_path / "s.yaml", cache_dir=tmp_path / "cache")
+    assert r.ok, r.error
+    plan = json.loads(r.artifact("sparse-plan", "plan.json").read_text())
+    assert plan["scheme"] == "auto" and plan["layers"]           # auto chose something to train
+    size = json.loads(r.artifact("cross-compile", "size.json").read_text())
+    assert size["sram"]["used"] <= size["sram"]["available"] and size["flash"]["used"] <= size["flash"]["available"]
+    run = json.loads(r.artifact("emulate-run", "run.json").read_text())
+    assert run["steps"] == 10 and run["accuracy"]["after"]["total"] == 50
