@@ -56,8 +56,12 @@ def build(variant: str, tmp: Path, timeout: float) -> dict:
     path = tmp / f"{_ident(variant)}.yaml"
     path.write_text(spec)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "tinytrain", "build", str(path), "--json", "--cache-dir",
-                           str(tmp / f"cache-{_ident(variant)}")], capture_output=True, text=True, timeout=timeout)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "tinytrain", "build", str(path), "--json", "--cache-dir",
+                               str(tmp / f"cache-{_ident(variant)}")], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"variant": variant, "seconds": round(time.perf_counter() - t0, 1), "exit_code": None,
+                "reason": f"timeout after {timeout:g} s"}
     row = {"variant": variant, "seconds": round(time.perf_counter() - t0, 1), "exit_code": proc.returncode}
     try:
         doc = json.loads(proc.stdout)
