@@ -67,7 +67,7 @@ def test_the_float_variant_is_the_int8_network_dequantized(zoo_dir, size):
     assert np.abs(p8 - ours).max() < 0.1
 
 
-@pytest.mark.slow  # auto's analysis of a MobileNetV2 and a QEMU run (~1 minute unloaded)
+@pytest.mark.slow  # auto measures ~60 options of a MobileNetV2 at 96, then a QEMU run: minutes (10 on a loaded machine)
 def test_the_96_float_variant_trains_with_the_default_plan_within_the_board(zoo_dir, tmp_path):
     import sys
     from pathlib import Path
