@@ -142,7 +142,6 @@ def _run_harness(tmp: Path, board: str, frames: np.ndarray, x: np.ndarray, y: np
     from tinytrain.stages.device.launch import run_firmware
 
     prog = tmp / "prog"
-    (prog / "tt_driver.c").unlink()
     (prog / "tt_driver.c").write_text(HARNESS % {"n_seq": frames.shape[0], "n_frames": frames.shape[1],
                                                  "n_train": len(x)})
     recs = b"".join(xi.tobytes() + np.int32(yi).tobytes() for xi, yi in zip(x, y))
@@ -211,6 +210,18 @@ def test_frames_through_the_c_api_are_litert_invoking_the_stateful_file_before_a
     assert any(not np.array_equal(trained.tensors[n].data, tg.tensors[n].data) for n in tg.meta["train"]["trained"])
     np.testing.assert_array_equal(after, _stream_golden(trained, seqs))
     assert not np.array_equal(after, before)
+
+
+@pytest.mark.slow  # two firmware builds and a QEMU run
+@needs_cc
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
+                    reason="arm-none-eabi-gcc or qemu-system-arm not installed")
+def test_frames_through_the_c_api_in_qemu_are_the_host_s_bytes(tmp_path):
+    seqs = np.load(FIX / "stream_kws.input.npy")
+    _program(tmp_path, model=FIX / "stream_kws_u8out.tflite")
+    x, y = seqs[:, :STEPS], np.arange(len(seqs)) % 2
+    host = _run_harness(tmp_path, "host", seqs, x, y)
+    assert _run_harness(tmp_path, "stm32f746-disco", seqs, x, y) == host
 
 
 def test_the_exported_library_documents_the_per_frame_api(tmp_path):
