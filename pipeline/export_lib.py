@@ -305,6 +305,41 @@ endif()
 """
 
 
+_CTYPES = {"int8": "int8_t", "uint8": "uint8_t", "float32": "float"}
+
+
+def _stream_readme(layout: dict[str, Any]) -> str:
+    """The README's part for a stateful streaming model (io_layout.json "stream", stages/c_emit/stream.py)."""
+    s = layout.get("stream")
+    if not s:
+        return ""
+    if not s.get("available"):
+        return f"## Stateful model\n\nTrained unrolled; the library has no per-frame API: {s['reason']}\n\n"
+    fr, out = s["frame"], s["output"]
+    names = ", ".join(f"`{v['variable']}` ({v['bytes']} B)" for v in s["variables"])
+    return f"""## Streaming: one frame per call
+
+The model is stateful (a streaming keyword spotter): training takes sequences of frames, but a product runs it
+one invocation per frame, as TFLite Micro invokes the original file. The state stays in SRAM between calls
+({names}: `TT_STREAM_STATE_BYTES` = {s['state_bytes']} B), one invocation's activations take
+`TT_STREAM_ARENA_BYTES` = {s['arena_bytes']} B; both static, outside the training arena. `tt_init` resets the
+state; after `tt_train_sample` the next frame uses the trained weights.
+
+```c
+static {_CTYPES.get(fr['dtype'], 'float')} frame[TT_STREAM_FRAME_BYTES / sizeof(frame[0])];    /* {fr['dtype']}{fr['shape']} */
+static {_CTYPES.get(out['dtype'], 'float')} score[TT_STREAM_OUTPUT_BYTES / sizeof(score[0])];  /* {out['dtype']}{out['shape']} */
+
+tt_init();
+tt_stream_reset();                 /* the initial state, as the model's init subgraph sets it */
+for (;;) {{
+    read_features(frame);
+    tt_stream_step(frame, score);  /* one invocation: reads and updates the state */
+}}
+```
+
+"""
+
+
 def _readme(lib: str, name: str, layout: dict[str, Any], cgj: dict[str, Any], size: dict[str, Any],
             measured: dict[str, dict[str, int]]) -> str:
     inp = layout["input"]
@@ -348,7 +383,7 @@ Also: `tt_evaluate_begin/add/end`, `tt_weights_size/read/export/import` (.wof, o
 format), `tt_checkpoint_save_to/load_from` (streaming, for flash pages), `tt_set_momentum/beta1/beta2/eps/alpha/
 weight_decay/seed`, `tt_apply_update`, `tt_steps_done`, `tt_arena_high_water`, `tt_strerror`.
 
-## Adding it to a project
+{_stream_readme(layout)}## Adding it to a project
 
 * **CMake**: `add_subdirectory(path/to/{lib})` and `target_link_libraries(app PRIVATE {lib})`
   (`-DTT_BUILD_EXAMPLES=ON` builds `examples/train_from_flash`).

@@ -57,6 +57,7 @@ from tinytrain.stages.model.ir import Graph, Op, Tensor
 from tinytrain.stages.planning.arena import fused_dequantize
 from tinytrain.stages.c_emit.api import CKPT_HEADER, CKPT_VERSION, model_header
 from tinytrain.stages.c_emit.driver import driver_source
+from tinytrain.stages.c_emit.stream import stream_parts
 from tinytrain.stages.ops import QAS_UPDATE_OPS, ROW_OPS, conv_forward
 from tinytrain.stages.train.runtime_config import PROTOCOL
 from tinytrain.stages.planning.streams import MAX_ROW_OPS, Stream, row_geometry
@@ -576,7 +577,9 @@ def generate(tg: Graph, order: list[int], memplan_doc: dict[str, Any], out_dir: 
     for t in trained:
         gen.loc(t["name"])
     head = meta["prediction"]
+    stream = stream_parts(gen, tg)  # a stateful model's per-frame API (None otherwise)
     api = api_parts(gen, x_name, lab, head, meta, trained, wof_n_buffers, regression, n_prof, loss_heads)
+    api.stream = stream
     text = program(gen, fwd_lines, sample_lines, step_lines, prng_inits, api, n_prof)
     arena_end = max((int(b["offset"]) + int(b["size"]) for b in gen.plan["buffers"] if int(b["size"])), default=0)
     (out_dir / "tt_model.c").write_text(text)
@@ -605,6 +608,8 @@ def generate(tg: Graph, order: list[int], memplan_doc: dict[str, Any], out_dir: 
           "checkpoint": {"bytes": CKPT_HEADER + api.state_bytes() + 4, "version": CKPT_VERSION,
                          "model_id": api.model_id(), "tensors": api.state_layout()},
           "wof": {"n_buffers": api.wof_n_buffers, "bytes": api.wof_layout()[1]}}
+    if stream is not None:
+        io["stream"] = stream.layout()
     if regression:  # classification layouts keep their bytes; regression says what the streams must carry
         io.update(loss="mse", num_targets=numel(h_t.shape))
     elif loss_heads:  # the heads' targets back to back in each record (stages/train/losses.py)
@@ -616,6 +621,8 @@ def generate(tg: Graph, order: list[int], memplan_doc: dict[str, Any], out_dir: 
                "const_bytes": gen.const_bytes, "ops": len(order), "trained_tensors": len(trained),
                "split_weights": sorted(gen.split), "fused_dequantize": len(gen.fused),
                "sram_outside_arena_bytes": gen.static_bytes, "stack_bytes": stack_bytes}
+    if stream is not None:
+        summary["stream"] = stream.layout()
     (out_dir / "codegen.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 

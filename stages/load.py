@@ -16,7 +16,7 @@ import numpy as np
 from tinytrain.pipeline.contract import StageContext, StageResult
 from tinytrain.pipeline.errors import ModelError
 from tinytrain.stages import ops
-from tinytrain.stages.model import state
+from tinytrain.stages.model import state, uint8_output
 from tinytrain.stages.model.ir import Graph, Op
 from tinytrain.stages.model.prune import prune_graph
 from tinytrain.stages.model.tflite_reader import read_model
@@ -46,7 +46,7 @@ def run(ctx: StageContext) -> StageResult:
     summary = summarize(graph)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     line = summary_line(summary) + (f"; cut at {', '.join(cut)} (model.outputs)" if cut else "") + state.summary(graph) + \
-        "".join(f"; warning: {w}" for w in warnings)
+        uint8_output.summary(graph.meta) + "".join(f"; warning: {w}" for w in warnings)
     return StageResult(summary=line, metrics=_metrics(summary) | {"warnings": warnings})
 
 

@@ -124,18 +124,21 @@ def test_a_subgraph_that_is_not_a_variable_initialiser_is_refused_with_the_reaso
         read_model(write_model(tmp_path, extra_subgraphs=1))
 
 
-def test_a_uint8_output_names_the_cut_that_trains_on_the_tensor_before_it(seqs):
-    # microWakeWord's score is int8 requantized to uint8 by a final QUANTIZE: load names the cut before it.
+def test_a_uint8_output_that_only_re_encodes_is_read_as_its_int8_source(seqs):
+    # microWakeWord's score is int8 requantized to uint8 at the same scale by a final QUANTIZE: load reads the model
+    # as if cut before it (the same real values) and keeps the re-encoding for the library's uint8 output.
     path = FIX / "stream_kws_u8out.tflite"
-    with pytest.raises(ModelError, match=r"(?s)unsupported dtype UINT8.*add `outputs: \[\"StatefulPartitionedCall:01\"\]`"):
-        read_model(path)
-    g = read_model(path, outputs=["StatefulPartitionedCall:01"])
+    g = read_model(path)
+    assert g.outputs == ["StatefulPartitionedCall:01"] and g.tensors[g.outputs[0]].dtype == "int8"
+    enc = g.meta["output_uint8"]["StatefulPartitionedCall:01"]
+    assert (enc["output"], enc["zero_point"], enc["offset"]) == ("StatefulPartitionedCall:0", 85, 128)
     ours = _outputs(g, seqs, fc_requant="litert_double").astype(np.int64)
     ref = run_litert_sequence(path, seqs).astype(np.int64)
-    # Same scale on both sides: the uint8 score is the int8 one shifted by the zero points' difference.
-    q_i8, q_u8 = g.tensors[g.outputs[0]].quant, (0.05536841228604317, 85)
-    assert q_i8.scale[0] == pytest.approx(q_u8[0])
-    np.testing.assert_array_equal(ours - q_i8.zero_point[0], ref - q_u8[1])
+    np.testing.assert_array_equal(np.clip(ours + enc["offset"], 0, 255), ref)
+    assert "uint8 output 'StatefulPartitionedCall:0' read as its int8 source" in \
+        __import__("tinytrain.stages.model.uint8_output", fromlist=["summary"]).summary(g.meta)
+    # An explicit cut is the user's: no re-encoding is recorded.
+    assert "output_uint8" not in read_model(path, outputs=["StatefulPartitionedCall:01"]).meta
 
 
 def test_stages_that_take_one_stateless_input_stop_with_what_is_missing(graph):

@@ -84,6 +84,8 @@ class ApiParts:
     # Heads evaluated by their training loss (train.outputs: several heads, or one bce / huber head): C lines adding
     # one sample's loss to `acc` from its float targets `t` (codegen_program._heads_eval); None: accuracy or MSE
     loss_eval: list[str] | None = None
+    # A stateful model's per-frame inference (stages/c_emit/stream.py StreamParts); None for a stateless model
+    stream: Any = None
 
     @property
     def regression(self) -> bool:
@@ -254,7 +256,7 @@ extern uint64_t tt_prof_insns[TT_PROF_N]; /* per-op instructions of the training
 extern uint32_t tt_prof_calls[TT_PROF_N];
 #endif
 
-uint32_t tt_arena_bytes(void);           /* planned arena size */
+{_stream_header(p)}uint32_t tt_arena_bytes(void);           /* planned arena size */
 uint32_t tt_arena_high_water(void);      /* arena bytes written since tt_init (the arena is painted there) */
 
 #ifdef __cplusplus
@@ -262,6 +264,60 @@ uint32_t tt_arena_high_water(void);      /* arena bytes written since tt_init (t
 #endif
 
 #endif /* TT_MODEL_H */
+"""
+
+
+def _stream_header(p: ApiParts) -> str:
+    """tt_model.h's streaming part: a stateful model run one invocation (frame) per call, its state in SRAM."""
+    s = p.stream
+    if s is None:
+        return ""
+    if not s.ok:
+        return f"/* Stateful model, trained unrolled; no per-frame API: {s.reason.replace('*/', '* /')} */\n\n"
+    fr, out = s.frame, s.output
+    ctype = {"int8": "int8_t", "uint8": "uint8_t", "float32": "float"}
+    q = lambda name, d: (f"#define {name}_SCALE {_flit(d['scale'])}\n#define {name}_ZERO_POINT "  # noqa: E731
+                         f"{d['zero_point']}\n" if d["scale"] is not None else "")
+    names = ", ".join(v["variable"] for v in s.variables)
+    return f"""/* Streaming inference of the stateful model (one invocation of the original model per call, as TFLite Micro
+ * invokes it): its {len(s.variables)} state variable(s) ({names}) stay in SRAM between calls
+ * (TT_STREAM_STATE_BYTES, .bss), one invocation's activations use TT_STREAM_ARENA_BYTES of their own (.bss).
+ * tt_init resets the state; training (tt_train_sample, on sequences of TT_STREAM_TRAIN_FRAMES frames) does not
+ * touch it, and the next frame uses the trained weights.
+ *
+ *     tt_stream_reset();                            // initial values, as the model's init subgraph assigns them
+ *     for (;;) {{ read_frame(frame); tt_stream_step(frame, score); }}
+ */
+#define TT_STREAM 1
+#define TT_STREAM_TRAIN_FRAMES {p.input_bytes // max(fr['bytes'], 1)}u
+#define TT_STREAM_FRAME_BYTES {fr['bytes']}u /* {ctype.get(fr['dtype'], fr['dtype'])}{fr['shape']} */
+{q('TT_STREAM_FRAME', fr)}#define TT_STREAM_OUTPUT_BYTES {out['bytes']}u /* {ctype.get(out['dtype'], out['dtype'])}{out['shape']} */
+{q('TT_STREAM_OUTPUT', out)}#define TT_STREAM_STATE_BYTES {s.state_bytes}u
+#define TT_STREAM_ARENA_BYTES {s.arena_bytes}u
+void tt_stream_reset(void);              /* every state variable := its initial value */
+void tt_stream_step(const void *frame, void *output); /* one invocation: reads and updates the state; output may be 0 */
+
+"""
+
+
+def _stream_source(p: ApiParts) -> str:
+    s = p.stream
+    if s is None or not s.ok:
+        return ""
+    ind = lambda ls: "\n".join("    " + ln.replace("\n", "\n    ") for ln in ls)  # noqa: E731
+    return f"""
+/* ---- streaming inference (stages/c_emit/stream.py): one invocation per call, the state in SRAM ---- */
+{chr(10).join(s.globals)}
+
+void tt_stream_reset(void)
+{{
+{ind(s.reset)}
+}}
+
+void tt_stream_step(const void *frame, void *output)
+{{
+{ind(s.body)}
+}}
 """
 
 
@@ -342,7 +398,7 @@ def model_api(p: ApiParts, paint: int) -> str:
 """
         eval_end = "    result->mse = 0.0f;\n"
         pred_fn = ""
-    return f"""
+    return _stream_source(p) + f"""
 /* ---- the API (tt_model.h) --------------------------------------------------------------------------------- */
 
 static uint32_t tt_steps;       /* updates applied since tt_init */
@@ -362,7 +418,7 @@ void tt_init(void)
         memcpy(tt_arena + i, &p, 4);
     }}
     tt_init_state();
-    tt_steps = 0;
+{'    tt_stream_reset();' + chr(10) if p.stream is not None and p.stream.ok else ''}    tt_steps = 0;
     tt_pending = 0;
     tt_loss = 0.0f;
 }}

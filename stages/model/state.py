@@ -32,6 +32,12 @@ state (truncated backprop): the parameters of the layers that feed the state are
 the train plan keeps them frozen, so the trainable layers are those after the last state read (microWakeWord: the
 final FULLY_CONNECTED); `scheme: auto` picks among those. The cost: the program holds T copies of the ops that feed
 the state (code and per-op tables in flash grow with T; the weights are not copied).
+
+Inference (the library a product links): one invocation per call, as TFLite Micro runs the original file.
+unroll records the one-invocation program in meta["unrolled"]["step"] (`step_program`: the original ops, tensor
+descriptors, small constants, the variables); `step_graph` rebuilds it over the training graph's tensors, so its
+weights are the trained ones, and stages/c_emit/stream.py emits it as tt_stream_step with each variable in a static
+SRAM buffer between calls (tt_stream_reset: the initial values).
 """
 
 from __future__ import annotations
@@ -281,11 +287,78 @@ def unroll(graph: Graph, steps: int) -> Graph:
                for last in (False, True)]
     shared = sorted(n for n in read_by[0] & read_by[1] if tensors[n].is_constant)
     meta["unrolled"] = {"steps": steps, "input": x.name, "variables": [v.variable for v in svars],
-                        "shared_parameters": shared}
+                        "shared_parameters": shared, "step": step_program(graph)}
     out = Graph(tensors={n: t for n, t in tensors.items() if n in used}, ops=ops, inputs=[seq_name],
                 outputs=outputs, meta=meta)
     out.validate()
     return out
+
+
+# Constants of the one-invocation program kept in meta when the unrolled graph may not hold them (index arrays of
+# the state's ring-buffer slices and reshapes); larger ones (weights) must be in the training graph.
+STEP_CONSTANT_LIMIT = 1024
+
+
+def step_program(graph: Graph) -> dict[str, Any]:
+    """One invocation of the stateful graph, for the per-frame C API (stages/c_emit/stream.py): its ops with the
+    original tensor names (the unrolled graph's last invocation keeps them; the reads are `read`, the model input
+    `input`), the descriptors of its non-constant tensors, its small constants with their data, its outputs and its
+    state variables (meta["state"]: read, assign, initial value). The training graph holds the weights by the same
+    names, trained ones included, so the per-frame program reads the trained values."""
+    const = {n: t for n, t in graph.tensors.items() if t.is_constant}
+    used = {n for op in graph.ops for n in (*op.inputs, *op.outputs) if n is not None} | set(graph.inputs)
+    enc = {k: v for k, v in graph.meta.get("output_uint8", {}).items() if k in graph.outputs}
+    return {"input": model_inputs(graph)[0], "outputs": list(graph.outputs), "state": copy.deepcopy(graph.meta["state"]),
+            "output_uint8": copy.deepcopy(enc),
+            "ops": [op.to_json() for op in graph.ops],
+            "tensors": [graph.tensors[n].to_json() for n in sorted(used) if n not in const],
+            "constants": [{**const[n].to_json(), "data": np.asarray(const[n].data).reshape(-1).tolist()}
+                          for n in sorted(used & set(const)) if const[n].data.size <= STEP_CONSTANT_LIMIT]}
+
+
+def step_graph(trained: Graph) -> Graph | None:
+    """The one-invocation program of an unrolled stateful model (meta["unrolled"]["step"], step_program) over the
+    tensors of `trained` (autodiff's training graph, or any graph unroll made): the weights by name, so a trained
+    weight is read where training writes it. Its inputs are the model input then the state reads; meta["state"]
+    the variables. None for a graph that is not an unrolled stateful one; ValueError with the reason when the
+    training graph no longer matches the step (a weight the training program dropped, a tensor retyped)."""
+    from tinytrain.stages.model.ir import Op, QuantParams, Tensor
+
+    step = trained.meta.get("unrolled", {}).get("step")
+    if step is None:
+        return None
+
+    def tensor(d: dict[str, Any], data: Any = None) -> Tensor:
+        return Tensor(name=d["name"], shape=list(d["shape"]), dtype=d["dtype"], role=d["role"],
+                      quant=QuantParams.from_json(d["quant"]) if d["quant"] else None, source_index=d["source_index"],
+                      data=None if data is None else np.asarray(data, dtype=d["dtype"]).reshape(d["shape"]))
+
+    tensors = dict(trained.tensors)
+    for d in step["tensors"]:
+        t, have = tensor(d), tensors.get(d["name"])
+        if have is None:
+            tensors[t.name] = t
+        elif have.is_constant or list(have.shape) != t.shape or have.dtype != t.dtype or (
+                (have.quant is None) != (t.quant is None)) or (
+                t.quant is not None and (list(have.quant.scale), list(have.quant.zero_point))
+                != (list(t.quant.scale), list(t.quant.zero_point))):
+            raise ValueError(f"tensor {t.name!r} of one invocation is {t.short_type()}, the training program's "
+                             f"is {have.short_type()} (the model was converted after unrolling)")
+    for d in step["constants"]:
+        tensors.setdefault(d["name"], tensor(d, d["data"]))
+    ops = [Op(type=o["type"], inputs=list(o["inputs"]), outputs=list(o["outputs"]), attrs=dict(o["attrs"]),
+              source_index=o["source_index"]) for o in step["ops"]]
+    missing = sorted({n for op in ops for n in op.inputs if n is not None and n not in tensors})
+    if missing:
+        raise ValueError(f"the training program no longer holds {', '.join(map(repr, missing[:3]))} that one "
+                         f"invocation reads (model.sequence_length 1 keeps no earlier invocation that reads them)")
+    reads = [v["read"] for v in step["state"]]
+    g = Graph(tensors=tensors, ops=ops, inputs=[step["input"]] + reads, outputs=list(step["outputs"]),
+              meta={"state": copy.deepcopy(step["state"]), "output_uint8": copy.deepcopy(step.get("output_uint8", {}))})
+    used = {n for op in ops for n in (*op.inputs, *op.outputs) if n is not None} | set(g.inputs) | set(g.outputs)
+    g.tensors = {n: t for n, t in tensors.items() if n in used}
+    g.validate()
+    return g
 
 
 def _as_read_tensor(tensors: dict, assigned: str, read: Any, ops: list) -> str:

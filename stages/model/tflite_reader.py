@@ -72,13 +72,38 @@ def read_model(path: Path, fmt: str = "auto", outputs: list[str] | None = None) 
     detected = _check_identifier(buf, path, fmt)
     kind = _FORMAT_TITLES.get(detected, "TFLite")
     _check_root(buf, path, kind)
+    reencoded = []
+    if outputs is None:  # a final int8 -> uint8 QUANTIZE (microWakeWord): read as its int8 source
+        outputs, reencoded = _uint8_outputs(buf)
     graph = _parse(buf, path, kind, outputs)
+    if reencoded:
+        graph.meta["output_uint8"] = {r.source: r.to_json() for r in reencoded}
     graph.meta["format"] = detected or (fmt if fmt != "auto" else _format_from_suffix(path))
     try:
         graph.validate()
     except ValueError as e:
         raise ModelError(f"{path}: inconsistent model graph: {e}") from None
     return graph
+
+
+def _uint8_outputs(buf: bytes) -> tuple[list[str] | None, list]:
+    """(model.outputs that read each uint8 re-encoded output as its int8 source, the re-encodings); (None, []) when
+    the model has none (stages/model/uint8_output.py). A malformed file is left to _parse to report."""
+    from tinytrain.stages.model import uint8_output
+
+    try:
+        import tflite
+
+        model = tflite.Model.GetRootAs(buf, 0)
+        found = uint8_output.find(model) if model.SubgraphsLength() else []
+        if not found:
+            return None, []
+        sg = model.Subgraphs(0)
+        names = _unique_names([_decode(sg.Tensors(i).Name()) for i in range(sg.TensorsLength())])
+        found = uint8_output.named(found, names)
+        return uint8_output.load_outputs(found, [names[int(i)] for i in sg.OutputsAsNumpy()]), found
+    except _PARSE_ERRORS:
+        return None, []
 
 
 def tensor_dtype(ttype: int) -> str | None:
