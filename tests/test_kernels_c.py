@@ -267,6 +267,19 @@ def _wide_conv_geom(rng, depthwise: bool):
     return dims, attrs, (n, h, w, c), (n, oh, ow, o), ((1, kh, kw, o) if depthwise else (o, kh, kw, c))
 
 
+def _assert_depthwise_both_builds(batch, dsp_driver, refs):
+    """Runs the batch with the portable and the DSP driver; each ("y" | "xy", case, reference) must match in both
+    (out of place: the output operand; in place: the input buffer's first elements)."""
+    out = batch.run(keep=True)
+    out_dsp = batch.run(driver=dsp_driver)
+    for where, k, ref in refs:
+        for got in (out[k], out_dsp[k]):
+            if where == "y":
+                np.testing.assert_array_equal(got[5], ref)
+            else:
+                np.testing.assert_array_equal(got[0].reshape(-1)[:ref.size], ref.reshape(-1))
+
+
 def test_conv_int8_specialised_paths_bit_exact(batch, dsp_driver):
     """The blocked / interior fast paths of conv2d_s8, the split-weight conv and the in-place depthwise on wider
     layers, portable and DSP builds: identical to the executor bit for bit (split == the merged weight; in-place ==
@@ -312,14 +325,7 @@ def test_conv_int8_specialised_paths_bit_exact(batch, dsp_driver):
                                          [x.copy(), wq, b, mult, shift, np.zeros(ys[1] * ys[2], np.int8)]), ref))
         else:
             refs.append(("y", batch.add("depthwise_conv2d_s8", ints, [], [x, wq, b, mult, shift, y0]), ref))
-    out = batch.run(keep=True)
-    out_dsp = batch.run(driver=dsp_driver)
-    for where, k, ref in refs:
-        for got in (out[k], out_dsp[k]):
-            if where == "y":
-                np.testing.assert_array_equal(got[5], ref)
-            else:
-                np.testing.assert_array_equal(got[0].reshape(-1)[:ref.size], ref.reshape(-1))
+    _assert_depthwise_both_builds(batch, dsp_driver, refs)
 
 
 def test_depthwise_int8_wide_rows_in_place_bit_exact(batch, dsp_driver):
@@ -355,14 +361,7 @@ def test_depthwise_int8_wide_rows_in_place_bit_exact(batch, dsp_driver):
                                      [x.copy(), wq, b, mult, shift, np.zeros(oh * ow, np.int8)]), ref))
         refs.append(("y", batch.add("depthwise_conv2d_s8", ints, [],
                                     [x, wq, b, mult, shift, np.zeros((1, oh, ow, c), np.int8)]), ref))
-    out = batch.run(keep=True)
-    out_dsp = batch.run(driver=dsp_driver)
-    for where, k, ref in refs:
-        for got in (out[k], out_dsp[k]):
-            if where == "y":
-                np.testing.assert_array_equal(got[5], ref)
-            else:
-                np.testing.assert_array_equal(got[0].reshape(-1)[:ref.size], ref.reshape(-1))
+    _assert_depthwise_both_builds(batch, dsp_driver, refs)
 
 
 def test_grad_input_qw_equals_float_kernel_on_dequantized_weight(batch):

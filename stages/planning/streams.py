@@ -182,12 +182,13 @@ def row_op_ok(graph: Graph, op: Op, trained: dict) -> bool:
     return True
 
 
-def simulate_rows(geos: list[dict[str, Any]], sources: list[list[int]]) -> list[int]:
-    """Windows of a row stream: runs kernels_c/tt_stream.c's pull schedule (same order, no data) and returns, per
-    op, the most rows of its output any read needs at once (made so far - first row read); the sink's is 0.
-    sources[k]: per streamed input of op k, the producing op of the group (>= 0) or an outside tensor (< 0)."""
+def _row_calls(geos: list[dict[str, Any]], sources: list[list[int]]):
+    """kernels_c/tt_stream.c's pull schedule, without data: yields (k, lo, hi, made) once per row call, in call order:
+    op k makes its output row made[k] from its input rows lo..hi (made is the live per-op count, advanced after the
+    caller has looked). sources[k]: per streamed input of op k, the producing op of the group (>= 0) or an outside
+    tensor (< 0)."""
     n = len(geos)
-    made, window = [0] * n, [0] * n
+    made = [0] * n
     while made[n - 1] < geos[n - 1]["out_h"]:
         stack = [n - 1]
         while stack:
@@ -197,52 +198,48 @@ def simulate_rows(geos: list[dict[str, Any]], sources: list[list[int]]) -> list[
             if pending is not None:
                 stack.append(pending)
                 continue
-            if hi >= lo:
-                for p in sources[k]:
-                    if p >= 0:
-                        window[p] = max(window[p], made[p] - lo)
+            yield k, lo, hi, made
             made[k] += 1
             stack.pop()
+
+
+def simulate_rows(geos: list[dict[str, Any]], sources: list[list[int]]) -> list[int]:
+    """Windows of a row stream: runs the pull schedule (_row_calls) and returns, per op, the most rows of its output
+    any read needs at once (made so far - first row read); the sink's is 0."""
+    n = len(geos)
+    window = [0] * n
+    for k, lo, hi, made in _row_calls(geos, sources):
+        if hi >= lo:
+            for p in sources[k]:
+                if p >= 0:
+                    window[p] = max(window[p], made[p] - lo)
     window[n - 1] = 0
     return window
 
 
 def sink_over_inputs(geos: list[dict[str, Any]], sources: list[list[int]], n_outside: int) -> list[int]:
     """The outside inputs (indices into the stream's `outside`) whose buffer the sink's output may share: runs the
-    pull schedule of simulate_rows, timing each row call, and keeps input e when every sink row is written by a
+    pull schedule (_row_calls), timing each row call, and keeps input e when every sink row is written by a
     later call than the last one that reads any row of e its bytes overlap (the sink's row r and e's row q both
     start at the buffer's start: bytes [r * out_row, (r + 1) * out_row) and [q * in_row, (q + 1) * in_row)). Rows
     the schedule reads after they are overwritten, or an input read in the same call that writes over it, rule it
     out. MobileNetV2's stem: the 32x32x8 output of blocks 0-1 goes where the 128x128x3 image was (8 KB)."""
     n = len(geos)
-    made = [0] * n
     last_read: list[dict[int, int]] = [{} for _ in range(n_outside)]
     in_row: list[int | None] = [None] * n_outside
     written: list[int] = []
-    clock = 0
-    while made[n - 1] < geos[n - 1]["out_h"]:
-        stack = [n - 1]
-        while stack:
-            k = stack[-1]
-            lo, hi = input_rows(geos[k], made[k])
-            pending = next((p for p in sources[k] if p >= 0 and made[p] <= hi), None)
-            if pending is not None:
-                stack.append(pending)
-                continue
-            for j, p in enumerate(sources[k]):
-                if p < 0:
-                    e = -1 - p
-                    if in_row[e] not in (None, geos[k]["in_rows"][j]):
-                        in_row[e] = -1  # read with two row sizes: not a plain NHWC image
-                    elif in_row[e] is None:
-                        in_row[e] = geos[k]["in_rows"][j]
-                    for q in range(lo, hi + 1):
-                        last_read[e][q] = clock
-            if k == n - 1:
-                written.append(clock)
-            made[k] += 1
-            clock += 1
-            stack.pop()
+    for clock, (k, lo, hi, _made) in enumerate(_row_calls(geos, sources)):
+        for j, p in enumerate(sources[k]):
+            if p < 0:
+                e = -1 - p
+                if in_row[e] not in (None, geos[k]["in_rows"][j]):
+                    in_row[e] = -1  # read with two row sizes: not a plain NHWC image
+                elif in_row[e] is None:
+                    in_row[e] = geos[k]["in_rows"][j]
+                for q in range(lo, hi + 1):
+                    last_read[e][q] = clock
+        if k == n - 1:
+            written.append(clock)
     out_row = geos[n - 1]["out_row"]
     ok = []
     for e in range(n_outside):
