@@ -71,8 +71,10 @@ int32_t tt_argmax_f32(int32_t n, const float *x)
 
 #if defined(__GNUC__)
 #define TT_QAS_INLINE static inline __attribute__((always_inline))
+#define TT_QAS_LIKELY(c) __builtin_expect(!!(c), 1)
 #else
 #define TT_QAS_INLINE static inline
+#define TT_QAS_LIKELY(c) (c)
 #endif
 
 enum { TT_QAS_NEAREST = 0, TT_QAS_STOCHASTIC = 1, TT_QAS_MASTER = 2 };
@@ -278,7 +280,8 @@ TT_QAS_INLINE uint32_t tt_qas_sgd_row(const int stochastic, const int is32, cons
         const float delta = (neg_lr * gg) / s;
         const int32_t cur_int = is32 ? p32[j] : (int32_t)p8[j];
         int32_t v;
-        if (fabsf(delta) < TT_FAST_LIMIT) { /* false for NaN too */
+        /* the slow path's argument set-up stays out of the loop body (gcc hoists it above the test otherwise) */
+        if (TT_QAS_LIKELY(fabsf(delta) < TT_FAST_LIMIT)) { /* false for NaN too */
             int32_t r;
             if (stochastic) {
                 x = tt_xorshift32_next(x);
@@ -288,7 +291,8 @@ TT_QAS_INLINE uint32_t tt_qas_sgd_row(const int stochastic, const int is32, cons
             }
             if (!is32) {
                 v = cur_int + r; /* int8 + at most 2^24: no overflow */
-                v = v < lo ? lo : (v > hi ? hi : v);
+                v = v > hi ? hi : v; /* lo <= hi: the same as clamping lo first */
+                v = v < lo ? lo : v;
             } else {
                 const int64_t w = (int64_t)cur_int + r;
                 v = (int32_t)(w < lo ? lo : (w > hi ? hi : w));
