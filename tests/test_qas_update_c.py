@@ -222,3 +222,135 @@ def test_qas_update_equals_numpy_golden(harness, tmp_path):
             same = (ms_c.view(np.uint32) == ms_ref.view(np.uint32)) | (np.isnan(ms_c) & np.isnan(ms_ref))
             assert same.all(), f"case {i} {what}: master copy differs"
     assert pos == len(out)
+
+
+# ---- tt_qas_update_s8 (kernels_c/tt_qas.c): the edges of its cheap rounding ------------------------------------
+# Its floor is an int32 truncation after clamping (no libm floorf on Cortex-M4); these are the values where that
+# could go wrong: a master copy at +127 plus a draw just below 1 (127 + u rounds to 128.0 in float32), steps far
+# beyond the int8 range, infinities, -0.0 and NaN (skipped, no draw). The golden is the rule in tt_kernels.h, as
+# tests/test_kernels_c.py's qas_update_ref transcribes it.
+
+_S8_HARNESS = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "tt_kernels.h"
+int main(int argc, char **argv)
+{
+    FILE *f = fopen(argv[1], "rb"), *o = fopen(argv[2], "wb");
+    int32_t h[6]; /* rows, cols, n, rows_per_channel, rounding, channels */
+    float *fac, *g, *m, lr;
+    int8_t *w;
+    uint32_t st;
+    tt_qas_layout l;
+    (void)argc;
+    if (f == 0 || o == 0 || fread(h, 4, 6, f) != 6 || fread(&lr, 4, 1, f) != 1) return 2;
+    fac = malloc(4u * (size_t)h[5]); g = malloc(4u * (size_t)(h[0] * h[2])); m = malloc(4u * (size_t)(h[0] * h[2]));
+    w = malloc((size_t)(h[0] * h[1]));
+    if (fread(fac, 4, (size_t)h[5], f) != (size_t)h[5] || fread(g, 4, (size_t)(h[0] * h[2]), f) != (size_t)(h[0] * h[2])
+        || fread(m, 4, (size_t)(h[0] * h[2]), f) != (size_t)(h[0] * h[2]) || fread(w, 1, (size_t)(h[0] * h[1]), f)
+        != (size_t)(h[0] * h[1]) || fread(&st, 4, 1, f) != 1) return 2;
+    l.s.rows = h[0]; l.s.cols = h[1]; l.s.n = h[2]; l.rows_per_channel = h[3]; l.rounding = (tt_rounding)h[4];
+    tt_qas_factors(h[5], lr, fac, 1.0f, fac);
+    for (int pass = 0; pass < 2; ++pass) { /* without, then with the master copy (on fresh copies) */
+        int8_t *wc = malloc((size_t)(h[0] * h[1]));
+        float *mc = malloc(4u * (size_t)(h[0] * h[2]));
+        uint32_t s = st;
+        for (int i = 0; i < h[0] * h[1]; ++i) wc[i] = w[i];
+        for (int i = 0; i < h[0] * h[2]; ++i) mc[i] = m[i];
+        tt_qas_update_s8(&l, fac, wc, g, pass ? mc : 0, &s);
+        fwrite(wc, 1, (size_t)(h[0] * h[1]), o); fwrite(mc, 4, (size_t)(h[0] * h[2]), o); fwrite(&s, 4, 1, o);
+        free(wc); free(mc);
+    }
+    fclose(o); fclose(f); free(fac); free(g); free(m); free(w);
+    return 0;
+}
+"""
+
+
+def _xorshift_inverse(x: int) -> int:
+    """The state whose next xorshift32 state is x (each x ^= x << k / x >> k step is invertible)."""
+    def undo_left(y, k):
+        v = y
+        for _ in range(32 // k + 1):
+            v = y ^ ((v << k) & 0xFFFFFFFF)
+        return v
+
+    def undo_right(y, k):
+        v = y
+        for _ in range(32 // k + 1):
+            v = y ^ (v >> k)
+        return v
+    return undo_left(undo_right(undo_left(x, 5), 17), 13)
+
+
+def _s8_rule(w, g, s_w, lr, rpc, n, rounding, master, state):
+    """The rule of tt_kernels.h, one float32 operation at a time, element by element in row-major order."""
+    w, master = w.copy(), None if master is None else master.copy()
+    with np.errstate(all="ignore"):
+        for r in range(g.shape[0]):
+            for j in range(n):
+                f = F32(lr) / (F32(1.0) * s_w[r // rpc if rpc else j])
+                x = -(g[r, j] * f)
+                if np.isnan(x):
+                    continue
+                if master is not None:
+                    master[r, j] = min(max(F32(master[r, j] + x), F32(-127)), F32(127))
+                    y = master[r, j]
+                else:
+                    y = x
+                if rounding:
+                    state = qas.xorshift32_next(state)
+                    y = F32(y + F32(state >> 8) * F32(2.0 ** -24))
+                else:
+                    y = F32(y + F32(0.5))
+                q = np.floor(y)
+                if master is not None:
+                    w[r, j] = int(min(max(q, -127), 127))
+                else:
+                    w[r, j] = int(min(max(int(w[r, j]) + min(max(q, -255), 255), -127), 127))
+    return w, master, state
+
+
+@pytest.mark.parametrize("rounding", [0, 1])
+def test_qas_update_s8_rounding_edges(tmp_path, rounding):
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no host C compiler")
+    (tmp_path / "h.c").write_text(_S8_HARNESS)
+    res = subprocess.run([cc, *FLAGS, f"-I{KDIR}", f"-I{ops_header.include_dir()}", str(KDIR / "tt_qas.c"),
+                          str(tmp_path / "h.c"), "-lm", "-o", str(tmp_path / "h")], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    seed = _xorshift_inverse(0xFFFFFF00 | 0x5A)  # first draw: u = 1 - 2^-24
+    assert qas.xorshift32_next(seed) >> 8 == 0xFFFFFF
+    rng = np.random.default_rng(3)
+    for rows, cols, n, rpc, ch in ((7, 5, 5, 1, 7), (6, 4, 3, 3, 2), (3, 6, 6, 0, 6), (5, 9, 7, 5, 1)):
+        s_w = rng.uniform(0.002, 0.02, ch).astype(F32)
+        g = (rng.standard_normal((rows, n)) * 10.0 ** rng.uniform(-2, 2, (rows, n))).astype(F32)
+        edge = np.array([-0.0, np.inf, -np.inf, 1e30, -1e30, 3e9, -3e9, np.nan, 0.01, -0.01], F32)
+        g.flat[1:1 + min(edge.size, g.size - 1)] = edge[:g.size - 1]
+        g[rng.random(g.shape) < 0.1] = np.nan
+        g.flat[0] = 0.0  # with the master copy at +127: 127 + (1 - 2^-24) == 128.0f, which must give 127
+        w = rng.integers(-127, 128, (rows, cols)).astype(np.int8)
+        master = (w[:, :n].astype(F32) + rng.uniform(-0.5, 0.5, (rows, n)).astype(F32)).astype(F32)
+        master.flat[0] = 127.0
+        lr = F32(0.05)
+        blob = b"".join(a.tobytes() for a in (np.array([rows, cols, n, rpc, rounding, ch], np.int32),
+                                              np.array([lr], F32), s_w, g, master, w, np.array([seed], np.uint32)))
+        (tmp_path / "in.bin").write_bytes(blob)
+        res = subprocess.run([str(tmp_path / "h"), str(tmp_path / "in.bin"), str(tmp_path / "out.bin")],
+                             capture_output=True, text=True, env={**os.environ, "ASAN_OPTIONS": "detect_leaks=0"})
+        assert res.returncode == 0, res.stderr
+        out, pos = (tmp_path / "out.bin").read_bytes(), 0
+        for use_master in (False, True):
+            w_c = np.frombuffer(out[pos:pos + w.size], np.int8).reshape(w.shape)
+            m_c = np.frombuffer(out[pos + w.size:pos + w.size + 4 * g.size], F32).reshape(g.shape)
+            pos += w.size + 4 * g.size
+            st_c = int(np.frombuffer(out[pos:pos + 4], np.uint32)[0])
+            pos += 4
+            ref_w, ref_m, ref_st = _s8_rule(w, g, s_w, lr, rpc, n, rounding, master if use_master else None, seed)
+            np.testing.assert_array_equal(w_c, ref_w)
+            assert st_c == (ref_st if rounding else seed)
+            if use_master:
+                assert (m_c.view(np.uint32) == ref_m.view(np.uint32)).all()
+                if rounding:
+                    assert w_c.flat[0] == 127
