@@ -3,6 +3,9 @@
 
 #include <math.h>
 #include <stddef.h>
+#if defined(__arm__) && defined(__ARM_FEATURE_SAT) && defined(__GNUC__)
+#include <arm_acle.h> /* __ssat */
+#endif
 
 /* ---- element-wise ------------------------------------------------------------------------------------------- */
 
@@ -253,6 +256,16 @@ TT_QAS_INLINE uint32_t tt_qas_row(const tt_qas_params *c, const int kind, const 
  * for either sign, so (-lr) * gg == -(lr * gg) bit for bit. No per-element test of qas, weight decay, is32 or
  * the optimizer kind remains; the branch-free rounding below replaces the compare-and-select of tt_round_away32. */
 
+/* clamp to [-128, 127]: one SSAT where the core has it (gcc does not always find it in the selects) */
+static inline int32_t tt_sat8(int32_t v)
+{
+#if defined(__arm__) && defined(__ARM_FEATURE_SAT) && defined(__GNUC__)
+    return __ssat(v, 8);
+#else
+    return v > 127 ? 127 : (v < -128 ? -128 : v);
+#endif
+}
+
 /* round half away from zero of |v| < 2^24, branch-free: t = trunc(v) and frac = v - t are exact (below 2^24
  * every integer is a float, and frac is v's fraction bits), frac + frac is exact and lies in (-2, 2), so its
  * truncation is sign(frac) exactly when |frac| >= 0.5, else 0: t + trunc(2 frac) == roundf(v). */
@@ -290,8 +303,9 @@ TT_QAS_INLINE uint32_t tt_qas_sgd_row(const int stochastic, const int is32, cons
                 r = tt_round_away_fast(delta);
             }
             if (!is32) {
-                v = cur_int + r; /* int8 + at most 2^24: no overflow */
-                v = v > hi ? hi : v; /* lo <= hi: the same as clamping lo first */
+                /* int8 + at most 2^24: no overflow. hi == 127 and lo >= -128 here (the caller checks), so
+                 * clamp(v, lo, hi) == max(clamp(v, -128, 127), lo), and the first clamp is one SSAT on Arm */
+                v = tt_sat8(cur_int + r);
                 v = v < lo ? lo : v;
             } else {
                 const int64_t w = (int64_t)cur_int + r;
@@ -346,7 +360,8 @@ TT_QAS_INLINE void tt_qas_sgd_rows(const int stochastic, const int is32, const i
     }
 }
 
-/* Out of line: its own small register set, and one copy of the eight specialisations. */
+/* Out of line: its own small register set, and one copy of the eight specialisations. int8 parameters come with
+ * the weight bounds hi == 127, lo >= -128 (the caller checks; others take the generic loop). */
 #if defined(__GNUC__)
 __attribute__((noinline))
 #endif
@@ -424,7 +439,8 @@ void tt_qas_update(const tt_qas_params *p, int32_t rows, int32_t cols, int32_t n
     const tt_qas_params c = *p;
     const int mode = master != 0 ? TT_QAS_MASTER
                                  : (c.rounding == TT_ROUND_STOCHASTIC ? TT_QAS_STOCHASTIC : TT_QAS_NEAREST);
-    if (c.kind == TT_OPT_SGD && c.qas && !(c.weight_decay != 0.0f) && mode != TT_QAS_MASTER) {
+    if (c.kind == TT_OPT_SGD && c.qas && !(c.weight_decay != 0.0f) && mode != TT_QAS_MASTER &&
+        (is_int32 || (c.hi == 127 && c.lo >= -128 && c.lo <= c.hi))) {
         tt_qas_sgd_update(mode == TT_QAS_STOCHASTIC, rows, cols, n, rows_per_channel, scale_count, scale, param,
                           is_int32, g, c.batch_scale, c.lr, c.lo, c.hi, rng);
         return;
