@@ -3,6 +3,7 @@
 #include "tt_kernels.h"
 
 #include <math.h>
+#include <stddef.h>
 
 uint32_t tt_xorshift32(uint32_t *state)
 {
@@ -22,6 +23,15 @@ void tt_qas_factors(int32_t channels, float lr, const float *w_scale, float x_sc
     }
 }
 
+/* tt_xorshift32 on a register copy of the state */
+static inline uint32_t tt_xorshift32_next_s(uint32_t x)
+{
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    return x;
+}
+
 /* floorf(v + 0.5f) or floorf(v + u), u in [0, 1) with 24 random bits (exact in float32). */
 static inline float tt_round(float v, tt_rounding rounding, uint32_t *rng_state)
 {
@@ -37,29 +47,93 @@ static inline float tt_clampf(float v, float lo, float hi)
     return v < lo ? lo : (v > hi ? hi : v);
 }
 
+/* floorf(y) for |y| < 2^31 without the libm call (Cortex-M4 has no VRINTM): truncation is exact there, and
+ * below 2^24 (float)t is exact too, while above it y is an integer and t == y. */
+static inline int32_t tt_floor_small(float y)
+{
+    const int32_t t = (int32_t)y;
+    return (float)t > y ? t - 1 : t;
+}
+
+#if defined(__GNUC__)
+#define TT_QAS8_INLINE static inline __attribute__((always_inline))
+#else
+#define TT_QAS8_INLINE static inline
+#endif
+
+/* One row of tt_qas_update_s8; per_col, has_master, stochastic are constants at every call site. f: the row's
+ * factor (f[0]) or the factor of column j (f[j]). Per element, the float operations of the plain rule in
+ * tt_kernels.h, in its order. The clamps of the rounded value move before the floor: floor is monotone and the
+ * bounds are integers, so clamp(floor(y), a, b) == floor(clamp(y, a, b)), and a clamped y fits int32. */
+TT_QAS8_INLINE uint32_t tt_qas_row_s8(const int per_col, const int has_master, const int stochastic, int32_t n,
+                                      const float *f, int8_t *w, const float *g, float *m, uint32_t x)
+{
+    const float f_row = per_col ? 0.0f : f[0];
+    int32_t j;
+    for (j = 0; j < n; ++j) {
+        const float v = -(g[j] * (per_col ? f[j] : f_row));
+        float y;
+        int32_t q;
+        if (v != v) {
+            continue; /* NaN: leave the weight alone (and draw no random number) */
+        }
+        if (has_master) {
+            const float mm = tt_clampf(m[j] + v, -127.0f, 127.0f);
+            m[j] = mm;
+            y = mm;
+        } else {
+            y = v;
+        }
+        if (stochastic) {
+            x = tt_xorshift32_next_s(x);
+            y = y + (float)(x >> 8) * (1.0f / 16777216.0f);
+        } else {
+            y = y + 0.5f;
+        }
+        if (has_master) {
+            /* mm in [-127, 127]: y in [-127, 128] (127 + u rounds to 128 for u > 1 - 2^-18): only the top clamps */
+            q = tt_floor_small(y);
+            w[j] = (int8_t)(q > 127 ? 127 : q);
+        } else {
+            q = tt_floor_small(tt_clampf(y, -255.0f, 255.0f));
+            q += (int32_t)w[j];
+            w[j] = (int8_t)(q < -127 ? -127 : (q > 127 ? 127 : q));
+        }
+    }
+    return x;
+}
+
 void tt_qas_update_s8(const tt_qas_layout *l, const float *factor, int8_t *w, const float *g, float *master,
                       uint32_t *rng_state)
 {
-    int32_t r, j;
-    for (r = 0; r < l->s.rows; ++r) {
-        for (j = 0; j < l->s.n; ++j) {
-            const int32_t ch = l->rows_per_channel > 0 ? r / l->rows_per_channel : j;
-            const int32_t k = r * l->s.n + j;
-            int8_t *wp = w + r * l->s.cols + j;
-            const float x = -(g[k] * factor[ch]);
-            if (x != x) {
-                continue; /* NaN: leave the weight alone (and draw no random number) */
+    const int32_t rows = l->s.rows, cols = l->s.cols, n = l->s.n, rpc = l->rows_per_channel;
+    const int stochastic = l->rounding == TT_ROUND_STOCHASTIC;
+    uint32_t x = stochastic ? *rng_state : 0u;
+    const float *f = factor;
+    int32_t r, left = rpc; /* rows left in the current output channel (rpc > 0) */
+    for (r = 0; r < rows; ++r) {
+        int8_t *wr = w + (size_t)r * (size_t)cols;
+        const float *gr = g + (size_t)r * (size_t)n;
+        float *mr = master != 0 ? master + (size_t)r * (size_t)n : 0;
+#define TT_QAS8_ROW(PC)                                                                                              \
+    if (mr != 0) {                                                                                                   \
+        x = stochastic ? tt_qas_row_s8(PC, 1, 1, n, f, wr, gr, mr, x) : tt_qas_row_s8(PC, 1, 0, n, f, wr, gr, mr, x); \
+    } else {                                                                                                         \
+        x = stochastic ? tt_qas_row_s8(PC, 0, 1, n, f, wr, gr, mr, x) : tt_qas_row_s8(PC, 0, 0, n, f, wr, gr, mr, x); \
+    }
+        if (rpc > 0) {
+            TT_QAS8_ROW(0)
+            if (--left == 0) { /* the next output channel: no division per element */
+                left = rpc;
+                ++f;
             }
-            if (master != 0) {
-                const float m = tt_clampf(master[k] + x, -127.0f, 127.0f);
-                master[k] = m;
-                *wp = (int8_t)tt_clampf(tt_round(m, l->rounding, rng_state), -127.0f, 127.0f);
-            } else {
-                /* A step beyond +-254 saturates anyway; clamping first keeps the int conversion defined. */
-                const float dq = tt_clampf(tt_round(x, l->rounding, rng_state), -255.0f, 255.0f);
-                *wp = (int8_t)tt_clamp32((int32_t)*wp + (int32_t)dq, -127, 127);
-            }
+        } else {
+            TT_QAS8_ROW(1)
         }
+#undef TT_QAS8_ROW
+    }
+    if (stochastic) {
+        *rng_state = x;
     }
 }
 

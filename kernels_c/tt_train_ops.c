@@ -3,6 +3,9 @@
 
 #include <math.h>
 #include <stddef.h>
+#if defined(__arm__) && defined(__ARM_FEATURE_SAT) && defined(__GNUC__)
+#include <arm_acle.h> /* __ssat */
+#endif
 
 /* ---- element-wise ------------------------------------------------------------------------------------------- */
 
@@ -62,7 +65,9 @@ int32_t tt_argmax_f32(int32_t n, const float *x)
  * once per row when the row is one output channel, the tt_qas_params fields are copied to locals (the state
  * stores are float stores the compiler would otherwise assume may alias them), and the xorshift32 state stays in
  * a register. The integer rounding takes an int32 fast path for |x| < 2^24; only larger or non-finite values go
- * through the int64 conversions (library calls on Cortex-M, ~100 instructions each element before). Every float
+ * through the int64 conversions (library calls on Cortex-M, ~100 instructions each element before). The default
+ * spec's case (SGD, QAS, no weight decay, no master copy) has a tighter loop of its own (tt_qas_sgd_update, +4 KB
+ * of M7 code; ~24 instructions per int8 weight instead of ~51). Every float
  * operation and its order are those of the plain per-element loop, so results are bit-identical to it. */
 #define TT_DELTA_LIMIT 1099511627776.0f /* 2^40 */
 /* Below 2^24 in magnitude a rounded value and its sum with an int8 parameter fit int32 without overflow, and
@@ -71,8 +76,10 @@ int32_t tt_argmax_f32(int32_t n, const float *x)
 
 #if defined(__GNUC__)
 #define TT_QAS_INLINE static inline __attribute__((always_inline))
+#define TT_QAS_LIKELY(c) __builtin_expect(!!(c), 1)
 #else
 #define TT_QAS_INLINE static inline
+#define TT_QAS_LIKELY(c) (c)
 #endif
 
 enum { TT_QAS_NEAREST = 0, TT_QAS_STOCHASTIC = 1, TT_QAS_MASTER = 2 };
@@ -244,6 +251,147 @@ TT_QAS_INLINE uint32_t tt_qas_row(const tt_qas_params *c, const int kind, const 
     return x;
 }
 
+/* ---- the common case: SGD with QAS on, no weight decay, no master copy (the default spec's update) ---------------
+ * Per element the generic row computes gg = g * bs; d = lr * gg; delta = (-d) / s. Here: gg = g (bs == 1.0f:
+ * g * 1.0f == g for every non-NaN float, also with flush-to-zero, where lr * g flushes the same subnormal input)
+ * or g * bs; delta = (neg_lr * gg) / s with neg_lr = -lr, because IEEE multiplication rounds |lr * gg| the same
+ * for either sign, so (-lr) * gg == -(lr * gg) bit for bit. No per-element test of qas, weight decay, is32 or
+ * the optimizer kind remains; the branch-free rounding below replaces the compare-and-select of tt_round_away32. */
+
+/* clamp to [-128, 127]: one SSAT where the core has it (gcc does not always find it in the selects) */
+static inline int32_t tt_sat8(int32_t v)
+{
+#if defined(__arm__) && defined(__ARM_FEATURE_SAT) && defined(__GNUC__)
+    return __ssat(v, 8);
+#else
+    return v > 127 ? 127 : (v < -128 ? -128 : v);
+#endif
+}
+
+/* round half away from zero of |v| < 2^24, branch-free: t = trunc(v) and frac = v - t are exact (below 2^24
+ * every integer is a float, and frac is v's fraction bits), frac + frac is exact and lies in (-2, 2), so its
+ * truncation is sign(frac) exactly when |frac| >= 0.5, else 0: t + trunc(2 frac) == roundf(v). */
+static inline int32_t tt_round_away_fast(float v)
+{
+    const int32_t t = (int32_t)v;
+    const float frac = v - (float)t;
+    return t + (int32_t)(frac + frac);
+}
+
+/* One row of the common case; stochastic, is32, per_elem, unit_batch are constants at every call site. The
+ * elements, the PRNG draws and the rare-value path (tt_qas_round_slow) are those of tt_qas_row. */
+TT_QAS_INLINE uint32_t tt_qas_sgd_row(const int stochastic, const int is32, const int per_elem, const int unit_batch,
+                                      int32_t n, const float *sp, float bs, float neg_lr, int32_t lo, int32_t hi,
+                                      void *pr, const float *g, uint32_t x)
+{
+    int8_t *p8 = (int8_t *)pr;
+    int32_t *p32 = (int32_t *)pr;
+    const float s_row = per_elem ? 0.0f : sp[0];
+    const int mode = stochastic ? TT_QAS_STOCHASTIC : TT_QAS_NEAREST;
+    int32_t j;
+    for (j = 0; j < n; ++j) {
+        const float s = per_elem ? sp[j] : s_row;
+        const float gg = unit_batch ? g[j] : g[j] * bs;
+        const float delta = (neg_lr * gg) / s;
+        const int32_t cur_int = is32 ? p32[j] : (int32_t)p8[j];
+        int32_t v;
+        /* the slow path's argument set-up stays out of the loop body (gcc hoists it above the test otherwise) */
+        if (TT_QAS_LIKELY(fabsf(delta) < TT_FAST_LIMIT)) { /* false for NaN too */
+            int32_t r;
+            if (stochastic) {
+                x = tt_xorshift32_next(x);
+                r = tt_floor32(delta + (float)(x >> 8) * 5.9604644775390625e-08f); /* 2^-24 */
+            } else {
+                r = tt_round_away_fast(delta);
+            }
+            if (!is32) {
+                /* int8 + at most 2^24: no overflow. hi == 127 and lo >= -128 here (the caller checks), so
+                 * clamp(v, lo, hi) == max(clamp(v, -128, 127), lo), and the first clamp is one SSAT on Arm */
+                v = tt_sat8(cur_int + r);
+                v = v < lo ? lo : v;
+            } else {
+                const int64_t w = (int64_t)cur_int + r;
+                v = (int32_t)(w < lo ? lo : (w > hi ? hi : w));
+            }
+        } else {
+            float u = 0.0f;
+            if (stochastic && delta == delta) { /* NaN draws nothing */
+                x = tt_xorshift32_next(x);
+                u = (float)(x >> 8) * 5.9604644775390625e-08f;
+            }
+            v = tt_qas_round_slow(mode, delta, u, cur_int, lo, hi);
+        }
+        if (is32) {
+            p32[j] = v;
+        } else {
+            p8[j] = (int8_t)v;
+        }
+    }
+    return x;
+}
+
+/* All rows of the common case for one (stochastic, is32, unit_batch); the scale layout per call, the channel
+ * index counted along the rows (no division). */
+TT_QAS_INLINE void tt_qas_sgd_rows(const int stochastic, const int is32, const int unit_batch, int32_t rows,
+                                   int32_t cols, int32_t n, int32_t rows_per_channel, int32_t scale_count,
+                                   const float *scale, void *param, const float *g, float bs, float neg_lr,
+                                   int32_t lo, int32_t hi, uint32_t *rng)
+{
+    const size_t stride = (size_t)cols * (is32 ? 4u : 1u);
+    const int per_elem = scale_count != 1 && rows_per_channel <= 0;
+    const int advance = !per_elem && scale_count != 1; /* one scale per rows_per_channel rows */
+    uint32_t x = stochastic ? *rng : 0u;
+    const float *sp = scale;
+    int32_t r, left = rows_per_channel;
+    char *pr = (char *)param;
+    for (r = 0; r < rows; ++r) {
+        if (per_elem) {
+            x = tt_qas_sgd_row(stochastic, is32, 1, unit_batch, n, sp, bs, neg_lr, lo, hi, pr, g, x);
+        } else {
+            x = tt_qas_sgd_row(stochastic, is32, 0, unit_batch, n, sp, bs, neg_lr, lo, hi, pr, g, x);
+            if (advance && --left == 0) { /* the next output channel */
+                left = rows_per_channel;
+                ++sp;
+            }
+        }
+        pr += stride;
+        g += n;
+    }
+    if (stochastic) {
+        *rng = x;
+    }
+}
+
+/* Out of line: its own small register set, and one copy of the eight specialisations. int8 parameters come with
+ * the weight bounds hi == 127, lo >= -128 (the caller checks; others take the generic loop). */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void tt_qas_sgd_update(int stochastic, int32_t rows, int32_t cols, int32_t n, int32_t rows_per_channel,
+                              int32_t scale_count, const float *scale, void *param, int32_t is_int32,
+                              const float *g, float bs, float lr, int32_t lo, int32_t hi, uint32_t *rng)
+{
+    const float neg_lr = -lr;
+    const int unit = bs == 1.0f;
+#define TT_QAS_SGD_CASE(ST, I32, UNIT)                                                                              \
+    tt_qas_sgd_rows(ST, I32, UNIT, rows, cols, n, rows_per_channel, scale_count, scale, param, g, bs, neg_lr, lo,   \
+                    hi, rng)
+    if (stochastic) {
+        if (is_int32) {
+            if (unit) { TT_QAS_SGD_CASE(1, 1, 1); } else { TT_QAS_SGD_CASE(1, 1, 0); }
+        } else {
+            if (unit) { TT_QAS_SGD_CASE(1, 0, 1); } else { TT_QAS_SGD_CASE(1, 0, 0); }
+        }
+    } else {
+        if (is_int32) {
+            if (unit) { TT_QAS_SGD_CASE(0, 1, 1); } else { TT_QAS_SGD_CASE(0, 1, 0); }
+        } else {
+            if (unit) { TT_QAS_SGD_CASE(0, 0, 1); } else { TT_QAS_SGD_CASE(0, 0, 0); }
+        }
+    }
+#undef TT_QAS_SGD_CASE
+}
+
 /* All rows for one (kind, mode, is32): the scale layout is chosen per call, the channel scale once per row. */
 TT_QAS_INLINE void tt_qas_rows(const tt_qas_params *c, const int kind, const int mode, const int is32, int32_t rows,
                                int32_t cols, int32_t n, int32_t rows_per_channel, int32_t scale_count,
@@ -293,6 +441,12 @@ void tt_qas_update(const tt_qas_params *p, int32_t rows, int32_t cols, int32_t n
     const tt_qas_params c = *p;
     const int mode = master != 0 ? TT_QAS_MASTER
                                  : (c.rounding == TT_ROUND_STOCHASTIC ? TT_QAS_STOCHASTIC : TT_QAS_NEAREST);
+    if (c.kind == TT_OPT_SGD && c.qas && !(c.weight_decay != 0.0f) && mode != TT_QAS_MASTER &&
+        (is_int32 || (c.hi == 127 && c.lo >= -128 && c.lo <= c.hi))) {
+        tt_qas_sgd_update(mode == TT_QAS_STOCHASTIC, rows, cols, n, rows_per_channel, scale_count, scale, param,
+                          is_int32, g, c.batch_scale, c.lr, c.lo, c.hi, rng);
+        return;
+    }
     switch (c.kind) {
     case TT_OPT_MOMENTUM:
         TT_QAS_KIND(TT_OPT_MOMENTUM)
