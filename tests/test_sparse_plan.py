@@ -643,10 +643,18 @@ def test_auto_fits_a_tight_budget_by_the_exact_measure(name, tmp_path, fake):
         v = trace["verification"]
         assert v["budget_bytes"] == doc["budget_bytes"] and 1 <= len(v["rounds"]) <= SP.MAX_ROUNDS
         whole = doc["analysis"]["whole_plan"]
-        # The plan is the verified search's choice, unless a whole-plan candidate that fits measured better.
-        assert whole["candidates"][whole["chosen"]]["exact_peak_bytes"] == doc["exact"]["peak_bytes"]
+        # The plan is the verified search's choice, unless a whole-plan candidate that fits measured better. The
+        # search measures the requested update rule; when the update probe then picks another one (a master copy, a
+        # PRNG state: issue 17), plan.json's exact peak is that rule's, which only adds memory.
+        updates = doc.get("updates") or {}
+        same_rule = updates.get("qas") in (None, updates.get("requested"))
+        searched = whole["candidates"][whole["chosen"]]["exact_peak_bytes"]
         if whole["chosen"] == 0:
-            assert v["exact_peak_bytes"] == doc["exact"]["peak_bytes"]
+            assert v["exact_peak_bytes"] == searched
+        if same_rule:
+            assert searched == doc["exact"]["peak_bytes"]
+        else:
+            assert searched < doc["exact"]["peak_bytes"]
         if v["chosen_round"] is not None and whole["chosen"] == 0:
             r = v["rounds"][v["chosen_round"]]
             assert r["fits"] and r["gain"] == doc["predicted"]["delta_accuracy"]
