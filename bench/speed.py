@@ -240,8 +240,8 @@ def _device_tables(console: Any, doc: dict[str, Any]) -> None:
         t.add_row(d["model"], d["kernels"], _m(d["instructions_per_step"]), _m(d["instructions_traced_step"]),
                   _m(d["cycles_m7"]), f"{d['cpi_m7']:.3f}", _m(d["cycles_m4"]), f"{d['cycles_m7'] / TTE_CYCLES:.3f}x")
     console.print(t)
-    if "build" not in doc:  # --device-only
-        return console.export_text()
+    if not doc["host"]:  # --device-only
+        return
     h = Table(title="host: CPU ms per training step (best of 5), PyTorch on 1 thread")
     for c in ("model", "host -O3", "PyTorch", "speed-up"):
         h.add_column(c, justify="right")
@@ -259,6 +259,8 @@ def table(doc: dict[str, Any]) -> str:
     console = Console(record=True, width=120)
     if doc["device"]:
         _device_tables(console, doc)
+    if "build" not in doc:  # --device-only
+        return console.export_text()
     bt = Table(title="build times (s, wall; cold: an empty cache)")
     for c in ("model", "cold", "no-op", "lr change", "cold per stage"):
         bt.add_column(c, justify="left" if c in ("model", "cold per stage") else "right")
