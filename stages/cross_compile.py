@@ -64,7 +64,9 @@ BASE_CFLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off", "
 # No start files (startup.c owns reset), newlib-nano for memcpy/memset and libm, and no syscall
 # stubs on purpose: a program that calls malloc or printf fails to link instead of getting a
 # heap or stdio the memory plan does not know about.
-ARM_LDFLAGS = ("-nostartfiles", "--specs=nano.specs", "-Wl,--gc-sections")
+# --emit-relocs keeps the link's relocations in the ELF (not loaded: the image is the same bytes), so the stack bound
+# (stages/device/stack_bound.py) knows which data words are addresses rather than constants that equal one.
+ARM_LDFLAGS = ("-nostartfiles", "--specs=nano.specs", "-Wl,--gc-sections", "-Wl,--emit-relocs")
 SANITIZE_FLAGS = ("-fno-omit-frame-pointer", "-fno-sanitize-recover=all", "-g")
 
 _OVERFLOW_RE = re.compile(r"region `(\w+)' overflowed by (\d+) bytes")

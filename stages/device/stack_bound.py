@@ -6,9 +6,12 @@ section with it instead of a fixed reserve).
 How: `arm-none-eabi-objdump -d` of the linked ELF gives every function's instructions. A function's frame is the
 most its own instructions move SP down (push / stmdb sp! / vpush / sub sp, #N / str ..., [sp, #-N]!), counted
 from its entry; its depth is its frame plus the deepest of its callees (bl, and branches to another function:
-tail calls). An indirect call (blx rN, bx rN) may reach any function whose address the program takes: a word
-equal to a Thumb function address (address | 1) in any loaded section but the vector table, or a movw/movt pair
-that builds one. The roots are the vector table's: the reset handler runs the program; each other handler may
+tail calls). An indirect call (blx rN, bx rN) may reach any function whose address the program takes: a stored
+address of a Thumb function (address | 1) in a loaded section but the vector table, or a movw/movt pair that builds
+one. When the ELF keeps the link's relocations (cross-compile links with --emit-relocs), the stored addresses are the
+words its absolute relocations (R_ARM_ABS32, R_ARM_TARGET1) wrote; a constant that merely equals a function's
+address (a bias of 785 = tt_main | 1 in a weight table) is then no address. Without relocations every aligned word
+counts, which can only over-estimate. The roots are the vector table's: the reset handler runs the program; each other handler may
 interrupt it once, on top of the CPU's exception frame (26 words with the FPU's lazy context, + 4 bytes of
 alignment). A handler that moves SP to a register's value (the fault handler re-bases SP at the stack top before
 it reports) does not add to the program's depth: it needs only its own.
@@ -208,8 +211,14 @@ def _consts(f: Function, mnem: str, ops: str, movw: dict[str, int]) -> None:
         f.consts.add(((_imm(parts[1]) & 0xFFFF) << 16) | movw.pop(parts[0]))
 
 
+# Relocation types that store a symbol's absolute address in a data word (ARM ELF ABI): R_ARM_ABS32, R_ARM_TARGET1.
+_ABS_RELOCS = (2, 38)
+SHT_REL, SHT_NOBITS = 9, 8
+
+
 def _elf_words(path: Path) -> tuple[set[int], list[int]]:
-    """Every aligned 32-bit word of the loaded sections but the vector table, and the vector table's words."""
+    """The words of the loaded sections but the vector table that may hold a code address, and the vector table's
+    words: with relocation sections, the words absolute relocations wrote; without, every aligned word."""
     data = path.read_bytes()
     if data[:4] != b"\x7fELF" or data[4] != 1 or data[5] != 1:
         raise StackBoundError(f"{path} is not a little-endian ELF32 file")
@@ -219,16 +228,25 @@ def _elf_words(path: Path) -> tuple[set[int], list[int]]:
     names_off = heads[shstrndx][4]
     words: set[int] = set()
     vectors: list[int] = []
-    for name_off, typ, flags, _addr, off, size, *_ in heads:
-        if not flags & 0x2 or typ == 8:  # not loaded, or NOBITS (.bss, .stack): nothing stored
+    relocated: dict[int, list[int]] = {}  # loaded section index -> offsets (in it) of words an absolute reloc wrote
+    for _name, typ, _fl, _addr, off, size, _link, info, _al, entsize in heads:
+        if typ == SHT_REL and heads[info][2] & 0x2:
+            for k in range(0, size - size % (entsize or 8), entsize or 8):
+                r_offset, r_info = struct.unpack_from("<II", data, off + k)
+                if r_info & 0xFF in _ABS_RELOCS:
+                    relocated.setdefault(info, []).append(r_offset - heads[info][3])
+    has_relocs = any(h[1] == SHT_REL for h in heads)
+    for index, (name_off, typ, flags, _addr, off, size, *_) in enumerate(heads):
+        if not flags & 0x2 or typ == SHT_NOBITS:  # not loaded, or NOBITS (.bss, .stack): nothing stored
             continue
         name = data[names_off + name_off:data.index(b"\0", names_off + name_off)].decode()
         chunk = data[off:off + size - size % 4]
-        vals = struct.unpack(f"<{len(chunk) // 4}I", chunk)
         if name == ".isr_vector":
-            vectors = list(vals)
+            vectors = list(struct.unpack(f"<{len(chunk) // 4}I", chunk))
+        elif has_relocs:
+            words.update(struct.unpack_from("<I", chunk, o)[0] for o in relocated.get(index, ()) if o + 4 <= len(chunk))
         else:
-            words.update(vals)
+            words.update(struct.unpack(f"<{len(chunk) // 4}I", chunk))
     if not vectors:
         raise StackBoundError(f"{path} has no .isr_vector section")
     return words, vectors
