@@ -18,9 +18,10 @@ files alone (no time, no path), so it is the same on every machine; cross-compil
 from __future__ import annotations
 
 import hashlib
-import os
 import tempfile
 from pathlib import Path
+
+from tinytrain.cache.fs_ops import atomic_write_bytes
 
 OPS_DIR = Path(__file__).resolve().parents[2] / "kernels_c" / "ops"
 HEADER = "tt_ops.h"
@@ -65,13 +66,8 @@ def render(ops_dir: Path = OPS_DIR) -> str:
 
 def write(dest_dir: Path, ops_dir: Path = OPS_DIR) -> Path:
     """Write tt_ops.h into dest_dir (replaced atomically, so concurrent builds never read half a file)."""
-    dest_dir = Path(dest_dir)
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    out = dest_dir / HEADER
-    fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=".tt_ops.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(render(ops_dir))
-    os.replace(tmp, out)
+    out = Path(dest_dir) / HEADER
+    atomic_write_bytes(out, render(ops_dir).encode())
     return out
 
 

@@ -21,8 +21,6 @@ model; the circle schema numbers its versions from 0, so that is the version wri
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import flatbuffers
@@ -30,6 +28,7 @@ import numpy as np
 import tflite as fb
 from tflite.BuiltinOperator import BuiltinOperator as BO
 
+from tinytrain.cache.fs_ops import atomic_write_bytes
 from tinytrain.pipeline.errors import ModelError, UnsupportedOpError
 from tinytrain.stages import ops
 from tinytrain.stages.model.ir import Graph, Op, QuantParams, Tensor
@@ -80,14 +79,7 @@ def write_model_bytes(graph: Graph, path: Path, *, description: str = "tinytrain
     """write_model with metadata entries (model_bytes)."""
     path = Path(path)
     data = model_bytes(graph, description=description, circle=path.suffix.lower() == ".circle", metadata=metadata)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, data)
 
 
 # ---- checks ---------------------------------------------------------------------------------------

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from tinytrain.cache.fs_ops import atomic_write_bytes
 from tinytrain.stages.model.ir import Graph
 
 # Bump when a recipe's output changes: cached variants are keyed by it.
@@ -102,9 +101,5 @@ def derive(base: Path, recipe: list[tuple[str, int | None]], out_dir: Path) -> P
     for step, arg in recipe:
         g = RECIPES[step](g, arg)
     data = model_bytes(g, description=f"tinytrain zoo: {Path(base).name} {tag}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name, dir=path.parent)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)   # atomic: a concurrent build sees the whole file or none
+    atomic_write_bytes(path, data)   # a concurrent build sees the whole file or none
     return path
