@@ -3,6 +3,14 @@
 
 #include <string.h>
 
+/* target.kernels: mve - Helium conversions and scans for the array functions below (tt_f16_mve.h says why their bits
+ * are these loops'); the scalar tt_f16_to_f32 / tt_f32_to_f16 stay portable: they are the reference. */
+#if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
+#include "tt_f16_mve.h"
+#else
+#define TT_F16_MVE 0
+#endif
+
 float tt_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
@@ -67,8 +75,11 @@ uint16_t tt_f32_to_f16(float f)
 
 void tt_cast_f32_f16(uint32_t n, const float *x, uint16_t *y)
 {
-    uint32_t i;
-    for (i = 0; i < n; ++i) {
+    uint32_t i = 0;
+#if TT_F16_MVE
+    i = tt_cast_f32_f16_mve(n, x, y);
+#endif
+    for (; i < n; ++i) {
         y[i] = tt_f32_to_f16(x[i]);
     }
 }
@@ -76,6 +87,17 @@ void tt_cast_f32_f16(uint32_t n, const float *x, uint16_t *y)
 void tt_cast_f16_f32(uint32_t n, const uint16_t *x, float *y)
 {
     uint32_t i;
+#if TT_F16_MVE
+    /* backwards like the loop below, the last n % 4 first: each block reads its 8 bytes before writing 16 at twice
+     * the offset, which only covers values already read */
+    for (i = n; i % 4u != 0u; --i) {
+        y[i - 1u] = tt_f16_to_f32(x[i - 1u]);
+    }
+    for (; i > 0u; i -= 4u) {
+        tt_f16x4_to_f32_mve(x + i - 4u, y + i - 4u);
+    }
+    return;
+#endif
     for (i = n; i > 0u; --i) {
         y[i - 1u] = tt_f16_to_f32(x[i - 1u]);
     }
@@ -83,8 +105,11 @@ void tt_cast_f16_f32(uint32_t n, const uint16_t *x, float *y)
 
 void tt_round_f16(uint32_t n, const float *x, float *y)
 {
-    uint32_t i;
-    for (i = 0; i < n; ++i) {
+    uint32_t i = 0;
+#if TT_F16_MVE
+    i = tt_round_f16_mve(n, x, y);
+#endif
+    for (; i < n; ++i) {
         y[i] = tt_f16_to_f32(tt_f32_to_f16(x[i]));
     }
 }
@@ -99,8 +124,18 @@ void tt_scale_f32(uint32_t n, const float *x, float s, float *y)
 
 void tt_unscale_f16(uint32_t n, const uint16_t *g, float s, float *y)
 {
-    uint32_t i;
-    for (i = 0; i < n; ++i) {
+    uint32_t i = 0;
+#if TT_F16_MVE
+    for (; i + 4u <= n; i += 4u) { /* Helium converts, the scalar FPU divides (MVE has no divide; fp32 vectors flush) */
+        float t[4];
+        tt_f16x4_to_f32_mve(g + i, t);
+        y[i] = t[0] / s;
+        y[i + 1u] = t[1] / s;
+        y[i + 2u] = t[2] / s;
+        y[i + 3u] = t[3] / s;
+    }
+#endif
+    for (; i < n; ++i) {
         y[i] = tt_f16_to_f32(g[i]) / s;
     }
 }
@@ -116,6 +151,9 @@ void tt_unscale_f32(uint32_t n, const float *g, float s, float *y)
 int tt_nonfinite_f16(uint32_t n, const uint16_t *g)
 {
     uint32_t i;
+#if TT_F16_MVE
+    return tt_nonfinite_f16_mve(n, g);
+#endif
     for (i = 0; i < n; ++i) {
         if ((g[i] & 0x7C00u) == 0x7C00u) {
             return 1;
@@ -127,6 +165,9 @@ int tt_nonfinite_f16(uint32_t n, const uint16_t *g)
 int tt_nonfinite_f32(uint32_t n, const float *g)
 {
     uint32_t i, b;
+#if TT_F16_MVE
+    return tt_nonfinite_f32_mve(n, g);
+#endif
     for (i = 0; i < n; ++i) {
         memcpy(&b, &g[i], 4);
         if ((b & 0x7F800000u) == 0x7F800000u) {
