@@ -38,7 +38,25 @@ interrupts; the barrel shifter and IT folding ignored):
   taken branch 2 (1 + one refill cycle: predicted by the branch target cache), not taken 1; a load
   into PC 2 extra. Dual issue is IGNORED (it would lower the figure, by up to 2x for ideal pairs) and
   so are result-latency stalls (load-use, MAC chains; they would raise it): the M7 figure is an
-  issue-slot count, not a pipeline simulation. Both tables live in `COSTS` below, one fact each.
+  issue-slot count, not a pipeline simulation.
+
+  Cortex-M55 -- its TRM (DDI 0553-based core, Arm 101051) publishes no per-instruction cycle table either. Scalar
+  code is modelled like the M7 above but single-issue by design (the M55's scalar pipeline is in-order, one
+  instruction per cycle): 1 cycle per instruction with its 64-bit TCM interface (LDRD/STRD 1, LDM/STM/VLDM/VSTM
+  ceil(N/2)), SDIV/UDIV 12, VMLA 2, VDIV/VSQRT 14, a taken branch 1 + P with P = 2, a load into PC 2 extra.
+  Low-overhead loops (Armv8.1-M LOB): DLS/WLS not taken 1; LE back to the loop start 1 (the TRM: the loop
+  start is cached, so a taken LE does not refill the pipeline); WLS taken 1 + P.
+  Helium (MVE): the M55 is a DUAL-BEAT implementation (TRM: two 32-bit beats per cycle), so every 128-bit vector
+  instruction - loads and stores (VLDR/VSTR, 64 bits of TCM per cycle), integer and floating-point arithmetic,
+  multiply-accumulate and across-vector reductions (VMLADAV, VADDV), VCVT, VPSEL, VCMP - takes 2 cycles. VPST and
+  VCTP, and VMRS/VMSR of P0 (no vector data), take 1. Beat overlap between a vector load/store and the next
+  arithmetic instruction (the architecture lets the two share cycles) is IGNORED: the MVE figure is an upper
+  bound in that respect, as the M7's is in ignoring dual issue. All three tables live in `COSTS`, one fact each.
+
+QEMU 7.2's disassembler (capstone) does not know most MVE encodings: it prints `.byte` for the first halfword and
+then decodes the second halfword as an instruction of its own, or shows MVE loads/stores as coprocessor LDC/STC.
+A block with any of those is re-walked from the raw halfwords the log shows (the Thumb length rule gives the true
+boundaries) and each undecoded instruction is classed from its encoding (`classify_raw`), so the counts stay exact.
 
 `python -m tinytrain.stages.device.cycles LOG` estimates from a saved log (QEMU's -D file).
 """
@@ -56,7 +74,9 @@ from typing import Any, Iterable
 
 CLASSES = ("alu", "mul_mac", "divide", "load", "load_pair", "load_multiple", "store", "store_pair",
            "store_multiple", "branch", "fp_arith", "fp_mac", "fp_div_sqrt", "fp_load", "fp_store",
-           "fp_load_multiple", "fp_store_multiple", "barrier", "other")
+           "fp_load_multiple", "fp_store_multiple", "barrier", "mve_load", "mve_store", "mve_vector",
+           "mve_predicate", "other")
+MVE_CLASSES = ("mve_load", "mve_store", "mve_vector", "mve_predicate")
 
 _CONDS = ("eq", "ne", "cs", "hs", "cc", "lo", "mi", "pl", "vs", "vc", "hi", "ls", "ge", "lt", "gt", "le", "al")
 
@@ -73,7 +93,7 @@ _LOAD = {"ldr", "ldrb", "ldrh", "ldrsb", "ldrsh", "ldrex", "ldrexb", "ldrexh", "
 _STORE = {"str", "strb", "strh", "strex", "strexb", "strexh", "strt", "strbt", "strht"}
 _LDM = {"ldm", "ldmia", "ldmfd", "ldmdb", "ldmea", "pop"}
 _STM = {"stm", "stmia", "stmea", "stmdb", "stmfd", "push"}
-_BRANCH = {"b", "bl", "bx", "blx", "cbz", "cbnz", "tbb", "tbh"}
+_BRANCH = {"b", "bl", "bx", "blx", "cbz", "cbnz", "tbb", "tbh", "le", "letp", "wls", "wlstp"}
 _BARRIER = {"dsb", "dmb", "isb"}
 _FP_MAC = {"vmla", "vmls", "vnmla", "vnmls", "vfma", "vfms", "vfnma", "vfnms"}
 _FP_DIV = {"vdiv", "vsqrt"}
@@ -102,6 +122,7 @@ class Insn:
     regs: int = 0      # registers (32-bit words) moved by a multiple load/store
     writes_pc: bool = False   # a branch, or a load / move into PC
     conditional: bool = False
+    raw: tuple[int, ...] = ()  # the halfwords as the log shows them
 
 
 def _strip(m: str) -> tuple[str, bool]:
@@ -175,6 +196,8 @@ def classify(addr: int, size: int, mnemonic: str, operands: str) -> Insn:
         cls = "fp_store_multiple"
     elif base in _BARRIER:
         cls = "barrier"
+    elif base.startswith("v") and re.search(r"\bq\d", ops):  # an MVE instruction capstone does know (VAND, VDUP ...)
+        cls = "mve_vector"
     elif base.startswith("v"):
         cls = "fp_arith"
     elif base in _OTHER:
@@ -189,6 +212,16 @@ def classify(addr: int, size: int, mnemonic: str, operands: str) -> Insn:
 
 _INSN_RE = re.compile(r"^0x([0-9a-f]+):\s+([0-9a-f]{4})((?: [0-9a-f]{4})?)\s+(\S+)\s*(.*?)\s*$")
 
+# What capstone prints for an encoding it does not decode (MVE): the raw first halfword, or the coprocessor
+# instructions whose space MVE reuses (an M-profile core without a coprocessor never runs the real ones).
+_UNDECODED = {".byte", ".short", ".hword", ".word", ".inst", "ldc", "ldc2", "ldcl", "ldc2l", "stc", "stc2", "stcl",
+              "stc2l", "cdp", "cdp2", "mcr", "mcr2", "mrc", "mrc2", "mcrr", "mcrr2", "mrrc", "mrrc2"}
+
+
+def _is_wide(first: int) -> bool:
+    """Thumb: a halfword whose top five bits are 11101, 11110 or 11111 starts a 32-bit instruction."""
+    return (first >> 11) in (0b11101, 0b11110, 0b11111)
+
 
 def parse_insn(line: str) -> Insn | None:
     """One instruction line of an "IN:" block: `0x00000884:  e92d 4ff0  push.w   {r4, lr}` (Thumb)."""
@@ -196,8 +229,68 @@ def parse_insn(line: str) -> Insn | None:
     if not m:
         return None
     first = int(m.group(2), 16)
-    size = 4 if (first >> 11) in (0b11101, 0b11110, 0b11111) else 2
-    return classify(int(m.group(1), 16), size, m.group(4), m.group(5))
+    raw = (first, int(m.group(3), 16)) if m.group(3).strip() else (first,)
+    size = 4 if _is_wide(first) else 2
+    i = classify(int(m.group(1), 16), size, m.group(4), m.group(5))
+    return Insn(i.addr, i.size, i.mnemonic, i.operands, i.base, i.cls, i.regs, i.writes_pc, i.conditional, raw)
+
+
+def classify_raw(addr: int, h1: int, h2: int | None) -> Insn:
+    """An instruction capstone did not decode, from its encoding (Armv8.1-M ARM): the low-overhead-loop branches
+    and MVE. 16-bit ones (never MVE) are `other`."""
+    def insn(base: str, cls: str, writes_pc: bool = False) -> Insn:
+        raw = (h1,) if h2 is None else (h1, h2)
+        return Insn(addr, 2 * len(raw), base, " ".join(f"{h:04x}" for h in raw), base, cls, 0, writes_pc, False, raw)
+
+    if h2 is None:
+        return insn("undecoded16", "other")
+    if (h1 & 0xFFD0) == 0xF040 and (h2 & 0xF001) == 0xE001:
+        return insn("dls", "alu")                          # DLS / DLSTP: sets LR, no branch
+    if (h1 & 0xFFD0) == 0xF040 and (h2 & 0xF001) == 0xC001:
+        return insn("wls", "branch", True)                 # WLS / WLSTP: branches past the loop when LR = 0
+    if (h1 & 0xFFCF) == 0xF00F and (h2 & 0xF001) == 0xC001:
+        return insn("le", "branch", True)                  # LE / LETP: back to the loop start while LR > 1
+    if (h1 & 0xFFC0) == 0xF000 and h2 == 0xE801:
+        return insn("vctp", "mve_predicate")
+    if (h1 & 0xFFBF) == 0xFE31 and (h2 & 0x1FFF) == 0x0F4D:
+        return insn("vpst", "mve_predicate")
+    if (h1 & 0xFFEF) == 0xEEED and (h2 & 0x0FFF) == 0x0A10:
+        return insn("vmsr" if not h1 & 0x10 else "vmrs", "fp_arith")  # VMSR/VMRS P0 (or VPR): a register move
+    if (h1 & 0xEE00) == 0xEC00 and ((h2 >> 9) & 0x7) == 0x7:
+        # VLDR/VSTR of a Q register, widening/narrowing, gather/scatter: the LDC/STC-shaped space, coprocessor 14/15
+        return insn("vldr" if h1 & 0x10 else "vstr", "mve_load" if h1 & 0x10 else "mve_store")
+    if (h1 & 0xEF00) == 0xEE00 or (h1 & 0xEF00) == 0xEF00 or (h1 & 0xEC00) == 0xEC00:
+        return insn("mve", "mve_vector")                   # vector data processing, incl. VMLADAV, VCVT, VPSEL
+    return insn("undecoded", "other")
+
+
+def realign(insns: list[Insn]) -> list[Insn]:
+    """A block as capstone listed it -> the instructions that really ran: when any line is undecoded (an MVE
+    encoding), re-walk the block's halfwords from its start with the Thumb length rule, keeping capstone's decoding
+    where it started an instruction of the right size at the right address and classing the rest from their
+    encodings. Blocks without undecoded lines are returned as they are (all M4/M7 code)."""
+    if not any(i.base in _UNDECODED or i.mnemonic.lower() in _UNDECODED for i in insns):
+        return insns
+    hw: dict[int, int] = {}
+    for i in insns:
+        for k, h in enumerate(i.raw):
+            hw.setdefault(i.addr + 2 * k, h)
+    listed = {i.addr: i for i in insns}
+    out: list[Insn] = []
+    a = insns[0].addr
+    while a in hw:
+        h1 = hw[a]
+        wide = _is_wide(h1)
+        if wide and a + 2 not in hw:
+            break                                          # the block's bytes end mid-instruction: not executed
+        known = listed.get(a)
+        if known is not None and known.size == (4 if wide else 2) and known.base not in _UNDECODED \
+                and known.mnemonic.lower() not in _UNDECODED:
+            out.append(known)
+        else:
+            out.append(classify_raw(a, h1, hw[a + 2] if wide else None))
+        a += 4 if wide else 2
+    return out
 
 
 # ---- cost tables ---------------------------------------------------------------------------------
@@ -217,6 +310,8 @@ class CostModel:
     branch_taken: int    # including the refill
     table_branch: int    # TBB/TBH (taken by definition), including the refill
     source: str
+    vector: bool = False  # runs Helium (MVE): the only tables that can cost a trace with MVE instructions
+    loop_end_taken: int = 0  # LE back to the loop start (low-overhead loops, Armv8.1-M only)
 
     def static_cost(self, insns: list[Insn]) -> int:
         """Cycles of a run of instructions, a taken branch at the end counted as NOT taken (see taken_extra)."""
@@ -242,6 +337,8 @@ class CostModel:
 
     def taken_extra(self, last: Insn) -> int:
         """Extra cycles when the TB's last instruction, a branch, was taken."""
+        if last.base in ("le", "letp") and self.loop_end_taken:
+            return self.loop_end_taken - self.branch_not_taken
         if last.cls == "branch" and last.base not in ("tbb", "tbh"):
             return self.branch_taken - self.branch_not_taken
         return 0
@@ -249,6 +346,8 @@ class CostModel:
 
 _COMMON_FIXED = {"alu": 1, "mul_mac": 1, "divide": 12, "barrier": 1, "other": 1, "fp_arith": 1,
                  "fp_div_sqrt": 14}
+# Helium on the dual-beat Cortex-M55: 4 beats per 128-bit instruction, 2 per cycle; VPST / VCTP have no vector data.
+MVE_DUAL_BEAT = {"mve_load": 2, "mve_store": 2, "mve_vector": 2, "mve_predicate": 1}
 
 COSTS: dict[str, CostModel] = {
     "cortex-m4": CostModel(
@@ -264,11 +363,21 @@ COSTS: dict[str, CostModel] = {
         branch_not_taken=1, branch_taken=2, table_branch=1 + 2,
         source="single-issue model (ARM publishes no M7 cycle table): 1 cycle per instruction, 64-bit "
                "loads/stores, taken branch 2, VMLA 2, VDIV/VSQRT 14, divides 12; dual issue and stalls ignored"),
+    "cortex-m55": CostModel(
+        "cortex-m55", "cortex-m55", refill=2,
+        fixed={**_COMMON_FIXED, "fp_mac": 2, "fp_load": 1, "fp_store": 1, **MVE_DUAL_BEAT},
+        load_store=1, load_store_pipelined=1, pair=1, multiple_base=0, per_two_regs=True,
+        branch_not_taken=1, branch_taken=1 + 2, table_branch=1 + 2, vector=True, loop_end_taken=1,
+        source="in-order single-issue scalar model (ARM publishes no M55 cycle table): 1 cycle per instruction, "
+               "64-bit TCM loads/stores, taken branch 1+P (P=2), LE 1 (cached loop start), VMLA 2, VDIV/VSQRT 14, "
+               "divides 12; Helium dual-beat: 2 cycles per vector instruction (VPST/VCTP 1), beat overlap ignored"),
 }
 
 ASSUMPTIONS = ("zero-wait-state memory (TCM/SRAM, flash behind an ART/cache that never misses), no interrupts; "
                "M4: the TRM's Table 3-1 with pipeline refill P=2 and SDIV/UDIV at their 12-cycle upper bound; "
-               "M7: single-issue issue-slot count (dual issue ignored, result-latency stalls ignored)")
+               "M7: single-issue issue-slot count (dual issue ignored, result-latency stalls ignored); "
+               "M55: single-issue scalar, Helium dual-beat (2 cycles per 128-bit vector instruction, beat overlap "
+               "ignored), zero-wait ITCM/DTCM")
 
 
 # ---- the trace -----------------------------------------------------------------------------------
@@ -385,7 +494,7 @@ class TraceReader:
                 return
             pc = int(m.group(3), 16)
             if self._pending and pc == self._pending[0].addr:  # the translation just logged is this TB's
-                p.blocks.append(_Block(self._pending))
+                p.blocks.append(_Block(realign(self._pending)))
                 info = self._by_line[key] = (len(p.blocks) - 1, m.group(6), pc)
                 self._pending = None
             if info is None:
@@ -443,14 +552,18 @@ def estimate(profile: TraceProfile, cpu: str, clock_hz: int | None = None) -> di
     if cpu not in COSTS:
         raise ValueError(f"no cycle table for {cpu!r} (have {', '.join(COSTS)})")
     n = profile.instructions
-    per_model = {name: m_cycles for name, m_cycles in ((k, profile.cycles(m)) for k, m in COSTS.items())}
+    mix = profile.mix()
+    has_mve = any(mix.get(c) for c in MVE_CLASSES)  # the other cores cannot run those: no figure for them
+    per_model = {k: profile.cycles(m) for k, m in COSTS.items() if m.vector or not has_mve}
+    if cpu not in per_model:
+        raise ValueError(f"the trace has Helium (MVE) instructions, which {cpu} does not have")
     cycles = per_model[cpu]
     doc: dict[str, Any] = {
         "cpu": cpu, "cycles_per_step": cycles, "instructions_traced": n,
         "cycles_per_instruction": round(cycles / n, 4) if n else None,
         "by_core": {k: {"cycles": v, "cpi": round(v / n, 4) if n else None, "source": COSTS[k].source}
                     for k, v in per_model.items()},
-        "mix": profile.mix(),
+        "mix": mix,
         "assumptions": ASSUMPTIONS,
         "how": ("QEMU -d in_asm,exec,nochain over one training step (tt_train_sample up to tt_progress: "
                 "forward, backward, update, loss write), each instruction costed by class (stages/device/cycles.py)"),
@@ -498,5 +611,5 @@ if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
 
 
-__all__ = ["COSTS", "CostModel", "Insn", "TraceProfile", "TraceReader", "classify", "estimate", "estimate_step",
-           "parse_insn"]
+__all__ = ["COSTS", "CostModel", "Insn", "MVE_CLASSES", "TraceProfile", "TraceReader", "classify", "classify_raw",
+           "estimate", "estimate_step", "parse_insn", "realign"]
