@@ -122,27 +122,54 @@ void tt_scale_f32(uint32_t n, const float *x, float s, float *y)
     }
 }
 
+/* 1/s when s is a power of two whose reciprocal is a normal float (exponent field 1..253, no mantissa bits): then
+ * g * (1/s) and g / s are the same real number, both rounded once to nearest even, so they are the same bits for
+ * every g (subnormal results, +-0, Inf and NaN included) and the division (14 cycles, not pipelined) can be a
+ * multiply. The dynamic loss scale is a power of two whenever its growth and backoff factors are (GradScaler's
+ * 2 and 0.5, the default). 0 when s is not such a power. */
+static float tt_exact_reciprocal(float s)
+{
+    uint32_t b, r;
+    float inv;
+    memcpy(&b, &s, 4);
+    if ((b & 0x807FFFFFu) != 0u || (b >> 23) < 1u || (b >> 23) > 253u) {
+        return 0.0f;
+    }
+    r = (254u - (b >> 23)) << 23;
+    memcpy(&inv, &r, 4);
+    return inv;
+}
+
 void tt_unscale_f16(uint32_t n, const uint16_t *g, float s, float *y)
 {
+    const float inv = tt_exact_reciprocal(s);
     uint32_t i = 0;
 #if TT_F16_MVE
-    for (; i + 4u <= n; i += 4u) { /* Helium converts, the scalar FPU divides (MVE has no divide; fp32 vectors flush) */
+    for (; i + 4u <= n; i += 4u) { /* Helium converts, the scalar FPU scales (fp32 vectors would flush subnormals) */
         float t[4];
+        uint32_t k;
         tt_f16x4_to_f32_mve(g + i, t);
-        y[i] = t[0] / s;
-        y[i + 1u] = t[1] / s;
-        y[i + 2u] = t[2] / s;
-        y[i + 3u] = t[3] / s;
+        for (k = 0; k < 4u; ++k) {
+            y[i + k] = inv != 0.0f ? t[k] * inv : t[k] / s;
+        }
     }
 #endif
     for (; i < n; ++i) {
-        y[i] = tt_f16_to_f32(g[i]) / s;
+        const float v = tt_f16_to_f32(g[i]);
+        y[i] = inv != 0.0f ? v * inv : v / s;
     }
 }
 
 void tt_unscale_f32(uint32_t n, const float *g, float s, float *y)
 {
+    const float inv = tt_exact_reciprocal(s);
     uint32_t i;
+    if (inv != 0.0f) { /* the same bits as g[i] / s: tt_exact_reciprocal says why */
+        for (i = 0; i < n; ++i) {
+            y[i] = g[i] * inv;
+        }
+        return;
+    }
     for (i = 0; i < n; ++i) {
         y[i] = g[i] / s;
     }

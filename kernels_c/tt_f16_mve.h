@@ -65,27 +65,41 @@ static inline uint32x4_t tt_mve_vcvtb_f32_f16(uint32x4_t m)
     return d;
 }
 
-/* Four fp32 bit patterns to fp16 bit patterns, one per 32-bit lane (high halves zero). */
+/* NaN lanes of fp32 bit patterns: |x| above the Inf pattern. */
+static inline mve_pred16_t tt_f32_nan_lanes_mve(uint32x4_t xb)
+{
+    return vcmphiq_u32(vandq_u32(xb, vdupq_n_u32(0x7FFFFFFFu)), vdupq_n_u32(0x7F800000u));
+}
+
+/* tt_f32_to_f16's NaN: sign | 0x7C00 | 0x200 (quiet) | the top 9 payload bits. */
+static inline uint32x4_t tt_f32_to_f16_nan_mve(uint32x4_t xb)
+{
+    return vorrq_u32(vorrq_u32(vandq_u32(vshrq_n_u32(xb, 16), vdupq_n_u32(0x8000u)), vdupq_n_u32(0x7E00u)),
+                     vshrq_n_u32(vandq_u32(xb, vdupq_n_u32(0x7FFFFFu)), 13));
+}
+
+/* tt_f16_to_f32's NaN: sign | 0x7F800000 | payload << 13 (a signalling NaN stays signalling). */
+static inline uint32x4_t tt_f16_to_f32_nan_mve(uint32x4_t hb)
+{
+    return vorrq_u32(vorrq_u32(vshlq_n_u32(vandq_u32(hb, vdupq_n_u32(0x8000u)), 16), vdupq_n_u32(0x7F800000u)),
+                     vshlq_n_u32(vandq_u32(hb, vdupq_n_u32(0x3FFu)), 13));
+}
+
+/* Four fp32 bit patterns to fp16 bit patterns, one per 32-bit lane (high halves zero). The NaN fix-up runs only
+ * for a vector that has a NaN (Inf is converted right by the instruction). */
 static inline uint32x4_t tt_f32_to_f16x4_mve(uint32x4_t xb)
 {
     const uint32x4_t h = tt_mve_vcvtb_f16_f32(xb);
-    /* NaN: sign | 0x7C00 | 0x200 (quiet) | the top 9 payload bits - tt_f32_to_f16's */
-    const mve_pred16_t nan = vcmphiq_u32(vandq_u32(xb, vdupq_n_u32(0x7FFFFFFFu)), vdupq_n_u32(0x7F800000u));
-    const uint32x4_t q = vorrq_u32(vorrq_u32(vandq_u32(vshrq_n_u32(xb, 16), vdupq_n_u32(0x8000u)), vdupq_n_u32(0x7E00u)),
-                                   vshrq_n_u32(vandq_u32(xb, vdupq_n_u32(0x7FFFFFu)), 13));
-    return vpselq_u32(q, h, nan);
+    const mve_pred16_t nan = tt_f32_nan_lanes_mve(xb);
+    return nan ? vpselq_u32(tt_f32_to_f16_nan_mve(xb), h, nan) : h;
 }
 
-/* Four fp16 bit patterns (low halves of the lanes) to fp32 bit patterns. */
+/* Four fp16 bit patterns (low halves of the lanes, high halves zero) to fp32 bit patterns. */
 static inline uint32x4_t tt_f16_to_f32x4_mve(uint32x4_t hb)
 {
     const uint32x4_t f = tt_mve_vcvtb_f32_f16(hb);
-    /* exponent 31 (Inf, NaN): sign | 0x7F800000 | payload << 13, tt_f16_to_f32's (signalling NaNs stay signalling) */
-    const uint32x4_t e31 = vdupq_n_u32(0x7C00u);
-    const mve_pred16_t special = vcmpeqq_u32(vandq_u32(hb, e31), e31);
-    const uint32x4_t q = vorrq_u32(vorrq_u32(vshlq_n_u32(vandq_u32(hb, vdupq_n_u32(0x8000u)), 16), vdupq_n_u32(0x7F800000u)),
-                                   vshlq_n_u32(vandq_u32(hb, vdupq_n_u32(0x3FFu)), 13));
-    return vpselq_u32(q, f, special);
+    const mve_pred16_t nan = vcmphiq_u32(vandq_u32(hb, vdupq_n_u32(0x7FFFu)), vdupq_n_u32(0x7C00u));
+    return nan ? vpselq_u32(tt_f16_to_f32_nan_mve(hb), f, nan) : f;
 }
 
 /* y[i] = fp16(x[i]) for i < n - n % 4 (the caller does the rest). Reads 16 bytes before writing 8 at half the offset,
@@ -105,45 +119,56 @@ static inline void tt_f16x4_to_f32_mve(const uint16_t *x, float *y)
     vstrwq_u32((uint32_t *)(void *)y, tt_f16_to_f32x4_mve(vldrhq_u32(x)));
 }
 
-/* y[i] = float(fp16(x[i])) for i < n - n % 4. */
+/* y[i] = float(fp16(x[i])) for i < n - n % 4. Only a NaN input gives a NaN in between, so one test covers both
+ * fix-ups. */
 static inline uint32_t tt_round_f16_mve(uint32_t n, const float *x, float *y)
 {
     uint32_t i;
     for (i = 0; i + 4u <= n; i += 4u) {
-        const uint32x4_t h = tt_f32_to_f16x4_mve(vldrwq_u32((const uint32_t *)(const void *)(x + i)));
-        vstrwq_u32((uint32_t *)(void *)(y + i), tt_f16_to_f32x4_mve(h));
+        const uint32x4_t xb = vldrwq_u32((const uint32_t *)(const void *)(x + i));
+        const mve_pred16_t nan = tt_f32_nan_lanes_mve(xb);
+        uint32x4_t h = tt_mve_vcvtb_f16_f32(xb), f;
+        if (nan) {
+            h = vpselq_u32(tt_f32_to_f16_nan_mve(xb), h, nan);
+            f = vpselq_u32(tt_f16_to_f32_nan_mve(h), tt_mve_vcvtb_f32_f16(h), nan);
+        } else {
+            f = tt_mve_vcvtb_f32_f16(h);
+        }
+        vstrwq_u32((uint32_t *)(void *)(y + i), f);
     }
     return i;
 }
 
-/* 1 when any of the n fp16 values has exponent 31 (Inf, NaN); the tail is predicated. */
+/* 1 when any of the n fp16 values has exponent 31 (Inf, NaN): the largest exponent field over the array, one VMAX
+ * per eight values; the tail is loaded with zeros in the inactive lanes. */
 static inline int tt_nonfinite_f16_mve(uint32_t n, const uint16_t *g)
 {
     const uint16x8_t e = vdupq_n_u16(0x7C00u);
+    uint16x8_t m = vdupq_n_u16(0);
     uint32_t i;
-    for (i = 0; i < n; i += 8u) {
-        const mve_pred16_t p = vctp16q(n - i);
-        const uint16x8_t v = vldrhq_z_u16(g + i, p);
-        if (vcmpeqq_m_u16(vandq_u16(v, e), e, p)) {
-            return 1;
-        }
+    for (i = 0; i + 8u <= n; i += 8u) {
+        m = vmaxq_u16(m, vandq_u16(vld1q_u16(g + i), e));
     }
-    return 0;
+    if (i < n) {
+        m = vmaxq_u16(m, vandq_u16(vldrhq_z_u16(g + i, vctp16q(n - i)), e));
+    }
+    return vcmpeqq_u16(m, e) != 0;
 }
 
 /* 1 when any of the n fp32 values has exponent 255. */
 static inline int tt_nonfinite_f32_mve(uint32_t n, const float *g)
 {
+    const uint32_t *b = (const uint32_t *)(const void *)g;
     const uint32x4_t e = vdupq_n_u32(0x7F800000u);
+    uint32x4_t m = vdupq_n_u32(0);
     uint32_t i;
-    for (i = 0; i < n; i += 4u) {
-        const mve_pred16_t p = vctp32q(n - i);
-        const uint32x4_t v = vldrwq_z_u32((const uint32_t *)(const void *)(g + i), p);
-        if (vcmpeqq_m_u32(vandq_u32(v, e), e, p)) {
-            return 1;
-        }
+    for (i = 0; i + 4u <= n; i += 4u) {
+        m = vmaxq_u32(m, vandq_u32(vldrwq_u32(b + i), e));
     }
-    return 0;
+    if (i < n) {
+        m = vmaxq_u32(m, vandq_u32(vldrwq_z_u32(b + i, vctp32q(n - i)), e));
+    }
+    return vcmpeqq_u32(m, e) != 0;
 }
 
 #endif /* TT_F16_MVE_H */
