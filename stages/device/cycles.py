@@ -40,13 +40,13 @@ interrupts; the barrel shifter and IT folding ignored):
   so are result-latency stalls (load-use, MAC chains; they would raise it): the M7 figure is an
   issue-slot count, not a pipeline simulation.
 
-  Cortex-M55 -- its TRM (DDI 0553-based core, Arm 101051) publishes no per-instruction cycle table either. Scalar
-  code is modelled like the M7 above but single-issue by design (the M55's scalar pipeline is in-order, one
-  instruction per cycle): 1 cycle per instruction with its 64-bit TCM interface (LDRD/STRD 1, LDM/STM/VLDM/VSTM
-  ceil(N/2)), SDIV/UDIV 12, VMLA 2, VDIV/VSQRT 14, a taken branch 1 + P with P = 2, a load into PC 2 extra.
-  Low-overhead loops (Armv8.1-M LOB): DLS/WLS not taken 1; LE back to the loop start 1 (the TRM: the loop
-  start is cached, so a taken LE does not refill the pipeline); WLS taken 1 + P.
-  Helium (MVE): the M55 is a DUAL-BEAT implementation (TRM: two 32-bit beats per cycle), so every 128-bit vector
+  Cortex-M55 -- its TRM (Arm 101051) publishes no per-instruction cycle table either. Scalar code is modelled
+  like the M7 above, single-issue (the M55's scalar pipeline is in-order): 1 cycle per instruction with its 64-bit
+  TCM interface (LDRD/STRD 1, LDM/STM/VLDM/VSTM ceil(N/2)), SDIV/UDIV 12, VMLA 2, VDIV/VSQRT 14, a taken branch
+  1 + P with P = 2, a load into PC 2 extra. Low-overhead loops (Armv8.1-M LOB): DLS and a WLS that enters its
+  loop 1; a taken LE 1 -- ASSUMED: LOB exists so that the core can keep the loop's start and branch back without a
+  refill; a WLS that skips its loop 1 + P.
+  Helium (MVE): the M55 is a DUAL-BEAT implementation (two 32-bit beats per cycle), so every 128-bit vector
   instruction - loads and stores (VLDR/VSTR, 64 bits of TCM per cycle), integer and floating-point arithmetic,
   multiply-accumulate and across-vector reductions (VMLADAV, VADDV), VCVT, VPSEL, VCMP - takes 2 cycles. VPST and
   VCTP, and VMRS/VMSR of P0 (no vector data), take 1. Beat overlap between a vector load/store and the next
