@@ -1,68 +1,125 @@
-"""Instructions per training step on the Cortex-M55 board (mps3-an547) with each `target.kernels` variant, and on
-the M7 for reference; the trained weights must be the same bytes for all of them.
+"""Instructions and estimated cycles per training step on the Cortex-M55 board (mps3-an547), portable kernels against
+`target.kernels: mve` (Helium), for the example in int8, fp32 and fp16-mixed and for MobileNetV2 int8; the trained
+weights must be the same bytes for every kernel variant of a precision.
 
-    .venv/bin/python bench/m55_kernels.py [--samples 300] [--out /tmp/m55-bench]
-    .venv/bin/python bench/m55_kernels.py --spec bench/mbv2_tte.yaml     # after bench/make_mbv2_data.py; ~10 min
+    .venv/bin/python bench/m55_kernels.py [--samples 300] [--out /tmp/m55-bench]      # the example, three precisions
+    .venv/bin/python bench/m55_kernels.py --mbv2 [--no-cycles]                         # MobileNetV2 TTE scheme, int8
 
-Default: tinytrain.yaml.example with one epoch of the first --samples training samples and a fixed 200 KB budget
-(so both boards train the same plan). With --spec, that spec with the board, the kernels and the budget changed (the
-smallest board's, so that sparse-plan makes the same choices, e.g. the update rounding, on every board). Counts come from QEMU -icount
-(deterministic), so one run each is enough. Prints a markdown table.
+The example: tinytrain.yaml.example with one epoch of the first --samples training samples and a fixed 200 KB budget.
+--mbv2: bench/mbv2_tte.yaml (data from bench/make_mbv2_data.py, written when missing) with the M55's budget.
+Instructions per step come from QEMU -icount (deterministic: one run each is enough). Cycles: one training step traced
+in QEMU and costed with stages/device/cycles.py's Cortex-M55 table (its docstring states the assumptions: single-issue
+scalar, Helium dual-beat, zero-wait TCM); --no-cycles skips the trace. Prints a markdown table.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
-from tinytrain.stages.device.boards import get_board
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+BOARD = "mps3-an547"
+KERNELS = ("portable", "mve")
+PRECISIONS = ("int8", "fp32", "fp16-mixed")
 
-REPO = Path(__file__).resolve().parents[1]
-RUNS = (("mps3-an547", "portable"), ("mps3-an547", "dsp"), ("mps3-an547", "mve"), ("stm32f746-disco", "portable"))
+
+def _one_step_files(build_dir: Path, spec: Any) -> dict[str, bytes]:
+    """runtime.bin (no evaluation, stop after one step), train.ttds, test.ttds for a built program."""
+    from tinytrain.stages import emulate_run
+    from tinytrain.stages.model.ir import Graph
+
+    layout = json.loads((build_dir / "codegen" / "io_layout.json").read_text())
+    rc = emulate_run.runtime_config({"train.learning_rate": spec.train.learning_rate, "train.epochs": 1,
+                                     "train.seed": spec.train.seed, "train.batch_size": spec.train.batch_size,
+                                     "train.optimizer": spec.train.optimizer, "train.max_train_samples": 0})
+    rc = dataclasses.replace(rc, flags=0, epochs=1, stop_after_steps=1)
+    files, _ = emulate_run.run_files(spec.data, layout, rc, Graph.load(build_dir / "quantize"))
+    return files
 
 
-def measure(spec: Path, board: str, kernels: str, out: Path, overrides: dict) -> dict:
+def measure(spec: Any, label: str, kernels: str, out: Path, overrides: dict, cycles: bool) -> dict:
     import tinytrain
+    from tinytrain.pipeline.api import load_spec
+    from tinytrain.stages.device import cycles as cyc
+    from tinytrain.stages.device.boards import get_board
 
-    # One build folder per board: the kernel variants share every stage before cross-compile.
-    res = tinytrain.build(spec, cache_dir=out / "cache", **{
-        "name": f"m55bench-{board}", "build.out_dir": str(out / "build"), "target.board": board,
-        "target.kernels": kernels, **overrides})
-    weights = res.artifact("emulate-run", "weights.bin").read_bytes()
+    ov = {"name": f"m55bench-{label}", "build.out_dir": str(out / "build"), "target.board": BOARD,
+          "target.kernels": kernels, **overrides}
+    # One build folder per model and precision: the kernel variants share every stage before cross-compile.
+    res = tinytrain.build(spec, cache_dir=out / "cache", **ov)
     doc = json.loads(res.artifact("emulate-run", "run.json").read_text())
-    return {"board": board, "kernels": kernels, "per_step": doc["instructions"]["per_step_mean"],
-            "total_run": doc["instructions"]["total_run"], "accuracy_after_pct": doc["accuracy"]["after_pct"],
-            "weights_sha256": hashlib.sha256(weights).hexdigest()[:16]}
+    row = {"model": label, "kernels": kernels, "per_step": doc["instructions"]["per_step_mean"],
+           "accuracy_after_pct": doc["accuracy"]["after_pct"],
+           "weights_sha256": hashlib.sha256(res.artifact("emulate-run", "weights.bin").read_bytes()).hexdigest()[:16]}
+    if cycles:
+        est = doc.get("cycles_per_step_estimate") or {}
+        if not est.get("traced"):
+            with tempfile.TemporaryDirectory(prefix="tt-m55-trace-") as tmp:
+                est = cyc.estimate_step(get_board(BOARD), res.out_dir / "cross-compile" / "firmware.elf",
+                                        _one_step_files(res.out_dir, load_spec(spec, **ov)), Path(tmp),
+                                        timeout_s=7200)
+        row.update(cycles=est["cycles_per_step"], traced=est["instructions_traced"],
+                   vector=sum(est["mix"].get(c, 0) for c in cyc.MVE_CLASSES))
+    return row
+
+
+def _mbv2_spec() -> dict:
+    import yaml
+
+    npz = REPO / "build" / "bench-data" / "mbv2_synth.npz"
+    if not npz.is_file():
+        subprocess.run([sys.executable, str(HERE / "make_mbv2_data.py"), "--out", str(npz)], check=True)
+    spec = yaml.safe_load((HERE / "mbv2_tte.yaml").read_text())
+    spec["data"]["path"] = str(npz)
+    return spec
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--spec", type=Path, default=None, help="a spec to run as it is (default: the example)")
+    ap.add_argument("--mbv2", action="store_true", help="MobileNetV2 TTE scheme (int8) instead of the example")
     ap.add_argument("--samples", type=int, default=300, help="example only: training samples of the one epoch")
+    ap.add_argument("--precisions", default=",".join(PRECISIONS), help="example only: comma-separated")
+    ap.add_argument("--no-cycles", action="store_true", help="skip the one-step trace (instructions only)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    from tinytrain.stages.device.boards import get_board
+
     out = args.out or Path(tempfile.mkdtemp(prefix="m55-bench-"))
     out.mkdir(parents=True, exist_ok=True)
-    if args.spec is None:
-        spec = REPO / "tinytrain.yaml.example"
-        overrides = {"train.update.budget_kb": 200, "train.epochs": 1, "train.max_train_samples": args.samples}
-    else:  # the smallest budget of the boards, so that sparse-plan makes the same choices on all of them
-        budget = min(get_board(b).budget_bytes for b, _ in RUNS) // 1024
-        spec, overrides = args.spec.resolve(), {"train.update.budget_kb": budget}
-    rows = [measure(spec, b, k, out, overrides) for b, k in RUNS]
-    base = rows[0]["per_step"]
-    print(f"{spec.name}:")
-    print("| board | kernels | instructions per step | vs portable | whole run (train + 2 evaluations) "
-          "| accuracy after | weights sha256 |")
-    print("|---|---|---|---|---|---|---|")
+    if args.mbv2:
+        groups = [("MobileNetV2 TTE int8", _mbv2_spec(), {"train.update.budget_kb": get_board(BOARD).budget_bytes // 1024})]
+    else:
+        groups = [(f"example {p}", REPO / "tinytrain.yaml.example",
+                   {"train.update.budget_kb": 200, "train.epochs": 1, "train.max_train_samples": args.samples,
+                    "train.precision": p}) for p in args.precisions.split(",")]
+    rows, same = [], True
+    for label, spec, ov in groups:
+        group = [measure(spec, label.replace(" ", "-"), k, out, ov, not args.no_cycles) for k in KERNELS]
+        same &= len({r["weights_sha256"] for r in group}) == 1
+        rows += group
+    cyc = not args.no_cycles
+    print(f"Cortex-M55 ({BOARD}, QEMU), one training step:")
+    print("| model | kernels | instructions / step | vs portable |" + (" est. cycles / step (M55 table) | vs portable "
+                                                                       "| Helium instructions |" if cyc else "")
+          + " accuracy after | weights sha256 |")
+    print("|---|---|---|---|" + ("---|---|---|" if cyc else "") + "---|---|")
+    base: dict[str, dict] = {}
     for r in rows:
-        print(f"| {r['board']} | {r['kernels']} | {r['per_step']:,.0f} | {r['per_step'] / base:.3f} "
-              f"| {r['total_run']:,} | {r['accuracy_after_pct']:.1f} % | `{r['weights_sha256']}` |")
-    if len({r["weights_sha256"] for r in rows}) != 1:
-        print("the trained weights differ between runs")
+        b = base.setdefault(r["model"], r)
+        line = f"| {r['model']} | {r['kernels']} | {r['per_step']:,.0f} | {r['per_step'] / b['per_step']:.3f} |"
+        if cyc:
+            line += f" {r['cycles']:,} | {r['cycles'] / b['cycles']:.3f} | {r['vector']:,} |"
+        print(line + f" {r['accuracy_after_pct']:.1f} % | `{r['weights_sha256']}` |")
+    if not same:
+        print("the trained weights differ between kernel variants")
         return 1
     return 0
 
