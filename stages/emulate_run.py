@@ -815,10 +815,11 @@ def inspect(path: Path) -> str | None:
     if est.get("traced"):
         by = est["by_core"]
         mix = ", ".join(f"{k} {human_count(v)}" for k, v in sorted(est["mix"].items(), key=lambda kv: -kv[1]))
+        # every core whose table can cost the trace: an M55 trace with Helium instructions has the M55's only
+        cores = ", ".join(f"Cortex-{k.split('-', 1)[1].upper()} ≈{human_count(v['cycles'])} (CPI {v['cpi']})"
+                          for k, v in sorted(by.items(), key=lambda kv: kv[0] != est["cpu"]))
         lines.append(f"cycles per step (one step traced, {human_count(est['instructions_traced'])} instructions): "
-                     f"Cortex-M7 ≈{human_count(by['cortex-m7']['cycles'])} (CPI {by['cortex-m7']['cpi']}), "
-                     f"Cortex-M4 ≈{human_count(by['cortex-m4']['cycles'])} (CPI {by['cortex-m4']['cpi']}); "
-                     f"mix: {mix}")
+                     f"{cores}; mix: {mix}")
     elif est:
         lines.append(f"cycles per step: not traced ({est.get('reason')})")
     lines.append(f"gate: {doc['gate']['reason']}")

@@ -175,3 +175,21 @@ def test_a_helium_trace_counts_what_qemu_counts(tmp_path):
     assert abs(reader.profile.instructions - qemu) < 50, (reader.profile.instructions, qemu)
     doc = estimate(reader.profile, "cortex-m55")
     assert doc["instructions_traced"] < doc["cycles_per_step"] < 3 * doc["instructions_traced"]
+
+
+def test_inspect_shows_an_m55_trace_with_helium(tmp_path):
+    """`tinytrain inspect` of a run.json whose traced step has Helium instructions: only the M55 has a figure."""
+    import json
+
+    from tinytrain.stages import emulate_run
+
+    log = LOOP + _trace(0x1000, "kern", 1) + EXIT + _trace(0x1016, "kern", 2)
+    est = {"traced": True, **estimate(TraceReader(None, None).feed_all(log.splitlines()), "cortex-m55")}
+    doc = {"summary": "s", "loss": {"steps": 1, "first": 1.0, "last": 1.0}, "accuracy": {"before": 1, "after": 2},
+           "cycles_per_step_estimate": est, "gate": {"reason": "r"},
+           "export": {"weights": 1, "wof": "w", "wof_n_buffers": 1, "wof_tensors": [], "tflite": "t"},
+           "memory": {"flash_used": 1, "flash_available": 2, "sram_used": 1, "sram_available": 2}}
+    (tmp_path / "run.json").write_text(json.dumps(doc))
+    text = emulate_run.inspect(tmp_path / "run.json")
+    line = next(ln for ln in text.splitlines() if ln.startswith("cycles per step"))
+    assert f"Cortex-M55 ≈{est['cycles_per_step']} (CPI" in line and "M7" not in line and "mve_vector" in line
