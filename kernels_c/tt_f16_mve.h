@@ -1,15 +1,14 @@
 /* Helium (MVE) versions of tt_f16.c's fp16 <-> fp32 conversions and Inf/NaN scans, for `target.kernels: mve`
  * (TT_USE_MVE=1) on a core with MVE. tt_f16.c includes this file and sends its array functions here; the scalar
  * tt_f16_to_f32 / tt_f32_to_f16 stay the portable reference (tests/test_m55_f16.py compares the two in QEMU on all
- * 65,536 fp16 values and millions of fp32 values).
+ * 65,536 fp16 values and 2.7 million fp32 values).
  *
- * Which Helium floating point may be used, and why (Armv8.1-M ARM, DDI0553; QEMU 7.2 target/arm/mve_helper.c does
- * the same): MVE floating-point instructions run under StandardFPSCRValue(), not FPSCR: round to nearest even, default
+ * Which Helium floating point may be used, and why (the Armv8.1-M ARM's pseudocode, DDI0553, as QEMU 7.2's
+ * target/arm/mve_helper.c implements it and as tests/test_m55.py observes): MVE floating-point instructions run under StandardFPSCRValue(), not FPSCR: round to nearest even, default
  * NaN (DN = 1) and flush-to-zero for single precision (FZ = 1) whatever FPSCR.FZ says; only FPSCR.FZ16 and AHP are
  * taken from FPSCR. So fp32 vector arithmetic (VADD/VMUL/VFMA.F32) flushes subnormal inputs and results to zero and
  * no FPSCR setting avoids it: the scalar FPU and the host keep subnormals, so fp32 vector arithmetic would change bits
- * and is not used anywhere (the board compiles with +nomve.fp for that reason; only the region below enables MVE
- * floating point, for the conversion instructions alone).
+ * and is not used anywhere (the board compiles with +nomve.fp for that reason).
  *
  * The conversions between half and single precision (VCVTB.F16.F32, VCVTB.F32.F16) are the exception that is safe:
  *  - FZ16 does not apply to conversions, so fp16 subnormal inputs and results are kept, rounded to nearest even, and
@@ -29,7 +28,7 @@
  * This also means no MVE floating point is enabled for the compiler anywhere (the board keeps +nomve.fp): the
  * instruction words are the only floating-point vector instructions in the firmware.
  *
- * The Inf/NaN scans use integer compares on the exponent bits only. Compares are against vectors, not the _n
+ * The Inf/NaN scans look at the exponent bits only, with integer instructions (a running VMAX of them). Compares are against vectors, not the _n
  * (scalar) forms: gcc 12 stops with an internal error on vcmpeqq_n_u32 with a constant operand. */
 #ifndef TT_F16_MVE_H
 #define TT_F16_MVE_H

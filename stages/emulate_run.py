@@ -62,7 +62,7 @@ host build (no `cc`, or it failed: cross-compile's build.json says why) QEMU eva
 
 Cycle estimates: QEMU counts instructions, not cycles. `cycles_estimate` assumes one cycle per instruction at
 the board's real clock (216 MHz for the STM32F746). `cycles_per_step_estimate` is better founded: one training
-step traced in QEMU (`-d in_asm,exec,nochain`), every instruction classed and costed with a Cortex-M4 / M7
+step traced in QEMU (`-d in_asm,exec,nochain`), every instruction classed and costed with a Cortex-M4 / M7 / M55
 table (stages/device/cycles.py states the tables and their assumptions), with the instruction mix. The trace is slow
 (~TRACE_SLOWDOWN x per instruction), so it runs only when it costs at most TRACE_BUDGET of the run (the digits
 example: yes; MobileNetV2: no, bench/speed.py traces it); otherwise the entry says why not.

@@ -199,15 +199,27 @@ def test_mve_refusal_is_one_line_and_exit_2(tmp_path, capsys):
 
 @needs_arm
 @pytest.mark.slow
-def test_example_with_mve_kernels_trains_bit_identically_to_portable(tmp_path, capsys):
-    port = _build(_spec(tmp_path, "digits", BOARD, "portable"), "digits")
-    mve = _build(_spec(tmp_path, "digits", BOARD, "mve"), "digits")  # same name: one build folder, shared stages
+@pytest.mark.parametrize("precision", ["int8", "fp16-mixed"])
+def test_example_with_mve_kernels_trains_bit_identically_to_portable(precision, tmp_path, capsys):
+    """int8: the Helium dot products; fp16-mixed: the Helium fp16 casts and Inf/NaN scans (tt_f16_mve.h)."""
+    import yaml
+
+    def spec(kernels: str) -> Path:  # both are digits.yaml: one build folder, shared stages before cross-compile
+        path = _spec(tmp_path, "digits", BOARD, kernels)
+        doc = yaml.safe_load(path.read_text())
+        doc["train"]["precision"] = precision
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        return path
+
+    port = _build(spec("portable"), "digits")
+    mve = _build(spec("mve"), "digits")
     capsys.readouterr()
     assert "-DTT_USE_MVE=1" in mve["cflags"] and "-DTT_USE_MVE=1" not in port["cflags"]
     assert mve["elf"] != port["elf"]
     assert mve["weights"] == port["weights"]
     assert mve["run"]["loss"]["per_step"] == port["run"]["loss"]["per_step"]
     assert mve["run"]["accuracy"] == port["run"]["accuracy"]
+    assert mve["run"].get("loss_scale") == port["run"].get("loss_scale")  # fp16-mixed: the same scale and skips
 
 
 # ---- why the board compiles without MVE floating point -------------------------------------------------------------
