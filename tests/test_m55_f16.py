@@ -32,6 +32,9 @@ PROG = r"""
 #endif
 
 #define CHUNK 1024u
+#ifndef RANDOM_CHUNKS
+#define RANDOM_CHUNKS 2048u
+#endif
 static float xf[CHUNK + 8], yf[CHUNK + 8];
 static uint16_t xh[CHUNK + 8], yh[CHUNK + 8];
 static float all_f32[65536];          /* tt_cast_f16_f32 of every fp16 value (written to all.bin) */
@@ -156,7 +159,7 @@ int tt_main(void) {
         }
     }
     /* 4. random bit patterns: anywhere, and in the exponents fp16 can hold (2^-26 .. 2^17) */
-    for (r = 0; r < 2048u; ++r) {
+    for (r = 0; r < RANDOM_CHUNKS; ++r) {
         for (k = 0; k < CHUNK; ++k) {
             uint32_t v = next();
             xf[k] = (r & 1u) ? from_bits(v) : from_bits((v & 0x807FFFFFu) | ((101u + (v >> 8) % 44u) << 23));
@@ -173,7 +176,7 @@ int tt_main(void) {
 """
 
 
-def _run(board: str, tmp: Path, defines: dict[str, str]):
+def _run(board: str, tmp: Path, defines: dict[str, str], sanitize: tuple[str, ...] = ()):
     from tinytrain.stages.cross_compile import build_firmware
     from tinytrain.stages.device.boards import get_board
     from tinytrain.stages.device.launch import run_firmware
@@ -183,7 +186,7 @@ def _run(board: str, tmp: Path, defines: dict[str, str]):
     (prog / "f16.c").write_text(PROG)
     b = get_board(board)
     tag = "-".join([board, *defines])
-    built = build_firmware(b, prog, tmp / f"build-{tag}", kernels=["tt_f16.c"], defines=defines)
+    built = build_firmware(b, prog, tmp / f"build-{tag}", kernels=["tt_f16.c"], defines=defines, sanitize=sanitize)
     ran = run_firmware(b, built.elf, tmp / f"run-{tag}", {}, timeout_s=300, check=False)
     m = re.search(r"mve=(\d) checked=(\d+) mismatches=(\d+)", ran.console)
     assert m, ran.console[-2000:]
@@ -198,12 +201,14 @@ def _run(board: str, tmp: Path, defines: dict[str, str]):
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no native C compiler (cc)")
 def test_the_array_functions_equal_the_scalar_reference_on_the_host(tmp_path):
     """The portable side of the test below on its own (fast): casts in and out of place, the scans, and the unscale
-    whose power-of-two scales multiply by the exact reciprocal instead of dividing - the same bits as the division."""
-    _, flag, checked, bad = _run("host", tmp_path, {})
-    assert flag == 0 and bad == 0 and checked == CHECKED
+    whose power-of-two scales multiply by the exact reciprocal instead of dividing - the same bits as the division;
+    under ASan/UBSan."""
+    ran, flag, checked, bad = _run("host", tmp_path, {"RANDOM_CHUNKS": "128u"}, sanitize=("address", "undefined"))
+    assert flag == 0 and bad == 0 and checked == checked_values(128) and "runtime error" not in ran.log
 
 
-CHECKED = 65536 + 40 * 2 * sum(range(68)) + 2 * 256 * 1024 + 2048 * 1024
+def checked_values(random_chunks: int = 2048) -> int:
+    return 65536 + 40 * 2 * sum(range(68)) + 2 * 256 * 1024 + random_chunks * 1024
 
 
 @needs_arm
@@ -211,7 +216,7 @@ CHECKED = 65536 + 40 * 2 * sum(range(68)) + 2 * 256 * 1024 + 2048 * 1024
 def test_helium_fp16_conversions_equal_the_portable_ones_in_qemu(tmp_path):
     mve, flag, checked, bad = _run(BOARD, tmp_path, {"TT_USE_MVE": "1", "TT_F16_MVE_BUILD": "1"})
     assert "MISMATCH" not in mve.console and bad == 0, mve.console[-2000:]
-    assert flag == 1 and checked == CHECKED
+    assert flag == 1 and checked == checked_values()
     # the same program, portable, on the host: the same bytes
     host, flag_h, checked_h, bad_h = _run("host", tmp_path, {})
     assert bad_h == 0 and checked_h == checked
