@@ -95,7 +95,8 @@ def main() -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="m55-bench-"))
     out.mkdir(parents=True, exist_ok=True)
     if args.mbv2:
-        groups = [("MobileNetV2 TTE int8", _mbv2_spec(), {"train.update.budget_kb": get_board(BOARD).budget_bytes // 1024})]
+        budget_kb = get_board(BOARD).budget_bytes // 1024
+        groups = [("MobileNetV2 TTE int8", _mbv2_spec(), {"train.update.budget_kb": budget_kb})]
     else:
         groups = [(f"example {p}", REPO / "tinytrain.yaml.example",
                    {"train.update.budget_kb": 200, "train.epochs": 1, "train.max_train_samples": args.samples,

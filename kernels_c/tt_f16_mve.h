@@ -4,11 +4,12 @@
  * 65,536 fp16 values and 2.7 million fp32 values).
  *
  * Which Helium floating point may be used, and why (the Armv8.1-M ARM's pseudocode, DDI0553, as QEMU 7.2's
- * target/arm/mve_helper.c implements it and as tests/test_m55.py observes): MVE floating-point instructions run under StandardFPSCRValue(), not FPSCR: round to nearest even, default
- * NaN (DN = 1) and flush-to-zero for single precision (FZ = 1) whatever FPSCR.FZ says; only FPSCR.FZ16 and AHP are
- * taken from FPSCR. So fp32 vector arithmetic (VADD/VMUL/VFMA.F32) flushes subnormal inputs and results to zero and
- * no FPSCR setting avoids it: the scalar FPU and the host keep subnormals, so fp32 vector arithmetic would change bits
- * and is not used anywhere (the board compiles with +nomve.fp for that reason).
+ * target/arm/mve_helper.c implements it and as tests/test_m55.py observes): MVE floating-point instructions run
+ * under StandardFPSCRValue(), not FPSCR: round to nearest even, default NaN (DN = 1) and flush-to-zero for single
+ * precision (FZ = 1) whatever FPSCR.FZ says; only FPSCR.FZ16 and AHP are taken from FPSCR. So fp32 vector
+ * arithmetic (VADD/VMUL/VFMA.F32) flushes subnormal inputs and results to zero and no FPSCR setting avoids it: the
+ * scalar FPU and the host keep subnormals, so fp32 vector arithmetic would change bits and is not used anywhere
+ * (the board compiles with +nomve.fp for that reason).
  *
  * The conversions between half and single precision (VCVTB.F16.F32, VCVTB.F32.F16) are the exception that is safe:
  *  - FZ16 does not apply to conversions, so fp16 subnormal inputs and results are kept, rounded to nearest even, and
@@ -28,8 +29,9 @@
  * This also means no MVE floating point is enabled for the compiler anywhere (the board keeps +nomve.fp): the
  * instruction words are the only floating-point vector instructions in the firmware.
  *
- * The Inf/NaN scans look at the exponent bits only, with integer instructions (a running VMAX of them). Compares are against vectors, not the _n
- * (scalar) forms: gcc 12 stops with an internal error on vcmpeqq_n_u32 with a constant operand. */
+ * The Inf/NaN scans look at the exponent bits only, with integer instructions (a running VMAX of them). Compares
+ * are against vectors, not the _n (scalar) forms: gcc 12 stops with an internal error on vcmpeqq_n_u32 with a
+ * constant operand. */
 #ifndef TT_F16_MVE_H
 #define TT_F16_MVE_H
 
@@ -40,7 +42,7 @@
 #include <arm_mve.h>
 
 /* "%q0" names one of q0..q7; this sets the assembler symbol `sym` to its number. */
-#define TT_MVE_QNUM(sym, reg)                                                                                           \
+#define TT_MVE_QNUM(sym, reg)                                                                                   \
     ".ifc " reg ",q0\n.set " sym ",0\n.endif\n.ifc " reg ",q1\n.set " sym ",1\n.endif\n"                               \
     ".ifc " reg ",q2\n.set " sym ",2\n.endif\n.ifc " reg ",q3\n.set " sym ",3\n.endif\n"                               \
     ".ifc " reg ",q4\n.set " sym ",4\n.endif\n.ifc " reg ",q5\n.set " sym ",5\n.endif\n"                               \

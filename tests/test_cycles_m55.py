@@ -121,7 +121,8 @@ def test_scalar_code_costs_the_same_as_the_m7_model():
     for k in ("alu", "mul_mac", "divide", "fp_arith", "fp_mac", "fp_div_sqrt", "fp_load", "fp_store"):
         assert M55.fixed[k] == COSTS["cortex-m7"].fixed[k]
     assert (M55.load_store, M55.pair, M55.per_two_regs, M55.branch_taken) == (1, 1, True, 3)
-    log = "IN: k\n0x00003000:  3301       adds     r3, #1\n0x00003002:  4770       bx       lr\n\n" + _trace(0x3000, "k", 1)
+    log = ("IN: k\n0x00003000:  3301       adds     r3, #1\n0x00003002:  4770       bx       lr\n\n"
+           + _trace(0x3000, "k", 1))
     doc = estimate(TraceReader(None, None).feed_all(log.splitlines()), "cortex-m55")
     assert set(doc["by_core"]) == {"cortex-m4", "cortex-m7", "cortex-m55"} and doc["cycles_per_step"] == 2
 
