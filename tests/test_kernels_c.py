@@ -400,6 +400,57 @@ def test_grad_input_qw_equals_float_kernel_on_dequantized_weight(batch):
         _assert_close(out[a][ia_], ref)
 
 
+def _sparse_grad(rng, shape):
+    """A gradient as ReLU-like masks leave it: a random share of +0 and -0 entries, some whole channels zero."""
+    dy = rng.standard_normal(shape).astype(np.float32)
+    dy[rng.random(shape) < rng.uniform(0.0, 0.95)] = 0.0
+    dy[rng.random(shape) < 0.1] = -0.0
+    dead = rng.random(shape[-1]) < 0.3
+    dy[..., dead] = np.where(rng.random(dy[..., dead].shape) < 0.5, np.float32(0.0), np.float32(-0.0))
+    return dy
+
+
+def test_pointwise_gradients_skip_zero_gradients_bit_exactly(batch):
+    """1x1 input and weight gradients of int8 operands skip +-0 gradient entries (whole chunks of up to 128 output
+    channels / pixels included): the bits equal the float kernels' on the dequantized operand, which add every
+    product. Wide layers, single pixels (the classifier's streamed positions) and weight-gradient channel ranges."""
+    rng = np.random.default_rng(33)
+    pairs = []
+    for i in range(24):
+        n = int(rng.integers(1, 3))
+        h, w = (1, 1) if i % 4 == 0 else (int(rng.integers(1, 13)), int(rng.integers(1, 13)))
+        c, o = int(rng.integers(1, 50)), int(rng.integers(1, 300))
+        dims = [n, h, w, c, h, w, o, 1, 1, 1, 1, 1, 1, 0, 0, 1]
+        xs, ys = (n, h, w, c), (n, h, w, o)
+        dy = _sparse_grad(rng, ys)
+        wq = rng.integers(-127, 128, size=(o, 1, 1, c)).astype(np.int8)
+        scale = rng.uniform(0.001, 0.05, size=o).astype(np.float32)
+        zp = (np.zeros(o) if i % 3 else rng.integers(-3, 4, size=o)).astype(np.int32)
+        wf = ((wq.astype(np.int32) - zp.reshape(-1, 1, 1, 1)).astype(np.float32)
+              * scale.reshape(-1, 1, 1, 1)).astype(np.float32)
+        k = int(rng.integers(0, c + 1))
+        a = batch.add("conv2d_grad_input_qw_f32", dims + [k], [],
+                      [dy, wq, np.ascontiguousarray(wq[..., :k]), scale, zp, np.zeros(xs, np.float32)])
+        f = batch.add("conv2d_grad_input_f32", dims, [], [dy, wf, np.zeros(xs, np.float32)])
+        pairs.append((a, 5, f, 2, None))
+        xq = rng.integers(-128, 128, size=xs).astype(np.int8)
+        xsc, xz = np.float32(rng.uniform(0.005, 0.1)), int(rng.integers(-20, 21))
+        xf = ((xq.astype(np.int32) - xz).astype(np.float32) * xsc).astype(np.float32)
+        kw = int(rng.integers(1, c + 1))
+        o0 = int(rng.integers(0, o))
+        o1 = int(rng.integers(o0 + 1, o + 1))
+        a = batch.add("conv2d_grad_weight_qx_f32", dims + [kw, o0, o1, xz], [],
+                      [dy, xq, np.array([xsc], np.float32), np.zeros((o1 - o0, 1, 1, kw), np.float32)])
+        f = batch.add("conv2d_grad_weight_f32", dims + [kw], [], [dy, xf, np.zeros((o, 1, 1, kw), np.float32)])
+        pairs.append((a, 3, f, 2, (o0, o1)))
+    out = batch.run()
+    for a, ia_, f, if_, rows in pairs:
+        got, want = out[a][ia_], out[f][if_]
+        if rows is not None:
+            want = want.reshape(-1, got.size // max(rows[1] - rows[0], 1))[rows[0]:rows[1]]
+        np.testing.assert_array_equal(got.reshape(-1).view(np.uint32), want.reshape(-1).view(np.uint32))
+
+
 @pytest.mark.parametrize("depthwise", [False, True])
 def test_conv_float_close(batch, depthwise):
     rng = np.random.default_rng(20 + depthwise)
