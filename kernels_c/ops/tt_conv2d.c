@@ -621,22 +621,89 @@ TT_GI_INLINE float tt_dqz(int8_t q, int32_t z, float sc, const int zz)
     return zz ? (float)(int32_t)q * sc : (float)((int32_t)q - z) * sc;
 }
 
-/* Input channels [c0, c1) of one weight part (wb: its channel c0 of output channel 0, stride: bytes per output
- * channel) for pixels [p0, p1) of dy / dx. */
+/* One pixel (g0: its dy row, d0: its dx row), output channels oc + nz[0..n) of a chunk, input channels [c0, c1)
+ * of one weight part (wb: its channel c0 of output channel 0, stride: bytes per output channel): eight input
+ * channels per pass over the listed output channels; first: the chunk is the first (sums start at 0, else they
+ * continue from dx). */
+TT_GI_INLINE void tt_gi1x1_px(const float *g0, float *d0, int32_t oc, const uint8_t *nz, int32_t n, int first,
+                              int32_t c0, int32_t c1, const int8_t *wb, int32_t stride, const float *scale,
+                              const int32_t *zero_point, const int zz)
+{
+    int32_t ic, j;
+    for (ic = c0; ic + 8 <= c1; ic += 8) {
+        float a0, a1, a2, a3, a4, a5, a6, a7;
+        const int8_t *wc = wb + (ic - c0) + oc * stride;
+        if (first) {
+            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0f;
+        } else {
+            a0 = d0[ic]; a1 = d0[ic + 1]; a2 = d0[ic + 2]; a3 = d0[ic + 3];
+            a4 = d0[ic + 4]; a5 = d0[ic + 5]; a6 = d0[ic + 6]; a7 = d0[ic + 7];
+        }
+        for (j = 0; j < n; ++j) {
+            const int32_t o = oc + nz[j];
+            const int8_t *wo = wc + nz[j] * stride;
+            const float sc = scale[o], g = g0[o];
+            const int32_t z = zz ? 0 : zero_point[o];
+            a0 += g * tt_dqz(wo[0], z, sc, zz);
+            a1 += g * tt_dqz(wo[1], z, sc, zz);
+            a2 += g * tt_dqz(wo[2], z, sc, zz);
+            a3 += g * tt_dqz(wo[3], z, sc, zz);
+            a4 += g * tt_dqz(wo[4], z, sc, zz);
+            a5 += g * tt_dqz(wo[5], z, sc, zz);
+            a6 += g * tt_dqz(wo[6], z, sc, zz);
+            a7 += g * tt_dqz(wo[7], z, sc, zz);
+        }
+        d0[ic] = a0; d0[ic + 1] = a1; d0[ic + 2] = a2; d0[ic + 3] = a3;
+        d0[ic + 4] = a4; d0[ic + 5] = a5; d0[ic + 6] = a6; d0[ic + 7] = a7;
+    }
+    for (; ic < c1; ++ic) {
+        float a = first ? 0.0f : d0[ic];
+        const int8_t *wc = wb + (ic - c0) + oc * stride;
+        for (j = 0; j < n; ++j) {
+            const int32_t o = oc + nz[j];
+            a += g0[o] * tt_dqz(wc[nz[j] * stride], zz ? 0 : zero_point[o], scale[o], zz);
+        }
+        d0[ic] = a;
+    }
+}
+
+/* Input channels [c0, c1) of one weight part for pixels [p0, p1) of dy / dx. Four pixels share a pass over the
+ * output channels nonzero at any of them; when the gradients are so sparse that the four single-pixel lists hold
+ * fewer than twice the entries of their union (a single-pixel pass costs about half a four-pixel one per listed
+ * channel), each pixel takes its own pass instead. Either way each sum sees its nonzero products in order. */
 TT_GI_INLINE void tt_gi1x1_part(int32_t p0, int32_t p1, int32_t c0, int32_t c1, int32_t O, int32_t IC,
                                 const float *dy, const int8_t *wb, int32_t stride, const float *scale,
                                 const int32_t *zero_point, float *dx, const int zz)
 {
     uint8_t nz[TT_NZ_CHUNK];
-    int32_t p = p0, ic, oc, j, n;
+    int32_t p = p0, ic, oc, j, n, q;
     for (; p + 4 <= p1; p += 4) {
         const float *g0 = dy + p * O, *g1 = g0 + O, *g2 = g1 + O, *g3 = g2 + O;
         float *d0 = dx + p * IC, *d1 = d0 + IC, *d2 = d1 + IC, *d3 = d2 + IC;
         for (oc = 0; oc < O; oc += TT_NZ_CHUNK) {
             const int32_t oe = O - oc > TT_NZ_CHUNK ? oc + TT_NZ_CHUNK : O;
             const int first = oc == 0;
-            n = tt_nz_list(g0, g1, g2, g3, 4, oc, oe, nz);
+            int32_t singles = 0;
+            n = 0;
+            for (j = oc; j < oe; ++j) {
+                const int32_t k = TT_NZ(tt_fbits(g0[j])) + TT_NZ(tt_fbits(g1[j])) + TT_NZ(tt_fbits(g2[j])) +
+                                  TT_NZ(tt_fbits(g3[j]));
+                singles += k;
+                if (k != 0) {
+                    nz[n++] = (uint8_t)(j - oc);
+                }
+            }
             if (n == 0 && !first) {
+                continue;
+            }
+            if (singles < 2 * n) {
+                for (q = 0; q < 4; ++q) {
+                    const float *gq = g0 + q * O;
+                    const int32_t nq = tt_nz_list(gq, gq, gq, gq, 1, oc, oe, nz);
+                    if (nq > 0 || first) {
+                        tt_gi1x1_px(gq, d0 + q * IC, oc, nz, nq, first, c0, c1, wb, stride, scale, zero_point, zz);
+                    }
+                }
                 continue;
             }
             for (ic = c0; ic + 4 <= c1; ic += 4) {
@@ -690,52 +757,15 @@ TT_GI_INLINE void tt_gi1x1_part(int32_t p0, int32_t p1, int32_t c0, int32_t c1, 
             }
         }
     }
-    /* Single pixels (MobileNetV2's classifier streams its input gradient one position at a time): eight input
-     * channels per pass over the nonzero output channels. */
+    /* Single pixels (MobileNetV2's classifier streams its input gradient one position at a time). */
     for (; p < p1; ++p) {
         const float *g0 = dy + p * O;
         float *d0 = dx + p * IC;
         for (oc = 0; oc < O; oc += TT_NZ_CHUNK) {
             const int32_t oe = O - oc > TT_NZ_CHUNK ? oc + TT_NZ_CHUNK : O;
-            const int first = oc == 0;
             n = tt_nz_list(g0, g0, g0, g0, 1, oc, oe, nz);
-            if (n == 0 && !first) {
-                continue;
-            }
-            for (ic = c0; ic + 8 <= c1; ic += 8) {
-                float a0, a1, a2, a3, a4, a5, a6, a7;
-                const int8_t *wc = wb + (ic - c0) + oc * stride;
-                if (first) {
-                    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0f;
-                } else {
-                    a0 = d0[ic]; a1 = d0[ic + 1]; a2 = d0[ic + 2]; a3 = d0[ic + 3];
-                    a4 = d0[ic + 4]; a5 = d0[ic + 5]; a6 = d0[ic + 6]; a7 = d0[ic + 7];
-                }
-                for (j = 0; j < n; ++j) {
-                    const int32_t o = oc + nz[j];
-                    const int8_t *wo = wc + nz[j] * stride;
-                    const float sc = scale[o], g = g0[o];
-                    const int32_t z = zz ? 0 : zero_point[o];
-                    a0 += g * tt_dqz(wo[0], z, sc, zz);
-                    a1 += g * tt_dqz(wo[1], z, sc, zz);
-                    a2 += g * tt_dqz(wo[2], z, sc, zz);
-                    a3 += g * tt_dqz(wo[3], z, sc, zz);
-                    a4 += g * tt_dqz(wo[4], z, sc, zz);
-                    a5 += g * tt_dqz(wo[5], z, sc, zz);
-                    a6 += g * tt_dqz(wo[6], z, sc, zz);
-                    a7 += g * tt_dqz(wo[7], z, sc, zz);
-                }
-                d0[ic] = a0; d0[ic + 1] = a1; d0[ic + 2] = a2; d0[ic + 3] = a3;
-                d0[ic + 4] = a4; d0[ic + 5] = a5; d0[ic + 6] = a6; d0[ic + 7] = a7;
-            }
-            for (; ic < c1; ++ic) {
-                float a = first ? 0.0f : d0[ic];
-                const int8_t *wc = wb + (ic - c0) + oc * stride;
-                for (j = 0; j < n; ++j) {
-                    const int32_t o = oc + nz[j];
-                    a += g0[o] * tt_dqz(wc[nz[j] * stride], zz ? 0 : zero_point[o], scale[o], zz);
-                }
-                d0[ic] = a;
+            if (n > 0 || oc == 0) {
+                tt_gi1x1_px(g0, d0, oc, nz, n, oc == 0, c0, c1, wb, stride, scale, zero_point, zz);
             }
         }
     }
