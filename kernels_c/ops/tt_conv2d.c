@@ -494,19 +494,29 @@ TT_GI_INLINE void tt_gw1x1(int32_t P, int32_t O, int32_t IC, int32_t k, int32_t 
                     a0 = dwp[c]; a1 = dwp[c + 1]; a2 = dwp[c + 2]; a3 = dwp[c + 3];
                     a4 = dwp[c + 4]; a5 = dwp[c + 5]; a6 = dwp[c + 6]; a7 = dwp[c + 7];
                 }
-                for (j = 0; j < n; ++j) {
-                    const int32_t pp = pc + nz[j];
-                    const float gp = g[pp * O];
-                    const int32_t i = pp * IC + c;
-                    a0 += gp * tt_gw_x(xf, xq, i, scale, zero_point);
-                    a1 += gp * tt_gw_x(xf, xq, i + 1, scale, zero_point);
-                    a2 += gp * tt_gw_x(xf, xq, i + 2, scale, zero_point);
-                    a3 += gp * tt_gw_x(xf, xq, i + 3, scale, zero_point);
-                    a4 += gp * tt_gw_x(xf, xq, i + 4, scale, zero_point);
-                    a5 += gp * tt_gw_x(xf, xq, i + 5, scale, zero_point);
-                    a6 += gp * tt_gw_x(xf, xq, i + 6, scale, zero_point);
-                    a7 += gp * tt_gw_x(xf, xq, i + 7, scale, zero_point);
+#define TT_GW8_STEP(pp)                                                                                       \
+    do {                                                                                                      \
+        const float gp = g[(pp) * O];                                                                         \
+        const int32_t i = (pp) * IC + c;                                                                      \
+        a0 += gp * tt_gw_x(xf, xq, i, scale, zero_point);                                                     \
+        a1 += gp * tt_gw_x(xf, xq, i + 1, scale, zero_point);                                                 \
+        a2 += gp * tt_gw_x(xf, xq, i + 2, scale, zero_point);                                                 \
+        a3 += gp * tt_gw_x(xf, xq, i + 3, scale, zero_point);                                                 \
+        a4 += gp * tt_gw_x(xf, xq, i + 4, scale, zero_point);                                                 \
+        a5 += gp * tt_gw_x(xf, xq, i + 5, scale, zero_point);                                                 \
+        a6 += gp * tt_gw_x(xf, xq, i + 6, scale, zero_point);                                                 \
+        a7 += gp * tt_gw_x(xf, xq, i + 7, scale, zero_point);                                                 \
+    } while (0)
+                if (n == pe - pc) { /* dense chunk: the plain loop, no list */
+                    for (j = pc; j < pe; ++j) {
+                        TT_GW8_STEP(j);
+                    }
+                } else {
+                    for (j = 0; j < n; ++j) {
+                        TT_GW8_STEP(pc + nz[j]);
+                    }
                 }
+#undef TT_GW8_STEP
                 dwp[c] = a0; dwp[c + 1] = a1; dwp[c + 2] = a2; dwp[c + 3] = a3;
                 dwp[c + 4] = a4; dwp[c + 5] = a5; dwp[c + 6] = a6; dwp[c + 7] = a7;
             }
@@ -623,9 +633,10 @@ TT_GI_INLINE float tt_dqz(int8_t q, int32_t z, float sc, const int zz)
 
 /* One pixel (g0: its dy row, d0: its dx row), output channels oc + nz[0..n) of a chunk, input channels [c0, c1)
  * of one weight part (wb: its channel c0 of output channel 0, stride: bytes per output channel): eight input
- * channels per pass over the listed output channels; first: the chunk is the first (sums start at 0, else they
- * continue from dx). */
-TT_GI_INLINE void tt_gi1x1_px(const float *g0, float *d0, int32_t oc, const uint8_t *nz, int32_t n, int first,
+ * channels per pass over the listed output channels (dense: the chunk's size; a full list runs as the plain loop);
+ * first: the chunk is the first (sums start at 0, else they continue from dx). */
+TT_GI_INLINE void tt_gi1x1_px(const float *g0, float *d0, int32_t oc, const uint8_t *nz, int32_t n, int32_t dense,
+                              int first,
                               int32_t c0, int32_t c1, const int8_t *wb, int32_t stride, const float *scale,
                               const int32_t *zero_point, const int zz)
 {
@@ -639,20 +650,32 @@ TT_GI_INLINE void tt_gi1x1_px(const float *g0, float *d0, int32_t oc, const uint
             a0 = d0[ic]; a1 = d0[ic + 1]; a2 = d0[ic + 2]; a3 = d0[ic + 3];
             a4 = d0[ic + 4]; a5 = d0[ic + 5]; a6 = d0[ic + 6]; a7 = d0[ic + 7];
         }
-        for (j = 0; j < n; ++j) {
-            const int32_t o = oc + nz[j];
-            const int8_t *wo = wc + nz[j] * stride;
-            const float sc = scale[o], g = g0[o];
-            const int32_t z = zz ? 0 : zero_point[o];
-            a0 += g * tt_dqz(wo[0], z, sc, zz);
-            a1 += g * tt_dqz(wo[1], z, sc, zz);
-            a2 += g * tt_dqz(wo[2], z, sc, zz);
-            a3 += g * tt_dqz(wo[3], z, sc, zz);
-            a4 += g * tt_dqz(wo[4], z, sc, zz);
-            a5 += g * tt_dqz(wo[5], z, sc, zz);
-            a6 += g * tt_dqz(wo[6], z, sc, zz);
-            a7 += g * tt_dqz(wo[7], z, sc, zz);
+#define TT_GI1_STEP(o, wo)                                                                                    \
+    do {                                                                                                      \
+        const float sc = scale[o], g = g0[o];                                                                 \
+        const int32_t z = zz ? 0 : zero_point[o];                                                             \
+        a0 += g * tt_dqz((wo)[0], z, sc, zz);                                                                 \
+        a1 += g * tt_dqz((wo)[1], z, sc, zz);                                                                 \
+        a2 += g * tt_dqz((wo)[2], z, sc, zz);                                                                 \
+        a3 += g * tt_dqz((wo)[3], z, sc, zz);                                                                 \
+        a4 += g * tt_dqz((wo)[4], z, sc, zz);                                                                 \
+        a5 += g * tt_dqz((wo)[5], z, sc, zz);                                                                 \
+        a6 += g * tt_dqz((wo)[6], z, sc, zz);                                                                 \
+        a7 += g * tt_dqz((wo)[7], z, sc, zz);                                                                 \
+    } while (0)
+        if (n == dense) {
+            const int8_t *wo = wc;
+            for (j = oc; j < oc + n; ++j, wo += stride) {
+                TT_GI1_STEP(j, wo);
+            }
+        } else {
+            for (j = 0; j < n; ++j) {
+                const int32_t o = oc + nz[j];
+                const int8_t *wo = wc + nz[j] * stride;
+                TT_GI1_STEP(o, wo);
+            }
         }
+#undef TT_GI1_STEP
         d0[ic] = a0; d0[ic + 1] = a1; d0[ic + 2] = a2; d0[ic + 3] = a3;
         d0[ic + 4] = a4; d0[ic + 5] = a5; d0[ic + 6] = a6; d0[ic + 7] = a7;
     }
@@ -701,7 +724,8 @@ TT_GI_INLINE void tt_gi1x1_part(int32_t p0, int32_t p1, int32_t c0, int32_t c1, 
                     const float *gq = g0 + q * O;
                     const int32_t nq = tt_nz_list(gq, gq, gq, gq, 1, oc, oe, nz);
                     if (nq > 0 || first) {
-                        tt_gi1x1_px(gq, d0 + q * IC, oc, nz, nq, first, c0, c1, wb, stride, scale, zero_point, zz);
+                        tt_gi1x1_px(gq, d0 + q * IC, oc, nz, nq, oe - oc, first, c0, c1, wb, stride, scale,
+                                    zero_point, zz);
                     }
                 }
                 continue;
@@ -717,22 +741,34 @@ TT_GI_INLINE void tt_gi1x1_part(int32_t p0, int32_t p1, int32_t c0, int32_t c1, 
                     e0 = d2[ic]; e1 = d2[ic + 1]; e2 = d2[ic + 2]; e3 = d2[ic + 3];
                     f0 = d3[ic]; f1 = d3[ic + 1]; f2 = d3[ic + 2]; f3 = d3[ic + 3];
                 }
-                for (j = 0; j < n; ++j) {
-                    const int32_t o = oc + nz[j];
-                    const int8_t *wo = wc + nz[j] * stride;
-                    const float sc = scale[o];
-                    const int32_t z = zz ? 0 : zero_point[o];
-                    const float v0 = tt_dqz(wo[0], z, sc, zz), v1 = tt_dqz(wo[1], z, sc, zz);
-                    const float v2 = tt_dqz(wo[2], z, sc, zz), v3 = tt_dqz(wo[3], z, sc, zz);
-                    float g = g0[o];
-                    a0 += g * v0; a1 += g * v1; a2 += g * v2; a3 += g * v3;
-                    g = g1[o];
-                    b0 += g * v0; b1 += g * v1; b2 += g * v2; b3 += g * v3;
-                    g = g2[o];
-                    e0 += g * v0; e1 += g * v1; e2 += g * v2; e3 += g * v3;
-                    g = g3[o];
-                    f0 += g * v0; f1 += g * v1; f2 += g * v2; f3 += g * v3;
+#define TT_GI4_STEP(o, wo)                                                                                    \
+    do {                                                                                                      \
+        const float sc = scale[o];                                                                            \
+        const int32_t z = zz ? 0 : zero_point[o];                                                             \
+        const float v0 = tt_dqz((wo)[0], z, sc, zz), v1 = tt_dqz((wo)[1], z, sc, zz);                         \
+        const float v2 = tt_dqz((wo)[2], z, sc, zz), v3 = tt_dqz((wo)[3], z, sc, zz);                         \
+        float g = g0[o];                                                                                      \
+        a0 += g * v0; a1 += g * v1; a2 += g * v2; a3 += g * v3;                                               \
+        g = g1[o];                                                                                            \
+        b0 += g * v0; b1 += g * v1; b2 += g * v2; b3 += g * v3;                                               \
+        g = g2[o];                                                                                            \
+        e0 += g * v0; e1 += g * v1; e2 += g * v2; e3 += g * v3;                                               \
+        g = g3[o];                                                                                            \
+        f0 += g * v0; f1 += g * v1; f2 += g * v2; f3 += g * v3;                                               \
+    } while (0)
+                if (n == oe - oc) { /* dense chunk: the plain loop, no list */
+                    const int8_t *wo = wc;
+                    for (j = oc; j < oe; ++j, wo += stride) {
+                        TT_GI4_STEP(j, wo);
+                    }
+                } else {
+                    for (j = 0; j < n; ++j) {
+                        const int32_t o = oc + nz[j];
+                        const int8_t *wo = wc + nz[j] * stride;
+                        TT_GI4_STEP(o, wo);
+                    }
                 }
+#undef TT_GI4_STEP
                 d0[ic] = a0; d0[ic + 1] = a1; d0[ic + 2] = a2; d0[ic + 3] = a3;
                 d1[ic] = b0; d1[ic + 1] = b1; d1[ic + 2] = b2; d1[ic + 3] = b3;
                 d2[ic] = e0; d2[ic + 1] = e1; d2[ic + 2] = e2; d2[ic + 3] = e3;
@@ -765,7 +801,7 @@ TT_GI_INLINE void tt_gi1x1_part(int32_t p0, int32_t p1, int32_t c0, int32_t c1, 
             const int32_t oe = O - oc > TT_NZ_CHUNK ? oc + TT_NZ_CHUNK : O;
             n = tt_nz_list(g0, g0, g0, g0, 1, oc, oe, nz);
             if (n > 0 || oc == 0) {
-                tt_gi1x1_px(g0, d0, oc, nz, n, oc == 0, c0, c1, wb, stride, scale, zero_point, zz);
+                tt_gi1x1_px(g0, d0, oc, nz, n, oe - oc, oc == 0, c0, c1, wb, stride, scale, zero_point, zz);
             }
         }
     }
