@@ -77,6 +77,21 @@ def dsp_driver(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def sse_driver(tmp_path_factory) -> Path:
+    """The driver as the native `host` board builds it (TT_USE_HOST_SIMD: SSE2 int8 inner products of tt_dot.h on
+    x86-64; on another host the portable loops again)."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no host C compiler")
+    out = tmp_path_factory.mktemp("ttk_sse") / "tt_test_driver_sse"
+    cmd = [cc, *HOST_FLAGS, "-DTT_USE_HOST_SIMD=1", f"-I{KDIR}", f"-I{ops_header.include_dir()}",
+           *map(str, kernel_sources()), str(DRIVER), "-lm", "-o", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, f"host SSE2 build failed:\n{' '.join(cmd)}\n{res.stderr}"
+    return out
+
+
 class Batch:
     """Cases for one driver run: add(op, ints, floats, buffers) -> index; run() -> per case, the buffers after the
     op as arrays of the dtype/shape they were given with."""
@@ -233,18 +248,20 @@ def test_requantize_op_matches_multiply_by_quantized_multiplier_edges(batch):
 # ---- int8 forward, bit-exact -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("depthwise", [False, True])
-def test_conv_int8_bit_exact(batch, dsp_driver, depthwise):
-    """Also through the DSP build (tt_dot.h with emulated SXTAB16/SMLAD): identical bits."""
+def test_conv_int8_bit_exact(batch, dsp_driver, sse_driver, depthwise):
+    """Also through the DSP build (tt_dot.h with emulated SXTAB16/SMLAD) and the host build's SSE2: identical bits."""
     rng = np.random.default_rng(10 + depthwise)
     refs = []
     for _ in range(40):
         ints, floats, bufs, ref = _conv_case(rng, depthwise, True)
         refs.append((batch.add("depthwise_conv2d_s8" if depthwise else "conv2d_s8", ints, floats, bufs), ref))
     out = batch.run(keep=True)
-    out_dsp = batch.run(driver=dsp_driver)
+    out_dsp = batch.run(driver=dsp_driver, keep=True)
+    out_sse = batch.run(driver=sse_driver)
     for k, ref in refs:
         np.testing.assert_array_equal(out[k][5], ref)
         np.testing.assert_array_equal(out_dsp[k][5], ref)
+        np.testing.assert_array_equal(out_sse[k][5], ref)
 
 
 def _wide_conv_geom(rng, depthwise: bool):
@@ -267,20 +284,21 @@ def _wide_conv_geom(rng, depthwise: bool):
     return dims, attrs, (n, h, w, c), (n, oh, ow, o), ((1, kh, kw, o) if depthwise else (o, kh, kw, c))
 
 
-def _assert_depthwise_both_builds(batch, dsp_driver, refs):
-    """Runs the batch with the portable and the DSP driver; each ("y" | "xy", case, reference) must match in both
-    (out of place: the output operand; in place: the input buffer's first elements)."""
+def _assert_depthwise_both_builds(batch, dsp_driver, refs, sse_driver=None):
+    """Runs the batch with the portable and the DSP driver (and the host SSE2 one if given); each ("y" | "xy", case,
+    reference) must match in all (out of place: the output operand; in place: the input buffer's first elements)."""
     out = batch.run(keep=True)
-    out_dsp = batch.run(driver=dsp_driver)
+    out_dsp = batch.run(driver=dsp_driver, keep=sse_driver is not None)
+    out_sse = batch.run(driver=sse_driver) if sse_driver is not None else out
     for where, k, ref in refs:
-        for got in (out[k], out_dsp[k]):
+        for got in (out[k], out_dsp[k], out_sse[k]):
             if where == "y":
                 np.testing.assert_array_equal(got[5], ref)
             else:
                 np.testing.assert_array_equal(got[0].reshape(-1)[:ref.size], ref.reshape(-1))
 
 
-def test_conv_int8_specialised_paths_bit_exact(batch, dsp_driver):
+def test_conv_int8_specialised_paths_bit_exact(batch, dsp_driver, sse_driver):
     """The blocked / interior fast paths of conv2d_s8, the split-weight conv and the in-place depthwise on wider
     layers, portable and DSP builds: identical to the executor bit for bit (split == the merged weight; in-place ==
     out-of-place)."""
@@ -325,7 +343,7 @@ def test_conv_int8_specialised_paths_bit_exact(batch, dsp_driver):
                                          [x.copy(), wq, b, mult, shift, np.zeros(ys[1] * ys[2], np.int8)]), ref))
         else:
             refs.append(("y", batch.add("depthwise_conv2d_s8", ints, [], [x, wq, b, mult, shift, y0]), ref))
-    _assert_depthwise_both_builds(batch, dsp_driver, refs)
+    _assert_depthwise_both_builds(batch, dsp_driver, refs, sse_driver)
 
 
 def test_depthwise_int8_wide_rows_in_place_bit_exact(batch, dsp_driver):
@@ -499,18 +517,20 @@ def _fc_case(rng, quantized: bool):
 
 
 @pytest.mark.parametrize("quantized", [True, False])
-def test_fully_connected(batch, dsp_driver, quantized):
+def test_fully_connected(batch, dsp_driver, sse_driver, quantized):
     rng = np.random.default_rng(30 + quantized)
     refs = []
     for _ in range(40):
         ints, floats, bufs, ref = _fc_case(rng, quantized)
         refs.append((batch.add("fully_connected_s8" if quantized else "fully_connected_f32", ints, floats, bufs), ref))
     out = batch.run(keep=quantized)
-    out_dsp = batch.run(driver=dsp_driver) if quantized else None
+    out_dsp = batch.run(driver=dsp_driver, keep=True) if quantized else None
+    out_sse = batch.run(driver=sse_driver) if quantized else None
     for k, ref in refs:
         if quantized:
             np.testing.assert_array_equal(out[k][5], ref)
             np.testing.assert_array_equal(out_dsp[k][5], ref)
+            np.testing.assert_array_equal(out_sse[k][5], ref)
         else:
             _assert_close(out[k][3], ref)
 
@@ -1137,7 +1157,7 @@ def test_clamp_and_mask_gradients(batch):
     run_clamp = ops.get("int8_clamp_grad").run
     refs = []
     for _ in range(12):
-        n = int(rng.integers(1, 40))
+        n = int(rng.integers(1, 90))
         lo, hi = sorted(int(v) for v in rng.integers(-128, 128, size=2))
         y = rng.integers(-128, 128, size=n).astype(np.int8)
         y[rng.integers(0, n, size=max(1, n // 4))] = lo  # the bounds themselves are masked
@@ -1147,6 +1167,8 @@ def test_clamp_and_mask_gradients(batch):
         refs.append((batch.add("int8_clamp_grad_f32", [n, lo, hi], [], [dy, y, dy.copy()]), want, 2))
         off = int(rng.integers(0, 20))
         mask = rng.integers(0, 256, size=(off + n + 7) // 8).astype(np.uint8)
+        mask[rng.random(mask.size) < 0.3] = 0      # whole bytes set / clear: the byte-at-a-time paths
+        mask[rng.random(mask.size) < 0.3] = 255
         refs.append((batch.add("mask_grad_f32", [n, off], [], [mask, dy, dy.copy()]),
                      go.mask_grad(dy, mask, bit_offset=off), 2))
     out = batch.run()

@@ -82,7 +82,7 @@ static int8_t tt_block_slow(const tt_conv_block *bk, int32_t j, int32_t v)
 TT_CONV_INLINE void tt_run4(const int8_t *x, const int8_t *w0, int32_t ws, int32_t n, int32_t *a0, int32_t *a1,
                             int32_t *a2, int32_t *a3)
 {
-#if TT_DOT_DSP
+#if TT_DOT_DSP || TT_HOST_SIMD
     int32_t acc[4];
     acc[0] = *a0;
     acc[1] = *a1;
