@@ -6,7 +6,8 @@
  * int16 lane), SXTB16 does the same for the weights, and SMLAD adds both lane products to the int32
  * accumulator. Integer addition is associative and the sum never overflows int32 for any layer we run
  * (< 2^16 taps), so the result is identical to the portable loop (and to the numpy golden model) bit for bit.
- * This is the CMSIS-NN arm_nn_mat_mult / read_and_pad technique. */
+ * This is the CMSIS-NN arm_nn_mat_mult / read_and_pad technique. The native host build (TT_HOST_SIMD, tt_simd.h)
+ * does the same eight taps at a time with SSE2 (sign-extend to int16, PMADDWD into int32 lanes). */
 #ifndef TT_DOT_H
 #define TT_DOT_H
 
@@ -16,6 +17,23 @@
 #include "tt_simd.h"
 
 #define TT_DOT_DSP TT_SIMD
+
+#if TT_HOST_SIMD
+/* Eight int8 at p sign-extended to eight int16 lanes (SSE2 has no PMOVSXBW: interleave with the sign bytes). */
+static inline __m128i tt_sse_s8x8(const int8_t *p)
+{
+    const __m128i v = _mm_loadl_epi64((const __m128i *)(const void *)p);
+    return _mm_unpacklo_epi8(v, _mm_cmpgt_epi8(_mm_setzero_si128(), v));
+}
+
+/* The sum of the four int32 lanes. */
+static inline int32_t tt_sse_hsum(__m128i v)
+{
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4E));
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xB1));
+    return _mm_cvtsi128_si32(v);
+}
+#endif
 
 static inline int32_t tt_dot_s8(const int8_t *x, const int8_t *w, int32_t n, int32_t x_zero_point)
 {
@@ -37,6 +55,15 @@ static inline int32_t tt_dot_s8(const int8_t *x, const int8_t *w, int32_t n, int
             acc = __smlad(x02, w02, acc);
             acc = __smlad(x13, w13, acc);
         }
+    }
+#elif TT_HOST_SIMD
+    if (n >= 8) {
+        const __m128i z = _mm_set1_epi16((int16_t)x_zero_point); /* |x - z| <= 255: an int16 lane */
+        __m128i s = _mm_setzero_si128();
+        for (; i + 8 <= n; i += 8) {
+            s = _mm_add_epi32(s, _mm_madd_epi16(_mm_sub_epi16(tt_sse_s8x8(x + i), z), tt_sse_s8x8(w + i)));
+        }
+        acc = tt_sse_hsum(s);
     }
 #endif
     for (; i < n; ++i) {
@@ -123,6 +150,26 @@ static inline void tt_dot4_raw_s8(const int8_t *x, const int8_t *w0, int32_t ws,
         a3 = __smlad(x02, tt_sx02(ww), a3);
         a3 = __smlad(x13, tt_sx13(ww), a3);
     }
+#elif TT_HOST_SIMD
+    if (n >= 8) {
+        __m128i s0 = _mm_setzero_si128(), s1 = s0, s2 = s0, s3 = s0;
+        int32_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            const __m128i xv = tt_sse_s8x8(x + i);
+            s0 = _mm_add_epi32(s0, _mm_madd_epi16(xv, tt_sse_s8x8(w0 + i)));
+            s1 = _mm_add_epi32(s1, _mm_madd_epi16(xv, tt_sse_s8x8(w0 + ws + i)));
+            s2 = _mm_add_epi32(s2, _mm_madd_epi16(xv, tt_sse_s8x8(w0 + ws2 + i)));
+            s3 = _mm_add_epi32(s3, _mm_madd_epi16(xv, tt_sse_s8x8(w3 + i)));
+        }
+        a0 += tt_sse_hsum(s0);
+        a1 += tt_sse_hsum(s1);
+        a2 += tt_sse_hsum(s2);
+        a3 += tt_sse_hsum(s3);
+        x += i;
+        w0 += i;
+        w3 += i;
+        r = n - i;
+    }
 #endif
     while (r-- > 0) {
         const int32_t xv = *x++;
@@ -152,6 +199,18 @@ static inline int32_t tt_dot1_raw_s8(const int8_t *x, const int8_t *w, int32_t n
         w += 4;
         acc = __smlad(tt_sx02(xw), tt_sx02(ww), acc);
         acc = __smlad(tt_sx13(xw), tt_sx13(ww), acc);
+    }
+#elif TT_HOST_SIMD
+    if (n >= 8) {
+        __m128i s = _mm_setzero_si128();
+        int32_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            s = _mm_add_epi32(s, _mm_madd_epi16(tt_sse_s8x8(x + i), tt_sse_s8x8(w + i)));
+        }
+        acc = tt_sse_hsum(s);
+        x += i;
+        w += i;
+        r = n - i;
     }
 #endif
     while (r-- > 0) {

@@ -18,6 +18,17 @@
 #define TT_SIMD 0
 #endif
 
+/* TT_HOST_SIMD: the native host build (board `host`, which defines TT_USE_HOST_SIMD=1) on an x86-64 build machine
+ * takes SSE2 int8 inner products (tt_dot.h). SSE2 is part of every x86-64 CPU, so no -march flag is needed and
+ * the cache key stays independent of the build machine's CPU. Integer sums in another order: the portable
+ * loops' bits. */
+#if !TT_SIMD && defined(TT_USE_HOST_SIMD) && TT_USE_HOST_SIMD && defined(__SSE2__)
+#include <emmintrin.h>
+#define TT_HOST_SIMD 1
+#else
+#define TT_HOST_SIMD 0
+#endif
+
 #if TT_SIMD
 /* One unaligned 32-bit load (a single LDR on M4/M7). */
 static inline uint32_t tt_ld32(const int8_t *p)

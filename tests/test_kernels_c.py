@@ -77,6 +77,21 @@ def dsp_driver(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def sse_driver(tmp_path_factory) -> Path:
+    """The driver as the native `host` board builds it (TT_USE_HOST_SIMD: SSE2 int8 inner products of tt_dot.h on
+    x86-64; on another host the portable loops again)."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no host C compiler")
+    out = tmp_path_factory.mktemp("ttk_sse") / "tt_test_driver_sse"
+    cmd = [cc, *HOST_FLAGS, "-DTT_USE_HOST_SIMD=1", f"-I{KDIR}", f"-I{ops_header.include_dir()}",
+           *map(str, kernel_sources()), str(DRIVER), "-lm", "-o", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, f"host SSE2 build failed:\n{' '.join(cmd)}\n{res.stderr}"
+    return out
+
+
 class Batch:
     """Cases for one driver run: add(op, ints, floats, buffers) -> index; run() -> per case, the buffers after the
     op as arrays of the dtype/shape they were given with."""
@@ -233,18 +248,20 @@ def test_requantize_op_matches_multiply_by_quantized_multiplier_edges(batch):
 # ---- int8 forward, bit-exact -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("depthwise", [False, True])
-def test_conv_int8_bit_exact(batch, dsp_driver, depthwise):
-    """Also through the DSP build (tt_dot.h with emulated SXTAB16/SMLAD): identical bits."""
+def test_conv_int8_bit_exact(batch, dsp_driver, sse_driver, depthwise):
+    """Also through the DSP build (tt_dot.h with emulated SXTAB16/SMLAD) and the host build's SSE2: identical bits."""
     rng = np.random.default_rng(10 + depthwise)
     refs = []
     for _ in range(40):
         ints, floats, bufs, ref = _conv_case(rng, depthwise, True)
         refs.append((batch.add("depthwise_conv2d_s8" if depthwise else "conv2d_s8", ints, floats, bufs), ref))
     out = batch.run(keep=True)
-    out_dsp = batch.run(driver=dsp_driver)
+    out_dsp = batch.run(driver=dsp_driver, keep=True)
+    out_sse = batch.run(driver=sse_driver)
     for k, ref in refs:
         np.testing.assert_array_equal(out[k][5], ref)
         np.testing.assert_array_equal(out_dsp[k][5], ref)
+        np.testing.assert_array_equal(out_sse[k][5], ref)
 
 
 def _wide_conv_geom(rng, depthwise: bool):
@@ -267,20 +284,21 @@ def _wide_conv_geom(rng, depthwise: bool):
     return dims, attrs, (n, h, w, c), (n, oh, ow, o), ((1, kh, kw, o) if depthwise else (o, kh, kw, c))
 
 
-def _assert_depthwise_both_builds(batch, dsp_driver, refs):
-    """Runs the batch with the portable and the DSP driver; each ("y" | "xy", case, reference) must match in both
-    (out of place: the output operand; in place: the input buffer's first elements)."""
+def _assert_depthwise_both_builds(batch, dsp_driver, refs, sse_driver=None):
+    """Runs the batch with the portable and the DSP driver (and the host SSE2 one if given); each ("y" | "xy", case,
+    reference) must match in all (out of place: the output operand; in place: the input buffer's first elements)."""
     out = batch.run(keep=True)
-    out_dsp = batch.run(driver=dsp_driver)
+    out_dsp = batch.run(driver=dsp_driver, keep=sse_driver is not None)
+    out_sse = batch.run(driver=sse_driver) if sse_driver is not None else out
     for where, k, ref in refs:
-        for got in (out[k], out_dsp[k]):
+        for got in (out[k], out_dsp[k], out_sse[k]):
             if where == "y":
                 np.testing.assert_array_equal(got[5], ref)
             else:
                 np.testing.assert_array_equal(got[0].reshape(-1)[:ref.size], ref.reshape(-1))
 
 
-def test_conv_int8_specialised_paths_bit_exact(batch, dsp_driver):
+def test_conv_int8_specialised_paths_bit_exact(batch, dsp_driver, sse_driver):
     """The blocked / interior fast paths of conv2d_s8, the split-weight conv and the in-place depthwise on wider
     layers, portable and DSP builds: identical to the executor bit for bit (split == the merged weight; in-place ==
     out-of-place)."""
@@ -325,7 +343,7 @@ def test_conv_int8_specialised_paths_bit_exact(batch, dsp_driver):
                                          [x.copy(), wq, b, mult, shift, np.zeros(ys[1] * ys[2], np.int8)]), ref))
         else:
             refs.append(("y", batch.add("depthwise_conv2d_s8", ints, [], [x, wq, b, mult, shift, y0]), ref))
-    _assert_depthwise_both_builds(batch, dsp_driver, refs)
+    _assert_depthwise_both_builds(batch, dsp_driver, refs, sse_driver)
 
 
 def test_depthwise_int8_wide_rows_in_place_bit_exact(batch, dsp_driver):
@@ -400,6 +418,57 @@ def test_grad_input_qw_equals_float_kernel_on_dequantized_weight(batch):
         _assert_close(out[a][ia_], ref)
 
 
+def _sparse_grad(rng, shape):
+    """A gradient as ReLU-like masks leave it: a random share of +0 and -0 entries, some whole channels zero."""
+    dy = rng.standard_normal(shape).astype(np.float32)
+    dy[rng.random(shape) < rng.uniform(0.0, 0.95)] = 0.0
+    dy[rng.random(shape) < 0.1] = -0.0
+    dead = rng.random(shape[-1]) < 0.3
+    dy[..., dead] = np.where(rng.random(dy[..., dead].shape) < 0.5, np.float32(0.0), np.float32(-0.0))
+    return dy
+
+
+def test_pointwise_gradients_skip_zero_gradients_bit_exactly(batch):
+    """1x1 input and weight gradients of int8 operands skip +-0 gradient entries (whole chunks of up to 128 output
+    channels / pixels included): the bits equal the float kernels' on the dequantized operand, which add every
+    product. Wide layers, single pixels (the classifier's streamed positions) and weight-gradient channel ranges."""
+    rng = np.random.default_rng(33)
+    pairs = []
+    for i in range(24):
+        n = int(rng.integers(1, 3))
+        h, w = (1, 1) if i % 4 == 0 else (int(rng.integers(1, 13)), int(rng.integers(1, 13)))
+        c, o = int(rng.integers(1, 50)), int(rng.integers(1, 300))
+        dims = [n, h, w, c, h, w, o, 1, 1, 1, 1, 1, 1, 0, 0, 1]
+        xs, ys = (n, h, w, c), (n, h, w, o)
+        dy = _sparse_grad(rng, ys)
+        wq = rng.integers(-127, 128, size=(o, 1, 1, c)).astype(np.int8)
+        scale = rng.uniform(0.001, 0.05, size=o).astype(np.float32)
+        zp = (np.zeros(o) if i % 3 else rng.integers(-3, 4, size=o)).astype(np.int32)
+        wf = ((wq.astype(np.int32) - zp.reshape(-1, 1, 1, 1)).astype(np.float32)
+              * scale.reshape(-1, 1, 1, 1)).astype(np.float32)
+        k = int(rng.integers(0, c + 1))
+        a = batch.add("conv2d_grad_input_qw_f32", dims + [k], [],
+                      [dy, wq, np.ascontiguousarray(wq[..., :k]), scale, zp, np.zeros(xs, np.float32)])
+        f = batch.add("conv2d_grad_input_f32", dims, [], [dy, wf, np.zeros(xs, np.float32)])
+        pairs.append((a, 5, f, 2, None))
+        xq = rng.integers(-128, 128, size=xs).astype(np.int8)
+        xsc, xz = np.float32(rng.uniform(0.005, 0.1)), int(rng.integers(-20, 21))
+        xf = ((xq.astype(np.int32) - xz).astype(np.float32) * xsc).astype(np.float32)
+        kw = int(rng.integers(1, c + 1))
+        o0 = int(rng.integers(0, o))
+        o1 = int(rng.integers(o0 + 1, o + 1))
+        a = batch.add("conv2d_grad_weight_qx_f32", dims + [kw, o0, o1, xz], [],
+                      [dy, xq, np.array([xsc], np.float32), np.zeros((o1 - o0, 1, 1, kw), np.float32)])
+        f = batch.add("conv2d_grad_weight_f32", dims + [kw], [], [dy, xf, np.zeros((o, 1, 1, kw), np.float32)])
+        pairs.append((a, 3, f, 2, (o0, o1)))
+    out = batch.run()
+    for a, ia_, f, if_, rows in pairs:
+        got, want = out[a][ia_], out[f][if_]
+        if rows is not None:
+            want = want.reshape(-1, got.size // max(rows[1] - rows[0], 1))[rows[0]:rows[1]]
+        np.testing.assert_array_equal(got.reshape(-1).view(np.uint32), want.reshape(-1).view(np.uint32))
+
+
 @pytest.mark.parametrize("depthwise", [False, True])
 def test_conv_float_close(batch, depthwise):
     rng = np.random.default_rng(20 + depthwise)
@@ -448,18 +517,20 @@ def _fc_case(rng, quantized: bool):
 
 
 @pytest.mark.parametrize("quantized", [True, False])
-def test_fully_connected(batch, dsp_driver, quantized):
+def test_fully_connected(batch, dsp_driver, sse_driver, quantized):
     rng = np.random.default_rng(30 + quantized)
     refs = []
     for _ in range(40):
         ints, floats, bufs, ref = _fc_case(rng, quantized)
         refs.append((batch.add("fully_connected_s8" if quantized else "fully_connected_f32", ints, floats, bufs), ref))
     out = batch.run(keep=quantized)
-    out_dsp = batch.run(driver=dsp_driver) if quantized else None
+    out_dsp = batch.run(driver=dsp_driver, keep=True) if quantized else None
+    out_sse = batch.run(driver=sse_driver) if quantized else None
     for k, ref in refs:
         if quantized:
             np.testing.assert_array_equal(out[k][5], ref)
             np.testing.assert_array_equal(out_dsp[k][5], ref)
+            np.testing.assert_array_equal(out_sse[k][5], ref)
         else:
             _assert_close(out[k][3], ref)
 
@@ -1086,7 +1157,7 @@ def test_clamp_and_mask_gradients(batch):
     run_clamp = ops.get("int8_clamp_grad").run
     refs = []
     for _ in range(12):
-        n = int(rng.integers(1, 40))
+        n = int(rng.integers(1, 90))
         lo, hi = sorted(int(v) for v in rng.integers(-128, 128, size=2))
         y = rng.integers(-128, 128, size=n).astype(np.int8)
         y[rng.integers(0, n, size=max(1, n // 4))] = lo  # the bounds themselves are masked
@@ -1096,6 +1167,8 @@ def test_clamp_and_mask_gradients(batch):
         refs.append((batch.add("int8_clamp_grad_f32", [n, lo, hi], [], [dy, y, dy.copy()]), want, 2))
         off = int(rng.integers(0, 20))
         mask = rng.integers(0, 256, size=(off + n + 7) // 8).astype(np.uint8)
+        mask[rng.random(mask.size) < 0.3] = 0      # whole bytes set / clear: the byte-at-a-time paths
+        mask[rng.random(mask.size) < 0.3] = 255
         refs.append((batch.add("mask_grad_f32", [n, off], [], [mask, dy, dy.copy()]),
                      go.mask_grad(dy, mask, bit_offset=off), 2))
     out = batch.run()

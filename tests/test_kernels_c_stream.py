@@ -99,6 +99,10 @@ static void dw_inplace_case(int case_no)
     if (case_no % 3 == 0) { /* the case memplan shares: stride 1, SAME */
         d.stride_h = d.stride_w = 1;
     }
+    if (case_no % 6 == 3) { /* MobileNetV2's: 3x3, undilated (the register-tap rows of the in-place kernel) */
+        d.k_h = d.k_w = 3;
+        d.dilation_h = d.dilation_w = 1;
+    }
     tt_out_size_and_pad(same || case_no % 3 == 0, d.in_h, d.k_h, d.stride_h, d.dilation_h, &d.out_h, &d.pad_top);
     tt_out_size_and_pad(same || case_no % 3 == 0, d.in_w, d.k_w, d.stride_w, d.dilation_w, &d.out_w, &d.pad_left);
     if (d.out_h < 1 || d.out_w < 1) {

@@ -17,6 +17,8 @@
  * batch and output positions. Out-of-image taps (padding) contribute nothing, which is what cropping the padded
  * gradient in grad_ops does. Partial weight gradients (sparse update) cover input channels [0, k) only and are
  * stored compact: conv [O,KH,KW,k], depthwise [1,KH,KW,k*M]. */
+#include <string.h>
+
 #include "tt_kernels.h"
 #include "tt_dot.h"
 #include "tt_requant.h"
@@ -80,7 +82,7 @@ static int8_t tt_block_slow(const tt_conv_block *bk, int32_t j, int32_t v)
 TT_CONV_INLINE void tt_run4(const int8_t *x, const int8_t *w0, int32_t ws, int32_t n, int32_t *a0, int32_t *a1,
                             int32_t *a2, int32_t *a3)
 {
-#if TT_DOT_DSP
+#if TT_DOT_DSP || TT_HOST_SIMD
     int32_t acc[4];
     acc[0] = *a0;
     acc[1] = *a1;
@@ -416,6 +418,40 @@ void tt_conv2d_grad_weight_f32(const tt_conv_dims *d, int32_t k, const float *dy
     tt_conv2d_grad_weight_f32_range(d, k, 0, d->out_c, dy, x, dw);
 }
 
+/* Zero-gradient skipping (the note at tt_gi1x1_part). */
+#define TT_NZ_CHUNK 128
+
+TT_GI_INLINE uint32_t tt_fbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* Nonzero test without an FPU compare: +-0 are the only floats whose bits are zero after the sign. */
+#define TT_NZ(bits) (((bits) << 1) != 0u)
+
+/* Offsets (from oc) of the output channels in [oc, oe) where any of the np (1 or 4) gradient rows is nonzero. */
+TT_GI_INLINE int32_t tt_nz_list(const float *g0, const float *g1, const float *g2, const float *g3, int32_t np,
+                                int32_t oc, int32_t oe, uint8_t *nz)
+{
+    int32_t o, n = 0;
+    if (np == 4) {
+        for (o = oc; o < oe; ++o) {
+            if (TT_NZ(tt_fbits(g0[o]) | tt_fbits(g1[o]) | tt_fbits(g2[o]) | tt_fbits(g3[o]))) {
+                nz[n++] = (uint8_t)(o - oc);
+            }
+        }
+    } else {
+        for (o = oc; o < oe; ++o) {
+            if (TT_NZ(tt_fbits(g0[o]))) {
+                nz[n++] = (uint8_t)(o - oc);
+            }
+        }
+    }
+    return n;
+}
+
 /* Output channels [o0, o1): each output channel's gradient is its own sum (nothing is shared between channels),
  * so any split of [0, out_c) gives the bits of the whole call. The input is fp32 (xf) or int8 (xq, dequantized
  * where it is used: (float)(x - zero_point) * scale, the value dequantize_slice would have stored). */
@@ -430,45 +466,86 @@ TT_GI_INLINE float tt_gw_x(const float *xf, const int8_t *xq, int32_t i, float s
 TT_GI_INLINE void tt_gw1x1(int32_t P, int32_t O, int32_t IC, int32_t k, int32_t o0, int32_t o1, const float *dy,
                            const float *xf, const int8_t *xq, float scale, int32_t zero_point, float *dw)
 {
-    int32_t o, c, p;
+    /* Pixels where dy[p, o] is +-0 are skipped, the sums keep their bits (see tt_gi1x1_part's note: every x here
+     * is finite when it is dequantized from int8; a float x could be inf or NaN, so only xq skips). */
+    uint8_t nz[TT_NZ_CHUNK];
+    int32_t o, c, pc, j, n;
     for (o = o0; o < o1; ++o) {
         float *dwp = dw + (o - o0) * k;
         const float *g = dy + o;
-        for (c = 0; c + 8 <= k; c += 8) {
-            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f, a4 = 0.0f, a5 = 0.0f, a6 = 0.0f, a7 = 0.0f;
-            for (p = 0; p < P; ++p) {
-                const float gp = g[p * O];
-                const int32_t i = p * IC + c;
-                a0 += gp * tt_gw_x(xf, xq, i, scale, zero_point);
-                a1 += gp * tt_gw_x(xf, xq, i + 1, scale, zero_point);
-                a2 += gp * tt_gw_x(xf, xq, i + 2, scale, zero_point);
-                a3 += gp * tt_gw_x(xf, xq, i + 3, scale, zero_point);
-                a4 += gp * tt_gw_x(xf, xq, i + 4, scale, zero_point);
-                a5 += gp * tt_gw_x(xf, xq, i + 5, scale, zero_point);
-                a6 += gp * tt_gw_x(xf, xq, i + 6, scale, zero_point);
-                a7 += gp * tt_gw_x(xf, xq, i + 7, scale, zero_point);
+        for (pc = 0; pc < P; pc += TT_NZ_CHUNK) {
+            const int32_t pe = P - pc > TT_NZ_CHUNK ? pc + TT_NZ_CHUNK : P;
+            const int first = pc == 0;
+            int32_t p;
+            n = 0;
+            for (p = pc; p < pe; ++p) {
+                if (xq == 0 || TT_NZ(tt_fbits(g[p * O]))) {
+                    nz[n++] = (uint8_t)(p - pc);
+                }
             }
-            dwp[c] = a0; dwp[c + 1] = a1; dwp[c + 2] = a2; dwp[c + 3] = a3;
-            dwp[c + 4] = a4; dwp[c + 5] = a5; dwp[c + 6] = a6; dwp[c + 7] = a7;
-        }
-        for (; c + 4 <= k; c += 4) {
-            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-            for (p = 0; p < P; ++p) {
-                const float gp = g[p * O];
-                const int32_t i = p * IC + c;
-                a0 += gp * tt_gw_x(xf, xq, i, scale, zero_point);
-                a1 += gp * tt_gw_x(xf, xq, i + 1, scale, zero_point);
-                a2 += gp * tt_gw_x(xf, xq, i + 2, scale, zero_point);
-                a3 += gp * tt_gw_x(xf, xq, i + 3, scale, zero_point);
+            if (n == 0 && !first) {
+                continue;
             }
-            dwp[c] = a0; dwp[c + 1] = a1; dwp[c + 2] = a2; dwp[c + 3] = a3;
-        }
-        for (; c < k; ++c) {
-            float a0 = 0.0f;
-            for (p = 0; p < P; ++p) {
-                a0 += g[p * O] * tt_gw_x(xf, xq, p * IC + c, scale, zero_point);
+            for (c = 0; c + 8 <= k; c += 8) {
+                float a0, a1, a2, a3, a4, a5, a6, a7;
+                if (first) {
+                    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0f;
+                } else {
+                    a0 = dwp[c]; a1 = dwp[c + 1]; a2 = dwp[c + 2]; a3 = dwp[c + 3];
+                    a4 = dwp[c + 4]; a5 = dwp[c + 5]; a6 = dwp[c + 6]; a7 = dwp[c + 7];
+                }
+#define TT_GW8_STEP(pp)                                                                                       \
+    do {                                                                                                      \
+        const float gp = g[(pp) * O];                                                                         \
+        const int32_t i = (pp) * IC + c;                                                                      \
+        a0 += gp * tt_gw_x(xf, xq, i, scale, zero_point);                                                     \
+        a1 += gp * tt_gw_x(xf, xq, i + 1, scale, zero_point);                                                 \
+        a2 += gp * tt_gw_x(xf, xq, i + 2, scale, zero_point);                                                 \
+        a3 += gp * tt_gw_x(xf, xq, i + 3, scale, zero_point);                                                 \
+        a4 += gp * tt_gw_x(xf, xq, i + 4, scale, zero_point);                                                 \
+        a5 += gp * tt_gw_x(xf, xq, i + 5, scale, zero_point);                                                 \
+        a6 += gp * tt_gw_x(xf, xq, i + 6, scale, zero_point);                                                 \
+        a7 += gp * tt_gw_x(xf, xq, i + 7, scale, zero_point);                                                 \
+    } while (0)
+                if (n == pe - pc) { /* dense chunk: the plain loop, no list */
+                    for (j = pc; j < pe; ++j) {
+                        TT_GW8_STEP(j);
+                    }
+                } else {
+                    for (j = 0; j < n; ++j) {
+                        TT_GW8_STEP(pc + nz[j]);
+                    }
+                }
+#undef TT_GW8_STEP
+                dwp[c] = a0; dwp[c + 1] = a1; dwp[c + 2] = a2; dwp[c + 3] = a3;
+                dwp[c + 4] = a4; dwp[c + 5] = a5; dwp[c + 6] = a6; dwp[c + 7] = a7;
             }
-            dwp[c] = a0;
+            for (; c + 4 <= k; c += 4) {
+                float a0, a1, a2, a3;
+                if (first) {
+                    a0 = a1 = a2 = a3 = 0.0f;
+                } else {
+                    a0 = dwp[c]; a1 = dwp[c + 1]; a2 = dwp[c + 2]; a3 = dwp[c + 3];
+                }
+                for (j = 0; j < n; ++j) {
+                    const int32_t pp = pc + nz[j];
+                    const float gp = g[pp * O];
+                    const int32_t i = pp * IC + c;
+                    a0 += gp * tt_gw_x(xf, xq, i, scale, zero_point);
+                    a1 += gp * tt_gw_x(xf, xq, i + 1, scale, zero_point);
+                    a2 += gp * tt_gw_x(xf, xq, i + 2, scale, zero_point);
+                    a3 += gp * tt_gw_x(xf, xq, i + 3, scale, zero_point);
+                }
+                dwp[c] = a0; dwp[c + 1] = a1; dwp[c + 2] = a2; dwp[c + 3] = a3;
+            }
+            for (; c < k; ++c) {
+                float a0 = first ? 0.0f : dwp[c];
+                for (j = 0; j < n; ++j) {
+                    const int32_t pp = pc + nz[j];
+                    a0 += g[pp * O] * tt_gw_x(xf, xq, pp * IC + c, scale, zero_point);
+                }
+                dwp[c] = a0;
+            }
         }
     }
 }
@@ -542,84 +619,190 @@ void tt_conv2d_grad_weight_qx_f32_range(const tt_conv_dims *d, int32_t k, int32_
  * dx[p, ic] = 0 + s with s = sum over o, in order, of dy[p, o] * dq(w[o, ic]) (the general loop below with its
  * single tap). Blocks of four pixels x four input channels keep sixteen sums in registers and share each
  * dequantized weight between the four pixels: every sum still sees the same float32 operations in the same order.
- * zz: all zero points are 0 (f32(q - 0) * s == f32(q) * s: the subtraction is dropped). */
+ * zz: all zero points are 0 (f32(q - 0) * s == f32(q) * s: the subtraction is dropped).
+ *
+ * Zero gradients are skipped (ReLU6 masks zero much of dy): for g = +-0 and a finite v (every dequantized weight
+ * is finite) g * v is +-0, and adding +-0 to a sum that started at +0 leaves its bits unchanged (such a sum is
+ * never -0: x + -x rounds to +0 and +0 + -0 is +0). So an output channel whose gradient is zero at every pixel of
+ * the block is left out of the loop: the sums keep their bits. The output channels are scanned in chunks of
+ * TT_NZ_CHUNK into a list of the nonzero ones (a few bytes of stack); the sums carry over between chunks in dx. */
 TT_GI_INLINE float tt_dqz(int8_t q, int32_t z, float sc, const int zz)
 {
     return zz ? (float)(int32_t)q * sc : (float)((int32_t)q - z) * sc;
 }
 
-/* Input channels [c0, c1) of one weight part (wb: its channel c0 of output channel 0, stride: bytes per output
- * channel) for pixels [p0, p1) of dy / dx. */
+/* One pixel (g0: its dy row, d0: its dx row), output channels oc + nz[0..n) of a chunk, input channels [c0, c1)
+ * of one weight part (wb: its channel c0 of output channel 0, stride: bytes per output channel): eight input
+ * channels per pass over the listed output channels (dense: the chunk's size; a full list runs as the plain loop);
+ * first: the chunk is the first (sums start at 0, else they continue from dx). */
+TT_GI_INLINE void tt_gi1x1_px(const float *g0, float *d0, int32_t oc, const uint8_t *nz, int32_t n, int32_t dense,
+                              int first,
+                              int32_t c0, int32_t c1, const int8_t *wb, int32_t stride, const float *scale,
+                              const int32_t *zero_point, const int zz)
+{
+    int32_t ic, j;
+    for (ic = c0; ic + 8 <= c1; ic += 8) {
+        float a0, a1, a2, a3, a4, a5, a6, a7;
+        const int8_t *wc = wb + (ic - c0) + oc * stride;
+        if (first) {
+            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0f;
+        } else {
+            a0 = d0[ic]; a1 = d0[ic + 1]; a2 = d0[ic + 2]; a3 = d0[ic + 3];
+            a4 = d0[ic + 4]; a5 = d0[ic + 5]; a6 = d0[ic + 6]; a7 = d0[ic + 7];
+        }
+#define TT_GI1_STEP(o, wo)                                                                                    \
+    do {                                                                                                      \
+        const float sc = scale[o], g = g0[o];                                                                 \
+        const int32_t z = zz ? 0 : zero_point[o];                                                             \
+        a0 += g * tt_dqz((wo)[0], z, sc, zz);                                                                 \
+        a1 += g * tt_dqz((wo)[1], z, sc, zz);                                                                 \
+        a2 += g * tt_dqz((wo)[2], z, sc, zz);                                                                 \
+        a3 += g * tt_dqz((wo)[3], z, sc, zz);                                                                 \
+        a4 += g * tt_dqz((wo)[4], z, sc, zz);                                                                 \
+        a5 += g * tt_dqz((wo)[5], z, sc, zz);                                                                 \
+        a6 += g * tt_dqz((wo)[6], z, sc, zz);                                                                 \
+        a7 += g * tt_dqz((wo)[7], z, sc, zz);                                                                 \
+    } while (0)
+        if (n == dense) {
+            const int8_t *wo = wc;
+            for (j = oc; j < oc + n; ++j, wo += stride) {
+                TT_GI1_STEP(j, wo);
+            }
+        } else {
+            for (j = 0; j < n; ++j) {
+                const int32_t o = oc + nz[j];
+                const int8_t *wo = wc + nz[j] * stride;
+                TT_GI1_STEP(o, wo);
+            }
+        }
+#undef TT_GI1_STEP
+        d0[ic] = a0; d0[ic + 1] = a1; d0[ic + 2] = a2; d0[ic + 3] = a3;
+        d0[ic + 4] = a4; d0[ic + 5] = a5; d0[ic + 6] = a6; d0[ic + 7] = a7;
+    }
+    for (; ic < c1; ++ic) {
+        float a = first ? 0.0f : d0[ic];
+        const int8_t *wc = wb + (ic - c0) + oc * stride;
+        for (j = 0; j < n; ++j) {
+            const int32_t o = oc + nz[j];
+            a += g0[o] * tt_dqz(wc[nz[j] * stride], zz ? 0 : zero_point[o], scale[o], zz);
+        }
+        d0[ic] = a;
+    }
+}
+
+/* Input channels [c0, c1) of one weight part for pixels [p0, p1) of dy / dx. Four pixels share a pass over the
+ * output channels nonzero at any of them; when the gradients are so sparse that the four single-pixel lists hold
+ * fewer than twice the entries of their union (a single-pixel pass costs about half a four-pixel one per listed
+ * channel), each pixel takes its own pass instead. Either way each sum sees its nonzero products in order. */
 TT_GI_INLINE void tt_gi1x1_part(int32_t p0, int32_t p1, int32_t c0, int32_t c1, int32_t O, int32_t IC,
                                 const float *dy, const int8_t *wb, int32_t stride, const float *scale,
                                 const int32_t *zero_point, float *dx, const int zz)
 {
-    int32_t p = p0, ic, o;
+    uint8_t nz[TT_NZ_CHUNK];
+    int32_t p = p0, ic, oc, j, n, q;
     for (; p + 4 <= p1; p += 4) {
         const float *g0 = dy + p * O, *g1 = g0 + O, *g2 = g1 + O, *g3 = g2 + O;
         float *d0 = dx + p * IC, *d1 = d0 + IC, *d2 = d1 + IC, *d3 = d2 + IC;
-        for (ic = c0; ic + 4 <= c1; ic += 4) {
-            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f, b0 = 0.0f, b1 = 0.0f, b2 = 0.0f, b3 = 0.0f;
-            float e0 = 0.0f, e1 = 0.0f, e2 = 0.0f, e3 = 0.0f, f0 = 0.0f, f1 = 0.0f, f2 = 0.0f, f3 = 0.0f;
-            const int8_t *wo = wb + (ic - c0);
-            for (o = 0; o < O; ++o, wo += stride) {
-                const float sc = scale[o];
-                const int32_t z = zz ? 0 : zero_point[o];
-                const float v0 = tt_dqz(wo[0], z, sc, zz), v1 = tt_dqz(wo[1], z, sc, zz);
-                const float v2 = tt_dqz(wo[2], z, sc, zz), v3 = tt_dqz(wo[3], z, sc, zz);
-                float g = g0[o];
-                a0 += g * v0; a1 += g * v1; a2 += g * v2; a3 += g * v3;
-                g = g1[o];
-                b0 += g * v0; b1 += g * v1; b2 += g * v2; b3 += g * v3;
-                g = g2[o];
-                e0 += g * v0; e1 += g * v1; e2 += g * v2; e3 += g * v3;
-                g = g3[o];
-                f0 += g * v0; f1 += g * v1; f2 += g * v2; f3 += g * v3;
+        for (oc = 0; oc < O; oc += TT_NZ_CHUNK) {
+            const int32_t oe = O - oc > TT_NZ_CHUNK ? oc + TT_NZ_CHUNK : O;
+            const int first = oc == 0;
+            int32_t singles = 0;
+            n = 0;
+            for (j = oc; j < oe; ++j) {
+                const int32_t k = TT_NZ(tt_fbits(g0[j])) + TT_NZ(tt_fbits(g1[j])) + TT_NZ(tt_fbits(g2[j])) +
+                                  TT_NZ(tt_fbits(g3[j]));
+                singles += k;
+                if (k != 0) {
+                    nz[n++] = (uint8_t)(j - oc);
+                }
             }
-            d0[ic] = 0.0f + a0; d0[ic + 1] = 0.0f + a1; d0[ic + 2] = 0.0f + a2; d0[ic + 3] = 0.0f + a3;
-            d1[ic] = 0.0f + b0; d1[ic + 1] = 0.0f + b1; d1[ic + 2] = 0.0f + b2; d1[ic + 3] = 0.0f + b3;
-            d2[ic] = 0.0f + e0; d2[ic + 1] = 0.0f + e1; d2[ic + 2] = 0.0f + e2; d2[ic + 3] = 0.0f + e3;
-            d3[ic] = 0.0f + f0; d3[ic + 1] = 0.0f + f1; d3[ic + 2] = 0.0f + f2; d3[ic + 3] = 0.0f + f3;
-        }
-        for (; ic < c1; ++ic) {
-            float a = 0.0f, bb = 0.0f, e = 0.0f, f = 0.0f;
-            const int8_t *wo = wb + (ic - c0);
-            for (o = 0; o < O; ++o, wo += stride) {
-                const float v = tt_dqz(wo[0], zz ? 0 : zero_point[o], scale[o], zz);
-                a += g0[o] * v;
-                bb += g1[o] * v;
-                e += g2[o] * v;
-                f += g3[o] * v;
+            if (n == 0 && !first) {
+                continue;
             }
-            d0[ic] = 0.0f + a;
-            d1[ic] = 0.0f + bb;
-            d2[ic] = 0.0f + e;
-            d3[ic] = 0.0f + f;
+            if (singles < 2 * n) {
+                for (q = 0; q < 4; ++q) {
+                    const float *gq = g0 + q * O;
+                    const int32_t nq = tt_nz_list(gq, gq, gq, gq, 1, oc, oe, nz);
+                    if (nq > 0 || first) {
+                        tt_gi1x1_px(gq, d0 + q * IC, oc, nz, nq, oe - oc, first, c0, c1, wb, stride, scale,
+                                    zero_point, zz);
+                    }
+                }
+                continue;
+            }
+            for (ic = c0; ic + 4 <= c1; ic += 4) {
+                float a0, a1, a2, a3, b0, b1, b2, b3, e0, e1, e2, e3, f0, f1, f2, f3;
+                const int8_t *wc = wb + (ic - c0) + oc * stride;
+                if (first) {
+                    a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = e0 = e1 = e2 = e3 = f0 = f1 = f2 = f3 = 0.0f;
+                } else {
+                    a0 = d0[ic]; a1 = d0[ic + 1]; a2 = d0[ic + 2]; a3 = d0[ic + 3];
+                    b0 = d1[ic]; b1 = d1[ic + 1]; b2 = d1[ic + 2]; b3 = d1[ic + 3];
+                    e0 = d2[ic]; e1 = d2[ic + 1]; e2 = d2[ic + 2]; e3 = d2[ic + 3];
+                    f0 = d3[ic]; f1 = d3[ic + 1]; f2 = d3[ic + 2]; f3 = d3[ic + 3];
+                }
+#define TT_GI4_STEP(o, wo)                                                                                    \
+    do {                                                                                                      \
+        const float sc = scale[o];                                                                            \
+        const int32_t z = zz ? 0 : zero_point[o];                                                             \
+        const float v0 = tt_dqz((wo)[0], z, sc, zz), v1 = tt_dqz((wo)[1], z, sc, zz);                         \
+        const float v2 = tt_dqz((wo)[2], z, sc, zz), v3 = tt_dqz((wo)[3], z, sc, zz);                         \
+        float g = g0[o];                                                                                      \
+        a0 += g * v0; a1 += g * v1; a2 += g * v2; a3 += g * v3;                                               \
+        g = g1[o];                                                                                            \
+        b0 += g * v0; b1 += g * v1; b2 += g * v2; b3 += g * v3;                                               \
+        g = g2[o];                                                                                            \
+        e0 += g * v0; e1 += g * v1; e2 += g * v2; e3 += g * v3;                                               \
+        g = g3[o];                                                                                            \
+        f0 += g * v0; f1 += g * v1; f2 += g * v2; f3 += g * v3;                                               \
+    } while (0)
+                if (n == oe - oc) { /* dense chunk: the plain loop, no list */
+                    const int8_t *wo = wc;
+                    for (j = oc; j < oe; ++j, wo += stride) {
+                        TT_GI4_STEP(j, wo);
+                    }
+                } else {
+                    for (j = 0; j < n; ++j) {
+                        const int32_t o = oc + nz[j];
+                        const int8_t *wo = wc + nz[j] * stride;
+                        TT_GI4_STEP(o, wo);
+                    }
+                }
+#undef TT_GI4_STEP
+                d0[ic] = a0; d0[ic + 1] = a1; d0[ic + 2] = a2; d0[ic + 3] = a3;
+                d1[ic] = b0; d1[ic + 1] = b1; d1[ic + 2] = b2; d1[ic + 3] = b3;
+                d2[ic] = e0; d2[ic + 1] = e1; d2[ic + 2] = e2; d2[ic + 3] = e3;
+                d3[ic] = f0; d3[ic + 1] = f1; d3[ic + 2] = f2; d3[ic + 3] = f3;
+            }
+            for (; ic < c1; ++ic) {
+                float a = first ? 0.0f : d0[ic], bb = first ? 0.0f : d1[ic];
+                float e = first ? 0.0f : d2[ic], f = first ? 0.0f : d3[ic];
+                const int8_t *wc = wb + (ic - c0) + oc * stride;
+                for (j = 0; j < n; ++j) {
+                    const int32_t o = oc + nz[j];
+                    const float v = tt_dqz(wc[nz[j] * stride], zz ? 0 : zero_point[o], scale[o], zz);
+                    a += g0[o] * v;
+                    bb += g1[o] * v;
+                    e += g2[o] * v;
+                    f += g3[o] * v;
+                }
+                d0[ic] = a;
+                d1[ic] = bb;
+                d2[ic] = e;
+                d3[ic] = f;
+            }
         }
     }
+    /* Single pixels (MobileNetV2's classifier streams its input gradient one position at a time). */
     for (; p < p1; ++p) {
         const float *g0 = dy + p * O;
         float *d0 = dx + p * IC;
-        for (ic = c0; ic + 4 <= c1; ic += 4) {
-            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-            const int8_t *wo = wb + (ic - c0);
-            for (o = 0; o < O; ++o, wo += stride) {
-                const float sc = scale[o], g = g0[o];
-                const int32_t z = zz ? 0 : zero_point[o];
-                a0 += g * tt_dqz(wo[0], z, sc, zz);
-                a1 += g * tt_dqz(wo[1], z, sc, zz);
-                a2 += g * tt_dqz(wo[2], z, sc, zz);
-                a3 += g * tt_dqz(wo[3], z, sc, zz);
+        for (oc = 0; oc < O; oc += TT_NZ_CHUNK) {
+            const int32_t oe = O - oc > TT_NZ_CHUNK ? oc + TT_NZ_CHUNK : O;
+            n = tt_nz_list(g0, g0, g0, g0, 1, oc, oe, nz);
+            if (n > 0 || oc == 0) {
+                tt_gi1x1_px(g0, d0, oc, nz, n, oe - oc, oc == 0, c0, c1, wb, stride, scale, zero_point, zz);
             }
-            d0[ic] = 0.0f + a0; d0[ic + 1] = 0.0f + a1; d0[ic + 2] = 0.0f + a2; d0[ic + 3] = 0.0f + a3;
-        }
-        for (; ic < c1; ++ic) {
-            float a = 0.0f;
-            const int8_t *wo = wb + (ic - c0);
-            for (o = 0; o < O; ++o, wo += stride) {
-                a += g0[o] * tt_dqz(wo[0], zz ? 0 : zero_point[o], scale[o], zz);
-            }
-            d0[ic] = 0.0f + a;
         }
     }
 }

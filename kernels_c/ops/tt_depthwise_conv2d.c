@@ -833,14 +833,86 @@ void tt_depthwise_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *d
  * 3-wide undilated row whose three output columns are all in range is unrolled. */
 #define TT_DW_ROWS 8
 
+/* 3x3, undilated, every filter row in range (the rows of a 3x3 "same" gradient but the first and last): the nine
+ * taps stay in registers, the output columns whose three taps are all in range run unrolled, the others (the
+ * first and last columns) take the general row loop; the same operations in the same order. */
+static void tt_dw_gi_row3x3(const tt_conv_dims *d, const float *const rdy[3], const float *wc, int32_t w_stride,
+                           int32_t iy, float *out)
+{
+    const int32_t C = d->out_c, OW = d->out_w, W = d->in_w, pl = d->pad_left;
+    const float w00 = wc[0], w01 = wc[w_stride], w02 = wc[2 * w_stride];
+    const float w10 = wc[3 * w_stride], w11 = wc[4 * w_stride], w12 = wc[5 * w_stride];
+    const float w20 = wc[6 * w_stride], w21 = wc[7 * w_stride], w22 = wc[8 * w_stride];
+    const float *r0 = rdy[0], *r1 = rdy[1], *r2 = rdy[2];
+    float *o = out + iy * W;
+    int32_t ix, kx, ky, lo = 2 - pl, hi = OW - pl; /* columns [lo, hi): ox0 - 2 >= 0 and ox0 < OW */
+    if (lo < 0) {
+        lo = 0;
+    }
+    if (hi > W) {
+        hi = W;
+    }
+    if (lo > hi) {
+        lo = hi;
+    }
+    for (ix = 0; ix < W; ++ix) {
+        const int32_t ox0 = ix + pl;
+        float total = 0.0f, s = 0.0f;
+        if (ix == lo) {
+            const float *p0 = r0 + ox0 * C, *p1 = r1 + ox0 * C, *p2 = r2 + ox0 * C;
+            for (; ix < hi; ++ix, p0 += C, p1 += C, p2 += C) {
+                float t = 0.0f, u = 0.0f;
+                t += p0[0] * w00;
+                t += p0[-C] * w01;
+                t += p0[-2 * C] * w02;
+                t += p1[0] * w10;
+                t += p1[-C] * w11;
+                t += p1[-2 * C] * w12;
+                t += p2[0] * w20;
+                t += p2[-C] * w21;
+                t += p2[-2 * C] * w22;
+                u += t;
+                o[ix] = u;
+            }
+            if (ix >= W) {
+                break;
+            }
+        }
+        {
+            const int32_t oxa = ix + pl;
+            for (ky = 0; ky < 3; ++ky) {
+                const float *rp = ky == 0 ? r0 : ky == 1 ? r1 : r2;
+                for (kx = 0; kx < 3; ++kx) {
+                    const int32_t ox = oxa - kx;
+                    if (ox < 0 || ox >= OW) {
+                        continue;
+                    }
+                    s += rp[ox * C] * wc[(ky * 3 + kx) * w_stride];
+                }
+            }
+            total += s;
+            o[ix] = total;
+        }
+    }
+}
+
 static void tt_dw_grad_input_channel_s1(const tt_conv_dims *d, const float *dyb, int32_t c, const float *wc,
                                         int32_t w_stride, float *out)
 {
     int32_t iy, ix, ky, kx, r, nr;
     const int32_t C = d->out_c, OW = d->out_w, KW = d->k_w, dil_w = d->dilation_w;
+    const int k33 = d->k_h == 3 && KW == 3 && d->dilation_h == 1 && dil_w == 1;
     const float *rdy[TT_DW_ROWS];
     const float *rw[TT_DW_ROWS];
     for (iy = 0; iy < d->in_h; ++iy) {
+        if (k33 && iy + d->pad_top - 2 >= 0 && iy + d->pad_top < d->out_h) {
+            const float *rows[3];
+            rows[0] = dyb + (iy + d->pad_top) * OW * C + c;
+            rows[1] = rows[0] - OW * C;
+            rows[2] = rows[1] - OW * C;
+            tt_dw_gi_row3x3(d, rows, wc, w_stride, iy, out);
+            continue;
+        }
         nr = 0;
         for (ky = 0; ky < d->k_h; ++ky) {
             const int32_t oy = iy + d->pad_top - ky * d->dilation_h;

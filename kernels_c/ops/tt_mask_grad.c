@@ -1,4 +1,6 @@
-/* mask_grad: dz = dy where the forward output's 1-bit mask (tt_mask.h, tt_mask.c) is set. */
+/* mask_grad: dz = dy where the forward output's 1-bit mask (tt_mask.h, tt_mask.c) is set, else +0.
+ * Byte-aligned runs of eight take the mask a byte at a time: a full byte copies, an empty one zeroes (dz may be
+ * dy itself: every element is read before it is written). */
 #include "tt_mask.h"
 #if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
 #include "tt_float_mve.h" /* target.kernels: mve - VPSEL under the mask bits, the same bits */
@@ -6,13 +8,32 @@
 
 void tt_mask_grad_f32(int32_t n, int32_t bit_offset, const uint8_t *mask, const float *dy, float *dz)
 {
-    int32_t i;
+    int32_t i = 0, j;
+    uint32_t b = (uint32_t)bit_offset;
 #ifdef TT_FLOAT_MVE
     tt_mask_grad_f32_mve(n, bit_offset, mask, dy, dz);
     return;
 #endif
-    for (i = 0; i < n; ++i) {
-        const uint32_t b = (uint32_t)bit_offset + (uint32_t)i;
+    for (; i < n && (b & 7u) != 0u; ++i, ++b) {
+        dz[i] = ((mask[b >> 3] >> (b & 7u)) & 1u) ? dy[i] : 0.0f;
+    }
+    for (; i + 8 <= n; i += 8, b += 8) {
+        const uint32_t m = mask[b >> 3];
+        if (m == 0xFFu) {
+            for (j = 0; j < 8; ++j) {
+                dz[i + j] = dy[i + j];
+            }
+        } else if (m == 0u) {
+            for (j = 0; j < 8; ++j) {
+                dz[i + j] = 0.0f;
+            }
+        } else {
+            for (j = 0; j < 8; ++j) {
+                dz[i + j] = ((m >> j) & 1u) ? dy[i + j] : 0.0f;
+            }
+        }
+    }
+    for (; i < n; ++i, ++b) {
         dz[i] = ((mask[b >> 3] >> (b & 7u)) & 1u) ? dy[i] : 0.0f;
     }
 }

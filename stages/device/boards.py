@@ -100,7 +100,10 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
     # -O3 (after BASE_CFLAGS' -O2, so it wins) for speed; bit-identical to -O2 and to QEMU because
     # -ffp-contract=off stays and no -ffast-math: IEEE results do not depend on the optimisation level. Portable
     # on purpose (no -march=native): the cache key knows the compiler's version, not the build machine's CPU.
-    Board("host", "native C on the build machine (cc); no memory limits", "host", ("-O3",), 0, 0, 0, 0, host=True,
+    # TT_USE_HOST_SIMD: SSE2 int8 inner products where the compiler targets x86-64 (kernels_c/tt_simd.h; SSE2 is
+    # in every x86-64 CPU; elsewhere the define does nothing); integer sums, so the same bits.
+    Board("host", "native C on the build machine (cc); no memory limits", "host", ("-O3", "-DTT_USE_HOST_SIMD=1"),
+          0, 0, 0, 0, host=True,
           half_precision=True),
     # STM32F746NG has a single-precision FPU (FPv5-SP); QEMU's M7 has double too, so the flags,
     # not the emulator, keep doubles in software as on the real part.

@@ -521,6 +521,13 @@ static void k_conv2d_grad_weight_f32(void)
     tt_conv2d_grad_weight_f32(&cd, I[16], F32(0), F32(1), F32(2));
 }
 
+static void k_conv2d_grad_weight_qx_f32(void) /* ints: dims, k, o0, o1, zero point; buffers: dy, x, scale, dw */
+{
+    tt_conv_dims cd;
+    conv_dims(&cd, I);
+    tt_conv2d_grad_weight_qx_f32_range(&cd, I[16], I[17], I[18], F32(0), S8(1), F32(2)[0], I[19], F32(3));
+}
+
 static void k_depthwise_conv2d_grad_input_f32(void)
 {
     tt_conv_dims cd;
@@ -810,6 +817,7 @@ static const tt_driver_op KERNELS[] = {
     {"conv2d", "conv2d_grad_input_f32", k_conv2d_grad_input_f32},
     {"conv2d", "conv2d_grad_input_qw_f32", k_conv2d_grad_input_qw_f32},
     {"conv2d", "conv2d_grad_weight_f32", k_conv2d_grad_weight_f32},
+    {"conv2d", "conv2d_grad_weight_qx_f32", k_conv2d_grad_weight_qx_f32},
     {"depthwise_conv2d", "depthwise_conv2d_grad_input_f32", k_depthwise_conv2d_grad_input_f32},
     {"depthwise_conv2d", "dw_conv2d_grad_input_qw_f32", k_dw_conv2d_grad_input_qw_f32},
     {"depthwise_conv2d", "depthwise_conv2d_grad_weight_f32", k_depthwise_conv2d_grad_weight_f32},
