@@ -58,7 +58,7 @@ from tinytrain.stages.planning.arena import fused_dequantize
 from tinytrain.stages.c_emit.api import CKPT_HEADER, CKPT_VERSION, model_header
 from tinytrain.stages.c_emit.driver import driver_source
 from tinytrain.stages.c_emit.stream import stream_parts
-from tinytrain.stages.ops import QAS_UPDATE_OPS, ROW_OPS, conv_forward
+from tinytrain.stages.ops import QAS_UPDATE_OPS, ROW_OPS, UPDATE_OPS, conv_forward
 from tinytrain.stages.train.runtime_config import PROTOCOL
 from tinytrain.stages.planning.streams import MAX_ROW_OPS, Stream, row_geometry
 
@@ -432,9 +432,19 @@ class _Gen:
             self.g, self.locs = saved_g, saved_locs
 
     def stream_channels(self, st: Stream) -> list[str]:
-        """Weight gradient + its update, one output channel at a time (the gradient holds one channel)."""
-        gop, uop = [self.g.ops[i] for i in st.ops]
-        p, dw = uop.inputs[0], gop.outputs[0]
+        """Weight gradient + its update, one output channel at a time (the gradient holds one channel). fp16-mixed:
+        element-wise ops between them (rounding, unscaling), or a check instead of the update (stages/ops/fp16.py)."""
+        gop, *mids, uop = [self.g.ops[i] for i in st.ops]
+        dw = gop.outputs[0]
+        if uop.type not in UPDATE_OPS:   # the check pass: no parameter advances
+            self.chunk_off, self.chunk_rows = {}, 1
+            try:
+                body = [ln for op in (gop, *mids, uop) for ln in self.calls_of(op)]
+            finally:
+                self.chunk_off, self.chunk_rows = {}, None
+            return ["{ int32_t o;", f"  for (o = 0; o < {int(st.info['channels'])}; ++o) {{",
+                    *["    " + ln for ln in body], "  }", "}"]
+        p = uop.inputs[0]
         channels = int(st.info["channels"])
         rows, cols, n = self.trained_slice(p, dw)
         rpc = rows // channels
@@ -451,7 +461,7 @@ class _Gen:
                 off[scale] = "o"
         self.chunk_off, self.chunk_rows = off, rpc
         try:
-            grad = self.calls_of(gop)
+            grad = self.calls_of(gop) + [ln for op in mids for ln in self.calls_of(op)]
             upd = self.calls_of(uop)
         finally:
             self.chunk_off, self.chunk_rows = {}, None
