@@ -15,7 +15,8 @@ Rules (what is stored in which type):
         bits as a round trip through fp16 storage), so no second copy of it ever exists.
   * weights: fp32. Trained weights are the fp32 master copy the update writes; the kernels read it as it is (no fp16
     copy: it would cost SRAM, and the dot products run in fp32 anyway); frozen weights stay fp32 in flash.
-  * kept in fp32: the model input, the prediction (the loss's logits / output: evaluation reads it), the loss and the
+  * kept in fp32: the frozen prefix's activations that the backward does not read (half_tensors), the model
+    input, the prediction (the loss's logits / output: evaluation reads it), the loss and the
     loss op's own gradient before scaling, batch accumulators and optimizer state.
   * loss scaling: the loss's gradient is multiplied by the loss scale (`loss_scale_mul`) before it is stored in
     fp16, so small gradients stay above fp16's subnormal range; the step phase checks every trained gradient for
@@ -61,6 +62,14 @@ def half_tensors(g: Graph) -> set[str]:
     split = int(meta["sample_ops"])
     keep = {meta["prediction"], meta["loss_tensor"], *[hd["tensor"] for hd in meta.get("heads", [])]}
     keep.update(meta.get("accumulators", []))
+    # the frozen prefix (forward ops before the first that reads a trained parameter) runs as fp32 does, except
+    # for what the backward reads: nothing else of it is kept, so fp16 would save no memory, and its rounding ops
+    # would cut its row streams (stages/planning/streams.py) and cost a window each
+    n_fwd = int(meta["phases"]["forward"])
+    trained = set(meta["trained"])
+    prefix = next((i for i, op in enumerate(g.ops[:n_fwd]) if trained & set(op.inputs)), n_fwd)
+    backward_reads = {t for op in g.ops[n_fwd:split] for t in op.inputs if t is not None}
+    keep.update(t for op in g.ops[:prefix] for t in op.outputs if t not in backward_reads)
     out: set[str] = set()
     for op in g.ops[:split]:
         if op.type in _LOSS_TYPES:
