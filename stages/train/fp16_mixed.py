@@ -23,8 +23,12 @@ Rules (what is stored in which type):
     Inf/NaN (`amp_check`), divides it by the scale in fp32 (`amp_unscale`), and runs the updates (and Adam's step
     counter) only when all are finite (`skip_if`); `loss_scale_update` then applies the policy (train.loss_scale).
     The scale, the finite-steps counter and the skipped-steps counter are optimizer state: checkpoints keep them.
-Since the check reads every gradient, an update waits for the whole backward (the schedule's in-place updates
-cannot apply a weight before the step is known to be finite).
+No update may run before the step is known to be finite. With batch 1 that would keep every gradient until the
+end of the backward, losing fp32's in-place and channel-streamed updates; so the check can run in a backward pass of
+its own first (`check_first`: recomputed, each trained gradient checked as it is made, a conv / FC weight gradient
+one output channel at a time, nothing stored), after which the real backward updates in place as fp32's does. It
+costs a second backward's instructions; to_fp16_mixed plans it against the one-pass forms and keeps the smallest
+arena.
 """
 
 from __future__ import annotations
@@ -305,6 +309,9 @@ def memory_against_fp32(fp32: Graph, fp16: Graph, reorder: bool = True) -> dict[
             "saved_activation_bytes_fp32": 2 * sum(t.nbytes for t in saved16),   # fp16 tensors: saved activations
             #                                                                       and the gradients kept to the check
             "fp16_tensors": len(saved16), "reorder": reorder,
-            "note": "fp16 halves the activations kept for the backward; loss scaling keeps every trained gradient "
-                    "until the Inf/NaN check, so no update runs in place (or channel by channel) during the "
-                    "backward as fp32's can: where a weight gradient dominates, the fp16 arena is larger"}
+            "check_first": bool(fp16.meta["train"]["loss_scale"].get("check_first")),
+            "note": "fp16 halves the activations kept for the backward; the Inf/NaN check runs before any update: "
+                    "in a backward pass of its own (check_first: the updates then run in place, channel by channel, "
+                    "as fp32's) or at the end of the backward, every trained gradient kept until then, whichever "
+                    "plans the smaller arena. An fp32 kernel reads an fp16 activation through an fp32 temporary, so "
+                    "where the forward is the peak fp16 saves nothing there"}
