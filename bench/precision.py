@@ -7,6 +7,9 @@ Builds tinytrain.yaml.example three times with `train.precision` int8 / fp32 / f
 name of its own, so all stay cached) and prints one row per precision:
   arena       the planned peak of the training program (reorder/memplan.json; measured equal in the run)
   fp32 same   fp16-mixed only: the fp32 graph of the same plan (autodiff/precision.json)
+  check       fp16-mixed only: where the overflow check runs (autodiff/precision.json check_first): "pass" = a
+              backward pass of its own before the in-place updates (a second backward's instructions), "end" = at
+              the end of the one backward, every trained gradient kept until then (whichever plans less SRAM)
   SRAM        data + bss + stack of the executable (cross-compile/size.json)
   instr/step  mean instructions per training step counted in QEMU (Cortex-M boards only)
   host ms     CPU time per training step of the host build (best of 5; the machine's other load matters little)
@@ -15,8 +18,9 @@ name of its own, so all stay cached) and prints one row per precision:
 --mbv2: bench/mbv2_tte.yaml's model and sparse scheme instead (data: bench/make_mbv2_data.py, made when missing);
 int8 is the zoo's int8 model, fp32 and fp16-mixed its float copy (the int8 weights dequantized,
 stages/planning/contribution_measure.dequantize_graph, written as a .tflite under build/bench-data/).
-fp16-mixed needs a board with half precision (`host` here; the Cortex-M55 board once it is merged): on another
-board that row says why it is refused. Benchmarks measure; nothing here asserts.
+fp16-mixed needs a board with half precision (`host`, `mps3-an547`): on another board that row says why it is
+refused. Memory and instruction counts are deterministic; host ms are CPU time and move with the machine's load.
+Benchmarks measure; nothing here asserts.
 """
 
 from __future__ import annotations
@@ -110,8 +114,10 @@ def row(precision: str, board: str, scheme: str) -> dict[str, Any]:
     size = json.loads((out / "cross-compile" / "size.json").read_text())
     prec = out / "autodiff" / "precision.json"
     sram = (size.get("sram") or {}).get("used")
+    pj = json.loads(prec.read_text()) if prec.is_file() else {}
     d = {"precision": precision, "board": board, "scheme": scheme, "arena_bytes": int(plan["arena_bytes"]),
-         "arena_bytes_fp32_same_plan": json.loads(prec.read_text())["arena_bytes_fp32"] if prec.is_file() else None,
+         "arena_bytes_fp32_same_plan": pj.get("arena_bytes_fp32"),
+         "check": None if not pj else ("pass" if pj.get("check_first") else "end"),
          "sram_bytes": sram, "instructions_per_step": run["instructions"].get("per_step_mean"),
          "host_ms_per_step": _host_ms(out, spec=HERE / "mbv2_tte.yaml" if scheme == "mbv2" else EXAMPLE,
                                       steps=20 if scheme == "mbv2" else 400) if board == "host" else None,
@@ -123,17 +129,18 @@ def row(precision: str, board: str, scheme: str) -> dict[str, Any]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     kb = lambda v: "" if v is None else f"{v / 1024:.1f}"  # noqa: E731
-    lines = ["| precision | board | arena KB | fp32 same plan KB | SRAM KB | instr/step | host ms/step | accuracy % "
-             "| loss scale (skipped) |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| precision | board | arena KB | fp32 same plan KB | check | SRAM KB | instr/step | host ms/step "
+             "| accuracy % | loss scale (skipped) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "refused" in r:
-            lines.append(f"| {r['precision']} | {r['board']} | refused: {r['refused']} |||||||")
+            lines.append(f"| {r['precision']} | {r['board']} | refused: {r['refused']} ||||||||")
             continue
         ins = "" if r["instructions_per_step"] is None else f"{r['instructions_per_step'] / 1e6:.2f} M"
         ms = "" if r["host_ms_per_step"] is None else f"{r['host_ms_per_step']:.4f}"
         ls = "" if r["loss_scale"] is None else f"{r['loss_scale']:g} ({r['skipped_steps']})"
         lines.append(f"| {r['precision']} | {r['board']} | {kb(r['arena_bytes'])} | "
-                     f"{kb(r['arena_bytes_fp32_same_plan'])} | {kb(r['sram_bytes'])} | {ins} | {ms} | "
+                     f"{kb(r['arena_bytes_fp32_same_plan'])} | {r.get('check') or ''} | {kb(r['sram_bytes'])} | "
+                     f"{ins} | {ms} | "
                      f"{r['accuracy_before_pct']:.1f} → {r['accuracy_after_pct']:.1f} | {ls} |")
     return "\n".join(lines)
 

@@ -58,7 +58,7 @@ from tinytrain.stages.planning.arena import fused_dequantize
 from tinytrain.stages.c_emit.api import CKPT_HEADER, CKPT_VERSION, model_header
 from tinytrain.stages.c_emit.driver import driver_source
 from tinytrain.stages.c_emit.stream import stream_parts
-from tinytrain.stages.ops import QAS_UPDATE_OPS, ROW_OPS, conv_forward
+from tinytrain.stages.ops import QAS_UPDATE_OPS, ROW_OPS, UPDATE_OPS, conv_forward
 from tinytrain.stages.train.runtime_config import PROTOCOL
 from tinytrain.stages.planning.streams import MAX_ROW_OPS, Stream, row_geometry
 
@@ -107,12 +107,12 @@ class _Gen:
         self.static_bytes = 0                 # SRAM codegen puts outside the arena (fallbacks)
 
     def _split_weights(self) -> dict[str, int]:
-        """Partially trained int8 weights whose every reader has a split-weight kernel."""
+        """Partially trained int8 or float32 weights whose every reader has a split-weight kernel."""
         out = {}
         for p, info in self.trained.items():
             t = self.g.tensors[p]
             n = info.get("n")
-            if n is None or int(n) >= int(t.shape[-1]) or t.dtype != "int8" or p not in self.offset \
+            if n is None or int(n) >= int(t.shape[-1]) or t.dtype not in ("int8", "float32") or p not in self.offset \
                     or len(t.shape) < 2:
                 continue  # trained whole (or not splittable): one tensor at its arena offset
             ok = True
@@ -126,7 +126,7 @@ class _Gen:
                             self._split_reader(o, j) for o in self.g.ops for j, x in enumerate(o.inputs)
                             if x == op.outputs[0]):
                         continue   # a dequantize fused into its readers, which all read the split weight
-                    if op.type in QAS_UPDATE_OPS and k == 0:
+                    if op.type in UPDATE_OPS and k == 0:   # updates run on the trained slice (trained_slice)
                         continue
                     ok = False
             if ok:
@@ -134,9 +134,11 @@ class _Gen:
         return out
 
     def _split_reader(self, op: Op, k: int) -> bool:
-        """op's kernel reads a split weight at operand k (OpDef.split_weight; a forward op's int8 kernel only)."""
+        """op's kernel reads a split weight at operand k (OpDef.split_weight; a forward op's int8 kernel, or its
+        float32 one on a float32 weight)."""
         d = ops.REGISTRY[op.type]
-        return d.split_weight == k and (d.kind != "forward" or self.is_int8(op.inputs[0]))
+        return d.split_weight == k and (d.kind != "forward" or self.is_int8(op.inputs[0])
+                                        or self.g.tensors[op.inputs[k]].dtype == "float32")
 
     # ---- names and places ------------------------------------------------------------------------------------
     def cid(self, name: str) -> int:
@@ -214,9 +216,10 @@ class _Gen:
         self.const_bytes += data.size * data.dtype.itemsize
         self.flash[name] = f"tt_c{i}"
         expr = f"(({ct} *)(tt_arena + {self.offset[name]}))"
-        self._add_state(name, expr, rows * n)
+        size = data.dtype.itemsize
+        self._add_state(name, expr, rows * n * size)
         self.init_lines.append(f"{{ uint32_t r; for (r = 0; r < {rows}u; ++r) {{ memcpy({expr} + r * {n}u, "
-                               f"tt_c{i} + r * {cols}u, {n}); }} }} /* trained slice of {name} */")
+                               f"tt_c{i} + r * {cols}u, {n * size}); }} }} /* trained slice of {name} */")
         self.locs[name] = _Loc("arena", expr)
         return expr
 
@@ -432,9 +435,19 @@ class _Gen:
             self.g, self.locs = saved_g, saved_locs
 
     def stream_channels(self, st: Stream) -> list[str]:
-        """Weight gradient + its update, one output channel at a time (the gradient holds one channel)."""
-        gop, uop = [self.g.ops[i] for i in st.ops]
-        p, dw = uop.inputs[0], gop.outputs[0]
+        """Weight gradient + its update, one output channel at a time (the gradient holds one channel). fp16-mixed:
+        element-wise ops between them (rounding, unscaling), or a check instead of the update (stages/ops/fp16.py)."""
+        gop, *mids, uop = [self.g.ops[i] for i in st.ops]
+        dw = gop.outputs[0]
+        if uop.type not in UPDATE_OPS:   # the check pass: no parameter advances
+            self.chunk_off, self.chunk_rows = {}, 1
+            try:
+                body = [ln for op in (gop, *mids, uop) for ln in self.calls_of(op)]
+            finally:
+                self.chunk_off, self.chunk_rows = {}, None
+            return ["{ int32_t o;", f"  for (o = 0; o < {int(st.info['channels'])}; ++o) {{",
+                    *["    " + ln for ln in body], "  }", "}"]
+        p = uop.inputs[0]
         channels = int(st.info["channels"])
         rows, cols, n = self.trained_slice(p, dw)
         rpc = rows // channels
@@ -451,7 +464,7 @@ class _Gen:
                 off[scale] = "o"
         self.chunk_off, self.chunk_rows = off, rpc
         try:
-            grad = self.calls_of(gop)
+            grad = self.calls_of(gop) + [ln for op in mids for ln in self.calls_of(op)]
             upd = self.calls_of(uop)
         finally:
             self.chunk_off, self.chunk_rows = {}, None

@@ -32,10 +32,10 @@ RT_KEYS = ("learning_rate", "momentum", "beta1", "beta2", "eps", "alpha", "weigh
 pytestmark = [pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler"), pytest.mark.slow]
 
 
-def _graph(opt: str, batch: int, policy: dict, grads_fp16: bool | None = None):
+def _graph(opt: str, batch: int, policy: dict, grads_fp16: bool | None = None, check_first: bool | None = None):
     g = read_model(FIX / "digits_cnn_float.tflite")
     tg = build_training_graph(g, TrainPlan.full(g), "cross_entropy", OptimizerSpec(kind=opt), batch)
-    return to_fp16_mixed(tg, policy, grads_fp16=grads_fp16)
+    return to_fp16_mixed(tg, policy, grads_fp16=grads_fp16, check_first=check_first)
 
 
 def _host_run(tg, x, y, tmp: Path, cfg: RuntimeConfig):
@@ -81,10 +81,15 @@ def _scale(res) -> float:
     return float(np.uint32(res["loss_scale_bits"]).view(np.float32))
 
 
-@pytest.mark.parametrize("opt, batch, grads_fp16", [("sgd", 1, True), ("momentum", 1, False), ("adam", 2, None)])
-def test_host_fp16_mixed_matches_golden(opt, batch, grads_fp16, tmp_path):
+@pytest.mark.parametrize("opt, batch, grads_fp16, check_first", [
+    ("sgd", 1, True, False), ("momentum", 1, False, False), ("adam", 2, None, None),
+    ("sgd", 1, None, True), ("adam", 1, None, True)])
+def test_host_fp16_mixed_matches_golden(opt, batch, grads_fp16, check_first, tmp_path):
+    """check_first: the overflow check's own backward pass, then in-place and channel-streamed updates."""
     # growth every 3 finite steps from 2^20: the run both backs off (overflows) and grows
-    tg = _graph(opt, batch, {"kind": "dynamic", "init_scale": 2.0 ** 20, "growth_interval": 3}, grads_fp16)
+    tg = _graph(opt, batch, {"kind": "dynamic", "init_scale": 2.0 ** 20, "growth_interval": 3}, grads_fp16,
+                check_first)
+    assert tg.meta["train"]["loss_scale"]["check_first"] is bool(check_first)
     x, y = _digits(12 * batch)
     cfg = RuntimeConfig(learning_rate=0.01, epochs=1, momentum=0.9, alpha=0.99, eps=1e-7, batch_size=batch)
     res, losses, weights, mp = _host_run(tg, x, y, tmp_path, cfg)
@@ -98,13 +103,15 @@ def test_host_fp16_mixed_matches_golden(opt, batch, grads_fp16, tmp_path):
     for name, got in weights.items():
         assert got.tobytes() == state[name].tobytes(), name
     assert res["arena_bytes_planned"] == mp.arena
+    if check_first:   # the weight gradients run channel by channel in both passes
+        assert sum(st.kind == "channels" for st in mp.streams) >= 2
 
 
 def test_overflow_skips_the_step_and_halves_the_scale_bit_exact(tmp_path):
     """A huge loss scale makes every fp16 gradient Inf: each step is skipped (weights and optimizer state untouched,
     bit for bit), the scale halves per step; C and golden agree exactly."""
     init = 2.0 ** 100
-    tg = _graph("momentum", 1, {"kind": "dynamic", "init_scale": init, "max_scale": 2.0 ** 120})
+    tg = _graph("momentum", 1, {"kind": "dynamic", "init_scale": init, "max_scale": 2.0 ** 120}, check_first=True)
     x, y = _digits(5)
     cfg = RuntimeConfig(learning_rate=0.01, epochs=1, momentum=0.9)
     res, _, weights, _ = _host_run(tg, x, y, tmp_path, cfg)

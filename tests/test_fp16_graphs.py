@@ -31,8 +31,14 @@ def test_rewrite_keeps_the_graph_and_trains_like_fp32(fixture, scheme, opt):
     g = read_model(FIX / f"{fixture}.tflite")
     build = lambda: build_training_graph(g, _plan(g, scheme), "cross_entropy", OptimizerSpec(kind=opt), 1)  # noqa: E731
     fp32, tg = build(), to_fp16_mixed(build(), {"kind": "static", "init_scale": 1024.0, "max_scale": 1024.0})
-    assert [op.type for op in tg.ops if op.type not in _OURS] == [op.type for op in fp32.ops]
     meta = tg.meta["train"]
+    chk = [op for op in tg.ops if op.type not in _OURS and any(t.startswith("chk/") for t in op.outputs)]
+    assert [op.type for op in tg.ops if op.type not in _OURS and op not in chk] == [op.type for op in fp32.ops]
+    # check_first: the overflow check's pass runs the fp32 graph's backward once more, nothing else
+    ph = fp32.meta["train"]["phases"]
+    head, split = int(ph["forward"]) + int(ph["loss"]), int(fp32.meta["train"]["sample_ops"])
+    assert [op.type for op in chk] == ([op.type for op in fp32.ops[head:split]] if meta["loss_scale"]["check_first"]
+                                       else [])
     assert meta["precision"] == "fp16-mixed" and meta["loss_scale"]["fp16_tensors"] >= 1
     assert all(tg.tensors[p].dtype == "float32" for p in meta["trained"])           # fp32 master weights
     assert all(tg.tensors[t].dtype == "float16" for op in tg.ops if op.type == f16.CAST_F32_F16

@@ -37,8 +37,15 @@ void tt_conv2d_s8_split(const tt_conv_dims *d, const tt_requant_s8 *q, const int
                         const int8_t *w_slice, int32_t n, const int32_t *bias, int8_t *y);
 void tt_conv2d_f32(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
                    const float *bias, float *y);
+/* float32 conv2d with a split weight (w_slice [O,KH,KW,n] for input channels [0, n), w for the rest, as
+ * tt_conv2d_s8_split): the bits of tt_conv2d_f32 on the merged weight (the same sums in the same order). */
+void tt_conv2d_f32_split(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
+                         const float *w_slice, int32_t n, const float *bias, float *y);
 /* dy is the gradient of the pre-activation output (apply tt_act_grad_f32 first). dx is overwritten. */
 void tt_conv2d_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *w, float *dx);
+/* The same reading a split weight (w_slice / n as tt_conv2d_f32_split): the bits of the merged weight's call. */
+void tt_conv2d_grad_input_f32_split(const tt_conv_dims *d, const float *dy, const float *w, const float *w_slice,
+                                    int32_t n, float *dx);
 /* dw [O,KH,KW,k]: the first k input channels only (k = in_c: the full gradient). */
 void tt_conv2d_grad_weight_f32(const tt_conv_dims *d, int32_t k, const float *dy, const float *x, float *dw);
 /* Output channels [o0, o1) only: dw [o1-o0,KH,KW,k] holds the rows of o0.. (dw[(o-o0)*KH*KW*k ...]); the bits of
@@ -339,6 +346,13 @@ void tt_conv2d_s8_split(const tt_conv_dims *d, const tt_requant_s8 *q, const int
 void tt_conv2d_f32(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
                    const float *bias, float *y)
 {
+    tt_conv2d_f32_split(d, act_min, act_max, x, w, w, 0, bias, y);
+}
+
+/* Input channels [0, n) of filter row (oc, ky, kx) from w_slice, [n, in_c) from w: one sum in channel order. */
+void tt_conv2d_f32_split(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
+                         const float *w_slice, int32_t n, const float *bias, float *y)
+{
     int32_t b, oy, ox, oc, ky, kx, ic;
     for (b = 0; b < d->batches; ++b) {
         for (oy = 0; oy < d->out_h; ++oy) {
@@ -361,8 +375,12 @@ void tt_conv2d_f32(const tt_conv_dims *d, float act_min, float act_max, const fl
                                 continue;
                             }
                             xp = x + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
+                            wp = w_slice + ((oc * d->k_h + ky) * d->k_w + kx) * n;
+                            for (ic = 0; ic < n; ++ic) {
+                                acc += xp[ic] * wp[ic];
+                            }
                             wp = w + ((oc * d->k_h + ky) * d->k_w + kx) * d->in_c;
-                            for (ic = 0; ic < d->in_c; ++ic) {
+                            for (ic = n; ic < d->in_c; ++ic) {
                                 acc += xp[ic] * wp[ic];
                             }
                         }
@@ -378,6 +396,12 @@ void tt_conv2d_f32(const tt_conv_dims *d, float act_min, float act_max, const fl
 }
 
 void tt_conv2d_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *w, float *dx)
+{
+    tt_conv2d_grad_input_f32_split(d, dy, w, w, 0, dx);
+}
+
+void tt_conv2d_grad_input_f32_split(const tt_conv_dims *d, const float *dy, const float *w, const float *w_slice,
+                                    int32_t n, float *dx)
 {
     int32_t b, iy, ix, ic, ky, kx, o;
     for (b = 0; b < d->batches; ++b) {
@@ -400,9 +424,12 @@ void tt_conv2d_grad_input_f32(const tt_conv_dims *d, const float *dy, const floa
                         }
                         dyp = dy + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
                         for (ic = 0; ic < d->in_c; ++ic) {
+                            /* input channel ic of every filter row: the trained slice's or the whole weight's */
+                            const int32_t stride = ic < n ? n : d->in_c;
+                            const float *wc = (ic < n ? w_slice : w) + (ky * d->k_w + kx) * stride + ic;
                             float s = 0.0f;
                             for (o = 0; o < d->out_c; ++o) {
-                                s += dyp[o] * w[((o * d->k_h + ky) * d->k_w + kx) * d->in_c + ic];
+                                s += dyp[o] * wc[o * d->k_h * d->k_w * stride];
                             }
                             dxp[ic] += s;
                         }

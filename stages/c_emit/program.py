@@ -5,6 +5,7 @@ into the C API of stages/c_emit/api.py. The semihosting firmware driver is stage
 from __future__ import annotations
 
 from typing import Any
+import numpy as np
 
 from tinytrain.stages.c_emit.literals import CodegenError, flit, numel
 from tinytrain.stages.c_emit.api import ApiParts, model_api
@@ -129,8 +130,9 @@ def api_parts(gen, x_name: str, lab: str, head: str, meta: dict[str, Any], train
         r = {"name": t["name"], "nbytes": t["nbytes"], "source_index": t["source_index"]}
         if t["name"] in gen.split:
             whole, part, n = gen.weight_args(t["name"])
-            cols = int(t["shape"][-1])
-            r["split"] = (whole, part, t["nbytes"] // cols, cols, n)
+            size = np.dtype(g.tensors[t["name"]].dtype).itemsize   # the table counts bytes
+            cols = int(t["shape"][-1]) * size
+            r["split"] = (whole, part, t["nbytes"] // cols, cols, n * size)
         else:
             r["expr"] = gen.loc(t["name"])
         rows.append(r)

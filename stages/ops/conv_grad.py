@@ -59,6 +59,9 @@ def c_conv2d_grad_input(gen, op: Op, io: dict[str, str] | None = None) -> list[s
         sc, zp = gen.dq_tables(wq, 0, gen.g.tensors[wq].shape[0])
         whole, part, n = gen.weight_args(wq)
         return [f"tt_conv2d_grad_input_qw_f32({d}, {dze}, {whole}, {part}, {n}, {sc}, {zp}, {dxe});"]
+    if w in gen.split:
+        whole, part, n = gen.weight_args(w)
+        return [f"tt_conv2d_grad_input_f32_split({d}, {dze}, {whole}, {part}, {n}, {dxe});"]
     return [f"tt_conv2d_grad_input_f32({d}, {dze}, {gen.loc(w)}, {dxe});"]
 
 

@@ -5,7 +5,8 @@ and the fp32 kernels, and loss scaling. numpy kernels: stages/golden/fp16.py; C:
   cast_f16_f32:       x:f16 -> y:f32        exact (an fp16 tensor read by an fp32 kernel)
   round_f16:          x:f32 -> y:f32        f32(f16(x)): an fp16 value kept in an fp32 slot (in place)
   loss_scale_mul:     g, scale -> gs        the loss's gradient times the loss scale (fp32 multiply)
-  amp_check:          g0, g1, ... -> flag   1 when a gradient holds Inf/NaN (the step is skipped), else 0
+  amp_check:          g0, g1, ..., [prev] -> flag   1 when a gradient holds Inf/NaN (the step is skipped) or
+                      the previous check's flag `prev` (an int32 last input: check_first's chained checks) is set
   amp_unscale:        g, scale -> g32       g / scale in fp32 (in place)
   amp_unscale_reset:  acc, scale -> g32     the same from a batch accumulator, which is then zeroed
   loss_scale_update:  scale, good, skipped, flag -> scale, good, skipped   the policy (attrs kind, growth,
@@ -30,6 +31,10 @@ CAST_F32_F16, CAST_F16_F32, ROUND_F16 = "cast_f32_f16", "cast_f16_f32", "round_f
 LOSS_SCALE_MUL, AMP_CHECK, LOSS_SCALE_UPDATE = "loss_scale_mul", "amp_check", "loss_scale_update"
 AMP_UNSCALE, AMP_UNSCALE_RESET = "amp_unscale", "amp_unscale_reset"
 STEP_COUNTER, BATCH_ACCUMULATE = "step_counter", "batch_accumulate"
+# element-wise ops a weight gradient may pass through on its way to its update (or to its check) inside a channels
+# stream (stages/planning/streams.py): each handles one output channel of the gradient at a time (_chunk_n)
+CHANNEL_CHAIN_OPS = (ROUND_F16, AMP_UNSCALE)
+CHANNEL_END_OPS = (AMP_CHECK,)
 
 
 def exact_kernels() -> dict:
@@ -58,7 +63,7 @@ def _c_cast_f16_f32(gen, op: Op) -> list[str]:
 
 def _c_round_f16(gen, op: Op) -> list[str]:
     x, y = op.inputs[0], op.outputs[0]
-    return [f"tt_round_f16({_n(gen, x)}u, {gen.loc(x)}, {gen.loc(y)});"]
+    return [f"tt_round_f16({_chunk_n(gen, x)}u, {gen.loc(x)}, {gen.loc(y)});"]
 
 
 def _c_loss_scale_mul(gen, op: Op) -> list[str]:
@@ -67,18 +72,39 @@ def _c_loss_scale_mul(gen, op: Op) -> list[str]:
 
 
 def _c_amp_check(gen, op: Op) -> list[str]:
+    """In a channels stream (stages/planning/streams.py: gen.chunk_rows is set, `o` is the channel) a gradient
+    holds one output channel and the flag accumulates over the channels: channel 0 starts from `prev` (or 0)."""
     flag = gen.loc(op.outputs[0])
+    streamed = gen.chunk_rows is not None
     terms = []
+    prev = "0"
     for g in op.inputs:
-        fn = "tt_nonfinite_f16" if gen.g.tensors[g].dtype == "float16" else "tt_nonfinite_f32"
-        terms.append(f"{fn}({_n(gen, g)}u, {gen.loc(g)})")
+        t = gen.g.tensors[g]
+        if t.dtype == "int32":
+            prev = f"{gen.loc(g)}[0]"
+            continue
+        fn = "tt_nonfinite_f16" if t.dtype == "float16" else "tt_nonfinite_f32"
+        terms.append(f"{fn}({_chunk_n(gen, g)}u, {gen.loc(g)})")
+    if streamed:
+        prev = f"(o == 0 ? {prev} : {flag}[0])"
+    if prev != "0":
+        terms.insert(0, prev)
     return [f"{flag}[0] = ({' | '.join(terms)}) ? 1 : 0;"]
+
+
+def _chunk_n(gen, name: str) -> int:
+    """Elements of `name` one call handles: a whole tensor, or in a channels stream one output channel of it."""
+    n = _n(gen, name)
+    if gen.chunk_rows is not None:
+        shape = gen.g.tensors[name].shape
+        n //= int(shape[0])
+    return n
 
 
 def _c_amp_unscale(gen, op: Op) -> list[str]:
     g, s, y = op.inputs[0], op.inputs[1], op.outputs[0]
     fn = "tt_unscale_f16" if gen.g.tensors[g].dtype == "float16" else "tt_unscale_f32"
-    lines = [f"{fn}({_n(gen, g)}u, {gen.loc(g)}, {gen.loc(s)}[0], {gen.loc(y)});"]
+    lines = [f"{fn}({_chunk_n(gen, g)}u, {gen.loc(g)}, {gen.loc(s)}[0], {gen.loc(y)});"]
     if op.type == AMP_UNSCALE_RESET:
         lines.append(f"memset({gen.loc(g)}, 0, {gen.g.tensors[g].nbytes}u);")
     return lines
@@ -111,7 +137,9 @@ def _run_loss_scale_mul(op, v, shape, tensor, hp=None):
 
 
 def _run_amp_check(op, v, shape, tensor, hp=None):
-    return [np.array(h.nonfinite([v(j) for j in range(len(op.inputs))]), np.int32)]
+    vals = [np.asarray(v(j)) for j in range(len(op.inputs))]
+    prev = any(int(x.reshape(-1)[0]) for x in vals if x.dtype == np.int32)
+    return [np.array(int(prev) | h.nonfinite([x for x in vals if x.dtype != np.int32]), np.int32)]
 
 
 def _run_amp_unscale(op, v, shape, tensor, hp=None):

@@ -56,6 +56,7 @@ IN_PLACE_OPS = ops.IN_PLACE_OPS
 FIRST_INPUT_ONLY = ops.FIRST_INPUT_ONLY
 # In-place ops that compute one channel at a time into a scratch buffer and copy it over the channel they read.
 CHANNEL_SCRATCH_OPS = ops.CHANNEL_SCRATCH_OPS
+CHANNEL_CHAIN_OPS = ops.fp16.CHANNEL_CHAIN_OPS
 ROLE_ORDER = ("weight", "bias", "optimizer_state", "accumulator", "master_copy", "input", "activation",
               "gradient", "scratch")
 
@@ -330,6 +331,10 @@ def plan_memory(graph: Graph, order: list[int] | None = None, options: MemOption
         if t in first:
             end[t] = last
     streamed_ops: set[int] = set()
+    # element-wise ops inside a channels stream (fp16-mixed's rounding and unscaling of a weight gradient,
+    # stages/ops/fp16.CHANNEL_CHAIN_OPS): each channel is rewritten in place, so they share their input's buffer
+    chain_ops = {i for st in streams if st.kind == "channels" for i in st.ops[1:-1]
+                 if graph.ops[i].type in CHANNEL_CHAIN_OPS}
     pos = {i: k for k, i in enumerate(order)}
     for st in streams:
         steps = sorted(pos[i] for i in st.ops)
@@ -383,6 +388,13 @@ def plan_memory(graph: Graph, order: list[int] | None = None, options: MemOption
                     buffers.append(b)
                     by_tensor[t] = b
                     continue
+            if options.in_place and i in chain_ops and op.inputs[0] in by_tensor \
+                    and by_tensor[op.inputs[0]].size >= sizes[t]:
+                host = by_tensor[op.inputs[0]]
+                host.tensors.append(t)
+                host.end = max(host.end, end[t])
+                by_tensor[t] = host
+                continue
             host = _in_place_host(graph, op, t, s, sizes, end, by_tensor, taken) \
                 if options.in_place and i not in streamed_ops else None
             if host is not None:

@@ -81,6 +81,7 @@ from tinytrain.stages.planning.arena import ALIGN, CHANNEL_SCRATCH_OPS, depth_mu
 from tinytrain.stages.ops import CONVERSION_OPS, FIRST_INPUT_ONLY, IN_PLACE_OPS, LOSS_DROPS, REGISTRY, TRAINABLE_OPS
 from tinytrain.stages.ops.backward import mask_bounds, output_mask, slice_shape
 from tinytrain.stages.quant.qas import STATE_COUNT
+from tinytrain.stages.planning.fp16_memory import RESIDENT_SCALARS, fp16_steps
 from tinytrain.stages.planning.streams import MAX_ROW_OPS, row_geometry, row_op_ok, window_rows
 from tinytrain.stages.planning.train_plan import RATIOS, TrainPlan, _has_bias, _in_channels
 
@@ -105,8 +106,8 @@ class MemorySettings:
     # train.outputs (stages/losses.Head, several outputs): the exact peak builds them all; the estimate here models
     # the first output with `loss` (its first head's loss)
     heads: tuple = ()
-    # train.precision fp16-mixed (stages/train/fp16_mixed.py): the exact peak plans the fp16-mixed training graph (saved
-    # activations at 2 bytes, every gradient kept until the overflow check); the estimate here stays fp32's
+    # train.precision fp16-mixed (stages/train/fp16_mixed.py): saved activations at 2 bytes, the overflow check
+    # (planning/fp16_memory.py models its forms)
     fp16_mixed: bool = False
 
     def __post_init__(self):
@@ -448,9 +449,19 @@ class MemoryModel:
         if (autodiff.MASKS if s.masks is None else s.masks):
             k = _mask_steps(steps, n_fwd, sb.maskable, sizes, g)
             windows = {i: (a + k, b + k) for i, (a, b) in windows.items()}   # the masks went into the forward
+            n_fwd += k
         live, end, held = _live_profile(sizes, steps, inputs, ["train/loss"], g)
+        if s.fp16_mixed:   # the fp16-mixed forms of the program (planning/fp16_memory.py): the smallest one
+            forms = fp16_steps(steps, n_fwd, sizes, g, s.batch_size == 1, inputs, sb.streamed)
+            profiles = [(_live_profile(sizes, st, inputs, ["train/loss"], g), len(st) - len(steps))
+                        for _, st in forms]
+            (live, end, held), shift = min(profiles, key=lambda pr: max(pr[0][0], default=0))
+            # a layer's backward steps: the last pass's, after whatever was inserted before them
+            windows = {i: (a + shift, b + shift) for i, (a, b) in windows.items()}
         transient = max(live, default=0)
         b, w = self._resident(biases, weights)
+        if s.fp16_mixed:
+            b += RESIDENT_SCALARS * _aligned(4)
         return {"total": int(transient + b + w), "transient": int(transient), "bias_params": int(b),
                 "weights": int(w), "_live": live, "_end": end, "_held": held, "_windows": windows}
 
@@ -583,6 +594,7 @@ class _StepBuilder:
         self._marked: set[int] = set()           # id(step) of maskable steps
         self._new: dict[str, str] = {}           # parameter gradient -> its parameter, until a step writes it
         self._params: list[tuple[str, str, tuple]] = []   # (parameter, its gradient, the step writing it)
+        self.streamed: dict[str, int] = {}       # channel-streamed parameter gradient -> its channels
 
     # ---- BackwardBuilder
     def share(self, t: str | None, i: int) -> str | None:
@@ -671,6 +683,7 @@ class _StepBuilder:
             streamed = s.reorder and s.batch_size == 1 and REGISTRY[step[0]].channel_stream
             if streamed:
                 self.sizes[gname] //= int(self.g.tensors[p].shape[0])
+                self.streamed[gname] = int(self.g.tensors[p].shape[0])
                 moved.add(id(step))
             anchors.setdefault(at, []).append((gname, step if streamed else None))
         for j, st in enumerate(seg):

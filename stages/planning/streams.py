@@ -51,6 +51,7 @@ MAX_ROW_OPS = 32   # kernels_c/tt_stream.h TT_STREAM_MAX_OPS: a longer run conti
 MASK_OPS = ops.MASK_OPS
 UPDATE_OPS = ops.UPDATE_OPS
 CHANNEL_GRAD_OPS = ops.CHANNEL_GRAD_OPS
+CHANNEL_CHAIN_OPS, CHANNEL_END_OPS = ops.fp16.CHANNEL_CHAIN_OPS, ops.fp16.CHANNEL_END_OPS
 
 
 @dataclass
@@ -417,15 +418,25 @@ def _channel_candidates(graph: Graph) -> list[list[int]]:
     for g, op in enumerate(graph.ops):
         if op.type not in CHANNEL_GRAD_OPS:
             continue
+        group = [g]
         dw = op.outputs[0]
         rs = readers.get(dw, [])
+        # fp16-mixed: the gradient passes element-wise ops (rounding, unscaling) on its way, or ends in a check
+        while len(rs) == 1 and dw not in graph.outputs and graph.ops[rs[0]].type in CHANNEL_CHAIN_OPS \
+                and graph.ops[rs[0]].inputs[0] == dw:
+            group.append(rs[0])
+            dw = graph.ops[rs[0]].outputs[0]
+            rs = readers.get(dw, [])
         if len(rs) != 1 or dw in graph.outputs:
             continue
         u = graph.ops[rs[0]]
+        if u.type in CHANNEL_END_OPS and dw in u.inputs:
+            out.append(group + [rs[0]])
+            continue
         # every update reads (param, gradient, ...); one that zeroes its gradient after use (reset_grad) keeps it
         if u.type not in UPDATE_OPS or len(u.inputs) < 2 or u.inputs[1] != dw or u.attrs.get("reset_grad"):
             continue
-        out.append([g, rs[0]])
+        out.append(group + [rs[0]])
     return out
 
 
@@ -477,10 +488,10 @@ def find_streams(graph: Graph, order: list[int]) -> tuple[list[int], list[Stream
             pos = {i: s for s, i in enumerate(order)}
             group = sorted(group, key=lambda i: pos[i])
             if kind == "channels":
-                # the gradient moves down to its update (only the update reads it)
-                new = [i for i in order if i != group[0]]
-                k = new.index(group[1])
-                new = new[:k] + [group[0]] + new[k:]
+                # the gradient (and the ops it passes) moves down to its update (only the group reads it)
+                new = [i for i in order if i not in group[:-1]]
+                k = new.index(group[-1])
+                new = new[:k] + group[:-1] + new[k:]
             else:
                 new = _gather(order, group, preds)
             if new is None or not is_valid_order(graph, new, preds):
@@ -499,7 +510,9 @@ def _chunked_stream(graph: Graph, kind: str, group: list[int]) -> Stream:
                       {"positions": int(graph.tensors[t1].shape[1]) * int(graph.tensors[t1].shape[2])})
     dw = graph.ops[group[0]].outputs[0]
     sh = graph.tensors[dw].shape
-    return Stream(kind, group, {dw: _numel(sh[1:]) * 4}, {"channels": int(sh[0])})
+    chain = [graph.ops[i].outputs[0] for i in group[:-1]]
+    return Stream(kind, group, {t: _numel(sh[1:]) * element_bytes(graph, t) for t in chain},
+                  {"channels": int(sh[0])})
 
 
 def prune_streams(plan_fn, streams: list[Stream]) -> tuple[list[Stream], Any]:

@@ -15,15 +15,20 @@ Rules (what is stored in which type):
         bits as a round trip through fp16 storage), so no second copy of it ever exists.
   * weights: fp32. Trained weights are the fp32 master copy the update writes; the kernels read it as it is (no fp16
     copy: it would cost SRAM, and the dot products run in fp32 anyway); frozen weights stay fp32 in flash.
-  * kept in fp32: the model input, the prediction (the loss's logits / output: evaluation reads it), the loss and the
+  * kept in fp32: the frozen prefix's activations that the backward does not read (half_tensors), the model
+    input, the prediction (the loss's logits / output: evaluation reads it), the loss and the
     loss op's own gradient before scaling, batch accumulators and optimizer state.
   * loss scaling: the loss's gradient is multiplied by the loss scale (`loss_scale_mul`) before it is stored in
     fp16, so small gradients stay above fp16's subnormal range; the step phase checks every trained gradient for
     Inf/NaN (`amp_check`), divides it by the scale in fp32 (`amp_unscale`), and runs the updates (and Adam's step
     counter) only when all are finite (`skip_if`); `loss_scale_update` then applies the policy (train.loss_scale).
     The scale, the finite-steps counter and the skipped-steps counter are optimizer state: checkpoints keep them.
-Since the check reads every gradient, an update waits for the whole backward (the schedule's in-place updates
-cannot apply a weight before the step is known to be finite).
+No update may run before the step is known to be finite. With batch 1 that would keep every gradient until the
+end of the backward, losing fp32's in-place and channel-streamed updates; so the check can run in a backward pass of
+its own first (`check_first`: recomputed, each trained gradient checked as it is made, a conv / FC weight gradient
+one output channel at a time, nothing stored), after which the real backward updates in place as fp32's does. It
+costs a second backward's instructions; to_fp16_mixed plans it against the one-pass forms and keeps the smallest
+arena.
 """
 
 from __future__ import annotations
@@ -61,6 +66,14 @@ def half_tensors(g: Graph) -> set[str]:
     split = int(meta["sample_ops"])
     keep = {meta["prediction"], meta["loss_tensor"], *[hd["tensor"] for hd in meta.get("heads", [])]}
     keep.update(meta.get("accumulators", []))
+    # the frozen prefix (forward ops before the first that reads a trained parameter) runs as fp32 does, except
+    # for what the backward reads: nothing else of it is kept, so fp16 would save no memory, and its rounding ops
+    # would cut its row streams (stages/planning/streams.py) and cost a window each
+    n_fwd = int(meta["phases"]["forward"])
+    trained = set(meta["trained"])
+    prefix = next((i for i, op in enumerate(g.ops[:n_fwd]) if trained & set(op.inputs)), n_fwd)
+    backward_reads = {t for op in g.ops[n_fwd:split] for t in op.inputs if t is not None}
+    keep.update(t for op in g.ops[:prefix] for t in op.outputs if t not in backward_reads)
     out: set[str] = set()
     for op in g.ops[:split]:
         if op.type in _LOSS_TYPES:
@@ -73,24 +86,36 @@ def half_tensors(g: Graph) -> set[str]:
     return out
 
 
-def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_fp16: bool | None = None) -> Graph:
+def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_fp16: bool | None = None,
+                  check_first: bool | None = None) -> Graph:
     """Rewrite float training IR `g` (stages/autodiff.py) in place into its fp16-mixed form; returns it.
 
     Where the trained parameters' gradients wait for the overflow check (`grads_fp16`): True stores them as fp16
     (half the bytes while several are held, plus an fp32 temporary while each is written and unscaled); False
     keeps fp32 slots holding fp16 values (no temporaries; better when one gradient dominates). None: both are
     planned with the reorder stage's planner (`reorder`: train.reorder.enabled) and the smaller arena wins (ties:
-    fp32 slots), so the choice is a function of the graph alone, the same in sparse-plan and autodiff."""
-    if grads_fp16 is None:
+    fp32 slots), so the choice is a function of the graph alone, the same in sparse-plan and autodiff.
+
+    `check_first` (batch 1 only): the overflow check runs in a first backward pass of its own (the backward
+    recomputed, every trained gradient checked as it is made and dropped: nothing is stored for it), then the real
+    backward updates each weight in place (channel by channel where fp32's does) once the flag is known. It costs a
+    second backward's instructions and keeps fp32's in-place and streamed updates. None: planned against the two
+    one-pass forms, the smallest arena wins (ties: one pass, the fewer instructions)."""
+    batch1 = int(g.meta["train"].get("batch_size", 1)) == 1
+    if check_first is None and grads_fp16 is None:
         import copy
 
         from tinytrain.stages.reorder import plan_schedules
 
-        a = to_fp16_mixed(copy.deepcopy(g), loss_scale, reorder, True)
-        b = to_fp16_mixed(copy.deepcopy(g), loss_scale, reorder, False)
-        best = a if plan_schedules(a, reorder)[1].arena < plan_schedules(b, reorder)[1].arena else b
+        cands = [to_fp16_mixed(copy.deepcopy(g), loss_scale, reorder, gf, False) for gf in (False, True)]
+        if batch1:
+            cands.append(to_fp16_mixed(copy.deepcopy(g), loss_scale, reorder, False, True))
+        arenas = [plan_schedules(c, reorder)[1].arena for c in cands]
+        best = cands[arenas.index(min(arenas))]
         g.tensors, g.ops, g.meta = best.tensors, best.ops, best.meta
         return g
+    check_first = bool(check_first) and batch1
+    grads_fp16 = bool(grads_fp16) and not check_first
     meta = g.meta["train"]
     if meta.get("precision") != "float32":
         raise UserError(f"train.precision fp16-mixed trains a float model, but this training graph is "
@@ -130,6 +155,9 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_
     # the trained parameters' gradients (batch 1: no fp32 accumulator) wait for the overflow check: fp16 as well
     final_grads = {d["gradient"] for d in meta["trained"].values()} & half if grads_fp16 else set()
     saved |= final_grads
+    # check_first: each trained gradient is unscaled (in place) as soon as it is made, so its update can follow
+    step_grads = {op.inputs[1] for op in g.ops[split:] if op.type in ops.UPDATE_OPS}
+    unscaled: dict[str, str] = {}
     for i, op in enumerate(g.ops[:split]):
         if i == n_fwd:
             bounds.append(len(out))
@@ -161,6 +189,11 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_
                 after.append(Op(f16.ROUND_F16, [raw], [t], {}))
         out.append(Op(op.type, ins, outs, dict(op.attrs), op.source_index))
         out.extend(after)
+        if check_first:
+            for t in op.outputs:
+                if t in step_grads:
+                    unscaled[t] = new(f"unscaled/{t}", g.tensors[t], "float32", "gradient")
+                    out.append(Op(f16.AMP_UNSCALE, [t, scale], [unscaled[t]], {}))
         if op.type in _LOSS_TYPES and op.type != LOSS_SUM:
             for d in op.outputs[1:]:
                 dt = g.tensors[d]
@@ -180,10 +213,19 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_
     if any(op.type in ops.QAS_UPDATE_OPS for op in updates):
         raise UserError("fp16-mixed trains float parameters only (this graph has int8 QAS updates)")
     grads = [op.inputs[1] for op in updates]
-    out.append(Op(f16.AMP_CHECK, grads, [flag], {}))
+    if check_first:
+        first = check_pass(g, out[bounds[1]:new_split], set(grads), flag, new)
+        out = out[:bounds[1]] + first + out[bounds[1]:]
+        new_split += len(first)
+    else:
+        out.append(Op(f16.AMP_CHECK, grads, [flag], {}))
     for op in step_ops:
         if op.type == f16.STEP_COUNTER:
             out.append(Op(op.type, op.inputs + [flag], list(op.outputs), {**op.attrs, "skip_if": flag}))
+        elif op.type in ops.UPDATE_OPS and check_first:
+            attrs = {**op.attrs, "skip_if": flag}
+            out.append(Op(op.type, [op.inputs[0], unscaled[op.inputs[1]], *op.inputs[2:], flag], list(op.outputs),
+                          attrs))
         elif op.type in ops.UPDATE_OPS:
             gname = op.inputs[1]
             gt = g.tensors[gname]
@@ -209,10 +251,48 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_
     meta["precision"] = "fp16-mixed"
     meta["loss_scale"] = {**pol, "scale_tensor": scale, "good_steps_tensor": good, "skipped_steps_tensor": skipped,
                           "flag_tensor": flag, "fp16_tensors": len(saved),
-                          "fp16_rounded_tensors": len(half) + len(rename), "gradients_fp16": bool(final_grads)}
+                          "fp16_rounded_tensors": len(half) + len(rename), "gradients_fp16": bool(final_grads),
+                          "check_first": check_first}
     meta["runtime_defaults"] = dict(meta["runtime_defaults"])
     g.validate()
     return g
+
+
+def check_pass(g: Graph, backward: list[Op], grads: set[str], flag: str, new) -> list[Op]:
+    """The overflow check's own backward pass (check_first): `backward` (the rewritten backward, the real pass)
+    again with every tensor it writes renamed (chk/...), minus its unscaling, and each trained gradient checked as
+    soon as it is made (amp_check with the previous check's flag: the flags chain, so no gradient waits for
+    another). The same ops on the same inputs give the same bits, so the flag is the one the gradients of the real
+    pass would give; the last check writes `flag`."""
+    rename: dict[str, str] = {}
+    out: list[Op] = []
+    prev: str | None = None
+    pending = []
+    for op in backward:
+        if op.type == f16.AMP_UNSCALE:
+            continue
+        ins = [rename.get(t, t) if t is not None else None for t in op.inputs]
+        outs = []
+        for t in op.outputs:
+            if t not in rename:
+                rename[t] = new(f"chk/{t}", g.tensors[t], g.tensors[t].dtype)
+            outs.append(rename[t])
+        out.append(Op(op.type, ins, outs, dict(op.attrs), op.source_index))
+        for t in op.outputs:
+            if t in grads:
+                pending.append(t)
+                f = new(f"{flag}@{len(pending)}", g.tensors[flag], "int32", "activation")
+                out.append(Op(f16.AMP_CHECK, [rename[t]] + ([prev] if prev else []), [f], {}))
+                prev = f
+    if set(pending) != grads:
+        raise AssertionError(f"check pass: gradients {sorted(grads - set(pending))} are never made")
+    # the last check writes the step's flag itself (the updates and the policy read it)
+    for op in reversed(out):
+        if op.type == f16.AMP_CHECK:
+            del g.tensors[op.outputs[0]]
+            op.outputs = [flag]
+            break
+    return out
 
 
 def memory_against_fp32(fp32: Graph, fp16: Graph, reorder: bool = True) -> dict[str, Any]:
@@ -229,6 +309,9 @@ def memory_against_fp32(fp32: Graph, fp16: Graph, reorder: bool = True) -> dict[
             "saved_activation_bytes_fp32": 2 * sum(t.nbytes for t in saved16),   # fp16 tensors: saved activations
             #                                                                       and the gradients kept to the check
             "fp16_tensors": len(saved16), "reorder": reorder,
-            "note": "fp16 halves the activations kept for the backward; loss scaling keeps every trained gradient "
-                    "until the Inf/NaN check, so no update runs in place (or channel by channel) during the "
-                    "backward as fp32's can: where a weight gradient dominates, the fp16 arena is larger"}
+            "check_first": bool(fp16.meta["train"]["loss_scale"].get("check_first")),
+            "note": "fp16 halves the activations kept for the backward; the Inf/NaN check runs before any update: "
+                    "in a backward pass of its own (check_first: the updates then run in place, channel by channel, "
+                    "as fp32's) or at the end of the backward, every trained gradient kept until then, whichever "
+                    "plans the smaller arena. An fp32 kernel reads an fp16 activation through an fp32 temporary, so "
+                    "where the forward is the peak fp16 saves nothing there"}

@@ -1,0 +1,88 @@
+"""train.precision fp16-mixed in the analytic memory model (stages/planning/memory_model.py): the abstract training
+program of an fp32 plan rewritten as stages/train/fp16_mixed.py rewrites the training graph.
+
+    fp16_steps(steps, n_fwd, sizes, graph, batch1) -> [(name, steps)]   the forms to_fp16_mixed chooses among
+
+What changes against fp32 (the rules are fp16_mixed's):
+  saved activations  a float32 tensor the forward writes and the backward reads is kept as fp16: a cast step right
+                     after its producer writes the 2-byte copy (the fp32 value lives on while forward steps read
+                     it), and each backward step reading it first widens it into an fp32 temporary of its own.
+                     Everything else (frozen prefix, gradients, the loss) keeps its fp32 bytes: fp16 values in fp32
+                     slots, rounded in place.
+  the overflow check batch 1, "check_first": the backward runs twice, first with each update replaced by a check of
+                     its gradient (the tensors renamed: the pass keeps nothing), then as fp32's with its in-place
+                     updates. "one_pass": every update waits for the end of the backward, where the check reads all
+                     gradients. With batch > 1 the updates already wait for the batch: only the saved activations
+                     change.
+to_fp16_mixed plans its forms and keeps the smallest arena, so the estimate is the smallest of the forms here.
+The loss scale, its good-steps and skipped-steps counters are 3 resident 4-byte scalars (RESIDENT_SCALARS).
+"""
+
+from __future__ import annotations
+
+from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.ops import fp16 as f16
+
+Step = tuple[str, list[str], list[str]]
+RESIDENT_SCALARS = 3
+
+
+def _saved_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], graph: Graph,
+                   inputs: set[str]) -> list[Step]:
+    producer = {t: i for i in range(n_fwd) for t in steps[i][2]}
+    saved = set()
+    for j in range(n_fwd, len(steps)):
+        for t in steps[j][1]:
+            if t in producer and t not in inputs and t in graph.tensors and graph.tensors[t].dtype == "float32" \
+                    and graph.tensors[t].data is None:
+                saved.add(t)
+    out: list[Step] = []
+    for i, (typ, ins, outs) in enumerate(steps):
+        if i >= n_fwd:
+            widened = {}
+            for t in ins:
+                if t in saved and t not in widened:
+                    widened[t] = f"f32/{t}@{i}"
+                    sizes[widened[t]] = sizes[t]
+                    out.append((f16.CAST_F16_F32, [f"f16/{t}"], [widened[t]]))
+            ins = [widened.get(t, t) for t in ins]
+        out.append((typ, list(ins), list(outs)))
+        for t in outs:
+            if t in saved:
+                sizes[f"f16/{t}"] = -(-sizes[t] // 2)
+                out.append((f16.CAST_F32_F16, [t], [f"f16/{t}"]))
+    return out
+
+
+def fp16_steps(steps: list[Step], n_fwd: int, sizes: dict[str, int], graph: Graph, batch1: bool,
+               inputs: list[str], streamed: dict[str, int]) -> list[tuple[str, list[Step]]]:
+    """The fp16-mixed forms of the abstract program `steps` (its first `n_fwd` steps: the forward, mask steps
+    included; then the loss and the backward), each (name, steps); new tensors' bytes go into `sizes`.
+    `streamed`: the parameter gradients fp32's program computes one output channel at a time ({name: channels}),
+    whole again where their update waits (one_pass)."""
+    n_head = n_fwd + 1   # the loss step
+    base = _saved_as_fp16(steps, n_head, sizes, graph, set(inputs))
+    head = next(k for k, st in enumerate(base) if st[0] == "loss") + 1
+    if not batch1:
+        return [("batch", base)]
+    backward = base[head:]
+    grads = [t for typ, ins, _ in backward if typ == "update" for t in ins]
+    whole = {t: f"whole/{t}" for t in grads if t in streamed}
+    for t, w in whole.items():
+        sizes[w] = sizes[t] * streamed[t]
+    one_pass = base[:head] + [(typ, [whole.get(t, t) for t in ins], [whole.get(t, t) for t in outs])
+                              for typ, ins, outs in backward if typ != "update"] \
+        + [("update", [whole.get(t, t) for t in grads], [])]
+    rename: dict[str, str] = {}
+    check: list[Step] = []
+    for typ, ins, outs in backward:
+        ins = [rename.get(t, t) for t in ins]
+        if typ == "update":
+            check.append((f16.AMP_CHECK, ins, []))
+            continue
+        for t in outs:
+            if t not in rename:
+                rename[t] = f"chk/{t}"
+                sizes[rename[t]] = sizes[t]
+        check.append((typ, ins, [rename[t] for t in outs]))
+    return [("one_pass", one_pass), ("check_first", base[:head] + check + backward)]
