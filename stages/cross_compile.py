@@ -217,7 +217,7 @@ def build_firmware(board: Board, program_dir: Path, out_dir: Path, *,
             failed.update(_compile_units(work, fw + host, progress))
             _raise_compile_failures(cc, [failed[u] for u in fw if u in failed])
             # Library files keep their place in the link order (program, library, board support).
-            order = {str(f): i for i, f in enumerate(_stage_order(work, board, program_dir))}
+            order = {str(f): i for i, f in enumerate(_stage_order(work, board))}
             units = sorted(units + fw, key=lambda u: order.get(str(u.src), len(order)))
             hunits = sorted(hunits + host, key=lambda u: order.get(str(u.src), len(order)))
             sources = [u.src for u in units]
@@ -296,11 +296,11 @@ def _stage_sources(work: Path, board: Board, program_dir: Path, kernels: Sequenc
     shutil.copytree(KERNELS_DIR, src / "kernels_c", ignore=ignore)
     # tt_kernels.h includes the op prototypes gathered from the op files' interface blocks
     ops_header.write(src / "kernels_c", src / "kernels_c" / "ops")
-    program = sorted(p.relative_to(work) for p in (src / "program").glob("*.c"))
+    program = _program_files(work)
     if not program:
         raise StageFailed(f"no C sources (*.c) in {program_dir}")
     if kernels is None:
-        lib = [p.relative_to(work) for g in KERNEL_SOURCE_GLOBS for p in sorted((src / "kernels_c").glob(g))]
+        lib = _library_files(work)
     else:
         lib = []
         for name in kernels:
@@ -354,12 +354,17 @@ def _defined_names(text: str) -> set[str]:
     return names
 
 
-def _stage_order(work: Path, board: Board, program_dir: Path) -> list[Path]:
+def _stage_order(work: Path, board: Board) -> list[Path]:
     """Every file `_stage_sources` compiles with the whole library, in its order (program, library, board)."""
-    src = work / "src"
-    program = sorted(p.relative_to(work) for p in (src / "program").glob("*.c"))
-    lib = [p.relative_to(work) for g in KERNEL_SOURCE_GLOBS for p in sorted((src / "kernels_c").glob(g))]
-    return program + lib + _support(board)
+    return _program_files(work) + _library_files(work) + _support(board)
+
+
+def _program_files(work: Path) -> list[Path]:
+    return sorted(p.relative_to(work) for p in (work / "src" / "program").glob("*.c"))
+
+
+def _library_files(work: Path) -> list[Path]:
+    return [p.relative_to(work) for g in KERNEL_SOURCE_GLOBS for p in sorted((work / "src" / "kernels_c").glob(g))]
 
 
 def _cflags(board: Board, defines: dict[str, str], extra: Sequence[str], sanitize: Sequence[str]) -> list[str]:
