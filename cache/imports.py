@@ -77,6 +77,20 @@ def third_party_imports(closure: dict[str, Path], package: str) -> frozenset[str
     return frozenset(names)
 
 
+def _statements(tree: ast.AST):
+    """Every statement of a module, nested ones included (function and class bodies, if/try/with/for/match
+    branches). An import is a statement, so this finds all `ast.walk` finds while skipping the expressions, which
+    are most of a module's nodes (issue 14: the scan was a second of every build)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            for child in getattr(node, name, ()):
+                if isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
+                    yield child
+                    todo.append(child)
+
+
 def _prefixes(name: str) -> list[str]:
     parts = name.split(".")
     return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
@@ -91,7 +105,7 @@ def _imported(module: str, is_package: bool, source: bytes) -> frozenset[str]:
     # The package a relative import is relative to: the module itself for an __init__, else its parent.
     here = module.split(".") if is_package else module.split(".")[:-1]
     names: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _statements(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

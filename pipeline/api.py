@@ -49,6 +49,7 @@ class StageInfo:
     # The stage's artifact folder and its files (name relative to the folder -> path); empty if not built.
     folder: Path | None = None
     artifacts: dict[str, Path] = field(default_factory=dict)
+    cpu_s: float = 0.0                 # CPU seconds of a run, children included (0 when cached)
 
 
 @dataclass(frozen=True)
@@ -260,7 +261,7 @@ def _result(spec: Spec, raw: Any) -> BuildResult:
     for o in raw.outcomes:
         folder = Path(o.out_dir) if o.out_dir else None
         stages[o.stage] = StageInfo(o.stage, o.state, o.summary, dict(o.metrics), o.key, o.duration_s, folder,
-                                    _files(folder) if folder else {})
+                                    _files(folder) if folder else {}, o.cpu_s)
     metrics = {}
     for name, (stage, key, scale) in HEADLINE.items():
         value = stages[stage].metrics.get(key) if stage in stages else None

@@ -11,6 +11,7 @@ float/double mix of the C++ code, since the integer parameters they produce deci
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -295,12 +296,20 @@ def get_reciprocal(x, x_integer_digits: int) -> tuple[np.ndarray, np.ndarray]:
 def channel_multipliers(s_in: float, w_scales, s_out: float, channels: int) -> tuple[np.ndarray, np.ndarray]:
     """PopulateConvolutionQuantizationParams / FC per-channel Prepare: for each output channel,
     QuantizeMultiplier(double(s_in) * double(s_w[c]) / double(s_out)); a per-tensor filter scale is broadcast."""
-    scales = list(w_scales)
+    scales = tuple(float(s) for s in w_scales)
     if len(scales) == 1:
         scales = scales * channels
     if len(scales) != channels:
         raise ValueError(f"{len(scales)} weight scales for {channels} output channels")
-    pairs = [quantize_multiplier(float(s_in) * float(s) / float(s_out)) for s in scales]
+    mult, shift = _channel_multipliers(float(s_in), scales, float(s_out))
+    return mult.copy(), shift.copy()
+
+
+@functools.lru_cache(maxsize=4096)
+def _channel_multipliers(s_in: float, scales: tuple[float, ...], s_out: float) -> tuple[np.ndarray, np.ndarray]:
+    # Memoised on the values: the golden model's training steps requantise every layer once per step with the same
+    # scales (sparse-plan's probe: half a million QuantizeMultiplier calls on MobileNetV2, issue 14).
+    pairs = [quantize_multiplier(s_in * s / s_out) for s in scales]
     return (np.array([p[0] for p in pairs], dtype=np.int64), np.array([p[1] for p in pairs], dtype=np.int64))
 
 

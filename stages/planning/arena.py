@@ -482,14 +482,13 @@ def _place(buffers: list[Buffer], align: int, search: int = 0, lower: int = 0) -
     """Greedy best-fit under several orders, keeping the smallest arena; then, with `search` > 0, up to that many
     rounds of local search: the buffer that ends highest moves a little earlier in the placing order (a few
     milliseconds a round for MobileNetV2's ~170 buffers), until the arena reaches the (aligned) lower bound or 60
-    rounds bring nothing. Deterministic."""
-    def arena() -> int:
-        return max((b.offset + _aligned(b.size, align) for b in buffers), default=0)
+    rounds bring nothing. Deterministic. A round re-places only from the first position its order changed
+    (`_Placer`): the buffers before it land where they did (issue 14: placement was most of `auto`'s exact peaks)."""
+    placer = _Placer(buffers, align)
 
     def place(order: list[Buffer]) -> int:
-        rank = {id(b): k for k, b in enumerate(order)}
-        _place_in_order(buffers, align, lambda b: rank[id(b)])
-        return arena()
+        placer.place(order)
+        return placer.arena()
 
     best: tuple[int, list[Buffer]] | None = None
     for key in _PLACE_ORDERS:
@@ -505,7 +504,7 @@ def _place(buffers: list[Buffer], align: int, search: int = 0, lower: int = 0) -
     for it in range(search):
         if best_arena <= target or stale >= 60:
             break
-        top = max(buffers, key=lambda b: (b.offset + _aligned(b.size, align), b.name))
+        top = placer.top()
         k = order.index(top)
         if k == 0:
             break
@@ -516,6 +515,7 @@ def _place(buffers: list[Buffer], align: int, search: int = 0, lower: int = 0) -
         else:
             stale += 1
     place(best_order)
+    placer.write_offsets()
 
 
 def _live_by_role(buffers: list[Buffer], n: int) -> list[dict[str, int]]:
@@ -531,47 +531,91 @@ def _live_by_role(buffers: list[Buffer], n: int) -> list[dict[str, int]]:
 
 def _place_in_order(buffers: list[Buffer], align: int, key) -> None:
     """Greedy best-fit: each buffer in `key` order goes into the smallest gap between the already placed buffers
-    whose lifetimes overlap its own (the first such gap by offset on ties), else on top.
+    whose lifetimes overlap its own (the first such gap by offset on ties), else on top (`_Placer`)."""
+    placer = _Placer(buffers, align)
+    placer.place(sorted(buffers, key=key))
+    placer.write_offsets()
+
+
+class _Placer:
+    """`_place_in_order`'s greedy best fit over a fixed set of buffers, for one placing order after another.
 
     Vectorised over the placed buffers (numpy), so a placement is a few array passes per buffer rather than a
-    Python loop over every placed one; the offsets are those of the plain loop (same order, same tie rules)."""
-    order = sorted(buffers, key=key)
-    m = len(order)
-    start = np.fromiter((b.start for b in order), np.int64, m)
-    end = np.fromiter((b.end for b in order), np.int64, m)
-    need = np.fromiter((_aligned(b.size, align) for b in order), np.int64, m)
-    lo = np.zeros(m, np.int64)
-    placed = np.zeros(m, bool)
-    rank = {id(b): k for k, b in enumerate(order)}
-    followers: dict[int, list[int]] = {}
-    for k, b in enumerate(order):
-        if b.follows is not None:
-            followers.setdefault(rank[id(b.follows)], []).append(k)
-    for k in range(m):
-        if order[k].follows is not None:
-            continue  # placed with the buffer it follows
-        if k in followers:
-            off = _place_group(start, end, need, lo, placed, [k] + followers[k])
-            for j in [k] + followers[k]:
-                lo[j], placed[j] = off, True
-            continue
-        ov = np.flatnonzero(placed & (start <= end[k]) & (start[k] <= end))   # placed, overlapping in time
-        if len(ov):
-            plo, phi = lo[ov], lo[ov] + need[ov]
-            srt = np.lexsort((phi, plo))           # by (offset, end offset), as sorted() on the pairs
-            plo, phi = plo[srt], phi[srt]
-            reach = np.maximum.accumulate(phi)     # the cursor after each busy block
-            cursor = np.concatenate(([0], reach[:-1]))
-            gap = plo - cursor
-            fits = np.flatnonzero(gap >= need[k])
-            if len(fits):
-                j = fits[np.argmin(gap[fits])]     # argmin: the first of equal smallest gaps
-                lo[k] = cursor[j]
+    Python loop over every placed one; the offsets are those of the plain loop (same order, same tie rules). What
+    step k places depends only on the first k + 1 buffers of the order (a buffer that follows another is placed
+    with it, at its step), so a new order that shares the previous one's first p buffers keeps their offsets and
+    places from step p on: the same offsets as placing it from scratch."""
+
+    def __init__(self, buffers: list[Buffer], align: int):
+        self.buffers = buffers
+        m = len(buffers)
+        self.index = {id(b): i for i, b in enumerate(buffers)}
+        self.start = np.fromiter((b.start for b in buffers), np.int64, m)
+        self.end = np.fromiter((b.end for b in buffers), np.int64, m)
+        self.need = np.fromiter((_aligned(b.size, align) for b in buffers), np.int64, m)
+        self.lo = np.zeros(m, np.int64)
+        self.step = np.full(m, m, np.int64)      # the step that placed each buffer in the last order (m: none)
+        self.seq: list[int] = []                 # the last order, as indices into `buffers`
+        self.followers: dict[int, list[int]] = {}
+        for i, b in enumerate(buffers):
+            if b.follows is not None:
+                self.followers.setdefault(self.index[id(b.follows)], []).append(i)
+
+    def place(self, order: list[Buffer]) -> None:
+        seq = [self.index[id(b)] for b in order]
+        p = 0
+        for a, b in zip(seq, self.seq):
+            if a != b:
+                break
+            p += 1
+        start, end, need, lo, step = self.start, self.end, self.need, self.lo, self.step
+        placed = step < p
+        step[~placed] = len(seq)
+        lo[~placed] = 0         # as a fresh placement leaves a buffer it never reaches
+        pos = {i: k for k, i in enumerate(seq)}
+        for k in range(p, len(seq)):
+            i = seq[k]
+            b = self.buffers[i]
+            if b.follows is not None:
+                continue  # placed with the buffer it follows
+            group = self.followers.get(i)
+            if group is not None:
+                members = [i] + sorted(group, key=pos.__getitem__)
+                off = _place_group(start, end, need, lo, placed, members)
+                for j in members:
+                    lo[j], placed[j], step[j] = off, True, k
+                continue
+            ov = np.flatnonzero(placed & (start <= end[i]) & (start[i] <= end))   # placed, overlapping in time
+            if len(ov):
+                plo, phi = lo[ov], lo[ov] + need[ov]
+                srt = np.lexsort((phi, plo))           # by (offset, end offset), as sorted() on the pairs
+                plo, phi = plo[srt], phi[srt]
+                reach = np.maximum.accumulate(phi)     # the cursor after each busy block
+                cursor = np.concatenate(([0], reach[:-1]))
+                gap = plo - cursor
+                fits = np.flatnonzero(gap >= need[i])
+                if len(fits):
+                    j = fits[np.argmin(gap[fits])]     # argmin: the first of equal smallest gaps
+                    lo[i] = cursor[j]
+                else:
+                    lo[i] = reach[-1]
             else:
-                lo[k] = reach[-1]
-        placed[k] = True
-    for b, off in zip(order, lo.tolist()):
-        b.offset = int(off)
+                lo[i] = 0
+            placed[i], step[i] = True, k
+        self.seq = seq
+
+    def arena(self) -> int:
+        return int((self.lo + self.need).max()) if len(self.buffers) else 0
+
+    def top(self) -> Buffer:
+        """The buffer that ends highest (the last by name on ties), as max(buffers, key=(end offset, name))."""
+        ends = self.lo + self.need
+        highest = np.flatnonzero(ends == ends.max())
+        return max((self.buffers[int(i)] for i in highest), key=lambda b: b.name)
+
+    def write_offsets(self) -> None:
+        for b, off in zip(self.buffers, self.lo.tolist()):
+            b.offset = int(off)
 
 
 def _place_group(start, end, need, lo, placed, members: list[int]) -> int:
