@@ -1,0 +1,39 @@
+"""The budget refusal names what holds the smallest plan's peak and why it is whole (stages/planning/peak_why.py).
+
+The outside reference is the memory plan itself: the buffers named are the largest ones live at the step where the
+reorder planner's arena peaks, with the sizes the planner gave them."""
+
+from __future__ import annotations
+
+from test_statics import HEADS, detector
+from tinytrain.stages import sparse_plan as SP
+from tinytrain.stages.planning import peak_why
+from tinytrain.stages.planning.memory_model import MemoryModel, MemorySettings
+from tinytrain.stages.planning.plan_exact import ExactPeaks, training_graph
+from tinytrain.stages.planning.train_plan import PlanError, TrainPlan
+from tinytrain.stages.reorder import plan_schedules
+
+
+def test_the_largest_buffers_at_the_peak_are_named_with_their_reason():
+    g = detector(4000)
+    s = MemorySettings(loss="mse", heads=tuple(HEADS["mse"]))
+    tg = training_graph(g, TrainPlan.bias_only(g, 1), s)
+    _, mp, _, _ = plan_schedules(tg, True)
+    held = peak_why.explain(tg, mp)
+    step = peak_why.peak_step(mp)
+    live = sorted((b.size for b in mp.buffers if b.start <= step <= b.end), reverse=True)
+    assert [h["bytes"] for h in held] == live[:3]
+    assert sum(b.size for b in mp.buffers if b.start <= step <= b.end) <= mp.arena
+    why = {h["tensor"]: h["why"] for h in held}
+    assert why["train/target"] == "the loss target, read whole by the loss"
+    assert why["boxes/b"] == "trained state (bias)"
+
+
+def test_refusal_carries_the_explanation():
+    g = detector(4000)
+    s = MemorySettings(loss="mse", heads=tuple(HEADS["mse"]))
+    e = SP._what_holds_the_peak(PlanError("budget 1.0 KB is too small", hint="h"), g, MemoryModel(g, s), 1,
+                                ExactPeaks(g, s))
+    assert e.message.startswith("budget 1.0 KB is too small; at its peak the arena holds ")
+    assert "train/target [1, 4000] float32 15.6 KB (the loss target, read whole by the loss)" in e.message
+    assert e.hint == "h"
