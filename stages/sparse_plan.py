@@ -287,7 +287,12 @@ def run(ctx: StageContext) -> StageResult:
             # autodiff cannot build this model's training graph (it will say so in its own stage): plan on the
             # analytic model alone rather than hide the plan.
             exact_error = str(e)
-            smallest_plan_check(mm, capacity, depth, graph=graph, outside=outside)
+            try:
+                smallest_plan_check(mm, capacity, depth, graph=graph, outside=outside)
+            except PlanError as pe:
+                # what keeps the exact measure (and training) from this model is the missing piece: say it
+                raise PlanError(f"{pe.message}; autodiff cannot build its training step: {exact_error}",
+                                hint=pe.hint) from None
         ctx.progress("contribution analysis", 0.0)
         use_exact = budget is not None and exact_error is None
         table, result, analysis, counts = auto_search(ctx, graph, mm, upd, capacity, arena_budget, exact,

@@ -37,3 +37,22 @@ def test_refusal_carries_the_explanation():
     assert e.message.startswith("budget 1.0 KB is too small; at its peak the arena holds ")
     assert "train/target [1, 4000] float32 15.6 KB (the loss target, read whole by the loss)" in e.message
     assert e.hint == "h"
+
+
+def test_sparse_plan_refusal_names_the_peak_or_what_autodiff_lacks(tmp_path, monkeypatch):
+    import pytest
+    from test_sparse_plan import graph_of, make_ctx
+    from tinytrain.stages.planning import plan_exact
+
+    g = graph_of("digits_cnn_int8")
+    with pytest.raises(PlanError) as e:
+        SP.run(make_ctx(tmp_path / "a", g, {"scheme": "auto", "budget_kb": 0.25}))
+    assert "too small for the smallest plan" in e.value.message and "; at its peak the arena holds " in e.value.message
+
+    def unavailable(self, plan):
+        raise plan_exact.ExactUnavailable("no backward for op FOO at operator index 7")
+    monkeypatch.setattr(plan_exact.ExactPeaks, "__call__", unavailable)
+    with pytest.raises(PlanError) as e:
+        SP.run(make_ctx(tmp_path / "b", g, {"scheme": "auto", "budget_kb": 0.25}))
+    assert e.value.message.endswith("; autodiff cannot build its training step: no backward for op FOO at operator "
+                                    "index 7")
