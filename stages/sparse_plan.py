@@ -241,8 +241,11 @@ def _what_holds_the_peak(e: PlanError, graph: Graph, mm: MemoryModel, depth: int
     from tinytrain.stages.planning.plan_exact import training_graph
     from tinytrain.stages.reorder import plan_schedules
 
+    cands = smallest_plans(mm, depth, exact)
+    if not cands:
+        return e
     try:
-        _, k, w = smallest_plans(mm, depth, exact)[0]
+        _, k, w = cands[0]
         tg = training_graph(graph, plan_of(mm, k, w), exact.settings, exact.qas)
         _, mp, _, _ = plan_schedules(tg, exact.settings.reorder)
         held = peak_why.explain(tg, mp)

@@ -26,6 +26,7 @@ from typing import Any
 from tinytrain.stages import ops
 from tinytrain.stages.model.ir import Graph
 from tinytrain.stages.planning.memory_model import kb, short_name
+from tinytrain.stages.planning.streams import row_op_ok
 
 
 STREAMABLE = set(ops.ROW_OPS) | set(ops.POOL_ROW_OPS) | set(ops.LOCAL_ROW_OPS)   # streams.row_kind's ops
@@ -84,18 +85,33 @@ def _why(tg: Graph, name: str, role: str, n_fwd: int, producer: dict[str, int], 
         first = min(i for i in rd if i >= n_fwd)
         return f"read by the backward ({tg.ops[first].type}): a trained layer needs it whole"
     p = producer.get(name)
-    if p is not None and tg.ops[p].type not in STREAMABLE:
-        return f"made by {tg.ops[p].type}, which row streaming does not handle"
-    bad = sorted({tg.ops[i].type for i in rd if tg.ops[i].type not in STREAMABLE})
+    trained = tg.meta.get("train", {}).get("trained", {})
+    if p is not None and not row_op_ok(tg, tg.ops[p], trained):
+        return f"made by {_op_words(tg, p)}, which a row stream cannot run ({_rows_rule(tg.ops[p])})"
+    bad = [i for i in rd if not row_op_ok(tg, tg.ops[i], trained)]
     if bad:
-        return f"read by {', '.join(bad)}, which row streaming does not handle"
+        return f"read by {_op_words(tg, bad[0])}, which a row stream cannot run ({_rows_rule(tg.ops[bad[0]])})"
     fwd = [i for i in rd if i < n_fwd]
     if p is not None and fwd and max(fwd) > p + 1:
         far = max(fwd)
-        return (f"read again {far - p} ops later by {tg.ops[far].type} ({short_name(tg.ops[far].outputs[0])}): a "
-                "skip branch; row streams keep the tensors they make inside the group, so a tensor read that far "
-                "on stays whole (streaming a branch region is not implemented)")
+        return (f"read again {far - p} ops later by {_op_words(tg, far)}: a skip branch; row streams keep the "
+                "tensors they make inside the group, so a tensor read that far on stays whole (streaming a branch "
+                "region is not implemented)")
     return "not in any row stream (the planner's cut points did not lower the peak with it inside one)"
+
+
+def _op_words(tg: Graph, i: int) -> str:
+    return f"{tg.ops[i].type} ({short_name(tg.ops[i].outputs[0])})"
+
+
+def _rows_rule(op) -> str:
+    if op.type not in STREAMABLE:
+        return "no row form for this op"
+    if op.type == "pad":
+        return "only padding of W and C streams"
+    if op.type in ops.POOL_ROW_OPS:
+        return "pooling that pads"
+    return "N=1 NHWC with frozen constant weights only"
 
 
 def describe(items: list[dict[str, Any]]) -> str:
