@@ -14,7 +14,10 @@ Schemes (`train.update.scheme`)
 Modules: this one (config, budget, fixed schemes, the stage), auto_plan.py (auto), plan_exact.py (the exact peak),
 plan_report.py (plan.txt, the summary line, the search trace's text).
 Budget: `train.update.budget_kb` (KB = 1024 bytes), else the board's SRAM minus the runtime's own needs
-(stages/device/boards.py). Memory is reported two ways: the analytic estimate (plan_memory.py, what the search prices
+(stages/device/boards.py); the arena gets the budget less the model-sized buffers the firmware keeps outside it
+(planning/statics.py: a float target row, loss heads' evaluation copies; `outside_arena` in plan.json), so that a
+plan that fits also links. A refusal names what holds the smallest plan's peak and why (planning/peak_why.py).
+Memory is reported two ways: the analytic estimate (plan_memory.py, what the search prices
 options with) and the exact peak of the chosen plan — autodiff's training graph for the build's loss, optimizer,
 batch size and QAS settings, planned by the reorder stage's own planner (with train.reorder.enabled), i.e. the
 number the reorder stage will print. `fits` is decided on the exact peak. Fixed schemes are checked against the
