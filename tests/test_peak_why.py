@@ -56,3 +56,20 @@ def test_sparse_plan_refusal_names_the_peak_or_what_autodiff_lacks(tmp_path, mon
         SP.run(make_ctx(tmp_path / "b", g, {"scheme": "auto", "budget_kb": 0.25}))
     assert e.value.message.endswith("; autodiff cannot build its training step: no backward for op FOO at operator "
                                     "index 7")
+
+
+def test_row_stream_rules_name_the_op_that_breaks_them():
+    """dwsep (tests/fixtures): an asymmetric spatial PAD in the frozen prefix cannot run in a row stream, and the
+    tensor it reads is whole because of it; a stream's own window is said to be one."""
+    from test_sparse_plan import graph_of
+
+    g = graph_of("dwsep_int8")
+    tg = training_graph(g, TrainPlan.bias_only(g, 1), MemorySettings())
+    _, mp, _, _ = plan_schedules(tg, True)
+    pad = next(op for op in tg.ops if op.type == "pad")
+    assert peak_why.why_whole(tg, mp, pad.outputs[0]) == \
+        "made by pad (" + pad.outputs[0].split(";")[0] + "), which a row stream cannot run (only padding of W and C streams)"
+    assert peak_why.why_whole(tg, mp, pad.inputs[0]).startswith("read by pad (")
+    for st in mp.streams:
+        for t in st.chunked:
+            assert peak_why.why_whole(tg, mp, t) == "a row stream's window already"

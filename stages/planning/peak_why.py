@@ -43,6 +43,18 @@ def peak_step(memplan) -> int:
 def explain(tg: Graph, memplan, top: int = 3) -> list[dict[str, Any]]:
     step = peak_step(memplan)
     live = sorted((b for b in memplan.buffers if b.start <= step <= b.end), key=lambda b: -b.size)
+    out = []
+    for b in live[:top]:
+        name = (b.tensors or [b.name])[0]
+        t = tg.tensors.get(name)
+        out.append({"tensor": short_name(name), "shape": list(t.shape) if t is not None else None,
+                    "dtype": t.dtype if t is not None else None, "bytes": int(b.size), "role": b.role,
+                    "why": why_whole(tg, memplan, name, b.role)})
+    return out
+
+
+def why_whole(tg: Graph, memplan, name: str, role: str = "activation") -> str:
+    """Why tensor `name` of the training graph occupies its whole size in `memplan`."""
     meta = tg.meta.get("train", {})
     n_fwd = int(meta.get("phases", {}).get("forward", len(tg.ops)))
     producer = {t: i for i, op in enumerate(tg.ops) for t in op.outputs}
@@ -53,15 +65,7 @@ def explain(tg: Graph, memplan, top: int = 3) -> list[dict[str, Any]]:
                 readers.setdefault(t, []).append(i)
     streamed = {t for st in memplan.streams for t in st.chunked}
     heads = {h["tensor"] for h in meta.get("heads") or []} | {meta.get("prediction")}
-    out = []
-    for b in live[:top]:
-        name = (b.tensors or [b.name])[0]
-        t = tg.tensors.get(name)
-        out.append({"tensor": short_name(name), "shape": list(t.shape) if t is not None else None,
-                    "dtype": t.dtype if t is not None else None, "bytes": int(b.size), "role": b.role,
-                    "why": _why(tg, name, b.role, n_fwd, producer, readers, streamed, heads,
-                                meta.get("label_input"))})
-    return out
+    return _why(tg, name, role, n_fwd, producer, readers, streamed, heads, meta.get("label_input"))
 
 
 def _why(tg: Graph, name: str, role: str, n_fwd: int, producer: dict[str, int], readers: dict[str, list[int]],
