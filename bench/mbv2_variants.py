@@ -4,8 +4,8 @@ default board: does each fit the budget and train in QEMU? (issue 10, "Done when
     python bench/mbv2_variants.py                 # the four zoo variants; writes bench/mbv2_variants.md
     python bench/mbv2_variants.py --only 96       # variants whose zoo name contains this text
 
-`--model FILE` builds other MobileNetV2 files instead (e.g. a converter's own float or 96 export; a file name with
-`_96_` or `-96` gets the 96x96 data). The zoo variants are zoo models (stages/model/zoo.py): zoo:mbv2-w0.35-128 is the converter-made int8 file; -96, -128-float
+`--model FILE` builds other MobileNetV2 files instead (e.g. a converter's own float or 96 export: bench/
+make_mbv2_converter.py makes them with TensorFlow; a file name with `_96_` or `-96` gets the 96x96 data). The zoo variants are zoo models (stages/model/zoo.py): zoo:mbv2-w0.35-128 is the converter-made int8 file; -96, -128-float
 and -96-float are made from it at first use (stages/model/zoo_derive.py). Each is built with bench/mbv2_auto.yaml's
 settings (stm32f746-disco, auto, SGD, 2 epochs on 20 samples, 50 test samples) on bench/make_mbv2_data.py's shifted
 synthetic task; the 96 variants get the same images resized to 96x96 (nearest neighbour). A float model goes through
@@ -46,7 +46,7 @@ def data_for(size: int, tmp: Path) -> Path:
 
 
 def build(variant: str, tmp: Path, timeout: float) -> dict:
-    """variant: a zoo name, or the path of a converter-made file (tests/make_zoo.py --variants)."""
+    """variant: a zoo name, or the path of a converter-made file (bench/make_mbv2_converter.py)."""
     size = 96 if ("-96" in variant or "_96_" in variant) else 128
     ref = variant if variant.endswith(".tflite") else f"zoo:{variant}"
     spec = (HERE / "mbv2_auto.yaml").read_text()

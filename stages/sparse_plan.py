@@ -14,7 +14,10 @@ Schemes (`train.update.scheme`)
 Modules: this one (config, budget, fixed schemes, the stage), auto_plan.py (auto), plan_exact.py (the exact peak),
 plan_report.py (plan.txt, the summary line, the search trace's text).
 Budget: `train.update.budget_kb` (KB = 1024 bytes), else the board's SRAM minus the runtime's own needs
-(stages/device/boards.py). Memory is reported two ways: the analytic estimate (plan_memory.py, what the search prices
+(stages/device/boards.py); the arena gets the budget less the model-sized buffers the firmware keeps outside it
+(planning/statics.py: a float target row, loss heads' evaluation copies; `outside_arena` in plan.json), so that a
+plan that fits also links. A refusal names what holds the smallest plan's peak and why (planning/peak_why.py).
+Memory is reported two ways: the analytic estimate (plan_memory.py, what the search prices
 options with) and the exact peak of the chosen plan — autodiff's training graph for the build's loss, optimizer,
 batch size and QAS settings, planned by the reorder stage's own planner (with train.reorder.enabled), i.e. the
 number the reorder stage will print. `fits` is decided on the exact peak. Fixed schemes are checked against the
@@ -56,6 +59,7 @@ from typing import Any
 from tinytrain.pipeline.contract import StageContext, StageResult
 from tinytrain.stages.planning import contribution as contrib
 from tinytrain.stages.planning import contribution_text
+from tinytrain.stages.planning import statics
 from tinytrain.stages.quant import update_check
 from tinytrain.stages.planning.auto_plan import (
     MAX_ROUNDS,
@@ -63,11 +67,13 @@ from tinytrain.stages.planning.auto_plan import (
     auto_search,
     build_problem,
     plan_auto,
+    plan_of,
     restrict_to_trained,
     smallest_plan_check,
     smallest_plans,
     verified_auto,
 )
+from tinytrain.pipeline.errors import UserError
 from tinytrain.stages.model.ir import Graph
 from tinytrain.stages.train.losses import loss_config
 from tinytrain.stages.planning.plan_exact import ExactPeaks, ExactUnavailable, exact_peak  # noqa: F401
@@ -223,6 +229,34 @@ def fixed_plan(mm: MemoryModel, graph: Graph, upd) -> TrainPlan:
     raise PlanError(f"unknown scheme {upd.scheme!r}")
 
 
+def _outside_arena(graph: Graph, settings: MemorySettings, qas: bool) -> list[dict[str, Any]]:
+    """statics.for_model, or [] when autodiff cannot build the training graph (its own stage says why)."""
+    try:
+        return statics.for_model(graph, settings, qas)
+    except (UserError, NotImplementedError):
+        return []
+
+
+def _what_holds_the_peak(e: PlanError, graph: Graph, mm: MemoryModel, depth: int, exact: ExactPeaks) -> PlanError:
+    """The budget refusal, with the largest buffers at the smallest plan's peak and why each is whole there
+    (planning/peak_why.py): what is missing for the model to fit, not only how much."""
+    from tinytrain.stages.planning import peak_why
+    from tinytrain.stages.planning.plan_exact import training_graph
+    from tinytrain.stages.reorder import plan_schedules
+
+    cands = smallest_plans(mm, depth, exact)
+    if not cands:
+        return e
+    try:
+        _, k, w = cands[0]
+        tg = training_graph(graph, plan_of(mm, k, w), exact.settings, exact.qas)
+        _, mp, _, _ = plan_schedules(tg, exact.settings.reorder)
+        held = peak_why.explain(tg, mp)
+    except (UserError, NotImplementedError):
+        return e
+    return PlanError(f"{e.message}; at its peak the arena holds {peak_why.describe(held)}", hint=e.hint)
+
+
 # ---- stage -------------------------------------------------------------------------------------------
 
 def run(ctx: StageContext) -> StageResult:
@@ -239,28 +273,42 @@ def run(ctx: StageContext) -> StageResult:
     exact_error = None
     out = Path(ctx.out_dir)
     doc: dict[str, Any] = {"scheme": upd.scheme, "budget_bytes": budget, "budget_source": budget_src}
+    # The budget holds the arena and the model-sized buffers codegen keeps outside it (planning/statics.py): the
+    # arena gets what they leave, so that a plan that fits here also links.
+    outside = _outside_arena(graph, mm.s, qas_enabled(cfg)) if budget is not None else []
+    doc["outside_arena"] = outside
+    arena_budget = None if budget is None else budget - statics.total(outside)
     if upd.scheme == "auto":
         # host has no memory limit: auto then picks the plan with the largest predicted gain.
-        capacity = budget if budget is not None else NO_LIMIT
+        capacity = arena_budget if arena_budget is not None else NO_LIMIT
         restrict_to_trained(mm, graph, cfg)
         # Before measuring anything: a budget below the smallest plan fails at once (by the exact measure).
         depth = len(mm.layers) if upd.analysis.max_layers is None else min(upd.analysis.max_layers, len(mm.layers))
         try:
-            smallest_plan_check(mm, capacity, depth, exact, graph)
+            try:
+                smallest_plan_check(mm, capacity, depth, exact, graph, outside)
+            except PlanError as e:
+                raise _what_holds_the_peak(e, graph, mm, depth, exact) from None
         except ExactUnavailable as e:
             # autodiff cannot build this model's training graph (it will say so in its own stage): plan on the
             # analytic model alone rather than hide the plan.
             exact_error = str(e)
-            smallest_plan_check(mm, capacity, depth, graph=graph)
+            try:
+                smallest_plan_check(mm, capacity, depth, graph=graph, outside=outside)
+            except PlanError as pe:
+                # what keeps the exact measure (and training) from this model is the missing piece: say it
+                raise PlanError(f"{pe.message}; autodiff cannot build its training step: {exact_error}",
+                                hint=pe.hint) from None
         ctx.progress("contribution analysis", 0.0)
         use_exact = budget is not None and exact_error is None
-        table, result, analysis, counts = auto_search(ctx, graph, mm, upd, capacity, budget, exact, use_exact)
+        table, result, analysis, counts = auto_search(ctx, graph, mm, upd, capacity, arena_budget, exact,
+                                                      use_exact)
         plan, predicted, res, positions, verification = result
         ctx.progress("search", 0.9)
         doc["predicted"] = predicted
         doc["analysis"] = analysis
         contrib.write_table(out / "contributions.json", table)
-        _write_json(out / "search_trace.json", {**trace_doc(res, positions, mm, budget, verification,
+        _write_json(out / "search_trace.json", {**trace_doc(res, positions, mm, arena_budget, verification,
                                                             metric=doc["predicted"].get("metric")),
                                                 "analysis": analysis})
     else:
@@ -270,7 +318,7 @@ def run(ctx: StageContext) -> StageResult:
     # Int8 updates below half a step vanish under nearest rounding, and weights pinned at ±127 cannot move: probe,
     # and pick the head-room and the update rule that carry them (issue 17). Before the memory report: the chosen
     # rule (a master copy, a PRNG state) is what autodiff builds, so it is what the exact peak measures.
-    doc["updates"] = update_check.check(graph, plan, cfg, mm.s, upd.analysis, budget, exact_peak)
+    doc["updates"] = update_check.check(graph, plan, cfg, mm.s, upd.analysis, arena_budget, exact_peak)
     chosen = (doc["updates"] or {}).get("qas")
     settings = mm.s
     if chosen and chosen != doc["updates"]["requested"]:
@@ -288,7 +336,7 @@ def run(ctx: StageContext) -> StageResult:
     doc["exact"] = ex if ex is not None else {"peak_bytes": None, "error": exact_error}
     # The exact peak decides; the estimate only when autodiff cannot build the graph (its stage will fail anyway).
     peak = ex["peak_bytes"] if ex is not None else est["total"]
-    doc["fits"] = None if budget is None else bool(peak <= budget)
+    doc["fits"] = None if budget is None else bool(peak <= arena_budget)
     doc["fits_by"] = "exact" if ex is not None else "estimate"
     doc["estimate_over_exact"] = round(est["total"] / ex["peak_bytes"], 4) if ex and ex["peak_bytes"] else None
     doc["memory_settings"] = settings.to_json()

@@ -354,30 +354,27 @@ def model_api(p: ApiParts, paint: int) -> str:
         pred_fn = ""
     elif p.regression:
         set_target = f"    memcpy({p.label_expr}, target, TT_NUM_TARGETS * sizeof(float));\n"
-        pred = ("    const float *y = tt_pred_f32();\n")
-        eval_acc = """    {
+        pred = ""
+        # The prediction is read element by element (an int8 head dequantized as tt_dequantize_s8_f32 does, bit for
+        # bit): no output-sized float copy outside the arena (planning/statics.py counts what is left).
+        if p.output_dtype == "int8":
+            s, z = p.output_q
+            y_k = f"(float)((double){_flit(s)} * (double)((int32_t){p.output_expr}[k] - {z}))"
+        else:
+            y_k = f"{p.output_expr}[k]"
+        eval_acc = f"""    {{
         const float *t = (const float *)target;
         float acc = 0.0f;
         uint32_t k;
-        for (k = 0; k < TT_NUM_TARGETS; ++k) {
-            const float d = y[k] - t[k];
+        for (k = 0; k < TT_NUM_TARGETS; ++k) {{
+            const float d = {y_k} - t[k];
             acc += d * d;
-        }
+        }}
         tt_eval_sum += acc / (float)TT_NUM_TARGETS;
-    }
+    }}
 """
         eval_end = "    result->mse = tt_eval_count ? tt_eval_sum / (float)tt_eval_count : 0.0f;\n"
-        if p.output_dtype == "int8":
-            s, z = p.output_q
-            pred_fn = f"""static const float *tt_pred_f32(void)
-{{
-    static float pred[TT_NUM_TARGETS]; /* the dequantized head: what the loss reads */
-    tt_dequantize_s8_f32(TT_NUM_TARGETS, {_flit(s)}, {z}, {p.output_expr}, pred);
-    return pred;
-}}
-"""
-        else:
-            pred_fn = f"static const float *tt_pred_f32(void)\n{{\n    return {p.output_expr};\n}}\n"
+        pred_fn = ""
     else:
         set_target = f"""    {{
         int32_t label;

@@ -127,12 +127,15 @@ static int tt_file_read(void *ctx, uint32_t offset, void *data, uint32_t len)
     return (tt_seek(fd, offset) == 0 && tt_read(fd, data, len) == (long)len) ? 0 : -1;
 }
 
+#if TT_TASK_REGRESSION
+/* One sample's float targets, shared by evaluation and training (never live at the same time): the only
+   output-sized buffer the driver keeps outside the arena (planning/statics.py counts it). */
+static float tt_target_row[TT_NUM_TARGETS];
+#endif
+
 /* Evaluates test.ttds; `dump` names a file that receives every sample's output bytes, in order (NULL: none). */
 static void tt_evaluate(uint32_t *a, uint32_t *total, const char *dump)
 {
-#if TT_TASK_REGRESSION
-    static float target[TT_NUM_TARGETS];
-#endif
     tt_ttds s;
     tt_eval_result r;
     int32_t label;
@@ -155,9 +158,9 @@ static void tt_evaluate(uint32_t *a, uint32_t *total, const char *dump)
     tt_evaluate_begin();
     for (;;) {
 #if TT_TASK_REGRESSION
-        rc = tt_ttds_next_target(&s, &label, target, tt_input_buffer());
+        rc = tt_ttds_next_target(&s, &label, tt_target_row, tt_input_buffer());
         if (rc == 1) {
-            (void)tt_evaluate_add(tt_input_buffer(), target);
+            (void)tt_evaluate_add(tt_input_buffer(), tt_target_row);
         }
 #else
         rc = tt_ttds_next(&s, &label, tt_input_buffer());
@@ -265,9 +268,6 @@ static void tt_save(void)
 
 int tt_main(void)
 {
-#if TT_TASK_REGRESSION
-    static float target[TT_NUM_TARGETS];
-#endif
     tt_runtime_config cfg;
     tt_run r;
     uint32_t epoch, used, i, per_epoch, step = 0, stop = 0;
@@ -340,11 +340,11 @@ int tt_main(void)
                 uint8_t lb[4];
                 uint32_t bits;
 #if TT_TASK_REGRESSION
-                rc = tt_ttds_next_target(&s, &label, target, tt_input_buffer());
+                rc = tt_ttds_next_target(&s, &label, tt_target_row, tt_input_buffer());
                 if (rc != 1) {
                     tt_fail("train.ttds: read error");
                 }
-                (void)tt_train_sample(tt_input_buffer(), target);
+                (void)tt_train_sample(tt_input_buffer(), tt_target_row);
 #else
                 rc = tt_ttds_next(&s, &label, tt_input_buffer());
                 if (rc != 1) {

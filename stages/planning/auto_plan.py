@@ -96,18 +96,23 @@ def describe_plan(mm: MemoryModel, graph: Graph | None, k: int, weights: dict[in
 
 
 def smallest_plan_check(mm: MemoryModel, budget: int, depth: int, exact: ExactPeaks | None = None,
-                        graph: Graph | None = None) -> None:
+                        graph: Graph | None = None, outside: list[dict[str, Any]] | None = None) -> None:
     """Refuse a budget below the cheapest useful plan (the last layer's bias, or its weights at the smallest ratio
     when it has none, or of the last layers down to the first that can train), by the exact measure when `exact`
-    is given. Needs no measurement, so it runs before any."""
+    is given. Needs no measurement, so it runs before any. `budget` is what the arena gets; `outside` (planning/
+    statics.py) what the firmware keeps beside it, named in the message with the whole need."""
+    from tinytrain.stages.planning import statics
+
     cost, k, w = smallest_plans(mm, depth, exact)[0]
     if budget < cost:
         opt = mm.bias_option(k)
-        need_kb = math.ceil(cost / 1024 * 10) / 10
+        extra = statics.total(outside or [])
+        need_kb = math.ceil((cost + extra) / 1024 * 10) / 10
         measure = "exact peak of its training step" if exact is not None else "estimate"
-        raise PlanError(f"budget {kb(budget)} is too small for the smallest plan, {describe_plan(mm, graph, k, w)}: "
-                        f"it needs {kb(cost)} ({measure}; activations and gradients {kb(opt['transient'])} by the "
-                        f"analytic model)",
+        beside = f" + {statics.describe(outside)}" if extra else ""
+        raise PlanError(f"budget {kb(budget + extra)} is too small for the smallest plan, "
+                        f"{describe_plan(mm, graph, k, w)}: it needs {kb(cost + extra)} ({measure} {kb(cost)}"
+                        f"{beside}; activations and gradients {kb(opt['transient'])} by the analytic model)",
                         hint=f"set train.update.budget_kb to at least {need_kb:g}, or pick a board with more SRAM")
 
 

@@ -18,17 +18,23 @@ def exact_peak(graph: Graph, plan: TrainPlan, settings: MemorySettings, qas: boo
     """The peak the `reorder` stage will report for `plan`: autodiff's training graph with the build's loss,
     optimizer, batch size and QAS settings, planned by reorder's own planner (plan_schedules, with
     train.reorder.enabled). Deterministic, and cheap next to the search (MobileNetV2: well under a second)."""
-    from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
     from tinytrain.stages.reorder import plan_schedules
+    tg = training_graph(graph, plan, settings, qas)
+    chosen, best, plain, _ = plan_schedules(tg, settings.reorder)
+    return {"peak_bytes": int(best.arena), "lower_bound_bytes": int(best.lower_bound),
+            "plain_peak_bytes": int(plain.arena), "schedule": chosen, "reorder": settings.reorder}
+
+
+def training_graph(graph: Graph, plan: TrainPlan, settings: MemorySettings, qas: bool = True) -> Graph:
+    """autodiff's training graph of `plan` with the build's loss, optimizer, batch size and QAS settings."""
+    from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
     tg = build_training_graph(graph, plan, list(settings.heads) or settings.loss,
                               OptimizerSpec(kind=settings.optimizer), settings.batch_size,
                               QASOptions(qas, settings.rounding, settings.master_copy))
     if settings.fp16_mixed:
         from tinytrain.stages.train.fp16_mixed import to_fp16_mixed
         tg = to_fp16_mixed(tg, reorder=settings.reorder)   # the loss-scale policy does not change memory
-    chosen, best, plain, _ = plan_schedules(tg, settings.reorder)
-    return {"peak_bytes": int(best.arena), "lower_bound_bytes": int(best.lower_bound),
-            "plain_peak_bytes": int(plain.arena), "schedule": chosen, "reorder": settings.reorder}
+    return tg
 
 
 class ExactUnavailable(Exception):

@@ -44,7 +44,9 @@ def summary_line(doc: dict[str, Any], mm: MemoryModel) -> str:
     total = doc["memory"]["total"]
     budget = doc["budget_bytes"]
     peak = (doc.get("exact") or {}).get("peak_bytes")
+    outside = sum(int(i["bytes"]) for i in doc.get("outside_arena") or [])
     mem = f"est. {kb(total)}" + (f", exact {kb(peak)}" if peak is not None else "") \
+        + (f" + {kb(outside)} outside the arena" if outside else "") \
         + (f" of {_kb_short(budget)} budget" if budget is not None else ", no budget")
     scheme = doc["scheme"]
     if scheme == "auto":
@@ -92,8 +94,11 @@ def plan_text(doc: dict[str, Any], mm: MemoryModel, table: dict[str, Any] | None
     else:
         lines.append(f"exact peak: not available ({ex.get('error')}); fits is judged on the estimate")
     if doc["budget_bytes"] is not None:
+        from tinytrain.stages.planning import statics
+        beside = (f"; the arena gets what {statics.describe(doc['outside_arena'])} leave"
+                  if doc.get("outside_arena") else "")
         lines.append(f"budget: {kb(doc['budget_bytes'])} — {'fits' if doc['fits'] else 'OVER BUDGET'} "
-                     f"(by the {doc.get('fits_by', 'exact')} peak)")
+                     f"(by the {doc.get('fits_by', 'exact')} peak{beside})")
     if doc["scheme"] == "auto":
         p = doc["predicted"]
         metric = p.get("metric")

@@ -1,0 +1,75 @@
+"""The budget refusal names what holds the smallest plan's peak and why it is whole (stages/planning/peak_why.py).
+
+The outside reference is the memory plan itself: the buffers named are the largest ones live at the step where the
+reorder planner's arena peaks, with the sizes the planner gave them."""
+
+from __future__ import annotations
+
+from test_statics import HEADS, detector
+from tinytrain.stages import sparse_plan as SP
+from tinytrain.stages.planning import peak_why
+from tinytrain.stages.planning.memory_model import MemoryModel, MemorySettings
+from tinytrain.stages.planning.plan_exact import ExactPeaks, training_graph
+from tinytrain.stages.planning.train_plan import PlanError, TrainPlan
+from tinytrain.stages.reorder import plan_schedules
+
+
+def test_the_largest_buffers_at_the_peak_are_named_with_their_reason():
+    g = detector(4000)
+    s = MemorySettings(loss="mse", heads=tuple(HEADS["mse"]))
+    tg = training_graph(g, TrainPlan.bias_only(g, 1), s)
+    _, mp, _, _ = plan_schedules(tg, True)
+    held = peak_why.explain(tg, mp)
+    step = peak_why.peak_step(mp)
+    live = sorted((b.size for b in mp.buffers if b.start <= step <= b.end), reverse=True)
+    assert [h["bytes"] for h in held] == live[:3]
+    assert sum(b.size for b in mp.buffers if b.start <= step <= b.end) <= mp.arena
+    why = {h["tensor"]: h["why"] for h in held}
+    assert why["train/target"] == "the loss target, read whole by the loss"
+    assert why["boxes/b"] == "trained state (bias)"
+
+
+def test_refusal_carries_the_explanation():
+    g = detector(4000)
+    s = MemorySettings(loss="mse", heads=tuple(HEADS["mse"]))
+    e = SP._what_holds_the_peak(PlanError("budget 1.0 KB is too small", hint="h"), g, MemoryModel(g, s), 1,
+                                ExactPeaks(g, s))
+    assert e.message.startswith("budget 1.0 KB is too small; at its peak the arena holds ")
+    assert "train/target [1, 4000] float32 15.6 KB (the loss target, read whole by the loss)" in e.message
+    assert e.hint == "h"
+
+
+def test_sparse_plan_refusal_names_the_peak_or_what_autodiff_lacks(tmp_path, monkeypatch):
+    import pytest
+    from test_sparse_plan import graph_of, make_ctx
+    from tinytrain.stages.planning import plan_exact
+
+    g = graph_of("digits_cnn_int8")
+    with pytest.raises(PlanError) as e:
+        SP.run(make_ctx(tmp_path / "a", g, {"scheme": "auto", "budget_kb": 0.25}))
+    assert "too small for the smallest plan" in e.value.message and "; at its peak the arena holds " in e.value.message
+
+    def unavailable(self, plan):
+        raise plan_exact.ExactUnavailable("no backward for op FOO at operator index 7")
+    monkeypatch.setattr(plan_exact.ExactPeaks, "__call__", unavailable)
+    with pytest.raises(PlanError) as e:
+        SP.run(make_ctx(tmp_path / "b", g, {"scheme": "auto", "budget_kb": 0.25}))
+    assert e.value.message.endswith("; autodiff cannot build its training step: no backward for op FOO at operator "
+                                    "index 7")
+
+
+def test_row_stream_rules_name_the_op_that_breaks_them():
+    """dwsep (tests/fixtures): an asymmetric spatial PAD in the frozen prefix cannot run in a row stream, and the
+    tensor it reads is whole because of it; a stream's own window is said to be one."""
+    from test_sparse_plan import graph_of
+
+    g = graph_of("dwsep_int8")
+    tg = training_graph(g, TrainPlan.bias_only(g, 1), MemorySettings())
+    _, mp, _, _ = plan_schedules(tg, True)
+    pad = next(op for op in tg.ops if op.type == "pad")
+    assert peak_why.why_whole(tg, mp, pad.outputs[0]) == \
+        "made by pad (" + pad.outputs[0].split(";")[0] + "), which a row stream cannot run (only padding of W and C streams)"
+    assert peak_why.why_whole(tg, mp, pad.inputs[0]).startswith("read by pad (")
+    for st in mp.streams:
+        for t in st.chunked:
+            assert peak_why.why_whole(tg, mp, t) == "a row stream's window already"
