@@ -40,6 +40,13 @@ from tinytrain.stages.ops import (
     transpose,
 )
 from tinytrain.stages.ops.base import KINDS, Builtin, OpDef
+# The ops a stage adds or tests by itself (gradient plumbing, conversions, a few per-op rules): consumers spell
+# them through these definitions (ops.GRAD_ACCUMULATE.name), so each op's name is written once, in its module.
+from tinytrain.stages.ops.conv import CONV2D, CONV2D_GRAD_INPUT, TRANSPOSE_CONV
+from tinytrain.stages.ops.quant import DEQUANTIZE, DEQUANTIZE_SLICE, QUANTIZE
+from tinytrain.stages.ops.shape import PAD, STRIDED_SLICE
+from tinytrain.stages.ops.training import (ACT_GRAD, BATCH_ACCUMULATE, BIAS_GRAD, CLAMP_MASK, GRAD_ACCUMULATE,
+                                           INT8_CLAMP_GRAD, MASK_GRAD, STEP_COUNTER)
 
 __all__ = ["Builtin", "OpDef", "KINDS", "REGISTRY", "get", "names", "update_op", "catalogue"]
 
