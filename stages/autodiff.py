@@ -138,6 +138,8 @@ import numpy as np
 
 from tinytrain.pipeline.errors import UnsupportedOpError, UserError
 from tinytrain.stages import ops
+from tinytrain.stages.ops import (BATCH_ACCUMULATE, CLAMP_MASK, DEQUANTIZE, DEQUANTIZE_SLICE, GRAD_ACCUMULATE,
+                                  MASK_GRAD, STEP_COUNTER)
 from tinytrain.stages.model.ir import Graph, Op, Tensor
 # LOSSES is re-exported: plan_memory and others read autodiff.LOSSES.
 from tinytrain.stages.train.losses import LOSSES, emit_losses, heads_from, loss_config, prepare_heads  # noqa: F401
@@ -306,7 +308,7 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
         if len(parts) == 1:
             return parts[0]
         out = b.tensor(f"grad/{t}", g.tensors[t])
-        b.emit("grad_accumulate", parts, [out])
+        b.emit(GRAD_ACCUMULATE.name, parts, [out])
         return out
 
     def share(t: str, i: int) -> str | None:
@@ -353,12 +355,12 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
             final[p] = parts[0]
         else:
             final[p] = b.tensor(f"grad/{p}", g.tensors[parts[0]])
-            b.emit("grad_accumulate", parts, [final[p]])
+            b.emit(GRAD_ACCUMULATE.name, parts, [final[p]])
 
     if batch_size > 1:
         for p, gname in final.items():
             acc = b.tensor(f"acc/{p}", g.tensors[gname], data=np.zeros(g.tensors[gname].shape, np.float32))
-            b.emit("batch_accumulate", [acc, gname], [acc])
+            b.emit(BATCH_ACCUMULATE.name, [acc, gname], [acc])
             final[p] = acc
     sample_ops = len(b.ops)
 
@@ -369,7 +371,7 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
     step = None
     if kind == "adam":
         step = b.tensor("opt/step", [], role="optimizer_state", dtype="int32", data=np.zeros((), np.int32))
-        b.emit("step_counter", [step], [step])
+        b.emit(STEP_COUNTER.name, [step], [step])
     state: list[str] = []
     masters: dict[str, str] = {}
     prngs: dict[str, str] = {}
@@ -463,10 +465,10 @@ def _use_masks(b: _Builder, n_fwd: int) -> int:
         lo, hi = bounds.pop()
         n = int(np.prod(g.tensors[y].shape, dtype=np.int64))
         mask = b.tensor(f"mask/{y}", [(n + 7) // 8], role="activation", dtype="uint8")
-        after.setdefault(producer[y], []).append(Op("clamp_mask", [y], [mask], {"lo": lo, "hi": hi}))
+        after.setdefault(producer[y], []).append(Op(CLAMP_MASK.name, [y], [mask], {"lo": lo, "hi": hi}))
         for j in js:
             old = ops[j]
-            ops[j] = Op("mask_grad", [old.inputs[0], mask], list(old.outputs), {}, source_index=old.source_index)
+            ops[j] = Op(MASK_GRAD.name, [old.inputs[0], mask], list(old.outputs), {}, source_index=old.source_index)
     if not after:
         return 0
     new: list[Op] = []
@@ -522,7 +524,7 @@ class _Dequantizer:
         key = (name,)
         if key not in self.done:
             out = self.b.tensor(f"deq/{name}", self.b.g.tensors[name], role="activation")
-            self.b.emit("dequantize", [name], [out])
+            self.b.emit(DEQUANTIZE.name, [name], [out])
             self.done[key] = out
         return self.done[key]
 
@@ -534,7 +536,7 @@ class _Dequantizer:
             attrs = {"channels": int(k)}
             if depth is not None:
                 attrs["depth"] = int(depth)
-            self.b.emit("dequantize_slice", [name], [out], **attrs)
+            self.b.emit(DEQUANTIZE_SLICE.name, [name], [out], **attrs)
             self.done[key] = out
         return self.done[key]
 

@@ -80,6 +80,7 @@ from tinytrain.stages.model.ir import Graph
 from tinytrain.stages.planning.arena import ALIGN, CHANNEL_SCRATCH_OPS, depth_multiplier
 from tinytrain.stages.ops import CONVERSION_OPS, FIRST_INPUT_ONLY, IN_PLACE_OPS, LOSS_DROPS, REGISTRY, TRAINABLE_OPS
 from tinytrain.stages.ops.backward import mask_bounds, output_mask, slice_shape
+from tinytrain.stages.ops import CLAMP_MASK, CONV2D, DEQUANTIZE, GRAD_ACCUMULATE, MASK_GRAD
 from tinytrain.stages.quant.qas import STATE_COUNT
 from tinytrain.stages.planning.streams import MAX_ROW_OPS, row_geometry, row_op_ok, window_rows
 from tinytrain.stages.planning.train_plan import RATIOS, TrainPlan, _has_bias, _in_channels
@@ -349,7 +350,7 @@ class MemoryModel:
         if g.tensors[head].dtype == "int8":
             head_in = f"deq/{head}"
             sizes[head_in] = self._bytes(head, fp32=True)
-            steps.append(("dequantize", [head], [head_in]))
+            steps.append((DEQUANTIZE.name, [head], [head_in]))
         lab = "train/labels" if s.loss == "cross_entropy" else "train/target"
         sizes[lab] = 4 if s.loss == "cross_entropy" else self._bytes(head, fp32=True)
         inputs.append(lab)
@@ -407,7 +408,7 @@ class MemoryModel:
                 return parts[0] if parts else None
             dy = f"grad/{y}"
             sizes[dy] = self._bytes(y, fp32=True)
-            steps.append(("grad_accumulate", list(parts), [dy]))
+            steps.append((GRAD_ACCUMULATE.name, list(parts), [dy]))
             return dy
 
         sb = _StepBuilder(self, steps, sizes, share, update, wk, bias_on, pgrads,
@@ -441,7 +442,7 @@ class MemoryModel:
         for p, parts in pgrads.items():
             if len(parts) > 1:
                 sizes[f"grad/{p}"] = sizes[parts[0]]
-                steps.append(("grad_accumulate", list(parts), [f"grad/{p}"]))
+                steps.append((GRAD_ACCUMULATE.name, list(parts), [f"grad/{p}"]))
                 update(f"grad/{p}")
         if pending:
             steps.append(("update", pending, []))
@@ -478,7 +479,7 @@ class MemoryModel:
     def _position_streamed(self, op, wk: dict[str, int], reorder: bool) -> bool:
         """stages/planning/streams.py's position stream applies to the gradient of this op's (masked) output: a 1x1
         stride-1 conv2d with N = 1 whose weights are not trained (a weight gradient would read every position)."""
-        if not reorder or op.type != "conv2d" or op.inputs[1] in wk:
+        if not reorder or op.type != CONV2D.name or op.inputs[1] in wk:
             return False
         w, y = self.g.tensors[op.inputs[1]].shape, self.g.tensors[op.outputs[0]].shape
         return (int(w[1]) == 1 and int(w[2]) == 1 and int(op.attrs.get("stride_h", 1)) == 1
@@ -642,7 +643,7 @@ class _StepBuilder:
     def _materialize(self, name: str) -> str:
         t, k, depth = self._lazy.pop(name)
         self.sizes[name] = self.m._bytes(t, fp32=True) if k is None else _numel(slice_shape(self.g, t, k, depth)) * FP32
-        self._step(("dequantize", [t] if self.m._act(t) else [], [name]), [t])
+        self._step((DEQUANTIZE.name, [t] if self.m._act(t) else [], [name]), [t])
         self._deq[(t, k, depth)] = name
         return name
 
@@ -719,9 +720,9 @@ def _mask_steps(steps: list[tuple[str, list[str], list[str]]], n_fwd: int, maska
             continue
         mask = f"mask/{y}"
         sizes[mask] = -(-_numel(graph.tensors[y].shape) // 8)
-        after.setdefault(producer[y], []).append(("clamp_mask", [y], [mask]))
+        after.setdefault(producer[y], []).append((CLAMP_MASK.name, [y], [mask]))
         for j in js:
-            steps[j] = ("mask_grad", [steps[j][1][0], mask], list(steps[j][2]))
+            steps[j] = (MASK_GRAD.name, [steps[j][1][0], mask], list(steps[j][2]))
     new = []
     for i, st in enumerate(steps):
         new.append(st)
