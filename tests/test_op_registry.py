@@ -32,31 +32,12 @@ LISTS_LEFT: dict[str, tuple[int, str]] = {
 }
 
 # String literals equal to a registered op name (activation names excluded: they are also `act` values; stage
-# names used as stage names, see _stage_name_use), per module outside stages/ops/, and why each stays. Most are
-# the training plumbing a stage builds itself by name (the registry holds those ops' traits and kernels,
-# stages/ops/training.py and quant.py) and a few per-op special cases that no other op shares, where a trait
-# would be a one-op flag.
+# names used as stage names, see _stage_name_use), per module outside stages/ops/, and why each stays. The ops a
+# stage adds or tests by itself (gradient plumbing, conversions) are spelled through their definitions
+# (ops.GRAD_ACCUMULATE.name).
 LITERALS_LEFT: dict[str, tuple[int, str]] = {
-    "autodiff.py": (8, "the plumbing autodiff adds between the op modules' backward emissions: grad_accumulate "
-                       "(x2) and batch_accumulate (gradient sums), step_counter, clamp_mask / mask_grad (1-bit "
-                       "masks), dequantize / dequantize_slice (real views of int8 tensors)"),
-    "planning/memory_model.py": (7, "the same plumbing, step for step, as autodiff adds it (dequantize x2, "
-                                    "grad_accumulate x2, clamp_mask, mask_grad: the memory model must match the "
-                                    "graph), and conv2d: the 1x1 layer whose input gradient the position stream "
-                                    "covers (streams.py's rule)"),
     "model/bn_fold.py": (6, "see LISTS_LEFT: the fold rule of each op a BatchNorm exports as"),
-    "codegen.py": (5, "the masks' C (an int8_clamp_grad or act_grad reading a 1-bit mask instead of y), "
-                      "bias_grad's streamed C, and clamp_mask skipped by the inference program"),
     "golden/fast_float.py": (6, "see LISTS_LEFT (+ the fast float depthwise and fully_connected)"),
-    "planning/streams.py": (4, "pad (x2: only its data operand streams, W/C padding), and the position stream's "
-                               "gradient ops: conv2d_grad_input of a 1x1 conv and bias_grad"),
-    "planning/arena.py": (2, "dequantize / dequantize_slice fused into the kernels that read them "
-                             "(memplan.fused_dequantize: no fp32 copy)"),
-    "model/tflite_reader.py": (2, "PADV2's pad-value operand and MediaPipe's custom transpose conv: per-builtin "
-                                  "operand reading the reader does before the op module's read_options"),
-    "quant/ptq.py": (2, "the quantize / dequantize ops it adds at the float boundaries of an int8 graph"),
-    "model/state.py": (1, "the unrolled graph reads each frame through a strided_slice it adds"),
-    "quant/update_check.py": (1, "the step counter the probe advances itself"),
 }
 
 # Modules whose strings are not IR op names even when they spell one: cycles.py classes Arm mnemonics ("add", "mul"),
