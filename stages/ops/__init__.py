@@ -108,7 +108,7 @@ UPDATE_OPS = FLOAT_UPDATE_OPS + QAS_UPDATE_OPS
 EAGER_OPS = names(lambda d: d.eager)
 # spec loss name -> its loss op; loss name -> the activation its training forward drops (losses on logits)
 LOSS_OPS = MappingProxyType({d.loss: d.name for d in REGISTRY.values() if d.loss is not None})
-LOSS_DROPS = MappingProxyType({d.loss: d.drops for d in REGISTRY.values() if d.drops is not None})
+LOSS_DROPS = MappingProxyType({d.dropped_by: d.name for d in REGISTRY.values() if d.dropped_by is not None})
 # TFLite builtin operator name -> (op, Builtin); custom code -> (op, Builtin)
 TFLITE_BUILTINS = MappingProxyType({b.code: (d.name, b) for d in REGISTRY.values() for b in d.tflite
                                     if not b.custom})

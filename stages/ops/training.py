@@ -355,17 +355,18 @@ GRAD_ACCUMULATE = OpDef("grad_accumulate", kind="backward", signature="g0, g1, .
 BATCH_ACCUMULATE = OpDef("batch_accumulate", kind="aux", signature="acc, g -> acc", eager=True,
                          c=_c_batch_accumulate, run=run_batch_accumulate)
 STEP_COUNTER = OpDef("step_counter", kind="aux", signature="step -> step", c=_c_step_counter, run=run_step_counter)
+SOFTMAX_CE_LOSS = OpDef("softmax_ce_loss", kind="loss", signature="logits, labels:int32[1] -> loss:f32[], dlogits",
+                        attrs=_LOSS_ATTRS, note="fused, stable; several heads: a float class index in the target row",
+                        loss="cross_entropy", c=_c_loss, run=_run_softmax_ce_loss)
 
 OPS = (
     ACT_GRAD, INT8_CLAMP_GRAD, CLAMP_MASK, MASK_GRAD, BIAS_GRAD, GRAD_ACCUMULATE, BATCH_ACCUMULATE,
     # Losses, in the order of the spec's loss names (stages/train/losses.py); attrs only with several heads / a weight.
-    OpDef("softmax_ce_loss", kind="loss", signature="logits, labels:int32[1] -> loss:f32[], dlogits",
-          attrs=_LOSS_ATTRS, note="fused, stable; several heads: a float class index in the target row",
-          loss="cross_entropy", drops="softmax", c=_c_loss, run=_run_softmax_ce_loss),
+    SOFTMAX_CE_LOSS,
     OpDef("mse_loss", kind="loss", signature="y, target -> loss, dy", attrs=_LOSS_ATTRS, loss="mse",
           c=_c_loss, run=_run_mse_loss),
     OpDef("bce_logits_loss", kind="loss", signature="z, target -> loss, dz", attrs=_LOSS_ATTRS,
-          note="binary cross-entropy with logits", loss="bce", drops="logistic", c=_c_loss, run=_run_bce_logits_loss),
+          note="binary cross-entropy with logits", loss="bce", c=_c_loss, run=_run_bce_logits_loss),
     OpDef("huber_loss", kind="loss", signature="y, target -> loss, dy", attrs=_LOSS_ATTRS + ("delta",),
           note="delta 1 (PyTorch HuberLoss)", loss="huber", c=_c_loss, run=_run_huber_loss),
     OpDef(LOSS_SUM, kind="loss", signature="l0, l1, ... -> loss", note="several heads: their weighted losses",
