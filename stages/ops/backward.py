@@ -14,6 +14,7 @@ from typing import Protocol
 
 from tinytrain.stages.golden import int8_arith as ia
 from tinytrain.stages.model.ir import Graph, Op, Tensor
+from tinytrain.stages.ops.training import ACT_GRAD, BIAS_GRAD, INT8_CLAMP_GRAD
 
 # Float act_grad activations a 1-bit mask can replace: act -> (lo, hi) with the gradient passing where lo < y < hi
 # (hi None: no upper bound), exactly grad_ops.act_grad's test.
@@ -81,9 +82,9 @@ def mask_bounds(type_: str, attrs: dict, y: Tensor) -> tuple | None:
     """(lo, hi) when a backward op of `type_` reading the forward output y only masks a gradient with it (the
     gradient passes where lo < y < hi): int8_clamp_grad of an int8 y, act_grad of a relu-like float y. A 1-bit mask
     of y can then replace y (autodiff's clamp_mask / mask_grad)."""
-    if type_ == "int8_clamp_grad" and y.dtype == "int8":
+    if type_ == INT8_CLAMP_GRAD.name and y.dtype == "int8":
         return int(attrs["lo"]), int(attrs["hi"])
-    if type_ == "act_grad" and y.dtype == "float32" and attrs.get("act") in MASK_ACTS:
+    if type_ == ACT_GRAD.name and y.dtype == "float32" and attrs.get("act") in MASK_ACTS:
         return MASK_ACTS[attrs["act"]]
     return None
 
@@ -107,11 +108,11 @@ def output_mask(bb: BackwardBuilder, d, op: Op, dy: str) -> str:
     if q is not None and d.op_clamp is None and (d.clamp_masked or act != "none"):
         lo, hi = ia.activation_range(act, *q)
         dz = bb.gradient(f"grad/{y}:pre", y)
-        bb.emit("int8_clamp_grad", [dy, y], [dz], lo=lo, hi=hi)
+        bb.emit(INT8_CLAMP_GRAD.name, [dy, y], [dz], lo=lo, hi=hi)
         return dz
     if act != "none" and bb.g.tensors[y].dtype != "int8":
         dz = bb.gradient(f"grad/{y}:pre", y)
-        bb.emit("act_grad", [dy, y], [dz], act=act)
+        bb.emit(ACT_GRAD.name, [dy, y], [dz], act=act)
         return dz
     return dy
 
@@ -127,9 +128,9 @@ def clamp_backward(lo_hi: tuple[float, float | None]):
         q = _int8_output(bb.g, op)
         if q is not None:
             lo, hi = ia.relu_op_range(*lo_hi, *q)
-            bb.emit("int8_clamp_grad", [dz, y], [dx], lo=lo, hi=hi)
+            bb.emit(INT8_CLAMP_GRAD.name, [dz, y], [dx], lo=lo, hi=hi)
         else:
-            bb.emit("act_grad", [dz, y], [dx], act=op.type)
+            bb.emit(ACT_GRAD.name, [dz, y], [dx], act=op.type)
     return backward
 
 
@@ -183,7 +184,7 @@ class LayerBackward:
             bb.emit(f"{op.type}_grad_weight", [dz, xs], [bb.param_grad(w, i, self.grad_shape(bb.g, op, k))], **geo,
                     in_channels=k, w_shape=list(wt.shape), **extra)
         if bb.trains_bias(bias):
-            bb.emit("bias_grad", [dz], [bb.param_grad(bias, i, bb.g.tensors[bias].shape)])
+            bb.emit(BIAS_GRAD.name, [dz], [bb.param_grad(bias, i, bb.g.tensors[bias].shape)])
         dx = bb.share(x, i)
         if dx:
             bb.emit(f"{op.type}_grad_input", [dz, bb.real(w)], [dx], **geo)
