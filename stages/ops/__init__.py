@@ -35,6 +35,7 @@ from tinytrain.stages.ops import (
     resize,
     shape,
     softmax,
+    space_to_depth,
     split,
     training,
     transpose,
@@ -52,7 +53,7 @@ __all__ = ["Builtin", "OpDef", "KINDS", "REGISTRY", "get", "names", "update_op",
 
 # The one table of op modules. Order: forward families first, training ops last (derived lists keep this order).
 _FAMILIES = (conv, fully_connected, elementwise, pooling, shape, softmax, activations, quant, resize, depth_to_space,
-             split, transpose, training, fp16)
+             split, transpose, space_to_depth, training, fp16)
 
 
 def _build() -> Mapping[str, OpDef]:
