@@ -7,33 +7,18 @@ pixel blocks into channels with it ahead of a convolution (MobileDet's stem, YOL
 
 from __future__ import annotations
 
-import numpy as np
 import tflite
 from tflite.BuiltinOptions import BuiltinOptions
 
 from tinytrain.stages.model.ir import Op
-from tinytrain.stages.ops.backward import input_backward
 from tinytrain.stages.ops.base import Builtin, OpDef, version_by_dtype
-from tinytrain.stages.ops.depth_to_space import depth_to_space, space_to_depth
+from tinytrain.stages.ops.depth_to_space import block, depth_to_space, dims, kernels, space_to_depth
 from tinytrain.stages.ops.movement import forward_call, grad_call
-
-
-def _block(attrs: dict) -> int:
-    return int(attrs["block_size"])
 
 
 # ---- numpy: forward (float and int8 alike) and backward
 
-def _forward(ctx) -> list[np.ndarray]:
-    return [space_to_depth(ctx.x(0), _block(ctx.attrs))]
-
-
-def _run_grad(op, v, shape, tensor):
-    return [depth_to_space(v(0), _block(op.attrs)).astype(np.float32)]
-
-
-def _backward(bb, op, i, dz):
-    input_backward(bb, op, i, dz, attrs={"block_size": _block(op.attrs)})
+_forward, _run_grad, _backward = kernels(space_to_depth, depth_to_space)
 
 
 # ---- .tflite options
@@ -49,24 +34,19 @@ def _read(c) -> dict:
 
 def _write(b, op):
     tflite.SpaceToDepthOptionsStart(b)
-    tflite.SpaceToDepthOptionsAddBlockSize(b, _block(op.attrs))
+    tflite.SpaceToDepthOptionsAddBlockSize(b, block(op.attrs))
     return BuiltinOptions.SpaceToDepthOptions, tflite.SpaceToDepthOptionsEnd(b)
 
 
 # ---- C (gen: codegen's generator); kernels_c/ops/tt_space_to_depth.c
 
-def _dims(gen, x: str, k: int) -> str:
-    n, h, w, c = (int(d) for d in gen.g.tensors[x].shape)
-    return f"{n}, {h}, {w}, {c}, {k}"
-
-
 def _c(gen, op: Op) -> list[str]:
-    return forward_call(gen, op, "tt_space_to_depth", _dims(gen, op.inputs[0], _block(op.attrs)))
+    return forward_call(gen, op, "tt_space_to_depth", dims(gen, op.inputs[0], block(op.attrs)))
 
 
 def _c_grad(gen, op: Op) -> list[str]:
     """dx = depth_to_space(dy): the depth_to_space forward kernel (kernels_c/ops/tt_depth_to_space.c) on dy."""
-    return grad_call(gen, op, "tt_depth_to_space_f32", _dims(gen, op.inputs[0], _block(op.attrs)))
+    return grad_call(gen, op, "tt_depth_to_space_f32", dims(gen, op.inputs[0], block(op.attrs)))
 
 
 OPS = (
