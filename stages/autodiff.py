@@ -143,7 +143,7 @@ from tinytrain.stages.ops import (BATCH_ACCUMULATE, CLAMP_MASK, DEQUANTIZE, DEQU
 from tinytrain.stages.model.ir import Graph, Op, Tensor
 # LOSSES is re-exported: plan_memory and others read autodiff.LOSSES.
 from tinytrain.stages.train.losses import LOSSES, emit_losses, heads_from, loss_config, prepare_heads  # noqa: F401
-from tinytrain.stages.ops.backward import MASK_ACTS, mask_bounds, output_mask, slice_shape  # noqa: F401 (MASK_ACTS)
+from tinytrain.stages.ops.backward import MASK_ACTS, gather, mask_bounds, output_mask, slice_shape  # noqa: F401 (MASK_ACTS)
 from tinytrain.stages.quant.qas import BIAS_RANGE, ROUNDINGS, STATE_NAMES, WEIGHT_RANGE, seed_state
 from tinytrain.stages.train.runtime_config import OPTIMIZER_DEFAULTS
 from tinytrain.stages.planning.train_plan import TrainPlan
@@ -301,16 +301,6 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
     # ---- backward -----------------------------------------------------------------------------------------
     pgrads: dict[str, list[str]] = {}
 
-    def gather(t: str) -> str | None:
-        parts = contrib.get(t)
-        if not parts:
-            return None
-        if len(parts) == 1:
-            return parts[0]
-        out = b.tensor(f"grad/{t}", g.tensors[t])
-        b.emit(GRAD_ACCUMULATE.name, parts, [out])
-        return out
-
     def share(t: str, i: int) -> str | None:
         """A name for op i's contribution to dL/dt, or None when t needs no gradient."""
         if t is None or t not in needs:
@@ -334,11 +324,11 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
             continue
         if len(op.outputs) > 1:
             # a multi-output op (split; no fused activation): one gradient per output, None where none flows
-            dys = [gather(y) for y in op.outputs]
+            dys = [gather(bb, contrib, y) for y in op.outputs]
             if any(dys):
                 ops.REGISTRY[op.type].backward(bb, op, i, dys)
             continue
-        dy = gather(op.outputs[0])
+        dy = gather(bb, contrib, op.outputs[0])
         if dy is None:
             continue  # its output does not reach the loss
         d = ops.REGISTRY[op.type]

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from tinytrain.stages.golden import int8_arith as ia
 from tinytrain.stages.model.ir import Graph, Op, Tensor
-from tinytrain.stages.ops.training import ACT_GRAD, BIAS_GRAD, INT8_CLAMP_GRAD
+from tinytrain.stages.ops.training import ACT_GRAD, BIAS_GRAD, GRAD_ACCUMULATE, INT8_CLAMP_GRAD
 
 # Float act_grad activations a 1-bit mask can replace: act -> (lo, hi) with the gradient passing where lo < y < hi
 # (hi None: no upper bound), exactly grad_ops.act_grad's test.
@@ -50,6 +50,20 @@ class BackwardBuilder(Protocol):
     def real_slice(self, x: str, k: int, depth: int | None) -> str:
         """The saved int8 input x of a weight gradient, only its trained slice x[..., :k] (depth: the first k
         columns of x's rows of `depth`), as float32 (dequantize_slice, once per sample)."""
+
+
+def gather(bb: BackwardBuilder, shares: dict[str, list[str]], t: str) -> str | None:
+    """dL/dt from its shares (`share`'s, one per reading op): the one share, or their sum (grad_accumulate into a
+    new gradient grad/<t>); None when no share reached t. Autodiff and the memory model both sum fan-out gradients
+    here, before they run the backward of t's producer."""
+    parts = shares.get(t)
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    out = bb.gradient(f"grad/{t}", t)
+    bb.emit(GRAD_ACCUMULATE.name, list(parts), [out])
+    return out
 
 
 def geometry(op: Op) -> dict:

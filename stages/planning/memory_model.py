@@ -79,7 +79,7 @@ from tinytrain.stages import autodiff
 from tinytrain.stages.model.ir import Graph
 from tinytrain.stages.planning.arena import ALIGN, CHANNEL_SCRATCH_OPS, depth_multiplier
 from tinytrain.stages.ops import CONVERSION_OPS, FIRST_INPUT_ONLY, IN_PLACE_OPS, LOSS_DROPS, REGISTRY, TRAINABLE_OPS
-from tinytrain.stages.ops.backward import mask_bounds, output_mask, slice_shape
+from tinytrain.stages.ops.backward import gather, mask_bounds, output_mask, slice_shape
 from tinytrain.stages.ops import CLAMP_MASK, CONV2D, DEQUANTIZE, GRAD_ACCUMULATE, MASK_GRAD
 from tinytrain.stages.quant.qas import STATE_COUNT
 from tinytrain.stages.planning.streams import MAX_ROW_OPS, row_geometry, row_op_ok, window_rows
@@ -401,16 +401,6 @@ class MemoryModel:
             else:
                 pending.append(grad)
 
-        def gathered(y: str) -> str | None:
-            """The gradient of y: its one share, or the sum of its shares (a grad_accumulate step)."""
-            parts = contrib.get(y)
-            if not parts or len(parts) == 1:
-                return parts[0] if parts else None
-            dy = f"grad/{y}"
-            sizes[dy] = self._bytes(y, fp32=True)
-            steps.append((GRAD_ACCUMULATE.name, list(parts), [dy]))
-            return dy
-
         sb = _StepBuilder(self, steps, sizes, share, update, wk, bias_on, pgrads,
                           whole=lambda p: readers.get(p, 1) == 1)
         for i in reversed(self._fwd):
@@ -419,7 +409,7 @@ class MemoryModel:
                 continue
             if len(op.outputs) > 1:   # a multi-output op (split), as autodiff emits it
                 start = len(steps)
-                dys = [gathered(y) for y in op.outputs]
+                dys = [gather(sb, contrib, y) for y in op.outputs]
                 if any(dys):
                     REGISTRY[op.type].backward(sb, op, i, dys)
                     sb.finish(start)
@@ -428,7 +418,7 @@ class MemoryModel:
             if not contrib.get(y):
                 continue
             start = len(steps)
-            dy = gathered(y)
+            dy = gather(sb, contrib, y)
             d = REGISTRY[op.type]
             dz = output_mask(sb, d, op, dy)
             if dz != dy and dy in sb.bcast and self._position_streamed(op, wk, s.reorder):
