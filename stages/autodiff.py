@@ -143,7 +143,7 @@ from tinytrain.stages.ops import (BATCH_ACCUMULATE, CLAMP_MASK, DEQUANTIZE, DEQU
 from tinytrain.stages.model.ir import Graph, Op, Tensor
 # LOSSES is re-exported: plan_memory and others read autodiff.LOSSES.
 from tinytrain.stages.train.losses import LOSSES, emit_losses, heads_from, loss_config, prepare_heads  # noqa: F401
-from tinytrain.stages.ops.backward import MASK_ACTS, gather, mask_bounds, output_mask, slice_shape  # noqa: F401 (MASK_ACTS)
+from tinytrain.stages.ops.backward import MASK_ACTS, gather, insert_masks, mask_bounds, output_mask, slice_shape  # noqa: F401 (MASK_ACTS)
 from tinytrain.stages.quant.qas import BIAS_RANGE, ROUNDINGS, STATE_NAMES, WEIGHT_RANGE, seed_state
 from tinytrain.stages.train.runtime_config import OPTIMIZER_DEFAULTS
 from tinytrain.stages.planning.train_plan import TrainPlan
@@ -423,8 +423,10 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
 
 
 def _mask_bounds(g: Graph, op: Op, y: str) -> tuple | None:
-    """(lo, hi) when op only masks a gradient with the forward output y (its second input), else None."""
-    if len(op.inputs) != 2 or op.inputs[1] != y or op.inputs[0] == y:
+    """(lo, hi) when op only masks a gradient with the forward output y (its second input), else None (a graph
+    output or constant y is kept)."""
+    if len(op.inputs) != 2 or op.inputs[1] != y or op.inputs[0] == y or y in g.outputs \
+            or g.tensors[y].data is not None:
         return None
     return mask_bounds(op.type, op.attrs, g.tensors[y])
 
@@ -437,36 +439,20 @@ def _use_masks(b: _Builder, n_fwd: int) -> int:
     1/32 of a float one). Where anything else reads y in the backward (a weight gradient's input, max_pool2d_grad,
     softmax_grad, a dequantize, the loss) y is kept anyway and the op is left as it is: a mask would cost extra.
     The masks are computed in the per-sample forward and read in the same sample's backward (batch > 1 runs the
-    sample phase once per sample, masks included). Returns how many clamp_mask ops went into the forward."""
-    g, ops = b.g, b.ops
-    readers: dict[str, list[int]] = {}
-    for j in range(n_fwd, len(ops)):
-        for t in ops[j].inputs:
-            if t is not None and (not readers.get(t) or readers[t][-1] != j):
-                readers.setdefault(t, []).append(j)
-    producer = {t: i for i, op in enumerate(ops[:n_fwd]) for t in op.outputs}
-    after: dict[int, list[Op]] = {}
-    for y, js in readers.items():
-        if y not in producer or y in g.outputs or g.tensors[y].data is not None:
-            continue
-        bounds = {_mask_bounds(g, ops[j], y) for j in js}
-        if len(bounds) != 1 or None in bounds:
-            continue
-        lo, hi = bounds.pop()
+    sample phase once per sample, masks included). Returns how many clamp_mask ops went into the forward.
+    backward.insert_masks does it, on the memory model's abstract steps too."""
+    g = b.g
+
+    def mask_step(y: str, lo_hi: tuple) -> tuple[Op, str]:
         n = int(np.prod(g.tensors[y].shape, dtype=np.int64))
         mask = b.tensor(f"mask/{y}", [(n + 7) // 8], role="activation", dtype="uint8")
-        after.setdefault(producer[y], []).append(Op(CLAMP_MASK.name, [y], [mask], {"lo": lo, "hi": hi}))
-        for j in js:
-            old = ops[j]
-            ops[j] = Op(MASK_GRAD.name, [old.inputs[0], mask], list(old.outputs), {}, source_index=old.source_index)
-    if not after:
-        return 0
-    new: list[Op] = []
-    for i, op in enumerate(ops):
-        new.append(op)
-        new.extend(after.get(i, []))
-    b.ops[:] = new
-    return sum(len(v) for v in after.values())
+        return Op(CLAMP_MASK.name, [y], [mask], {"lo": lo_hi[0], "hi": lo_hi[1]}), mask
+
+    def mask_reader(old: Op, mask: str) -> Op:
+        return Op(MASK_GRAD.name, [old.inputs[0], mask], list(old.outputs), {}, source_index=old.source_index)
+
+    return insert_masks(b.ops, n_fwd, lambda op: (op.inputs, op.outputs), lambda j, y: _mask_bounds(g, b.ops[j], y),
+                        mask_step, mask_reader)
 
 
 class _GraphBackward:

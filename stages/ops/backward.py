@@ -103,6 +103,39 @@ def mask_bounds(type_: str, attrs: dict, y: Tensor) -> tuple | None:
     return None
 
 
+def insert_masks(steps: list, n_fwd: int, io, bounds_of, mask_step, mask_reader) -> int:
+    """The 1-bit masks of a training step, on autodiff's ops or the memory model's abstract steps alike: a forward
+    output y (produced by steps[:n_fwd]) whose every reader after the forward only masks a gradient with it, all
+    with the same (lo, hi) (`bounds_of(j, y)`: those of steps[j], None for any other reader), gets `mask_step(y, lo_hi)
+    -> (step, mask)` (a clamp_mask) right after its producer, and each reader becomes `mask_reader(step, mask)` (a
+    mask_grad). `io(step)` -> (inputs, outputs). Returns how many steps went into the forward."""
+    readers: dict[str, list[int]] = {}
+    for j in range(n_fwd, len(steps)):
+        for t in dict.fromkeys(io(steps[j])[0]):
+            if t is not None:
+                readers.setdefault(t, []).append(j)
+    producer = {t: i for i in range(n_fwd) for t in io(steps[i])[1]}
+    after: dict[int, list] = {}
+    for y, js in readers.items():
+        if y not in producer:
+            continue
+        bounds = {bounds_of(j, y) for j in js}
+        if len(bounds) != 1 or None in bounds:
+            continue
+        step, mask = mask_step(y, bounds.pop())
+        after.setdefault(producer[y], []).append(step)
+        for j in js:
+            steps[j] = mask_reader(steps[j], mask)
+    if not after:
+        return 0
+    new: list = []
+    for i, st in enumerate(steps):
+        new.append(st)
+        new.extend(after.get(i, []))
+    steps[:] = new
+    return sum(len(v) for v in after.values())
+
+
 def _int8_output(g: Graph, op: Op) -> tuple[float, int] | None:
     y = g.tensors[op.outputs[0]]
     if y.dtype != "int8" or y.quant is None:

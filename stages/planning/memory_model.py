@@ -79,7 +79,7 @@ from tinytrain.stages import autodiff
 from tinytrain.stages.model.ir import Graph
 from tinytrain.stages.planning.arena import ALIGN, CHANNEL_SCRATCH_OPS, depth_multiplier
 from tinytrain.stages.ops import CONVERSION_OPS, FIRST_INPUT_ONLY, IN_PLACE_OPS, LOSS_DROPS, REGISTRY, TRAINABLE_OPS
-from tinytrain.stages.ops.backward import gather, mask_bounds, output_mask, slice_shape
+from tinytrain.stages.ops.backward import gather, insert_masks, mask_bounds, output_mask, slice_shape
 from tinytrain.stages.ops import CLAMP_MASK, CONV2D, DEQUANTIZE, GRAD_ACCUMULATE, MASK_GRAD
 from tinytrain.stages.quant.qas import STATE_COUNT
 from tinytrain.stages.planning.streams import MAX_ROW_OPS, row_geometry, row_op_ok, window_rows
@@ -697,28 +697,17 @@ def _mask_steps(steps: list[tuple[str, list[str], list[str]]], n_fwd: int, maska
     """autodiff._use_masks on the abstract program: a forward output y whose only readers after the forward
     (steps[n_fwd:]) are masking steps (int8_clamp_grad, act_grad of relu / relu6 / relu_n1_to_1) gets a
     `clamp_mask` step right after its producer (ceil(n/8) bytes) and those steps read the mask instead
-    (`mask_grad`, in place over dy). Returns how many steps went into the forward."""
-    readers: dict[str, list[int]] = {}
-    for j in range(n_fwd, len(steps)):
-        for t in set(steps[j][1]):
-            readers.setdefault(t, []).append(j)
-    producer = {t: i for i in range(n_fwd) for t in steps[i][2]}
-    after: dict[int, list[tuple[str, list[str], list[str]]]] = {}
-    for y, js in readers.items():
-        if y not in producer or any(j not in maskable or steps[j][1][1:] != [y] or steps[j][1][0] == y
-                                    for j in js):
-            continue
-        mask = f"mask/{y}"
-        sizes[mask] = -(-_numel(graph.tensors[y].shape) // 8)
-        after.setdefault(producer[y], []).append((CLAMP_MASK.name, [y], [mask]))
-        for j in js:
-            steps[j] = (MASK_GRAD.name, [steps[j][1][0], mask], list(steps[j][2]))
-    new = []
-    for i, st in enumerate(steps):
-        new.append(st)
-        new.extend(after.get(i, []))
-    steps[:] = new
-    return sum(len(v) for v in after.values())
+    (`mask_grad`, in place over dy). Returns how many steps went into the forward (backward.insert_masks, as
+    autodiff runs it)."""
+    def masks(j: int, y: str) -> bool | None:   # a masking step reading [dy, y] (its bounds are autodiff's)
+        return True if j in maskable and steps[j][1][1:] == [y] and steps[j][1][0] != y else None
+
+    def mask_step(y: str, _) -> tuple[tuple, str]:
+        sizes[f"mask/{y}"] = -(-_numel(graph.tensors[y].shape) // 8)
+        return (CLAMP_MASK.name, [y], [f"mask/{y}"]), f"mask/{y}"
+
+    return insert_masks(steps, n_fwd, lambda st: (st[1], st[2]), masks, mask_step,
+                        lambda st, mask: (MASK_GRAD.name, [st[1][0], mask], list(st[2])))
 
 
 def _live_profile(sizes: dict[str, int], steps: list[tuple[str, list[str], list[str]]], inputs: list[str],
