@@ -138,10 +138,12 @@ import numpy as np
 
 from tinytrain.pipeline.errors import UnsupportedOpError, UserError
 from tinytrain.stages import ops
+from tinytrain.stages.ops import (BATCH_ACCUMULATE, CLAMP_MASK, DEQUANTIZE, DEQUANTIZE_SLICE, GRAD_ACCUMULATE,
+                                  MASK_GRAD, STEP_COUNTER)
 from tinytrain.stages.model.ir import Graph, Op, Tensor
 # LOSSES is re-exported: plan_memory and others read autodiff.LOSSES.
 from tinytrain.stages.train.losses import LOSSES, emit_losses, heads_from, loss_config, prepare_heads  # noqa: F401
-from tinytrain.stages.ops.backward import MASK_ACTS, mask_bounds, output_mask, slice_shape  # noqa: F401 (MASK_ACTS)
+from tinytrain.stages.ops.backward import MASK_ACTS, gather, insert_masks, mask_bounds, output_mask, slice_shape  # noqa: F401 (MASK_ACTS)
 from tinytrain.stages.quant.qas import BIAS_RANGE, ROUNDINGS, STATE_NAMES, WEIGHT_RANGE, seed_state
 from tinytrain.stages.train.runtime_config import OPTIMIZER_DEFAULTS
 from tinytrain.stages.planning.train_plan import TrainPlan
@@ -299,16 +301,6 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
     # ---- backward -----------------------------------------------------------------------------------------
     pgrads: dict[str, list[str]] = {}
 
-    def gather(t: str) -> str | None:
-        parts = contrib.get(t)
-        if not parts:
-            return None
-        if len(parts) == 1:
-            return parts[0]
-        out = b.tensor(f"grad/{t}", g.tensors[t])
-        b.emit("grad_accumulate", parts, [out])
-        return out
-
     def share(t: str, i: int) -> str | None:
         """A name for op i's contribution to dL/dt, or None when t needs no gradient."""
         if t is None or t not in needs:
@@ -332,11 +324,11 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
             continue
         if len(op.outputs) > 1:
             # a multi-output op (split; no fused activation): one gradient per output, None where none flows
-            dys = [gather(y) for y in op.outputs]
+            dys = [gather(bb, contrib, y) for y in op.outputs]
             if any(dys):
                 ops.REGISTRY[op.type].backward(bb, op, i, dys)
             continue
-        dy = gather(op.outputs[0])
+        dy = gather(bb, contrib, op.outputs[0])
         if dy is None:
             continue  # its output does not reach the loss
         d = ops.REGISTRY[op.type]
@@ -353,12 +345,12 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
             final[p] = parts[0]
         else:
             final[p] = b.tensor(f"grad/{p}", g.tensors[parts[0]])
-            b.emit("grad_accumulate", parts, [final[p]])
+            b.emit(GRAD_ACCUMULATE.name, parts, [final[p]])
 
     if batch_size > 1:
         for p, gname in final.items():
             acc = b.tensor(f"acc/{p}", g.tensors[gname], data=np.zeros(g.tensors[gname].shape, np.float32))
-            b.emit("batch_accumulate", [acc, gname], [acc])
+            b.emit(BATCH_ACCUMULATE.name, [acc, gname], [acc])
             final[p] = acc
     sample_ops = len(b.ops)
 
@@ -369,7 +361,7 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
     step = None
     if kind == "adam":
         step = b.tensor("opt/step", [], role="optimizer_state", dtype="int32", data=np.zeros((), np.int32))
-        b.emit("step_counter", [step], [step])
+        b.emit(STEP_COUNTER.name, [step], [step])
     state: list[str] = []
     masters: dict[str, str] = {}
     prngs: dict[str, str] = {}
@@ -431,8 +423,10 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
 
 
 def _mask_bounds(g: Graph, op: Op, y: str) -> tuple | None:
-    """(lo, hi) when op only masks a gradient with the forward output y (its second input), else None."""
-    if len(op.inputs) != 2 or op.inputs[1] != y or op.inputs[0] == y:
+    """(lo, hi) when op only masks a gradient with the forward output y (its second input), else None (a graph
+    output or constant y is kept)."""
+    if len(op.inputs) != 2 or op.inputs[1] != y or op.inputs[0] == y or y in g.outputs \
+            or g.tensors[y].data is not None:
         return None
     return mask_bounds(op.type, op.attrs, g.tensors[y])
 
@@ -445,36 +439,20 @@ def _use_masks(b: _Builder, n_fwd: int) -> int:
     1/32 of a float one). Where anything else reads y in the backward (a weight gradient's input, max_pool2d_grad,
     softmax_grad, a dequantize, the loss) y is kept anyway and the op is left as it is: a mask would cost extra.
     The masks are computed in the per-sample forward and read in the same sample's backward (batch > 1 runs the
-    sample phase once per sample, masks included). Returns how many clamp_mask ops went into the forward."""
-    g, ops = b.g, b.ops
-    readers: dict[str, list[int]] = {}
-    for j in range(n_fwd, len(ops)):
-        for t in ops[j].inputs:
-            if t is not None and (not readers.get(t) or readers[t][-1] != j):
-                readers.setdefault(t, []).append(j)
-    producer = {t: i for i, op in enumerate(ops[:n_fwd]) for t in op.outputs}
-    after: dict[int, list[Op]] = {}
-    for y, js in readers.items():
-        if y not in producer or y in g.outputs or g.tensors[y].data is not None:
-            continue
-        bounds = {_mask_bounds(g, ops[j], y) for j in js}
-        if len(bounds) != 1 or None in bounds:
-            continue
-        lo, hi = bounds.pop()
+    sample phase once per sample, masks included). Returns how many clamp_mask ops went into the forward.
+    backward.insert_masks does it, on the memory model's abstract steps too."""
+    g = b.g
+
+    def mask_step(y: str, lo_hi: tuple) -> tuple[Op, str]:
         n = int(np.prod(g.tensors[y].shape, dtype=np.int64))
         mask = b.tensor(f"mask/{y}", [(n + 7) // 8], role="activation", dtype="uint8")
-        after.setdefault(producer[y], []).append(Op("clamp_mask", [y], [mask], {"lo": lo, "hi": hi}))
-        for j in js:
-            old = ops[j]
-            ops[j] = Op("mask_grad", [old.inputs[0], mask], list(old.outputs), {}, source_index=old.source_index)
-    if not after:
-        return 0
-    new: list[Op] = []
-    for i, op in enumerate(ops):
-        new.append(op)
-        new.extend(after.get(i, []))
-    b.ops[:] = new
-    return sum(len(v) for v in after.values())
+        return Op(CLAMP_MASK.name, [y], [mask], {"lo": lo_hi[0], "hi": lo_hi[1]}), mask
+
+    def mask_reader(old: Op, mask: str) -> Op:
+        return Op(MASK_GRAD.name, [old.inputs[0], mask], list(old.outputs), {}, source_index=old.source_index)
+
+    return insert_masks(b.ops, n_fwd, lambda op: (op.inputs, op.outputs), lambda j, y: _mask_bounds(g, b.ops[j], y),
+                        mask_step, mask_reader)
 
 
 class _GraphBackward:
@@ -522,7 +500,7 @@ class _Dequantizer:
         key = (name,)
         if key not in self.done:
             out = self.b.tensor(f"deq/{name}", self.b.g.tensors[name], role="activation")
-            self.b.emit("dequantize", [name], [out])
+            self.b.emit(DEQUANTIZE.name, [name], [out])
             self.done[key] = out
         return self.done[key]
 
@@ -534,7 +512,7 @@ class _Dequantizer:
             attrs = {"channels": int(k)}
             if depth is not None:
                 attrs["depth"] = int(depth)
-            self.b.emit("dequantize_slice", [name], [out], **attrs)
+            self.b.emit(DEQUANTIZE_SLICE.name, [name], [out], **attrs)
             self.done[key] = out
         return self.done[key]
 

@@ -479,21 +479,21 @@ class _Gen:
         count = h * w
         lines = ["{ int32_t p;"]
         for op in cons:
-            if op.type == "bias_grad":
+            if op.type == ops.BIAS_GRAD.name:
                 lines.append(f"  memset({self.loc(op.outputs[0])}, 0, {c * 4});")
         lines += [f"  for (p = 0; p < {count}; ++p) {{",
                   f"    tt_mean_hw_grad_positions_f32(1, {count}, {c}, {self.loc(g)}, {self.loc(t1)});"]
         y = mask.inputs[1]
-        if mask.type == "int8_clamp_grad":
+        if mask.type == ops.INT8_CLAMP_GRAD.name:
             lines.append(f"    tt_int8_clamp_grad_f32({c}, {int(mask.attrs['lo'])}, {int(mask.attrs['hi'])}, "
                          f"{self.loc(t1)}, {self.loc(y)} + p * {c}, {self.loc(t2)});")
-        elif mask.type == "act_grad":
+        elif mask.type == ops.ACT_GRAD.name:
             lines.append(f"    tt_act_grad_f32({c}, {ACT_ENUM[mask.attrs['act']]}, {self.loc(t1)}, "
                          f"{self.loc(y)} + p * {c}, {self.loc(t2)});")
         else:
             lines.append(f"    tt_mask_grad_f32({c}, p * {c}, {self.loc(y)}, {self.loc(t1)}, {self.loc(t2)});")
         for op in cons:
-            if op.type == "bias_grad":
+            if op.type == ops.BIAS_GRAD.name:
                 lines.append(f"    tt_bias_grad_acc_f32(1, {c}, {self.loc(t2)}, {self.loc(op.outputs[0])});")
                 continue
             ci = self.g.tensors[op.outputs[0]].shape[3]
@@ -554,7 +554,7 @@ def generate(tg: Graph, order: list[int], memplan_doc: dict[str, Any], out_dir: 
             lines = gen.emit_stream(stream_of[i])
         else:
             lines = gen.emit(op)
-        if i < n_fwd and op.type != "clamp_mask":  # inference needs no gradient masks
+        if i < n_fwd and op.type != ops.CLAMP_MASK.name:  # inference needs no gradient masks
             fwd_lines += lines
             for j in (stream_of[i].ops if i in stream_of else [i]):
                 for t in tg.ops[j].outputs:

@@ -23,41 +23,15 @@ from tinytrain.stages.model.ir import ACTIVATIONS
 STAGES = Path(__file__).resolve().parents[1] / "stages"
 
 # Collection literals (tuple / list / set, dict keys) of >= 2 registered op names still written outside
-# stages/ops/: per module, how many, and why each stays (the reason is shown when the test fails).
-LISTS_LEFT: dict[str, tuple[int, str]] = {
-    "model/bn_fold.py": (1, "the ops a BatchNorm exports as (mul, add, sub): how each folds into the layer before "
-                            "it is the fold rule of that pattern, not a trait of the ops"),
-    "golden/fast_float.py": (1, "sparse-plan's fast float kernels for conv2d / its 1x1 gradients: a faster variant "
-                                "of those ops' numpy kernels, used only by the contribution measure"),
-}
+# stages/ops/: per module, how many, and why each stays (the reason is shown when the test fails). None left: a
+# fact about several ops is a trait of each (OpDef.bn_affine, OpDef.fast_float, ...).
+LISTS_LEFT: dict[str, tuple[int, str]] = {}
 
 # String literals equal to a registered op name (activation names excluded: they are also `act` values; stage
-# names used as stage names, see _stage_name_use), per module outside stages/ops/, and why each stays. Most are
-# the training plumbing a stage builds itself by name (the registry holds those ops' traits and kernels,
-# stages/ops/training.py and quant.py) and a few per-op special cases that no other op shares, where a trait
-# would be a one-op flag.
-LITERALS_LEFT: dict[str, tuple[int, str]] = {
-    "autodiff.py": (8, "the plumbing autodiff adds between the op modules' backward emissions: grad_accumulate "
-                       "(x2) and batch_accumulate (gradient sums), step_counter, clamp_mask / mask_grad (1-bit "
-                       "masks), dequantize / dequantize_slice (real views of int8 tensors)"),
-    "planning/memory_model.py": (7, "the same plumbing, step for step, as autodiff adds it (dequantize x2, "
-                                    "grad_accumulate x2, clamp_mask, mask_grad: the memory model must match the "
-                                    "graph), and conv2d: the 1x1 layer whose input gradient the position stream "
-                                    "covers (streams.py's rule)"),
-    "model/bn_fold.py": (6, "see LISTS_LEFT: the fold rule of each op a BatchNorm exports as"),
-    "codegen.py": (5, "the masks' C (an int8_clamp_grad or act_grad reading a 1-bit mask instead of y), "
-                      "bias_grad's streamed C, and clamp_mask skipped by the inference program"),
-    "golden/fast_float.py": (6, "see LISTS_LEFT (+ the fast float depthwise and fully_connected)"),
-    "planning/streams.py": (4, "pad (x2: only its data operand streams, W/C padding), and the position stream's "
-                               "gradient ops: conv2d_grad_input of a 1x1 conv and bias_grad"),
-    "planning/arena.py": (2, "dequantize / dequantize_slice fused into the kernels that read them "
-                             "(memplan.fused_dequantize: no fp32 copy)"),
-    "model/tflite_reader.py": (2, "PADV2's pad-value operand and MediaPipe's custom transpose conv: per-builtin "
-                                  "operand reading the reader does before the op module's read_options"),
-    "quant/ptq.py": (2, "the quantize / dequantize ops it adds at the float boundaries of an int8 graph"),
-    "model/state.py": (1, "the unrolled graph reads each frame through a strided_slice it adds"),
-    "quant/update_check.py": (1, "the step counter the probe advances itself"),
-}
+# names used as stage names, see _stage_name_use), per module outside stages/ops/, and why each stays. None left:
+# the ops a stage adds or tests by itself (gradient plumbing, conversions) are spelled through their definitions
+# (ops.GRAD_ACCUMULATE.name).
+LITERALS_LEFT: dict[str, tuple[int, str]] = {}
 
 # Modules whose strings are not IR op names even when they spell one: cycles.py classes Arm mnemonics ("add", "mul"),
 # stack_bound.py reads them from the disassembly ("push", "sub sp").
@@ -136,6 +110,24 @@ def test_op_name_literals_only_shrink():
     assert literals == want, ("op-name string literals per module changed: a new one belongs in the op's module "
                               f"(stages/ops/); a removed one lowers LITERALS_LEFT: {literals}\n"
                               f"the literals that stay, and why:\n{why}")
+
+
+def _owners() -> dict[str, str]:
+    return {d.name: mod.__name__.rsplit(".", 1)[1] + ".py" for mod in ops._FAMILIES for d in mod.OPS}
+
+
+def test_each_op_name_is_written_in_its_own_module_only():
+    """No op name in more than one place: inside stages/ops/ too, an op's name is a string only in the module that
+    registers it; every other module (another op module, backward.py, a stage) refers to its definition."""
+    owner = _owners()
+    names = _op_names()
+    stray = []
+    for p in sorted((STAGES / "ops").glob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names \
+                    and owner[node.value] != p.name:
+                stray.append(f"ops/{p.name}:{node.lineno} {node.value!r} (registered in ops/{owner[node.value]})")
+    assert stray == []
 
 
 def test_every_literal_left_says_why():

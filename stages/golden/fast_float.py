@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tinytrain.stages import ops
 from tinytrain.stages.golden import forward as ref_exec
 from tinytrain.stages.golden.kernel_common import float_act
 from tinytrain.stages.model.geometry import out_size_and_pad
@@ -131,19 +132,34 @@ def _fc_fast(graph: Graph, op: Op, values: dict[str, np.ndarray]) -> list[np.nda
     return [out.reshape(target) if out.size == int(np.prod(target)) else out]
 
 
+def _bias(op: Op, values: dict[str, np.ndarray]) -> np.ndarray | None:
+    return values[op.inputs[2]] if len(op.inputs) > 2 and op.inputs[2] is not None else None
+
+
+def _depthwise_fast(graph: Graph, op: Op, values: dict[str, np.ndarray]) -> list[np.ndarray] | None:
+    if not _is_float(graph, op) or op.attrs.get("act", "none") not in _ACT:
+        return None
+    return [depthwise_conv2d(values[op.inputs[0]], values[op.inputs[1]], _bias(op, values), op.attrs)]
+
+
+def _conv_fast(graph: Graph, op: Op, values: dict[str, np.ndarray]) -> list[np.ndarray] | None:
+    if not _is_float(graph, op) or op.attrs.get("act", "none") not in _ACT:
+        return None
+    w = values[op.inputs[1]]
+    if np.asarray(values[op.inputs[0]]).shape[-1] != w.shape[-1]:     # grouped: the reference's message
+        return None
+    return [conv2d(values[op.inputs[0]], w, _bias(op, values), op.attrs)]
+
+
+# OpDef.fast_float -> the fast forward of the ops with that trait (None from it: run the reference's kernel)
+_FAST = {"fc": _fc_fast, "depthwise": _depthwise_fast, "conv": _conv_fast}
+
+
 def run_op(graph: Graph, op: Op, values: dict[str, np.ndarray], *, index: int = 0, n: int = 1) -> list[np.ndarray]:
-    if op.type == "fully_connected":
-        out = _fc_fast(graph, op, values)
-        if out is not None:
-            return out
-    if op.type == "depthwise_conv2d" and _is_float(graph, op) and op.attrs.get("act", "none") in _ACT:
-        b = values[op.inputs[2]] if len(op.inputs) > 2 and op.inputs[2] is not None else None
-        return [depthwise_conv2d(values[op.inputs[0]], values[op.inputs[1]], b, op.attrs)]
-    if op.type == "conv2d" and _is_float(graph, op) and op.attrs.get("act", "none") in _ACT:
-        b = values[op.inputs[2]] if len(op.inputs) > 2 and op.inputs[2] is not None else None
-        w = values[op.inputs[1]]
-        if np.asarray(values[op.inputs[0]]).shape[-1] == w.shape[-1]:     # grouped: the reference's message
-            return [conv2d(values[op.inputs[0]], w, b, op.attrs)]
+    fast = _FAST.get(ops.REGISTRY[op.type].fast_float)
+    out = fast(graph, op, values) if fast is not None else None
+    if out is not None:
+        return out
     return ref_exec.run_op(graph, op, values, index=index, n=n)
 
 
@@ -164,17 +180,15 @@ def _pointwise(op: Op) -> bool:
             and int(a.get("dilation_h", 1)) == int(a.get("dilation_w", 1)) == 1)
 
 
-def backward_op(op: Op, v) -> list[np.ndarray] | None:
-    """conv2d_grad_input / conv2d_grad_weight of a 1x1, stride-1 convolution as one 2-D product (`v(j)`: the op's
-    j-th input value); None for every other op (the caller runs grad_ops')."""
-    if op.type not in ("conv2d_grad_input", "conv2d_grad_weight") or not _pointwise(op):
+def _grad_input_1x1(op: Op, v) -> list[np.ndarray] | None:
+    dy, w = np.asarray(v(0), np.float32), np.asarray(v(1), np.float32)
+    o, kh, kw, ci = w.shape
+    if kh != 1 or kw != 1:
         return None
-    if op.type == "conv2d_grad_input":
-        dy, w = np.asarray(v(0), np.float32), np.asarray(v(1), np.float32)
-        o, kh, kw, ci = w.shape
-        if kh != 1 or kw != 1:
-            return None
-        return [(dy.reshape(-1, o) @ w.reshape(o, ci)).reshape(*dy.shape[:-1], ci)]
+    return [(dy.reshape(-1, o) @ w.reshape(o, ci)).reshape(*dy.shape[:-1], ci)]
+
+
+def _grad_weight_1x1(op: Op, v) -> list[np.ndarray] | None:
     o, kh, kw, ci = (int(d) for d in op.attrs["w_shape"])
     if kh != 1 or kw != 1:
         return None
@@ -183,3 +197,16 @@ def backward_op(op: Op, v) -> list[np.ndarray] | None:
     d2 = np.ascontiguousarray(dy.reshape(-1, o).T)
     x2 = np.ascontiguousarray(x.reshape(-1, x.shape[-1])[:, :k])
     return [(d2 @ x2).reshape(o, 1, 1, k)]
+
+
+# OpDef.fast_float -> the 2-D product of a 1x1 conv's gradient op (operands dz, w / dz, x)
+_FAST_GRAD = {"pointwise_grad_input": _grad_input_1x1, "pointwise_grad_weight": _grad_weight_1x1}
+
+
+def backward_op(op: Op, v) -> list[np.ndarray] | None:
+    """The input / weight gradient of a 1x1, stride-1 convolution (OpDef.fast_float) as one 2-D product (`v(j)`:
+    the op's j-th input value); None for every other op (the caller runs grad_ops')."""
+    fast = _FAST_GRAD.get(ops.REGISTRY[op.type].fast_float)
+    if fast is None or not _pointwise(op):
+        return None
+    return fast(op, v)

@@ -84,9 +84,10 @@ def _try_fold_after(g: Graph, i: int) -> str | None:
         _bypass(g, users[0], y)
         return f"fused {nxt.type} into {op.type} -> {nxt.outputs[0]}"
 
-    if nxt.type not in ("mul", "add", "sub") or len(nxt.inputs) != 2 or nxt.inputs[0] == nxt.inputs[1]:
+    how = ops.REGISTRY[nxt.type].bn_affine   # the op's fold rule, if it is a BatchNorm step
+    if how is None or len(nxt.inputs) != 2 or nxt.inputs[0] == nxt.inputs[1]:
         return None
-    if nxt.type == "sub" and nxt.inputs[0] != y:
+    if how == "unshift" and nxt.inputs[0] != y:
         return None  # a - y negates the layer: foldable, but not what BatchNorm exports; left as an op
     other = nxt.inputs[1] if nxt.inputs[0] == y else nxt.inputs[0]
     vec = _per_channel(g, other, channels)
@@ -95,10 +96,10 @@ def _try_fold_after(g: Graph, i: int) -> str | None:
     bias = _bias_of(g, i, channels)
     shape = [1] * w.data.ndim
     shape[axis] = channels
-    if nxt.type == "mul":
+    if how == "scale":
         w.data = (w.data * vec.reshape(shape)).astype(np.float32)
         bias.data = (bias.data * vec).astype(np.float32)
-    elif nxt.type == "sub":
+    elif how == "unshift":
         bias.data = (bias.data - vec).astype(np.float32)
     else:
         bias.data = (bias.data + vec).astype(np.float32)

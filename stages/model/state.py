@@ -50,6 +50,7 @@ import numpy as np
 from tflite.BuiltinOperator import BuiltinOperator as BO
 
 from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.ops import STRIDED_SLICE
 
 STATE_CODES = {BO.CALL_ONCE: "CALL_ONCE", BO.VAR_HANDLE: "VAR_HANDLE", BO.READ_VARIABLE: "READ_VARIABLE",
                BO.ASSIGN_VARIABLE: "ASSIGN_VARIABLE"}
@@ -255,7 +256,7 @@ def unroll(graph: Graph, steps: int) -> Graph:
                                    data=np.asarray(values, dtype=np.int32))
             operands.append(name)
         op_step.append(step)
-        ops.append(Op("strided_slice", [seq_name] + operands, [xs],
+        ops.append(Op(STRIDED_SLICE.name, [seq_name] + operands, [xs],
                       {"starts": [0, step] + [0] * (rank - 2), "stops": [1, step + 1] + list(x.shape[1:]),
                        "strides": [1] * rank, "begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0,
                        "new_axis_mask": 0, "shrink_axis_mask": 2, "offset": False}))

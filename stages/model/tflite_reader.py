@@ -537,9 +537,9 @@ class _Reader:
         ctx = _OpCtx(self, idx, op_name, op, [None if n is None else tensors[n] for n in in_names],
                      [tensors[n] for n in out_names])
         attrs = parse(ctx)
-        if op_type == "pad" and len(in_names) == 3:
+        if op_type == ops.PAD.name and len(in_names) == 3:
             in_names = in_names[:2]  # PADV2 whose pad value is what PAD uses (checked by the parser)
-        if op_type == "transpose_conv" and isinstance(code, str):
+        if op_type == ops.TRANSPOSE_CONV.name and isinstance(code, str):
             # MediaPipe's [input, weights, bias] -> [x, w, b, output_shape], with an int32[4] constant for the
             # output shape that the file does not have (the writer then writes a standard TRANSPOSE_CONV).
             in_names = in_names + [_add_output_shape_constant(tensors, out_names[0])]

@@ -35,17 +35,25 @@ from tinytrain.stages.ops import (
     resize,
     shape,
     softmax,
+    space_to_depth,
     split,
     training,
     transpose,
 )
 from tinytrain.stages.ops.base import KINDS, Builtin, OpDef
+# The ops a stage adds or tests by itself (gradient plumbing, conversions, a few per-op rules): consumers spell
+# them through these definitions (ops.GRAD_ACCUMULATE.name), so each op's name is written once, in its module.
+from tinytrain.stages.ops.conv import CONV2D, CONV2D_GRAD_INPUT, TRANSPOSE_CONV
+from tinytrain.stages.ops.quant import DEQUANTIZE, DEQUANTIZE_SLICE, QUANTIZE
+from tinytrain.stages.ops.shape import PAD, STRIDED_SLICE
+from tinytrain.stages.ops.training import (ACT_GRAD, BATCH_ACCUMULATE, BIAS_GRAD, CLAMP_MASK, GRAD_ACCUMULATE,
+                                           INT8_CLAMP_GRAD, MASK_GRAD, STEP_COUNTER)
 
 __all__ = ["Builtin", "OpDef", "KINDS", "REGISTRY", "get", "names", "update_op", "catalogue"]
 
 # The one table of op modules. Order: forward families first, training ops last (derived lists keep this order).
 _FAMILIES = (conv, fully_connected, elementwise, pooling, shape, softmax, activations, quant, resize, depth_to_space,
-             split, transpose, training, fp16)
+             split, transpose, space_to_depth, training, fp16)
 
 
 def _build() -> Mapping[str, OpDef]:
@@ -101,7 +109,7 @@ UPDATE_OPS = FLOAT_UPDATE_OPS + QAS_UPDATE_OPS
 EAGER_OPS = names(lambda d: d.eager)
 # spec loss name -> its loss op; loss name -> the activation its training forward drops (losses on logits)
 LOSS_OPS = MappingProxyType({d.loss: d.name for d in REGISTRY.values() if d.loss is not None})
-LOSS_DROPS = MappingProxyType({d.loss: d.drops for d in REGISTRY.values() if d.drops is not None})
+LOSS_DROPS = MappingProxyType({d.dropped_by: d.name for d in REGISTRY.values() if d.dropped_by is not None})
 # TFLite builtin operator name -> (op, Builtin); custom code -> (op, Builtin)
 TFLITE_BUILTINS = MappingProxyType({b.code: (d.name, b) for d in REGISTRY.values() for b in d.tflite
                                     if not b.custom})

@@ -330,6 +330,7 @@ OPS = (
           version=version_by_dtype({"int8": 2, "int16": 3}), backward=clamp_backward(_CLAMPS["relu6"])),
     OpDef("logistic", row_stream="local", signature="x -> y", note="int8: output fixed at (1/256, -128)",
           tflite=(Builtin("LOGISTIC", 1, 1),), differentiable=True, fixed_output=_FIXED_OUTPUT["logistic"],
+          dropped_by="bce",
           forward=_logistic, backward=_from_output, c=_c_logistic_tanh,
           version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("tanh", row_stream="local", signature="x -> y", note="int8: output fixed at (1/128, 0)", tflite=(Builtin("TANH", 1, 1),),

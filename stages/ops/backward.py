@@ -14,6 +14,7 @@ from typing import Protocol
 
 from tinytrain.stages.golden import int8_arith as ia
 from tinytrain.stages.model.ir import Graph, Op, Tensor
+from tinytrain.stages.ops.training import ACT_GRAD, BIAS_GRAD, GRAD_ACCUMULATE, INT8_CLAMP_GRAD
 
 # Float act_grad activations a 1-bit mask can replace: act -> (lo, hi) with the gradient passing where lo < y < hi
 # (hi None: no upper bound), exactly grad_ops.act_grad's test.
@@ -51,6 +52,20 @@ class BackwardBuilder(Protocol):
         columns of x's rows of `depth`), as float32 (dequantize_slice, once per sample)."""
 
 
+def gather(bb: BackwardBuilder, shares: dict[str, list[str]], t: str) -> str | None:
+    """dL/dt from its shares (`share`'s, one per reading op): the one share, or their sum (grad_accumulate into a
+    new gradient grad/<t>); None when no share reached t. Autodiff and the memory model both sum fan-out gradients
+    here, before they run the backward of t's producer."""
+    parts = shares.get(t)
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    out = bb.gradient(f"grad/{t}", t)
+    bb.emit(GRAD_ACCUMULATE.name, list(parts), [out])
+    return out
+
+
 def geometry(op: Op) -> dict:
     """The forward's attrs without its fused activation (the backward ops' geometry attrs)."""
     return {k: v for k, v in op.attrs.items() if k != "act"}
@@ -81,11 +96,44 @@ def mask_bounds(type_: str, attrs: dict, y: Tensor) -> tuple | None:
     """(lo, hi) when a backward op of `type_` reading the forward output y only masks a gradient with it (the
     gradient passes where lo < y < hi): int8_clamp_grad of an int8 y, act_grad of a relu-like float y. A 1-bit mask
     of y can then replace y (autodiff's clamp_mask / mask_grad)."""
-    if type_ == "int8_clamp_grad" and y.dtype == "int8":
+    if type_ == INT8_CLAMP_GRAD.name and y.dtype == "int8":
         return int(attrs["lo"]), int(attrs["hi"])
-    if type_ == "act_grad" and y.dtype == "float32" and attrs.get("act") in MASK_ACTS:
+    if type_ == ACT_GRAD.name and y.dtype == "float32" and attrs.get("act") in MASK_ACTS:
         return MASK_ACTS[attrs["act"]]
     return None
+
+
+def insert_masks(steps: list, n_fwd: int, io, bounds_of, mask_step, mask_reader) -> int:
+    """The 1-bit masks of a training step, on autodiff's ops or the memory model's abstract steps alike: a forward
+    output y (produced by steps[:n_fwd]) whose every reader after the forward only masks a gradient with it, all
+    with the same (lo, hi) (`bounds_of(j, y)`: those of steps[j], None for any other reader), gets `mask_step(y, lo_hi)
+    -> (step, mask)` (a clamp_mask) right after its producer, and each reader becomes `mask_reader(step, mask)` (a
+    mask_grad). `io(step)` -> (inputs, outputs). Returns how many steps went into the forward."""
+    readers: dict[str, list[int]] = {}
+    for j in range(n_fwd, len(steps)):
+        for t in dict.fromkeys(io(steps[j])[0]):
+            if t is not None:
+                readers.setdefault(t, []).append(j)
+    producer = {t: i for i in range(n_fwd) for t in io(steps[i])[1]}
+    after: dict[int, list] = {}
+    for y, js in readers.items():
+        if y not in producer:
+            continue
+        bounds = {bounds_of(j, y) for j in js}
+        if len(bounds) != 1 or None in bounds:
+            continue
+        step, mask = mask_step(y, bounds.pop())
+        after.setdefault(producer[y], []).append(step)
+        for j in js:
+            steps[j] = mask_reader(steps[j], mask)
+    if not after:
+        return 0
+    new: list = []
+    for i, st in enumerate(steps):
+        new.append(st)
+        new.extend(after.get(i, []))
+    steps[:] = new
+    return sum(len(v) for v in after.values())
 
 
 def _int8_output(g: Graph, op: Op) -> tuple[float, int] | None:
@@ -107,11 +155,11 @@ def output_mask(bb: BackwardBuilder, d, op: Op, dy: str) -> str:
     if q is not None and d.op_clamp is None and (d.clamp_masked or act != "none"):
         lo, hi = ia.activation_range(act, *q)
         dz = bb.gradient(f"grad/{y}:pre", y)
-        bb.emit("int8_clamp_grad", [dy, y], [dz], lo=lo, hi=hi)
+        bb.emit(INT8_CLAMP_GRAD.name, [dy, y], [dz], lo=lo, hi=hi)
         return dz
     if act != "none" and bb.g.tensors[y].dtype != "int8":
         dz = bb.gradient(f"grad/{y}:pre", y)
-        bb.emit("act_grad", [dy, y], [dz], act=act)
+        bb.emit(ACT_GRAD.name, [dy, y], [dz], act=act)
         return dz
     return dy
 
@@ -127,9 +175,9 @@ def clamp_backward(lo_hi: tuple[float, float | None]):
         q = _int8_output(bb.g, op)
         if q is not None:
             lo, hi = ia.relu_op_range(*lo_hi, *q)
-            bb.emit("int8_clamp_grad", [dz, y], [dx], lo=lo, hi=hi)
+            bb.emit(INT8_CLAMP_GRAD.name, [dz, y], [dx], lo=lo, hi=hi)
         else:
-            bb.emit("act_grad", [dz, y], [dx], act=op.type)
+            bb.emit(ACT_GRAD.name, [dz, y], [dx], act=op.type)
     return backward
 
 
@@ -183,7 +231,7 @@ class LayerBackward:
             bb.emit(f"{op.type}_grad_weight", [dz, xs], [bb.param_grad(w, i, self.grad_shape(bb.g, op, k))], **geo,
                     in_channels=k, w_shape=list(wt.shape), **extra)
         if bb.trains_bias(bias):
-            bb.emit("bias_grad", [dz], [bb.param_grad(bias, i, bb.g.tensors[bias].shape)])
+            bb.emit(BIAS_GRAD.name, [dz], [bb.param_grad(bias, i, bb.g.tensors[bias].shape)])
         dx = bb.share(x, i)
         if dx:
             bb.emit(f"{op.type}_grad_input", [dz, bb.real(w)], [dx], **geo)

@@ -66,6 +66,13 @@ class OpDef:
     #                                quantizes the weights per output channel, the bias to int32)
     frozen_only: bool = False      # a layer whose parameters never train (the gradient flows through it)
     bn_fold: bool = False          # a BatchNorm MUL/ADD after it folds into its weights and bias
+    # the step of a BatchNorm's per-channel affine it is, folded into a bn_fold layer before it (model/bn_fold.py):
+    # "scale" (y * m: weights and bias times m), "shift" (y + a: bias + a), "unshift" (y - a only: bias - a)
+    bn_affine: str | None = None
+    # sparse-plan's fast float variant of its numpy kernel (golden/fast_float.py's table): "conv" (im2col + one
+    # product), "depthwise", "fc", "pointwise_grad_input" / "pointwise_grad_weight" (a 1x1 stride-1 conv
+    # gradient as one 2-D product)
+    fast_float: str | None = None
     out_channel_axis: int = 0      # weights' output-channel axis (layers)
     int8: bool = True              # ptq quantizes it (forward ops)
     conversion: bool = False       # converts between float and int8 (no arithmetic of its own to quantize or
@@ -113,8 +120,8 @@ class OpDef:
     qas: bool = False              # update ops: of an int8 / int32 parameter (stages/quant/qas.py)
     eager: bool = False            # the schedule runs it as soon as it can (updates, accumulation)
     loss: str | None = None        # loss ops: the spec loss name it implements (train.loss, train.outputs)
-    drops: str | None = None       # loss ops on logits: the inference-only activation ending a head that the
-    #                                training forward drops (its output would be probabilities)
+    dropped_by: str | None = None  # an inference-only activation ending a head: the spec loss (on logits) before
+    #                                which the training forward drops it (its output would be probabilities)
 
     def __post_init__(self):
         if self.kind not in KINDS:

@@ -91,35 +91,45 @@ def _transpose_conv_version(graph, op) -> int:
     return 2 if input_dtype(graph, op) == "int8" else 1
 
 
+CONV2D = OpDef("conv2d", signature="x, w[O,KH,KW,I], b? -> y", attrs=_GEOMETRY + ("act",),
+               tflite=(Builtin("CONV_2D", 2, 3),), bias_required=True, layer=True, bn_fold=True,
+               out_channel_axis=0, differentiable=True, clamp_masked=True, row_stream="conv", macs=_conv_macs,
+               version=_conv_version, split_weight=1, fast_float="conv", forward=fw.conv2d, c=fw.c_conv2d,
+               backward=LayerBackward())
+TRANSPOSE_CONV = OpDef("transpose_conv", signature="x, w[O,KH,KW,I], b?, output_shape -> y",
+                       attrs=("stride_h", "stride_w", "padding", "act"),
+                       note="TFLite TRANSPOSE_CONV; the file's operand order is output_shape, w, x, b: the reader "
+                            "reorders to the layer order, the writer back; output_shape is an int32[4] constant "
+                            "equal to y's shape; padding as conv2d with y as the conv's input",
+                       tflite=(Builtin("TRANSPOSE_CONV", 3, 4),
+                               Builtin(MEDIAPIPE_TRANSPOSE_CONV_BIAS, 3, 3, custom=True)),
+                       file_operands=(2, 1, 3, 0),   # TFLite's [output_shape, w, x, b?]
+                       layer=True, frozen_only=True, out_channel_axis=0, differentiable=True, clamp_masked=True,
+                       version=_transpose_conv_version, forward=fw.transpose_conv, c=fw.c_transpose_conv,
+                       backward=LayerBackward())
+CONV2D_GRAD_INPUT = OpDef("conv2d_grad_input", kind="backward", of="conv2d", signature="dz, w -> dx",
+                          attrs=("the forward's geometry",), grad_input=True, split_weight=1,
+                          fast_float="pointwise_grad_input", run=_run_conv2d_grad_input, c=cg.c_conv2d_grad_input)
+CONV2D_GRAD_WEIGHT = OpDef("conv2d_grad_weight", kind="backward", of="conv2d", signature="dz, x -> dw",
+                           attrs=("geometry", "in_channels", "w_shape"), note="k = in_channels: dw is w[..., :k]",
+                           channel_stream=True, fused_input=True, fast_float="pointwise_grad_weight",
+                           run=_run_conv2d_grad_weight, c=cg.c_conv2d_grad_weight)
+
 OPS = (
-    OpDef("conv2d", signature="x, w[O,KH,KW,I], b? -> y", attrs=_GEOMETRY + ("act",),
-          tflite=(Builtin("CONV_2D", 2, 3),), bias_required=True, layer=True, bn_fold=True, out_channel_axis=0,
-          differentiable=True, clamp_masked=True, row_stream="conv", macs=_conv_macs, version=_conv_version,
-          split_weight=1, forward=fw.conv2d, c=fw.c_conv2d, backward=LayerBackward()),
+    CONV2D,
     OpDef("depthwise_conv2d", signature="x, w[1,KH,KW,O], b? -> y",
           attrs=_GEOMETRY + ("depth_multiplier", "act"),
           tflite=(Builtin("DEPTHWISE_CONV_2D", 2, 3),), bias_required=True, layer=True, bn_fold=True,
           out_channel_axis=3, differentiable=True, clamp_masked=True, row_stream="conv", macs=_depthwise_macs,
           # TinyEngine's scheme: one output channel into a scratch buffer, copied over the input channel it came
           # from (multiplier 1 only: memplan checks it).
-          in_place="channel", version=_depthwise_version, forward=fw.depthwise_conv2d, c=fw.c_depthwise_conv2d,
+          in_place="channel", version=_depthwise_version, fast_float="depthwise", forward=fw.depthwise_conv2d,
+          c=fw.c_depthwise_conv2d,
           backward=LayerBackward(depthwise=True)),
-    OpDef("transpose_conv", signature="x, w[O,KH,KW,I], b?, output_shape -> y",
-          attrs=("stride_h", "stride_w", "padding", "act"),
-          note="TFLite TRANSPOSE_CONV; the file's operand order is output_shape, w, x, b: the reader reorders to "
-               "the layer order, the writer back; output_shape is an int32[4] constant equal to y's shape; "
-               "padding as conv2d with y as the conv's input",
-          tflite=(Builtin("TRANSPOSE_CONV", 3, 4), Builtin(MEDIAPIPE_TRANSPOSE_CONV_BIAS, 3, 3, custom=True)),
-          file_operands=(2, 1, 3, 0),   # TFLite's [output_shape, w, x, b?]
-          layer=True, frozen_only=True, out_channel_axis=0, differentiable=True, clamp_masked=True,
-          version=_transpose_conv_version, forward=fw.transpose_conv, c=fw.c_transpose_conv, backward=LayerBackward()),
+    TRANSPOSE_CONV,
     # ---- backward
-    OpDef("conv2d_grad_input", kind="backward", of="conv2d", signature="dz, w -> dx",
-          attrs=("the forward's geometry",), grad_input=True, split_weight=1, run=_run_conv2d_grad_input,
-          c=cg.c_conv2d_grad_input),
-    OpDef("conv2d_grad_weight", kind="backward", of="conv2d", signature="dz, x -> dw",
-          attrs=("geometry", "in_channels", "w_shape"), note="k = in_channels: dw is w[..., :k]",
-          channel_stream=True, fused_input=True, run=_run_conv2d_grad_weight, c=cg.c_conv2d_grad_weight),
+    CONV2D_GRAD_INPUT,
+    CONV2D_GRAD_WEIGHT,
     OpDef("depthwise_conv2d_grad_input", kind="backward", of="depthwise_conv2d", signature="dz, w -> dx",
           attrs=("geometry", "depth_multiplier"), grad_input=True,
           # dx channel c depends on dz channel c only: the forward's channel-by-channel scheme

@@ -16,7 +16,8 @@ from tinytrain.stages.ops.base import Builtin, OpDef, version_by_dtype
 from tinytrain.stages.ops.movement import forward_call, grad_call
 
 
-def _block(attrs: dict) -> int:
+def block(attrs: dict) -> int:
+    """The op's block size k (depth_to_space and its inverse, space_to_depth)."""
     return int(attrs["block_size"])
 
 
@@ -32,16 +33,21 @@ def space_to_depth(y: np.ndarray, k: int) -> np.ndarray:
     return y.reshape(n, hk // k, k, wk // k, k, c).transpose(0, 1, 3, 2, 4, 5).reshape(n, hk // k, wk // k, k * k * c)
 
 
-def _forward(ctx) -> list[np.ndarray]:
-    return [depth_to_space(ctx.x(0), _block(ctx.attrs))]
+def kernels(move, inverse):
+    """The numpy forward, the training executor's gradient kernel and the backward emission of a block op that moves
+    data by `move` and whose gradient is `inverse` of dy (depth_to_space and space_to_depth: each the other's)."""
+    def forward(ctx) -> list[np.ndarray]:
+        return [move(ctx.x(0), block(ctx.attrs))]
+
+    def run_grad(op, v, shape, tensor):
+        return [inverse(v(0), block(op.attrs)).astype(np.float32)]
+
+    def backward(bb, op, i, dz):
+        input_backward(bb, op, i, dz, attrs={"block_size": block(op.attrs)})
+    return forward, run_grad, backward
 
 
-def _run_grad(op, v, shape, tensor):
-    return [space_to_depth(v(0), _block(op.attrs)).astype(np.float32)]
-
-
-def _backward(bb, op, i, dz):
-    input_backward(bb, op, i, dz, attrs={"block_size": _block(op.attrs)})
+_forward, _run_grad, _backward = kernels(depth_to_space, space_to_depth)
 
 
 # ---- .tflite options
@@ -56,23 +62,24 @@ def _read(c) -> dict:
 
 def _write(b, op):
     tflite.DepthToSpaceOptionsStart(b)
-    tflite.DepthToSpaceOptionsAddBlockSize(b, _block(op.attrs))
+    tflite.DepthToSpaceOptionsAddBlockSize(b, block(op.attrs))
     return BuiltinOptions.DepthToSpaceOptions, tflite.DepthToSpaceOptionsEnd(b)
 
 
 # ---- C (gen: codegen's generator); kernels_c/ops/tt_depth_to_space.c
 
-def _dims(gen, x: str, k: int) -> str:
+def dims(gen, x: str, k: int) -> str:
+    """The C kernels' leading arguments: x's NHWC dims and k (the kernels of both block ops take them)."""
     n, h, w, c = (int(d) for d in gen.g.tensors[x].shape)
     return f"{n}, {h}, {w}, {c}, {k}"
 
 
 def _c(gen, op: Op) -> list[str]:
-    return forward_call(gen, op, "tt_depth_to_space", _dims(gen, op.inputs[0], _block(op.attrs)))
+    return forward_call(gen, op, "tt_depth_to_space", dims(gen, op.inputs[0], block(op.attrs)))
 
 
 def _c_grad(gen, op: Op) -> list[str]:
-    return grad_call(gen, op, "tt_depth_to_space_grad_f32", _dims(gen, op.outputs[0], _block(op.attrs)))
+    return grad_call(gen, op, "tt_depth_to_space_grad_f32", dims(gen, op.outputs[0], block(op.attrs)))
 
 
 OPS = (

@@ -233,13 +233,13 @@ def _mul_version(graph, op) -> int:
 
 OPS = (
     OpDef("add", row_stream="local", signature="a, b -> y", attrs=("act",), tflite=(Builtin("ADD", 2, 2),), differentiable=True,
-          clamp_masked=True, const_operands_per_tensor=True, in_place="any", forward=_add,
+          clamp_masked=True, const_operands_per_tensor=True, in_place="any", bn_affine="shift", forward=_add,
           backward=_add_sub_backward, c=_c_add, version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("mul", row_stream="local", signature="a, b -> y", attrs=("act",), note="a * b; " + _NOTE, tflite=(Builtin("MUL", 2, 2),),
-          differentiable=True, clamp_masked=True, const_operands_per_tensor=True, forward=_mul,
+          differentiable=True, clamp_masked=True, const_operands_per_tensor=True, bn_affine="scale", forward=_mul,
           backward=_mul_backward, c=_c_mul, version=_mul_version),
     OpDef("sub", row_stream="local", signature="a, b -> y", attrs=("act",), note="a - b; " + _NOTE, tflite=(Builtin("SUB", 2, 2),),
-          differentiable=True, clamp_masked=True, const_operands_per_tensor=True, forward=_sub,
+          differentiable=True, clamp_masked=True, const_operands_per_tensor=True, bn_affine="unshift", forward=_sub,
           backward=_add_sub_backward, c=_c_sub, version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("add_grad", kind="backward", of="add", signature="dz -> da?, db?", attrs=("which",),
           note="unbroadcast to each operand's shape", c=_c_add_grad, run=_run_add_grad),

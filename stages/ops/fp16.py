@@ -22,6 +22,8 @@ import numpy as np
 from tinytrain.stages.c_emit.literals import flit, numel
 from tinytrain.stages.golden import fp16 as h
 from tinytrain.stages.model.ir import Op
+from tinytrain.stages.ops import conv, training
+from tinytrain.stages.ops import fully_connected as fc
 from tinytrain.stages.ops.base import OpDef
 
 
@@ -30,7 +32,7 @@ from tinytrain.stages.ops.base import OpDef
 CAST_F32_F16, CAST_F16_F32, ROUND_F16 = "cast_f32_f16", "cast_f16_f32", "round_f16"
 LOSS_SCALE_MUL, AMP_CHECK, LOSS_SCALE_UPDATE = "loss_scale_mul", "amp_check", "loss_scale_update"
 AMP_UNSCALE, AMP_UNSCALE_RESET = "amp_unscale", "amp_unscale_reset"
-STEP_COUNTER, BATCH_ACCUMULATE = "step_counter", "batch_accumulate"
+STEP_COUNTER, BATCH_ACCUMULATE = training.STEP_COUNTER.name, training.BATCH_ACCUMULATE.name
 # element-wise ops a weight gradient may pass through on its way to its update (or to its check) inside a channels
 # stream (stages/planning/streams.py): each handles one output channel of the gradient at a time (_chunk_n)
 CHANNEL_CHAIN_OPS = (ROUND_F16, AMP_UNSCALE)
@@ -42,9 +44,11 @@ def exact_kernels() -> dict:
     runs for fp16-mixed graphs so that every fp16 rounding matches the C."""
     from tinytrain.stages.golden import fp16_exact as ex
 
-    return {"softmax_ce_loss": ex.run_softmax_ce, "bias_grad": ex.run_bias_grad,
-            "fully_connected_grad_input": ex.run_fc_grad_input, "fully_connected_grad_weight": ex.run_fc_grad_weight,
-            "conv2d_grad_input": ex.run_conv2d_grad_input, "conv2d_grad_weight": ex.run_conv2d_grad_weight}
+    return {training.SOFTMAX_CE_LOSS.name: ex.run_softmax_ce, training.BIAS_GRAD.name: ex.run_bias_grad,
+            fc.FULLY_CONNECTED_GRAD_INPUT.name: ex.run_fc_grad_input,
+            fc.FULLY_CONNECTED_GRAD_WEIGHT.name: ex.run_fc_grad_weight,
+            conv.CONV2D_GRAD_INPUT.name: ex.run_conv2d_grad_input,
+            conv.CONV2D_GRAD_WEIGHT.name: ex.run_conv2d_grad_weight}
 
 
 def _n(gen, name: str) -> int:

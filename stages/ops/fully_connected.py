@@ -111,13 +111,19 @@ def _fc_version(graph, op) -> int:
     return {"int8": 4, "int16": 7}.get(input_dtype(graph, op), 1)
 
 
+FULLY_CONNECTED_GRAD_INPUT = OpDef("fully_connected_grad_input", kind="backward", of="fully_connected",
+                                   signature="dz, w -> dx", grad_input=True, run=_run_fully_connected_grad_input,
+                                   c=fc_grad.c_fully_connected_grad_input)
+FULLY_CONNECTED_GRAD_WEIGHT = OpDef("fully_connected_grad_weight", kind="backward", of="fully_connected",
+                                    signature="dz, x -> dw", attrs=("in_channels",), channel_stream=True,
+                                    run=_run_fully_connected_grad_weight, c=fc_grad.c_fully_connected_grad_weight)
+
 OPS = (
     OpDef("fully_connected", signature="x, w[O,I], b? -> y", attrs=("act", "keep_num_dims"),
           tflite=(Builtin("FULLY_CONNECTED", 2, 3),), layer=True, bn_fold=True, out_channel_axis=0,
-          differentiable=True, clamp_masked=True, macs=_fc_macs, version=_fc_version, forward=_fully_connected,
+          differentiable=True, clamp_masked=True, macs=_fc_macs, version=_fc_version, fast_float="fc",
+          forward=_fully_connected,
           c=_c_fully_connected, backward=LayerBackward(flat=True)),
-    OpDef("fully_connected_grad_input", kind="backward", of="fully_connected", signature="dz, w -> dx",
-          grad_input=True, run=_run_fully_connected_grad_input, c=fc_grad.c_fully_connected_grad_input),
-    OpDef("fully_connected_grad_weight", kind="backward", of="fully_connected", signature="dz, x -> dw",
-          attrs=("in_channels",), channel_stream=True, run=_run_fully_connected_grad_weight, c=fc_grad.c_fully_connected_grad_weight),
+    FULLY_CONNECTED_GRAD_INPUT,
+    FULLY_CONNECTED_GRAD_WEIGHT,
 )

@@ -98,15 +98,18 @@ def _c_dequantize_slice(gen, op: Op) -> list[str]:
 # ---- TFLite op versions (op_version.cc)
 
 
-OPS = (
-    # quantize requantizes (float -> int8, or int8 -> int8) and clamps to the int8 range.
-    OpDef("quantize", signature="x -> y", note="float->int8, or int8->int8 requantize",
-          tflite=(Builtin("QUANTIZE", 1, 1),), clamp_masked=True, conversion=True, forward=_quantize, c=_c_quantize,
-          version=version_by_dtype({"int8": 2, "int16": 2, "uint8": 2})),
-    OpDef("dequantize", signature="x -> y", note="int8/float16 -> float32", tflite=(Builtin("DEQUANTIZE", 1, 1),),
-          conversion=True, unpacks_constants=True, forward=_dequantize, c=_c_dequantize,
-          version=version_by_dtype({"float16": 3, "int8": 2, "int16": 4})),
-    OpDef("dequantize_slice", kind="aux", signature="x_q -> x_f", attrs=("channels", "depth"),
-          note="the saved int8 input of a weight gradient, only its trained slice x[..., :k], as float32",
-          c=_c_dequantize_slice, run=run_dequantize_slice),
-)
+# quantize requantizes (float -> int8, or int8 -> int8) and clamps to the int8 range. Named: ptq adds quantize /
+# dequantize at an int8 graph's float boundaries, autodiff dequantize(_slice) for the backward's real values.
+QUANTIZE = OpDef("quantize", signature="x -> y", note="float->int8, or int8->int8 requantize",
+                 tflite=(Builtin("QUANTIZE", 1, 1),), clamp_masked=True, conversion=True, forward=_quantize,
+                 c=_c_quantize, version=version_by_dtype({"int8": 2, "int16": 2, "uint8": 2}))
+DEQUANTIZE = OpDef("dequantize", signature="x -> y", note="int8/float16 -> float32",
+                   tflite=(Builtin("DEQUANTIZE", 1, 1),), conversion=True, unpacks_constants=True,
+                   forward=_dequantize, c=_c_dequantize,
+                   version=version_by_dtype({"float16": 3, "int8": 2, "int16": 4}))
+DEQUANTIZE_SLICE = OpDef("dequantize_slice", kind="aux", signature="x_q -> x_f", attrs=("channels", "depth"),
+                         note="the saved int8 input of a weight gradient, only its trained slice x[..., :k], as "
+                              "float32",
+                         c=_c_dequantize_slice, run=run_dequantize_slice)
+
+OPS = (QUANTIZE, DEQUANTIZE, DEQUANTIZE_SLICE)

@@ -257,27 +257,31 @@ def _strided_slice_version(graph, op) -> int:
     return {"int8": 2, "int16": 4}.get(input_dtype(graph, op), 1)
 
 
+PAD = OpDef("pad", row_stream="local", signature="x, paddings[N,2] -> y",
+            tflite=(Builtin("PAD", 2, 2), Builtin("PADV2", 2, 3)), differentiable=True, shared_qparams="first",
+            forward=_pad, backward=_pad_backward, c=_c_pad, version=version_by_dtype({"int8": 2, "int16": 3}))
+STRIDED_SLICE = OpDef("strided_slice", signature="x, begin, end, strides -> y",
+                      attrs=("starts", "stops", "strides", "begin_mask", "end_mask", "ellipsis_mask",
+                             "new_axis_mask", "shrink_axis_mask", "offset"),
+                      note="starts/stops/strides per axis, resolved by the reader with TFLite's "
+                           "StartForAxis/StopForAxis against the static shape (a negative stride stops before "
+                           "`stops`, -1 meaning past index 0); the masks and offset as in the file, for the writer; "
+                           "axis 0 is always taken whole",
+                      tflite=(Builtin("STRIDED_SLICE", 4, 4),), differentiable=True, shared_qparams="first",
+                      forward=_strided_slice, backward=_strided_slice_backward, c=_c_strided_slice,
+                      version=_strided_slice_version)
+
 OPS = (
     OpDef("reshape", signature="x, shape? -> y", attrs=("new_shape",),
           note="new_shape is the output shape, always present", tflite=(Builtin("RESHAPE", 1, 2),),
           differentiable=True, shared_qparams="first", in_place="any", forward=_reshape,
           backward=_reshape_backward, c=_c_reshape),
-    OpDef("pad", row_stream="local", signature="x, paddings[N,2] -> y", tflite=(Builtin("PAD", 2, 2), Builtin("PADV2", 2, 3)),
-          differentiable=True, shared_qparams="first", forward=_pad, backward=_pad_backward, c=_c_pad,
-          version=version_by_dtype({"int8": 2, "int16": 3})),
+    PAD,
     OpDef("concatenation", signature="x0, x1, ... -> y", attrs=("axis", "act"),
           tflite=(Builtin("CONCATENATION", 1, 1 << 16),), differentiable=True, shared_qparams="all",
           const_operands_per_tensor=True, forward=_concatenation, backward=_concatenation_backward,
           c=_c_concatenation, version=version_by_dtype({"int8": 2, "int16": 3}, of=output_dtype)),
-    OpDef("strided_slice", signature="x, begin, end, strides -> y",
-          attrs=("starts", "stops", "strides", "begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
-                 "shrink_axis_mask", "offset"),
-          note="starts/stops/strides per axis, resolved by the reader with TFLite's StartForAxis/StopForAxis "
-               "against the static shape (a negative stride stops before `stops`, -1 meaning past index 0); "
-               "the masks and offset as in the file, for the writer; axis 0 is always taken whole",
-          tflite=(Builtin("STRIDED_SLICE", 4, 4),), differentiable=True, shared_qparams="first",
-          forward=_strided_slice, backward=_strided_slice_backward, c=_c_strided_slice,
-          version=_strided_slice_version),
+    STRIDED_SLICE,
     OpDef("reshape_grad", kind="backward", of="reshape", signature="dy -> dx", in_place="any", c=_c_reshape_grad,
           run=_run_reshape_grad),
     OpDef("pad_grad", kind="backward", of="pad", signature="dy, paddings -> dx", c=_c_pad_grad, run=_run_pad_grad),

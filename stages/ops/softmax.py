@@ -74,7 +74,8 @@ def _run_softmax_grad(op, v, shape, tensor):
 
 OPS = (
     OpDef("softmax", signature="x -> y", attrs=("beta",), tflite=(Builtin("SOFTMAX", 1, 1),),
-          differentiable=True, fixed_output=(1.0 / 256.0, -128), forward=_softmax, backward=_softmax_backward,
+          differentiable=True, fixed_output=(1.0 / 256.0, -128), dropped_by="cross_entropy", forward=_softmax,
+          backward=_softmax_backward,
           c=_c_softmax,
           version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("softmax_grad", kind="backward", of="softmax", signature="dy, y -> dx", attrs=("beta",), c=_c_softmax_grad,

@@ -335,36 +335,43 @@ def _run_loss_sum(op, v, shape, tensor):
 _LOSS_ATTRS = ("offset", "weight")
 LOSS_SUM = "loss_sum"   # the op adding several heads' losses (stages/train/losses.py emits it)
 
+# The gradient plumbing autodiff and the memory model add themselves (masks, sums, the step counter): named, so
+# that they spell these ops through their definitions (GRAD_ACCUMULATE.name), never by a string of their own.
+ACT_GRAD = OpDef("act_grad", kind="backward", signature="dy, y -> dz", attrs=("act",),
+                 note="mask from the forward output y; tanh: dy*(1 - y^2)", masks_gradient=True, in_place="any",
+                 run=_run_act_grad, c=_c_act_grad)
+INT8_CLAMP_GRAD = OpDef("int8_clamp_grad", kind="backward", signature="dy, y_q -> dz", attrs=("lo", "hi"),
+                        note="straight-through estimator: dz = dy where lo < y_q < hi, else 0", masks_gradient=True,
+                        in_place="first", run=_run_int8_clamp_grad, c=_c_int8_clamp_grad)
+CLAMP_MASK = OpDef("clamp_mask", kind="aux", signature="y -> mask", attrs=("lo", "hi"),
+                   note="uint8[ceil(n/8)], bit i = 1 where lo < y_i < hi", run=_run_clamp_mask,
+                   c=_c_clamp_mask)
+MASK_GRAD = OpDef("mask_grad", kind="backward", signature="dy, mask -> dz", note="dz = dy where the bit is set",
+                  masks_gradient=True, in_place="first", run=_run_mask_grad, c=_c_mask_grad)
+BIAS_GRAD = OpDef("bias_grad", kind="backward", signature="dz -> db", run=_run_bias_grad, c=_c_bias_grad)
+GRAD_ACCUMULATE = OpDef("grad_accumulate", kind="backward", signature="g0, g1, ... -> g",
+                        note="a tensor read by several ops", in_place="any", c=_c_grad_accumulate,
+                        run=_run_grad_accumulate)
+BATCH_ACCUMULATE = OpDef("batch_accumulate", kind="aux", signature="acc, g -> acc", eager=True,
+                         c=_c_batch_accumulate, run=run_batch_accumulate)
+STEP_COUNTER = OpDef("step_counter", kind="aux", signature="step -> step", c=_c_step_counter, run=run_step_counter)
+SOFTMAX_CE_LOSS = OpDef("softmax_ce_loss", kind="loss", signature="logits, labels:int32[1] -> loss:f32[], dlogits",
+                        attrs=_LOSS_ATTRS, note="fused, stable; several heads: a float class index in the target row",
+                        loss="cross_entropy", c=_c_loss, run=_run_softmax_ce_loss)
+
 OPS = (
-    OpDef("act_grad", kind="backward", signature="dy, y -> dz", attrs=("act",),
-          note="mask from the forward output y; tanh: dy*(1 - y^2)", masks_gradient=True, in_place="any",
-          run=_run_act_grad, c=_c_act_grad),
-    OpDef("int8_clamp_grad", kind="backward", signature="dy, y_q -> dz", attrs=("lo", "hi"),
-          note="straight-through estimator: dz = dy where lo < y_q < hi, else 0", masks_gradient=True,
-          in_place="first", run=_run_int8_clamp_grad, c=_c_int8_clamp_grad),
-    OpDef("clamp_mask", kind="aux", signature="y -> mask", attrs=("lo", "hi"),
-          note="uint8[ceil(n/8)], bit i = 1 where lo < y_i < hi", run=_run_clamp_mask,
-          c=_c_clamp_mask),
-    OpDef("mask_grad", kind="backward", signature="dy, mask -> dz", note="dz = dy where the bit is set",
-          masks_gradient=True, in_place="first", run=_run_mask_grad, c=_c_mask_grad),
-    OpDef("bias_grad", kind="backward", signature="dz -> db", run=_run_bias_grad, c=_c_bias_grad),
-    OpDef("grad_accumulate", kind="backward", signature="g0, g1, ... -> g",
-          note="a tensor read by several ops", in_place="any", c=_c_grad_accumulate, run=_run_grad_accumulate),
-    OpDef("batch_accumulate", kind="aux", signature="acc, g -> acc", eager=True, c=_c_batch_accumulate,
-          run=run_batch_accumulate),
+    ACT_GRAD, INT8_CLAMP_GRAD, CLAMP_MASK, MASK_GRAD, BIAS_GRAD, GRAD_ACCUMULATE, BATCH_ACCUMULATE,
     # Losses, in the order of the spec's loss names (stages/train/losses.py); attrs only with several heads / a weight.
-    OpDef("softmax_ce_loss", kind="loss", signature="logits, labels:int32[1] -> loss:f32[], dlogits",
-          attrs=_LOSS_ATTRS, note="fused, stable; several heads: a float class index in the target row",
-          loss="cross_entropy", drops="softmax", c=_c_loss, run=_run_softmax_ce_loss),
+    SOFTMAX_CE_LOSS,
     OpDef("mse_loss", kind="loss", signature="y, target -> loss, dy", attrs=_LOSS_ATTRS, loss="mse",
           c=_c_loss, run=_run_mse_loss),
     OpDef("bce_logits_loss", kind="loss", signature="z, target -> loss, dz", attrs=_LOSS_ATTRS,
-          note="binary cross-entropy with logits", loss="bce", drops="logistic", c=_c_loss, run=_run_bce_logits_loss),
+          note="binary cross-entropy with logits", loss="bce", c=_c_loss, run=_run_bce_logits_loss),
     OpDef("huber_loss", kind="loss", signature="y, target -> loss, dy", attrs=_LOSS_ATTRS + ("delta",),
           note="delta 1 (PyTorch HuberLoss)", loss="huber", c=_c_loss, run=_run_huber_loss),
     OpDef(LOSS_SUM, kind="loss", signature="l0, l1, ... -> loss", note="several heads: their weighted losses",
           c=_c_loss_sum, run=_run_loss_sum),
-    OpDef("step_counter", kind="aux", signature="step -> step", c=_c_step_counter, run=run_step_counter),
+    STEP_COUNTER,
     OpDef("sgd_update", kind="update", signature="w, g -> w", attrs=_UPDATE_ATTRS, optimizer="sgd", eager=True,
           c=_c_sgd_update, run=float_update("sgd")),
     OpDef("momentum_update", kind="update", signature="w, g, buf -> w, buf", attrs=_UPDATE_ATTRS,

@@ -220,7 +220,7 @@ def fused_dequantize(graph: Graph) -> dict[str, str]:
                 readers.setdefault(t, []).append((op.type, k))
     out: dict[str, str] = {}
     for op in graph.ops:
-        if op.type != "dequantize" or len(op.inputs) != 1 or len(op.outputs) != 1:
+        if op.type != ops.DEQUANTIZE.name or len(op.inputs) != 1 or len(op.outputs) != 1:
             continue
         w, y = op.inputs[0], op.outputs[0]
         wt = graph.tensors[w]
@@ -240,7 +240,7 @@ def fused_input_dequantize(graph: Graph, readers: dict[str, list[tuple[str, int]
     activation lives until those gradients run instead (plan_memory maps the reads)."""
     out: dict[str, str] = {}
     for op in graph.ops:
-        if op.type != "dequantize_slice" or len(op.outputs) != 1:
+        if op.type != ops.DEQUANTIZE_SLICE.name or len(op.outputs) != 1:
             continue
         x, y = op.inputs[0], op.outputs[0]
         xt = graph.tensors[x]

@@ -79,7 +79,8 @@ from tinytrain.stages import autodiff
 from tinytrain.stages.model.ir import Graph
 from tinytrain.stages.planning.arena import ALIGN, CHANNEL_SCRATCH_OPS, depth_multiplier
 from tinytrain.stages.ops import CONVERSION_OPS, FIRST_INPUT_ONLY, IN_PLACE_OPS, LOSS_DROPS, REGISTRY, TRAINABLE_OPS
-from tinytrain.stages.ops.backward import mask_bounds, output_mask, slice_shape
+from tinytrain.stages.ops.backward import gather, insert_masks, mask_bounds, output_mask, slice_shape
+from tinytrain.stages.ops import CLAMP_MASK, CONV2D, DEQUANTIZE, GRAD_ACCUMULATE, MASK_GRAD
 from tinytrain.stages.quant.qas import STATE_COUNT
 from tinytrain.stages.planning.fp16_memory import RESIDENT_SCALARS, fp16_steps
 from tinytrain.stages.planning.streams import MAX_ROW_OPS, row_geometry, row_op_ok, window_rows
@@ -350,7 +351,7 @@ class MemoryModel:
         if g.tensors[head].dtype == "int8":
             head_in = f"deq/{head}"
             sizes[head_in] = self._bytes(head, fp32=True)
-            steps.append(("dequantize", [head], [head_in]))
+            steps.append((DEQUANTIZE.name, [head], [head_in]))
         lab = "train/labels" if s.loss == "cross_entropy" else "train/target"
         sizes[lab] = 4 if s.loss == "cross_entropy" else self._bytes(head, fp32=True)
         inputs.append(lab)
@@ -401,16 +402,6 @@ class MemoryModel:
             else:
                 pending.append(grad)
 
-        def gathered(y: str) -> str | None:
-            """The gradient of y: its one share, or the sum of its shares (a grad_accumulate step)."""
-            parts = contrib.get(y)
-            if not parts or len(parts) == 1:
-                return parts[0] if parts else None
-            dy = f"grad/{y}"
-            sizes[dy] = self._bytes(y, fp32=True)
-            steps.append(("grad_accumulate", list(parts), [dy]))
-            return dy
-
         sb = _StepBuilder(self, steps, sizes, share, update, wk, bias_on, pgrads,
                           whole=lambda p: readers.get(p, 1) == 1)
         for i in reversed(self._fwd):
@@ -419,7 +410,7 @@ class MemoryModel:
                 continue
             if len(op.outputs) > 1:   # a multi-output op (split), as autodiff emits it
                 start = len(steps)
-                dys = [gathered(y) for y in op.outputs]
+                dys = [gather(sb, contrib, y) for y in op.outputs]
                 if any(dys):
                     REGISTRY[op.type].backward(sb, op, i, dys)
                     sb.finish(start)
@@ -428,7 +419,7 @@ class MemoryModel:
             if not contrib.get(y):
                 continue
             start = len(steps)
-            dy = gathered(y)
+            dy = gather(sb, contrib, y)
             d = REGISTRY[op.type]
             dz = output_mask(sb, d, op, dy)
             if dz != dy and dy in sb.bcast and self._position_streamed(op, wk, s.reorder):
@@ -442,7 +433,7 @@ class MemoryModel:
         for p, parts in pgrads.items():
             if len(parts) > 1:
                 sizes[f"grad/{p}"] = sizes[parts[0]]
-                steps.append(("grad_accumulate", list(parts), [f"grad/{p}"]))
+                steps.append((GRAD_ACCUMULATE.name, list(parts), [f"grad/{p}"]))
                 update(f"grad/{p}")
         if pending:
             steps.append(("update", pending, []))
@@ -489,7 +480,7 @@ class MemoryModel:
     def _position_streamed(self, op, wk: dict[str, int], reorder: bool) -> bool:
         """stages/planning/streams.py's position stream applies to the gradient of this op's (masked) output: a 1x1
         stride-1 conv2d with N = 1 whose weights are not trained (a weight gradient would read every position)."""
-        if not reorder or op.type != "conv2d" or op.inputs[1] in wk:
+        if not reorder or op.type != CONV2D.name or op.inputs[1] in wk:
             return False
         w, y = self.g.tensors[op.inputs[1]].shape, self.g.tensors[op.outputs[0]].shape
         return (int(w[1]) == 1 and int(w[2]) == 1 and int(op.attrs.get("stride_h", 1)) == 1
@@ -654,7 +645,7 @@ class _StepBuilder:
     def _materialize(self, name: str) -> str:
         t, k, depth = self._lazy.pop(name)
         self.sizes[name] = self.m._bytes(t, fp32=True) if k is None else _numel(slice_shape(self.g, t, k, depth)) * FP32
-        self._step(("dequantize", [t] if self.m._act(t) else [], [name]), [t])
+        self._step((DEQUANTIZE.name, [t] if self.m._act(t) else [], [name]), [t])
         self._deq[(t, k, depth)] = name
         return name
 
@@ -719,28 +710,17 @@ def _mask_steps(steps: list[tuple[str, list[str], list[str]]], n_fwd: int, maska
     """autodiff._use_masks on the abstract program: a forward output y whose only readers after the forward
     (steps[n_fwd:]) are masking steps (int8_clamp_grad, act_grad of relu / relu6 / relu_n1_to_1) gets a
     `clamp_mask` step right after its producer (ceil(n/8) bytes) and those steps read the mask instead
-    (`mask_grad`, in place over dy). Returns how many steps went into the forward."""
-    readers: dict[str, list[int]] = {}
-    for j in range(n_fwd, len(steps)):
-        for t in set(steps[j][1]):
-            readers.setdefault(t, []).append(j)
-    producer = {t: i for i in range(n_fwd) for t in steps[i][2]}
-    after: dict[int, list[tuple[str, list[str], list[str]]]] = {}
-    for y, js in readers.items():
-        if y not in producer or any(j not in maskable or steps[j][1][1:] != [y] or steps[j][1][0] == y
-                                    for j in js):
-            continue
-        mask = f"mask/{y}"
-        sizes[mask] = -(-_numel(graph.tensors[y].shape) // 8)
-        after.setdefault(producer[y], []).append(("clamp_mask", [y], [mask]))
-        for j in js:
-            steps[j] = ("mask_grad", [steps[j][1][0], mask], list(steps[j][2]))
-    new = []
-    for i, st in enumerate(steps):
-        new.append(st)
-        new.extend(after.get(i, []))
-    steps[:] = new
-    return sum(len(v) for v in after.values())
+    (`mask_grad`, in place over dy). Returns how many steps went into the forward (backward.insert_masks, as
+    autodiff runs it)."""
+    def masks(j: int, y: str) -> bool | None:   # a masking step reading [dy, y] (its bounds are autodiff's)
+        return True if j in maskable and steps[j][1][1:] == [y] and steps[j][1][0] != y else None
+
+    def mask_step(y: str, _) -> tuple[tuple, str]:
+        sizes[f"mask/{y}"] = -(-_numel(graph.tensors[y].shape) // 8)
+        return (CLAMP_MASK.name, [y], [f"mask/{y}"]), f"mask/{y}"
+
+    return insert_masks(steps, n_fwd, lambda st: (st[1], st[2]), masks, mask_step,
+                        lambda st, mask: (MASK_GRAD.name, [st[1][0], mask], list(st[2])))
 
 
 def _live_profile(sizes: dict[str, int], steps: list[tuple[str, list[str], list[str]]], inputs: list[str],

@@ -115,7 +115,7 @@ def row_geometry(graph: Graph, op: Op) -> dict[str, Any]:
     if row_kind(graph, op) == "local":
         ins = [j for j, t in enumerate(op.inputs) if t is not None and graph.tensors[t].data is None
                and _nhwc1(graph.tensors[t].shape) and int(graph.tensors[t].shape[1]) == oh]
-        if op.type == "pad":
+        if op.type == ops.PAD.name:
             ins = [j for j in ins if j == 0]
         geo = {"in_h": oh, "out_h": oh, "stride": 1, "pad_top": 0, "span": 1}
     else:
@@ -176,7 +176,7 @@ def row_op_ok(graph: Graph, op: Op, trained: dict) -> bool:
         sh = graph.tensors[t].shape
         if len(sh) == 4 and int(sh[1]) != 1:
             return False  # an operand with rows of its own that is not streamed (e.g. a constant image)
-    if op.type == "pad":
+    if op.type == ops.PAD.name:
         pads = graph.tensors[op.inputs[1]].data
         if pads is None or np.asarray(pads).reshape(-1, 2)[:2].any():
             return False  # padding N or H changes which rows exist
@@ -375,7 +375,7 @@ def _row_streams(graph: Graph, order: list[int]) -> list[Stream]:
 # ---- positions -------------------------------------------------------------------------------------------------
 
 def _pointwise_grad_input(graph: Graph, op: Op, t: str) -> bool:
-    if op.type != "conv2d_grad_input" or op.inputs[0] != t:
+    if op.type != ops.CONV2D_GRAD_INPUT.name or op.inputs[0] != t:
         return False
     a = op.attrs
     w = graph.tensors[op.inputs[1]].shape
@@ -403,7 +403,7 @@ def _position_candidates(graph: Graph) -> list[list[int]]:
         cons = readers.get(t2, [])
         if not cons or t2 in graph.outputs:
             continue
-        if all(graph.ops[c].type == "bias_grad" or _pointwise_grad_input(graph, graph.ops[c], t2) for c in cons):
+        if all(graph.ops[c].type == ops.BIAS_GRAD.name or _pointwise_grad_input(graph, graph.ops[c], t2) for c in cons):
             out.append([m, e] + sorted(cons))
     return out
 

@@ -331,13 +331,13 @@ def _float_boundaries(q: Graph, g: Graph) -> None:
         q.tensors[name] = Tensor(name=name, shape=list(q.tensors[inner].shape), dtype="float32", role="input",
                                  source_index=g.tensors[name].source_index)
         q.tensors[inner].role, q.tensors[inner].source_index = "activation", None
-        front.append(Op("quantize", [name], [inner]))
+        front.append(Op(ops.QUANTIZE.name, [name], [inner]))
     for name in q.outputs:
         inner = _rename(q, name, name + "/q")
         q.tensors[name] = Tensor(name=name, shape=list(q.tensors[inner].shape), dtype="float32",
                                  role="output", source_index=g.tensors[name].source_index)
         q.tensors[inner].role, q.tensors[inner].source_index = "activation", None
-        back.append(Op("dequantize", [inner], [name]))
+        back.append(Op(ops.DEQUANTIZE.name, [inner], [name]))
     q.ops = front + q.ops + back
 
 

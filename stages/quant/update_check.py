@@ -53,6 +53,7 @@ from tinytrain.stages.quant import qas as qas_mod
 from tinytrain.stages.quant import rescale
 from tinytrain.stages.golden import train_step as te
 from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.ops import STEP_COUNTER
 from tinytrain.stages.planning.train_plan import TrainPlan
 from tinytrain.stages.train.losses import Head
 
@@ -137,7 +138,7 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabl
                     clamped[p][0] += int(np.sum(np.isin(v, ends[o])))
                     clamped[p][1] += int(v.size)
             for op in tg.ops[int(meta["sample_ops"]):]:
-                if op.type == "step_counter":
+                if op.type == STEP_COUNTER.name:
                     state[op.inputs[0]][...] += 1
                     last[op.inputs[0]] = state[op.inputs[0]]
                     continue

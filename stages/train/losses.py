@@ -35,7 +35,7 @@ from tinytrain.stages import ops
 from tinytrain.stages.ops.training import LOSS_SUM
 
 F32 = np.float32
-# The loss names and their ops are the registry's (stages/ops/training.py: OpDef.loss, OpDef.drops).
+# The loss names and their ops are the registry's (stages/ops/training.py: OpDef.loss; OpDef.dropped_by).
 LOSS_OPS = ops.LOSS_OPS
 LOSSES = tuple(LOSS_OPS)
 HUBER_DELTA = 1.0
