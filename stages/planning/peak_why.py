@@ -111,7 +111,7 @@ def _op_words(tg: Graph, i: int) -> str:
 def _rows_rule(op) -> str:
     if op.type not in STREAMABLE:
         return "no row form for this op"
-    if op.type == "pad":
+    if op.type == ops.PAD.name:
         return "only padding of W and C streams"
     if op.type in ops.POOL_ROW_OPS:
         return "pooling that pads"
