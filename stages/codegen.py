@@ -57,6 +57,7 @@ from tinytrain.stages.model.ir import Graph, Op, Tensor
 from tinytrain.stages.planning.arena import fused_dequantize
 from tinytrain.stages.c_emit.api import CKPT_HEADER, CKPT_VERSION, model_header
 from tinytrain.stages.c_emit.driver import driver_source
+from tinytrain.stages.c_emit import hidden_stream
 from tinytrain.stages.c_emit.stream import stream_parts
 from tinytrain.stages.ops import QAS_UPDATE_OPS, ROW_OPS, conv_forward
 from tinytrain.stages.train.runtime_config import PROTOCOL
@@ -434,8 +435,21 @@ class _Gen:
     def stream_channels(self, st: Stream) -> list[str]:
         """Weight gradient + its update, one output channel at a time (the gradient holds one channel)."""
         gop, uop = [self.g.ops[i] for i in st.ops]
-        p, dw = uop.inputs[0], gop.outputs[0]
         channels = int(st.info["channels"])
+        self.chunk_rows = 1  # the weight gradient's C computes output channel o (conv_grad.c_conv2d_grad_weight)
+        try:
+            grad = self.calls_of(gop)
+        finally:
+            self.chunk_rows = None
+        return ["{ int32_t o;", f"  for (o = 0; o < {channels}; ++o) {{",
+                *["    " + ln for ln in grad + self.update_row(uop, gop.outputs[0], channels)], "  }", "}"]
+
+    def stream_hidden(self, st: Stream) -> list[str]:
+        return hidden_stream.stream_hidden(self, st)
+
+    def update_row(self, uop: Op, dw: str, channels: int) -> list[str]:
+        """The C of update `uop` for output channel `o` of its parameter, its gradient `dw` holding that channel."""
+        p = uop.inputs[0]
         rows, cols, n = self.trained_slice(p, dw)
         rpc = rows // channels
         # the parameter (its SRAM rows: the compact slice of a split weight) and every per-element state (master
@@ -451,12 +465,9 @@ class _Gen:
                 off[scale] = "o"
         self.chunk_off, self.chunk_rows = off, rpc
         try:
-            grad = self.calls_of(gop)
-            upd = self.calls_of(uop)
+            return self.calls_of(uop)
         finally:
             self.chunk_off, self.chunk_rows = {}, None
-        return ["{ int32_t o;", f"  for (o = 0; o < {channels}; ++o) {{", *["    " + ln for ln in grad + upd],
-                "  }", "}"]
 
     def stream_positions(self, st: Stream) -> list[str]:
         """mean_grad -> mask -> bias_grad / 1x1 conv2d_grad_input, one spatial position at a time."""

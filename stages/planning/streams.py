@@ -43,6 +43,7 @@ import numpy as np
 from tinytrain.stages import ops
 from tinytrain.stages.model.geometry import out_size_and_pad
 from tinytrain.stages.model.ir import Graph, Op
+from tinytrain.stages.planning import channel_stream
 from tinytrain.stages.planning.arena import element_bytes
 from tinytrain.stages.planning.schedule import dependencies, is_valid_order
 
@@ -59,6 +60,9 @@ class Stream:
     ops: list[int]                # op indices, in execution order (consecutive in the schedule)
     chunked: dict[str, int]       # streamed tensor -> bytes it occupies while streamed
     info: dict[str, Any] = field(default_factory=dict)
+    # streams this one absorbed (a hidden stream's weight rows were a `channels` stream): they come back when
+    # prune_streams drops it; not part of the plan's JSON
+    replaces: list["Stream"] = field(default_factory=list, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "ops": list(self.ops), "chunked": dict(self.chunked), "info": self.info}
@@ -487,7 +491,30 @@ def find_streams(graph: Graph, order: list[int]) -> tuple[list[int], list[Stream
                 continue
             order = new
             streams.append(_chunked_stream(graph, kind, group))
+    for chain in channel_stream.hidden_candidates(graph):
+        pos = {i: s for s, i in enumerate(order)}
+        group = sorted(chain["members"], key=lambda i: pos[i])
+        members = set(group)
+        inner = [s for s in streams if set(s.ops) & members]
+        if any(s.kind != "channels" or not set(s.ops) <= members for s in inner):
+            continue
+        new = _gather(order, group, preds)
+        if new is None or not is_valid_order(graph, new, preds) or not _consecutive(new, streams):
+            continue
+        order = new
+        streams = [s for s in streams if s not in inner]
+        streams.append(Stream("hidden", group, channel_stream.chunked(graph, chain),
+                              {"channels": chain["channels"]}, replaces=inner))
     return order, streams
+
+
+def _consecutive(order: list[int], streams: list[Stream]) -> bool:
+    pos = {i: s for s, i in enumerate(order)}
+    for st in streams:
+        steps = sorted(pos[i] for i in st.ops)
+        if steps[-1] - steps[0] + 1 != len(steps):
+            return False
+    return True
 
 
 def _chunked_stream(graph: Graph, kind: str, group: list[int]) -> Stream:
@@ -509,7 +536,7 @@ def prune_streams(plan_fn, streams: list[Stream]) -> tuple[list[Stream], Any]:
     keep = list(streams)
     best = plan_fn(keep, None)
     for s in sorted(streams, key=lambda s: sum(s.chunked.values())):
-        trial = [k for k in keep if k is not s]
+        trial = [k for k in keep if k is not s] + s.replaces
         p = plan_fn(trial, best.arena)
         if p.arena <= best.arena:
             keep, best = trial, p

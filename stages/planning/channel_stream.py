@@ -1,0 +1,168 @@
+"""Hidden-channel streams: the backward of a chain between two 1x1 convolutions run one hidden channel at a time
+(stages/planning/streams.py's fourth kind, `hidden`).
+
+In an inverted-residual block (expand 1x1 -> depthwise -> project 1x1) the gradients between the two 1x1 convs
+have the expanded width: MobileNetV2-w0.35's block 12 holds 8x8x192 fp32 (48 KB) for them, the largest tensor of
+its backward. Every op between the two channel-mixing ops maps hidden channel c to hidden channel c, so the chain
+runs as a loop over c, each iteration holding one H x W plane of each gradient:
+
+    start   a 1x1 stride-1 input gradient (hidden_role "mix") producing the hidden gradient h: its channel c
+    chain   per-channel ops on h and what they make, every reader of each inside the chain: masks ("mask", dz = dy
+            where a saved 1-bit mask / int8 output allows), depth-multiplier-1 depthwise input gradients
+            ("channel"), bias gradients ("sum": element c of theirs)
+    ends    1x1 stride-1 input gradients ("mix": the sum over c of each channel's contribution, accumulated in
+            channel order onto a zeroed output, the whole kernel's order) and 1x1 weight gradients ("weight":
+            row c) with their update (one row at a time, as a `channels` stream; after the row's input gradient,
+            which reads the old row)
+
+Each element is the same float32 arithmetic, in the same order, as the whole kernels compute
+(kernels_c/tt_hidden_stream.h): the bits do not change. The chain's own gradients (`chunked`) cost one plane; the
+tensors the chain reads or writes from outside (the start's input gradient, the ends' outputs, saved masks and
+activations) live for the whole loop, so whether it pays is the exact planner's call (streams.prune_streams keeps
+it only when the arena does not grow; dropped, the `channels` stream it absorbed comes back).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tinytrain.stages import ops
+from tinytrain.stages.model.ir import Graph, Op
+from tinytrain.stages.planning.arena import depth_multiplier, element_bytes
+
+ROLES = ops.HIDDEN_ROLES
+
+
+def _numel(shape) -> int:
+    return int(np.prod(list(shape), dtype=np.int64)) if len(shape) else 1
+
+
+def _nhwc1(graph: Graph, t: str) -> bool:
+    sh = graph.tensors[t].shape
+    return len(sh) == 4 and int(sh[0]) == 1
+
+
+def _weight_shape(graph: Graph, op: Op) -> list[int]:
+    """The forward conv's weight shape [O, KH, KW, I] of a conv gradient op."""
+    return [int(v) for v in (op.attrs.get("w_shape") or graph.tensors[op.inputs[1]].shape)]
+
+
+def pointwise(graph: Graph, op: Op) -> bool:
+    """A 1x1 stride-1 conv gradient whose gradient operand and other tensor have the same N=1 H x W."""
+    a = op.attrs
+    ws = _weight_shape(graph, op)
+    if len(ws) != 4 or int(ws[1]) != 1 or int(ws[2]) != 1:
+        return False
+    if int(a.get("stride_h", 1)) != 1 or int(a.get("stride_w", 1)) != 1:
+        return False
+    dz, other = op.inputs[0], (op.outputs[0] if ROLES.get(op.type) == "mix" else op.inputs[1])
+    if not (_nhwc1(graph, dz) and _nhwc1(graph, other)):
+        return False
+    return tuple(graph.tensors[dz].shape[1:3]) == tuple(graph.tensors[other].shape[1:3])
+
+
+def _mask_ok(graph: Graph, op: Op, t: str) -> bool:
+    """A mask the C reads per channel: a 1-bit mask of t's elements, or an int8 tensor of t's shape."""
+    m = graph.tensors[op.inputs[1]]
+    if m.dtype == "uint8":
+        return _numel(m.shape) * 8 >= _numel(graph.tensors[t].shape)
+    return m.dtype == "int8" and list(m.shape) == list(graph.tensors[t].shape) and "lo" in op.attrs
+
+
+def _readers(graph: Graph) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for i, op in enumerate(graph.ops):
+        for t in op.inputs:
+            if t is not None:
+                out.setdefault(t, []).append(i)
+    return out
+
+
+def chain_at(graph: Graph, a: int, readers: dict[str, list[int]]) -> dict[str, Any] | None:
+    """The hidden-channel chain starting at op a (a 1x1 input gradient), or None when a is no such start or a reader
+    of the chain's gradients is not one of the roles above."""
+    op = graph.ops[a]
+    if ROLES.get(op.type) != "mix" or not pointwise(graph, op):
+        return None
+    h = op.outputs[0]
+    c = int(graph.tensors[h].shape[3])
+    if c < 2 or graph.tensors[h].dtype != "float32" or _weight_shape(graph, op)[3] != c:
+        return None
+    members, planes, sums, ends, weights = [a], [h], [], [], []
+    frontier = [h]
+    while frontier:
+        t = frontier.pop(0)
+        rs = readers.get(t, [])
+        if not rs or t in graph.outputs:
+            return None
+        for r in rs:
+            rop = graph.ops[r]
+            role = ROLES.get(rop.type)
+            if r in members or rop.inputs[0] != t or rop.inputs.count(t) != 1:
+                return None
+            out = rop.outputs[0] if rop.outputs else None
+            if role in ("mask", "channel"):
+                if role == "mask" and not _mask_ok(graph, rop, t):
+                    return None
+                if role == "channel" and depth_multiplier(graph, rop) != 1:
+                    return None
+                if out in rop.inputs or not _nhwc1(graph, out) or int(graph.tensors[out].shape[3]) != c \
+                        or graph.tensors[out].dtype != "float32":
+                    return None
+                members.append(r)
+                planes.append(out)
+                frontier.append(out)
+            elif role == "sum":
+                if _numel(graph.tensors[out].shape) != c:
+                    return None
+                members.append(r)
+                sums.append(r)
+            elif role == "mix" and pointwise(graph, rop) and _weight_shape(graph, rop)[0] == c:
+                members.append(r)
+                ends.append(r)
+            elif role == "weight" and pointwise(graph, rop) and int(rop.attrs["w_shape"][0]) == c:
+                rs2 = readers.get(out, [])
+                if len(rs2) != 1 or out in graph.outputs:
+                    return None
+                u = graph.ops[rs2[0]]
+                if u.type not in ops.UPDATE_OPS or len(u.inputs) < 2 or u.inputs[1] != out \
+                        or u.attrs.get("reset_grad"):
+                    return None
+                members += [r, rs2[0]]
+                weights.append((r, rs2[0]))
+            else:
+                return None
+    if len(planes) < 2 and not ends and not weights:
+        return None
+    # an updated parameter the start reads (its column c) would change under it: refuse
+    updated = {graph.ops[u].inputs[0] for _, u in weights}
+    if updated & set(op.inputs):
+        return None
+    return {"members": members, "planes": planes, "sums": sums, "ends": ends, "weights": weights, "channels": c}
+
+
+def chunked(graph: Graph, chain: dict[str, Any]) -> dict[str, int]:
+    """Bytes each streamed tensor occupies: one channel's plane of each gradient, one row of each weight gradient."""
+    c = chain["channels"]
+    out = {t: _numel(graph.tensors[t].shape) // c * element_bytes(graph, t) for t in chain["planes"]}
+    for g, _ in chain["weights"]:
+        dw = graph.ops[g].outputs[0]
+        out[dw] = _numel(graph.tensors[dw].shape[1:]) * 4
+    return out
+
+
+def hidden_candidates(graph: Graph) -> list[dict[str, Any]]:
+    """Every chain of the graph (batch 1: the weight rows update in place), disjoint, in graph order."""
+    if int(graph.meta.get("train", {}).get("batch_size", 1)) != 1:
+        return []
+    readers = _readers(graph)
+    out, taken = [], set()
+    for a in range(len(graph.ops)):
+        chain = chain_at(graph, a, readers)
+        if chain is None or taken & set(chain["members"]):
+            continue
+        taken.update(chain["members"])
+        out.append(chain)
+    return out
