@@ -33,6 +33,7 @@ from tinytrain.stages.model.ir import Graph, Op
 from tinytrain.stages.planning.arena import depth_multiplier, element_bytes
 
 ROLES = ops.HIDDEN_ROLES
+FP32 = 4
 
 
 def _numel(shape) -> int:
@@ -166,3 +167,128 @@ def hidden_candidates(graph: Graph) -> list[dict[str, Any]]:
         taken.update(chain["members"])
         out.append(chain)
     return out
+
+
+# ---- the memory model's view (stages/planning/memory_model.py) ---------------------------------------------------
+
+def _forward_of(name: str) -> tuple[str, int | None]:
+    """(forward tensor, forward op index or None) of a gradient name of the memory model's abstract program:
+    grad/<t>#<i>[.<k>] (op i's share), grad/<t> (the sum of the shares), grad/<t>:pre (before a mask)."""
+    t = name[len("grad/"):] if name.startswith("grad/") else name
+    if t.endswith(":pre"):
+        return t[:-len(":pre")], None
+    if "#" in t:
+        t, i = t.rsplit("#", 1)
+        return t, int(i.split(".")[0])
+    return t, None
+
+
+def merge_steps(steps: list[tuple], sizes: dict[str, int], graph: Graph, start: int = 0) -> dict[int, int]:
+    """The reorder stage's hidden streams on the memory model's abstract program (steps: (type, SRAM inputs,
+    outputs), in order; steps[start:] the backward): each chain becomes one step that reads and writes everything
+    its members do (so all of it lives across the loop, as the planner extends the lifetimes), its gradients
+    sized one plane (`sizes` updated); the steps between the members that the chain needs go before it, the others
+    after. Returns the old -> new index of every step."""
+    remap = {j: j for j in range(len(steps))}
+    j = start
+    while j < len(steps):
+        found = _abstract_chain(steps, j, graph)
+        if found is None:
+            j += 1
+            continue
+        members, planes, c = found
+        for t in planes:
+            sizes[t] = _numel(graph.tensors[_forward_of(t)[0]].shape) // c * FP32
+        last = max(members)
+        made = {t for k in members for t in steps[k][2]}
+        reads = {t for k in members for t in steps[k][1]}
+        before, after = [], []
+        for k in range(j, last + 1):
+            if k in members:
+                continue
+            # a step between the members: before the loop when a member reads what it writes, else after it
+            if set(steps[k][2]) & reads:
+                if set(steps[k][1]) & made:
+                    return remap  # feeds the loop and needs it: the planner would not gather it either
+                before.append(k)
+            else:
+                after.append(k)
+        ins = [t for k in members for t in steps[k][1] if t not in made]
+        outs = [t for k in members for t in steps[k][2]]
+        merged = ("hidden", list(dict.fromkeys(ins)), list(dict.fromkeys(outs)))
+        span = [steps[k] for k in before] + [merged] + [steps[k] for k in after]
+        new_at = {k: j + n for n, k in enumerate(before)}
+        new_at.update({k: j + len(before) for k in members})
+        new_at.update({k: j + len(before) + 1 + n for n, k in enumerate(after)})
+        shift = (last + 1 - j) - len(span)
+        for old, cur in remap.items():
+            if cur in new_at:
+                remap[old] = new_at[cur]
+            elif cur > last:
+                remap[old] = cur - shift
+        steps[j:last + 1] = span
+        j += len(before) + 1
+    return remap
+
+
+def _abstract_chain(steps: list[tuple], j: int, graph: Graph) -> tuple[list[int], list[str], int] | None:
+    """(member steps, gradient planes, hidden channels) of the chain starting at steps[j], by chain_at's rules."""
+    typ, _, outs = steps[j]
+    if ROLES.get(typ) != "mix" or len(outs) != 1:
+        return None
+    h = outs[0]
+    t, i = _forward_of(h)
+    if i is None or not _conv_1x1(graph, i) or t not in graph.tensors or not _nhwc1(graph, t):
+        return None
+    c = int(graph.tensors[t].shape[3])
+    members, planes, frontier = [j], [h], [h]
+    while frontier:
+        cur = frontier.pop(0)
+        rs = [k for k in range(j + 1, len(steps)) if cur in steps[k][1]]
+        if not rs:
+            return None
+        for k in rs:
+            typ_k, ins_k, outs_k = steps[k]
+            role = ROLES.get(typ_k)
+            if k in members or ins_k[0] != cur or ins_k.count(cur) != 1:
+                return None
+            if role in ("mask", "channel"):
+                if len(outs_k) != 1 or outs_k[0] in ins_k:
+                    return None
+                if role == "channel":
+                    ft, fi = _forward_of(outs_k[0])
+                    if fi is None or int(graph.ops[fi].attrs.get("depth_multiplier", 1)) != 1:
+                        return None
+                members.append(k)
+                planes.append(outs_k[0])
+                frontier.append(outs_k[0])
+            elif role == "sum":
+                members.append(k)
+            elif role == "mix":
+                ft, fi = _forward_of(outs_k[0])
+                if fi is None or not _conv_1x1(graph, fi):
+                    return None
+                members.append(k)
+            elif role == "weight":
+                upd = [m for m in range(k + 1, len(steps)) if outs_k[0] in steps[m][1]]
+                if len(upd) != 1 or steps[upd[0]][0] != "update":
+                    return None
+                members.append(k)
+            else:
+                return None
+    if len(planes) < 2:
+        return None
+    return sorted(members), planes, c
+
+
+def _conv_1x1(graph: Graph, i: int) -> bool:
+    """Forward op i is a 1x1 stride-1 conv over N=1 NHWC (what `pointwise` asks of its gradients)."""
+    op = graph.ops[i]
+    if not any(d.of == op.type and d.hidden_role == "mix" for d in ops.REGISTRY.values()) \
+            or len(op.inputs) < 2 or op.inputs[1] is None:
+        return False
+    ws = graph.tensors[op.inputs[1]].shape
+    x, y = graph.tensors[op.inputs[0]].shape, graph.tensors[op.outputs[0]].shape
+    return (len(ws) == 4 and int(ws[1]) == 1 and int(ws[2]) == 1 and int(op.attrs.get("stride_h", 1)) == 1
+            and int(op.attrs.get("stride_w", 1)) == 1 and len(x) == 4 and int(x[0]) == 1
+            and tuple(x[1:3]) == tuple(y[1:3]))

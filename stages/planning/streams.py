@@ -4,7 +4,7 @@ between them never exist whole (DESIGN §3 `reorder`; MCUNetV2's patch-based inf
     find_streams(graph, order)  -> (order, [Stream])   every group the schedule allows, made contiguous
     prune_streams(...)          -> the streams that lower the arena (the others cost call overhead for nothing)
 
-Three kinds, each exact (every element is computed by the same arithmetic, in the same order, as unstreamed):
+Four kinds, each exact (every element is computed by the same arithmetic, in the same order, as unstreamed):
 
 rows       A group of forward ops of a frozen prefix (N = 1): conv2d / depthwise_conv2d with constant untrained
            weights, max / average pooling that pads nothing, and ops that map row r to row r (element-wise
@@ -26,6 +26,11 @@ positions  The gradient of a global average pool feeding a masked 1x1 convolutio
 channels   A weight gradient (conv2d / fully connected) and the optimizer update that consumes it: one output
            channel of the gradient at a time, updated at once (TTE's in-place update taken to the row), so the
            fp32 weight gradient (74 KB for block_14's expand conv) exists one output channel at a time.
+hidden     The backward between two 1x1 convs (an inverted-residual block's project input gradient, masks, bias
+           gradients, depthwise input gradient, expand weight gradient + update and input gradient), one hidden
+           channel at a time (stages/planning/channel_stream.py): MobileNetV2's 8x8x192 fp32 block gradients (48 KB)
+           exist one 8x8 plane at a time. It absorbs the chain's `channels` stream, which comes back when
+           prune_streams drops it.
 
 A stream's ops are consecutive in the schedule; every tensor they read or write lives for the whole group (the
 memory planner extends the lifetimes), and the streamed tensors (`chunked`) cost only their window.
