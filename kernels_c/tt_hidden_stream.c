@@ -40,7 +40,23 @@ void tt_hs_pw_grad_in_f32(int32_t P, int32_t K, int32_t C, int32_t c, const floa
         for (k = 0; k < K; ++k) {
             wk[k] = tt_hs_w(w, wq, part, n, C, k, c, w != 0 ? 1.0f : scale[k], w != 0 ? 0 : zero_point[k]);
         }
-        for (p = 0; p < P; ++p) {
+        /* four pixels at a time share each weight load; each keeps its own sum over k in order */
+        for (p = 0; p + 4 <= P; p += 4) {
+            const float *g0 = dz + p * K, *g1 = g0 + K, *g2 = g1 + K, *g3 = g2 + K;
+            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+            for (k = 0; k < K; ++k) {
+                const float v = wk[k];
+                s0 += g0[k] * v;
+                s1 += g1[k] * v;
+                s2 += g2[k] * v;
+                s3 += g3[k] * v;
+            }
+            dh[p] = 0.0f + s0;
+            dh[p + 1] = 0.0f + s1;
+            dh[p + 2] = 0.0f + s2;
+            dh[p + 3] = 0.0f + s3;
+        }
+        for (; p < P; ++p) {
             const float *g = dz + p * K;
             float s = 0.0f;
             for (k = 0; k < K; ++k) {
@@ -67,6 +83,33 @@ void tt_hs_pw_grad_in_acc_f32(int32_t P, int32_t IC, int32_t c, const float *dh,
     int32_t p, i;
     const float sc = w != 0 ? 1.0f : scale[c];
     const int32_t z = w != 0 ? 0 : zero_point[c];
+    float wr[TT_HS_MAX_TAPS];
+    if (IC <= TT_HS_MAX_TAPS) {
+        /* row c dequantized once (the same float per element as the whole kernel's) */
+        for (i = 0; i < IC; ++i) {
+            wr[i] = w != 0 ? w[c * IC + i] : tt_hs_dq(i < n ? part[c * n + i] : wq[c * IC + i], z, sc);
+        }
+        /* four pixels at a time share each weight load (every element still gets one add per channel) */
+        for (p = 0; p + 4 <= P; p += 4) {
+            const float g0 = dh[p], g1 = dh[p + 1], g2 = dh[p + 2], g3 = dh[p + 3];
+            float *d0 = dx + p * IC, *d1 = d0 + IC, *d2 = d1 + IC, *d3 = d2 + IC;
+            for (i = 0; i < IC; ++i) {
+                const float v = wr[i];
+                d0[i] += g0 * v;
+                d1[i] += g1 * v;
+                d2[i] += g2 * v;
+                d3[i] += g3 * v;
+            }
+        }
+        for (; p < P; ++p) {
+            const float g = dh[p];
+            float *d = dx + p * IC;
+            for (i = 0; i < IC; ++i) {
+                d[i] += g * wr[i];
+            }
+        }
+        return;
+    }
     for (p = 0; p < P; ++p) {
         const float g = dh[p];
         float *d = dx + p * IC;
@@ -90,6 +133,32 @@ void tt_hs_dw_taps(int32_t taps, int32_t C, int32_t c, const float *w, const int
 void tt_hs_dw_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *wc, float *dx)
 {
     int32_t iy, ix, ky, kx;
+    if (d->stride_h == 1 && d->stride_w == 1) {
+        /* stride 1: the output coordinate of a tap needs no division; the taps still run in (ky, kx) order */
+        for (iy = 0; iy < d->in_h; ++iy) {
+            for (ix = 0; ix < d->in_w; ++ix) {
+                float total = 0.0f, s = 0.0f;
+                for (ky = 0; ky < d->k_h; ++ky) {
+                    const int32_t oy = iy + d->pad_top - ky * d->dilation_h;
+                    const float *row, *wrow;
+                    if (oy < 0 || oy >= d->out_h) {
+                        continue;
+                    }
+                    row = dy + oy * d->out_w;
+                    wrow = wc + ky * d->k_w;
+                    for (kx = 0; kx < d->k_w; ++kx) {
+                        const int32_t ox = ix + d->pad_left - kx * d->dilation_w;
+                        if (ox >= 0 && ox < d->out_w) {
+                            s += row[ox] * wrow[kx];
+                        }
+                    }
+                }
+                total += s;
+                dx[iy * d->in_w + ix] = total;
+            }
+        }
+        return;
+    }
     for (iy = 0; iy < d->in_h; ++iy) {
         for (ix = 0; ix < d->in_w; ++ix) {
             float total = 0.0f, s = 0.0f;
