@@ -118,3 +118,25 @@ def test_streamed_program_is_bit_identical(case, tmp_path):
     for t in io["trained_tensors"]:
         got = np.frombuffer(out["weights.bin"][t["offset"]:t["offset"] + t["nbytes"]], t["dtype"]).reshape(t["shape"])
         np.testing.assert_array_equal(got, state[t["name"]], err_msg=t["name"])
+
+
+def test_mbv2_block_chains_end_in_the_expand_input_gradient():
+    """MobileNetV2's TTE plan (tests/test_streams.py builds the same graph): blocks 10-15's backward are chains; the
+    trained blocks' chains end in the expand's input gradient (summed over the hidden channels) and its weight rows
+    with their QAS update; block 10's (biases only, nothing trained below it) ends at the depthwise."""
+    from test_streams import _mbv2_tte
+
+    from tinytrain.stages.planning.channel_stream import hidden_candidates
+
+    g, plan = _mbv2_tte()
+    tg = build_training_graph(g, plan, "cross_entropy", OptimizerSpec("sgd"), 1,
+                              QASOptions(enabled=True, rounding="nearest", master_copy=False))
+    chains = {c["members"][0]: c for c in hidden_candidates(tg)}
+    full = [c for c in chains.values() if c["ends"] and c["weights"]]
+    # blocks 11-13 (192 hidden channels), 14-15 (336; block 15's expand weight split at 1/8)
+    assert sorted(c["channels"] for c in full) == [192, 192, 192, 336, 336]
+    for c in full:
+        assert len(c["planes"]) == 4 and len(c["sums"]) == 2   # two masks, the depthwise; two bias gradients
+        (gw, upd), = c["weights"]
+        assert tg.ops[upd].inputs[0] == tg.ops[c["ends"][0]].inputs[1].removeprefix("deq/")  # the same expand weight
+    assert any(not c["ends"] and not c["weights"] and len(c["planes"]) == 4 for c in chains.values())
