@@ -84,7 +84,7 @@ from tinytrain.stages.ops import CONVERSION_OPS, FIRST_INPUT_ONLY, IN_PLACE_OPS,
 from tinytrain.stages.ops.backward import mask_bounds, output_mask, slice_shape
 from tinytrain.stages.quant.qas import STATE_COUNT
 from tinytrain.stages.planning import channel_stream
-from tinytrain.stages.planning.streams import MAX_ROW_OPS, row_geometry, row_op_ok, window_rows
+from tinytrain.stages.planning.streams import MAX_ROW_OPS, row_geometry, row_op_ok, sink_over_inputs, window_rows
 from tinytrain.stages.planning.train_plan import RATIOS, TrainPlan, _has_bias, _in_channels
 
 FP32 = 4
@@ -316,16 +316,23 @@ class MemoryModel:
                 chain = [self._fwd[i] for i in range(j, k + 1)]
                 window = {g.ops[c].outputs[0]: window_rows(row_geometry(g, g.ops[d])) *
                           row_geometry(g, g.ops[c])["out_row"] for c, d in zip(chain, chain[1:])}
-                merged = ("stream_rows", [x for x in steps[j][1]] + list(window),
-                          list(window) + [g.ops[chain[-1]].outputs[0]])
-                trial = steps[:j] + [merged] + steps[k + 1:n]
+                sink = g.ops[chain[-1]].outputs[0]
+                merged = ("stream_rows", [x for x in steps[j][1]] + list(window), list(window) + [sink])
+                # the sink written over the chain's input rows it has read (streams.sink_over_inputs, when that
+                # input dies there): its own buffer starts after the stream, as the planner places it
+                x = g.ops[chain[0]].inputs[0]
+                over = [merged[:2] + (list(window),), ("stream_rows_sink", [], [sink])] \
+                    if x in sizes and readers.get(x) == [chain[0]] and x not in outs and sizes[x] >= sizes[sink] \
+                    and sink_over_inputs([row_geometry(g, g.ops[c]) for c in chain],
+                                         [[-1]] + [[m] for m in range(len(chain) - 1)], 1) == [0] else [merged]
+                trial = steps[:j] + over + steps[k + 1:n]
                 trial_sizes = {**sizes, **window}
                 before = max(_live_profile(sizes, steps[:n], inputs, outs, g)[0], default=0)
                 after = max(_live_profile(trial_sizes, trial, inputs, outs, g)[0], default=0)
                 if after < before:
-                    steps[j:k + 1] = [merged]
+                    steps[j:k + 1] = over
                     sizes.update(window)
-                    n -= k - j
+                    n -= k - j + 1 - len(over)
             k = j - 1
         return n
 
