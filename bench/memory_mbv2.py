@@ -12,8 +12,10 @@ Three configurations, as in the TTE paper (full update 2939 KB, sparse update 33
                       in-place elementwise/depthwise buffers and depthwise input gradients, and streamed groups:
                       the frozen stem and blocks 0-1 row by row (their output written over the image rows they
                       have read), the pooled head's gradient position by position,
-                      each expand weight's gradient + QAS update channel by channel) with a best-fit static arena
-                      refined by local search
+                      each expand weight's gradient + QAS update channel by channel, the backward of blocks 10-13
+                      one hidden channel at a time: project input gradient -> masks, bias gradients, depthwise
+                      input gradient -> expand weight row + update and input gradient) with a best-fit static
+                      arena refined by local search
 Optimizer SGD (no state), batch 1, fused softmax cross-entropy.
 
 What is counted (stated in the output): the real int8 training graph autodiff builds for the build

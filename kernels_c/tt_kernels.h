@@ -119,6 +119,7 @@ typedef struct {
  * 0/INFINITY relu, 0/6 relu6, -1/1 relu_n1_to_1); the clamp is max then min like the executor's _float_act. */
 
 #include "tt_ops.h"
+#include "tt_hidden_stream.h"
 
 /* ---- losses (summed over the rows given; the update's scale carries 1/B) ---------------------------------- */
 

@@ -44,7 +44,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -57,6 +57,7 @@ from tinytrain.stages.model.ir import Graph, Op, Tensor
 from tinytrain.stages.planning.arena import fused_dequantize
 from tinytrain.stages.c_emit.api import CKPT_HEADER, CKPT_VERSION, model_header
 from tinytrain.stages.c_emit.driver import driver_source
+from tinytrain.stages.c_emit import hidden_stream
 from tinytrain.stages.c_emit.stream import stream_parts
 from tinytrain.stages.ops import QAS_UPDATE_OPS, ROW_OPS, UPDATE_OPS, conv_forward
 from tinytrain.stages.train.runtime_config import PROTOCOL
@@ -447,8 +448,22 @@ class _Gen:
                 self.chunk_off, self.chunk_rows = {}, None
             return ["{ int32_t o;", f"  for (o = 0; o < {int(st.info['channels'])}; ++o) {{",
                     *["    " + ln for ln in body], "  }", "}"]
-        p = uop.inputs[0]
         channels = int(st.info["channels"])
+        self.chunk_rows = 1  # the weight gradient's C computes output channel o (conv_grad.c_conv2d_grad_weight)
+        try:
+            grad = self.calls_of(gop)
+        finally:
+            self.chunk_rows = None
+        return ["{ int32_t o;", f"  for (o = 0; o < {channels}; ++o) {{",
+                *["    " + ln for ln in grad + self.update_row(uop, dw, channels, mids)], "  }", "}"]
+
+    def stream_hidden(self, st: Stream) -> list[str]:
+        return hidden_stream.stream_hidden(self, st)
+
+    def update_row(self, uop: Op, dw: str, channels: int, mids: Sequence[Op] = ()) -> list[str]:
+        """The C of update `uop` for output channel `o` of its parameter, its gradient `dw` holding that channel;
+        `mids`: element-wise ops on that channel of the gradient before the update (fp16-mixed's round / unscale)."""
+        p = uop.inputs[0]
         rows, cols, n = self.trained_slice(p, dw)
         rpc = rows // channels
         # the parameter (its SRAM rows: the compact slice of a split weight) and every per-element state (master
@@ -464,12 +479,9 @@ class _Gen:
                 off[scale] = "o"
         self.chunk_off, self.chunk_rows = off, rpc
         try:
-            grad = self.calls_of(gop) + [ln for op in mids for ln in self.calls_of(op)]
-            upd = self.calls_of(uop)
+            return [ln for op in mids for ln in self.calls_of(op)] + self.calls_of(uop)
         finally:
             self.chunk_off, self.chunk_rows = {}, None
-        return ["{ int32_t o;", f"  for (o = 0; o < {channels}; ++o) {{", *["    " + ln for ln in grad + upd],
-                "  }", "}"]
 
     def stream_positions(self, st: Stream) -> list[str]:
         """mean_grad -> mask -> bias_grad / 1x1 conv2d_grad_input, one spatial position at a time."""

@@ -168,6 +168,16 @@ def rows_line(graph: Graph, plan: MemPlan, cands: dict[str, MemPlan]) -> str:
     return f"row-streamed {sum(len(st.ops) for st in rows)} ops ({groups}), without streams {kb(without)}"
 
 
+def hidden_line(plan: MemPlan) -> str:
+    """What the hidden-channel streams of `plan` run: "hidden-channel streamed 4 backward chains (192, 192, 192,
+    144 channels)" ("" when it has none)."""
+    hidden = [st for st in plan.streams if st.kind == "hidden"]
+    if not hidden:
+        return ""
+    return (f"hidden-channel streamed {len(hidden)} backward chain{'s' if len(hidden) > 1 else ''} "
+            f"({', '.join(str(st.info['channels']) for st in hidden)} channels)")
+
+
 def run(ctx) -> Any:
     from tinytrain.pipeline.contract import StageResult
 
@@ -181,8 +191,8 @@ def run(ctx) -> Any:
     check_plan(plan)
     out = Path(ctx.out_dir)
     write_artifacts(out, graph, chosen, plan, plain, cands)
-    rows = rows_line(graph, plan, cands)
-    return StageResult(summary=summary_line(plan, plain) + (f"; {rows}" if rows else ""),
+    extra = [t for t in (rows_line(graph, plan, cands), hidden_line(plan)) if t]
+    return StageResult(summary="; ".join([summary_line(plan, plain)] + extra),
                        metrics={"peak_bytes": plan.arena, "lower_bound_bytes": plan.lower_bound,
                                 "plain_peak_bytes": plain.arena, "schedule": chosen, "steps": plan.steps})
 
@@ -199,7 +209,7 @@ def write_artifacts(out: Path, graph: Graph, chosen: str, plan: MemPlan, plain: 
     (out / "schedule.txt").write_text(schedule_text(graph, plan))
     doc = plan.to_json()
     doc.update({"version": 1, "schedule": chosen, "summary": summary_line(plan, plain),
-                "row_streams": rows_line(graph, plan, cands),
+                "row_streams": rows_line(graph, plan, cands), "hidden_streams": hidden_line(plan),
                 "plain_peak_bytes": plain.arena, "plain_lower_bound_bytes": plain.lower_bound,
                 "candidates": {n: {"arena_bytes": p.arena, "lower_bound_bytes": p.lower_bound}
                                for n, p in cands.items()},

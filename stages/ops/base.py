@@ -113,6 +113,11 @@ class OpDef:
     masks_gradient: bool = False   # dz = dy masked by the forward output (or its bit mask)
     broadcasts: bool = False       # its output is its input broadcast (mean_grad): streamable position by position
     channel_stream: bool = False   # a weight gradient the reorder stage may compute one output channel at a time
+    # its role in a hidden-channel stream (stages/planning/channel_stream.py: a backward chain run one hidden
+    # channel at a time): "mix" (a 1x1 input gradient: channel c of its output, or its sum over c), "channel"
+    # (output channel c reads input channel c only), "mask" (dz = dy masked by a saved bit mask / int8 output),
+    # "sum" (a per-channel reduction: bias gradient), "weight" (a 1x1 weight gradient: its output channel c)
+    hidden_role: str | None = None
     grad_input: bool = False       # an input gradient reading the weights as operand 1 (fused int8 dequantize)
     fused_input: bool = False      # a weight gradient that dequantizes a per-tensor int8 input (operand 1) as it
     #                                reads it (memplan.fused_input_dequantize: no fp32 copy of the saved input)

@@ -108,11 +108,12 @@ TRANSPOSE_CONV = OpDef("transpose_conv", signature="x, w[O,KH,KW,I], b?, output_
                        version=_transpose_conv_version, forward=fw.transpose_conv, c=fw.c_transpose_conv,
                        backward=LayerBackward())
 CONV2D_GRAD_INPUT = OpDef("conv2d_grad_input", kind="backward", of="conv2d", signature="dz, w -> dx",
-                          attrs=("the forward's geometry",), grad_input=True, split_weight=1,
+                          attrs=("the forward's geometry",), grad_input=True, split_weight=1, hidden_role="mix",
                           fast_float="pointwise_grad_input", run=_run_conv2d_grad_input, c=cg.c_conv2d_grad_input)
 CONV2D_GRAD_WEIGHT = OpDef("conv2d_grad_weight", kind="backward", of="conv2d", signature="dz, x -> dw",
                            attrs=("geometry", "in_channels", "w_shape"), note="k = in_channels: dw is w[..., :k]",
-                           channel_stream=True, fused_input=True, fast_float="pointwise_grad_weight",
+                           channel_stream=True, fused_input=True, hidden_role="weight",
+                           fast_float="pointwise_grad_weight",
                            run=_run_conv2d_grad_weight, c=cg.c_conv2d_grad_weight)
 
 OPS = (
@@ -133,7 +134,8 @@ OPS = (
     OpDef("depthwise_conv2d_grad_input", kind="backward", of="depthwise_conv2d", signature="dz, w -> dx",
           attrs=("geometry", "depth_multiplier"), grad_input=True,
           # dx channel c depends on dz channel c only: the forward's channel-by-channel scheme
-          in_place="channel", run=_run_depthwise_conv2d_grad_input, c=cg.c_depthwise_conv2d_grad_input),
+          in_place="channel", hidden_role="channel", run=_run_depthwise_conv2d_grad_input,
+          c=cg.c_depthwise_conv2d_grad_input),
     OpDef("depthwise_conv2d_grad_weight", kind="backward", of="depthwise_conv2d", signature="dz, x -> dw",
           attrs=("geometry", "in_channels"), note="dw is w[..., :k*M]", run=_run_depthwise_conv2d_grad_weight, c=cg.c_depthwise_conv2d_grad_weight),
     OpDef("transpose_conv_grad_input", kind="backward", of="transpose_conv", signature="dz, w -> dx",

@@ -342,13 +342,14 @@ ACT_GRAD = OpDef("act_grad", kind="backward", signature="dy, y -> dz", attrs=("a
                  run=_run_act_grad, c=_c_act_grad)
 INT8_CLAMP_GRAD = OpDef("int8_clamp_grad", kind="backward", signature="dy, y_q -> dz", attrs=("lo", "hi"),
                         note="straight-through estimator: dz = dy where lo < y_q < hi, else 0", masks_gradient=True,
-                        in_place="first", run=_run_int8_clamp_grad, c=_c_int8_clamp_grad)
+                        in_place="first", hidden_role="mask", run=_run_int8_clamp_grad, c=_c_int8_clamp_grad)
 CLAMP_MASK = OpDef("clamp_mask", kind="aux", signature="y -> mask", attrs=("lo", "hi"),
                    note="uint8[ceil(n/8)], bit i = 1 where lo < y_i < hi", run=_run_clamp_mask,
                    c=_c_clamp_mask)
 MASK_GRAD = OpDef("mask_grad", kind="backward", signature="dy, mask -> dz", note="dz = dy where the bit is set",
-                  masks_gradient=True, in_place="first", run=_run_mask_grad, c=_c_mask_grad)
-BIAS_GRAD = OpDef("bias_grad", kind="backward", signature="dz -> db", run=_run_bias_grad, c=_c_bias_grad)
+                  masks_gradient=True, in_place="first", hidden_role="mask", run=_run_mask_grad, c=_c_mask_grad)
+BIAS_GRAD = OpDef("bias_grad", kind="backward", signature="dz -> db", hidden_role="sum", run=_run_bias_grad,
+                  c=_c_bias_grad)
 GRAD_ACCUMULATE = OpDef("grad_accumulate", kind="backward", signature="g0, g1, ... -> g",
                         note="a tensor read by several ops", in_place="any", c=_c_grad_accumulate,
                         run=_run_grad_accumulate)

@@ -40,8 +40,10 @@ Simulated peak of a plan (`simulate`, `estimate`)
   test_simulated_peak_tracks_the_exact_planner: every int8 fixture model, the digits CNN, float fixtures,
   MobileNetV2-w0.35; full / last_k / bias_only / manual / the TTE scheme; sgd, adam with batch 4 and master copy,
   momentum with stochastic rounding and no reordering, MSE): with 1-bit masks, the reorder stage's row streams
-  (frozen conv chains row by row, where that lowers the forward's peak) and channel streams (a conv / FC weight
-  gradient computed right before its update, one output channel at a time) mirrored, estimate / exact peak is in
+  (frozen conv chains row by row, where that lowers the forward's peak), channel streams (a conv / FC weight
+  gradient computed right before its update, one output channel at a time) and hidden-channel streams (a backward
+  between two 1x1 convs one hidden channel at a time, channel_stream.merge_steps; the search's region terms leave
+  them out: an upper bound) mirrored, estimate / exact peak is in
   [0.98, 1.04], median 1.000 over the 160 cases. Not mirrored: the position stream of a pooled head's gradient
   (it only lowers the exact peak) and the exact planner's other orders.
 
@@ -82,8 +84,9 @@ from tinytrain.stages.ops import CONVERSION_OPS, FIRST_INPUT_ONLY, IN_PLACE_OPS,
 from tinytrain.stages.ops.backward import gather, insert_masks, mask_bounds, output_mask, slice_shape
 from tinytrain.stages.ops import CLAMP_MASK, CONV2D, DEQUANTIZE, GRAD_ACCUMULATE, MASK_GRAD
 from tinytrain.stages.quant.qas import STATE_COUNT
+from tinytrain.stages.planning import channel_stream
 from tinytrain.stages.planning.fp16_memory import RESIDENT_SCALARS, fp16_steps
-from tinytrain.stages.planning.streams import MAX_ROW_OPS, row_geometry, row_op_ok, window_rows
+from tinytrain.stages.planning.streams import MAX_ROW_OPS, row_geometry, row_op_ok, sink_over_inputs, window_rows
 from tinytrain.stages.planning.train_plan import RATIOS, TrainPlan, _has_bias, _in_channels
 
 FP32 = 4
@@ -315,16 +318,23 @@ class MemoryModel:
                 chain = [self._fwd[i] for i in range(j, k + 1)]
                 window = {g.ops[c].outputs[0]: window_rows(row_geometry(g, g.ops[d])) *
                           row_geometry(g, g.ops[c])["out_row"] for c, d in zip(chain, chain[1:])}
-                merged = ("stream_rows", [x for x in steps[j][1]] + list(window),
-                          list(window) + [g.ops[chain[-1]].outputs[0]])
-                trial = steps[:j] + [merged] + steps[k + 1:n]
+                sink = g.ops[chain[-1]].outputs[0]
+                merged = ("stream_rows", [x for x in steps[j][1]] + list(window), list(window) + [sink])
+                # the sink written over the chain's input rows it has read (streams.sink_over_inputs, when that
+                # input dies there): its own buffer starts after the stream, as the planner places it
+                x = g.ops[chain[0]].inputs[0]
+                over = [merged[:2] + (list(window),), ("stream_rows_sink", [], [sink])] \
+                    if x in sizes and readers.get(x) == [chain[0]] and x not in outs and sizes[x] >= sizes[sink] \
+                    and sink_over_inputs([row_geometry(g, g.ops[c]) for c in chain],
+                                         [[-1]] + [[m] for m in range(len(chain) - 1)], 1) == [0] else [merged]
+                trial = steps[:j] + over + steps[k + 1:n]
                 trial_sizes = {**sizes, **window}
                 before = max(_live_profile(sizes, steps[:n], inputs, outs, g)[0], default=0)
                 after = max(_live_profile(trial_sizes, trial, inputs, outs, g)[0], default=0)
                 if after < before:
-                    steps[j:k + 1] = [merged]
+                    steps[j:k + 1] = over
                     sizes.update(window)
-                    n -= k - j
+                    n -= k - j + 1 - len(over)
             k = j - 1
         return n
 
@@ -334,7 +344,8 @@ class MemoryModel:
         bias region whose earliest layer has no bias). See the module docstring."""
         return {k: v for k, v in self._simulate(biases, weights, reach).items() if not k.startswith("_")}
 
-    def _simulate(self, biases: Iterable[int], weights: dict[int, int], reach: int | None = None) -> dict[str, Any]:
+    def _simulate(self, biases: Iterable[int], weights: dict[int, int], reach: int | None = None,
+                  hidden: bool = True) -> dict[str, Any]:
         """simulate(), plus the live bytes per step (`_live`), each transient's last step (`_end`) and buffer
         bytes (`_held`), and each layer's backward steps (`_windows`: op -> (first, last); the step before when
         it has none)."""
@@ -441,6 +452,12 @@ class MemoryModel:
             k = _mask_steps(steps, n_fwd, sb.maskable, sizes, g)
             windows = {i: (a + k, b + k) for i, (a, b) in windows.items()}   # the masks went into the forward
             n_fwd += k
+        if hidden and s.reorder and s.batch_size == 1 and not s.fp16_mixed:
+            # reorder's hidden-channel streams (an inverted-residual backward one hidden channel at a time); not in
+            # the search's region terms: training a weight inside a chain (a depthwise) breaks it, which an
+            # additive weight term cannot price, so the regions stay the unstreamed upper bound
+            remap = channel_stream.merge_steps(steps, sizes, g)
+            windows = {i: (remap.get(a, a), remap.get(b, b)) for i, (a, b) in windows.items()}
         live, end, held = _live_profile(sizes, steps, inputs, ["train/loss"], g)
         if s.fp16_mixed:   # the fp16-mixed forms of the program (planning/fp16_memory.py): the smallest one
             forms = fp16_steps(steps, n_fwd, sizes, g, s.batch_size == 1, inputs, sb.streamed)
@@ -465,7 +482,7 @@ class MemoryModel:
     def _region(self, earliest: int) -> dict[str, Any]:
         if earliest not in self._region_cache:
             chosen = [lay.op_index for lay in self.layers if lay.op_index >= earliest]
-            self._region_cache[earliest] = self._simulate(chosen, {}, reach=earliest)
+            self._region_cache[earliest] = self._simulate(chosen, {}, reach=earliest, hidden=False)
         return self._region_cache[earliest]
 
     def bias_option(self, k: int) -> dict[str, Any]:

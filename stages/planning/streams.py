@@ -4,7 +4,7 @@ between them never exist whole (DESIGN §3 `reorder`; MCUNetV2's patch-based inf
     find_streams(graph, order)  -> (order, [Stream])   every group the schedule allows, made contiguous
     prune_streams(...)          -> the streams that lower the arena (the others cost call overhead for nothing)
 
-Three kinds, each exact (every element is computed by the same arithmetic, in the same order, as unstreamed):
+Four kinds, each exact (every element is computed by the same arithmetic, in the same order, as unstreamed):
 
 rows       A group of forward ops of a frozen prefix (N = 1): conv2d / depthwise_conv2d with constant untrained
            weights, max / average pooling that pads nothing, and ops that map row r to row r (element-wise
@@ -26,6 +26,11 @@ positions  The gradient of a global average pool feeding a masked 1x1 convolutio
 channels   A weight gradient (conv2d / fully connected) and the optimizer update that consumes it: one output
            channel of the gradient at a time, updated at once (TTE's in-place update taken to the row), so the
            fp32 weight gradient (74 KB for block_14's expand conv) exists one output channel at a time.
+hidden     The backward between two 1x1 convs (an inverted-residual block's project input gradient, masks, bias
+           gradients, depthwise input gradient, expand weight gradient + update and input gradient), one hidden
+           channel at a time (stages/planning/channel_stream.py): MobileNetV2's 8x8x192 fp32 block gradients (48 KB)
+           exist one 8x8 plane at a time. It absorbs the chain's `channels` stream, which comes back when
+           prune_streams drops it.
 
 A stream's ops are consecutive in the schedule; every tensor they read or write lives for the whole group (the
 memory planner extends the lifetimes), and the streamed tensors (`chunked`) cost only their window.
@@ -43,6 +48,7 @@ import numpy as np
 from tinytrain.stages import ops
 from tinytrain.stages.model.geometry import out_size_and_pad
 from tinytrain.stages.model.ir import Graph, Op
+from tinytrain.stages.planning import channel_stream
 from tinytrain.stages.planning.arena import element_bytes
 from tinytrain.stages.planning.schedule import dependencies, is_valid_order
 
@@ -60,6 +66,9 @@ class Stream:
     ops: list[int]                # op indices, in execution order (consecutive in the schedule)
     chunked: dict[str, int]       # streamed tensor -> bytes it occupies while streamed
     info: dict[str, Any] = field(default_factory=dict)
+    # streams this one absorbed (a hidden stream's weight rows were a `channels` stream): they come back when
+    # prune_streams drops it; not part of the plan's JSON
+    replaces: list["Stream"] = field(default_factory=list, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "ops": list(self.ops), "chunked": dict(self.chunked), "info": self.info}
@@ -498,7 +507,30 @@ def find_streams(graph: Graph, order: list[int]) -> tuple[list[int], list[Stream
                 continue
             order = new
             streams.append(_chunked_stream(graph, kind, group))
+    for chain in channel_stream.hidden_candidates(graph):
+        pos = {i: s for s, i in enumerate(order)}
+        group = sorted(chain["members"], key=lambda i: pos[i])
+        members = set(group)
+        inner = [s for s in streams if set(s.ops) & members]
+        if any(s.kind != "channels" or not set(s.ops) <= members for s in inner):
+            continue
+        new = _gather(order, group, preds)
+        if new is None or not is_valid_order(graph, new, preds) or not _consecutive(new, streams):
+            continue
+        order = new
+        streams = [s for s in streams if s not in inner]
+        streams.append(Stream("hidden", group, channel_stream.chunked(graph, chain),
+                              {"channels": chain["channels"]}, replaces=inner))
     return order, streams
+
+
+def _consecutive(order: list[int], streams: list[Stream]) -> bool:
+    pos = {i: s for s, i in enumerate(order)}
+    for st in streams:
+        steps = sorted(pos[i] for i in st.ops)
+        if steps[-1] - steps[0] + 1 != len(steps):
+            return False
+    return True
 
 
 def _chunked_stream(graph: Graph, kind: str, group: list[int]) -> Stream:
@@ -522,7 +554,7 @@ def prune_streams(plan_fn, streams: list[Stream]) -> tuple[list[Stream], Any]:
     keep = list(streams)
     best = plan_fn(keep, None)
     for s in sorted(streams, key=lambda s: sum(s.chunked.values())):
-        trial = [k for k in keep if k is not s]
+        trial = [k for k in keep if k is not s] + s.replaces
         p = plan_fn(trial, best.arena)
         if p.arena <= best.arena:
             keep, best = trial, p

@@ -1,0 +1,53 @@
+/* Hidden-channel streams (stages/planning/channel_stream.py): the backward of a chain
+ *     pointwise input gradient -> per-channel ops (masks, bias gradients, depthwise input gradient)
+ *     -> pointwise weight gradient + update / pointwise input gradient
+ * run one hidden channel c at a time, so the chain's gradients (an inverted-residual block's expanded width) exist
+ * one channel (one H*W plane, compact) at a time. Each kernel computes channel c of what the whole op computes, with
+ * the same float32 operations in the same order (the comments name the whole kernel it follows), so the bits are
+ * those of the unstreamed program. Included by tt_kernels.h after tt_conv_dims. */
+#ifndef TT_HIDDEN_STREAM_H
+#define TT_HIDDEN_STREAM_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Channel c of a 1x1 stride-1 conv2d_grad_input over P pixels: dh[p] = 0 + sum over k < K, in order, of
+ * dz[p * K + k] * w(k, c), w(k, c) the forward weight [K, 1, 1, C] at output channel k, input channel c: float
+ * (w, wq 0) or int8 dequantized with output channel k's scale / zero point (the input channels [0, n) of a split
+ * weight in `part` [K, n], the others in the whole `wq`). As tt_conv2d_grad_input_f32 / _qw_f32. */
+void tt_hs_pw_grad_in_f32(int32_t P, int32_t K, int32_t C, int32_t c, const float *dz, const float *w,
+                          const int8_t *wq, const int8_t *part, int32_t n, const float *scale,
+                          const int32_t *zero_point, float *dh);
+
+/* dx[p * IC + i] += dh[p] * w(c, i) for the expand conv's output channel c (forward weight [C, 1, 1, IC]): the
+ * 1x1 input gradient summed over the hidden channels one channel per call, in channel order, onto dx zeroed
+ * before channel 0 (0 + s of the whole kernel: s never is -0). Weight as tt_hs_pw_grad_in_f32 (scale, zero point
+ * of output channel c). */
+void tt_hs_pw_grad_in_acc_f32(int32_t P, int32_t IC, int32_t c, const float *dh, const float *w, const int8_t *wq,
+                              const int8_t *part, int32_t n, const float *scale, const int32_t *zero_point,
+                              float *dx);
+
+/* Channel c of a depth-multiplier-1 depthwise_conv2d_grad_input on compact planes: dx[iy * in_w + ix] = 0 + s, s
+ * the sum over the taps (filter y, filter x) in order of dy[oy * out_w + ox] * w_c[tap], w_c the channel's taps
+ * (float, or int8 dequantized once: tt_hs_dw_taps). As tt_depthwise_conv2d_grad_input_f32 / _inplace. */
+void tt_hs_dw_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *wc, float *dx);
+
+/* Channel c's taps of a [1, kh, kw, C] depthwise weight as floats: float w (wq 0), or int8 dequantized with
+ * channel c's scale and zero point (tt_dq, the value the whole kernel computes per element). taps <= 64. */
+void tt_hs_dw_taps(int32_t taps, int32_t C, int32_t c, const float *w, const int8_t *wq, const float *scale,
+                   const int32_t *zero_point, float *wc);
+
+/* Masks of channel c over P pixels (the whole tensor's element p * C + c): the 1-bit mask of mask_grad, the int8
+ * output of int8_clamp_grad (lo < y < hi), as tt_mask_grad_f32 / tt_int8_clamp_grad_f32. */
+void tt_hs_mask_grad_f32(int32_t P, int32_t C, int32_t c, const uint8_t *mask, const float *dy, float *dz);
+void tt_hs_int8_clamp_grad_f32(int32_t P, int32_t C, int32_t c, int32_t lo, int32_t hi, const float *dy,
+                               const int8_t *y, float *dx);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TT_HIDDEN_STREAM_H */

@@ -1,0 +1,130 @@
+"""The C of a hidden-channel stream (stages/planning/channel_stream.py): one loop over the hidden channels `o`,
+each iteration computing channel o of every gradient of the chain into its one-plane buffer
+(kernels_c/tt_hidden_stream.h), the bias gradients' element o, row o of each 1x1 weight gradient and its update,
+and adding channel o's share to each 1x1 input gradient the chain ends in (zeroed before the loop). In each
+iteration the chain's ops run in schedule order, then the ends' accumulations, then the weight rows (whose
+update must follow the accumulation that reads the old row)."""
+
+from __future__ import annotations
+
+from tinytrain.stages import ops
+from tinytrain.stages.c_emit.literals import CodegenError, flit, numel
+from tinytrain.stages.model.geometry import out_size_and_pad
+from tinytrain.stages.model.ir import Op
+from tinytrain.stages.planning.streams import Stream
+
+ROLES = ops.HIDDEN_ROLES
+MAX_TAPS = 64   # kernels_c/tt_hidden_stream.c TT_HS_MAX_TAPS
+
+
+def _weight(gen, w: str, axis: int, channels: int) -> str:
+    """The weight arguments (w, wq, part, n, scale, zero_point) of a tt_hs kernel: float, or int8 read through
+    its fused dequantize (split weights: the trained slice and its width)."""
+    if w in gen.fused:
+        wq = gen.fused[w]
+        sc, zp = gen.dq_tables(wq, axis, channels)
+        whole, part, n = gen.weight_args(wq)
+        return f"0, {whole}, {part}, {n}, {sc}, {zp}"
+    return f"{gen.loc(w)}, 0, 0, 0, 0, 0"
+
+
+def _start(gen, op: Op, c: int) -> list[str]:
+    dz, w, h = op.inputs[0], op.inputs[1], op.outputs[0]
+    k = int(gen.g.tensors[dz].shape[3])
+    p = numel(gen.g.tensors[dz].shape) // k
+    return [f"tt_hs_pw_grad_in_f32({p}, {k}, {c}, o, {gen.loc(dz)}, {_weight(gen, w, 0, k)}, {gen.loc(h)});"]
+
+
+def _mask(gen, op: Op, c: int) -> list[str]:
+    dy, m, dz = op.inputs[0], op.inputs[1], op.outputs[0]
+    p = numel(gen.g.tensors[dy].shape) // c
+    if gen.g.tensors[m].dtype == "uint8":
+        return [f"tt_hs_mask_grad_f32({p}, {c}, o, {gen.loc(m)}, {gen.loc(dy)}, {gen.loc(dz)});"]
+    return [f"tt_hs_int8_clamp_grad_f32({p}, {c}, o, {int(op.attrs['lo'])}, {int(op.attrs['hi'])}, "
+            f"{gen.loc(dy)}, {gen.loc(m)}, {gen.loc(dz)});"]
+
+
+def _depthwise(gen, op: Op, c: int) -> list[str]:
+    dz, w, dx = op.inputs[0], op.inputs[1], op.outputs[0]
+    a = op.attrs
+    xs, ws = gen.g.tensors[dx].shape, gen.g.tensors[w].shape
+    kh, kw = int(ws[1]), int(ws[2])
+    if kh * kw > MAX_TAPS:
+        raise CodegenError(f"hidden stream: depthwise filter of {kh}x{kw} taps (at most {MAX_TAPS})")
+    sh, sw = int(a["stride_h"]), int(a["stride_w"])
+    dh, dw = int(a.get("dilation_h", 1)), int(a.get("dilation_w", 1))
+    oh, pt = out_size_and_pad(a["padding"], int(xs[1]), kh, sh, dh)
+    ow, pl = out_size_and_pad(a["padding"], int(xs[2]), kw, sw, dw)
+    d = gen.uid("tt_cd")
+    gen.globals.append(f"static const tt_conv_dims {d} = {{1, {xs[1]}, {xs[2]}, 1, {oh}, {ow}, 1, {kh}, {kw}, "
+                       f"{sh}, {sw}, {dh}, {dw}, {pt}, {pl}, 1}};")
+    if w in gen.fused:
+        wq = gen.fused[w]
+        sc, zp = gen.dq_tables(wq, 3, c)
+        taps = f"0, {gen.loc(wq)}, {sc}, {zp}"
+    else:
+        taps = f"{gen.loc(w)}, 0, 0, 0"
+    return [f"{{ float tt_wc[{kh * kw}];",
+            f"  tt_hs_dw_taps({kh * kw}, {c}, o, {taps}, tt_wc);",
+            f"  tt_hs_dw_grad_input_f32(&{d}, {gen.loc(dz)}, tt_wc, {gen.loc(dx)}); }}"]
+
+
+def _sum(gen, op: Op, c: int) -> list[str]:
+    dz, db = op.inputs[0], op.outputs[0]
+    p = numel(gen.g.tensors[dz].shape) // c
+    return [f"tt_bias_grad_f32({p}, 1, {gen.loc(dz)}, {gen.loc(db)} + o);"]
+
+
+def _end(gen, op: Op, c: int) -> list[str]:
+    dh, w, dx = op.inputs[0], op.inputs[1], op.outputs[0]
+    ic = int(gen.g.tensors[dx].shape[3])
+    p = numel(gen.g.tensors[dx].shape) // ic
+    return [f"tt_hs_pw_grad_in_acc_f32({p}, {ic}, o, {gen.loc(dh)}, {_weight(gen, w, 0, c)}, {gen.loc(dx)});"]
+
+
+def _weight_row(gen, gop: Op, uop: Op, c: int) -> list[str]:
+    """Row o of a 1x1 weight gradient (the gradient plane as a one-channel dz) and its update (as a channels
+    stream's: codegen.channel_offsets)."""
+    dz, x, dw = gop.inputs[0], gop.inputs[1], gop.outputs[0]
+    k = int(gop.attrs.get("in_channels") or gop.attrs["w_shape"][3])
+    xq = gen.fused.get(x)
+    xs = gen.g.tensors[xq if xq is not None else x].shape
+    d = gen.uid("tt_cd")
+    gen.globals.append(f"static const tt_conv_dims {d} = {{1, {xs[1]}, {xs[2]}, {xs[3]}, {xs[1]}, {xs[2]}, 1, "
+                       f"1, 1, 1, 1, 1, 1, 0, 0, 1}};")
+    if xq is not None:
+        s, z = gen.qp(xq)
+        grad = [f"tt_conv2d_grad_weight_qx_f32_range(&{d}, {k}, 0, 1, {gen.loc(dz)}, {gen.loc(xq)}, {flit(s)}, "
+                f"{z}, {gen.loc(dw)});"]
+    else:
+        grad = [f"tt_conv2d_grad_weight_f32_range(&{d}, {k}, 0, 1, {gen.loc(dz)}, {gen.loc(x)}, {gen.loc(dw)});"]
+    return grad + gen.update_row(uop, dw, c)
+
+
+def stream_hidden(gen, st: Stream) -> list[str]:
+    c = int(st.info["channels"])
+    members = [gen.g.ops[i] for i in st.ops]
+    start = members[0]
+    if ROLES.get(start.type) != "mix":
+        raise CodegenError(f"hidden stream {st.ops}: does not start with a 1x1 input gradient")
+    updates = {op.inputs[1]: op for op in members if op.type in ops.UPDATE_OPS}
+    body, ends, rows, zero = _start(gen, start, c), [], [], []
+    for op in members[1:]:
+        role = ROLES.get(op.type)
+        if op.type in ops.UPDATE_OPS:
+            continue
+        if role == "mask":
+            body += _mask(gen, op, c)
+        elif role == "channel":
+            body += _depthwise(gen, op, c)
+        elif role == "sum":
+            body += _sum(gen, op, c)
+        elif role == "mix":
+            zero.append(f"memset({gen.loc(op.outputs[0])}, 0, {numel(gen.g.tensors[op.outputs[0]].shape) * 4});")
+            ends += _end(gen, op, c)
+        elif role == "weight":
+            rows += _weight_row(gen, op, updates[op.outputs[0]], c)
+        else:
+            raise CodegenError(f"hidden stream {st.ops}: op {op.type} has no hidden-channel C")
+    return ["{ int32_t o;", *["  " + ln for ln in zero], f"  for (o = 0; o < {c}; ++o) {{",
+            *["    " + ln for ln in body + ends + rows], "  }", "}"]

@@ -1,0 +1,142 @@
+"""Hidden-channel streams (stages/planning/channel_stream.py): an inverted-residual block's backward (project 1x1
+input gradient -> masks, bias gradients -> depthwise input gradient -> expand weight gradient + update and input
+gradient) run one hidden channel at a time. The planner finds the chain on the converter-made MBv2 block fixture,
+the memory plan counts its gradients one plane each, and the streamed program gives the unstreamed program's bytes
+and the golden model's (int8: exactly; float: the unstreamed C's bytes)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from test_codegen import FIX, _data, _golden, _run, _with_classifier_head
+from tinytrain.stages import codegen
+from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
+from tinytrain.stages.model.tflite_reader import read_model
+from tinytrain.stages.planning.arena import MemOptions, check_plan, plan_memory
+from tinytrain.stages.planning.schedule import in_place_update_order, is_valid_order
+from tinytrain.stages.planning.streams import find_streams, prune_streams
+from tinytrain.stages.planning.train_plan import LayerPlan, TrainPlan
+from tinytrain.stages.train.data import write_stream
+from tinytrain.stages.train.runtime_config import RuntimeConfig
+
+
+def _block(fixture: str, ratio: float = 1.0, opt: str = "sgd", masks: bool = True, rounding: str = "nearest"):
+    """The block with a classifier head; trained: every bias, the expand conv's weights at `ratio` (the
+    depthwise and project weights stay frozen: their gradients would read every hidden channel's plane)."""
+    g = _with_classifier_head(read_model(FIX / f"{fixture}.tflite"))
+    layers = TrainPlan.trainable_ops(g)
+    convs = [i for i in layers if g.ops[i].type == "conv2d"]
+    expand = convs[0]
+    plan = TrainPlan([LayerPlan(i, bias=True, weight_ratio=ratio if i == expand else 0.0) for i in layers])
+    qas = QASOptions(True, rounding, False) if "int8" in fixture else None
+    return build_training_graph(g, plan, "cross_entropy", OptimizerSpec(kind=opt, learning_rate=0.05), 1, qas,
+                                masks=masks)
+
+
+def _hidden_plan(tg):
+    order, streams = find_streams(tg, in_place_update_order(tg))
+    assert is_valid_order(tg, order)
+    hidden = [s for s in streams if s.kind == "hidden"]
+    return order, streams, hidden
+
+
+def test_chain_found_and_counted_one_plane():
+    tg = _block("mbv2_block_int8")
+    order, streams, hidden = _hidden_plan(tg)
+    assert len(hidden) == 1
+    st = hidden[0]
+    types = [tg.ops[i].type for i in st.ops]
+    assert types[0] == "conv2d_grad_input" and "depthwise_conv2d_grad_input" in types
+    # the block reads the model input: no input gradient below it (MobileNetV2's blocks: tests/test_streams.py)
+    assert "conv2d_grad_weight" in types and types.count("conv2d_grad_input") == 1
+    # every plane is 16x16 of one channel, fp32; the expand weight gradient one row of 8 input channels
+    assert sorted(set(st.chunked.values())) == [8 * 4, 16 * 16 * 4]
+    # the channels stream of the expand weight went into it, and comes back when the hidden stream is dropped
+    assert not any(s.kind == "channels" for s in streams) and [s.kind for s in st.replaces] == ["channels"]
+    mp = plan_memory(tg, order, MemOptions(), streams)
+    check_plan(mp)
+    plain = plan_memory(tg, order, MemOptions(), [s for s in streams if s is not st] + st.replaces)
+    # the 16x16x48 fp32 hidden gradient (48 KB, the depthwise's input gradient in place over it) never exists whole
+    assert mp.arena < plain.arena - 36 * 1024
+    kept, best = prune_streams(lambda sts, below: plan_memory(tg, order, MemOptions(), sts, place_below=below),
+                               streams)
+    assert st in kept and best.arena == mp.arena
+
+
+def test_no_chain_when_the_depthwise_weight_trains():
+    """A depthwise weight gradient reads every hidden channel's plane at once: no hidden stream."""
+    g = _with_classifier_head(read_model(FIX / "mbv2_block_int8.tflite"))
+    tg = build_training_graph(g, TrainPlan.full(g), "cross_entropy", OptimizerSpec("sgd"), 1,
+                              QASOptions(True, "nearest", False))
+    assert not _hidden_plan(tg)[2]
+
+
+CASES = {
+    "int8-sgd": dict(fixture="mbv2_block_int8"),
+    "int8-split-momentum-stochastic-nomask": dict(fixture="mbv2_block_int8", ratio=0.5, opt="momentum",
+                                                  rounding="stochastic", masks=False),
+    "float-sgd": dict(fixture="mbv2_block_float"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler")
+@pytest.mark.parametrize("case", list(CASES))
+def test_streamed_program_is_bit_identical(case, tmp_path):
+    v = CASES[case]
+    tg = _block(**v)
+    order, streams, hidden = _hidden_plan(tg)
+    assert hidden
+    mp = plan_memory(tg, order, MemOptions(), streams)
+    unstreamed = plan_memory(tg, order, MemOptions(), [s for s in streams if s.kind != "hidden"]
+                             + [r for s in hidden for r in s.replaces])
+    x, y = _data(tg, 3, seed=5)
+    write_stream(tmp_path / "train.ttds", x, y)
+    write_stream(tmp_path / "test.ttds", x[:1], y[:1])
+    cfg = RuntimeConfig(learning_rate=0.05, epochs=1, momentum=0.9, seed=3)
+    data = {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"}
+
+    def firmware(plan, name, **kw):
+        summ = codegen.generate(tg, plan.order, plan.to_json(), tmp_path / name / "prog")
+        out = _run("host", tmp_path / name / "prog", tmp_path / name / "b", tmp_path / name / "r", cfg, data, **kw)
+        assert json.loads(out["results.json"])["arena_bytes_planned"] == plan.arena == summ["arena_bytes"]
+        return out
+
+    out = firmware(mp, "streamed", sanitize=("address", "undefined"))
+    assert "tt_hs_pw_grad_in_f32(" in (tmp_path / "streamed" / "prog" / "tt_model.c").read_text()
+    ref = firmware(unstreamed, "plain")
+    assert out["losses.bin"] == ref["losses.bin"] and out["weights.bin"] == ref["weights.bin"]
+    if "float" in v["fixture"]:
+        return  # fp32 C and numpy round differently: the claim is that streaming changes no bit of the C
+    want, state = _golden(tg, x, y, cfg)
+    np.testing.assert_allclose(np.frombuffer(out["losses.bin"], "<f4"), want, rtol=1e-5, atol=1e-6)
+    io = json.loads((tmp_path / "streamed" / "prog" / "io_layout.json").read_text())
+    for t in io["trained_tensors"]:
+        got = np.frombuffer(out["weights.bin"][t["offset"]:t["offset"] + t["nbytes"]], t["dtype"]).reshape(t["shape"])
+        np.testing.assert_array_equal(got, state[t["name"]], err_msg=t["name"])
+
+
+def test_mbv2_block_chains_end_in_the_expand_input_gradient():
+    """MobileNetV2's TTE plan (tests/test_streams.py builds the same graph): blocks 10-15's backward are chains; the
+    trained blocks' chains end in the expand's input gradient (summed over the hidden channels) and its weight rows
+    with their QAS update; block 10's (biases only, nothing trained below it) ends at the depthwise."""
+    from test_streams import _mbv2_tte
+
+    from tinytrain.stages.planning.channel_stream import hidden_candidates
+
+    g, plan = _mbv2_tte()
+    tg = build_training_graph(g, plan, "cross_entropy", OptimizerSpec("sgd"), 1,
+                              QASOptions(enabled=True, rounding="nearest", master_copy=False))
+    chains = {c["members"][0]: c for c in hidden_candidates(tg)}
+    full = [c for c in chains.values() if c["ends"] and c["weights"]]
+    # blocks 11-13 (192 hidden channels), 14-15 (336; block 15's expand weight split at 1/8)
+    assert sorted(c["channels"] for c in full) == [192, 192, 192, 336, 336]
+    for c in full:
+        assert len(c["planes"]) == 4 and len(c["sums"]) == 2   # two masks, the depthwise; two bias gradients
+        (gw, upd), = c["weights"]
+        assert tg.ops[upd].inputs[0] == tg.ops[c["ends"][0]].inputs[1].removeprefix("deq/")  # the same expand weight
+    assert any(not c["ends"] and not c["weights"] and len(c["planes"]) == 4 for c in chains.values())
