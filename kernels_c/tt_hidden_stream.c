@@ -19,18 +19,19 @@ static inline int32_t tt_hs_src_out(int32_t i, int32_t pad, int32_t k, int32_t d
 
 #define TT_HS_MAX_TAPS 64
 
-/* w(k, c): weight element [k, c] of a [K, C] (1x1) weight, float or int8 (split: input channels [0, n) in part). */
-static inline float tt_hs_w(const float *w, const int8_t *wq, const int8_t *part, int32_t n, int32_t C, int32_t k,
-                            int32_t c, float scale, int32_t zero_point)
+/* w(k, c): weight element [k, c] of a [K, C] (1x1) weight, float or int8 (split: input channels [0, n) in the
+ * trained slice, wpart for a float weight, part for an int8 one; n = 0: not split). */
+static inline float tt_hs_w(const float *w, const float *wpart, const int8_t *wq, const int8_t *part, int32_t n,
+                            int32_t C, int32_t k, int32_t c, float scale, int32_t zero_point)
 {
     if (w != 0) {
-        return w[k * C + c];
+        return c < n ? wpart[k * n + c] : w[k * C + c];
     }
     return tt_hs_dq(c < n ? part[k * n + c] : wq[k * C + c], zero_point, scale);
 }
 
 void tt_hs_pw_grad_in_f32(int32_t P, int32_t K, int32_t C, int32_t c, const float *dz, const float *w,
-                          const int8_t *wq, const int8_t *part, int32_t n, const float *scale,
+                          const float *wpart, const int8_t *wq, const int8_t *part, int32_t n, const float *scale,
                           const int32_t *zero_point, float *dh)
 {
     int32_t p, k;
@@ -38,7 +39,7 @@ void tt_hs_pw_grad_in_f32(int32_t P, int32_t K, int32_t C, int32_t c, const floa
     if (K <= TT_HS_MAX_TAPS) {
         /* the column dequantized once: the same float per (k, c) as per element */
         for (k = 0; k < K; ++k) {
-            wk[k] = tt_hs_w(w, wq, part, n, C, k, c, w != 0 ? 1.0f : scale[k], w != 0 ? 0 : zero_point[k]);
+            wk[k] = tt_hs_w(w, wpart, wq, part, n, C, k, c, w != 0 ? 1.0f : scale[k], w != 0 ? 0 : zero_point[k]);
         }
         /* four pixels at a time share each weight load; each keeps its own sum over k in order */
         for (p = 0; p + 4 <= P; p += 4) {
@@ -70,14 +71,15 @@ void tt_hs_pw_grad_in_f32(int32_t P, int32_t K, int32_t C, int32_t c, const floa
         const float *g = dz + p * K;
         float s = 0.0f;
         for (k = 0; k < K; ++k) {
-            s += g[k] * tt_hs_w(w, wq, part, n, C, k, c, w != 0 ? 1.0f : scale[k], w != 0 ? 0 : zero_point[k]);
+            s += g[k] * tt_hs_w(w, wpart, wq, part, n, C, k, c, w != 0 ? 1.0f : scale[k], w != 0 ? 0 : zero_point[k]);
         }
         dh[p] = 0.0f + s;
     }
 }
 
-void tt_hs_pw_grad_in_acc_f32(int32_t P, int32_t IC, int32_t c, const float *dh, const float *w, const int8_t *wq,
-                              const int8_t *part, int32_t n, const float *scale, const int32_t *zero_point,
+void tt_hs_pw_grad_in_acc_f32(int32_t P, int32_t IC, int32_t c, const float *dh, const float *w,
+                              const float *wpart, const int8_t *wq, const int8_t *part, int32_t n,
+                              const float *scale, const int32_t *zero_point,
                               float *dx)
 {
     int32_t p, i;
@@ -87,7 +89,8 @@ void tt_hs_pw_grad_in_acc_f32(int32_t P, int32_t IC, int32_t c, const float *dh,
     if (IC <= TT_HS_MAX_TAPS) {
         /* row c dequantized once (the same float per element as the whole kernel's) */
         for (i = 0; i < IC; ++i) {
-            wr[i] = w != 0 ? w[c * IC + i] : tt_hs_dq(i < n ? part[c * n + i] : wq[c * IC + i], z, sc);
+            wr[i] = w != 0 ? (i < n ? wpart[c * n + i] : w[c * IC + i])
+                           : tt_hs_dq(i < n ? part[c * n + i] : wq[c * IC + i], z, sc);
         }
         /* four pixels at a time share each weight load (every element still gets one add per channel) */
         for (p = 0; p + 4 <= P; p += 4) {
@@ -115,7 +118,8 @@ void tt_hs_pw_grad_in_acc_f32(int32_t P, int32_t IC, int32_t c, const float *dh,
         float *d = dx + p * IC;
         for (i = 0; i < IC; ++i) {
             /* weight [C, IC]: row c; the split part holds input channels [0, n) of each row */
-            const float v = w != 0 ? w[c * IC + i] : tt_hs_dq(i < n ? part[c * n + i] : wq[c * IC + i], z, sc);
+            const float v = w != 0 ? (i < n ? wpart[c * n + i] : w[c * IC + i])
+                                   : tt_hs_dq(i < n ? part[c * n + i] : wq[c * IC + i], z, sc);
             d[i] += g * v;
         }
     }

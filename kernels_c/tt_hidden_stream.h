@@ -16,18 +16,20 @@ extern "C" {
 
 /* Channel c of a 1x1 stride-1 conv2d_grad_input over P pixels: dh[p] = 0 + sum over k < K, in order, of
  * dz[p * K + k] * w(k, c), w(k, c) the forward weight [K, 1, 1, C] at output channel k, input channel c: float
- * (w, wq 0) or int8 dequantized with output channel k's scale / zero point (the input channels [0, n) of a split
- * weight in `part` [K, n], the others in the whole `wq`). As tt_conv2d_grad_input_f32 / _qw_f32. */
+ * (w, wq 0; a split weight's input channels [0, n) in `wpart` [K, n], the others in the whole `w`) or int8
+ * dequantized with output channel k's scale / zero point (the input channels [0, n) of a split weight in `part`
+ * [K, n], the others in the whole `wq`). As tt_conv2d_grad_input_f32 / _split / _qw_f32. */
 void tt_hs_pw_grad_in_f32(int32_t P, int32_t K, int32_t C, int32_t c, const float *dz, const float *w,
-                          const int8_t *wq, const int8_t *part, int32_t n, const float *scale,
+                          const float *wpart, const int8_t *wq, const int8_t *part, int32_t n, const float *scale,
                           const int32_t *zero_point, float *dh);
 
 /* dx[p * IC + i] += dh[p] * w(c, i) for the expand conv's output channel c (forward weight [C, 1, 1, IC]): the
  * 1x1 input gradient summed over the hidden channels one channel per call, in channel order, onto dx zeroed
  * before channel 0 (0 + s of the whole kernel: s never is -0). Weight as tt_hs_pw_grad_in_f32 (scale, zero point
  * of output channel c). */
-void tt_hs_pw_grad_in_acc_f32(int32_t P, int32_t IC, int32_t c, const float *dh, const float *w, const int8_t *wq,
-                              const int8_t *part, int32_t n, const float *scale, const int32_t *zero_point,
+void tt_hs_pw_grad_in_acc_f32(int32_t P, int32_t IC, int32_t c, const float *dh, const float *w,
+                              const float *wpart, const int8_t *wq, const int8_t *part, int32_t n,
+                              const float *scale, const int32_t *zero_point,
                               float *dx);
 
 /* Channel c of a depth-multiplier-1 depthwise_conv2d_grad_input on compact planes: dx[iy * in_w + ix] = 0 + s, s

@@ -18,14 +18,15 @@ MAX_TAPS = 64   # kernels_c/tt_hidden_stream.c TT_HS_MAX_TAPS
 
 
 def _weight(gen, w: str, axis: int, channels: int) -> str:
-    """The weight arguments (w, wq, part, n, scale, zero_point) of a tt_hs kernel: float, or int8 read through
-    its fused dequantize (split weights: the trained slice and its width)."""
+    """The weight arguments (w, wpart, wq, part, n, scale, zero_point) of a tt_hs kernel: float, or int8 read
+    through its fused dequantize (split weights: the whole flash original, the trained slice and its width)."""
     if w in gen.fused:
         wq = gen.fused[w]
         sc, zp = gen.dq_tables(wq, axis, channels)
         whole, part, n = gen.weight_args(wq)
-        return f"0, {whole}, {part}, {n}, {sc}, {zp}"
-    return f"{gen.loc(w)}, 0, 0, 0, 0, 0"
+        return f"0, 0, {whole}, {part}, {n}, {sc}, {zp}"
+    whole, part, n = gen.weight_args(w)
+    return f"{whole}, {part}, 0, 0, {n}, 0, 0"
 
 
 def _start(gen, op: Op, c: int) -> list[str]:
