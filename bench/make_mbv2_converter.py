@@ -1,7 +1,7 @@
 """Converter-made MobileNetV2-w0.35 files in float and at 96 px, made with TensorFlow's own converter (issue 10:
 "MobileNetV2 (zoo and converter-made, float and int8, 96 and 128)"). Run under a TensorFlow environment:
 
-    /work/tfenv/bin/python bench/make_mbv2_converter.py [--out DIR]     # a few minutes on one core
+    <a python with tensorflow> bench/make_mbv2_converter.py [--out DIR]     # a few minutes on one core
 
 Writes, into DIR (default ~/.cache/tinytrain-mbv2-converter; never into the repository: a float MobileNetV2-0.35
 is ~1.6 MB):
