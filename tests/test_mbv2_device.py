@@ -192,7 +192,9 @@ def test_mbv2_builds_fits_trains_in_qemu_and_counts_deterministically(tmp_path, 
     size = json.loads((build / "cross-compile" / "size.json").read_text())
     assert whole["whole_bytes"] == r["sram"]["used_bytes"] <= MBV2_WHOLE_SRAM
     assert whole["stack_bytes"] == size["stack_bound"]["bytes"] < 4 * KB
-    assert whole["arena_bytes"] == whole["arena_measured_bytes"] == r["arena"]["planned_peak_bytes"]
+    # the arena's size is its planned end rounded up to the 16-byte alignment; the paint measures the end itself
+    assert whole["arena_bytes"] == r["arena"]["planned_peak_bytes"]
+    assert whole["arena_measured_bytes"] == r["arena"]["planned_end_bytes"] > whole["arena_bytes"] - 16
     assert max(y["size"] for y in whole["other_static_largest"]) <= 96
     # The painted arena's high-water is the plan's, exactly; codegen keeps nothing trained outside the arena.
     assert r["arena"]["equal"] and r["arena"]["used_bytes"] == r["arena"]["planned_end_bytes"]
