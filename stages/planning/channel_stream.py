@@ -72,15 +72,6 @@ def _mask_ok(graph: Graph, op: Op, t: str) -> bool:
     return m.dtype == "int8" and list(m.shape) == list(graph.tensors[t].shape) and "lo" in op.attrs
 
 
-def _readers(graph: Graph) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for i, op in enumerate(graph.ops):
-        for t in op.inputs:
-            if t is not None:
-                out.setdefault(t, []).append(i)
-    return out
-
-
 def chain_at(graph: Graph, a: int, readers: dict[str, list[int]]) -> dict[str, Any] | None:
     """The hidden-channel chain starting at op a (a 1x1 input gradient), or None when a is no such start or a reader
     of the chain's gradients is not one of the roles above."""
@@ -158,7 +149,7 @@ def hidden_candidates(graph: Graph) -> list[dict[str, Any]]:
     """Every chain of the graph (batch 1: the weight rows update in place), disjoint, in graph order."""
     if int(graph.meta.get("train", {}).get("batch_size", 1)) != 1:
         return []
-    readers = _readers(graph)
+    readers = graph.consumers()
     out, taken = [], set()
     for a in range(len(graph.ops)):
         chain = chain_at(graph, a, readers)

@@ -79,15 +79,6 @@ class Stream:
                       dict(d.get("info", {})))
 
 
-def _readers(graph: Graph) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for i, op in enumerate(graph.ops):
-        for t in op.inputs:
-            if t is not None:
-                out.setdefault(t, []).append(i)
-    return out
-
-
 def _numel(shape) -> int:
     return int(np.prod(list(shape), dtype=np.int64)) if len(shape) else 1
 
@@ -317,7 +308,7 @@ def _row_streams(graph: Graph, order: list[int]) -> list[Stream]:
     group or unstreamed op holds (_group_cost, _op_cost), then the fewest streamed ops: the big tensors end up
     inside groups, the cuts fall on small ones."""
     trained = graph.meta.get("train", {}).get("trained", {})
-    readers = _readers(graph)
+    readers = graph.consumers()
     ok = {i: row_op_ok(graph, graph.ops[i], trained) for i in order}
     geos = {i: row_geometry(graph, graph.ops[i]) for i in order if ok[i]}
     for geo in geos.values():
@@ -395,7 +386,7 @@ def _pointwise_grad_input(graph: Graph, op: Op, t: str) -> bool:
 
 def _position_candidates(graph: Graph) -> list[list[int]]:
     """[mean_grad, mask op, consumers...] op groups (graph order inside the consumers)."""
-    readers = _readers(graph)
+    readers = graph.consumers()
     out = []
     for m, op in enumerate(graph.ops):
         if op.type not in ops.BROADCAST_GRAD_OPS:
@@ -420,7 +411,7 @@ def _position_candidates(graph: Graph) -> list[list[int]]:
 # ---- channels --------------------------------------------------------------------------------------------------
 
 def _channel_candidates(graph: Graph) -> list[list[int]]:
-    readers = _readers(graph)
+    readers = graph.consumers()
     if int(graph.meta.get("train", {}).get("batch_size", 1)) != 1:
         return []
     out = []
