@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 
+from tinytrain.stages.model.ir import numel  # noqa: F401  (the C emitters take it from here)
+
 CTYPE = {"int8": "int8_t", "int32": "int32_t", "float32": "float", "uint8": "uint8_t", "int16": "int16_t",
          "int64": "int64_t", "float16": "uint16_t"}   # fp16: IEEE binary16 bits (kernels_c/tt_f16.h)
 ACT_ENUM = {"none": "TT_ACT_NONE", "relu": "TT_ACT_RELU", "relu6": "TT_ACT_RELU6",
@@ -27,10 +29,6 @@ def flit(x: float) -> str:
     if math.isnan(v):
         raise CodegenError("NaN constant")
     return f"{v.hex()}f" if v != 0 else ("-0.0f" if math.copysign(1, v) < 0 else "0.0f")
-
-
-def numel(shape) -> int:
-    return int(np.prod(list(shape), dtype=np.int64)) if len(shape) else 1
 
 
 def c_array(ctype: str, values, per_line: int = 16) -> str:

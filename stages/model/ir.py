@@ -33,6 +33,11 @@ _SHORT_DTYPE = {"float32": "f32", "float16": "f16", "int8": "i8", "int16": "i16"
                 "int64": "i64", "uint8": "u8", "bool": "b"}
 
 
+
+def numel(shape: Iterable[int]) -> int:
+    """Elements of a tensor of this shape (1 for a scalar's empty shape)."""
+    return int(np.prod(list(shape), dtype=np.int64))
+
 @dataclass
 class QuantParams:
     """Affine quantization: real = scale * (q - zero_point); per-channel along `axis` when len(scale) > 1."""

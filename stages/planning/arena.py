@@ -38,12 +38,12 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
 from tinytrain.stages import ops
-from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.model.ir import Graph, numel
 
 ALIGN = 16
 # Ops whose output may overwrite a dying input of at least its size. Depthwise: TinyEngine computes one output
@@ -165,10 +165,6 @@ def int8_names(graph: Graph) -> set[str]:
     return set(graph.meta.get("memplan", {}).get("int8_tensors", []))
 
 
-def _numel(shape: Iterable[int]) -> int:
-    return int(np.prod(list(shape), dtype=np.int64)) if list(shape) else 1
-
-
 def tensor_roles(graph: Graph) -> dict[str, str]:
     """Memory role of every SRAM tensor: weight / bias (trained), optimizer_state, accumulator, input, activation,
     gradient. Constants that no op writes are absent (flash)."""
@@ -267,7 +263,7 @@ def counted_bytes(graph: Graph, options: MemOptions | None = None) -> dict[str, 
         shape = list(t.shape)
         if name in trained and trained[name].get("n") is not None and shape:
             shape[-1] = int(trained[name]["n"])  # the trained slice; the frozen rest is in flash
-        out[name] = _numel(shape) * element_bytes(graph, name, int8)
+        out[name] = numel(shape) * element_bytes(graph, name, int8)
     return out
 
 
@@ -284,7 +280,7 @@ def master_copies(graph: Graph) -> dict[str, int]:
             shape = list(t.shape)
             if info.get("n") is not None and shape:
                 shape[-1] = int(info["n"])
-            out[f"master/{name}"] = _numel(shape) * 4
+            out[f"master/{name}"] = numel(shape) * 4
     return out
 
 
@@ -404,7 +400,7 @@ def plan_memory(graph: Graph, order: list[int] | None = None, options: MemOption
                 by_tensor[t] = host
                 if op.type in CHANNEL_SCRATCH_OPS:
                     out = graph.tensors[t]
-                    ch = _numel(out.shape[:-1]) * element_bytes(graph, t)
+                    ch = numel(out.shape[:-1]) * element_bytes(graph, t)
                     scratch.append(Buffer(f"scratch/{t}", ch, s, s, "scratch", []))
                 continue
             b = Buffer(t, sizes[t], s, end[t], roles[t], [t])

@@ -26,18 +26,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from tinytrain.stages import ops
-from tinytrain.stages.model.ir import Graph, Op
+from tinytrain.stages.model.ir import Graph, Op, numel
 from tinytrain.stages.planning.arena import depth_multiplier, element_bytes
 
 ROLES = ops.HIDDEN_ROLES
 FP32 = 4
-
-
-def _numel(shape) -> int:
-    return int(np.prod(list(shape), dtype=np.int64)) if len(shape) else 1
 
 
 def _nhwc1(graph: Graph, t: str) -> bool:
@@ -68,7 +62,7 @@ def _mask_ok(graph: Graph, op: Op, t: str) -> bool:
     """A mask the C reads per channel: a 1-bit mask of t's elements, or an int8 tensor of t's shape."""
     m = graph.tensors[op.inputs[1]]
     if m.dtype == "uint8":
-        return _numel(m.shape) * 8 >= _numel(graph.tensors[t].shape)
+        return numel(m.shape) * 8 >= numel(graph.tensors[t].shape)
     return m.dtype == "int8" and list(m.shape) == list(graph.tensors[t].shape) and "lo" in op.attrs
 
 
@@ -107,7 +101,7 @@ def chain_at(graph: Graph, a: int, readers: dict[str, list[int]]) -> dict[str, A
                 planes.append(out)
                 frontier.append(out)
             elif role == "sum":
-                if _numel(graph.tensors[out].shape) != c:
+                if numel(graph.tensors[out].shape) != c:
                     return None
                 members.append(r)
                 sums.append(r)
@@ -138,10 +132,10 @@ def chain_at(graph: Graph, a: int, readers: dict[str, list[int]]) -> dict[str, A
 def chunked(graph: Graph, chain: dict[str, Any]) -> dict[str, int]:
     """Bytes each streamed tensor occupies: one channel's plane of each gradient, one row of each weight gradient."""
     c = chain["channels"]
-    out = {t: _numel(graph.tensors[t].shape) // c * element_bytes(graph, t) for t in chain["planes"]}
+    out = {t: numel(graph.tensors[t].shape) // c * element_bytes(graph, t) for t in chain["planes"]}
     for g, _ in chain["weights"]:
         dw = graph.ops[g].outputs[0]
-        out[dw] = _numel(graph.tensors[dw].shape[1:]) * 4
+        out[dw] = numel(graph.tensors[dw].shape[1:]) * 4
     return out
 
 
@@ -189,7 +183,7 @@ def merge_steps(steps: list[tuple], sizes: dict[str, int], graph: Graph, start: 
             continue
         members, planes, c = found
         for t in planes:
-            sizes[t] = _numel(graph.tensors[_forward_of(t)[0]].shape) // c * FP32
+            sizes[t] = numel(graph.tensors[_forward_of(t)[0]].shape) // c * FP32
         last = max(members)
         made = {t for k in members for t in steps[k][2]}
         reads = {t for k in members for t in steps[k][1]}

@@ -78,7 +78,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from tinytrain.stages import autodiff
-from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.model.ir import Graph, numel
 from tinytrain.stages.planning.arena import ALIGN, CHANNEL_SCRATCH_OPS, depth_multiplier
 from tinytrain.stages.ops import CONVERSION_OPS, FIRST_INPUT_ONLY, IN_PLACE_OPS, LOSS_DROPS, REGISTRY, TRAINABLE_OPS
 from tinytrain.stages.ops.backward import gather, insert_masks, mask_bounds, output_mask, slice_shape
@@ -153,10 +153,6 @@ def short_name(name: str) -> str:
     return name.split(";")[0]
 
 
-def _numel(shape: Iterable[int]) -> int:
-    return int(np.prod(list(shape), dtype=np.int64))
-
-
 def _aligned(n: int) -> int:
     return -(-int(n) // ALIGN) * ALIGN
 
@@ -205,14 +201,14 @@ class MemoryModel:
         n·multiplier there."""
         lay = self.by_op[op_index]
         w = self.g.tensors[lay.weight]
-        per = _numel(w.shape) // int(w.shape[-1])
-        return per * n, _numel(REGISTRY[lay.type].backward.grad_shape(self.g, self.g.ops[op_index], n))
+        per = numel(w.shape) // int(w.shape[-1])
+        return per * n, numel(REGISTRY[lay.type].backward.grad_shape(self.g, self.g.ops[op_index], n))
 
     def bias_param_cost(self, op_index: int) -> dict[str, int]:
         lay = self.by_op[op_index]
         if lay.bias is None:
             return {"params": 0, "total": 0}
-        n = _numel(self.g.tensors[lay.bias].shape)
+        n = numel(self.g.tensors[lay.bias].shape)
         parts = self._param_cost(lay.bias, n, n, is_weight=False)
         out = {"params": n, "bias_copy": parts.pop("copy"), **parts}
         out["total"] = sum(v for k, v in out.items() if k != "params")
@@ -242,7 +238,7 @@ class MemoryModel:
 
     def _bytes(self, name: str, fp32: bool = False) -> int:
         t = self.g.tensors[name]
-        n = _numel(t.shape) if list(t.shape) else 1
+        n = numel(t.shape) if list(t.shape) else 1
         return n * (FP32 if fp32 else int(np.dtype(t.dtype).itemsize))
 
     def _training_forward(self) -> tuple[list[int], str]:
@@ -537,7 +533,7 @@ class MemoryModel:
         t = _aligned(self._weight_elems(op_index, n)[1] * FP32)
         depth = REGISTRY[lay.type].backward.slice_depth(g, g.ops[op_index])
         if w.dtype == "int8" and not fused_read(g, REGISTRY[f"{lay.type}_grad_weight"], 1, x, True, depth):
-            t += _aligned(_numel(slice_shape(g, x, n, depth)) * FP32)
+            t += _aligned(numel(slice_shape(g, x, n, depth)) * FP32)
         best = 0
         for e in (other.op_index for other in self.layers if other.op_index <= op_index):
             r = self._region(e)
@@ -626,7 +622,7 @@ class _StepBuilder:
 
     def param_grad(self, p: str, i: int, shape: list[int]) -> str:
         name = f"grad/{p}#{i}"
-        self.sizes[name] = _numel(shape) * FP32
+        self.sizes[name] = numel(shape) * FP32
         self._pgrads.setdefault(p, []).append(name)
         self._new[name] = p
         return name
@@ -661,7 +657,7 @@ class _StepBuilder:
 
     def _materialize(self, name: str) -> str:
         t, k, depth = self._lazy.pop(name)
-        self.sizes[name] = self.m._bytes(t, fp32=True) if k is None else _numel(slice_shape(self.g, t, k, depth)) * FP32
+        self.sizes[name] = self.m._bytes(t, fp32=True) if k is None else numel(slice_shape(self.g, t, k, depth)) * FP32
         self._step((DEQUANTIZE.name, [t] if self.m._act(t) else [], [name]), [t])
         self._deq[(t, k, depth)] = name
         return name
@@ -733,7 +729,7 @@ def _mask_steps(steps: list[tuple[str, list[str], list[str]]], n_fwd: int, maska
         return True if j in maskable and steps[j][1][1:] == [y] and steps[j][1][0] != y else None
 
     def mask_step(y: str, _) -> tuple[tuple, str]:
-        sizes[f"mask/{y}"] = -(-_numel(graph.tensors[y].shape) // 8)
+        sizes[f"mask/{y}"] = -(-numel(graph.tensors[y].shape) // 8)
         return (CLAMP_MASK.name, [y], [f"mask/{y}"]), f"mask/{y}"
 
     return insert_masks(steps, n_fwd, lambda st: (st[1], st[2]), masks, mask_step,
@@ -787,7 +783,7 @@ def _live_profile(sizes: dict[str, int], steps: list[tuple[str, list[str], list[
                 # depthwise input gradient, in place over dz, is modelled without it)
                 if typ in CHANNEL_SCRATCH_OPS and REGISTRY[typ].kind == "forward":
                     tt = graph.tensors[t]
-                    bufs.append([_numel(tt.shape[:-1]) * int(np.dtype(tt.dtype).itemsize), s, s])
+                    bufs.append([numel(tt.shape[:-1]) * int(np.dtype(tt.dtype).itemsize), s, s])
                 continue
             by[t] = [sizes[t], s, end[t]]
             bufs.append(by[t])

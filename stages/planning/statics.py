@@ -19,16 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.model.ir import Graph, numel
 
 FLOAT = 4
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
 
 
 def outside_arena(tg: Graph) -> list[dict[str, Any]]:
@@ -37,15 +30,15 @@ def outside_arena(tg: Graph) -> list[dict[str, Any]]:
     lab = tg.tensors[meta["label_input"]]
     if lab.dtype != "float32":          # class labels: one int32, no row
         return []
-    out = [{"name": "tt_target_row", "bytes": _numel(lab.shape) * FLOAT,
-            "what": f"the driver's row of {_numel(lab.shape)} float targets"}]
+    out = [{"name": "tt_target_row", "bytes": numel(lab.shape) * FLOAT,
+            "what": f"the driver's row of {numel(lab.shape)} float targets"}]
     if meta.get("loss") == "mse" or not meta.get("heads"):
         return out
     heads = [tg.tensors[h["tensor"]] for h in meta["heads"]]
     for j, t in enumerate(heads):
-        out.append({"name": f"tt_eval_head{j}", "bytes": _numel(t.shape) * (1 if t.dtype == "int8" else FLOAT),
+        out.append({"name": f"tt_eval_head{j}", "bytes": numel(t.shape) * (1 if t.dtype == "int8" else FLOAT),
                     "what": f"the evaluation's copy of head {meta['heads'][j].get('output', j)!s}"})
-    biggest = max(_numel(t.shape) for t in heads)
+    biggest = max(numel(t.shape) for t in heads)
     out.append({"name": "tt_eval_grad", "bytes": biggest * FLOAT, "what": "the evaluation's gradient scratch"})
     if any(t.dtype == "int8" for t in heads):
         out.append({"name": "tt_eval_pred", "bytes": biggest * FLOAT,

@@ -47,7 +47,7 @@ import numpy as np
 
 from tinytrain.stages import ops
 from tinytrain.stages.model.geometry import out_size_and_pad
-from tinytrain.stages.model.ir import Graph, Op
+from tinytrain.stages.model.ir import Graph, Op, numel
 from tinytrain.stages.planning import channel_stream
 from tinytrain.stages.planning.arena import element_bytes
 from tinytrain.stages.planning.schedule import dependencies, is_valid_order
@@ -77,10 +77,6 @@ class Stream:
     def from_json(d: dict[str, Any]) -> "Stream":
         return Stream(d["kind"], [int(i) for i in d["ops"]], {k: int(v) for k, v in d["chunked"].items()},
                       dict(d.get("info", {})))
-
-
-def _numel(shape) -> int:
-    return int(np.prod(list(shape), dtype=np.int64)) if len(shape) else 1
 
 
 # ---- rows ------------------------------------------------------------------------------------------------------
@@ -127,9 +123,9 @@ def row_geometry(graph: Graph, op: Op) -> dict[str, Any]:
         oh, pt = out_size_and_pad(a["padding"], int(x.shape[1]), kh, sh, dh)
         ins = [0]
         geo = {"in_h": int(x.shape[1]), "out_h": oh, "stride": sh, "pad_top": pt, "span": (kh - 1) * dh + 1}
-    in_rows = [_numel(graph.tensors[op.inputs[j]].shape[2:]) * element_bytes(graph, op.inputs[j]) for j in ins]
+    in_rows = [numel(graph.tensors[op.inputs[j]].shape[2:]) * element_bytes(graph, op.inputs[j]) for j in ins]
     geo.update({"inputs": ins, "in_rows": in_rows, "in_row": in_rows[0] if in_rows else 0,
-                "out_row": _numel(y.shape[2:]) * element_bytes(graph, op.outputs[0])})
+                "out_row": numel(y.shape[2:]) * element_bytes(graph, op.outputs[0])})
     return geo
 
 
@@ -317,7 +313,7 @@ def _row_streams(graph: Graph, order: list[int]) -> list[Stream]:
 
     def nbytes(t: str) -> int:
         if t not in sizes:
-            sizes[t] = _numel(graph.tensors[t].shape) * element_bytes(graph, t)
+            sizes[t] = numel(graph.tensors[t].shape) * element_bytes(graph, t)
         return sizes[t]
 
     out: list[Stream] = []
@@ -534,7 +530,7 @@ def _chunked_stream(graph: Graph, kind: str, group: list[int]) -> Stream:
     dw = graph.ops[group[0]].outputs[0]
     sh = graph.tensors[dw].shape
     chain = [graph.ops[i].outputs[0] for i in group[:-1]]
-    return Stream(kind, group, {t: _numel(sh[1:]) * element_bytes(graph, t) for t in chain},
+    return Stream(kind, group, {t: numel(sh[1:]) * element_bytes(graph, t) for t in chain},
                   {"channels": int(sh[0])})
 
 
