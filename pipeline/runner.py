@@ -64,7 +64,8 @@ class StageOutcome:
 
     def to_json(self) -> dict[str, Any]:
         return {"stage": self.stage, "state": self.state, "key": self.key, "duration_s": round(self.duration_s, 4),
-                "cpu_s": round(self.cpu_s, 4), "summary": self.summary, "metrics": self.metrics, "reason": self.reason, "out_dir": self.out_dir}
+                "cpu_s": round(self.cpu_s, 4), "summary": self.summary, "metrics": self.metrics, "reason": self.reason,
+                "out_dir": self.out_dir}
 
 
 @dataclass

@@ -326,6 +326,7 @@ def _reachable_library(work: Path, sources: list[Path], roots: list[Path]) -> tu
     fails the link, and build_firmware then adds the file that defines it, or every spare file."""
     lib = [s for s in sources if s.parts[:2] == ("src", "kernels_c") and s not in roots]
     text = {f: (work / f).read_text(errors="replace") for f in lib}
+    defines = {f: _defined_names(text[f]) for f in lib}
     wanted: set[str] = set()
     for f in [s for s in sources if s not in lib] + [r for r in roots if r not in sources]:
         wanted |= set(_TT_NAME_RE.findall((work / f).read_text(errors="replace")))
@@ -334,7 +335,7 @@ def _reachable_library(work: Path, sources: list[Path], roots: list[Path]) -> tu
     while grew:
         grew = False
         for f in lib:
-            if f not in reached and _defined_names(text[f]) & wanted:
+            if f not in reached and defines[f] & wanted:
                 reached.add(f)
                 wanted |= set(_TT_NAME_RE.findall(text[f]))
                 grew = True
