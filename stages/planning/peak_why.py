@@ -57,12 +57,7 @@ def why_whole(tg: Graph, memplan, name: str, role: str = "activation") -> str:
     """Why tensor `name` of the training graph occupies its whole size in `memplan`."""
     meta = tg.meta.get("train", {})
     n_fwd = int(meta.get("phases", {}).get("forward", len(tg.ops)))
-    producer = {t: i for i, op in enumerate(tg.ops) for t in op.outputs}
-    readers: dict[str, list[int]] = {}
-    for i, op in enumerate(tg.ops):
-        for t in op.inputs:
-            if t is not None:
-                readers.setdefault(t, []).append(i)
+    producer, readers = tg.producers(), tg.consumers()
     streamed = {t for st in memplan.streams for t in st.chunked}
     heads = {h["tensor"] for h in meta.get("heads") or []} | {meta.get("prediction")}
     return _why(tg, name, role, n_fwd, producer, readers, streamed, heads, meta.get("label_input"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tinytrain.stages.planning import contribution_text
+from tinytrain.stages.planning import contribution_text, statics
 from tinytrain.stages.planning.memory_model import WEIGHT_RATIOS, MemoryModel, kb
 from tinytrain.stages.planning.budget_search import SearchResult
 
@@ -44,7 +44,7 @@ def summary_line(doc: dict[str, Any], mm: MemoryModel) -> str:
     total = doc["memory"]["total"]
     budget = doc["budget_bytes"]
     peak = (doc.get("exact") or {}).get("peak_bytes")
-    outside = sum(int(i["bytes"]) for i in doc.get("outside_arena") or [])
+    outside = statics.total(doc.get("outside_arena") or [])
     mem = f"est. {kb(total)}" + (f", exact {kb(peak)}" if peak is not None else "") \
         + (f" + {kb(outside)} outside the arena" if outside else "") \
         + (f" of {_kb_short(budget)} budget" if budget is not None else ", no budget")
