@@ -138,12 +138,12 @@ import numpy as np
 
 from tinytrain.pipeline.errors import UnsupportedOpError, UserError
 from tinytrain.stages import ops
-from tinytrain.stages.ops import (BATCH_ACCUMULATE, CLAMP_MASK, DEQUANTIZE, DEQUANTIZE_SLICE, GRAD_ACCUMULATE,
-                                  MASK_GRAD, STEP_COUNTER)
+from tinytrain.stages.ops import BATCH_ACCUMULATE, CLAMP_MASK, MASK_GRAD, STEP_COUNTER
 from tinytrain.stages.model.ir import Graph, Op, Tensor
 # LOSSES is re-exported: plan_memory and others read autodiff.LOSSES.
 from tinytrain.stages.train.losses import LOSSES, emit_losses, heads_from, loss_config, prepare_heads  # noqa: F401
-from tinytrain.stages.ops.backward import MASK_ACTS, gather, insert_masks, mask_bounds, output_mask, slice_shape  # noqa: F401 (MASK_ACTS)
+from tinytrain.stages.ops.backward import (MASK_ACTS, Dequantizer, gather, insert_masks, mask_bounds,  # noqa: F401 (MASK_ACTS)
+                                           output_mask)
 from tinytrain.stages.quant.qas import BIAS_RANGE, ROUNDINGS, STATE_NAMES, WEIGHT_RANGE, seed_state
 from tinytrain.stages.train.runtime_config import OPTIMIZER_DEFAULTS
 from tinytrain.stages.planning.train_plan import TrainPlan
@@ -290,15 +290,7 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
         raise UserError("the plan trains nothing", hint="name at least one layer's bias or weights")
 
     n_fwd = len(b.ops)
-    deq = _Dequantizer(b) if int8 else None
     contrib: dict[str, list[str]] = {}
-    lab, loss_t, head_in = emit_losses(b, heads, head_of, deq, contrib)
-    head = head_of[heads[0].name]
-    n_loss = len(b.ops) - n_fwd
-    g.inputs.append(lab)
-    g.outputs = [loss_t]
-
-    # ---- backward -----------------------------------------------------------------------------------------
     pgrads: dict[str, list[str]] = {}
 
     def share(t: str, i: int) -> str | None:
@@ -317,7 +309,14 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
         pgrads.setdefault(p, []).append(name)
         return name
 
-    bb = _GraphBackward(b, deq, share, pshare, wk, bias_on)
+    bb = _GraphBackward(b, share, pshare, wk, bias_on)
+    lab, loss_t, head_in = emit_losses(b, heads, head_of, bb.deq, contrib)
+    head = head_of[heads[0].name]
+    n_loss = len(b.ops) - n_fwd
+    g.inputs.append(lab)
+    g.outputs = [loss_t]
+
+    # ---- backward -----------------------------------------------------------------------------------------
     for i in range(len(fwd) - 1, -1, -1):
         op = fwd[i]
         if not op_needs[i]:
@@ -338,14 +337,9 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
     # One gradient per trained parameter.
     final: dict[str, str] = {}
     for p in sorted(trained, key=lambda n: list(g.tensors).index(n)):
-        parts = pgrads.get(p, [])
-        if not parts:
+        if not pgrads.get(p):
             raise UserError(f"trained tensor {p!r} does not reach the loss")
-        if len(parts) == 1:
-            final[p] = parts[0]
-        else:
-            final[p] = b.tensor(f"grad/{p}", g.tensors[parts[0]])
-            b.emit(GRAD_ACCUMULATE.name, parts, [final[p]])
+        final[p] = gather(bb, pgrads, p, like=pgrads[p][0])
 
     if batch_size > 1:
         for p, gname in final.items():
@@ -458,11 +452,11 @@ def _use_masks(b: _Builder, n_fwd: int) -> int:
 class _GraphBackward:
     """The BackwardBuilder (stages/ops/backward.py) that writes the training IR: op modules emit through it."""
 
-    def __init__(self, b: _Builder, deq: "_Dequantizer | None", share, param_grad, wk: dict[str, int],
-                 bias_on: set[str]):
-        self.b, self.deq, self._share, self._param_grad = b, deq, share, param_grad
+    def __init__(self, b: _Builder, share, param_grad, wk: dict[str, int], bias_on: set[str]):
+        self.b, self._share, self._param_grad = b, share, param_grad
         self.g = b.g
         self._wk, self._bias_on = wk, bias_on
+        self.deq = Dequantizer(self)
 
     def share(self, t: str | None, i: int) -> str | None:
         return self._share(t, i)
@@ -471,10 +465,10 @@ class _GraphBackward:
         return self._param_grad(p, i, shape)
 
     def real(self, t: str) -> str:
-        return self.deq.full(t) if self.deq is not None and _is_int8(self.b.g, t) else t
+        return self.deq.real(t)
 
     def real_slice(self, x: str, k: int, depth: int | None) -> str:
-        return self.deq.slice(x, k, depth)
+        return self.deq.real_slice(x, k, depth)
 
     def emit(self, type_: str, inputs: list[str], outputs: list[str], **attrs) -> None:
         self.b.emit(type_, inputs, outputs, **attrs)
@@ -482,43 +476,14 @@ class _GraphBackward:
     def gradient(self, name: str, like: str) -> str:
         return self.b.tensor(name, self.g.tensors[like])
 
+    def copy(self, name: str, shape: list[int]) -> str:
+        return self.b.tensor(name, shape, role="activation")
+
     def weight_channels(self, w: str) -> int:
         return self._wk.get(w, 0)
 
     def trains_bias(self, b: str | None) -> bool:
         return b is not None and b in self._bias_on
-
-
-class _Dequantizer:
-    """Emits the backward's explicit int8 -> fp32 conversions, each tensor (or slice) once per sample."""
-
-    def __init__(self, b: _Builder):
-        self.b = b
-        self.done: dict[tuple, str] = {}
-
-    def full(self, name: str) -> str:
-        key = (name,)
-        if key not in self.done:
-            out = self.b.tensor(f"deq/{name}", self.b.g.tensors[name], role="activation")
-            self.b.emit(DEQUANTIZE.name, [name], [out])
-            self.done[key] = out
-        return self.done[key]
-
-    def slice(self, name: str, k: int, depth: int | None) -> str:
-        """x[..., :k] as fp32 (FC: the first k columns of x's rows of `depth`)."""
-        key = (name, k, depth)
-        if key not in self.done:
-            out = self.b.tensor(f"deq/{name}[:{k}]", slice_shape(self.b.g, name, k, depth), role="activation")
-            attrs = {"channels": int(k)}
-            if depth is not None:
-                attrs["depth"] = int(depth)
-            self.b.emit(DEQUANTIZE_SLICE.name, [name], [out], **attrs)
-            self.done[key] = out
-        return self.done[key]
-
-
-def _is_int8(g: Graph, name: str) -> bool:
-    return g.tensors[name].dtype == "int8"
 
 
 def _channel_scales(t: Tensor, channels: int) -> np.ndarray:

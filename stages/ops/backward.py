@@ -14,6 +14,7 @@ from typing import Protocol
 
 from tinytrain.stages.golden import int8_arith as ia
 from tinytrain.stages.model.ir import Graph, Op, Tensor
+from tinytrain.stages.ops.quant import DEQUANTIZE, DEQUANTIZE_SLICE
 from tinytrain.stages.ops.training import ACT_GRAD, BIAS_GRAD, GRAD_ACCUMULATE, INT8_CLAMP_GRAD
 
 # Float act_grad activations a 1-bit mask can replace: act -> (lo, hi) with the gradient passing where lo < y < hi
@@ -36,7 +37,11 @@ class BackwardBuilder(Protocol):
         """Append one backward op."""
 
     def gradient(self, name: str, like: str) -> str:
-        """A new float32 gradient tensor `name` of tensor `like`'s shape (an output gradient after its mask)."""
+        """A new float32 gradient tensor `name` of tensor `like`'s shape: a forward tensor (an output gradient
+        after its mask), or a gradient made before (a shared parameter's summed gradient, of its shares' shape)."""
+
+    def copy(self, name: str, shape: list[int]) -> str:
+        """A new float32 activation tensor `name` of this shape (a dequantized copy, `Dequantizer`)."""
 
     def weight_channels(self, w: str) -> int:
         """The input channels of weight w that train (0: w does not train)."""
@@ -52,18 +57,82 @@ class BackwardBuilder(Protocol):
         columns of x's rows of `depth`), as float32 (dequantize_slice, once per sample)."""
 
 
-def gather(bb: BackwardBuilder, shares: dict[str, list[str]], t: str) -> str | None:
-    """dL/dt from its shares (`share`'s, one per reading op): the one share, or their sum (grad_accumulate into a
-    new gradient grad/<t>); None when no share reached t. Autodiff and the memory model both sum fan-out gradients
-    here, before they run the backward of t's producer."""
+def gather(bb: BackwardBuilder, shares: dict[str, list[str]], t: str, like: str | None = None) -> str | None:
+    """dL/dt from its shares (`share`'s or `param_grad`'s, one per reading op): the one share, or their sum
+    (grad_accumulate into a new gradient grad/<t>, shaped like t, or like `like`: a trained parameter's shares
+    cover its trained slice); None when no share reached t. Autodiff and the memory model both sum fan-out
+    gradients here (before they run the backward of t's producer) and a shared parameter's shares (after the
+    backward)."""
     parts = shares.get(t)
     if not parts:
         return None
     if len(parts) == 1:
         return parts[0]
-    out = bb.gradient(f"grad/{t}", t)
+    out = bb.gradient(f"grad/{t}", like or t)
     bb.emit(GRAD_ACCUMULATE.name, list(parts), [out])
     return out
+
+
+class Dequantizer:
+    """The backward's float32 copies of int8 tensors (`BackwardBuilder.real` / `real_slice` of both builders), each
+    tensor or slice made once per sample: dequantize(t) -> deq/<t>, dequantize_slice(x) -> deq/<x>[:k], emitted
+    through the builder (`copy`, `emit`). Autodiff emits a copy when it is asked for (every emission in stages/ops
+    asks right before the op that reads it). The memory model prices the graph after the exact planner fused
+    some copies into their readers (memplan.fused_dequantize), so it passes `fuses(reader, k, t, sliced, depth)`:
+    a copy is then only named when asked for and emitted where a backward op first reads it (`reads`), unless
+    that reader, reading it as its operand k, fuses it and reads the int8 tensor itself."""
+
+    def __init__(self, bb: BackwardBuilder, fuses=None):
+        self.bb, self.fuses = bb, fuses
+        self.done: dict[tuple, str] = {}    # (t, k, depth) -> its copy
+        self.named: dict[str, tuple] = {}   # copies named, not yet emitted (lazy)
+
+    def real(self, t: str) -> str:
+        return self._get(t, None, None) if self.bb.g.tensors[t].dtype == "int8" else t
+
+    def real_slice(self, x: str, k: int, depth: int | None) -> str:
+        """x[..., :k] as float32 (depth: the first k columns of x's rows of `depth`)."""
+        return self._get(x, k, depth)
+
+    def real_now(self, t: str) -> str:
+        """real(t), emitted now even when lazy: for a reader outside the backward builder (the loss)."""
+        t = self.real(t)
+        return self._emit(t, self.named.pop(t)) if t in self.named else t
+
+    def reads(self, reader, inputs: list[str]) -> list[str]:
+        """What a backward op (OpDef `reader`) reads for its inputs: a named copy it is the first to read is
+        emitted now, or, where the reader fuses it, replaced by the int8 tensor."""
+        out = []
+        for k, t in enumerate(inputs):
+            key = self.named.get(t)
+            if key is not None:
+                t = key[0] if self.fuses(reader, k, key[0], key[1] is not None, key[2]) \
+                    else self._emit(t, self.named.pop(t))
+            out.append(t)
+        return out
+
+    def _get(self, t: str, k: int | None, depth: int | None) -> str:
+        key = (t, k, depth)
+        if key in self.done:
+            return self.done[key]
+        name = f"deq/{t}" + ("" if k is None else f"[:{k}]")
+        if self.fuses is not None:
+            self.named[name] = key
+            return name
+        return self._emit(name, key)
+
+    def _emit(self, name: str, key: tuple) -> str:
+        t, k, depth = key
+        bb = self.bb
+        if k is None:
+            bb.copy(name, list(bb.g.tensors[t].shape))
+            bb.emit(DEQUANTIZE.name, [t], [name])
+        else:
+            bb.copy(name, slice_shape(bb.g, t, k, depth))
+            bb.emit(DEQUANTIZE_SLICE.name, [t], [name], channels=int(k),
+                    **({} if depth is None else {"depth": int(depth)}))
+        self.done[key] = name
+        return name
 
 
 def geometry(op: Op) -> dict:

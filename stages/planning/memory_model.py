@@ -72,6 +72,7 @@ What neither counts: code, stack and the runtime's own buffers (the board's `run
 from __future__ import annotations
 
 import math
+from functools import partial
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -81,8 +82,8 @@ from tinytrain.stages import autodiff
 from tinytrain.stages.model.ir import Graph, numel
 from tinytrain.stages.planning.arena import ALIGN, CHANNEL_SCRATCH_OPS, depth_multiplier
 from tinytrain.stages.ops import CONVERSION_OPS, FIRST_INPUT_ONLY, IN_PLACE_OPS, LOSS_DROPS, REGISTRY, TRAINABLE_OPS
-from tinytrain.stages.ops.backward import gather, insert_masks, mask_bounds, output_mask, slice_shape
-from tinytrain.stages.ops import CLAMP_MASK, CONV2D, DEQUANTIZE, GRAD_ACCUMULATE, MASK_GRAD
+from tinytrain.stages.ops.backward import Dequantizer, gather, insert_masks, mask_bounds, output_mask, slice_shape
+from tinytrain.stages.ops import CLAMP_MASK, CONV2D, MASK_GRAD
 from tinytrain.stages.quant.qas import STATE_COUNT
 from tinytrain.stages.planning import channel_stream
 from tinytrain.stages.planning.fp16_memory import RESIDENT_SCALARS, fp16_steps
@@ -353,19 +354,6 @@ class MemoryModel:
         inputs = list(sizes)
         steps = self._forward_steps(sizes)
         head = self._head
-        # ---- loss
-        head_in = head
-        if g.tensors[head].dtype == "int8":
-            head_in = f"deq/{head}"
-            sizes[head_in] = self._bytes(head, fp32=True)
-            steps.append((DEQUANTIZE.name, [head], [head_in]))
-        lab = "train/labels" if s.loss == "cross_entropy" else "train/target"
-        sizes[lab] = 4 if s.loss == "cross_entropy" else self._bytes(head, fp32=True)
-        inputs.append(lab)
-        sizes["train/loss"] = 4
-        gh = f"grad/{head}"
-        sizes[gh] = self._bytes(head, fp32=True)
-        steps.append(("loss", [head_in, lab], ["train/loss", gh]))
         # ---- which ops the gradient reaches. Trained parameters are tensors: the converter shares identical
         # constants (e.g. two zero biases), and every layer reading a trained tensor gets a share of its gradient.
         wk: dict[str, int] = {}
@@ -385,12 +373,8 @@ class MemoryModel:
             for t in op.inputs[1:3] if op.type in _LAYER_OPS else ():
                 if t in params:
                     readers[t] = readers.get(t, 0) + 1
-        # Frozen forward chains run row by row (reorder's row streams) where that lowers the forward's peak; the
-        # backward reads the outputs of the ops the gradient passes through.
-        n_fwd = self._stream_rows(steps, sizes, params, {i for i in self._fwd if op_needs[i]}) if s.reorder \
-            else len(self._fwd)
         pgrads: dict[str, list[str]] = {}
-        contrib: dict[str, list[str]] = {head: [gh]}
+        contrib: dict[str, list[str]] = {}
         pending: list[str] = []
 
         def share(t: str | None, i: int) -> str | None:
@@ -411,6 +395,21 @@ class MemoryModel:
 
         sb = _StepBuilder(self, steps, sizes, share, update, wk, bias_on, pgrads,
                           whole=lambda p: readers.get(p, 1) == 1)
+        # ---- loss
+        head_in = sb.deq.real_now(head)
+        lab = "train/labels" if s.loss == "cross_entropy" else "train/target"
+        sizes[lab] = 4 if s.loss == "cross_entropy" else self._bytes(head, fp32=True)
+        inputs.append(lab)
+        sizes["train/loss"] = 4
+        gh = f"grad/{head}"
+        sizes[gh] = self._bytes(head, fp32=True)
+        steps.append(("loss", [head_in, lab], ["train/loss", gh]))
+        contrib[head] = [gh]
+
+        # Frozen forward chains run row by row (reorder's row streams) where that lowers the forward's peak; the
+        # backward reads the outputs of the ops the gradient passes through.
+        n_fwd = self._stream_rows(steps, sizes, params, {i for i in self._fwd if op_needs[i]}) if s.reorder \
+            else len(self._fwd)
         for i in reversed(self._fwd):
             op = g.ops[i]
             if not op_needs[i]:
@@ -439,9 +438,7 @@ class MemoryModel:
         # A parameter shared by several layers: its shares are summed after the backward, then it updates.
         for p, parts in pgrads.items():
             if len(parts) > 1:
-                sizes[f"grad/{p}"] = sizes[parts[0]]
-                steps.append((GRAD_ACCUMULATE.name, list(parts), [f"grad/{p}"]))
-                update(f"grad/{p}")
+                update(gather(sb, pgrads, p, like=parts[0]))
         if pending:
             steps.append(("update", pending, []))
         if (autodiff.MASKS if s.masks is None else s.masks):
@@ -581,10 +578,10 @@ class MemoryModel:
 class _StepBuilder:
     """The BackwardBuilder (stages/ops/backward.py) of the abstract program: an op module's backward ops become
     (type, SRAM inputs, outputs) steps; constants (flash) are not inputs. What the exact planner does to the graph
-    autodiff emits is applied here as the ops come: an int8 tensor's dequantization is a step where a backward op
-    first reads it, except where memplan.fused_dequantize fuses it into its reader (an input gradient's weights:
-    `grad_input`; a per-tensor int8 4-D input of a `fused_input` weight gradient: the reader reads the int8 tensor
-    itself); `finish` places each layer's updates as the reorder stage does."""
+    autodiff emits is applied here as the ops come: an int8 tensor's dequantization (backward.Dequantizer, autodiff's
+    too) is a step where a backward op first reads it, except where memplan.fused_dequantize fuses it into its
+    reader (`fused_read`: the reader reads the int8 tensor itself); `finish` places each layer's updates as the
+    reorder stage does."""
 
     def __init__(self, model: "MemoryModel", steps: list, sizes: dict[str, int], share, update,
                  wk: dict[str, int], bias_on: set[str], pgrads: dict[str, list[str]], whole):
@@ -592,8 +589,7 @@ class _StepBuilder:
         self._wk, self._bias_on, self._pgrads, self._whole = wk, bias_on, pgrads, whole
         self.bcast: set[str] = set()     # gradients that are a broadcast (mean_grad's): reorder streams them by position
         self.maskable: set[int] = set()  # steps autodiff may turn into mask_grad (backward.mask_bounds)
-        self._deq: dict[tuple, str] = {}         # dequantized (slices of) int8 tensors, once per sample
-        self._lazy: dict[str, tuple] = {}        # named, not yet read
+        self.deq = Dequantizer(self, fuses=partial(fused_read, self.g))
         self._reads: dict[int, list[str]] = {}   # id(step) -> every tensor it reads (constants included)
         self._marked: set[int] = set()           # id(step) of maskable steps
         self._new: dict[str, str] = {}           # parameter gradient -> its parameter, until a step writes it
@@ -605,13 +601,17 @@ class _StepBuilder:
         return self._share(t, i)
 
     def real(self, t: str) -> str:
-        return self._name(t, None, None) if self.g.tensors[t].dtype == "int8" else t
+        return self.deq.real(t)
 
     def real_slice(self, x: str, k: int, depth: int | None) -> str:
-        return self._name(x, k, depth)
+        return self.deq.real_slice(x, k, depth)
 
     def gradient(self, name: str, like: str) -> str:
-        self.sizes[name] = self.m._bytes(like, fp32=True)
+        self.sizes[name] = self.m._bytes(like, fp32=True) if like in self.g.tensors else self.sizes[like]
+        return name
+
+    def copy(self, name: str, shape: list[int]) -> str:
+        self.sizes[name] = numel(shape) * FP32
         return name
 
     def weight_channels(self, w: str) -> int:
@@ -629,11 +629,7 @@ class _StepBuilder:
 
     def emit(self, type_: str, inputs: list[str], outputs: list[str], **attrs) -> None:
         d = REGISTRY[type_]
-        reads = []
-        for k, t in enumerate(inputs):
-            if t in self._lazy:
-                t = self._lazy[t][0] if self._fused(d, k, *self._lazy[t]) else self._materialize(t)
-            reads.append(t)
+        reads = self.deq.reads(d, inputs)
         step = (type_, [t for t in reads if t in self.sizes], list(outputs))
         self._step(step, reads)
         if len(inputs) == 2 and inputs[1] in self.g.tensors \
@@ -642,25 +638,6 @@ class _StepBuilder:
         if d.broadcasts and len(outputs) == 1:
             self.bcast.add(outputs[0])
         self._params += [(self._new.pop(o), o, step) for o in outputs if o in self._new]
-
-    # ---- the exact planner's view
-    def _name(self, t: str, k: int | None, depth: int | None) -> str:
-        key = (t, k, depth)
-        if key in self._deq:
-            return self._deq[key]
-        name = f"deq/{t}" + (f"[:{k}]" if k is not None else "")
-        self._lazy[name] = key
-        return name
-
-    def _fused(self, d, k: int, t: str, channels: int | None, depth: int | None) -> bool:
-        return fused_read(self.g, d, k, t, channels is not None, depth)
-
-    def _materialize(self, name: str) -> str:
-        t, k, depth = self._lazy.pop(name)
-        self.sizes[name] = self.m._bytes(t, fp32=True) if k is None else numel(slice_shape(self.g, t, k, depth)) * FP32
-        self._step((DEQUANTIZE.name, [t] if self.m._act(t) else [], [name]), [t])
-        self._deq[(t, k, depth)] = name
-        return name
 
     def _step(self, step: tuple, reads: list[str]) -> None:
         self.steps.append(step)

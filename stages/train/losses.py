@@ -262,15 +262,15 @@ def prepare_heads(g: Any, fwd: list, heads: list[Head], int8: bool) -> tuple[lis
 
 def emit_losses(b: Any, heads: list[Head], head_of: dict[str, str], deq: Any,
                 contrib: dict[str, list[str]]) -> tuple[str, str, str]:
-    """The loss ops of `heads` into builder `b` (autodiff's _Builder); each head's gradient goes to `contrib`.
+    """The loss ops of `heads` into builder `b` (autodiff's _Builder), int8 heads dequantized by `deq`
+    (backward.Dequantizer); each head's gradient goes to `contrib`.
     One head: `train/labels` int32 [1] (cross_entropy) or `train/target` shaped like the head, the loss op writes
     `train/loss`. Several: one float32 target row `train/target` [1, K], per head a loss op with its offset,
     then loss_sum. Returns (target input, loss tensor, the first head's float prediction)."""
     g = b.g
     single = len(heads) == 1
     # The loss reads real values: an int8 head is dequantized first (its gradient is that of the real value).
-    ins = [deq.full(head_of[h.name]) if deq is not None and g.tensors[head_of[h.name]].dtype == "int8"
-           else head_of[h.name] for h in heads]
+    ins = [deq.real_now(head_of[h.name]) for h in heads]
     loss_t = b.tensor("train/loss", [], role="output")
     if single and heads[0].loss == "cross_entropy":
         lab = b.tensor("train/labels", [1], role="input", dtype="int32")
