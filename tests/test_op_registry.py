@@ -216,3 +216,8 @@ def test_autodiff_and_the_memory_model_run_one_backward_emission():
         tree = ast.parse(Path(mod.__file__).read_text())
         hits = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in emitted}
         assert hits == set(), (mod.__name__, hits)
+        # the backward's dequantized copies and the summing of gradient shares are backward.py's (Dequantizer,
+        # gather), not written again in either builder
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | \
+            {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        assert names & {"DEQUANTIZE", "DEQUANTIZE_SLICE", "GRAD_ACCUMULATE"} == set(), mod.__name__
