@@ -142,8 +142,7 @@ from tinytrain.stages.ops import BATCH_ACCUMULATE, CLAMP_MASK, MASK_GRAD, STEP_C
 from tinytrain.stages.model.ir import Graph, Op, Tensor
 # LOSSES is re-exported: plan_memory and others read autodiff.LOSSES.
 from tinytrain.stages.train.losses import LOSSES, emit_losses, heads_from, loss_config, prepare_heads  # noqa: F401
-from tinytrain.stages.ops.backward import (MASK_ACTS, Dequantizer, gather, insert_masks, mask_bounds,  # noqa: F401 (MASK_ACTS)
-                                           output_mask)
+from tinytrain.stages.ops.backward import Dequantizer, gather, insert_masks, mask_bounds, output_mask
 from tinytrain.stages.quant.qas import BIAS_RANGE, ROUNDINGS, STATE_NAMES, WEIGHT_RANGE, seed_state
 from tinytrain.stages.train.runtime_config import OPTIMIZER_DEFAULTS
 from tinytrain.stages.planning.train_plan import TrainPlan

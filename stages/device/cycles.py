@@ -155,56 +155,30 @@ def _reglist(operands: str) -> tuple[int, bool]:
     return words, pc
 
 
+# Mnemonic sets -> class, tried in this order; the multiple loads / stores count the registers they move.
+_BY_NAME = ((_MUL, "mul_mac"), (_DIV, "divide"), (_LOAD, "load"), ({"ldrd"}, "load_pair"), ({"strd"}, "store_pair"),
+            (_STORE, "store"), (_LDM, "load_multiple"), (_STM, "store_multiple"), (_BRANCH, "branch"),
+            (_FP_MAC, "fp_mac"), (_FP_DIV, "fp_div_sqrt"), (_FP_LOAD, "fp_load"), (_FP_STORE, "fp_store"),
+            (_FP_LDM, "fp_load_multiple"), (_FP_STM, "fp_store_multiple"), (_BARRIER, "barrier"))
+_MULTIPLE = ("load_multiple", "store_multiple", "fp_load_multiple", "fp_store_multiple")
+
+
 def classify(addr: int, size: int, mnemonic: str, operands: str) -> Insn:
     base, cond = _strip(mnemonic)
     ops = operands.strip().lower()
     first = ops.split(",", 1)[0].strip()
     regs, writes_pc = 0, False
-    if base in _MUL:
-        cls = "mul_mac"
-    elif base in _DIV:
-        cls = "divide"
-    elif base in _LOAD:
-        cls, writes_pc = "load", first == "pc"
-    elif base == "ldrd":
-        cls = "load_pair"
-    elif base == "strd":
-        cls = "store_pair"
-    elif base in _STORE:
-        cls = "store"
-    elif base in _LDM:
-        regs, writes_pc = _reglist(ops)
-        cls = "load_multiple"
-    elif base in _STM:
-        regs, _ = _reglist(ops)
-        cls = "store_multiple"
-    elif base in _BRANCH:
-        cls, writes_pc = "branch", True
-    elif base in _FP_MAC:
-        cls = "fp_mac"
-    elif base in _FP_DIV:
-        cls = "fp_div_sqrt"
-    elif base in _FP_LOAD:
-        cls = "fp_load"
-    elif base in _FP_STORE:
-        cls = "fp_store"
-    elif base in _FP_LDM:
-        regs, _ = _reglist(ops)
-        cls = "fp_load_multiple"
-    elif base in _FP_STM:
-        regs, _ = _reglist(ops)
-        cls = "fp_store_multiple"
-    elif base in _BARRIER:
-        cls = "barrier"
-    elif base.startswith("v") and re.search(r"\bq\d", ops):  # an MVE instruction capstone does know (VAND, VDUP ...)
-        cls = "mve_vector"
-    elif base.startswith("v"):
-        cls = "fp_arith"
-    elif base in _OTHER:
-        cls = "other"
-    else:
-        cls = "alu"
-        writes_pc = first == "pc" and base in ("mov", "add")
+    cls = next((c for names, c in _BY_NAME if base in names), None)
+    if cls in _MULTIPLE:
+        regs, pc = _reglist(ops)
+        writes_pc = pc and cls == "load_multiple"
+    elif cls in ("load", "branch"):
+        writes_pc = cls == "branch" or first == "pc"
+    elif cls is None and base.startswith("v"):   # MVE: one capstone does know (VAND, VDUP ...) on q registers
+        cls = "mve_vector" if re.search(r"\bq\d", ops) else "fp_arith"
+    elif cls is None:
+        cls = "other" if base in _OTHER else "alu"
+        writes_pc = cls == "alu" and first == "pc" and base in ("mov", "add")
     if base in ("ldrd",) and first == "pc":
         writes_pc = True
     return Insn(addr, size, mnemonic, operands, base, cls, regs, writes_pc, cond)

@@ -372,75 +372,31 @@ def _options(b: flatbuffers.Builder, op: Op) -> tuple[int, int | None]:
     return (0, None) if writer is None else writer(b, op)
 
 
-def _conv_options(b, op):
-    fb.Conv2DOptionsStart(b)
-    fb.Conv2DOptionsAddPadding(b, _padding(op))
-    fb.Conv2DOptionsAddStrideW(b, int(_attr(op, "stride_w")))
-    fb.Conv2DOptionsAddStrideH(b, int(_attr(op, "stride_h")))
-    fb.Conv2DOptionsAddFusedActivationFunction(b, _act(op))
-    fb.Conv2DOptionsAddDilationWFactor(b, int(_attr(op, "dilation_w", 1)))
-    fb.Conv2DOptionsAddDilationHFactor(b, int(_attr(op, "dilation_h", 1)))
-    return fb.BuiltinOptions.Conv2DOptions, fb.Conv2DOptionsEnd(b)
+def _int(key: str, default=None):
+    return lambda op: int(_attr(op, key, default))
 
 
-def _dwconv_options(b, op):
-    fb.DepthwiseConv2DOptionsStart(b)
-    fb.DepthwiseConv2DOptionsAddPadding(b, _padding(op))
-    fb.DepthwiseConv2DOptionsAddStrideW(b, int(_attr(op, "stride_w")))
-    fb.DepthwiseConv2DOptionsAddStrideH(b, int(_attr(op, "stride_h")))
-    fb.DepthwiseConv2DOptionsAddDepthMultiplier(b, int(_attr(op, "depth_multiplier", 1)))
-    fb.DepthwiseConv2DOptionsAddFusedActivationFunction(b, _act(op))
-    fb.DepthwiseConv2DOptionsAddDilationWFactor(b, int(_attr(op, "dilation_w", 1)))
-    fb.DepthwiseConv2DOptionsAddDilationHFactor(b, int(_attr(op, "dilation_h", 1)))
-    return fb.BuiltinOptions.DepthwiseConv2DOptions, fb.DepthwiseConv2DOptionsEnd(b)
+def _bool(key: str):
+    return lambda op: bool(_attr(op, key, False))
 
 
-def _fc_options(b, op):
-    fb.FullyConnectedOptionsStart(b)
-    fb.FullyConnectedOptionsAddFusedActivationFunction(b, _act(op))
-    fb.FullyConnectedOptionsAddKeepNumDims(b, bool(_attr(op, "keep_num_dims", False)))
-    return fb.BuiltinOptions.FullyConnectedOptions, fb.FullyConnectedOptionsEnd(b)
+def _float(key: str, default=None):
+    return lambda op: float(_attr(op, key, default))
 
 
-def _pool_options(b, op):
-    fb.Pool2DOptionsStart(b)
-    fb.Pool2DOptionsAddPadding(b, _padding(op))
-    fb.Pool2DOptionsAddStrideW(b, int(_attr(op, "stride_w")))
-    fb.Pool2DOptionsAddStrideH(b, int(_attr(op, "stride_h")))
-    fb.Pool2DOptionsAddFilterWidth(b, int(_attr(op, "filter_w")))
-    fb.Pool2DOptionsAddFilterHeight(b, int(_attr(op, "filter_h")))
-    fb.Pool2DOptionsAddFusedActivationFunction(b, _act(op))
-    return fb.BuiltinOptions.Pool2DOptions, fb.Pool2DOptionsEnd(b)
+def _table(table: str, *fields):
+    """The writer of options table `table` (flatbuffers' <table>Start, <table>Add<field>, <table>End): each
+    (field, value(op)) in the order given."""
+    start, end = getattr(fb, f"{table}Start"), getattr(fb, f"{table}End")
+    adds = [(getattr(fb, f"{table}Add{field}"), value) for field, value in fields]
+    kind = getattr(fb.BuiltinOptions, table)
 
-
-def _add_options(b, op):
-    fb.AddOptionsStart(b)
-    fb.AddOptionsAddFusedActivationFunction(b, _act(op))
-    return fb.BuiltinOptions.AddOptions, fb.AddOptionsEnd(b)
-
-
-def _mul_options(b, op):
-    fb.MulOptionsStart(b)
-    fb.MulOptionsAddFusedActivationFunction(b, _act(op))
-    return fb.BuiltinOptions.MulOptions, fb.MulOptionsEnd(b)
-
-
-def _sub_options(b, op):
-    fb.SubOptionsStart(b)
-    fb.SubOptionsAddFusedActivationFunction(b, _act(op))
-    return fb.BuiltinOptions.SubOptions, fb.SubOptionsEnd(b)
-
-
-def _leaky_relu_options(b, op):
-    fb.LeakyReluOptionsStart(b)
-    fb.LeakyReluOptionsAddAlpha(b, float(_attr(op, "alpha")))
-    return fb.BuiltinOptions.LeakyReluOptions, fb.LeakyReluOptionsEnd(b)
-
-
-def _mean_options(b, op):
-    fb.ReducerOptionsStart(b)
-    fb.ReducerOptionsAddKeepDims(b, bool(_attr(op, "keep_dims", False)))
-    return fb.BuiltinOptions.ReducerOptions, fb.ReducerOptionsEnd(b)
+    def write(b, op):
+        start(b)
+        for add, value in adds:
+            add(b, value(op))
+        return kind, end(b)
+    return write
 
 
 def _reshape_options(b, op):
@@ -450,75 +406,35 @@ def _reshape_options(b, op):
     return fb.BuiltinOptions.ReshapeOptions, fb.ReshapeOptionsEnd(b)
 
 
-def _softmax_options(b, op):
-    fb.SoftmaxOptionsStart(b)
-    fb.SoftmaxOptionsAddBeta(b, float(_attr(op, "beta", 1.0)))
-    return fb.BuiltinOptions.SoftmaxOptions, fb.SoftmaxOptionsEnd(b)
+_STRIDES = (("Padding", _padding), ("StrideW", _int("stride_w")), ("StrideH", _int("stride_h")))
+_DILATION = (("DilationWFactor", _int("dilation_w", 1)), ("DilationHFactor", _int("dilation_h", 1)))
+_FUSED = ("FusedActivationFunction", _act)
+_RESIZE = (("AlignCorners", _bool("align_corners")), ("HalfPixelCenters", _bool("half_pixel_centers")))
+_POOL = _table("Pool2DOptions", *_STRIDES, ("FilterWidth", _int("filter_w")), ("FilterHeight", _int("filter_h")),
+               _FUSED)
 
-
-def _concat_options(b, op):
-    fb.ConcatenationOptionsStart(b)
-    fb.ConcatenationOptionsAddAxis(b, int(_attr(op, "axis")))
-    fb.ConcatenationOptionsAddFusedActivationFunction(b, _act(op))
-    return fb.BuiltinOptions.ConcatenationOptions, fb.ConcatenationOptionsEnd(b)
-
-
-def _strided_slice_options(b, op):
-    # The begin/end/strides operands stay in the graph as constants; the masks say how to read them.
-    fb.StridedSliceOptionsStart(b)
-    fb.StridedSliceOptionsAddBeginMask(b, int(_attr(op, "begin_mask", 0)))
-    fb.StridedSliceOptionsAddEndMask(b, int(_attr(op, "end_mask", 0)))
-    fb.StridedSliceOptionsAddEllipsisMask(b, int(_attr(op, "ellipsis_mask", 0)))
-    fb.StridedSliceOptionsAddNewAxisMask(b, int(_attr(op, "new_axis_mask", 0)))
-    fb.StridedSliceOptionsAddShrinkAxisMask(b, int(_attr(op, "shrink_axis_mask", 0)))
-    fb.StridedSliceOptionsAddOffset(b, bool(_attr(op, "offset", False)))
-    return fb.BuiltinOptions.StridedSliceOptions, fb.StridedSliceOptionsEnd(b)
-
-
-def _resize_bilinear_options(b, op):
-    # The size operand stays in the graph as an int32 constant.
-    fb.ResizeBilinearOptionsStart(b)
-    fb.ResizeBilinearOptionsAddAlignCorners(b, bool(_attr(op, "align_corners", False)))
-    fb.ResizeBilinearOptionsAddHalfPixelCenters(b, bool(_attr(op, "half_pixel_centers", False)))
-    return fb.BuiltinOptions.ResizeBilinearOptions, fb.ResizeBilinearOptionsEnd(b)
-
-
-def _resize_nearest_options(b, op):
-    fb.ResizeNearestNeighborOptionsStart(b)
-    fb.ResizeNearestNeighborOptionsAddAlignCorners(b, bool(_attr(op, "align_corners", False)))
-    fb.ResizeNearestNeighborOptionsAddHalfPixelCenters(b, bool(_attr(op, "half_pixel_centers", False)))
-    return fb.BuiltinOptions.ResizeNearestNeighborOptions, fb.ResizeNearestNeighborOptionsEnd(b)
-
-
-def _transpose_conv_options(b, op):
-    fb.TransposeConvOptionsStart(b)
-    fb.TransposeConvOptionsAddPadding(b, _padding(op))
-    fb.TransposeConvOptionsAddStrideW(b, int(_attr(op, "stride_w")))
-    fb.TransposeConvOptionsAddStrideH(b, int(_attr(op, "stride_h")))
-    fb.TransposeConvOptionsAddFusedActivationFunction(b, _act(op))
-    return fb.BuiltinOptions.TransposeConvOptions, fb.TransposeConvOptionsEnd(b)
-
-
-def _empty_options(start, end, kind):
-    def write(b, op):
-        start(b)
-        return kind, end(b)
-    return write
-
-
-# BuiltinOperator -> its options writer (a code without one writes no options)
+# BuiltinOperator -> its options writer (a code without one writes no options). The strided slice's
+# begin/end/strides and a resize's size operand stay in the graph as constants.
 _OPTION_WRITERS = {
-    BO.CONV_2D: _conv_options, BO.DEPTHWISE_CONV_2D: _dwconv_options, BO.FULLY_CONNECTED: _fc_options,
-    BO.AVERAGE_POOL_2D: _pool_options, BO.MAX_POOL_2D: _pool_options, BO.ADD: _add_options,
-    BO.MEAN: _mean_options, BO.RESHAPE: _reshape_options, BO.SOFTMAX: _softmax_options,
-    BO.CONCATENATION: _concat_options, BO.STRIDED_SLICE: _strided_slice_options,
-    BO.MUL: _mul_options, BO.SUB: _sub_options, BO.LEAKY_RELU: _leaky_relu_options,
-    BO.TRANSPOSE_CONV: _transpose_conv_options,
-    BO.RESIZE_BILINEAR: _resize_bilinear_options, BO.RESIZE_NEAREST_NEIGHBOR: _resize_nearest_options,
-    BO.PAD: _empty_options(fb.PadOptionsStart, fb.PadOptionsEnd, fb.BuiltinOptions.PadOptions),
-    BO.QUANTIZE: _empty_options(fb.QuantizeOptionsStart, fb.QuantizeOptionsEnd, fb.BuiltinOptions.QuantizeOptions),
-    BO.DEQUANTIZE: _empty_options(fb.DequantizeOptionsStart, fb.DequantizeOptionsEnd,
-                                  fb.BuiltinOptions.DequantizeOptions),
+    BO.CONV_2D: _table("Conv2DOptions", *_STRIDES, _FUSED, *_DILATION),
+    BO.DEPTHWISE_CONV_2D: _table("DepthwiseConv2DOptions", *_STRIDES,
+                                 ("DepthMultiplier", _int("depth_multiplier", 1)), _FUSED, *_DILATION),
+    BO.FULLY_CONNECTED: _table("FullyConnectedOptions", _FUSED, ("KeepNumDims", _bool("keep_num_dims"))),
+    BO.AVERAGE_POOL_2D: _POOL, BO.MAX_POOL_2D: _POOL,
+    BO.ADD: _table("AddOptions", _FUSED), BO.MUL: _table("MulOptions", _FUSED), BO.SUB: _table("SubOptions", _FUSED),
+    BO.MEAN: _table("ReducerOptions", ("KeepDims", _bool("keep_dims"))),
+    BO.RESHAPE: _reshape_options,
+    BO.SOFTMAX: _table("SoftmaxOptions", ("Beta", _float("beta", 1.0))),
+    BO.CONCATENATION: _table("ConcatenationOptions", ("Axis", _int("axis")), _FUSED),
+    BO.STRIDED_SLICE: _table("StridedSliceOptions", *((f"{m}Mask", _int(f"{attr}_mask", 0)) for m, attr in
+                                                      (("Begin", "begin"), ("End", "end"), ("Ellipsis", "ellipsis"),
+                                                       ("NewAxis", "new_axis"), ("ShrinkAxis", "shrink_axis"))),
+                             ("Offset", _bool("offset"))),
+    BO.LEAKY_RELU: _table("LeakyReluOptions", ("Alpha", _float("alpha"))),
+    BO.TRANSPOSE_CONV: _table("TransposeConvOptions", *_STRIDES, _FUSED),
+    BO.RESIZE_BILINEAR: _table("ResizeBilinearOptions", *_RESIZE),
+    BO.RESIZE_NEAREST_NEIGHBOR: _table("ResizeNearestNeighborOptions", *_RESIZE),
+    BO.PAD: _table("PadOptions"), BO.QUANTIZE: _table("QuantizeOptions"), BO.DEQUANTIZE: _table("DequantizeOptions"),
 }
 
 

@@ -29,8 +29,10 @@ def c_transpose_conv_grad_weight(gen, op: Op) -> list[str]:
     return [f"tt_transpose_conv_grad_weight_f32(&{d}, {k}, {gen.loc(dz)}, {gen.loc(x)}, {gen.loc(dw)});"]
 
 
-def _grad_geo(gen, op: Op, x_shape, w_shape, dy: str, depthwise: bool, in_c: int | None = None) -> str:
-    """tt_conv_dims of the forward conv from the gradient op's attrs (x: the forward input's shape)."""
+def _grad_geo(gen, op: Op, x_shape, w_shape, dy: str, depthwise: bool, in_c: int | None = None,
+              mult: int | None = None) -> str:
+    """tt_conv_dims of the forward conv from the gradient op's attrs (x: the forward input's shape; mult: a
+    depthwise multiplier known otherwise)."""
     a = op.attrs
     kh, kw = w_shape[1], w_shape[2]
     sh, sw = int(a["stride_h"]), int(a["stride_w"])
@@ -39,8 +41,8 @@ def _grad_geo(gen, op: Op, x_shape, w_shape, dy: str, depthwise: bool, in_c: int
     ow, pl = out_size_and_pad(a["padding"], x_shape[2], kw, sw, dw)
     ys = gen.g.tensors[dy].shape
     c_in = x_shape[3] if in_c is None else in_c
-    mult = int(a.get("multiplier") or a.get("depth_multiplier") or (w_shape[3] // x_shape[3] if depthwise else 1)) \
-        if depthwise else 1
+    mult = mult or (int(a.get("multiplier") or a.get("depth_multiplier") or w_shape[3] // x_shape[3])
+                    if depthwise else 1)
     name = gen.uid("tt_cd")
     gen.globals.append(f"static const tt_conv_dims {name} = {{{x_shape[0]}, {x_shape[1]}, {x_shape[2]}, {c_in}, "
                         f"{oh}, {ow}, {ys[3]}, {kh}, {kw}, {sh}, {sw}, {dh}, {dw}, {pt}, {pl}, {mult}}};")
@@ -113,15 +115,5 @@ def c_depthwise_conv2d_grad_weight(gen, op: Op) -> list[str]:
     ws = list(op.attrs["w_shape"])
     xs = gen.g.tensors[x].shape
     k = int(op.attrs.get("in_channels") or xs[3])
-    mult = int(op.attrs.get("multiplier") or 0) or ws[3] // xs[3]
-    a = op.attrs
-    kh, kw = ws[1], ws[2]
-    sh, sw = int(a["stride_h"]), int(a["stride_w"])
-    dh, dwl = int(a.get("dilation_h", 1)), int(a.get("dilation_w", 1))
-    oh, pt = out_size_and_pad(a["padding"], xs[1], kh, sh, dh)
-    ow, pl = out_size_and_pad(a["padding"], xs[2], kw, sw, dwl)
-    ys = gen.g.tensors[dz].shape
-    name = gen.uid("tt_cd")
-    gen.globals.append(f"static const tt_conv_dims {name} = {{{xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {oh}, {ow}, "
-                        f"{ys[3]}, {kh}, {kw}, {sh}, {sw}, {dh}, {dwl}, {pt}, {pl}, {mult}}};")
+    name = _grad_geo(gen, op, xs, ws, dz, True, mult=int(op.attrs.get("multiplier") or 0) or ws[3] // xs[3])
     return [f"tt_depthwise_conv2d_grad_weight_f32(&{name}, {k}, {gen.loc(dz)}, {gen.loc(x)}, {gen.loc(dw)});"]

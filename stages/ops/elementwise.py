@@ -45,15 +45,19 @@ def mul_multiplier(s1: float, s2: float, so: float, litert: bool = False) -> tup
 
 # ---- numpy forward (the executor's kernels; ctx: executor._Ctx)
 
+def _int8_binary(ctx, act: str):
+    """(s1, z1), (s2, z2), (so, zo): the two operands' and the output's quantization, and (lo, hi): the output's
+    int8 range under the fused activation."""
+    (s1, z1), (s2, z2), (so, zo) = qparams(ctx.tin(0)), qparams(ctx.tin(1)), qparams(ctx.tout())
+    return (s1, z1), (s2, z2), (so, zo), ia.activation_range(act, so, zo)
+
+
 def _add_or_sub(ctx, sign: int) -> list[np.ndarray]:
     a, b = ctx.x(0), ctx.x(1)
     act = ctx.attrs.get("act", "none")
     if ctx.quantized():
-        s1, z1 = qparams(ctx.tin(0))
-        s2, z2 = qparams(ctx.tin(1))
-        so, zo = qparams(ctx.tout())
+        (s1, z1), (s2, z2), (so, zo), (lo, hi) = _int8_binary(ctx, act)
         m1, sh1, m2, sh2, mo, sho = add_sub_params(s1, s2, so)
-        lo, hi = ia.activation_range(act, so, zo)
         v1 = ia.wrap32((a.astype(np.int64) - z1) * (1 << _ADD_LEFT_SHIFT))
         v2 = ia.wrap32((b.astype(np.int64) - z2) * (1 << _ADD_LEFT_SHIFT))
         r1 = ia.multiply_by_quantized_multiplier_smaller_than_one_exp(v1, m1, sh1)
@@ -81,11 +85,8 @@ def _mul(ctx) -> list[np.ndarray]:
     a, b = ctx.x(0), ctx.x(1)
     act = ctx.attrs.get("act", "none")
     if ctx.quantized():
-        s1, z1 = qparams(ctx.tin(0))
-        s2, z2 = qparams(ctx.tin(1))
-        so, zo = qparams(ctx.tout())
+        (s1, z1), (s2, z2), (so, zo), (lo, hi) = _int8_binary(ctx, act)
         mult, shift = mul_multiplier(s1, s2, so, litert=ctx.fc_requant == "litert_double")
-        lo, hi = ia.activation_range(act, so, zo)
         prod = ia.wrap32((a.astype(np.int64) - z1) * (b.astype(np.int64) - z2))
         raw = ia.multiply_by_quantized_multiplier(prod, mult, shift) + zo
         return [np.clip(raw, lo, hi).astype(np.int8)]
