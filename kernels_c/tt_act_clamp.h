@@ -1,5 +1,5 @@
-/* The float32 activation clamp of the conv, depthwise and pooling kernels: np.maximum then np.minimum, as
- * executor._float_act (a NaN stays NaN). */
+/* The float32 activation clamp of the conv, depthwise, pooling, concatenation and clamp kernels: np.maximum then
+ * np.minimum, as executor._float_act (a NaN stays NaN). */
 #ifndef TT_ACT_CLAMP_H
 #define TT_ACT_CLAMP_H
 

@@ -33,7 +33,12 @@ float tt_softmax_cross_entropy_f32(int32_t rows, int32_t depth, const float *log
     return loss;
 }
 
-float tt_mse_f32(int32_t samples, int32_t per_sample, const float *y, const float *target, float *dy)
+/* One element's loss of y against target t; writes its gradient, already divided by the per-sample count `per`. */
+typedef float (*tt_elem_loss)(float y, float t, float per, float param, float *grad);
+
+/* The per-element losses below: per sample the mean over its elements, summed over the samples. */
+static float tt_mean_loss(int32_t samples, int32_t per_sample, tt_elem_loss elem, float param, const float *y,
+                          const float *target, float *dy)
 {
     int32_t s, i;
     float loss = 0.0f;
@@ -42,58 +47,56 @@ float tt_mse_f32(int32_t samples, int32_t per_sample, const float *y, const floa
         float acc = 0.0f;
         for (i = 0; i < per_sample; ++i) {
             const int32_t k = s * per_sample + i;
-            const float diff = y[k] - target[k];
-            acc += diff * diff;
-            dy[k] = 2.0f * diff / per;
+            acc += elem(y[k], target[k], per, param, &dy[k]);
         }
         loss += acc / per;
     }
     return loss;
+}
+
+static float tt_mse_elem(float y, float t, float per, float param, float *grad)
+{
+    const float diff = y - t;
+    (void)param;
+    *grad = 2.0f * diff / per;
+    return diff * diff;
+}
+
+float tt_mse_f32(int32_t samples, int32_t per_sample, const float *y, const float *target, float *dy)
+{
+    return tt_mean_loss(samples, per_sample, tt_mse_elem, 0.0f, y, target, dy);
 }
 
 /* Binary cross-entropy with logits (stages/train/losses.py bce_logits_loss): per element
- * max(z, 0) - z t + log(1 + e^-|z|), per sample the mean over its elements, summed over the samples;
- * dz = (sigmoid(z) - t) / per with sigmoid from the same e = e^-|z| (stable for any z). */
+ * max(z, 0) - z t + log(1 + e^-|z|); dz = (sigmoid(z) - t) / per with sigmoid from the same e = e^-|z| (stable
+ * for any z). */
+static float tt_bce_logits_elem(float v, float t, float per, float param, float *grad)
+{
+    const float e = tt_expf(v >= 0.0f ? -v : v);
+    const float sig = v >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+    (void)param;
+    *grad = (sig - t) / per;
+    return ((v > 0.0f ? v : 0.0f) - v * t) + tt_logf(1.0f + e);
+}
+
 float tt_bce_logits_f32(int32_t samples, int32_t per_sample, const float *z, const float *target, float *dz)
 {
-    int32_t s, i;
-    float loss = 0.0f;
-    const float per = (float)per_sample;
-    for (s = 0; s < samples; ++s) {
-        float acc = 0.0f;
-        for (i = 0; i < per_sample; ++i) {
-            const int32_t k = s * per_sample + i;
-            const float v = z[k];
-            const float e = tt_expf(v >= 0.0f ? -v : v);
-            const float sig = v >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
-            acc += ((v > 0.0f ? v : 0.0f) - v * target[k]) + tt_logf(1.0f + e);
-            dz[k] = (sig - target[k]) / per;
-        }
-        loss += acc / per;
-    }
-    return loss;
+    return tt_mean_loss(samples, per_sample, tt_bce_logits_elem, 0.0f, z, target, dz);
 }
 
 /* Huber loss (stages/train/losses.py huber_loss, PyTorch HuberLoss): per element of d = y - t, 0.5 d^2 where
- * |d| <= delta, else delta (|d| - delta / 2); per sample the mean, summed over the samples;
- * dy = clamp(d, -delta, delta) / per. */
+ * |d| <= delta, else delta (|d| - delta / 2); dy = clamp(d, -delta, delta) / per. */
+static float tt_huber_elem(float y, float t, float per, float delta, float *grad)
+{
+    const float d = y - t;
+    const float a = d < 0.0f ? -d : d;
+    *grad = (d > delta ? delta : (d < -delta ? -delta : d)) / per;
+    return a <= delta ? (0.5f * d) * d : delta * (a - 0.5f * delta);
+}
+
 float tt_huber_f32(int32_t samples, int32_t per_sample, float delta, const float *y, const float *target, float *dy)
 {
-    int32_t s, i;
-    float loss = 0.0f;
-    const float per = (float)per_sample;
-    for (s = 0; s < samples; ++s) {
-        float acc = 0.0f;
-        for (i = 0; i < per_sample; ++i) {
-            const int32_t k = s * per_sample + i;
-            const float d = y[k] - target[k];
-            const float a = d < 0.0f ? -d : d;
-            acc += a <= delta ? (0.5f * d) * d : delta * (a - 0.5f * delta);
-            dy[k] = (d > delta ? delta : (d < -delta ? -delta : d)) / per;
-        }
-        loss += acc / per;
-    }
-    return loss;
+    return tt_mean_loss(samples, per_sample, tt_huber_elem, delta, y, target, dy);
 }
 
 /* A head's weight (stages/train/losses.py weighted): its loss and gradient times w, float32. */

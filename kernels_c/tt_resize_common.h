@@ -5,6 +5,8 @@
 
 #include "tt_kernels.h"
 
+#include <stddef.h>
+
 static inline int32_t tt_floor_i(float v)
 {
     int32_t t = (int32_t)v;
@@ -75,6 +77,27 @@ static inline int32_t tt_nearest_axis(int32_t i, float scale, int32_t align, int
     }
     r = r > in - 1 ? in - 1 : r;
     return (half && r < 0) ? 0 : r;
+}
+
+/* The element offsets of a bilinear sample's four corners in an NHWC image of width iw and c channels:
+ * (y0, x0), (y1, x0), (y0, x1), (y1, x1), the order the sum takes them in. */
+static inline void tt_bilinear_corners(int32_t y0, int32_t y1, int32_t x0, int32_t x1, int32_t iw, int32_t c,
+                                       size_t off[4])
+{
+    off[0] = ((size_t)y0 * iw + x0) * c;
+    off[1] = ((size_t)y1 * iw + x0) * c;
+    off[2] = ((size_t)y0 * iw + x1) * c;
+    off[3] = ((size_t)y1 * iw + x1) * c;
+}
+
+/* dx = 0 over a resize's whole input: its gradient scatters into it. */
+static inline void tt_resize_grad_zero(const tt_resize_params *p, float *dx)
+{
+    const size_t n = (size_t)p->batches * p->in_h * p->in_w * p->channels;
+    size_t i;
+    for (i = 0; i < n; ++i) {
+        dx[i] = 0.0f;
+    }
 }
 
 #endif /* TT_RESIZE_COMMON_H */

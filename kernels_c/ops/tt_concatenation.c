@@ -1,4 +1,5 @@
 /* concatenation: int8 (with requantization) and float32, and concatenation_grad. */
+#include "tt_act_clamp.h"
 #include "tt_kernels.h"
 
 #include <math.h>
@@ -73,14 +74,7 @@ void tt_concatenation_f32(int32_t n_inputs, const float *const *inputs, const in
             const int32_t len = inner_sizes[i];
             const float *xi = inputs[i] + o * len;
             for (j = 0; j < len; ++j) {
-                float v = xi[j];
-                if (v < act_min) {
-                    v = act_min;
-                }
-                if (v > act_max) {
-                    v = act_max;
-                }
-                yo[j] = v;
+                yo[j] = tt_act_clamp(xi[j], act_min, act_max);
             }
             yo += len;
         }

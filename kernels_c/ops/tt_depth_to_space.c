@@ -4,7 +4,7 @@
  *   y[n, h*k + i, w*k + j, c] = x[n, h, w, (i*k + j)*oc + c],  oc = in_c / (k*k)
  *
  * For each input pixel and each of its k*k groups, one run of oc contiguous elements moves: a memcpy of that
- * many bytes whatever the element type. */
+ * many bytes whatever the element type. The backward is space_to_depth's kernel (ops/tt_space_to_depth.c). */
 #include <string.h>
 
 #include "tt_kernels.h"
@@ -20,9 +20,9 @@ void tt_depth_to_space_grad_f32(int32_t batches, int32_t in_h, int32_t in_w, int
                                 const float *dy, float *dx);
 #endif /* TT_INTERFACE */
 
-/* to_space != 0: x [n, h, w, c] -> y [n, h*k, w*k, c/k^2]; else the inverse (y back into x's layout). */
+/* x [n, h, w, c] -> y [n, h*k, w*k, c/k^2]. */
 static void tt_d2s_move(int32_t batches, int32_t in_h, int32_t in_w, int32_t in_c, int32_t k, size_t elem,
-                        const uint8_t *src, uint8_t *dst, int to_space)
+                        const uint8_t *src, uint8_t *dst)
 {
     const int32_t oc = in_c / (k * k);
     const size_t run = (size_t)oc * elem;
@@ -35,11 +35,7 @@ static void tt_d2s_move(int32_t batches, int32_t in_h, int32_t in_w, int32_t in_
                         const size_t depth = ((((size_t)n * in_h + h) * in_w + w) * in_c + (size_t)(i * k + j) * oc)
                                              * elem;
                         const size_t space = ((((size_t)n * in_h + h) * k + i) * in_w * k + (size_t)w * k + j) * run;
-                        if (to_space) {
-                            memcpy(dst + space, src + depth, run);
-                        } else {
-                            memcpy(dst + depth, src + space, run);
-                        }
+                        memcpy(dst + space, src + depth, run);
                     }
                 }
             }
@@ -50,17 +46,17 @@ static void tt_d2s_move(int32_t batches, int32_t in_h, int32_t in_w, int32_t in_
 void tt_depth_to_space_s8(int32_t batches, int32_t in_h, int32_t in_w, int32_t in_c, int32_t block,
                           const int8_t *x, int8_t *y)
 {
-    tt_d2s_move(batches, in_h, in_w, in_c, block, 1, (const uint8_t *)x, (uint8_t *)y, 1);
+    tt_d2s_move(batches, in_h, in_w, in_c, block, 1, (const uint8_t *)x, (uint8_t *)y);
 }
 
 void tt_depth_to_space_f32(int32_t batches, int32_t in_h, int32_t in_w, int32_t in_c, int32_t block,
                            const float *x, float *y)
 {
-    tt_d2s_move(batches, in_h, in_w, in_c, block, sizeof(float), (const uint8_t *)x, (uint8_t *)y, 1);
+    tt_d2s_move(batches, in_h, in_w, in_c, block, sizeof(float), (const uint8_t *)x, (uint8_t *)y);
 }
 
 void tt_depth_to_space_grad_f32(int32_t batches, int32_t in_h, int32_t in_w, int32_t in_c, int32_t block,
                                 const float *dy, float *dx)
 {
-    tt_d2s_move(batches, in_h, in_w, in_c, block, sizeof(float), (const uint8_t *)dy, (uint8_t *)dx, 0);
+    tt_space_to_depth_f32(batches, in_h * block, in_w * block, in_c / (block * block), block, dy, dx);
 }

@@ -1,4 +1,5 @@
 /* relu and relu6 (the standalone clamps): int8 requantize-and-clamp, float32 clamp. */
+#include "tt_act_clamp.h"
 #include "tt_kernels.h"
 
 #ifdef TT_INTERFACE
@@ -26,13 +27,6 @@ void tt_clamp_f32(int32_t n, float lo, float hi, const float *x, float *y)
 {
     int32_t i;
     for (i = 0; i < n; ++i) {
-        float v = x[i];
-        if (v < lo) {
-            v = lo;
-        }
-        if (v > hi) {
-            v = hi;
-        }
-        y[i] = v;
+        y[i] = tt_act_clamp(x[i], lo, hi);
     }
 }

@@ -35,17 +35,14 @@ void tt_resize_bilinear_f32(const tt_resize_params *p, const float *x, float *y)
             for (ox = 0; ox < p->out_w; ++ox) {
                 int32_t x0, x1;
                 float wx0, wx1;
-                const float *p00, *p10, *p01, *p11;
+                size_t off[4];
                 tt_bilinear_axis(ox, sx, p->half_pixel_centers, iw, &x0, &x1, &wx0, &wx1);
-                p00 = xb + ((size_t)y0 * iw + x0) * c;
-                p10 = xb + ((size_t)y1 * iw + x0) * c;
-                p01 = xb + ((size_t)y0 * iw + x1) * c;
-                p11 = xb + ((size_t)y1 * iw + x1) * c;
+                tt_bilinear_corners(y0, y1, x0, x1, iw, c, off);
                 for (k = 0; k < c; ++k) {
-                    float t = p00[k] * wy0 * wx0;
-                    t = t + p10[k] * wy1 * wx0;
-                    t = t + p01[k] * wy0 * wx1;
-                    t = t + p11[k] * wy1 * wx1;
+                    float t = xb[off[0] + k] * wy0 * wx0;
+                    t = t + xb[off[1] + k] * wy1 * wx0;
+                    t = t + xb[off[2] + k] * wy0 * wx1;
+                    t = t + xb[off[3] + k] * wy1 * wx1;
                     *y++ = t;
                 }
             }
@@ -66,15 +63,12 @@ void tt_resize_bilinear_s8(const tt_resize_params *p, const int8_t *x, int8_t *y
             tt_bilinear_axis_q10(oy, sy, p->half_pixel_centers, p->in_h, &y0, &y1, &wy0, &wy1);
             for (ox = 0; ox < p->out_w; ++ox) {
                 int32_t x0, x1, wx0, wx1;
-                const int8_t *p00, *p10, *p01, *p11;
+                size_t off[4];
                 tt_bilinear_axis_q10(ox, sx, p->half_pixel_centers, iw, &x0, &x1, &wx0, &wx1);
-                p00 = xb + ((size_t)y0 * iw + x0) * c;
-                p10 = xb + ((size_t)y1 * iw + x0) * c;
-                p01 = xb + ((size_t)y0 * iw + x1) * c;
-                p11 = xb + ((size_t)y1 * iw + x1) * c;
+                tt_bilinear_corners(y0, y1, x0, x1, iw, c, off);
                 for (k = 0; k < c; ++k) {
-                    int64_t acc = (int64_t)p00[k] * wy0 * wx0 + (int64_t)p10[k] * wy1 * wx0 +
-                                  (int64_t)p01[k] * wy0 * wx1 + (int64_t)p11[k] * wy1 * wx1;
+                    int64_t acc = (int64_t)xb[off[0] + k] * wy0 * wx0 + (int64_t)xb[off[1] + k] * wy1 * wx0 +
+                                  (int64_t)xb[off[2] + k] * wy0 * wx1 + (int64_t)xb[off[3] + k] * wy1 * wx1;
                     acc += acc > 0 ? ((int64_t)1 << 19) : -((int64_t)1 << 19);
                     /* division by 2^20 toward zero, without a 64-bit divide */
                     acc = acc >= 0 ? (acc >> 20) : -((-acc) >> 20);
@@ -90,12 +84,8 @@ void tt_resize_bilinear_grad_f32(const tt_resize_params *p, const float *dy, flo
     const int32_t c = p->channels, iw = p->in_w;
     const float sy = tt_resize_scale(p->in_h, p->out_h, p->align_corners);
     const float sx = tt_resize_scale(p->in_w, p->out_w, p->align_corners);
-    const size_t n_in = (size_t)p->batches * p->in_h * iw * c;
-    size_t i;
     int32_t b, oy, ox, k;
-    for (i = 0; i < n_in; ++i) {
-        dx[i] = 0.0f;
-    }
+    tt_resize_grad_zero(p, dx);
     for (b = 0; b < p->batches; ++b) {
         float *db = dx + (size_t)b * p->in_h * iw * c;
         for (oy = 0; oy < p->out_h; ++oy) {
@@ -105,18 +95,15 @@ void tt_resize_bilinear_grad_f32(const tt_resize_params *p, const float *dy, flo
             for (ox = 0; ox < p->out_w; ++ox) {
                 int32_t x0, x1;
                 float wx0, wx1;
-                float *q00, *q10, *q01, *q11;
+                size_t off[4];
                 tt_bilinear_axis(ox, sx, p->half_pixel_centers, iw, &x0, &x1, &wx0, &wx1);
-                q00 = db + ((size_t)y0 * iw + x0) * c;
-                q10 = db + ((size_t)y1 * iw + x0) * c;
-                q01 = db + ((size_t)y0 * iw + x1) * c;
-                q11 = db + ((size_t)y1 * iw + x1) * c;
+                tt_bilinear_corners(y0, y1, x0, x1, iw, c, off);
                 for (k = 0; k < c; ++k) {
                     const float g = dy[k];
-                    q00[k] += g * wy0 * wx0;
-                    q10[k] += g * wy1 * wx0;
-                    q01[k] += g * wy0 * wx1;
-                    q11[k] += g * wy1 * wx1;
+                    db[off[0] + k] += g * wy0 * wx0;
+                    db[off[1] + k] += g * wy1 * wx0;
+                    db[off[2] + k] += g * wy0 * wx1;
+                    db[off[3] + k] += g * wy1 * wx1;
                 }
                 dy += c;
             }

@@ -44,12 +44,8 @@ void tt_resize_nearest_grad_f32(const tt_resize_params *p, const float *dy, floa
     const int32_t c = p->channels, iw = p->in_w;
     const float sy = tt_resize_scale(p->in_h, p->out_h, p->align_corners);
     const float sx = tt_resize_scale(p->in_w, p->out_w, p->align_corners);
-    const size_t n_in = (size_t)p->batches * p->in_h * iw * c;
-    size_t i;
     int32_t b, oy, ox, k;
-    for (i = 0; i < n_in; ++i) {
-        dx[i] = 0.0f;
-    }
+    tt_resize_grad_zero(p, dx);
     for (b = 0; b < p->batches; ++b) {
         float *db = dx + (size_t)b * p->in_h * iw * c;
         for (oy = 0; oy < p->out_h; ++oy) {

@@ -17,10 +17,19 @@ void tt_softmax_f32(int32_t rows, int32_t depth, float beta, const float *x, flo
 void tt_softmax_grad_f32(int32_t rows, int32_t depth, float beta, const float *dy, const float *y, float *dx);
 #endif /* TT_INTERFACE */
 
+/* exp(x - max) in Q0.31 of a difference from the row's max (diff_min <= diff <= 0): the difference rescaled to
+ * Q5.26 (5 integer bits), then gemmlowp's exp_on_negative_values. */
+static int32_t tt_softmax_exp(int32_t diff, int32_t input_multiplier, int32_t input_left_shift)
+{
+    const int scaled_diff_integer_bits = 5;
+    const int32_t rescaled =
+        tt_multiply_by_quantized_multiplier_greater_than_one(diff, input_multiplier, (int)input_left_shift);
+    return tt_exp_on_negative_values(rescaled, scaled_diff_integer_bits);
+}
+
 void tt_softmax_s8(int32_t rows, int32_t depth, int32_t input_multiplier, int32_t input_left_shift,
                    int32_t diff_min, const int8_t *x, int8_t *y)
 {
-    const int scaled_diff_integer_bits = 5;
     const int accumulation_integer_bits = 12;
     int32_t r, c;
     for (r = 0; r < rows; ++r) {
@@ -38,9 +47,7 @@ void tt_softmax_s8(int32_t rows, int32_t depth, int32_t input_multiplier, int32_
         for (c = 0; c < depth; ++c) {
             const int32_t diff = (int32_t)xr[c] - max_in_row;
             if (diff >= diff_min) {
-                const int32_t rescaled =
-                    tt_multiply_by_quantized_multiplier_greater_than_one(diff, input_multiplier, (int)input_left_shift);
-                const int32_t e = tt_exp_on_negative_values(rescaled, scaled_diff_integer_bits);
+                const int32_t e = tt_softmax_exp(diff, input_multiplier, input_left_shift);
                 /* Rescale<12> of Q0.31, then the fixed-point + (int32, wraps). */
                 sum_of_exps = tt_wrap_add32(sum_of_exps,
                                             tt_saturating_rounding_multiply_by_pot(e, -accumulation_integer_bits));
@@ -56,9 +63,7 @@ void tt_softmax_s8(int32_t rows, int32_t depth, int32_t input_multiplier, int32_
         for (c = 0; c < depth; ++c) {
             const int32_t diff = (int32_t)xr[c] - max_in_row;
             if (diff >= diff_min) {
-                const int32_t rescaled =
-                    tt_multiply_by_quantized_multiplier_greater_than_one(diff, input_multiplier, (int)input_left_shift);
-                const int32_t e = tt_exp_on_negative_values(rescaled, scaled_diff_integer_bits);
+                const int32_t e = tt_softmax_exp(diff, input_multiplier, input_left_shift);
                 const int32_t unsat = tt_rounding_divide_by_pot(tt_srdhm(shifted_scale, e), (int)exponent);
                 yr[c] = (int8_t)tt_clamp32(unsat - 128, -128, 127);
             } else {

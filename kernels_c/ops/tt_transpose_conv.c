@@ -13,6 +13,7 @@
  * bit. float32: the taps are summed from 0.0f in the reference's order for that element (input row, input column,
  * input channel ascending = ky, kx descending), then + bias, then the clamp: bit-equal to the executor and to
  * reference_ops::TransposeConv. */
+#include "tt_act_clamp.h"
 #include "tt_kernels.h"
 #include "tt_requant.h"
 
@@ -114,13 +115,7 @@ void tt_transpose_conv_f32(const tt_conv_dims *d, float act_min, float act_max, 
                     if (bias) {
                         acc += bias[oc];
                     }
-                    if (acc < act_min) {
-                        acc = act_min;
-                    }
-                    if (acc > act_max) {
-                        acc = act_max;
-                    }
-                    yp[oc] = acc;
+                    yp[oc] = tt_act_clamp(acc, act_min, act_max);
                 }
             }
         }
