@@ -20,14 +20,16 @@ void tt_resize_bilinear_f32(const tt_resize_params *p, const float *x, float *y)
 void tt_resize_bilinear_grad_f32(const tt_resize_params *p, const float *dy, float *dx);
 #endif /* TT_INTERFACE */
 
-void tt_resize_bilinear_f32(const tt_resize_params *p, const float *x, float *y)
+/* The float taps of every output pixel, used both ways: grad == 0 gathers them from x = src into y = dst (the
+ * forward), grad != 0 scatters dy = src into dx = dst (the gradient; dst zeroed first). */
+static void tt_bilinear_f32(const tt_resize_params *p, const float *src, float *dst, int grad)
 {
     const int32_t c = p->channels, iw = p->in_w;
     const float sy = tt_resize_scale(p->in_h, p->out_h, p->align_corners);
     const float sx = tt_resize_scale(p->in_w, p->out_w, p->align_corners);
-    int32_t b, oy, ox, k;
+    int32_t b, oy, ox, k, i;
     for (b = 0; b < p->batches; ++b) {
-        const float *xb = x + (size_t)b * p->in_h * iw * c;
+        const size_t image = (size_t)b * p->in_h * iw * c;
         for (oy = 0; oy < p->out_h; ++oy) {
             int32_t y0, y1;
             float wy0, wy1;
@@ -38,16 +40,36 @@ void tt_resize_bilinear_f32(const tt_resize_params *p, const float *x, float *y)
                 size_t off[4];
                 tt_bilinear_axis(ox, sx, p->half_pixel_centers, iw, &x0, &x1, &wx0, &wx1);
                 tt_bilinear_corners(y0, y1, x0, x1, iw, c, off);
-                for (k = 0; k < c; ++k) {
-                    float t = xb[off[0] + k] * wy0 * wx0;
-                    t = t + xb[off[1] + k] * wy1 * wx0;
-                    t = t + xb[off[2] + k] * wy0 * wx1;
-                    t = t + xb[off[3] + k] * wy1 * wx1;
-                    *y++ = t;
+                for (i = 0; i < 4; ++i) {
+                    off[i] += image;
+                }
+                if (grad) {
+                    for (k = 0; k < c; ++k) {
+                        const float g = src[k];
+                        dst[off[0] + k] += g * wy0 * wx0;
+                        dst[off[1] + k] += g * wy1 * wx0;
+                        dst[off[2] + k] += g * wy0 * wx1;
+                        dst[off[3] + k] += g * wy1 * wx1;
+                    }
+                    src += c;
+                } else {
+                    for (k = 0; k < c; ++k) {
+                        float t = src[off[0] + k] * wy0 * wx0;
+                        t = t + src[off[1] + k] * wy1 * wx0;
+                        t = t + src[off[2] + k] * wy0 * wx1;
+                        t = t + src[off[3] + k] * wy1 * wx1;
+                        dst[k] = t;
+                    }
+                    dst += c;
                 }
             }
         }
     }
+}
+
+void tt_resize_bilinear_f32(const tt_resize_params *p, const float *x, float *y)
+{
+    tt_bilinear_f32(p, x, y, 0);
 }
 
 void tt_resize_bilinear_s8(const tt_resize_params *p, const int8_t *x, int8_t *y)
@@ -81,32 +103,6 @@ void tt_resize_bilinear_s8(const tt_resize_params *p, const int8_t *x, int8_t *y
 
 void tt_resize_bilinear_grad_f32(const tt_resize_params *p, const float *dy, float *dx)
 {
-    const int32_t c = p->channels, iw = p->in_w;
-    const float sy = tt_resize_scale(p->in_h, p->out_h, p->align_corners);
-    const float sx = tt_resize_scale(p->in_w, p->out_w, p->align_corners);
-    int32_t b, oy, ox, k;
     tt_resize_grad_zero(p, dx);
-    for (b = 0; b < p->batches; ++b) {
-        float *db = dx + (size_t)b * p->in_h * iw * c;
-        for (oy = 0; oy < p->out_h; ++oy) {
-            int32_t y0, y1;
-            float wy0, wy1;
-            tt_bilinear_axis(oy, sy, p->half_pixel_centers, p->in_h, &y0, &y1, &wy0, &wy1);
-            for (ox = 0; ox < p->out_w; ++ox) {
-                int32_t x0, x1;
-                float wx0, wx1;
-                size_t off[4];
-                tt_bilinear_axis(ox, sx, p->half_pixel_centers, iw, &x0, &x1, &wx0, &wx1);
-                tt_bilinear_corners(y0, y1, x0, x1, iw, c, off);
-                for (k = 0; k < c; ++k) {
-                    const float g = dy[k];
-                    db[off[0] + k] += g * wy0 * wx0;
-                    db[off[1] + k] += g * wy1 * wx0;
-                    db[off[2] + k] += g * wy0 * wx1;
-                    db[off[3] + k] += g * wy1 * wx1;
-                }
-                dy += c;
-            }
-        }
-    }
+    tt_bilinear_f32(p, dy, dx, 1);
 }
