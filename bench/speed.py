@@ -259,13 +259,15 @@ def _m(n: float | None) -> str:
 def _device_tables(console: Any, doc: dict[str, Any]) -> None:
     from rich.table import Table
 
-    t = Table(title="device: one training step (QEMU counts; cycles: stages/device/cycles.py tables)")
-    for c in ("model", "kernels", "instr/step", "traced step", "cycles M7", "CPI M7", "cycles M4", "vs TTE (M7)"):
-        t.add_column(c, justify="left" if c in ("model", "kernels") else "right")
-    for d in doc["device"]:
-        t.add_row(d["model"], d["kernels"], _m(d["instructions_per_step"]), _m(d["instructions_traced_step"]),
-                  _m(d["cycles_m7"]), f"{d['cpi_m7']:.3f}", _m(d["cycles_m4"]), f"{d['cycles_m7'] / TTE_CYCLES:.3f}x")
-    console.print(t)
+    if doc["device"]:  # not with --only host
+        t = Table(title="device: one training step (QEMU counts; cycles: stages/device/cycles.py tables)")
+        for c in ("model", "kernels", "instr/step", "traced step", "cycles M7", "CPI M7", "cycles M4", "vs TTE (M7)"):
+            t.add_column(c, justify="left" if c in ("model", "kernels") else "right")
+        for d in doc["device"]:
+            t.add_row(d["model"], d["kernels"], _m(d["instructions_per_step"]), _m(d["instructions_traced_step"]),
+                      _m(d["cycles_m7"]), f"{d['cpi_m7']:.3f}", _m(d["cycles_m4"]),
+                      f"{d['cycles_m7'] / TTE_CYCLES:.3f}x")
+        console.print(t)
     if not doc["host"]:  # --device-only
         return
     h = Table(title="host: CPU ms per training step (best of 5), PyTorch on 1 thread")
@@ -283,7 +285,7 @@ def table(doc: dict[str, Any]) -> str:
     from rich.table import Table
 
     console = Console(record=True, width=120)
-    if doc["device"]:
+    if doc["device"] or doc["host"]:
         _device_tables(console, doc)
     if "build" not in doc:  # --device-only
         return console.export_text()
@@ -313,8 +315,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="only the device table (instructions and estimated cycles, portable vs dsp): no host or "
                          "build timings")
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "bench-speed.json")
-    ap.add_argument("--only", choices=("all", "builds"), default="all",
-                    help="builds: only the build times and the auto time (no device traces, no host steps)")
+    ap.add_argument("--only", choices=("all", "builds", "host"), default="all",
+                    help="builds: only the build times and the auto time (no device traces, no host steps); "
+                         "host: only the host steps against PyTorch")
     ap.add_argument("--auto-train-per-class", type=int, default=AUTO_TRAIN_PER_CLASS,
                     help="train samples per class of auto's MobileNetV2 task (default 52: 520 samples; "
                          "bench/make_mbv2_data.py's own 4 gives the 40-sample build of bench/mbv2_auto.yaml)")
@@ -330,12 +333,13 @@ def main(argv: list[str] | None = None) -> int:
         for label, spec in models:
             for kernels in ("portable", "dsp"):
                 doc["device"].append(device(spec, kernels, label))
+    if a.only in ("all", "host"):
         for label, spec in [] if a.device_only else models:
             ms, hb = host_step_ms(spec, label)
             entry: dict[str, Any] = {"model": label, "host_ms": ms}
             entry["torch_ms"] = torch_step_ms(hb)
             doc["host"].append(entry)
-    if not a.device_only:
+    if not a.device_only and a.only != "host":
         doc["build"] = [build_times(spec, label) for label, spec in models]
         if not a.skip_mbv2:
             doc["auto"] = auto_time(a.auto_train_per_class)

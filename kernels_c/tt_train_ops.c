@@ -3,6 +3,9 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
+
+#include "tt_simd.h" /* TT_HOST_SIMD: SSE2 on the native host build */
 #if defined(__arm__) && defined(__ARM_FEATURE_SAT) && defined(__GNUC__)
 #include <arm_acle.h> /* __ssat */
 #endif
@@ -278,18 +281,18 @@ static inline int32_t tt_round_away_fast(float v)
     return t + (int32_t)(frac + frac);
 }
 
-/* One row of the common case; stochastic, is32, per_elem, unit_batch are constants at every call site. The
- * elements, the PRNG draws and the rare-value path (tt_qas_round_slow) are those of tt_qas_row. */
-TT_QAS_INLINE uint32_t tt_qas_sgd_row(const int stochastic, const int is32, const int per_elem, const int unit_batch,
-                                      int32_t n, const float *sp, float bs, float neg_lr, int32_t lo, int32_t hi,
-                                      void *pr, const float *g, uint32_t x)
+/* Elements [j0, j1) of one row of the common case; stochastic, is32, per_elem, unit_batch are constants at every
+ * call site. The elements, the PRNG draws and the rare-value path (tt_qas_round_slow) are those of tt_qas_row. */
+TT_QAS_INLINE uint32_t tt_qas_sgd_span(const int stochastic, const int is32, const int per_elem, const int unit_batch,
+                                       int32_t j0, int32_t j1, const float *sp, float bs, float neg_lr, int32_t lo,
+                                       int32_t hi, void *pr, const float *g, uint32_t x)
 {
     int8_t *p8 = (int8_t *)pr;
     int32_t *p32 = (int32_t *)pr;
     const float s_row = per_elem ? 0.0f : sp[0];
     const int mode = stochastic ? TT_QAS_STOCHASTIC : TT_QAS_NEAREST;
     int32_t j;
-    for (j = 0; j < n; ++j) {
+    for (j = j0; j < j1; ++j) {
         const float s = per_elem ? sp[j] : s_row;
         const float gg = unit_batch ? g[j] : g[j] * bs;
         const float delta = (neg_lr * gg) / s;
@@ -328,6 +331,73 @@ TT_QAS_INLINE uint32_t tt_qas_sgd_row(const int stochastic, const int is32, cons
         }
     }
     return x;
+}
+
+#if TT_HOST_SIMD
+/* Four int8 elements of the common case at once (SSE2), lane by lane the float operations of tt_qas_sgd_span:
+ * mulps / divps / addps round each lane as mulss / divss / addss do (IEEE, round to nearest), cvttps2dq truncates
+ * as the (int32_t) casts, and the draws are the same four in the same order. The clamp: packs to int16 saturates
+ * (|cur + r| <= 2^24 + 127), max with lo (>= -128), packs to int8 saturates at 127 = hi; that is clamp(v, lo, hi).
+ * Returns 0, writing nothing and drawing nothing, when a lane is outside the fast path (|delta| >= 2^24 or NaN):
+ * the caller then takes the four elements one by one. */
+TT_QAS_INLINE int tt_qas_sgd4_s8(const int stochastic, const int per_elem, const int unit_batch, const float *sp,
+                                 __m128 s_row, __m128 bs, __m128 neg_lr, __m128i lo16, int8_t *p, const float *g,
+                                 uint32_t *x)
+{
+    const __m128 gg = unit_batch ? _mm_loadu_ps(g) : _mm_mul_ps(_mm_loadu_ps(g), bs);
+    const __m128 delta = _mm_div_ps(_mm_mul_ps(neg_lr, gg), per_elem ? _mm_loadu_ps(sp) : s_row);
+    const __m128 mag = _mm_andnot_ps(_mm_set1_ps(-0.0f), delta);
+    __m128i t, r, cur, v;
+    int32_t c4;
+    if (_mm_movemask_ps(_mm_cmplt_ps(mag, _mm_set1_ps(TT_FAST_LIMIT))) != 0xF) { /* NaN compares false */
+        return 0;
+    }
+    if (stochastic) {
+        const uint32_t a = tt_xorshift32_next(*x), b = tt_xorshift32_next(a), c = tt_xorshift32_next(b),
+                       d = tt_xorshift32_next(c);
+        const __m128i bits = _mm_srli_epi32(_mm_set_epi32((int)d, (int)c, (int)b, (int)a), 8); /* < 2^24: exact */
+        const __m128 y = _mm_add_ps(delta, _mm_mul_ps(_mm_cvtepi32_ps(bits), _mm_set1_ps(5.9604644775390625e-08f)));
+        *x = d;
+        t = _mm_cvttps_epi32(y);
+        r = _mm_add_epi32(t, _mm_castps_si128(_mm_cmpgt_ps(_mm_cvtepi32_ps(t), y))); /* floor: t - ((float)t > y) */
+    } else {
+        __m128 frac;
+        t = _mm_cvttps_epi32(delta);
+        frac = _mm_sub_ps(delta, _mm_cvtepi32_ps(t));
+        r = _mm_add_epi32(t, _mm_cvttps_epi32(_mm_add_ps(frac, frac))); /* tt_round_away_fast */
+    }
+    memcpy(&c4, p, 4);
+    cur = _mm_cvtsi32_si128(c4);
+    cur = _mm_unpacklo_epi8(cur, cur);
+    cur = _mm_srai_epi32(_mm_unpacklo_epi16(cur, cur), 24); /* the four int8 values sign-extended */
+    v = _mm_add_epi32(cur, r);
+    v = _mm_max_epi16(_mm_packs_epi32(v, v), lo16);
+    c4 = _mm_cvtsi128_si32(_mm_packs_epi16(v, v));
+    memcpy(p, &c4, 4);
+    return 1;
+}
+#endif
+
+/* One row of the common case: the host's SSE2 blocks of four where they apply, the plain loop for the rest. */
+TT_QAS_INLINE uint32_t tt_qas_sgd_row(const int stochastic, const int is32, const int per_elem, const int unit_batch,
+                                      int32_t n, const float *sp, float bs, float neg_lr, int32_t lo, int32_t hi,
+                                      void *pr, const float *g, uint32_t x)
+{
+    int32_t j = 0;
+#if TT_HOST_SIMD
+    if (!is32) {
+        const __m128 s_row = _mm_set1_ps(per_elem ? 0.0f : sp[0]), vbs = _mm_set1_ps(bs), vlr = _mm_set1_ps(neg_lr);
+        const __m128i lo16 = _mm_set1_epi16((int16_t)lo);
+        int8_t *p8 = (int8_t *)pr;
+        for (; j + 4 <= n; j += 4) {
+            if (!tt_qas_sgd4_s8(stochastic, per_elem, unit_batch, per_elem ? sp + j : sp, s_row, vbs, vlr, lo16, p8 + j,
+                                g + j, &x)) {
+                x = tt_qas_sgd_span(stochastic, 0, per_elem, unit_batch, j, j + 4, sp, bs, neg_lr, lo, hi, pr, g, x);
+            }
+        }
+    }
+#endif
+    return tt_qas_sgd_span(stochastic, is32, per_elem, unit_batch, j, n, sp, bs, neg_lr, lo, hi, pr, g, x);
 }
 
 /* All rows of the common case for one (stochastic, is32, unit_batch); the scale layout per call, the channel
