@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "tt_opt_step.h"
 #include "tt_simd.h" /* TT_HOST_SIMD: SSE2 on the native host build */
 #if defined(__arm__) && defined(__ARM_FEATURE_SAT) && defined(__GNUC__)
 #include <arm_acle.h> /* __ssat */
@@ -35,27 +36,27 @@ void tt_dequantize_slice_s8_f32(int32_t rows, int32_t depth, int32_t k, float sc
     }
 }
 
+/* The first index of the largest of x[0..n), for either element type (the definitions stay plain so that
+ * cross-compile's name scan sees them). */
+#define TT_ARGMAX_BODY                                                                                               \
+    int32_t i, best = 0;                                                                                             \
+    for (i = 1; i < n; ++i) {                                                                                        \
+        if (x[i] > x[best]) {                                                                                        \
+            best = i;                                                                                                \
+        }                                                                                                            \
+    }                                                                                                                \
+    return best;
+
 int32_t tt_argmax_s8(int32_t n, const int8_t *x)
 {
-    int32_t i, best = 0;
-    for (i = 1; i < n; ++i) {
-        if (x[i] > x[best]) {
-            best = i;
-        }
-    }
-    return best;
+    TT_ARGMAX_BODY
 }
 
 int32_t tt_argmax_f32(int32_t n, const float *x)
 {
-    int32_t i, best = 0;
-    for (i = 1; i < n; ++i) {
-        if (x[i] > x[best]) {
-            best = i;
-        }
-    }
-    return best;
+    TT_ARGMAX_BODY
 }
+#undef TT_ARGMAX_BODY
 
 /* ---- QAS update ----------------------------------------------------------------------------------------------
  * Per element, in the order of stages/quant/qas.py (each line one float32 rounding, as numpy does it).
@@ -98,42 +99,25 @@ static inline float tt_clip_delta(float v)
     return v;
 }
 
-/* round half away from zero of |v| <= 2^40 (qas.round_nearest: trunc, then the exact fraction). */
-static inline int64_t tt_round_away(float v)
-{
-    const int64_t t = (int64_t)v;
-    const float frac = v - (float)t;
-    return t + (frac >= 0.5f ? 1 : 0) - (frac <= -0.5f ? 1 : 0);
-}
+/* round half away from zero (qas.round_nearest: trunc, then the exact fraction) and floor, in an integer type T
+ * that holds the result: int64_t for |v| <= 2^40, int32_t (the single-instruction float <-> int32 conversions) for
+ * |v| <= 2^24 + 1 (tt_floor32 is tt_opt_step.h's). (float)t is exact: below 2^24 every integer is a float, above
+ * it v is an integer and t == v. */
+#define TT_ROUND_AWAY(T, NAME)                                                                                       \
+    static inline T NAME(float v)                                                                                    \
+    {                                                                                                                \
+        const T t = (T)v;                                                                                            \
+        const float frac = v - (float)t;                                                                             \
+        return t + (frac >= 0.5f ? 1 : 0) - (frac <= -0.5f ? 1 : 0);                                                 \
+    }
+TT_ROUND_AWAY(int64_t, tt_round_away)
+TT_ROUND_AWAY(int32_t, tt_round_away32)
+#undef TT_ROUND_AWAY
 
 static inline int64_t tt_floor64(float v)
 {
     const int64_t t = (int64_t)v;
     return ((float)t > v) ? t - 1 : t;
-}
-
-/* The same two functions for |v| <= 2^24 + 1, with the single-instruction float <-> int32 conversions. (float)t
- * is exact: below 2^24 every integer is a float, above it v is an integer and t == v. */
-static inline int32_t tt_round_away32(float v)
-{
-    const int32_t t = (int32_t)v;
-    const float frac = v - (float)t;
-    return t + (frac >= 0.5f ? 1 : 0) - (frac <= -0.5f ? 1 : 0);
-}
-
-static inline int32_t tt_floor32(float v)
-{
-    const int32_t t = (int32_t)v;
-    return ((float)t > v) ? t - 1 : t;
-}
-
-/* tt_xorshift32 (tt_qas.c) on a register copy of the state; u = (x >> 8) * 2^-24. */
-static inline uint32_t tt_xorshift32_next(uint32_t x)
-{
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    return x;
 }
 
 /* The rare values outside the fast path (|x| >= 2^24, infinities, NaN), as the plain loop treats them: clip to
@@ -157,6 +141,40 @@ static int32_t tt_qas_round_slow(int mode, float x, float u, int32_t cur_int, in
     return (int32_t)(v < lo ? lo : (v > hi ? hi : v));
 }
 
+/* The rare value x_round of an element (tt_qas_round_slow) with its draw: none for NaN. */
+TT_QAS_INLINE int32_t tt_qas_slow(const int mode, float x_round, int32_t cur_int, int32_t lo, int32_t hi, uint32_t *x)
+{
+    float u = 0.0f;
+    if (mode == TT_QAS_STOCHASTIC && x_round == x_round) { /* NaN draws nothing */
+        *x = tt_xorshift32_next(*x);
+        u = tt_uniform24(*x);
+    }
+    return tt_qas_round_slow(mode, x_round, u, cur_int, lo, hi);
+}
+
+/* clamp(cur + r, lo, hi) for an int32 bias: cur + r (|r| <= 2^24) may leave int32, so in int64. */
+static inline int32_t tt_add_clamp32(int32_t cur, int32_t r, int32_t lo, int32_t hi)
+{
+    const int64_t w = (int64_t)cur + r;
+    return (int32_t)(w < lo ? lo : (w > hi ? hi : w));
+}
+
+/* p[j] of the parameter row pr, int8 or int32 by is32, and p[j] = v. */
+TT_QAS_INLINE int32_t tt_qas_load(const int is32, const void *pr, int32_t j)
+{
+    return is32 ? ((const int32_t *)pr)[j] : (int32_t)((const int8_t *)pr)[j];
+}
+
+
+TT_QAS_INLINE void tt_qas_store(const int is32, void *pr, int32_t j, int32_t v)
+{
+    if (is32) {
+        ((int32_t *)pr)[j] = v;
+    } else {
+        ((int8_t *)pr)[j] = (int8_t)v;
+    }
+}
+
 /* One row: elements [0, n) of row r of the parameter (pr, int8 or int32 by is32) and of the compact [rows, n]
  * tensors (g, s0, s1, m). sp: the row's channel scale (per_elem == 0) or the scale of column j at sp[j]. kind,
  * mode, per_elem are constants at every call site (is32 is loop-invariant). Returns the PRNG state after the row. */
@@ -164,15 +182,13 @@ TT_QAS_INLINE uint32_t tt_qas_row(const tt_qas_params *c, const int kind, const 
                                   const int per_elem, int32_t n, const float *sp, void *pr, const float *g, float *s0,
                                   float *s1, float *m, uint32_t x)
 {
-    int8_t *p8 = (int8_t *)pr;
-    int32_t *p32 = (int32_t *)pr;
     const int32_t qas = c->qas, wd_on = c->weight_decay != 0.0f, lo = c->lo, hi = c->hi;
     const float bs = c->batch_scale, lr = c->lr, wd = c->weight_decay, eps = c->eps;
     const float s_row = per_elem ? 0.0f : sp[0];
     int32_t j;
     for (j = 0; j < n; ++j) {
         const float s = per_elem ? sp[j] : s_row;
-        const int32_t cur_int = is32 ? p32[j] : (int32_t)p8[j];
+        const int32_t cur_int = tt_qas_load(is32, pr, j);
         const float cur = mode == TT_QAS_MASTER ? m[j] : (float)cur_int;
         float gg = g[j] * bs;
         float d, delta, x_round;
@@ -188,26 +204,12 @@ TT_QAS_INLINE uint32_t tt_qas_row(const tt_qas_params *c, const int kind, const 
             }
         }
         if (kind == TT_OPT_MOMENTUM) {
-            float b = s0[j];
-            b = b * c->momentum;
-            b = b + gg;
-            s0[j] = b;
-            d = lr * b;
+            d = tt_momentum_step(gg, &s0[j], c->momentum, lr);
         } else if (kind == TT_OPT_ADAM) {
-            float mm = s0[j], vv = s1[j], denom;
-            mm = mm + (gg - mm) * c->one_minus_beta1;
-            vv = vv * c->beta2;
-            vv = vv + c->one_minus_beta2 * gg * gg;
-            s0[j] = mm;
-            s1[j] = vv;
-            denom = sqrtf(vv) / c->sqrt_bc2 + eps;
-            d = c->lr_over_bc1 * mm / denom;
+            d = tt_adam_step(gg, &s0[j], &s1[j], c->one_minus_beta1, c->beta2, c->one_minus_beta2, c->lr_over_bc1,
+                             c->sqrt_bc2, eps);
         } else if (kind == TT_OPT_RMSPROP) {
-            float sq = s0[j];
-            sq = sq * c->alpha;
-            sq = sq + c->one_minus_alpha * gg * gg;
-            s0[j] = sq;
-            d = lr * gg / (sqrtf(sq) + eps);
+            d = tt_rmsprop_step(gg, &s0[j], c->alpha, c->one_minus_alpha, lr, eps);
         } else {
             d = lr * gg;
         }
@@ -224,7 +226,7 @@ TT_QAS_INLINE uint32_t tt_qas_row(const tt_qas_params *c, const int kind, const 
             if (mode == TT_QAS_STOCHASTIC) {
                 x = tt_xorshift32_next(x);
                 /* |x_round + u| <= 2^24 + 1 rounds to at most 2^24 in float32: int32 is enough */
-                r = tt_floor32(x_round + (float)(x >> 8) * 5.9604644775390625e-08f); /* 2^-24 */
+                r = tt_floor32(x_round + tt_uniform24(x));
             } else {
                 r = tt_round_away32(x_round);
             }
@@ -234,22 +236,12 @@ TT_QAS_INLINE uint32_t tt_qas_row(const tt_qas_params *c, const int kind, const 
                 v = cur_int + r; /* int8 + at most 2^24: no overflow */
                 v = v < lo ? lo : (v > hi ? hi : v);
             } else {
-                const int64_t w = (int64_t)cur_int + r; /* an int32 bias plus 2^24 may leave int32 */
-                v = (int32_t)(w < lo ? lo : (w > hi ? hi : w));
+                v = tt_add_clamp32(cur_int, r, lo, hi);
             }
         } else {
-            float u = 0.0f;
-            if (mode == TT_QAS_STOCHASTIC && x_round == x_round) { /* NaN draws nothing */
-                x = tt_xorshift32_next(x);
-                u = (float)(x >> 8) * 5.9604644775390625e-08f;
-            }
-            v = tt_qas_round_slow(mode, x_round, u, cur_int, lo, hi);
+            v = tt_qas_slow(mode, x_round, cur_int, lo, hi, &x);
         }
-        if (is32) {
-            p32[j] = v;
-        } else {
-            p8[j] = (int8_t)v;
-        }
+        tt_qas_store(is32, pr, j, v);
     }
     return x;
 }
@@ -287,8 +279,6 @@ TT_QAS_INLINE uint32_t tt_qas_sgd_span(const int stochastic, const int is32, con
                                        int32_t j0, int32_t j1, const float *sp, float bs, float neg_lr, int32_t lo,
                                        int32_t hi, void *pr, const float *g, uint32_t x)
 {
-    int8_t *p8 = (int8_t *)pr;
-    int32_t *p32 = (int32_t *)pr;
     const float s_row = per_elem ? 0.0f : sp[0];
     const int mode = stochastic ? TT_QAS_STOCHASTIC : TT_QAS_NEAREST;
     int32_t j;
@@ -296,14 +286,14 @@ TT_QAS_INLINE uint32_t tt_qas_sgd_span(const int stochastic, const int is32, con
         const float s = per_elem ? sp[j] : s_row;
         const float gg = unit_batch ? g[j] : g[j] * bs;
         const float delta = (neg_lr * gg) / s;
-        const int32_t cur_int = is32 ? p32[j] : (int32_t)p8[j];
+        const int32_t cur_int = tt_qas_load(is32, pr, j);
         int32_t v;
         /* the slow path's argument set-up stays out of the loop body (gcc hoists it above the test otherwise) */
         if (TT_QAS_LIKELY(fabsf(delta) < TT_FAST_LIMIT)) { /* false for NaN too */
             int32_t r;
             if (stochastic) {
                 x = tt_xorshift32_next(x);
-                r = tt_floor32(delta + (float)(x >> 8) * 5.9604644775390625e-08f); /* 2^-24 */
+                r = tt_floor32(delta + tt_uniform24(x));
             } else {
                 r = tt_round_away_fast(delta);
             }
@@ -313,22 +303,12 @@ TT_QAS_INLINE uint32_t tt_qas_sgd_span(const int stochastic, const int is32, con
                 v = tt_sat8(cur_int + r);
                 v = v < lo ? lo : v;
             } else {
-                const int64_t w = (int64_t)cur_int + r;
-                v = (int32_t)(w < lo ? lo : (w > hi ? hi : w));
+                v = tt_add_clamp32(cur_int, r, lo, hi);
             }
         } else {
-            float u = 0.0f;
-            if (stochastic && delta == delta) { /* NaN draws nothing */
-                x = tt_xorshift32_next(x);
-                u = (float)(x >> 8) * 5.9604644775390625e-08f;
-            }
-            v = tt_qas_round_slow(mode, delta, u, cur_int, lo, hi);
+            v = tt_qas_slow(mode, delta, cur_int, lo, hi, &x);
         }
-        if (is32) {
-            p32[j] = v;
-        } else {
-            p8[j] = (int8_t)v;
-        }
+        tt_qas_store(is32, pr, j, v);
     }
     return x;
 }
@@ -356,7 +336,7 @@ TT_QAS_INLINE int tt_qas_sgd4_s8(const int stochastic, const int per_elem, const
         const uint32_t a = tt_xorshift32_next(*x), b = tt_xorshift32_next(a), c = tt_xorshift32_next(b),
                        d = tt_xorshift32_next(c);
         const __m128i bits = _mm_srli_epi32(_mm_set_epi32((int)d, (int)c, (int)b, (int)a), 8); /* < 2^24: exact */
-        const __m128 y = _mm_add_ps(delta, _mm_mul_ps(_mm_cvtepi32_ps(bits), _mm_set1_ps(5.9604644775390625e-08f)));
+        const __m128 y = _mm_add_ps(delta, _mm_mul_ps(_mm_cvtepi32_ps(bits), _mm_set1_ps(TT_U24_SCALE)));
         *x = d;
         t = _mm_cvttps_epi32(y);
         r = _mm_add_epi32(t, _mm_castps_si128(_mm_cmpgt_ps(_mm_cvtepi32_ps(t), y))); /* floor: t - ((float)t > y) */
