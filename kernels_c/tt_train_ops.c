@@ -65,14 +65,16 @@ int32_t tt_argmax_f32(int32_t n, const float *x)
  * loop is specialised: tt_qas_update dispatches once per call on optimizer kind x rounding mode (nearest,
  * stochastic, master copy) x scale layout (one per row / one per column), each combination an always-inlined
  * copy of one generic row loop (tt_qas_row) in which those switches are compile-time constants (24 copies,
- * ~12 KB of Cortex-M7 code; also specialising int8/int32 saved ~10% more instructions for twice the code). The channel scale is read
- * once per row when the row is one output channel, the tt_qas_params fields are copied to locals (the state
- * stores are float stores the compiler would otherwise assume may alias them), and the xorshift32 state stays in
- * a register. The integer rounding takes an int32 fast path for |x| < 2^24; only larger or non-finite values go
- * through the int64 conversions (library calls on Cortex-M, ~100 instructions each element before). The default
- * spec's case (SGD, QAS, no weight decay, no master copy) has a tighter loop of its own (tt_qas_sgd_update, +4 KB
- * of M7 code; ~24 instructions per int8 weight instead of ~51). Every float
- * operation and its order are those of the plain per-element loop, so results are bit-identical to it. */
+ * ~12 KB of Cortex-M7 code; also specialising int8/int32 saved ~10% more instructions for twice the code). The
+ * channel scale is read once per row when the row is one output channel, the tt_qas_params fields are copied to
+ * locals (the state stores are float stores the compiler would otherwise assume may alias them), and the
+ * xorshift32 state stays in a register. The integer rounding takes an int32 fast path for |x| < 2^24; only larger
+ * or non-finite values go through the int64 conversions (library calls on Cortex-M, ~100 instructions each
+ * element before). The default spec's case (SGD, QAS, no weight decay, no master copy) has a tighter loop of its
+ * own (tt_qas_sgd_update, +4 KB of M7 code; ~24 instructions per int8 weight instead of ~51), which the native
+ * host build runs four int8 weights at a time with SSE2 (tt_qas_sgd4_s8; its per-element division was 47 % of
+ * the digits host step). Every float operation and its order are those of the plain per-element loop, so results
+ * are bit-identical to it. */
 #define TT_DELTA_LIMIT 1099511627776.0f /* 2^40 */
 /* Below 2^24 in magnitude a rounded value and its sum with an int8 parameter fit int32 without overflow, and
  * clipping to +-2^40 is the identity. */
