@@ -11,7 +11,10 @@
    to take ~0.5 s, the difference over N, best of 5; CPU time, so the machine's other load matters little)
    against PyTorch on one thread training the same float graph (tests/torch_mirror.py: forward, cross-entropy,
    backward, SGD on the tensors the firmware trains; the int8 MobileNetV2 as the float graph it stands for,
-   stages/contribution.dequantize_graph; a final softmax dropped, as the firmware's fused loss takes logits).
+   stages/contribution.dequantize_graph; a final softmax dropped, as the firmware's fused loss takes logits),
+   best of 5 runs of ~0.5 s each (CPU time of its one thread, torch.set_num_threads(1)). PyTorch computes the
+   whole weight gradient of a tensor the firmware trains only a channel slice of (bench/mbv2_tte.yaml's
+   weight_ratio), so it does somewhat more work there. `--only host` runs this part alone (about a minute).
 3. Build times of the example and of MobileNetV2 (bench/mbv2_tte.yaml), each on its own board: cold (an empty
    cache), no-op (everything cached) and a learning-rate change (emulate-run alone reruns), with the cold build's
    wall and CPU time per stage (the runner's StageInfo.cpu_s: this process and the compilers, QEMU and workers it
@@ -163,14 +166,16 @@ def torch_step_ms(host_build: Any) -> float:
         F.cross_entropy(out.reshape(1, -1), y).backward()
         opt.step()
 
-    for _ in range(20):
+    t = time.process_time()   # CPU time of this process (torch runs on this one thread)
+    for _ in range(20):       # warm-up, and the rough time of a step
         step()
+    n = int(min(max(HOST_SECONDS / max((time.process_time() - t) / 20, 1e-6), 20), 5000))
     best = float("inf")
-    for _ in range(3):
-        t = time.process_time()   # CPU time of this process (torch runs on this one thread)
-        for _ in range(200):
+    for _ in range(5):        # best of 5 runs of ~HOST_SECONDS each, as the host's figure
+        t = time.process_time()
+        for _ in range(n):
             step()
-        best = min(best, (time.process_time() - t) / 200)
+        best = min(best, (time.process_time() - t) / n)
     return best * 1e3
 
 
@@ -259,22 +264,24 @@ def _m(n: float | None) -> str:
 def _device_tables(console: Any, doc: dict[str, Any]) -> None:
     from rich.table import Table
 
-    t = Table(title="device: one training step (QEMU counts; cycles: stages/device/cycles.py tables)")
-    for c in ("model", "kernels", "instr/step", "traced step", "cycles M7", "CPI M7", "cycles M4", "vs TTE (M7)"):
-        t.add_column(c, justify="left" if c in ("model", "kernels") else "right")
-    for d in doc["device"]:
-        t.add_row(d["model"], d["kernels"], _m(d["instructions_per_step"]), _m(d["instructions_traced_step"]),
-                  _m(d["cycles_m7"]), f"{d['cpi_m7']:.3f}", _m(d["cycles_m4"]), f"{d['cycles_m7'] / TTE_CYCLES:.3f}x")
-    console.print(t)
+    if doc["device"]:  # not with --only host
+        t = Table(title="device: one training step (QEMU counts; cycles: stages/device/cycles.py tables)")
+        for c in ("model", "kernels", "instr/step", "traced step", "cycles M7", "CPI M7", "cycles M4", "vs TTE (M7)"):
+            t.add_column(c, justify="left" if c in ("model", "kernels") else "right")
+        for d in doc["device"]:
+            t.add_row(d["model"], d["kernels"], _m(d["instructions_per_step"]), _m(d["instructions_traced_step"]),
+                      _m(d["cycles_m7"]), f"{d['cpi_m7']:.3f}", _m(d["cycles_m4"]),
+                      f"{d['cycles_m7'] / TTE_CYCLES:.3f}x")
+        console.print(t)
     if not doc["host"]:  # --device-only
         return
     h = Table(title="host: CPU ms per training step (best of 5), PyTorch on 1 thread")
-    for c in ("model", "host -O3", "PyTorch", "speed-up"):
+    for c in ("model", "host -O3", "PyTorch", "speed-up", "load"):
         h.add_column(c, justify="right")
     for d in doc["host"]:
         ratio = d["torch_ms"] / d["host_ms"] if d.get("torch_ms") else None
         h.add_row(d["model"], f"{d['host_ms']:.4f}", "-" if d.get("torch_ms") is None else f"{d['torch_ms']:.4f}",
-                  "-" if ratio is None else f"{ratio:.1f}x")
+                  "-" if ratio is None else f"{ratio:.1f}x", f"{d.get('load', 0.0):.1f}")
     console.print(h)
 
 
@@ -283,7 +290,7 @@ def table(doc: dict[str, Any]) -> str:
     from rich.table import Table
 
     console = Console(record=True, width=120)
-    if doc["device"]:
+    if doc["device"] or doc["host"]:
         _device_tables(console, doc)
     if "build" not in doc:  # --device-only
         return console.export_text()
@@ -313,8 +320,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="only the device table (instructions and estimated cycles, portable vs dsp): no host or "
                          "build timings")
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "bench-speed.json")
-    ap.add_argument("--only", choices=("all", "builds"), default="all",
-                    help="builds: only the build times and the auto time (no device traces, no host steps)")
+    ap.add_argument("--only", choices=("all", "builds", "host"), default="all",
+                    help="builds: only the build times and the auto time (no device traces, no host steps); "
+                         "host: only the host steps against PyTorch")
     ap.add_argument("--auto-train-per-class", type=int, default=AUTO_TRAIN_PER_CLASS,
                     help="train samples per class of auto's MobileNetV2 task (default 52: 520 samples; "
                          "bench/make_mbv2_data.py's own 4 gives the 40-sample build of bench/mbv2_auto.yaml)")
@@ -330,12 +338,14 @@ def main(argv: list[str] | None = None) -> int:
         for label, spec in models:
             for kernels in ("portable", "dsp"):
                 doc["device"].append(device(spec, kernels, label))
+    if a.only in ("all", "host"):
         for label, spec in [] if a.device_only else models:
             ms, hb = host_step_ms(spec, label)
-            entry: dict[str, Any] = {"model": label, "host_ms": ms}
+            # CPU time still grows with the machine's load (shared caches, SMT): the 1-minute load beside it
+            entry: dict[str, Any] = {"model": label, "host_ms": ms, "load": os.getloadavg()[0]}
             entry["torch_ms"] = torch_step_ms(hb)
             doc["host"].append(entry)
-    if not a.device_only:
+    if not a.device_only and a.only != "host":
         doc["build"] = [build_times(spec, label) for label, spec in models]
         if not a.skip_mbv2:
             doc["auto"] = auto_time(a.auto_train_per_class)

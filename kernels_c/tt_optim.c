@@ -5,9 +5,23 @@
 
 #include <math.h>
 
-#define TT_SLICE_LOOP(s)                                                                                           \
-    for (r = 0; r < (s)->rows; ++r)                                                                                \
-        for (j = 0; j < (s)->n; ++j)
+#include "tt_opt_step.h"
+
+/* w -= STEP over the trained slice of s (rows x the first n of cols): STEP is the step of one element from gg, its
+ * prepared gradient, and k, its index in the compact [rows, n] gradient and optimizer state. */
+#define TT_SLICE_UPDATE(STEP)                                                                                      \
+    do {                                                                                                           \
+        int32_t r, j;                                                                                              \
+        for (r = 0; r < s->rows; ++r) {                                                                            \
+            for (j = 0; j < s->n; ++j) {                                                                           \
+                float *wp = w + r * s->cols + j;                                                                   \
+                const int32_t k = r * s->n + j;                                                                    \
+                const float gg = tt_grad(g[k], p->scale, p->weight_decay, *wp);                                    \
+                (void)k;                                                                                           \
+                *wp = *wp - (STEP);                                                                                \
+            }                                                                                                      \
+        }                                                                                                          \
+    } while (0)
 
 static inline float tt_grad(float g, float scale, float weight_decay, float w)
 {
@@ -20,26 +34,13 @@ static inline float tt_grad(float g, float scale, float weight_decay, float w)
 
 void tt_sgd_f32(const tt_slice *s, const tt_sgd_params *p, float *w, const float *g)
 {
-    int32_t r, j;
-    TT_SLICE_LOOP(s) {
-        float *wp = w + r * s->cols + j;
-        const float gg = tt_grad(g[r * s->n + j], p->scale, p->weight_decay, *wp);
-        *wp = *wp - p->lr * gg;
-    }
+    TT_SLICE_UPDATE(p->lr * gg);
 }
 
-/* buf = momentum * buf + g (buf starts at 0: the first step gives buf = g, PyTorch's clone); w -= lr * buf. */
+/* The steps: tt_opt_step.h (the state changes in place). */
 void tt_momentum_f32(const tt_slice *s, const tt_momentum_params *p, float *w, const float *g, float *buf)
 {
-    int32_t r, j;
-    TT_SLICE_LOOP(s) {
-        float *wp = w + r * s->cols + j;
-        const int32_t k = r * s->n + j;
-        const float gg = tt_grad(g[k], p->scale, p->weight_decay, *wp);
-        buf[k] = buf[k] * p->momentum;
-        buf[k] = buf[k] + gg;
-        *wp = *wp - p->lr * buf[k];
-    }
+    TT_SLICE_UPDATE(tt_momentum_step(gg, &buf[k], p->momentum, p->lr));
 }
 
 void tt_adam_prepare(double lr, double beta1, double beta2, double eps, int32_t step, float scale,
@@ -59,29 +60,11 @@ void tt_adam_prepare(double lr, double beta1, double beta2, double eps, int32_t 
 
 void tt_adam_f32(const tt_slice *s, const tt_adam_params *p, float *w, const float *g, float *m, float *v)
 {
-    int32_t r, j;
-    TT_SLICE_LOOP(s) {
-        float *wp = w + r * s->cols + j;
-        const int32_t k = r * s->n + j;
-        const float gg = tt_grad(g[k], p->scale, p->weight_decay, *wp);
-        float denom;
-        m[k] = m[k] + (gg - m[k]) * p->one_minus_beta1;
-        v[k] = v[k] * p->beta2;
-        v[k] = v[k] + p->one_minus_beta2 * gg * gg;
-        denom = sqrtf(v[k]) / p->sqrt_bc2 + p->eps;
-        *wp = *wp - p->lr_over_bc1 * m[k] / denom;
-    }
+    TT_SLICE_UPDATE(tt_adam_step(gg, &m[k], &v[k], p->one_minus_beta1, p->beta2, p->one_minus_beta2, p->lr_over_bc1,
+                                 p->sqrt_bc2, p->eps));
 }
 
 void tt_rmsprop_f32(const tt_slice *s, const tt_rmsprop_params *p, float *w, const float *g, float *sq)
 {
-    int32_t r, j;
-    TT_SLICE_LOOP(s) {
-        float *wp = w + r * s->cols + j;
-        const int32_t k = r * s->n + j;
-        const float gg = tt_grad(g[k], p->scale, p->weight_decay, *wp);
-        sq[k] = sq[k] * p->alpha;
-        sq[k] = sq[k] + p->one_minus_alpha * gg * gg;
-        *wp = *wp - p->lr * gg / (sqrtf(sq[k]) + p->eps);
-    }
+    TT_SLICE_UPDATE(tt_rmsprop_step(gg, &sq[k], p->alpha, p->one_minus_alpha, p->lr, p->eps));
 }

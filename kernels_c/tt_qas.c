@@ -5,14 +5,12 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "tt_opt_step.h"
+
 uint32_t tt_xorshift32(uint32_t *state)
 {
-    uint32_t x = *state;
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    *state = x;
-    return x;
+    *state = tt_xorshift32_next(*state);
+    return *state;
 }
 
 void tt_qas_factors(int32_t channels, float lr, const float *w_scale, float x_scale, float *factor)
@@ -23,20 +21,11 @@ void tt_qas_factors(int32_t channels, float lr, const float *w_scale, float x_sc
     }
 }
 
-/* tt_xorshift32 on a register copy of the state */
-static inline uint32_t tt_xorshift32_next_s(uint32_t x)
-{
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    return x;
-}
-
 /* floorf(v + 0.5f) or floorf(v + u), u in [0, 1) with 24 random bits (exact in float32). */
 static inline float tt_round(float v, tt_rounding rounding, uint32_t *rng_state)
 {
     if (rounding == TT_ROUND_STOCHASTIC) {
-        const float u = (float)(tt_xorshift32(rng_state) >> 8) * (1.0f / 16777216.0f);
+        const float u = tt_uniform24(tt_xorshift32(rng_state));
         return floorf(v + u);
     }
     return floorf(v + 0.5f);
@@ -45,14 +34,6 @@ static inline float tt_round(float v, tt_rounding rounding, uint32_t *rng_state)
 static inline float tt_clampf(float v, float lo, float hi)
 {
     return v < lo ? lo : (v > hi ? hi : v);
-}
-
-/* floorf(y) for |y| < 2^31 without the libm call (Cortex-M4 has no VRINTM): truncation is exact there, and
- * below 2^24 (float)t is exact too, while above it y is an integer and t == y. */
-static inline int32_t tt_floor_small(float y)
-{
-    const int32_t t = (int32_t)y;
-    return (float)t > y ? t - 1 : t;
 }
 
 #if defined(__GNUC__)
@@ -85,17 +66,17 @@ TT_QAS8_INLINE uint32_t tt_qas_row_s8(const int per_col, const int has_master, c
             y = v;
         }
         if (stochastic) {
-            x = tt_xorshift32_next_s(x);
-            y = y + (float)(x >> 8) * (1.0f / 16777216.0f);
+            x = tt_xorshift32_next(x);
+            y = y + tt_uniform24(x);
         } else {
             y = y + 0.5f;
         }
         if (has_master) {
             /* mm in [-127, 127]: y in [-127, 128] (127 + u rounds to 128 for u > 1 - 2^-18): only the top clamps */
-            q = tt_floor_small(y);
+            q = tt_floor32(y);
             w[j] = (int8_t)(q > 127 ? 127 : q);
         } else {
-            q = tt_floor_small(tt_clampf(y, -255.0f, 255.0f));
+            q = tt_floor32(tt_clampf(y, -255.0f, 255.0f));
             q += (int32_t)w[j];
             w[j] = (int8_t)(q < -127 ? -127 : (q > 127 ? 127 : q));
         }

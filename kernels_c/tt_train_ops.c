@@ -3,6 +3,10 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
+
+#include "tt_opt_step.h"
+#include "tt_simd.h" /* TT_HOST_SIMD: SSE2 on the native host build */
 #if defined(__arm__) && defined(__ARM_FEATURE_SAT) && defined(__GNUC__)
 #include <arm_acle.h> /* __ssat */
 #endif
@@ -32,27 +36,27 @@ void tt_dequantize_slice_s8_f32(int32_t rows, int32_t depth, int32_t k, float sc
     }
 }
 
+/* The first index of the largest of x[0..n), for either element type (the definitions stay plain so that
+ * cross-compile's name scan sees them). */
+#define TT_ARGMAX_BODY                                                                                               \
+    int32_t i, best = 0;                                                                                             \
+    for (i = 1; i < n; ++i) {                                                                                        \
+        if (x[i] > x[best]) {                                                                                        \
+            best = i;                                                                                                \
+        }                                                                                                            \
+    }                                                                                                                \
+    return best;
+
 int32_t tt_argmax_s8(int32_t n, const int8_t *x)
 {
-    int32_t i, best = 0;
-    for (i = 1; i < n; ++i) {
-        if (x[i] > x[best]) {
-            best = i;
-        }
-    }
-    return best;
+    TT_ARGMAX_BODY
 }
 
 int32_t tt_argmax_f32(int32_t n, const float *x)
 {
-    int32_t i, best = 0;
-    for (i = 1; i < n; ++i) {
-        if (x[i] > x[best]) {
-            best = i;
-        }
-    }
-    return best;
+    TT_ARGMAX_BODY
 }
+#undef TT_ARGMAX_BODY
 
 /* ---- QAS update ----------------------------------------------------------------------------------------------
  * Per element, in the order of stages/quant/qas.py (each line one float32 rounding, as numpy does it).
@@ -61,14 +65,16 @@ int32_t tt_argmax_f32(int32_t n, const float *x)
  * loop is specialised: tt_qas_update dispatches once per call on optimizer kind x rounding mode (nearest,
  * stochastic, master copy) x scale layout (one per row / one per column), each combination an always-inlined
  * copy of one generic row loop (tt_qas_row) in which those switches are compile-time constants (24 copies,
- * ~12 KB of Cortex-M7 code; also specialising int8/int32 saved ~10% more instructions for twice the code). The channel scale is read
- * once per row when the row is one output channel, the tt_qas_params fields are copied to locals (the state
- * stores are float stores the compiler would otherwise assume may alias them), and the xorshift32 state stays in
- * a register. The integer rounding takes an int32 fast path for |x| < 2^24; only larger or non-finite values go
- * through the int64 conversions (library calls on Cortex-M, ~100 instructions each element before). The default
- * spec's case (SGD, QAS, no weight decay, no master copy) has a tighter loop of its own (tt_qas_sgd_update, +4 KB
- * of M7 code; ~24 instructions per int8 weight instead of ~51). Every float
- * operation and its order are those of the plain per-element loop, so results are bit-identical to it. */
+ * ~12 KB of Cortex-M7 code; also specialising int8/int32 saved ~10% more instructions for twice the code). The
+ * channel scale is read once per row when the row is one output channel, the tt_qas_params fields are copied to
+ * locals (the state stores are float stores the compiler would otherwise assume may alias them), and the
+ * xorshift32 state stays in a register. The integer rounding takes an int32 fast path for |x| < 2^24; only larger
+ * or non-finite values go through the int64 conversions (library calls on Cortex-M, ~100 instructions each
+ * element before). The default spec's case (SGD, QAS, no weight decay, no master copy) has a tighter loop of its
+ * own (tt_qas_sgd_update, +4 KB of M7 code; ~24 instructions per int8 weight instead of ~51), which the native
+ * host build runs four int8 weights at a time with SSE2 (tt_qas_sgd4_s8; its per-element division was 47 % of
+ * the digits host step). Every float operation and its order are those of the plain per-element loop, so results
+ * are bit-identical to it. */
 #define TT_DELTA_LIMIT 1099511627776.0f /* 2^40 */
 /* Below 2^24 in magnitude a rounded value and its sum with an int8 parameter fit int32 without overflow, and
  * clipping to +-2^40 is the identity. */
@@ -95,42 +101,25 @@ static inline float tt_clip_delta(float v)
     return v;
 }
 
-/* round half away from zero of |v| <= 2^40 (qas.round_nearest: trunc, then the exact fraction). */
-static inline int64_t tt_round_away(float v)
-{
-    const int64_t t = (int64_t)v;
-    const float frac = v - (float)t;
-    return t + (frac >= 0.5f ? 1 : 0) - (frac <= -0.5f ? 1 : 0);
-}
+/* round half away from zero (qas.round_nearest: trunc, then the exact fraction) and floor, in an integer type T
+ * that holds the result: int64_t for |v| <= 2^40, int32_t (the single-instruction float <-> int32 conversions) for
+ * |v| <= 2^24 + 1 (tt_floor32 is tt_opt_step.h's). (float)t is exact: below 2^24 every integer is a float, above
+ * it v is an integer and t == v. */
+#define TT_ROUND_AWAY(T, NAME)                                                                                       \
+    static inline T NAME(float v)                                                                                    \
+    {                                                                                                                \
+        const T t = (T)v;                                                                                            \
+        const float frac = v - (float)t;                                                                             \
+        return t + (frac >= 0.5f ? 1 : 0) - (frac <= -0.5f ? 1 : 0);                                                 \
+    }
+TT_ROUND_AWAY(int64_t, tt_round_away)
+TT_ROUND_AWAY(int32_t, tt_round_away32)
+#undef TT_ROUND_AWAY
 
 static inline int64_t tt_floor64(float v)
 {
     const int64_t t = (int64_t)v;
     return ((float)t > v) ? t - 1 : t;
-}
-
-/* The same two functions for |v| <= 2^24 + 1, with the single-instruction float <-> int32 conversions. (float)t
- * is exact: below 2^24 every integer is a float, above it v is an integer and t == v. */
-static inline int32_t tt_round_away32(float v)
-{
-    const int32_t t = (int32_t)v;
-    const float frac = v - (float)t;
-    return t + (frac >= 0.5f ? 1 : 0) - (frac <= -0.5f ? 1 : 0);
-}
-
-static inline int32_t tt_floor32(float v)
-{
-    const int32_t t = (int32_t)v;
-    return ((float)t > v) ? t - 1 : t;
-}
-
-/* tt_xorshift32 (tt_qas.c) on a register copy of the state; u = (x >> 8) * 2^-24. */
-static inline uint32_t tt_xorshift32_next(uint32_t x)
-{
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    return x;
 }
 
 /* The rare values outside the fast path (|x| >= 2^24, infinities, NaN), as the plain loop treats them: clip to
@@ -154,6 +143,40 @@ static int32_t tt_qas_round_slow(int mode, float x, float u, int32_t cur_int, in
     return (int32_t)(v < lo ? lo : (v > hi ? hi : v));
 }
 
+/* The rare value x_round of an element (tt_qas_round_slow) with its draw: none for NaN. */
+TT_QAS_INLINE int32_t tt_qas_slow(const int mode, float x_round, int32_t cur_int, int32_t lo, int32_t hi, uint32_t *x)
+{
+    float u = 0.0f;
+    if (mode == TT_QAS_STOCHASTIC && x_round == x_round) { /* NaN draws nothing */
+        *x = tt_xorshift32_next(*x);
+        u = tt_uniform24(*x);
+    }
+    return tt_qas_round_slow(mode, x_round, u, cur_int, lo, hi);
+}
+
+/* clamp(cur + r, lo, hi) for an int32 bias: cur + r (|r| <= 2^24) may leave int32, so in int64. */
+static inline int32_t tt_add_clamp32(int32_t cur, int32_t r, int32_t lo, int32_t hi)
+{
+    const int64_t w = (int64_t)cur + r;
+    return (int32_t)(w < lo ? lo : (w > hi ? hi : w));
+}
+
+/* p[j] of the parameter row pr, int8 or int32 by is32, and p[j] = v. */
+TT_QAS_INLINE int32_t tt_qas_load(const int is32, const void *pr, int32_t j)
+{
+    return is32 ? ((const int32_t *)pr)[j] : (int32_t)((const int8_t *)pr)[j];
+}
+
+
+TT_QAS_INLINE void tt_qas_store(const int is32, void *pr, int32_t j, int32_t v)
+{
+    if (is32) {
+        ((int32_t *)pr)[j] = v;
+    } else {
+        ((int8_t *)pr)[j] = (int8_t)v;
+    }
+}
+
 /* One row: elements [0, n) of row r of the parameter (pr, int8 or int32 by is32) and of the compact [rows, n]
  * tensors (g, s0, s1, m). sp: the row's channel scale (per_elem == 0) or the scale of column j at sp[j]. kind,
  * mode, per_elem are constants at every call site (is32 is loop-invariant). Returns the PRNG state after the row. */
@@ -161,15 +184,13 @@ TT_QAS_INLINE uint32_t tt_qas_row(const tt_qas_params *c, const int kind, const 
                                   const int per_elem, int32_t n, const float *sp, void *pr, const float *g, float *s0,
                                   float *s1, float *m, uint32_t x)
 {
-    int8_t *p8 = (int8_t *)pr;
-    int32_t *p32 = (int32_t *)pr;
     const int32_t qas = c->qas, wd_on = c->weight_decay != 0.0f, lo = c->lo, hi = c->hi;
     const float bs = c->batch_scale, lr = c->lr, wd = c->weight_decay, eps = c->eps;
     const float s_row = per_elem ? 0.0f : sp[0];
     int32_t j;
     for (j = 0; j < n; ++j) {
         const float s = per_elem ? sp[j] : s_row;
-        const int32_t cur_int = is32 ? p32[j] : (int32_t)p8[j];
+        const int32_t cur_int = tt_qas_load(is32, pr, j);
         const float cur = mode == TT_QAS_MASTER ? m[j] : (float)cur_int;
         float gg = g[j] * bs;
         float d, delta, x_round;
@@ -185,26 +206,12 @@ TT_QAS_INLINE uint32_t tt_qas_row(const tt_qas_params *c, const int kind, const 
             }
         }
         if (kind == TT_OPT_MOMENTUM) {
-            float b = s0[j];
-            b = b * c->momentum;
-            b = b + gg;
-            s0[j] = b;
-            d = lr * b;
+            d = tt_momentum_step(gg, &s0[j], c->momentum, lr);
         } else if (kind == TT_OPT_ADAM) {
-            float mm = s0[j], vv = s1[j], denom;
-            mm = mm + (gg - mm) * c->one_minus_beta1;
-            vv = vv * c->beta2;
-            vv = vv + c->one_minus_beta2 * gg * gg;
-            s0[j] = mm;
-            s1[j] = vv;
-            denom = sqrtf(vv) / c->sqrt_bc2 + eps;
-            d = c->lr_over_bc1 * mm / denom;
+            d = tt_adam_step(gg, &s0[j], &s1[j], c->one_minus_beta1, c->beta2, c->one_minus_beta2, c->lr_over_bc1,
+                             c->sqrt_bc2, eps);
         } else if (kind == TT_OPT_RMSPROP) {
-            float sq = s0[j];
-            sq = sq * c->alpha;
-            sq = sq + c->one_minus_alpha * gg * gg;
-            s0[j] = sq;
-            d = lr * gg / (sqrtf(sq) + eps);
+            d = tt_rmsprop_step(gg, &s0[j], c->alpha, c->one_minus_alpha, lr, eps);
         } else {
             d = lr * gg;
         }
@@ -221,7 +228,7 @@ TT_QAS_INLINE uint32_t tt_qas_row(const tt_qas_params *c, const int kind, const 
             if (mode == TT_QAS_STOCHASTIC) {
                 x = tt_xorshift32_next(x);
                 /* |x_round + u| <= 2^24 + 1 rounds to at most 2^24 in float32: int32 is enough */
-                r = tt_floor32(x_round + (float)(x >> 8) * 5.9604644775390625e-08f); /* 2^-24 */
+                r = tt_floor32(x_round + tt_uniform24(x));
             } else {
                 r = tt_round_away32(x_round);
             }
@@ -231,22 +238,12 @@ TT_QAS_INLINE uint32_t tt_qas_row(const tt_qas_params *c, const int kind, const 
                 v = cur_int + r; /* int8 + at most 2^24: no overflow */
                 v = v < lo ? lo : (v > hi ? hi : v);
             } else {
-                const int64_t w = (int64_t)cur_int + r; /* an int32 bias plus 2^24 may leave int32 */
-                v = (int32_t)(w < lo ? lo : (w > hi ? hi : w));
+                v = tt_add_clamp32(cur_int, r, lo, hi);
             }
         } else {
-            float u = 0.0f;
-            if (mode == TT_QAS_STOCHASTIC && x_round == x_round) { /* NaN draws nothing */
-                x = tt_xorshift32_next(x);
-                u = (float)(x >> 8) * 5.9604644775390625e-08f;
-            }
-            v = tt_qas_round_slow(mode, x_round, u, cur_int, lo, hi);
+            v = tt_qas_slow(mode, x_round, cur_int, lo, hi, &x);
         }
-        if (is32) {
-            p32[j] = v;
-        } else {
-            p8[j] = (int8_t)v;
-        }
+        tt_qas_store(is32, pr, j, v);
     }
     return x;
 }
@@ -278,29 +275,27 @@ static inline int32_t tt_round_away_fast(float v)
     return t + (int32_t)(frac + frac);
 }
 
-/* One row of the common case; stochastic, is32, per_elem, unit_batch are constants at every call site. The
- * elements, the PRNG draws and the rare-value path (tt_qas_round_slow) are those of tt_qas_row. */
-TT_QAS_INLINE uint32_t tt_qas_sgd_row(const int stochastic, const int is32, const int per_elem, const int unit_batch,
-                                      int32_t n, const float *sp, float bs, float neg_lr, int32_t lo, int32_t hi,
-                                      void *pr, const float *g, uint32_t x)
+/* Elements [j0, j1) of one row of the common case; stochastic, is32, per_elem, unit_batch are constants at every
+ * call site. The elements, the PRNG draws and the rare-value path (tt_qas_round_slow) are those of tt_qas_row. */
+TT_QAS_INLINE uint32_t tt_qas_sgd_span(const int stochastic, const int is32, const int per_elem, const int unit_batch,
+                                       int32_t j0, int32_t j1, const float *sp, float bs, float neg_lr, int32_t lo,
+                                       int32_t hi, void *pr, const float *g, uint32_t x)
 {
-    int8_t *p8 = (int8_t *)pr;
-    int32_t *p32 = (int32_t *)pr;
     const float s_row = per_elem ? 0.0f : sp[0];
     const int mode = stochastic ? TT_QAS_STOCHASTIC : TT_QAS_NEAREST;
     int32_t j;
-    for (j = 0; j < n; ++j) {
+    for (j = j0; j < j1; ++j) {
         const float s = per_elem ? sp[j] : s_row;
         const float gg = unit_batch ? g[j] : g[j] * bs;
         const float delta = (neg_lr * gg) / s;
-        const int32_t cur_int = is32 ? p32[j] : (int32_t)p8[j];
+        const int32_t cur_int = tt_qas_load(is32, pr, j);
         int32_t v;
         /* the slow path's argument set-up stays out of the loop body (gcc hoists it above the test otherwise) */
         if (TT_QAS_LIKELY(fabsf(delta) < TT_FAST_LIMIT)) { /* false for NaN too */
             int32_t r;
             if (stochastic) {
                 x = tt_xorshift32_next(x);
-                r = tt_floor32(delta + (float)(x >> 8) * 5.9604644775390625e-08f); /* 2^-24 */
+                r = tt_floor32(delta + tt_uniform24(x));
             } else {
                 r = tt_round_away_fast(delta);
             }
@@ -310,24 +305,81 @@ TT_QAS_INLINE uint32_t tt_qas_sgd_row(const int stochastic, const int is32, cons
                 v = tt_sat8(cur_int + r);
                 v = v < lo ? lo : v;
             } else {
-                const int64_t w = (int64_t)cur_int + r;
-                v = (int32_t)(w < lo ? lo : (w > hi ? hi : w));
+                v = tt_add_clamp32(cur_int, r, lo, hi);
             }
         } else {
-            float u = 0.0f;
-            if (stochastic && delta == delta) { /* NaN draws nothing */
-                x = tt_xorshift32_next(x);
-                u = (float)(x >> 8) * 5.9604644775390625e-08f;
-            }
-            v = tt_qas_round_slow(mode, delta, u, cur_int, lo, hi);
+            v = tt_qas_slow(mode, delta, cur_int, lo, hi, &x);
         }
-        if (is32) {
-            p32[j] = v;
-        } else {
-            p8[j] = (int8_t)v;
-        }
+        tt_qas_store(is32, pr, j, v);
     }
     return x;
+}
+
+#if TT_HOST_SIMD
+/* Four int8 elements of the common case at once (SSE2), lane by lane the float operations of tt_qas_sgd_span:
+ * mulps / divps / addps round each lane as mulss / divss / addss do (IEEE, round to nearest), cvttps2dq truncates
+ * as the (int32_t) casts, and the draws are the same four in the same order. The clamp: packs to int16 saturates
+ * (|cur + r| <= 2^24 + 127), max with lo (>= -128), packs to int8 saturates at 127 = hi; that is clamp(v, lo, hi).
+ * Returns 0, writing nothing and drawing nothing, when a lane is outside the fast path (|delta| >= 2^24 or NaN):
+ * the caller then takes the four elements one by one. */
+TT_QAS_INLINE int tt_qas_sgd4_s8(const int stochastic, const int per_elem, const int unit_batch, const float *sp,
+                                 __m128 s_row, __m128 bs, __m128 neg_lr, __m128i lo16, int8_t *p, const float *g,
+                                 uint32_t *x)
+{
+    const __m128 gg = unit_batch ? _mm_loadu_ps(g) : _mm_mul_ps(_mm_loadu_ps(g), bs);
+    const __m128 delta = _mm_div_ps(_mm_mul_ps(neg_lr, gg), per_elem ? _mm_loadu_ps(sp) : s_row);
+    const __m128 mag = _mm_andnot_ps(_mm_set1_ps(-0.0f), delta);
+    __m128i t, r, cur, v;
+    int32_t c4;
+    if (_mm_movemask_ps(_mm_cmplt_ps(mag, _mm_set1_ps(TT_FAST_LIMIT))) != 0xF) { /* NaN compares false */
+        return 0;
+    }
+    if (stochastic) {
+        const uint32_t a = tt_xorshift32_next(*x), b = tt_xorshift32_next(a), c = tt_xorshift32_next(b),
+                       d = tt_xorshift32_next(c);
+        const __m128i bits = _mm_srli_epi32(_mm_set_epi32((int)d, (int)c, (int)b, (int)a), 8); /* < 2^24: exact */
+        const __m128 y = _mm_add_ps(delta, _mm_mul_ps(_mm_cvtepi32_ps(bits), _mm_set1_ps(TT_U24_SCALE)));
+        *x = d;
+        t = _mm_cvttps_epi32(y);
+        r = _mm_add_epi32(t, _mm_castps_si128(_mm_cmpgt_ps(_mm_cvtepi32_ps(t), y))); /* floor: t - ((float)t > y) */
+    } else {
+        __m128 frac;
+        t = _mm_cvttps_epi32(delta);
+        frac = _mm_sub_ps(delta, _mm_cvtepi32_ps(t));
+        r = _mm_add_epi32(t, _mm_cvttps_epi32(_mm_add_ps(frac, frac))); /* tt_round_away_fast */
+    }
+    memcpy(&c4, p, 4);
+    cur = _mm_cvtsi32_si128(c4);
+    cur = _mm_unpacklo_epi8(cur, cur);
+    cur = _mm_srai_epi32(_mm_unpacklo_epi16(cur, cur), 24); /* the four int8 values sign-extended */
+    v = _mm_add_epi32(cur, r);
+    v = _mm_max_epi16(_mm_packs_epi32(v, v), lo16);
+    c4 = _mm_cvtsi128_si32(_mm_packs_epi16(v, v));
+    memcpy(p, &c4, 4);
+    return 1;
+}
+#endif
+
+/* One row of the common case: the host's SSE2 blocks of four where they apply, the plain loop for the rest. */
+TT_QAS_INLINE uint32_t tt_qas_sgd_row(const int stochastic, const int is32, const int per_elem, const int unit_batch,
+                                      int32_t n, const float *sp, float bs, float neg_lr, int32_t lo, int32_t hi,
+                                      void *pr, const float *g, uint32_t x)
+{
+    int32_t j = 0;
+#if TT_HOST_SIMD
+    if (!is32) {
+        const __m128 s_row = _mm_set1_ps(per_elem ? 0.0f : sp[0]), vbs = _mm_set1_ps(bs), vlr = _mm_set1_ps(neg_lr);
+        const __m128i lo16 = _mm_set1_epi16((int16_t)lo);
+        int8_t *p8 = (int8_t *)pr;
+        for (; j + 4 <= n; j += 4) {
+            if (!tt_qas_sgd4_s8(stochastic, per_elem, unit_batch, per_elem ? sp + j : sp, s_row, vbs, vlr, lo16, p8 + j,
+                                g + j, &x)) {
+                x = tt_qas_sgd_span(stochastic, 0, per_elem, unit_batch, j, j + 4, sp, bs, neg_lr, lo, hi, pr, g, x);
+            }
+        }
+    }
+#endif
+    return tt_qas_sgd_span(stochastic, is32, per_elem, unit_batch, j, n, sp, bs, neg_lr, lo, hi, pr, g, x);
 }
 
 /* All rows of the common case for one (stochastic, is32, unit_batch); the scale layout per call, the channel

@@ -114,18 +114,24 @@ void tt_fully_connected_grad_weight_f32(int32_t rows, int32_t depth, int32_t out
     tt_fully_connected_grad_weight_f32_range(rows, depth, out_c, k, 0, out_c, dy, x, dw);
 }
 
-/* Rows [o0, o1) of dw (each its own sums: any split gives the bits of the whole call); dw points at row o0. */
+/* Rows [o0, o1) of dw (each its own sums: any split gives the bits of the whole call); dw points at row o0.
+ * Each element is ((0 + p_0) + p_1) + ... in r order; the loop over d is innermost so that it vectorises (the
+ * common case is one row: dw = dy[o] * x). */
 void tt_fully_connected_grad_weight_f32_range(int32_t rows, int32_t depth, int32_t out_c, int32_t k, int32_t o0,
                                               int32_t o1, const float *dy, const float *x, float *dw)
 {
     int32_t r, d, o;
     for (o = o0; o < o1; ++o) {
+        float *row = dw + (o - o0) * k;
         for (d = 0; d < k; ++d) {
-            float s = 0.0f;
-            for (r = 0; r < rows; ++r) {
-                s += dy[r * out_c + o] * x[r * depth + d];
+            row[d] = 0.0f;
+        }
+        for (r = 0; r < rows; ++r) {
+            const float a = dy[r * out_c + o];
+            const float *xr = x + r * depth;
+            for (d = 0; d < k; ++d) {
+                row[d] += a * xr[d];
             }
-            dw[(o - o0) * k + d] = s;
         }
     }
 }
