@@ -133,7 +133,7 @@ def test_frozen_prefix_computed_once_gives_the_same_probe(graph, data, monkeypat
     kw = dict(loss="cross_entropy", optimizer="sgd", qas_enabled=True, learning_rate=0.01, x=x, y=y, steps=20)
     tg = build_training_graph(graph, plan, "cross_entropy", OptimizerSpec(kind="sgd"), 1,
                               QASOptions(True, "nearest", False))
-    prefix = uc.FrozenPrefix(tg, te.init_state(tg))
+    prefix = uc.FrozenOps(tg, te.init_state(tg))
     split = int(tg.meta["train"]["sample_ops"])
     fwd = [i for i, op in enumerate(tg.ops[:split]) if op.type in te._FORWARD_OPS]
     assert prefix.ops and prefix.ops < set(fwd)           # the convs are frozen, the classifier is not
@@ -151,7 +151,7 @@ def test_frozen_prefix_computed_once_gives_the_same_probe(graph, data, monkeypat
     plain = uc.probe(graph, plan, **kw)
     assert first == again == plain
     # Another plan (the last two layers trained) has another prefix: it shares nothing with this one.
-    other = uc.FrozenPrefix(*(lambda g: (g, te.init_state(g)))(
+    other = uc.FrozenOps(*(lambda g: (g, te.init_state(g)))(
         build_training_graph(graph, TrainPlan.last_k(graph, 2), "cross_entropy", OptimizerSpec(kind="sgd"), 1,
                              QASOptions(True, "nearest", False))))
     assert other.fingerprint != prefix.fingerprint and other.ops < prefix.ops

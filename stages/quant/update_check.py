@@ -91,7 +91,7 @@ def _shadow_delta(op, values: dict[str, np.ndarray], runtime: dict, defaults: di
     return shadow[_SHADOW_MASTER]
 
 
-class FrozenPrefix:
+class FrozenOps:
     """The forward ops of a training graph whose outputs depend on the sample alone: every input is the model input,
     a constant that training does not change, or another such op's output. A sparse plan freezes most of the network
     (MobileNetV2's TTE scheme: the first 36 layers, the large early ones), and the probe visits each held-out sample
@@ -99,7 +99,9 @@ class FrozenPrefix:
     ops once per sample (`PrefixCache`) instead of on every visit: the same kernels on the same values, the same
     bits. `frontier`: the prefix's outputs that anything else reads, the only ones kept; `fingerprint`: a digest of
     everything the prefix computes from (ops, attributes, constants, quantisation), so that two graphs share cached
-    values only when their prefixes are the same computation."""
+    values only when their prefixes are the same computation. (The analysis' planning/frozen_prefix.py cuts a float
+    graph at one tensor and runs the parts batched; the probe runs its int8 training graph op by op on the golden
+    model, so it keeps these ops' outputs instead.)"""
 
     def __init__(self, tg: Graph, state: dict[str, np.ndarray]):
         meta = tg.meta["train"]
@@ -154,7 +156,7 @@ def _digest(h: Any, obj: Any) -> None:
 
 
 class PrefixCache:
-    """A frozen prefix's frontier values per sample of one probe data set `x` (FrozenPrefix), shared by the probes
+    """A frozen prefix's frontier values per sample of one probe data set `x` (FrozenOps), shared by the probes
     of one check. A value that is no frontier is never read after its prefix: it is left out (a placeholder that any
     arithmetic would refuse)."""
 
@@ -162,7 +164,7 @@ class PrefixCache:
         self.x = x
         self._memo: dict[tuple[str, int], dict[str, np.ndarray]] = {}
 
-    def forward_op(self, prefix: FrozenPrefix, sample: int) -> Callable | None:
+    def forward_op(self, prefix: FrozenOps, sample: int) -> Callable | None:
         """run_sample's `forward_op` for sample `sample` of x (None: nothing frozen, the default forward)."""
         from tinytrain.stages.golden import forward as fwd_exec
 
@@ -210,7 +212,7 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabl
     state = te.init_state(tg, runtime)
     if prefix_cache is None or prefix_cache.x is not x:
         prefix_cache = PrefixCache(x)
-    prefix = FrozenPrefix(tg, state)
+    prefix = FrozenOps(tg, state)
     acc = {op.inputs[0]: {"updates": 0, "lost": 0, "mass": 0.0, "lost_mass": 0.0, "deltas": []} for op in ops}
     # Where each int8 weight would go if its range did not stop it: its starting value plus every Δ the update
     # computed (the float trajectory a master copy without a clamp would follow). Its largest |value| per output
@@ -337,8 +339,10 @@ def decide(tensors: dict[str, dict[str, Any]], *, qas_enabled: bool, rounding: s
                                           f"model barely learns; set train.qas.enabled: true")
         doc["reason"] = "without QAS neither a master copy nor stochastic rounding restores the update's size"
         return doc
-    base = peak("nearest", False)
     options = (("nearest", True, "fp32 master copy"), ("stochastic", False, "stochastic rounding"))
+    if hasattr(peak, "prefetch"):   # all three are reported: computed side by side where the caller can
+        peak.prefetch([("nearest", False)] + [(r, m) for r, m, _ in options])
+    base = peak("nearest", False)
     doc["peaks_bytes"] = {"nearest": base, **{("master_copy" if m else r): peak(r, m) for r, m, _ in options}}
     # A plan over the budget even without a remedy (a fixed scheme is reported, not refused) still gets stochastic
     # rounding: its few bytes of PRNG state do not decide whether the plan fits, the rest of the plan does.
@@ -364,20 +368,37 @@ def decide(tensors: dict[str, dict[str, Any]], *, qas_enabled: bool, rounding: s
 
 # ---- the stage's use ------------------------------------------------------------------------------------------
 
+class _Peaks:
+    """peak(rounding, master_copy): see `peaks`. `prefetch(settings)` hands them to `exact_peak.many` when the
+    caller's exact_peak can compute several side by side (sparse_plan's does, on every core)."""
+
+    def __init__(self, graph: Graph, plan: TrainPlan, settings, qas_enabled: bool, exact_peak: Callable):
+        self.graph, self.plan, self.settings, self.qas, self.exact_peak = graph, plan, settings, qas_enabled, exact_peak
+
+    def _settings(self, rounding: str, master_copy: bool):
+        return dataclasses.replace(self.settings, rounding=rounding, master_copy=master_copy)
+
+    def prefetch(self, keys: list[tuple[str, bool]]) -> None:
+        many = getattr(self.exact_peak, "many", None)
+        if many is not None:
+            many(self.graph, self.plan, [self._settings(*k) for k in keys], self.qas)
+
+    def __call__(self, rounding: str, master_copy: bool) -> int | None:
+        from tinytrain.pipeline.errors import UserError
+        from tinytrain.stages.planning.memory_model import MemoryModel
+
+        s = self._settings(rounding, master_copy)
+        try:
+            return int(self.exact_peak(self.graph, self.plan, s, self.qas)["peak_bytes"])
+        except (UserError, NotImplementedError):
+            return int(MemoryModel(self.graph, s).estimate(self.plan)["total"])
+
+
 def peaks(graph: Graph, plan: TrainPlan, settings, qas_enabled: bool,
           exact_peak: Callable) -> Callable[[str, bool], int | None]:
     """peak(rounding, master_copy): the plan's exact peak (sparse_plan.exact_peak: autodiff's graph, reorder's
     planner) with that QAS setting, else plan_memory's estimate when autodiff cannot build the graph."""
-    from tinytrain.pipeline.errors import UserError
-    from tinytrain.stages.planning.memory_model import MemoryModel
-
-    def peak(rounding: str, master_copy: bool) -> int | None:
-        s = dataclasses.replace(settings, rounding=rounding, master_copy=master_copy)
-        try:
-            return int(exact_peak(graph, plan, s, qas_enabled)["peak_bytes"])
-        except (UserError, NotImplementedError):
-            return int(MemoryModel(graph, s).estimate(plan)["total"])
-    return peak
+    return _Peaks(graph, plan, settings, qas_enabled, exact_peak)
 
 
 # The learning rate the planner probes at: the optimizer's usual one (issue 17). The build's own rate is a runtime
