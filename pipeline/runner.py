@@ -356,10 +356,13 @@ class _EarlyPicture:
 
 
 def _draw_layers(folder: Path) -> None:
-    """The early chart's process: a failure is only an exit code (the report then draws the chart and says why)."""
+    """The early chart's process: a failure is only an exit code (the report then draws the chart and says why).
+    It yields the CPU to the stage it runs beside (QEMU, whose run is the build's critical path): it has until the
+    end of the build, by then long idle."""
     from tinytrain.pipeline.report import write_layers_picture
 
     try:
+        os.nice(10)
         write_layers_picture(folder)
     except Exception:  # noqa: BLE001
         os._exit(1)
