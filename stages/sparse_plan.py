@@ -60,6 +60,7 @@ from tinytrain.pipeline.contract import StageContext, StageResult
 from tinytrain.stages.planning import contribution as contrib
 from tinytrain.stages.planning import contribution_text
 from tinytrain.stages.planning import statics
+from tinytrain.stages.planning.parallel import Background
 from tinytrain.stages.quant import update_check
 from tinytrain.stages.planning.auto_plan import (
     MAX_ROUNDS,
@@ -318,6 +319,8 @@ def run(ctx: StageContext) -> StageResult:
     # Int8 updates below half a step vanish under nearest rounding, and weights pinned at ±127 cannot move: probe,
     # and pick the head-room and the update rule that carry them (issue 17). Before the memory report: the chosen
     # rule (a master copy, a PRNG state) is what autodiff builds, so it is what the exact peak measures.
+    # memory.json's table of every option does not depend on the check below: a forked worker computes it meanwhile
+    table_of_options = Background(mm.table)
     priced = _PricedPeaks()
     doc["updates"] = update_check.check(graph, plan, cfg, mm.s, upd.analysis, arena_budget, priced)
     chosen = (doc["updates"] or {}).get("qas")
@@ -350,7 +353,8 @@ def run(ctx: StageContext) -> StageResult:
     # autodiff and everything after it up to cross-compile) unchanged in the cache.
     _write_json(out / "train_plan.json", {**{k: doc[k] for k in ("version", "scheme", "layers") if k in doc},
                                           **update_check.train_plan_fields(doc["updates"])})
-    _write_json(out / "memory.json", {**mm.table(), "plan": est, "exact": doc["exact"], "budget_bytes": budget})
+    _write_json(out / "memory.json", {**table_of_options.result(), "plan": est, "exact": doc["exact"],
+                                      "budget_bytes": budget})
     line = summary_line(doc, mm) + update_check.summary_suffix(doc["updates"])
     (out / "plan.txt").write_text(plan_text(doc, mm, table) + update_check.text(doc["updates"]))
     metrics = {"scheme": upd.scheme, "memory_bytes": est["total"], "exact_peak_bytes": doc["exact"]["peak_bytes"],
