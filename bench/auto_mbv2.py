@@ -3,6 +3,7 @@
     python bench/auto_mbv2.py --train-per-class 52 # 520 train samples: the analysis' defaults (256 + 256) apply
     python bench/auto_mbv2.py                      # bench/make_mbv2_data.py's data (40 train samples)
     python bench/auto_mbv2.py --compare-layers 0   # time only, no comparison
+    python bench/auto_mbv2.py --size 96            # zoo:mbv2-w0.35-96 on the same images resized to 96x96
 
 1. Builds bench/mbv2_auto.yaml up to sparse-plan in a fresh, empty cache (nothing memoised) and times it: the
    default lazy analysis (first-order estimates, only what the search needs measured).
@@ -98,6 +99,8 @@ def _print_whole(plan: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--train-per-class", type=int, default=make_mbv2_data.TRAIN_PER_CLASS)
+    ap.add_argument("--size", type=int, choices=(128, 96), default=128,
+                    help="96: zoo:mbv2-w0.35-96 on the images resized to 96x96 (bench/mbv2_variants.py's data)")
     ap.add_argument("--compare-layers", type=int, default=8,
                     help="also run the full analysis on the last N layers and compare the plans (0: off)")
     a = ap.parse_args(argv)
@@ -105,11 +108,17 @@ def main(argv: list[str] | None = None) -> int:
     if a.train_per_class != make_mbv2_data.TRAIN_PER_CLASS:     # never overwrite bench/mbv2_tte.yaml's data
         out = out.with_name(f"mbv2_synth_{a.train_per_class}pc.npz")
     make_mbv2_data.TRAIN_PER_CLASS = a.train_per_class
-    data = make_mbv2_data.make(out)
-    spec = (HERE / "mbv2_auto.yaml").read_text().replace("../build/bench-data/mbv2_synth.npz", str(data))
-    print("load average before: " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + f" ({os.cpu_count()} cores)")
     with tempfile.TemporaryDirectory(prefix="tt-auto-bench-") as tmp:
         tmp = Path(tmp)
+        if a.size == 96:
+            import mbv2_variants
+            data = mbv2_variants.data_for(96, tmp)
+        else:
+            data = make_mbv2_data.make(out)
+        spec = (HERE / "mbv2_auto.yaml").read_text().replace("../build/bench-data/mbv2_synth.npz", str(data))
+        spec = spec.replace("zoo:mbv2-w0.35-128", f"zoo:mbv2-w0.35-{a.size}")
+        print(f"zoo:mbv2-w0.35-{a.size}; load average before: " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+              + f" ({os.cpu_count()} cores)")
         wall, lazy = _build(spec, tmp, "lazy")
         print("load average after: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
         plan = lazy["plan"]

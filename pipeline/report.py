@@ -109,11 +109,12 @@ def link(rel: str) -> str:
 
 # ---- the report ----------------------------------------------------------------------------------
 
-def write_report(build_dir: Path) -> Path:
-    """Write build/<name>/report.md, report.html and the per-layer chart from the artifacts there; returns
-    report.md's path."""
+def write_report(build_dir: Path, layers_picture: bool = True) -> Path:
+    """Write build/<name>/report.md, report.html and the per-layer chart from the artifacts there (the chart not
+    when `layers_picture` is False: the runner drew it already); returns report.md's path."""
     build_dir = Path(build_dir)
-    write_layers_picture(build_dir)
+    if layers_picture:
+        write_layers_picture(build_dir)
     text, _ = render(build_dir)
     path = build_dir / REPORT_NAME
     _write_atomic(path, text)
@@ -138,6 +139,11 @@ def layer_table(a: "Artifacts"):
     program = a.text("codegen/tt_model.c") if not host else None
     mapfile = a.text("cross-compile/firmware.map") if not host else None
     return table(graph, memplan, program, mapfile)
+
+
+# The stages whose artifacts the per-layer chart reads (layer_table): once they are built the chart is final, and the
+# runner draws it while the stages after them run (pipeline/runner.py).
+LAYERS_PICTURE_STAGES = ("autodiff", "reorder", "codegen", "cross-compile")
 
 
 def write_layers_picture(build_dir: Path) -> bool:

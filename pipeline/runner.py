@@ -127,6 +127,7 @@ def build(spec: Spec, cache: Cache, log: BuildLog, *, until: str | None = None, 
     stages = tuple(stages if stages is not None else stage_graph.STAGES)
     sel = select(stages, until, only, force)
     t0 = time.perf_counter()
+    drawn = False
     result = BuildResult(spec.name, str(spec.source) if spec.source else None, str(build_dir(spec)), [], 0.0,
                          dry_run=dry_run)
     if dry_run:
@@ -136,18 +137,22 @@ def build(spec: Spec, cache: Cache, log: BuildLog, *, until: str | None = None, 
             log.detail(f"cache folder {cache.root}; artifacts in {build_dir(spec)}")
             cache.begin_build()
             run = _Run(spec, cache, log, stages, sel, frozenset(force), stage_stdout)
-            result.outcomes, result.error = run.execute()
+            try:
+                result.outcomes, result.error = run.execute()
+            finally:
+                drawn = run.early_picture.wait()
         result.cache = cache.stats()
     result.duration_s = time.perf_counter() - t0
     if not dry_run:
-        _write_record_and_report(result, log)
+        _write_record_and_report(result, log, layers_drawn=drawn)
     return result
 
 
-def _write_record_and_report(result: BuildResult, log: BuildLog) -> None:
+def _write_record_and_report(result: BuildResult, log: BuildLog, layers_drawn: bool = False) -> None:
     """build/<name>/build.json (what ran, what was restored, the cache counters) and report.md: the final
     summary reads only artifacts, and this record is the artifact for the build itself. Never fails the
-    build: a report that cannot be written is a warning."""
+    build: a report that cannot be written is a warning. `layers_drawn`: the per-layer chart is drawn already
+    (_EarlyPicture)."""
     import json
 
     from tinytrain.pipeline.report import BUILD_RECORD, write_report
@@ -158,7 +163,7 @@ def _write_record_and_report(result: BuildResult, log: BuildLog) -> None:
         tmp = folder / f".{BUILD_RECORD}.tmp"
         tmp.write_text(json.dumps(result.to_json(), indent=1, sort_keys=True, default=str) + "\n")
         tmp.replace(folder / BUILD_RECORD)
-        write_report(folder)
+        write_report(folder, layers_picture=not layers_drawn)
     except Exception as e:  # noqa: BLE001 - the build's own outcome matters more than its report
         log.warning(f"warning: could not write the build report in {folder}: {type(e).__name__}: {e}")
 
@@ -193,6 +198,7 @@ class _Run:
         self.keys: dict[str, tuple[dict, str]] = {}
         self.outcomes: list[StageOutcome] = []
         self.error: TinytrainError | None = None
+        self.early_picture = _EarlyPicture(build_dir(spec), set(sel.run) | set(sel.restore_only))
 
     def execute(self) -> tuple[list[StageOutcome], TinytrainError | None]:
         names = [n for n in self.stages if n in self.sel.run or n in self.sel.restore_only]
@@ -303,9 +309,63 @@ class _Run:
         self.paths[name] = self.cache.materialize(entry, stage_dir(self.spec, name))
         self.entries[name] = entry
         remember(self.cache, self.spec, name, pre)
+        self.early_picture.stage_done(name)
 
     def _inputs(self, st: StageDef) -> dict[str, Path]:
         return {f"{dep}/{n}": p for dep in st.deps for n, p in self.paths[dep].items() if st.reads_artifact(dep, n)}
+
+
+class _EarlyPicture:
+    """The report's per-layer chart (report.write_layers_picture, ~1 s of matplotlib on MobileNetV2) reads only the
+    artifacts of report.LAYERS_PICTURE_STAGES: once those are built, a forked process draws it while the stages
+    after them run (emulate-run waits on QEMU, one core, most of its time), instead of after the build. A process,
+    not a thread: matplotlib's rc settings are global, and a stage drawing its own picture at the same time must
+    not see them change. The end of the build waits for it; when it failed (or could not start) the report draws
+    the chart itself, as before."""
+
+    def __init__(self, folder: Path, selected: set[str]):
+        from tinytrain.pipeline.report import LAYERS_PICTURE_STAGES
+
+        self.folder = folder
+        self.waiting = set(LAYERS_PICTURE_STAGES)
+        # only where a stage still runs after the chart's inputs (otherwise the report at the end is as early)
+        self.wanted = self.waiting <= selected and bool(selected - self.waiting)
+        self.proc: Any = None
+
+    def stage_done(self, name: str) -> None:
+        self.waiting.discard(name)
+        if self.wanted and not self.waiting and self.proc is None:
+            import multiprocessing
+
+            if "fork" not in multiprocessing.get_all_start_methods():
+                self.wanted = False
+                return
+            try:
+                self.proc = multiprocessing.get_context("fork").Process(target=_draw_layers, args=(self.folder,),
+                                                                        daemon=True)
+                self.proc.start()
+            except OSError:
+                self.proc, self.wanted = None, False
+
+    def wait(self) -> bool:
+        """True when the chart was drawn here (the report need not draw it)."""
+        if self.proc is None:
+            return False
+        self.proc.join()
+        return self.proc.exitcode == 0
+
+
+def _draw_layers(folder: Path) -> None:
+    """The early chart's process: a failure is only an exit code (the report then draws the chart and says why).
+    It yields the CPU to the stage it runs beside (QEMU, whose run is the build's critical path): it has until the
+    end of the build, by then long idle."""
+    from tinytrain.pipeline.report import write_layers_picture
+
+    try:
+        os.nice(10)
+        write_layers_picture(folder)
+    except Exception:  # noqa: BLE001
+        os._exit(1)
 
 
 def _cpu_seconds() -> float:

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from tinytrain.stages.planning.memory_model import MemorySettings
-from tinytrain.stages.planning.parallel import fork_map
+from tinytrain.stages.planning.parallel import Background, fork_map, worker_count
 from tinytrain.stages.planning.plan_exact import ExactPeaks, exact_peak
 from tinytrain.stages.planning.train_plan import LayerPlan, TrainPlan
 
@@ -33,6 +33,22 @@ def test_fork_map_gives_none_when_a_worker_fails():
             raise RuntimeError("in a worker")
         return k
     assert fork_map(boom, [1, 2, 3], workers=2) is None
+
+
+@needs_fork
+def test_background_computes_in_a_worker_and_falls_back_here(monkeypatch):
+    parent = os.getpid()
+    table = {"a": [1, 2, 3]}
+    in_worker = worker_count() > 1                                    # one core: nothing to gain from a worker
+    assert Background(lambda: (os.getpid() != parent, table["a"])).result() == (in_worker, [1, 2, 3])
+
+    def boom():
+        if os.getpid() != parent:
+            raise RuntimeError("in a worker")
+        return "here"
+    assert Background(boom).result() == "here"
+    monkeypatch.setattr("tinytrain.stages.planning.parallel.worker_count", lambda: 1)
+    assert Background(lambda: os.getpid()).result() == parent        # one core: computed at result()
 
 
 @needs_fork

@@ -205,6 +205,26 @@ def test_report_draws_the_layer_chart_and_writes_a_self_contained_html(tmp_path)
     assert before == {p: (root / p).read_bytes() for p in before}
 
 
+def test_runner_draws_the_layer_chart_while_later_stages_run_with_the_reports_bytes(tmp_path):
+    """The runner draws the per-layer chart in a forked process once its stages are built (pipeline/runner.py,
+    _EarlyPicture); the report then skips it. Same files as the report drawing it at the end."""
+    from tinytrain.pipeline.runner import _EarlyPicture
+
+    early_dir, late_dir = full_build(tmp_path / "early"), full_build(tmp_path / "late")
+    early = _EarlyPicture(early_dir, set(STAGE_NAMES))
+    for stage in STAGE_NAMES[:-1]:
+        assert early.proc is None or stage not in rp.LAYERS_PICTURE_STAGES
+        early.stage_done(stage)
+    assert early.proc is not None and early.wait()
+    rp.write_report(early_dir, layers_picture=False)
+    rp.write_report(late_dir)
+    names = ("report.md", "report.html", "layers.svg", "layers.png")
+    assert {p: (early_dir / p).read_bytes() for p in names} == {p: (late_dir / p).read_bytes() for p in names}
+    # Nothing after the chart's stages (--until cross-compile), or not all of them built: the report draws it.
+    assert not _EarlyPicture(early_dir, set(rp.LAYERS_PICTURE_STAGES)).wanted
+    assert not _EarlyPicture(early_dir, set(STAGE_NAMES) - {"codegen"}).wanted
+
+
 def test_report_of_a_partial_build_says_what_is_missing(tmp_path):
     root = tmp_path / "b"
     _w(root, "load/summary.json", {"ops": 3, "params": 10, "param_bytes": 40, "macs": 100, "dtype": "float",

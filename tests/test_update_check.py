@@ -122,6 +122,41 @@ def test_shadow_delta_leaves_training_alone_and_is_what_the_update_rounds(graph,
             np.testing.assert_array_equal(values[op.inputs[0]].astype(np.int64), want, err_msg=op.inputs[0])
 
 
+def test_frozen_prefix_computed_once_gives_the_same_probe(graph, data, monkeypatch):
+    """The probe computes the frozen prefix (forward ops that read only the sample and constants) once per sample
+    and reuses it on later visits and in a later probe with the same prefix: the same figures as computing every
+    op on every visit, with the prefix's kernels run once per distinct sample."""
+    from tinytrain.stages.golden import forward as fwd_exec
+
+    x, y = data[0][:8], data[1][:8]
+    plan = TrainPlan.last_k(graph, 1)
+    kw = dict(loss="cross_entropy", optimizer="sgd", qas_enabled=True, learning_rate=0.01, x=x, y=y, steps=20)
+    tg = build_training_graph(graph, plan, "cross_entropy", OptimizerSpec(kind="sgd"), 1,
+                              QASOptions(True, "nearest", False))
+    prefix = uc.FrozenOps(tg, te.init_state(tg))
+    split = int(tg.meta["train"]["sample_ops"])
+    fwd = [i for i, op in enumerate(tg.ops[:split]) if op.type in te._FORWARD_OPS]
+    assert prefix.ops and prefix.ops < set(fwd)           # the convs are frozen, the classifier is not
+    assert prefix.frontier and len(prefix.frontier) < len(prefix.ops)
+    calls = []
+    real = fwd_exec.run_op
+    monkeypatch.setattr(fwd_exec, "run_op", lambda g, op, v, **k: calls.append(k["index"]) or real(g, op, v, **k))
+    shared = uc.PrefixCache(x)
+    first = uc.probe(graph, plan, **kw, prefix_cache=shared)
+    again = uc.probe(graph, plan, **kw, prefix_cache=shared)
+    frozen_calls = sum(1 for i in calls if i in prefix.ops)
+    assert frozen_calls == len(prefix.ops) * len(x)          # 40 visits of 8 samples: the prefix ran 8 times
+    monkeypatch.setattr(fwd_exec, "run_op", real)
+    monkeypatch.setattr(uc.PrefixCache, "forward_op", lambda self, prefix, sample: None)   # every op, every visit
+    plain = uc.probe(graph, plan, **kw)
+    assert first == again == plain
+    # Another plan (the last two layers trained) has another prefix: it shares nothing with this one.
+    other = uc.FrozenOps(*(lambda g: (g, te.init_state(g)))(
+        build_training_graph(graph, TrainPlan.last_k(graph, 2), "cross_entropy", OptimizerSpec(kind="sgd"), 1,
+                             QASOptions(True, "nearest", False))))
+    assert other.fingerprint != prefix.fingerprint and other.ops < prefix.ops
+
+
 def test_float_graph_has_nothing_to_probe(data):
     g = read_model(FIX / "digits_cnn_float.tflite")
     x, y = data

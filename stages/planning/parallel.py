@@ -37,6 +37,38 @@ def fork_map(fn: Callable[[Any], Any], items: Sequence[Any], workers: int | None
         return None
 
 
+class Background:
+    """fn() computed in one forked process while the caller goes on (a core the caller's single-threaded work leaves
+    idle); `result()` waits for it. Computed in this process instead, at `result()`, on one core, where fork is
+    missing, or when the worker failed (a failure is then reported here, as it should be). Only for a pure fn."""
+
+    def __init__(self, fn: Callable[[], Any]):
+        self.fn = fn
+        self._pool: ProcessPoolExecutor | None = None
+        self._future: Any = None
+        if worker_count() < 2 or "fork" not in multiprocessing.get_all_start_methods():
+            return
+        try:
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"),
+                                             initializer=_set_child_fn, initargs=(lambda _: fn(),))
+            self._future = self._pool.submit(_call_child_fn, None)
+        except Exception:       # noqa: BLE001 -- computed here at result()
+            self._future = None
+
+    def result(self) -> Any:
+        try:
+            if self._future is not None:
+                return self._future.result()
+        except Exception:       # noqa: BLE001 -- computed again here, where a real failure is reported
+            pass
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown()
+                self._pool = None
+            self._future = None
+        return self.fn()
+
+
 _CHILD_FN: list[Callable[[Any], Any]] = []     # a worker's function (set by its initializer, in the child only)
 
 

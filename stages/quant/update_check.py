@@ -45,6 +45,7 @@ reads), with its cost in bytes (exact peak with the choice minus without).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Any, Callable
 
 import numpy as np
@@ -90,11 +91,114 @@ def _shadow_delta(op, values: dict[str, np.ndarray], runtime: dict, defaults: di
     return shadow[_SHADOW_MASTER]
 
 
+class FrozenOps:
+    """The forward ops of a training graph whose outputs depend on the sample alone: every input is the model input,
+    a constant that training does not change, or another such op's output. A sparse plan freezes most of the network
+    (MobileNetV2's TTE scheme: the first 36 layers, the large early ones), and the probe visits each held-out sample
+    several times (one pass over the train split's size, twice: before and after the rescale), so it computes these
+    ops once per sample (`PrefixCache`) instead of on every visit: the same kernels on the same values, the same
+    bits. `frontier`: the prefix's outputs that anything else reads, the only ones kept; `fingerprint`: a digest of
+    everything the prefix computes from (ops, attributes, constants, quantisation), so that two graphs share cached
+    values only when their prefixes are the same computation. (The analysis' planning/frozen_prefix.py cuts a float
+    graph at one tensor and runs the parts batched; the probe runs its int8 training graph op by op on the golden
+    model, so it keeps these ops' outputs instead.)"""
+
+    def __init__(self, tg: Graph, state: dict[str, np.ndarray]):
+        meta = tg.meta["train"]
+        split = int(meta["sample_ops"])
+        x_name = next(n for n in tg.inputs if n != meta["label_input"])
+        known: set[str] = {x_name}
+        self.ops: set[int] = set()
+        for i, op in enumerate(tg.ops[:split]):
+            if op.type in te._FORWARD_OPS and all(n is None or n in known or self._constant(tg, n, state)
+                                                     for n in op.inputs):
+                self.ops.add(i)
+                known.update(op.outputs)
+        produced = {n for i in self.ops for n in tg.ops[i].outputs}
+        read = {n for i, op in enumerate(tg.ops) if i not in self.ops for n in op.inputs if n is not None}
+        self.frontier = produced & (read | set(tg.outputs))
+        self.last = max(self.ops) if self.ops else -1
+        h = hashlib.sha256()
+        for i in sorted(self.ops):
+            op = tg.ops[i]
+            _digest(h, (i, op.type, op.inputs, op.outputs, op.attrs))
+            for n in list(op.inputs) + list(op.outputs):
+                if n is not None:
+                    t = tg.tensors[n]
+                    q = t.quant
+                    _digest(h, (n, t.shape, t.dtype, None if q is None else (q.scale, q.zero_point, q.axis),
+                                t.data))
+        self.fingerprint = h.hexdigest()
+
+    @staticmethod
+    def _constant(tg: Graph, name: str, state: dict[str, np.ndarray]) -> bool:
+        return name not in state and tg.tensors[name].data is not None
+
+
+def _digest(h: Any, obj: Any) -> None:
+    """Feed `obj` (nested tuples, lists, dicts, arrays, scalars) into hash `h` without repr's elisions."""
+    if isinstance(obj, np.ndarray):
+        h.update(f"a{obj.dtype}{obj.shape}".encode())
+        h.update(np.ascontiguousarray(obj).tobytes())
+    elif isinstance(obj, dict):
+        h.update(b"{")
+        for k in sorted(obj, key=str):
+            _digest(h, k)
+            _digest(h, obj[k])
+        h.update(b"}")
+    elif isinstance(obj, (list, tuple)):
+        h.update(b"[")
+        for v in obj:
+            _digest(h, v)
+        h.update(b"]")
+    else:
+        h.update(f"{type(obj).__name__}:{obj!r};".encode())
+
+
+class PrefixCache:
+    """A frozen prefix's frontier values per sample of one probe data set `x` (FrozenOps), shared by the probes
+    of one check. A value that is no frontier is never read after its prefix: it is left out (a placeholder that any
+    arithmetic would refuse)."""
+
+    def __init__(self, x: np.ndarray):
+        self.x = x
+        self._memo: dict[tuple[str, int], dict[str, np.ndarray]] = {}
+
+    def forward_op(self, prefix: FrozenOps, sample: int) -> Callable | None:
+        """run_sample's `forward_op` for sample `sample` of x (None: nothing frozen, the default forward)."""
+        from tinytrain.stages.golden import forward as fwd_exec
+
+        if not prefix.ops:
+            return None
+        key = (prefix.fingerprint, sample)
+        hit = self._memo.get(key)
+        if hit is not None:
+            def cached(g: Graph, op, values: dict, *, index: int, n: int) -> list[np.ndarray]:
+                if index in prefix.ops:
+                    return [np.array(hit[o], copy=True) if o in hit else _NOT_KEPT for o in op.outputs]
+                return fwd_exec.run_op(g, op, values, index=index, n=n)
+            return cached
+        kept: dict[str, np.ndarray] = {}
+
+        def first(g: Graph, op, values: dict, *, index: int, n: int) -> list[np.ndarray]:
+            outs = fwd_exec.run_op(g, op, values, index=index, n=n)
+            if index in prefix.ops:
+                kept.update((o, np.array(a, copy=True)) for o, a in zip(op.outputs, outs) if o in prefix.frontier)
+                if index == prefix.last:
+                    self._memo[key] = kept
+            return outs
+        return first
+
+
+_NOT_KEPT = np.array(None, dtype=object)
+
+
 def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabled: bool, learning_rate: float,
           x: np.ndarray, y: np.ndarray, steps: int = PROBE_STEPS, batch_size: int = 1,
-          seed: int = 0) -> dict[str, dict[str, Any]]:
+          seed: int = 0, prefix_cache: PrefixCache | None = None) -> dict[str, dict[str, Any]]:
     """Per trained int8/int32 tensor: updates, lost, lost_fraction, lost_mass, median_abs_delta, saturated (see the
-    module docstring). Empty for a float graph (nothing is rounded)."""
+    module docstring). Empty for a float graph (nothing is rounded). `prefix_cache` (for this `x`): the frozen
+    prefix's values computed by an earlier probe of the same samples, and kept for a later one."""
     from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
 
     tg = build_training_graph(graph, plan, loss, OptimizerSpec(kind=optimizer), batch_size,
@@ -106,6 +210,9 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabl
     runtime = {"learning_rate": float(learning_rate), "seed": int(seed)}
     defaults = meta["runtime_defaults"]
     state = te.init_state(tg, runtime)
+    if prefix_cache is None or prefix_cache.x is not x:
+        prefix_cache = PrefixCache(x)
+    prefix = FrozenOps(tg, state)
     acc = {op.inputs[0]: {"updates": 0, "lost": 0, "mass": 0.0, "lost_mass": 0.0, "deltas": []} for op in ops}
     # Where each int8 weight would go if its range did not stop it: its starting value plus every Δ the update
     # computed (the float trajectory a master copy without a clamp would follow). Its largest |value| per output
@@ -132,7 +239,7 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabl
             idx = [order[(k * batch_size + j) % n] for j in range(batch_size)]
             last = None
             for i in idx:
-                last = te.run_sample(tg, state, x[i:i + 1], y[i:i + 1])
+                last = te.run_sample(tg, state, x[i:i + 1], y[i:i + 1], prefix_cache.forward_op(prefix, int(i)))
                 for p, o in outputs.items():
                     v = np.asarray(last[o])
                     clamped[p][0] += int(np.sum(np.isin(v, ends[o])))
@@ -232,8 +339,10 @@ def decide(tensors: dict[str, dict[str, Any]], *, qas_enabled: bool, rounding: s
                                           f"model barely learns; set train.qas.enabled: true")
         doc["reason"] = "without QAS neither a master copy nor stochastic rounding restores the update's size"
         return doc
-    base = peak("nearest", False)
     options = (("nearest", True, "fp32 master copy"), ("stochastic", False, "stochastic rounding"))
+    if hasattr(peak, "prefetch"):   # all three are reported: computed side by side where the caller can
+        peak.prefetch([("nearest", False)] + [(r, m) for r, m, _ in options])
+    base = peak("nearest", False)
     doc["peaks_bytes"] = {"nearest": base, **{("master_copy" if m else r): peak(r, m) for r, m, _ in options}}
     # A plan over the budget even without a remedy (a fixed scheme is reported, not refused) still gets stochastic
     # rounding: its few bytes of PRNG state do not decide whether the plan fits, the rest of the plan does.
@@ -259,20 +368,37 @@ def decide(tensors: dict[str, dict[str, Any]], *, qas_enabled: bool, rounding: s
 
 # ---- the stage's use ------------------------------------------------------------------------------------------
 
+class _Peaks:
+    """peak(rounding, master_copy): see `peaks`. `prefetch(settings)` hands them to `exact_peak.many` when the
+    caller's exact_peak can compute several side by side (sparse_plan's does, on every core)."""
+
+    def __init__(self, graph: Graph, plan: TrainPlan, settings, qas_enabled: bool, exact_peak: Callable):
+        self.graph, self.plan, self.settings, self.qas, self.exact_peak = graph, plan, settings, qas_enabled, exact_peak
+
+    def _settings(self, rounding: str, master_copy: bool):
+        return dataclasses.replace(self.settings, rounding=rounding, master_copy=master_copy)
+
+    def prefetch(self, keys: list[tuple[str, bool]]) -> None:
+        many = getattr(self.exact_peak, "many", None)
+        if many is not None:
+            many(self.graph, self.plan, [self._settings(*k) for k in keys], self.qas)
+
+    def __call__(self, rounding: str, master_copy: bool) -> int | None:
+        from tinytrain.pipeline.errors import UserError
+        from tinytrain.stages.planning.memory_model import MemoryModel
+
+        s = self._settings(rounding, master_copy)
+        try:
+            return int(self.exact_peak(self.graph, self.plan, s, self.qas)["peak_bytes"])
+        except (UserError, NotImplementedError):
+            return int(MemoryModel(self.graph, s).estimate(self.plan)["total"])
+
+
 def peaks(graph: Graph, plan: TrainPlan, settings, qas_enabled: bool,
           exact_peak: Callable) -> Callable[[str, bool], int | None]:
     """peak(rounding, master_copy): the plan's exact peak (sparse_plan.exact_peak: autodiff's graph, reorder's
     planner) with that QAS setting, else plan_memory's estimate when autodiff cannot build the graph."""
-    from tinytrain.pipeline.errors import UserError
-    from tinytrain.stages.planning.memory_model import MemoryModel
-
-    def peak(rounding: str, master_copy: bool) -> int | None:
-        s = dataclasses.replace(settings, rounding=rounding, master_copy=master_copy)
-        try:
-            return int(exact_peak(graph, plan, s, qas_enabled)["peak_bytes"])
-        except (UserError, NotImplementedError):
-            return int(MemoryModel(graph, s).estimate(plan)["total"])
-    return peak
+    return _Peaks(graph, plan, settings, qas_enabled, exact_peak)
 
 
 # The learning rate the planner probes at: the optimizer's usual one (issue 17). The build's own rate is a runtime
@@ -327,7 +453,7 @@ def check(graph: Graph, plan: TrainPlan, config: dict[str, Any], settings, analy
     x, y, n_train = xy
     steps = max(PROBE_STEPS, min(n_train, REACH_STEPS_MAX))
     kw = dict(plan=plan, loss=loss, optimizer=settings.optimizer, qas_enabled=qas_on, learning_rate=lr, x=x, y=y,
-              batch_size=settings.batch_size, steps=steps)
+              batch_size=settings.batch_size, steps=steps, prefix_cache=PrefixCache(x))
     first = probe(graph, **kw)
     if not first:
         return None
