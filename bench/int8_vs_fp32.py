@@ -19,9 +19,9 @@ plan (`auto`: the spec's own plan as sparse-plan picks it for that optimizer; `f
          tests/test_codegen.py pins the generated C's trained int8/int32 tensors to it bit for bit after 20 steps
          (QEMU identical to the host build; tests/test_rescale.py does the same on a rescaled graph), so this is the
          device's training without a build per cell (a build and a QEMU run per cell would take hours on the shared
-         machine). Over whole runs the fp32 backward's last-bit differences (C vs numpy, within 1e-5) can flip an
-         occasional rounding: a host build of the example (Adam, auto, seed 0) matched the golden model exactly with
-         nearest rounding and to one test sample with the master copy;
+         machine). The golden model runs an int8 graph's fp32 backward in the C kernels' order
+         (stages/golden/train_step.py EXACT_PRECISIONS: matrix products, bias sums and the loss as the C sums
+         them), so those last-bit differences no longer move a rounding;
   fp32   the load stage's float model (a model that comes int8, like the zoo's MobileNetV2: its int8 graph
          dequantized) mirrored in PyTorch (tests/torch_mirror.py), the same layers trained (a weight trained on a
          slice of its input channels gets its other channels' gradient zeroed), batch 1, softmax cross-entropy on
