@@ -3,9 +3,12 @@
 
     PYTHONPATH=... python bench/int8_vs_fp32.py [SPEC] [--seeds 3] [--epochs N] [--optimizers sgd,momentum,adam,rmsprop]
         [--plans auto,full] [--modes default,nearest,stochastic,master] [--no-rescale] [--json out.json]
+        [--set KEY=VALUE ...]
 
 SPEC: tinytrain.yaml.example (digits) by default; bench/mbv2_tte.yaml for MobileNetV2 with the TTE sparse scheme
-(its `auto` row is the spec's own manual plan; write its data first with bench/make_mbv2_data.py).
+(its `auto` row is the spec's own manual plan; write its data first with bench/make_mbv2_data.py, e.g. a larger
+test split: `make_mbv2_data.py --test-per-class 40 --out build/bench-data/mbv2_synth_t40.npz` and
+`--set data.path=build/bench-data/mbv2_synth_t40.npz`; --set overrides any spec key, as `tinytrain build --set`).
 For every optimizer at its usual learning rate (SGD 0.01, momentum 0.9 at 0.01, Adam 0.001, RMSProp 0.001) and
 plan (`auto`: the spec's own plan as sparse-plan picks it for that optimizer; `full`):
   int8   the quantize stage's int8 graph, with the scales sparse-plan widened for head-room (stages/quant/rescale.py;
@@ -16,13 +19,16 @@ plan (`auto`: the spec's own plan as sparse-plan picks it for that optimizer; `f
          tests/test_codegen.py pins the generated C's trained int8/int32 tensors to it bit for bit after 20 steps
          (QEMU identical to the host build; tests/test_rescale.py does the same on a rescaled graph), so this is the
          device's training without a build per cell (a build and a QEMU run per cell would take hours on the shared
-         machine). Over whole runs the fp32 backward's last-bit differences (C vs numpy, within 1e-5) can flip an
-         occasional rounding: a host build of the example (Adam, auto, seed 0) matched the golden model exactly with
-         nearest rounding and to one test sample with the master copy;
+         machine). The golden model runs an int8 graph's fp32 backward in the C kernels' order
+         (stages/golden/train_step.py EXACT_PRECISIONS: matrix products, bias sums and the loss as the C sums
+         them), so those last-bit differences no longer move a rounding;
   fp32   the load stage's float model (a model that comes int8, like the zoo's MobileNetV2: its int8 graph
          dequantized) mirrored in PyTorch (tests/torch_mirror.py), the same layers trained (a weight trained on a
          slice of its input channels gets its other channels' gradient zeroed), batch 1, softmax cross-entropy on
          the logits, torch.optim with the hyper-parameters the firmware uses.
+  fp32-twin (mode) fp32 again with every trained parameter one float32 ulp up at the start: its gap to fp32 is the
+         comparison's resolution. A training that amplifies a last-bit difference (a learning rate at the edge of
+         divergence) ends elsewhere for any perturbation, int8 rounding or one ulp alike.
 Both train on the spec's train.max_train_samples first samples (all when null) for train.epochs epochs.
 Sample order: seed 0 is the train split's file order (what the firmware streams, every epoch the same); seed s > 0
 is a fixed seeded permutation of it, the same for both sides and every epoch. Accuracy: top-1 on the test split
@@ -55,13 +61,17 @@ from tinytrain.stages.planning.train_plan import TrainPlan  # noqa: E402
 USUAL_LR = {"sgd": 0.01, "momentum": 0.01, "adam": 0.001, "rmsprop": 0.001}
 MODES = {"default": None, "nearest": QASOptions(True, "nearest", False),
          "stochastic": QASOptions(True, "stochastic", False),
-         "master": QASOptions(True, "nearest", True)}
+         "master": QASOptions(True, "nearest", True),
+         # not int8: fp32 again with every trained parameter moved by one float32 ulp at the start. Its gap to fp32
+         # is the comparison's own resolution: where training amplifies a last-bit difference (a chaotic run), no
+         # int8 rule can be told from fp32 more finely than that.
+         "fp32-twin": None}
 EVAL_BATCH = 256
 
 
 # ---- what the pipeline gives: int8 graph, float graph, the plan, the data ----------------------------------
 
-def prepare(spec_path: Path, kind: str, work: Path, plan: str) -> dict:
+def prepare(spec_path: Path, kind: str, work: Path, plan: str, overrides: dict | None = None) -> dict:
     """The spec built up to sparse-plan with optimizer `kind` and, for plan "full", scheme full (the planner's
     update check and rescale are then made for that plan): the quantize stage's int8 graph, the float graph
     (the load stage's, or the int8 one dequantized when the model came quantized), the plan and the planner's
@@ -69,7 +79,8 @@ def prepare(spec_path: Path, kind: str, work: Path, plan: str) -> dict:
     from tinytrain.pipeline.api import build
     from tinytrain.stages.planning.contribution_measure import dequantize_graph
 
-    over = {"train.optimizer.kind": kind, "build.out_dir": str(work / "build"), "build.cache_dir": str(work / "cache")}
+    over = {**(overrides or {}), "train.optimizer.kind": kind, "build.out_dir": str(work / "build"),
+            "build.cache_dir": str(work / "cache")}
     if plan == "full":
         over["train.update.scheme"] = "full"
     r = build(spec_path, until="sparse-plan", **over)
@@ -162,7 +173,8 @@ def _with(graph: Graph, params: dict[str, np.ndarray]) -> Graph:
 
 # ---- fp32: PyTorch -------------------------------------------------------------------------------------
 
-def train_fp32(fgraph: Graph, names: dict[str, int | None], kind: str, lr: float, x, y, order, epochs: int):
+def train_fp32(fgraph: Graph, names: dict[str, int | None], kind: str, lr: float, x, y, order, epochs: int,
+               nudge: bool = False):
     import torch
     import torch.nn.functional as F
     from torch_mirror import TorchMirror
@@ -176,6 +188,9 @@ def train_fp32(fgraph: Graph, names: dict[str, int | None], kind: str, lr: float
         p.requires_grad_(False)
     params = [m.param(n) for n in names]
     for p in params:
+        if nudge:        # the fp32 twin: one ulp up, far below any int8 step
+            with torch.no_grad():
+                p.copy_(torch.nextafter(p, torch.full_like(p, float("inf"))))
         p.requires_grad_(True)
     opt = {"sgd": lambda: torch.optim.SGD(params, lr=lr),
            "momentum": lambda: torch.optim.SGD(params, lr=lr, momentum=D.momentum),
@@ -226,14 +241,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=int, default=None, help="default: the spec's train.epochs")
     ap.add_argument("--optimizers", default=",".join(USUAL_LR))
     ap.add_argument("--plans", default="auto,full", help="auto: the spec's own plan (whatever its scheme); full")
-    ap.add_argument("--modes", default=",".join(MODES),
+    ap.add_argument("--modes", default="default,nearest,stochastic,master",
                     help="default: the planner's choice with the spec's defaults; nearest, stochastic, master: that "
-                         "update rule forced (the planner's rescale still applies)")
+                         "update rule forced (the planner's rescale still applies); fp32-twin: fp32 with the trained "
+                         "parameters one ulp off, whose gap to fp32 is the comparison's resolution")
     ap.add_argument("--no-rescale", action="store_true",
                     help="train the quantize stage's graph as it is (the planner's rescale left out), to compare")
     ap.add_argument("--json", default=None, help="write every run's figures here")
     ap.add_argument("--work", default="/tmp/tinytrain-int8-vs-fp32", help="build folder and cache of the bench")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a spec key (a path relative to the working directory), e.g. data.path=...")
     a = ap.parse_args(argv)
+    overrides = {}
+    for kv in a.set:
+        key, eq, value = kv.partition("=")
+        if not eq or not key:
+            print(f"int8_vs_fp32: --set wants KEY=VALUE, not {kv!r}", file=sys.stderr)
+            return 2
+        overrides[key] = str(Path(value).resolve()) if key.endswith(".path") else value
     kinds, plans, modes = a.optimizers.split(","), a.plans.split(","), a.modes.split(",")
     bad = [k for k in kinds if k not in USUAL_LR] + [p for p in plans if p not in ("auto", "full")] \
         + [m for m in modes if m not in MODES]
@@ -249,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     for kind in kinds:
         lr = USUAL_LR[kind]
         for plan_name in plans:
-            prep = prepare(Path(a.spec), kind, Path(a.work), plan_name)
+            prep = prepare(Path(a.spec), kind, Path(a.work), plan_name, overrides)
             spec = prep["spec"]
             ds = load_dataset(spec.data)
             epochs = a.epochs or int(spec.train.epochs)
@@ -268,18 +293,28 @@ def main(argv: list[str] | None = None) -> int:
             fm, fs = mean_sd(fp)
             for mode in modes:
                 rule = prep["qas"] if mode == "default" else MODES[mode]
-                label = f"default: {chosen}" if mode == "default" else mode
+                label = (f"default: {chosen}" if mode == "default" else
+                         "(fp32, parameters +1 ulp: the resolution)" if mode == "fp32-twin" else mode)
                 acc, sat = [], []
                 for s in seeds:
+                    if mode == "fp32-twin":
+                        m, logits = train_fp32(prep["fgraph"], names, kind, lr, x, y, ords[s], epochs, nudge=True)
+                        acc.append(accuracy_fp32(m, logits, xt, yt))
+                        sat.append(0)
+                        runs.append({"optimizer": kind, "plan": plan_name, "side": "fp32-twin", "seed": s,
+                                     "accuracy": acc[-1]})
+                        continue
                     params, info = train_int8(qg, plan, kind, lr, rule, x, y, ords[s], epochs, s)
                     acc.append(accuracy_int8(qg, params, xt, yt))
                     sat.append(sum(info["saturated"].values()))
                     runs.append({"optimizer": kind, "plan": plan_name, "side": "int8", "mode": mode, "seed": s,
                                  "choice": chosen, "accuracy": acc[-1], "saturated": info["saturated"]})
                 im, isd = mean_sd(acc)
-                rows.append((kind, lr, plan_name, label, im, isd, fm, fs, int(np.max(sat))))
+                # the gap per sample order (int8 and fp32 saw the same order): the orders' own spread cancels
+                gm, gs = mean_sd([a_ - f_ for a_, f_ in zip(acc, fp)])
+                rows.append((kind, lr, plan_name, label, im, isd, fm, fs, gs, int(np.max(sat))))
                 print(f"{kind:<8} lr {lr:<6g} {plan_name:<5} {label:<36} int8 {im:5.1f} ± {isd:3.1f}   "
-                      f"fp32 {fm:5.1f} ± {fs:3.1f}   gap {im - fm:+5.1f}   saturated ≤ {rows[-1][-1]}  "
+                      f"fp32 {fm:5.1f} ± {fs:3.1f}   gap {gm:+5.1f} ± {gs:3.1f}   saturated ≤ {rows[-1][-1]}  "
                       f"[{time.time() - t0:.0f} s]", flush=True)
     print()
     print(table(rows, len(seeds), epochs, len(xt), a.no_rescale))
@@ -291,12 +326,12 @@ def main(argv: list[str] | None = None) -> int:
 def table(rows: list[tuple], n_seeds: int, epochs: int, n_test: int, no_rescale: bool = False) -> str:
     out = ["| optimizer (lr) | plan | int8 update (default: the planner's choice) | int8 % | fp32 % | gap | "
            "int8 weights at ±127 |", "|---|---|---|---|---|---|---|"]
-    for kind, lr, plan, mode, im, isd, fm, fs, sat in rows:
+    for kind, lr, plan, mode, im, isd, fm, fs, gs, sat in rows:
         out.append(f"| {kind} ({lr:g}) | {plan} | {mode} | {im:.1f} ± {isd:.1f} | {fm:.1f} ± {fs:.1f} | "
-                   f"{im - fm:+.1f} | {sat} |")
+                   f"{im - fm:+.1f} ± {gs:.1f} | {sat} |")
     out.append(f"\n{n_seeds} sample orders, {epochs} epochs, batch 1, {n_test} test samples; ± is the standard "
-               f"deviation over the orders" + ("; the planner's rescale left out (--no-rescale)." if no_rescale
-                                                else "."))
+               f"deviation over the orders (the gap's: of int8 − fp32 per order)"
+               + ("; the planner's rescale left out (--no-rescale)." if no_rescale else "."))
     return "\n".join(out)
 
 

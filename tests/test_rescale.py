@@ -216,6 +216,12 @@ def test_sparse_plan_rescales_momentum_head_and_autodiff_trains_the_rescaled_gra
     np.testing.assert_array_equal(tg.tensors[W].data, want.tensors[W].data)
     assert tg.tensors[W].quant.scale == want.tensors[W].quant.scale
     assert tg.tensors[B].quant.scale == want.tensors[B].quant.scale
+    # run.json (emulate-run's re-check) states the scales the plan chose too
+    inputs = {f"sparse-plan/{n}": tmp_path / "out" / n for n in ("update_check.json", "train_plan.json")}
+    r = uc.for_run(inputs, graph, {"data": DIGITS, "train.optimizer": {"kind": "momentum"}, "train.batch_size": 1},
+                   {"loss": "cross_entropy"}, 0.01)
+    assert r["rescale"] == u["rescale"] and r["qas"] == json.loads(
+        (tmp_path / "out" / "update_check.json").read_text())["qas"]
 
 
 def test_sparse_plan_keeps_sgd_scales_when_nothing_passes_the_range(graph, tmp_path):

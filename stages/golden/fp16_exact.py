@@ -5,7 +5,8 @@ and pairwise sums add in another order than kernels_c's loops) can move an fp16 
 ops a float training step uses whose golden kernel sums differently (grad_ops' fully_connected_grad_input /
 _weight, conv2d_grad_input / _weight, bias_grad) and the softmax cross-entropy (tt_math.h's own expf / logf,
 ported operation for operation) add in exactly kernels_c's order, vectorised only across independent sums, so the
-golden model gives the C's bits. Used by stages/golden/train_step.py for graphs of precision fp16-mixed; any
+golden model gives the C's bits. Used by stages/golden/train_step.py for graphs of precision fp16-mixed and
+int8 (EXACT_PRECISIONS: an int8/int32 update rounds its fp32 step, which a last-bit sum difference can move); any
 other op keeps its kernel (the forward executor already sums in the C's order).
 
     outs = backward_op(op, v)        # a list of outputs, or None (the op's own kernel runs)

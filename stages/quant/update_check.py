@@ -239,7 +239,8 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabl
             idx = [order[(k * batch_size + j) % n] for j in range(batch_size)]
             last = None
             for i in idx:
-                last = te.run_sample(tg, state, x[i:i + 1], y[i:i + 1], prefix_cache.forward_op(prefix, int(i)))
+                last = te.run_sample(tg, state, x[i:i + 1], y[i:i + 1], prefix_cache.forward_op(prefix, int(i)),
+                                     backward_op=te.numpy_backward)
                 for p, o in outputs.items():
                     v = np.asarray(last[o])
                     clamped[p][0] += int(np.sum(np.isin(v, ends[o])))
