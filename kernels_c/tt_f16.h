@@ -22,10 +22,11 @@ static inline float tt_f16_widen(uint16_t h)
     uint32_t man = h & 0x3FFu;
     uint32_t bits;
     float f;
-    if (exp == 0x1Fu) {
+    if (exp - 1u < 30u) {
+        /* normal (the common case first, one test): exponent and mantissa move up 13 bits, rebias 15 -> 127 */
+        bits = sign | ((((uint32_t)h & 0x7FFFu) << 13) + (112u << 23));
+    } else if (exp == 0x1Fu) {
         bits = sign | 0x7F800000u | (man << 13);                  /* Inf, NaN (payload kept) */
-    } else if (exp != 0u) {
-        bits = sign | ((exp + 112u) << 23) | (man << 13);         /* normal: rebias 15 -> 127 */
     } else if (man == 0u) {
         bits = sign;                                              /* +-0 */
     } else {
