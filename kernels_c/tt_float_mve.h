@@ -1,5 +1,6 @@
 /* Helium (MVE) versions of float32 backward kernels that select or copy values, for `target.kernels: mve`
- * (TT_USE_MVE=1) on a core with MVE: the activation straight-through mask (tt_act_grad.c) and the 1-bit mask
+ * (TT_USE_MVE=1) on a core with MVE: the activation straight-through mask (tt_act_grad.c, from an fp32 or an fp16
+ * forward output) and the 1-bit mask
  * gradient (tt_mask_grad.c). The kernel files include this header and call these functions in small #if blocks; the
  * portable loops stay the reference (tests/test_m55_float.py runs both in QEMU on random shapes and compares bytes).
  *
@@ -49,6 +50,37 @@ static inline void tt_act_grad_f32_mve(int32_t n, int act, const float *dy, cons
             break;
         case 3:
             keep = vcmphiq_u32(vdupq_n_u32(0x3F800000u), vandq_u32(vreinterpretq_u32_s32(s), vdupq_n_u32(0x7FFFFFFFu)));
+            break;
+        default:
+            keep = 0xFFFFu;
+            break;
+        }
+        vstrwq_p_u32(db + i, vpselq_u32(vldrwq_z_u32(gb + i, t), zero, keep), t);
+    }
+}
+
+/* The same from an fp16 y (fp16-mixed's saved activation, tt_act_grad_hy_f32), its halfwords zero-extended into the
+ * 32-bit lanes (h = the bits, unsigned): y > 0 <=> 0 < h <= 0x7C00; 0 < y < 6 <=> 0 < h < 0x4600 (6.0 in fp16);
+ * -1 < y < 1 <=> (h & 0x7FFF) < 0x3C00 (1.0); negatives and NaNs fail as above. dx may be dy. */
+static inline void tt_act_grad_hy_f32_mve(int32_t n, int act, const float *dy, const uint16_t *y, float *dx)
+{
+    const uint32_t *gb = (const uint32_t *)(const void *)dy;
+    uint32_t *db = (uint32_t *)(void *)dx;
+    const uint32x4_t zero = vdupq_n_u32(0);
+    int32_t i;
+    for (i = 0; i < n; i += 4) {
+        const mve_pred16_t t = vctp32q((uint32_t)(n - i));
+        const uint32x4_t h = vldrhq_z_u32(y + i, t);
+        mve_pred16_t keep;
+        switch (act) {
+        case 1:
+            keep = vcmpcsq_m_u32(vdupq_n_u32(0x7C00u), h, vcmphiq_u32(h, zero));
+            break;
+        case 2:
+            keep = vcmphiq_m_u32(vdupq_n_u32(0x4600u), h, vcmphiq_u32(h, zero));
+            break;
+        case 3:
+            keep = vcmphiq_u32(vdupq_n_u32(0x3C00u), vandq_u32(h, vdupq_n_u32(0x7FFFu)));
             break;
         default:
             keep = 0xFFFFu;

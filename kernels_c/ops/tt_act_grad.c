@@ -42,6 +42,10 @@ void tt_act_grad_f32(int32_t n, tt_act act, const float *dy, const float *y, flo
 void tt_act_grad_hy_f32(int32_t n, tt_act act, const float *dy, const uint16_t *y, float *dx)
 {
     int32_t i;
+#ifdef TT_FLOAT_MVE
+    tt_act_grad_hy_f32_mve(n, (int)act, dy, y, dx);
+    return;
+#endif
     for (i = 0; i < n; ++i) {
         dx[i] = tt_act_keep(act, tt_f16_widen(y[i])) ? dy[i] : 0.0f;
     }
