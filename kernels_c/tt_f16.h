@@ -22,11 +22,10 @@ static inline float tt_f16_widen(uint16_t h)
     uint32_t man = h & 0x3FFu;
     uint32_t bits;
     float f;
-    if (exp - 1u < 30u) {
-        /* normal (the common case first, one test): exponent and mantissa move up 13 bits, rebias 15 -> 127 */
-        bits = sign | ((((uint32_t)h & 0x7FFFu) << 13) + (112u << 23));
-    } else if (exp == 0x1Fu) {
+    if (exp == 0x1Fu) {
         bits = sign | 0x7F800000u | (man << 13);                  /* Inf, NaN (payload kept) */
+    } else if (exp != 0u) {
+        bits = sign | ((exp + 112u) << 23) | (man << 13);         /* normal: rebias 15 -> 127 */
     } else if (man == 0u) {
         bits = sign;                                              /* +-0 */
     } else {
@@ -41,6 +40,25 @@ static inline float tt_f16_widen(uint16_t h)
     memcpy(&f, &bits, 4);
     return f;
 }
+
+/* float(h) as the kernels that read fp16 operands take it. On an Arm FPU with the half-precision conversions
+ * (__ARM_FP bit 1: the Cortex-M55 board) one VCVTB.F32.F16: exact, fp16 subnormals kept (FP-to-FP conversions do
+ * not flush half-precision inputs, FZ16 or not; the single-precision result is never subnormal). It differs from
+ * tt_f16_widen only on a signalling NaN, which it quiets; tt_f32_to_f16 stores every NaN quiet, so no tensor the
+ * kernels read holds one and the bits are the same everywhere. Elsewhere (the host): tt_f16_widen. */
+#if defined(__arm__) && defined(__ARM_FP) && (__ARM_FP & 2) && !defined(TT_F16_PORTABLE_READ)
+static inline float tt_f16_read(uint16_t h)
+{
+    float f;
+    __asm__("vmov %0, %1\n\tvcvtb.f32.f16 %0, %0" : "=t"(f) : "r"((uint32_t)h));
+    return f;
+}
+#else
+static inline float tt_f16_read(uint16_t h)
+{
+    return tt_f16_widen(h);
+}
+#endif
 
 float tt_f16_to_f32(uint16_t h);
 uint16_t tt_f32_to_f16(float f);

@@ -47,6 +47,6 @@ void tt_act_grad_hy_f32(int32_t n, tt_act act, const float *dy, const uint16_t *
     return;
 #endif
     for (i = 0; i < n; ++i) {
-        dx[i] = tt_act_keep(act, tt_f16_widen(y[i])) ? dy[i] : 0.0f;
+        dx[i] = tt_act_keep(act, tt_f16_read(y[i])) ? dy[i] : 0.0f;
     }
 }

@@ -493,7 +493,7 @@ TT_GI_INLINE int32_t tt_nz_list(const float *g0, const float *g1, const float *g
 TT_GI_INLINE float tt_gw_x(const float *xf, const int8_t *xq, const uint16_t *xh, int32_t i, float scale,
                            int32_t zero_point)
 {
-    return xq != 0 ? (float)((int32_t)xq[i] - zero_point) * scale : xh != 0 ? tt_f16_widen(xh[i]) : xf[i];
+    return xq != 0 ? (float)((int32_t)xq[i] - zero_point) * scale : xh != 0 ? tt_f16_read(xh[i]) : xf[i];
 }
 
 TT_GI_INLINE void tt_gw1x1(int32_t P, int32_t O, int32_t IC, int32_t k, int32_t o0, int32_t o1, const float *dy,
@@ -626,7 +626,7 @@ static void tt_conv2d_grad_weight_impl(const tt_conv_dims *d, int32_t k, int32_t
                                 }
                             } else if (xh != 0) {
                                 for (c = 0; c < k; ++c) {
-                                    dwp[c] += g * tt_f16_widen(xh[at + c]);
+                                    dwp[c] += g * tt_f16_read(xh[at + c]);
                                 }
                             } else {
                                 for (c = 0; c < k; ++c) {

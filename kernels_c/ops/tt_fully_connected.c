@@ -129,7 +129,7 @@ static void tt_fc_grad_weight_impl(int32_t rows, int32_t depth, int32_t out_c, i
             float s = 0.0f;
             if (xh != 0) {
                 for (r = 0; r < rows; ++r) {
-                    s += dy[r * out_c + o] * tt_f16_widen(xh[r * depth + d]);
+                    s += dy[r * out_c + o] * tt_f16_read(xh[r * depth + d]);
                 }
             } else {
                 for (r = 0; r < rows; ++r) {

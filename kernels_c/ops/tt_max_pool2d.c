@@ -57,7 +57,7 @@ void tt_max_pool2d_f32(const tt_pool_dims *d, float act_min, float act_max, cons
 static float tt__pool_in(const void *x, int32_t idx, int32_t kind)
 {
     return kind == 1 ? (float)((const int8_t *)x)[idx]
-           : kind == 2 ? tt_f16_widen(((const uint16_t *)x)[idx]) : ((const float *)x)[idx];
+           : kind == 2 ? tt_f16_read(((const uint16_t *)x)[idx]) : ((const float *)x)[idx];
 }
 
 /* All of dy goes to the window's first maximum in row-major tap order (strict >: ties keep the earlier tap),
