@@ -27,26 +27,26 @@ static int tt_act_keep(tt_act act, float v)
     }
 }
 
-void tt_act_grad_f32(int32_t n, tt_act act, const float *dy, const float *y, float *dx)
+/* y is fp32 (yf) or fp16 (yh, read where it is compared: exact). Inlined into both entry points with one of them 0. */
+static inline void tt_act_grad_any(int32_t n, tt_act act, const float *dy, const float *yf, const uint16_t *yh,
+                                   float *dx)
 {
     int32_t i;
 #ifdef TT_FLOAT_MVE
-    tt_act_grad_f32_mve(n, (int)act, dy, y, dx);
+    tt_act_grad_mve(n, (int)act, dy, yh != 0 ? (const void *)yh : (const void *)yf, yh != 0, dx);
     return;
 #endif
     for (i = 0; i < n; ++i) {
-        dx[i] = tt_act_keep(act, y[i]) ? dy[i] : 0.0f;
+        dx[i] = tt_act_keep(act, yh != 0 ? tt_f16_read(yh[i]) : yf[i]) ? dy[i] : 0.0f;
     }
+}
+
+void tt_act_grad_f32(int32_t n, tt_act act, const float *dy, const float *y, float *dx)
+{
+    tt_act_grad_any(n, act, dy, y, 0, dx);
 }
 
 void tt_act_grad_hy_f32(int32_t n, tt_act act, const float *dy, const uint16_t *y, float *dx)
 {
-    int32_t i;
-#ifdef TT_FLOAT_MVE
-    tt_act_grad_hy_f32_mve(n, (int)act, dy, y, dx);
-    return;
-#endif
-    for (i = 0; i < n; ++i) {
-        dx[i] = tt_act_keep(act, tt_f16_read(y[i])) ? dy[i] : 0.0f;
-    }
+    tt_act_grad_any(n, act, dy, 0, y, dx);
 }
