@@ -3,10 +3,11 @@
 weights must be the same bytes for every kernel variant of a precision.
 
     .venv/bin/python bench/m55_kernels.py [--samples 300] [--out /tmp/m55-bench]      # the example, three precisions
-    .venv/bin/python bench/m55_kernels.py --mbv2 [--no-cycles]                         # MobileNetV2 TTE scheme, int8
+    .venv/bin/python bench/m55_kernels.py --mbv2 [--precisions int8,fp16-mixed] [--no-cycles]   # MobileNetV2 TTE
 
 The example: tinytrain.yaml.example with one epoch of the first --samples training samples and a fixed 200 KB budget.
---mbv2: bench/mbv2_tte.yaml (data from bench/make_mbv2_data.py, written when missing) with the M55's budget.
+--mbv2: bench/mbv2_tte.yaml (data from bench/make_mbv2_data.py, written when missing) with the M55's budget; int8
+by default, fp32 / fp16-mixed train the zoo model's float copy (bench/precision.py's).
 Instructions per step come from QEMU -icount (deterministic: one run each is enough). Cycles: one training step traced
 in QEMU and costed with stages/device/cycles.py's Cortex-M55 table (its docstring states the assumptions: single-issue
 scalar, Helium dual-beat, zero-wait TCM); --no-cycles skips the trace. Prints a markdown table.
@@ -18,7 +19,6 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -71,14 +71,14 @@ def measure(spec: Any, label: str, kernels: str, out: Path, overrides: dict, cyc
     return row
 
 
-def _mbv2_spec() -> dict:
-    import yaml
+def _mbv2_spec(precision: str = "int8") -> dict:
+    """bench/mbv2_tte.yaml in `precision` (fp32 / fp16-mixed: the zoo model's float copy, as bench/precision.py)."""
+    sys.path.insert(0, str(HERE))
+    from precision import _mbv2_spec as spec_for
 
-    npz = REPO / "build" / "bench-data" / "mbv2_synth.npz"
-    if not npz.is_file():
-        subprocess.run([sys.executable, str(HERE / "make_mbv2_data.py"), "--out", str(npz)], check=True)
-    spec = yaml.safe_load((HERE / "mbv2_tte.yaml").read_text())
-    spec["data"]["path"] = str(npz)
+    spec = spec_for(precision, BOARD)
+    for k in ("name", "build"):
+        spec.pop(k, None)   # measure() names the build and its folder
     return spec
 
 
@@ -86,7 +86,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mbv2", action="store_true", help="MobileNetV2 TTE scheme (int8) instead of the example")
     ap.add_argument("--samples", type=int, default=300, help="example only: training samples of the one epoch")
-    ap.add_argument("--precisions", default=",".join(PRECISIONS), help="example only: comma-separated")
+    ap.add_argument("--precisions", default=None,
+                    help="comma-separated (default: int8, fp32, fp16-mixed for the example; int8 for --mbv2)")
     ap.add_argument("--no-cycles", action="store_true", help="skip the one-step trace (instructions only)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
@@ -96,11 +97,12 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.mbv2:
         budget_kb = get_board(BOARD).budget_bytes // 1024
-        groups = [("MobileNetV2 TTE int8", _mbv2_spec(), {"train.update.budget_kb": budget_kb})]
+        precisions = args.precisions.split(",") if args.precisions else ["int8"]
+        groups = [(f"MobileNetV2 TTE {p}", _mbv2_spec(p), {"train.update.budget_kb": budget_kb}) for p in precisions]
     else:
         groups = [(f"example {p}", REPO / "tinytrain.yaml.example",
                    {"train.update.budget_kb": 200, "train.epochs": 1, "train.max_train_samples": args.samples,
-                    "train.precision": p}) for p in args.precisions.split(",")]
+                    "train.precision": p}) for p in (args.precisions or ",".join(PRECISIONS)).split(",")]
     rows, same = [], True
     for label, spec, ov in groups:
         group = [measure(spec, label.replace(" ", "-"), k, out, ov, not args.no_cycles) for k in KERNELS]

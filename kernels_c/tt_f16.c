@@ -13,28 +13,7 @@
 
 float tt_f16_to_f32(uint16_t h)
 {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1Fu;
-    uint32_t man = h & 0x3FFu;
-    uint32_t bits;
-    float f;
-    if (exp == 0x1Fu) {
-        bits = sign | 0x7F800000u | (man << 13);                  /* Inf, NaN (payload kept) */
-    } else if (exp != 0u) {
-        bits = sign | ((exp + 112u) << 23) | (man << 13);         /* normal: rebias 15 -> 127 */
-    } else if (man == 0u) {
-        bits = sign;                                              /* +-0 */
-    } else {
-        /* subnormal: man * 2^-24, normalised */
-        uint32_t e = 113u;                                        /* 127 - 14 */
-        while ((man & 0x400u) == 0u) {
-            man <<= 1;
-            --e;
-        }
-        bits = sign | (e << 23) | ((man & 0x3FFu) << 13);
-    }
-    memcpy(&f, &bits, 4);
-    return f;
+    return tt_f16_widen(h);
 }
 
 uint16_t tt_f32_to_f16(float f)

@@ -10,6 +10,55 @@
 #define TT_F16_H
 
 #include <stdint.h>
+#include <string.h>
+
+/* float(h), exact. Inline so that the kernels that read fp16 operands themselves (the weight gradients' saved
+ * inputs: tt_conv2d_grad_weight_hx_f32_range, tt_fully_connected_grad_weight_hx_f32_range) widen each element in a
+ * register where they use it, and no fp32 copy of the tensor is made (memplan: fused widening). */
+static inline float tt_f16_widen(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1Fu;
+    uint32_t man = h & 0x3FFu;
+    uint32_t bits;
+    float f;
+    if (exp == 0x1Fu) {
+        bits = sign | 0x7F800000u | (man << 13);                  /* Inf, NaN (payload kept) */
+    } else if (exp != 0u) {
+        bits = sign | ((exp + 112u) << 23) | (man << 13);         /* normal: rebias 15 -> 127 */
+    } else if (man == 0u) {
+        bits = sign;                                              /* +-0 */
+    } else {
+        /* subnormal: man * 2^-24, normalised */
+        uint32_t e = 113u;                                        /* 127 - 14 */
+        while ((man & 0x400u) == 0u) {
+            man <<= 1;
+            --e;
+        }
+        bits = sign | (e << 23) | ((man & 0x3FFu) << 13);
+    }
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* float(h) as the kernels that read fp16 operands take it. On an Arm FPU with the half-precision conversions
+ * (__ARM_FP bit 1: the Cortex-M55 board) one VCVTB.F32.F16: exact, fp16 subnormals kept (FP-to-FP conversions do
+ * not flush half-precision inputs, FZ16 or not; the single-precision result is never subnormal). It differs from
+ * tt_f16_widen only on a signalling NaN, which it quiets; tt_f32_to_f16 stores every NaN quiet, so no tensor the
+ * kernels read holds one and the bits are the same everywhere. Elsewhere (the host): tt_f16_widen. */
+#if defined(__arm__) && defined(__ARM_FP) && (__ARM_FP & 2) && !defined(TT_F16_PORTABLE_READ)
+static inline float tt_f16_read(uint16_t h)
+{
+    float f;
+    __asm__("vmov %0, %1\n\tvcvtb.f32.f16 %0, %0" : "=t"(f) : "r"((uint32_t)h));
+    return f;
+}
+#else
+static inline float tt_f16_read(uint16_t h)
+{
+    return tt_f16_widen(h);
+}
+#endif
 
 float tt_f16_to_f32(uint16_t h);
 uint16_t tt_f32_to_f16(float f);

@@ -140,36 +140,34 @@ static inline uint32_t tt_round_f16_mve(uint32_t n, const float *x, float *y)
     return i;
 }
 
-/* 1 when any of the n fp16 values has exponent 31 (Inf, NaN): the largest exponent field over the array, one VMAX
- * per eight values; the tail is loaded with zeros in the inactive lanes. */
-static inline int tt_nonfinite_f16_mve(uint32_t n, const uint16_t *g)
+/* 1 when some halfword of the n16 at h, masked with its lane's `field`, equals it in a lane that `lanes` selects
+ * (predicate bits): the largest masked field over the array, one VMAX per eight halfwords; the tail is loaded with
+ * zeros in the inactive lanes. One scan serves both widths: an fp16 value's exponent is its halfword's bits 10-14,
+ * an fp32 value's is bits 7-14 of its upper (odd, little-endian) halfword. */
+static inline int tt_all_ones_field_mve(uint32_t n16, const uint16_t *h, uint16x8_t field, mve_pred16_t lanes)
 {
-    const uint16x8_t e = vdupq_n_u16(0x7C00u);
     uint16x8_t m = vdupq_n_u16(0);
     uint32_t i;
-    for (i = 0; i + 8u <= n; i += 8u) {
-        m = vmaxq_u16(m, vandq_u16(vld1q_u16(g + i), e));
+    for (i = 0; i + 8u <= n16; i += 8u) {
+        m = vmaxq_u16(m, vandq_u16(vld1q_u16(h + i), field));
     }
-    if (i < n) {
-        m = vmaxq_u16(m, vandq_u16(vldrhq_z_u16(g + i, vctp16q(n - i)), e));
+    if (i < n16) {
+        m = vmaxq_u16(m, vandq_u16(vldrhq_z_u16(h + i, vctp16q(n16 - i)), field));
     }
-    return vcmpeqq_u16(m, e) != 0;
+    return (vcmpeqq_u16(m, field) & lanes) != 0;
 }
 
-/* 1 when any of the n fp32 values has exponent 255. */
+/* 1 when any of the n fp16 values has exponent 31 (Inf, NaN). */
+static inline int tt_nonfinite_f16_mve(uint32_t n, const uint16_t *g)
+{
+    return tt_all_ones_field_mve(n, g, vdupq_n_u16(0x7C00u), 0xFFFFu);
+}
+
+/* 1 when any of the n fp32 values has exponent 255: the odd halfwords' 0x7F80 (even lanes: field 0, not tested). */
 static inline int tt_nonfinite_f32_mve(uint32_t n, const float *g)
 {
-    const uint32_t *b = (const uint32_t *)(const void *)g;
-    const uint32x4_t e = vdupq_n_u32(0x7F800000u);
-    uint32x4_t m = vdupq_n_u32(0);
-    uint32_t i;
-    for (i = 0; i + 4u <= n; i += 4u) {
-        m = vmaxq_u32(m, vandq_u32(vldrwq_u32(b + i), e));
-    }
-    if (i < n) {
-        m = vmaxq_u32(m, vandq_u32(vldrwq_z_u32(b + i, vctp32q(n - i)), e));
-    }
-    return vcmpeqq_u32(m, e) != 0;
+    const uint16x8_t field = vreinterpretq_u16_u32(vdupq_n_u32(0x7F800000u));
+    return tt_all_ones_field_mve(2u * n, (const uint16_t *)(const void *)g, field, 0xCCCCu);
 }
 
 #endif /* TT_F16_MVE_H */

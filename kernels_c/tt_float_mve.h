@@ -1,5 +1,6 @@
 /* Helium (MVE) versions of float32 backward kernels that select or copy values, for `target.kernels: mve`
- * (TT_USE_MVE=1) on a core with MVE: the activation straight-through mask (tt_act_grad.c) and the 1-bit mask
+ * (TT_USE_MVE=1) on a core with MVE: the activation straight-through mask (tt_act_grad.c, from an fp32 or an fp16
+ * forward output) and the 1-bit mask
  * gradient (tt_mask_grad.c). The kernel files include this header and call these functions in small #if blocks; the
  * portable loops stay the reference (tests/test_m55_float.py runs both in QEMU on random shapes and compares bytes).
  *
@@ -26,11 +27,15 @@
 
 #define TT_FLOAT_MVE 1
 
-/* dx[i] = keep(y[i]) ? dy[i] : +0.0f for TT_ACT_RELU (1), TT_ACT_RELU6 (2), TT_ACT_RELU_N1_TO_1 (3), else dy[i].
- * Element i is read before it is written, so dx may be dy or y. */
-static inline void tt_act_grad_f32_mve(int32_t n, int act, const float *dy, const float *y, float *dx)
+/* dx[i] = keep(y[i]) ? dy[i] : +0.0f for TT_ACT_RELU (1), TT_ACT_RELU6 (2), TT_ACT_RELU_N1_TO_1 (3), else dy[i];
+ * y is fp32 (half 0) or fp16 (half 1: fp16-mixed's saved activation, tt_act_grad_hy_f32), its bit patterns in
+ * 32-bit lanes (fp16 zero-extended, so non-negative) compared as above with the format's constants: +Inf 0x7C00,
+ * 6.0 0x4600, 1.0 0x3C00, magnitude mask 0x7FFF. Element i is read before it is written, so dx may be dy (or an
+ * fp32 y). */
+static inline void tt_act_grad_mve(int32_t n, int act, const float *dy, const void *y, int half, float *dx)
 {
-    const int32_t *yb = (const int32_t *)(const void *)y;
+    const int32_t inf = half ? 0x7C00 : 0x7F800000, six = half ? 0x4600 : 0x40C00000;
+    const uint32_t one = half ? 0x3C00u : 0x3F800000u, mag = half ? 0x7FFFu : 0x7FFFFFFFu;
     const uint32_t *gb = (const uint32_t *)(const void *)dy;
     uint32_t *db = (uint32_t *)(void *)dx;
     const uint32x4_t zero = vdupq_n_u32(0);
@@ -38,17 +43,18 @@ static inline void tt_act_grad_f32_mve(int32_t n, int act, const float *dy, cons
     int32_t i;
     for (i = 0; i < n; i += 4) {
         const mve_pred16_t t = vctp32q((uint32_t)(n - i));
-        const int32x4_t s = vldrwq_z_s32(yb + i, t);
+        const int32x4_t s = half ? vreinterpretq_s32_u32(vldrhq_z_u32((const uint16_t *)y + i, t))
+                                 : vldrwq_z_s32((const int32_t *)y + i, t);
         mve_pred16_t keep;
         switch (act) {
         case 1:
-            keep = vcmpleq_m_s32(s, vdupq_n_s32(0x7F800000), vcmpgtq_s32(s, szero));
+            keep = vcmpleq_m_s32(s, vdupq_n_s32(inf), vcmpgtq_s32(s, szero));
             break;
         case 2:
-            keep = vcmpltq_m_s32(s, vdupq_n_s32(0x40C00000), vcmpgtq_s32(s, szero));
+            keep = vcmpltq_m_s32(s, vdupq_n_s32(six), vcmpgtq_s32(s, szero));
             break;
         case 3:
-            keep = vcmphiq_u32(vdupq_n_u32(0x3F800000u), vandq_u32(vreinterpretq_u32_s32(s), vdupq_n_u32(0x7FFFFFFFu)));
+            keep = vcmphiq_u32(vdupq_n_u32(one), vandq_u32(vreinterpretq_u32_s32(s), vdupq_n_u32(mag)));
             break;
         default:
             keep = 0xFFFFu;

@@ -91,7 +91,7 @@ from tinytrain.stages.device import eval_split
 from tinytrain.stages.device import export
 from tinytrain.stages.quant import rescale, update_check
 from tinytrain.stages.model import wof
-from tinytrain.stages.device.boards import Board, get_board
+from tinytrain.stages.device.boards import MPS3_AN547_SYSCLK_HZ, Board, get_board
 from tinytrain.stages.device.launch import EmulationError, RunResult, run_firmware
 from tinytrain.stages.model.ir import Graph
 from tinytrain.stages.planning.parallel import Background
@@ -110,8 +110,10 @@ CHECKPOINT_ARTIFACT = "trained.ttck"   # only with train.checkpoint
 CIRCLE_ARTIFACT = "trained.circle"     # only for a .circle model: the trained model with CIRCLE_TRAINING metadata
 RUN_JSON_VERSION = 1
 
-# The real parts' core clocks (the emulator runs the mps2 machines at 25 MHz; that is not the board's).
-BOARD_CLOCK_HZ = {"stm32f746-disco": 216_000_000, "m4-256k": 180_000_000, "m4-128k": 100_000_000}
+# The real parts' core clocks (the emulator runs the mps2 machines at 25 MHz; that is not the board's). The MPS3
+# AN547 is an FPGA image: its Cortex-M55 runs at the image's 32 MHz main clock (boards.MPS3_AN547_SYSCLK_HZ).
+BOARD_CLOCK_HZ = {"stm32f746-disco": 216_000_000, "m4-256k": 180_000_000, "m4-128k": 100_000_000,
+                  "mps3-an547": MPS3_AN547_SYSCLK_HZ}
 
 # MIT TTE (tiny-training) on STM32F746 @216 MHz: MobileNetV2-w0.35 @128, sparse update, 373 ms per step.
 TTE_MS_PER_STEP = 373.0

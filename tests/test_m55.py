@@ -62,6 +62,19 @@ def test_example_trains_on_the_m55_bit_identical_to_host(tmp_path, capsys):
     assert m55["run"]["accuracy"] == host["run"]["accuracy"]
     assert m55["run"]["loss"]["steps"] == 60
     assert m55["run"]["instructions"]["counted"] and m55["run"]["instructions"]["per_step_mean"] > 0
+    est = m55["run"]["cycles_estimate"]    # the AN547 image's 32 MHz core clock: a time per step
+    assert est["clock_hz"] == 32_000_000
+    assert est["ms_per_step"] == pytest.approx(m55["run"]["instructions"]["per_step_mean"] / 32e3)
+
+
+def test_the_m55_has_its_fpga_images_clock():
+    """The MPS3 AN547 runs its SSE-300 and Cortex-M55 at the FPGA image's 32 MHz main clock (QEMU's mps2-tz.c
+    sysclk_frq; Arm's AN547 application note), the clock its SysTick and cycle / ms figures use."""
+    from tinytrain.stages.device.boards import BOARDS, get_board
+    from tinytrain.stages.emulate_run import BOARD_CLOCK_HZ
+
+    assert BOARD_CLOCK_HZ[BOARD] == get_board(BOARD).sysclk_hz == 32_000_000
+    assert {b.name for b in BOARDS.values() if not b.host} <= set(BOARD_CLOCK_HZ)
 
 
 # ---- Helium dot products against the reference loops and numpy ------------------------------------------------------

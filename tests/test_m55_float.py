@@ -1,5 +1,5 @@
-"""Helium float32 backward kernels (kernels_c/tt_float_mve.h, `target.kernels: mve`): the activation mask and the
-1-bit mask gradient, built with and without Helium for the Cortex-M55 and run in QEMU on random shapes and edge
+"""Helium float32 backward kernels (kernels_c/tt_float_mve.h, `target.kernels: mve`): the activation mask (from an
+fp32 or an fp16 forward output) and the 1-bit mask gradient, built with and without Helium for the Cortex-M55 and run in QEMU on random shapes and edge
 values (+-0, subnormals, +-Inf, NaNs with payloads, the activation bounds and their neighbours, in place and out of
 place): the output bytes must be the portable kernels' and the host's, and numpy's float compares give the same."""
 
@@ -42,12 +42,16 @@ int tt_main(void) {
             float y[1024];
             memcpy(y, d + 4 * n, (size_t)n * 4u);
             tt_act_grad_f32(n, (tt_act)arg, dy, y, dst);
+        } else if (kind == 2) {
+            uint16_t yh[1024];
+            memcpy(yh, d + 4 * n, (size_t)n * 2u);
+            tt_act_grad_hy_f32(n, (tt_act)arg, dy, yh, dst);
         } else {
             tt_mask_grad_f32(n, arg, d + 4 * n, dy, dst);
         }
         if (inplace) memcpy(out + k, dy, (size_t)n * 4u);
         k += n;
-        p = d + 4 * n + (kind == 0 ? 4 * n : mbytes);
+        p = d + 4 * n + (kind == 0 ? 4 * n : kind == 2 ? 2 * n : mbytes);
     }
     return tt_write_file("out.bin", out, (size_t)k * 4u) == 0 ? 0 : 1;
 }
@@ -66,7 +70,7 @@ def _cases(seed: int = 3):
     sizes = [0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 255] + [int(s) for s in rng.integers(1, 1024, 16)]
     cases, blob = [], []
     for j, n in enumerate(sizes):
-        for kind in (0, 1):
+        for kind in (0, 1, 2):
             y = np.where(rng.random(n) < 0.5, rng.choice(pool, n), (rng.standard_normal(n) * 4).astype(np.float32))
             y = y.astype(np.float32)
             dy = rng.integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32).view(np.float32)  # any bits, NaNs too
@@ -75,6 +79,13 @@ def _cases(seed: int = 3):
                 arg = j % 4  # none, relu, relu6, relu_n1_to_1
                 payload = y.tobytes()
                 mbytes = 0
+            elif kind == 2:   # an fp16 forward output (fp16-mixed): any bits, so every fp16 edge and NaN occurs
+                arg = j % 4
+                with np.errstate(over="ignore"):   # large fp32 values become fp16 Inf: an edge case too
+                    near16 = y.astype(np.float16).view(np.uint16)
+                yh = np.where(rng.random(n) < 0.5, rng.integers(0, 2 ** 16, n).astype(np.uint16), near16)
+                payload, mbytes = yh.astype("<u2").tobytes(), 0
+                y = yh.view(np.float16).astype(np.float32)
             else:
                 arg = int(rng.integers(0, 32))
                 bits = rng.integers(0, 2, arg + n).astype(np.uint8)
@@ -90,7 +101,7 @@ def _numpy(cases) -> bytes:
     out = []
     with np.errstate(invalid="ignore"):
         for kind, arg, dy, y in cases:
-            if kind == 0:
+            if kind in (0, 2):
                 keep = {0: np.ones(len(y), bool), 1: y > 0, 2: (y > 0) & (y < 6), 3: (y > -1) & (y < 1)}[arg]
             else:
                 keep = y.astype(bool)

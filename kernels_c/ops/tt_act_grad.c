@@ -1,5 +1,6 @@
 /* act_grad: the straight-through mask of a fused activation, from the forward output, float32. */
 #include "tt_kernels.h"
+#include "tt_f16.h"
 #if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
 #include "tt_float_mve.h" /* target.kernels: mve - integer compares and VPSEL, the same bits */
 #endif
@@ -7,31 +8,45 @@
 #ifdef TT_INTERFACE
 /* Straight-through mask from the forward *output* y: relu y>0, relu6 0<y<6, relu_n1_to_1 -1<y<1 (dx may be dy). */
 void tt_act_grad_f32(int32_t n, tt_act act, const float *dy, const float *y, float *dx);
+/* The same from an fp16 forward output y (fp16-mixed's saved activation itself, widened where it is compared:
+ * exact, so the bits of tt_cast_f16_f32 followed by tt_act_grad_f32, without the fp32 copy). */
+void tt_act_grad_hy_f32(int32_t n, tt_act act, const float *dy, const uint16_t *y, float *dx);
 #endif /* TT_INTERFACE */
 
-void tt_act_grad_f32(int32_t n, tt_act act, const float *dy, const float *y, float *dx)
+static int tt_act_keep(tt_act act, float v)
+{
+    switch (act) {
+    case TT_ACT_RELU:
+        return v > 0.0f;
+    case TT_ACT_RELU6:
+        return v > 0.0f && v < 6.0f;
+    case TT_ACT_RELU_N1_TO_1:
+        return v > -1.0f && v < 1.0f;
+    default:
+        return 1;
+    }
+}
+
+/* y is fp32 (yf) or fp16 (yh, read where it is compared: exact). Inlined into both entry points with one of them 0. */
+static inline void tt_act_grad_any(int32_t n, tt_act act, const float *dy, const float *yf, const uint16_t *yh,
+                                   float *dx)
 {
     int32_t i;
 #ifdef TT_FLOAT_MVE
-    tt_act_grad_f32_mve(n, (int)act, dy, y, dx);
+    tt_act_grad_mve(n, (int)act, dy, yh != 0 ? (const void *)yh : (const void *)yf, yh != 0, dx);
     return;
 #endif
     for (i = 0; i < n; ++i) {
-        int keep;
-        switch (act) {
-        case TT_ACT_RELU:
-            keep = y[i] > 0.0f;
-            break;
-        case TT_ACT_RELU6:
-            keep = y[i] > 0.0f && y[i] < 6.0f;
-            break;
-        case TT_ACT_RELU_N1_TO_1:
-            keep = y[i] > -1.0f && y[i] < 1.0f;
-            break;
-        default:
-            keep = 1;
-            break;
-        }
-        dx[i] = keep ? dy[i] : 0.0f;
+        dx[i] = tt_act_keep(act, yh != 0 ? tt_f16_read(yh[i]) : yf[i]) ? dy[i] : 0.0f;
     }
+}
+
+void tt_act_grad_f32(int32_t n, tt_act act, const float *dy, const float *y, float *dx)
+{
+    tt_act_grad_any(n, act, dy, y, 0, dx);
+}
+
+void tt_act_grad_hy_f32(int32_t n, tt_act act, const float *dy, const uint16_t *y, float *dx)
+{
+    tt_act_grad_any(n, act, dy, 0, y, dx);
 }

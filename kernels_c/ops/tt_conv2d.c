@@ -24,6 +24,7 @@
 #include "tt_requant.h"
 #include "tt_train_ops.h"
 #include "tt_conv_common.h"
+#include "tt_f16.h"
 
 #ifdef TT_INTERFACE
 /* y[B,OH,OW,O] = requant(sum (x - z_x) * w + bias). bias may be NULL. int32 accumulation (never overflows for
@@ -64,6 +65,10 @@ void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const i
  * dequantize_slice followed by tt_conv2d_grad_weight_f32_range (ops/tt_conv2d.c). */
 void tt_conv2d_grad_weight_qx_f32_range(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dy,
                                         const int8_t *x, float scale, int32_t zero_point, float *dw);
+/* The same reading an fp16 input x (fp16-mixed: the saved activation itself) and widening each element where it is
+ * used (exact), so no fp32 copy of it exists: the bits of tt_cast_f16_f32 followed by tt_conv2d_grad_weight_f32_range. */
+void tt_conv2d_grad_weight_hx_f32_range(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dy,
+                                        const uint16_t *x, float *dw);
 #endif /* TT_INTERFACE */
 
 /* One block of up to four output channels: weight rows (the split kernel's slice rows for input channels [0, n)),
@@ -485,13 +490,15 @@ TT_GI_INLINE int32_t tt_nz_list(const float *g0, const float *g1, const float *g
 /* 1x1, stride 1, no padding (pixel p of x feeds pixel p of dy): dw[o, c] = 0, += dy[p, o] * x[p, c] over the
  * pixels in order, as the general loop below; the sums of eight (then four, then one) channels stay in registers
  * over the pixels instead of being loaded and stored per product: the same float32 operations in the same order. */
-TT_GI_INLINE float tt_gw_x(const float *xf, const int8_t *xq, int32_t i, float scale, int32_t zero_point)
+TT_GI_INLINE float tt_gw_x(const float *xf, const int8_t *xq, const uint16_t *xh, int32_t i, float scale,
+                           int32_t zero_point)
 {
-    return xq != 0 ? (float)((int32_t)xq[i] - zero_point) * scale : xf[i];
+    return xq != 0 ? (float)((int32_t)xq[i] - zero_point) * scale : xh != 0 ? tt_f16_read(xh[i]) : xf[i];
 }
 
 TT_GI_INLINE void tt_gw1x1(int32_t P, int32_t O, int32_t IC, int32_t k, int32_t o0, int32_t o1, const float *dy,
-                           const float *xf, const int8_t *xq, float scale, int32_t zero_point, float *dw)
+                           const float *xf, const int8_t *xq, const uint16_t *xh, float scale, int32_t zero_point,
+                           float *dw)
 {
     /* Pixels where dy[p, o] is +-0 are skipped, the sums keep their bits (see tt_gi1x1_part's note: every x here
      * is finite when it is dequantized from int8; a float x could be inf or NaN, so only xq skips). */
@@ -525,14 +532,14 @@ TT_GI_INLINE void tt_gw1x1(int32_t P, int32_t O, int32_t IC, int32_t k, int32_t 
     do {                                                                                                      \
         const float gp = g[(pp) * O];                                                                         \
         const int32_t i = (pp) * IC + c;                                                                      \
-        a0 += gp * tt_gw_x(xf, xq, i, scale, zero_point);                                                     \
-        a1 += gp * tt_gw_x(xf, xq, i + 1, scale, zero_point);                                                 \
-        a2 += gp * tt_gw_x(xf, xq, i + 2, scale, zero_point);                                                 \
-        a3 += gp * tt_gw_x(xf, xq, i + 3, scale, zero_point);                                                 \
-        a4 += gp * tt_gw_x(xf, xq, i + 4, scale, zero_point);                                                 \
-        a5 += gp * tt_gw_x(xf, xq, i + 5, scale, zero_point);                                                 \
-        a6 += gp * tt_gw_x(xf, xq, i + 6, scale, zero_point);                                                 \
-        a7 += gp * tt_gw_x(xf, xq, i + 7, scale, zero_point);                                                 \
+        a0 += gp * tt_gw_x(xf, xq, xh, i, scale, zero_point);                                                     \
+        a1 += gp * tt_gw_x(xf, xq, xh, i + 1, scale, zero_point);                                                 \
+        a2 += gp * tt_gw_x(xf, xq, xh, i + 2, scale, zero_point);                                                 \
+        a3 += gp * tt_gw_x(xf, xq, xh, i + 3, scale, zero_point);                                                 \
+        a4 += gp * tt_gw_x(xf, xq, xh, i + 4, scale, zero_point);                                                 \
+        a5 += gp * tt_gw_x(xf, xq, xh, i + 5, scale, zero_point);                                                 \
+        a6 += gp * tt_gw_x(xf, xq, xh, i + 6, scale, zero_point);                                                 \
+        a7 += gp * tt_gw_x(xf, xq, xh, i + 7, scale, zero_point);                                                 \
     } while (0)
                 if (n == pe - pc) { /* dense chunk: the plain loop, no list */
                     for (j = pc; j < pe; ++j) {
@@ -558,10 +565,10 @@ TT_GI_INLINE void tt_gw1x1(int32_t P, int32_t O, int32_t IC, int32_t k, int32_t 
                     const int32_t pp = pc + nz[j];
                     const float gp = g[pp * O];
                     const int32_t i = pp * IC + c;
-                    a0 += gp * tt_gw_x(xf, xq, i, scale, zero_point);
-                    a1 += gp * tt_gw_x(xf, xq, i + 1, scale, zero_point);
-                    a2 += gp * tt_gw_x(xf, xq, i + 2, scale, zero_point);
-                    a3 += gp * tt_gw_x(xf, xq, i + 3, scale, zero_point);
+                    a0 += gp * tt_gw_x(xf, xq, xh, i, scale, zero_point);
+                    a1 += gp * tt_gw_x(xf, xq, xh, i + 1, scale, zero_point);
+                    a2 += gp * tt_gw_x(xf, xq, xh, i + 2, scale, zero_point);
+                    a3 += gp * tt_gw_x(xf, xq, xh, i + 3, scale, zero_point);
                 }
                 dwp[c] = a0; dwp[c + 1] = a1; dwp[c + 2] = a2; dwp[c + 3] = a3;
             }
@@ -569,7 +576,7 @@ TT_GI_INLINE void tt_gw1x1(int32_t P, int32_t O, int32_t IC, int32_t k, int32_t 
                 float a0 = first ? 0.0f : dwp[c];
                 for (j = 0; j < n; ++j) {
                     const int32_t pp = pc + nz[j];
-                    a0 += g[pp * O] * tt_gw_x(xf, xq, pp * IC + c, scale, zero_point);
+                    a0 += g[pp * O] * tt_gw_x(xf, xq, xh, pp * IC + c, scale, zero_point);
                 }
                 dwp[c] = a0;
             }
@@ -578,17 +585,17 @@ TT_GI_INLINE void tt_gw1x1(int32_t P, int32_t O, int32_t IC, int32_t k, int32_t 
 }
 
 static void tt_conv2d_grad_weight_impl(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dy,
-                                       const float *xf, const int8_t *xq, float scale, int32_t zero_point,
-                                       float *dw)
+                                       const float *xf, const int8_t *xq, const uint16_t *xh, float scale,
+                                       int32_t zero_point, float *dw)
 {
     int32_t o, ky, kx, c, b, oy, ox;
     if (d->k_h == 1 && d->k_w == 1 && d->stride_h == 1 && d->stride_w == 1 && d->pad_top == 0 &&
         d->pad_left == 0 && d->out_h == d->in_h && d->out_w == d->in_w) {
         const int32_t P = d->batches * d->in_h * d->in_w;
         if (xq != 0) {
-            tt_gw1x1(P, d->out_c, d->in_c, k, o0, o1, dy, 0, xq, scale, zero_point, dw);
+            tt_gw1x1(P, d->out_c, d->in_c, k, o0, o1, dy, 0, xq, 0, scale, zero_point, dw);
         } else {
-            tt_gw1x1(P, d->out_c, d->in_c, k, o0, o1, dy, xf, 0, 1.0f, 0, dw);
+            tt_gw1x1(P, d->out_c, d->in_c, k, o0, o1, dy, xf, 0, xh, 1.0f, 0, dw);
         }
         return;
     }
@@ -617,6 +624,10 @@ static void tt_conv2d_grad_weight_impl(const tt_conv_dims *d, int32_t k, int32_t
                                 for (c = 0; c < k; ++c) {
                                     dwp[c] += g * ((float)((int32_t)xq[at + c] - zero_point) * scale);
                                 }
+                            } else if (xh != 0) {
+                                for (c = 0; c < k; ++c) {
+                                    dwp[c] += g * tt_f16_read(xh[at + c]);
+                                }
                             } else {
                                 for (c = 0; c < k; ++c) {
                                     dwp[c] += g * xf[at + c];
@@ -633,13 +644,19 @@ static void tt_conv2d_grad_weight_impl(const tt_conv_dims *d, int32_t k, int32_t
 void tt_conv2d_grad_weight_f32_range(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dy,
                                      const float *x, float *dw)
 {
-    tt_conv2d_grad_weight_impl(d, k, o0, o1, dy, x, 0, 1.0f, 0, dw);
+    tt_conv2d_grad_weight_impl(d, k, o0, o1, dy, x, 0, 0, 1.0f, 0, dw);
+}
+
+void tt_conv2d_grad_weight_hx_f32_range(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dy,
+                                        const uint16_t *x, float *dw)
+{
+    tt_conv2d_grad_weight_impl(d, k, o0, o1, dy, 0, 0, x, 1.0f, 0, dw);
 }
 
 void tt_conv2d_grad_weight_qx_f32_range(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dy,
                                         const int8_t *x, float scale, int32_t zero_point, float *dw)
 {
-    tt_conv2d_grad_weight_impl(d, k, o0, o1, dy, 0, x, scale, zero_point, dw);
+    tt_conv2d_grad_weight_impl(d, k, o0, o1, dy, 0, x, 0, scale, zero_point, dw);
 }
 
 /* ---- 1x1, stride 1, no padding: input pixel p reads output pixel p only ---------------------------------------

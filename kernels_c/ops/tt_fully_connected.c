@@ -8,6 +8,7 @@
  * fully_connected_grad_weight (whole and by output rows). */
 #include "tt_kernels.h"
 #include "tt_dot.h"
+#include "tt_f16.h"
 
 #ifdef TT_INTERFACE
 /* x viewed as [rows, depth], w [out_c, depth], y [rows, out_c] (fixed-point requantization, TFLM's path). */
@@ -27,6 +28,9 @@ void tt_fully_connected_grad_weight_f32(int32_t rows, int32_t depth, int32_t out
 /* Rows [o0, o1) only: dw [o1-o0, k] (dw points at row o0); bits of the whole call. */
 void tt_fully_connected_grad_weight_f32_range(int32_t rows, int32_t depth, int32_t out_c, int32_t k, int32_t o0,
                                               int32_t o1, const float *dy, const float *x, float *dw);
+/* The same reading an fp16 x (fp16-mixed's saved activation itself: no fp32 copy of it is made). */
+void tt_fully_connected_grad_weight_hx_f32_range(int32_t rows, int32_t depth, int32_t out_c, int32_t k, int32_t o0,
+                                                 int32_t o1, const float *dy, const uint16_t *x, float *dw);
 #endif /* TT_INTERFACE */
 
 void tt_fully_connected_s8(int32_t rows, int32_t depth, int32_t out_c, const tt_requant_s8 *q, const int8_t *x,
@@ -116,9 +120,10 @@ void tt_fully_connected_grad_weight_f32(int32_t rows, int32_t depth, int32_t out
 
 /* Rows [o0, o1) of dw (each its own sums: any split gives the bits of the whole call); dw points at row o0.
  * Each element is ((0 + p_0) + p_1) + ... in r order; the loop over d is innermost so that it vectorises (the
- * common case is one row: dw = dy[o] * x). */
-void tt_fully_connected_grad_weight_f32_range(int32_t rows, int32_t depth, int32_t out_c, int32_t k, int32_t o0,
-                                              int32_t o1, const float *dy, const float *x, float *dw)
+ * common case is one row: dw = dy[o] * x). x is fp32 (xf) or fp16 (xh, widened where it is used: exact, so the
+ * bits of the fp32 kernel on its fp32 copy). */
+static void tt_fc_grad_weight_impl(int32_t rows, int32_t depth, int32_t out_c, int32_t k, int32_t o0, int32_t o1,
+                                   const float *dy, const float *xf, const uint16_t *xh, float *dw)
 {
     int32_t r, d, o;
     for (o = o0; o < o1; ++o) {
@@ -128,10 +133,29 @@ void tt_fully_connected_grad_weight_f32_range(int32_t rows, int32_t depth, int32
         }
         for (r = 0; r < rows; ++r) {
             const float a = dy[r * out_c + o];
-            const float *xr = x + r * depth;
-            for (d = 0; d < k; ++d) {
-                row[d] += a * xr[d];
+            if (xh != 0) {
+                const uint16_t *xr = xh + r * depth;
+                for (d = 0; d < k; ++d) {
+                    row[d] += a * tt_f16_read(xr[d]);
+                }
+            } else {
+                const float *xr = xf + r * depth;
+                for (d = 0; d < k; ++d) {
+                    row[d] += a * xr[d];
+                }
             }
         }
     }
+}
+
+void tt_fully_connected_grad_weight_f32_range(int32_t rows, int32_t depth, int32_t out_c, int32_t k, int32_t o0,
+                                              int32_t o1, const float *dy, const float *x, float *dw)
+{
+    tt_fc_grad_weight_impl(rows, depth, out_c, k, o0, o1, dy, x, 0, dw);
+}
+
+void tt_fully_connected_grad_weight_hx_f32_range(int32_t rows, int32_t depth, int32_t out_c, int32_t k, int32_t o0,
+                                                 int32_t o1, const float *dy, const uint16_t *x, float *dw)
+{
+    tt_fc_grad_weight_impl(rows, depth, out_c, k, o0, o1, dy, 0, x, dw);
 }

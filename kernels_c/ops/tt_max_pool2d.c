@@ -1,6 +1,7 @@
 /* max_pool2d: int8 and float32, and max_pool2d_grad (float or int8 forward input); conventions:
  * ops/tt_average_pool2d.c's header. */
 #include "tt_act_clamp.h"
+#include "tt_f16.h"
 #include "tt_kernels.h"
 #include "tt_pool_window.h"
 
@@ -13,6 +14,8 @@ void tt_max_pool2d_f32(const tt_pool_dims *d, float act_min, float act_max, cons
 void tt_max_pool2d_grad_f32(const tt_pool_dims *d, const float *dy, const float *x, float *dx);
 /* the same with the int8 forward input (ties: first maximum in row-major tap order, strict >) */
 void tt_max_pool2d_grad_s8(const tt_pool_dims *d, const float *dy, const int8_t *x, float *dx);
+/* the same with an fp16 forward input (fp16-mixed's saved activation itself: widened where it is compared, exact) */
+void tt_max_pool2d_grad_f16(const tt_pool_dims *d, const float *dy, const uint16_t *x, float *dx);
 #endif /* TT_INTERFACE */
 
 void tt_max_pool2d_s8(const tt_pool_dims *d, int32_t act_min, int32_t act_max, const int8_t *x, int8_t *y)
@@ -49,16 +52,17 @@ void tt_max_pool2d_f32(const tt_pool_dims *d, float act_min, float act_max, cons
     }
 }
 
-/* The forward input of a max pool is float32 or int8; int8 -> float is exact and keeps the order, so one window
- * search serves both and picks the same tap. */
-static float tt__pool_in(const void *x, int32_t idx, int32_t is_s8)
+/* The forward input of a max pool is float32, int8 or fp16 (kind 0, 1, 2); int8 -> float and fp16 -> float are
+ * exact and keep the order, so one window search serves all and picks the same tap. */
+static float tt__pool_in(const void *x, int32_t idx, int32_t kind)
 {
-    return is_s8 ? (float)((const int8_t *)x)[idx] : ((const float *)x)[idx];
+    return kind == 1 ? (float)((const int8_t *)x)[idx]
+           : kind == 2 ? tt_f16_read(((const uint16_t *)x)[idx]) : ((const float *)x)[idx];
 }
 
 /* All of dy goes to the window's first maximum in row-major tap order (strict >: ties keep the earlier tap),
  * as TFLite and PyTorch pick it. */
-static void tt__max_pool2d_grad(const tt_pool_dims *d, const float *dy, const void *x, int32_t is_s8, float *dx)
+static void tt__max_pool2d_grad(const tt_pool_dims *d, const float *dy, const void *x, int32_t kind, float *dx)
 {
     int32_t i, b, oy, ox, c, iy, ix;
     tt_pool_window w;
@@ -71,7 +75,7 @@ static void tt__max_pool2d_grad(const tt_pool_dims *d, const float *dy, const vo
         float best = 0.0f;
         TT_POOL_FOR_EACH_TAP(w, iy, ix) {
             const int32_t idx = TT_POOL_IN(d, b, iy, ix, c);
-            const float v = tt__pool_in(x, idx, is_s8);
+            const float v = tt__pool_in(x, idx, kind);
             if (best_i < 0 || v > best) {
                 best = v;
                 best_i = idx;
@@ -91,4 +95,9 @@ void tt_max_pool2d_grad_f32(const tt_pool_dims *d, const float *dy, const float 
 void tt_max_pool2d_grad_s8(const tt_pool_dims *d, const float *dy, const int8_t *x, float *dx)
 {
     tt__max_pool2d_grad(d, dy, x, 1, dx);
+}
+
+void tt_max_pool2d_grad_f16(const tt_pool_dims *d, const float *dy, const uint16_t *x, float *dx)
+{
+    tt__max_pool2d_grad(d, dy, x, 2, dx);
 }

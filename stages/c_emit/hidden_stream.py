@@ -93,7 +93,9 @@ def _weight_row(gen, gop: Op, uop: Op, c: int) -> list[str]:
     d = gen.uid("tt_cd")
     gen.globals.append(f"static const tt_conv_dims {d} = {{1, {xs[1]}, {xs[2]}, {xs[3]}, {xs[1]}, {xs[2]}, 1, "
                        f"1, 1, 1, 1, 1, 1, 0, 0, 1}};")
-    if xq is not None:
+    if xq is not None and gen.g.tensors[xq].dtype == "float16":   # fp16-mixed: the saved fp16 input itself
+        grad = [f"tt_conv2d_grad_weight_hx_f32_range(&{d}, {k}, 0, 1, {gen.loc(dz)}, {gen.loc(xq)}, {gen.loc(dw)});"]
+    elif xq is not None:
         s, z = gen.qp(xq)
         grad = [f"tt_conv2d_grad_weight_qx_f32_range(&{d}, {k}, 0, 1, {gen.loc(dz)}, {gen.loc(xq)}, {flit(s)}, "
                 f"{z}, {gen.loc(dw)});"]

@@ -94,6 +94,11 @@ def c_conv2d_grad_weight(gen, op: Op) -> list[str]:
     dz, x, dw = op.inputs[0], op.inputs[1], op.outputs[0]
     ws = list(op.attrs["w_shape"])
     k = int(op.attrs.get("in_channels") or ws[3])
+    if x in gen.fused and gen.g.tensors[gen.fused[x]].dtype == "float16":   # fp16-mixed: the saved fp16 input itself
+        d = _grad_geo(gen, op, gen.g.tensors[x].shape, ws, dz, False, in_c=gen.g.tensors[x].shape[3])
+        o0, o1 = ("o", "o + 1") if gen.chunk_rows is not None else ("0", str(ws[0]))
+        return [f"tt_conv2d_grad_weight_hx_f32_range(&{d}, {k}, {o0}, {o1}, {gen.loc(dz)}, {gen.loc(gen.fused[x])}, "
+                f"{gen.loc(dw)});"]
     if x in gen.fused:  # the int8 activation itself, all its channels (memplan.fused_input_dequantize)
         xq = gen.fused[x]
         xs = gen.g.tensors[xq].shape

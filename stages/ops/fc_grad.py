@@ -31,6 +31,10 @@ def c_fully_connected_grad_weight(gen, op: Op) -> list[str]:
         depth_arg = k
     else:
         depth_arg = depth
+    if x in gen.fused:   # fp16-mixed: the saved fp16 input itself (fp16_memory.fused_widen)
+        o0, o1 = ("o", "o + 1") if gen.chunk_rows is not None else ("0", str(o))
+        return [f"tt_fully_connected_grad_weight_hx_f32_range({rows}, {depth_arg}, {o}, {k}, {o0}, {o1}, "
+                f"{gen.loc(dz)}, {gen.loc(gen.fused[x])}, {gen.loc(dw)});"]
     if gen.chunk_rows is not None:
         return [f"tt_fully_connected_grad_weight_f32_range({rows}, {depth_arg}, {o}, {k}, o, o + 1, "
                 f"{gen.loc(dz)}, {gen.loc(x)}, {gen.loc(dw)});"]

@@ -37,6 +37,12 @@ STEP_COUNTER, BATCH_ACCUMULATE = training.STEP_COUNTER.name, training.BATCH_ACCU
 # stream (stages/planning/streams.py): each handles one output channel of the gradient at a time (_chunk_n)
 CHANNEL_CHAIN_OPS = (ROUND_F16, AMP_UNSCALE)
 CHANNEL_END_OPS = (AMP_CHECK,)
+# {op: operands} whose C kernel reads an fp16 tensor itself, widening each element where it uses it: a
+# cast_f16_f32 read only there is fused into its readers (stages/planning/fp16_memory.fused_widen), so the saved
+# activation has no fp32 copy. The weight gradients' saved input x (`_hx_` kernels), the activation mask's forward
+# output y (`_hy_`), the max pool's forward input (`_f16`).
+FP16_OPERANDS = {conv.CONV2D_GRAD_WEIGHT.name: (1,), fc.FULLY_CONNECTED_GRAD_WEIGHT.name: (1,),
+                 training.ACT_GRAD.name: (1,), "max_pool2d_grad": (1,)}
 
 
 def exact_kernels() -> dict:
@@ -62,6 +68,8 @@ def _c_cast_f32_f16(gen, op: Op) -> list[str]:
 
 def _c_cast_f16_f32(gen, op: Op) -> list[str]:
     x, y = op.inputs[0], op.outputs[0]
+    if y in gen.fused:
+        return [f"/* fused: its readers widen {x.split(';')[0]} as they read it */"]
     return [f"tt_cast_f16_f32({_n(gen, x)}u, {gen.loc(x)}, {gen.loc(y)});"]
 
 

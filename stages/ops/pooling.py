@@ -199,6 +199,8 @@ def _c_max_pool2d_grad(gen, op: Op) -> list[str]:
     d = _c_pool_dims(gen, op, x)
     if gen.is_int8(x):
         return [f"tt_max_pool2d_grad_s8(&{d}, {gen.loc(dy)}, {gen.loc(x)}, {gen.loc(dx)});"]
+    if x in gen.fused:   # fp16-mixed: the saved fp16 input itself (planning/fp16_memory.fused_widen)
+        return [f"tt_max_pool2d_grad_f16(&{d}, {gen.loc(dy)}, {gen.loc(gen.fused[x])}, {gen.loc(dx)});"]
     return [f"tt_max_pool2d_grad_f32(&{d}, {gen.loc(dy)}, {gen.loc(x)}, {gen.loc(dx)});"]
 
 

@@ -24,6 +24,9 @@ RUNTIME_FIELDS = {"learning_rate": "learning_rate", "momentum": "momentum", "bet
 def _c_act_grad(gen, op: Op) -> list[str]:
     dy, y, dx = op.inputs[0], op.inputs[1], op.outputs[0]
     n = numel(gen.g.tensors[dy].shape)
+    if y in gen.fused:   # fp16-mixed: the saved fp16 output itself (planning/fp16_memory.fused_widen)
+        return [f"tt_act_grad_hy_f32({n}, {ACT_ENUM[op.attrs['act']]}, {gen.loc(dy)}, {gen.loc(gen.fused[y])}, "
+                f"{gen.loc(dx)});"]
     return [f"tt_act_grad_f32({n}, {ACT_ENUM[op.attrs['act']]}, {gen.loc(dy)}, {gen.loc(y)}, {gen.loc(dx)});"]
 
 

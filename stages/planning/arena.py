@@ -21,7 +21,9 @@ Memory is counted the way the Tiny Training Engine counts it:
   gradient reads therefore counts until that backward op runs.
 
 - a `dequantize_slice` of a saved int8 input that only conv2d weight gradients read is fused into them too
-  (`fused_input_dequantize`): the int8 input lives until they run, the fp32 copy never exists;
+  (`fused_input_dequantize`): the int8 input lives until they run, the fp32 copy never exists; so is fp16-mixed's
+  widening (`cast_f16_f32`) of a saved fp16 activation into kernels that read fp16 themselves
+  (planning/fp16_memory.fused_widen);
 - streamed op groups (stages/planning/streams.py, chosen by the reorder stage): a streamed tensor costs its window (rows,
   one position, one output channel), and every tensor the group's ops touch lives for the whole group.
 
@@ -44,6 +46,7 @@ import numpy as np
 
 from tinytrain.stages import ops
 from tinytrain.stages.model.ir import Graph, numel
+from tinytrain.stages.planning import fp16_memory
 
 ALIGN = 16
 # Ops whose output may overwrite a dying input of at least its size. Depthwise: TinyEngine computes one output
@@ -226,6 +229,7 @@ def fused_dequantize(graph: Graph) -> dict[str, str]:
         if rs and all(t in GRAD_INPUT_OPS and k == 1 for t, k in rs):
             out[y] = w
     out.update(fused_input_dequantize(graph, readers))
+    out.update(fp16_memory.fused_widen(graph, readers))   # fp16-mixed: kernels that read the fp16 tensor itself
     return out
 
 

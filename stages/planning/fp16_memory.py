@@ -6,7 +6,9 @@ program of an fp32 plan rewritten as stages/train/fp16_mixed.py rewrites the tra
 What changes against fp32 (the rules are fp16_mixed's):
   saved activations  a float32 tensor the forward writes and the backward reads is kept as fp16: a cast step right
                      after its producer writes the 2-byte copy (the fp32 value lives on while forward steps read
-                     it), and each backward step reading it first widens it into an fp32 temporary of its own.
+                     it); a backward step whose kernel reads fp16 at that operand (ops.fp16.FP16_OPERANDS: the
+                     weight gradients' input, the activation mask) reads the copy itself (fused_widen), any other
+                     first widens it into an fp32 temporary of its own.
                      Everything else (frozen prefix, gradients, the loss) keeps its fp32 bytes: fp16 values in fp32
                      slots, rounded in place.
   the overflow check batch 1, "check_first": the backward runs twice, first with each update replaced by a check of
@@ -27,6 +29,24 @@ Step = tuple[str, list[str], list[str]]
 RESIDENT_SCALARS = 3
 
 
+def fused_widen(graph: Graph, readers: dict[str, list[tuple[str, int]]]) -> dict[str, str]:
+    """{fp32 temporary: fp16 tensor} for every `cast_f16_f32` whose readers all read its result at an operand whose
+    kernel reads fp16 itself (ops.fp16.FP16_OPERANDS: the weight gradients' saved input, widened in a register where
+    it is used), like memplan.fused_input_dequantize: the fp32 copy never exists, the fp16 tensor lives until those
+    readers run, and the bits are the same (the widening is exact). `readers`: {tensor: [(op type, operand)]}."""
+    out: dict[str, str] = {}
+    for op in graph.ops:
+        if op.type != f16.CAST_F16_F32 or len(op.outputs) != 1:
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        if graph.tensors[x].dtype != "float16" or y in graph.outputs:
+            continue
+        rs = readers.get(y, [])
+        if rs and all(k in f16.FP16_OPERANDS.get(t, ()) for t, k in rs):
+            out[y] = x
+    return out
+
+
 def _saved_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], graph: Graph,
                    inputs: set[str]) -> list[Step]:
     producer = {t: i for i in range(n_fwd) for t in steps[i][2]}
@@ -39,13 +59,14 @@ def _saved_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], graph: 
     out: list[Step] = []
     for i, (typ, ins, outs) in enumerate(steps):
         if i >= n_fwd:
+            direct = f16.FP16_OPERANDS.get(typ, ())   # operands whose kernel reads the fp16 tensor (fused_widen)
             widened = {}
-            for t in ins:
-                if t in saved and t not in widened:
+            for k, t in enumerate(ins):
+                if t in saved and t not in widened and k not in direct:
                     widened[t] = f"f32/{t}@{i}"
                     sizes[widened[t]] = sizes[t]
                     out.append((f16.CAST_F16_F32, [f"f16/{t}"], [widened[t]]))
-            ins = [widened.get(t, t) for t in ins]
+            ins = [f"f16/{t}" if t in saved and k in direct else widened.get(t, t) for k, t in enumerate(ins)]
         out.append((typ, list(ins), list(outs)))
         for t in outs:
             if t in saved:

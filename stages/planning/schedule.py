@@ -41,6 +41,8 @@ def dependencies(graph: Graph) -> list[set[int]]:
     for i, op in enumerate(graph.ops):
         ins = [t for t in op.inputs if t is not None]
         ins += [fused[t] for t in ins if t in fused]
+        if op.attrs.get("skip_if"):   # fp16-mixed: an op skipped on an overflowing step reads the check's flag
+            ins.append(op.attrs["skip_if"])
         for t in ins:
             if t in writer:
                 preds[i].add(writer[t])

@@ -8,7 +8,9 @@ Rules (what is stored in which type):
       - activations the backward reads (saved between the forward and the backward: what dominates training
         memory) are fp16 tensors (dtype "float16", 2 bytes in the arena): the forward's result is rounded
         (`round_f16`), the forward's next readers read that fp32 value, and `cast_f32_f16` keeps the fp16 copy; a
-        backward op widens it into an fp32 temporary right before it runs (`cast_f16_f32`, exact);
+        backward op reads it through `cast_f16_f32` (exact), which the memory plan and the C fuse into the kernels
+        that read fp16 themselves (the weight gradients, the activation masks, the max pool's gradient:
+        planning/fp16_memory.fused_widen), so those make no fp32 copy; any other reader gets an fp32 temporary;
       - the trained parameters' gradients (batch 1), which wait for the overflow check: fp16 tensors or fp32 slots,
         whichever plans the smaller arena (`grads_fp16`; batch > 1: the fp32 accumulators);
       - everything else lives for an op or two: an fp32 slot holding an fp16 value (`round_f16` in place, same
@@ -27,7 +29,8 @@ No update may run before the step is known to be finite. With batch 1 that would
 end of the backward, losing fp32's in-place and channel-streamed updates; so the check can run in a backward pass of
 its own first (`check_first`: recomputed, each trained gradient checked as it is made, a conv / FC weight gradient
 one output channel at a time, nothing stored), after which the real backward updates in place as fp32's does. It
-costs a second backward's instructions; to_fp16_mixed plans it against the one-pass forms and keeps the smallest
+costs a second backward's instructions on a finite step (on an overflowing one the real backward is skipped with its
+updates: its ops carry `skip_if` too); to_fp16_mixed plans it against the one-pass forms and keeps the smallest
 arena.
 """
 
@@ -215,6 +218,10 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_
     grads = [op.inputs[1] for op in updates]
     if check_first:
         first = check_pass(g, out[bounds[1]:new_split], set(grads), flag, new)
+        # the real backward is only there for its updates: on a step the check found Inf/NaN in, it is skipped
+        # whole (as its updates are), not run for nothing
+        for op in out[bounds[1]:new_split]:
+            op.attrs["skip_if"] = flag
         out = out[:bounds[1]] + first + out[bounds[1]:]
         new_split += len(first)
     else:
@@ -313,5 +320,6 @@ def memory_against_fp32(fp32: Graph, fp16: Graph, reorder: bool = True) -> dict[
             "note": "fp16 halves the activations kept for the backward; the Inf/NaN check runs before any update: "
                     "in a backward pass of its own (check_first: the updates then run in place, channel by channel, "
                     "as fp32's) or at the end of the backward, every trained gradient kept until then, whichever "
-                    "plans the smaller arena. An fp32 kernel reads an fp16 activation through an fp32 temporary, so "
-                    "where the forward is the peak fp16 saves nothing there"}
+                    "plans the smaller arena. The weight gradients, activation masks and max-pool gradients read the "
+                    "saved fp16 activations themselves (no fp32 copy); where the frozen fp32 forward is the peak, "
+                    "fp16 saves nothing there"}
