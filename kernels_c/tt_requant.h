@@ -78,4 +78,35 @@ static inline int32_t tt_requant_fast_apply(int64_t k, int32_t multiplier, int s
     return (int32_t)(t >> 32) >> sh;
 }
 
+/* The fast form once more for a doubled sum x2 = 2x (|x| < 2^30), one SMMLAR per output on the DSP cores. With
+ * the fast form's t = x*m + k - [x<0]*2^31 and k's low word (e >= 1): 2k = 2^31 + 2^32 * h, h = 2^(e-1) + z_y*2^e,
+ *   2t = 2^32 * (h - [x<0]) + x2*m + 2^31,
+ * so floor(2t / 2^32) is SMMLAR(x2, m, h - [x<0]) (the high word of a*2^32 + x2*m, rounded by + 2^31), and the
+ * fast result floor(t / 2^(31+e)) = floor(2t / 2^(32+e)) is that shifted right by e (nested floors merge).
+ * [x<0] = -(x2 >> 31). The kernels that keep their sums doubled get them for free (weights doubled in int16 lanes:
+ * |2w| <= 256). No int64 overflow: |x2*m| < 2^62, |h| < 2^30. */
+typedef struct {
+    int32_t h, multiplier, e;
+} tt_requant_mm;
+
+static inline int tt_requant_mm_init(tt_requant_mm *o, const tt_requant1 *r)
+{
+    const int e = r->right;
+    if (r->left != 0 || e < 1 || e > 22 || r->multiplier < 0) {
+        o->h = o->multiplier = o->e = 0;
+        return 0;
+    }
+    o->h = (int32_t)(((int64_t)1 << (e - 1)) + (int64_t)r->zero_point * ((int64_t)1 << e));
+    o->multiplier = r->multiplier;
+    o->e = e;
+    return 1;
+}
+
+/* tt_multiply_by_quantized_multiplier(x, m, -e) + z_y for x2 = 2x, before the clamp. */
+static inline int32_t tt_requant_mm_apply(int32_t h, int32_t multiplier, int32_t e, int32_t x2)
+{
+    const int64_t t = (int64_t)(h + (x2 >> 31)) * 4294967296LL + (int64_t)x2 * multiplier + 2147483648LL;
+    return (int32_t)(t >> 32) >> e;
+}
+
 #endif /* TT_REQUANT_H */

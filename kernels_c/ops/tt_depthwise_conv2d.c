@@ -248,6 +248,328 @@ void tt_depthwise_channel_s8(const tt_conv_dims *d, const tt_requant_s8 *q, cons
     }
 }
 
+/* ---- 3x3 depth multiplier 1, channel by channel over int16 rows (the DSP build) ------------------------------
+ * A channel's input rows are copied once into a ring of three int16 rows holding x - z_x (|x - z_x| <= 255), with
+ * zeros where a tap falls outside the image: every output is then the reference's sum over its in-image taps of
+ * (x - z_x) * w, border or not, with no bounds checks. A filter row's taps (w0, w1) and (w1, w2) sit packed in two
+ * registers, so two neighbouring outputs of a stride-1 row take two word loads and four dual / single 16-bit MACs
+ * (SMLAD, SMLABT, SMLATB) per filter row: 6 instructions for 6 MACs. Stride 2: three loads for two outputs.
+ * Columns are done in strips of TT_DW16_STRIP outputs so the ring stays small whatever the width; within a strip a
+ * row is copied once however many output rows read it. int32 sums of the same products: the reference's bits. */
+#define TT_DW16_STRIP 32
+#define TT_DW16_W (2 * TT_DW16_STRIP + 2) /* int16 per ring row: a strip's taps at stride 2, and one */
+
+#if TT_SIMD
+#define TT_ASM_ARG __attribute__((unused)) /* read by a naked body in r0-r3 */
+
+/* Ring row `dst` (span columns from input column ix0) from input row iy of channel xc (pixel stride C). */
+static void tt_dw16_fill(int16_t *dst, const int8_t *xc, int32_t C, int32_t in_h, int32_t in_w, int32_t iy,
+                         int32_t ix0, int32_t span, int32_t zin)
+{
+    int32_t i = 0, a, b;
+    dst[span] = 0; /* read, never used, by the stride-2 pair whose second output is the strip's last */
+    if (iy < 0 || iy >= in_h) {
+        memset(dst, 0, (size_t)span * sizeof(int16_t));
+        return;
+    }
+    a = ix0 < 0 ? -ix0 : 0;                      /* first in-image column of the span */
+    b = in_w - ix0 < span ? in_w - ix0 : span;   /* one past the last */
+    for (; i < a; ++i) {
+        dst[i] = 0;
+    }
+    {
+        const int8_t *src = xc + ((int32_t)iy * in_w + ix0 + a) * C;
+        int16_t *d = dst + a;
+        int16_t *const e = dst + b;
+        while (d < e) {
+            *d++ = (int16_t)((int32_t)*src - zin);
+            src += C;
+        }
+    }
+    for (i = b > a ? b : a; i < span; ++i) {
+        dst[i] = 0;
+    }
+}
+
+static inline int32_t tt_dw16_ld(const int16_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Raw sums of `pairs` pairs of neighbouring outputs of one ring strip: rows p0, p1, p2 (int16, from the pair's
+ * first tap), a[0..5] the packed taps (w0, w1), (w1, w2) of filter rows 0, 1, 2; sums to acc[0 .. 2 * pairs).
+ * s == 1: outputs one column apart (two word loads per filter row and pair); s == 2: two apart (three). */
+#if defined(__arm__) && defined(__GNUC__) && defined(__OPTIMIZE__)
+/* Written out (naked, all 14 registers its own): GCC's allocation of the C loop below spilled the six packed
+ * weights to the stack and reloaded them per pair. r0-r2 the rows, r3 a word of a row, r4-r9 the weights, r10 acc,
+ * r11 the pairs left, r12 / lr the two sums: 20 instructions per stride-1 pair (18 MACs), 21 at stride 2. */
+__attribute__((naked, noinline)) static void tt_dw16_pairs1(TT_ASM_ARG const int16_t *p0, TT_ASM_ARG const int16_t *p1,
+                                                              TT_ASM_ARG const int16_t *p2, TT_ASM_ARG const int32_t *args)
+{
+    __asm__ volatile(
+        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
+        "ldm    r3, {r4, r5, r6, r7, r8, r9, r10, r11}\n\t"
+        "1:\n\t"
+        "ldr    r3, [r0], #4\n\t"
+        "smuad  r12, r3, r4\n\t"
+        "smultb lr, r3, r4\n\t"
+        "ldr    r3, [r0]\n\t"
+        "smlabt r12, r3, r5, r12\n\t"
+        "smlad  lr, r3, r5, lr\n\t"
+        "ldr    r3, [r1], #4\n\t"
+        "smlad  r12, r3, r6, r12\n\t"
+        "smlatb lr, r3, r6, lr\n\t"
+        "ldr    r3, [r1]\n\t"
+        "smlabt r12, r3, r7, r12\n\t"
+        "smlad  lr, r3, r7, lr\n\t"
+        "ldr    r3, [r2], #4\n\t"
+        "smlad  r12, r3, r8, r12\n\t"
+        "smlatb lr, r3, r8, lr\n\t"
+        "ldr    r3, [r2]\n\t"
+        "smlabt r12, r3, r9, r12\n\t"
+        "smlad  lr, r3, r9, lr\n\t"
+        "strd   r12, lr, [r10], #8\n\t"
+        "subs   r11, r11, #1\n\t"
+        "bne    1b\n\t"
+        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+}
+
+__attribute__((naked, noinline)) static void tt_dw16_pairs2(TT_ASM_ARG const int16_t *p0, TT_ASM_ARG const int16_t *p1,
+                                                              TT_ASM_ARG const int16_t *p2, TT_ASM_ARG const int32_t *args)
+{
+    __asm__ volatile(
+        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
+        "ldm    r3, {r4, r5, r6, r7, r8, r9, r10, r11}\n\t"
+        "1:\n\t"
+        "ldr    r3, [r0], #4\n\t"
+        "smuad  r12, r3, r4\n\t"
+        "ldr    r3, [r0], #4\n\t"
+        "smlabt r12, r3, r5, r12\n\t"
+        "smuad  lr, r3, r4\n\t"
+        "ldr    r3, [r0]\n\t"
+        "smlabt lr, r3, r5, lr\n\t"
+        "ldr    r3, [r1], #4\n\t"
+        "smlad  r12, r3, r6, r12\n\t"
+        "ldr    r3, [r1], #4\n\t"
+        "smlabt r12, r3, r7, r12\n\t"
+        "smlad  lr, r3, r6, lr\n\t"
+        "ldr    r3, [r1]\n\t"
+        "smlabt lr, r3, r7, lr\n\t"
+        "ldr    r3, [r2], #4\n\t"
+        "smlad  r12, r3, r8, r12\n\t"
+        "ldr    r3, [r2], #4\n\t"
+        "smlabt r12, r3, r9, r12\n\t"
+        "smlad  lr, r3, r8, lr\n\t"
+        "ldr    r3, [r2]\n\t"
+        "smlabt lr, r3, r9, lr\n\t"
+        "strd   r12, lr, [r10], #8\n\t"
+        "subs   r11, r11, #1\n\t"
+        "bne    1b\n\t"
+        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+}
+
+static inline void tt_dw16_pairs(const int16_t *p0, const int16_t *p1, const int16_t *p2, const int32_t *a,
+                                 int32_t s, int32_t pairs, int32_t *acc)
+{
+    int32_t args[8];
+    memcpy(args, a, 6 * sizeof(int32_t));
+    args[6] = (int32_t)(intptr_t)acc;
+    args[7] = pairs;
+    if (s == 1) {
+        tt_dw16_pairs1(p0, p1, p2, args);
+    } else {
+        tt_dw16_pairs2(p0, p1, p2, args);
+    }
+}
+#else
+static inline void tt_dw16_pairs(const int16_t *p0, const int16_t *p1, const int16_t *p2, const int32_t *a,
+                                 int32_t s, int32_t pairs, int32_t *acc)
+{
+    const int16_t *const rows[3] = {p0, p1, p2};
+    int32_t i, ky;
+    for (i = 0; i < pairs; ++i) {
+        int32_t s0 = 0, s1 = 0;
+        for (ky = 0; ky < 3; ++ky) {
+            const int16_t *p = rows[ky] + 2 * s * i;
+            const int32_t w01 = a[2 * ky], w12 = a[2 * ky + 1];
+            if (s == 1) {
+                s0 = __smlad(tt_dw16_ld(p), w01, s0);
+                s1 = __smlatb(tt_dw16_ld(p), w01, s1);
+                s0 = __smlabt(tt_dw16_ld(p + 2), w12, s0);
+                s1 = __smlad(tt_dw16_ld(p + 2), w12, s1);
+            } else {
+                s0 = __smlad(tt_dw16_ld(p), w01, s0);
+                s0 = __smlabt(tt_dw16_ld(p + 2), w12, s0);
+                s1 = __smlad(tt_dw16_ld(p + 2), w01, s1);
+                s1 = __smlabt(tt_dw16_ld(p + 4), w12, s1);
+            }
+        }
+        acc[2 * i] = s0;
+        acc[2 * i + 1] = s1;
+    }
+}
+#endif
+
+/* Requantizes n doubled sums acc[i] (+ 2 * bias) to out[i * stride]: c = {2 * bias, h, multiplier, e} of a
+ * tt_requant_mm channel, the output range the full int8 one ([-128, 127]: one SSAT). */
+#if defined(__arm__) && defined(__GNUC__) && defined(__OPTIMIZE__)
+/* Written out: 10 instructions per output (GCC's loop of the C below reloaded its constants from the stack). */
+__attribute__((naked, noinline)) static void tt_rq_run_s8(TT_ASM_ARG const int32_t *args)
+{
+    /* args: acc, out, stride, n, 2 * bias, h, multiplier, e */
+    __asm__ volatile(
+        "push   {r4, r5, r6, r7, r8, r9, lr}\n\t"
+        "ldm    r0, {r1, r2, r3, r4, r5, r6, r7, r8}\n\t"
+        "1:\n\t"
+        "ldr    r0, [r1], #4\n\t"
+        "add    r0, r0, r5\n\t"
+        "add    r9, r6, r0, asr #31\n\t"
+        "smmlar r9, r0, r7, r9\n\t"
+        "asr    r9, r9, r8\n\t"
+        "ssat   r9, #8, r9\n\t"
+        "strb   r9, [r2]\n\t"
+        "add    r2, r2, r3\n\t"
+        "subs   r4, r4, #1\n\t"
+        "bne    1b\n\t"
+        "pop    {r4, r5, r6, r7, r8, r9, pc}\n\t");
+}
+
+static inline void tt_rq_run(const int32_t *acc, int8_t *out, int32_t stride, int32_t n, int32_t bias2,
+                             const tt_requant_mm *o)
+{
+    int32_t args[8];
+    args[0] = (int32_t)(intptr_t)acc;
+    args[1] = (int32_t)(intptr_t)out;
+    args[2] = stride;
+    args[3] = n;
+    args[4] = bias2;
+    args[5] = o->h;
+    args[6] = o->multiplier;
+    args[7] = o->e;
+    tt_rq_run_s8(args);
+}
+#else
+static inline void tt_rq_run(const int32_t *acc, int8_t *out, int32_t stride, int32_t n, int32_t bias2,
+                             const tt_requant_mm *o)
+{
+    int32_t i;
+    for (i = 0; i < n; ++i) {
+        out[i * stride] = (int8_t)tt_clamp32(tt_requant_mm_apply(o->h, o->multiplier, o->e, acc[i] + bias2), -128, 127);
+    }
+}
+#endif
+
+/* One channel: xc / wc at channel c of the batch's input / the weight (tap stride WS), output pixel p to
+ * out[p * out_stride]. 3x3, no dilation. Per strip row: the sums of its outputs (tt_dw16_pairs, the odd last one
+ * by itself), then their requantization. */
+static void tt_dw16_channel(const tt_geom *g, const int8_t *xc, const int8_t *wc, int32_t WS, int32_t bias,
+                            int32_t zin, const tt_requant1 *r, int8_t *out, int32_t out_stride)
+{
+    int16_t ring[3][TT_DW16_W];
+    int32_t acc[TT_DW16_STRIP];
+    int32_t tag[3];
+    int32_t a[6];
+    const int32_t S = g->stride_w, lo = r->lo, hi = r->hi;
+    tt_requant_mm mm;
+    /* one SMMLAR (tt_requant_mm) when 2 * (sum + bias) fits: |sum| <= 9 * 255 * 256 / 2 < 2^20 */
+    const int fast = tt_requant_mm_init(&mm, r) && bias > -(1 << 29) && bias < (1 << 29);
+    const int full = fast && lo == -128 && hi == 127;
+    int32_t ky, ox0, oy, i;
+    for (ky = 0; ky < 3; ++ky) {
+        /* doubled taps (|2w| <= 256 fits a lane): the sums come out doubled, as tt_requant_mm takes them */
+        const int32_t w0 = 2 * wc[(3 * ky) * WS], w1 = 2 * wc[(3 * ky + 1) * WS], w2 = 2 * wc[(3 * ky + 2) * WS];
+        a[2 * ky] = (int32_t)tt_pack16(w0, w1);
+        a[2 * ky + 1] = (int32_t)tt_pack16(w1, w2);
+    }
+    for (ox0 = 0; ox0 < g->out_w; ox0 += TT_DW16_STRIP) {
+        const int32_t nx = g->out_w - ox0 < TT_DW16_STRIP ? g->out_w - ox0 : TT_DW16_STRIP;
+        const int32_t ix0 = ox0 * S - g->pad_left, span = (nx - 1) * S + 3;
+        int32_t slot0 = 0; /* ring slot of input row iy: (iy - first row read) mod 3, kept as a running index */
+        int32_t first = -g->pad_top;
+        tag[0] = tag[1] = tag[2] = INT32_MIN;
+        for (oy = 0; oy < g->out_h; ++oy) {
+            const int32_t iy0 = oy * g->stride_h - g->pad_top;
+            const int16_t *rw[3];
+            int8_t *op = out + (oy * g->out_w + ox0) * out_stride;
+            while (first < iy0) { /* slide the slot index along to this output row's first input row */
+                ++first;
+                slot0 = slot0 == 2 ? 0 : slot0 + 1;
+            }
+            for (ky = 0; ky < 3; ++ky) {
+                const int32_t iy = iy0 + ky, slot = slot0 + ky >= 3 ? slot0 + ky - 3 : slot0 + ky;
+                if (tag[slot] != iy) {
+                    tt_dw16_fill(ring[slot], xc, g->in_c, g->in_h, g->in_w, iy, ix0, span, zin);
+                    tag[slot] = iy;
+                }
+                rw[ky] = ring[slot];
+            }
+            if (nx >= 2) {
+                tt_dw16_pairs(rw[0], rw[1], rw[2], a, S, nx >> 1, acc);
+            }
+            if (nx & 1) {
+                /* the odd last output: its three taps one by one (the ring ends at its last tap) */
+                const int32_t o = (nx - 1) * S;
+                int32_t s0 = 0;
+                for (ky = 0; ky < 3; ++ky) {
+                    s0 = __smlad(tt_dw16_ld(rw[ky] + o), a[2 * ky], s0);
+                    s0 = __smlabt(rw[ky][o + 2], a[2 * ky + 1], s0);
+                }
+                acc[nx - 1] = s0;
+            }
+            if (full) {
+                tt_rq_run(acc, op, out_stride, nx, 2 * bias, &mm);
+            } else if (fast) {
+                for (i = 0; i < nx; ++i) {
+                    *op = (int8_t)tt_clamp32(tt_requant_mm_apply(mm.h, mm.multiplier, mm.e, acc[i] + 2 * bias), lo,
+                                             hi);
+                    op += out_stride;
+                }
+            } else {
+                for (i = 0; i < nx; ++i) {
+                    *op = tt_requant_apply(r, (acc[i] >> 1) + bias); /* the doubled sums are even: exact */
+                    op += out_stride;
+                }
+            }
+        }
+    }
+}
+
+/* Whether tt_dw16_channel serves this geometry: 3x3, no dilation, depth multiplier 1, stride 1 or 2. */
+static int tt_dw16_fits(const tt_conv_dims *d)
+{
+    return d->k_h == 3 && d->k_w == 3 && d->dilation_h == 1 && d->dilation_w == 1 && d->depth_multiplier == 1 &&
+           (d->stride_w == 1 || d->stride_w == 2) && d->stride_h >= 1 && d->in_c == d->out_c;
+}
+
+/* Every channel of every batch; ip: y == x (in place), a channel's outputs wait in scratch (out_h*out_w bytes)
+ * and are copied over it once made (tt_depthwise_conv2d_s8_inplace's scheme). */
+static void tt_dw16_conv(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
+                         const int32_t *bias, int8_t *y, int8_t *scratch)
+{
+    const tt_geom g = tt_geom_of(d);
+    const int32_t C = g.in_c, n_out = g.out_h * g.out_w;
+    int32_t b, c, p;
+    for (c = 0; c < C; ++c) {
+        const tt_requant1 r = tt_requant_channel(q, c);
+        const int32_t bc = bias != 0 ? bias[c] : 0;
+        for (b = 0; b < d->batches; ++b) {
+            const int8_t *xb = x + b * g.in_h * g.in_w * C;
+            int8_t *yb = y + b * n_out * C;
+            if (scratch == 0) {
+                tt_dw16_channel(&g, xb + c, w + c, C, bc, q->input_zero_point, &r, yb + c, C);
+            } else {
+                tt_dw16_channel(&g, xb + c, w + c, C, bc, q->input_zero_point, &r, scratch, 1);
+                for (p = 0; p < n_out; ++p) {
+                    yb[p * C + c] = scratch[p];
+                }
+            }
+        }
+    }
+}
+#endif
+
 /* ---- depth multiplier 1, pixel by pixel over a block of channels (the DSP build) ----------------------------
  * Channel-by-channel (tt_depthwise_channel_s8) pays its setup, its border outputs and a run call per channel and
  * row: on the 8x8 and 4x4 maps of a MobileNet that cost more than the taps. Here a block of up to TT_DWB_G
@@ -507,6 +829,12 @@ void tt_depthwise_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const
     int32_t b, oy, ox, ic, m, ky, kx;
     const int32_t zin = q->input_zero_point;
     const int32_t mult = d->depth_multiplier;
+#if TT_SIMD
+    if (tt_dw16_fits(d)) {
+        tt_dw16_conv(d, q, x, w, bias, y, 0);
+        return;
+    }
+#endif
     if (mult == 1 && TT_SIMD) {
         tt_dwb_conv(d, q, x, w, bias, y, 0);
         return;
@@ -606,6 +934,12 @@ void tt_depthwise_conv2d_s8_inplace(const tt_conv_dims *d, const tt_requant_s8 *
 {
     int32_t b, c, p;
     const int32_t C = d->in_c, n_out = d->out_h * d->out_w;
+#if TT_SIMD
+    if (tt_dw16_fits(d)) {
+        tt_dw16_conv(d, q, xy, w, bias, xy, scratch);
+        return;
+    }
+#endif
     if (TT_SIMD && tt_dwb_conv(d, q, xy, w, bias, xy, 1)) {
         return;
     }
