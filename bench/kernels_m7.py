@@ -26,6 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 BOARD = "stm32f746-disco"
+KERNEL_FILES = ["ops/tt_conv2d.c", "ops/tt_depthwise_conv2d.c", "tt_common.c"]  # what the program calls
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class Layer:
     dims: tuple[int, ...]  # tt_conv_dims' 16 fields
     rows: bool           # called one output row at a time (a row stream)
     n: int = 0           # split: trained input channels
+    act: tuple[int, int] = (-128, 127)  # the output clamp
+    bias_bits: int = 14  # |bias| < 2^bias_bits (large ones take the kernels' general requantisation)
 
     @property
     def macs(self) -> int:
@@ -123,9 +126,9 @@ def program(layers: list[Layer]) -> str:
         cases.append(f"""
     {{ /* {l.label()} */
         const tt_conv_dims d = {{{d}}};
-        const tt_requant_s8 q = {{-7, 3, -128, 127, M, SH, 1}};
+        const tt_requant_s8 q = {{-7, 3, {l.act[0]}, {l.act[1]}, M, SH, 1}};
         fill(X, {x_len}, {i * 7 + 1}u);
-        fill32(B, {oc}, {i * 7 + 3}u); fill(Y, {y_len}, 0u);
+        fill32(B, {oc}, {i * 7 + 3}u, {l.bias_bits}); fill(Y, {y_len}, 0u);
         for (j = 0; j < {oc}; ++j) {{ M[j] = 1073741824 + (int32_t)(rnd() & 0x3FFFFFFF); SH[j] = -(int32_t)(6 + rnd() % 4); }}
         t1 = 0;{body}
         tt_log("@layer {i} %lu\\n", (unsigned long)t1);
@@ -147,7 +150,7 @@ def program(layers: list[Layer]) -> str:
 static uint32_t state = 1u;
 static uint32_t rnd(void) {{ state = state * 1664525u + 1013904223u; return state >> 8; }}
 static void fill(int8_t *p, int32_t n, uint32_t seed) {{ int32_t i; if (seed) state = seed; for (i = 0; i < n; ++i) p[i] = (int8_t)(rnd() & 0xFF); }}
-static void fill32(int32_t *p, int32_t n, uint32_t seed) {{ int32_t i; state = seed; for (i = 0; i < n; ++i) p[i] = (int32_t)(rnd() % 20001u) - 10000; }}
+static void fill32(int32_t *p, int32_t n, uint32_t seed, int bits) {{ int32_t i; state = seed; for (i = 0; i < n; ++i) p[i] = (int32_t)(((rnd() << 8) ^ rnd()) & ((1u << bits) - 1u)) - (int32_t)(1u << (bits - 1)); }}
 static int8_t X[{max(sizes)}], Y[{max(sizes)}], S[{smax}];
 static const int8_t W[{wmax}] = {{{weights}}}; /* in flash, as a model's frozen weights */
 static int32_t B[{omax}], M[{omax}], SH[{omax}];
@@ -175,7 +178,7 @@ def run(layers: list[Layer], kernels: str, work: Path) -> tuple[list[int], bytes
     prog.mkdir(parents=True, exist_ok=True)
     (prog / "bench.c").write_text(program(layers))
     board = get_board(BOARD)
-    built = build_firmware(board, prog, work / f"build-{kernels}",
+    built = build_firmware(board, prog, work / f"build-{kernels}", kernels=KERNEL_FILES,
                            defines={"TT_USE_DSP": "1"} if kernels == "dsp" else None)
     ran = run_firmware(board, built.elf, work / f"run-{kernels}", {}, timeout_s=600, results_name=None)
     counts = [int(m[1]) for m in re.finditer(r"@layer \d+ (\d+)", ran.console)]

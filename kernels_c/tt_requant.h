@@ -6,6 +6,7 @@
 #define TT_REQUANT_H
 
 #include "tt_kernels.h"
+#include "tt_simd.h"
 
 typedef struct {
     int32_t multiplier;
@@ -102,11 +103,35 @@ static inline int tt_requant_mm_init(tt_requant_mm *o, const tt_requant1 *r)
     return 1;
 }
 
+/* SMMLAR: the high word of a*2^32 + x*m + 2^31 (one instruction on the DSP cores; the int64 sum elsewhere, its
+ * high word in range for every use here). */
+static inline int32_t tt_smmlar(int32_t x, int32_t m, int32_t a)
+{
+#if TT_SIMD && defined(__arm__) && defined(__GNUC__)
+    int32_t r;
+    __asm__("smmlar %0, %1, %2, %3" : "=r"(r) : "r"(x), "r"(m), "r"(a));
+    return r;
+#else
+    return (int32_t)(((int64_t)a * 4294967296LL + (int64_t)x * m + 2147483648LL) >> 32);
+#endif
+}
+
+/* v clamped to [-128, 127] (one SSAT on the DSP cores). */
+static inline int32_t tt_ssat8(int32_t v)
+{
+#if TT_SIMD && defined(__arm__) && defined(__GNUC__)
+    int32_t r;
+    __asm__("ssat %0, #8, %1" : "=r"(r) : "r"(v));
+    return r;
+#else
+    return tt_clamp32(v, -128, 127);
+#endif
+}
+
 /* tt_multiply_by_quantized_multiplier(x, m, -e) + z_y for x2 = 2x, before the clamp. */
 static inline int32_t tt_requant_mm_apply(int32_t h, int32_t multiplier, int32_t e, int32_t x2)
 {
-    const int64_t t = (int64_t)(h + (x2 >> 31)) * 4294967296LL + (int64_t)x2 * multiplier + 2147483648LL;
-    return (int32_t)(t >> 32) >> e;
+    return tt_smmlar(x2, multiplier, h + (x2 >> 31)) >> e;
 }
 
 #endif /* TT_REQUANT_H */

@@ -75,8 +75,10 @@ typedef struct {
     int32_t add[4];
     int32_t bias[4];
     tt_requant_fast f[4];
+    tt_requant_mm mm[4];
     const tt_requant_s8 *q; /* the slow path (fast == 0, never seen in practice) recomputes channel oc0 + j's */
     int32_t oc0, nb, fast;
+    int32_t mm_ok; /* 1: every channel takes tt_requant_mm (its sums doubled fit int32); 2: and the range is int8's */
 } tt_conv_block;
 
 static int8_t tt_block_slow(const tt_conv_block *bk, int32_t j, int32_t v)
@@ -122,9 +124,28 @@ TT_CONV_INLINE void tt_run4(const int8_t *x, const int8_t *w0, int32_t ws, int32
 }
 
 /* Requantizes and stores the four interior sums of a full block. */
+/* One output by tt_requant_mm: x = sum + add, doubled. */
+#define TT_MM1(bk, j, x) tt_requant_mm_apply((bk)->mm[j].h, (bk)->mm[j].multiplier, (bk)->mm[j].e, 2 * (x))
+
 TT_CONV_INLINE void tt_store4(const tt_conv_block *bk, int32_t lo, int32_t hi, int32_t a0, int32_t a1, int32_t a2,
                               int32_t a3, int8_t *yp)
 {
+#if TT_SIMD
+    if (bk->mm_ok == 2) {
+        yp[0] = (int8_t)tt_ssat8(TT_MM1(bk, 0, a0 + bk->add[0]));
+        yp[1] = (int8_t)tt_ssat8(TT_MM1(bk, 1, a1 + bk->add[1]));
+        yp[2] = (int8_t)tt_ssat8(TT_MM1(bk, 2, a2 + bk->add[2]));
+        yp[3] = (int8_t)tt_ssat8(TT_MM1(bk, 3, a3 + bk->add[3]));
+        return;
+    }
+    if (bk->mm_ok) {
+        yp[0] = (int8_t)tt_clamp32(TT_MM1(bk, 0, a0 + bk->add[0]), lo, hi);
+        yp[1] = (int8_t)tt_clamp32(TT_MM1(bk, 1, a1 + bk->add[1]), lo, hi);
+        yp[2] = (int8_t)tt_clamp32(TT_MM1(bk, 2, a2 + bk->add[2]), lo, hi);
+        yp[3] = (int8_t)tt_clamp32(TT_MM1(bk, 3, a3 + bk->add[3]), lo, hi);
+        return;
+    }
+#endif
     if (bk->fast) {
         yp[0] = (int8_t)tt_clamp32(tt_requant_fast_apply(bk->f[0].k, bk->f[0].multiplier, bk->f[0].sh, a0 + bk->add[0]),
                                    lo, hi);
@@ -144,6 +165,11 @@ TT_CONV_INLINE void tt_store4(const tt_conv_block *bk, int32_t lo, int32_t hi, i
 
 TT_CONV_INLINE int8_t tt_store1(const tt_conv_block *bk, int32_t j, int32_t lo, int32_t hi, int32_t v)
 {
+#if TT_SIMD
+    if (bk->mm_ok) {
+        return (int8_t)tt_clamp32(TT_MM1(bk, j, v), lo, hi);
+    }
+#endif
     if (bk->fast) {
         return (int8_t)tt_clamp32(tt_requant_fast_apply(bk->f[j].k, bk->f[j].multiplier, bk->f[j].sh, v), lo, hi);
     }
@@ -275,6 +301,9 @@ TT_CONV_INLINE void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8
         bk.q = q;
         bk.oc0 = oc0;
         bk.fast = 1;
+        /* the DSP build's one-SMMLAR requantization (elsewhere its int64 emulation costs more than the fast form)
+         * when the doubled sums fit int32: |raw or reference sum| <= K * 2^15 (|x - z_x| <= 255, |w| <= 128) */
+        bk.mm_ok = TT_SIMD && K < (1 << 14);
         for (j = 0; j < 4; ++j) {
             const int32_t oc = oc0 + (j < bk.nb ? j : 0); /* a short last block repeats its first row, unused */
             int32_t sw = 0;
@@ -293,7 +322,12 @@ TT_CONV_INLINE void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8
             {
                 const tt_requant1 r = tt_requant_channel(q, oc);
                 bk.fast &= tt_requant_fast_init(&bk.f[j], &r);
+                bk.mm_ok &= tt_requant_mm_init(&bk.mm[j], &r) && bk.add[j] > -(1 << 29) && bk.add[j] < (1 << 29) &&
+                            bk.bias[j] > -(1 << 29) && bk.bias[j] < (1 << 29);
             }
+        }
+        if (bk.mm_ok && lo == -128 && hi == 127) {
+            bk.mm_ok = 2;
         }
         for (b = 0; b < batches; ++b) {
             const int8_t *xb = x + b * in_plane;

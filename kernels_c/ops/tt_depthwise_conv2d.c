@@ -281,9 +281,15 @@ static void tt_dw16_fill(int16_t *dst, const int8_t *xc, int32_t C, int32_t in_h
         const int8_t *src = xc + ((int32_t)iy * in_w + ix0 + a) * C;
         int16_t *d = dst + a;
         int16_t *const e = dst + b;
-        while (d < e) {
-            *d++ = (int16_t)((int32_t)*src - zin);
-            src += C;
+        const int32_t C2 = 2 * C;
+        while (d + 2 <= e) { /* two per pass: one packed word store */
+            const uint32_t v = (uint32_t)tt_pack16((int32_t)src[0] - zin, (int32_t)src[C] - zin);
+            memcpy(d, &v, 4);
+            d += 2;
+            src += C2;
+        }
+        if (d < e) {
+            *d = (int16_t)((int32_t)*src - zin);
         }
     }
     for (i = b > a ? b : a; i < span; ++i) {
@@ -461,27 +467,83 @@ static inline void tt_rq_run(const int32_t *acc, int8_t *out, int32_t stride, in
 }
 #endif
 
+/* A channel's requantization, chosen once: full (tt_rq_run: one SMMLAR and one SSAT), mm (the same with a
+ * general clamp) or the reference's (the doubled sums halved, exactly: they are even). */
+typedef struct {
+    tt_requant_mm mm;
+    const tt_requant1 *r;
+    int32_t bias, lo, hi, fast, full;
+} tt_dw16_rq;
+
+static void tt_dw16_store(const tt_dw16_rq *q, const int32_t *acc, int32_t n, int8_t *op, int32_t out_stride)
+{
+    int32_t i;
+    if (q->full) {
+        tt_rq_run(acc, op, out_stride, n, 2 * q->bias, &q->mm);
+    } else if (q->fast) {
+        for (i = 0; i < n; ++i) {
+            op[i * out_stride] = (int8_t)tt_clamp32(
+                tt_requant_mm_apply(q->mm.h, q->mm.multiplier, q->mm.e, acc[i] + 2 * q->bias), q->lo, q->hi);
+        }
+    } else {
+        for (i = 0; i < n; ++i) {
+            op[i * out_stride] = tt_requant_apply(q->r, (acc[i] >> 1) + q->bias);
+        }
+    }
+}
+
+/* int16 of the ring (three rows of TT_DW16_W), which a small map's whole padded plane may take instead, and the
+ * raw sums a pass leaves for the requantization. */
+#define TT_DW16_BUF (3 * TT_DW16_W)
+#define TT_DW16_ACC 96
+
 /* One channel: xc / wc at channel c of the batch's input / the weight (tap stride WS), output pixel p to
- * out[p * out_stride]. 3x3, no dilation. Per strip row: the sums of its outputs (tt_dw16_pairs, the odd last one
- * by itself), then their requantization. */
+ * out[p * out_stride]. 3x3, no dilation. A small map (its padded plane fits the buffer, stride_h == stride_w)
+ * is copied whole, rows one after the other, and one pass of tt_dw16_pairs runs over the flattened plane (the
+ * outputs that would straddle two rows are computed and dropped): no per-row overhead. Otherwise strips of
+ * TT_DW16_STRIP outputs over a ring of three rows, per output row the pass over the strip, then the
+ * requantization. */
 static void tt_dw16_channel(const tt_geom *g, const int8_t *xc, const int8_t *wc, int32_t WS, int32_t bias,
                             int32_t zin, const tt_requant1 *r, int8_t *out, int32_t out_stride)
 {
-    int16_t ring[3][TT_DW16_W];
-    int32_t acc[TT_DW16_STRIP];
+    int16_t buf[TT_DW16_BUF];
+    int32_t acc[TT_DW16_ACC];
     int32_t tag[3];
     int32_t a[6];
-    const int32_t S = g->stride_w, lo = r->lo, hi = r->hi;
-    tt_requant_mm mm;
+    const int32_t S = g->stride_w;
+    tt_dw16_rq q;
+    int32_t ky, ox0, oy;
+    q.r = r;
+    q.bias = bias;
+    q.lo = r->lo;
+    q.hi = r->hi;
     /* one SMMLAR (tt_requant_mm) when 2 * (sum + bias) fits: |sum| <= 9 * 255 * 256 / 2 < 2^20 */
-    const int fast = tt_requant_mm_init(&mm, r) && bias > -(1 << 29) && bias < (1 << 29);
-    const int full = fast && lo == -128 && hi == 127;
-    int32_t ky, ox0, oy, i;
+    q.fast = tt_requant_mm_init(&q.mm, r) && bias > -(1 << 29) && bias < (1 << 29);
+    q.full = q.fast && q.lo == -128 && q.hi == 127;
     for (ky = 0; ky < 3; ++ky) {
         /* doubled taps (|2w| <= 256 fits a lane): the sums come out doubled, as tt_requant_mm takes them */
         const int32_t w0 = 2 * wc[(3 * ky) * WS], w1 = 2 * wc[(3 * ky + 1) * WS], w2 = 2 * wc[(3 * ky + 2) * WS];
         a[2 * ky] = (int32_t)tt_pack16(w0, w1);
         a[2 * ky + 1] = (int32_t)tt_pack16(w1, w2);
+    }
+    {
+        const int32_t span = (g->out_w - 1) * S + 3, rows = (g->out_h - 1) * g->stride_h + 3;
+        const int32_t count = (g->out_h - 1) * span + g->out_w, pairs = (count + 1) >> 1;
+        /* the last pair reads up to S * (2 * pairs - 1) + 5 <= rows * span + 6 (zeroed slack) */
+        if (g->stride_h == S && rows * span + 8 <= TT_DW16_BUF && 2 * pairs <= TT_DW16_ACC) {
+            int32_t i;
+            for (i = 0; i < rows; ++i) {
+                tt_dw16_fill(buf + i * span, xc, g->in_c, g->in_h, g->in_w, i - g->pad_top, -g->pad_left, span, zin);
+            }
+            for (i = rows * span; i < rows * span + 8; ++i) {
+                buf[i] = 0;
+            }
+            tt_dw16_pairs(buf, buf + span, buf + 2 * span, a, S, pairs, acc);
+            for (oy = 0; oy < g->out_h; ++oy) {
+                tt_dw16_store(&q, acc + oy * span, g->out_w, out + oy * g->out_w * out_stride, out_stride);
+            }
+            return;
+        }
     }
     for (ox0 = 0; ox0 < g->out_w; ox0 += TT_DW16_STRIP) {
         const int32_t nx = g->out_w - ox0 < TT_DW16_STRIP ? g->out_w - ox0 : TT_DW16_STRIP;
@@ -492,18 +554,18 @@ static void tt_dw16_channel(const tt_geom *g, const int8_t *xc, const int8_t *wc
         for (oy = 0; oy < g->out_h; ++oy) {
             const int32_t iy0 = oy * g->stride_h - g->pad_top;
             const int16_t *rw[3];
-            int8_t *op = out + (oy * g->out_w + ox0) * out_stride;
             while (first < iy0) { /* slide the slot index along to this output row's first input row */
                 ++first;
                 slot0 = slot0 == 2 ? 0 : slot0 + 1;
             }
             for (ky = 0; ky < 3; ++ky) {
                 const int32_t iy = iy0 + ky, slot = slot0 + ky >= 3 ? slot0 + ky - 3 : slot0 + ky;
+                int16_t *row = buf + slot * TT_DW16_W;
                 if (tag[slot] != iy) {
-                    tt_dw16_fill(ring[slot], xc, g->in_c, g->in_h, g->in_w, iy, ix0, span, zin);
+                    tt_dw16_fill(row, xc, g->in_c, g->in_h, g->in_w, iy, ix0, span, zin);
                     tag[slot] = iy;
                 }
-                rw[ky] = ring[slot];
+                rw[ky] = row;
             }
             if (nx >= 2) {
                 tt_dw16_pairs(rw[0], rw[1], rw[2], a, S, nx >> 1, acc);
@@ -518,20 +580,7 @@ static void tt_dw16_channel(const tt_geom *g, const int8_t *xc, const int8_t *wc
                 }
                 acc[nx - 1] = s0;
             }
-            if (full) {
-                tt_rq_run(acc, op, out_stride, nx, 2 * bias, &mm);
-            } else if (fast) {
-                for (i = 0; i < nx; ++i) {
-                    *op = (int8_t)tt_clamp32(tt_requant_mm_apply(mm.h, mm.multiplier, mm.e, acc[i] + 2 * bias), lo,
-                                             hi);
-                    op += out_stride;
-                }
-            } else {
-                for (i = 0; i < nx; ++i) {
-                    *op = tt_requant_apply(r, (acc[i] >> 1) + bias); /* the doubled sums are even: exact */
-                    op += out_stride;
-                }
-            }
+            tt_dw16_store(&q, acc, nx, out + (oy * g->out_w + ox0) * out_stride, out_stride);
         }
     }
 }
