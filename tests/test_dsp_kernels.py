@@ -134,7 +134,8 @@ def _random_layers(seed: int):
     """Random int8 conv / depthwise geometries covering the DSP kernels' paths: 1x1 blocks of four output channels
     and their remainders, the split weight, the 3x3 stem-like conv, 3x3 depthwise at stride 1 and 2 over rows wider
     than one ring strip (32 outputs), odd widths, in place, row by row (a row stream's calls), batches, a clamp
-    narrower than int8 and biases too large for the one-SMMLAR requantisation."""
+    narrower than int8 and biases too large for the one-SMMLAR requantisation; two fixed 1x1 layers whose input
+    channels come in whole words."""
     import numpy as np
 
     sys_path_bench()
@@ -162,6 +163,9 @@ def _random_layers(seed: int):
         n = int(rng.integers(1, ic)) if kind == "split" else 0
         dims = (b, h, w, ic, oh, ow, oc, k, k, s, s, 1, 1, pt, pl, 1)
         out.append(Layer(kind, dims, rows, n, act, bias_bits))
+    # 1x1 with whole words of input channels and the int8 range: the written-out pixel loop (a last block of 2)
+    out.append(Layer("conv", (1, 5, 9, 16, 5, 9, 14, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    out.append(Layer("conv", (1, 4, 33, 8, 4, 33, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), True))
     return out
 
 
