@@ -135,7 +135,7 @@ def _random_layers(seed: int):
     and their remainders, the split weight, the 3x3 stem-like conv, 3x3 depthwise at stride 1 and 2 over rows wider
     than one ring strip (32 outputs), odd widths, in place, row by row (a row stream's calls), batches, a clamp
     narrower than int8 and biases too large for the one-SMMLAR requantisation; two fixed 1x1 layers whose input
-    channels come in whole words."""
+    channels come in whole words and two stem-like 3x3 layers."""
     import numpy as np
 
     sys_path_bench()
@@ -166,6 +166,9 @@ def _random_layers(seed: int):
     # 1x1 with whole words of input channels and the int8 range: the written-out pixel loop (a last block of 2)
     out.append(Layer("conv", (1, 5, 9, 16, 5, 9, 14, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
     out.append(Layer("conv", (1, 4, 33, 8, 4, 33, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), True))
+    # a stem-like 3x3 over 3 channels at stride 2 (its interior through the im2col buffer), whole and row by row
+    out.append(Layer("conv", (1, 9, 21, 3, 5, 11, 8, 3, 3, 2, 2, 1, 1, 0, 0, 1), True))
+    out.append(Layer("conv", (2, 9, 21, 3, 5, 11, 12, 3, 3, 2, 2, 1, 1, 1, 1, 1), False))
     return out
 
 

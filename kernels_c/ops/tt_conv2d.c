@@ -176,87 +176,6 @@ TT_CONV_INLINE int8_t tt_store1(const tt_conv_block *bk, int32_t j, int32_t lo, 
     return tt_block_slow(bk, j, v);
 }
 
-/* A run of `count` interior outputs of a full block (k_h x k_w filter), input pixels `xstep` bytes apart, output
- * pixels consecutive: per tap, input channels [0, n) with the slice rows and [n, in_c) with the frozen rows; a
- * whole filter row is one contiguous run when there is no split and no dilation along x. */
-TT_CONV_NOINLINE void tt_conv_run4(const tt_geom *g, const tt_conv_block *bk, int32_t n, int32_t lo, int32_t hi,
-                                   const int8_t *x, int32_t xstep, int32_t count, int8_t *y)
-{
-    const int32_t C = g->in_c, KH = g->k_h, KW = g->k_w, row = KW * C, xrow = g->dil_h * g->in_w * C;
-    const int32_t xtap = g->dil_w * C, OC = g->out_c, contiguous = n == 0 && g->dil_w == 1;
-    const int8_t *w0 = bk->w[0];
-    const int32_t K = KH * row, S = KH * KW * n; /* the block's rows: whole weight, slice */
-    int32_t p, ky, kx;
-    for (p = 0; p < count; ++p) {
-        int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-        for (ky = 0; ky < KH; ++ky) {
-            const int8_t *xp = x + ky * xrow;
-            const int32_t wo = ky * row;
-            if (contiguous) {
-                tt_run4(xp, w0 + wo, K, row, &a0, &a1, &a2, &a3);
-            } else {
-                for (kx = 0; kx < KW; ++kx) {
-                    const int32_t o = wo + kx * C + n, os = (ky * KW + kx) * n;
-                    const int8_t *xt = xp + kx * xtap;
-                    if (n > 0) {
-                        tt_run4(xt, bk->ws[0] + os, S, n, &a0, &a1, &a2, &a3);
-                    }
-                    tt_run4(xt + n, w0 + o, K, C - n, &a0, &a1, &a2, &a3);
-                }
-            }
-        }
-        tt_store4(bk, lo, hi, a0, a1, a2, a3, y);
-        x += xstep;
-        y += OC;
-    }
-}
-
-/* Raw sum of an interior output for one channel of a block. */
-static int32_t tt_conv_interior1(const tt_geom *g, const tt_conv_block *bk, int32_t j, int32_t n, const int8_t *x0)
-{
-    const int32_t C = g->in_c, xrow = g->dil_h * g->in_w * C, xtap = g->dil_w * C;
-    int32_t s = 0, ky, kx;
-    for (ky = 0; ky < g->k_h; ++ky) {
-        for (kx = 0; kx < g->k_w; ++kx) {
-            const int32_t o = (ky * g->k_w + kx) * C, os = (ky * g->k_w + kx) * n;
-            const int8_t *xt = x0 + ky * xrow + kx * xtap;
-            if (n > 0) {
-                s += tt_dot1_raw_s8(xt, bk->ws[j] + os, n);
-            }
-            s += tt_dot1_raw_s8(xt + n, bk->w[j] + o + n, C - n);
-        }
-    }
-    return s;
-}
-
-/* A border output (some taps outside the image): the reference formulation, (x - z_x) * w over in-image taps. */
-static int32_t tt_conv_border(const tt_geom *g, const int8_t *xb, const int8_t *wr, const int8_t *wsr, int32_t n,
-                              int32_t oy, int32_t ox, int32_t zin)
-{
-    int32_t ky, kx, acc = 0;
-    const int32_t iy0 = oy * g->stride_h - g->pad_top, ix0 = ox * g->stride_w - g->pad_left, C = g->in_c;
-    for (ky = 0; ky < g->k_h; ++ky) {
-        const int32_t iy = iy0 + ky * g->dil_h;
-        if (iy < 0 || iy >= g->in_h) {
-            continue;
-        }
-        for (kx = 0; kx < g->k_w; ++kx) {
-            const int32_t ix = ix0 + kx * g->dil_w, t = ky * g->k_w + kx;
-            const int8_t *xp = xb + (iy * g->in_w + ix) * C;
-            if (ix < 0 || ix >= g->in_w) {
-                continue;
-            }
-            if (n > 0) {
-                acc += tt_dot_s8(xp, wsr + t * n, n, zin);
-            }
-            acc += tt_dot_s8(xp + n, wr + t * C + n, C - n, zin);
-        }
-    }
-    return acc;
-}
-
-/* 1x1 conv, four output channels, over `count` pixels spaced `xstep` input bytes apart (output pixels are
- * consecutive): the channel block's constants stay put while the pixels stream by. */
 #if TT_SIMD && defined(__arm__) && defined(__GNUC__) && defined(__OPTIMIZE__)
 #define TT_PW4_ASM 1
 /* The pixel loop of tt_pointwise4 for a whole weight (no split), C % 4 == 0 and the one-SMMLAR requantization to
@@ -375,6 +294,171 @@ __attribute__((naked, noinline)) static void tt_pw4_run(__attribute__((unused)) 
 #define TT_PW4_ASM 0
 #endif
 
+#if TT_PW4_ASM
+/* count pixels (input rows of C bytes, C % 4 == 0, `xstep` apart) against the block's four weight rows (w0, `ws`
+ * apart) through tt_pw4_run; outputs `ystep` apart. */
+static void tt_pw4(const tt_conv_block *bk, const int8_t *x, int32_t xstep, int32_t C, const int8_t *w0, int32_t ws,
+                   int32_t count, int8_t *y, int32_t ystep)
+{
+    int32_t tab[16], j;
+    tt_pw4_frame f;
+    for (j = 0; j < 4; ++j) {
+        tab[4 * j] = bk->add[j];
+        tab[4 * j + 1] = bk->mm[j].h;
+        tab[4 * j + 2] = bk->mm[j].multiplier;
+        tab[4 * j + 3] = bk->mm[j].e;
+    }
+    f.qw = C >> 2;
+    f.C = C;
+    f.xadj = xstep - C;
+    f.tab = tab;
+    f.y = y;
+    f.ystep = ystep;
+    f.count = count;
+    f.x = x;
+    f.w0 = w0;
+    f.ws = ws;
+    tt_pw4_run(&f);
+}
+
+/* A k_h x k_w conv's interior run through tt_pw4 (im2col): each output's filter rows (contiguous: no split, no
+ * dilation along x) copied side by side into a small buffer, zero-padded to whole words, the block's four weight
+ * rows padded alike (zero products: the same sums). TT_I2C_K bytes per output at most; TT_I2C_P outputs per pass. */
+#define TT_I2C_K 32
+#define TT_I2C_P 8
+
+/* The filter rows of np outputs (`xstep` apart; kh rows of `row` bytes, `xrow` apart) side by side into slots of
+ * kp bytes. Word copies written as loops: GCC's loop-distribution would turn them into memcpy calls, which cost
+ * more than the few words each moves, hence the attribute. */
+__attribute__((noinline, optimize("no-tree-loop-distribute-patterns"))) static void
+tt_i2c_fill(int8_t *dst, int32_t kp, const int8_t *x, int32_t xstep, int32_t np, int32_t kh, int32_t row, int32_t xrow)
+{
+    int32_t p, ky, n;
+    for (p = 0; p < np; ++p, dst += kp, x += xstep) {
+        int8_t *d = dst;
+        for (ky = 0; ky < kh; ++ky) {
+            const int8_t *s = x + ky * xrow;
+            for (n = row; n >= 4; n -= 4, d += 4, s += 4) {
+                uint32_t v;
+                memcpy(&v, s, 4);
+                memcpy(d, &v, 4);
+            }
+            for (; n > 0; --n) {
+                *d++ = *s++;
+            }
+        }
+    }
+}
+
+static inline void tt_i2c_zero_tail(int8_t *slot, int32_t kp)
+{
+    const uint32_t z = 0;
+    memcpy(slot + kp - 4, &z, 4);
+}
+#endif
+
+/* A run of `count` interior outputs of a full block (k_h x k_w filter), input pixels `xstep` bytes apart, output
+ * pixels consecutive: per tap, input channels [0, n) with the slice rows and [n, in_c) with the frozen rows; a
+ * whole filter row is one contiguous run when there is no split and no dilation along x. */
+TT_CONV_NOINLINE void tt_conv_run4(const tt_geom *g, const tt_conv_block *bk, int32_t n, int32_t lo, int32_t hi,
+                                   const int8_t *x, int32_t xstep, int32_t count, int8_t *y)
+{
+    const int32_t C = g->in_c, KH = g->k_h, KW = g->k_w, row = KW * C, xrow = g->dil_h * g->in_w * C;
+    const int32_t xtap = g->dil_w * C, OC = g->out_c, contiguous = n == 0 && g->dil_w == 1;
+    const int8_t *w0 = bk->w[0];
+    const int32_t K = KH * row, S = KH * KW * n; /* the block's rows: whole weight, slice */
+    int32_t p, ky, kx;
+#if TT_PW4_ASM
+    if (contiguous && bk->mm_ok == 2 && K <= TT_I2C_K) {
+        const int32_t Kp = (K + 3) & ~3;
+        int8_t wbuf[4 * TT_I2C_K], xbuf[TT_I2C_P * TT_I2C_K];
+        int32_t j, p0;
+        for (j = 0; j < 4; ++j) {
+            tt_i2c_zero_tail(wbuf + j * Kp, Kp);
+            tt_i2c_fill(wbuf + j * Kp, Kp, bk->w[j], 0, 1, 1, K, 0);
+        }
+        for (p = 0; p < TT_I2C_P; ++p) {
+            tt_i2c_zero_tail(xbuf + p * Kp, Kp);
+        }
+        for (p0 = 0; p0 < count; p0 += TT_I2C_P) {
+            const int32_t np = count - p0 < TT_I2C_P ? count - p0 : TT_I2C_P;
+            tt_i2c_fill(xbuf, Kp, x + p0 * xstep, xstep, np, KH, row, xrow);
+            tt_pw4(bk, xbuf, Kp, Kp, wbuf, Kp, np, y + p0 * OC, OC);
+        }
+        return;
+    }
+#endif
+    for (p = 0; p < count; ++p) {
+        int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        for (ky = 0; ky < KH; ++ky) {
+            const int8_t *xp = x + ky * xrow;
+            const int32_t wo = ky * row;
+            if (contiguous) {
+                tt_run4(xp, w0 + wo, K, row, &a0, &a1, &a2, &a3);
+            } else {
+                for (kx = 0; kx < KW; ++kx) {
+                    const int32_t o = wo + kx * C + n, os = (ky * KW + kx) * n;
+                    const int8_t *xt = xp + kx * xtap;
+                    if (n > 0) {
+                        tt_run4(xt, bk->ws[0] + os, S, n, &a0, &a1, &a2, &a3);
+                    }
+                    tt_run4(xt + n, w0 + o, K, C - n, &a0, &a1, &a2, &a3);
+                }
+            }
+        }
+        tt_store4(bk, lo, hi, a0, a1, a2, a3, y);
+        x += xstep;
+        y += OC;
+    }
+}
+
+/* Raw sum of an interior output for one channel of a block. */
+static int32_t tt_conv_interior1(const tt_geom *g, const tt_conv_block *bk, int32_t j, int32_t n, const int8_t *x0)
+{
+    const int32_t C = g->in_c, xrow = g->dil_h * g->in_w * C, xtap = g->dil_w * C;
+    int32_t s = 0, ky, kx;
+    for (ky = 0; ky < g->k_h; ++ky) {
+        for (kx = 0; kx < g->k_w; ++kx) {
+            const int32_t o = (ky * g->k_w + kx) * C, os = (ky * g->k_w + kx) * n;
+            const int8_t *xt = x0 + ky * xrow + kx * xtap;
+            if (n > 0) {
+                s += tt_dot1_raw_s8(xt, bk->ws[j] + os, n);
+            }
+            s += tt_dot1_raw_s8(xt + n, bk->w[j] + o + n, C - n);
+        }
+    }
+    return s;
+}
+
+/* A border output (some taps outside the image): the reference formulation, (x - z_x) * w over in-image taps. */
+static int32_t tt_conv_border(const tt_geom *g, const int8_t *xb, const int8_t *wr, const int8_t *wsr, int32_t n,
+                              int32_t oy, int32_t ox, int32_t zin)
+{
+    int32_t ky, kx, acc = 0;
+    const int32_t iy0 = oy * g->stride_h - g->pad_top, ix0 = ox * g->stride_w - g->pad_left, C = g->in_c;
+    for (ky = 0; ky < g->k_h; ++ky) {
+        const int32_t iy = iy0 + ky * g->dil_h;
+        if (iy < 0 || iy >= g->in_h) {
+            continue;
+        }
+        for (kx = 0; kx < g->k_w; ++kx) {
+            const int32_t ix = ix0 + kx * g->dil_w, t = ky * g->k_w + kx;
+            const int8_t *xp = xb + (iy * g->in_w + ix) * C;
+            if (ix < 0 || ix >= g->in_w) {
+                continue;
+            }
+            if (n > 0) {
+                acc += tt_dot_s8(xp, wsr + t * n, n, zin);
+            }
+            acc += tt_dot_s8(xp + n, wr + t * C + n, C - n, zin);
+        }
+    }
+    return acc;
+}
+
+/* 1x1 conv, four output channels, over `count` pixels spaced `xstep` input bytes apart (output pixels are
+ * consecutive): the channel block's constants stay put while the pixels stream by. */
+
 TT_CONV_NOINLINE void tt_pointwise4(const tt_conv_block *bk, int32_t C, int32_t n, int32_t OC, int32_t lo, int32_t hi,
                           const int8_t *x, int32_t xstep, int32_t count, int8_t *y)
 {
@@ -383,25 +467,7 @@ TT_CONV_NOINLINE void tt_pointwise4(const tt_conv_block *bk, int32_t C, int32_t 
     int32_t p;
 #if TT_PW4_ASM
     if (bk->mm_ok == 2 && n == 0 && (C & 3) == 0 && C > 0 && count > 0) {
-        int32_t tab[16], j;
-        tt_pw4_frame f;
-        for (j = 0; j < 4; ++j) {
-            tab[4 * j] = bk->add[j];
-            tab[4 * j + 1] = bk->mm[j].h;
-            tab[4 * j + 2] = bk->mm[j].multiplier;
-            tab[4 * j + 3] = bk->mm[j].e;
-        }
-        f.qw = C >> 2;
-        f.C = C;
-        f.xadj = xstep - C;
-        f.tab = tab;
-        f.y = y;
-        f.ystep = OC;
-        f.count = count;
-        f.x = x;
-        f.w0 = w0;
-        f.ws = C;
-        tt_pw4_run(&f);
+        tt_pw4(bk, x, xstep, C, w0, C, count, y, OC);
         return;
     }
 #endif
