@@ -6,6 +6,7 @@
 #define TT_REQUANT_H
 
 #include "tt_kernels.h"
+#include "tt_simd.h"
 
 typedef struct {
     int32_t multiplier;
@@ -76,6 +77,61 @@ static inline int32_t tt_requant_fast_apply(int64_t k, int32_t multiplier, int s
 {
     const int64_t t = (int64_t)x * multiplier + k - (int64_t)((uint32_t)x & 0x80000000u);
     return (int32_t)(t >> 32) >> sh;
+}
+
+/* The fast form once more for a doubled sum x2 = 2x (|x| < 2^30), one SMMLAR per output on the DSP cores. With
+ * the fast form's t = x*m + k - [x<0]*2^31 and k's low word (e >= 1): 2k = 2^31 + 2^32 * h, h = 2^(e-1) + z_y*2^e,
+ *   2t = 2^32 * (h - [x<0]) + x2*m + 2^31,
+ * so floor(2t / 2^32) is SMMLAR(x2, m, h - [x<0]) (the high word of a*2^32 + x2*m, rounded by + 2^31), and the
+ * fast result floor(t / 2^(31+e)) = floor(2t / 2^(32+e)) is that shifted right by e (nested floors merge).
+ * [x<0] = -(x2 >> 31). The kernels that keep their sums doubled get them for free (weights doubled in int16 lanes:
+ * |2w| <= 256). No int64 overflow: |x2*m| < 2^62, |h| < 2^30. */
+typedef struct {
+    int32_t h, multiplier, e;
+} tt_requant_mm;
+
+static inline int tt_requant_mm_init(tt_requant_mm *o, const tt_requant1 *r)
+{
+    const int e = r->right;
+    if (r->left != 0 || e < 1 || e > 22 || r->multiplier < 0) {
+        o->h = o->multiplier = o->e = 0;
+        return 0;
+    }
+    o->h = (int32_t)(((int64_t)1 << (e - 1)) + (int64_t)r->zero_point * ((int64_t)1 << e));
+    o->multiplier = r->multiplier;
+    o->e = e;
+    return 1;
+}
+
+/* SMMLAR: the high word of a*2^32 + x*m + 2^31 (one instruction on the DSP cores; the int64 sum elsewhere, its
+ * high word in range for every use here). */
+static inline int32_t tt_smmlar(int32_t x, int32_t m, int32_t a)
+{
+#if TT_SIMD && defined(__arm__) && defined(__GNUC__)
+    int32_t r;
+    __asm__("smmlar %0, %1, %2, %3" : "=r"(r) : "r"(x), "r"(m), "r"(a));
+    return r;
+#else
+    return (int32_t)(((int64_t)a * 4294967296LL + (int64_t)x * m + 2147483648LL) >> 32);
+#endif
+}
+
+/* v clamped to [-128, 127] (one SSAT on the DSP cores). */
+static inline int32_t tt_ssat8(int32_t v)
+{
+#if TT_SIMD && defined(__arm__) && defined(__GNUC__)
+    int32_t r;
+    __asm__("ssat %0, #8, %1" : "=r"(r) : "r"(v));
+    return r;
+#else
+    return tt_clamp32(v, -128, 127);
+#endif
+}
+
+/* tt_multiply_by_quantized_multiplier(x, m, -e) + z_y for x2 = 2x, before the clamp. */
+static inline int32_t tt_requant_mm_apply(int32_t h, int32_t multiplier, int32_t e, int32_t x2)
+{
+    return tt_smmlar(x2, multiplier, h + (x2 >> 31)) >> e;
 }
 
 #endif /* TT_REQUANT_H */

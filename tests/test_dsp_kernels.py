@@ -122,3 +122,74 @@ def test_mbv2_dsp_firmware_trains_bit_identically_to_portable(tmp_path, capsys):
     assert dsp["accuracy"] == port["accuracy"]
     # Another program: the DSP one runs fewer instructions (no figure pinned, only the inequality).
     assert dsp["instructions"]["per_step_mean"] < port["instructions"]["per_step_mean"]
+
+
+def _same(size: int, k: int, s: int) -> tuple[int, int]:
+    """Output size and leading padding of SAME padding (TFLite's)."""
+    out = -(-size // s)
+    return out, max((out - 1) * s + k - size, 0) // 2
+
+
+def _random_layers(seed: int):
+    """Random int8 conv / depthwise geometries covering the DSP kernels' paths: 1x1 blocks of four output channels
+    and their remainders, the split weight, the 3x3 stem-like conv, 3x3 depthwise at stride 1 and 2 over rows wider
+    than one ring strip (32 outputs), odd widths, in place, row by row (a row stream's calls), batches, a clamp
+    narrower than int8 and biases too large for the one-SMMLAR requantisation; two fixed 1x1 layers whose input
+    channels come in whole words and two stem-like 3x3 layers."""
+    import numpy as np
+
+    sys_path_bench()
+    from kernels_m7 import Layer
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(14):
+        kind = ["conv", "split", "dw", "dw_inplace"][i % 4]
+        act = (-128, 127) if i % 3 else (-100, 90)
+        bias_bits = 31 if i % 5 == 4 else 14
+        b = 2 if i % 7 == 3 else 1
+        h, w = int(rng.integers(3, 12)), int(rng.choice([5, 9, 33, 40, 67]))
+        if kind in ("conv", "split"):
+            k = 1 if kind == "split" or rng.random() < 0.6 else 3
+            s = 1 if k == 1 else int(rng.integers(1, 3))
+            ic = int(rng.integers(3, 40)) if k == 1 else 3
+            oc = int(rng.integers(1, 14))
+        else:
+            k, s = 3, int(rng.integers(1, 3))
+            ic = oc = int(rng.integers(1, 20))
+        oh, pt = _same(h, k, s)
+        ow, pl = _same(w, k, s)
+        rows = kind in ("conv", "dw") and i % 2 == 0 and b == 1
+        n = int(rng.integers(1, ic)) if kind == "split" else 0
+        dims = (b, h, w, ic, oh, ow, oc, k, k, s, s, 1, 1, pt, pl, 1)
+        out.append(Layer(kind, dims, rows, n, act, bias_bits))
+    # 1x1 with whole words of input channels and the int8 range: the written-out pixel loop (a last block of 2)
+    out.append(Layer("conv", (1, 5, 9, 16, 5, 9, 14, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    out.append(Layer("conv", (1, 4, 33, 8, 4, 33, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), True))
+    # a stem-like 3x3 over 3 channels at stride 2 (its interior through the im2col buffer), whole and row by row
+    out.append(Layer("conv", (1, 9, 21, 3, 5, 11, 8, 3, 3, 2, 2, 1, 1, 0, 0, 1), True))
+    out.append(Layer("conv", (2, 9, 21, 3, 5, 11, 12, 3, 3, 2, 2, 1, 1, 1, 1, 1), False))
+    return out
+
+
+def sys_path_bench() -> None:
+    import sys
+
+    if str(REPO / "bench") not in sys.path:
+        sys.path.insert(0, str(REPO / "bench"))
+
+
+@needs_arm
+def test_dsp_kernels_in_qemu_give_the_portable_bits_on_random_shapes(tmp_path):
+    """The DSP conv / depthwise kernels (SMLAD loops, the int16-row depthwise, the one-SMMLAR requantisation) run on
+    the Cortex-M7 board in QEMU over random geometries and give the portable kernels' bytes; the DSP firmware runs
+    fewer instructions in total (an inequality on QEMU's deterministic counts, no timing)."""
+    sys_path_bench()
+    from kernels_m7 import run
+
+    layers = _random_layers(14)
+    port_counts, port = run(layers, "portable", tmp_path)
+    dsp_counts, dsp = run(layers, "dsp", tmp_path)
+    assert len(port) == len(dsp) > 0 and len(port_counts) == len(dsp_counts) == len(layers)
+    assert dsp == port
+    assert sum(dsp_counts) < sum(port_counts)

@@ -347,9 +347,9 @@ def test_conv_int8_specialised_paths_bit_exact(batch, dsp_driver, sse_driver):
 
 
 def test_depthwise_int8_wide_rows_in_place_bit_exact(batch, dsp_driver):
-    """The DSP build's channel-block depthwise holds back output rows on the stack when in place: rows so wide that
-    fewer channels fit per block (w = 70: 3 of 8), or that not even one row pair fits (w = 300: the per-channel
-    kernel takes over), with strides 1 and 2 and odd channel counts: identical to the executor, both builds."""
+    """Wide rows in place: the DSP build's int16-row depthwise takes them in strips of 32 outputs over its ring of
+    three rows (w = 70, 300), a small map as one padded plane (w = 9), with strides 1 and 2 and odd channel counts:
+    identical to the executor, both builds."""
     rng = np.random.default_rng(77)
     refs = []
     for w, c, s in ((70, 5, 1), (70, 13, 2), (300, 3, 1), (9, 11, 1)):

@@ -80,8 +80,10 @@ typedef struct {
     int32_t add[4];
     int32_t bias[4];
     tt_requant_fast f[4];
+    tt_requant_mm mm[4];
     const tt_requant_s8 *q; /* the slow path (fast == 0, never seen in practice) recomputes channel oc0 + j's */
     int32_t oc0, nb, fast;
+    int32_t mm_ok; /* 1: every channel takes tt_requant_mm (its sums doubled fit int32); 2: and the range is int8's */
 } tt_conv_block;
 
 static int8_t tt_block_slow(const tt_conv_block *bk, int32_t j, int32_t v)
@@ -127,9 +129,28 @@ TT_CONV_INLINE void tt_run4(const int8_t *x, const int8_t *w0, int32_t ws, int32
 }
 
 /* Requantizes and stores the four interior sums of a full block. */
+/* One output by tt_requant_mm: x = sum + add, doubled. */
+#define TT_MM1(bk, j, x) tt_requant_mm_apply((bk)->mm[j].h, (bk)->mm[j].multiplier, (bk)->mm[j].e, 2 * (x))
+
 TT_CONV_INLINE void tt_store4(const tt_conv_block *bk, int32_t lo, int32_t hi, int32_t a0, int32_t a1, int32_t a2,
                               int32_t a3, int8_t *yp)
 {
+#if TT_SIMD
+    if (bk->mm_ok == 2) {
+        yp[0] = (int8_t)tt_ssat8(TT_MM1(bk, 0, a0 + bk->add[0]));
+        yp[1] = (int8_t)tt_ssat8(TT_MM1(bk, 1, a1 + bk->add[1]));
+        yp[2] = (int8_t)tt_ssat8(TT_MM1(bk, 2, a2 + bk->add[2]));
+        yp[3] = (int8_t)tt_ssat8(TT_MM1(bk, 3, a3 + bk->add[3]));
+        return;
+    }
+    if (bk->mm_ok) {
+        yp[0] = (int8_t)tt_clamp32(TT_MM1(bk, 0, a0 + bk->add[0]), lo, hi);
+        yp[1] = (int8_t)tt_clamp32(TT_MM1(bk, 1, a1 + bk->add[1]), lo, hi);
+        yp[2] = (int8_t)tt_clamp32(TT_MM1(bk, 2, a2 + bk->add[2]), lo, hi);
+        yp[3] = (int8_t)tt_clamp32(TT_MM1(bk, 3, a3 + bk->add[3]), lo, hi);
+        return;
+    }
+#endif
     if (bk->fast) {
         yp[0] = (int8_t)tt_clamp32(tt_requant_fast_apply(bk->f[0].k, bk->f[0].multiplier, bk->f[0].sh, a0 + bk->add[0]),
                                    lo, hi);
@@ -149,11 +170,197 @@ TT_CONV_INLINE void tt_store4(const tt_conv_block *bk, int32_t lo, int32_t hi, i
 
 TT_CONV_INLINE int8_t tt_store1(const tt_conv_block *bk, int32_t j, int32_t lo, int32_t hi, int32_t v)
 {
+#if TT_SIMD
+    if (bk->mm_ok) {
+        return (int8_t)tt_clamp32(TT_MM1(bk, j, v), lo, hi);
+    }
+#endif
     if (bk->fast) {
         return (int8_t)tt_clamp32(tt_requant_fast_apply(bk->f[j].k, bk->f[j].multiplier, bk->f[j].sh, v), lo, hi);
     }
     return tt_block_slow(bk, j, v);
 }
+
+#if TT_SIMD && defined(__arm__) && defined(__GNUC__) && defined(__OPTIMIZE__)
+#define TT_PW4_ASM 1
+/* The pixel loop of tt_pointwise4 for a whole weight (no split), C % 4 == 0 and the one-SMMLAR requantization to
+ * the int8 range, written out: per pixel the four dot products of tt_dot4_raw_s8's loop (26 instructions per
+ * four input channels), then per channel one LDM of {add, h, multiplier, e} and seven instructions (sum + add,
+ * doubled; SMMLAR; shift; SSAT; store). In C (GCC) the block's constants were reloaded field by field and the
+ * sums moved through the stack between the dot product and the store: ~34 instructions per output of an
+ * 8-channel input against ~26 here. r0 x, r1 the block's row 0, r2 the row stride, r3 words left, r4-r7 the sums,
+ * r8-r11 temporaries, r12 / lr the constants and the output; the rest of the state in the frame f. */
+typedef struct {
+    int32_t qw;         /* C / 4 */
+    int32_t C;          /* bytes of a weight row read per pixel (w0 goes back by it) */
+    int32_t xadj;       /* xstep - C: x after a pixel's words to the next pixel */
+    const int32_t *tab; /* 4 x {add, h, multiplier, e} */
+    int8_t *y;
+    int32_t ystep;
+    int32_t count;
+    const int8_t *x;
+    const int8_t *w0;
+    int32_t ws;
+} tt_pw4_frame;
+
+__attribute__((naked, noinline)) static void tt_pw4_run(__attribute__((unused)) tt_pw4_frame *f)
+{
+    __asm__ volatile(
+        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
+        "sub    sp, sp, #8\n\t"
+        "str    r0, [sp]\n\t"
+        "ldr    r1, [r0, #32]\n\t"
+        "ldr    r2, [r0, #36]\n\t"
+        "ldr    r0, [r0, #28]\n\t"
+        "2:\n\t"
+        "movs   r4, #0\n\t"
+        "movs   r5, #0\n\t"
+        "movs   r6, #0\n\t"
+        "movs   r7, #0\n\t"
+        "ldr    r12, [sp]\n\t"
+        "ldr    r3, [r12]\n\t"
+        "1:\n\t"
+        "ldr    r8, [r0], #4\n\t"
+        "ldr    r10, [r1, r2]\n\t"
+        "sxtb16 r9, r8, ror #8\n\t"
+        "sxtb16 r8, r8\n\t"
+        "sxtb16 r11, r10\n\t"
+        "sxtb16 r10, r10, ror #8\n\t"
+        "smlad  r5, r8, r11, r5\n\t"
+        "smlad  r5, r9, r10, r5\n\t"
+        "ldr    r10, [r1, r2, lsl #1]\n\t"
+        "sxtb16 r11, r10\n\t"
+        "sxtb16 r10, r10, ror #8\n\t"
+        "smlad  r6, r8, r11, r6\n\t"
+        "smlad  r6, r9, r10, r6\n\t"
+        "add    r10, r1, r2, lsl #1\n\t"
+        "ldr    r10, [r10, r2]\n\t"
+        "sxtb16 r11, r10\n\t"
+        "sxtb16 r10, r10, ror #8\n\t"
+        "smlad  r7, r8, r11, r7\n\t"
+        "smlad  r7, r9, r10, r7\n\t"
+        "ldr    r10, [r1], #4\n\t"
+        "sxtb16 r11, r10\n\t"
+        "sxtb16 r10, r10, ror #8\n\t"
+        "smlad  r4, r8, r11, r4\n\t"
+        "smlad  r4, r9, r10, r4\n\t"
+        "subs   r3, r3, #1\n\t"
+        "bne    1b\n\t"
+        "ldr    r3, [r12, #4]\n\t"
+        "sub    r1, r1, r3\n\t"
+        "ldr    r3, [r12, #8]\n\t"
+        "add    r0, r0, r3\n\t"
+        "ldr    lr, [r12, #16]\n\t"
+        "ldr    r12, [r12, #12]\n\t"
+        "ldm    r12!, {r8, r9, r10, r11}\n\t"
+        "add    r4, r4, r8\n\t"
+        "add    r4, r4, r4\n\t"
+        "add    r9, r9, r4, asr #31\n\t"
+        "smmlar r9, r4, r10, r9\n\t"
+        "asr    r9, r9, r11\n\t"
+        "ssat   r9, #8, r9\n\t"
+        "strb   r9, [lr]\n\t"
+        "ldm    r12!, {r8, r9, r10, r11}\n\t"
+        "add    r5, r5, r8\n\t"
+        "add    r5, r5, r5\n\t"
+        "add    r9, r9, r5, asr #31\n\t"
+        "smmlar r9, r5, r10, r9\n\t"
+        "asr    r9, r9, r11\n\t"
+        "ssat   r9, #8, r9\n\t"
+        "strb   r9, [lr, #1]\n\t"
+        "ldm    r12!, {r8, r9, r10, r11}\n\t"
+        "add    r6, r6, r8\n\t"
+        "add    r6, r6, r6\n\t"
+        "add    r9, r9, r6, asr #31\n\t"
+        "smmlar r9, r6, r10, r9\n\t"
+        "asr    r9, r9, r11\n\t"
+        "ssat   r9, #8, r9\n\t"
+        "strb   r9, [lr, #2]\n\t"
+        "ldm    r12!, {r8, r9, r10, r11}\n\t"
+        "add    r7, r7, r8\n\t"
+        "add    r7, r7, r7\n\t"
+        "add    r9, r9, r7, asr #31\n\t"
+        "smmlar r9, r7, r10, r9\n\t"
+        "asr    r9, r9, r11\n\t"
+        "ssat   r9, #8, r9\n\t"
+        "strb   r9, [lr, #3]\n\t"
+        "ldr    r12, [sp]\n\t"
+        "ldr    r3, [r12, #20]\n\t"
+        "add    lr, lr, r3\n\t"
+        "str    lr, [r12, #16]\n\t"
+        "ldr    r3, [r12, #24]\n\t"
+        "subs   r3, r3, #1\n\t"
+        "str    r3, [r12, #24]\n\t"
+        "bne    2b\n\t"
+        "add    sp, sp, #8\n\t"
+        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+}
+#else
+#define TT_PW4_ASM 0
+#endif
+
+#if TT_PW4_ASM
+/* count pixels (input rows of C bytes, C % 4 == 0, `xstep` apart) against the block's four weight rows (w0, `ws`
+ * apart) through tt_pw4_run; outputs `ystep` apart. */
+static void tt_pw4(const tt_conv_block *bk, const int8_t *x, int32_t xstep, int32_t C, const int8_t *w0, int32_t ws,
+                   int32_t count, int8_t *y, int32_t ystep)
+{
+    int32_t tab[16], j;
+    tt_pw4_frame f;
+    for (j = 0; j < 4; ++j) {
+        tab[4 * j] = bk->add[j];
+        tab[4 * j + 1] = bk->mm[j].h;
+        tab[4 * j + 2] = bk->mm[j].multiplier;
+        tab[4 * j + 3] = bk->mm[j].e;
+    }
+    f.qw = C >> 2;
+    f.C = C;
+    f.xadj = xstep - C;
+    f.tab = tab;
+    f.y = y;
+    f.ystep = ystep;
+    f.count = count;
+    f.x = x;
+    f.w0 = w0;
+    f.ws = ws;
+    tt_pw4_run(&f);
+}
+
+/* A k_h x k_w conv's interior run through tt_pw4 (im2col): each output's filter rows (contiguous: no split, no
+ * dilation along x) copied side by side into a small buffer, zero-padded to whole words, the block's four weight
+ * rows padded alike (zero products: the same sums). TT_I2C_K bytes per output at most; TT_I2C_P outputs per pass. */
+#define TT_I2C_K 32
+#define TT_I2C_P 8
+
+/* The filter rows of np outputs (`xstep` apart; kh rows of `row` bytes, `xrow` apart) side by side into slots of
+ * kp bytes. Word copies written as loops: GCC's loop-distribution would turn them into memcpy calls, which cost
+ * more than the few words each moves, hence the attribute. */
+__attribute__((noinline, optimize("no-tree-loop-distribute-patterns"))) static void
+tt_i2c_fill(int8_t *dst, int32_t kp, const int8_t *x, int32_t xstep, int32_t np, int32_t kh, int32_t row, int32_t xrow)
+{
+    int32_t p, ky, n;
+    for (p = 0; p < np; ++p, dst += kp, x += xstep) {
+        int8_t *d = dst;
+        for (ky = 0; ky < kh; ++ky) {
+            const int8_t *s = x + ky * xrow;
+            for (n = row; n >= 4; n -= 4, d += 4, s += 4) {
+                uint32_t v;
+                memcpy(&v, s, 4);
+                memcpy(d, &v, 4);
+            }
+            for (; n > 0; --n) {
+                *d++ = *s++;
+            }
+        }
+    }
+}
+
+static inline void tt_i2c_zero_tail(int8_t *slot, int32_t kp)
+{
+    const uint32_t z = 0;
+    memcpy(slot + kp - 4, &z, 4);
+}
+#endif
 
 /* A run of `count` interior outputs of a full block (k_h x k_w filter), input pixels `xstep` bytes apart, output
  * pixels consecutive: per tap, input channels [0, n) with the slice rows and [n, in_c) with the frozen rows; a
@@ -166,6 +373,26 @@ TT_CONV_NOINLINE void tt_conv_run4(const tt_geom *g, const tt_conv_block *bk, in
     const int8_t *w0 = bk->w[0];
     const int32_t K = KH * row, S = KH * KW * n; /* the block's rows: whole weight, slice */
     int32_t p, ky, kx;
+#if TT_PW4_ASM
+    if (contiguous && bk->mm_ok == 2 && K <= TT_I2C_K) {
+        const int32_t Kp = (K + 3) & ~3;
+        int8_t wbuf[4 * TT_I2C_K], xbuf[TT_I2C_P * TT_I2C_K];
+        int32_t j, p0;
+        for (j = 0; j < 4; ++j) {
+            tt_i2c_zero_tail(wbuf + j * Kp, Kp);
+            tt_i2c_fill(wbuf + j * Kp, Kp, bk->w[j], 0, 1, 1, K, 0);
+        }
+        for (p = 0; p < TT_I2C_P; ++p) {
+            tt_i2c_zero_tail(xbuf + p * Kp, Kp);
+        }
+        for (p0 = 0; p0 < count; p0 += TT_I2C_P) {
+            const int32_t np = count - p0 < TT_I2C_P ? count - p0 : TT_I2C_P;
+            tt_i2c_fill(xbuf, Kp, x + p0 * xstep, xstep, np, KH, row, xrow);
+            tt_pw4(bk, xbuf, Kp, Kp, wbuf, Kp, np, y + p0 * OC, OC);
+        }
+        return;
+    }
+#endif
     for (p = 0; p < count; ++p) {
         int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
         for (ky = 0; ky < KH; ++ky) {
@@ -236,12 +463,19 @@ static int32_t tt_conv_border(const tt_geom *g, const int8_t *xb, const int8_t *
 
 /* 1x1 conv, four output channels, over `count` pixels spaced `xstep` input bytes apart (output pixels are
  * consecutive): the channel block's constants stay put while the pixels stream by. */
+
 TT_CONV_NOINLINE void tt_pointwise4(const tt_conv_block *bk, int32_t C, int32_t n, int32_t OC, int32_t lo, int32_t hi,
                           const int8_t *x, int32_t xstep, int32_t count, int8_t *y)
 {
     const int8_t *w0 = bk->w[0] + n, *s0 = bk->ws[0];
     const int32_t rest = C - n;
     int32_t p;
+#if TT_PW4_ASM
+    if (bk->mm_ok == 2 && n == 0 && (C & 3) == 0 && C > 0 && count > 0) {
+        tt_pw4(bk, x, xstep, C, w0, C, count, y, OC);
+        return;
+    }
+#endif
     for (p = 0; p < count; ++p) {
         int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
         if (n > 0) {
@@ -280,6 +514,9 @@ TT_CONV_INLINE void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8
         bk.q = q;
         bk.oc0 = oc0;
         bk.fast = 1;
+        /* the DSP build's one-SMMLAR requantization (elsewhere its int64 emulation costs more than the fast form)
+         * when the doubled sums fit int32: |raw or reference sum| <= K * 2^15 (|x - z_x| <= 255, |w| <= 128) */
+        bk.mm_ok = TT_SIMD && K < (1 << 14);
         for (j = 0; j < 4; ++j) {
             const int32_t oc = oc0 + (j < bk.nb ? j : 0); /* a short last block repeats its first row, unused */
             int32_t sw = 0;
@@ -298,7 +535,12 @@ TT_CONV_INLINE void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8
             {
                 const tt_requant1 r = tt_requant_channel(q, oc);
                 bk.fast &= tt_requant_fast_init(&bk.f[j], &r);
+                bk.mm_ok &= tt_requant_mm_init(&bk.mm[j], &r) && bk.add[j] > -(1 << 29) && bk.add[j] < (1 << 29) &&
+                            bk.bias[j] > -(1 << 29) && bk.bias[j] < (1 << 29);
             }
+        }
+        if (bk.mm_ok && lo == -128 && hi == 127) {
+            bk.mm_ok = 2;
         }
         for (b = 0; b < batches; ++b) {
             const int8_t *xb = x + b * in_plane;

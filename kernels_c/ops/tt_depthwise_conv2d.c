@@ -248,258 +248,376 @@ void tt_depthwise_channel_s8(const tt_conv_dims *d, const tt_requant_s8 *q, cons
     }
 }
 
-/* ---- depth multiplier 1, pixel by pixel over a block of channels (the DSP build) ----------------------------
- * Channel-by-channel (tt_depthwise_channel_s8) pays its setup, its border outputs and a run call per channel and
- * row: on the 8x8 and 4x4 maps of a MobileNet that cost more than the taps. Here a block of up to TT_DWB_G
- * channels keeps its constants in small stack tables and an output row is computed pixel by pixel, the channels
- * of a pixel innermost, four per 32-bit word with SXTB16 + SMLABB / SMLATT: the pixel's tap geometry (interior or
- * which taps are in the image) is worked out once for the block. Measured on MobileNetV2 (QEMU counts) it beats
- * the per-channel kernel with the SIMD words and loses to it without (scalar byte loads per channel and tap), so
- * the portable build keeps the per-channel kernel; the tail channels of a block (nc % 4) are portable C here. Interior pixels: sum x * w + (bias - z_x * sum w); border pixels: sum over the in-image taps of
- * (x - z_x) * w + bias (int32 sums, any order: the reference's bits). */
-#define TT_DWB_G 8
+/* ---- 3x3 depth multiplier 1, channel by channel over int16 rows (the DSP build) ------------------------------
+ * A channel's input rows are copied once into a ring of three int16 rows holding x - z_x (|x - z_x| <= 255), with
+ * zeros where a tap falls outside the image: every output is then the reference's sum over its in-image taps of
+ * (x - z_x) * w, border or not, with no bounds checks. A filter row's taps (w0, w1) and (w1, w2) sit packed in two
+ * registers, so two neighbouring outputs of a stride-1 row take two word loads and four dual / single 16-bit MACs
+ * (SMLAD, SMLABT, SMLATB) per filter row: 6 instructions for 6 MACs. Stride 2: three loads for two outputs.
+ * Columns are done in strips of TT_DW16_STRIP outputs so the ring stays small whatever the width; within a strip a
+ * row is copied once however many output rows read it. int32 sums of the same products: the reference's bits. */
+#define TT_DW16_STRIP 32
+#define TT_DW16_W (2 * TT_DW16_STRIP + 2) /* int16 per ring row: a strip's taps at stride 2, and one */
 
-typedef struct {
-    int64_t k[TT_DWB_G];
-    int32_t m[TT_DWB_G], sh[TT_DWB_G], add[TT_DWB_G], bias[TT_DWB_G];
-    tt_requant1 r[TT_DWB_G];
-    int32_t fast; /* every channel of the block has the fast requantization */
-} tt_dwb;
-
-static void tt_dwb_init(const tt_geom *g, const tt_requant_s8 *q, const int8_t *w, const int32_t *bias, int32_t c0,
-                        int32_t nc, tt_dwb *b)
-{
-    const int32_t taps = g->k_h * g->k_w, zin = q->input_zero_point;
-    int32_t j, t;
-    b->fast = 1;
-    for (j = 0; j < nc; ++j) {
-        tt_requant_fast f;
-        int32_t sw = 0;
-        for (t = 0; t < taps; ++t) {
-            sw += w[t * g->out_c + c0 + j];
-        }
-        b->bias[j] = bias != 0 ? bias[c0 + j] : 0;
-        b->add[j] = b->bias[j] - zin * sw;
-        b->r[j] = tt_requant_channel(q, c0 + j);
-        b->fast &= tt_requant_fast_init(&f, &b->r[j]);
-        b->k[j] = f.k;
-        b->m[j] = f.multiplier;
-        b->sh[j] = f.sh;
-    }
-}
-
-/* Raw sums of the nine taps of a 3x3 pixel for channels [0, nc) of a block: xp its top-left tap at the block's
- * first channel, taps xs bytes apart along x and row bytes along y; wb the weight at the block's first channel
- * (taps C bytes apart). DSP: four channels per word, SXTB16 splits them into two pairs of lanes and SMLABB /
- * SMLATT multiply-accumulate lane by lane. */
-TT_CONV_INLINE void tt_dwb_sums3(const int8_t *xp, int32_t xs, int32_t row, const int8_t *wb, int32_t C, int32_t nc,
-                                 int32_t *acc)
-{
-    const int8_t *const x1 = xp + row, *const x2 = x1 + row;
-    const int32_t C2 = 2 * C, C3 = 3 * C, X2 = 2 * xs;
-    int32_t j = 0;
 #if TT_SIMD
-#define TT_DWB_TAP(xq, wq)                                                                                           \
-    do {                                                                                                           \
-        const uint32_t xv = tt_ld32(xq), wv = tt_ld32(wq);                                                         \
-        const int16x2_t x02 = tt_sx02(xv), w02 = tt_sx02(wv), x13 = tt_sx13(xv), w13 = tt_sx13(wv);                \
-        a0 = __smlabb(x02, w02, a0);                                                                               \
-        a2 = __smlatt(x02, w02, a2);                                                                               \
-        a1 = __smlabb(x13, w13, a1);                                                                               \
-        a3 = __smlatt(x13, w13, a3);                                                                               \
-    } while (0)
-    for (; j + 4 <= nc; j += 4) {
-        int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-        const int8_t *const w0 = wb + j, *const w1 = w0 + C3, *const w2 = w1 + C3;
-        TT_DWB_TAP(xp + j, w0);
-        TT_DWB_TAP(xp + xs + j, w0 + C);
-        TT_DWB_TAP(xp + X2 + j, w0 + C2);
-        TT_DWB_TAP(x1 + j, w1);
-        TT_DWB_TAP(x1 + xs + j, w1 + C);
-        TT_DWB_TAP(x1 + X2 + j, w1 + C2);
-        TT_DWB_TAP(x2 + j, w2);
-        TT_DWB_TAP(x2 + xs + j, w2 + C);
-        TT_DWB_TAP(x2 + X2 + j, w2 + C2);
-        acc[j] = a0;
-        acc[j + 1] = a1;
-        acc[j + 2] = a2;
-        acc[j + 3] = a3;
+#define TT_ASM_ARG __attribute__((unused)) /* read by a naked body in r0-r3 */
+
+/* Ring row `dst` (span columns from input column ix0) from input row iy of channel xc (pixel stride C). */
+static void tt_dw16_fill(int16_t *dst, const int8_t *xc, int32_t C, int32_t in_h, int32_t in_w, int32_t iy,
+                         int32_t ix0, int32_t span, int32_t zin)
+{
+    int32_t i = 0, a, b;
+    dst[span] = 0; /* read, never used, by the stride-2 pair whose second output is the strip's last */
+    if (iy < 0 || iy >= in_h) {
+        memset(dst, 0, (size_t)span * sizeof(int16_t));
+        return;
     }
-#undef TT_DWB_TAP
-#endif
-    for (; j < nc; ++j) {
-        const int8_t *const w0 = wb + j, *const w1 = w0 + C3, *const w2 = w1 + C3;
-        acc[j] = xp[j] * w0[0] + xp[xs + j] * w0[C] + xp[X2 + j] * w0[C2] + x1[j] * w1[0] + x1[xs + j] * w1[C] +
-                 x1[X2 + j] * w1[C2] + x2[j] * w2[0] + x2[xs + j] * w2[C] + x2[X2 + j] * w2[C2];
+    a = ix0 < 0 ? -ix0 : 0;                      /* first in-image column of the span */
+    b = in_w - ix0 < span ? in_w - ix0 : span;   /* one past the last */
+    for (; i < a; ++i) {
+        dst[i] = 0;
+    }
+    {
+        const int8_t *src = xc + ((int32_t)iy * in_w + ix0 + a) * C;
+        int16_t *d = dst + a;
+        int16_t *const e = dst + b;
+        const int32_t C2 = 2 * C;
+        while (d + 2 <= e) { /* two per pass: one packed word store */
+            const uint32_t v = (uint32_t)tt_pack16((int32_t)src[0] - zin, (int32_t)src[C] - zin);
+            memcpy(d, &v, 4);
+            d += 2;
+            src += C2;
+        }
+        if (d < e) {
+            *d = (int16_t)((int32_t)*src - zin);
+        }
+    }
+    for (i = b > a ? b : a; i < span; ++i) {
+        dst[i] = 0;
     }
 }
 
-/* Requantizes the nc sums of a pixel (acc[j] + add_j when interior, bias already in when border). */
-TT_CONV_INLINE void tt_dwb_store(const tt_dwb *b, const int32_t *acc, const int32_t *add, int32_t nc, int8_t *yp)
+static inline int32_t tt_dw16_ld(const int16_t *p)
 {
-    int32_t j;
-    if (b->fast) {
-        const int32_t lo = b->r[0].lo, hi = b->r[0].hi;
-        for (j = 0; j < nc; ++j) {
-            yp[j] = (int8_t)tt_clamp32(tt_requant_fast_apply(b->k[j], b->m[j], b->sh[j], acc[j] + add[j]), lo, hi);
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Raw sums of `pairs` pairs of neighbouring outputs of one ring strip: rows p0, p1, p2 (int16, from the pair's
+ * first tap), a[0..5] the packed taps (w0, w1), (w1, w2) of filter rows 0, 1, 2; sums to acc[0 .. 2 * pairs).
+ * s == 1: outputs one column apart (two word loads per filter row and pair); s == 2: two apart (three). */
+#if defined(__arm__) && defined(__GNUC__) && defined(__OPTIMIZE__)
+/* Written out (naked, all 14 registers its own): GCC's allocation of the C loop below spilled the six packed
+ * weights to the stack and reloaded them per pair. r0-r2 the rows, r3 a word of a row, r4-r9 the weights, r10 acc,
+ * r11 the pairs left, r12 / lr the two sums: 20 instructions per stride-1 pair (18 MACs), 21 at stride 2. */
+__attribute__((naked, noinline)) static void tt_dw16_pairs1(TT_ASM_ARG const int16_t *p0, TT_ASM_ARG const int16_t *p1,
+                                                              TT_ASM_ARG const int16_t *p2, TT_ASM_ARG const int32_t *args)
+{
+    __asm__ volatile(
+        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
+        "ldm    r3, {r4, r5, r6, r7, r8, r9, r10, r11}\n\t"
+        "1:\n\t"
+        "ldr    r3, [r0], #4\n\t"
+        "smuad  r12, r3, r4\n\t"
+        "smultb lr, r3, r4\n\t"
+        "ldr    r3, [r0]\n\t"
+        "smlabt r12, r3, r5, r12\n\t"
+        "smlad  lr, r3, r5, lr\n\t"
+        "ldr    r3, [r1], #4\n\t"
+        "smlad  r12, r3, r6, r12\n\t"
+        "smlatb lr, r3, r6, lr\n\t"
+        "ldr    r3, [r1]\n\t"
+        "smlabt r12, r3, r7, r12\n\t"
+        "smlad  lr, r3, r7, lr\n\t"
+        "ldr    r3, [r2], #4\n\t"
+        "smlad  r12, r3, r8, r12\n\t"
+        "smlatb lr, r3, r8, lr\n\t"
+        "ldr    r3, [r2]\n\t"
+        "smlabt r12, r3, r9, r12\n\t"
+        "smlad  lr, r3, r9, lr\n\t"
+        "strd   r12, lr, [r10], #8\n\t"
+        "subs   r11, r11, #1\n\t"
+        "bne    1b\n\t"
+        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+}
+
+__attribute__((naked, noinline)) static void tt_dw16_pairs2(TT_ASM_ARG const int16_t *p0, TT_ASM_ARG const int16_t *p1,
+                                                              TT_ASM_ARG const int16_t *p2, TT_ASM_ARG const int32_t *args)
+{
+    __asm__ volatile(
+        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
+        "ldm    r3, {r4, r5, r6, r7, r8, r9, r10, r11}\n\t"
+        "1:\n\t"
+        "ldr    r3, [r0], #4\n\t"
+        "smuad  r12, r3, r4\n\t"
+        "ldr    r3, [r0], #4\n\t"
+        "smlabt r12, r3, r5, r12\n\t"
+        "smuad  lr, r3, r4\n\t"
+        "ldr    r3, [r0]\n\t"
+        "smlabt lr, r3, r5, lr\n\t"
+        "ldr    r3, [r1], #4\n\t"
+        "smlad  r12, r3, r6, r12\n\t"
+        "ldr    r3, [r1], #4\n\t"
+        "smlabt r12, r3, r7, r12\n\t"
+        "smlad  lr, r3, r6, lr\n\t"
+        "ldr    r3, [r1]\n\t"
+        "smlabt lr, r3, r7, lr\n\t"
+        "ldr    r3, [r2], #4\n\t"
+        "smlad  r12, r3, r8, r12\n\t"
+        "ldr    r3, [r2], #4\n\t"
+        "smlabt r12, r3, r9, r12\n\t"
+        "smlad  lr, r3, r8, lr\n\t"
+        "ldr    r3, [r2]\n\t"
+        "smlabt lr, r3, r9, lr\n\t"
+        "strd   r12, lr, [r10], #8\n\t"
+        "subs   r11, r11, #1\n\t"
+        "bne    1b\n\t"
+        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+}
+
+static inline void tt_dw16_pairs(const int16_t *p0, const int16_t *p1, const int16_t *p2, const int32_t *a,
+                                 int32_t s, int32_t pairs, int32_t *acc)
+{
+    int32_t args[8];
+    memcpy(args, a, 6 * sizeof(int32_t));
+    args[6] = (int32_t)(intptr_t)acc;
+    args[7] = pairs;
+    if (s == 1) {
+        tt_dw16_pairs1(p0, p1, p2, args);
+    } else {
+        tt_dw16_pairs2(p0, p1, p2, args);
+    }
+}
+#else
+static inline void tt_dw16_pairs(const int16_t *p0, const int16_t *p1, const int16_t *p2, const int32_t *a,
+                                 int32_t s, int32_t pairs, int32_t *acc)
+{
+    const int16_t *const rows[3] = {p0, p1, p2};
+    int32_t i, ky;
+    for (i = 0; i < pairs; ++i) {
+        int32_t s0 = 0, s1 = 0;
+        for (ky = 0; ky < 3; ++ky) {
+            const int16_t *p = rows[ky] + 2 * s * i;
+            const int32_t w01 = a[2 * ky], w12 = a[2 * ky + 1];
+            if (s == 1) {
+                s0 = __smlad(tt_dw16_ld(p), w01, s0);
+                s1 = __smlatb(tt_dw16_ld(p), w01, s1);
+                s0 = __smlabt(tt_dw16_ld(p + 2), w12, s0);
+                s1 = __smlad(tt_dw16_ld(p + 2), w12, s1);
+            } else {
+                s0 = __smlad(tt_dw16_ld(p), w01, s0);
+                s0 = __smlabt(tt_dw16_ld(p + 2), w12, s0);
+                s1 = __smlad(tt_dw16_ld(p + 2), w01, s1);
+                s1 = __smlabt(tt_dw16_ld(p + 4), w12, s1);
+            }
+        }
+        acc[2 * i] = s0;
+        acc[2 * i + 1] = s1;
+    }
+}
+#endif
+
+/* Requantizes n doubled sums acc[i] (+ 2 * bias) to out[i * stride]: c = {2 * bias, h, multiplier, e} of a
+ * tt_requant_mm channel, the output range the full int8 one ([-128, 127]: one SSAT). */
+#if defined(__arm__) && defined(__GNUC__) && defined(__OPTIMIZE__)
+/* Written out: 10 instructions per output (GCC's loop of the C below reloaded its constants from the stack). */
+__attribute__((naked, noinline)) static void tt_rq_run_s8(TT_ASM_ARG const int32_t *args)
+{
+    /* args: acc, out, stride, n, 2 * bias, h, multiplier, e */
+    __asm__ volatile(
+        "push   {r4, r5, r6, r7, r8, r9, lr}\n\t"
+        "ldm    r0, {r1, r2, r3, r4, r5, r6, r7, r8}\n\t"
+        "1:\n\t"
+        "ldr    r0, [r1], #4\n\t"
+        "add    r0, r0, r5\n\t"
+        "add    r9, r6, r0, asr #31\n\t"
+        "smmlar r9, r0, r7, r9\n\t"
+        "asr    r9, r9, r8\n\t"
+        "ssat   r9, #8, r9\n\t"
+        "strb   r9, [r2]\n\t"
+        "add    r2, r2, r3\n\t"
+        "subs   r4, r4, #1\n\t"
+        "bne    1b\n\t"
+        "pop    {r4, r5, r6, r7, r8, r9, pc}\n\t");
+}
+
+static inline void tt_rq_run(const int32_t *acc, int8_t *out, int32_t stride, int32_t n, int32_t bias2,
+                             const tt_requant_mm *o)
+{
+    int32_t args[8];
+    args[0] = (int32_t)(intptr_t)acc;
+    args[1] = (int32_t)(intptr_t)out;
+    args[2] = stride;
+    args[3] = n;
+    args[4] = bias2;
+    args[5] = o->h;
+    args[6] = o->multiplier;
+    args[7] = o->e;
+    tt_rq_run_s8(args);
+}
+#else
+static inline void tt_rq_run(const int32_t *acc, int8_t *out, int32_t stride, int32_t n, int32_t bias2,
+                             const tt_requant_mm *o)
+{
+    int32_t i;
+    for (i = 0; i < n; ++i) {
+        out[i * stride] = (int8_t)tt_clamp32(tt_requant_mm_apply(o->h, o->multiplier, o->e, acc[i] + bias2), -128, 127);
+    }
+}
+#endif
+
+/* A channel's requantization, chosen once: full (tt_rq_run: one SMMLAR and one SSAT), mm (the same with a
+ * general clamp) or the reference's (the doubled sums halved, exactly: they are even). */
+typedef struct {
+    tt_requant_mm mm;
+    const tt_requant1 *r;
+    int32_t bias, lo, hi, fast, full;
+} tt_dw16_rq;
+
+static void tt_dw16_store(const tt_dw16_rq *q, const int32_t *acc, int32_t n, int8_t *op, int32_t out_stride)
+{
+    int32_t i;
+    if (q->full) {
+        tt_rq_run(acc, op, out_stride, n, 2 * q->bias, &q->mm);
+    } else if (q->fast) {
+        for (i = 0; i < n; ++i) {
+            op[i * out_stride] = (int8_t)tt_clamp32(
+                tt_requant_mm_apply(q->mm.h, q->mm.multiplier, q->mm.e, acc[i] + 2 * q->bias), q->lo, q->hi);
         }
     } else {
-        for (j = 0; j < nc; ++j) {
-            yp[j] = tt_requant_apply(&b->r[j], acc[j] + add[j]);
+        for (i = 0; i < n; ++i) {
+            op[i * out_stride] = tt_requant_apply(q->r, (acc[i] >> 1) + q->bias);
         }
     }
 }
 
-/* Output row oy of channels [c0, c0 + nc) of one batch plane xb: pixel ox, channel j goes to y[ox * ys + j]. */
-static void tt_dwb_row(const tt_geom *g, const tt_dwb *b, const int8_t *xb, const int8_t *w, int32_t c0, int32_t nc,
-                       int32_t zin, int32_t oy, int32_t ox_lo, int32_t ox_hi, int8_t *y, int32_t ys)
+/* int16 of the ring (three rows of TT_DW16_W), which a small map's whole padded plane may take instead, and the
+ * raw sums a pass leaves for the requantization. */
+#define TT_DW16_BUF (3 * TT_DW16_W)
+#define TT_DW16_ACC 96
+
+/* One channel: xc / wc at channel c of the batch's input / the weight (tap stride WS), output pixel p to
+ * out[p * out_stride]. 3x3, no dilation. A small map (its padded plane fits the buffer, stride_h == stride_w)
+ * is copied whole, rows one after the other, and one pass of tt_dw16_pairs runs over the flattened plane (the
+ * outputs that would straddle two rows are computed and dropped): no per-row overhead. Otherwise strips of
+ * TT_DW16_STRIP outputs over a ring of three rows, per output row the pass over the strip, then the
+ * requantization. */
+static void tt_dw16_channel(const tt_geom *g, const int8_t *xc, const int8_t *wc, int32_t WS, int32_t bias,
+                            int32_t zin, const tt_requant1 *r, int8_t *out, int32_t out_stride)
 {
-    static const int32_t zeros[TT_DWB_G] = {0, 0, 0, 0, 0, 0, 0, 0};
-    const int32_t C = g->in_c, row = g->in_w * C, iy0 = oy * g->stride_h - g->pad_top;
-    const int32_t k3 = g->k_h == 3 && g->k_w == 3 && g->dil_h == 1 && g->dil_w == 1;
-    const int8_t *const wb = w + c0;
-    int32_t acc[TT_DWB_G];
-    int32_t ky0 = 0, ky1 = g->k_h, ox, j, ky, kx;
-    while (ky0 < ky1 && iy0 + ky0 * g->dil_h < 0) {
-        ++ky0;
+    int16_t buf[TT_DW16_BUF];
+    int32_t acc[TT_DW16_ACC];
+    int32_t tag[3];
+    int32_t a[6];
+    const int32_t S = g->stride_w;
+    tt_dw16_rq q;
+    int32_t ky, ox0, oy;
+    q.r = r;
+    q.bias = bias;
+    q.lo = r->lo;
+    q.hi = r->hi;
+    /* one SMMLAR (tt_requant_mm) when 2 * (sum + bias) fits: |sum| <= 9 * 255 * 256 / 2 < 2^20 */
+    q.fast = tt_requant_mm_init(&q.mm, r) && bias > -(1 << 29) && bias < (1 << 29);
+    q.full = q.fast && q.lo == -128 && q.hi == 127;
+    for (ky = 0; ky < 3; ++ky) {
+        /* doubled taps (|2w| <= 256 fits a lane): the sums come out doubled, as tt_requant_mm takes them */
+        const int32_t w0 = 2 * wc[(3 * ky) * WS], w1 = 2 * wc[(3 * ky + 1) * WS], w2 = 2 * wc[(3 * ky + 2) * WS];
+        a[2 * ky] = (int32_t)tt_pack16(w0, w1);
+        a[2 * ky + 1] = (int32_t)tt_pack16(w1, w2);
     }
-    while (ky1 > ky0 && iy0 + (ky1 - 1) * g->dil_h >= g->in_h) {
-        --ky1;
-    }
-    for (ox = 0; ox < g->out_w; ++ox) {
-        const int32_t ix0 = ox * g->stride_w - g->pad_left;
-        const int8_t *xp = xb + iy0 * row + ix0 * C + c0;
-        if (ky0 == 0 && ky1 == g->k_h && ox >= ox_lo && ox < ox_hi) {
-            if (k3) {
-                tt_dwb_sums3(xp, C, row, wb, C, nc, acc);
-            } else {
-                for (j = 0; j < nc; ++j) {
-                    int32_t s = 0;
-                    for (ky = 0; ky < g->k_h; ++ky) {
-                        for (kx = 0; kx < g->k_w; ++kx) {
-                            s += xp[ky * g->dil_h * row + kx * g->dil_w * C + j] * wb[(ky * g->k_w + kx) * C + j];
-                        }
-                    }
-                    acc[j] = s;
-                }
+    {
+        const int32_t span = (g->out_w - 1) * S + 3, rows = (g->out_h - 1) * g->stride_h + 3;
+        const int32_t count = (g->out_h - 1) * span + g->out_w, pairs = (count + 1) >> 1;
+        /* the last pair reads up to S * (2 * pairs - 1) + 5 <= rows * span + 6 (zeroed slack) */
+        if (g->stride_h == S && rows * span + 8 <= TT_DW16_BUF && 2 * pairs <= TT_DW16_ACC) {
+            int32_t i;
+            for (i = 0; i < rows; ++i) {
+                tt_dw16_fill(buf + i * span, xc, g->in_c, g->in_h, g->in_w, i - g->pad_top, -g->pad_left, span, zin);
             }
-            tt_dwb_store(b, acc, b->add, nc, y + ox * ys);
-        } else if (k3) {
-            /* a border pixel of a 3x3: its taps gathered into a 3x3 x nc patch, out-of-image taps filled with z_x,
-             * then the interior sum: sum over the patch of x * w + bias - z_x * sum w = sum over the in-image taps
-             * of (x - z_x) * w + bias, exactly */
-            int8_t patch[9 * TT_DWB_G];
+            for (i = rows * span; i < rows * span + 8; ++i) {
+                buf[i] = 0;
+            }
+            tt_dw16_pairs(buf, buf + span, buf + 2 * span, a, S, pairs, acc);
+            for (oy = 0; oy < g->out_h; ++oy) {
+                tt_dw16_store(&q, acc + oy * span, g->out_w, out + oy * g->out_w * out_stride, out_stride);
+            }
+            return;
+        }
+    }
+    for (ox0 = 0; ox0 < g->out_w; ox0 += TT_DW16_STRIP) {
+        const int32_t nx = g->out_w - ox0 < TT_DW16_STRIP ? g->out_w - ox0 : TT_DW16_STRIP;
+        const int32_t ix0 = ox0 * S - g->pad_left, span = (nx - 1) * S + 3;
+        int32_t slot0 = 0; /* ring slot of input row iy: (iy - first row read) mod 3, kept as a running index */
+        int32_t first = -g->pad_top;
+        tag[0] = tag[1] = tag[2] = INT32_MIN;
+        for (oy = 0; oy < g->out_h; ++oy) {
+            const int32_t iy0 = oy * g->stride_h - g->pad_top;
+            const int16_t *rw[3];
+            while (first < iy0) { /* slide the slot index along to this output row's first input row */
+                ++first;
+                slot0 = slot0 == 2 ? 0 : slot0 + 1;
+            }
             for (ky = 0; ky < 3; ++ky) {
-                const int32_t yin = iy0 + ky >= 0 && iy0 + ky < g->in_h;
-                for (kx = 0; kx < 3; ++kx) {
-                    int8_t *dst = patch + (ky * 3 + kx) * nc;
-                    if (yin && ix0 + kx >= 0 && ix0 + kx < g->in_w) {
-                        const int8_t *src = xp + ky * row + kx * C;
-                        if (nc == TT_DWB_G) {
-                            memcpy(dst, src, TT_DWB_G); /* fixed size: two word loads and stores */
-                        } else {
-                            for (j = 0; j < nc; ++j) {
-                                dst[j] = src[j];
-                            }
-                        }
-                    } else {
-                        memset(dst, zin, (size_t)nc);
-                    }
+                const int32_t iy = iy0 + ky, slot = slot0 + ky >= 3 ? slot0 + ky - 3 : slot0 + ky;
+                int16_t *row = buf + slot * TT_DW16_W;
+                if (tag[slot] != iy) {
+                    tt_dw16_fill(row, xc, g->in_c, g->in_h, g->in_w, iy, ix0, span, zin);
+                    tag[slot] = iy;
                 }
+                rw[ky] = row;
             }
-            tt_dwb_sums3(patch, nc, 3 * nc, wb, C, nc, acc);
-            tt_dwb_store(b, acc, b->add, nc, y + ox * ys);
-        } else {
-            int32_t kx0 = 0, kx1 = g->k_w;
-            while (kx0 < kx1 && ix0 + kx0 * g->dil_w < 0) {
-                ++kx0;
+            if (nx >= 2) {
+                tt_dw16_pairs(rw[0], rw[1], rw[2], a, S, nx >> 1, acc);
             }
-            while (kx1 > kx0 && ix0 + (kx1 - 1) * g->dil_w >= g->in_w) {
-                --kx1;
-            }
-            for (j = 0; j < nc; ++j) {
-                int32_t s = b->bias[j];
-                for (ky = ky0; ky < ky1; ++ky) {
-                    for (kx = kx0; kx < kx1; ++kx) {
-                        s += ((int32_t)xp[ky * g->dil_h * row + kx * g->dil_w * C + j] - zin) *
-                             (int32_t)wb[(ky * g->k_w + kx) * C + j];
-                    }
+            if (nx & 1) {
+                /* the odd last output: its three taps one by one (the ring ends at its last tap) */
+                const int32_t o = (nx - 1) * S;
+                int32_t s0 = 0;
+                for (ky = 0; ky < 3; ++ky) {
+                    s0 = __smlad(tt_dw16_ld(rw[ky] + o), a[2 * ky], s0);
+                    s0 = __smlabt(rw[ky][o + 2], a[2 * ky + 1], s0);
                 }
-                acc[j] = s;
+                acc[nx - 1] = s0;
             }
-            tt_dwb_store(b, acc, zeros, nc, y + ox * ys);
+            tt_dw16_store(&q, acc, nx, out + (oy * g->out_w + ox0) * out_stride, out_stride);
         }
     }
 }
 
-/* Output rows kept back by the in-place kernel, at most (bytes on the stack). */
-#define TT_DWB_STAGE 512
+/* Whether tt_dw16_channel serves this geometry: 3x3, no dilation, depth multiplier 1, stride 1 or 2. */
+static int tt_dw16_fits(const tt_conv_dims *d)
+{
+    return d->k_h == 3 && d->k_w == 3 && d->dilation_h == 1 && d->dilation_w == 1 && d->depth_multiplier == 1 &&
+           (d->stride_w == 1 || d->stride_w == 2) && d->stride_h >= 1 && d->in_c == d->out_c;
+}
 
-/* Depthwise (multiplier 1) channel block by channel block. ip == 0: y is another buffer, rows are written in
- * place. ip == 1: y == x; a computed output row is held in a small stack buffer until no later output row reads an
- * input row its bytes overlap (for stride 1 the row before; stride 2 at once), then copied to its place. Returns 0
- * (nothing done) when the rows to hold would not fit in TT_DWB_STAGE. */
-static int tt_dwb_conv(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
-                       const int32_t *bias, int8_t *y, int ip)
+/* Every channel of every batch; ip: y == x (in place), a channel's outputs wait in scratch (out_h*out_w bytes)
+ * and are copied over it once made (tt_depthwise_conv2d_s8_inplace's scheme). */
+static void tt_dw16_conv(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
+                         const int32_t *bias, int8_t *y, int8_t *scratch)
 {
     const tt_geom g = tt_geom_of(d);
-    const int32_t C = g.in_c, OW = g.out_w, zin = q->input_zero_point;
-    const int32_t in_plane = g.in_h * g.in_w * C, out_plane = g.out_h * OW * C;
-    int8_t stage[TT_DWB_STAGE];
-    int32_t hold = 0, ox_lo, ox_hi, r, bt, c0, oy, G = TT_DWB_G;
-    tt_dwb blk;
-    if (ip) {
-        /* rows held: 1 + the largest lag between an output row and the last output row reading an input row its
-         * bytes overlap (batch 0's offsets; a later batch's output lies further ahead of its input) */
-        for (r = 0; r < g.out_h; ++r) {
-            const int32_t i_max = (int32_t)((((int64_t)r + 1) * OW * C - 1) / ((int64_t)g.in_w * C));
-            int32_t last = (i_max + g.pad_top) / g.stride_h;
-            last = last < g.out_h - 1 ? last : g.out_h - 1;
-            hold = last - r > hold ? last - r : hold;
-        }
-        hold += 1;
-        if ((int64_t)hold * OW > TT_DWB_STAGE) {
-            return 0;
-        }
-        G = TT_DWB_STAGE / (hold * OW) < G ? TT_DWB_STAGE / (hold * OW) : G; /* channels whose rows fit */
-    }
-    tt_interior(g.out_w, g.in_w, g.stride_w, g.pad_left, g.k_w, g.dil_w, &ox_lo, &ox_hi);
-    for (c0 = 0; c0 < C; c0 += G) {
-        const int32_t nc = C - c0 < G ? C - c0 : G;
-        tt_dwb_init(&g, q, w, bias, c0, nc, &blk);
-        for (bt = 0; bt < d->batches; ++bt) {
-            const int8_t *xb = x + bt * in_plane;
-            int8_t *yb = y + bt * out_plane + c0;
-            for (oy = 0; oy < g.out_h; ++oy) {
-                if (!ip) {
-                    tt_dwb_row(&g, &blk, xb, w, c0, nc, zin, oy, ox_lo, ox_hi, yb + oy * OW * C, C);
-                    continue;
-                }
-                tt_dwb_row(&g, &blk, xb, w, c0, nc, zin, oy, ox_lo, ox_hi, stage + (oy % hold) * OW * nc, nc);
-                /* row oy - hold + 1 has no reader left once row oy is made (the last one: every row) */
-                for (r = oy - hold + 1 < 0 ? 0 : oy - hold + 1; r <= oy; ++r) {
-                    if (r == oy - hold + 1 || oy == g.out_h - 1) {
-                        const int8_t *src = stage + (r % hold) * OW * nc;
-                        int8_t *dst = yb + r * OW * C;
-                        int32_t ox, j;
-                        if (nc == TT_DWB_G) { /* a whole block: two word copies per pixel */
-                            for (ox = 0; ox < OW; ++ox) {
-                                memcpy(dst + ox * C, src + ox * TT_DWB_G, TT_DWB_G);
-                            }
-                        } else {
-                            for (ox = 0; ox < OW; ++ox) {
-                                for (j = 0; j < nc; ++j) {
-                                    dst[ox * C + j] = src[ox * nc + j];
-                                }
-                            }
-                        }
-                    }
+    const int32_t C = g.in_c, n_out = g.out_h * g.out_w;
+    int32_t b, c, p;
+    for (c = 0; c < C; ++c) {
+        const tt_requant1 r = tt_requant_channel(q, c);
+        const int32_t bc = bias != 0 ? bias[c] : 0;
+        for (b = 0; b < d->batches; ++b) {
+            const int8_t *xb = x + b * g.in_h * g.in_w * C;
+            int8_t *yb = y + b * n_out * C;
+            if (scratch == 0) {
+                tt_dw16_channel(&g, xb + c, w + c, C, bc, q->input_zero_point, &r, yb + c, C);
+            } else {
+                tt_dw16_channel(&g, xb + c, w + c, C, bc, q->input_zero_point, &r, scratch, 1);
+                for (p = 0; p < n_out; ++p) {
+                    yb[p * C + c] = scratch[p];
                 }
             }
         }
     }
-    return 1;
 }
+#endif
 
 void tt_depthwise_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
                             const int32_t *bias, int8_t *y)
@@ -507,10 +625,12 @@ void tt_depthwise_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const
     int32_t b, oy, ox, ic, m, ky, kx;
     const int32_t zin = q->input_zero_point;
     const int32_t mult = d->depth_multiplier;
-    if (mult == 1 && TT_SIMD) {
-        tt_dwb_conv(d, q, x, w, bias, y, 0);
+#if TT_SIMD
+    if (tt_dw16_fits(d)) {
+        tt_dw16_conv(d, q, x, w, bias, y, 0);
         return;
     }
+#endif
     if (mult == 1) {
         /* channel by channel through the fast per-channel kernel (each output is computed alike, in any order) */
         for (b = 0; b < d->batches; ++b) {
@@ -606,9 +726,12 @@ void tt_depthwise_conv2d_s8_inplace(const tt_conv_dims *d, const tt_requant_s8 *
 {
     int32_t b, c, p;
     const int32_t C = d->in_c, n_out = d->out_h * d->out_w;
-    if (TT_SIMD && tt_dwb_conv(d, q, xy, w, bias, xy, 1)) {
+#if TT_SIMD
+    if (tt_dw16_fits(d)) {
+        tt_dw16_conv(d, q, xy, w, bias, xy, scratch);
         return;
     }
+#endif
     for (b = 0; b < d->batches; ++b) {
         const int8_t *x = xy + b * d->in_h * d->in_w * C;
         int8_t *y = xy + b * n_out * C;

@@ -51,4 +51,15 @@ static inline int32_t __smlatt(int32_t a, int32_t b, int32_t c)
     return (int32_t)(uint32_t)((uint64_t)(int64_t)c + (uint64_t)(int64_t)(tt_host_lane(a, 1) * tt_host_lane(b, 1)));
 }
 
+/* SMLABT / SMLATB: bottom of a times top of b, top of a times bottom of b. */
+static inline int32_t __smlabt(int32_t a, int32_t b, int32_t c)
+{
+    return (int32_t)(uint32_t)((uint64_t)(int64_t)c + (uint64_t)(int64_t)(tt_host_lane(a, 0) * tt_host_lane(b, 1)));
+}
+
+static inline int32_t __smlatb(int32_t a, int32_t b, int32_t c)
+{
+    return (int32_t)(uint32_t)((uint64_t)(int64_t)c + (uint64_t)(int64_t)(tt_host_lane(a, 1) * tt_host_lane(b, 0)));
+}
+
 #endif /* TT_HOST_ARM_ACLE_H */
