@@ -108,11 +108,16 @@ def row_geometry(graph: Graph, op: Op) -> dict[str, Any]:
     a = op.attrs
     y = graph.tensors[op.outputs[0]]
     oh = int(y.shape[1])
-    if row_kind(graph, op) == "local":
+    h_pads = pad_rows(graph, op)
+    if h_pads is not None:
+        # output row r is input row r - top, or a row of the pad value where that row does not exist (the C makes
+        # it from an empty input, stages/codegen.py): a 1-row window with top padding
+        x = graph.tensors[op.inputs[0]]
+        ins = [0] if x.data is None and _nhwc1(x.shape) else []
+        geo = {"in_h": int(x.shape[1]), "out_h": oh, "stride": 1, "pad_top": h_pads[0], "span": 1}
+    elif row_kind(graph, op) == "local":
         ins = [j for j, t in enumerate(op.inputs) if t is not None and graph.tensors[t].data is None
                and _nhwc1(graph.tensors[t].shape) and int(graph.tensors[t].shape[1]) == oh]
-        if op.type == ops.PAD.name:
-            ins = [j for j in ins if j == 0]
         geo = {"in_h": oh, "out_h": oh, "stride": 1, "pad_top": 0, "span": 1}
     else:
         x = graph.tensors[op.inputs[0]]
@@ -143,7 +148,7 @@ def window_rows(consumer: dict[str, int]) -> int:
 def row_op_ok(graph: Graph, op: Op, trained: dict) -> bool:
     """The op can run in a row stream: one N=1 NHWC output of more than one row, 1 or 2 streamed inputs of that
     layout, constant frozen weights (a trained layer's input is saved for its gradient anyway), pooling whose
-    sub-problems need no padding, padding of W/C only."""
+    sub-problems need no padding, PAD of H/W/C (not N)."""
     kind = row_kind(graph, op)
     if kind is None or len(op.outputs) != 1 or not op.inputs or op.inputs[0] is None:
         return False
@@ -172,11 +177,23 @@ def row_op_ok(graph: Graph, op: Op, trained: dict) -> bool:
         sh = graph.tensors[t].shape
         if len(sh) == 4 and int(sh[1]) != 1:
             return False  # an operand with rows of its own that is not streamed (e.g. a constant image)
-    if op.type == ops.PAD.name:
-        pads = graph.tensors[op.inputs[1]].data
-        if pads is None or np.asarray(pads).reshape(-1, 2)[:2].any():
-            return False  # padding N or H changes which rows exist
+    if op.type == ops.PAD.name and pad_rows(graph, op) is None:
+        return False  # padding N (or paddings that are not constant) changes which rows exist
     return True
+
+
+def pad_rows(graph: Graph, op: Op) -> tuple[int, int] | None:
+    """(top, bottom) rows a PAD of an N=1 NHWC tensor adds along H (0, 0 for W/C padding), or None when the op is
+    no such PAD: another op, paddings that are not constant, or padding of N."""
+    if op.type != ops.PAD.name or len(op.inputs) < 2 or op.inputs[1] is None:
+        return None
+    x, p = graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]]
+    if p.data is None or not _nhwc1(x.shape):
+        return None
+    pads = np.asarray(p.data).reshape(-1, 2)
+    if pads.shape[0] != 4 or pads[0].any():
+        return None
+    return int(pads[1][0]), int(pads[1][1])
 
 
 def _row_calls(geos: list[dict[str, Any]], sources: list[list[int]]):
