@@ -54,6 +54,7 @@ from tinytrain.stages.c_emit.literals import ACT_ENUM, CTYPE, CodegenError, c_ar
 from tinytrain.stages.c_emit.program import api_parts, head_captures, program
 from tinytrain.stages.model.geometry import out_size_and_pad
 from tinytrain.stages.model.ir import Graph, Op, Tensor
+from tinytrain.stages.planning import statics
 from tinytrain.stages.planning.arena import fused_dequantize
 from tinytrain.stages.c_emit.api import CKPT_HEADER, CKPT_VERSION, model_header
 from tinytrain.stages.c_emit.driver import driver_source
@@ -108,38 +109,9 @@ class _Gen:
         self.static_bytes = 0                 # SRAM codegen puts outside the arena (fallbacks)
 
     def _split_weights(self) -> dict[str, int]:
-        """Partially trained int8 or float32 weights whose every reader has a split-weight kernel."""
-        out = {}
-        for p, info in self.trained.items():
-            t = self.g.tensors[p]
-            n = info.get("n")
-            if n is None or int(n) >= int(t.shape[-1]) or t.dtype not in ("int8", "float32") or p not in self.offset \
-                    or len(t.shape) < 2:
-                continue  # trained whole (or not splittable): one tensor at its arena offset
-            ok = True
-            for op in self.g.ops:
-                for k, name in enumerate(op.inputs):
-                    if name != p:
-                        continue
-                    if self._split_reader(op, k):
-                        continue
-                    if ops.REGISTRY[op.type].conversion and op.outputs[0] in self.fused and all(
-                            self._split_reader(o, j) for o in self.g.ops for j, x in enumerate(o.inputs)
-                            if x == op.outputs[0]):
-                        continue   # a dequantize fused into its readers, which all read the split weight
-                    if op.type in UPDATE_OPS and k == 0:   # updates run on the trained slice (trained_slice)
-                        continue
-                    ok = False
-            if ok:
-                out[p] = int(n)
-        return out
-
-    def _split_reader(self, op: Op, k: int) -> bool:
-        """op's kernel reads a split weight at operand k (OpDef.split_weight; a forward op's int8 kernel, or its
-        float32 one on a float32 weight)."""
-        d = ops.REGISTRY[op.type]
-        return d.split_weight == k and (d.kind != "forward" or self.is_int8(op.inputs[0])
-                                        or self.g.tensors[op.inputs[k]].dtype == "float32")
+        """Partially trained int8 or float32 weights whose every reader has a split-weight kernel (the rule the
+        plan counts by: planning/statics.split_weights)."""
+        return statics.split_weights(self.g, self.trained, self.offset, self.fused)
 
     # ---- names and places ------------------------------------------------------------------------------------
     def cid(self, name: str) -> int:
