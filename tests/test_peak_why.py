@@ -59,17 +59,23 @@ def test_sparse_plan_refusal_names_the_peak_or_what_autodiff_lacks(tmp_path, mon
 
 
 def test_row_stream_rules_name_the_op_that_breaks_them():
-    """dwsep (tests/fixtures): an asymmetric spatial PAD in the frozen prefix cannot run in a row stream, and the
-    tensor it reads is whole because of it; a stream's own window is said to be one."""
+    """dwsep (tests/fixtures): a spatial PAD whose two readers (conv, depthwise) meet only at a CONCATENATION; the
+    smallest row group that could hold its output runs into an op row streams cannot run, named; the tensor before
+    it could sit in a group (conv -> pad) the planner did not pick, said so with the group; a stream's own window
+    is said to be one."""
     from test_sparse_plan import graph_of
 
     g = graph_of("dwsep_int8")
     tg = training_graph(g, TrainPlan.bias_only(g, 1), MemorySettings())
     _, mp, _, _ = plan_schedules(tg, True)
     pad = next(op for op in tg.ops if op.type == "pad")
-    assert peak_why.why_whole(tg, mp, pad.outputs[0]) == \
-        "made by pad (" + pad.outputs[0].split(";")[0] + "), which a row stream cannot run (only padding of W and C streams)"
-    assert peak_why.why_whole(tg, mp, pad.inputs[0]).startswith("read by pad (")
+    why = peak_why.why_whole(tg, mp, pad.outputs[0])
+    assert why.startswith("not in any row stream: the row group that would hold it reaches ") and \
+        why.endswith("which a row stream cannot run (no row form for this op), before its branches meet"), why
+    assert peak_why.why_whole(tg, mp, pad.inputs[0]) == (
+        f"not in any row stream: a row group of 2 ops (conv2d ({pad.inputs[0].split(';')[0]}) to pad "
+        f"({pad.outputs[0].split(';')[0]})) could hold it, but the planner's cut points did not lower the peak with "
+        "it inside one")
     for st in mp.streams:
         for t in st.chunked:
             assert peak_why.why_whole(tg, mp, t) == "a row stream's window already"
