@@ -61,12 +61,15 @@ def why_whole(tg: Graph, memplan, name: str, role: str = "activation") -> str:
     producer, readers = tg.producers(), tg.consumers()
     streamed = {t for st in memplan.streams for t in st.chunked}
     heads = {h["tensor"] for h in meta.get("heads") or []} | {meta.get("prediction")}
+    sinks = {tg.ops[st.ops[-1]].outputs[0]: list(st.ops) for st in memplan.streams if st.kind == "rows"}
     return _why(tg, name, role, n_fwd, producer, readers, streamed, heads, meta.get("label_input"),
-                getattr(memplan, "order", None))
+                getattr(memplan, "order", None), sinks)
 
 
 def _why(tg: Graph, name: str, role: str, n_fwd: int, producer: dict[str, int], readers: dict[str, list[int]],
-         streamed: set[str], heads: set[str], label: str | None, order: list[int] | None = None) -> str:
+         streamed: set[str], heads: set[str], label: str | None, order: list[int] | None = None,
+         sinks: dict[str, list[int]] | None = None) -> str:
+    sinks = sinks or {}
     if name in streamed:
         return "a row stream's window already"
     if role in ("weight", "bias", "optimizer_state", "accumulator", "master_copy"):
@@ -93,20 +96,30 @@ def _why(tg: Graph, name: str, role: str, n_fwd: int, producer: dict[str, int], 
     if bad:
         return f"read by {_op_words(tg, bad[0])}, which a row stream cannot run ({_rows_rule(tg.ops[bad[0]])})"
     if p is not None and order is not None:
-        return _group_holding(tg, name, p, order, n_fwd, readers, trained)
+        return _group_holding(tg, name, sinks.get(name, [p]), order, n_fwd, readers, trained)
     return "not in any row stream (the planner's cut points did not lower the peak with it inside one)"
 
 
-def _group_holding(tg: Graph, name: str, p: int, order: list[int], n_fwd: int, readers: dict[str, list[int]],
-                   trained: dict) -> str:
-    """Why no row stream holds `name` (made by op p): the smallest group that could, grown along the schedule as
-    streams._row_group needs it (consecutive ops, every tensor made inside read only inside but the last op's),
-    and the op or tensor that stops it; or, when such a group exists, that the planner did not pick it."""
+def _group_holding(tg: Graph, name: str, start: list[int], order: list[int], n_fwd: int,
+                   readers: dict[str, list[int]], trained: dict) -> str:
+    """Why no row stream holds `name` inside (as a window): the smallest row group that could, grown along the
+    schedule from the ops `start` (its producer, or the row stream it ends) as streams._row_group needs it
+    (consecutive ops, every tensor made inside read only inside but the last op's), until it closes on a last
+    output smaller than `name`; and the op, tensor or limit that stops it first, or that group when the planner did
+    not pick it."""
+    from tinytrain.stages.planning.arena import element_bytes
+    from tinytrain.stages.model.ir import numel
+
+    def nbytes(t: str) -> int:
+        return numel(tg.tensors[t].shape) * element_bytes(tg, t)
+
     fwd = [i for i in order if i < n_fwd]
-    if p not in fwd:
+    if any(i not in fwd for i in start):
         return "not in any row stream (the planner's cut points did not lower the peak with it inside one)"
-    k = fwd.index(p)
-    members = [p]
+    k = max(fwd.index(i) for i in start)
+    members = list(start)
+    size = nbytes(name)
+    as_large = None   # a closing point that holds it inside but ends on a tensor at least as large
     while True:
         inside = set(members)
         last = tg.ops[members[-1]].outputs[0]
@@ -120,10 +133,17 @@ def _group_holding(tg: Graph, name: str, p: int, order: list[int], n_fwd: int, r
                         f"whole by {what}")
         if name not in open_ and (not open_ or open_ == [last]):   # `name` inside, not the (whole) sink
             first, end = tg.ops[members[0]], tg.ops[members[-1]]
-            return (f"not in any row stream: a row group of {len(members)} ops ({first.type} "
-                    f"({short_name(first.outputs[0])}) to {end.type} ({short_name(end.outputs[0])})) could hold it, "
-                    f"but the planner's cut points did not lower the peak with it inside one")
+            if nbytes(last) < size:
+                return (f"not in any row stream: a row group of {len(members)} ops ({first.type} "
+                        f"({short_name(first.outputs[0])}) to {end.type} ({short_name(end.outputs[0])})) could hold "
+                        f"it, but the planner's cut points did not lower the peak with it inside one")
+            as_large = as_large or (last, len(members))
         if len(members) >= MAX_ROW_OPS:
+            if as_large:
+                return (f"not in any row stream: every row group of at most {MAX_ROW_OPS} ops (a row stream's limit) "
+                        f"from {_op_words(tg, members[0])} that holds it ends on a tensor at least as large "
+                        f"({short_name(as_large[0])} {kb(nbytes(as_large[0]))}, after {as_large[1]} ops), which "
+                        "the next stream would read whole")
             return (f"not in any row stream: the row group that would hold it (its branches meet only after "
                     f"{MAX_ROW_OPS} ops) is longer than a row stream runs ({MAX_ROW_OPS} ops)")
         k += 1
@@ -132,7 +152,8 @@ def _group_holding(tg: Graph, name: str, p: int, order: list[int], n_fwd: int, r
         i = fwd[k]
         if not row_op_ok(tg, tg.ops[i], trained):
             return (f"not in any row stream: the row group that would hold it reaches {_op_words(tg, i)}, which a "
-                    f"row stream cannot run ({_rows_rule(tg.ops[i])}), before its branches meet")
+                    f"row stream cannot run ({_rows_rule(tg.ops[i])}), before "
+                    + ("a tensor smaller than it" if as_large else "its branches meet"))
         geo_in = set(row_geometry(tg, tg.ops[i])["inputs"])
         whole = [t for j, t in enumerate(tg.ops[i].inputs) if t is not None and j not in geo_in
                  and any(t in tg.ops[m].outputs for m in members)]
