@@ -67,9 +67,12 @@ def test_mbv2_streams_found_and_counted(mbv2_tg):
     assert best.endswith("+streams")
     assert is_valid_order(tg, plan.order)
     check_plan(plan)
-    # the stem and the first two blocks, row by row: block_1's 64x64x48 expand output keeps 3 rows (9 KB)
+    # the stem and the first two blocks, row by row: block_1's 64x64x48 expand output keeps 3 rows (9 KB); then
+    # blocks 2-3 (block 2's residual ADD inside), reading the first stream's whole output
     rows = [s for s in plan.streams if s.kind == "rows"]
-    assert len(rows) == 1 and [tg.ops[i].type for i in rows[0].ops] == ["conv2d", "depthwise_conv2d", "conv2d"] * 2
+    assert [tg.ops[i].type for i in rows[0].ops] == ["conv2d", "depthwise_conv2d", "conv2d"] * 2
+    assert [[tg.ops[i].type for i in s.ops] for s in rows[1:]] == [
+        ["conv2d", "depthwise_conv2d", "conv2d", "add", "conv2d", "depthwise_conv2d", "conv2d"]]
     expand = tg.ops[rows[0].ops[3]].outputs[0]
     assert rows[0].chunked[expand] == 3 * 64 * 48
     # the head's broadcast mean gradient one position at a time (1280 floats), each expand weight gradient of the

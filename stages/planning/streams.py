@@ -334,6 +334,7 @@ def _row_streams(graph: Graph, order: list[int]) -> list[Stream]:
         return sizes[t]
 
     out: list[Stream] = []
+    written_over: set[str] = set()   # sinks placed over one of their inputs
     s = 0
     while s < len(order):
         if not ok[order[s]]:
@@ -347,13 +348,17 @@ def _row_streams(graph: Graph, order: list[int]) -> list[Stream]:
         # last reader (position in the run) of each op's output; past the end when it cannot stay inside a group
         last = [max((at.get(r, len(run)) for r in readers.get(graph.ops[i].outputs[0], [])), default=len(run))
                 if graph.ops[i].outputs[0] not in graph.outputs else len(run) for i in run]
-        # best[j]: (most bytes held, streamed ops, previous cut, group found) for the run's first j ops
+        # best[j]: (most bytes held, sum of squared bytes held, streamed ops, previous cut, group found) for the
+        # run's first j ops. The squares: below the run's most, a group that lowers a large op still counts (the
+        # run's most is an estimate -- a stream's last output written over its input rows holds less -- and the
+        # step's peak may sit elsewhere); prune_streams drops the groups the exact arena does not need.
         best: list[tuple | None] = [None] * (len(run) + 1)
-        best[0] = (0, 0, -1, None)
+        best[0] = (0, 0, 0, -1, None)
         for i in range(len(run)):
-            peak, nops = best[i][0], best[i][1]
-            cand = (max(peak, _op_cost(graph, run[i], nbytes)), nops, i, None)
-            if best[i + 1] is None or cand[:2] < best[i + 1][:2]:
+            peak, sq, nops = best[i][:3]
+            c = _op_cost(graph, run[i], nbytes)
+            cand = (max(peak, c), sq + c * c, nops, i, None)
+            if best[i + 1] is None or cand[:3] < best[i + 1][:3]:
                 best[i + 1] = cand
             reach = -1
             for j in range(i + 2, min(len(run), i + MAX_ROW_OPS) + 1):
@@ -363,12 +368,13 @@ def _row_streams(graph: Graph, order: list[int]) -> list[Stream]:
                 found = _row_group(graph, run[i:j], readers, geos)
                 if found is None:
                     continue
-                cand = (max(peak, _group_cost(graph, run[i:j], *found, geos, nbytes)), nops + j - i, i, found)
-                if best[j] is None or cand[:2] < best[j][:2]:
+                c = _group_cost(graph, run[i:j], *found, geos, nbytes)
+                cand = (max(peak, c), sq + c * c, nops + j - i, i, found)
+                if best[j] is None or cand[:3] < best[j][:3]:
                     best[j] = cand
         j, groups = len(run), []
         while j > 0:
-            _, _, i, found = best[j]
+            i, found = best[j][3:]
             if found is not None:
                 groups.append((run[i:j], found))
             j = i
@@ -378,7 +384,11 @@ def _row_streams(graph: Graph, order: list[int]) -> list[Stream]:
             win = {graph.ops[i].outputs[0]: windows[k] for k, i in enumerate(group[:-1])}
             chunked = {graph.ops[i].outputs[0]: windows[k] * gl[k]["out_row"] for k, i in enumerate(group[:-1])}
             whole = {t for i in group for j, t in enumerate(graph.ops[i].inputs) if j not in geos[i]["inputs"]}
-            over = [outside[e] for e in sink_over_inputs(gl, sources, len(outside)) if outside[e] not in whole]
+            # not over a tensor that is itself written over another (the arena places one level of it)
+            over = [outside[e] for e in sink_over_inputs(gl, sources, len(outside))
+                    if outside[e] not in whole and outside[e] not in written_over]
+            if over:
+                written_over.add(graph.ops[group[-1]].outputs[0])
             out.append(Stream("rows", group, chunked, {"windows": win, "sources": sources, "outside": outside,
                                                        "sink_over": over}))
         s = e + 1
