@@ -15,7 +15,8 @@ rows       A group of forward ops of a frozen prefix (N = 1): conv2d / depthwise
            computed twice) and keeps only the last `window` rows of its output, the most any read needs at once,
            found by simulating that schedule (simulate_rows). Inputs from outside the group stay whole. Which
            groups: in each run of such ops in the schedule, a dynamic program over the cut points minimises the
-           most bytes any group or unstreamed op holds, so the big tensors sit inside groups. For
+           most bytes any group or unstreamed op holds (then the sum of their squares: a large op below that
+           most is still lowered), so the big tensors sit inside groups. For
            MobileNetV2-w0.35 at 128x128 the stem and the first two blocks never hold their 64x64x48 expand output
            (192 KB), only 3 rows of it (9 KB); MediaPipe's hand_recrop streams its first 23 ops (two residual
            blocks, each ADD with both branches) and never holds their 128x128 activations whole: 320 KB -> 247 KB.
@@ -318,8 +319,8 @@ def _op_cost(graph: Graph, i: int, nbytes) -> int:
 def _row_streams(graph: Graph, order: list[int]) -> list[Stream]:
     """Row streams of the schedule. In each run of consecutive row-streamable ops, the groups (at most MAX_ROW_OPS
     ops, _row_group) are chosen by a dynamic program over the run's cut points that minimises the most bytes any
-    group or unstreamed op holds (_group_cost, _op_cost), then the fewest streamed ops: the big tensors end up
-    inside groups, the cuts fall on small ones."""
+    group or unstreamed op holds (_group_cost, _op_cost), then the sum of their squares, then the fewest streamed
+    ops: the big tensors end up inside groups, the cuts fall on small ones."""
     trained = graph.meta.get("train", {}).get("trained", {})
     readers = graph.consumers()
     ok = {i: row_op_ok(graph, graph.ops[i], trained) for i in order}
