@@ -3,6 +3,7 @@
     python bench/coverage.py                    # every model, default timeout 300 s per model
     python bench/coverage.py --only face_det    # models whose name contains this text
     python bench/coverage.py --timeout 120
+    python bench/coverage.py --only alexa --merge   # re-run rows, keep the others of bench/coverage.json
 
 The models come from the package index only (plus one control, below), downloaded with pip into a cache folder (never committed):
   - the .tflite files inside the MediaPipe wheel (`mediapipe==0.10.14`, the version tests/fixtures/thirdparty
@@ -19,8 +20,9 @@ For each model the benchmark writes a spec (board stm32f746-disco, `scheme: auto
 an .npz of synthetic data shaped like the model's first input: smooth random images for 4-D inputs, uniform
 noise otherwise; a stateful streaming model (resource variables) gets `model.sequence_length: SEQUENCE` and
 sequences of that many such inputs per sample. The targets follow the first output: a SOFTMAX over K >= 2 classes
-gets random class labels (cross-entropy), any other output random float targets of its size in [0, 1] (regression,
-MSE); a model with several outputs trains its first one with MSE (`train.outputs`, as load's message suggests; data.task
+gets random class labels (cross-entropy), an output made by a sigmoid random 0/1 labels (binary cross-entropy on its
+logits, `train.outputs`: MSE through a saturated sigmoid has a zero gradient), any other output random float targets
+of its size in [0, 1] (regression, MSE); a model with several outputs trains its first one with MSE (`train.outputs`, as load's message suggests; data.task
 outputs). The data is synthetic,
 so loss before/after shows that training runs, not that the model gets better at its real task.
 
@@ -65,6 +67,7 @@ class Row:
     inputs: list = field(default_factory=list)       # [[shape], dtype] per input
     outputs: list = field(default_factory=list)
     task: str = ""
+    loss: str = ""                                    # the trained head's loss (mse, bce, cross_entropy)
     furthest: str = "-"                               # last stage that completed
     exit_code: int | None = None
     reason: str = ""                                  # first line of the error, or "" when it trained
@@ -165,18 +168,39 @@ def smooth_images(shape: tuple[int, ...], n: int, rng: np.random.Generator) -> n
     return np.clip(0.9 * big + 0.1 * rng.uniform(0, 1, size=(n, h, w, c)), 0, 1).astype(np.float32)
 
 
+def sigmoid_output(model: Path, cut: list | None = None) -> str | None:
+    """The first output's name as tinytrain loads it when a LOGISTIC makes it (a probability: microWakeWord's
+    score, read as the int8 source of its uint8 re-encoding), else None (also when the model does not load)."""
+    from tinytrain.stages.model.tflite_reader import read_model
+
+    try:
+        g = read_model(model, outputs=cut) if cut else read_model(model)
+    except Exception:
+        return None
+    out = g.outputs[0]
+    return out if any(op.type == "logistic" and out in op.outputs for op in g.ops) else None
+
+
 def write_data(path: Path, inputs: list, outputs: list, seed: int = 0, steps: int | None = None,
-               first_output: str | None = None) -> str:
+               first_output: str | None = None, sigmoid: str | None = None) -> str:
     """Synthetic .npz for the first input and first output; returns the task: classification when that output
     is a softmax over K >= 2 classes, else regression on all its values. With `steps` (a stateful model) a sample
     is a sequence of that many inputs. A model with several outputs trains its first one (`first_output`, its
-    name) with MSE, as load's message suggests: task outputs, y_<split>_<name>."""
+    name) with MSE, as load's message suggests: task outputs, y_<split>_<name>. A probability made by a sigmoid
+    (`sigmoid`: that output's loaded name) gets random 0/1 labels, trained with bce on its logits (task outputs,
+    spec_text): MSE through a saturated sigmoid has an exactly zero gradient (microWakeWord's score is 0 on noise
+    input), so such a row would train nothing."""
     rng = np.random.default_rng(seed)
     shape = ((steps,) if steps else ()) + tuple(max(1, d) for d in inputs[0][0][1:])
     n = N_TRAIN + N_TEST
     x = smooth_images(shape, n, rng) if len(shape) == 3 else rng.uniform(0, 1, size=(n, *shape)).astype(np.float32)
     out_shape = outputs[0][0]
     k = int(np.prod(out_shape[1:])) if len(out_shape) > 1 else 1
+    if sigmoid:
+        t = rng.integers(0, 2, size=(n, *[max(1, d) for d in out_shape[1:]])).astype(np.float32)
+        np.savez(path, x_train=x[:N_TRAIN], x_test=x[N_TRAIN:], **{f"y_train_{sigmoid}": t[:N_TRAIN],
+                                                                    f"y_test_{sigmoid}": t[N_TRAIN:]})
+        return "outputs"
     if len(outputs) > 1 and first_output:
         t = rng.uniform(0, 1, size=(n, *[max(1, d) for d in out_shape[1:]])).astype(np.float32)
         np.savez(path, x_train=x[:N_TRAIN], x_test=x[N_TRAIN:], **{f"y_train_{first_output}": t[:N_TRAIN],
@@ -192,8 +216,9 @@ def write_data(path: Path, inputs: list, outputs: list, seed: int = 0, steps: in
 
 
 def spec_text(name: str, model: Path, data: Path, task: str, out_dir: Path, cut: list | None = None,
-              sequence_length: int | None = None, first_output: str | None = None) -> str:
-    loss = {"outputs": [{"name": first_output, "loss": "mse"}]} if task == "outputs" else \
+              sequence_length: int | None = None, first_output: str | None = None, sigmoid: str | None = None) -> str:
+    loss = {"outputs": [{"name": sigmoid, "loss": "bce"}]} if sigmoid else \
+        {"outputs": [{"name": first_output, "loss": "mse"}]} if task == "outputs" else \
         {"loss": "cross_entropy" if task == "classification" else "mse"}
     spec = {
         "name": name,
@@ -225,9 +250,13 @@ def run_one(model: Path, label: str, work: Path, timeout: float, cut: list | Non
     folder.mkdir(parents=True, exist_ok=True)
     steps = SEQUENCE if is_stateful(model) else None
     first = cut[0] if cut else output_names(model)[0]
-    row.task = write_data(folder / "data.npz", row.inputs, row.outputs, steps=steps, first_output=first)
+    sigmoid = sigmoid_output(model, cut)
+    row.task = write_data(folder / "data.npz", row.inputs, row.outputs, steps=steps, first_output=first,
+                          sigmoid=sigmoid)
+    row.loss = "bce" if sigmoid else "cross_entropy" if row.task == "classification" else "mse"
     spec = folder / "spec.yaml"
-    spec.write_text(spec_text(name, model, folder / "data.npz", row.task, folder / "build", cut, steps, first))
+    spec.write_text(spec_text(name, model, folder / "data.npz", row.task, folder / "build", cut, steps, first,
+                              sigmoid))
     cmd = [sys.executable, "-m", "tinytrain", "build", str(spec), "--json", "--cache-dir", str(folder / "cache")]
     t0 = time.monotonic()
     try:
@@ -319,14 +348,23 @@ def _io_text(ios: list) -> str:
     return " ".join(f"{'x'.join(str(d) for d in io[0])}{'' if io[1] == 'float32' else ' ' + io[1]}" for io in ios)
 
 
+def result_text(r: Row) -> str:
+    """"trains", or why not: the reason the build stopped, or a training run whose loss did not move at all."""
+    if r.exit_code != 0:
+        return r.reason
+    if r.loss_before is not None and r.loss_before == r.loss_after:
+        return "runs, but the loss does not move (no update changed a trained tensor)"
+    return "trains"
+
+
 def table_rows(rows: list[Row]) -> list[list[str]]:
-    return [[r.source, r.model + (f" (model.outputs: {', '.join(r.cut)})" if r.cut else ""), _io_text(r.inputs), _io_text(r.outputs), r.furthest, _kb(r.sram_used),
-             _kb(r.flash_used), r.board, _loss(r.loss_before), _loss(r.loss_after),
-             "trains" if r.exit_code == 0 else r.reason] for r in rows]
+    return [[r.source, r.model + (f" (model.outputs: {', '.join(r.cut)})" if r.cut else ""), _io_text(r.inputs),
+             _io_text(r.outputs), r.furthest, _kb(r.sram_used), _kb(r.flash_used), r.board, r.loss,
+             _loss(r.loss_before), _loss(r.loss_after), result_text(r)] for r in rows]
 
 
-HEADERS = ["wheel", "model", "inputs", "outputs", "furthest stage", "SRAM KB", "flash KB", "board", "loss before",
-           "loss after", "result / reason it stops"]
+HEADERS = ["wheel", "model", "inputs", "outputs", "furthest stage", "SRAM KB", "flash KB", "board", "loss",
+           "loss before", "loss after", "result / reason it stops"]
 
 
 def markdown(rows: list[Row], versions: dict[str, str], date: str) -> str:
@@ -337,7 +375,7 @@ def markdown(rows: list[Row], versions: dict[str, str], date: str) -> str:
              f"; board {BOARD}, `scheme: auto`, synthetic data.", "",
              "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(cell(c) for c in r) + " |" for r in table_rows(rows)]
-    n_ok = sum(r.exit_code == 0 for r in rows)
+    n_ok = sum(result_text(r) == "trains" for r in rows)
     lines += ["", f"{n_ok} of {len(rows)} builds train in QEMU on {BOARD} (a `-cut` row is a second build of the "
                   f"model above it, cut where load's error suggested)."]
     return "\n".join(lines) + "\n"
@@ -355,6 +393,19 @@ def print_table(rows: list[Row]) -> None:
     Console(width=max(Console().width, 200)).print(t)
 
 
+def merged(new: list[Row], old: list[dict]) -> list[Row]:
+    """The old rows in their order, each replaced by the new row of the same model (new models at the end)."""
+    fresh = {r.model: r for r in new}
+    fields = set(Row.__dataclass_fields__)
+    def row(d: dict) -> Row:
+        r = Row(**{k: v for k, v in d.items() if k in fields})
+        r.loss = r.loss or ("cross_entropy" if r.task == "classification" else "mse")   # rows from before `loss`
+        return r
+
+    out = [fresh.pop(d["model"], None) or row(d) for d in old]
+    return out + list(fresh.values())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "tinytrain-coverage",
@@ -362,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per model build")
     ap.add_argument("--only", default=None, help="benchmark only models whose file name contains this text")
     ap.add_argument("--out", type=Path, default=HERE, help="folder for coverage.json and coverage.md")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the other rows of the existing coverage.json (with --only: re-run some rows)")
     a = ap.parse_args(argv)
     models, versions = fetch_models(a.cache)
     # A control that is known to train (this project's own example model, same synthetic data recipe): its row
@@ -382,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
                 r = rows[-1]
                 print(f"    {r.furthest} in {r.seconds} s: {'trains' if r.exit_code == 0 else r.reason}", flush=True)
     date = _dt.date.today().isoformat()
+    if a.merge and (a.out / "coverage.json").exists():
+        rows = merged(rows, json.loads((a.out / "coverage.json").read_text())["models"])
     print_table(rows)
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "coverage.json").write_text(json.dumps({"date": date, "board": BOARD, "wheels": versions,

@@ -54,6 +54,7 @@ from tinytrain.stages.c_emit.literals import ACT_ENUM, CTYPE, CodegenError, c_ar
 from tinytrain.stages.c_emit.program import api_parts, head_captures, program
 from tinytrain.stages.model.geometry import out_size_and_pad
 from tinytrain.stages.model.ir import Graph, Op, Tensor
+from tinytrain.stages.planning import statics
 from tinytrain.stages.planning.arena import fused_dequantize
 from tinytrain.stages.c_emit.api import CKPT_HEADER, CKPT_VERSION, model_header
 from tinytrain.stages.c_emit.driver import driver_source
@@ -61,7 +62,7 @@ from tinytrain.stages.c_emit import hidden_stream
 from tinytrain.stages.c_emit.stream import stream_parts
 from tinytrain.stages.ops import QAS_UPDATE_OPS, ROW_OPS, UPDATE_OPS, conv_forward
 from tinytrain.stages.train.runtime_config import PROTOCOL
-from tinytrain.stages.planning.streams import MAX_ROW_OPS, Stream, row_geometry
+from tinytrain.stages.planning.streams import MAX_ROW_OPS, Stream, pad_rows, row_geometry
 
 # Stack of the firmware (sources.json -> cross-compile -> the linker's __stack_size): "auto", the worst-case depth
 # of the linked code (stages/device/stack_bound.py: every call path, plus the interrupts' exception frames), instead of a
@@ -108,38 +109,9 @@ class _Gen:
         self.static_bytes = 0                 # SRAM codegen puts outside the arena (fallbacks)
 
     def _split_weights(self) -> dict[str, int]:
-        """Partially trained int8 or float32 weights whose every reader has a split-weight kernel."""
-        out = {}
-        for p, info in self.trained.items():
-            t = self.g.tensors[p]
-            n = info.get("n")
-            if n is None or int(n) >= int(t.shape[-1]) or t.dtype not in ("int8", "float32") or p not in self.offset \
-                    or len(t.shape) < 2:
-                continue  # trained whole (or not splittable): one tensor at its arena offset
-            ok = True
-            for op in self.g.ops:
-                for k, name in enumerate(op.inputs):
-                    if name != p:
-                        continue
-                    if self._split_reader(op, k):
-                        continue
-                    if ops.REGISTRY[op.type].conversion and op.outputs[0] in self.fused and all(
-                            self._split_reader(o, j) for o in self.g.ops for j, x in enumerate(o.inputs)
-                            if x == op.outputs[0]):
-                        continue   # a dequantize fused into its readers, which all read the split weight
-                    if op.type in UPDATE_OPS and k == 0:   # updates run on the trained slice (trained_slice)
-                        continue
-                    ok = False
-            if ok:
-                out[p] = int(n)
-        return out
-
-    def _split_reader(self, op: Op, k: int) -> bool:
-        """op's kernel reads a split weight at operand k (OpDef.split_weight; a forward op's int8 kernel, or its
-        float32 one on a float32 weight)."""
-        d = ops.REGISTRY[op.type]
-        return d.split_weight == k and (d.kind != "forward" or self.is_int8(op.inputs[0])
-                                        or self.g.tensors[op.inputs[k]].dtype == "float32")
+        """Partially trained int8 or float32 weights whose every reader has a split-weight kernel (the rule the
+        plan counts by: planning/statics.split_weights)."""
+        return statics.split_weights(self.g, self.trained, self.offset, self.fused)
 
     # ---- names and places ------------------------------------------------------------------------------------
     def cid(self, name: str) -> int:
@@ -398,6 +370,8 @@ class _Gen:
                 call = self.calls_of(op, io=io)
                 body = ["{", "    tt_conv_dims d;", f"    d = {io['dims']};", "    d.in_h = in_rows;",
                         "    d.pad_top = pad_top;", "    d.out_h = out_rows;", *[f"    {c}" for c in call], "}"]
+            elif pad_rows(self.g, op) not in (None, (0, 0)):
+                body = self._row_pad_call(op, geo)
             else:
                 body = self._row_view_call(op, geo)
             cases += [f"    case {k}:", *[f"        {c}" for c in body], "        break;"]
@@ -414,17 +388,33 @@ class _Gen:
                 f"  tt_stream_rows({table}, {len(ops)}, {ext}, {bufs}, "
                 f"(uint8_t *){self.loc(ops[-1].outputs[0])}, {fn}, 0); }}"]
 
-    def _row_view_call(self, op: Op, geo: dict[str, Any]) -> list[str]:
-        """The op's own C on a view of its tensors one output row high (its streamed inputs `span` rows: pooling
-        reads a window, runs unpadded, stages/streams.row_op_ok), pointing at the callback's rows."""
+    def _row_pad_call(self, op: Op, geo: dict[str, Any]) -> list[str]:
+        """A PAD that pads H, one output row: the PAD's own C on the callback's input row with its W/C padding, or,
+        where the output row is padding (no input row: in_rows == 0), the same C on an empty input padded by one
+        row, which writes the pad value the whole op writes there."""
+        pads = np.asarray(self.g.tensors[op.inputs[1]].data)
+        inside, outside = pads.reshape(-1, 2).copy(), pads.reshape(-1, 2).copy()
+        inside[1], outside[1] = 0, (1, 0)
+        data = self._row_view_call(op, geo, paddings=inside.reshape(pads.shape))
+        fill = self._row_view_call(op, geo, paddings=outside.reshape(pads.shape), in_rows=0)
+        return ["if (in_rows == 0) {", *["    " + c for c in fill], "} else {", *["    " + c for c in data], "}"]
+
+    def _row_view_call(self, op: Op, geo: dict[str, Any], paddings: np.ndarray | None = None,
+                       in_rows: int | None = None) -> list[str]:
+        """The op's own C on a view of its tensors one output row high (its streamed inputs `span` rows, or
+        `in_rows`: pooling reads a window, runs unpadded, stages/streams.row_op_ok), pointing at the callback's rows;
+        a PAD's `paddings` replaced by those given (_row_pad_call)."""
         saved_g, saved_locs = self.g, dict(self.locs)
         view = copy.copy(self.g)
         view.tensors = dict(self.g.tensors)
         y = op.outputs[0]
         view.tensors[y] = dataclasses.replace(self.g.tensors[y], shape=[1, 1, *self.g.tensors[y].shape[2:]])
+        if paddings is not None:
+            view.tensors[op.inputs[1]] = dataclasses.replace(self.g.tensors[op.inputs[1]], data=paddings)
         for n, j in enumerate(geo["inputs"]):
             t = op.inputs[j]
-            view.tensors[t] = dataclasses.replace(self.g.tensors[t], shape=[1, geo["span"], *self.g.tensors[t].shape[2:]])
+            rows = geo["span"] if in_rows is None else in_rows
+            view.tensors[t] = dataclasses.replace(self.g.tensors[t], shape=[1, rows, *self.g.tensors[t].shape[2:]])
             self.locs[t] = _Loc("arena", f"(({CTYPE[self.g.tensors[t].dtype]} const *)xs[{n}])")
         self.locs[y] = _Loc("arena", f"(({CTYPE[self.g.tensors[y].dtype]} *)y)")
         if "padding" in op.attrs:

@@ -59,17 +59,44 @@ def test_sparse_plan_refusal_names_the_peak_or_what_autodiff_lacks(tmp_path, mon
 
 
 def test_row_stream_rules_name_the_op_that_breaks_them():
-    """dwsep (tests/fixtures): an asymmetric spatial PAD in the frozen prefix cannot run in a row stream, and the
-    tensor it reads is whole because of it; a stream's own window is said to be one."""
+    """dwsep (tests/fixtures): a spatial PAD whose two readers (conv, depthwise) meet only at a CONCATENATION; the
+    smallest row group that could hold its output runs into an op row streams cannot run, named, as does the one
+    for the conv's output before it; a stream's own window is said to be one."""
     from test_sparse_plan import graph_of
 
     g = graph_of("dwsep_int8")
     tg = training_graph(g, TrainPlan.bias_only(g, 1), MemorySettings())
     _, mp, _, _ = plan_schedules(tg, True)
     pad = next(op for op in tg.ops if op.type == "pad")
-    assert peak_why.why_whole(tg, mp, pad.outputs[0]) == \
-        "made by pad (" + pad.outputs[0].split(";")[0] + "), which a row stream cannot run (only padding of W and C streams)"
-    assert peak_why.why_whole(tg, mp, pad.inputs[0]).startswith("read by pad (")
+    why = peak_why.why_whole(tg, mp, pad.outputs[0])
+    assert why.startswith("not in any row stream: the row group that would hold it reaches ") and \
+        why.endswith("which a row stream cannot run (no row form for this op), before its branches meet"), why
+    # the conv before it: a group holding its output ends on the larger padded tensor, so it grows on (a stream's
+    # whole last output must be smaller to lower the peak) into the same op
+    why = peak_why.why_whole(tg, mp, pad.inputs[0])
+    assert why.startswith("not in any row stream: the row group that would hold it reaches ") and \
+        why.endswith("before a tensor smaller than it"), why
     for st in mp.streams:
         for t in st.chunked:
             assert peak_why.why_whole(tg, mp, t) == "a row stream's window already"
+
+
+def test_a_group_that_could_hold_it_is_named():
+    """hpad (tests/fixtures/streams): planned without row streams, the first conv's 16x16x8 output could sit inside
+    a row group (up to the strided depthwise and max pooling, whose ADD is smaller): the reason names that group."""
+    from pathlib import Path
+
+    from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
+    from tinytrain.stages.model.tflite_reader import read_model
+    from tinytrain.stages.planning.arena import MemOptions, plan_memory
+    from tinytrain.stages.planning.schedule import in_place_update_order
+
+    g = read_model(Path(__file__).parent / "fixtures" / "streams" / "hpad_int8.tflite")
+    tg = build_training_graph(g, TrainPlan.bias_only(g, last=1), "cross_entropy", OptimizerSpec("sgd"), 1)
+    order = in_place_update_order(tg)
+    mp = plan_memory(tg, order, MemOptions())
+    conv = tg.ops[order[0]]
+    why = peak_why.why_whole(tg, mp, conv.outputs[0])
+    assert why.startswith(f"not in any row stream: a row group of ") and why.endswith(
+        "could hold it, but the planner's cut points did not lower the peak with it inside one"), why
+    assert f"(conv2d ({conv.outputs[0].split(';')[0]}) to add (" in why

@@ -115,3 +115,36 @@ def test_sparse_plan_budget_counts_them(tmp_path):
     with pytest.raises(UserError, match=r"it needs .* \(exact peak of its training step .* \+ 15\.6 KB outside the "
                                         r"arena \(the driver's row of 4000 float targets 15\.6 KB\)"):
         smallest_plan_check(mm, budget - statics.total(outside), 1, exact, g, outside)   # ... not with the row
+
+
+def _trunk_half(g) -> TrainPlan:
+    """The boxes head's bias and the trunk's weights on half of their 16 input channels."""
+    from tinytrain.stages.planning.train_plan import LayerPlan
+
+    trunk = next(i for i, op in enumerate(g.ops) if op.type == "fully_connected" and op.outputs[0].startswith("trunk"))
+    boxes = next(i for i, op in enumerate(g.ops) if op.type == "fully_connected" and op.outputs[0].startswith("boxes"))
+    return TrainPlan([LayerPlan(trunk, weight_ratio=0.5), LayerPlan(boxes, bias=True)])
+
+
+@needs_cc
+def test_weight_kept_whole_is_counted_by_the_plan(tmp_path):
+    """A weight trained on a slice of its input channels whose reader has no split kernel (fully_connected) stays
+    whole in SRAM outside the arena (hand_landmark_full: 70.9 KB): statics.kept_whole names it with its size, the
+    linked program has a static of exactly that size, and the exact peak of the plan counts it beside the arena."""
+    from tinytrain.stages.planning.memory_model import MemorySettings
+    from tinytrain.stages.planning.plan_exact import exact_peak
+
+    g = detector(40)
+    plan = _trunk_half(g)
+    tg = build_training_graph(g, plan, HEADS["mse"], OptimizerSpec("sgd"), 1)
+    whole = statics.kept_whole(tg)
+    weight = next(p for p, info in tg.meta["train"]["trained"].items() if info.get("n") == 8)
+    assert [(w["name"], w["bytes"]) for w in whole] == [(weight, 12 * 16)]
+    assert not statics.split_weights(tg, tg.meta["train"]["trained"])
+    syms, _ = _linked_statics(tg, tmp_path)
+    kept = {k: v for k, v in syms.items() if k.startswith("tt_s") and k[4:].isdigit()}
+    assert list(kept.values()) == [12 * 16], syms
+    ex = exact_peak(g, plan, MemorySettings(loss="mse", heads=(Head("boxes", "mse"),)))
+    _, mp, _, _ = plan_schedules(tg, True)
+    assert ex["arena_bytes"] == mp.arena and ex["peak_bytes"] == mp.arena + 12 * 16
+    assert ex["kept_whole"] == whole

@@ -67,9 +67,12 @@ def test_mbv2_streams_found_and_counted(mbv2_tg):
     assert best.endswith("+streams")
     assert is_valid_order(tg, plan.order)
     check_plan(plan)
-    # the stem and the first two blocks, row by row: block_1's 64x64x48 expand output keeps 3 rows (9 KB)
+    # the stem and the first two blocks, row by row: block_1's 64x64x48 expand output keeps 3 rows (9 KB); then
+    # blocks 2-3 (block 2's residual ADD inside), reading the first stream's whole output
     rows = [s for s in plan.streams if s.kind == "rows"]
-    assert len(rows) == 1 and [tg.ops[i].type for i in rows[0].ops] == ["conv2d", "depthwise_conv2d", "conv2d"] * 2
+    assert [tg.ops[i].type for i in rows[0].ops] == ["conv2d", "depthwise_conv2d", "conv2d"] * 2
+    assert [[tg.ops[i].type for i in s.ops] for s in rows[1:]] == [
+        ["conv2d", "depthwise_conv2d", "conv2d", "add", "conv2d", "depthwise_conv2d", "conv2d"]]
     expand = tg.ops[rows[0].ops[3]].outputs[0]
     assert rows[0].chunked[expand] == 3 * 64 * 48
     # the head's broadcast mean gradient one position at a time (1280 floats), each expand weight gradient of the
@@ -312,3 +315,41 @@ def test_row_streams_in_qemu_give_the_host_bytes(tmp_path):
     host = _run("host", tmp_path / "prog", tmp_path / "hb", tmp_path / "hr", cfg, data)
     board = _run("stm32f746-disco", tmp_path / "prog", tmp_path / "bb", tmp_path / "br", cfg, data)
     assert host["losses.bin"] == board["losses.bin"] and host["weights.bin"] == board["weights.bin"]
+
+
+# ---- spatial padding inside a row stream ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["int8", "float"])
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler")
+def test_h_padding_streams_bit_identical(kind, tmp_path):
+    """tests/fixtures/streams/hpad (tests/make_pad_stream_fixtures.py, the TF converter): PADs of H inside a row
+    stream, one before a strided valid depthwise (a top pad row) in a BlazeBlock-like branch beside max pooling and
+    a channel PAD, one with two pad rows on top and one below before a valid depthwise. The planner streams every
+    op of the frozen prefix; the program gives the unstreamed program's bytes (and, int8, the golden model's)."""
+    from tinytrain.stages.model.tflite_reader import read_model
+    from tinytrain.stages.planning.streams import pad_rows
+    from tinytrain.stages.planning.train_plan import TrainPlan
+
+    g = read_model(REPO / "tests" / "fixtures" / "streams" / f"hpad_{kind}.tflite")
+    tg = build_training_graph(g, TrainPlan.bias_only(g, last=1), "cross_entropy", OptimizerSpec("sgd"), 1)
+    order, streams = find_streams(tg, in_place_update_order(tg))
+    streams = [s for s in streams if s.kind == "rows"]
+    padded = sorted(pad_rows(tg, tg.ops[i]) for s in streams for i in s.ops if tg.ops[i].type == "pad")
+    assert padded == [(0, 0), (1, 0), (2, 1)]   # the channel PAD, then the two that pad H
+    mp = plan_memory(tg, order, MemOptions(), streams)
+    check_plan(mp)
+    plain = plan_memory(tg, order, MemOptions())
+    assert mp.arena < plain.arena
+    x, y = _data(tg, 3, seed=5)
+    write_stream(tmp_path / "train.ttds", x, y)
+    write_stream(tmp_path / "test.ttds", x[:1], y[:1])
+    cfg = RuntimeConfig(learning_rate=0.05, epochs=1)
+    outs = []
+    for name, plan in (("streamed", mp), ("plain", plain)):
+        codegen.generate(tg, plan.order, plan.to_json(), tmp_path / name / "prog")
+        outs.append(_run("host", tmp_path / name / "prog", tmp_path / name / "build", tmp_path / name / "run", cfg,
+                         {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"}))
+    assert outs[0]["losses.bin"] == outs[1]["losses.bin"] and outs[0]["weights.bin"] == outs[1]["weights.bin"]
+    if kind == "int8":
+        want, _ = _golden(tg, x, y, cfg)
+        np.testing.assert_allclose(np.frombuffer(outs[0]["losses.bin"], "<f4"), want, rtol=1e-5, atol=1e-6)

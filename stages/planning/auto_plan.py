@@ -254,6 +254,7 @@ def restrict_to_trained(mm: MemoryModel, graph: Graph, config: Any) -> None:
     pruned from training): `mm.layers` keeps those (in place, before any option is priced)."""
     outs = trained_outputs(config)
     if outs:
+        heads_from(loss_config(config), list(graph.outputs))   # a name that is no output: autodiff's one line
         keep = set(contrib.trainable_layers(graph, outs))
         mm.layers = [lay for lay in mm.layers if lay.op_index in keep]
 

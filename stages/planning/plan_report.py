@@ -91,6 +91,9 @@ def plan_text(doc: dict[str, Any], mm: MemoryModel, table: dict[str, Any] | None
                      f"{kb(ex['peak_bytes'])} (lower bound {kb(ex['lower_bound_bytes'])}, schedule "
                      f"{ex['schedule']}, without reordering {kb(ex['plain_peak_bytes'])}); "
                      f"estimate / exact = {doc['estimate_over_exact']:.3f}")
+        if ex.get("kept_whole"):
+            lines.append(f"  of which outside the arena (the plan's choice): "
+                         + "; ".join(f"{w['what']} {kb(w['bytes'])}" for w in ex["kept_whole"]))
     else:
         lines.append(f"exact peak: not available ({ex.get('error')}); fits is judged on the estimate")
     if doc["budget_bytes"] is not None:

@@ -15,7 +15,8 @@ rows       A group of forward ops of a frozen prefix (N = 1): conv2d / depthwise
            computed twice) and keeps only the last `window` rows of its output, the most any read needs at once,
            found by simulating that schedule (simulate_rows). Inputs from outside the group stay whole. Which
            groups: in each run of such ops in the schedule, a dynamic program over the cut points minimises the
-           most bytes any group or unstreamed op holds, so the big tensors sit inside groups. For
+           most bytes any group or unstreamed op holds (then the sum of their squares: a large op below that
+           most is still lowered), so the big tensors sit inside groups. For
            MobileNetV2-w0.35 at 128x128 the stem and the first two blocks never hold their 64x64x48 expand output
            (192 KB), only 3 rows of it (9 KB); MediaPipe's hand_recrop streams its first 23 ops (two residual
            blocks, each ADD with both branches) and never holds their 128x128 activations whole: 320 KB -> 247 KB.
@@ -108,11 +109,16 @@ def row_geometry(graph: Graph, op: Op) -> dict[str, Any]:
     a = op.attrs
     y = graph.tensors[op.outputs[0]]
     oh = int(y.shape[1])
-    if row_kind(graph, op) == "local":
+    h_pads = pad_rows(graph, op)
+    if h_pads is not None:
+        # output row r is input row r - top, or a row of the pad value where that row does not exist (the C makes
+        # it from an empty input, stages/codegen.py): a 1-row window with top padding
+        x = graph.tensors[op.inputs[0]]
+        ins = [0] if x.data is None and _nhwc1(x.shape) else []
+        geo = {"in_h": int(x.shape[1]), "out_h": oh, "stride": 1, "pad_top": h_pads[0], "span": 1}
+    elif row_kind(graph, op) == "local":
         ins = [j for j, t in enumerate(op.inputs) if t is not None and graph.tensors[t].data is None
                and _nhwc1(graph.tensors[t].shape) and int(graph.tensors[t].shape[1]) == oh]
-        if op.type == ops.PAD.name:
-            ins = [j for j in ins if j == 0]
         geo = {"in_h": oh, "out_h": oh, "stride": 1, "pad_top": 0, "span": 1}
     else:
         x = graph.tensors[op.inputs[0]]
@@ -143,7 +149,7 @@ def window_rows(consumer: dict[str, int]) -> int:
 def row_op_ok(graph: Graph, op: Op, trained: dict) -> bool:
     """The op can run in a row stream: one N=1 NHWC output of more than one row, 1 or 2 streamed inputs of that
     layout, constant frozen weights (a trained layer's input is saved for its gradient anyway), pooling whose
-    sub-problems need no padding, padding of W/C only."""
+    sub-problems need no padding, PAD of H/W/C (not N)."""
     kind = row_kind(graph, op)
     if kind is None or len(op.outputs) != 1 or not op.inputs or op.inputs[0] is None:
         return False
@@ -172,11 +178,23 @@ def row_op_ok(graph: Graph, op: Op, trained: dict) -> bool:
         sh = graph.tensors[t].shape
         if len(sh) == 4 and int(sh[1]) != 1:
             return False  # an operand with rows of its own that is not streamed (e.g. a constant image)
-    if op.type == ops.PAD.name:
-        pads = graph.tensors[op.inputs[1]].data
-        if pads is None or np.asarray(pads).reshape(-1, 2)[:2].any():
-            return False  # padding N or H changes which rows exist
+    if op.type == ops.PAD.name and pad_rows(graph, op) is None:
+        return False  # padding N (or paddings that are not constant) changes which rows exist
     return True
+
+
+def pad_rows(graph: Graph, op: Op) -> tuple[int, int] | None:
+    """(top, bottom) rows a PAD of an N=1 NHWC tensor adds along H (0, 0 for W/C padding), or None when the op is
+    no such PAD: another op, paddings that are not constant, or padding of N."""
+    if op.type != ops.PAD.name or len(op.inputs) < 2 or op.inputs[1] is None:
+        return None
+    x, p = graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]]
+    if p.data is None or not _nhwc1(x.shape):
+        return None
+    pads = np.asarray(p.data).reshape(-1, 2)
+    if pads.shape[0] != 4 or pads[0].any():
+        return None
+    return int(pads[1][0]), int(pads[1][1])
 
 
 def _row_calls(geos: list[dict[str, Any]], sources: list[list[int]]):
@@ -301,8 +319,8 @@ def _op_cost(graph: Graph, i: int, nbytes) -> int:
 def _row_streams(graph: Graph, order: list[int]) -> list[Stream]:
     """Row streams of the schedule. In each run of consecutive row-streamable ops, the groups (at most MAX_ROW_OPS
     ops, _row_group) are chosen by a dynamic program over the run's cut points that minimises the most bytes any
-    group or unstreamed op holds (_group_cost, _op_cost), then the fewest streamed ops: the big tensors end up
-    inside groups, the cuts fall on small ones."""
+    group or unstreamed op holds (_group_cost, _op_cost), then the sum of their squares, then the fewest streamed
+    ops: the big tensors end up inside groups, the cuts fall on small ones."""
     trained = graph.meta.get("train", {}).get("trained", {})
     readers = graph.consumers()
     ok = {i: row_op_ok(graph, graph.ops[i], trained) for i in order}
@@ -317,6 +335,7 @@ def _row_streams(graph: Graph, order: list[int]) -> list[Stream]:
         return sizes[t]
 
     out: list[Stream] = []
+    written_over: set[str] = set()   # sinks placed over one of their inputs
     s = 0
     while s < len(order):
         if not ok[order[s]]:
@@ -330,13 +349,17 @@ def _row_streams(graph: Graph, order: list[int]) -> list[Stream]:
         # last reader (position in the run) of each op's output; past the end when it cannot stay inside a group
         last = [max((at.get(r, len(run)) for r in readers.get(graph.ops[i].outputs[0], [])), default=len(run))
                 if graph.ops[i].outputs[0] not in graph.outputs else len(run) for i in run]
-        # best[j]: (most bytes held, streamed ops, previous cut, group found) for the run's first j ops
+        # best[j]: (most bytes held, sum of squared bytes held, streamed ops, previous cut, group found) for the
+        # run's first j ops. The squares: below the run's most, a group that lowers a large op still counts (the
+        # run's most is an estimate -- a stream's last output written over its input rows holds less -- and the
+        # step's peak may sit elsewhere); prune_streams drops the groups the exact arena does not need.
         best: list[tuple | None] = [None] * (len(run) + 1)
-        best[0] = (0, 0, -1, None)
+        best[0] = (0, 0, 0, -1, None)
         for i in range(len(run)):
-            peak, nops = best[i][0], best[i][1]
-            cand = (max(peak, _op_cost(graph, run[i], nbytes)), nops, i, None)
-            if best[i + 1] is None or cand[:2] < best[i + 1][:2]:
+            peak, sq, nops = best[i][:3]
+            c = _op_cost(graph, run[i], nbytes)
+            cand = (max(peak, c), sq + c * c, nops, i, None)
+            if best[i + 1] is None or cand[:3] < best[i + 1][:3]:
                 best[i + 1] = cand
             reach = -1
             for j in range(i + 2, min(len(run), i + MAX_ROW_OPS) + 1):
@@ -346,12 +369,13 @@ def _row_streams(graph: Graph, order: list[int]) -> list[Stream]:
                 found = _row_group(graph, run[i:j], readers, geos)
                 if found is None:
                     continue
-                cand = (max(peak, _group_cost(graph, run[i:j], *found, geos, nbytes)), nops + j - i, i, found)
-                if best[j] is None or cand[:2] < best[j][:2]:
+                c = _group_cost(graph, run[i:j], *found, geos, nbytes)
+                cand = (max(peak, c), sq + c * c, nops + j - i, i, found)
+                if best[j] is None or cand[:3] < best[j][:3]:
                     best[j] = cand
         j, groups = len(run), []
         while j > 0:
-            _, _, i, found = best[j]
+            i, found = best[j][3:]
             if found is not None:
                 groups.append((run[i:j], found))
             j = i
@@ -361,7 +385,11 @@ def _row_streams(graph: Graph, order: list[int]) -> list[Stream]:
             win = {graph.ops[i].outputs[0]: windows[k] for k, i in enumerate(group[:-1])}
             chunked = {graph.ops[i].outputs[0]: windows[k] * gl[k]["out_row"] for k, i in enumerate(group[:-1])}
             whole = {t for i in group for j, t in enumerate(graph.ops[i].inputs) if j not in geos[i]["inputs"]}
-            over = [outside[e] for e in sink_over_inputs(gl, sources, len(outside)) if outside[e] not in whole]
+            # not over a tensor that is itself written over another (the arena places one level of it)
+            over = [outside[e] for e in sink_over_inputs(gl, sources, len(outside))
+                    if outside[e] not in whole and outside[e] not in written_over]
+            if over:
+                written_over.add(graph.ops[group[-1]].outputs[0])
             out.append(Stream("rows", group, chunked, {"windows": win, "sources": sources, "outside": outside,
                                                        "sink_over": over}))
         s = e + 1
