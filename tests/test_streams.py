@@ -67,11 +67,16 @@ def test_mbv2_streams_found_and_counted(mbv2_tg):
     assert best.endswith("+streams")
     assert is_valid_order(tg, plan.order)
     check_plan(plan)
-    # the stem and the first two blocks, row by row: block_1's 64x64x48 expand output keeps 3 rows (9 KB)
-    rows = [s for s in plan.streams if s.kind == "rows"]
-    assert len(rows) == 1 and [tg.ops[i].type for i in rows[0].ops] == ["conv2d", "depthwise_conv2d", "conv2d"] * 2
+    # the stem and the first two blocks, row by row: block_1's 64x64x48 expand output keeps 3 rows (9 KB), and the
+    # 128x128x3 image is fed to the stem row by row, 3 rows (1,152 B) at a time; with the image gone the next
+    # blocks' expand outputs are worth streaming too
+    rows = sorted((s for s in plan.streams if s.kind == "rows"), key=lambda s: s.ops[0])
+    assert [tg.ops[i].type for i in rows[0].ops] == ["conv2d", "depthwise_conv2d", "conv2d"] * 2
     expand = tg.ops[rows[0].ops[3]].outputs[0]
     assert rows[0].chunked[expand] == 3 * 64 * 48
+    x = tg.ops[rows[0].ops[0]].inputs[0]
+    assert x in tg.inputs and rows[0].info["fed"] == [x] and rows[0].chunked[x] == 3 * 128 * 3
+    assert all("fed" not in s.info for s in rows[1:])
     # the head's broadcast mean gradient one position at a time (1280 floats), each expand weight gradient of the
     # trained blocks one output channel at a time: alone, or inside the hidden-channel stream of its block's
     # backward (stages/planning/channel_stream.py), whose 8x8x192 fp32 gradients (48 KB) exist one 8x8 plane each

@@ -86,7 +86,8 @@ from tinytrain.stages.ops import CLAMP_MASK, CONV2D, DEQUANTIZE, GRAD_ACCUMULATE
 from tinytrain.stages.quant.qas import STATE_COUNT
 from tinytrain.stages.planning import channel_stream
 from tinytrain.stages.planning.fp16_memory import RESIDENT_SCALARS, fp16_steps
-from tinytrain.stages.planning.streams import MAX_ROW_OPS, row_geometry, row_op_ok, sink_over_inputs, window_rows
+from tinytrain.stages.planning.streams import (MAX_ROW_OPS, fed_inputs, row_geometry, row_op_ok, sink_over_inputs,
+                                              window_rows)
 from tinytrain.stages.planning.train_plan import RATIOS, TrainPlan, _has_bias, _in_channels
 
 FP32 = 4
@@ -319,10 +320,17 @@ class MemoryModel:
                 # the sink written over the chain's input rows it has read (streams.sink_over_inputs, when that
                 # input dies there): its own buffer starts after the stream, as the planner places it
                 x = g.ops[chain[0]].inputs[0]
-                over = [merged[:2] + (list(window),), ("stream_rows_sink", [], [sink])] \
-                    if x in sizes and readers.get(x) == [chain[0]] and x not in outs and sizes[x] >= sizes[sink] \
-                    and sink_over_inputs([row_geometry(g, g.ops[c]) for c in chain],
-                                         [[-1]] + [[m] for m in range(len(chain) - 1)], 1) == [0] else [merged]
+                geo0 = row_geometry(g, g.ops[chain[0]])
+                if x in g.inputs and x in sizes and fed_inputs(g, chain, [x], readers):
+                    # the model input fed row by row (streams.fed_inputs): its window only, nothing written over it
+                    window[x] = window_rows(geo0) * geo0["in_row"]
+                    over = [merged]
+                elif x in sizes and readers.get(x) == [chain[0]] and x not in outs and sizes[x] >= sizes[sink] \
+                        and sink_over_inputs([row_geometry(g, g.ops[c]) for c in chain],
+                                             [[-1]] + [[m] for m in range(len(chain) - 1)], 1) == [0]:
+                    over = [merged[:2] + (list(window),), ("stream_rows_sink", [], [sink])]
+                else:
+                    over = [merged]
                 trial = steps[:j] + over + steps[k + 1:n]
                 trial_sizes = {**sizes, **window}
                 before = max(_live_profile(sizes, steps[:n], inputs, outs, g)[0], default=0)

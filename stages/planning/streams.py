@@ -248,6 +248,42 @@ def sink_over_inputs(geos: list[dict[str, Any]], sources: list[list[int]], n_out
     return ok
 
 
+def fed_inputs(graph: Graph, group: list[int], outside: list[str], readers: dict[str, list[int]],
+               whole: set[str] = frozenset()) -> list[str]:
+    """The outside inputs of a row stream that a row source feeds instead of a whole buffer: the model's input
+    (an N=1 NHWC graph input of more than one row) when only the group reads it, and only as rows. The generated
+    program asks the data source for its rows in order as the stream needs them (kernels_c/tt_stream.h
+    tt_row_feed), keeping a window of them: MobileNetV2's 128x128x3 image (48 KB) is never whole in SRAM, only
+    the 3 rows the stem's conv reads (1.1 KB). At most one: the C API takes one input."""
+    members = set(group)
+    label = graph.meta.get("train", {}).get("label_input")
+    if len(group) >= MAX_ROW_OPS:
+        return []   # no room for the source op
+    for t in outside:
+        if t in graph.inputs and t != label and t not in graph.outputs and t not in whole and _nhwc1(graph.tensors[t].shape) \
+                and int(graph.tensors[t].shape[1]) > 1 and readers.get(t) and set(readers[t]) <= members:
+            return [t]
+    return []
+
+
+def feed_geometry(graph: Graph, t: str) -> dict[str, Any]:
+    """Row geometry of a fed input's source (a pseudo op of the stream, one row per call, no inputs)."""
+    h = int(graph.tensors[t].shape[1])
+    row = numel(graph.tensors[t].shape[2:]) * element_bytes(graph, t)
+    return {"in_h": h, "out_h": h, "stride": 1, "pad_top": 0, "span": 1, "inputs": [], "in_rows": [],
+            "in_row": 0, "out_row": row}
+
+
+def with_feeds(graph: Graph, geos: list[dict[str, Any]], sources: list[list[int]], outside: list[str],
+               fed: list[str]) -> tuple[list[dict[str, Any]], list[list[int]]]:
+    """The stream as tt_stream_rows runs it when inputs are fed: a source op per fed input in front (ops 0..f-1),
+    the group's ops after it, each read of a fed input pointed at its source."""
+    f = len(fed)
+    src = {-1 - outside.index(t): k for k, t in enumerate(fed)}
+    shifted = [[src[p] if p in src else (p + f if p >= 0 else p) for p in s] for s in sources]
+    return [feed_geometry(graph, t) for t in fed] + list(geos), [[] for _ in fed] + shifted
+
+
 def _row_group(graph: Graph, group: list[int], readers: dict[str, list[int]],
                geos: dict[int, dict[str, Any]]) -> tuple[list[list[int]], list[str]] | None:
     """(sources per op, outside tensors) when `group` (op indices in schedule order) can run as one row stream:
@@ -279,15 +315,24 @@ def _row_group(graph: Graph, group: list[int], readers: dict[str, list[int]],
 
 
 def _group_cost(graph: Graph, group: list[int], sources: list[list[int]], outside: list[str],
-                geos: dict[int, dict[str, Any]], nbytes) -> int:
+                geos: dict[int, dict[str, Any]], nbytes, readers: dict[str, list[int]]) -> int:
     """Bytes a row stream holds while it runs, estimated without simulating it: its outside inputs and its sink's
-    output whole, each intermediate output for the most rows its consumers read at once, per consumer."""
+    output whole, each intermediate output (and a fed input, fed_inputs) for the most rows its consumers read at
+    once, per consumer."""
     rows: dict[int, int] = {}
     for k, i in enumerate(group):
         for p in sources[k]:
             if p >= 0:
                 rows[p] = rows.get(p, 0) + geos[i]["window"]
-    return (sum(nbytes(t) for t in outside) + nbytes(graph.ops[group[-1]].outputs[0])
+    fed = fed_inputs(graph, group, outside, readers)
+    held = 0
+    for t in outside:
+        if t in fed:  # a window of rows: as many as its readers read at once
+            held += sum(geos[i]["window"] for k, i in enumerate(group) if -1 - outside.index(t) in sources[k]) \
+                * feed_geometry(graph, t)["out_row"]
+        else:
+            held += nbytes(t)
+    return (held + nbytes(graph.ops[group[-1]].outputs[0])
             + sum(r * geos[group[p]]["out_row"] for p, r in rows.items()))
 
 
@@ -346,7 +391,7 @@ def _row_streams(graph: Graph, order: list[int]) -> list[Stream]:
                 found = _row_group(graph, run[i:j], readers, geos)
                 if found is None:
                     continue
-                cand = (max(peak, _group_cost(graph, run[i:j], *found, geos, nbytes)), nops + j - i, i, found)
+                cand = (max(peak, _group_cost(graph, run[i:j], *found, geos, nbytes, readers)), nops + j - i, i, found)
                 if best[j] is None or cand[:2] < best[j][:2]:
                     best[j] = cand
         j, groups = len(run), []
@@ -361,9 +406,18 @@ def _row_streams(graph: Graph, order: list[int]) -> list[Stream]:
             win = {graph.ops[i].outputs[0]: windows[k] for k, i in enumerate(group[:-1])}
             chunked = {graph.ops[i].outputs[0]: windows[k] * gl[k]["out_row"] for k, i in enumerate(group[:-1])}
             whole = {t for i in group for j, t in enumerate(graph.ops[i].inputs) if j not in geos[i]["inputs"]}
-            over = [outside[e] for e in sink_over_inputs(gl, sources, len(outside)) if outside[e] not in whole]
-            out.append(Stream("rows", group, chunked, {"windows": win, "sources": sources, "outside": outside,
-                                                       "sink_over": over}))
+            fed = fed_inputs(graph, group, outside, readers, whole)
+            if fed:
+                fg, fs = with_feeds(graph, gl, sources, outside, fed)
+                fw = simulate_rows(fg, fs)
+                for f, t in enumerate(fed):
+                    win[t], chunked[t] = fw[f], fw[f] * fg[f]["out_row"]
+            over = [outside[e] for e in sink_over_inputs(gl, sources, len(outside))
+                    if outside[e] not in whole and outside[e] not in fed]
+            info = {"windows": win, "sources": sources, "outside": outside, "sink_over": over}
+            if fed:
+                info["fed"] = fed
+            out.append(Stream("rows", group, chunked, info))
         s = e + 1
     return out
 
