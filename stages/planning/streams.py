@@ -251,19 +251,30 @@ def sink_over_inputs(geos: list[dict[str, Any]], sources: list[list[int]], n_out
 def fed_inputs(graph: Graph, group: list[int], outside: list[str], readers: dict[str, list[int]],
                whole: set[str] = frozenset()) -> list[str]:
     """The outside inputs of a row stream that a row source feeds instead of a whole buffer: the model's input
-    (an N=1 NHWC graph input of more than one row) when only the group reads it, and only as rows. The generated
+    (an N=1 NHWC graph input of more than one row) when only the group's first op reads it, as rows, and the group
+    is a chain (each op reading the one before; what memory_model.py mirrors, so that the `auto` search's price and
+    the exact peak agree: a residual block fed from the image would stream where the price says it does not,
+    tests/test_sparse_plan.py test_simulated_peak_tracks_the_exact_planner). The generated
     program asks the data source for its rows in order as the stream needs them (kernels_c/tt_stream.h
     tt_row_feed), keeping a window of them: MobileNetV2's 128x128x3 image (48 KB) is never whole in SRAM, only
     the 3 rows the stem's conv reads (1.1 KB). At most one: the C API takes one input."""
-    members = set(group)
     label = graph.meta.get("train", {}).get("label_input")
     if len(group) >= MAX_ROW_OPS:
         return []   # no room for the source op
     for t in outside:
         if t in graph.inputs and t != label and t not in graph.outputs and t not in whole and _nhwc1(graph.tensors[t].shape) \
-                and int(graph.tensors[t].shape[1]) > 1 and readers.get(t) and set(readers[t]) <= members:
+                and int(graph.tensors[t].shape[1]) > 1 and readers.get(t) == group[:1] and _chain(graph, group, readers):
             return [t]
     return []
+
+
+def _chain(graph: Graph, group: list[int], readers: dict[str, list[int]]) -> bool:
+    """Each op of the group after the first reads the op before it as its first input, and only it reads it."""
+    for a, b in zip(group, group[1:]):
+        t = graph.ops[a].outputs[0]
+        if graph.ops[b].inputs[0] != t or readers.get(t) != [b]:
+            return False
+    return True
 
 
 def feed_geometry(graph: Graph, t: str) -> dict[str, Any]:
