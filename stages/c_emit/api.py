@@ -367,7 +367,8 @@ static int tt_set_rows(tt_row_source_fn source, void *ctx)
 
 static int tt_input_status(void) { return tt_feed.status != 0 ? TT_ERR_IO : TT_OK; }
 """
-    return f"""/* The input is whole in the arena: a source's rows are copied there first (none when given the buffer itself). */
+    return f"""/* The input is whole in the arena: a source's rows are copied there first (none when given the buffer
+ * itself). */
 static int tt_set_rows(tt_row_source_fn source, void *ctx)
 {{
     uint8_t *const x = (uint8_t *){p.input_expr};

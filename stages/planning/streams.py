@@ -19,6 +19,8 @@ rows       A group of forward ops of a frozen prefix (N = 1): conv2d / depthwise
            MobileNetV2-w0.35 at 128x128 the stem and the first two blocks never hold their 64x64x48 expand output
            (192 KB), only 3 rows of it (9 KB); MediaPipe's hand_recrop streams its first 23 ops (two residual
            blocks, each ADD with both branches) and never holds their 128x128 activations whole: 320 KB -> 247 KB.
+           The model input of a chain stream is fed row by row from the data source (fed_inputs, with_feeds: a
+           source op in front): MobileNetV2's 48 KB image is held 3 rows at a time (arena 128.7 -> 116.8 KB).
 positions  The gradient of a global average pool feeding a masked 1x1 convolution (mean_grad -> clamp/mask grad
            -> bias_grad and/or a 1x1 stride-1 conv2d_grad_input): one spatial position at a time, so the broadcast
            gradient (MobileNetV2's 4x4x1280 fp32, 80 KB) exists one position (5 KB) at a time; the bias gradient
@@ -262,8 +264,9 @@ def fed_inputs(graph: Graph, group: list[int], outside: list[str], readers: dict
     if len(group) >= MAX_ROW_OPS:
         return []   # no room for the source op
     for t in outside:
-        if t in graph.inputs and t != label and t not in graph.outputs and t not in whole and _nhwc1(graph.tensors[t].shape) \
-                and int(graph.tensors[t].shape[1]) > 1 and readers.get(t) == group[:1] and _chain(graph, group, readers):
+        if t in graph.inputs and t != label and t not in graph.outputs and t not in whole \
+                and _nhwc1(graph.tensors[t].shape) and int(graph.tensors[t].shape[1]) > 1 \
+                and readers.get(t) == group[:1] and _chain(graph, group, readers):
             return [t]
     return []
 
