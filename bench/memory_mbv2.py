@@ -10,8 +10,9 @@ Three configurations, as in the TTE paper (full update 2939 KB, sparse update 33
                       found these pw1 layers of the late blocks most worth updating; plain order
   sparse + reordering the same plan, scheduled by the reorder stage (in-place updates, memory-aware order,
                       in-place elementwise/depthwise buffers and depthwise input gradients, and streamed groups:
-                      the frozen stem and blocks 0-1 row by row (their output written over the image rows they
-                      have read), the pooled head's gradient position by position,
+                      the frozen stem and blocks 0-1 row by row, the image fed to the stem row by row from the
+                      data source (3 rows held, never the whole 48 KB image), blocks 2-3's expand outputs row by
+                      row, the pooled head's gradient position by position,
                       each expand weight's gradient + QAS update channel by channel, the backward of blocks 10-13
                       one hidden channel at a time: project input gradient -> masks, bias gradients, depthwise
                       input gradient -> expand weight row + update and input gradient) with a best-fit static
@@ -108,7 +109,8 @@ def measure(out: Path | None = None) -> dict:
     model = zoo.resolve("zoo:mbv2-w0.35-128")
     int8 = read_model(model)
     plan, chosen = tte_like_plan(int8)
-    # bench/mbv2_tte.yaml's training settings: QAS with nearest rounding, no master copy.
+    # bench/mbv2_tte.yaml's training settings: QAS, no master copy; nearest rounding here, the build's stochastic
+    # rounding adds a 4-byte PRNG state per trained tensor (448 B) to the arena.
     real = _configs(int8, plan, QASOptions(enabled=True, rounding="nearest", master_copy=False))
     twin = _configs(int8_twin(int8), plan)
     if out is not None:

@@ -40,7 +40,11 @@ static void tt_rows_compute(const tt_row_op *ops, int32_t n, const uint8_t *cons
     } else {
         yout = bufs[k] + r * o->out_row;
     }
-    fn(ctx, k, xs, hi >= lo ? hi - lo + 1 : 0, o->pad_top - r * o->stride + lo, yout, 1);
+    if (o->n_in == TT_ROW_SOURCE) {
+        tt_row_feed_next((tt_row_feed *)ctx, yout, o->out_row); /* called directly: no callback calls back */
+    } else {
+        fn(ctx, k, xs, hi >= lo ? hi - lo + 1 : 0, o->pad_top - r * o->stride + lo, yout, 1);
+    }
     made[k] = r + 1;
 }
 
@@ -78,6 +82,23 @@ void tt_stream_rows(const tt_row_op *ops, int32_t n, const uint8_t *const *ext, 
             }
         }
     }
+}
+
+void tt_row_feed_next(tt_row_feed *f, uint8_t *dst, int32_t bytes)
+{
+    if (f->status == 0) {
+        f->status = f->fn(f->ctx, f->next, dst, (uint32_t)bytes);
+    }
+    if (f->status != 0) {
+        memset(dst, 0, (size_t)bytes);
+    }
+    ++f->next;
+}
+
+int tt_rows_from_memory(void *ctx, uint32_t row, void *dst, uint32_t bytes)
+{
+    memcpy(dst, (const uint8_t *)ctx + (size_t)row * bytes, bytes);
+    return 0;
 }
 
 void tt_mean_hw_grad_positions_f32(int32_t positions, int32_t count, int32_t c, const float *dy, float *dx)

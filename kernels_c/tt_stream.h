@@ -17,12 +17,14 @@ extern "C" {
 
 #define TT_STREAM_MAX_OPS 32
 #define TT_STREAM_MAX_IN 2
+#define TT_ROW_SOURCE (-1)
 
 typedef struct {
     int32_t in_h, out_h;       /* rows of the op's (streamed) inputs and of its output */
     int32_t stride, pad_top;   /* row stride and top padding of the op */
     int32_t span;              /* input rows one output row reads: (k_h - 1) * dilation_h + 1 */
-    int32_t n_in;              /* streamed inputs (the others, e.g. weights or per-channel operands, are whole) */
+    int32_t n_in;              /* streamed inputs (the others, e.g. weights or per-channel operands, are whole);
+                                  TT_ROW_SOURCE: a fed input's source op, its rows from the tt_row_feed ctx */
     int32_t src[TT_STREAM_MAX_IN];     /* each streamed input: op of the group (>= 0) or outside tensor -1 - e */
     int32_t in_row[TT_STREAM_MAX_IN];  /* bytes of one row of each streamed input */
     int32_t out_row;           /* bytes of one output row */
@@ -39,6 +41,24 @@ typedef void (*tt_row_fn)(void *ctx, int32_t k, const uint8_t *const *xs, int32_
  * (whole); bufs[k] (k < n - 1) holds op k's window. */
 void tt_stream_rows(const tt_row_op *ops, int32_t n, const uint8_t *const *ext, uint8_t *const *bufs, uint8_t *y,
                     tt_row_fn fn, void *ctx);
+
+/* A fed input (stages/planning/streams.py fed_inputs): the model input is not whole in SRAM; the stream's source op
+ * asks a row source for its rows, in order 0, 1, ... (each once), as the stream needs them. A source writes row
+ * `row` (`bytes` bytes, C order) to dst and returns 0, or nonzero when it cannot (the feed then stops asking, keeps
+ * the first failure in `status` and fills the rest with zeros). The same type as tt_model.h's tt_row_source_fn. */
+typedef int (*tt_row_source)(void *ctx, uint32_t row, void *dst, uint32_t bytes);
+typedef struct {
+    tt_row_source fn;
+    void *ctx;
+    uint32_t next;    /* the row asked for next */
+    int32_t status;   /* 0, or the first nonzero return of fn */
+} tt_row_feed;
+
+/* The next row of the feed into dst: what tt_stream_rows does for a source op (n_in TT_ROW_SOURCE; ctx is the feed,
+ * which the callback then gets too). */
+void tt_row_feed_next(tt_row_feed *f, uint8_t *dst, int32_t bytes);
+/* A row source over a whole input in memory (ctx: its first byte): row r is bytes [r * bytes, (r + 1) * bytes). */
+int tt_rows_from_memory(void *ctx, uint32_t row, void *dst, uint32_t bytes);
 
 /* positions: the pieces one spatial position of a broadcast mean gradient needs. */
 /* dx[i * c + ch] = dy[ch] / (float)count for i in [0, positions): tt_mean_hw_grad_f32 on `positions` of its

@@ -372,8 +372,11 @@ if (flash_read(ckpt, sizeof ckpt) == 0 && tt_checkpoint_load(ckpt, sizeof ckpt) 
     /* torn or corrupted: refused, training starts from the original weights */
 }}
 tt_set_learning_rate(0.01f);
-read_sensor(tt_input_buffer());              /* or pass your own buffer */
-tt_train_sample(tt_input_buffer(), &label);  /* update applied every TT_BATCH_SIZE samples */
+read_sensor(image);                          /* the whole input in your buffer */
+tt_train_sample(image, &label);              /* update applied every TT_BATCH_SIZE samples */
+/* or line by line from the sensor (TT_INPUT_FED 1: the input is never whole in SRAM; TT_INPUT_ROWS rows of
+   TT_INPUT_ROW_BYTES, asked in order): int read_line(void *cam, uint32_t row, void *dst, uint32_t bytes); */
+tt_train_sample_rows(read_line, cam, &label);
 float loss = tt_loss_last();
 tt_predict(input, output);
 if (tt_checkpoint_save(ckpt) == TT_OK) flash_write(ckpt, sizeof ckpt);

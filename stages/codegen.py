@@ -58,7 +58,7 @@ from tinytrain.stages.planning import statics
 from tinytrain.stages.planning.arena import fused_dequantize
 from tinytrain.stages.c_emit.api import CKPT_HEADER, CKPT_VERSION, model_header
 from tinytrain.stages.c_emit.driver import driver_source
-from tinytrain.stages.c_emit import hidden_stream
+from tinytrain.stages.c_emit import hidden_stream, row_feed
 from tinytrain.stages.c_emit.stream import stream_parts
 from tinytrain.stages.ops import QAS_UPDATE_OPS, ROW_OPS, UPDATE_OPS, conv_forward
 from tinytrain.stages.train.runtime_config import PROTOCOL
@@ -107,6 +107,7 @@ class _Gen:
         self.split = self._split_weights()    # weight -> n: compact trained slice in the arena + flash original
         self.flash: dict[str, str] = {}       # split weight -> its whole const (flash) array
         self.static_bytes = 0                 # SRAM codegen puts outside the arena (fallbacks)
+        self.input_feed: dict | None = None   # the model input fed row by row (c_emit/row_feed.py), if it is
 
     def _split_weights(self) -> dict[str, int]:
         """Partially trained int8 or float32 weights whose every reader has a split-weight kernel (the rule the
@@ -355,12 +356,14 @@ class _Gen:
         outside = st.info.get("outside") or [ops[0].inputs[0]]
         fn, table, bufs, ext = self.uid("tt_rows_fn"), self.uid("tt_rows"), self.uid("tt_rows_buf"), \
             self.uid("tt_rows_ext")
-        rows = []
-        cases = []
+        # a fed model input: its row source is op 0 of the call (stages/c_emit/row_feed.py)
+        feed = row_feed.RowFeed(self, st, [row_geometry(self.g, op) for op in ops], sources, outside)
+        rows = feed.rows()
+        cases = feed.cases()
         for k, op in enumerate(ops):
-            geo = row_geometry(self.g, op)
+            geo = feed.geos[k + feed.n]
             window = int(st.info["windows"].get(op.outputs[0], 0)) if k < len(ops) - 1 else 0
-            src = list(sources[k]) + [0] * (2 - len(sources[k]))
+            src = list(feed.sources[k + feed.n]) + [0] * (2 - len(feed.sources[k + feed.n]))
             inr = list(geo["in_rows"]) + [0] * (2 - len(geo["in_rows"]))
             rows.append(f"{{{geo['in_h']}, {geo['out_h']}, {geo['stride']}, {geo['pad_top']}, {geo['span']}, "
                         f"{len(sources[k])}, {{{src[0]}, {src[1]}}}, {{{inr[0]}, {inr[1]}}}, {geo['out_row']}, "
@@ -374,19 +377,19 @@ class _Gen:
                 body = self._row_pad_call(op, geo)
             else:
                 body = self._row_view_call(op, geo)
-            cases += [f"    case {k}:", *[f"        {c}" for c in body], "        break;"]
-        self.globals.append(f"static const tt_row_op {table}[{len(ops)}] = {{{', '.join(rows)}}};")
+            cases += [f"    case {k + feed.n}:", *[f"        {c}" for c in body], "        break;"]
+        self.globals.append(f"static const tt_row_op {table}[{len(rows)}] = {{{', '.join(rows)}}};")
         self.globals.append("\n".join([
             f"static void {fn}(void *ctx, int32_t k, const uint8_t *const *xs, int32_t in_rows, int32_t pad_top,",
             "                  uint8_t *y, int32_t out_rows)", "{", "    (void)ctx;", "    (void)in_rows;",
             "    (void)pad_top;", "    (void)out_rows;", "    (void)xs;", "    switch (k) {",
             *cases, "    default:", "        break;", "    }", "}"]))
-        wins = [f"(uint8_t *){self.loc(op.outputs[0])}" for op in ops[:-1]]
-        exts = [f"(const uint8_t *){self.loc(t)}" for t in outside]
+        wins = feed.bufs() + [f"(uint8_t *){self.loc(op.outputs[0])}" for op in ops[:-1]]
+        exts = [feed.ext(t) for t in outside]
         return [f"{{ uint8_t *const {bufs}[{len(wins)}] = {{{', '.join(wins)}}};",
                 f"  const uint8_t *const {ext}[{len(exts)}] = {{{', '.join(exts)}}};",
-                f"  tt_stream_rows({table}, {len(ops)}, {ext}, {bufs}, "
-                f"(uint8_t *){self.loc(ops[-1].outputs[0])}, {fn}, 0); }}"]
+                f"  tt_stream_rows({table}, {len(rows)}, {ext}, {bufs}, "
+                f"(uint8_t *){self.loc(ops[-1].outputs[0])}, {fn}, {feed.ctx()}); }}", *feed.after()]
 
     def _row_pad_call(self, op: Op, geo: dict[str, Any]) -> list[str]:
         """A PAD that pads H, one output row: the PAD's own C on the callback's input row with its W/C padding, or,

@@ -165,7 +165,9 @@ def rows_line(graph: Graph, plan: MemPlan, cands: dict[str, MemPlan]) -> str:
     groups = ", ".join(f"#{st.ops[0]} {graph.ops[st.ops[0]].type} .. #{st.ops[-1]} {graph.ops[st.ops[-1]].type}"
                        for st in rows)
     without = min((p.arena for n, p in cands.items() if not n.endswith("+streams")), default=plan.arena)
-    return f"row-streamed {sum(len(st.ops) for st in rows)} ops ({groups}), without streams {kb(without)}"
+    fed = [int(st.info["windows"][t]) for st in rows for t in st.info.get("fed", [])]
+    feed = f", the model input fed row by row ({fed[0]} rows held)" if fed else ""
+    return f"row-streamed {sum(len(st.ops) for st in rows)} ops ({groups}){feed}, without streams {kb(without)}"
 
 
 def hidden_line(plan: MemPlan) -> str:

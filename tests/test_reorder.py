@@ -215,10 +215,10 @@ def test_zoo_resolves_and_loads():
 # sparse 395936 -> 331296, reordered 296832 -> 142848 (lower bound 296308 -> 142836); full update unchanged.
 MBV2_FULL_PLAIN = 3418512
 MBV2_SPARSE_PLAIN = 331296
-# 142848 before the hidden-channel streams of blocks 10-13's backward; 131328 / 130292 before the second row
-# stream (blocks 2-3, streams.py's sum-of-squares tie-break)
-MBV2_SPARSE_REORDERED = 129280
-MBV2_SPARSE_REORDERED_LB = 129268
+# 142848 before the hidden-channel streams of blocks 10-13's backward, 131328 / 130292 before the image fed to the stem
+# row by row (streams.fed_inputs)
+MBV2_SPARSE_REORDERED = 119360
+MBV2_SPARSE_REORDERED_LB = 118196
 
 
 def test_mbv2_tte_like_scheme_pinned():
@@ -235,9 +235,9 @@ def test_mbv2_tte_like_scheme_pinned():
 # The real int8 QAS training graph (what the reorder stage reports for bench/mbv2_tte.yaml): 1-bit masks, the
 # row-streamed frozen stem and blocks 0-1, the position-streamed head gradient, channel-streamed expand-weight
 # updates, in-place depthwise input gradients, weight gradients reading their int8 inputs, the placement's local
-# search, and the hidden-channel streams of blocks 10-13's backward (143232 / 143092 before them; the forward's
-# block 2 was then the peak; 131328 / 130292 before blocks 2-3 were row-streamed too).
-MBV2_INT8 = {"full": 3418512, "sparse": 331424, "reordered": 129280, "reordered_lb": 129268}
+# search, the hidden-channel streams of blocks 10-13's backward (143232 / 143092 before them), and the image fed to
+# the stem row by row, 3 rows at a time (131328 / 130292 before: the stem's row stream held the whole 48 KB image).
+MBV2_INT8 = {"full": 3418512, "sparse": 331424, "reordered": 119184, "reordered_lb": 119156}
 
 
 def test_mbv2_int8_meets_tte_141_kb():

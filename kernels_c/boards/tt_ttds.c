@@ -46,6 +46,7 @@ int tt_ttds_open(tt_ttds *s, const char *name) {
         goto fail;
     }
     s->next = 0;
+    s->left = 0;
     return 0;
 fail:
     tt_close(s->fd);
@@ -58,8 +59,27 @@ int tt_ttds_next(tt_ttds *s, int32_t *label, void *sample) {
 }
 
 int tt_ttds_next_target(tt_ttds *s, int32_t *label, float *target, void *sample) {
+    const int rc = tt_ttds_next_head(s, label, target);
+    if (rc != 1) return rc;
+    return tt_ttds_sample_read(s, sample, s->sample_bytes) == 0 ? 1 : TT_TTDS_EIO;
+}
+
+int tt_ttds_sample_read(tt_ttds *s, void *dst, uint32_t bytes) {
+    if (s->fd < 0 || bytes > s->left) return TT_TTDS_EIO;
+    if (tt_read(s->fd, dst, bytes) != (long)bytes) return TT_TTDS_EIO;
+    s->left -= bytes;
+    return 0;
+}
+
+int tt_ttds_next_head(tt_ttds *s, int32_t *label, float *target) {
     if (s->fd < 0) return TT_TTDS_EIO;
     if (s->next >= s->count) return 0;
+    if (s->left != 0u) {
+        /* the previous sample was not read to its end: go to this record */
+        const uint64_t at = TT_TTDS_HEADER + (uint64_t)s->next * tt_ttds_record(s);
+        if (at > 0xFFFFFFFFu || tt_seek(s->fd, (uint32_t)at) != 0) return TT_TTDS_EIO;
+        s->left = 0;
+    }
     uint8_t l[4];
     if (tt_read(s->fd, l, 4) != 4) return TT_TTDS_EIO;
     if (s->targets != 0u) {
@@ -79,8 +99,8 @@ int tt_ttds_next_target(tt_ttds *s, int32_t *label, float *target, void *sample)
             if (pos > 0xFFFFFFFFu || tt_seek(s->fd, (uint32_t)pos) != 0) return TT_TTDS_EIO;
         }
     }
-    if (tt_read(s->fd, sample, s->sample_bytes) != (long)s->sample_bytes) return TT_TTDS_EIO;
     *label = (int32_t)le32(l);
+    s->left = s->sample_bytes;
     s->next++;
     return 1;
 }
@@ -90,6 +110,7 @@ int tt_ttds_seek(tt_ttds *s, uint32_t record) {
     uint64_t pos = TT_TTDS_HEADER + (uint64_t)record * tt_ttds_record(s);
     if (pos > 0xFFFFFFFFu || tt_seek(s->fd, (uint32_t)pos) != 0) return TT_TTDS_EIO;
     s->next = record;
+    s->left = 0;
     return 0;
 }
 

@@ -32,6 +32,7 @@ typedef struct {
     uint32_t targets;      /* K float32 targets per record (0 for a version-1 stream) */
     uint32_t sample_bytes; /* bytes of one sample (without the label and targets) */
     uint32_t next;         /* index of the record tt_ttds_next reads */
+    uint32_t left;         /* sample bytes of the last record tt_ttds_next_head read not read yet */
 } tt_ttds;
 
 int tt_ttds_open(tt_ttds *s, const char *name);                 /* 0, or a negative error code */
@@ -39,6 +40,11 @@ int tt_ttds_next(tt_ttds *s, int32_t *label, void *sample);     /* 1 read, 0 at 
 /* As tt_ttds_next, also reading the record's K targets into target[0..K) (decoded from little-endian);
  * target may be NULL (the targets are skipped). */
 int tt_ttds_next_target(tt_ttds *s, int32_t *label, float *target, void *sample);
+/* A record in two parts (a sample taken row by row, as a program that feeds its input asks for it): the label and
+ * the targets (target may be NULL), then the sample's bytes in order by tt_ttds_sample_read (0, or TT_TTDS_EIO past
+ * the sample's end); the next tt_ttds_next_head skips what was not read. */
+int tt_ttds_next_head(tt_ttds *s, int32_t *label, float *target);
+int tt_ttds_sample_read(tt_ttds *s, void *dst, uint32_t bytes);
 int tt_ttds_seek(tt_ttds *s, uint32_t record);                  /* 0, or negative */
 void tt_ttds_close(tt_ttds *s);
 const char *tt_ttds_error(int code);

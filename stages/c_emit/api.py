@@ -86,6 +86,15 @@ class ApiParts:
     loss_eval: list[str] | None = None
     # A stateful model's per-frame inference (stages/c_emit/stream.py StreamParts); None for a stateless model
     stream: Any = None
+    # Rows of the model input as a row source delivers them (NHWC: H rows of W*C; a flat input: one row)
+    input_rows: int = 1
+    # The model input fed to its first row stream row by row (stages/c_emit/row_feed.py: tensor, rows, row_bytes,
+    # buffer_bytes); None: the input is whole in the arena at tt_input_buffer()
+    input_feed: dict[str, Any] | None = None
+
+    @property
+    def input_buffer_bytes(self) -> int:
+        return int(self.input_feed["buffer_bytes"]) if self.input_feed else self.input_bytes
 
     @property
     def regression(self) -> bool:
@@ -172,7 +181,8 @@ def model_header(p: ApiParts) -> str:
  *
  *     tt_init();                                   // original weights, fresh optimizer state
  *     tt_set_learning_rate(0.01f);
- *     for (;;) {{ read_sensor(tt_input_buffer()); tt_train_sample(tt_input_buffer(), &label); }}
+ *     for (;;) {{ read_sensor(image); tt_train_sample(image, &label); }}
+ *     for (;;) {{ tt_train_sample_rows(read_line, cam, &label); }}  // or row by row from the sensor, see below
  *     tt_checkpoint_save(buf);                     // weights + optimizer state + step, CRC-protected
  */
 #ifndef TT_MODEL_H
@@ -188,6 +198,10 @@ extern "C" {{
 #define TT_BATCH_SIZE {p.batch_size}u
 #define TT_INPUT_BYTES {p.input_bytes}u
 #define TT_INPUT_INT8 {1 if p.input_dtype == 'int8' else 0}
+#define TT_INPUT_ROWS {p.input_rows}u
+#define TT_INPUT_ROW_BYTES {p.input_bytes // max(p.input_rows, 1)}u
+#define TT_INPUT_FED {1 if p.input_feed else 0}
+#define TT_INPUT_BUFFER_BYTES {p.input_buffer_bytes}u
 {q('TT_INPUT', p.input_q)}#define TT_OUTPUT_BYTES {p.output_bytes}u
 #define TT_OUTPUT_INT8 {1 if p.output_dtype == 'int8' else 0}
 {q('TT_OUTPUT', p.output_q)}#define TT_NUM_CLASSES {p.num_classes}
@@ -211,8 +225,21 @@ typedef struct {{
 typedef int (*tt_write_fn)(void *ctx, const void *data, uint32_t len);
 typedef int (*tt_read_fn)(void *ctx, uint32_t offset, void *data, uint32_t len);
 
+/* The model input row by row (a camera or sensor that delivers lines): a row source writes input row `row`
+ * (TT_INPUT_ROW_BYTES bytes of the input's type, C order) to dst and returns 0, or nonzero when it cannot.
+ * TT_INPUT_FED 1: the program asks for the rows while its first layers run, in order 0, 1, ... (each at most once,
+ * during the call), and keeps only the few rows they read at once (TT_INPUT_BUFFER_BYTES): the whole input never
+ * exists in SRAM. A failed row stops the call before anything is trained; it returns TT_ERR_IO.
+ * TT_INPUT_FED 0: the *_rows calls fill tt_input_buffer() row by row first (TT_ERR_IO on a failed row).
+ * The calls that take a whole `input` work either way (with TT_INPUT_FED, their rows are read from it). */
+typedef int (*tt_row_source_fn)(void *ctx, uint32_t row, void *dst, uint32_t bytes);
+/* A row source over a whole input in memory (ctx: the input): what the calls taking `input` use. */
+int tt_rows_from_memory(void *ctx, uint32_t row, void *dst, uint32_t bytes);
+
 void tt_init(void);                      /* arena cleared, original weights, fresh optimizer, step 0; seeds PRNGs */
-void *tt_input_buffer(void);             /* the model input inside the arena: fill it to skip a copy */
+/* The model input's place in the arena, TT_INPUT_BUFFER_BYTES bytes, free between calls. TT_INPUT_FED 0: the whole
+ * input (fill it to skip a copy); TT_INPUT_FED 1: only the window of rows (give the input, or a row source). */
+void *tt_input_buffer(void);
 const void *tt_output_buffer(void);      /* the prediction of the last forward pass */
 void tt_predict(const void *input, void *output); /* forward pass; output may be 0 */
 /* One training sample: forward, loss, backward; the update runs every TT_BATCH_SIZE samples. Returns 1 when an
@@ -227,6 +254,10 @@ uint32_t tt_samples_pending(void);
 void tt_evaluate_begin(void);
 int tt_evaluate_add(const void *input, const void *target); /* forward only; a label out of range is wrong */
 void tt_evaluate_end(tt_eval_result *result);
+/* The same three with the input from a row source (see tt_row_source_fn); TT_ERR_IO when a row failed. */
+int tt_predict_rows(tt_row_source_fn source, void *ctx, void *output); /* TT_OK or TT_ERR_IO */
+int tt_train_sample_rows(tt_row_source_fn source, void *ctx, const void *target);
+int tt_evaluate_add_rows(tt_row_source_fn source, void *ctx, const void *target);
 
 /* Hyper-parameters (defaults: the spec's values at build time). Seed: takes effect at the next tt_init. */
 {setters}
@@ -318,6 +349,42 @@ void tt_stream_step(const void *frame, void *output)
 {{
 {ind(s.body)}
 }}
+"""
+
+
+def _input_source(p: ApiParts) -> str:
+    """tt_set_rows (the input of the next forward comes from `source`) and tt_input_status (did every row come)."""
+    if p.input_feed:
+        return """/* The input is fed: the first row stream asks tt_feed for its rows (stages/c_emit/row_feed.py). */
+static int tt_set_rows(tt_row_source_fn source, void *ctx)
+{
+    tt_feed.fn = source;
+    tt_feed.ctx = ctx;
+    tt_feed.next = 0u;
+    tt_feed.status = 0;
+    return TT_OK;
+}
+
+static int tt_input_status(void) { return tt_feed.status != 0 ? TT_ERR_IO : TT_OK; }
+"""
+    return f"""/* The input is whole in the arena: a source's rows are copied there first (none when given the buffer
+ * itself). */
+static int tt_set_rows(tt_row_source_fn source, void *ctx)
+{{
+    uint8_t *const x = (uint8_t *){p.input_expr};
+    uint32_t r;
+    if (source == tt_rows_from_memory && ctx == (void *)x) {{
+        return TT_OK;
+    }}
+    for (r = 0; r < TT_INPUT_ROWS; ++r) {{
+        if (source(ctx, r, x + r * TT_INPUT_ROW_BYTES, TT_INPUT_ROW_BYTES) != 0) {{
+            return TT_ERR_IO;
+        }}
+    }}
+    return TT_OK;
+}}
+
+static int tt_input_status(void) {{ return TT_OK; }}
 """
 
 
@@ -439,26 +506,41 @@ uint32_t tt_arena_high_water(void)
 void *tt_input_buffer(void) {{ return {p.input_expr}; }}
 const void *tt_output_buffer(void) {{ return {p.output_expr}; }}
 
-static void tt_set_input(const void *input)
+{_input_source(p)}
+int tt_predict_rows(tt_row_source_fn source, void *ctx, void *output)
 {{
-    if (input != (const void *){p.input_expr}) {{
-        memcpy({p.input_expr}, input, TT_INPUT_BYTES);
+    if (tt_set_rows(source, ctx) != TT_OK) {{
+        return TT_ERR_IO;
     }}
+    tt_forward();
+    if (tt_input_status() != TT_OK) {{
+        return TT_ERR_IO;
+    }}
+    if (output != 0) {{
+        memcpy(output, {p.output_expr}, TT_OUTPUT_BYTES);
+    }}
+    return TT_OK;
 }}
 
 void tt_predict(const void *input, void *output)
 {{
-    tt_set_input(input);
-    tt_forward();
-    if (output != 0) {{
-        memcpy(output, {p.output_expr}, TT_OUTPUT_BYTES);
-    }}
+    (void)tt_predict_rows(tt_rows_from_memory, (void *)input, output);
 }}
 
 int tt_train_sample(const void *input, const void *target)
 {{
-{set_target}    tt_set_input(input);
+    return tt_train_sample_rows(tt_rows_from_memory, (void *)input, target);
+}}
+
+int tt_train_sample_rows(tt_row_source_fn source, void *ctx, const void *target)
+{{
+{set_target}    if (tt_set_rows(source, ctx) != TT_OK) {{
+        return TT_ERR_IO;
+    }}
     tt_sample_step();
+    if (tt_input_status() != TT_OK) {{
+        return TT_ERR_IO;
+    }}
     tt_loss = {p.loss_expr}[0];
     if (++tt_pending == TT_BATCH_SIZE) {{
         tt_update_step();
@@ -494,8 +576,18 @@ uint32_t tt_samples_pending(void) {{ return tt_pending; }}
 
 int tt_evaluate_add(const void *input, const void *target)
 {{
-    tt_set_input(input);
+    return tt_evaluate_add_rows(tt_rows_from_memory, (void *)input, target);
+}}
+
+int tt_evaluate_add_rows(tt_row_source_fn source, void *ctx, const void *target)
+{{
+    if (tt_set_rows(source, ctx) != TT_OK) {{
+        return TT_ERR_IO;
+    }}
     tt_forward();
+    if (tt_input_status() != TT_OK) {{
+        return TT_ERR_IO;
+    }}
 {pred}{eval_acc}    ++tt_eval_count;
     return TT_OK;
 }}

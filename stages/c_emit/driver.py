@@ -90,7 +90,7 @@ static void tt_read_config(tt_runtime_config *c)
  * model's input buffer when it is large enough: that slot of the arena is free between samples and after the run,
  * so the board keeps no static buffer for them (MobileNetV2: 1.2 KB of SRAM); a smaller input gets one. */
 #define TT_TEXT_BYTES 1024u
-#if TT_INPUT_BYTES >= TT_TEXT_BYTES
+#if TT_INPUT_BUFFER_BYTES >= TT_TEXT_BYTES
 #define TT_SCRATCH() ((char *)tt_input_buffer())
 #else
 static char tt_scratch_buf[TT_TEXT_BYTES];
@@ -133,6 +133,26 @@ static int tt_file_read(void *ctx, uint32_t offset, void *data, uint32_t len)
 static float tt_target_row[TT_NUM_TARGETS];
 #endif
 
+/* The model input of a record: TT_INPUT_FED, read from the file row by row as the program asks for it (a sensor's
+ * lines on a product: the image is never whole in SRAM); else whole into tt_input_buffer() first. */
+#if TT_INPUT_FED
+static int tt_ttds_rows(void *ctx, uint32_t row, void *dst, uint32_t bytes)
+{
+    (void)row; /* asked in order: the next bytes of the record's sample */
+    return tt_ttds_sample_read((tt_ttds *)ctx, dst, bytes);
+}
+#define TT_NEXT_RECORD(s, label, target) tt_ttds_next_head((s), (label), (target))
+#define TT_RECORD_INPUT(s) tt_ttds_rows, (void *)(s)
+#else
+#define TT_NEXT_RECORD(s, label, target) tt_ttds_next_target((s), (label), (target), tt_input_buffer())
+#define TT_RECORD_INPUT(s) tt_rows_from_memory, tt_input_buffer()
+#endif
+#if TT_TASK_REGRESSION
+#define TT_RECORD_TARGET(label) tt_target_row
+#else
+#define TT_RECORD_TARGET(label) (label)
+#endif
+
 /* Evaluates test.ttds; `dump` names a file that receives every sample's output bytes, in order (NULL: none). */
 static void tt_evaluate(uint32_t *a, uint32_t *total, const char *dump)
 {
@@ -158,18 +178,16 @@ static void tt_evaluate(uint32_t *a, uint32_t *total, const char *dump)
     tt_evaluate_begin();
     for (;;) {
 #if TT_TASK_REGRESSION
-        rc = tt_ttds_next_target(&s, &label, tt_target_row, tt_input_buffer());
-        if (rc == 1) {
-            (void)tt_evaluate_add(tt_input_buffer(), tt_target_row);
-        }
+        rc = TT_NEXT_RECORD(&s, &label, tt_target_row);
 #else
-        rc = tt_ttds_next(&s, &label, tt_input_buffer());
-        if (rc == 1) {
-            (void)tt_evaluate_add(tt_input_buffer(), &label); /* a label out of range counts as wrong */
-        }
+        rc = TT_NEXT_RECORD(&s, &label, NULL);
 #endif
         if (rc != 1) {
             break;
+        }
+        /* a label out of range counts as wrong */
+        if (tt_evaluate_add_rows(TT_RECORD_INPUT(&s), TT_RECORD_TARGET(&label)) == TT_ERR_IO) {
+            tt_fail("test.ttds: read error");
         }
         if (dfd >= 0 && tt_write(dfd, tt_output_buffer(), TT_OUTPUT_BYTES) != 0) {
             tt_fail("cannot write the evaluation's output file");
@@ -340,20 +358,20 @@ int tt_main(void)
                 uint8_t lb[4];
                 uint32_t bits;
 #if TT_TASK_REGRESSION
-                rc = tt_ttds_next_target(&s, &label, tt_target_row, tt_input_buffer());
-                if (rc != 1) {
-                    tt_fail("train.ttds: read error");
-                }
-                (void)tt_train_sample(tt_input_buffer(), tt_target_row);
+                rc = TT_NEXT_RECORD(&s, &label, tt_target_row);
 #else
-                rc = tt_ttds_next(&s, &label, tt_input_buffer());
+                rc = TT_NEXT_RECORD(&s, &label, NULL);
+#endif
                 if (rc != 1) {
                     tt_fail("train.ttds: read error");
                 }
-                if (tt_train_sample(tt_input_buffer(), &label) < 0) {
+                rc = tt_train_sample_rows(TT_RECORD_INPUT(&s), TT_RECORD_TARGET(&label));
+                if (rc == TT_ERR_IO) {
+                    tt_fail("train.ttds: read error");
+                }
+                if (rc < 0) {
                     tt_fail("train.ttds: label out of range");
                 }
-#endif
                 lv = tt_loss_last();
                 bits = tt_f32_bits(lv);
                 lb[0] = (uint8_t)bits; lb[1] = (uint8_t)(bits >> 8); lb[2] = (uint8_t)(bits >> 16); lb[3] = (uint8_t)(bits >> 24);

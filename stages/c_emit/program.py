@@ -140,12 +140,15 @@ def api_parts(gen, x_name: str, lab: str, head: str, meta: dict[str, Any], train
         idx = [int(t.source_index) for t in g.tensors.values() if t.source_index is not None]
         wof_n_buffers = max(idx) + 1 if idx else 0
     qp = lambda t: gen.qp(t) if g.tensors[t].quant is not None else None  # noqa: E731
+    if gen.input_feed is not None and gen.input_feed["tensor"] != x_name:
+        raise CodegenError(f"fed input {gen.input_feed['tensor']!r} is not the model input {x_name!r}")
     return ApiParts(input_expr=gen.loc(x_name), input_bytes=x_t.nbytes, input_dtype=x_t.dtype, input_q=qp(x_name),
                     output_expr=output_expr, output_bytes=h_t.nbytes, output_dtype=h_t.dtype, output_q=qp(head),
                     label_expr=gen.loc(lab), loss_expr=gen.loc(meta["loss_tensor"]), num_classes=int(h_t.shape[-1]),
                     num_targets=num_targets, batch_size=int(meta["batch_size"]), trained=rows, state=gen.state,
                     wof_n_buffers=int(wof_n_buffers), defaults=dict(meta.get("runtime_defaults") or {}),
-                    n_prof=max(n_prof, 1), loss_eval=loss_eval)
+                    n_prof=max(n_prof, 1), loss_eval=loss_eval,
+                    input_rows=int(x_t.shape[1]) if len(x_t.shape) >= 3 else 1, input_feed=gen.input_feed)
 
 
 def head_captures(gen, heads: list[dict[str, Any]]) -> dict[str, list[str]]:

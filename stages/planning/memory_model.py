@@ -44,8 +44,9 @@ Simulated peak of a plan (`simulate`, `estimate`)
   gradient computed right before its update, one output channel at a time) and hidden-channel streams (a backward
   between two 1x1 convs one hidden channel at a time, channel_stream.merge_steps; the search's region terms leave
   them out: an upper bound) mirrored, estimate / exact peak is in
-  [0.98, 1.04], median 1.000 over the 160 cases. Not mirrored: the position stream of a pooled head's gradient
-  (it only lowers the exact peak) and the exact planner's other orders.
+  [0.98, 1.04], median 1.000 over the 160 cases. The position stream of a pooled head's gradient is mirrored as
+  one step holding its tensors whole-group (_merge_positions: with the model input fed row by row the MobileNetV2
+  TTE plan's peak is there); the exact planner's other orders are not.
 
 Per-option costs for the search (`bias_option`, `weight_cost`; an additive model, so that a knapsack applies)
   region term of k  the simulated peak of "biases of the last k layers" (gradients flow down to the k-th last
@@ -87,7 +88,8 @@ from tinytrain.stages.ops import CLAMP_MASK, CONV2D, MASK_GRAD
 from tinytrain.stages.quant.qas import STATE_COUNT
 from tinytrain.stages.planning import channel_stream
 from tinytrain.stages.planning.fp16_memory import RESIDENT_SCALARS, fp16_steps
-from tinytrain.stages.planning.streams import MAX_ROW_OPS, row_geometry, row_op_ok, sink_over_inputs, window_rows
+from tinytrain.stages.planning.streams import (MAX_ROW_OPS, fed_inputs, row_geometry, row_op_ok, sink_over_inputs,
+                                              window_rows)
 from tinytrain.stages.planning.train_plan import RATIOS, TrainPlan, _has_bias, _in_channels
 
 FP32 = 4
@@ -168,7 +170,7 @@ class MemoryModel:
         self.by_op = {lay.op_index: lay for lay in self.layers}
         self._fwd, self._head = self._training_forward()
         self.forward_peak = self._forward_peak()
-        self._region_cache: dict[int, dict[str, Any]] = {}
+        self._region_cache: dict[tuple[int, bool], dict[str, Any]] = {}
         self._weight_cache: dict[tuple[int, int], dict[str, int]] = {}
 
     def _layer(self, i: int) -> Layer:
@@ -320,15 +322,27 @@ class MemoryModel:
                 # the sink written over the chain's input rows it has read (streams.sink_over_inputs, when that
                 # input dies there): its own buffer starts after the stream, as the planner places it
                 x = g.ops[chain[0]].inputs[0]
-                over = [merged[:2] + (list(window),), ("stream_rows_sink", [], [sink])] \
-                    if x in sizes and readers.get(x) == [chain[0]] and x not in outs and sizes[x] >= sizes[sink] \
-                    and sink_over_inputs([row_geometry(g, g.ops[c]) for c in chain],
-                                         [[-1]] + [[m] for m in range(len(chain) - 1)], 1) == [0] else [merged]
+                geo0 = row_geometry(g, g.ops[chain[0]])
+                if x in g.inputs and x in sizes and fed_inputs(g, chain, [x], readers):
+                    # the model input fed row by row (streams.fed_inputs): its window only, nothing written over it
+                    window[x] = window_rows(geo0) * geo0["in_row"]
+                    over = [merged]
+                elif x in sizes and readers.get(x) == [chain[0]] and x not in outs and sizes[x] >= sizes[sink] \
+                        and sink_over_inputs([row_geometry(g, g.ops[c]) for c in chain],
+                                             [[-1]] + [[m] for m in range(len(chain) - 1)], 1) == [0]:
+                    over = [merged[:2] + (list(window),), ("stream_rows_sink", [], [sink])]
+                else:
+                    over = [merged]
                 trial = steps[:j] + over + steps[k + 1:n]
                 trial_sizes = {**sizes, **window}
-                before = max(_live_profile(sizes, steps[:n], inputs, outs, g)[0], default=0)
-                after = max(_live_profile(trial_sizes, trial, inputs, outs, g)[0], default=0)
-                if after < before:
+                live0 = _live_profile(sizes, steps[:n], inputs, outs, g)[0]
+                live1 = _live_profile(trial_sizes, trial, inputs, outs, g)[0]
+                before, after = max(live0, default=0), max(live1, default=0)
+                # kept when it lowers the peak, or its own steps without raising the peak (the stage's prune keeps a
+                # stream whose removal raises the arena: a chain below the forward's peak now may hold the peak once
+                # an earlier chain is streamed, e.g. block 2 after the stem's image is fed row by row)
+                if after < before or (after == before and max(live1[j:j + len(over)], default=0)
+                                      < max(live0[j:k + 1], default=0)):
                     steps[j:k + 1] = over
                     sizes.update(window)
                     n -= k - j + 1 - len(over)
@@ -410,6 +424,7 @@ class MemoryModel:
         # backward reads the outputs of the ops the gradient passes through.
         n_fwd = self._stream_rows(steps, sizes, params, {i for i in self._fwd if op_needs[i]}) if s.reorder \
             else len(self._fwd)
+        positions: list[tuple[str, str]] = []
         for i in reversed(self._fwd):
             op = g.ops[i]
             if not op_needs[i]:
@@ -431,6 +446,7 @@ class MemoryModel:
             if dz != dy and dy in sb.bcast and self._position_streamed(op, wk, s.reorder):
                 # reorder's position stream: mean_grad -> mask -> bias / 1x1 input gradient, one position at a time
                 sizes[dy] = sizes[dz] = int(g.tensors[y].shape[-1]) * FP32
+                positions.append((dy, dz))
             d.backward(sb, op, i, dz)   # the op module's emission, as autodiff runs it
             sb.finish(start)
             if d.trainable:
@@ -445,10 +461,13 @@ class MemoryModel:
             k = _mask_steps(steps, n_fwd, sb.maskable, sizes, g)
             windows = {i: (a + k, b + k) for i, (a, b) in windows.items()}   # the masks went into the forward
             n_fwd += k
+        for dy, dz in positions:   # after the masks, which rewrite the steps that read activations
+            remap = _merge_positions(steps, dy, dz)
+            windows = {i: (remap.get(a, a), remap.get(b, b)) for i, (a, b) in windows.items()}
         if hidden and s.reorder and s.batch_size == 1 and not s.fp16_mixed:
-            # reorder's hidden-channel streams (an inverted-residual backward one hidden channel at a time); not in
-            # the search's region terms: training a weight inside a chain (a depthwise) breaks it, which an
-            # additive weight term cannot price, so the regions stay the unstreamed upper bound
+            # reorder's hidden-channel streams (an inverted-residual backward one hidden channel at a time); in the
+            # search's region terms too: a weight that would break a chain (a depthwise's) pays the difference in
+            # its own term (weight_cost, _breaks_chains)
             remap = channel_stream.merge_steps(steps, sizes, g)
             windows = {i: (remap.get(a, a), remap.get(b, b)) for i, (a, b) in windows.items()}
         live, end, held = _live_profile(sizes, steps, inputs, ["train/loss"], g)
@@ -472,11 +491,31 @@ class MemoryModel:
         it (the search's region term)."""
         return {k: v for k, v in self._region(earliest).items() if not k.startswith("_")}
 
-    def _region(self, earliest: int) -> dict[str, Any]:
-        if earliest not in self._region_cache:
+    def _region(self, earliest: int, hidden: bool = True) -> dict[str, Any]:
+        """The region's simulation with the hidden-channel streams the stage would run for its biases (hidden), or
+        without them (what a plan training a weight that breaks a chain gets, _breaks_chains)."""
+        if (earliest, hidden) not in self._region_cache:
             chosen = [lay.op_index for lay in self.layers if lay.op_index >= earliest]
-            self._region_cache[earliest] = self._simulate(chosen, {}, reach=earliest, hidden=False)
-        return self._region_cache[earliest]
+            self._region_cache[(earliest, hidden)] = self._simulate(chosen, {}, reach=earliest, hidden=hidden)
+        return self._region_cache[(earliest, hidden)]
+
+    def _breaks_chains(self, op_index: int) -> bool:
+        """Training this layer's weights may break a hidden-channel chain: its weight gradient is not a 1x1 conv's
+        (hidden_role "weight"), the only weight gradient a chain runs row by row (channel_stream.py): a depthwise's
+        reads a chain's gradient plane whole."""
+        lay = self.by_op[op_index]
+        gw = REGISTRY.get(f"{lay.type}_grad_weight")
+        w = self.g.tensors[lay.weight].shape
+        return gw is None or gw.hidden_role != "weight" or len(w) != 4 or int(w[1]) != 1 or int(w[2]) != 1
+
+    def _chain_break_cost(self, op_index: int) -> int:
+        """The most the hidden streams lower the peak of any region holding layer op_index (0 where its weights
+        keep every chain): what a plan pays when training them makes the stage run those regions unstreamed."""
+        if not self._breaks_chains(op_index):
+            return 0
+        return max((self._region(e, False)["transient"] - self._region(e)["transient"]
+                    for e in (other.op_index for other in self.layers if other.op_index <= op_index)
+                    if op_index in self._region(e)["_windows"]), default=0)
 
     def bias_option(self, k: int) -> dict[str, Any]:
         """The `auto` search's bias option: biases of the last k trainable layers (their gradients flow down to
@@ -507,7 +546,8 @@ class MemoryModel:
         resident = sum(parts.values())
         key = (op_index, n)
         if key not in self._weight_cache:
-            self._weight_cache[key] = {"transient": self._excess(op_index, n) if n else 0}
+            self._weight_cache[key] = {"transient": self._excess(op_index, n) + self._chain_break_cost(op_index)
+                                       if n else 0}
         out = {"channels": n, "params": ce, "weight_copy": parts["copy"], "optimizer_state": parts["optimizer_state"],
                "accumulator": parts["accumulator"], "master_copy": parts["master_copy"],
                "transient": self._weight_cache[key]["transient"]}
@@ -533,7 +573,7 @@ class MemoryModel:
             t += _aligned(numel(slice_shape(g, x, n, depth)) * FP32)
         best = 0
         for e in (other.op_index for other in self.layers if other.op_index <= op_index):
-            r = self._region(e)
+            r = self._region(e, not self._breaks_chains(op_index))
             win = r["_windows"].get(op_index)
             if win is None:
                 continue          # the gradient of region e does not reach this layer (another branch)
@@ -711,6 +751,38 @@ def _mask_steps(steps: list[tuple[str, list[str], list[str]]], n_fwd: int, maska
 
     return insert_masks(steps, n_fwd, lambda st: (st[1], st[2]), masks, mask_step,
                         lambda st, mask: (MASK_GRAD.name, [st[1][0], mask], list(st[2])))
+
+
+def _merge_positions(steps: list[tuple], dy: str, dz: str) -> dict[int, int]:
+    """The reorder stage's position stream on the abstract program: the step that makes the broadcast gradient dy
+    (mean_grad), the mask making dz and the steps reading dz become one step reading and writing all they do (the
+    planner keeps a stream's tensors for the whole group, without in-place sharing inside it); the steps between
+    them go after it (an update of a bias gradient the group makes), or before it when the group reads what they
+    make. Returns the old -> new index of every step."""
+    remap = {k: k for k in range(len(steps))}
+    m = next((k for k in range(len(steps)) if dy in steps[k][2]), None)
+    if m is None:
+        return remap
+    members = [m] + [k for k in range(m + 1, len(steps)) if dz in steps[k][2] or dz in steps[k][1]]
+    last = members[-1]
+    made = {t for k in members for t in steps[k][2]}
+    reads = {t for k in members for t in steps[k][1]}
+    others = [k for k in range(m, last + 1) if k not in members]
+    before = [k for k in others if set(steps[k][2]) & reads and not set(steps[k][1]) & made]
+    after = [k for k in others if k not in before]
+    merged = ("positions", list(dict.fromkeys(t for k in members for t in steps[k][1] if t not in made)),
+              list(dict.fromkeys(t for k in members for t in steps[k][2])))
+    span = [steps[k] for k in before] + [merged] + [steps[k] for k in after]
+    for n, k in enumerate(before):
+        remap[k] = m + n
+    for k in members:
+        remap[k] = m + len(before)
+    for n, k in enumerate(after):
+        remap[k] = m + len(before) + 1 + n
+    for k in range(last + 1, len(steps)):
+        remap[k] = k - (last + 1 - m - len(span))
+    steps[m:last + 1] = span
+    return remap
 
 
 def _live_profile(sizes: dict[str, int], steps: list[tuple[str, list[str], list[str]]], inputs: list[str],

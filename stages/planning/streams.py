@@ -20,6 +20,8 @@ rows       A group of forward ops of a frozen prefix (N = 1): conv2d / depthwise
            MobileNetV2-w0.35 at 128x128 the stem and the first two blocks never hold their 64x64x48 expand output
            (192 KB), only 3 rows of it (9 KB); MediaPipe's hand_recrop streams its first 23 ops (two residual
            blocks, each ADD with both branches) and never holds their 128x128 activations whole: 320 KB -> 247 KB.
+           The model input of a chain stream is fed row by row from the data source (fed_inputs, with_feeds: a
+           source op in front): MobileNetV2's 48 KB image is held 3 rows at a time (arena 128.7 -> 116.8 KB).
 positions  The gradient of a global average pool feeding a masked 1x1 convolution (mean_grad -> clamp/mask grad
            -> bias_grad and/or a 1x1 stride-1 conv2d_grad_input): one spatial position at a time, so the broadcast
            gradient (MobileNetV2's 4x4x1280 fp32, 80 KB) exists one position (5 KB) at a time; the bias gradient
@@ -266,6 +268,54 @@ def sink_over_inputs(geos: list[dict[str, Any]], sources: list[list[int]], n_out
     return ok
 
 
+def fed_inputs(graph: Graph, group: list[int], outside: list[str], readers: dict[str, list[int]],
+               whole: set[str] = frozenset()) -> list[str]:
+    """The outside inputs of a row stream that a row source feeds instead of a whole buffer: the model's input
+    (an N=1 NHWC graph input of more than one row) when only the group's first op reads it, as rows, and the group
+    is a chain (each op reading the one before; what memory_model.py mirrors, so that the `auto` search's price and
+    the exact peak agree: a residual block fed from the image would stream where the price says it does not,
+    tests/test_sparse_plan.py test_simulated_peak_tracks_the_exact_planner). The generated
+    program asks the data source for its rows in order as the stream needs them (kernels_c/tt_stream.h
+    tt_row_feed), keeping a window of them: MobileNetV2's 128x128x3 image (48 KB) is never whole in SRAM, only
+    the 3 rows the stem's conv reads (1.1 KB). At most one: the C API takes one input."""
+    label = graph.meta.get("train", {}).get("label_input")
+    if len(group) >= MAX_ROW_OPS:
+        return []   # no room for the source op
+    for t in outside:
+        if t in graph.inputs and t != label and t not in graph.outputs and t not in whole \
+                and _nhwc1(graph.tensors[t].shape) and int(graph.tensors[t].shape[1]) > 1 \
+                and readers.get(t) == group[:1] and _chain(graph, group, readers):
+            return [t]
+    return []
+
+
+def _chain(graph: Graph, group: list[int], readers: dict[str, list[int]]) -> bool:
+    """Each op of the group after the first reads the op before it as its first input, and only it reads it."""
+    for a, b in zip(group, group[1:]):
+        t = graph.ops[a].outputs[0]
+        if graph.ops[b].inputs[0] != t or readers.get(t) != [b]:
+            return False
+    return True
+
+
+def feed_geometry(graph: Graph, t: str) -> dict[str, Any]:
+    """Row geometry of a fed input's source (a pseudo op of the stream, one row per call, no inputs)."""
+    h = int(graph.tensors[t].shape[1])
+    row = numel(graph.tensors[t].shape[2:]) * element_bytes(graph, t)
+    return {"in_h": h, "out_h": h, "stride": 1, "pad_top": 0, "span": 1, "inputs": [], "in_rows": [],
+            "in_row": 0, "out_row": row}
+
+
+def with_feeds(graph: Graph, geos: list[dict[str, Any]], sources: list[list[int]], outside: list[str],
+               fed: list[str]) -> tuple[list[dict[str, Any]], list[list[int]]]:
+    """The stream as tt_stream_rows runs it when inputs are fed: a source op per fed input in front (ops 0..f-1),
+    the group's ops after it, each read of a fed input pointed at its source."""
+    f = len(fed)
+    src = {-1 - outside.index(t): k for k, t in enumerate(fed)}
+    shifted = [[src[p] if p in src else (p + f if p >= 0 else p) for p in s] for s in sources]
+    return [feed_geometry(graph, t) for t in fed] + list(geos), [[] for _ in fed] + shifted
+
+
 def _row_group(graph: Graph, group: list[int], readers: dict[str, list[int]],
                geos: dict[int, dict[str, Any]]) -> tuple[list[list[int]], list[str]] | None:
     """(sources per op, outside tensors) when `group` (op indices in schedule order) can run as one row stream:
@@ -297,15 +347,24 @@ def _row_group(graph: Graph, group: list[int], readers: dict[str, list[int]],
 
 
 def _group_cost(graph: Graph, group: list[int], sources: list[list[int]], outside: list[str],
-                geos: dict[int, dict[str, Any]], nbytes) -> int:
+                geos: dict[int, dict[str, Any]], nbytes, readers: dict[str, list[int]]) -> int:
     """Bytes a row stream holds while it runs, estimated without simulating it: its outside inputs and its sink's
-    output whole, each intermediate output for the most rows its consumers read at once, per consumer."""
+    output whole, each intermediate output (and a fed input, fed_inputs) for the most rows its consumers read at
+    once, per consumer."""
     rows: dict[int, int] = {}
     for k, i in enumerate(group):
         for p in sources[k]:
             if p >= 0:
                 rows[p] = rows.get(p, 0) + geos[i]["window"]
-    return (sum(nbytes(t) for t in outside) + nbytes(graph.ops[group[-1]].outputs[0])
+    fed = fed_inputs(graph, group, outside, readers)
+    held = 0
+    for t in outside:
+        if t in fed:  # a window of rows: as many as its readers read at once
+            held += sum(geos[i]["window"] for k, i in enumerate(group) if -1 - outside.index(t) in sources[k]) \
+                * feed_geometry(graph, t)["out_row"]
+        else:
+            held += nbytes(t)
+    return (held + nbytes(graph.ops[group[-1]].outputs[0])
             + sum(r * geos[group[p]]["out_row"] for p, r in rows.items()))
 
 
@@ -369,7 +428,7 @@ def _row_streams(graph: Graph, order: list[int]) -> list[Stream]:
                 found = _row_group(graph, run[i:j], readers, geos)
                 if found is None:
                     continue
-                c = _group_cost(graph, run[i:j], *found, geos, nbytes)
+                c = _group_cost(graph, run[i:j], *found, geos, nbytes, readers)
                 cand = (max(peak, c), sq + c * c, nops + j - i, i, found)
                 if best[j] is None or cand[:3] < best[j][:3]:
                     best[j] = cand
@@ -385,13 +444,21 @@ def _row_streams(graph: Graph, order: list[int]) -> list[Stream]:
             win = {graph.ops[i].outputs[0]: windows[k] for k, i in enumerate(group[:-1])}
             chunked = {graph.ops[i].outputs[0]: windows[k] * gl[k]["out_row"] for k, i in enumerate(group[:-1])}
             whole = {t for i in group for j, t in enumerate(graph.ops[i].inputs) if j not in geos[i]["inputs"]}
+            fed = fed_inputs(graph, group, outside, readers, whole)
+            if fed:
+                fg, fs = with_feeds(graph, gl, sources, outside, fed)
+                fw = simulate_rows(fg, fs)
+                for f, t in enumerate(fed):
+                    win[t], chunked[t] = fw[f], fw[f] * fg[f]["out_row"]
             # not over a tensor that is itself written over another (the arena places one level of it)
             over = [outside[e] for e in sink_over_inputs(gl, sources, len(outside))
-                    if outside[e] not in whole and outside[e] not in written_over]
+                    if outside[e] not in whole and outside[e] not in fed and outside[e] not in written_over]
             if over:
                 written_over.add(graph.ops[group[-1]].outputs[0])
-            out.append(Stream("rows", group, chunked, {"windows": win, "sources": sources, "outside": outside,
-                                                       "sink_over": over}))
+            info = {"windows": win, "sources": sources, "outside": outside, "sink_over": over}
+            if fed:
+                info["fed"] = fed
+            out.append(Stream("rows", group, chunked, info))
         s = e + 1
     return out
 
