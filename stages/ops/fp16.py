@@ -22,7 +22,7 @@ import numpy as np
 from tinytrain.stages.c_emit.literals import flit, numel
 from tinytrain.stages.golden import fp16 as h
 from tinytrain.stages.model.ir import Op
-from tinytrain.stages.ops import conv, training
+from tinytrain.stages.ops import conv, pooling, training
 from tinytrain.stages.ops import fully_connected as fc
 from tinytrain.stages.ops.base import OpDef
 
@@ -42,7 +42,7 @@ CHANNEL_END_OPS = (AMP_CHECK,)
 # activation has no fp32 copy. The weight gradients' saved input x (`_hx_` kernels), the activation mask's forward
 # output y (`_hy_`), the max pool's forward input (`_f16`).
 FP16_OPERANDS = {conv.CONV2D_GRAD_WEIGHT.name: (1,), fc.FULLY_CONNECTED_GRAD_WEIGHT.name: (1,),
-                 training.ACT_GRAD.name: (1,), "max_pool2d_grad": (1,)}
+                 training.ACT_GRAD.name: (1,), pooling.MAX_POOL2D_GRAD.name: (1,)}
 
 
 def exact_kernels() -> dict:
