@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tinytrain.stages.device.cycles import COSTS, TraceReader, classify, estimate, parse_insn
+from tinytrain.stages.device.cycles import COSTS, TRAIN_ENTRIES, TraceReader, classify, estimate, parse_insn
 
 M4, M7 = COSTS["cortex-m4"], COSTS["cortex-m7"]
 REPO = Path(__file__).resolve().parent.parent
@@ -153,6 +153,14 @@ def test_reader_counts_a_window_exactly():
     assert doc["cycles_per_step"] == 18 and doc["instructions_traced"] == 15
     assert doc["by_core"]["cortex-m4"]["cycles"] == 26
     assert doc["ms_per_step"] == pytest.approx(18 / 1e6 * 1e3)
+
+
+@pytest.mark.parametrize("entry", TRAIN_ENTRIES)
+def test_default_window_opens_at_either_training_entry(entry):
+    # a driver whose input is fed row by row enters a step through tt_train_sample_rows, not tt_train_sample
+    log = LOG.replace(" work", f" {entry}").replace(" done", " tt_progress")
+    assert TraceReader().feed_all(log.splitlines()).instructions == 3 * 4 + 1 + 1 + 1
+    assert TraceReader("tt_no_such_entry").feed_all(log.splitlines()).instructions == 0
 
 
 def test_reader_without_a_window_counts_everything_and_refuses_unknown_blocks():

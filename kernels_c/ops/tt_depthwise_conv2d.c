@@ -311,15 +311,25 @@ static inline int32_t tt_dw16_ld(const int16_t *p)
 /* Written out (naked, all 14 registers its own): GCC's allocation of the C loop below spilled the six packed
  * weights to the stack and reloaded them per pair. r0-r2 the rows, r3 a word of a row, r4-r9 the weights, r10 acc,
  * r11 the pairs left, r12 / lr the two sums: 20 instructions per stride-1 pair (18 MACs), 21 at stride 2. */
+/* Both loops: save r4-r11, load the six packed weights, acc and the pair count, start the first pair's first sum;
+ * then store the pair's two sums and loop. */
+#define TT_DW16_ENTER \
+    "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t" \
+    "ldm    r3, {r4, r5, r6, r7, r8, r9, r10, r11}\n\t" \
+    "1:\n\t" \
+    "ldr    r3, [r0], #4\n\t" \
+    "smuad  r12, r3, r4\n\t"
+#define TT_DW16_LEAVE \
+    "strd   r12, lr, [r10], #8\n\t" \
+    "subs   r11, r11, #1\n\t" \
+    "bne    1b\n\t" \
+    "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t"
+
 __attribute__((naked, noinline)) static void tt_dw16_pairs1(TT_ASM_ARG const int16_t *p0, TT_ASM_ARG const int16_t *p1,
                                                               TT_ASM_ARG const int16_t *p2, TT_ASM_ARG const int32_t *args)
 {
     __asm__ volatile(
-        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
-        "ldm    r3, {r4, r5, r6, r7, r8, r9, r10, r11}\n\t"
-        "1:\n\t"
-        "ldr    r3, [r0], #4\n\t"
-        "smuad  r12, r3, r4\n\t"
+        TT_DW16_ENTER
         "smultb lr, r3, r4\n\t"
         "ldr    r3, [r0]\n\t"
         "smlabt r12, r3, r5, r12\n\t"
@@ -336,21 +346,14 @@ __attribute__((naked, noinline)) static void tt_dw16_pairs1(TT_ASM_ARG const int
         "ldr    r3, [r2]\n\t"
         "smlabt r12, r3, r9, r12\n\t"
         "smlad  lr, r3, r9, lr\n\t"
-        "strd   r12, lr, [r10], #8\n\t"
-        "subs   r11, r11, #1\n\t"
-        "bne    1b\n\t"
-        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+        TT_DW16_LEAVE);
 }
 
 __attribute__((naked, noinline)) static void tt_dw16_pairs2(TT_ASM_ARG const int16_t *p0, TT_ASM_ARG const int16_t *p1,
                                                               TT_ASM_ARG const int16_t *p2, TT_ASM_ARG const int32_t *args)
 {
     __asm__ volatile(
-        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
-        "ldm    r3, {r4, r5, r6, r7, r8, r9, r10, r11}\n\t"
-        "1:\n\t"
-        "ldr    r3, [r0], #4\n\t"
-        "smuad  r12, r3, r4\n\t"
+        TT_DW16_ENTER
         "ldr    r3, [r0], #4\n\t"
         "smlabt r12, r3, r5, r12\n\t"
         "smuad  lr, r3, r4\n\t"
@@ -370,10 +373,7 @@ __attribute__((naked, noinline)) static void tt_dw16_pairs2(TT_ASM_ARG const int
         "smlad  lr, r3, r8, lr\n\t"
         "ldr    r3, [r2]\n\t"
         "smlabt lr, r3, r9, lr\n\t"
-        "strd   r12, lr, [r10], #8\n\t"
-        "subs   r11, r11, #1\n\t"
-        "bne    1b\n\t"
-        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+        TT_DW16_LEAVE);
 }
 
 static inline void tt_dw16_pairs(const int16_t *p0, const int16_t *p1, const int16_t *p2, const int32_t *a,

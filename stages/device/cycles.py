@@ -419,13 +419,20 @@ _REWOUND_RE = re.compile(r"^cpu_io_recompile: rewound execution of TB to ([0-9a-
 _STOPPED_RE = re.compile(r"^Stopped execution of TB chain before (0x[0-9a-f]+)")
 
 
+# a training step starts in either entry: a driver whose model input is fed row by row (streams.fed_inputs)
+# calls tt_train_sample_rows
+TRAIN_ENTRIES = ("tt_train_sample", "tt_train_sample_rows")
+
+
 class TraceReader:
     """Consumes QEMU's `-d in_asm,exec,nochain` log line by line (`feed`), counting only inside the
     window [first TB of `start_symbol`, next TB of `stop_symbol`). `start_symbol=None` counts from the
     first TB, `stop_symbol=None` to the end."""
 
-    def __init__(self, start_symbol: str | None = "tt_train_sample", stop_symbol: str | None = "tt_progress"):
-        self.start, self.stop = start_symbol, stop_symbol
+    def __init__(self, start_symbol: str | tuple[str, ...] | None = TRAIN_ENTRIES,
+                 stop_symbol: str | None = "tt_progress"):
+        self.start = (start_symbol,) if isinstance(start_symbol, str) else start_symbol
+        self.stop = stop_symbol
         self.profile = TraceProfile(opened=start_symbol is None)
         self._by_line: dict[str, int] = {}    # Trace line -> block index (a TB prints the same line each run)
         self._pending: list[Insn] | None = None  # the "IN:" block being read / not yet bound to its TB
@@ -476,7 +483,7 @@ class TraceReader:
                                  "(run with -d in_asm,exec,nochain from the start)")
         idx, symbol, pc = info
         if not p.opened:
-            if symbol != self.start:
+            if symbol not in self.start:
                 return
             p.opened = True
         elif self.stop is not None and symbol == self.stop:
@@ -570,11 +577,11 @@ def main(argv: list[str] | None = None) -> int:
                                  description="cycle estimate from a saved QEMU -d in_asm,exec,nochain log")
     ap.add_argument("log", type=Path)
     ap.add_argument("--cpu", default="cortex-m7", choices=sorted(COSTS))
-    ap.add_argument("--start", default="tt_train_sample")
+    ap.add_argument("--start", default=",".join(TRAIN_ENTRIES), help="the window's first symbol(s), comma-separated")
     ap.add_argument("--stop", default="tt_progress")
     a = ap.parse_args(argv)
     with open(a.log, encoding="utf-8", errors="replace") as f:
-        prof = TraceReader(a.start or None, a.stop or None).feed_all(f)
+        prof = TraceReader(tuple(a.start.split(",")) if a.start else None, a.stop or None).feed_all(f)
     doc = estimate(prof, a.cpu)
     print(f"{doc['instructions_traced']} instructions, {doc['cycles_per_step']} cycles on {a.cpu} "
           f"(CPI {doc['cycles_per_instruction']}); mix: {doc['mix']}")
