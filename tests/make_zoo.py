@@ -57,11 +57,11 @@ N_REPRESENTATIVE = 64
 FLOAT_LIMIT = 1_500_000  # keep the repository small: the float model is a convenience, not a requirement
 
 
-def build_mbv2(batch: int | None = 1) -> keras.Model:
+def build_mbv2(batch: int | None = 1, size: int = 128) -> keras.Model:
     keras.utils.set_random_seed(SEED)
     # A static batch of 1 for the converted model (a microcontroller runs one sample at a time; a dynamic batch
     # makes the converter add shape arithmetic ops in front of the classifier); None to train with batches.
-    x = keras.Input((128, 128, 3), batch_size=batch, name="x")
+    x = keras.Input((size, size, 3), batch_size=batch, name="x")
     return keras.applications.MobileNetV2(input_tensor=x, alpha=0.35, weights=None, classes=10,
                                           classifier_activation="softmax")
 
@@ -72,15 +72,15 @@ def dataset(n: int, seed: int, domain: str) -> tuple[np.ndarray, np.ndarray]:
     return synth_images.to_model_input(synth_images.images(y, rng, domain)), y.astype(np.int64)
 
 
-def pretrain(model: keras.Model, x: np.ndarray, y: np.ndarray) -> list[float]:
+def pretrain(model: keras.Model, x: np.ndarray, y: np.ndarray, epochs: int = EPOCHS) -> list[float]:
     for layer in model.layers:
         if isinstance(layer, keras.layers.BatchNormalization):
             layer.momentum = BN_MOMENTUM
     model.get_layer("predictions").bias.trainable = False   # stays 0: see the module docstring
-    steps = EPOCHS * (len(x) // BATCH)
+    steps = epochs * (len(x) // BATCH)
     sched = keras.optimizers.schedules.CosineDecay(LR, steps, alpha=0.05)
     model.compile(keras.optimizers.Adam(sched), "sparse_categorical_crossentropy", metrics=["accuracy"])
-    hist = model.fit(x, y, batch_size=BATCH, epochs=EPOCHS, shuffle=True, verbose=2)
+    hist = model.fit(x, y, batch_size=BATCH, epochs=epochs, shuffle=True, verbose=2)
     return [float(a) for a in hist.history["accuracy"]]
 
 
@@ -110,7 +110,9 @@ def tflite_accuracy(data: bytes, x: np.ndarray, y: np.ndarray) -> float:
     s, z = inp["quantization"]
     hits = 0
     for i in range(len(x)):
-        q = np.clip(np.round(x[i:i + 1] / s) + z, -128, 127).astype(np.int8)
+        q = x[i:i + 1]
+        if inp["dtype"] == np.int8:   # a full-integer file; a float file takes the images as they are
+            q = np.clip(np.round(q / s) + z, -128, 127).astype(np.int8)
         interp.set_tensor(inp["index"], q)
         interp.invoke()
         hits += int(np.argmax(interp.get_tensor(out["index"])[0]) == y[i])
