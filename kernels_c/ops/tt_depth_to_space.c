@@ -11,13 +11,12 @@
 
 #ifdef TT_INTERFACE
 /* DEPTH_TO_SPACE (ops/tt_depth_to_space.c; stages/ops/depth_to_space.py), NHWC, DCR order, dims of the input x
- * [batches, in_h, in_w, in_c], block k: y [batches, in_h*k, in_w*k, in_c/k^2]. grad: dx = space_to_depth(dy). */
+ * [batches, in_h, in_w, in_c], block k: y [batches, in_h*k, in_w*k, in_c/k^2]. Its gradient is space_to_depth's
+ * forward kernel on dy (codegen calls tt_space_to_depth_f32). */
 void tt_depth_to_space_s8(int32_t batches, int32_t in_h, int32_t in_w, int32_t in_c, int32_t block,
                           const int8_t *x, int8_t *y);
 void tt_depth_to_space_f32(int32_t batches, int32_t in_h, int32_t in_w, int32_t in_c, int32_t block,
                            const float *x, float *y);
-void tt_depth_to_space_grad_f32(int32_t batches, int32_t in_h, int32_t in_w, int32_t in_c, int32_t block,
-                                const float *dy, float *dx);
 #endif /* TT_INTERFACE */
 
 /* x [n, h, w, c] -> y [n, h*k, w*k, c/k^2]. */
@@ -53,10 +52,4 @@ void tt_depth_to_space_f32(int32_t batches, int32_t in_h, int32_t in_w, int32_t 
                            const float *x, float *y)
 {
     tt_d2s_move(batches, in_h, in_w, in_c, block, sizeof(float), (const uint8_t *)x, (uint8_t *)y);
-}
-
-void tt_depth_to_space_grad_f32(int32_t batches, int32_t in_h, int32_t in_w, int32_t in_c, int32_t block,
-                                const float *dy, float *dx)
-{
-    tt_space_to_depth_f32(batches, in_h * block, in_w * block, in_c / (block * block), block, dy, dx);
 }

@@ -79,7 +79,8 @@ def _c(gen, op: Op) -> list[str]:
 
 
 def _c_grad(gen, op: Op) -> list[str]:
-    return grad_call(gen, op, "tt_depth_to_space_grad_f32", dims(gen, op.outputs[0], block(op.attrs)))
+    """dx = space_to_depth(dy): the space_to_depth forward kernel (kernels_c/ops/tt_space_to_depth.c) on dy."""
+    return grad_call(gen, op, "tt_space_to_depth_f32", dims(gen, op.inputs[0], block(op.attrs)))
 
 
 OPS = (
