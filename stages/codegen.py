@@ -60,7 +60,7 @@ from tinytrain.stages.c_emit.api import CKPT_HEADER, CKPT_VERSION, model_header
 from tinytrain.stages.c_emit.driver import driver_source
 from tinytrain.stages.c_emit import hidden_stream, row_feed
 from tinytrain.stages.c_emit.stream import stream_parts
-from tinytrain.stages.ops import QAS_UPDATE_OPS, ROW_OPS, UPDATE_OPS, conv_forward
+from tinytrain.stages.ops import ROW_OPS, UPDATE_OPS, conv_forward
 from tinytrain.stages.train.runtime_config import PROTOCOL
 from tinytrain.stages.planning.streams import MAX_ROW_OPS, Stream, pad_rows, row_geometry
 
@@ -359,14 +359,14 @@ class _Gen:
         # a fed model input: its row source is op 0 of the call (stages/c_emit/row_feed.py)
         feed = row_feed.RowFeed(self, st, [row_geometry(self.g, op) for op in ops], sources, outside)
         rows = feed.rows()
-        cases = feed.cases()
+        cases: list[str] = []
         for k, op in enumerate(ops):
             geo = feed.geos[k + feed.n]
             window = int(st.info["windows"].get(op.outputs[0], 0)) if k < len(ops) - 1 else 0
             src = list(feed.sources[k + feed.n]) + [0] * (2 - len(feed.sources[k + feed.n]))
             inr = list(geo["in_rows"]) + [0] * (2 - len(geo["in_rows"]))
             rows.append(f"{{{geo['in_h']}, {geo['out_h']}, {geo['stride']}, {geo['pad_top']}, {geo['span']}, "
-                        f"{len(sources[k])}, {{{src[0]}, {src[1]}}}, {{{inr[0]}, {inr[1]}}}, {geo['out_row']}, "
+                        f"{len(feed.sources[k + feed.n])}, {{{src[0]}, {src[1]}}}, {{{inr[0]}, {inr[1]}}}, {geo['out_row']}, "
                         f"{window}}}")
             if op.type in ROW_OPS:   # its C takes a row view of its dims struct
                 io = {"d": "&d", "x": "xs[0]", "y": "y"}

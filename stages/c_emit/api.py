@@ -407,7 +407,6 @@ def model_api(p: ApiParts, paint: int) -> str:
     errs = "\n".join(f"    case {n}: return \"{why}\";" for n, _, why in ERRORS)
     if p.loss_task:
         set_target = f"    memcpy({p.label_expr}, target, TT_NUM_TARGETS * sizeof(float));\n"
-        pred = ""
         body = "\n".join("        " + ln for ln in p.loss_eval)
         eval_acc = f"""    {{
         const float *t = (const float *)target;
@@ -418,10 +417,8 @@ def model_api(p: ApiParts, paint: int) -> str:
 """
         eval_end = ("    result->mse = 0.0f;\n"
                     "    result->loss = tt_eval_count ? tt_eval_sum / (float)tt_eval_count : 0.0f;\n")
-        pred_fn = ""
     elif p.regression:
         set_target = f"    memcpy({p.label_expr}, target, TT_NUM_TARGETS * sizeof(float));\n"
-        pred = ""
         # The prediction is read element by element (an int8 head dequantized as tt_dequantize_s8_f32 does, bit for
         # bit): no output-sized float copy outside the arena (planning/statics.py counts what is left).
         if p.output_dtype == "int8":
@@ -441,7 +438,6 @@ def model_api(p: ApiParts, paint: int) -> str:
     }}
 """
         eval_end = "    result->mse = tt_eval_count ? tt_eval_sum / (float)tt_eval_count : 0.0f;\n"
-        pred_fn = ""
     else:
         set_target = f"""    {{
         int32_t label;
@@ -453,7 +449,6 @@ def model_api(p: ApiParts, paint: int) -> str:
     }}
 """
         argmax = "tt_argmax_s8" if p.output_dtype == "int8" else "tt_argmax_f32"
-        pred = ""
         eval_acc = f"""    {{
         int32_t label;
         memcpy(&label, target, sizeof label);
@@ -461,7 +456,6 @@ def model_api(p: ApiParts, paint: int) -> str:
     }}
 """
         eval_end = "    result->mse = 0.0f;\n"
-        pred_fn = ""
     return _stream_source(p) + f"""
 /* ---- the API (tt_model.h) --------------------------------------------------------------------------------- */
 
@@ -567,7 +561,7 @@ float tt_loss_last(void) {{ return tt_loss; }}
 uint32_t tt_steps_done(void) {{ return tt_steps; }}
 uint32_t tt_samples_pending(void) {{ return tt_pending; }}
 
-{pred_fn}void tt_evaluate_begin(void)
+void tt_evaluate_begin(void)
 {{
     tt_eval_count = 0;
     tt_eval_correct = 0;
@@ -588,7 +582,7 @@ int tt_evaluate_add_rows(tt_row_source_fn source, void *ctx, const void *target)
     if (tt_input_status() != TT_OK) {{
         return TT_ERR_IO;
     }}
-{pred}{eval_acc}    ++tt_eval_count;
+{eval_acc}    ++tt_eval_count;
     return TT_OK;
 }}
 

@@ -8,13 +8,13 @@ update must follow the accumulation that reads the old row)."""
 from __future__ import annotations
 
 from tinytrain.stages import ops
-from tinytrain.stages.c_emit.literals import CodegenError, flit, numel
+from tinytrain.stages.c_emit.literals import CodegenError, flit
 from tinytrain.stages.model.geometry import out_size_and_pad
-from tinytrain.stages.model.ir import Op
+from tinytrain.stages.model.ir import Op, numel
+from tinytrain.stages.planning.channel_stream import MAX_TAPS
 from tinytrain.stages.planning.streams import Stream
 
 ROLES = ops.HIDDEN_ROLES
-MAX_TAPS = 64   # kernels_c/tt_hidden_stream.c TT_HS_MAX_TAPS
 
 
 def _weight(gen, w: str, axis: int, channels: int) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from tinytrain.stages.c_emit.literals import CodegenError
-from tinytrain.stages.planning.streams import MAX_ROW_OPS, feed_geometry, with_feeds
+from tinytrain.stages.planning.streams import MAX_ROW_OPS, with_feeds
 
 FEED = "tt_feed"   # the generated program's tt_row_feed (static, set by the API before each forward)
 
@@ -36,9 +36,7 @@ class RowFeed:
             if len(self.fed) != 1 or (gen.input_feed is not None and gen.input_feed["tensor"] != self.fed[0]):
                 raise CodegenError("more than one fed model input")
             t = self.fed[0]
-            geo = feed_geometry(gen.g, t)
-            gen.input_feed = {"tensor": t, "rows": geo["out_h"], "row_bytes": geo["out_row"],
-                              "buffer_bytes": int(st.chunked[t])}
+            gen.input_feed = {"tensor": t, "buffer_bytes": int(st.chunked[t])}
             decl = f"static tt_row_feed {FEED}; /* the model input's row source during a call (tt_model.h) */"
             if decl not in gen.globals:
                 gen.globals.append(decl)
@@ -48,11 +46,6 @@ class RowFeed:
         """tt_row_op entries of the source ops."""
         return [f"{{{g['in_h']}, {g['out_h']}, 1, 0, 1, TT_ROW_SOURCE, {{0, 0}}, {{0, 0}}, {g['out_row']}, {w}}}"
                 for g, w in zip(self.geos[:self.n], self.windows if self.n else [])]
-
-    def cases(self) -> list[str]:
-        """The row callback's cases of the source ops: none, tt_stream_rows reads the feed itself (a source called
-        from the callback would be an indirect call inside an indirect call: recursion to the stack bound)."""
-        return []
 
     def bufs(self) -> list[str]:
         """The source ops' windows: the fed input's (window-sized) place in the arena."""

@@ -31,6 +31,11 @@ from tinytrain.stages.model.ir import Graph, Op, numel
 from tinytrain.stages.planning.arena import depth_multiplier, element_bytes
 
 ROLES = ops.HIDDEN_ROLES
+# the most filter taps a streamed depthwise gradient keeps (kernels_c/tt_hidden_stream.c TT_HS_MAX_TAPS): a larger
+# filter leaves its chain unstreamed here, so that planning never picks a stream codegen cannot emit
+MAX_TAPS = 64
+# forward ops whose input gradient mixes hidden channels (a 1x1 conv's): read once, not per chain step
+_MIX_FORWARD = frozenset(d.of for d in ops.REGISTRY.values() if d.hidden_role == "mix")
 FP32 = 4
 
 
@@ -92,7 +97,7 @@ def chain_at(graph: Graph, a: int, readers: dict[str, list[int]]) -> dict[str, A
             if role in ("mask", "channel"):
                 if role == "mask" and not _mask_ok(graph, rop, t):
                     return None
-                if role == "channel" and depth_multiplier(graph, rop) != 1:
+                if role == "channel" and (depth_multiplier(graph, rop) != 1 or _taps(graph, rop) > MAX_TAPS):
                     return None
                 if out in rop.inputs or not _nhwc1(graph, out) or int(graph.tensors[out].shape[3]) != c \
                         or graph.tensors[out].dtype != "float32":
@@ -241,8 +246,9 @@ def _abstract_chain(steps: list[tuple], j: int, graph: Graph) -> tuple[list[int]
                 if len(outs_k) != 1 or outs_k[0] in ins_k:
                     return None
                 if role == "channel":
-                    ft, fi = _forward_of(outs_k[0])
-                    if fi is None or int(graph.ops[fi].attrs.get("depth_multiplier", 1)) != 1:
+                    fi = _forward_of(outs_k[0])[1]
+                    if fi is None or depth_multiplier(graph, graph.ops[fi]) != 1 \
+                            or _taps(graph, graph.ops[fi]) > MAX_TAPS:
                         return None
                 members.append(k)
                 planes.append(outs_k[0])
@@ -250,7 +256,7 @@ def _abstract_chain(steps: list[tuple], j: int, graph: Graph) -> tuple[list[int]
             elif role == "sum":
                 members.append(k)
             elif role == "mix":
-                ft, fi = _forward_of(outs_k[0])
+                fi = _forward_of(outs_k[0])[1]
                 if fi is None or not _conv_1x1(graph, fi):
                     return None
                 members.append(k)
@@ -266,11 +272,16 @@ def _abstract_chain(steps: list[tuple], j: int, graph: Graph) -> tuple[list[int]
     return sorted(members), planes, c
 
 
+def _taps(graph: Graph, op: Op) -> int:
+    """Filter taps of a depthwise op or its gradient (weight [1, kh, kw, C], its second input)."""
+    ws = graph.tensors[op.inputs[1]].shape
+    return int(ws[1]) * int(ws[2])
+
+
 def _conv_1x1(graph: Graph, i: int) -> bool:
     """Forward op i is a 1x1 stride-1 conv over N=1 NHWC (what `pointwise` asks of its gradients)."""
     op = graph.ops[i]
-    if not any(d.of == op.type and d.hidden_role == "mix" for d in ops.REGISTRY.values()) \
-            or len(op.inputs) < 2 or op.inputs[1] is None:
+    if op.type not in _MIX_FORWARD or len(op.inputs) < 2 or op.inputs[1] is None:
         return False
     ws = graph.tensors[op.inputs[1]].shape
     x, y = graph.tensors[op.inputs[0]].shape, graph.tensors[op.outputs[0]].shape

@@ -241,7 +241,7 @@ class MemoryModel:
 
     def _bytes(self, name: str, fp32: bool = False) -> int:
         t = self.g.tensors[name]
-        n = numel(t.shape) if list(t.shape) else 1
+        n = numel(t.shape)   # 1 for a scalar
         return n * (FP32 if fp32 else int(np.dtype(t.dtype).itemsize))
 
     def _training_forward(self) -> tuple[list[int], str]:

@@ -97,7 +97,6 @@ def plan_text(doc: dict[str, Any], mm: MemoryModel, table: dict[str, Any] | None
     else:
         lines.append(f"exact peak: not available ({ex.get('error')}); fits is judged on the estimate")
     if doc["budget_bytes"] is not None:
-        from tinytrain.stages.planning import statics
         beside = (f"; the arena gets what {statics.describe(doc['outside_arena'])} leave"
                   if doc.get("outside_arena") else "")
         lines.append(f"budget: {kb(doc['budget_bytes'])} — {'fits' if doc['fits'] else 'OVER BUDGET'} "
