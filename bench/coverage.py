@@ -428,12 +428,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{i}/{len(models)}] {label}/{model.name} ...", flush=True)
             rows.append(run_one(model, label, Path(tmp), a.timeout))
             r = rows[-1]
-            print(f"    {r.furthest} in {r.seconds} s: {'trains' if r.exit_code == 0 else r.reason}", flush=True)
+            print(f"    {r.furthest} in {r.seconds} s: {result_text(r)}", flush=True)
             if r.suggested_cut:  # load named a cut that leaves the unsupported ops out: try it too
                 print(f"    retrying with model.outputs {r.suggested_cut} ...", flush=True)
                 rows.append(run_one(model, label, Path(tmp), a.timeout, cut=r.suggested_cut))
                 r = rows[-1]
-                print(f"    {r.furthest} in {r.seconds} s: {'trains' if r.exit_code == 0 else r.reason}", flush=True)
+                print(f"    {r.furthest} in {r.seconds} s: {result_text(r)}", flush=True)
     date = _dt.date.today().isoformat()
     if a.merge and (a.out / "coverage.json").exists():
         rows = merged(rows, json.loads((a.out / "coverage.json").read_text())["models"])

@@ -195,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {model_c} not found: build the model first", file=sys.stderr)
         return 2
     layers = layers_of(model_c)
+    if not layers:
+        print(f"error: {model_c} calls no int8 conv or depthwise kernel (a float or fp16-mixed build?)", file=sys.stderr)
+        return 2
     kinds = ("portable", "dsp") if args.only == "both" else (args.only,)
     with tempfile.TemporaryDirectory(prefix="tt-kernels-m7-") as tmp:
         res = {k: run(layers, k, Path(tmp)) for k in kinds}

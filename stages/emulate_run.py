@@ -91,7 +91,7 @@ from tinytrain.stages.device import eval_split
 from tinytrain.stages.device import export
 from tinytrain.stages.quant import rescale, update_check
 from tinytrain.stages.model import wof
-from tinytrain.stages.device.boards import MPS3_AN547_SYSCLK_HZ, Board, get_board
+from tinytrain.stages.device.boards import BOARDS, Board, get_board
 from tinytrain.stages.device.launch import EmulationError, RunResult, run_firmware
 from tinytrain.stages.model.ir import Graph
 from tinytrain.stages.planning.parallel import Background
@@ -111,9 +111,9 @@ CIRCLE_ARTIFACT = "trained.circle"     # only for a .circle model: the trained m
 RUN_JSON_VERSION = 1
 
 # The real parts' core clocks (the emulator runs the mps2 machines at 25 MHz; that is not the board's). The MPS3
-# AN547 is an FPGA image: its Cortex-M55 runs at the image's 32 MHz main clock (boards.MPS3_AN547_SYSCLK_HZ).
-BOARD_CLOCK_HZ = {"stm32f746-disco": 216_000_000, "m4-256k": 180_000_000, "m4-128k": 100_000_000,
-                  "mps3-an547": MPS3_AN547_SYSCLK_HZ}
+# Each board's real core clock (boards.Board.core_clock_hz; AN547 is an FPGA image: its Cortex-M55 runs at the
+# image's 32 MHz main clock).
+BOARD_CLOCK_HZ = {b.name: b.core_clock_hz for b in BOARDS.values() if b.core_clock_hz}
 
 # MIT TTE (tiny-training) on STM32F746 @216 MHz: MobileNetV2-w0.35 @128, sparse update, 373 ms per step.
 TTE_MS_PER_STEP = 373.0
@@ -694,11 +694,11 @@ def finish(out: Path, outcome: dict[str, Any], qgraph: Graph, layout: Mapping[st
     doc["summary"] = summary_line(doc)
     # The loss picture (~0.5 s of matplotlib on MobileNetV2) is drawn by a forked worker while the exports are
     # written here: both come last in the build's critical path.
-    picture = Background(lambda: loss_picture(doc))
-    export.write_tflite(export.apply_weights(qgraph, chosen, names), out / "trained_int8.tflite")
-    wof.write_wof(out / "trained.wof", n_buffers, wdata)
-    (out / "run.json").write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
-    picture.result().write(out / "loss")
+    with Background(lambda: loss_picture(doc)) as picture:
+        export.write_tflite(export.apply_weights(qgraph, chosen, names), out / "trained_int8.tflite")
+        wof.write_wof(out / "trained.wof", n_buffers, wdata)
+        (out / "run.json").write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
+        picture.result().write(out / "loss")
     return doc
 
 

@@ -320,41 +320,41 @@ def run(ctx: StageContext) -> StageResult:
     # and pick the head-room and the update rule that carry them (issue 17). Before the memory report: the chosen
     # rule (a master copy, a PRNG state) is what autodiff builds, so it is what the exact peak measures.
     # memory.json's table of every option does not depend on the check below: a forked worker computes it meanwhile
-    table_of_options = Background(mm.table)
-    priced = _PricedPeaks()
-    doc["updates"] = update_check.check(graph, plan, cfg, mm.s, upd.analysis, arena_budget, priced)
-    chosen = (doc["updates"] or {}).get("qas")
-    settings = mm.s
-    if chosen and chosen != doc["updates"]["requested"]:
-        settings = dataclasses.replace(mm.s, rounding=chosen["rounding"], master_copy=bool(chosen["master_copy"]))
-        exact = ExactPeaks(graph, settings, bool(chosen["enabled"]))
-    est = MemoryModel(graph, settings).estimate(plan) if settings is not mm.s else mm.estimate(plan)
-    ex = None
-    if exact_error is None:
-        # The check priced its choice on the graph autodiff will train (with its wider scales): that peak, when it
-        # measured the chosen setting, else the plan measured now.
-        ex = priced.measured(plan, settings, exact.qas)
-        try:
-            ex = ex if ex is not None else exact(plan)
-        except ExactUnavailable as e:
-            exact_error = str(e)
-    doc.update(plan_json(plan, mm))
-    doc["memory"] = est
-    doc["exact"] = ex if ex is not None else {"peak_bytes": None, "error": exact_error}
-    # The exact peak decides; the estimate only when autodiff cannot build the graph (its stage will fail anyway).
-    peak = ex["peak_bytes"] if ex is not None else est["total"]
-    doc["fits"] = None if budget is None else bool(peak <= arena_budget)
-    doc["fits_by"] = "exact" if ex is not None else "estimate"
-    doc["estimate_over_exact"] = round(est["total"] / ex["peak_bytes"], 4) if ex and ex["peak_bytes"] else None
-    doc["memory_settings"] = settings.to_json()
-    _write_json(out / "update_check.json", doc["updates"] or {"applies": False})
-    _write_json(out / "plan.json", doc)
-    # What autodiff consumes, alone: a new budget or board that picks the same plan leaves these bytes (and so
-    # autodiff and everything after it up to cross-compile) unchanged in the cache.
-    _write_json(out / "train_plan.json", {**{k: doc[k] for k in ("version", "scheme", "layers") if k in doc},
-                                          **update_check.train_plan_fields(doc["updates"])})
-    _write_json(out / "memory.json", {**table_of_options.result(), "plan": est, "exact": doc["exact"],
-                                      "budget_bytes": budget})
+    with Background(mm.table) as table_of_options:
+        priced = _PricedPeaks()
+        doc["updates"] = update_check.check(graph, plan, cfg, mm.s, upd.analysis, arena_budget, priced)
+        chosen = (doc["updates"] or {}).get("qas")
+        settings = mm.s
+        if chosen and chosen != doc["updates"]["requested"]:
+            settings = dataclasses.replace(mm.s, rounding=chosen["rounding"], master_copy=bool(chosen["master_copy"]))
+            exact = ExactPeaks(graph, settings, bool(chosen["enabled"]))
+        est = MemoryModel(graph, settings).estimate(plan) if settings is not mm.s else mm.estimate(plan)
+        ex = None
+        if exact_error is None:
+            # The check priced its choice on the graph autodiff will train (with its wider scales): that peak, when it
+            # measured the chosen setting, else the plan measured now.
+            ex = priced.measured(plan, settings, exact.qas)
+            try:
+                ex = ex if ex is not None else exact(plan)
+            except ExactUnavailable as e:
+                exact_error = str(e)
+        doc.update(plan_json(plan, mm))
+        doc["memory"] = est
+        doc["exact"] = ex if ex is not None else {"peak_bytes": None, "error": exact_error}
+        # The exact peak decides; the estimate only when autodiff cannot build the graph (its stage will fail anyway).
+        peak = ex["peak_bytes"] if ex is not None else est["total"]
+        doc["fits"] = None if budget is None else bool(peak <= arena_budget)
+        doc["fits_by"] = "exact" if ex is not None else "estimate"
+        doc["estimate_over_exact"] = round(est["total"] / ex["peak_bytes"], 4) if ex and ex["peak_bytes"] else None
+        doc["memory_settings"] = settings.to_json()
+        _write_json(out / "update_check.json", doc["updates"] or {"applies": False})
+        _write_json(out / "plan.json", doc)
+        # What autodiff consumes, alone: a new budget or board that picks the same plan leaves these bytes (and so
+        # autodiff and everything after it up to cross-compile) unchanged in the cache.
+        _write_json(out / "train_plan.json", {**{k: doc[k] for k in ("version", "scheme", "layers") if k in doc},
+                                              **update_check.train_plan_fields(doc["updates"])})
+        _write_json(out / "memory.json", {**table_of_options.result(), "plan": est, "exact": doc["exact"],
+                                          "budget_bytes": budget})
     line = summary_line(doc, mm) + update_check.summary_suffix(doc["updates"])
     (out / "plan.txt").write_text(plan_text(doc, mm, table) + update_check.text(doc["updates"]))
     metrics = {"scheme": upd.scheme, "memory_bytes": est["total"], "exact_peak_bytes": doc["exact"]["peak_bytes"],

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tinytrain.stages.c_emit import ops_header
+from tinytrain.stages.model.geometry import out_size_and_pad
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -124,12 +125,6 @@ def test_mbv2_dsp_firmware_trains_bit_identically_to_portable(tmp_path, capsys):
     assert dsp["instructions"]["per_step_mean"] < port["instructions"]["per_step_mean"]
 
 
-def _same(size: int, k: int, s: int) -> tuple[int, int]:
-    """Output size and leading padding of SAME padding (TFLite's)."""
-    out = -(-size // s)
-    return out, max((out - 1) * s + k - size, 0) // 2
-
-
 def _random_layers(seed: int):
     """Random int8 conv / depthwise geometries covering the DSP kernels' paths: 1x1 blocks of four output channels
     and their remainders, the split weight, the 3x3 stem-like conv, 3x3 depthwise at stride 1 and 2 over rows wider
@@ -138,8 +133,7 @@ def _random_layers(seed: int):
     channels come in whole words and two stem-like 3x3 layers."""
     import numpy as np
 
-    sys_path_bench()
-    from kernels_m7 import Layer
+    Layer = _kernels_m7().Layer
 
     rng = np.random.default_rng(seed)
     out = []
@@ -157,8 +151,8 @@ def _random_layers(seed: int):
         else:
             k, s = 3, int(rng.integers(1, 3))
             ic = oc = int(rng.integers(1, 20))
-        oh, pt = _same(h, k, s)
-        ow, pl = _same(w, k, s)
+        oh, pt = out_size_and_pad("same", h, k, s)
+        ow, pl = out_size_and_pad("same", w, k, s)
         rows = kind in ("conv", "dw") and i % 2 == 0 and b == 1
         n = int(rng.integers(1, ic)) if kind == "split" else 0
         dims = (b, h, w, ic, oh, ow, oc, k, k, s, s, 1, 1, pt, pl, 1)
@@ -172,11 +166,16 @@ def _random_layers(seed: int):
     return out
 
 
-def sys_path_bench() -> None:
+def _kernels_m7():
+    """bench/kernels_m7.py, imported without leaving bench/ on sys.path (its coverage.py would hide the package)."""
     import sys
 
-    if str(REPO / "bench") not in sys.path:
-        sys.path.insert(0, str(REPO / "bench"))
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import kernels_m7
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    return kernels_m7
 
 
 @needs_arm
@@ -184,8 +183,7 @@ def test_dsp_kernels_in_qemu_give_the_portable_bits_on_random_shapes(tmp_path):
     """The DSP conv / depthwise kernels (SMLAD loops, the int16-row depthwise, the one-SMMLAR requantisation) run on
     the Cortex-M7 board in QEMU over random geometries and give the portable kernels' bytes; the DSP firmware runs
     fewer instructions in total (an inequality on QEMU's deterministic counts, no timing)."""
-    sys_path_bench()
-    from kernels_m7 import run
+    run = _kernels_m7().run
 
     layers = _random_layers(14)
     port_counts, port = run(layers, "portable", tmp_path)

@@ -73,7 +73,7 @@ def test_the_m55_has_its_fpga_images_clock():
     from tinytrain.stages.device.boards import BOARDS, get_board
     from tinytrain.stages.emulate_run import BOARD_CLOCK_HZ
 
-    assert BOARD_CLOCK_HZ[BOARD] == get_board(BOARD).sysclk_hz == 32_000_000
+    assert BOARD_CLOCK_HZ[BOARD] == 32_000_000 and get_board(BOARD).sysclk_hz == 32_000_000
     assert {b.name for b in BOARDS.values() if not b.host} <= set(BOARD_CLOCK_HZ)
 
 

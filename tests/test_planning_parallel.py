@@ -4,6 +4,7 @@ same results as computing in this process, and a clean fallback when a worker fa
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -46,7 +47,15 @@ def test_background_computes_in_a_worker_and_falls_back_here(monkeypatch):
         if os.getpid() != parent:
             raise RuntimeError("in a worker")
         return "here"
+    # the worker path on any machine (one core would compute boom here at once): it fails there, computed here
+    monkeypatch.setattr("tinytrain.stages.planning.parallel.worker_count", lambda: 2)
     assert Background(boom).result() == "here"
+    # a caller that fails before asking: the `with` block stops the worker
+    with pytest.raises(ValueError):
+        with Background(lambda: time.sleep(0.2)) as bg:
+            assert bg._pool is not None
+            raise ValueError("the caller failed")
+    assert bg._pool is None
     monkeypatch.setattr("tinytrain.stages.planning.parallel.worker_count", lambda: 1)
     assert Background(lambda: os.getpid()).result() == parent        # one core: computed at result()
 

@@ -48,7 +48,8 @@ class Board:
     linker_script: str | None = None  # file name in kernels_c/boards/
     flash_origin: int = 0x0000_0000
     sram_origin: int = 0x2000_0000
-    sysclk_hz: int = MPS2_SYSCLK_HZ
+    sysclk_hz: int = MPS2_SYSCLK_HZ   # the emulated machine's clock (SysTick in QEMU)
+    core_clock_hz: int | None = None  # the real part's core clock: run.json's ms per step (None: host)
     host: bool = False
     half_precision: bool = False      # native fp16 arithmetic (or, on host, a portable fallback)
     mve: bool = False                 # Armv8.1-M MVE (Helium): `target.kernels: mve` is allowed
@@ -108,11 +109,14 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
     # STM32F746NG has a single-precision FPU (FPv5-SP); QEMU's M7 has double too, so the flags,
     # not the emulator, keep doubles in software as on the real part.
     Board("stm32f746-disco", "STM32F746G-DISCO: Cortex-M7 @216 MHz, 320 KB SRAM, 1 MB flash", "cortex-m7",
-          _M7_FLAGS, 320 * KB, 1024 * KB, 16 * KB, 20 * KB, "mps2-an500", "cortex-m7", "stm32f746-disco.ld"),
+          _M7_FLAGS, 320 * KB, 1024 * KB, 16 * KB, 20 * KB, "mps2-an500", "cortex-m7", "stm32f746-disco.ld",
+          core_clock_hz=216_000_000),
     Board("m4-256k", "Cortex-M4F with 256 KB SRAM, 1 MB flash (STM32F429-class)", "cortex-m4",
-          _M4_FLAGS, 256 * KB, 1024 * KB, 16 * KB, 20 * KB, "mps2-an386", "cortex-m4", "m4-256k.ld"),
+          _M4_FLAGS, 256 * KB, 1024 * KB, 16 * KB, 20 * KB, "mps2-an386", "cortex-m4", "m4-256k.ld",
+          core_clock_hz=180_000_000),
     Board("m4-128k", "Cortex-M4F with 128 KB SRAM, 512 KB flash (STM32F411-class)", "cortex-m4",
-          _M4_FLAGS, 128 * KB, 512 * KB, 8 * KB, 12 * KB, "mps2-an386", "cortex-m4", "m4-128k.ld"),
+          _M4_FLAGS, 128 * KB, 512 * KB, 8 * KB, 12 * KB, "mps2-an386", "cortex-m4", "m4-128k.ld",
+          core_clock_hz=100_000_000),
     # Arm MPS3 AN547 (Corstone SSE-300, Cortex-M55 with MVE-FP). It has no on-chip flash: the MPS3 loads the
     # image into its code memories, so "flash" (code and frozen weights) is the 2 MB code SRAM at 0x01000000,
     # and the vector table sits in the ITCM at the boot address 0 (kernels_c/boards/mps3-an547.ld). The budget
@@ -120,7 +124,8 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
     # 0x21000000 stays out of it, as memory a product shares with the rest of the system (the AN547's Ethos-U55).
     Board("mps3-an547", "Arm MPS3 AN547: Cortex-M55 (Helium/MVE, fp16) @32 MHz, 512 KB DTCM, 2 MB code SRAM",
           "cortex-m55", _M55_FLAGS, 512 * KB, 2048 * KB, 16 * KB, 20 * KB, "mps3-an547", "cortex-m55",
-          "mps3-an547.ld", flash_origin=0x0100_0000, sysclk_hz=MPS3_AN547_SYSCLK_HZ, half_precision=True, mve=True),
+          "mps3-an547.ld", flash_origin=0x0100_0000, sysclk_hz=MPS3_AN547_SYSCLK_HZ,
+          core_clock_hz=MPS3_AN547_SYSCLK_HZ, half_precision=True, mve=True),
 )}
 
 BOARD_NAMES: tuple[str, ...] = tuple(BOARDS)

@@ -40,7 +40,8 @@ def fork_map(fn: Callable[[Any], Any], items: Sequence[Any], workers: int | None
 class Background:
     """fn() computed in one forked process while the caller goes on (a core the caller's single-threaded work leaves
     idle); `result()` waits for it. Computed in this process instead, at `result()`, on one core, where fork is
-    missing, or when the worker failed (a failure is then reported here, as it should be). Only for a pure fn."""
+    missing, or when the worker failed (a failure is then reported here, as it should be). Only for a pure fn.
+    Used in a `with` block, so that a caller that fails before asking for the result stops the worker."""
 
     def __init__(self, fn: Callable[[], Any]):
         self.fn = fn
@@ -54,6 +55,20 @@ class Background:
             self._future = self._pool.submit(_call_child_fn, None)
         except Exception:       # noqa: BLE001 -- computed here at result()
             self._future = None
+
+    def __enter__(self) -> "Background":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the worker without waiting for its result (the caller failed before asking): it ends with its
+        (short, pure) fn, and nothing waits on it or keeps its pool."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        self._future = None
 
     def result(self) -> Any:
         try:
