@@ -12,6 +12,15 @@
 #include <stdint.h>
 #include <string.h>
 
+/* floorf(v) for |v| <= 2^24 + 1 (and any |v| < 2^31) without the libm call (Cortex-M4 has no VRINTM): the
+ * truncation is exact there, and (float)t too: below 2^24 every integer is a float, above it v is an integer and
+ * t == v. */
+static inline int32_t tt_floor32(float v)
+{
+    const int32_t t = (int32_t)v;
+    return ((float)t > v) ? t - 1 : t;
+}
+
 static inline float tt_bits_to_f32(uint32_t u)
 {
     float f;

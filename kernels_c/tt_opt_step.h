@@ -11,6 +11,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "tt_math.h" /* tt_floor32 */
+
 /* buf = momentum * buf + gg (buf starts at 0: the first step gives buf = gg, PyTorch's clone); d = lr * buf. */
 static inline float tt_momentum_step(float gg, float *buf, float momentum, float lr)
 {
@@ -57,15 +59,6 @@ static inline uint32_t tt_xorshift32_next(uint32_t x)
 static inline float tt_uniform24(uint32_t x)
 {
     return (float)(x >> 8) * TT_U24_SCALE;
-}
-
-/* floorf(v) for |v| <= 2^24 + 1 (and any |v| < 2^31) without the libm call (Cortex-M4 has no VRINTM): the
- * truncation is exact there, and (float)t too: below 2^24 every integer is a float, above it v is an integer and
- * t == v. */
-static inline int32_t tt_floor32(float v)
-{
-    const int32_t t = (int32_t)v;
-    return ((float)t > v) ? t - 1 : t;
 }
 
 #endif /* TT_OPT_STEP_H */

@@ -4,14 +4,9 @@
 #define TT_RESIZE_COMMON_H
 
 #include "tt_kernels.h"
+#include "tt_math.h" /* tt_floor32 */
 
 #include <stddef.h>
-
-static inline int32_t tt_floor_i(float v)
-{
-    int32_t t = (int32_t)v;
-    return ((float)t > v) ? t - 1 : t;
-}
 
 static inline int32_t tt_ceil_i(float v)
 {
@@ -32,7 +27,7 @@ static inline void tt_bilinear_axis(int32_t i, float scale, int32_t half, int32_
                              float *w_lo, float *w_hi)
 {
     float v = half ? ((float)i + 0.5f) * scale - 0.5f : (float)i * scale;
-    int32_t a = tt_floor_i(v), b = tt_ceil_i(v);
+    int32_t a = tt_floor32(v), b = tt_ceil_i(v);
     a = a < 0 ? 0 : a;
     a = a > in - 1 ? in - 1 : a;
     b = b > in - 1 ? in - 1 : b;
@@ -73,7 +68,7 @@ static inline int32_t tt_nearest_axis(int32_t i, float scale, int32_t align, int
         /* std::round: v >= 0 here, and v + 0.5 is exact in double. */
         r = (int32_t)((double)v + 0.5);
     } else {
-        r = tt_floor_i(v);
+        r = tt_floor32(v);
     }
     r = r > in - 1 ? in - 1 : r;
     return (half && r < 0) ? 0 : r;

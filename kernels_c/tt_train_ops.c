@@ -103,7 +103,7 @@ static inline float tt_clip_delta(float v)
 
 /* round half away from zero (qas.round_nearest: trunc, then the exact fraction) and floor, in an integer type T
  * that holds the result: int64_t for |v| <= 2^40, int32_t (the single-instruction float <-> int32 conversions) for
- * |v| <= 2^24 + 1 (tt_floor32 is tt_opt_step.h's). (float)t is exact: below 2^24 every integer is a float, above
+ * |v| <= 2^24 + 1 (tt_floor32 is tt_math.h's). (float)t is exact: below 2^24 every integer is a float, above
  * it v is an integer and t == v. */
 #define TT_ROUND_AWAY(T, NAME)                                                                                       \
     static inline T NAME(float v)                                                                                    \

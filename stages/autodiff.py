@@ -139,7 +139,7 @@ import numpy as np
 from tinytrain.pipeline.errors import UnsupportedOpError, UserError
 from tinytrain.stages import ops
 from tinytrain.stages.ops import BATCH_ACCUMULATE, CLAMP_MASK, MASK_GRAD, STEP_COUNTER
-from tinytrain.stages.model.ir import Graph, Op, Tensor
+from tinytrain.stages.model.ir import Graph, Op, Tensor, numel
 # LOSSES is re-exported: plan_memory and others read autodiff.LOSSES.
 from tinytrain.stages.train.losses import LOSSES, emit_losses, heads_from, loss_config, prepare_heads  # noqa: F401
 from tinytrain.stages.ops.backward import Dequantizer, gather, insert_masks, mask_bounds, output_mask
@@ -437,7 +437,7 @@ def _use_masks(b: _Builder, n_fwd: int) -> int:
     g = b.g
 
     def mask_step(y: str, lo_hi: tuple) -> tuple[Op, str]:
-        n = int(np.prod(g.tensors[y].shape, dtype=np.int64))
+        n = numel(g.tensors[y].shape)
         mask = b.tensor(f"mask/{y}", [(n + 7) // 8], role="activation", dtype="uint8")
         return Op(CLAMP_MASK.name, [y], [mask], {"lo": lo_hi[0], "hi": lo_hi[1]}), mask
 
@@ -604,7 +604,7 @@ def summarize(tg: Graph) -> dict[str, Any]:
     for p, d in tr["trained"].items():
         gshape = tg.tensors[d["gradient"]].shape
         trained[p] = {"dtype": tg.tensors[p].dtype, "shape": list(tg.tensors[p].shape), "trained_shape": list(gshape),
-                      "elements": int(np.prod(gshape, dtype=np.int64))}
+                      "elements": numel(gshape)}
     qas = tr.get("qas")
     masters = set((qas or {}).get("master_copies", {}).values())
     grads = [t for t in tg.tensors.values() if t.role == "gradient"]

@@ -49,7 +49,11 @@ from tinytrain.stages.ops.shape import PAD, STRIDED_SLICE
 from tinytrain.stages.ops.training import (ACT_GRAD, BATCH_ACCUMULATE, BIAS_GRAD, CLAMP_MASK, GRAD_ACCUMULATE,
                                            INT8_CLAMP_GRAD, MASK_GRAD, STEP_COUNTER)
 
-__all__ = ["Builtin", "OpDef", "KINDS", "REGISTRY", "get", "names", "update_op", "catalogue"]
+__all__ = ["Builtin", "OpDef", "KINDS", "REGISTRY", "get", "names", "update_op", "catalogue",
+           # the re-exported definitions above
+           "CONV2D", "CONV2D_GRAD_INPUT", "TRANSPOSE_CONV", "DEQUANTIZE", "DEQUANTIZE_SLICE", "QUANTIZE", "PAD",
+           "STRIDED_SLICE", "ACT_GRAD", "BATCH_ACCUMULATE", "BIAS_GRAD", "CLAMP_MASK", "GRAD_ACCUMULATE",
+           "INT8_CLAMP_GRAD", "MASK_GRAD", "STEP_COUNTER"]
 
 # The one table of op modules. Order: forward families first, training ops last (derived lists keep this order).
 _FAMILIES = (conv, fully_connected, elementwise, pooling, shape, softmax, activations, quant, resize, depth_to_space,
