@@ -6,6 +6,7 @@
 #define TT_CONV_COMMON_H
 
 #include "tt_act_clamp.h"
+#include "tt_conv_taps.h"
 #include "tt_kernels.h"
 
 /* First and one-past-last output coordinate whose taps all lie inside the input (no padding, no bounds checks). */
@@ -62,24 +63,5 @@ static tt_geom tt_geom_of(const tt_conv_dims *d)
 #else
 #define TT_GI_INLINE static inline
 #endif
-
-/* Output coordinate that reads input coordinate i through tap k, or -1. */
-static inline int32_t tt_src_out(int32_t i, int32_t pad, int32_t k, int32_t dil, int32_t stride, int32_t out_size)
-{
-    const int32_t t = i + pad - k * dil;
-    int32_t o;
-    if (t < 0 || t % stride != 0) {
-        return -1;
-    }
-    o = t / stride;
-    return o < out_size ? o : -1;
-}
-
-/* The input gradients above with an int8 weight dequantized per element (tt_kernels.h). Loops and accumulation
- * order are those of the float kernels; only the weight load differs. */
-static inline float tt_dq(int8_t q, int32_t zero_point, float scale)
-{
-    return (float)((int32_t)q - zero_point) * scale;
-}
 
 #endif /* TT_CONV_COMMON_H */

@@ -1,21 +1,6 @@
 /* Hidden-channel streams: see tt_hidden_stream.h and stages/planning/channel_stream.py. */
+#include "tt_conv_taps.h"
 #include "tt_kernels.h"
-
-/* tt_conv_common.h's tt_dq and tt_src_out (that header's other helpers are for the two conv files only): the
- * dequantized weight and the output coordinate an input-gradient tap reads, the same expressions. */
-static inline float tt_hs_dq(int8_t q, int32_t zero_point, float scale)
-{
-    return (float)((int32_t)q - zero_point) * scale;
-}
-
-static inline int32_t tt_hs_src_out(int32_t i, int32_t pad, int32_t k, int32_t dil, int32_t stride, int32_t out)
-{
-    const int32_t t = i + pad - k * dil;
-    if (t < 0 || t % stride != 0) {
-        return -1;
-    }
-    return t / stride < out ? t / stride : -1;
-}
 
 #define TT_HS_MAX_TAPS 64
 
@@ -27,7 +12,7 @@ static inline float tt_hs_w(const float *w, const float *wpart, const int8_t *wq
     if (w != 0) {
         return c < n ? wpart[k * n + c] : w[k * C + c];
     }
-    return tt_hs_dq(c < n ? part[k * n + c] : wq[k * C + c], zero_point, scale);
+    return tt_dq(c < n ? part[k * n + c] : wq[k * C + c], zero_point, scale);
 }
 
 void tt_hs_pw_grad_in_f32(int32_t P, int32_t K, int32_t C, int32_t c, const float *dz, const float *w,
@@ -90,7 +75,7 @@ void tt_hs_pw_grad_in_acc_f32(int32_t P, int32_t IC, int32_t c, const float *dh,
         /* row c dequantized once (the same float per element as the whole kernel's) */
         for (i = 0; i < IC; ++i) {
             wr[i] = w != 0 ? (i < n ? wpart[c * n + i] : w[c * IC + i])
-                           : tt_hs_dq(i < n ? part[c * n + i] : wq[c * IC + i], z, sc);
+                           : tt_dq(i < n ? part[c * n + i] : wq[c * IC + i], z, sc);
         }
         /* four pixels at a time share each weight load (every element still gets one add per channel) */
         for (p = 0; p + 4 <= P; p += 4) {
@@ -119,7 +104,7 @@ void tt_hs_pw_grad_in_acc_f32(int32_t P, int32_t IC, int32_t c, const float *dh,
         for (i = 0; i < IC; ++i) {
             /* weight [C, IC]: row c; the split part holds input channels [0, n) of each row */
             const float v = w != 0 ? (i < n ? wpart[c * n + i] : w[c * IC + i])
-                                   : tt_hs_dq(i < n ? part[c * n + i] : wq[c * IC + i], z, sc);
+                                   : tt_dq(i < n ? part[c * n + i] : wq[c * IC + i], z, sc);
             d[i] += g * v;
         }
     }
@@ -130,7 +115,7 @@ void tt_hs_dw_taps(int32_t taps, int32_t C, int32_t c, const float *w, const int
 {
     int32_t t;
     for (t = 0; t < taps && t < TT_HS_MAX_TAPS; ++t) {
-        wc[t] = w != 0 ? w[t * C + c] : tt_hs_dq(wq[t * C + c], zero_point[c], scale[c]);
+        wc[t] = w != 0 ? w[t * C + c] : tt_dq(wq[t * C + c], zero_point[c], scale[c]);
     }
 }
 
@@ -167,12 +152,12 @@ void tt_hs_dw_grad_input_f32(const tt_conv_dims *d, const float *dy, const float
         for (ix = 0; ix < d->in_w; ++ix) {
             float total = 0.0f, s = 0.0f;
             for (ky = 0; ky < d->k_h; ++ky) {
-                const int32_t oy = tt_hs_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
+                const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
                 if (oy < 0) {
                     continue;
                 }
                 for (kx = 0; kx < d->k_w; ++kx) {
-                    const int32_t ox = tt_hs_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
+                    const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
                     if (ox < 0) {
                         continue;
                     }
