@@ -9,6 +9,8 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 
+from tinytrain.stages.device.boards import HOST_ISA_PROBE
+
 
 @dataclass(frozen=True)
 class StageDef:
@@ -65,7 +67,7 @@ STAGES: tuple[StageDef, ...] = (
     StageDef("cross-compile", ("target.board", "target.cflags", "target.kernels"), ("codegen",),
              "tinytrain.stages.cross_compile",
              "ELF for the board, size report and fit check",
-             tools=(("arm-none-eabi-gcc", "--version"), ("cc", "--version")),
+             tools=(("arm-none-eabi-gcc", "--version"), ("cc", "--version"), HOST_ISA_PROBE),
              source_files=("kernels_c/*.c", "kernels_c/ops/*.c", "kernels_c/*.h", "kernels_c/boards/*")),
     # Runtime values only (they go into runtime.bin, never into the program): changing them reruns this stage
     # alone. `model` is read for the original file's tensor count (the .wof's n_buffers); train.optimizer for

@@ -48,7 +48,8 @@ from typing import Any, Sequence
 from tinytrain.pipeline.contract import StageContext, StageResult, no_progress
 from tinytrain.pipeline.errors import StageFailed, UserError
 from tinytrain.stages.c_emit import ops_header
-from tinytrain.stages.device.boards import BOARD_DIR, Board, get_board
+from tinytrain.cache.keys import tool_identity
+from tinytrain.stages.device.boards import BOARD_DIR, HOST_ISA_PROBE, Board, get_board, host_isa_flags
 from tinytrain.stages.device.stack_bound import ALIGN, StackBoundError, stack_bound
 
 KERNELS_DIR = BOARD_DIR.parent  # kernels_c/
@@ -184,7 +185,10 @@ def build_firmware(board: Board, program_dir: Path, out_dir: Path, *,
         spare: list[Path] = []
         if kernels is None:     # the whole library was asked for: compile only what the program can reach
             sources, spare = _reachable_library(work, sources, _support(board) + (_support(hboard) if hboard else []))
-        cflags = _cflags(board, defines or {}, extra_cflags, sanitize)
+        # the host board's instruction set, as the cache key's probe found it (boards.HOST_ISA_PROBE); the host
+        # evaluation build stays on the compiler's default target
+        isa = host_isa_flags(tool_identity(list(HOST_ISA_PROBE))) if board.host else ()
+        cflags = _cflags(board, defines or {}, (*isa, *extra_cflags), sanitize)
         hflags = _cflags(hboard, defines or {}, extra_cflags, ()) if hboard else []
 
         def units_of(files: Sequence[Path]) -> tuple[list[_Unit], list[_Unit]]:
