@@ -270,8 +270,10 @@ def _c_floats(a) -> str:
     return ", ".join(out)
 
 
+@pytest.mark.parametrize("simd", [False, True], ids=["portable", "host-simd"])
 @pytest.mark.parametrize("act", ["relu", "relu6"])
-def test_c_kernels_match_numpy(tmp_path, act):
+def test_c_kernels_match_numpy(tmp_path, act, simd):
+    """Bit for bit against numpy; host-simd: the native host build's SSE2 path of mask_grad (on x86-64)."""
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
         pytest.skip("no host C compiler")
@@ -282,6 +284,7 @@ def test_c_kernels_match_numpy(tmp_path, act):
     yf = (rng.standard_normal(n) * 4).astype(F32)
     yf[:8] = [0.0, -0.0, 6.0, np.inf, -np.inf, np.nan, 5.999999, 1e-45]
     dy = rng.standard_normal(n).astype(F32)
+    dy[8:12] = [-0.0, np.nan, np.inf, -np.inf]         # a mask passes their bits or gives +0.0
     lo, hi = -5, 100
     flo, fhi = (0.0, None) if act == "relu" else (0.0, 6.0)
     data = (f"static const int8_t ys8[{n}] = {{{', '.join(str(int(v)) for v in ys8)}}};\n"
@@ -292,7 +295,8 @@ def test_c_kernels_match_numpy(tmp_path, act):
                                                          flo=codegen.flit(flo),
                                                          fhi="INFINITY" if fhi is None else codegen.flit(fhi)))
     exe = tmp_path / "drv"
-    cmd = [cc, *CFLAGS, "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{KDIR}",
+    simd_flags = ["-DTT_USE_HOST_SIMD=1"] if simd else []
+    cmd = [cc, *CFLAGS, *simd_flags, "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{KDIR}",
            f"-I{ops_header.include_dir()}", str(KDIR / "tt_mask.c"), str(KDIR / "ops" / "tt_mask_grad.c"), str(src), "-lm", "-o", str(exe)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr

@@ -2,6 +2,7 @@
  * Byte-aligned runs of eight take the mask a byte at a time: a full byte copies, an empty one zeroes (dz may be
  * dy itself: every element is read before it is written). */
 #include "tt_mask.h"
+#include "tt_simd.h"
 #if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
 #include "tt_float_mve.h" /* target.kernels: mve - VPSEL under the mask bits, the same bits */
 #endif
@@ -17,6 +18,25 @@ void tt_mask_grad_f32(int32_t n, int32_t bit_offset, const uint8_t *mask, const 
     for (; i < n && (b & 7u) != 0u; ++i, ++b) {
         dz[i] = ((mask[b >> 3] >> (b & 7u)) & 1u) ? dy[i] : 0.0f;
     }
+#if TT_HOST_SIMD
+    /* The native host build: four elements per AND with the lanes of the mask nibble (all ones: dy's bits; zero:
+     * +0.0f), the plain loop's results without its branches. */
+    {
+        static const uint32_t lanes[16][4] = {
+            {0, 0, 0, 0}, {~0u, 0, 0, 0}, {0, ~0u, 0, 0}, {~0u, ~0u, 0, 0},
+            {0, 0, ~0u, 0}, {~0u, 0, ~0u, 0}, {0, ~0u, ~0u, 0}, {~0u, ~0u, ~0u, 0},
+            {0, 0, 0, ~0u}, {~0u, 0, 0, ~0u}, {0, ~0u, 0, ~0u}, {~0u, ~0u, 0, ~0u},
+            {0, 0, ~0u, ~0u}, {~0u, 0, ~0u, ~0u}, {0, ~0u, ~0u, ~0u}, {~0u, ~0u, ~0u, ~0u}};
+        for (; i + 8 <= n; i += 8, b += 8) {
+            const uint32_t m = mask[b >> 3];
+            const __m128 m0 = _mm_loadu_ps((const float *)(const void *)lanes[m & 15u]);
+            const __m128 m1 = _mm_loadu_ps((const float *)(const void *)lanes[m >> 4]);
+            const __m128 lo = _mm_and_ps(_mm_loadu_ps(dy + i), m0), hi = _mm_and_ps(_mm_loadu_ps(dy + i + 4), m1);
+            _mm_storeu_ps(dz + i, lo);
+            _mm_storeu_ps(dz + i + 4, hi);
+        }
+    }
+#endif
     for (; i + 8 <= n; i += 8, b += 8) {
         const uint32_t m = mask[b >> 3];
         if (m == 0xFFu) {
