@@ -7,8 +7,10 @@
    and MobileNetV2-w0.35@128 with the TTE-like sparse update (bench/mbv2_tte.yaml; bench/make_mbv2_data.py makes
    its data), each with `target.kernels: portable` and `dsp`. TTE's 373 ms at 216 MHz = 80.6 M cycles beside it.
    A traced MobileNetV2 step takes ~45 s (QEMU's per-TB log); --skip-mbv2 leaves MobileNetV2 out.
-2. Host: the native `host` build's time per training step (the executable run for 1 and for 1+N steps, N chosen
-   to take ~0.5 s, the difference over N, best of 5; CPU time, so the machine's other load matters little)
+2. Host: the native `host` build's time per training step (-O3, and -march=x86-64-v3 where the build machine
+   runs it: stages/device/boards.py HOST_ISA_PROBE; the table's caption gives the flags) (the executable run for 1
+   and for 1+N steps, N chosen to take ~0.5 s, the difference over N, best of 5; CPU time, so the machine's other
+   load matters little)
    against PyTorch on one thread training the same float graph (tests/torch_mirror.py: forward, cross-entropy,
    backward, SGD on the tensors the firmware trains; the int8 MobileNetV2 as the float graph it stands for,
    stages/contribution.dequantize_graph; a final softmax dropped, as the firmware's fused loss takes logits),
@@ -129,6 +131,13 @@ def host_step_ms(spec: Path, label: str, cflags: tuple[str, ...] = ()) -> tuple[
     rough = max((wall(11) - base) / 10, 1e-6)
     n = int(min(max(HOST_SECONDS / rough, 10), 5000))
     return (wall(1 + n) - base) / n * 1e3, r
+
+
+def _speed_flags(host_build: Any) -> list[str]:
+    """The host build's flags that set its speed: the last -O and any -march (stages/device/boards.py HOST_ISA_PROBE,
+    which depends on the build machine)."""
+    flags = json.loads((host_build.out_dir / "cross-compile" / "build.json").read_text())["cflags"]
+    return [f for f in flags if f.startswith("-O")][-1:] + [f for f in flags if f.startswith("-march=")]
 
 
 def torch_step_ms(host_build: Any) -> float:
@@ -276,12 +285,13 @@ def _device_tables(console: Any, doc: dict[str, Any]) -> None:
     if not doc["host"]:  # --device-only
         return
     h = Table(title="host: CPU ms per training step (best of 5), PyTorch on 1 thread")
-    for c in ("model", "host -O3", "PyTorch", "speed-up", "load"):
+    for c in ("model", "host", "PyTorch", "speed-up", "load"):
         h.add_column(c, justify="right")
     for d in doc["host"]:
         ratio = d["torch_ms"] / d["host_ms"] if d.get("torch_ms") else None
         h.add_row(d["model"], f"{d['host_ms']:.4f}", "-" if d.get("torch_ms") is None else f"{d['torch_ms']:.4f}",
                   "-" if ratio is None else f"{ratio:.1f}x", f"{d.get('load', 0.0):.1f}")
+    h.caption = "host flags: " + " ".join(doc["host"][0].get("host_flags", []))
     console.print(h)
 
 
@@ -342,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         for label, spec in [] if a.device_only else models:
             ms, hb = host_step_ms(spec, label)
             # CPU time still grows with the machine's load (shared caches, SMT): the 1-minute load beside it
-            entry: dict[str, Any] = {"model": label, "host_ms": ms, "load": os.getloadavg()[0]}
+            entry: dict[str, Any] = {"model": label, "host_ms": ms, "load": os.getloadavg()[0],
+                                     "host_flags": _speed_flags(hb)}
             entry["torch_ms"] = torch_step_ms(hb)
             doc["host"].append(entry)
     if not a.device_only and a.only != "host":
