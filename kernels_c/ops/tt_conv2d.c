@@ -774,46 +774,6 @@ void tt_conv2d_grad_input_f32(const tt_conv_dims *d, const float *dy, const floa
     tt_conv2d_grad_input_f32_split(d, dy, w, w, 0, dx);
 }
 
-void tt_conv2d_grad_input_f32_split(const tt_conv_dims *d, const float *dy, const float *w, const float *w_slice,
-                                    int32_t n, float *dx)
-{
-    int32_t b, iy, ix, ic, ky, kx, o;
-    for (b = 0; b < d->batches; ++b) {
-        for (iy = 0; iy < d->in_h; ++iy) {
-            for (ix = 0; ix < d->in_w; ++ix) {
-                float *dxp = dx + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
-                for (ic = 0; ic < d->in_c; ++ic) {
-                    dxp[ic] = 0.0f;
-                }
-                for (ky = 0; ky < d->k_h; ++ky) {
-                    const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
-                    if (oy < 0) {
-                        continue;
-                    }
-                    for (kx = 0; kx < d->k_w; ++kx) {
-                        const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
-                        const float *dyp;
-                        if (ox < 0) {
-                            continue;
-                        }
-                        dyp = dy + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
-                        for (ic = 0; ic < d->in_c; ++ic) {
-                            /* input channel ic of every filter row: the trained slice's or the whole weight's */
-                            const int32_t stride = ic < n ? n : d->in_c;
-                            const float *wc = (ic < n ? w_slice : w) + (ky * d->k_w + kx) * stride + ic;
-                            float s = 0.0f;
-                            for (o = 0; o < d->out_c; ++o) {
-                                s += dyp[o] * wc[o * d->k_h * d->k_w * stride];
-                            }
-                            dxp[ic] += s;
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
 void tt_conv2d_grad_weight_f32(const tt_conv_dims *d, int32_t k, const float *dy, const float *x, float *dw)
 {
     tt_conv2d_grad_weight_f32_range(d, k, 0, d->out_c, dy, x, dw);
@@ -1241,14 +1201,31 @@ static void tt_gi1x1(const tt_conv_dims *d, const float *dy, const int8_t *w, co
     }
 }
 
-void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const int8_t *w, const int8_t *w_slice,
-                                 int32_t n, const float *scale, const int32_t *zero_point, float *dx)
+/* The input gradient's tap walk, written once for a float weight and an int8 one (dequantized per element by tt_dq
+ * where it is read, the int8 kernels' 1x1 stride-1 case through tt_gi1x1): w / w_slice are of the kind the
+ * constant qw names, so the always-inlined walker compiles to the plain loop of each (tt_gi_w and TT_GI_NEXT touch
+ * only that kind's pointer; the other stays null). The bits of the loops it replaces. dx[p, ic] = 0, then
+ * per tap in (filter y, filter x) order += s with s = sum over o, in order, of dy[p', o] * w[o, tap, ic]; channels
+ * [0, n) read the trained slice [O,KH,KW,n], the rest the whole weight. Four input channels share a pass over o
+ * (the loads of dy, scale and zero point): each keeps its own sum in order, the same float32 operations as one at
+ * a time. */
+TT_GI_INLINE float tt_gi_w(const int qw, const float *wf, const int8_t *wq, int32_t i, const float *scale,
+                           const int32_t *zero_point, int32_t o)
+{
+    return qw ? tt_dq(wq[i], zero_point[o], scale[o]) : wf[i];
+}
+
+/* The next output channel's row (only the pointer of the weight's kind moves: the other is null). */
+#define TT_GI_NEXT(qw, wf, wq, stride) ((qw) ? (void)((wq) += (stride)) : (void)((wf) += (stride)))
+
+TT_GI_INLINE void tt_gi_walk(const tt_conv_dims *d, const float *dy, const void *w, const void *w_slice, int32_t n,
+                             const float *scale, const int32_t *zero_point, float *dx, const int qw)
 {
     int32_t b, iy, ix, ic, ky, kx, o;
     const int32_t taps = d->k_h * d->k_w;
-    if (taps == 1 && d->stride_h == 1 && d->stride_w == 1 && d->pad_top == 0 && d->pad_left == 0 &&
+    if (qw && taps == 1 && d->stride_h == 1 && d->stride_w == 1 && d->pad_top == 0 && d->pad_left == 0 &&
         d->out_h == d->in_h && d->out_w == d->in_w) {
-        tt_gi1x1(d, dy, w, w_slice, n, scale, zero_point, dx);
+        tt_gi1x1(d, dy, (const int8_t *)w, (const int8_t *)w_slice, n, scale, zero_point, dx);
         return;
     }
     for (b = 0; b < d->batches; ++b) {
@@ -1276,21 +1253,20 @@ void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const i
                             /* channels [0, n) live in the trained slice, the rest in the whole weight */
                             const int32_t in_slice = ic < n;
                             const int32_t lim = in_slice ? n : d->in_c;
-                            const int8_t *wb = in_slice ? w_slice + tap * n + ic : w + tap * d->in_c + ic;
+                            const int32_t at = in_slice ? tap * n + ic : tap * d->in_c + ic;
+                            const void *wp = in_slice ? w_slice : w;
+                            const float *wfb = qw ? 0 : (const float *)wp + at;
+                            const int8_t *wqb = qw ? (const int8_t *)wp + at : 0;
                             const int32_t stride = taps * (in_slice ? n : d->in_c);
                             if (ic + 4 <= lim) {
-                                /* Four input channels at once: each keeps its own sum over o in order (the same
-                                 * float32 operations as one at a time), sharing the loads of dy, scale and zero
-                                 * point. */
                                 float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
                                 for (o = 0; o < d->out_c; ++o) {
-                                    const int8_t *wo = wb + o * stride;
-                                    const int32_t z = zero_point[o];
-                                    const float sc = scale[o], g = dyp[o];
-                                    s0 += g * ((float)((int32_t)wo[0] - z) * sc);
-                                    s1 += g * ((float)((int32_t)wo[1] - z) * sc);
-                                    s2 += g * ((float)((int32_t)wo[2] - z) * sc);
-                                    s3 += g * ((float)((int32_t)wo[3] - z) * sc);
+                                    const float g = dyp[o];
+                                    s0 += g * tt_gi_w(qw, wfb, wqb, 0, scale, zero_point, o);
+                                    s1 += g * tt_gi_w(qw, wfb, wqb, 1, scale, zero_point, o);
+                                    s2 += g * tt_gi_w(qw, wfb, wqb, 2, scale, zero_point, o);
+                                    s3 += g * tt_gi_w(qw, wfb, wqb, 3, scale, zero_point, o);
+                                    TT_GI_NEXT(qw, wfb, wqb, stride);
                                 }
                                 dxp[ic] += s0;
                                 dxp[ic + 1] += s1;
@@ -1300,7 +1276,8 @@ void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const i
                             } else {
                                 float s = 0.0f;
                                 for (o = 0; o < d->out_c; ++o) {
-                                    s += dyp[o] * tt_dq(wb[o * stride], zero_point[o], scale[o]);
+                                    s += dyp[o] * tt_gi_w(qw, wfb, wqb, 0, scale, zero_point, o);
+                                    TT_GI_NEXT(qw, wfb, wqb, stride);
                                 }
                                 dxp[ic] += s;
                                 ic += 1;
@@ -1311,4 +1288,16 @@ void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const i
             }
         }
     }
+}
+
+void tt_conv2d_grad_input_f32_split(const tt_conv_dims *d, const float *dy, const float *w, const float *w_slice,
+                                    int32_t n, float *dx)
+{
+    tt_gi_walk(d, dy, w, w_slice, n, 0, 0, dx, 0);
+}
+
+void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const int8_t *w, const int8_t *w_slice,
+                                 int32_t n, const float *scale, const int32_t *zero_point, float *dx)
+{
+    tt_gi_walk(d, dy, w, w_slice, n, scale, zero_point, dx, 1);
 }
