@@ -626,7 +626,7 @@ TT_CONV_INLINE void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8
     const int32_t zin = q->input_zero_point, lo = q->act_min, hi = q->act_max;
     const int32_t in_plane = g.in_h * g.in_w * g.in_c, out_plane = g.out_h * g.out_w * OC;
     const int32_t pointwise = g.k_h == 1 && g.k_w == 1;
-    int32_t oy_lo, oy_hi, ox_lo, ox_hi, oc0, b, oy, ox, j, i, t;
+    int32_t oy_lo, oy_hi, ox_lo, ox_hi, oc0, b, oy, ox, j, t;
     tt_conv_block bk;
     tt_interior(g.out_h, g.in_h, g.stride_h, g.pad_top, g.k_h, g.dil_h, &oy_lo, &oy_hi);
     tt_interior(g.out_w, g.in_w, g.stride_w, g.pad_left, g.k_w, g.dil_w, &ox_lo, &ox_hi);
@@ -647,12 +647,11 @@ TT_CONV_INLINE void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8
             int32_t sw = 0;
             bk.w[j] = w + oc * K;
             bk.ws[j] = w_slice + oc * taps * n;
-            for (t = 0; t < taps; ++t) {
-                for (i = 0; i < n; ++i) {
-                    sw += bk.ws[j][t * n + i];
-                }
-                for (i = n; i < g.in_c; ++i) {
-                    sw += bk.w[j][t * g.in_c + i];
+            if (n == 0) {
+                sw = tt_sum_s8(bk.w[j], K);
+            } else {
+                for (t = 0; t < taps; ++t) {
+                    sw += tt_sum_s8(bk.ws[j] + t * n, n) + tt_sum_s8(bk.w[j] + t * g.in_c + n, g.in_c - n);
                 }
             }
             bk.bias[j] = bias != 0 ? bias[oc] : 0;
