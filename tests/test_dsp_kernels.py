@@ -130,7 +130,8 @@ def _random_layers(seed: int):
     and their remainders, the split weight, the 3x3 stem-like conv, 3x3 depthwise at stride 1 and 2 over rows wider
     than one ring strip (32 outputs), odd widths, in place, row by row (a row stream's calls), batches, a clamp
     narrower than int8 and biases too large for the one-SMMLAR requantisation; two fixed 1x1 layers whose input
-    channels come in whole words and two stem-like 3x3 layers."""
+    channels come in whole words, four more for the two-pixel pass's word and pixel counts and two stem-like 3x3
+    layers."""
     import numpy as np
 
     Layer = _kernels_m7().Layer
@@ -160,6 +161,12 @@ def _random_layers(seed: int):
     # 1x1 with whole words of input channels and the int8 range: the written-out pixel loop (a last block of 2)
     out.append(Layer("conv", (1, 5, 9, 16, 5, 9, 14, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
     out.append(Layer("conv", (1, 4, 33, 8, 4, 33, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), True))
+    # the two-pixel x two-channel pass: odd and even word counts (C = 4, 12, 20, 24), odd and even pixel runs, a
+    # single pixel, batches
+    out.append(Layer("conv", (1, 3, 7, 4, 3, 7, 6, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    out.append(Layer("conv", (2, 2, 5, 12, 2, 5, 9, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    out.append(Layer("conv", (1, 3, 1, 20, 3, 1, 4, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    out.append(Layer("conv", (1, 2, 6, 24, 2, 6, 12, 1, 1, 1, 1, 1, 1, 0, 0, 1), True))
     # a stem-like 3x3 over 3 channels at stride 2 (its interior through the im2col buffer), whole and row by row
     out.append(Layer("conv", (1, 9, 21, 3, 5, 11, 8, 3, 3, 2, 2, 1, 1, 0, 0, 1), True))
     out.append(Layer("conv", (2, 9, 21, 3, 5, 11, 12, 3, 3, 2, 2, 1, 1, 1, 1, 1), False))

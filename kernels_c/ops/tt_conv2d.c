@@ -296,24 +296,26 @@ __attribute__((naked, noinline)) static void tt_pw4_run(__attribute__((unused)) 
         "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
 }
 
-/* Two pixels x two output channels per pass, for pixels `C` bytes apart (1x1 at stride 1, the im2col buffer) whose
- * two weight rows are also `C` bytes apart: one register holds both offsets, which leaves enough registers for
+/* Two pixels x two output channels per pass, for pixels `C` bytes apart (1x1 at stride 1, the stem's im2col buffer)
+ * whose two weight rows are also `C` bytes apart: one register holds both offsets, which leaves enough registers for
  * both pixels' sign-extended words. Per four input channels 22 instructions for 16 MACs (tt_pw4_run: 26 for 16):
- * each weight word is loaded and sign-extended once for two pixels, each input word once for two channels.
- * The sums start at the channels' `add` constants (one LDM per pass instead of four zeroings and four adds);
- * per output channel one LDM of {h, multiplier, e} serves both pixels. r0 x (pixel 1 at [r0, r2]), r1 row 0
- * (row 1 at [r1, r2]), r2 C, r3 words left, r4/r5 pixel 0's channels 0/1, r6/r7 pixel 1's, r8-r11 the pixels'
- * even / odd int16 lanes, r12 / lr a weight word's lanes; the rest in the frame f. Same requantization as
- * tt_pw4_run (the one-SMMLAR form, int8 range). */
+ * each weight word is loaded and sign-extended once for two pixels, each input word once for two channels; the
+ * word loop is unrolled twice (an odd count enters at its second half). The sums start at the channels' `add`
+ * constants (one LDM per pass instead of four zeroings and four adds); per output channel one LDM of
+ * {h, multiplier, e} serves both pixels. The frame is copied onto the stack (SP-relative loads, no frame pointer).
+ * r0 x (pixel 1 at [r0, r2]), r1 row 0 (row 1 at [r1, r2]), r2 C, r3 word pairs left, r4/r5 pixel 0's channels
+ * 0/1, r6/r7 pixel 1's, r8-r11 the pixels' even / odd int16 lanes, r12 / lr a weight word's lanes. Same
+ * requantization as tt_pw4_run (the one-SMMLAR form, int8 range). */
 typedef struct {
     int32_t qw;         /* C / 4 */
     int32_t C;          /* pixel stride = weight row stride, bytes */
-    const int32_t *tab; /* add0, add1, then {h, multiplier, e} of channel 0 and of channel 1 */
+    const int32_t *add; /* add0, add1 */
     int8_t *y;
     int32_t ystep;
     int32_t pairs;
     const int8_t *x;
     const int8_t *w0;
+    const int32_t *hme; /* {h, multiplier, e} of channel 0, then of channel 1 */
 } tt_pw22_frame;
 
 #define TT_PW22_OUT(acc, st)                                                                                  \
@@ -324,52 +326,57 @@ typedef struct {
     "ssat   r11, #8, r11\n\t"                                                                                 \
     "strb   r11, " st "\n\t"
 
-__attribute__((naked, noinline)) static void tt_pw22_run(__attribute__((unused)) tt_pw22_frame *f)
+#define TT_PW22_WORD                                                                                          \
+    "ldr    r10, [r0, r2]\n\t"                                                                                \
+    "ldr    r8, [r0], #4\n\t"                                                                                 \
+    "sxtb16 r9, r8, ror #8\n\t"                                                                               \
+    "sxtb16 r8, r8\n\t"                                                                                       \
+    "sxtb16 r11, r10, ror #8\n\t"                                                                             \
+    "sxtb16 r10, r10\n\t"                                                                                     \
+    "ldr    r12, [r1, r2]\n\t"                                                                                \
+    "sxtb16 lr, r12\n\t"                                                                                      \
+    "sxtb16 r12, r12, ror #8\n\t"                                                                             \
+    "smlad  r5, r8, lr, r5\n\t"                                                                               \
+    "smlad  r7, r10, lr, r7\n\t"                                                                              \
+    "smlad  r5, r9, r12, r5\n\t"                                                                              \
+    "smlad  r7, r11, r12, r7\n\t"                                                                             \
+    "ldr    r12, [r1], #4\n\t"                                                                                \
+    "sxtb16 lr, r12\n\t"                                                                                      \
+    "sxtb16 r12, r12, ror #8\n\t"                                                                             \
+    "smlad  r4, r8, lr, r4\n\t"                                                                               \
+    "smlad  r6, r10, lr, r6\n\t"                                                                              \
+    "smlad  r4, r9, r12, r4\n\t"                                                                              \
+    "smlad  r6, r11, r12, r6\n\t"
+
+__attribute__((naked, noinline)) static void tt_pw22_run(__attribute__((unused)) const tt_pw22_frame *f)
 {
     __asm__ volatile(
         "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
-        "sub    sp, sp, #4\n\t"
-        "str    r0, [sp]\n\t"
-        "ldr    r1, [r0, #28]\n\t"
-        "ldr    r2, [r0, #4]\n\t"
-        "ldr    r0, [r0, #24]\n\t"
+        "sub    sp, sp, #36\n\t"
+        "ldm    r0, {r1, r2, r3, r4, r5, r6, r7, r8, r9}\n\t"
+        "stm    sp, {r1, r2, r3, r4, r5, r6, r7, r8, r9}\n\t"
+        "mov    r0, r7\n\t"
+        "mov    r1, r8\n\t"
         "2:\n\t"
-        "ldr    r12, [sp]\n\t"
-        "ldr    r3, [r12, #8]\n\t"
+        "ldr    r3, [sp, #8]\n\t"
         "ldm    r3, {r4, r5}\n\t"
         "mov    r6, r4\n\t"
         "mov    r7, r5\n\t"
-        "ldr    r3, [r12]\n\t"
+        "ldr    r3, [sp]\n\t"
+        "lsrs   r3, r3, #1\n\t"
+        "adc    r3, r3, #0\n\t"
+        "bcs    5f\n\t"
         "1:\n\t"
-        "ldr    r10, [r0, r2]\n\t"
-        "ldr    r8, [r0], #4\n\t"
-        "sxtb16 r9, r8, ror #8\n\t"
-        "sxtb16 r8, r8\n\t"
-        "sxtb16 r11, r10, ror #8\n\t"
-        "sxtb16 r10, r10\n\t"
-        "ldr    r12, [r1, r2]\n\t"
-        "sxtb16 lr, r12\n\t"
-        "sxtb16 r12, r12, ror #8\n\t"
-        "smlad  r5, r8, lr, r5\n\t"
-        "smlad  r7, r10, lr, r7\n\t"
-        "smlad  r5, r9, r12, r5\n\t"
-        "smlad  r7, r11, r12, r7\n\t"
-        "ldr    r12, [r1], #4\n\t"
-        "sxtb16 lr, r12\n\t"
-        "sxtb16 r12, r12, ror #8\n\t"
-        "smlad  r4, r8, lr, r4\n\t"
-        "smlad  r6, r10, lr, r6\n\t"
-        "smlad  r4, r9, r12, r4\n\t"
-        "smlad  r6, r11, r12, r6\n\t"
+        TT_PW22_WORD
+        "5:\n\t"
+        TT_PW22_WORD
         "subs   r3, r3, #1\n\t"
         "bne    1b\n\t"
         "sub    r1, r1, r2\n\t"
         "add    r0, r0, r2\n\t"
-        "ldr    r12, [sp]\n\t"
-        "ldr    r3, [r12, #16]\n\t"
-        "ldr    lr, [r12, #12]\n\t"
-        "ldr    r12, [r12, #8]\n\t"
-        "add    r12, r12, #8\n\t"
+        "ldr    r12, [sp, #32]\n\t"
+        "ldr    lr, [sp, #12]\n\t"
+        "ldr    r3, [sp, #16]\n\t"
         "ldm    r12!, {r8, r9, r10}\n\t"
         TT_PW22_OUT("r4", "[lr]")
         TT_PW22_OUT("r6", "[lr, r3]")
@@ -377,17 +384,17 @@ __attribute__((naked, noinline)) static void tt_pw22_run(__attribute__((unused))
         TT_PW22_OUT("r5", "[lr, #1]")
         "add    lr, lr, #1\n\t"
         TT_PW22_OUT("r7", "[lr, r3]")
-        "sub    lr, lr, #1\n\t"
         "add    lr, lr, r3, lsl #1\n\t"
-        "ldr    r12, [sp]\n\t"
-        "str    lr, [r12, #12]\n\t"
-        "ldr    r3, [r12, #20]\n\t"
+        "sub    lr, lr, #1\n\t"
+        "str    lr, [sp, #12]\n\t"
+        "ldr    r3, [sp, #20]\n\t"
         "subs   r3, r3, #1\n\t"
-        "str    r3, [r12, #20]\n\t"
+        "str    r3, [sp, #20]\n\t"
         "bne    2b\n\t"
-        "add    sp, sp, #4\n\t"
+        "add    sp, sp, #36\n\t"
         "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
 }
+#undef TT_PW22_WORD
 #undef TT_PW22_OUT
 #else
 #define TT_PW4_ASM 0
@@ -417,7 +424,8 @@ static void tt_pw4(const tt_conv_block *bk, const int8_t *x, int32_t xstep, int3
             t2[7] = bk->mm[j + 1].e;
             g.qw = C >> 2;
             g.C = C;
-            g.tab = t2;
+            g.add = t2;
+            g.hme = t2 + 2;
             g.y = y + j;
             g.ystep = ystep;
             g.pairs = pairs;
