@@ -395,6 +395,77 @@ __attribute__((naked, noinline)) static void tt_pw22_run(__attribute__((unused))
         "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
 }
 #undef TT_PW22_WORD
+
+/* Eight input channels (the first expand conv of MobileNet-like networks): one output channel over `count` pixels 8
+ * bytes apart, its eight weights held in four registers as int16 lanes, doubled (|2w| <= 256), so the SMLADs give
+ * the doubled sum the one-SMMLAR requantization takes, started at 2 * add. Per output 18 instructions for 8 MACs
+ * (two loads, four SXTB16, four SMLAD, the requantization, the store and the loop), against ~26 through
+ * tt_pw22_run, whose per-pass set-up outweighs its two words. r0 / r1 the pixel's words, r2 the sum, r3 x, r4-r7
+ * the weight lanes {w0, w2}, {w1, w3}, {w4, w6}, {w5, w7}, r8 2 * add, r9 h, r10 multiplier, r11 e, r12 y, lr the
+ * output step; the end of x on the stack. */
+typedef struct {
+    int32_t w[4];
+    int32_t add2, h, multiplier, e;
+    int8_t *y;
+    int32_t ystep;
+    const int8_t *x, *x_end;
+} tt_pw1c8_frame;
+
+__attribute__((naked, noinline)) static void tt_pw1c8_run(__attribute__((unused)) const tt_pw1c8_frame *f)
+{
+    __asm__ volatile(
+        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
+        "sub    sp, sp, #4\n\t"
+        "ldm    r0!, {r4, r5, r6, r7, r8, r9, r10, r11, r12, lr}\n\t"
+        "ldr    r3, [r0]\n\t"
+        "ldr    r1, [r0, #4]\n\t"
+        "str    r1, [sp]\n\t"
+        "1:\n\t"
+        "ldr    r0, [r3], #4\n\t"
+        "ldr    r1, [r3], #4\n\t"
+        "sxtb16 r2, r0\n\t"
+        "smlad  r2, r2, r4, r8\n\t"
+        "sxtb16 r0, r0, ror #8\n\t"
+        "smlad  r2, r0, r5, r2\n\t"
+        "sxtb16 r0, r1\n\t"
+        "smlad  r2, r0, r6, r2\n\t"
+        "sxtb16 r1, r1, ror #8\n\t"
+        "smlad  r2, r1, r7, r2\n\t"
+        "add    r0, r9, r2, asr #31\n\t"
+        "smmlar r0, r2, r10, r0\n\t"
+        "asr    r0, r0, r11\n\t"
+        "ssat   r0, #8, r0\n\t"
+        "strb   r0, [r12]\n\t"
+        "add    r12, r12, lr\n\t"
+        "ldr    r1, [sp]\n\t"
+        "cmp    r3, r1\n\t"
+        "bne    1b\n\t"
+        "add    sp, sp, #4\n\t"
+        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+}
+
+/* A full block of four channels over `count` (>= 1) pixels of eight channels, 8 bytes apart, through tt_pw1c8_run. */
+static void tt_pw4c8(const tt_conv_block *bk, const int8_t *x, int32_t count, int8_t *y, int32_t ystep)
+{
+    int32_t j, i;
+    tt_pw1c8_frame f;
+    for (j = 0; j < 4; ++j) {
+        const int8_t *w = bk->w[j];
+        for (i = 0; i < 4; ++i) { /* lanes {0, 2}, {1, 3}, {4, 6}, {5, 7} */
+            const int32_t k = (i >> 1) * 4 + (i & 1);
+            f.w[i] = (int32_t)tt_pack16(2 * w[k], 2 * w[k + 2]);
+        }
+        f.add2 = 2 * bk->add[j];
+        f.h = bk->mm[j].h;
+        f.multiplier = bk->mm[j].multiplier;
+        f.e = bk->mm[j].e;
+        f.y = y + j;
+        f.ystep = ystep;
+        f.x = x;
+        f.x_end = x + 8 * count;
+        tt_pw1c8_run(&f);
+    }
+}
 #undef TT_PW22_OUT
 #else
 #define TT_PW4_ASM 0
@@ -604,6 +675,10 @@ TT_CONV_NOINLINE void tt_pointwise4(const tt_conv_block *bk, int32_t C, int32_t 
     const int32_t rest = C - n;
     int32_t p;
 #if TT_PW4_ASM
+    if (bk->mm_ok == 2 && n == 0 && C == 8 && xstep == 8 && count > 0) {
+        tt_pw4c8(bk, x, count, y, OC);
+        return;
+    }
     if (bk->mm_ok == 2 && n == 0 && (C & 3) == 0 && C > 0 && count > 0) {
         tt_pw4(bk, x, xstep, C, w0, C, count, y, OC);
         return;
