@@ -552,8 +552,15 @@ tt_i2c_fill(int8_t *dst, int32_t kp, const int8_t *x, int32_t xstep, int32_t np,
                 memcpy(&v, s, 4);
                 memcpy(d, &v, 4);
             }
-            for (; n > 0; --n) {
-                *d++ = *s++;
+            if (n & 2) { /* the tail without a loop: a halfword, then a byte */
+                uint16_t h;
+                memcpy(&h, s, 2);
+                memcpy(d, &h, 2);
+                d += 2;
+                s += 2;
+            }
+            if (n & 1) {
+                *d++ = *s;
             }
         }
     }
