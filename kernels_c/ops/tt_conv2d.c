@@ -309,7 +309,7 @@ __attribute__((naked, noinline)) static void tt_pw4_run(__attribute__((unused)) 
 typedef struct {
     int32_t qw;         /* C / 4 */
     int32_t C;          /* pixel stride = weight row stride, bytes */
-    const int32_t *add; /* add0, add1 */
+    int32_t add[2];
     int8_t *y;
     int32_t ystep;
     int32_t pairs;
@@ -352,14 +352,13 @@ __attribute__((naked, noinline)) static void tt_pw22_run(__attribute__((unused))
 {
     __asm__ volatile(
         "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
-        "sub    sp, sp, #36\n\t"
-        "ldm    r0, {r1, r2, r3, r4, r5, r6, r7, r8, r9}\n\t"
-        "stm    sp, {r1, r2, r3, r4, r5, r6, r7, r8, r9}\n\t"
-        "mov    r0, r7\n\t"
-        "mov    r1, r8\n\t"
+        "sub    sp, sp, #44\n\t"
+        "ldm    r0, {r1, r2, r3, r4, r5, r6, r7, r8, r9, r10}\n\t"
+        "stm    sp, {r1, r2, r3, r4, r5, r6, r7, r8, r9, r10}\n\t"
+        "mov    r0, r8\n\t"
+        "mov    r1, r9\n\t"
         "2:\n\t"
-        "ldr    r3, [sp, #8]\n\t"
-        "ldm    r3, {r4, r5}\n\t"
+        "ldrd   r4, r5, [sp, #8]\n\t"
         "mov    r6, r4\n\t"
         "mov    r7, r5\n\t"
         "ldr    r3, [sp]\n\t"
@@ -374,24 +373,22 @@ __attribute__((naked, noinline)) static void tt_pw22_run(__attribute__((unused))
         "bne    1b\n\t"
         "sub    r1, r1, r2\n\t"
         "add    r0, r0, r2\n\t"
-        "ldr    r12, [sp, #32]\n\t"
-        "ldr    lr, [sp, #12]\n\t"
-        "ldr    r3, [sp, #16]\n\t"
+        "ldr    r12, [sp, #36]\n\t"
+        "ldrd   lr, r3, [sp, #16]\n\t"
         "ldm    r12!, {r8, r9, r10}\n\t"
         TT_PW22_OUT("r4", "[lr]")
         TT_PW22_OUT("r6", "[lr, r3]")
         "ldm    r12, {r8, r9, r10}\n\t"
         TT_PW22_OUT("r5", "[lr, #1]")
-        "add    lr, lr, #1\n\t"
-        TT_PW22_OUT("r7", "[lr, r3]")
+        "add    r12, lr, #1\n\t"
+        TT_PW22_OUT("r7", "[r12, r3]")
         "add    lr, lr, r3, lsl #1\n\t"
-        "sub    lr, lr, #1\n\t"
-        "str    lr, [sp, #12]\n\t"
-        "ldr    r3, [sp, #20]\n\t"
+        "str    lr, [sp, #16]\n\t"
+        "ldr    r3, [sp, #24]\n\t"
         "subs   r3, r3, #1\n\t"
-        "str    r3, [sp, #20]\n\t"
+        "str    r3, [sp, #24]\n\t"
         "bne    2b\n\t"
-        "add    sp, sp, #36\n\t"
+        "add    sp, sp, #44\n\t"
         "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
 }
 #undef TT_PW22_WORD
@@ -484,19 +481,18 @@ static void tt_pw4(const tt_conv_block *bk, const int8_t *x, int32_t xstep, int3
         tt_pw22_frame g;
         const int32_t pairs = count >> 1;
         for (j = 0; j < 4; j += 2) {
-            int32_t t2[8];
-            t2[0] = bk->add[j];
-            t2[1] = bk->add[j + 1];
-            t2[2] = bk->mm[j].h;
-            t2[3] = bk->mm[j].multiplier;
-            t2[4] = bk->mm[j].e;
-            t2[5] = bk->mm[j + 1].h;
-            t2[6] = bk->mm[j + 1].multiplier;
-            t2[7] = bk->mm[j + 1].e;
+            int32_t t2[6];
+            t2[0] = bk->mm[j].h;
+            t2[1] = bk->mm[j].multiplier;
+            t2[2] = bk->mm[j].e;
+            t2[3] = bk->mm[j + 1].h;
+            t2[4] = bk->mm[j + 1].multiplier;
+            t2[5] = bk->mm[j + 1].e;
             g.qw = C >> 2;
             g.C = C;
-            g.add = t2;
-            g.hme = t2 + 2;
+            g.add[0] = bk->add[j];
+            g.add[1] = bk->add[j + 1];
+            g.hme = t2;
             g.y = y + j;
             g.ystep = ystep;
             g.pairs = pairs;
