@@ -131,7 +131,7 @@ def _random_layers(seed: int):
     than one ring strip (32 outputs), odd widths, in place, row by row (a row stream's calls), batches, a clamp
     narrower than int8 and biases too large for the one-SMMLAR requantisation; two fixed 1x1 layers whose input
     channels come in whole words, four more for the two-pixel pass's word and pixel counts, one of eight input
-    channels and two stem-like 3x3 layers."""
+    channels, two split ones merged on the stack and two stem-like 3x3 layers."""
     import numpy as np
 
     Layer = _kernels_m7().Layer
@@ -169,6 +169,9 @@ def _random_layers(seed: int):
     out.append(Layer("conv", (1, 2, 6, 24, 2, 6, 12, 1, 1, 1, 1, 1, 1, 0, 0, 1), True))
     # eight input channels (one channel at a time over the pixels): runs of one pixel, batches, a last block of 3
     out.append(Layer("conv", (2, 3, 1, 8, 3, 1, 11, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    # split weights merged on the stack for the two-pixel pass (up to 64 input channels), odd pixel runs
+    out.append(Layer("split", (1, 3, 5, 24, 3, 5, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 5))
+    out.append(Layer("split", (2, 2, 3, 64, 2, 3, 6, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 13))
     # a stem-like 3x3 over 3 channels at stride 2 (its interior through the im2col buffer), whole and row by row
     out.append(Layer("conv", (1, 9, 21, 3, 5, 11, 8, 3, 3, 2, 2, 1, 1, 0, 0, 1), True))
     out.append(Layer("conv", (2, 9, 21, 3, 5, 11, 12, 3, 3, 2, 2, 1, 1, 1, 1, 1), False))

@@ -668,6 +668,9 @@ static int32_t tt_conv_border(const tt_geom *g, const int8_t *xb, const int8_t *
     return acc;
 }
 
+/* Input channels up to which a split 1x1 weight's block is merged on the stack for the SIMD passes. */
+#define TT_PW_SPLIT_C 64
+
 /* 1x1 conv, four output channels, over `count` pixels spaced `xstep` input bytes apart (output pixels are
  * consecutive): the channel block's constants stay put while the pixels stream by. */
 
@@ -684,6 +687,18 @@ TT_CONV_NOINLINE void tt_pointwise4(const tt_conv_block *bk, int32_t C, int32_t 
     }
     if (bk->mm_ok == 2 && n == 0 && (C & 3) == 0 && C > 0 && count > 0) {
         tt_pw4(bk, x, xstep, C, w0, C, count, y, OC);
+        return;
+    }
+    if (bk->mm_ok == 2 && n > 0 && (C & 3) == 0 && C <= TT_PW_SPLIT_C && count > 1) {
+        /* a split weight: the block's four rows merged (slice channels, then the frozen ones) into one small
+         * buffer, then the whole-weight pass over them */
+        int8_t wbuf[4 * TT_PW_SPLIT_C];
+        int32_t j;
+        for (j = 0; j < 4; ++j) {
+            memcpy(wbuf + j * C, bk->ws[j], (size_t)n);
+            memcpy(wbuf + j * C + n, bk->w[j] + n, (size_t)rest);
+        }
+        tt_pw4(bk, x, xstep, C, wbuf, C, count, y, OC);
         return;
     }
 #endif
