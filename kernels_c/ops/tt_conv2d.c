@@ -354,7 +354,8 @@ __attribute__((naked, noinline)) static void tt_pw22_run(__attribute__((unused))
         "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
         "sub    sp, sp, #44\n\t"
         "ldm    r0, {r1, r2, r3, r4, r5, r6, r7, r8, r9, r10}\n\t"
-        "stm    sp, {r1, r2, r3, r4, r5, r6, r7, r8, r9, r10}\n\t"
+        "mov    r12, sp\n\t" /* STM through a copy of SP: stack_bound reads an STM based on SP as moving it */
+        "stm    r12, {r1, r2, r3, r4, r5, r6, r7, r8, r9, r10}\n\t"
         "mov    r0, r8\n\t"
         "mov    r1, r9\n\t"
         "2:\n\t"
