@@ -203,3 +203,8 @@ def test_dsp_kernels_in_qemu_give_the_portable_bits_on_random_shapes(tmp_path):
     assert len(port) == len(dsp) > 0 and len(port_counts) == len(dsp_counts) == len(layers)
     assert dsp == port
     assert sum(dsp_counts) < sum(port_counts)
+    # The hand-written loops keep the linked code's stack depth boundable (an SP-based STM once made stack_bound
+    # give up, and a MobileNetV2 DSP build then fell back to the board's 16 KB stack).
+    from tinytrain.stages.device.stack_bound import stack_bound
+
+    assert stack_bound(tmp_path / "build-dsp" / "firmware.elf").bytes < 4096
