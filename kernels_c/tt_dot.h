@@ -219,6 +219,30 @@ static inline int32_t tt_dot1_raw_s8(const int8_t *x, const int8_t *w, int32_t n
     return acc;
 }
 
+/* sum over i of w[i] (a weight row's sum, for the conv kernels' zero-point term). DSP: two SXTAB16 per word add
+ * bytes 0/2 and 1/3 into int16 lanes (|lane| <= 128 per word: exact for up to 255 words, then the lanes are added
+ * into the int32 sum with SMLAD against (1, 1)); integer sums in another order, the same result. */
+static inline int32_t tt_sum_s8(const int8_t *w, int32_t n)
+{
+    int32_t s = 0, i = 0;
+#if TT_DOT_DSP
+    while (n - i >= 4) {
+        const int32_t words = (n - i) >> 2, e = i + 4 * (words > 255 ? 255 : words);
+        int16x2_t a = 0, b = 0;
+        for (; i < e; i += 4) {
+            const uint32_t v = tt_ld32(w + i);
+            a = __sxtab16(a, (int8x4_t)v);
+            b = tt_sxtab16_13(b, v);
+        }
+        s = __smlad(a, (int16x2_t)0x00010001, __smlad(b, (int16x2_t)0x00010001, s));
+    }
+#endif
+    for (; i < n; ++i) {
+        s += w[i];
+    }
+    return s;
+}
+
 /* target.kernels: mve - Helium versions replace the three functions above for the code that includes this file. */
 #if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
 #include "tt_dot_mve.h"

@@ -57,6 +57,19 @@ static inline int16x2_t tt_sx13(uint32_t v)
 #endif
 }
 
+/* a plus bytes 1 and 3 of v sign-extended, lane by lane (SXTAB16 with its ROR #8 operand, spelled out as for
+ * tt_sx13). */
+static inline int16x2_t tt_sxtab16_13(int16x2_t a, uint32_t v)
+{
+#if defined(__arm__) && defined(__GNUC__)
+    int16x2_t r;
+    __asm__("sxtab16 %0, %1, %2, ror #8" : "=r"(r) : "r"(a), "r"(v));
+    return r;
+#else
+    return __sxtab16(a, (int8x4_t)((v >> 8) | (v << 24)));
+#endif
+}
+
 /* Two int16 lanes from two small integers (|v| < 2^15): lo in bits 0-15, hi in 16-31 (one PKHBT). */
 static inline int16x2_t tt_pack16(int32_t lo, int32_t hi)
 {

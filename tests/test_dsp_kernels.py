@@ -130,7 +130,8 @@ def _random_layers(seed: int):
     and their remainders, the split weight, the 3x3 stem-like conv, 3x3 depthwise at stride 1 and 2 over rows wider
     than one ring strip (32 outputs), odd widths, in place, row by row (a row stream's calls), batches, a clamp
     narrower than int8 and biases too large for the one-SMMLAR requantisation; two fixed 1x1 layers whose input
-    channels come in whole words and two stem-like 3x3 layers."""
+    channels come in whole words, four more for the two-pixel pass's word and pixel counts, one of eight input
+    channels, two split ones merged on the stack and two stem-like 3x3 layers."""
     import numpy as np
 
     Layer = _kernels_m7().Layer
@@ -160,6 +161,17 @@ def _random_layers(seed: int):
     # 1x1 with whole words of input channels and the int8 range: the written-out pixel loop (a last block of 2)
     out.append(Layer("conv", (1, 5, 9, 16, 5, 9, 14, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
     out.append(Layer("conv", (1, 4, 33, 8, 4, 33, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), True))
+    # the two-pixel x two-channel pass: odd and even word counts (C = 4, 12, 20, 24), odd and even pixel runs, a
+    # single pixel, batches
+    out.append(Layer("conv", (1, 3, 7, 4, 3, 7, 6, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    out.append(Layer("conv", (2, 2, 5, 12, 2, 5, 9, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    out.append(Layer("conv", (1, 3, 1, 20, 3, 1, 4, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    out.append(Layer("conv", (1, 2, 6, 24, 2, 6, 12, 1, 1, 1, 1, 1, 1, 0, 0, 1), True))
+    # eight input channels (one channel at a time over the pixels): runs of one pixel, batches, a last block of 3
+    out.append(Layer("conv", (2, 3, 1, 8, 3, 1, 11, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    # split weights merged on the stack for the two-pixel pass (up to 64 input channels), odd pixel runs
+    out.append(Layer("split", (1, 3, 5, 24, 3, 5, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 5))
+    out.append(Layer("split", (2, 2, 3, 64, 2, 3, 6, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 13))
     # a stem-like 3x3 over 3 channels at stride 2 (its interior through the im2col buffer), whole and row by row
     out.append(Layer("conv", (1, 9, 21, 3, 5, 11, 8, 3, 3, 2, 2, 1, 1, 0, 0, 1), True))
     out.append(Layer("conv", (2, 9, 21, 3, 5, 11, 12, 3, 3, 2, 2, 1, 1, 1, 1, 1), False))
@@ -191,3 +203,8 @@ def test_dsp_kernels_in_qemu_give_the_portable_bits_on_random_shapes(tmp_path):
     assert len(port) == len(dsp) > 0 and len(port_counts) == len(dsp_counts) == len(layers)
     assert dsp == port
     assert sum(dsp_counts) < sum(port_counts)
+    # The hand-written loops keep the linked code's stack depth boundable (an SP-based STM once made stack_bound
+    # give up, and a MobileNetV2 DSP build then fell back to the board's 16 KB stack).
+    from tinytrain.stages.device.stack_bound import stack_bound
+
+    assert stack_bound(tmp_path / "build-dsp" / "firmware.elf").bytes < 4096

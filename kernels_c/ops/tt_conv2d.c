@@ -295,6 +295,176 @@ __attribute__((naked, noinline)) static void tt_pw4_run(__attribute__((unused)) 
         "add    sp, sp, #8\n\t"
         "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
 }
+
+/* Two pixels x two output channels per pass, for pixels `C` bytes apart (1x1 at stride 1, the stem's im2col buffer)
+ * whose two weight rows are also `C` bytes apart: one register holds both offsets, which leaves enough registers for
+ * both pixels' sign-extended words. Per four input channels 22 instructions for 16 MACs (tt_pw4_run: 26 for 16):
+ * each weight word is loaded and sign-extended once for two pixels, each input word once for two channels; the
+ * word loop is unrolled twice (an odd count enters at its second half). The sums start at the channels' `add`
+ * constants (one LDM per pass instead of four zeroings and four adds); per output channel one LDM of
+ * {h, multiplier, e} serves both pixels. The frame is copied onto the stack (SP-relative loads, no frame pointer).
+ * r0 x (pixel 1 at [r0, r2]), r1 row 0 (row 1 at [r1, r2]), r2 C, r3 word pairs left, r4/r5 pixel 0's channels
+ * 0/1, r6/r7 pixel 1's, r8-r11 the pixels' even / odd int16 lanes, r12 / lr a weight word's lanes. Same
+ * requantization as tt_pw4_run (the one-SMMLAR form, int8 range). */
+typedef struct {
+    int32_t qw;         /* C / 4 */
+    int32_t C;          /* pixel stride = weight row stride, bytes */
+    int32_t add[2];
+    int8_t *y;
+    int32_t ystep;
+    int32_t pairs;
+    const int8_t *x;
+    const int8_t *w0;
+    const int32_t *hme; /* {h, multiplier, e} of channel 0, then of channel 1 */
+} tt_pw22_frame;
+
+#define TT_PW22_OUT(acc, st)                                                                                  \
+    "add    " acc ", " acc ", " acc "\n\t"                                                                    \
+    "add    r11, r8, " acc ", asr #31\n\t"                                                                    \
+    "smmlar r11, " acc ", r9, r11\n\t"                                                                         \
+    "asr    r11, r11, r10\n\t"                                                                                \
+    "ssat   r11, #8, r11\n\t"                                                                                 \
+    "strb   r11, " st "\n\t"
+
+#define TT_PW22_WORD                                                                                          \
+    "ldr    r10, [r0, r2]\n\t"                                                                                \
+    "ldr    r8, [r0], #4\n\t"                                                                                 \
+    "sxtb16 r9, r8, ror #8\n\t"                                                                               \
+    "sxtb16 r8, r8\n\t"                                                                                       \
+    "sxtb16 r11, r10, ror #8\n\t"                                                                             \
+    "sxtb16 r10, r10\n\t"                                                                                     \
+    "ldr    r12, [r1, r2]\n\t"                                                                                \
+    "sxtb16 lr, r12\n\t"                                                                                      \
+    "sxtb16 r12, r12, ror #8\n\t"                                                                             \
+    "smlad  r5, r8, lr, r5\n\t"                                                                               \
+    "smlad  r7, r10, lr, r7\n\t"                                                                              \
+    "smlad  r5, r9, r12, r5\n\t"                                                                              \
+    "smlad  r7, r11, r12, r7\n\t"                                                                             \
+    "ldr    r12, [r1], #4\n\t"                                                                                \
+    "sxtb16 lr, r12\n\t"                                                                                      \
+    "sxtb16 r12, r12, ror #8\n\t"                                                                             \
+    "smlad  r4, r8, lr, r4\n\t"                                                                               \
+    "smlad  r6, r10, lr, r6\n\t"                                                                              \
+    "smlad  r4, r9, r12, r4\n\t"                                                                              \
+    "smlad  r6, r11, r12, r6\n\t"
+
+__attribute__((naked, noinline)) static void tt_pw22_run(__attribute__((unused)) const tt_pw22_frame *f)
+{
+    __asm__ volatile(
+        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
+        "sub    sp, sp, #44\n\t"
+        "ldm    r0, {r1, r2, r3, r4, r5, r6, r7, r8, r9, r10}\n\t"
+        "mov    r12, sp\n\t" /* STM through a copy of SP: stack_bound reads an STM based on SP as moving it */
+        "stm    r12, {r1, r2, r3, r4, r5, r6, r7, r8, r9, r10}\n\t"
+        "mov    r0, r8\n\t"
+        "mov    r1, r9\n\t"
+        "2:\n\t"
+        "ldrd   r4, r5, [sp, #8]\n\t"
+        "mov    r6, r4\n\t"
+        "mov    r7, r5\n\t"
+        "ldr    r3, [sp]\n\t"
+        "lsrs   r3, r3, #1\n\t"
+        "adc    r3, r3, #0\n\t"
+        "bcs    5f\n\t"
+        "1:\n\t"
+        TT_PW22_WORD
+        "5:\n\t"
+        TT_PW22_WORD
+        "subs   r3, r3, #1\n\t"
+        "bne    1b\n\t"
+        "sub    r1, r1, r2\n\t"
+        "add    r0, r0, r2\n\t"
+        "ldr    r12, [sp, #36]\n\t"
+        "ldrd   lr, r3, [sp, #16]\n\t"
+        "ldm    r12!, {r8, r9, r10}\n\t"
+        TT_PW22_OUT("r4", "[lr]")
+        TT_PW22_OUT("r6", "[lr, r3]")
+        "ldm    r12, {r8, r9, r10}\n\t"
+        TT_PW22_OUT("r5", "[lr, #1]")
+        "add    r12, lr, #1\n\t"
+        TT_PW22_OUT("r7", "[r12, r3]")
+        "add    lr, lr, r3, lsl #1\n\t"
+        "str    lr, [sp, #16]\n\t"
+        "ldr    r3, [sp, #24]\n\t"
+        "subs   r3, r3, #1\n\t"
+        "str    r3, [sp, #24]\n\t"
+        "bne    2b\n\t"
+        "add    sp, sp, #44\n\t"
+        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+}
+#undef TT_PW22_WORD
+
+/* Eight input channels (the first expand conv of MobileNet-like networks): one output channel over `count` pixels 8
+ * bytes apart, its eight weights held in four registers as int16 lanes, doubled (|2w| <= 256), so the SMLADs give
+ * the doubled sum the one-SMMLAR requantization takes, started at 2 * add. Per output 18 instructions for 8 MACs
+ * (two loads, four SXTB16, four SMLAD, the requantization, the store and the loop), against ~26 through
+ * tt_pw22_run, whose per-pass set-up outweighs its two words. r0 / r1 the pixel's words, r2 the sum, r3 x, r4-r7
+ * the weight lanes {w0, w2}, {w1, w3}, {w4, w6}, {w5, w7}, r8 2 * add, r9 h, r10 multiplier, r11 e, r12 y, lr the
+ * output step; the end of x on the stack. */
+typedef struct {
+    int32_t w[4];
+    int32_t add2, h, multiplier, e;
+    int8_t *y;
+    int32_t ystep;
+    const int8_t *x, *x_end;
+} tt_pw1c8_frame;
+
+__attribute__((naked, noinline)) static void tt_pw1c8_run(__attribute__((unused)) const tt_pw1c8_frame *f)
+{
+    __asm__ volatile(
+        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
+        "sub    sp, sp, #4\n\t"
+        "ldm    r0!, {r4, r5, r6, r7, r8, r9, r10, r11, r12, lr}\n\t"
+        "ldr    r3, [r0]\n\t"
+        "ldr    r1, [r0, #4]\n\t"
+        "str    r1, [sp]\n\t"
+        "1:\n\t"
+        "ldr    r0, [r3], #4\n\t"
+        "ldr    r1, [r3], #4\n\t"
+        "sxtb16 r2, r0\n\t"
+        "smlad  r2, r2, r4, r8\n\t"
+        "sxtb16 r0, r0, ror #8\n\t"
+        "smlad  r2, r0, r5, r2\n\t"
+        "sxtb16 r0, r1\n\t"
+        "smlad  r2, r0, r6, r2\n\t"
+        "sxtb16 r1, r1, ror #8\n\t"
+        "smlad  r2, r1, r7, r2\n\t"
+        "add    r0, r9, r2, asr #31\n\t"
+        "smmlar r0, r2, r10, r0\n\t"
+        "asr    r0, r0, r11\n\t"
+        "ssat   r0, #8, r0\n\t"
+        "strb   r0, [r12]\n\t"
+        "add    r12, r12, lr\n\t"
+        "ldr    r1, [sp]\n\t"
+        "cmp    r3, r1\n\t"
+        "bne    1b\n\t"
+        "add    sp, sp, #4\n\t"
+        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+}
+
+/* A full block of four channels over `count` (>= 1) pixels of eight channels, 8 bytes apart, through tt_pw1c8_run. */
+static void tt_pw4c8(const tt_conv_block *bk, const int8_t *x, int32_t count, int8_t *y, int32_t ystep)
+{
+    int32_t j, i;
+    tt_pw1c8_frame f;
+    for (j = 0; j < 4; ++j) {
+        const int8_t *w = bk->w[j];
+        for (i = 0; i < 4; ++i) { /* lanes {0, 2}, {1, 3}, {4, 6}, {5, 7} */
+            const int32_t k = (i >> 1) * 4 + (i & 1);
+            f.w[i] = (int32_t)tt_pack16(2 * w[k], 2 * w[k + 2]);
+        }
+        f.add2 = 2 * bk->add[j];
+        f.h = bk->mm[j].h;
+        f.multiplier = bk->mm[j].multiplier;
+        f.e = bk->mm[j].e;
+        f.y = y + j;
+        f.ystep = ystep;
+        f.x = x;
+        f.x_end = x + 8 * count;
+        tt_pw1c8_run(&f);
+    }
+}
+#undef TT_PW22_OUT
 #else
 #define TT_PW4_ASM 0
 #endif
@@ -307,6 +477,37 @@ static void tt_pw4(const tt_conv_block *bk, const int8_t *x, int32_t xstep, int3
 {
     int32_t tab[16], j;
     tt_pw4_frame f;
+    if (xstep == C && ws == C && count >= 2) {
+        /* pairs of pixels through tt_pw22_run, channels 0-1 then 2-3; an odd last pixel below */
+        tt_pw22_frame g;
+        const int32_t pairs = count >> 1;
+        for (j = 0; j < 4; j += 2) {
+            int32_t t2[6];
+            t2[0] = bk->mm[j].h;
+            t2[1] = bk->mm[j].multiplier;
+            t2[2] = bk->mm[j].e;
+            t2[3] = bk->mm[j + 1].h;
+            t2[4] = bk->mm[j + 1].multiplier;
+            t2[5] = bk->mm[j + 1].e;
+            g.qw = C >> 2;
+            g.C = C;
+            g.add[0] = bk->add[j];
+            g.add[1] = bk->add[j + 1];
+            g.hme = t2;
+            g.y = y + j;
+            g.ystep = ystep;
+            g.pairs = pairs;
+            g.x = x;
+            g.w0 = w0 + j * ws;
+            tt_pw22_run(&g);
+        }
+        if ((count & 1) == 0) {
+            return;
+        }
+        x += 2 * pairs * xstep;
+        y += 2 * pairs * ystep;
+        count = 1;
+    }
     for (j = 0; j < 4; ++j) {
         tab[4 * j] = bk->add[j];
         tab[4 * j + 1] = bk->mm[j].h;
@@ -348,8 +549,15 @@ tt_i2c_fill(int8_t *dst, int32_t kp, const int8_t *x, int32_t xstep, int32_t np,
                 memcpy(&v, s, 4);
                 memcpy(d, &v, 4);
             }
-            for (; n > 0; --n) {
-                *d++ = *s++;
+            if (n & 2) { /* the tail without a loop: a halfword, then a byte */
+                uint16_t h;
+                memcpy(&h, s, 2);
+                memcpy(d, &h, 2);
+                d += 2;
+                s += 2;
+            }
+            if (n & 1) {
+                *d++ = *s;
             }
         }
     }
@@ -461,6 +669,9 @@ static int32_t tt_conv_border(const tt_geom *g, const int8_t *xb, const int8_t *
     return acc;
 }
 
+/* Input channels up to which a split 1x1 weight's block is merged on the stack for the SIMD passes. */
+#define TT_PW_SPLIT_C 64
+
 /* 1x1 conv, four output channels, over `count` pixels spaced `xstep` input bytes apart (output pixels are
  * consecutive): the channel block's constants stay put while the pixels stream by. */
 
@@ -471,8 +682,24 @@ TT_CONV_NOINLINE void tt_pointwise4(const tt_conv_block *bk, int32_t C, int32_t 
     const int32_t rest = C - n;
     int32_t p;
 #if TT_PW4_ASM
+    if (bk->mm_ok == 2 && n == 0 && C == 8 && xstep == 8 && count > 0) {
+        tt_pw4c8(bk, x, count, y, OC);
+        return;
+    }
     if (bk->mm_ok == 2 && n == 0 && (C & 3) == 0 && C > 0 && count > 0) {
         tt_pw4(bk, x, xstep, C, w0, C, count, y, OC);
+        return;
+    }
+    if (bk->mm_ok == 2 && n > 0 && (C & 3) == 0 && C <= TT_PW_SPLIT_C && count > 1) {
+        /* a split weight: the block's four rows merged (slice channels, then the frozen ones) into one small
+         * buffer, then the whole-weight pass over them */
+        int8_t wbuf[4 * TT_PW_SPLIT_C];
+        int32_t j;
+        for (j = 0; j < 4; ++j) {
+            memcpy(wbuf + j * C, bk->ws[j], (size_t)n);
+            memcpy(wbuf + j * C + n, bk->w[j] + n, (size_t)rest);
+        }
+        tt_pw4(bk, x, xstep, C, wbuf, C, count, y, OC);
         return;
     }
 #endif
@@ -501,7 +728,10 @@ TT_CONV_INLINE void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8
     const int32_t zin = q->input_zero_point, lo = q->act_min, hi = q->act_max;
     const int32_t in_plane = g.in_h * g.in_w * g.in_c, out_plane = g.out_h * g.out_w * OC;
     const int32_t pointwise = g.k_h == 1 && g.k_w == 1;
-    int32_t oy_lo, oy_hi, ox_lo, ox_hi, oc0, b, oy, ox, j, i, t;
+    /* a 1x1 conv at stride 1 without padding: input pixel p makes output pixel p, both planes contiguous */
+    const int32_t whole = pointwise && g.stride_h == 1 && g.stride_w == 1 && g.pad_top == 0 && g.pad_left == 0 &&
+                          g.in_h == g.out_h && g.in_w == g.out_w;
+    int32_t oy_lo, oy_hi, ox_lo, ox_hi, oc0, b, oy, ox, j, t;
     tt_conv_block bk;
     tt_interior(g.out_h, g.in_h, g.stride_h, g.pad_top, g.k_h, g.dil_h, &oy_lo, &oy_hi);
     tt_interior(g.out_w, g.in_w, g.stride_w, g.pad_left, g.k_w, g.dil_w, &ox_lo, &ox_hi);
@@ -522,12 +752,11 @@ TT_CONV_INLINE void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8
             int32_t sw = 0;
             bk.w[j] = w + oc * K;
             bk.ws[j] = w_slice + oc * taps * n;
-            for (t = 0; t < taps; ++t) {
-                for (i = 0; i < n; ++i) {
-                    sw += bk.ws[j][t * n + i];
-                }
-                for (i = n; i < g.in_c; ++i) {
-                    sw += bk.w[j][t * g.in_c + i];
+            if (n == 0) {
+                sw = tt_sum_s8(bk.w[j], K);
+            } else {
+                for (t = 0; t < taps; ++t) {
+                    sw += tt_sum_s8(bk.ws[j] + t * n, n) + tt_sum_s8(bk.w[j] + t * g.in_c + n, g.in_c - n);
                 }
             }
             bk.bias[j] = bias != 0 ? bias[oc] : 0;
@@ -543,6 +772,11 @@ TT_CONV_INLINE void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8
         }
         if (bk.mm_ok && lo == -128 && hi == 127) {
             bk.mm_ok = 2;
+        }
+        if (whole && bk.nb == 4) {
+            /* every pixel of every image in one run: the per-row calls' set-up once per block */
+            tt_pointwise4(&bk, g.in_c, n, OC, lo, hi, x, g.in_c, batches * g.out_h * g.out_w, y + oc0);
+            continue;
         }
         for (b = 0; b < batches; ++b) {
             const int8_t *xb = x + b * in_plane;
@@ -647,46 +881,6 @@ void tt_conv2d_f32_split(const tt_conv_dims *d, float act_min, float act_max, co
 void tt_conv2d_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *w, float *dx)
 {
     tt_conv2d_grad_input_f32_split(d, dy, w, w, 0, dx);
-}
-
-void tt_conv2d_grad_input_f32_split(const tt_conv_dims *d, const float *dy, const float *w, const float *w_slice,
-                                    int32_t n, float *dx)
-{
-    int32_t b, iy, ix, ic, ky, kx, o;
-    for (b = 0; b < d->batches; ++b) {
-        for (iy = 0; iy < d->in_h; ++iy) {
-            for (ix = 0; ix < d->in_w; ++ix) {
-                float *dxp = dx + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
-                for (ic = 0; ic < d->in_c; ++ic) {
-                    dxp[ic] = 0.0f;
-                }
-                for (ky = 0; ky < d->k_h; ++ky) {
-                    const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
-                    if (oy < 0) {
-                        continue;
-                    }
-                    for (kx = 0; kx < d->k_w; ++kx) {
-                        const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
-                        const float *dyp;
-                        if (ox < 0) {
-                            continue;
-                        }
-                        dyp = dy + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
-                        for (ic = 0; ic < d->in_c; ++ic) {
-                            /* input channel ic of every filter row: the trained slice's or the whole weight's */
-                            const int32_t stride = ic < n ? n : d->in_c;
-                            const float *wc = (ic < n ? w_slice : w) + (ky * d->k_w + kx) * stride + ic;
-                            float s = 0.0f;
-                            for (o = 0; o < d->out_c; ++o) {
-                                s += dyp[o] * wc[o * d->k_h * d->k_w * stride];
-                            }
-                            dxp[ic] += s;
-                        }
-                    }
-                }
-            }
-        }
-    }
 }
 
 void tt_conv2d_grad_weight_f32(const tt_conv_dims *d, int32_t k, const float *dy, const float *x, float *dw)
@@ -1116,14 +1310,31 @@ static void tt_gi1x1(const tt_conv_dims *d, const float *dy, const int8_t *w, co
     }
 }
 
-void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const int8_t *w, const int8_t *w_slice,
-                                 int32_t n, const float *scale, const int32_t *zero_point, float *dx)
+/* The input gradient's tap walk, written once for a float weight and an int8 one (dequantized per element by tt_dq
+ * where it is read, the int8 kernels' 1x1 stride-1 case through tt_gi1x1): w / w_slice are of the kind the
+ * constant qw names, so the always-inlined walker compiles to the plain loop of each (tt_gi_w and TT_GI_NEXT touch
+ * only that kind's pointer; the other stays null). The bits of the loops it replaces. dx[p, ic] = 0, then
+ * per tap in (filter y, filter x) order += s with s = sum over o, in order, of dy[p', o] * w[o, tap, ic]; channels
+ * [0, n) read the trained slice [O,KH,KW,n], the rest the whole weight. Four input channels share a pass over o
+ * (the loads of dy, scale and zero point): each keeps its own sum in order, the same float32 operations as one at
+ * a time. */
+TT_GI_INLINE float tt_gi_w(const int qw, const float *wf, const int8_t *wq, int32_t i, const float *scale,
+                           const int32_t *zero_point, int32_t o)
+{
+    return qw ? tt_dq(wq[i], zero_point[o], scale[o]) : wf[i];
+}
+
+/* The next output channel's row (only the pointer of the weight's kind moves: the other is null). */
+#define TT_GI_NEXT(qw, wf, wq, stride) ((qw) ? (void)((wq) += (stride)) : (void)((wf) += (stride)))
+
+TT_GI_INLINE void tt_gi_walk(const tt_conv_dims *d, const float *dy, const void *w, const void *w_slice, int32_t n,
+                             const float *scale, const int32_t *zero_point, float *dx, const int qw)
 {
     int32_t b, iy, ix, ic, ky, kx, o;
     const int32_t taps = d->k_h * d->k_w;
-    if (taps == 1 && d->stride_h == 1 && d->stride_w == 1 && d->pad_top == 0 && d->pad_left == 0 &&
+    if (qw && taps == 1 && d->stride_h == 1 && d->stride_w == 1 && d->pad_top == 0 && d->pad_left == 0 &&
         d->out_h == d->in_h && d->out_w == d->in_w) {
-        tt_gi1x1(d, dy, w, w_slice, n, scale, zero_point, dx);
+        tt_gi1x1(d, dy, (const int8_t *)w, (const int8_t *)w_slice, n, scale, zero_point, dx);
         return;
     }
     for (b = 0; b < d->batches; ++b) {
@@ -1151,21 +1362,20 @@ void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const i
                             /* channels [0, n) live in the trained slice, the rest in the whole weight */
                             const int32_t in_slice = ic < n;
                             const int32_t lim = in_slice ? n : d->in_c;
-                            const int8_t *wb = in_slice ? w_slice + tap * n + ic : w + tap * d->in_c + ic;
+                            const int32_t at = in_slice ? tap * n + ic : tap * d->in_c + ic;
+                            const void *wp = in_slice ? w_slice : w;
+                            const float *wfb = qw ? 0 : (const float *)wp + at;
+                            const int8_t *wqb = qw ? (const int8_t *)wp + at : 0;
                             const int32_t stride = taps * (in_slice ? n : d->in_c);
                             if (ic + 4 <= lim) {
-                                /* Four input channels at once: each keeps its own sum over o in order (the same
-                                 * float32 operations as one at a time), sharing the loads of dy, scale and zero
-                                 * point. */
                                 float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
                                 for (o = 0; o < d->out_c; ++o) {
-                                    const int8_t *wo = wb + o * stride;
-                                    const int32_t z = zero_point[o];
-                                    const float sc = scale[o], g = dyp[o];
-                                    s0 += g * ((float)((int32_t)wo[0] - z) * sc);
-                                    s1 += g * ((float)((int32_t)wo[1] - z) * sc);
-                                    s2 += g * ((float)((int32_t)wo[2] - z) * sc);
-                                    s3 += g * ((float)((int32_t)wo[3] - z) * sc);
+                                    const float g = dyp[o];
+                                    s0 += g * tt_gi_w(qw, wfb, wqb, 0, scale, zero_point, o);
+                                    s1 += g * tt_gi_w(qw, wfb, wqb, 1, scale, zero_point, o);
+                                    s2 += g * tt_gi_w(qw, wfb, wqb, 2, scale, zero_point, o);
+                                    s3 += g * tt_gi_w(qw, wfb, wqb, 3, scale, zero_point, o);
+                                    TT_GI_NEXT(qw, wfb, wqb, stride);
                                 }
                                 dxp[ic] += s0;
                                 dxp[ic + 1] += s1;
@@ -1175,7 +1385,8 @@ void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const i
                             } else {
                                 float s = 0.0f;
                                 for (o = 0; o < d->out_c; ++o) {
-                                    s += dyp[o] * tt_dq(wb[o * stride], zero_point[o], scale[o]);
+                                    s += dyp[o] * tt_gi_w(qw, wfb, wqb, 0, scale, zero_point, o);
+                                    TT_GI_NEXT(qw, wfb, wqb, stride);
                                 }
                                 dxp[ic] += s;
                                 ic += 1;
@@ -1186,4 +1397,16 @@ void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const i
             }
         }
     }
+}
+
+void tt_conv2d_grad_input_f32_split(const tt_conv_dims *d, const float *dy, const float *w, const float *w_slice,
+                                    int32_t n, float *dx)
+{
+    tt_gi_walk(d, dy, w, w_slice, n, 0, 0, dx, 0);
+}
+
+void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const int8_t *w, const int8_t *w_slice,
+                                 int32_t n, const float *scale, const int32_t *zero_point, float *dx)
+{
+    tt_gi_walk(d, dy, w, w_slice, n, scale, zero_point, dx, 1);
 }
