@@ -112,7 +112,7 @@ CONV2D_GRAD_INPUT = OpDef("conv2d_grad_input", kind="backward", of="conv2d", sig
                           fast_float="pointwise_grad_input", run=_run_conv2d_grad_input, c=cg.c_conv2d_grad_input)
 CONV2D_GRAD_WEIGHT = OpDef("conv2d_grad_weight", kind="backward", of="conv2d", signature="dz, x -> dw",
                            attrs=("geometry", "in_channels", "w_shape"), note="k = in_channels: dw is w[..., :k]",
-                           channel_stream=True, fused_input=True, hidden_role="weight",
+                           channel_stream=True, fused_input=True, hidden_role="weight", fp16_operands=(1,),
                            fast_float="pointwise_grad_weight",
                            run=_run_conv2d_grad_weight, c=cg.c_conv2d_grad_weight)
 
