@@ -1,6 +1,6 @@
 """Instructions and estimated cycles per training step on the Cortex-M55 board (mps3-an547), portable kernels against
-`target.kernels: mve` (Helium), for the example in int8, fp32 and fp16-mixed and for MobileNetV2 int8; the trained
-weights must be the same bytes for every kernel variant of a precision.
+`target.kernels: mve` (Helium), for the example in int8, fp32 and fp16-mixed and for MobileNetV2 (int8 unless
+--precisions says otherwise); the trained weights must be the same bytes for every kernel variant of a precision.
 
     .venv/bin/python bench/m55_kernels.py [--samples 300] [--out /tmp/m55-bench]      # the example, three precisions
     .venv/bin/python bench/m55_kernels.py --mbv2 [--precisions int8,fp16-mixed] [--no-cycles]   # MobileNetV2 TTE

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/precision.py [--board host] [--scheme auto|full|last_k] [--json OUT]
     .venv/bin/python bench/precision.py --mbv2 [--board host]     # MobileNetV2-w0.35@128, TTE-like sparse scheme
+    (--precisions int8,fp32: only those rows)
 
 Builds tinytrain.yaml.example three times with `train.precision` int8 / fp32 / fp16-mixed on `--board` (each a build
 name of its own, so all stay cached) and prints one row per precision:
@@ -150,9 +151,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--board", default="host")
     ap.add_argument("--scheme", default="auto", choices=("auto", "full", "last_k"))
     ap.add_argument("--mbv2", action="store_true", help="MobileNetV2 with bench/mbv2_tte.yaml's sparse scheme")
+    ap.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated subset of " + ", ".join(PRECISIONS))
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
     a = ap.parse_args(argv)
-    rows = [row(p, a.board, "mbv2" if a.mbv2 else a.scheme) for p in PRECISIONS]
+    chosen = [p.strip() for p in a.precisions.split(",") if p.strip()]
+    bad = [p for p in chosen if p not in PRECISIONS]
+    if bad or not chosen:
+        ap.error(f"--precisions: {', '.join(bad) or 'none given'}: choose among {', '.join(PRECISIONS)}")
+    rows = [row(p, a.board, "mbv2" if a.mbv2 else a.scheme) for p in chosen]
     print(table(rows))
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1) + "\n")

@@ -71,6 +71,12 @@ from tinytrain.stages.planning.streams import MAX_ROW_OPS, Stream, pad_rows, row
 DEFAULT_STACK = "auto"
 
 
+def _is_comment(line: str) -> bool:
+    """A C line that is one /* ... */ comment (an op whose C is only comments emits no statement)."""
+    ln = line.strip()
+    return ln.startswith("/*") and ln.endswith("*/") and "*/" not in ln[2:-2]
+
+
 @dataclass
 class _Loc:
     kind: str     # arena | flash | static
@@ -299,7 +305,9 @@ class _Gen:
                 raise CodegenError(f"codegen: no C for op {op.type!r}")
             lines = fn(op, **kw)
         skip = op.attrs.get("skip_if")
-        if skip is not None:  # fp16-mixed: no update on a step whose gradients overflowed (stages/train/fp16_mixed.py)
+        # fp16-mixed: no update on a step whose gradients overflowed (stages/train/fp16_mixed.py); an op whose C is
+        # only comments (a fused cast, an alias) gets no guard: `if (flag) {}` would guard nothing
+        if skip is not None and any(not _is_comment(ln) for ln in lines):
             lines = [f"if ({self.loc(skip)}[0] == 0) {{", *["    " + ln for ln in lines], "}"]
         return lines
 

@@ -133,10 +133,13 @@ def test_static_scale_counts_skips_without_changing(tmp_path):
     assert _scale(res) == 2.0 ** 100 and res["skipped_steps"] == 3
 
 
-@pytest.mark.parametrize("fixture, opt", [("dwsep_float", "momentum"), ("residual_float", "adam"),
-                                          ("convnet_float", "sgd")])
-def test_host_fp16_mixed_matches_golden_on_fixtures(fixture, opt, tmp_path):
-    """Depthwise convolutions, residual adds (fan-out gradients) and a conv net: the same bits as the golden model."""
+@pytest.mark.parametrize("fixture, opt, reads_fp16", [
+    ("dwsep_float", "momentum", "tt_depthwise_conv2d_grad_weight_hx_f32"),
+    ("residual_float", "adam", "tt_conv2d_grad_weight_hx_f32_range"),
+    ("convnet_float", "sgd", "tt_conv2d_grad_weight_hx_f32_range")])
+def test_host_fp16_mixed_matches_golden_on_fixtures(fixture, opt, reads_fp16, tmp_path):
+    """Depthwise convolutions, residual adds (fan-out gradients) and a conv net: the same bits as the golden model;
+    `reads_fp16`: a weight gradient kernel that reads the saved fp16 input itself (no fp32 copy) is in the C."""
     import sys
     sys.path.insert(0, str(Path(__file__).parent))
     from test_codegen import _data
@@ -147,6 +150,7 @@ def test_host_fp16_mixed_matches_golden_on_fixtures(fixture, opt, tmp_path):
     x, y = _data(tg, 10)
     cfg = RuntimeConfig(learning_rate=0.01, epochs=1, momentum=0.9, alpha=0.99, eps=1e-7)
     res, losses, weights, _ = _host_run(tg, x, y, tmp_path, cfg)
+    assert f"{reads_fp16}(" in (tmp_path / "prog" / "tt_model.c").read_text()
     state, scales, skipped, means = _golden(tg, x, y, cfg, 1)
     assert losses.tobytes() == np.array(means, np.float32).tobytes()
     assert _scale(res) == scales[-1] and res["skipped_steps"] == skipped[-1]

@@ -55,3 +55,24 @@ def test_rewrite_keeps_the_graph_and_trains_like_fp32(fixture, scheme, opt):
     np.testing.assert_allclose(l16, l32, rtol=0.02, atol=1e-3)   # fp16 keeps ~3 significant digits per value
     for p in meta["trained"]:
         assert not np.array_equal(s16[p], np.asarray(tg.tensors[p].data)), p
+
+
+def test_generated_c_guards_only_statements(tmp_path):
+    """The ops an overflowing step skips are wrapped in `if (flag == 0)`; an op whose C is only a comment (a cast fused
+    into its readers, an alias) gets no guard, so the C has no `if (...) {}` guarding nothing."""
+    from tinytrain.stages import codegen
+    from tinytrain.stages.reorder import plan_schedules
+
+    g = read_model(FIX / "digits_cnn_float.tflite")
+    tg = to_fp16_mixed(build_training_graph(g, _plan(g, "full"), "cross_entropy", OptimizerSpec(kind="sgd"), 1),
+                       None, check_first=True)
+    _, mp, _, _ = plan_schedules(tg, True)
+    codegen.generate(tg, mp.order, mp.to_json(), tmp_path)
+    lines = [ln.strip() for ln in (tmp_path / "tt_model.c").read_text().splitlines()]
+    flag = tg.meta["train"]["loss_scale"]["flag_tensor"]
+    guards = [i for i, ln in enumerate(lines) if ln.startswith("if (") and ln.endswith("[0] == 0) {")]
+    skipped = [op for op in tg.ops if op.attrs.get("skip_if") == flag]
+    assert guards and len(guards) < len(skipped)     # the fused casts' comments are not guarded
+    for i in guards:
+        body = lines[i + 1:lines.index("}", i)]
+        assert any(ln and not ln.startswith("/*") for ln in body), lines[i:i + 3]

@@ -1,7 +1,7 @@
 """MobileNetV2-w0.35 @128, bench/mbv2_tte.yaml's TTE-like sparse scheme, in fp16-mixed on the Cortex-M55 board
 (issue 13): the float copy of the zoo model (the int8 weights dequantized, as bench/precision.py --mbv2 builds it)
-fits mps3-an547's 512 KB DTCM, trains in QEMU with the host build's bits, and its arena is at or below the fp32
-graph's of the same plan (the peak is the frozen prefix's forward, which is the same program in both)."""
+fits mps3-an547's 512 KB DTCM, trains in QEMU with the host build's bits, and its arena is below the fp32 graph's of
+the same plan (the check pass keeps fp32's in-place updates, and the activations the backward reads are fp16)."""
 
 from __future__ import annotations
 
@@ -69,5 +69,5 @@ def test_mbv2_fp16_mixed_fits_the_m55_and_has_the_host_bits(tmp_path):
     assert cg["sram_outside_arena_bytes"] == 0 and len(cg["split_weights"]) == 2   # the 1/8 and 1/4 layers
     prec = json.loads(dev_r.artifact("autodiff", "precision.json").read_text())
     plan = json.loads(dev_r.artifact("reorder", "memplan.json").read_text())
-    assert plan["arena_bytes"] == prec["arena_bytes"] <= prec["arena_bytes_fp32"] + 64   # + the loss-scale scalars
+    assert plan["arena_bytes"] == prec["arena_bytes"] < prec["arena_bytes_fp32"]
     assert dev["arena"]["equal"] and dev["arena"]["planned_bytes"] == plan["arena_bytes"]   # painted high-water

@@ -9,6 +9,7 @@
 #include "tt_train_ops.h"
 #include "tt_conv_common.h"
 #include "tt_simd.h"
+#include "tt_f16.h"
 
 #ifdef TT_INTERFACE
 /* Output channel ic*M + m reads input channel ic. */
@@ -24,6 +25,11 @@ void tt_depthwise_conv2d_grad_weight_f32(const tt_conv_dims *d, int32_t k, const
  * range would not be contiguous): dw [t1-t0, k*M] holds rows t0..; bits of the whole call. */
 void tt_depthwise_conv2d_grad_weight_f32_taps(const tt_conv_dims *d, int32_t k, int32_t t0, int32_t t1,
                                               const float *dy, const float *x, float *dw);
+/* fp16-mixed (issue 13): the same gradient reading the saved fp16 input x itself, each element widened where it is
+ * used (tt_f16_read: exact), so no fp32 copy of x is made; the bits of tt_depthwise_conv2d_grad_weight_f32 on the
+ * widened input. */
+void tt_depthwise_conv2d_grad_weight_hx_f32(const tt_conv_dims *d, int32_t k, const float *dy, const uint16_t *x,
+                                            float *dw);
 /* The input gradient reading the int8 weight, dequantized where it is read (as tt_conv2d_grad_input_qw_f32:
  * bits of the dequantized weight's float kernel, no fp32 copy of the weight). */
 void tt_depthwise_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const int8_t *w,
@@ -1146,4 +1152,42 @@ void tt_depthwise_conv2d_grad_input_qw_f32_inplace(const tt_conv_dims *d, float 
                                                    const float *scale, const int32_t *zero_point, float *scratch)
 {
     tt_dw_grad_input_inplace(d, dydx, 0, w, scale, zero_point, scratch);
+}
+
+/* tt_depthwise_conv2d_grad_weight_f32's loops and order of operations, x read as fp16 (fp16-mixed's saved input).
+ * A loop of its own, not a pointer pair in the shared one, so that the float kernel's inner loop stays as it is. */
+void tt_depthwise_conv2d_grad_weight_hx_f32(const tt_conv_dims *d, int32_t k, const float *dy, const uint16_t *x,
+                                            float *dw)
+{
+    int32_t t, oc, b, oy, ox;
+    const int32_t mult = d->depth_multiplier;
+    const int32_t n_out = k * mult;
+    for (t = 0; t < d->k_h * d->k_w; ++t) {
+        const int32_t ky = t / d->k_w, kx = t % d->k_w;
+        float *dwp = dw + t * n_out;
+        for (oc = 0; oc < n_out; ++oc) {
+            dwp[oc] = 0.0f;
+        }
+        for (b = 0; b < d->batches; ++b) {
+            for (oy = 0; oy < d->out_h; ++oy) {
+                const int32_t iy = oy * d->stride_h - d->pad_top + ky * d->dilation_h;
+                if (iy < 0 || iy >= d->in_h) {
+                    continue;
+                }
+                for (ox = 0; ox < d->out_w; ++ox) {
+                    const int32_t ix = ox * d->stride_w - d->pad_left + kx * d->dilation_w;
+                    const float *dyp;
+                    const uint16_t *xp;
+                    if (ix < 0 || ix >= d->in_w) {
+                        continue;
+                    }
+                    dyp = dy + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
+                    xp = x + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
+                    for (oc = 0; oc < n_out; ++oc) {
+                        dwp[oc] += dyp[oc] * tt_f16_read(xp[oc / mult]);
+                    }
+                }
+            }
+        }
+    }
 }

@@ -119,6 +119,10 @@ class OpDef:
     # "sum" (a per-channel reduction: bias gradient), "weight" (a 1x1 weight gradient: its output channel c)
     hidden_role: str | None = None
     grad_input: bool = False       # an input gradient reading the weights as operand 1 (fused int8 dequantize)
+    # fp16-mixed (issue 13): the operands at which its C kernel reads an fp16 tensor itself, widening each element in
+    # a register where it uses it (`_hx_` / `_hy_` / `_f16` kernels), so a cast_f16_f32 read only there is fused
+    # into it (stages/planning/fp16_memory.fused_widen) and the saved fp16 activation gets no fp32 copy
+    fp16_operands: tuple[int, ...] = ()
     fused_input: bool = False      # a weight gradient that dequantizes a per-tensor int8 input (operand 1) as it
     #                                reads it (memplan.fused_input_dequantize: no fp32 copy of the saved input)
     optimizer: str | None = None   # update ops: the optimizer kind

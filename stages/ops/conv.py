@@ -112,7 +112,7 @@ CONV2D_GRAD_INPUT = OpDef("conv2d_grad_input", kind="backward", of="conv2d", sig
                           fast_float="pointwise_grad_input", run=_run_conv2d_grad_input, c=cg.c_conv2d_grad_input)
 CONV2D_GRAD_WEIGHT = OpDef("conv2d_grad_weight", kind="backward", of="conv2d", signature="dz, x -> dw",
                            attrs=("geometry", "in_channels", "w_shape"), note="k = in_channels: dw is w[..., :k]",
-                           channel_stream=True, fused_input=True, hidden_role="weight",
+                           channel_stream=True, fused_input=True, hidden_role="weight", fp16_operands=(1,),
                            fast_float="pointwise_grad_weight",
                            run=_run_conv2d_grad_weight, c=cg.c_conv2d_grad_weight)
 
@@ -137,7 +137,8 @@ OPS = (
           in_place="channel", hidden_role="channel", run=_run_depthwise_conv2d_grad_input,
           c=cg.c_depthwise_conv2d_grad_input),
     OpDef("depthwise_conv2d_grad_weight", kind="backward", of="depthwise_conv2d", signature="dz, x -> dw",
-          attrs=("geometry", "in_channels"), note="dw is w[..., :k*M]", run=_run_depthwise_conv2d_grad_weight, c=cg.c_depthwise_conv2d_grad_weight),
+          attrs=("geometry", "in_channels"), note="dw is w[..., :k*M]", fp16_operands=(1,),
+          run=_run_depthwise_conv2d_grad_weight, c=cg.c_depthwise_conv2d_grad_weight),
     OpDef("transpose_conv_grad_input", kind="backward", of="transpose_conv", signature="dz, w -> dx",
           attrs=("the forward's attrs",), note="the conv2d of dz with w of the same geometry",
           run=_run_transpose_conv_grad_input, c=cg.c_transpose_conv_grad_input),

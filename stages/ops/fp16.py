@@ -22,7 +22,7 @@ import numpy as np
 from tinytrain.stages.c_emit.literals import flit, numel
 from tinytrain.stages.golden import fp16 as h
 from tinytrain.stages.model.ir import Op
-from tinytrain.stages.ops import conv, pooling, training
+from tinytrain.stages.ops import conv, training
 from tinytrain.stages.ops import fully_connected as fc
 from tinytrain.stages.ops.base import OpDef
 
@@ -37,12 +37,6 @@ STEP_COUNTER, BATCH_ACCUMULATE = training.STEP_COUNTER.name, training.BATCH_ACCU
 # stream (stages/planning/streams.py): each handles one output channel of the gradient at a time (_chunk_n)
 CHANNEL_CHAIN_OPS = (ROUND_F16, AMP_UNSCALE)
 CHANNEL_END_OPS = (AMP_CHECK,)
-# {op: operands} whose C kernel reads an fp16 tensor itself, widening each element where it uses it: a
-# cast_f16_f32 read only there is fused into its readers (stages/planning/fp16_memory.fused_widen), so the saved
-# activation has no fp32 copy. The weight gradients' saved input x (`_hx_` kernels), the activation mask's forward
-# output y (`_hy_`), the max pool's forward input (`_f16`).
-FP16_OPERANDS = {conv.CONV2D_GRAD_WEIGHT.name: (1,), fc.FULLY_CONNECTED_GRAD_WEIGHT.name: (1,),
-                 training.ACT_GRAD.name: (1,), pooling.MAX_POOL2D_GRAD.name: (1,)}
 
 
 def exact_kernels() -> dict:

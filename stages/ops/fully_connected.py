@@ -116,6 +116,7 @@ FULLY_CONNECTED_GRAD_INPUT = OpDef("fully_connected_grad_input", kind="backward"
                                    c=fc_grad.c_fully_connected_grad_input)
 FULLY_CONNECTED_GRAD_WEIGHT = OpDef("fully_connected_grad_weight", kind="backward", of="fully_connected",
                                     signature="dz, x -> dw", attrs=("in_channels",), channel_stream=True,
+                                    fp16_operands=(1,),
                                     run=_run_fully_connected_grad_weight, c=fc_grad.c_fully_connected_grad_weight)
 
 OPS = (

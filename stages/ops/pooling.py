@@ -233,10 +233,6 @@ def _run_mean_grad(op, v, shape, tensor):
 # ---- TFLite op versions (op_version.cc)
 
 
-# named: its fp16 variant reads the saved input itself (stages/ops/fp16.py's FP16_OPERANDS)
-MAX_POOL2D_GRAD = OpDef("max_pool2d_grad", kind="backward", of="max_pool2d", signature="dz, x -> dx",
-                        attrs=("the forward's pooling attrs",), c=_c_max_pool2d_grad, run=_run_max_pool2d_grad)
-
 OPS = (
     OpDef("average_pool2d", row_stream="pool", signature="x -> y", attrs=_POOL, tflite=(Builtin("AVERAGE_POOL_2D", 1, 1),),
           differentiable=True, shared_qparams="first", forward=_average_pool2d, backward=_avg_pool_backward,
@@ -249,7 +245,8 @@ OPS = (
           c=_c_mean, version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("average_pool2d_grad", kind="backward", of="average_pool2d", signature="dz -> dx",
           attrs=("the forward's pooling attrs",), c=_c_average_pool2d_grad, run=_run_average_pool2d_grad),
-    MAX_POOL2D_GRAD,
+    OpDef("max_pool2d_grad", kind="backward", of="max_pool2d", signature="dz, x -> dx",
+          attrs=("the forward's pooling attrs",), fp16_operands=(1,), c=_c_max_pool2d_grad, run=_run_max_pool2d_grad),
     OpDef("mean_grad", kind="backward", of="mean", signature="dy, axes -> dx", broadcasts=True, c=_c_mean_grad,
           run=_run_mean_grad),
 )

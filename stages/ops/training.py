@@ -342,7 +342,7 @@ LOSS_SUM = "loss_sum"   # the op adding several heads' losses (stages/train/loss
 # that they spell these ops through their definitions (GRAD_ACCUMULATE.name), never by a string of their own.
 ACT_GRAD = OpDef("act_grad", kind="backward", signature="dy, y -> dz", attrs=("act",),
                  note="mask from the forward output y; tanh: dy*(1 - y^2)", masks_gradient=True, in_place="any",
-                 run=_run_act_grad, c=_c_act_grad)
+                 fp16_operands=(1,), run=_run_act_grad, c=_c_act_grad)
 INT8_CLAMP_GRAD = OpDef("int8_clamp_grad", kind="backward", signature="dy, y_q -> dz", attrs=("lo", "hi"),
                         note="straight-through estimator: dz = dy where lo < y_q < hi, else 0", masks_gradient=True,
                         in_place="first", hidden_role="mask", run=_run_int8_clamp_grad, c=_c_int8_clamp_grad)

@@ -6,7 +6,7 @@ program of an fp32 plan rewritten as stages/train/fp16_mixed.py rewrites the tra
 What changes against fp32 (the rules are fp16_mixed's):
   saved activations  a float32 tensor the forward writes and the backward reads is kept as fp16: a cast step right
                      after its producer writes the 2-byte copy (the fp32 value lives on while forward steps read
-                     it); a backward step whose kernel reads fp16 at that operand (ops.fp16.FP16_OPERANDS: the
+                     it); a backward step whose kernel reads fp16 at that operand (OpDef.fp16_operands: the
                      weight gradients' input, the activation mask) reads the copy itself (fused_widen), any other
                      first widens it into an fp32 temporary of its own.
                      Everything else (frozen prefix, gradients, the loss) keeps its fp32 bytes: fp16 values in fp32
@@ -22,6 +22,7 @@ The loss scale, its good-steps and skipped-steps counters are 3 resident 4-byte 
 
 from __future__ import annotations
 
+from tinytrain.stages import ops
 from tinytrain.stages.model.ir import Graph
 from tinytrain.stages.ops import fp16 as f16
 
@@ -31,7 +32,7 @@ RESIDENT_SCALARS = 3
 
 def fused_widen(graph: Graph, readers: dict[str, list[tuple[str, int]]]) -> dict[str, str]:
     """{fp32 temporary: fp16 tensor} for every `cast_f16_f32` whose readers all read its result at an operand whose
-    kernel reads fp16 itself (ops.fp16.FP16_OPERANDS: the weight gradients' saved input, widened in a register where
+    kernel reads fp16 itself (OpDef.fp16_operands: the weight gradients' saved input, widened in a register where
     it is used), like memplan.fused_input_dequantize: the fp32 copy never exists, the fp16 tensor lives until those
     readers run, and the bits are the same (the widening is exact). `readers`: {tensor: [(op type, operand)]}."""
     out: dict[str, str] = {}
@@ -42,7 +43,7 @@ def fused_widen(graph: Graph, readers: dict[str, list[tuple[str, int]]]) -> dict
         if graph.tensors[x].dtype != "float16" or y in graph.outputs:
             continue
         rs = readers.get(y, [])
-        if rs and all(k in f16.FP16_OPERANDS.get(t, ()) for t, k in rs):
+        if rs and all(k in ops.FP16_OPERANDS.get(t, ()) for t, k in rs):
             out[y] = x
     return out
 
@@ -59,7 +60,7 @@ def _saved_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], graph: 
     out: list[Step] = []
     for i, (typ, ins, outs) in enumerate(steps):
         if i >= n_fwd:
-            direct = f16.FP16_OPERANDS.get(typ, ())   # operands whose kernel reads the fp16 tensor (fused_widen)
+            direct = ops.FP16_OPERANDS.get(typ, ())   # operands whose kernel reads the fp16 tensor (fused_widen)
             widened = {}
             for k, t in enumerate(ins):
                 if t in saved and t not in widened and k not in direct:
