@@ -603,7 +603,10 @@ class ObjectCache:
             return False
         if headers & program_names:
             return False
-        shutil.copyfile(obj, work / u.obj)
+        try:
+            shutil.copyfile(obj, work / u.obj)
+        except OSError:
+            return False
         return True
 
     def store(self, work: Path, u: "_Unit", key: str) -> None:
@@ -612,13 +615,16 @@ class ObjectCache:
         if deps is None or any(Path(d).parts[:2] == ("src", "program") for d in deps):
             return
         obj, meta = self._paths(key)
-        obj.parent.mkdir(parents=True, exist_ok=True)
-        for dest, write in ((meta, lambda p: p.write_text(json.dumps({"headers": sorted({Path(d).name
-                                                                                        for d in deps})}))),
-                            (obj, lambda p: shutil.copyfile(work / u.obj, p))):
-            tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-            write(tmp)
-            tmp.replace(dest)   # the object last: a reader that finds it finds its headers too
+        try:
+            obj.parent.mkdir(parents=True, exist_ok=True)
+            for dest, write in ((meta, lambda p: p.write_text(json.dumps({"headers": sorted({Path(d).name
+                                                                                            for d in deps})}))),
+                                (obj, lambda p: shutil.copyfile(work / u.obj, p))):
+                tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+                write(tmp)
+                tmp.replace(dest)   # the object last: a reader that finds it finds its headers too
+        except OSError:
+            pass    # a cache that cannot be written (full, read-only) only loses the object for later builds
 
 
 # Flags under which an object holds a path of the folder it was compiled in (debug info, coverage, profiling):

@@ -114,3 +114,11 @@ def test_prewarm_runs_only_on_a_core_left_idle(tmp_path, monkeypatch):
     assert cross_compile._idle_core()
     monkeypatch.setattr(cross_compile.os, "cpu_count", lambda: 1)
     assert not cross_compile._idle_core()
+
+
+@needs_cc
+def test_a_cache_that_cannot_be_written_only_loses_the_objects(tmp_path):
+    (tmp_path / "not-a-folder").write_text("a file where the cache would go")
+    r = build_firmware(get_board("host"), _program(tmp_path), tmp_path / "out",
+                       objects=ObjectCache(tmp_path / "not-a-folder" / "objects"))
+    assert r.elf.is_file()
