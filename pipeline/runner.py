@@ -199,6 +199,7 @@ class _Run:
         self.outcomes: list[StageOutcome] = []
         self.error: TinytrainError | None = None
         self.early_picture = _EarlyPicture(build_dir(spec), set(sel.run) | set(sel.restore_only))
+        self.prewarms: dict[str, Any] | None = None   # started when the first stage runs (_start_prewarms)
 
     def execute(self) -> tuple[list[StageOutcome], TinytrainError | None]:
         names = [n for n in self.stages if n in self.sel.run or n in self.sel.restore_only]
@@ -209,13 +210,18 @@ class _Run:
             "task_dep": [d for d in self.stages[n].deps if d in names],
             "verbosity": 2,
         } for n in names]
-        code, messages = run_tasks(tasks, list(self.sel.run))
+        try:
+            code, messages = run_tasks(tasks, list(self.sel.run))
+        finally:
+            for name in list(self.prewarms or {}):
+                self._stop_prewarm(name)
         if self.error is None and code != 0:
             self.error = StageFailed("the build engine (doit) failed: " + " | ".join(m.strip() for m in messages))
         return self.outcomes, self.error
 
     # ---- doit callbacks: they never raise, doit would print a traceback ----------------------
     def _uptodate(self, name: str) -> bool:
+        self._stop_prewarm(name)   # the stage's turn: restored or run, its head start ends here
         try:
             return self._restore(name)
         except TinytrainError as e:
@@ -279,6 +285,7 @@ class _Run:
                                       hint=_until_hint(st, self.stages))
         pre, key = self.keys[name]
         fn = load_stage_function(st)
+        self._start_prewarms(name)
         dest = stage_dir(self.spec, name)
         # Artifacts of an older config must not survive a failed rerun looking current.
         shutil.rmtree(dest, ignore_errors=True)
@@ -304,6 +311,30 @@ class _Run:
         self.outcomes.append(StageOutcome(name, "ran", key, duration, entry.summary, entry.metrics,
                                           out_dir=str(dest), cpu_s=cpu))
         self.log.ran(name, duration, entry.summary, key=key)
+
+    def _start_prewarms(self, running: str) -> None:
+        """When the first stage runs (a no-op build starts nothing): each stage selected after it whose module has
+        a `prewarm(config, unit_cache_dir)` (cross-compile: the kernel library's objects) starts its head start in
+        the background, on a core the build leaves idle; it ends when that stage's turn comes. A head start is
+        only ever a copy of the stage's own work (its unit cache), so it changes no result."""
+        if self.prewarms is not None:
+            return
+        self.prewarms = {}
+        later = self.sel.run[self.sel.run.index(running) + 1:] if running in self.sel.run else ()
+        for name in later:
+            st = self.stages[name]
+            try:
+                hook = getattr(importlib.import_module(st.impl), "prewarm", None) if st.impl else None
+                started = hook(config_slice(self.spec, st.config), self.cache.units_dir / name) if hook else None
+            except Exception:   # noqa: BLE001 -- only the head start is lost; the stage itself reports problems
+                started = None
+            if started is not None:
+                self.prewarms[name] = started
+
+    def _stop_prewarm(self, name: str) -> None:
+        started = (self.prewarms or {}).pop(name, None)
+        if started is not None:
+            started.stop()
 
     def _materialize(self, name: str, entry: ActionEntry, pre: dict) -> None:
         self.paths[name] = self.cache.materialize(entry, stage_dir(self.spec, name))

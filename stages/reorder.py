@@ -62,9 +62,11 @@ ARTIFACTS = ("schedule.json", "schedule.txt", "memplan.json", "memory.svg", "mem
 
 class ScheduleMemo:
     """The last few plan_schedules results, by the training graph (ops, tensor names, shapes, dtypes, roles,
-    quantization granularity, constants' bytes, inputs, outputs, meta; not the quantization parameters' values,
-    which no schedule reads) and the planning options. sparse-plan plans the training graph autodiff will build (its exact
-    peak) and the reorder stage plans the graph autodiff wrote: within one build (one process) the second is a
+    quantization granularity, which tensors hold data, the bytes of the constants a schedule may read (_read_values),
+    inputs, outputs, meta) and the planning options; not the quantization parameters' values, nor other values
+    (weights, biases, float constants) that no schedule reads. sparse-plan plans the training graph autodiff will
+    build (its exact peak) and the reorder stage plans the graph autodiff wrote, with the wider scales sparse-plan
+    chose (stages/quant/rescale.py changes only such values): within one build (one process) the second is a
     lookup. Results are kept pickled, so a caller gets its own copy. Bounded: `auto` plans many graphs."""
 
     def __init__(self, size: int = 16):
@@ -79,7 +81,7 @@ class ScheduleMemo:
         for t in graph.tensors.values():
             tensors.append([t.name, list(t.shape), t.dtype, t.role, None if t.quant is None else len(t.quant.scale),
                             t.data is None])
-            if t.data is not None:
+            if t.data is not None and _read_values(t):
                 h.update(np.ascontiguousarray(t.data).tobytes())
         doc = {"ops": [[op.type, op.inputs, op.outputs, op.attrs] for op in graph.ops], "tensors": tensors,
                "inputs": graph.inputs, "outputs": graph.outputs, "meta": graph.meta,
@@ -96,10 +98,30 @@ class ScheduleMemo:
         return pickle.loads(self._memo[key])
 
     def put(self, key: str, value: tuple) -> None:
-        self._memo[key] = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        self.adopt(key, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def latest(self) -> tuple[str, bytes]:
+        """The entry used last (planned or looked up), as stored: what a forked worker hands back to its parent."""
+        return next(reversed(self._memo.items()))
+
+    def adopt(self, key: str, raw: bytes) -> None:
+        """Store a pickled entry (`put`'s, or `latest` of a worker's memo)."""
+        self._memo[key] = raw
+        self._memo.move_to_end(key)
         while len(self._memo) > self.size:
             self._memo.popitem(last=False)
 
+
+def _read_values(t: Any) -> bool:
+    """Whether a schedule may read the values of constant `t`: integer operands other than weights and biases (a PAD's
+    paddings, shapes, axes). Weights and biases are trained state or flash contents and float constants are values
+    (e.g. the QAS scales, which follow the quantization parameters): for those only whether they hold data counts."""
+    if t.role in ("weight", "bias"):
+        return False
+    try:
+        return np.dtype(t.dtype).kind in "iub"
+    except TypeError:
+        return True
 
 SCHEDULES = ScheduleMemo()
 

@@ -319,23 +319,28 @@ def run(ctx: StageContext) -> StageResult:
     # Int8 updates below half a step vanish under nearest rounding, and weights pinned at ±127 cannot move: probe,
     # and pick the head-room and the update rule that carry them (issue 17). Before the memory report: the chosen
     # rule (a master copy, a PRNG state) is what autodiff builds, so it is what the exact peak measures.
-    # memory.json's table of every option does not depend on the check below: a forked worker computes it meanwhile
-    with Background(mm.table) as table_of_options:
-        priced = _PricedPeaks()
-        doc["updates"] = update_check.check(graph, plan, cfg, mm.s, upd.analysis, arena_budget, priced)
+    # While the check probes (a core for a second or two), a forked worker computes what does not depend on it unless
+    # it changes the QAS setting: memory.json's table of every option, the plan's estimate and its exact peak.
+    peak_job = exact.job(plan) if exact_error is None else None
+    with Background(lambda: (mm.table(), mm.estimate(plan), peak_job() if peak_job else None)) as meanwhile:
+        doc["updates"] = update_check.check(graph, plan, cfg, mm.s, upd.analysis, arena_budget, exact.pricing())
         chosen = (doc["updates"] or {}).get("qas")
-        settings = mm.s
+        settings, qas = mm.s, exact.qas
         if chosen and chosen != doc["updates"]["requested"]:
             settings = dataclasses.replace(mm.s, rounding=chosen["rounding"], master_copy=bool(chosen["master_copy"]))
-            exact = ExactPeaks(graph, settings, bool(chosen["enabled"]))
-        est = MemoryModel(graph, settings).estimate(plan) if settings is not mm.s else mm.estimate(plan)
+            qas = bool(chosen["enabled"])
+        table_of_options, est, computed = meanwhile.result()
+        if computed is not None:
+            exact.adopt(computed)
+        if settings is not mm.s:
+            est = MemoryModel(graph, settings).estimate(plan)
         ex = None
         if exact_error is None:
-            # The check priced its choice on the graph autodiff will train (with its wider scales): that peak, when it
-            # measured the chosen setting, else the plan measured now.
-            ex = priced.measured(plan, settings, exact.qas)
+            # A lookup now (the worker's, or the check's pricing of its choice). No peak depends on the values of
+            # weights and biases, so the graph autodiff trains (with the wider scales the check chose) has these
+            # peaks and schedules: the reorder stage's plan of it is a lookup too (reorder.ScheduleMemo).
             try:
-                ex = ex if ex is not None else exact(plan)
+                ex = exact(plan, settings, qas)
             except ExactUnavailable as e:
                 exact_error = str(e)
         doc.update(plan_json(plan, mm))
@@ -353,7 +358,7 @@ def run(ctx: StageContext) -> StageResult:
         # autodiff and everything after it up to cross-compile) unchanged in the cache.
         _write_json(out / "train_plan.json", {**{k: doc[k] for k in ("version", "scheme", "layers") if k in doc},
                                               **update_check.train_plan_fields(doc["updates"])})
-        _write_json(out / "memory.json", {**table_of_options.result(), "plan": est, "exact": doc["exact"],
+        _write_json(out / "memory.json", {**table_of_options, "plan": est, "exact": doc["exact"],
                                           "budget_bytes": budget})
     line = summary_line(doc, mm) + update_check.summary_suffix(doc["updates"])
     (out / "plan.txt").write_text(plan_text(doc, mm, table) + update_check.text(doc["updates"]))
@@ -378,44 +383,6 @@ def run(ctx: StageContext) -> StageResult:
                  + (f", {counts['dropped']} bad memos dropped" if counts.get("dropped") else "")
                  + (f", {counts['estimated_only']} estimated only" if counts.get("estimated_only") else "") + "]")
     return StageResult(summary=line, metrics=metrics)
-
-
-class _PricedPeaks:
-    """exact_peak for update_check's pricing, remembered per (plan, settings, QAS on) so that the chosen setting's
-    peak is not planned again for the report; `many` plans several settings side by side on every core
-    (planning/parallel.py: a deterministic function of its arguments, so the same numbers)."""
-
-    def __init__(self):
-        self._memo: dict[tuple[str, str, bool], dict[str, Any]] = {}
-
-    @staticmethod
-    def _key(plan: TrainPlan, settings: MemorySettings, qas: bool) -> tuple[str, str, bool]:
-        return plan.dumps(), repr(settings), bool(qas)
-
-    def __call__(self, graph: Graph, plan: TrainPlan, settings: MemorySettings, qas: bool = True) -> dict[str, Any]:
-        key = self._key(plan, settings, qas)
-        if key not in self._memo:
-            self._memo[key] = exact_peak(graph, plan, settings, qas)
-        return self._memo[key]
-
-    def many(self, graph: Graph, plan: TrainPlan, settings: list[MemorySettings], qas: bool = True) -> None:
-        from tinytrain.stages.planning.parallel import fork_map
-
-        todo = [s for s in settings if self._key(plan, s, qas) not in self._memo]
-        if len(todo) < 2:
-            return
-
-        def one(s: MemorySettings) -> dict[str, Any] | None:
-            try:
-                return exact_peak(graph, plan, s, qas)
-            except (UserError, NotImplementedError):
-                return None      # left to __call__, which raises it where the caller handles it
-        for s, res in zip(todo, fork_map(one, todo) or []):
-            if res is not None:
-                self._memo[self._key(plan, s, qas)] = res
-
-    def measured(self, plan: TrainPlan, settings: MemorySettings, qas: bool) -> dict[str, Any] | None:
-        return self._memo.get(self._key(plan, settings, qas))
 
 
 def plan_json(plan: TrainPlan, mm: MemoryModel) -> dict[str, Any]:

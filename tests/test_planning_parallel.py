@@ -70,4 +70,76 @@ def test_prefetched_exact_peaks_equal_computed_ones():
     ex.prefetch(plans)
     for p in plans:
         want = exact_peak(g, p, MemorySettings())
-        assert ex._memo[p.dumps()] == want and ex(p) == want
+        assert ex.known(p) == want and ex(p) == want
+
+
+@needs_fork
+def test_prefetched_peaks_bring_their_schedules_back(monkeypatch):
+    """A worker's plan lands in this process' ScheduleMemo: the reorder stage's plan of the graph autodiff writes for
+    a prefetched plan and settings (update_check's pricing) is a lookup, the same plan as planning afresh."""
+    from tinytrain.stages import reorder
+    from tinytrain.stages.planning.plan_exact import training_graph
+
+    memo = reorder.ScheduleMemo()
+    monkeypatch.setattr(reorder, "SCHEDULES", memo)
+    g = graph_of("digits_cnn_int8")
+    plan = TrainPlan.bias_only(g, 2)
+    settings = [MemorySettings(rounding=r, master_copy=m) for r, m in (("nearest", False), ("nearest", True),
+                                                                        ("stochastic", False))]
+    price = ExactPeaks(g, MemorySettings()).pricing()
+    price.many(g, plan, settings)
+    for s in settings:
+        assert price.peaks.known(plan, s) == exact_peak(g, plan, s)
+        hits = reorder.SCHEDULES.hits
+        tg = training_graph(g, plan, s)
+        got = reorder.plan_schedules(tg, True)
+        assert reorder.SCHEDULES.hits == hits + 1
+        monkeypatch.setattr(reorder, "SCHEDULES", reorder.ScheduleMemo())     # planned afresh, here
+        assert got[1].to_json() == reorder.plan_schedules(tg, True)[1].to_json()
+        monkeypatch.setattr(reorder, "SCHEDULES", memo)
+
+
+def test_a_rescaled_graph_has_the_same_peaks_and_schedules(monkeypatch):
+    """The graph autodiff trains has sparse-plan's wider scales (stages/quant/rescale.py: other weight and bias
+    values, other scales): no planner reads those, so its exact peak is the quantized graph's, memoised once, and the
+    schedule planned for one is the reorder stage's lookup for the other."""
+    from tinytrain.stages import reorder
+    from tinytrain.stages.planning.plan_exact import training_graph
+    from tinytrain.stages.quant import rescale
+
+    monkeypatch.setattr(reorder, "SCHEDULES", reorder.ScheduleMemo())
+    g = graph_of("digits_cnn_int8")
+    plan = TrainPlan.last_k(g, 1)
+    w = g.ops[plan.layers[0].layer].inputs[1]
+    wide = rescale.apply(g, {"weights": {w: [2] * len(g.tensors[w].quant.scale)}})
+    assert wide is not g and not (wide.tensors[w].data == g.tensors[w].data).all()
+    ex = ExactPeaks(g, MemorySettings())
+    assert ex.known(plan, graph=wide) is None
+    plain = ex(plan)
+    assert ex.known(plan, graph=wide) is plain and plain == exact_peak(wide, plan, MemorySettings())
+    hits = reorder.SCHEDULES.hits
+    reorder.plan_schedules(training_graph(wide, plan, MemorySettings()), True)
+    assert reorder.SCHEDULES.hits == hits + 1
+
+
+@needs_fork
+def test_a_peak_computed_in_a_worker_is_adopted_with_its_schedule(monkeypatch):
+    """ExactPeaks.job in a forked worker (sparse-plan runs it while the update check probes), `adopt` here: the same
+    peak as computed here, and the reorder stage's plan a lookup."""
+    from tinytrain.stages import reorder
+    from tinytrain.stages.planning.plan_exact import training_graph
+
+    monkeypatch.setattr(reorder, "SCHEDULES", reorder.ScheduleMemo())
+    g = graph_of("digits_cnn_int8")
+    plan = TrainPlan.bias_only(g, 2)
+    ex = ExactPeaks(g, MemorySettings())
+    job = ex.job(plan)
+    with Background(job) as bg:
+        got = bg.result()
+    assert got[2] is not None              # the worker planned it: its schedule comes along
+    ex.adopt(got)
+    assert ex.known(plan) == exact_peak(g, plan, MemorySettings())
+    hits = reorder.SCHEDULES.hits
+    reorder.plan_schedules(training_graph(g, plan, MemorySettings()), True)
+    assert reorder.SCHEDULES.hits == hits + 1
+    assert ex.job(plan)()[2] is None       # known here: nothing planned again, nothing to hand back

@@ -296,3 +296,24 @@ def test_editing_a_c_kernel_changes_the_cross_compile_implementation_version(tmp
     assert before["files:kernels_c/*.c"] != after["files:kernels_c/*.c"]
     assert {k: v for k, v in before.items() if k != "files:kernels_c/*.c"} == \
            {k: v for k, v in after.items() if k != "files:kernels_c/*.c"}
+
+
+def test_a_later_stage_gets_its_head_start_while_the_first_ones_run(fake_project):
+    """A stage module's `prewarm(config, unit_cache_dir)` (cross-compile: the kernel library's objects) starts when the
+    first stage runs and stops when its own turn comes, before it runs; a build that runs nothing starts none."""
+    hook = (
+        "\n\nclass _Started:\n"
+        "    def stop(self):\n"
+        "        with open(CALLS, 'a') as f:\n"
+        "            f.write('stop-c\\n')\n\n"
+        "def prewarm(config, unit_cache_dir):\n"
+        "    with open(CALLS, 'a') as f:\n"
+        "        f.write(f'prewarm-c:{config[\"train.learning_rate\"]}:{unit_cache_dir.name}\\n')\n"
+        "    return _Started()\n")
+    with open(fake_project.module_file("c"), "a") as f:
+        f.write(hook)
+    _build(fake_project)
+    assert fake_project.calls() == ["prewarm-c:0.01:c", "a", "b", "stop-c", "c"]
+    fake_project.reset_calls()
+    _build(fake_project)                      # everything cached
+    assert fake_project.calls() == []

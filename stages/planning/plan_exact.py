@@ -6,7 +6,7 @@ update_check prices its rounding / master-copy choice with it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from tinytrain.pipeline.errors import UserError
 from tinytrain.stages.model.ir import Graph
@@ -49,42 +49,123 @@ class ExactUnavailable(Exception):
 
 
 class ExactPeaks:
-    """exact_peak per plan, memoised (the auto verification and the final report ask for the same plans)."""
+    """exact_peak memoised per (graph, plan, memory settings, QAS on), for everything sparse-plan asks: the auto
+    verification, update_check's pricing of a rounding / master-copy choice (`pricing()`), the final report. The
+    settings, QAS switch and graph given here are a call's defaults. Graphs are told apart by reorder's ScheduleMemo
+    key (structure and constants, not the values of weights and biases): the graph autodiff trains, with the wider
+    scales sparse-plan chose (stages/quant/rescale.py), is the same one here, as it is to the reorder stage.
+
+    Computed elsewhere (`prefetch`: side by side on every core; `job` / `adopt`: in a worker of the caller's), a peak
+    comes back with the schedule planned for it into reorder's ScheduleMemo, so that the reorder stage's plan of the
+    graph autodiff writes stays a lookup (planning/parallel.py: a deterministic function of its arguments, so the
+    same numbers wherever it ran)."""
 
     def __init__(self, graph: Graph, settings: MemorySettings, qas: bool = True):
         self.graph, self.settings, self.qas = graph, settings, qas
-        self._memo: dict[str, dict[str, Any]] = {}
+        self._memo: dict[tuple[str, str, str, bool], dict[str, Any]] = {}
+        self._fingerprints: dict[int, tuple[Graph, str]] = {}   # id -> (the graph, kept alive; its key)
 
-    def __call__(self, plan: TrainPlan) -> dict[str, Any]:
-        key = plan.dumps()
+    def _job(self, plan: TrainPlan, settings: MemorySettings | None, qas: bool | None,
+             graph: Graph | None) -> tuple[Graph, TrainPlan, MemorySettings, bool]:
+        return (self.graph if graph is None else graph, plan, self.settings if settings is None else settings,
+                self.qas if qas is None else bool(qas))
+
+    def _key(self, job: tuple[Graph, TrainPlan, MemorySettings, bool]) -> tuple[str, str, str, bool]:
+        from tinytrain.stages.reorder import SCHEDULES
+
+        graph, plan, settings, qas = job
+        fp = self._fingerprints.get(id(graph))
+        if fp is None or fp[0] is not graph:
+            fp = self._fingerprints[id(graph)] = (graph, SCHEDULES.key(graph))
+        return fp[1], plan.dumps(), repr(settings), qas
+
+    def __call__(self, plan: TrainPlan, settings: MemorySettings | None = None, qas: bool | None = None,
+                 graph: Graph | None = None) -> dict[str, Any]:
+        job = self._job(plan, settings, qas, graph)
+        key = self._key(job)
         if key not in self._memo:
             try:
-                self._memo[key] = exact_peak(self.graph, plan, self.settings, self.qas)
+                self._memo[key] = exact_peak(*job)
             except (UserError, NotImplementedError) as e:
                 raise ExactUnavailable(_one_line(e)) from e
         return self._memo[key]
 
+    def known(self, plan: TrainPlan, settings: MemorySettings | None = None, qas: bool | None = None,
+              graph: Graph | None = None) -> dict[str, Any] | None:
+        """The peak when computed already, else None (nothing is computed)."""
+        return self._memo.get(self._key(self._job(plan, settings, qas, graph)))
 
-    def prefetch(self, plans: list[TrainPlan]) -> None:
-        """Compute the exact peaks of `plans` not known yet side by side on every core (planning/parallel.py: a
-        deterministic function of the plan, so the same numbers); anything that fails there is left to __call__."""
+    def job(self, plan: TrainPlan, settings: MemorySettings | None = None, qas: bool | None = None,
+            graph: Graph | None = None) -> Callable[[], tuple]:
+        """self(plan, ...) as a function for a forked worker (planning/parallel.py); hand what it returns to `adopt`
+        in this process. A failure there is left to __call__, which reports it."""
+        job = self._job(plan, settings, qas, graph)
+        key = self._key(job)
+        return lambda: self._computed(key, job)
+
+    def _computed(self, key: tuple, job: tuple) -> tuple:
+        """(key, peak or None when autodiff refuses, the ScheduleMemo entry planned for it or None when known)."""
+        from tinytrain.stages.reorder import SCHEDULES
+
+        if key in self._memo:
+            return key, self._memo[key], None    # its schedule is in the caller's ScheduleMemo already
+        try:
+            peak = exact_peak(*job)
+        except (UserError, NotImplementedError):
+            return key, None, None
+        return key, peak, SCHEDULES.latest()
+
+    def adopt(self, computed: tuple) -> None:
+        """Take in what a `job` (or prefetch's worker) computed: the peak, and its schedule into ScheduleMemo."""
+        from tinytrain.stages.reorder import SCHEDULES
+
+        key, peak, schedule = computed
+        if peak is not None:
+            self._memo[key] = peak
+        if schedule is not None:
+            SCHEDULES.adopt(*schedule)
+
+    def prefetch(self, plans: list[TrainPlan], settings: list[MemorySettings] | None = None, qas: bool | None = None,
+                 graph: Graph | None = None) -> None:
+        """Compute the peaks of every plan in `plans` with every one of `settings` (default: this object's) that
+        are not known yet, side by side on every core."""
         from tinytrain.stages.planning.parallel import fork_map
 
-        todo = list({p.dumps(): p for p in plans if p.dumps() not in self._memo}.values())
+        todo: dict[tuple, tuple] = {}
+        for p in plans:
+            for s in settings or [None]:
+                job = self._job(p, s, qas, graph)
+                key = self._key(job)
+                if key not in self._memo:
+                    todo.setdefault(key, job)
         if len(todo) < 2:
             return
-        got = fork_map(self._peak_or_none, todo)
-        for plan, res in zip(todo, got or []):
-            if res is not None:
-                self._memo[plan.dumps()] = res
+        jobs = list(todo.items())     # the workers get them by fork; only an index crosses (a graph is large)
+        for got in fork_map(lambda i: self._computed(*jobs[i]), range(len(jobs))) or []:
+            self.adopt(got)
 
-    def _peak_or_none(self, plan: TrainPlan) -> dict[str, Any] | None:
+    def pricing(self) -> "Pricing":
+        """update_check's `exact_peak`: (graph, plan, settings, qas) -> the peak, from this memo."""
+        return Pricing(self)
+
+
+class Pricing:
+    """The calling convention update_check prices its choice with (stages/quant/update_check.peaks): exact_peak(graph,
+    plan, settings, qas), raising autodiff's own error (which it answers with the estimate), and `many` to compute
+    several settings side by side. Both are the ExactPeaks it wraps."""
+
+    def __init__(self, peaks: ExactPeaks):
+        self.peaks = peaks
+
+    def __call__(self, graph: Graph, plan: TrainPlan, settings: MemorySettings, qas: bool = True) -> dict[str, Any]:
         try:
-            return exact_peak(self.graph, plan, self.settings, self.qas)
-        except (UserError, NotImplementedError):
-            return None
+            return self.peaks(plan, settings, qas, graph)
+        except ExactUnavailable as e:
+            raise e.__cause__ from None     # the UserError / NotImplementedError update_check catches
+
+    def many(self, graph: Graph, plan: TrainPlan, settings: list[MemorySettings], qas: bool = True) -> None:
+        self.peaks.prefetch([plan], settings, qas, graph)
 
 
 def _one_line(e: Exception) -> str:
     return " ".join(str(e).split()) or type(e).__name__
-
