@@ -119,57 +119,6 @@ void tt_hs_dw_taps(int32_t taps, int32_t C, int32_t c, const float *w, const int
     }
 }
 
-void tt_hs_dw_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *wc, float *dx)
-{
-    int32_t iy, ix, ky, kx;
-    if (d->stride_h == 1 && d->stride_w == 1) {
-        /* stride 1: the output coordinate of a tap needs no division; the taps still run in (ky, kx) order */
-        for (iy = 0; iy < d->in_h; ++iy) {
-            for (ix = 0; ix < d->in_w; ++ix) {
-                float total = 0.0f, s = 0.0f;
-                for (ky = 0; ky < d->k_h; ++ky) {
-                    const int32_t oy = iy + d->pad_top - ky * d->dilation_h;
-                    const float *row, *wrow;
-                    if (oy < 0 || oy >= d->out_h) {
-                        continue;
-                    }
-                    row = dy + oy * d->out_w;
-                    wrow = wc + ky * d->k_w;
-                    for (kx = 0; kx < d->k_w; ++kx) {
-                        const int32_t ox = ix + d->pad_left - kx * d->dilation_w;
-                        if (ox >= 0 && ox < d->out_w) {
-                            s += row[ox] * wrow[kx];
-                        }
-                    }
-                }
-                total += s;
-                dx[iy * d->in_w + ix] = total;
-            }
-        }
-        return;
-    }
-    for (iy = 0; iy < d->in_h; ++iy) {
-        for (ix = 0; ix < d->in_w; ++ix) {
-            float total = 0.0f, s = 0.0f;
-            for (ky = 0; ky < d->k_h; ++ky) {
-                const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
-                if (oy < 0) {
-                    continue;
-                }
-                for (kx = 0; kx < d->k_w; ++kx) {
-                    const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
-                    if (ox < 0) {
-                        continue;
-                    }
-                    s += dy[oy * d->out_w + ox] * wc[ky * d->k_w + kx];
-                }
-            }
-            total += s;
-            dx[iy * d->in_w + ix] = total;
-        }
-    }
-}
-
 void tt_hs_mask_grad_f32(int32_t P, int32_t C, int32_t c, const uint8_t *mask, const float *dy, float *dz)
 {
     int32_t p;

@@ -34,6 +34,13 @@ void tt_depthwise_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *d
 void tt_depthwise_conv2d_grad_input_f32_inplace(const tt_conv_dims *d, float *dydx, const float *w, float *scratch);
 void tt_depthwise_conv2d_grad_input_qw_f32_inplace(const tt_conv_dims *d, float *dydx, const int8_t *w,
                                                    const float *scale, const int32_t *zero_point, float *scratch);
+/* One channel of a depth-multiplier-1 input gradient (the in-place kernels' and the hidden-channel streams'):
+ * dyc points at the channel's first output-gradient element, pixel stride d->out_c (1 on a compact plane); the
+ * taps are floats wc[tap * w_stride] or (wc 0) int8 wq[tap * d->out_c] dequantized with (z, sc) per element; out
+ * [in_h * in_w] gets 0 + s, s the sum over the taps in (filter y, filter x) order of dy * w: the bits of
+ * tt_depthwise_conv2d_grad_input_f32 / _qw_f32 at that channel. */
+void tt_depthwise_conv2d_grad_input_channel_f32(const tt_conv_dims *d, const float *dyc, const float *wc,
+                                                 int32_t w_stride, const int8_t *wq, int32_t z, float sc, float *out);
 /* In place (TinyEngine's channel-by-channel scheme the memory plan counts: one output channel of scratch, then
  * copied over the input channel it came from; depth multiplier 1 only): */
 /* y written over x (same buffer); scratch holds out_h*out_w elements. Same arithmetic as the out-of-place
@@ -619,19 +626,67 @@ static void tt_dw16_conv(const tt_conv_dims *d, const tt_requant_s8 *q, const in
 }
 #endif
 
+/* The general forward of one batch over input channels [c0, c1), int8 (xq, wq, bq, q, yq) or float (xf, wf, bf,
+ * the activation range, yf): output (oy, ox, oc = ic * M + m) sums its in-image taps in (filter y, filter x) order
+ * (int8: (x - z_x) * w in int32; float: acc = 0, += x * w), adds the bias (NULL: none) and is requantized /
+ * clamped into y[(oy * out_w + ox) * ys + oc - c0 * M]. Inlined into each caller with the other type's pointers 0,
+ * so each keeps its own branch-free loop. */
+TT_CONV_INLINE void tt_dw_generic(const tt_conv_dims *d, int32_t c0, int32_t c1, const int8_t *xq, const int8_t *wq,
+                                  const int32_t *bq, const tt_requant_s8 *q, int8_t *yq, const float *xf,
+                                  const float *wf, const float *bf, float act_min, float act_max, float *yf, int32_t ys)
+{
+    int32_t oy, ox, ic, m, ky, kx;
+    const int32_t zin = xq != 0 ? q->input_zero_point : 0, mult = d->depth_multiplier;
+    for (oy = 0; oy < d->out_h; ++oy) {
+        const int32_t iy0 = oy * d->stride_h - d->pad_top;
+        for (ox = 0; ox < d->out_w; ++ox) {
+            const int32_t ix0 = ox * d->stride_w - d->pad_left, yp = (oy * d->out_w + ox) * ys - c0 * mult;
+            for (ic = c0; ic < c1; ++ic) {
+                for (m = 0; m < mult; ++m) {
+                    const int32_t oc = ic * mult + m;
+                    int32_t acc = 0;
+                    float facc = 0.0f;
+                    for (ky = 0; ky < d->k_h; ++ky) {
+                        const int32_t iy = iy0 + ky * d->dilation_h;
+                        if (iy < 0 || iy >= d->in_h) {
+                            continue;
+                        }
+                        for (kx = 0; kx < d->k_w; ++kx) {
+                            const int32_t ix = ix0 + kx * d->dilation_w;
+                            const int32_t xi = (iy * d->in_w + ix) * d->in_c + ic;
+                            const int32_t wi = (ky * d->k_w + kx) * d->out_c + oc;
+                            if (ix < 0 || ix >= d->in_w) {
+                                continue;
+                            }
+                            if (xq != 0) {
+                                acc += ((int32_t)xq[xi] - zin) * (int32_t)wq[wi];
+                            } else {
+                                facc += xf[xi] * wf[wi];
+                            }
+                        }
+                    }
+                    if (xq != 0) {
+                        yq[yp + oc] = (int8_t)tt_requant_one(q, acc + (bq != 0 ? bq[oc] : 0), oc);
+                    } else {
+                        yf[yp + oc] = tt_act_clamp(bf != 0 ? facc + bf[oc] : facc, act_min, act_max);
+                    }
+                }
+            }
+        }
+    }
+}
+
 void tt_depthwise_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
                             const int32_t *bias, int8_t *y)
 {
-    int32_t b, oy, ox, ic, m, ky, kx;
-    const int32_t zin = q->input_zero_point;
-    const int32_t mult = d->depth_multiplier;
+    int32_t b, ic;
 #if TT_SIMD
     if (tt_dw16_fits(d)) {
         tt_dw16_conv(d, q, x, w, bias, y, 0);
         return;
     }
 #endif
-    if (mult == 1) {
+    if (d->depth_multiplier == 1) {
         /* channel by channel through the fast per-channel kernel (each output is computed alike, in any order) */
         for (b = 0; b < d->batches; ++b) {
             for (ic = 0; ic < d->in_c; ++ic) {
@@ -643,77 +698,18 @@ void tt_depthwise_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const
         return;
     }
     for (b = 0; b < d->batches; ++b) {
-        for (oy = 0; oy < d->out_h; ++oy) {
-            const int32_t iy0 = oy * d->stride_h - d->pad_top;
-            for (ox = 0; ox < d->out_w; ++ox) {
-                const int32_t ix0 = ox * d->stride_w - d->pad_left;
-                int8_t *yp = y + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
-                for (ic = 0; ic < d->in_c; ++ic) {
-                    for (m = 0; m < mult; ++m) {
-                        const int32_t oc = ic * mult + m;
-                        int32_t acc = 0;
-                        for (ky = 0; ky < d->k_h; ++ky) {
-                            const int32_t iy = iy0 + ky * d->dilation_h;
-                            if (iy < 0 || iy >= d->in_h) {
-                                continue;
-                            }
-                            for (kx = 0; kx < d->k_w; ++kx) {
-                                const int32_t ix = ix0 + kx * d->dilation_w;
-                                if (ix < 0 || ix >= d->in_w) {
-                                    continue;
-                                }
-                                acc += ((int32_t)x[((b * d->in_h + iy) * d->in_w + ix) * d->in_c + ic] - zin) *
-                                       (int32_t)w[(ky * d->k_w + kx) * d->out_c + oc];
-                            }
-                        }
-                        if (bias != 0) {
-                            acc += bias[oc];
-                        }
-                        yp[oc] = (int8_t)tt_requant_one(q, acc, oc);
-                    }
-                }
-            }
-        }
+        tt_dw_generic(d, 0, d->in_c, x + b * d->in_h * d->in_w * d->in_c, w, bias, q,
+                      y + b * d->out_h * d->out_w * d->out_c, 0, 0, 0, 0.0f, 0.0f, 0, d->out_c);
     }
 }
 
 void tt_depthwise_conv2d_f32(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
                              const float *bias, float *y)
 {
-    int32_t b, oy, ox, ic, m, ky, kx;
-    const int32_t mult = d->depth_multiplier;
+    int32_t b;
     for (b = 0; b < d->batches; ++b) {
-        for (oy = 0; oy < d->out_h; ++oy) {
-            const int32_t iy0 = oy * d->stride_h - d->pad_top;
-            for (ox = 0; ox < d->out_w; ++ox) {
-                const int32_t ix0 = ox * d->stride_w - d->pad_left;
-                float *yp = y + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
-                for (ic = 0; ic < d->in_c; ++ic) {
-                    for (m = 0; m < mult; ++m) {
-                        const int32_t oc = ic * mult + m;
-                        float acc = 0.0f;
-                        for (ky = 0; ky < d->k_h; ++ky) {
-                            const int32_t iy = iy0 + ky * d->dilation_h;
-                            if (iy < 0 || iy >= d->in_h) {
-                                continue;
-                            }
-                            for (kx = 0; kx < d->k_w; ++kx) {
-                                const int32_t ix = ix0 + kx * d->dilation_w;
-                                if (ix < 0 || ix >= d->in_w) {
-                                    continue;
-                                }
-                                acc += x[((b * d->in_h + iy) * d->in_w + ix) * d->in_c + ic] *
-                                       w[(ky * d->k_w + kx) * d->out_c + oc];
-                            }
-                        }
-                        if (bias != 0) {
-                            acc += bias[oc];
-                        }
-                        yp[oc] = tt_act_clamp(acc, act_min, act_max);
-                    }
-                }
-            }
-        }
+        tt_dw_generic(d, 0, d->in_c, 0, 0, 0, 0, 0, x + b * d->in_h * d->in_w * d->in_c, w, bias, act_min, act_max,
+                      y + b * d->out_h * d->out_w * d->out_c, d->out_c);
     }
 }
 
@@ -747,44 +743,15 @@ void tt_depthwise_conv2d_s8_inplace(const tt_conv_dims *d, const tt_requant_s8 *
 void tt_depthwise_conv2d_f32_inplace(const tt_conv_dims *d, float act_min, float act_max, float *xy,
                                      const float *w, const float *bias, float *scratch)
 {
-    int32_t b, c, oy, ox, ky, kx;
-    const int32_t C = d->in_c;
+    int32_t b, c, p;
+    const int32_t C = d->in_c, n_out = d->out_h * d->out_w;
     for (b = 0; b < d->batches; ++b) {
         const float *x = xy + b * d->in_h * d->in_w * C;
-        float *y = xy + b * d->out_h * d->out_w * C;
+        float *y = xy + b * n_out * C;
         for (c = 0; c < C; ++c) {
-            for (oy = 0; oy < d->out_h; ++oy) {
-                const int32_t iy0 = oy * d->stride_h - d->pad_top;
-                for (ox = 0; ox < d->out_w; ++ox) {
-                    const int32_t ix0 = ox * d->stride_w - d->pad_left;
-                    float acc = 0.0f;
-                    for (ky = 0; ky < d->k_h; ++ky) {
-                        const int32_t iy = iy0 + ky * d->dilation_h;
-                        if (iy < 0 || iy >= d->in_h) {
-                            continue;
-                        }
-                        for (kx = 0; kx < d->k_w; ++kx) {
-                            const int32_t ix = ix0 + kx * d->dilation_w;
-                            if (ix < 0 || ix >= d->in_w) {
-                                continue;
-                            }
-                            acc += x[(iy * d->in_w + ix) * C + c] * w[(ky * d->k_w + kx) * C + c];
-                        }
-                    }
-                    if (bias != 0) {
-                        acc += bias[c];
-                    }
-                    if (acc < act_min) {
-                        acc = act_min;
-                    }
-                    if (acc > act_max) {
-                        acc = act_max;
-                    }
-                    scratch[oy * d->out_w + ox] = acc;
-                }
-            }
-            for (oy = 0; oy < d->out_h * d->out_w; ++oy) {
-                y[oy * C + c] = scratch[oy];
+            tt_dw_generic(d, c, c + 1, 0, 0, 0, 0, 0, x, w, bias, act_min, act_max, scratch, 1);
+            for (p = 0; p < n_out; ++p) {
+                y[p * C + c] = scratch[p];
             }
         }
     }
@@ -1019,8 +986,8 @@ static void tt_dw_gi_row3x3(const tt_conv_dims *d, const float *const rdy[3], co
     }
 }
 
-static void tt_dw_grad_input_channel_s1(const tt_conv_dims *d, const float *dyb, int32_t c, const float *wc,
-                                        int32_t w_stride, float *out)
+static void tt_dw_grad_input_channel_s1(const tt_conv_dims *d, const float *dyc, const float *wc, int32_t w_stride,
+                                        float *out)
 {
     int32_t iy, ix, ky, kx, r, nr;
     const int32_t C = d->out_c, OW = d->out_w, KW = d->k_w, dil_w = d->dilation_w;
@@ -1030,7 +997,7 @@ static void tt_dw_grad_input_channel_s1(const tt_conv_dims *d, const float *dyb,
     for (iy = 0; iy < d->in_h; ++iy) {
         if (k33 && iy + d->pad_top - 2 >= 0 && iy + d->pad_top < d->out_h) {
             const float *rows[3];
-            rows[0] = dyb + (iy + d->pad_top) * OW * C + c;
+            rows[0] = dyc + (iy + d->pad_top) * OW * C;
             rows[1] = rows[0] - OW * C;
             rows[2] = rows[1] - OW * C;
             tt_dw_gi_row3x3(d, rows, wc, w_stride, iy, out);
@@ -1040,7 +1007,7 @@ static void tt_dw_grad_input_channel_s1(const tt_conv_dims *d, const float *dyb,
         for (ky = 0; ky < d->k_h; ++ky) {
             const int32_t oy = iy + d->pad_top - ky * d->dilation_h;
             if (oy >= 0 && oy < d->out_h) {
-                rdy[nr] = dyb + oy * OW * C + c;
+                rdy[nr] = dyc + oy * OW * C;
                 rw[nr] = wc + ky * KW * w_stride;
                 ++nr;
             }
@@ -1073,13 +1040,13 @@ static void tt_dw_grad_input_channel_s1(const tt_conv_dims *d, const float *dyb,
     }
 }
 
-static void tt_dw_grad_input_channel(const tt_conv_dims *d, const float *dyb, int32_t c, const float *wc,
-                                     int32_t w_stride, const int8_t *wq, int32_t z, float sc, float *out)
+void tt_depthwise_conv2d_grad_input_channel_f32(const tt_conv_dims *d, const float *dyc, const float *wc,
+                                                 int32_t w_stride, const int8_t *wq, int32_t z, float sc, float *out)
 {
     int32_t iy, ix, ky, kx;
     const int32_t C = d->out_c;
     if (wc != 0 && d->stride_h == 1 && d->stride_w == 1 && d->k_h <= TT_DW_ROWS) {
-        tt_dw_grad_input_channel_s1(d, dyb, c, wc, w_stride, out);
+        tt_dw_grad_input_channel_s1(d, dyc, wc, w_stride, out);
         return;
     }
     for (iy = 0; iy < d->in_h; ++iy) {
@@ -1096,8 +1063,7 @@ static void tt_dw_grad_input_channel(const tt_conv_dims *d, const float *dyb, in
                     if (ox < 0) {
                         continue;
                     }
-                    s += dyb[(oy * d->out_w + ox) * C + c] *
-                         (wc != 0 ? wc[tap * w_stride] : tt_dq(wq[tap * C + c], z, sc));
+                    s += dyc[(oy * d->out_w + ox) * C] * (wc != 0 ? wc[tap * w_stride] : tt_dq(wq[tap * C], z, sc));
                 }
             }
             total += s;
@@ -1120,15 +1086,15 @@ static void tt_dw_grad_input_inplace(const tt_conv_dims *d, float *dydx, const f
         float *dxb = dydx + b * n_in * C;
         for (c = 0; c < C; ++c) {
             if (w != 0) {
-                tt_dw_grad_input_channel(d, dyb, c, w + c, C, 0, 0, 0.0f, scratch);
+                tt_depthwise_conv2d_grad_input_channel_f32(d, dyb + c, w + c, C, 0, 0, 0.0f, scratch);
             } else if (taps <= TT_DW_MAX_TAPS) {
                 /* the channel's taps dequantized once (the same float values tt_dq gives per element) */
                 for (t = 0; t < taps; ++t) {
                     wl[t] = tt_dq(wq[t * C + c], zero_point[c], scale[c]);
                 }
-                tt_dw_grad_input_channel(d, dyb, c, wl, 1, 0, 0, 0.0f, scratch);
+                tt_depthwise_conv2d_grad_input_channel_f32(d, dyb + c, wl, 1, 0, 0, 0.0f, scratch);
             } else {
-                tt_dw_grad_input_channel(d, dyb, c, 0, 0, wq, zero_point[c], scale[c], scratch);
+                tt_depthwise_conv2d_grad_input_channel_f32(d, dyb + c, 0, 0, wq + c, zero_point[c], scale[c], scratch);
             }
             for (p = 0; p < n_in; ++p) {
                 dxb[p * C + c] = scratch[p];
