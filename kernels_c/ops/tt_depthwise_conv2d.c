@@ -36,11 +36,12 @@ void tt_depthwise_conv2d_grad_input_qw_f32_inplace(const tt_conv_dims *d, float 
                                                    const float *scale, const int32_t *zero_point, float *scratch);
 /* One channel of a depth-multiplier-1 input gradient (the in-place kernels' and the hidden-channel streams'):
  * dyc points at the channel's first output-gradient element, pixel stride d->out_c (1 on a compact plane); the
- * taps are floats wc[tap * w_stride] or (wc 0) int8 wq[tap * d->out_c] dequantized with (z, sc) per element; out
- * [in_h * in_w] gets 0 + s, s the sum over the taps in (filter y, filter x) order of dy * w: the bits of
- * tt_depthwise_conv2d_grad_input_f32 / _qw_f32 at that channel. */
+ * taps are floats wc[tap * w_stride] or (wc 0) int8 wq[tap * d->out_c] dequantized with (z, sc) per element;
+ * input pixel p gets out[p * os] = 0 + s (add: out[p * os] + s), s the sum over its taps in (filter y, filter x)
+ * order of dy * w: the bits of tt_depthwise_conv2d_grad_input_f32 / _qw_f32 at that channel. */
 void tt_depthwise_conv2d_grad_input_channel_f32(const tt_conv_dims *d, const float *dyc, const float *wc,
-                                                 int32_t w_stride, const int8_t *wq, int32_t z, float sc, float *out);
+                                                 int32_t w_stride, const int8_t *wq, int32_t z, float sc, float *out,
+                                                 int32_t os, int32_t add);
 /* In place (TinyEngine's channel-by-channel scheme the memory plan counts: one output channel of scratch, then
  * copied over the input channel it came from; depth multiplier 1 only): */
 /* y written over x (same buffer); scratch holds out_h*out_w elements. Same arithmetic as the out-of-place
@@ -757,43 +758,6 @@ void tt_depthwise_conv2d_f32_inplace(const tt_conv_dims *d, float act_min, float
     }
 }
 
-void tt_depthwise_conv2d_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *w, float *dx)
-{
-    int32_t b, iy, ix, ic, m, ky, kx;
-    const int32_t mult = d->depth_multiplier;
-    for (b = 0; b < d->batches; ++b) {
-        for (iy = 0; iy < d->in_h; ++iy) {
-            for (ix = 0; ix < d->in_w; ++ix) {
-                for (ic = 0; ic < d->in_c; ++ic) {
-                    float total = 0.0f;
-                    /* grad_ops accumulates each output channel over the taps, then folds the multiplier. */
-                    for (m = 0; m < mult; ++m) {
-                        const int32_t oc = ic * mult + m;
-                        float s = 0.0f;
-                        for (ky = 0; ky < d->k_h; ++ky) {
-                            const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
-                            if (oy < 0) {
-                                continue;
-                            }
-                            for (kx = 0; kx < d->k_w; ++kx) {
-                                const int32_t ox =
-                                    tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
-                                if (ox < 0) {
-                                    continue;
-                                }
-                                s += dy[((b * d->out_h + oy) * d->out_w + ox) * d->out_c + oc] *
-                                     w[(ky * d->k_w + kx) * d->out_c + oc];
-                            }
-                        }
-                        total += s;
-                    }
-                    dx[((b * d->in_h + iy) * d->in_w + ix) * d->in_c + ic] = total;
-                }
-            }
-        }
-    }
-}
-
 void tt_depthwise_conv2d_grad_weight_f32(const tt_conv_dims *d, int32_t k, const float *dy, const float *x,
                                          float *dw)
 {
@@ -804,30 +768,23 @@ void tt_depthwise_conv2d_grad_weight_f32(const tt_conv_dims *d, int32_t k, const
 void tt_depthwise_conv2d_grad_weight_f32_taps(const tt_conv_dims *d, int32_t k, int32_t t0, int32_t t1,
                                               const float *dy, const float *x, float *dw)
 {
-    int32_t t, oc, b, oy, ox;
-    const int32_t mult = d->depth_multiplier;
-    const int32_t n_out = k * mult;
+    int32_t t, oc, i;
+    const int32_t mult = d->depth_multiplier, n_out = k * mult, OC = d->out_c, xs = d->stride_w * d->in_c;
     for (t = t0; t < t1; ++t) {
-        const int32_t ky = t / d->k_w, kx = t % d->k_w;
         float *dwp = dw + (t - t0) * n_out;
+        tt_tap_walk tw;
         for (oc = 0; oc < n_out; ++oc) {
             dwp[oc] = 0.0f;
         }
-        for (b = 0; b < d->batches; ++b) {
-            for (oy = 0; oy < d->out_h; ++oy) {
-                const int32_t iy = oy * d->stride_h - d->pad_top + ky * d->dilation_h;
-                if (iy < 0 || iy >= d->in_h) {
-                    continue;
-                }
-                for (ox = 0; ox < d->out_w; ++ox) {
-                    const int32_t ix = ox * d->stride_w - d->pad_left + kx * d->dilation_w;
-                    const float *dyp;
-                    const float *xp;
-                    if (ix < 0 || ix >= d->in_w) {
-                        continue;
+        tt_tap_walk_init(d, t / d->k_w, t % d->k_w, &tw);
+        while (tt_tap_walk_next(&tw)) {
+            const float *dyp = dy + tw.dy_px * OC, *xp = x + tw.x_px * d->in_c;
+            for (i = 0; i < tw.n; ++i, dyp += OC, xp += xs) {
+                if (mult == 1) {
+                    for (oc = 0; oc < n_out; ++oc) {
+                        dwp[oc] += dyp[oc] * xp[oc];
                     }
-                    dyp = dy + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
-                    xp = x + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
+                } else {
                     for (oc = 0; oc < n_out; ++oc) {
                         dwp[oc] += dyp[oc] * xp[oc / mult];
                     }
@@ -837,265 +794,222 @@ void tt_depthwise_conv2d_grad_weight_f32_taps(const tt_conv_dims *d, int32_t k, 
     }
 }
 
-/* The taps that reach input pixel (iy, ix), in (filter y, filter x) order, found once per pixel instead of once
- * per channel: tap index and the dy offset of its output pixel. At most TT_DW_MAX_TAPS (larger filters take the
- * per-channel search). */
-#define TT_DW_MAX_TAPS 49
+/* ---- input gradient ----------------------------------------------------------------------------------------
+ * Every kernel below runs one (input channel, multiplier) pair at a time through the one-channel kernel: input
+ * element (iy, ix) gets s = 0, += dy * w over its taps in (filter y, filter x) order, skipping the taps that reach
+ * no output, and total = 0 + s (the depth multiplier's later pairs: total + s, in m order, as grad_ops folds the
+ * multiplier). The taps are found per input row (the filter rows, ky order) and per input pixel (the filter
+ * columns, kx order) instead of per tap, and stride 1 needs no division; a 3-wide undilated filter's columns whose
+ * three taps all reach an output run unrolled with the weights in registers. int8 weights are dequantized once
+ * per channel (tt_dq, the value the per-element dequantization gives) when the filter has at most TT_DW_MAX_TAPS
+ * taps. */
+#define TT_DW_ROWS 8 /* filter rows / columns listed; a larger filter takes the per-tap search */
+#define TT_DW_MAX_TAPS (TT_DW_ROWS * TT_DW_ROWS)
 
-void tt_depthwise_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const int8_t *w,
-                                           const float *scale, const int32_t *zero_point, float *dx)
+TT_CONV_INLINE void tt_dw_gi_put(float *o, float s, int32_t add)
 {
-    int32_t b, iy, ix, ic, m, ky, kx, t;
-    const int32_t mult = d->depth_multiplier;
-    int32_t tap_w[TT_DW_MAX_TAPS], tap_dy[TT_DW_MAX_TAPS];
-    const int32_t listed = d->k_h * d->k_w <= TT_DW_MAX_TAPS;
-    for (b = 0; b < d->batches; ++b) {
-        for (iy = 0; iy < d->in_h; ++iy) {
-            for (ix = 0; ix < d->in_w; ++ix) {
-                int32_t nt = 0;
-                if (listed) {
-                    for (ky = 0; ky < d->k_h; ++ky) {
-                        const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
-                        if (oy < 0) {
-                            continue;
-                        }
-                        for (kx = 0; kx < d->k_w; ++kx) {
-                            const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
-                            if (ox < 0) {
-                                continue;
-                            }
-                            tap_w[nt] = (ky * d->k_w + kx) * d->out_c;
-                            tap_dy[nt] = ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
-                            ++nt;
-                        }
-                    }
-                }
-                for (ic = 0; ic < d->in_c; ++ic) {
-                    float total = 0.0f;
-                    for (m = 0; m < mult; ++m) {
-                        const int32_t oc = ic * mult + m;
-                        float s = 0.0f;
-                        if (listed) {
-                            const int32_t z = zero_point[oc];
-                            const float sc = scale[oc];
-                            for (t = 0; t < nt; ++t) {
-                                s += dy[tap_dy[t] + oc] * ((float)((int32_t)w[tap_w[t] + oc] - z) * sc);
-                            }
-                            total += s;
-                            continue;
-                        }
-                        for (ky = 0; ky < d->k_h; ++ky) {
-                            const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
-                            if (oy < 0) {
-                                continue;
-                            }
-                            for (kx = 0; kx < d->k_w; ++kx) {
-                                const int32_t ox =
-                                    tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
-                                if (ox < 0) {
-                                    continue;
-                                }
-                                s += dy[((b * d->out_h + oy) * d->out_w + ox) * d->out_c + oc] *
-                                     tt_dq(w[(ky * d->k_w + kx) * d->out_c + oc], zero_point[oc], scale[oc]);
-                            }
-                        }
-                        total += s;
-                    }
-                    dx[((b * d->in_h + iy) * d->in_w + ix) * d->in_c + ic] = total;
-                }
-            }
-        }
-    }
+    *o = (add ? *o : 0.0f) + s;
 }
 
-/* ---- in-place depthwise input gradient (depth multiplier 1; memplan: dx written over dz) ---------------------
- * Input-gradient channel c reads only output-gradient channel c, and both keep channel c at the offsets
- * (pixel * C + c) of the shared buffer: channel c of a batch is computed into scratch (in_h*in_w floats), then
- * copied over it, as tt_depthwise_conv2d_f32_inplace does. With several batches, batch b of dx covers
- * [b*n_in*C, (b+1)*n_in*C) and batch b of dz [b*n_out*C, (b+1)*n_out*C): when n_in <= n_out the batches go
- * first to last (dx of batch b never reaches dz of a later batch), otherwise last to first. Each element is the
- * sum of tt_depthwise_conv2d_grad_input_f32 / _qw_f32 (taps in (filter y, filter x) order, then total = 0 + s),
- * so the bits are those of the out-of-place kernels. */
-/* Stride 1, float taps wc[tap * w_stride], at most TT_DW_ROWS filter rows: the same sums without the per-tap
- * division of tt_src_out. The filter rows that reach input row iy are listed once per row (in ky order); per
- * pixel the taps run in (ky, kx) order, skipping out-of-range output columns, so each element sees the float
- * operations of the general loop below in the same order (s = 0, s += dy * w per valid tap, total = 0 + s). A
- * 3-wide undilated row whose three output columns are all in range is unrolled. */
-#define TT_DW_ROWS 8
-
-/* 3x3, undilated, every filter row in range (the rows of a 3x3 "same" gradient but the first and last): the nine
- * taps stay in registers, the output columns whose three taps are all in range run unrolled, the others (the
- * first and last columns) take the general row loop; the same operations in the same order. */
-static void tt_dw_gi_row3x3(const tt_conv_dims *d, const float *const rdy[3], const float *wc, int32_t w_stride,
-                           int32_t iy, float *out)
+/* The filter taps k (in order, k < K) through which input coordinate i reaches an output, and those outputs (as
+ * tt_src_out, one division per call instead of per tap): their count. */
+TT_CONV_INLINE int32_t tt_dw_gi_list(int32_t i, int32_t pad, int32_t K, int32_t dil, int32_t stride, int32_t out,
+                                     int32_t *ks, int32_t *os)
 {
-    const int32_t C = d->out_c, OW = d->out_w, W = d->in_w, pl = d->pad_left;
-    const float w00 = wc[0], w01 = wc[w_stride], w02 = wc[2 * w_stride];
-    const float w10 = wc[3 * w_stride], w11 = wc[4 * w_stride], w12 = wc[5 * w_stride];
-    const float w20 = wc[6 * w_stride], w21 = wc[7 * w_stride], w22 = wc[8 * w_stride];
-    const float *r0 = rdy[0], *r1 = rdy[1], *r2 = rdy[2];
-    float *o = out + iy * W;
-    int32_t ix, kx, ky, lo = 2 - pl, hi = OW - pl; /* columns [lo, hi): ox0 - 2 >= 0 and ox0 < OW */
-    if (lo < 0) {
-        lo = 0;
+    const int32_t t = i + pad; /* = q * stride + r for tap k, t - k * dil >= 0 */
+    int32_t k, n = 0, q, r;
+    if (t < 0) {
+        return 0;
     }
-    if (hi > W) {
-        hi = W;
-    }
-    if (lo > hi) {
-        lo = hi;
-    }
-    for (ix = 0; ix < W; ++ix) {
-        const int32_t ox0 = ix + pl;
-        float total = 0.0f, s = 0.0f;
-        if (ix == lo) {
-            const float *p0 = r0 + ox0 * C, *p1 = r1 + ox0 * C, *p2 = r2 + ox0 * C;
-            for (; ix < hi; ++ix, p0 += C, p1 += C, p2 += C) {
-                float t = 0.0f, u = 0.0f;
-                t += p0[0] * w00;
-                t += p0[-C] * w01;
-                t += p0[-2 * C] * w02;
-                t += p1[0] * w10;
-                t += p1[-C] * w11;
-                t += p1[-2 * C] * w12;
-                t += p2[0] * w20;
-                t += p2[-C] * w21;
-                t += p2[-2 * C] * w22;
-                u += t;
-                o[ix] = u;
-            }
-            if (ix >= W) {
-                break;
+    if (stride == 1) {
+        /* no division: every tap whose output lies in [0, out) */
+        for (k = 0; k < K && t - k * dil >= 0; ++k) {
+            if (t - k * dil < out) {
+                ks[n] = k;
+                os[n] = t - k * dil;
+                ++n;
             }
         }
-        {
-            const int32_t oxa = ix + pl;
-            for (ky = 0; ky < 3; ++ky) {
-                const float *rp = ky == 0 ? r0 : ky == 1 ? r1 : r2;
-                for (kx = 0; kx < 3; ++kx) {
-                    const int32_t ox = oxa - kx;
-                    if (ox < 0 || ox >= OW) {
-                        continue;
-                    }
-                    s += rp[ox * C] * wc[(ky * 3 + kx) * w_stride];
-                }
-            }
-            total += s;
-            o[ix] = total;
+        return n;
+    }
+    q = t / stride;
+    r = t - q * stride;
+    for (k = 0; k < K && q >= 0; ++k) {
+        if (r == 0 && q < out) {
+            ks[n] = k;
+            os[n] = q;
+            ++n;
+        }
+        r -= dil;
+        while (r < 0) {
+            r += stride;
+            --q;
         }
     }
+    return n;
 }
 
-static void tt_dw_grad_input_channel_s1(const tt_conv_dims *d, const float *dyc, const float *wc, int32_t w_stride,
-                                        float *out)
+/* n neighbouring input columns from output column ox0 (stride 1, 3-wide undilated filter, every tap in range):
+ * nr filter rows (a constant once inlined), dy rows rdy, taps rw[0], rw[ws], rw[2 * ws]. */
+TT_CONV_INLINE void tt_dw_gi_run3(const float *const *rdy, const float *const *rw, int32_t ws, const int32_t nr,
+                                  int32_t C, int32_t ox0, int32_t n, float *o, int32_t os, int32_t add)
 {
-    int32_t iy, ix, ky, kx, r, nr;
-    const int32_t C = d->out_c, OW = d->out_w, KW = d->k_w, dil_w = d->dilation_w;
-    const int k33 = d->k_h == 3 && KW == 3 && d->dilation_h == 1 && dil_w == 1;
-    const float *rdy[TT_DW_ROWS];
-    const float *rw[TT_DW_ROWS];
-    for (iy = 0; iy < d->in_h; ++iy) {
-        if (k33 && iy + d->pad_top - 2 >= 0 && iy + d->pad_top < d->out_h) {
-            const float *rows[3];
-            rows[0] = dyc + (iy + d->pad_top) * OW * C;
-            rows[1] = rows[0] - OW * C;
-            rows[2] = rows[1] - OW * C;
-            tt_dw_gi_row3x3(d, rows, wc, w_stride, iy, out);
-            continue;
+    /* rows 1 and 2 read row 0 when absent (nr a constant: their code is dropped) */
+    const float *p0 = rdy[0] + ox0 * C, *p1 = rdy[nr > 1 ? 1 : 0] + ox0 * C, *p2 = rdy[nr > 2 ? 2 : 0] + ox0 * C;
+    const float *w0 = rw[0], *w1 = rw[nr > 1 ? 1 : 0], *w2 = rw[nr > 2 ? 2 : 0];
+    const float a0 = w0[0], a1 = w0[ws], a2 = w0[2 * ws], b0 = w1[0], b1 = w1[ws], b2 = w1[2 * ws];
+    const float c0 = w2[0], c1 = w2[ws], c2 = w2[2 * ws];
+    float *const e = o + n * os;
+    for (; o < e; o += os, p0 += C, p1 += C, p2 += C) {
+        float s = 0.0f;
+        s += p0[0] * a0;
+        s += p0[-C] * a1;
+        s += p0[-2 * C] * a2;
+        if (nr > 1) {
+            s += p1[0] * b0;
+            s += p1[-C] * b1;
+            s += p1[-2 * C] * b2;
         }
-        nr = 0;
-        for (ky = 0; ky < d->k_h; ++ky) {
-            const int32_t oy = iy + d->pad_top - ky * d->dilation_h;
-            if (oy >= 0 && oy < d->out_h) {
-                rdy[nr] = dyc + oy * OW * C;
-                rw[nr] = wc + ky * KW * w_stride;
-                ++nr;
-            }
+        if (nr > 2) {
+            s += p2[0] * c0;
+            s += p2[-C] * c1;
+            s += p2[-2 * C] * c2;
         }
-        for (ix = 0; ix < d->in_w; ++ix) {
-            const int32_t ox0 = ix + d->pad_left; /* output column of tap kx: ox0 - kx * dil_w */
-            float total = 0.0f, s = 0.0f;
-            if (KW == 3 && dil_w == 1 && ox0 - 2 >= 0 && ox0 < OW) {
-                for (r = 0; r < nr; ++r) {
-                    const float *dp = rdy[r] + ox0 * C;
-                    const float *wp = rw[r];
-                    s += dp[0] * wp[0];
-                    s += dp[-C] * wp[w_stride];
-                    s += dp[-2 * C] * wp[2 * w_stride];
-                }
-            } else {
-                for (r = 0; r < nr; ++r) {
-                    for (kx = 0; kx < KW; ++kx) {
-                        const int32_t ox = ox0 - kx * dil_w;
-                        if (ox < 0 || ox >= OW) {
-                            continue;
-                        }
-                        s += rdy[r][ox * C] * rw[r][kx * w_stride];
-                    }
-                }
-            }
-            total += s;
-            out[iy * d->in_w + ix] = total;
-        }
+        tt_dw_gi_put(o, s, add);
     }
 }
 
 void tt_depthwise_conv2d_grad_input_channel_f32(const tt_conv_dims *d, const float *dyc, const float *wc,
-                                                 int32_t w_stride, const int8_t *wq, int32_t z, float sc, float *out)
+                                                 int32_t w_stride, const int8_t *wq, int32_t z, float sc, float *out,
+                                                 int32_t os, int32_t add)
 {
-    int32_t iy, ix, ky, kx;
-    const int32_t C = d->out_c;
-    if (wc != 0 && d->stride_h == 1 && d->stride_w == 1 && d->k_h <= TT_DW_ROWS) {
-        tt_dw_grad_input_channel_s1(d, dyc, wc, w_stride, out);
+    int32_t iy, ix, ky, kx, r, j, nr, nc, lo = 0, hi = 0;
+    const int32_t C = d->out_c, OW = d->out_w, KW = d->k_w, S = d->stride_w, dil = d->dilation_w;
+    const int32_t pl = d->pad_left, W = d->in_w, taps = d->k_h * KW;
+    const float *rdy[TT_DW_ROWS], *rw[TT_DW_ROWS];
+    int32_t rk[TT_DW_ROWS], ro[TT_DW_ROWS], ck[TT_DW_ROWS], co[TT_DW_ROWS];
+    float wl[TT_DW_MAX_TAPS];
+    if (d->k_h > TT_DW_ROWS || KW > TT_DW_ROWS) {
+        for (iy = 0; iy < d->in_h; ++iy) {
+            for (ix = 0; ix < W; ++ix) {
+                float s = 0.0f;
+                for (ky = 0; ky < d->k_h; ++ky) {
+                    const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
+                    for (kx = 0; kx < KW && oy >= 0; ++kx) {
+                        const int32_t ox = tt_src_out(ix, pl, kx, dil, S, OW), tap = ky * KW + kx;
+                        if (ox >= 0) {
+                            s += dyc[(oy * OW + ox) * C] * (wc != 0 ? wc[tap * w_stride] : tt_dq(wq[tap * C], z, sc));
+                        }
+                    }
+                }
+                tt_dw_gi_put(out + (iy * W + ix) * os, s, add);
+            }
+        }
         return;
     }
+    if (wc == 0) {
+        /* the taps dequantized once (the same float values tt_dq gives per element) */
+        for (j = 0; j < taps; ++j) {
+            wl[j] = tt_dq(wq[j * C], z, sc);
+        }
+        wc = wl;
+        w_stride = 1;
+    }
+    if (S == 1 && KW == 3 && dil == 1) {
+        /* columns [lo, hi): ix + pl - 2 >= 0 and ix + pl < OW */
+        lo = 2 - pl > 0 ? 2 - pl : 0;
+        hi = OW - pl < W ? OW - pl : W;
+    }
     for (iy = 0; iy < d->in_h; ++iy) {
-        for (ix = 0; ix < d->in_w; ++ix) {
-            float total = 0.0f, s = 0.0f;
-            for (ky = 0; ky < d->k_h; ++ky) {
-                const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
-                if (oy < 0) {
-                    continue;
+        nr = tt_dw_gi_list(iy, d->pad_top, d->k_h, d->dilation_h, d->stride_h, d->out_h, rk, ro);
+        for (r = 0; r < nr; ++r) {
+            rdy[r] = dyc + ro[r] * OW * C;
+            rw[r] = wc + rk[r] * KW * w_stride;
+        }
+        for (ix = 0; ix < W; ++ix) {
+            float s = 0.0f;
+            if (ix == lo && hi > lo && nr > 0) {
+                float *o = out + (iy * W + lo) * os;
+                if (nr == 3) {
+                    tt_dw_gi_run3(rdy, rw, w_stride, 3, C, lo + pl, hi - lo, o, os, add);
+                } else if (nr == 2) {
+                    tt_dw_gi_run3(rdy, rw, w_stride, 2, C, lo + pl, hi - lo, o, os, add);
+                } else {
+                    tt_dw_gi_run3(rdy, rw, w_stride, 1, C, lo + pl, hi - lo, o, os, add);
                 }
-                for (kx = 0; kx < d->k_w; ++kx) {
-                    const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
-                    const int32_t tap = ky * d->k_w + kx;
-                    if (ox < 0) {
-                        continue;
-                    }
-                    s += dyc[(oy * d->out_w + ox) * C] * (wc != 0 ? wc[tap * w_stride] : tt_dq(wq[tap * C], z, sc));
+                ix = hi - 1;
+                continue;
+            }
+            nc = tt_dw_gi_list(ix, pl, KW, dil, S, OW, ck, co);
+            for (r = 0; r < nr; ++r) {
+                for (j = 0; j < nc; ++j) {
+                    s += rdy[r][co[j] * C] * rw[r][ck[j] * w_stride];
                 }
             }
-            total += s;
-            out[iy * d->in_w + ix] = total;
+            tt_dw_gi_put(out + (iy * W + ix) * os, s, add);
         }
     }
 }
 
-/* w: float weight (wq 0) or int8 weight with its dequantize tables. */
+/* Every (input channel, multiplier) pair of one batch: dyb / dxb the batch's gradients (dx pixel stride os, channel
+ * 0 at dxb), w float or (0) int8 wq with its per-channel dequantization. */
+static void tt_dw_gi_batch(const tt_conv_dims *d, const float *dyb, const float *w, const int8_t *wq,
+                           const float *scale, const int32_t *zero_point, int32_t c0, int32_t c1, float *dxb,
+                           int32_t os)
+{
+    int32_t ic, m;
+    const int32_t M = d->depth_multiplier, OC = d->out_c;
+    for (ic = c0; ic < c1; ++ic) {
+        for (m = 0; m < M; ++m) {
+            const int32_t oc = ic * M + m;
+            if (w != 0) {
+                tt_depthwise_conv2d_grad_input_channel_f32(d, dyb + oc, w + oc, OC, 0, 0, 0.0f, dxb + (ic - c0), os,
+                                                            m > 0);
+            } else {
+                tt_depthwise_conv2d_grad_input_channel_f32(d, dyb + oc, 0, 0, wq + oc, zero_point[oc], scale[oc],
+                                                            dxb + (ic - c0), os, m > 0);
+            }
+        }
+    }
+}
+
+void tt_depthwise_conv2d_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *w, float *dx)
+{
+    int32_t b;
+    for (b = 0; b < d->batches; ++b) {
+        tt_dw_gi_batch(d, dy + b * d->out_h * d->out_w * d->out_c, w, 0, 0, 0, 0, d->in_c,
+                       dx + b * d->in_h * d->in_w * d->in_c, d->in_c);
+    }
+}
+
+void tt_depthwise_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const int8_t *w,
+                                           const float *scale, const int32_t *zero_point, float *dx)
+{
+    int32_t b;
+    for (b = 0; b < d->batches; ++b) {
+        tt_dw_gi_batch(d, dy + b * d->out_h * d->out_w * d->out_c, 0, w, scale, zero_point, 0, d->in_c,
+                       dx + b * d->in_h * d->in_w * d->in_c, d->in_c);
+    }
+}
+
+/* ---- in-place input gradient (depth multiplier 1; memplan: dx written over dz) ------------------------------
+ * Input-gradient channel c reads only output-gradient channel c, and both keep channel c at the offsets
+ * (pixel * C + c) of the shared buffer: channel c of a batch is computed into scratch (in_h*in_w floats), then
+ * copied over it, as tt_depthwise_conv2d_f32_inplace does. With several batches, batch b of dx covers
+ * [b*n_in*C, (b+1)*n_in*C) and batch b of dz [b*n_out*C, (b+1)*n_out*C): when n_in <= n_out the batches go
+ * first to last (dx of batch b never reaches dz of a later batch), otherwise last to first. The sums are the
+ * out-of-place kernels'. */
 static void tt_dw_grad_input_inplace(const tt_conv_dims *d, float *dydx, const float *w, const int8_t *wq,
                                      const float *scale, const int32_t *zero_point, float *scratch)
 {
-    int32_t i, c, p, t;
-    const int32_t C = d->in_c, n_in = d->in_h * d->in_w, n_out = d->out_h * d->out_w, taps = d->k_h * d->k_w;
+    int32_t i, c, p;
+    const int32_t C = d->in_c, n_in = d->in_h * d->in_w, n_out = d->out_h * d->out_w;
     const int32_t backwards = n_in > n_out;
-    float wl[TT_DW_MAX_TAPS];
     for (i = 0; i < d->batches; ++i) {
         const int32_t b = backwards ? d->batches - 1 - i : i;
-        const float *dyb = dydx + b * n_out * C;
         float *dxb = dydx + b * n_in * C;
         for (c = 0; c < C; ++c) {
-            if (w != 0) {
-                tt_depthwise_conv2d_grad_input_channel_f32(d, dyb + c, w + c, C, 0, 0, 0.0f, scratch);
-            } else if (taps <= TT_DW_MAX_TAPS) {
-                /* the channel's taps dequantized once (the same float values tt_dq gives per element) */
-                for (t = 0; t < taps; ++t) {
-                    wl[t] = tt_dq(wq[t * C + c], zero_point[c], scale[c]);
-                }
-                tt_depthwise_conv2d_grad_input_channel_f32(d, dyb + c, wl, 1, 0, 0, 0.0f, scratch);
-            } else {
-                tt_depthwise_conv2d_grad_input_channel_f32(d, dyb + c, 0, 0, wq + c, zero_point[c], scale[c], scratch);
-            }
+            tt_dw_gi_batch(d, dydx + b * n_out * C, w, wq, scale, zero_point, c, c + 1, scratch, 1);
             for (p = 0; p < n_in; ++p) {
                 dxb[p * C + c] = scratch[p];
             }
