@@ -1,6 +1,7 @@
 /* Hidden-channel streams: see tt_hidden_stream.h and stages/planning/channel_stream.py. */
 #include "tt_conv_taps.h"
 #include "tt_kernels.h"
+#include "tt_simd.h"
 
 #define TT_HS_MAX_TAPS 64
 
@@ -23,14 +24,46 @@ void tt_hs_pw_grad_in_f32(int32_t P, int32_t K, int32_t C, int32_t c, const floa
     float wk[TT_HS_MAX_TAPS];
     if (K <= TT_HS_MAX_TAPS) {
         /* the column dequantized once: the same float per (k, c) as per element */
-        for (k = 0; k < K; ++k) {
-            wk[k] = tt_hs_w(w, wpart, wq, part, n, C, k, c, w != 0 ? 1.0f : scale[k], w != 0 ? 0 : zero_point[k]);
+        if (w == 0 && n == 0) {
+            const int8_t *q = wq + c;
+            for (k = 0; k < K; ++k, q += C) {
+                wk[k] = tt_dq(*q, zero_point[k], scale[k]);
+            }
+        } else {
+            for (k = 0; k < K; ++k) {
+                wk[k] = tt_hs_w(w, wpart, wq, part, n, C, k, c, w != 0 ? 1.0f : scale[k], w != 0 ? 0 : zero_point[k]);
+            }
         }
         /* four pixels at a time share each weight load; each keeps its own sum over k in order */
         for (p = 0; p + 4 <= P; p += 4) {
             const float *g0 = dz + p * K, *g1 = g0 + K, *g2 = g1 + K, *g3 = g2 + K;
             float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-            for (k = 0; k < K; ++k) {
+            k = 0;
+#if TT_VFP_PAIRS
+            {
+                /* two k per pass, each row's pair in one VLDM */
+                const float *v = wk, *q0 = g0, *q1 = g1, *q2 = g2, *q3 = g3;
+                for (; k + 2 <= K; k += 2) {
+                    register float v0 __asm__("s16"), v1 __asm__("s17"), a0 __asm__("s18"), a1 __asm__("s19");
+                    register float b0 __asm__("s20"), b1 __asm__("s21"), c0 __asm__("s22"), c1 __asm__("s23");
+                    register float d0 __asm__("s24"), d1 __asm__("s25");
+                    TT_VLD2(v, v0, v1);
+                    TT_VLD2(q0, a0, a1);
+                    TT_VLD2(q1, b0, b1);
+                    TT_VLD2(q2, c0, c1);
+                    TT_VLD2(q3, d0, d1);
+                    s0 += a0 * v0;
+                    s1 += b0 * v0;
+                    s2 += c0 * v0;
+                    s3 += d0 * v0;
+                    s0 += a1 * v1;
+                    s1 += b1 * v1;
+                    s2 += c1 * v1;
+                    s3 += d1 * v1;
+                }
+            }
+#endif
+            for (; k < K; ++k) {
                 const float v = wk[k];
                 s0 += g0[k] * v;
                 s1 += g1[k] * v;
@@ -73,7 +106,10 @@ void tt_hs_pw_grad_in_acc_f32(int32_t P, int32_t IC, int32_t c, const float *dh,
     float wr[TT_HS_MAX_TAPS];
     if (IC <= TT_HS_MAX_TAPS) {
         /* row c dequantized once (the same float per element as the whole kernel's) */
-        for (i = 0; i < IC; ++i) {
+        for (i = 0; i < IC && w == 0 && n == 0; ++i) {
+            wr[i] = tt_dq(wq[c * IC + i], z, sc);
+        }
+        for (; i < IC; ++i) {
             wr[i] = w != 0 ? (i < n ? wpart[c * n + i] : w[c * IC + i])
                            : tt_dq(i < n ? part[c * n + i] : wq[c * IC + i], z, sc);
         }
@@ -81,7 +117,37 @@ void tt_hs_pw_grad_in_acc_f32(int32_t P, int32_t IC, int32_t c, const float *dh,
         for (p = 0; p + 4 <= P; p += 4) {
             const float g0 = dh[p], g1 = dh[p + 1], g2 = dh[p + 2], g3 = dh[p + 3];
             float *d0 = dx + p * IC, *d1 = d0 + IC, *d2 = d1 + IC, *d3 = d2 + IC;
-            for (i = 0; i < IC; ++i) {
+            i = 0;
+#if TT_VFP_PAIRS
+            {
+                /* two channels per pass: each row's pair read and written back with one VLDM / VSTM */
+                const float *v = wr;
+                float *q0 = d0, *q1 = d1, *q2 = d2, *q3 = d3;
+                for (; i + 2 <= IC; i += 2) {
+                    register float v0 __asm__("s16"), v1 __asm__("s17"), a0 __asm__("s18"), a1 __asm__("s19");
+                    register float b0 __asm__("s20"), b1 __asm__("s21"), c0 __asm__("s22"), c1 __asm__("s23");
+                    register float e0 __asm__("s24"), e1 __asm__("s25");
+                    TT_VLD2(v, v0, v1);
+                    TT_VLD2_AT(q0, a0, a1);
+                    TT_VLD2_AT(q1, b0, b1);
+                    TT_VLD2_AT(q2, c0, c1);
+                    TT_VLD2_AT(q3, e0, e1);
+                    a0 += g0 * v0;
+                    a1 += g0 * v1;
+                    b0 += g1 * v0;
+                    b1 += g1 * v1;
+                    c0 += g2 * v0;
+                    c1 += g2 * v1;
+                    e0 += g3 * v0;
+                    e1 += g3 * v1;
+                    TT_VST2(q0, a0, a1);
+                    TT_VST2(q1, b0, b1);
+                    TT_VST2(q2, c0, c1);
+                    TT_VST2(q3, e0, e1);
+                }
+            }
+#endif
+            for (; i < IC; ++i) {
                 const float v = wr[i];
                 d0[i] += g0 * v;
                 d1[i] += g1 * v;
