@@ -812,7 +812,7 @@ TT_CONV_INLINE void tt_dw_gi_put(float *o, float s, int32_t add)
 }
 
 /* The filter taps k (in order, k < K) through which input coordinate i reaches an output, and those outputs (as
- * tt_src_out, one division per call instead of per tap): their count. */
+ * tt_src_out, at most one division per call instead of two per tap): their count. */
 TT_CONV_INLINE int32_t tt_dw_gi_list(int32_t i, int32_t pad, int32_t K, int32_t dil, int32_t stride, int32_t out,
                                      int32_t *ks, int32_t *os)
 {
@@ -832,7 +832,7 @@ TT_CONV_INLINE int32_t tt_dw_gi_list(int32_t i, int32_t pad, int32_t K, int32_t 
         }
         return n;
     }
-    q = t / stride;
+    q = stride == 2 ? t >> 1 : t / stride; /* t >= 0 */
     r = t - q * stride;
     for (k = 0; k < K && q >= 0; ++k) {
         if (r == 0 && q < out) {
@@ -849,43 +849,75 @@ TT_CONV_INLINE int32_t tt_dw_gi_list(int32_t i, int32_t pad, int32_t K, int32_t 
     return n;
 }
 
-/* n neighbouring input columns from output column ox0 (stride 1, 3-wide undilated filter, every tap in range):
- * nr filter rows (a constant once inlined), dy rows rdy, taps rw[0], rw[ws], rw[2 * ws]. */
-TT_CONV_INLINE void tt_dw_gi_run3(const float *const *rdy, const float *const *rw, int32_t ws, const int32_t nr,
-                                  int32_t C, int32_t ox0, int32_t n, float *o, int32_t os, int32_t add)
+/* One input row of a stride-1, 3-wide undilated filter: nr filter rows (a constant once inlined; rows 1 and 2 read
+ * row 0 when absent and their code is dropped), dy rows rdy, taps rw[r][0], [ws], [2 * ws] in registers. The
+ * columns whose three taps all reach an output [lo, hi) run unrolled; the others test each tap. */
+#define TT_DW_GI_TAP(row, k, w)                                                                                     \
+    do {                                                                                                          \
+        if (ox0 - (k) >= 0 && ox0 - (k) < OW) {                                                                   \
+            s += (row)[(ox0 - (k)) * C] * (w);                                                                    \
+        }                                                                                                         \
+    } while (0)
+TT_CONV_INLINE void tt_dw_gi_row3(const float *const *rdy, const float *const *rw, int32_t ws, const int32_t nr,
+                                  int32_t C, int32_t OW, int32_t pl, int32_t W, float *o, int32_t os, int32_t add)
 {
-    /* rows 1 and 2 read row 0 when absent (nr a constant: their code is dropped) */
-    const float *p0 = rdy[0] + ox0 * C, *p1 = rdy[nr > 1 ? 1 : 0] + ox0 * C, *p2 = rdy[nr > 2 ? 2 : 0] + ox0 * C;
+    const float *r0 = rdy[0], *r1 = rdy[nr > 1 ? 1 : 0], *r2 = rdy[nr > 2 ? 2 : 0];
     const float *w0 = rw[0], *w1 = rw[nr > 1 ? 1 : 0], *w2 = rw[nr > 2 ? 2 : 0];
     const float a0 = w0[0], a1 = w0[ws], a2 = w0[2 * ws], b0 = w1[0], b1 = w1[ws], b2 = w1[2 * ws];
     const float c0 = w2[0], c1 = w2[ws], c2 = w2[2 * ws];
-    float *const e = o + n * os;
-    for (; o < e; o += os, p0 += C, p1 += C, p2 += C) {
+    int32_t ix, lo = 2 - pl > 0 ? 2 - pl : 0, hi = OW - pl < W ? OW - pl : W;
+    lo = lo < W ? lo : W;
+    hi = hi > lo ? hi : lo;
+    for (ix = 0; ix < W; ++ix) {
+        const int32_t ox0 = ix + pl;
         float s = 0.0f;
-        s += p0[0] * a0;
-        s += p0[-C] * a1;
-        s += p0[-2 * C] * a2;
+        if (ix == lo && hi > lo) {
+            const float *p0 = r0 + ox0 * C, *p1 = r1 + ox0 * C, *p2 = r2 + ox0 * C;
+            for (; ix < hi; ++ix, p0 += C, p1 += C, p2 += C) {
+                float t = 0.0f;
+                t += p0[0] * a0;
+                t += p0[-C] * a1;
+                t += p0[-2 * C] * a2;
+                if (nr > 1) {
+                    t += p1[0] * b0;
+                    t += p1[-C] * b1;
+                    t += p1[-2 * C] * b2;
+                }
+                if (nr > 2) {
+                    t += p2[0] * c0;
+                    t += p2[-C] * c1;
+                    t += p2[-2 * C] * c2;
+                }
+                tt_dw_gi_put(o + ix * os, t, add);
+            }
+            --ix;
+            continue;
+        }
+        TT_DW_GI_TAP(r0, 0, a0);
+        TT_DW_GI_TAP(r0, 1, a1);
+        TT_DW_GI_TAP(r0, 2, a2);
         if (nr > 1) {
-            s += p1[0] * b0;
-            s += p1[-C] * b1;
-            s += p1[-2 * C] * b2;
+            TT_DW_GI_TAP(r1, 0, b0);
+            TT_DW_GI_TAP(r1, 1, b1);
+            TT_DW_GI_TAP(r1, 2, b2);
         }
         if (nr > 2) {
-            s += p2[0] * c0;
-            s += p2[-C] * c1;
-            s += p2[-2 * C] * c2;
+            TT_DW_GI_TAP(r2, 0, c0);
+            TT_DW_GI_TAP(r2, 1, c1);
+            TT_DW_GI_TAP(r2, 2, c2);
         }
-        tt_dw_gi_put(o, s, add);
+        tt_dw_gi_put(o + ix * os, s, add);
     }
 }
+#undef TT_DW_GI_TAP
 
 void tt_depthwise_conv2d_grad_input_channel_f32(const tt_conv_dims *d, const float *dyc, const float *wc,
                                                  int32_t w_stride, const int8_t *wq, int32_t z, float sc, float *out,
                                                  int32_t os, int32_t add)
 {
-    int32_t iy, ix, ky, kx, r, j, nr, nc, lo = 0, hi = 0;
+    int32_t iy, ix, ky, kx, r, j, nr, nc;
     const int32_t C = d->out_c, OW = d->out_w, KW = d->k_w, S = d->stride_w, dil = d->dilation_w;
-    const int32_t pl = d->pad_left, W = d->in_w, taps = d->k_h * KW;
+    const int32_t pl = d->pad_left, W = d->in_w, taps = d->k_h * KW, k3 = S == 1 && KW == 3 && dil == 1;
     const float *rdy[TT_DW_ROWS], *rw[TT_DW_ROWS];
     int32_t rk[TT_DW_ROWS], ro[TT_DW_ROWS], ck[TT_DW_ROWS], co[TT_DW_ROWS];
     float wl[TT_DW_MAX_TAPS];
@@ -915,35 +947,47 @@ void tt_depthwise_conv2d_grad_input_channel_f32(const tt_conv_dims *d, const flo
         wc = wl;
         w_stride = 1;
     }
-    if (S == 1 && KW == 3 && dil == 1) {
-        /* columns [lo, hi): ix + pl - 2 >= 0 and ix + pl < OW */
-        lo = 2 - pl > 0 ? 2 - pl : 0;
-        hi = OW - pl < W ? OW - pl : W;
-    }
     for (iy = 0; iy < d->in_h; ++iy) {
         nr = tt_dw_gi_list(iy, d->pad_top, d->k_h, d->dilation_h, d->stride_h, d->out_h, rk, ro);
         for (r = 0; r < nr; ++r) {
             rdy[r] = dyc + ro[r] * OW * C;
             rw[r] = wc + rk[r] * KW * w_stride;
         }
+        if (k3 && nr > 0) {
+            float *o = out + iy * W * os;
+            if (nr == 3) {
+                tt_dw_gi_row3(rdy, rw, w_stride, 3, C, OW, pl, W, o, os, add);
+            } else if (nr == 2) {
+                tt_dw_gi_row3(rdy, rw, w_stride, 2, C, OW, pl, W, o, os, add);
+            } else {
+                tt_dw_gi_row3(rdy, rw, w_stride, 1, C, OW, pl, W, o, os, add);
+            }
+            continue;
+        }
         for (ix = 0; ix < W; ++ix) {
             float s = 0.0f;
-            if (ix == lo && hi > lo && nr > 0) {
-                float *o = out + (iy * W + lo) * os;
-                if (nr == 3) {
-                    tt_dw_gi_run3(rdy, rw, w_stride, 3, C, lo + pl, hi - lo, o, os, add);
-                } else if (nr == 2) {
-                    tt_dw_gi_run3(rdy, rw, w_stride, 2, C, lo + pl, hi - lo, o, os, add);
-                } else {
-                    tt_dw_gi_run3(rdy, rw, w_stride, 1, C, lo + pl, hi - lo, o, os, add);
+            if (S == 1) {
+                /* the filter columns [kx0, kx1) reach output columns ox0 - kx * dil in [0, OW) */
+                const int32_t ox0 = ix + pl;
+                int32_t kx0 = 0, kx1 = KW;
+                while (kx1 > 0 && ox0 - (kx1 - 1) * dil < 0) {
+                    --kx1;
                 }
-                ix = hi - 1;
-                continue;
-            }
-            nc = tt_dw_gi_list(ix, pl, KW, dil, S, OW, ck, co);
-            for (r = 0; r < nr; ++r) {
-                for (j = 0; j < nc; ++j) {
-                    s += rdy[r][co[j] * C] * rw[r][ck[j] * w_stride];
+                while (kx0 < kx1 && ox0 - kx0 * dil >= OW) {
+                    ++kx0;
+                }
+                for (r = 0; r < nr; ++r) {
+                    const float *rp = rdy[r] + ox0 * C, *wp = rw[r];
+                    for (kx = kx0; kx < kx1; ++kx) {
+                        s += rp[-kx * dil * C] * wp[kx * w_stride];
+                    }
+                }
+            } else {
+                nc = tt_dw_gi_list(ix, pl, KW, dil, S, OW, ck, co);
+                for (r = 0; r < nr; ++r) {
+                    for (j = 0; j < nc; ++j) {
+                        s += rdy[r][co[j] * C] * rw[r][ck[j] * w_stride];
+                    }
                 }
             }
             tt_dw_gi_put(out + (iy * W + ix) * os, s, add);
