@@ -58,6 +58,29 @@ static tt_geom tt_geom_of(const tt_conv_dims *d)
     return g;
 }
 
+/* The in-image taps of a forward output whose top-left tap reads input (iy0, ix0): filter rows [ky0, ky1) and columns
+ * [kx0, kx1), a rectangle (the taps outside the image are the ones padding skips); k4 = {ky0, ky1, kx0, kx1}. */
+TT_CONV_INLINE void tt_tap_window(const tt_conv_dims *d, int32_t iy0, int32_t ix0, int32_t *k4)
+{
+    int32_t ky0 = 0, ky1 = d->k_h, kx0 = 0, kx1 = d->k_w;
+    while (ky0 < ky1 && iy0 + ky0 * d->dilation_h < 0) {
+        ++ky0;
+    }
+    while (ky1 > ky0 && iy0 + (ky1 - 1) * d->dilation_h >= d->in_h) {
+        --ky1;
+    }
+    while (kx0 < kx1 && ix0 + kx0 * d->dilation_w < 0) {
+        ++kx0;
+    }
+    while (kx1 > kx0 && ix0 + (kx1 - 1) * d->dilation_w >= d->in_w) {
+        --kx1;
+    }
+    k4[0] = ky0;
+    k4[1] = ky1;
+    k4[2] = kx0;
+    k4[3] = kx1;
+}
+
 /* The weight gradients' walk over the outputs that read the input through one filter tap (conv2d's and
  * depthwise_conv2d's): row by row (batch, then output row), each row a run of n outputs from output pixel dy_px
  * whose inputs start at input pixel x_px and step by x_step pixels (pixel indices over the whole batched tensor).

@@ -16,67 +16,73 @@ static inline float tt_hs_w(const float *w, const float *wpart, const int8_t *wq
     return tt_dq(c < n ? part[k * n + c] : wq[k * C + c], zero_point, scale);
 }
 
+
 #if TT_VFP_PAIRS
-/* dh[j] = 0 + sum over k < K, in order, of g[j * K + k] * wk[k] for eight pixels j: two k per pass, each row's pair
- * and the weights' in one VLDM, the eight sums in registers. */
-static void tt_hs_pw8(const float *g, int32_t K, const float *wk, float *dh)
+/* Eight rows j (row j at q + j * n) against the vector v[0 .. n), two elements per pass, each row's pair and v's in
+ * one VLDM, eight sums in registers. dh != 0: dh[j] = 0 + sum over i, in order, of row_j[i] * v[i] (the 1x1 input
+ * gradient); dh == 0: row_j[i] += g[j] * v[i], stored back with one VSTM per pair (the accumulated one). Inlined
+ * into each caller with dh a constant, so each gets its own loop. */
+#define TT_HS_ROW(j, x0, x1)                                                                                        \
+    do {                                                                                                          \
+        if (dh != 0) {                                                                                            \
+            TT_VLD2(r##j, x0, x1);                                                                                \
+            s##j += x0 * v0;                                                                                      \
+            s##j += x1 * v1;                                                                                      \
+        } else {                                                                                                  \
+            TT_VLD2_AT(r##j, x0, x1);                                                                             \
+            x0 += g##j * v0;                                                                                      \
+            x1 += g##j * v1;                                                                                      \
+            TT_VST2(r##j, x0, x1);                                                                                \
+        }                                                                                                         \
+    } while (0)
+#define TT_HS_TAIL(j) (dh != 0 ? (void)(s##j += *r##j * w) : (void)(*r##j += g##j * w))
+static inline __attribute__((always_inline)) void tt_hs_rows8(float *q, int32_t n, const float *v, const float *g,
+                                                             float *dh)
 {
-    const float *v = wk, *q0 = g, *q1 = q0 + K, *q2 = q1 + K, *q3 = q2 + K, *q4 = q3 + K, *q5 = q4 + K;
-    const float *q6 = q5 + K, *q7 = q6 + K;
+    float *r0 = q, *r1 = r0 + n, *r2 = r1 + n, *r3 = r2 + n, *r4 = r3 + n, *r5 = r4 + n, *r6 = r5 + n, *r7 = r6 + n;
     float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f, s4 = 0.0f, s5 = 0.0f, s6 = 0.0f, s7 = 0.0f;
-    int32_t k;
-    for (k = 0; k + 2 <= K; k += 2) {
+    const float g0 = g[0], g1 = g[1], g2 = g[2], g3 = g[3], g4 = g[4], g5 = g[5], g6 = g[6], g7 = g[7];
+    int32_t i;
+    for (i = 0; i + 2 <= n; i += 2) {
         register float v0 __asm__("s14"), v1 __asm__("s15"), a0 __asm__("s16"), a1 __asm__("s17");
         register float b0 __asm__("s18"), b1 __asm__("s19"), c0 __asm__("s20"), c1 __asm__("s21");
-        register float d0 __asm__("s22"), d1 __asm__("s23"), e0 __asm__("s24"), e1 __asm__("s25");
-        register float f0 __asm__("s26"), f1 __asm__("s27"), h0 __asm__("s28"), h1 __asm__("s29");
-        register float i0 __asm__("s30"), i1 __asm__("s31");
+        register float e0 __asm__("s22"), e1 __asm__("s23"), f0 __asm__("s24"), f1 __asm__("s25");
+        register float h0 __asm__("s26"), h1 __asm__("s27"), k0 __asm__("s28"), k1 __asm__("s29");
+        register float m0 __asm__("s30"), m1 __asm__("s31");
         TT_VLD2(v, v0, v1);
-        TT_VLD2(q0, a0, a1);
-        TT_VLD2(q1, b0, b1);
-        TT_VLD2(q2, c0, c1);
-        TT_VLD2(q3, d0, d1);
-        TT_VLD2(q4, e0, e1);
-        TT_VLD2(q5, f0, f1);
-        TT_VLD2(q6, h0, h1);
-        TT_VLD2(q7, i0, i1);
-        s0 += a0 * v0;
-        s1 += b0 * v0;
-        s2 += c0 * v0;
-        s3 += d0 * v0;
-        s4 += e0 * v0;
-        s5 += f0 * v0;
-        s6 += h0 * v0;
-        s7 += i0 * v0;
-        s0 += a1 * v1;
-        s1 += b1 * v1;
-        s2 += c1 * v1;
-        s3 += d1 * v1;
-        s4 += e1 * v1;
-        s5 += f1 * v1;
-        s6 += h1 * v1;
-        s7 += i1 * v1;
+        TT_HS_ROW(0, a0, a1);
+        TT_HS_ROW(1, b0, b1);
+        TT_HS_ROW(2, c0, c1);
+        TT_HS_ROW(3, e0, e1);
+        TT_HS_ROW(4, f0, f1);
+        TT_HS_ROW(5, h0, h1);
+        TT_HS_ROW(6, k0, k1);
+        TT_HS_ROW(7, m0, m1);
     }
-    if (k < K) {
+    if (i < n) {
         const float w = *v;
-        s0 += *q0 * w;
-        s1 += *q1 * w;
-        s2 += *q2 * w;
-        s3 += *q3 * w;
-        s4 += *q4 * w;
-        s5 += *q5 * w;
-        s6 += *q6 * w;
-        s7 += *q7 * w;
+        TT_HS_TAIL(0);
+        TT_HS_TAIL(1);
+        TT_HS_TAIL(2);
+        TT_HS_TAIL(3);
+        TT_HS_TAIL(4);
+        TT_HS_TAIL(5);
+        TT_HS_TAIL(6);
+        TT_HS_TAIL(7);
     }
-    dh[0] = 0.0f + s0;
-    dh[1] = 0.0f + s1;
-    dh[2] = 0.0f + s2;
-    dh[3] = 0.0f + s3;
-    dh[4] = 0.0f + s4;
-    dh[5] = 0.0f + s5;
-    dh[6] = 0.0f + s6;
-    dh[7] = 0.0f + s7;
+    if (dh != 0) {
+        dh[0] = 0.0f + s0;
+        dh[1] = 0.0f + s1;
+        dh[2] = 0.0f + s2;
+        dh[3] = 0.0f + s3;
+        dh[4] = 0.0f + s4;
+        dh[5] = 0.0f + s5;
+        dh[6] = 0.0f + s6;
+        dh[7] = 0.0f + s7;
+    }
 }
+#undef TT_HS_ROW
+#undef TT_HS_TAIL
 #endif
 
 void tt_hs_pw_grad_in_f32(int32_t P, int32_t K, int32_t C, int32_t c, const float *dz, const float *w,
@@ -100,7 +106,7 @@ void tt_hs_pw_grad_in_f32(int32_t P, int32_t K, int32_t C, int32_t c, const floa
         p = 0;
 #if TT_VFP_PAIRS
         for (; p + 8 <= P; p += 8) {
-            tt_hs_pw8(dz + p * K, K, wk, dh + p);
+            tt_hs_rows8((float *)(uintptr_t)(dz + p * K), K, wk, dh + p, dh + p); /* read only: dh != 0 */
         }
 #endif
         /* four pixels at a time share each weight load; each keeps its own sum over k in order */
@@ -139,69 +145,6 @@ void tt_hs_pw_grad_in_f32(int32_t P, int32_t K, int32_t C, int32_t c, const floa
     }
 }
 
-#if TT_VFP_PAIRS
-/* d[j * IC + i] += g[j] * wr[i] for eight pixels j: two channels per pass, each row's pair read and written back
- * with one VLDM / VSTM (every element still gets one add per call). */
-static void tt_hs_acc8(const float *g, int32_t IC, const float *wr, float *d)
-{
-    const float g0 = g[0], g1 = g[1], g2 = g[2], g3 = g[3], g4 = g[4], g5 = g[5], g6 = g[6], g7 = g[7];
-    const float *v = wr;
-    float *q0 = d, *q1 = q0 + IC, *q2 = q1 + IC, *q3 = q2 + IC, *q4 = q3 + IC, *q5 = q4 + IC, *q6 = q5 + IC;
-    float *q7 = q6 + IC;
-    int32_t i;
-    for (i = 0; i + 2 <= IC; i += 2) {
-        register float v0 __asm__("s14"), v1 __asm__("s15"), a0 __asm__("s16"), a1 __asm__("s17");
-        register float b0 __asm__("s18"), b1 __asm__("s19"), c0 __asm__("s20"), c1 __asm__("s21");
-        register float e0 __asm__("s22"), e1 __asm__("s23"), f0 __asm__("s24"), f1 __asm__("s25");
-        register float h0 __asm__("s26"), h1 __asm__("s27"), k0 __asm__("s28"), k1 __asm__("s29");
-        register float m0 __asm__("s30"), m1 __asm__("s31");
-        TT_VLD2(v, v0, v1);
-        TT_VLD2_AT(q0, a0, a1);
-        TT_VLD2_AT(q1, b0, b1);
-        TT_VLD2_AT(q2, c0, c1);
-        TT_VLD2_AT(q3, e0, e1);
-        TT_VLD2_AT(q4, f0, f1);
-        TT_VLD2_AT(q5, h0, h1);
-        TT_VLD2_AT(q6, k0, k1);
-        TT_VLD2_AT(q7, m0, m1);
-        a0 += g0 * v0;
-        a1 += g0 * v1;
-        b0 += g1 * v0;
-        b1 += g1 * v1;
-        c0 += g2 * v0;
-        c1 += g2 * v1;
-        e0 += g3 * v0;
-        e1 += g3 * v1;
-        f0 += g4 * v0;
-        f1 += g4 * v1;
-        h0 += g5 * v0;
-        h1 += g5 * v1;
-        k0 += g6 * v0;
-        k1 += g6 * v1;
-        m0 += g7 * v0;
-        m1 += g7 * v1;
-        TT_VST2(q0, a0, a1);
-        TT_VST2(q1, b0, b1);
-        TT_VST2(q2, c0, c1);
-        TT_VST2(q3, e0, e1);
-        TT_VST2(q4, f0, f1);
-        TT_VST2(q5, h0, h1);
-        TT_VST2(q6, k0, k1);
-        TT_VST2(q7, m0, m1);
-    }
-    if (i < IC) {
-        const float w = *v;
-        *q0 += g0 * w;
-        *q1 += g1 * w;
-        *q2 += g2 * w;
-        *q3 += g3 * w;
-        *q4 += g4 * w;
-        *q5 += g5 * w;
-        *q6 += g6 * w;
-        *q7 += g7 * w;
-    }
-}
-#endif
 
 void tt_hs_pw_grad_in_acc_f32(int32_t P, int32_t IC, int32_t c, const float *dh, const float *w,
                               const float *wpart, const int8_t *wq, const int8_t *part, int32_t n,
@@ -224,7 +167,7 @@ void tt_hs_pw_grad_in_acc_f32(int32_t P, int32_t IC, int32_t c, const float *dh,
         p = 0;
 #if TT_VFP_PAIRS
         for (; p + 8 <= P; p += 8) {
-            tt_hs_acc8(dh + p, IC, wr, dx + p * IC);
+            tt_hs_rows8(dx + p * IC, IC, wr, dh + p, 0);
         }
 #endif
         /* four pixels at a time share each weight load (every element still gets one add per channel) */

@@ -233,18 +233,13 @@ void tt_depthwise_channel_s8(const tt_conv_dims *d, const tt_requant_s8 *q, cons
                 }
                 acc += bias;
             } else {
-                /* the in-image taps: a rectangle [ky0, ky1) x [kx0, kx1) of the filter (int32 sums: any order) */
-                int32_t kx0 = 0, kx1 = g.k_w;
-                while (kx0 < kx1 && ix0 + kx0 * g.dil_w < 0) {
-                    ++kx0;
-                }
-                while (kx1 > kx0 && ix0 + (kx1 - 1) * g.dil_w >= g.in_w) {
-                    --kx1;
-                }
-                for (ky = ky0; ky < ky1; ++ky) {
+                /* the in-image taps: a rectangle of the filter (int32 sums: any order) */
+                int32_t k4[4];
+                tt_tap_window(d, iy0, ix0, k4);
+                for (ky = k4[0]; ky < k4[1]; ++ky) {
                     const int8_t *xr = xc + (iy0 + ky * g.dil_h) * row + ix0 * C;
                     const int8_t *wr = wc + ky * g.k_w * WS;
-                    for (kx = kx0; kx < kx1; ++kx) {
+                    for (kx = k4[2]; kx < k4[3]; ++kx) {
                         acc += ((int32_t)xr[kx * g.dil_w * C] - zin) * (int32_t)wr[kx * WS];
                     }
                 }
@@ -642,23 +637,18 @@ TT_CONV_INLINE void tt_dw_generic(const tt_conv_dims *d, int32_t c0, int32_t c1,
         const int32_t iy0 = oy * d->stride_h - d->pad_top;
         for (ox = 0; ox < d->out_w; ++ox) {
             const int32_t ix0 = ox * d->stride_w - d->pad_left, yp = (oy * d->out_w + ox) * ys - c0 * mult;
+            int32_t k4[4];
+            tt_tap_window(d, iy0, ix0, k4);
             for (ic = c0; ic < c1; ++ic) {
                 for (m = 0; m < mult; ++m) {
                     const int32_t oc = ic * mult + m;
                     int32_t acc = 0;
                     float facc = 0.0f;
-                    for (ky = 0; ky < d->k_h; ++ky) {
-                        const int32_t iy = iy0 + ky * d->dilation_h;
-                        if (iy < 0 || iy >= d->in_h) {
-                            continue;
-                        }
-                        for (kx = 0; kx < d->k_w; ++kx) {
-                            const int32_t ix = ix0 + kx * d->dilation_w;
-                            const int32_t xi = (iy * d->in_w + ix) * d->in_c + ic;
+                    for (ky = k4[0]; ky < k4[1]; ++ky) {
+                        for (kx = k4[2]; kx < k4[3]; ++kx) {
+                            const int32_t xi = ((iy0 + ky * d->dilation_h) * d->in_w + ix0 + kx * d->dilation_w) *
+                                               d->in_c + ic;
                             const int32_t wi = (ky * d->k_w + kx) * d->out_c + oc;
-                            if (ix < 0 || ix >= d->in_w) {
-                                continue;
-                            }
                             if (xq != 0) {
                                 acc += ((int32_t)xq[xi] - zin) * (int32_t)wq[wi];
                             } else {
