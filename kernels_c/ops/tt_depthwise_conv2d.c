@@ -500,35 +500,46 @@ static void tt_dw16_store(const tt_dw16_rq *q, const int32_t *acc, int32_t n, in
 #define TT_DW16_BUF (3 * TT_DW16_W)
 #define TT_DW16_ACC 96
 
-/* One channel: xc / wc at channel c of the batch's input / the weight (tap stride WS), output pixel p to
- * out[p * out_stride]. 3x3, no dilation. A small map (its padded plane fits the buffer, stride_h == stride_w)
- * is copied whole, rows one after the other, and one pass of tt_dw16_pairs runs over the flattened plane (the
+/* A channel's set-up, made once per channel whatever the batch: the requantization (tt_dw16_rq) and the doubled
+ * taps packed in pairs, (w0, w1) and (w1, w2) of each filter row. r must outlive the set-up (q.r points at it). */
+typedef struct {
+    tt_dw16_rq q;
+    int32_t a[6];
+} tt_dw16_setup;
+
+static void tt_dw16_set_up(const int8_t *wc, int32_t WS, int32_t bias, const tt_requant1 *r, tt_dw16_setup *s)
+{
+    int32_t ky;
+    s->q.r = r;
+    s->q.bias = bias;
+    s->q.lo = r->lo;
+    s->q.hi = r->hi;
+    /* one SMMLAR (tt_requant_mm) when 2 * (sum + bias) fits: |sum| <= 9 * 255 * 256 / 2 < 2^20 */
+    s->q.fast = tt_requant_mm_init(&s->q.mm, r) && bias > -(1 << 29) && bias < (1 << 29);
+    s->q.full = s->q.fast && s->q.lo == -128 && s->q.hi == 127;
+    for (ky = 0; ky < 3; ++ky) {
+        /* doubled taps (|2w| <= 256 fits a lane): the sums come out doubled, as tt_requant_mm takes them */
+        const int32_t w0 = 2 * wc[(3 * ky) * WS], w1 = 2 * wc[(3 * ky + 1) * WS], w2 = 2 * wc[(3 * ky + 2) * WS];
+        s->a[2 * ky] = (int32_t)tt_pack16(w0, w1);
+        s->a[2 * ky + 1] = (int32_t)tt_pack16(w1, w2);
+    }
+}
+
+/* One channel: xc at channel c of the batch's input, su the channel's set-up, output pixel p to
+ * out[p * out_stride]. 3x3, no dilation. A small map (its padded plane fits the buffer, stride_h == stride_w) is
+ * copied whole, rows one after the other, and one pass of tt_dw16_pairs runs over the flattened plane (the
  * outputs that would straddle two rows are computed and dropped): no per-row overhead. Otherwise strips of
  * TT_DW16_STRIP outputs over a ring of three rows, per output row the pass over the strip, then the
  * requantization. */
-static void tt_dw16_channel(const tt_geom *g, const int8_t *xc, const int8_t *wc, int32_t WS, int32_t bias,
-                            int32_t zin, const tt_requant1 *r, int8_t *out, int32_t out_stride)
+static void tt_dw16_channel(const tt_geom *g, const int8_t *xc, const tt_dw16_setup *su, int32_t zin, int8_t *out,
+                            int32_t out_stride)
 {
     int16_t buf[TT_DW16_BUF];
     int32_t acc[TT_DW16_ACC];
     int32_t tag[3];
-    int32_t a[6];
-    const int32_t S = g->stride_w;
-    tt_dw16_rq q;
+    const int32_t *const a = su->a, S = g->stride_w;
+    const tt_dw16_rq *const q = &su->q;
     int32_t ky, ox0, oy;
-    q.r = r;
-    q.bias = bias;
-    q.lo = r->lo;
-    q.hi = r->hi;
-    /* one SMMLAR (tt_requant_mm) when 2 * (sum + bias) fits: |sum| <= 9 * 255 * 256 / 2 < 2^20 */
-    q.fast = tt_requant_mm_init(&q.mm, r) && bias > -(1 << 29) && bias < (1 << 29);
-    q.full = q.fast && q.lo == -128 && q.hi == 127;
-    for (ky = 0; ky < 3; ++ky) {
-        /* doubled taps (|2w| <= 256 fits a lane): the sums come out doubled, as tt_requant_mm takes them */
-        const int32_t w0 = 2 * wc[(3 * ky) * WS], w1 = 2 * wc[(3 * ky + 1) * WS], w2 = 2 * wc[(3 * ky + 2) * WS];
-        a[2 * ky] = (int32_t)tt_pack16(w0, w1);
-        a[2 * ky + 1] = (int32_t)tt_pack16(w1, w2);
-    }
     {
         const int32_t span = (g->out_w - 1) * S + 3, rows = (g->out_h - 1) * g->stride_h + 3;
         const int32_t count = (g->out_h - 1) * span + g->out_w, pairs = (count + 1) >> 1;
@@ -543,7 +554,7 @@ static void tt_dw16_channel(const tt_geom *g, const int8_t *xc, const int8_t *wc
             }
             tt_dw16_pairs(buf, buf + span, buf + 2 * span, a, S, pairs, acc);
             for (oy = 0; oy < g->out_h; ++oy) {
-                tt_dw16_store(&q, acc + oy * span, g->out_w, out + oy * g->out_w * out_stride, out_stride);
+                tt_dw16_store(q, acc + oy * span, g->out_w, out + oy * g->out_w * out_stride, out_stride);
             }
             return;
         }
@@ -583,7 +594,7 @@ static void tt_dw16_channel(const tt_geom *g, const int8_t *xc, const int8_t *wc
                 }
                 acc[nx - 1] = s0;
             }
-            tt_dw16_store(&q, acc, nx, out + (oy * g->out_w + ox0) * out_stride, out_stride);
+            tt_dw16_store(q, acc, nx, out + (oy * g->out_w + ox0) * out_stride, out_stride);
         }
     }
 }
@@ -605,14 +616,15 @@ static void tt_dw16_conv(const tt_conv_dims *d, const tt_requant_s8 *q, const in
     int32_t b, c, p;
     for (c = 0; c < C; ++c) {
         const tt_requant1 r = tt_requant_channel(q, c);
-        const int32_t bc = bias != 0 ? bias[c] : 0;
+        tt_dw16_setup su;
+        tt_dw16_set_up(w + c, C, bias != 0 ? bias[c] : 0, &r, &su);
         for (b = 0; b < d->batches; ++b) {
             const int8_t *xb = x + b * g.in_h * g.in_w * C;
             int8_t *yb = y + b * n_out * C;
             if (scratch == 0) {
-                tt_dw16_channel(&g, xb + c, w + c, C, bc, q->input_zero_point, &r, yb + c, C);
+                tt_dw16_channel(&g, xb + c, &su, q->input_zero_point, yb + c, C);
             } else {
-                tt_dw16_channel(&g, xb + c, w + c, C, bc, q->input_zero_point, &r, scratch, 1);
+                tt_dw16_channel(&g, xb + c, &su, q->input_zero_point, scratch, 1);
                 for (p = 0; p < n_out; ++p) {
                     yb[p * C + c] = scratch[p];
                 }
