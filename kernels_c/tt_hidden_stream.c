@@ -215,8 +215,8 @@ void tt_hs_dw_taps(int32_t taps, int32_t C, int32_t c, const float *w, const int
 void tt_hs_mask_grad_f32(int32_t P, int32_t C, int32_t c, const uint8_t *mask, const float *dy, float *dz)
 {
     int32_t p;
-    for (p = 0; p < P; ++p) {
-        const uint32_t b = (uint32_t)p * (uint32_t)C + (uint32_t)c;
+    uint32_t b = (uint32_t)c; /* the bit of element p * C + c */
+    for (p = 0; p < P; ++p, b += (uint32_t)C) {
         dz[p] = ((mask[b >> 3] >> (b & 7u)) & 1u) ? dy[p] : 0.0f;
     }
 }
@@ -225,8 +225,9 @@ void tt_hs_int8_clamp_grad_f32(int32_t P, int32_t C, int32_t c, int32_t lo, int3
                                const int8_t *y, float *dx)
 {
     int32_t p;
-    for (p = 0; p < P; ++p) {
-        const int32_t v = (int32_t)y[p * C + c];
+    const int8_t *yc = y + c;
+    for (p = 0; p < P; ++p, yc += C) {
+        const int32_t v = (int32_t)*yc;
         dx[p] = (v > lo && v < hi) ? dy[p] : 0.0f;
     }
 }
