@@ -955,7 +955,7 @@ void tt_depthwise_conv2d_grad_input_channel_f32(const tt_conv_dims *d, const flo
             rdy[r] = dyc + ro[r] * OW * C;
             rw[r] = wc + rk[r] * KW * w_stride;
         }
-        if (k3 && nr > 0) {
+        if (k3 && nr > 0 && nr <= 3) {
             float *o = out + iy * W * os;
             if (nr == 3) {
                 tt_dw_gi_row3(rdy, rw, w_stride, 3, C, OW, pl, W, o, os, add);
