@@ -525,6 +525,16 @@ static void tt_dw16_set_up(const int8_t *wc, int32_t WS, int32_t bias, const tt_
     }
 }
 
+/* Whether tt_dw16_channel takes its small-map path: the channel's whole padded input plane fits the buffer (so it
+ * is read in full before any output is written) and stride_h == stride_w. The last pair of that path reads up to
+ * S * (2 * pairs - 1) + 5 <= rows * span + 6 int16 (zeroed slack). */
+static int tt_dw16_small(const tt_geom *g)
+{
+    const int32_t span = (g->out_w - 1) * g->stride_w + 3, rows = (g->out_h - 1) * g->stride_h + 3;
+    const int32_t pairs = ((g->out_h - 1) * span + g->out_w + 1) >> 1;
+    return g->stride_h == g->stride_w && rows * span + 8 <= TT_DW16_BUF && 2 * pairs <= TT_DW16_ACC;
+}
+
 /* One channel: xc at channel c of the batch's input, su the channel's set-up, output pixel p to
  * out[p * out_stride]. 3x3, no dilation. A small map (its padded plane fits the buffer, stride_h == stride_w) is
  * copied whole, rows one after the other, and one pass of tt_dw16_pairs runs over the flattened plane (the
@@ -543,8 +553,7 @@ static void tt_dw16_channel(const tt_geom *g, const int8_t *xc, const tt_dw16_se
     {
         const int32_t span = (g->out_w - 1) * S + 3, rows = (g->out_h - 1) * g->stride_h + 3;
         const int32_t count = (g->out_h - 1) * span + g->out_w, pairs = (count + 1) >> 1;
-        /* the last pair reads up to S * (2 * pairs - 1) + 5 <= rows * span + 6 (zeroed slack) */
-        if (g->stride_h == S && rows * span + 8 <= TT_DW16_BUF && 2 * pairs <= TT_DW16_ACC) {
+        if (tt_dw16_small(g)) {
             int32_t i;
             for (i = 0; i < rows; ++i) {
                 tt_dw16_fill(buf + i * span, xc, g->in_c, g->in_h, g->in_w, i - g->pad_top, -g->pad_left, span, zin);
@@ -613,6 +622,7 @@ static void tt_dw16_conv(const tt_conv_dims *d, const tt_requant_s8 *q, const in
 {
     const tt_geom g = tt_geom_of(d);
     const int32_t C = g.in_c, n_out = g.out_h * g.out_w;
+    const int32_t small = tt_dw16_small(&g) && n_out <= g.in_h * g.in_w;
     int32_t b, c, p;
     for (c = 0; c < C; ++c) {
         const tt_requant1 r = tt_requant_channel(q, c);
@@ -621,7 +631,9 @@ static void tt_dw16_conv(const tt_conv_dims *d, const tt_requant_s8 *q, const in
         for (b = 0; b < d->batches; ++b) {
             const int8_t *xb = x + b * g.in_h * g.in_w * C;
             int8_t *yb = y + b * n_out * C;
-            if (scratch == 0) {
+            if (scratch == 0 || small) {
+                /* in place, a small map's outputs go straight over the input: its plane of channel c is read in full
+                 * first, and with n_out <= n_in they land on channel c of this batch or an earlier one */
                 tt_dw16_channel(&g, xb + c, &su, q->input_zero_point, yb + c, C);
             } else {
                 tt_dw16_channel(&g, xb + c, &su, q->input_zero_point, scratch, 1);
