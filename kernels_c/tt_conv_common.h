@@ -58,6 +58,75 @@ static tt_geom tt_geom_of(const tt_conv_dims *d)
     return g;
 }
 
+/* The in-image taps of a forward output whose top-left tap reads input (iy0, ix0): filter rows [ky0, ky1) and columns
+ * [kx0, kx1), a rectangle (the taps outside the image are the ones padding skips); k4 = {ky0, ky1, kx0, kx1}. */
+TT_CONV_INLINE void tt_tap_window(const tt_conv_dims *d, int32_t iy0, int32_t ix0, int32_t *k4)
+{
+    int32_t ky0 = 0, ky1 = d->k_h, kx0 = 0, kx1 = d->k_w;
+    while (ky0 < ky1 && iy0 + ky0 * d->dilation_h < 0) {
+        ++ky0;
+    }
+    while (ky1 > ky0 && iy0 + (ky1 - 1) * d->dilation_h >= d->in_h) {
+        --ky1;
+    }
+    while (kx0 < kx1 && ix0 + kx0 * d->dilation_w < 0) {
+        ++kx0;
+    }
+    while (kx1 > kx0 && ix0 + (kx1 - 1) * d->dilation_w >= d->in_w) {
+        --kx1;
+    }
+    k4[0] = ky0;
+    k4[1] = ky1;
+    k4[2] = kx0;
+    k4[3] = kx1;
+}
+
+/* The weight gradients' walk over the outputs that read the input through one filter tap (conv2d's and
+ * depthwise_conv2d's): row by row (batch, then output row), each row a run of n outputs from output pixel dy_px
+ * whose inputs start at input pixel x_px and step by x_step pixels (pixel indices over the whole batched tensor).
+ * Only taps inside the image are walked, so the kernels need no bounds checks; the order of the outputs is the
+ * reference's (batch, output y, output x), so every sum sees its additions in the same order. */
+typedef struct {
+    int32_t n, x_step, dy_px, x_px;
+    int32_t oy, oy_lo, oy_hi, left, dy_row, x_row, dy_skip, x_skip;
+} tt_tap_walk;
+
+TT_CONV_INLINE void tt_tap_walk_init(const tt_conv_dims *d, int32_t ky, int32_t kx, tt_tap_walk *w)
+{
+    int32_t ox_lo, ox_hi;
+    const int32_t offy = ky * d->dilation_h - d->pad_top, offx = kx * d->dilation_w - d->pad_left;
+    tt_interior(d->out_h, d->in_h, d->stride_h, -offy, 1, 1, &w->oy_lo, &w->oy_hi);
+    tt_interior(d->out_w, d->in_w, d->stride_w, -offx, 1, 1, &ox_lo, &ox_hi);
+    w->n = ox_hi - ox_lo;
+    w->x_step = d->stride_w;
+    w->left = w->n > 0 ? d->batches * (w->oy_hi - w->oy_lo) : 0;
+    w->dy_row = d->out_w;
+    w->x_row = d->stride_h * d->in_w;
+    w->dy_skip = (d->out_h - (w->oy_hi - w->oy_lo)) * d->out_w;
+    w->x_skip = d->in_h * d->in_w - (w->oy_hi - w->oy_lo) * w->x_row;
+    /* one row before the first: tt_tap_walk_next steps onto it */
+    w->oy = w->oy_lo - 1;
+    w->dy_px = w->oy_lo * d->out_w + ox_lo - w->dy_row;
+    w->x_px = (w->oy_lo * d->stride_h + offy) * d->in_w + ox_lo * d->stride_w + offx - w->x_row;
+}
+
+/* Steps onto the next row: 1, or 0 after the last. */
+TT_CONV_INLINE int tt_tap_walk_next(tt_tap_walk *w)
+{
+    if (w->left == 0) {
+        return 0;
+    }
+    --w->left;
+    if (++w->oy == w->oy_hi) {
+        w->oy = w->oy_lo;
+        w->dy_px += w->dy_skip;
+        w->x_px += w->x_skip;
+    }
+    w->dy_px += w->dy_row;
+    w->x_px += w->x_row;
+    return 1;
+}
+
 #if defined(__GNUC__)
 #define TT_GI_INLINE static inline __attribute__((always_inline))
 #else

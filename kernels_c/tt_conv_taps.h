@@ -1,5 +1,5 @@
 /* The two per-tap helpers of the input gradients, shared by the conv kernels (through tt_conv_common.h) and the
- * hidden-channel streams (tt_hidden_stream.c): the output coordinate an input-gradient tap reads and the
+ * hidden-channel streams (tt_hidden_stream.c, tt_dq): the output coordinate an input-gradient tap reads and the
  * dequantization of one int8 weight. static inline: each file keeps its own inlined copy. */
 #ifndef TT_CONV_TAPS_H
 #define TT_CONV_TAPS_H

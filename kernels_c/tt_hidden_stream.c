@@ -1,6 +1,7 @@
 /* Hidden-channel streams: see tt_hidden_stream.h and stages/planning/channel_stream.py. */
 #include "tt_conv_taps.h"
 #include "tt_kernels.h"
+#include "tt_simd.h"
 
 #define TT_HS_MAX_TAPS 64
 
@@ -15,6 +16,75 @@ static inline float tt_hs_w(const float *w, const float *wpart, const int8_t *wq
     return tt_dq(c < n ? part[k * n + c] : wq[k * C + c], zero_point, scale);
 }
 
+
+#if TT_VFP_PAIRS
+/* Eight rows j (row j at q + j * n) against the vector v[0 .. n), two elements per pass, each row's pair and v's in
+ * one VLDM, eight sums in registers. dh != 0: dh[j] = 0 + sum over i, in order, of row_j[i] * v[i] (the 1x1 input
+ * gradient); dh == 0: row_j[i] += g[j] * v[i], stored back with one VSTM per pair (the accumulated one). Inlined
+ * into each caller with dh a constant, so each gets its own loop. */
+#define TT_HS_ROW(j, x0, x1)                                                                                        \
+    do {                                                                                                          \
+        if (dh != 0) {                                                                                            \
+            TT_VLD2(r##j, x0, x1);                                                                                \
+            s##j += x0 * v0;                                                                                      \
+            s##j += x1 * v1;                                                                                      \
+        } else {                                                                                                  \
+            TT_VLD2_AT(r##j, x0, x1);                                                                             \
+            x0 += g##j * v0;                                                                                      \
+            x1 += g##j * v1;                                                                                      \
+            TT_VST2(r##j, x0, x1);                                                                                \
+        }                                                                                                         \
+    } while (0)
+#define TT_HS_TAIL(j) (dh != 0 ? (void)(s##j += *r##j * w) : (void)(*r##j += g##j * w))
+static inline __attribute__((always_inline)) void tt_hs_rows8(float *q, int32_t n, const float *v, const float *g,
+                                                             float *dh)
+{
+    float *r0 = q, *r1 = r0 + n, *r2 = r1 + n, *r3 = r2 + n, *r4 = r3 + n, *r5 = r4 + n, *r6 = r5 + n, *r7 = r6 + n;
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f, s4 = 0.0f, s5 = 0.0f, s6 = 0.0f, s7 = 0.0f;
+    const float g0 = g[0], g1 = g[1], g2 = g[2], g3 = g[3], g4 = g[4], g5 = g[5], g6 = g[6], g7 = g[7];
+    int32_t i;
+    for (i = 0; i + 2 <= n; i += 2) {
+        register float v0 __asm__("s14"), v1 __asm__("s15"), a0 __asm__("s16"), a1 __asm__("s17");
+        register float b0 __asm__("s18"), b1 __asm__("s19"), c0 __asm__("s20"), c1 __asm__("s21");
+        register float e0 __asm__("s22"), e1 __asm__("s23"), f0 __asm__("s24"), f1 __asm__("s25");
+        register float h0 __asm__("s26"), h1 __asm__("s27"), k0 __asm__("s28"), k1 __asm__("s29");
+        register float m0 __asm__("s30"), m1 __asm__("s31");
+        TT_VLD2(v, v0, v1);
+        TT_HS_ROW(0, a0, a1);
+        TT_HS_ROW(1, b0, b1);
+        TT_HS_ROW(2, c0, c1);
+        TT_HS_ROW(3, e0, e1);
+        TT_HS_ROW(4, f0, f1);
+        TT_HS_ROW(5, h0, h1);
+        TT_HS_ROW(6, k0, k1);
+        TT_HS_ROW(7, m0, m1);
+    }
+    if (i < n) {
+        const float w = *v;
+        TT_HS_TAIL(0);
+        TT_HS_TAIL(1);
+        TT_HS_TAIL(2);
+        TT_HS_TAIL(3);
+        TT_HS_TAIL(4);
+        TT_HS_TAIL(5);
+        TT_HS_TAIL(6);
+        TT_HS_TAIL(7);
+    }
+    if (dh != 0) {
+        dh[0] = 0.0f + s0;
+        dh[1] = 0.0f + s1;
+        dh[2] = 0.0f + s2;
+        dh[3] = 0.0f + s3;
+        dh[4] = 0.0f + s4;
+        dh[5] = 0.0f + s5;
+        dh[6] = 0.0f + s6;
+        dh[7] = 0.0f + s7;
+    }
+}
+#undef TT_HS_ROW
+#undef TT_HS_TAIL
+#endif
+
 void tt_hs_pw_grad_in_f32(int32_t P, int32_t K, int32_t C, int32_t c, const float *dz, const float *w,
                           const float *wpart, const int8_t *wq, const int8_t *part, int32_t n, const float *scale,
                           const int32_t *zero_point, float *dh)
@@ -23,11 +93,24 @@ void tt_hs_pw_grad_in_f32(int32_t P, int32_t K, int32_t C, int32_t c, const floa
     float wk[TT_HS_MAX_TAPS];
     if (K <= TT_HS_MAX_TAPS) {
         /* the column dequantized once: the same float per (k, c) as per element */
-        for (k = 0; k < K; ++k) {
-            wk[k] = tt_hs_w(w, wpart, wq, part, n, C, k, c, w != 0 ? 1.0f : scale[k], w != 0 ? 0 : zero_point[k]);
+        if (w == 0 && n == 0) {
+            const int8_t *q = wq + c;
+            for (k = 0; k < K; ++k, q += C) {
+                wk[k] = tt_dq(*q, zero_point[k], scale[k]);
+            }
+        } else {
+            for (k = 0; k < K; ++k) {
+                wk[k] = tt_hs_w(w, wpart, wq, part, n, C, k, c, w != 0 ? 1.0f : scale[k], w != 0 ? 0 : zero_point[k]);
+            }
         }
+        p = 0;
+#if TT_VFP_PAIRS
+        for (; p + 8 <= P; p += 8) {
+            tt_hs_rows8((float *)(uintptr_t)(dz + p * K), K, wk, dh + p, dh + p); /* read only: dh != 0 */
+        }
+#endif
         /* four pixels at a time share each weight load; each keeps its own sum over k in order */
-        for (p = 0; p + 4 <= P; p += 4) {
+        for (; p + 4 <= P; p += 4) {
             const float *g0 = dz + p * K, *g1 = g0 + K, *g2 = g1 + K, *g3 = g2 + K;
             float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
             for (k = 0; k < K; ++k) {
@@ -62,6 +145,7 @@ void tt_hs_pw_grad_in_f32(int32_t P, int32_t K, int32_t C, int32_t c, const floa
     }
 }
 
+
 void tt_hs_pw_grad_in_acc_f32(int32_t P, int32_t IC, int32_t c, const float *dh, const float *w,
                               const float *wpart, const int8_t *wq, const int8_t *part, int32_t n,
                               const float *scale, const int32_t *zero_point,
@@ -73,12 +157,21 @@ void tt_hs_pw_grad_in_acc_f32(int32_t P, int32_t IC, int32_t c, const float *dh,
     float wr[TT_HS_MAX_TAPS];
     if (IC <= TT_HS_MAX_TAPS) {
         /* row c dequantized once (the same float per element as the whole kernel's) */
-        for (i = 0; i < IC; ++i) {
+        for (i = 0; i < IC && w == 0 && n == 0; ++i) {
+            wr[i] = tt_dq(wq[c * IC + i], z, sc);
+        }
+        for (; i < IC; ++i) {
             wr[i] = w != 0 ? (i < n ? wpart[c * n + i] : w[c * IC + i])
                            : tt_dq(i < n ? part[c * n + i] : wq[c * IC + i], z, sc);
         }
+        p = 0;
+#if TT_VFP_PAIRS
+        for (; p + 8 <= P; p += 8) {
+            tt_hs_rows8(dx + p * IC, IC, wr, dh + p, 0);
+        }
+#endif
         /* four pixels at a time share each weight load (every element still gets one add per channel) */
-        for (p = 0; p + 4 <= P; p += 4) {
+        for (; p + 4 <= P; p += 4) {
             const float g0 = dh[p], g1 = dh[p + 1], g2 = dh[p + 2], g3 = dh[p + 3];
             float *d0 = dx + p * IC, *d1 = d0 + IC, *d2 = d1 + IC, *d3 = d2 + IC;
             for (i = 0; i < IC; ++i) {
@@ -119,62 +212,11 @@ void tt_hs_dw_taps(int32_t taps, int32_t C, int32_t c, const float *w, const int
     }
 }
 
-void tt_hs_dw_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *wc, float *dx)
-{
-    int32_t iy, ix, ky, kx;
-    if (d->stride_h == 1 && d->stride_w == 1) {
-        /* stride 1: the output coordinate of a tap needs no division; the taps still run in (ky, kx) order */
-        for (iy = 0; iy < d->in_h; ++iy) {
-            for (ix = 0; ix < d->in_w; ++ix) {
-                float total = 0.0f, s = 0.0f;
-                for (ky = 0; ky < d->k_h; ++ky) {
-                    const int32_t oy = iy + d->pad_top - ky * d->dilation_h;
-                    const float *row, *wrow;
-                    if (oy < 0 || oy >= d->out_h) {
-                        continue;
-                    }
-                    row = dy + oy * d->out_w;
-                    wrow = wc + ky * d->k_w;
-                    for (kx = 0; kx < d->k_w; ++kx) {
-                        const int32_t ox = ix + d->pad_left - kx * d->dilation_w;
-                        if (ox >= 0 && ox < d->out_w) {
-                            s += row[ox] * wrow[kx];
-                        }
-                    }
-                }
-                total += s;
-                dx[iy * d->in_w + ix] = total;
-            }
-        }
-        return;
-    }
-    for (iy = 0; iy < d->in_h; ++iy) {
-        for (ix = 0; ix < d->in_w; ++ix) {
-            float total = 0.0f, s = 0.0f;
-            for (ky = 0; ky < d->k_h; ++ky) {
-                const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
-                if (oy < 0) {
-                    continue;
-                }
-                for (kx = 0; kx < d->k_w; ++kx) {
-                    const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
-                    if (ox < 0) {
-                        continue;
-                    }
-                    s += dy[oy * d->out_w + ox] * wc[ky * d->k_w + kx];
-                }
-            }
-            total += s;
-            dx[iy * d->in_w + ix] = total;
-        }
-    }
-}
-
 void tt_hs_mask_grad_f32(int32_t P, int32_t C, int32_t c, const uint8_t *mask, const float *dy, float *dz)
 {
     int32_t p;
-    for (p = 0; p < P; ++p) {
-        const uint32_t b = (uint32_t)p * (uint32_t)C + (uint32_t)c;
+    uint32_t b = (uint32_t)c; /* the bit of element p * C + c */
+    for (p = 0; p < P; ++p, b += (uint32_t)C) {
         dz[p] = ((mask[b >> 3] >> (b & 7u)) & 1u) ? dy[p] : 0.0f;
     }
 }
@@ -183,8 +225,9 @@ void tt_hs_int8_clamp_grad_f32(int32_t P, int32_t C, int32_t c, int32_t lo, int3
                                const int8_t *y, float *dx)
 {
     int32_t p;
-    for (p = 0; p < P; ++p) {
-        const int32_t v = (int32_t)y[p * C + c];
+    const int8_t *yc = y + c;
+    for (p = 0; p < P; ++p, yc += C) {
+        const int32_t v = (int32_t)*yc;
         dx[p] = (v > lo && v < hi) ? dy[p] : 0.0f;
     }
 }

@@ -1,5 +1,6 @@
 /* Hidden-channel streams (stages/planning/channel_stream.py): the backward of a chain
- *     pointwise input gradient -> per-channel ops (masks, bias gradients, depthwise input gradient)
+ *     pointwise input gradient -> per-channel ops (masks, bias gradients, depthwise input gradient: the depthwise
+ *     file's one-channel kernel, tt_depthwise_conv2d_grad_input_channel_f32, on a compact plane)
  *     -> pointwise weight gradient + update / pointwise input gradient
  * run one hidden channel c at a time, so the chain's gradients (an inverted-residual block's expanded width) exist
  * one channel (one H*W plane, compact) at a time. Each kernel computes channel c of what the whole op computes, with
@@ -31,11 +32,6 @@ void tt_hs_pw_grad_in_acc_f32(int32_t P, int32_t IC, int32_t c, const float *dh,
                               const float *wpart, const int8_t *wq, const int8_t *part, int32_t n,
                               const float *scale, const int32_t *zero_point,
                               float *dx);
-
-/* Channel c of a depth-multiplier-1 depthwise_conv2d_grad_input on compact planes: dx[iy * in_w + ix] = 0 + s, s
- * the sum over the taps (filter y, filter x) in order of dy[oy * out_w + ox] * w_c[tap], w_c the channel's taps
- * (float, or int8 dequantized once: tt_hs_dw_taps). As tt_depthwise_conv2d_grad_input_f32 / _inplace. */
-void tt_hs_dw_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *wc, float *dx);
 
 /* Channel c's taps of a [1, kh, kw, C] depthwise weight as floats: float w (wq 0), or int8 dequantized with
  * channel c's scale and zero point (tt_dq, the value the whole kernel computes per element). taps <= 64. */

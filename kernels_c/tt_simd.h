@@ -77,4 +77,19 @@ static inline int16x2_t tt_pack16(int32_t lo, int32_t hi)
 }
 #endif
 
+/* TT_VFP_PAIRS: the DSP build on a core with a single-precision FPU loads and stores float pairs with one
+ * VLDM / VSTM (the M7 moves 64 bits per issue slot; GCC never merges two VLDRs by itself). x and y must be register
+ * variables bound to two consecutive S registers (register float x __asm__("s16"), y __asm__("s17")). Plain loads
+ * and stores of the same words: the bits of the C they replace. TT_VLD2 / TT_VST2 step p past the pair, TT_VLD2_AT
+ * leaves it. */
+#if TT_SIMD && defined(__arm__) && defined(__GNUC__) && defined(__ARM_FP) && (__ARM_FP & 4)
+#define TT_VFP_PAIRS 1
+#define TT_VLD2(p, x, y) __asm__ volatile("vldmia %0!, {%1, %2}" : "+r"(p), "=t"(x), "=t"(y) : : "memory")
+#define TT_VLD2_AT(p, x, y) __asm__ volatile("vldmia %2, {%0, %1}" : "=t"(x), "=t"(y) : "r"(p) : "memory")
+#define TT_VST2(p, x, y) __asm__ volatile("vstmia %0!, {%1, %2}" : "+r"(p) : "t"(x), "t"(y) : "memory")
+#else
+#define TT_VFP_PAIRS 0
+#endif
+
 #endif /* TT_SIMD_H */
+

@@ -1049,8 +1049,17 @@ def test_conv_backward(batch, depthwise):
     gi = go.depthwise_conv2d_grad_input if depthwise else go.conv2d_grad_input
     gw = go.depthwise_conv2d_grad_weight if depthwise else go.conv2d_grad_weight
     refs = []
-    for _ in range(30):
-        dims, attrs, xs, ys, wshape = _conv_geom_case(rng, depthwise)
+    cases = [_conv_geom_case(rng, depthwise) for _ in range(30)]
+    if depthwise:
+        # filters taller than three rows with 3-wide rows (the one-channel input gradient's unrolled 3-wide rows
+        # take at most three filter rows), with and without a depth multiplier
+        for kh, mult in ((5, 1), (4, 2)):
+            oh, pt = out_size_and_pad("same", 7, kh, 1, 1)
+            ow, pl = out_size_and_pad("same", 6, 3, 1, 1)
+            attrs = dict(stride_h=1, stride_w=1, dilation_h=1, dilation_w=1, padding="same")
+            cases.append(([1, 7, 6, 3, oh, ow, 3 * mult, kh, 3, 1, 1, 1, 1, pt, pl, mult], attrs, (1, 7, 6, 3),
+                          (1, oh, ow, 3 * mult), (1, kh, 3, 3 * mult)))
+    for dims, attrs, xs, ys, wshape in cases:
         x = rng.standard_normal(xs).astype(np.float32)
         w = rng.standard_normal(wshape).astype(np.float32)
         dy = rng.standard_normal(ys).astype(np.float32)

@@ -1022,11 +1022,31 @@ TT_GI_INLINE void tt_gw1x1(int32_t P, int32_t O, int32_t IC, int32_t k, int32_t 
     }
 }
 
+/* dw[c] += g * x[at + c] for c < k, x float, int8 (dequantized) or fp16 (widened): one loop per kind. */
+TT_GI_INLINE void tt_gw_row(float *dw, int32_t k, float g, const float *xf, const int8_t *xq, const uint16_t *xh,
+                            int32_t at, float scale, int32_t zero_point)
+{
+    int32_t c;
+    if (xq != 0) {
+        for (c = 0; c < k; ++c) {
+            dw[c] += g * ((float)((int32_t)xq[at + c] - zero_point) * scale);
+        }
+    } else if (xh != 0) {
+        for (c = 0; c < k; ++c) {
+            dw[c] += g * tt_f16_read(xh[at + c]);
+        }
+    } else {
+        for (c = 0; c < k; ++c) {
+            dw[c] += g * xf[at + c];
+        }
+    }
+}
+
 static void tt_conv2d_grad_weight_impl(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dy,
                                        const float *xf, const int8_t *xq, const uint16_t *xh, float scale,
                                        int32_t zero_point, float *dw)
 {
-    int32_t o, ky, kx, c, b, oy, ox;
+    int32_t o, ky, kx, c;
     if (d->k_h == 1 && d->k_w == 1 && d->stride_h == 1 && d->stride_w == 1 && d->pad_top == 0 &&
         d->pad_left == 0 && d->out_h == d->in_h && d->out_w == d->in_w) {
         const int32_t P = d->batches * d->in_h * d->in_w;
@@ -1041,37 +1061,17 @@ static void tt_conv2d_grad_weight_impl(const tt_conv_dims *d, int32_t k, int32_t
         for (ky = 0; ky < d->k_h; ++ky) {
             for (kx = 0; kx < d->k_w; ++kx) {
                 float *dwp = dw + (((o - o0) * d->k_h + ky) * d->k_w + kx) * k;
+                tt_tap_walk tw;
                 for (c = 0; c < k; ++c) {
                     dwp[c] = 0.0f;
                 }
-                for (b = 0; b < d->batches; ++b) {
-                    for (oy = 0; oy < d->out_h; ++oy) {
-                        const int32_t iy = oy * d->stride_h - d->pad_top + ky * d->dilation_h;
-                        if (iy < 0 || iy >= d->in_h) {
-                            continue;
-                        }
-                        for (ox = 0; ox < d->out_w; ++ox) {
-                            const int32_t ix = ox * d->stride_w - d->pad_left + kx * d->dilation_w;
-                            const int32_t at = ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
-                            float g;
-                            if (ix < 0 || ix >= d->in_w) {
-                                continue;
-                            }
-                            g = dy[((b * d->out_h + oy) * d->out_w + ox) * d->out_c + o];
-                            if (xq != 0) {
-                                for (c = 0; c < k; ++c) {
-                                    dwp[c] += g * ((float)((int32_t)xq[at + c] - zero_point) * scale);
-                                }
-                            } else if (xh != 0) {
-                                for (c = 0; c < k; ++c) {
-                                    dwp[c] += g * tt_f16_read(xh[at + c]);
-                                }
-                            } else {
-                                for (c = 0; c < k; ++c) {
-                                    dwp[c] += g * xf[at + c];
-                                }
-                            }
-                        }
+                tt_tap_walk_init(d, ky, kx, &tw);
+                while (tt_tap_walk_next(&tw)) {
+                    const float *g = dy + tw.dy_px * d->out_c + o;
+                    const int32_t xs = tw.x_step * d->in_c;
+                    int32_t i, at = tw.x_px * d->in_c;
+                    for (i = 0; i < tw.n; ++i, g += d->out_c, at += xs) {
+                        tt_gw_row(dwp, k, *g, xf, xq, xh, at, scale, zero_point);
                     }
                 }
             }

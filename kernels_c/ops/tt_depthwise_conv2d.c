@@ -40,6 +40,14 @@ void tt_depthwise_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *d
 void tt_depthwise_conv2d_grad_input_f32_inplace(const tt_conv_dims *d, float *dydx, const float *w, float *scratch);
 void tt_depthwise_conv2d_grad_input_qw_f32_inplace(const tt_conv_dims *d, float *dydx, const int8_t *w,
                                                    const float *scale, const int32_t *zero_point, float *scratch);
+/* One channel of a depth-multiplier-1 input gradient (the in-place kernels' and the hidden-channel streams'):
+ * dyc points at the channel's first output-gradient element, pixel stride d->out_c (1 on a compact plane); the
+ * taps are floats wc[tap * w_stride] or (wc 0) int8 wq[tap * d->out_c] dequantized with (z, sc) per element;
+ * input pixel p gets out[p * os] = 0 + s (add: out[p * os] + s), s the sum over its taps in (filter y, filter x)
+ * order of dy * w: the bits of tt_depthwise_conv2d_grad_input_f32 / _qw_f32 at that channel. */
+void tt_depthwise_conv2d_grad_input_channel_f32(const tt_conv_dims *d, const float *dyc, const float *wc,
+                                                 int32_t w_stride, const int8_t *wq, int32_t z, float sc, float *out,
+                                                 int32_t os, int32_t add);
 /* In place (TinyEngine's channel-by-channel scheme the memory plan counts: one output channel of scratch, then
  * copied over the input channel it came from; depth multiplier 1 only): */
 /* y written over x (same buffer); scratch holds out_h*out_w elements. Same arithmetic as the out-of-place
@@ -231,18 +239,13 @@ void tt_depthwise_channel_s8(const tt_conv_dims *d, const tt_requant_s8 *q, cons
                 }
                 acc += bias;
             } else {
-                /* the in-image taps: a rectangle [ky0, ky1) x [kx0, kx1) of the filter (int32 sums: any order) */
-                int32_t kx0 = 0, kx1 = g.k_w;
-                while (kx0 < kx1 && ix0 + kx0 * g.dil_w < 0) {
-                    ++kx0;
-                }
-                while (kx1 > kx0 && ix0 + (kx1 - 1) * g.dil_w >= g.in_w) {
-                    --kx1;
-                }
-                for (ky = ky0; ky < ky1; ++ky) {
+                /* the in-image taps: a rectangle of the filter (int32 sums: any order) */
+                int32_t k4[4];
+                tt_tap_window(d, iy0, ix0, k4);
+                for (ky = k4[0]; ky < k4[1]; ++ky) {
                     const int8_t *xr = xc + (iy0 + ky * g.dil_h) * row + ix0 * C;
                     const int8_t *wr = wc + ky * g.k_w * WS;
-                    for (kx = kx0; kx < kx1; ++kx) {
+                    for (kx = k4[2]; kx < k4[3]; ++kx) {
                         acc += ((int32_t)xr[kx * g.dil_w * C] - zin) * (int32_t)wr[kx * WS];
                     }
                 }
@@ -503,40 +506,60 @@ static void tt_dw16_store(const tt_dw16_rq *q, const int32_t *acc, int32_t n, in
 #define TT_DW16_BUF (3 * TT_DW16_W)
 #define TT_DW16_ACC 96
 
-/* One channel: xc / wc at channel c of the batch's input / the weight (tap stride WS), output pixel p to
- * out[p * out_stride]. 3x3, no dilation. A small map (its padded plane fits the buffer, stride_h == stride_w)
- * is copied whole, rows one after the other, and one pass of tt_dw16_pairs runs over the flattened plane (the
+/* A channel's set-up, made once per channel whatever the batch: the requantization (tt_dw16_rq) and the doubled
+ * taps packed in pairs, (w0, w1) and (w1, w2) of each filter row. r must outlive the set-up (q.r points at it). */
+typedef struct {
+    tt_dw16_rq q;
+    int32_t a[6];
+} tt_dw16_setup;
+
+static void tt_dw16_set_up(const int8_t *wc, int32_t WS, int32_t bias, const tt_requant1 *r, tt_dw16_setup *s)
+{
+    int32_t ky;
+    s->q.r = r;
+    s->q.bias = bias;
+    s->q.lo = r->lo;
+    s->q.hi = r->hi;
+    /* one SMMLAR (tt_requant_mm) when 2 * (sum + bias) fits: |sum| <= 9 * 255 * 256 / 2 < 2^20 */
+    s->q.fast = tt_requant_mm_init(&s->q.mm, r) && bias > -(1 << 29) && bias < (1 << 29);
+    s->q.full = s->q.fast && s->q.lo == -128 && s->q.hi == 127;
+    for (ky = 0; ky < 3; ++ky) {
+        /* doubled taps (|2w| <= 256 fits a lane): the sums come out doubled, as tt_requant_mm takes them */
+        const int32_t w0 = 2 * wc[(3 * ky) * WS], w1 = 2 * wc[(3 * ky + 1) * WS], w2 = 2 * wc[(3 * ky + 2) * WS];
+        s->a[2 * ky] = (int32_t)tt_pack16(w0, w1);
+        s->a[2 * ky + 1] = (int32_t)tt_pack16(w1, w2);
+    }
+}
+
+/* Whether tt_dw16_channel takes its small-map path: the channel's whole padded input plane fits the buffer (so it
+ * is read in full before any output is written) and stride_h == stride_w. The last pair of that path reads up to
+ * S * (2 * pairs - 1) + 5 <= rows * span + 6 int16 (zeroed slack). */
+static int tt_dw16_small(const tt_geom *g)
+{
+    const int32_t span = (g->out_w - 1) * g->stride_w + 3, rows = (g->out_h - 1) * g->stride_h + 3;
+    const int32_t pairs = ((g->out_h - 1) * span + g->out_w + 1) >> 1;
+    return g->stride_h == g->stride_w && rows * span + 8 <= TT_DW16_BUF && 2 * pairs <= TT_DW16_ACC;
+}
+
+/* One channel: xc at channel c of the batch's input, su the channel's set-up, output pixel p to
+ * out[p * out_stride]. 3x3, no dilation. A small map (its padded plane fits the buffer, stride_h == stride_w) is
+ * copied whole, rows one after the other, and one pass of tt_dw16_pairs runs over the flattened plane (the
  * outputs that would straddle two rows are computed and dropped): no per-row overhead. Otherwise strips of
  * TT_DW16_STRIP outputs over a ring of three rows, per output row the pass over the strip, then the
  * requantization. */
-static void tt_dw16_channel(const tt_geom *g, const int8_t *xc, const int8_t *wc, int32_t WS, int32_t bias,
-                            int32_t zin, const tt_requant1 *r, int8_t *out, int32_t out_stride)
+static void tt_dw16_channel(const tt_geom *g, const int8_t *xc, const tt_dw16_setup *su, int32_t zin, int8_t *out,
+                            int32_t out_stride)
 {
     int16_t buf[TT_DW16_BUF];
     int32_t acc[TT_DW16_ACC];
     int32_t tag[3];
-    int32_t a[6];
-    const int32_t S = g->stride_w;
-    tt_dw16_rq q;
+    const int32_t *const a = su->a, S = g->stride_w;
+    const tt_dw16_rq *const q = &su->q;
     int32_t ky, ox0, oy;
-    q.r = r;
-    q.bias = bias;
-    q.lo = r->lo;
-    q.hi = r->hi;
-    /* one SMMLAR (tt_requant_mm) when 2 * (sum + bias) fits: |sum| <= 9 * 255 * 256 / 2 < 2^20 */
-    q.fast = tt_requant_mm_init(&q.mm, r) && bias > -(1 << 29) && bias < (1 << 29);
-    q.full = q.fast && q.lo == -128 && q.hi == 127;
-    for (ky = 0; ky < 3; ++ky) {
-        /* doubled taps (|2w| <= 256 fits a lane): the sums come out doubled, as tt_requant_mm takes them */
-        const int32_t w0 = 2 * wc[(3 * ky) * WS], w1 = 2 * wc[(3 * ky + 1) * WS], w2 = 2 * wc[(3 * ky + 2) * WS];
-        a[2 * ky] = (int32_t)tt_pack16(w0, w1);
-        a[2 * ky + 1] = (int32_t)tt_pack16(w1, w2);
-    }
     {
         const int32_t span = (g->out_w - 1) * S + 3, rows = (g->out_h - 1) * g->stride_h + 3;
         const int32_t count = (g->out_h - 1) * span + g->out_w, pairs = (count + 1) >> 1;
-        /* the last pair reads up to S * (2 * pairs - 1) + 5 <= rows * span + 6 (zeroed slack) */
-        if (g->stride_h == S && rows * span + 8 <= TT_DW16_BUF && 2 * pairs <= TT_DW16_ACC) {
+        if (tt_dw16_small(g)) {
             int32_t i;
             for (i = 0; i < rows; ++i) {
                 tt_dw16_fill(buf + i * span, xc, g->in_c, g->in_h, g->in_w, i - g->pad_top, -g->pad_left, span, zin);
@@ -546,7 +569,7 @@ static void tt_dw16_channel(const tt_geom *g, const int8_t *xc, const int8_t *wc
             }
             tt_dw16_pairs(buf, buf + span, buf + 2 * span, a, S, pairs, acc);
             for (oy = 0; oy < g->out_h; ++oy) {
-                tt_dw16_store(&q, acc + oy * span, g->out_w, out + oy * g->out_w * out_stride, out_stride);
+                tt_dw16_store(q, acc + oy * span, g->out_w, out + oy * g->out_w * out_stride, out_stride);
             }
             return;
         }
@@ -586,7 +609,7 @@ static void tt_dw16_channel(const tt_geom *g, const int8_t *xc, const int8_t *wc
                 }
                 acc[nx - 1] = s0;
             }
-            tt_dw16_store(&q, acc, nx, out + (oy * g->out_w + ox0) * out_stride, out_stride);
+            tt_dw16_store(q, acc, nx, out + (oy * g->out_w + ox0) * out_stride, out_stride);
         }
     }
 }
@@ -605,17 +628,21 @@ static void tt_dw16_conv(const tt_conv_dims *d, const tt_requant_s8 *q, const in
 {
     const tt_geom g = tt_geom_of(d);
     const int32_t C = g.in_c, n_out = g.out_h * g.out_w;
+    const int32_t small = tt_dw16_small(&g) && n_out <= g.in_h * g.in_w;
     int32_t b, c, p;
     for (c = 0; c < C; ++c) {
         const tt_requant1 r = tt_requant_channel(q, c);
-        const int32_t bc = bias != 0 ? bias[c] : 0;
+        tt_dw16_setup su;
+        tt_dw16_set_up(w + c, C, bias != 0 ? bias[c] : 0, &r, &su);
         for (b = 0; b < d->batches; ++b) {
             const int8_t *xb = x + b * g.in_h * g.in_w * C;
             int8_t *yb = y + b * n_out * C;
-            if (scratch == 0) {
-                tt_dw16_channel(&g, xb + c, w + c, C, bc, q->input_zero_point, &r, yb + c, C);
+            if (scratch == 0 || small) {
+                /* in place, a small map's outputs go straight over the input: its plane of channel c is read in full
+                 * first, and with n_out <= n_in they land on channel c of this batch or an earlier one */
+                tt_dw16_channel(&g, xb + c, &su, q->input_zero_point, yb + c, C);
             } else {
-                tt_dw16_channel(&g, xb + c, w + c, C, bc, q->input_zero_point, &r, scratch, 1);
+                tt_dw16_channel(&g, xb + c, &su, q->input_zero_point, scratch, 1);
                 for (p = 0; p < n_out; ++p) {
                     yb[p * C + c] = scratch[p];
                 }
@@ -625,19 +652,62 @@ static void tt_dw16_conv(const tt_conv_dims *d, const tt_requant_s8 *q, const in
 }
 #endif
 
+/* The general forward of one batch over input channels [c0, c1), int8 (xq, wq, bq, q, yq) or float (xf, wf, bf,
+ * the activation range, yf): output (oy, ox, oc = ic * M + m) sums its in-image taps in (filter y, filter x) order
+ * (int8: (x - z_x) * w in int32; float: acc = 0, += x * w), adds the bias (NULL: none) and is requantized /
+ * clamped into y[(oy * out_w + ox) * ys + oc - c0 * M]. Inlined into each caller with the other type's pointers 0,
+ * so each keeps its own branch-free loop. */
+TT_CONV_INLINE void tt_dw_generic(const tt_conv_dims *d, int32_t c0, int32_t c1, const int8_t *xq, const int8_t *wq,
+                                  const int32_t *bq, const tt_requant_s8 *q, int8_t *yq, const float *xf,
+                                  const float *wf, const float *bf, float act_min, float act_max, float *yf, int32_t ys)
+{
+    int32_t oy, ox, ic, m, ky, kx;
+    const int32_t zin = xq != 0 ? q->input_zero_point : 0, mult = d->depth_multiplier;
+    for (oy = 0; oy < d->out_h; ++oy) {
+        const int32_t iy0 = oy * d->stride_h - d->pad_top;
+        for (ox = 0; ox < d->out_w; ++ox) {
+            const int32_t ix0 = ox * d->stride_w - d->pad_left, yp = (oy * d->out_w + ox) * ys - c0 * mult;
+            int32_t k4[4];
+            tt_tap_window(d, iy0, ix0, k4);
+            for (ic = c0; ic < c1; ++ic) {
+                for (m = 0; m < mult; ++m) {
+                    const int32_t oc = ic * mult + m;
+                    int32_t acc = 0;
+                    float facc = 0.0f;
+                    for (ky = k4[0]; ky < k4[1]; ++ky) {
+                        for (kx = k4[2]; kx < k4[3]; ++kx) {
+                            const int32_t xi = ((iy0 + ky * d->dilation_h) * d->in_w + ix0 + kx * d->dilation_w) *
+                                               d->in_c + ic;
+                            const int32_t wi = (ky * d->k_w + kx) * d->out_c + oc;
+                            if (xq != 0) {
+                                acc += ((int32_t)xq[xi] - zin) * (int32_t)wq[wi];
+                            } else {
+                                facc += xf[xi] * wf[wi];
+                            }
+                        }
+                    }
+                    if (xq != 0) {
+                        yq[yp + oc] = (int8_t)tt_requant_one(q, acc + (bq != 0 ? bq[oc] : 0), oc);
+                    } else {
+                        yf[yp + oc] = tt_act_clamp(bf != 0 ? facc + bf[oc] : facc, act_min, act_max);
+                    }
+                }
+            }
+        }
+    }
+}
+
 void tt_depthwise_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
                             const int32_t *bias, int8_t *y)
 {
-    int32_t b, oy, ox, ic, m, ky, kx;
-    const int32_t zin = q->input_zero_point;
-    const int32_t mult = d->depth_multiplier;
+    int32_t b, ic;
 #if TT_SIMD
     if (tt_dw16_fits(d)) {
         tt_dw16_conv(d, q, x, w, bias, y, 0);
         return;
     }
 #endif
-    if (mult == 1) {
+    if (d->depth_multiplier == 1) {
         /* channel by channel through the fast per-channel kernel (each output is computed alike, in any order) */
         for (b = 0; b < d->batches; ++b) {
             for (ic = 0; ic < d->in_c; ++ic) {
@@ -649,77 +719,18 @@ void tt_depthwise_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const
         return;
     }
     for (b = 0; b < d->batches; ++b) {
-        for (oy = 0; oy < d->out_h; ++oy) {
-            const int32_t iy0 = oy * d->stride_h - d->pad_top;
-            for (ox = 0; ox < d->out_w; ++ox) {
-                const int32_t ix0 = ox * d->stride_w - d->pad_left;
-                int8_t *yp = y + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
-                for (ic = 0; ic < d->in_c; ++ic) {
-                    for (m = 0; m < mult; ++m) {
-                        const int32_t oc = ic * mult + m;
-                        int32_t acc = 0;
-                        for (ky = 0; ky < d->k_h; ++ky) {
-                            const int32_t iy = iy0 + ky * d->dilation_h;
-                            if (iy < 0 || iy >= d->in_h) {
-                                continue;
-                            }
-                            for (kx = 0; kx < d->k_w; ++kx) {
-                                const int32_t ix = ix0 + kx * d->dilation_w;
-                                if (ix < 0 || ix >= d->in_w) {
-                                    continue;
-                                }
-                                acc += ((int32_t)x[((b * d->in_h + iy) * d->in_w + ix) * d->in_c + ic] - zin) *
-                                       (int32_t)w[(ky * d->k_w + kx) * d->out_c + oc];
-                            }
-                        }
-                        if (bias != 0) {
-                            acc += bias[oc];
-                        }
-                        yp[oc] = (int8_t)tt_requant_one(q, acc, oc);
-                    }
-                }
-            }
-        }
+        tt_dw_generic(d, 0, d->in_c, x + b * d->in_h * d->in_w * d->in_c, w, bias, q,
+                      y + b * d->out_h * d->out_w * d->out_c, 0, 0, 0, 0.0f, 0.0f, 0, d->out_c);
     }
 }
 
 void tt_depthwise_conv2d_f32(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
                              const float *bias, float *y)
 {
-    int32_t b, oy, ox, ic, m, ky, kx;
-    const int32_t mult = d->depth_multiplier;
+    int32_t b;
     for (b = 0; b < d->batches; ++b) {
-        for (oy = 0; oy < d->out_h; ++oy) {
-            const int32_t iy0 = oy * d->stride_h - d->pad_top;
-            for (ox = 0; ox < d->out_w; ++ox) {
-                const int32_t ix0 = ox * d->stride_w - d->pad_left;
-                float *yp = y + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
-                for (ic = 0; ic < d->in_c; ++ic) {
-                    for (m = 0; m < mult; ++m) {
-                        const int32_t oc = ic * mult + m;
-                        float acc = 0.0f;
-                        for (ky = 0; ky < d->k_h; ++ky) {
-                            const int32_t iy = iy0 + ky * d->dilation_h;
-                            if (iy < 0 || iy >= d->in_h) {
-                                continue;
-                            }
-                            for (kx = 0; kx < d->k_w; ++kx) {
-                                const int32_t ix = ix0 + kx * d->dilation_w;
-                                if (ix < 0 || ix >= d->in_w) {
-                                    continue;
-                                }
-                                acc += x[((b * d->in_h + iy) * d->in_w + ix) * d->in_c + ic] *
-                                       w[(ky * d->k_w + kx) * d->out_c + oc];
-                            }
-                        }
-                        if (bias != 0) {
-                            acc += bias[oc];
-                        }
-                        yp[oc] = tt_act_clamp(acc, act_min, act_max);
-                    }
-                }
-            }
-        }
+        tt_dw_generic(d, 0, d->in_c, 0, 0, 0, 0, 0, x + b * d->in_h * d->in_w * d->in_c, w, bias, act_min, act_max,
+                      y + b * d->out_h * d->out_w * d->out_c, d->out_c);
     }
 }
 
@@ -753,81 +764,15 @@ void tt_depthwise_conv2d_s8_inplace(const tt_conv_dims *d, const tt_requant_s8 *
 void tt_depthwise_conv2d_f32_inplace(const tt_conv_dims *d, float act_min, float act_max, float *xy,
                                      const float *w, const float *bias, float *scratch)
 {
-    int32_t b, c, oy, ox, ky, kx;
-    const int32_t C = d->in_c;
+    int32_t b, c, p;
+    const int32_t C = d->in_c, n_out = d->out_h * d->out_w;
     for (b = 0; b < d->batches; ++b) {
         const float *x = xy + b * d->in_h * d->in_w * C;
-        float *y = xy + b * d->out_h * d->out_w * C;
+        float *y = xy + b * n_out * C;
         for (c = 0; c < C; ++c) {
-            for (oy = 0; oy < d->out_h; ++oy) {
-                const int32_t iy0 = oy * d->stride_h - d->pad_top;
-                for (ox = 0; ox < d->out_w; ++ox) {
-                    const int32_t ix0 = ox * d->stride_w - d->pad_left;
-                    float acc = 0.0f;
-                    for (ky = 0; ky < d->k_h; ++ky) {
-                        const int32_t iy = iy0 + ky * d->dilation_h;
-                        if (iy < 0 || iy >= d->in_h) {
-                            continue;
-                        }
-                        for (kx = 0; kx < d->k_w; ++kx) {
-                            const int32_t ix = ix0 + kx * d->dilation_w;
-                            if (ix < 0 || ix >= d->in_w) {
-                                continue;
-                            }
-                            acc += x[(iy * d->in_w + ix) * C + c] * w[(ky * d->k_w + kx) * C + c];
-                        }
-                    }
-                    if (bias != 0) {
-                        acc += bias[c];
-                    }
-                    if (acc < act_min) {
-                        acc = act_min;
-                    }
-                    if (acc > act_max) {
-                        acc = act_max;
-                    }
-                    scratch[oy * d->out_w + ox] = acc;
-                }
-            }
-            for (oy = 0; oy < d->out_h * d->out_w; ++oy) {
-                y[oy * C + c] = scratch[oy];
-            }
-        }
-    }
-}
-
-void tt_depthwise_conv2d_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *w, float *dx)
-{
-    int32_t b, iy, ix, ic, m, ky, kx;
-    const int32_t mult = d->depth_multiplier;
-    for (b = 0; b < d->batches; ++b) {
-        for (iy = 0; iy < d->in_h; ++iy) {
-            for (ix = 0; ix < d->in_w; ++ix) {
-                for (ic = 0; ic < d->in_c; ++ic) {
-                    float total = 0.0f;
-                    /* grad_ops accumulates each output channel over the taps, then folds the multiplier. */
-                    for (m = 0; m < mult; ++m) {
-                        const int32_t oc = ic * mult + m;
-                        float s = 0.0f;
-                        for (ky = 0; ky < d->k_h; ++ky) {
-                            const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
-                            if (oy < 0) {
-                                continue;
-                            }
-                            for (kx = 0; kx < d->k_w; ++kx) {
-                                const int32_t ox =
-                                    tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
-                                if (ox < 0) {
-                                    continue;
-                                }
-                                s += dy[((b * d->out_h + oy) * d->out_w + ox) * d->out_c + oc] *
-                                     w[(ky * d->k_w + kx) * d->out_c + oc];
-                            }
-                        }
-                        total += s;
-                    }
-                    dx[((b * d->in_h + iy) * d->in_w + ix) * d->in_c + ic] = total;
-                }
+            tt_dw_generic(d, c, c + 1, 0, 0, 0, 0, 0, x, w, bias, act_min, act_max, scratch, 1);
+            for (p = 0; p < n_out; ++p) {
+                y[p * C + c] = scratch[p];
             }
         }
     }
@@ -843,30 +788,23 @@ void tt_depthwise_conv2d_grad_weight_f32(const tt_conv_dims *d, int32_t k, const
 void tt_depthwise_conv2d_grad_weight_f32_taps(const tt_conv_dims *d, int32_t k, int32_t t0, int32_t t1,
                                               const float *dy, const float *x, float *dw)
 {
-    int32_t t, oc, b, oy, ox;
-    const int32_t mult = d->depth_multiplier;
-    const int32_t n_out = k * mult;
+    int32_t t, oc, i;
+    const int32_t mult = d->depth_multiplier, n_out = k * mult, OC = d->out_c, xs = d->stride_w * d->in_c;
     for (t = t0; t < t1; ++t) {
-        const int32_t ky = t / d->k_w, kx = t % d->k_w;
         float *dwp = dw + (t - t0) * n_out;
+        tt_tap_walk tw;
         for (oc = 0; oc < n_out; ++oc) {
             dwp[oc] = 0.0f;
         }
-        for (b = 0; b < d->batches; ++b) {
-            for (oy = 0; oy < d->out_h; ++oy) {
-                const int32_t iy = oy * d->stride_h - d->pad_top + ky * d->dilation_h;
-                if (iy < 0 || iy >= d->in_h) {
-                    continue;
-                }
-                for (ox = 0; ox < d->out_w; ++ox) {
-                    const int32_t ix = ox * d->stride_w - d->pad_left + kx * d->dilation_w;
-                    const float *dyp;
-                    const float *xp;
-                    if (ix < 0 || ix >= d->in_w) {
-                        continue;
+        tt_tap_walk_init(d, t / d->k_w, t % d->k_w, &tw);
+        while (tt_tap_walk_next(&tw)) {
+            const float *dyp = dy + tw.dy_px * OC, *xp = x + tw.x_px * d->in_c;
+            for (i = 0; i < tw.n; ++i, dyp += OC, xp += xs) {
+                if (mult == 1) {
+                    for (oc = 0; oc < n_out; ++oc) {
+                        dwp[oc] += dyp[oc] * xp[oc];
                     }
-                    dyp = dy + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
-                    xp = x + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
+                } else {
                     for (oc = 0; oc < n_out; ++oc) {
                         dwp[oc] += dyp[oc] * xp[oc / mult];
                     }
@@ -876,266 +814,266 @@ void tt_depthwise_conv2d_grad_weight_f32_taps(const tt_conv_dims *d, int32_t k, 
     }
 }
 
-/* The taps that reach input pixel (iy, ix), in (filter y, filter x) order, found once per pixel instead of once
- * per channel: tap index and the dy offset of its output pixel. At most TT_DW_MAX_TAPS (larger filters take the
- * per-channel search). */
-#define TT_DW_MAX_TAPS 49
+/* ---- input gradient ----------------------------------------------------------------------------------------
+ * Every kernel below runs one (input channel, multiplier) pair at a time through the one-channel kernel: input
+ * element (iy, ix) gets s = 0, += dy * w over its taps in (filter y, filter x) order, skipping the taps that reach
+ * no output, and total = 0 + s (the depth multiplier's later pairs: total + s, in m order, as grad_ops folds the
+ * multiplier). The taps are found per input row (the filter rows, ky order) and per input pixel (the filter
+ * columns, kx order) instead of per tap, and stride 1 needs no division; a 3-wide undilated filter's columns whose
+ * three taps all reach an output run unrolled with the weights in registers. int8 weights are dequantized once
+ * per channel (tt_dq, the value the per-element dequantization gives) when the filter has at most TT_DW_MAX_TAPS
+ * taps. */
+#define TT_DW_ROWS 8 /* filter rows / columns listed; a larger filter takes the per-tap search */
+#define TT_DW_MAX_TAPS (TT_DW_ROWS * TT_DW_ROWS)
+
+TT_CONV_INLINE void tt_dw_gi_put(float *o, float s, int32_t add)
+{
+    *o = (add ? *o : 0.0f) + s;
+}
+
+/* The filter taps k (in order, k < K) through which input coordinate i reaches an output, and those outputs (as
+ * tt_src_out, at most one division per call instead of two per tap): their count. */
+TT_CONV_INLINE int32_t tt_dw_gi_list(int32_t i, int32_t pad, int32_t K, int32_t dil, int32_t stride, int32_t out,
+                                     int32_t *ks, int32_t *os)
+{
+    const int32_t t = i + pad; /* = q * stride + r for tap k, t - k * dil >= 0 */
+    int32_t k, n = 0, q, r;
+    if (t < 0) {
+        return 0;
+    }
+    if (stride == 1) {
+        /* no division: every tap whose output lies in [0, out) */
+        for (k = 0; k < K && t - k * dil >= 0; ++k) {
+            if (t - k * dil < out) {
+                ks[n] = k;
+                os[n] = t - k * dil;
+                ++n;
+            }
+        }
+        return n;
+    }
+    q = stride == 2 ? t >> 1 : t / stride; /* t >= 0 */
+    r = t - q * stride;
+    for (k = 0; k < K && q >= 0; ++k) {
+        if (r == 0 && q < out) {
+            ks[n] = k;
+            os[n] = q;
+            ++n;
+        }
+        r -= dil;
+        while (r < 0) {
+            r += stride;
+            --q;
+        }
+    }
+    return n;
+}
+
+/* One input row of a stride-1, 3-wide undilated filter: nr filter rows (a constant once inlined; rows 1 and 2 read
+ * row 0 when absent and their code is dropped), dy rows rdy, taps rw[r][0], [ws], [2 * ws] in registers. The
+ * columns whose three taps all reach an output [lo, hi) run unrolled; the others test each tap. */
+#define TT_DW_GI_TAP(row, k, w)                                                                                     \
+    do {                                                                                                          \
+        if (ox0 - (k) >= 0 && ox0 - (k) < OW) {                                                                   \
+            s += (row)[(ox0 - (k)) * C] * (w);                                                                    \
+        }                                                                                                         \
+    } while (0)
+TT_CONV_INLINE void tt_dw_gi_row3(const float *const *rdy, const float *const *rw, int32_t ws, const int32_t nr,
+                                  int32_t C, int32_t OW, int32_t pl, int32_t W, float *o, int32_t os, int32_t add)
+{
+    const float *r0 = rdy[0], *r1 = rdy[nr > 1 ? 1 : 0], *r2 = rdy[nr > 2 ? 2 : 0];
+    const float *w0 = rw[0], *w1 = rw[nr > 1 ? 1 : 0], *w2 = rw[nr > 2 ? 2 : 0];
+    const float a0 = w0[0], a1 = w0[ws], a2 = w0[2 * ws], b0 = w1[0], b1 = w1[ws], b2 = w1[2 * ws];
+    const float c0 = w2[0], c1 = w2[ws], c2 = w2[2 * ws];
+    int32_t ix, lo = 2 - pl > 0 ? 2 - pl : 0, hi = OW - pl < W ? OW - pl : W;
+    lo = lo < W ? lo : W;
+    hi = hi > lo ? hi : lo;
+    for (ix = 0; ix < W; ++ix) {
+        const int32_t ox0 = ix + pl;
+        float s = 0.0f;
+        if (ix == lo && hi > lo) {
+            const float *p0 = r0 + ox0 * C, *p1 = r1 + ox0 * C, *p2 = r2 + ox0 * C;
+            for (; ix < hi; ++ix, p0 += C, p1 += C, p2 += C) {
+                float t = 0.0f;
+                t += p0[0] * a0;
+                t += p0[-C] * a1;
+                t += p0[-2 * C] * a2;
+                if (nr > 1) {
+                    t += p1[0] * b0;
+                    t += p1[-C] * b1;
+                    t += p1[-2 * C] * b2;
+                }
+                if (nr > 2) {
+                    t += p2[0] * c0;
+                    t += p2[-C] * c1;
+                    t += p2[-2 * C] * c2;
+                }
+                tt_dw_gi_put(o + ix * os, t, add);
+            }
+            --ix;
+            continue;
+        }
+        TT_DW_GI_TAP(r0, 0, a0);
+        TT_DW_GI_TAP(r0, 1, a1);
+        TT_DW_GI_TAP(r0, 2, a2);
+        if (nr > 1) {
+            TT_DW_GI_TAP(r1, 0, b0);
+            TT_DW_GI_TAP(r1, 1, b1);
+            TT_DW_GI_TAP(r1, 2, b2);
+        }
+        if (nr > 2) {
+            TT_DW_GI_TAP(r2, 0, c0);
+            TT_DW_GI_TAP(r2, 1, c1);
+            TT_DW_GI_TAP(r2, 2, c2);
+        }
+        tt_dw_gi_put(o + ix * os, s, add);
+    }
+}
+#undef TT_DW_GI_TAP
+
+void tt_depthwise_conv2d_grad_input_channel_f32(const tt_conv_dims *d, const float *dyc, const float *wc,
+                                                 int32_t w_stride, const int8_t *wq, int32_t z, float sc, float *out,
+                                                 int32_t os, int32_t add)
+{
+    int32_t iy, ix, ky, kx, r, j, nr, nc;
+    const int32_t C = d->out_c, OW = d->out_w, KW = d->k_w, S = d->stride_w, dil = d->dilation_w;
+    const int32_t pl = d->pad_left, W = d->in_w, taps = d->k_h * KW, k3 = S == 1 && KW == 3 && dil == 1;
+    const float *rdy[TT_DW_ROWS], *rw[TT_DW_ROWS];
+    int32_t rk[TT_DW_ROWS], ro[TT_DW_ROWS], ck[TT_DW_ROWS], co[TT_DW_ROWS];
+    float wl[TT_DW_MAX_TAPS];
+    if (d->k_h > TT_DW_ROWS || KW > TT_DW_ROWS) {
+        for (iy = 0; iy < d->in_h; ++iy) {
+            for (ix = 0; ix < W; ++ix) {
+                float s = 0.0f;
+                for (ky = 0; ky < d->k_h; ++ky) {
+                    const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
+                    for (kx = 0; kx < KW && oy >= 0; ++kx) {
+                        const int32_t ox = tt_src_out(ix, pl, kx, dil, S, OW), tap = ky * KW + kx;
+                        if (ox >= 0) {
+                            s += dyc[(oy * OW + ox) * C] * (wc != 0 ? wc[tap * w_stride] : tt_dq(wq[tap * C], z, sc));
+                        }
+                    }
+                }
+                tt_dw_gi_put(out + (iy * W + ix) * os, s, add);
+            }
+        }
+        return;
+    }
+    if (wc == 0) {
+        /* the taps dequantized once (the same float values tt_dq gives per element) */
+        for (j = 0; j < taps; ++j) {
+            wl[j] = tt_dq(wq[j * C], z, sc);
+        }
+        wc = wl;
+        w_stride = 1;
+    }
+    for (iy = 0; iy < d->in_h; ++iy) {
+        nr = tt_dw_gi_list(iy, d->pad_top, d->k_h, d->dilation_h, d->stride_h, d->out_h, rk, ro);
+        for (r = 0; r < nr; ++r) {
+            rdy[r] = dyc + ro[r] * OW * C;
+            rw[r] = wc + rk[r] * KW * w_stride;
+        }
+        if (k3 && nr > 0 && nr <= 3) {
+            float *o = out + iy * W * os;
+            if (nr == 3) {
+                tt_dw_gi_row3(rdy, rw, w_stride, 3, C, OW, pl, W, o, os, add);
+            } else if (nr == 2) {
+                tt_dw_gi_row3(rdy, rw, w_stride, 2, C, OW, pl, W, o, os, add);
+            } else {
+                tt_dw_gi_row3(rdy, rw, w_stride, 1, C, OW, pl, W, o, os, add);
+            }
+            continue;
+        }
+        for (ix = 0; ix < W; ++ix) {
+            float s = 0.0f;
+            if (S == 1) {
+                /* the filter columns [kx0, kx1) reach output columns ox0 - kx * dil in [0, OW) */
+                const int32_t ox0 = ix + pl;
+                int32_t kx0 = 0, kx1 = KW;
+                while (kx1 > 0 && ox0 - (kx1 - 1) * dil < 0) {
+                    --kx1;
+                }
+                while (kx0 < kx1 && ox0 - kx0 * dil >= OW) {
+                    ++kx0;
+                }
+                for (r = 0; r < nr; ++r) {
+                    const float *rp = rdy[r] + ox0 * C, *wp = rw[r];
+                    for (kx = kx0; kx < kx1; ++kx) {
+                        s += rp[-kx * dil * C] * wp[kx * w_stride];
+                    }
+                }
+            } else {
+                nc = tt_dw_gi_list(ix, pl, KW, dil, S, OW, ck, co);
+                for (r = 0; r < nr; ++r) {
+                    for (j = 0; j < nc; ++j) {
+                        s += rdy[r][co[j] * C] * rw[r][ck[j] * w_stride];
+                    }
+                }
+            }
+            tt_dw_gi_put(out + (iy * W + ix) * os, s, add);
+        }
+    }
+}
+
+/* Every (input channel, multiplier) pair of one batch: dyb / dxb the batch's gradients (dx pixel stride os, channel
+ * 0 at dxb), w float or (0) int8 wq with its per-channel dequantization. */
+static void tt_dw_gi_batch(const tt_conv_dims *d, const float *dyb, const float *w, const int8_t *wq,
+                           const float *scale, const int32_t *zero_point, int32_t c0, int32_t c1, float *dxb,
+                           int32_t os)
+{
+    int32_t ic, m;
+    const int32_t M = d->depth_multiplier, OC = d->out_c;
+    for (ic = c0; ic < c1; ++ic) {
+        for (m = 0; m < M; ++m) {
+            const int32_t oc = ic * M + m;
+            if (w != 0) {
+                tt_depthwise_conv2d_grad_input_channel_f32(d, dyb + oc, w + oc, OC, 0, 0, 0.0f, dxb + (ic - c0), os,
+                                                            m > 0);
+            } else {
+                tt_depthwise_conv2d_grad_input_channel_f32(d, dyb + oc, 0, 0, wq + oc, zero_point[oc], scale[oc],
+                                                            dxb + (ic - c0), os, m > 0);
+            }
+        }
+    }
+}
+
+void tt_depthwise_conv2d_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *w, float *dx)
+{
+    int32_t b;
+    for (b = 0; b < d->batches; ++b) {
+        tt_dw_gi_batch(d, dy + b * d->out_h * d->out_w * d->out_c, w, 0, 0, 0, 0, d->in_c,
+                       dx + b * d->in_h * d->in_w * d->in_c, d->in_c);
+    }
+}
 
 void tt_depthwise_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const int8_t *w,
                                            const float *scale, const int32_t *zero_point, float *dx)
 {
-    int32_t b, iy, ix, ic, m, ky, kx, t;
-    const int32_t mult = d->depth_multiplier;
-    int32_t tap_w[TT_DW_MAX_TAPS], tap_dy[TT_DW_MAX_TAPS];
-    const int32_t listed = d->k_h * d->k_w <= TT_DW_MAX_TAPS;
+    int32_t b;
     for (b = 0; b < d->batches; ++b) {
-        for (iy = 0; iy < d->in_h; ++iy) {
-            for (ix = 0; ix < d->in_w; ++ix) {
-                int32_t nt = 0;
-                if (listed) {
-                    for (ky = 0; ky < d->k_h; ++ky) {
-                        const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
-                        if (oy < 0) {
-                            continue;
-                        }
-                        for (kx = 0; kx < d->k_w; ++kx) {
-                            const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
-                            if (ox < 0) {
-                                continue;
-                            }
-                            tap_w[nt] = (ky * d->k_w + kx) * d->out_c;
-                            tap_dy[nt] = ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
-                            ++nt;
-                        }
-                    }
-                }
-                for (ic = 0; ic < d->in_c; ++ic) {
-                    float total = 0.0f;
-                    for (m = 0; m < mult; ++m) {
-                        const int32_t oc = ic * mult + m;
-                        float s = 0.0f;
-                        if (listed) {
-                            const int32_t z = zero_point[oc];
-                            const float sc = scale[oc];
-                            for (t = 0; t < nt; ++t) {
-                                s += dy[tap_dy[t] + oc] * ((float)((int32_t)w[tap_w[t] + oc] - z) * sc);
-                            }
-                            total += s;
-                            continue;
-                        }
-                        for (ky = 0; ky < d->k_h; ++ky) {
-                            const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
-                            if (oy < 0) {
-                                continue;
-                            }
-                            for (kx = 0; kx < d->k_w; ++kx) {
-                                const int32_t ox =
-                                    tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
-                                if (ox < 0) {
-                                    continue;
-                                }
-                                s += dy[((b * d->out_h + oy) * d->out_w + ox) * d->out_c + oc] *
-                                     tt_dq(w[(ky * d->k_w + kx) * d->out_c + oc], zero_point[oc], scale[oc]);
-                            }
-                        }
-                        total += s;
-                    }
-                    dx[((b * d->in_h + iy) * d->in_w + ix) * d->in_c + ic] = total;
-                }
-            }
-        }
+        tt_dw_gi_batch(d, dy + b * d->out_h * d->out_w * d->out_c, 0, w, scale, zero_point, 0, d->in_c,
+                       dx + b * d->in_h * d->in_w * d->in_c, d->in_c);
     }
 }
 
-/* ---- in-place depthwise input gradient (depth multiplier 1; memplan: dx written over dz) ---------------------
+/* ---- in-place input gradient (depth multiplier 1; memplan: dx written over dz) ------------------------------
  * Input-gradient channel c reads only output-gradient channel c, and both keep channel c at the offsets
  * (pixel * C + c) of the shared buffer: channel c of a batch is computed into scratch (in_h*in_w floats), then
  * copied over it, as tt_depthwise_conv2d_f32_inplace does. With several batches, batch b of dx covers
  * [b*n_in*C, (b+1)*n_in*C) and batch b of dz [b*n_out*C, (b+1)*n_out*C): when n_in <= n_out the batches go
- * first to last (dx of batch b never reaches dz of a later batch), otherwise last to first. Each element is the
- * sum of tt_depthwise_conv2d_grad_input_f32 / _qw_f32 (taps in (filter y, filter x) order, then total = 0 + s),
- * so the bits are those of the out-of-place kernels. */
-/* Stride 1, float taps wc[tap * w_stride], at most TT_DW_ROWS filter rows: the same sums without the per-tap
- * division of tt_src_out. The filter rows that reach input row iy are listed once per row (in ky order); per
- * pixel the taps run in (ky, kx) order, skipping out-of-range output columns, so each element sees the float
- * operations of the general loop below in the same order (s = 0, s += dy * w per valid tap, total = 0 + s). A
- * 3-wide undilated row whose three output columns are all in range is unrolled. */
-#define TT_DW_ROWS 8
-
-/* 3x3, undilated, every filter row in range (the rows of a 3x3 "same" gradient but the first and last): the nine
- * taps stay in registers, the output columns whose three taps are all in range run unrolled, the others (the
- * first and last columns) take the general row loop; the same operations in the same order. */
-static void tt_dw_gi_row3x3(const tt_conv_dims *d, const float *const rdy[3], const float *wc, int32_t w_stride,
-                           int32_t iy, float *out)
-{
-    const int32_t C = d->out_c, OW = d->out_w, W = d->in_w, pl = d->pad_left;
-    const float w00 = wc[0], w01 = wc[w_stride], w02 = wc[2 * w_stride];
-    const float w10 = wc[3 * w_stride], w11 = wc[4 * w_stride], w12 = wc[5 * w_stride];
-    const float w20 = wc[6 * w_stride], w21 = wc[7 * w_stride], w22 = wc[8 * w_stride];
-    const float *r0 = rdy[0], *r1 = rdy[1], *r2 = rdy[2];
-    float *o = out + iy * W;
-    int32_t ix, kx, ky, lo = 2 - pl, hi = OW - pl; /* columns [lo, hi): ox0 - 2 >= 0 and ox0 < OW */
-    if (lo < 0) {
-        lo = 0;
-    }
-    if (hi > W) {
-        hi = W;
-    }
-    if (lo > hi) {
-        lo = hi;
-    }
-    for (ix = 0; ix < W; ++ix) {
-        const int32_t ox0 = ix + pl;
-        float total = 0.0f, s = 0.0f;
-        if (ix == lo) {
-            const float *p0 = r0 + ox0 * C, *p1 = r1 + ox0 * C, *p2 = r2 + ox0 * C;
-            for (; ix < hi; ++ix, p0 += C, p1 += C, p2 += C) {
-                float t = 0.0f, u = 0.0f;
-                t += p0[0] * w00;
-                t += p0[-C] * w01;
-                t += p0[-2 * C] * w02;
-                t += p1[0] * w10;
-                t += p1[-C] * w11;
-                t += p1[-2 * C] * w12;
-                t += p2[0] * w20;
-                t += p2[-C] * w21;
-                t += p2[-2 * C] * w22;
-                u += t;
-                o[ix] = u;
-            }
-            if (ix >= W) {
-                break;
-            }
-        }
-        {
-            const int32_t oxa = ix + pl;
-            for (ky = 0; ky < 3; ++ky) {
-                const float *rp = ky == 0 ? r0 : ky == 1 ? r1 : r2;
-                for (kx = 0; kx < 3; ++kx) {
-                    const int32_t ox = oxa - kx;
-                    if (ox < 0 || ox >= OW) {
-                        continue;
-                    }
-                    s += rp[ox * C] * wc[(ky * 3 + kx) * w_stride];
-                }
-            }
-            total += s;
-            o[ix] = total;
-        }
-    }
-}
-
-static void tt_dw_grad_input_channel_s1(const tt_conv_dims *d, const float *dyb, int32_t c, const float *wc,
-                                        int32_t w_stride, float *out)
-{
-    int32_t iy, ix, ky, kx, r, nr;
-    const int32_t C = d->out_c, OW = d->out_w, KW = d->k_w, dil_w = d->dilation_w;
-    const int k33 = d->k_h == 3 && KW == 3 && d->dilation_h == 1 && dil_w == 1;
-    const float *rdy[TT_DW_ROWS];
-    const float *rw[TT_DW_ROWS];
-    for (iy = 0; iy < d->in_h; ++iy) {
-        if (k33 && iy + d->pad_top - 2 >= 0 && iy + d->pad_top < d->out_h) {
-            const float *rows[3];
-            rows[0] = dyb + (iy + d->pad_top) * OW * C + c;
-            rows[1] = rows[0] - OW * C;
-            rows[2] = rows[1] - OW * C;
-            tt_dw_gi_row3x3(d, rows, wc, w_stride, iy, out);
-            continue;
-        }
-        nr = 0;
-        for (ky = 0; ky < d->k_h; ++ky) {
-            const int32_t oy = iy + d->pad_top - ky * d->dilation_h;
-            if (oy >= 0 && oy < d->out_h) {
-                rdy[nr] = dyb + oy * OW * C + c;
-                rw[nr] = wc + ky * KW * w_stride;
-                ++nr;
-            }
-        }
-        for (ix = 0; ix < d->in_w; ++ix) {
-            const int32_t ox0 = ix + d->pad_left; /* output column of tap kx: ox0 - kx * dil_w */
-            float total = 0.0f, s = 0.0f;
-            if (KW == 3 && dil_w == 1 && ox0 - 2 >= 0 && ox0 < OW) {
-                for (r = 0; r < nr; ++r) {
-                    const float *dp = rdy[r] + ox0 * C;
-                    const float *wp = rw[r];
-                    s += dp[0] * wp[0];
-                    s += dp[-C] * wp[w_stride];
-                    s += dp[-2 * C] * wp[2 * w_stride];
-                }
-            } else {
-                for (r = 0; r < nr; ++r) {
-                    for (kx = 0; kx < KW; ++kx) {
-                        const int32_t ox = ox0 - kx * dil_w;
-                        if (ox < 0 || ox >= OW) {
-                            continue;
-                        }
-                        s += rdy[r][ox * C] * rw[r][kx * w_stride];
-                    }
-                }
-            }
-            total += s;
-            out[iy * d->in_w + ix] = total;
-        }
-    }
-}
-
-static void tt_dw_grad_input_channel(const tt_conv_dims *d, const float *dyb, int32_t c, const float *wc,
-                                     int32_t w_stride, const int8_t *wq, int32_t z, float sc, float *out)
-{
-    int32_t iy, ix, ky, kx;
-    const int32_t C = d->out_c;
-    if (wc != 0 && d->stride_h == 1 && d->stride_w == 1 && d->k_h <= TT_DW_ROWS) {
-        tt_dw_grad_input_channel_s1(d, dyb, c, wc, w_stride, out);
-        return;
-    }
-    for (iy = 0; iy < d->in_h; ++iy) {
-        for (ix = 0; ix < d->in_w; ++ix) {
-            float total = 0.0f, s = 0.0f;
-            for (ky = 0; ky < d->k_h; ++ky) {
-                const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
-                if (oy < 0) {
-                    continue;
-                }
-                for (kx = 0; kx < d->k_w; ++kx) {
-                    const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
-                    const int32_t tap = ky * d->k_w + kx;
-                    if (ox < 0) {
-                        continue;
-                    }
-                    s += dyb[(oy * d->out_w + ox) * C + c] *
-                         (wc != 0 ? wc[tap * w_stride] : tt_dq(wq[tap * C + c], z, sc));
-                }
-            }
-            total += s;
-            out[iy * d->in_w + ix] = total;
-        }
-    }
-}
-
-/* w: float weight (wq 0) or int8 weight with its dequantize tables. */
+ * first to last (dx of batch b never reaches dz of a later batch), otherwise last to first. The sums are the
+ * out-of-place kernels'. */
 static void tt_dw_grad_input_inplace(const tt_conv_dims *d, float *dydx, const float *w, const int8_t *wq,
                                      const float *scale, const int32_t *zero_point, float *scratch)
 {
-    int32_t i, c, p, t;
-    const int32_t C = d->in_c, n_in = d->in_h * d->in_w, n_out = d->out_h * d->out_w, taps = d->k_h * d->k_w;
+    int32_t i, c, p;
+    const int32_t C = d->in_c, n_in = d->in_h * d->in_w, n_out = d->out_h * d->out_w;
     const int32_t backwards = n_in > n_out;
-    float wl[TT_DW_MAX_TAPS];
     for (i = 0; i < d->batches; ++i) {
         const int32_t b = backwards ? d->batches - 1 - i : i;
-        const float *dyb = dydx + b * n_out * C;
         float *dxb = dydx + b * n_in * C;
         for (c = 0; c < C; ++c) {
-            if (w != 0) {
-                tt_dw_grad_input_channel(d, dyb, c, w + c, C, 0, 0, 0.0f, scratch);
-            } else if (taps <= TT_DW_MAX_TAPS) {
-                /* the channel's taps dequantized once (the same float values tt_dq gives per element) */
-                for (t = 0; t < taps; ++t) {
-                    wl[t] = tt_dq(wq[t * C + c], zero_point[c], scale[c]);
-                }
-                tt_dw_grad_input_channel(d, dyb, c, wl, 1, 0, 0, 0.0f, scratch);
-            } else {
-                tt_dw_grad_input_channel(d, dyb, c, 0, 0, wq, zero_point[c], scale[c], scratch);
-            }
+            tt_dw_gi_batch(d, dydx + b * n_out * C, w, wq, scale, zero_point, c, c + 1, scratch, 1);
             for (p = 0; p < n_in; ++p) {
                 dxb[p * C + c] = scratch[p];
             }

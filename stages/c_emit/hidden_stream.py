@@ -67,7 +67,7 @@ def _depthwise(gen, op: Op, c: int) -> list[str]:
         taps = f"{gen.loc(w)}, 0, 0, 0"
     return [f"{{ float tt_wc[{kh * kw}];",
             f"  tt_hs_dw_taps({kh * kw}, {c}, o, {taps}, tt_wc);",
-            f"  tt_hs_dw_grad_input_f32(&{d}, {gen.loc(dz)}, tt_wc, {gen.loc(dx)}); }}"]
+            f"  tt_depthwise_conv2d_grad_input_channel_f32(&{d}, {gen.loc(dz)}, tt_wc, 1, 0, 0, 0.0f, {gen.loc(dx)}, 1, 0); }}"]
 
 
 def _sum(gen, op: Op, c: int) -> list[str]:
