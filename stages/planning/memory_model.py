@@ -88,6 +88,7 @@ from tinytrain.stages.ops import CLAMP_MASK, CONV2D, MASK_GRAD
 from tinytrain.stages.quant.qas import STATE_COUNT
 from tinytrain.stages.planning import channel_stream
 from tinytrain.stages.planning.fp16_memory import RESIDENT_SCALARS, fp16_steps
+from tinytrain.stages.planning.step_groups import merge_group
 from tinytrain.stages.planning.streams import (MAX_ROW_OPS, fed_inputs, row_geometry, row_op_ok, sink_over_inputs,
                                               window_rows)
 from tinytrain.stages.planning.train_plan import RATIOS, TrainPlan, _has_bias, _in_channels
@@ -755,34 +756,15 @@ def _mask_steps(steps: list[tuple[str, list[str], list[str]]], n_fwd: int, maska
 
 def _merge_positions(steps: list[tuple], dy: str, dz: str) -> dict[int, int]:
     """The reorder stage's position stream on the abstract program: the step that makes the broadcast gradient dy
-    (mean_grad), the mask making dz and the steps reading dz become one step reading and writing all they do (the
-    planner keeps a stream's tensors for the whole group, without in-place sharing inside it); the steps between
-    them go after it (an update of a bias gradient the group makes), or before it when the group reads what they
-    make. Returns the old -> new index of every step."""
+    (mean_grad), the mask making dz and the steps reading dz become one step (step_groups.merge_group). Returns the
+    old -> new index of every step."""
     remap = {k: k for k in range(len(steps))}
     m = next((k for k in range(len(steps)) if dy in steps[k][2]), None)
     if m is None:
         return remap
     members = [m] + [k for k in range(m + 1, len(steps)) if dz in steps[k][2] or dz in steps[k][1]]
-    last = members[-1]
-    made = {t for k in members for t in steps[k][2]}
-    reads = {t for k in members for t in steps[k][1]}
-    others = [k for k in range(m, last + 1) if k not in members]
-    before = [k for k in others if set(steps[k][2]) & reads and not set(steps[k][1]) & made]
-    after = [k for k in others if k not in before]
-    merged = ("positions", list(dict.fromkeys(t for k in members for t in steps[k][1] if t not in made)),
-              list(dict.fromkeys(t for k in members for t in steps[k][2])))
-    span = [steps[k] for k in before] + [merged] + [steps[k] for k in after]
-    for n, k in enumerate(before):
-        remap[k] = m + n
-    for k in members:
-        remap[k] = m + len(before)
-    for n, k in enumerate(after):
-        remap[k] = m + len(before) + 1 + n
-    for k in range(last + 1, len(steps)):
-        remap[k] = k - (last + 1 - m - len(span))
-    steps[m:last + 1] = span
-    return remap
+    merged = merge_group(steps, members, "positions")
+    return remap if merged is None else merged
 
 
 def _live_profile(sizes: dict[str, int], steps: list[tuple[str, list[str], list[str]]], inputs: list[str],
