@@ -29,7 +29,7 @@ from typing import Any
 from tinytrain.stages import ops
 from tinytrain.stages.model.ir import Graph, Op, numel
 from tinytrain.stages.planning.arena import depth_multiplier, element_bytes
-from tinytrain.stages.planning.step_groups import merge_group
+from tinytrain.stages.planning.abstract_program import merge_group
 
 ROLES = ops.HIDDEN_ROLES
 # the most filter taps a streamed depthwise gradient keeps (kernels_c/tt_hidden_stream.c TT_HS_MAX_TAPS): a larger
@@ -177,7 +177,7 @@ def _forward_of(name: str) -> tuple[str, int | None]:
 def merge_steps(steps: list[tuple], sizes: dict[str, int], graph: Graph, start: int = 0) -> dict[int, int]:
     """The reorder stage's hidden streams on the memory model's abstract program (steps: (type, SRAM inputs,
     outputs), in order; steps[start:] the backward): each chain becomes one step that reads and writes everything
-    its members do (step_groups.merge_group: all of it lives across the loop, as the planner extends the
+    its members do (abstract_program.merge_group: all of it lives across the loop, as the planner extends the
     lifetimes), its gradients sized one plane (`sizes` updated). Returns the old -> new index of every step."""
     remap = {j: j for j in range(len(steps))}
     j = start

@@ -1,6 +1,6 @@
-"""step_groups.merge_group: a stream's steps as one step of the memory model's abstract program, the steps between
-its members ordered as streams._gather orders ops."""
-from tinytrain.stages.planning.step_groups import merge_group
+"""abstract_program.merge_group: a stream's steps as one step of the memory model's abstract program, the steps
+between its members ordered as streams._gather orders ops."""
+from tinytrain.stages.planning.abstract_program import merge_group
 
 
 def test_members_become_one_step_with_the_others_before_or_after():
