@@ -24,6 +24,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
+from tinytrain.cache.fs_ops import atomic_write_bytes
+
 # Text stays text in the SVG (the op names must be findable), ids are salted with a constant, fonts are the
 # DejaVu Sans bundled with matplotlib (the same glyphs on every machine).
 _RC = {"svg.hashsalt": "tinytrain", "svg.fonttype": "none", "font.family": "DejaVu Sans", "font.size": 9,
@@ -49,8 +51,8 @@ class Picture:
         """Write `<stem>.svg` and `<stem>.png`; returns both paths."""
         stem = Path(stem)
         svg, png = stem.with_suffix(".svg"), stem.with_suffix(".png")
-        svg.write_bytes(self.svg)
-        png.write_bytes(self.png)
+        atomic_write_bytes(svg, self.svg)   # an interrupted build never leaves half a picture
+        atomic_write_bytes(png, self.png)
         return svg, png
 
 

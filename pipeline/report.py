@@ -17,12 +17,12 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from tinytrain.cache.fs_ops import atomic_write_bytes
 from tinytrain.pipeline.stage_graph import STAGE_NAMES
 
 REPORT_NAME = "report.md"
@@ -117,15 +117,10 @@ def write_report(build_dir: Path, layers_picture: bool = True) -> Path:
         write_layers_picture(build_dir)
     text, _ = render(build_dir)
     path = build_dir / REPORT_NAME
-    _write_atomic(path, text)
-    _write_atomic(build_dir / HTML_NAME, to_html(text, build_dir))
+    atomic_write_bytes(path, text.encode())   # an interrupted build never leaves half a report
+    atomic_write_bytes(build_dir / HTML_NAME, to_html(text, build_dir).encode())
     return path
 
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def layer_table(a: "Artifacts"):

@@ -29,6 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from tinytrain.cache.fs_ops import atomic_write_bytes
 from tinytrain.cache.store import ActionEntry, Cache, CacheError
 from tinytrain.pipeline import stage_graph
 from tinytrain.pipeline.console import BuildLog
@@ -41,6 +42,7 @@ from tinytrain.pipeline.preimage import config_slice
 from tinytrain.pipeline.spec import Spec
 from tinytrain.pipeline.stage_graph import StageDef
 from tinytrain.pipeline.workspace import build_dir, build_lock, stage_dir
+from tinytrain.stages.planning.parallel import Background
 
 
 class StageNotImplemented(StageFailed):
@@ -159,10 +161,8 @@ def _write_record_and_report(result: BuildResult, log: BuildLog, layers_drawn: b
 
     folder = Path(result.out_dir)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{BUILD_RECORD}.tmp"
-        tmp.write_text(json.dumps(result.to_json(), indent=1, sort_keys=True, default=str) + "\n")
-        tmp.replace(folder / BUILD_RECORD)
+        atomic_write_bytes(folder / BUILD_RECORD,
+                           (json.dumps(result.to_json(), indent=1, sort_keys=True, default=str) + "\n").encode())
         write_report(folder, layers_picture=not layers_drawn)
     except Exception as e:  # noqa: BLE001 - the build's own outcome matters more than its report
         log.warning(f"warning: could not write the build report in {folder}: {type(e).__name__}: {e}")
@@ -348,11 +348,12 @@ class _Run:
 
 class _EarlyPicture:
     """The report's per-layer chart (report.write_layers_picture, ~1 s of matplotlib on MobileNetV2) reads only the
-    artifacts of report.LAYERS_PICTURE_STAGES: once those are built, a forked process draws it while the stages
-    after them run (emulate-run waits on QEMU, one core, most of its time), instead of after the build. A process,
-    not a thread: matplotlib's rc settings are global, and a stage drawing its own picture at the same time must
-    not see them change. The end of the build waits for it; when it failed (or could not start) the report draws
-    the chart itself, as before."""
+    artifacts of report.LAYERS_PICTURE_STAGES: once those are built, a forked process (parallel.Background, niced:
+    it yields the CPU to the stage it runs beside, QEMU, whose run is the build's critical path) draws it while the
+    stages after them run (emulate-run waits on QEMU, one core, most of its time), instead of after the build. A
+    process, not a thread: matplotlib's rc settings are global, and a stage drawing its own picture at the same time
+    must not see them change. The end of the build waits for it (Background draws it then where it could not fork);
+    when it failed the report draws the chart itself and says why."""
 
     def __init__(self, folder: Path, selected: set[str]):
         from tinytrain.pipeline.report import LAYERS_PICTURE_STAGES
@@ -361,42 +362,25 @@ class _EarlyPicture:
         self.waiting = set(LAYERS_PICTURE_STAGES)
         # only where a stage still runs after the chart's inputs (otherwise the report at the end is as early)
         self.wanted = self.waiting <= selected and bool(selected - self.waiting)
-        self.proc: Any = None
+        self.proc: Background | None = None    # the process drawing it, once started
 
     def stage_done(self, name: str) -> None:
         self.waiting.discard(name)
         if self.wanted and not self.waiting and self.proc is None:
-            import multiprocessing
+            from tinytrain.pipeline.report import write_layers_picture
 
-            if "fork" not in multiprocessing.get_all_start_methods():
-                self.wanted = False
-                return
-            try:
-                self.proc = multiprocessing.get_context("fork").Process(target=_draw_layers, args=(self.folder,),
-                                                                        daemon=True)
-                self.proc.start()
-            except OSError:
-                self.proc, self.wanted = None, False
+            self.proc = Background(partial(write_layers_picture, self.folder), nice=10)
 
     def wait(self) -> bool:
         """True when the chart was drawn here (the report need not draw it)."""
         if self.proc is None:
             return False
-        self.proc.join()
-        return self.proc.exitcode == 0
-
-
-def _draw_layers(folder: Path) -> None:
-    """The early chart's process: a failure is only an exit code (the report then draws the chart and says why).
-    It yields the CPU to the stage it runs beside (QEMU, whose run is the build's critical path): it has until the
-    end of the build, by then long idle."""
-    from tinytrain.pipeline.report import write_layers_picture
-
-    try:
-        os.nice(10)
-        write_layers_picture(folder)
-    except Exception:  # noqa: BLE001
-        os._exit(1)
+        with self.proc:
+            try:
+                self.proc.result()
+            except Exception:  # noqa: BLE001 -- the report draws it again and says why
+                return False
+        return True
 
 
 def _cpu_seconds() -> float:

@@ -264,7 +264,7 @@ def build_training_graph(graph: Graph, plan: TrainPlan, loss: str, optimizer: Op
 
     # ---- forward (+ loss head) ----------------------------------------------------------------------------
     fwd = [copy.deepcopy(op) for op in graph.ops]
-    fwd, head_of = prepare_heads(g, fwd, heads, int8)
+    fwd, head_of = prepare_heads(g, fwd, heads)
     # Parameters of pruned outputs (not trained) get no gradient: they are not trained.
     read = {t for op in fwd for t in op.inputs if t is not None}
     wk = {p: k for p, k in wk.items() if p in read}

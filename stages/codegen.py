@@ -56,7 +56,8 @@ from tinytrain.stages.model.geometry import out_size_and_pad
 from tinytrain.stages.model.ir import Graph, Op, Tensor
 from tinytrain.stages.planning import statics
 from tinytrain.stages.planning.arena import fused_dequantize
-from tinytrain.stages.c_emit.api import CKPT_HEADER, CKPT_VERSION, model_header
+from tinytrain.stages.c_emit.api import CKPT_HEADER, CKPT_VERSION
+from tinytrain.stages.c_emit.api_header import model_header
 from tinytrain.stages.c_emit.driver import driver_source
 from tinytrain.stages.c_emit import hidden_stream, row_feed
 from tinytrain.stages.c_emit.stream import stream_parts

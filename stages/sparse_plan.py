@@ -230,10 +230,10 @@ def fixed_plan(mm: MemoryModel, graph: Graph, upd) -> TrainPlan:
     raise PlanError(f"unknown scheme {upd.scheme!r}")
 
 
-def _outside_arena(graph: Graph, settings: MemorySettings, qas: bool) -> list[dict[str, Any]]:
-    """statics.for_model, or [] when autodiff cannot build the training graph (its own stage says why)."""
+def _outside_arena(graph: Graph, settings: MemorySettings) -> list[dict[str, Any]]:
+    """statics.for_model, or [] when the losses do not fit the model (autodiff's stage says why)."""
     try:
-        return statics.for_model(graph, settings, qas)
+        return statics.for_model(graph, settings)
     except (UserError, NotImplementedError):
         return []
 
@@ -276,7 +276,7 @@ def run(ctx: StageContext) -> StageResult:
     doc: dict[str, Any] = {"scheme": upd.scheme, "budget_bytes": budget, "budget_source": budget_src}
     # The budget holds the arena and the model-sized buffers codegen keeps outside it (planning/statics.py): the
     # arena gets what they leave, so that a plan that fits here also links.
-    outside = _outside_arena(graph, mm.s, qas_enabled(cfg)) if budget is not None else []
+    outside = _outside_arena(graph, mm.s) if budget is not None else []
     doc["outside_arena"] = outside
     arena_budget = None if budget is None else budget - statics.total(outside)
     if upd.scheme == "auto":

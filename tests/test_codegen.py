@@ -97,6 +97,42 @@ def _run(board_name, prog: Path, build: Path, rundir: Path, cfg: RuntimeConfig, 
     return {n: (rundir / n).read_bytes() for n in ("results.json", "losses.bin", "weights.bin")}
 
 
+def _host_run_dumped(tmp_path: Path, cfg: RuntimeConfig) -> dict:
+    """tmp_path/prog trained on the host under ASan/UBSan on tmp_path's train.ttds / test.ttds, the evaluations'
+    head outputs dumped (run/eval_out.bin)."""
+    return _run("host", tmp_path / "prog", tmp_path / "build", tmp_path / "run", cfg,
+                {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"},
+                sanitize=("address", "undefined"), defines={"TT_DUMP_TENSORS": "1"})
+
+
+def _check_first_evaluation(tg, x, tmp_path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The dumped head outputs of both evaluations (8 test samples before training, 8 after) and the golden
+    forward of those samples, which the first evaluation equals (int8 bit for bit, float within 1e-5)."""
+    head_t = tg.tensors[tg.meta["train"]["prediction"]]
+    ev = np.frombuffer((tmp_path / "run" / "eval_out.bin").read_bytes(), head_t.dtype).reshape(16, -1)
+    ref = _forward_ref(tg, x[:8]).reshape(8, -1)
+    if head_t.dtype == "int8":
+        np.testing.assert_array_equal(ev[:8], ref)
+    else:
+        np.testing.assert_allclose(ev[:8], ref, rtol=1e-5, atol=1e-6)
+    return ev, ref
+
+
+def _check_trained(out: dict, io: dict, state: dict) -> dict[str, np.ndarray]:
+    """weights.bin's trained tensors equal the golden model's: int8 / int32 bit for bit, float32 within 1e-5 of the
+    tensor's largest value. Returns them by name."""
+    trained = {}
+    for t in io["trained_tensors"]:
+        got = np.frombuffer(out["weights.bin"][t["offset"]:t["offset"] + t["nbytes"]], t["dtype"]).reshape(t["shape"])
+        exp = state[t["name"]]
+        if t["dtype"] == "float32":
+            assert float(np.max(np.abs(got - exp))) <= 1e-5 * max(float(np.max(np.abs(exp))), 1e-30), t["name"]
+        else:
+            np.testing.assert_array_equal(got, exp, err_msg=t["name"])
+        trained[t["name"]] = got
+    return trained
+
+
 def _golden(tg, x, y, cfg):
     back = RuntimeConfig.from_bytes(cfg.to_bytes())  # the f32 values the firmware reads
     rt = {k: float(getattr(back, k)) for k in RT_KEYS}
@@ -139,20 +175,12 @@ def test_host_matches_golden_model(fixture, scheme, opt, tmp_path, digits_int8):
     write_stream(tmp_path / "train.ttds", x, y)
     write_stream(tmp_path / "test.ttds", x[:8], y[:8])
     cfg = RuntimeConfig(learning_rate=0.05, epochs=1, momentum=0.9, alpha=0.99, eps=1e-7)
-    out = _run("host", tmp_path / "prog", tmp_path / "build", tmp_path / "run", cfg,
-               {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"},
-               sanitize=("address", "undefined"), defines={"TT_DUMP_TENSORS": "1"})
+    out = _host_run_dumped(tmp_path, cfg)
     res = json.loads(out["results.json"])
     meta = tg.meta["train"]
-    head_t = tg.tensors[meta["prediction"]]
 
     # Forward: evaluated before (untrained weights) and after; compare the first evaluation.
-    ev = np.frombuffer((tmp_path / "run" / "eval_out.bin").read_bytes(), head_t.dtype).reshape(16, -1)
-    ref = _forward_ref(tg, x[:8]).reshape(8, -1)
-    if head_t.dtype == "int8":
-        np.testing.assert_array_equal(ev[:8], ref)
-    else:
-        np.testing.assert_allclose(ev[:8], ref, rtol=1e-5, atol=1e-6)
+    _, ref = _check_first_evaluation(tg, x, tmp_path)
     assert res["acc_before"] == {"correct": int((ref.argmax(axis=1) == y[:8]).sum()), "total": 8}
 
     losses = np.frombuffer(out["losses.bin"], "<f4")
@@ -162,16 +190,8 @@ def test_host_matches_golden_model(fixture, scheme, opt, tmp_path, digits_int8):
 
     io = json.loads((tmp_path / "prog" / "io_layout.json").read_text())
     assert [t["name"] for t in io["trained_tensors"]] == list(meta["trained"])
-    wb = out["weights.bin"]
-    assert len(wb) == io["weights_bytes"]
-    for t in io["trained_tensors"]:
-        got = np.frombuffer(wb[t["offset"]:t["offset"] + t["nbytes"]], t["dtype"]).reshape(t["shape"])
-        exp = state[t["name"]]
-        if t["dtype"] == "float32":
-            scale = max(float(np.max(np.abs(exp))), 1e-30)
-            assert float(np.max(np.abs(got - exp))) <= 1e-5 * scale, t["name"]
-        else:
-            np.testing.assert_array_equal(got, exp, err_msg=t["name"])
+    assert len(out["weights.bin"]) == io["weights_bytes"]
+    _check_trained(out, io, state)
 
     assert res["protocol"] == 1 and res["steps"] == STEPS and res["samples"] == STEPS
     assert res["loss_nan"] is False
@@ -412,30 +432,13 @@ def test_new_ops_train_like_the_golden_model(fixture, tmp_path):
     write_stream(tmp_path / "train.ttds", x, y)
     write_stream(tmp_path / "test.ttds", x[:8], y[:8])
     cfg = RuntimeConfig(learning_rate=0.05 if opt == "sgd" else 0.01, epochs=1)
-    out = _run("host", tmp_path / "prog", tmp_path / "build", tmp_path / "run", cfg,
-               {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"},
-               sanitize=("address", "undefined"), defines={"TT_DUMP_TENSORS": "1"})
-    meta = tg.meta["train"]
-    head_t = tg.tensors[meta["prediction"]]
-    ev = np.frombuffer((tmp_path / "run" / "eval_out.bin").read_bytes(), head_t.dtype).reshape(16, -1)
-    ref = _forward_ref(tg, x[:8]).reshape(8, -1)
-    if head_t.dtype == "int8":
-        np.testing.assert_array_equal(ev[:8], ref)
-    else:
-        np.testing.assert_allclose(ev[:8], ref, rtol=1e-5, atol=1e-6)
+    out = _host_run_dumped(tmp_path, cfg)
+    _check_first_evaluation(tg, x, tmp_path)
     want, state = _golden(tg, x, y, cfg)
     np.testing.assert_allclose(np.frombuffer(out["losses.bin"], "<f4"), want, rtol=1e-5, atol=1e-6)
     io = json.loads((tmp_path / "prog" / "io_layout.json").read_text())
-    changed = 0
-    for t in io["trained_tensors"]:
-        got = np.frombuffer(out["weights.bin"][t["offset"]:t["offset"] + t["nbytes"]], t["dtype"]).reshape(t["shape"])
-        exp = state[t["name"]]
-        if t["dtype"] == "float32":
-            scale = max(float(np.max(np.abs(exp))), 1e-30)
-            assert float(np.max(np.abs(got - exp))) <= 1e-5 * scale, t["name"]
-        else:
-            np.testing.assert_array_equal(got, exp, err_msg=t["name"])
-        changed += int(np.count_nonzero(got != tg.tensors[t["name"]].data))
+    trained = _check_trained(out, io, state)
+    changed = sum(int(np.count_nonzero(got != tg.tensors[n].data)) for n, got in trained.items())
     assert changed > 0  # training moved the parameters
     res = json.loads(out["results.json"])
     assert res["steps"] == STEPS and res["loss_nan"] is False
@@ -518,11 +521,4 @@ def test_depthwise_grad_input_in_place_bit_exact(fixture, opt, rounding, tmp_pat
     assert out["losses.bin"] == out0["losses.bin"] and out["weights.bin"] == out0["weights.bin"]
     want, state = _golden(tg, x, y, cfg)
     np.testing.assert_allclose(np.frombuffer(out["losses.bin"], "<f4"), want, rtol=1e-5, atol=1e-6)
-    io = json.loads((tmp_path / "prog" / "io_layout.json").read_text())
-    for t in io["trained_tensors"]:
-        got = np.frombuffer(out["weights.bin"][t["offset"]:t["offset"] + t["nbytes"]], t["dtype"]).reshape(t["shape"])
-        exp = state[t["name"]]
-        if t["dtype"] == "float32":
-            assert float(np.max(np.abs(got - exp))) <= 1e-5 * max(float(np.max(np.abs(exp))), 1e-30), t["name"]
-        else:
-            np.testing.assert_array_equal(got, exp, err_msg=t["name"])
+    _check_trained(out, json.loads((tmp_path / "prog" / "io_layout.json").read_text()), state)

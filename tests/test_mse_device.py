@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_codegen import _forward_ref, _golden, _run  # the same firmware/golden-model harness
+from test_codegen import (_check_first_evaluation, _check_trained, _golden,  # the same firmware/golden-model harness
+                          _host_run_dumped, _run)
 from tinytrain.pipeline.spec_data import DataSpec
 from tinytrain.stages import codegen, emulate_run
 from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
@@ -151,9 +152,7 @@ def test_mse_host_matches_golden_model(fixture, opt, tmp_path):
     write_stream(tmp_path / "train.ttds", x, None, targets=t)
     write_stream(tmp_path / "test.ttds", x[:8], None, targets=t[:8])
     cfg = RuntimeConfig(learning_rate=0.01, epochs=1, momentum=0.9, alpha=0.99, eps=1e-7)
-    out = _run("host", tmp_path / "prog", tmp_path / "build", tmp_path / "run", cfg,
-               {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"},
-               sanitize=("address", "undefined"), defines={"TT_DUMP_TENSORS": "1"})
+    out = _host_run_dumped(tmp_path, cfg)
     res = json.loads(out["results.json"])
     meta = tg.meta["train"]
     head = tg.tensors[meta["prediction"]]
@@ -162,21 +161,10 @@ def test_mse_host_matches_golden_model(fixture, opt, tmp_path):
     want, state = _golden(tg, x, t, cfg)
     assert losses.shape == (STEPS,)
     np.testing.assert_allclose(losses, want, rtol=1e-5, atol=1e-6)
-    for e in io["trained_tensors"]:
-        got = np.frombuffer(out["weights.bin"][e["offset"]:e["offset"] + e["nbytes"]], e["dtype"]).reshape(e["shape"])
-        exp = state[e["name"]]
-        if e["dtype"] == "float32":
-            assert float(np.max(np.abs(got - exp))) <= 1e-5 * max(float(np.max(np.abs(exp))), 1e-30), e["name"]
-        else:
-            np.testing.assert_array_equal(got, exp, err_msg=e["name"])  # int8 weights identical after 20 steps
+    _check_trained(out, io, state)   # int8 weights identical after 20 steps
 
     # Evaluation: forward before training vs the executor, the reported MSE vs the same float32 computation.
-    ev = np.frombuffer((tmp_path / "run" / "eval_out.bin").read_bytes(), head.dtype).reshape(16, -1)
-    ref = _forward_ref(tg, x[:8]).reshape(8, -1)
-    if head.dtype == "int8":
-        np.testing.assert_array_equal(ev[:8], ref)
-    else:
-        np.testing.assert_allclose(ev[:8], ref, rtol=1e-5, atol=1e-6)
+    ev, _ = _check_first_evaluation(tg, x, tmp_path)
     assert res["task"] == "regression" and "acc_before" not in res
     assert res["mse_before_total"] == res["mse_after_total"] == 8
     before = emulate_run.mse_of(res, "before")

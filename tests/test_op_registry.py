@@ -204,15 +204,16 @@ def test_autodiff_and_the_memory_model_run_one_backward_emission():
     """Both BackwardBuilders (autodiff's graph, plan_memory's abstract program) implement the whole interface, and
     neither holds an op's backward of its own: every differentiable op's emission is its OpDef.backward."""
     from tinytrain.stages import autodiff
+    from tinytrain.stages.planning import abstract_program
     from tinytrain.stages.planning import memory_model as plan_memory
     from tinytrain.stages.ops.backward import BackwardBuilder
 
     methods = {n for n, v in vars(BackwardBuilder).items() if callable(v) and not n.startswith("_")}
     assert {"share", "real", "emit", "param_grad", "real_slice"} <= methods
-    for cls in (autodiff._GraphBackward, plan_memory._StepBuilder):
+    for cls in (autodiff._GraphBackward, abstract_program.StepBuilder):
         assert {n for n in methods if not callable(getattr(cls, n, None))} == set(), cls.__name__
     emitted = {n for n, d in ops.REGISTRY.items() if d.of is not None} | {"act_grad", "int8_clamp_grad", "bias_grad"}
-    for mod in (autodiff, plan_memory):
+    for mod in (autodiff, plan_memory, abstract_program):
         tree = ast.parse(Path(mod.__file__).read_text())
         hits = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in emitted}
         assert hits == set(), (mod.__name__, hits)

@@ -61,6 +61,18 @@ def test_background_computes_in_a_worker_and_falls_back_here(monkeypatch):
 
 
 @needs_fork
+def test_background_nice_lowers_only_the_workers_priority(monkeypatch):
+    """Background(fn, nice=n) (the runner's early layer chart): the worker yields the CPU; computed here (one core),
+    this process keeps its priority."""
+    base = os.nice(0)
+    monkeypatch.setattr("tinytrain.stages.planning.parallel.worker_count", lambda: 2)
+    assert Background(lambda: os.nice(0), nice=5).result() == min(base + 5, 19)
+    monkeypatch.setattr("tinytrain.stages.planning.parallel.worker_count", lambda: 1)
+    assert Background(lambda: os.nice(0), nice=5).result() == base
+    assert os.nice(0) == base
+
+
+@needs_fork
 def test_prefetched_exact_peaks_equal_computed_ones():
     g = graph_of("digits_cnn_int8")
     ops = TrainPlan.trainable_ops(g)

@@ -30,6 +30,22 @@ def _run_like(n_epochs: int = 3, per_epoch: int = 200) -> list[float]:
     return out
 
 
+def test_an_interrupted_write_leaves_the_previous_picture_whole(tmp_path, monkeypatch):
+    """Picture.write goes through a temporary file renamed into place: a write that fails half-way (here: at the
+    flush to disk) leaves the previous picture as it was and no partial file beside it."""
+    stem = tmp_path / "chart"
+    plots.Picture(b"<svg>old</svg>", b"old png").write(stem)
+
+    def interrupted(fd):
+        raise OSError("interrupted")
+    monkeypatch.setattr(os, "fsync", interrupted)
+    with pytest.raises(OSError, match="interrupted"):
+        plots.Picture(b"<svg>new</svg>", b"new png").write(stem)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chart.png", "chart.svg"]
+    assert (stem.with_suffix(".svg").read_bytes(), stem.with_suffix(".png").read_bytes()) == (b"<svg>old</svg>",
+                                                                                            b"old png")
+
+
 def test_moving_average_is_centred_and_shrinks_at_the_ends():
     v = [1.0, 2.0, 3.0, 4.0, 10.0]
     # window 3: [mean(1,2), mean(1,2,3), mean(2,3,4), mean(3,4,10), mean(4,10)]

@@ -148,3 +148,24 @@ def test_weight_kept_whole_is_counted_by_the_plan(tmp_path):
     _, mp, _, _ = plan_schedules(tg, True)
     assert ex["arena_bytes"] == mp.arena and ex["peak_bytes"] == mp.arena + 12 * 16
     assert ex["kept_whole"] == whole
+
+
+@pytest.mark.parametrize("heads", [[Head("boxes", "mse")], [Head("scores", "bce")], [Head("boxes", "huber")],
+                                   [Head("scores", "cross_entropy")],
+                                   [Head("scores", "bce"), Head("boxes", "huber", 0.5)],
+                                   [Head("boxes", "mse"), Head("scores", "cross_entropy")]])
+def test_for_model_reads_what_the_training_graph_has(heads):
+    """for_model derives the buffers without building the training graph: the same list as the graph's, int8 and
+    float, one head or several."""
+    from tinytrain.stages.planning.memory_model import MemorySettings
+
+    for g in (detector(40), _float_detector(40)):
+        tg = build_training_graph(g, TrainPlan.full(g), heads, OptimizerSpec("sgd"), 1)
+        assert statics.for_model(g, MemorySettings(heads=tuple(heads))) == statics.outside_arena(tg)
+
+
+def _float_detector(boxes: int):
+    n = _Net(7)
+    x = n.t("features", [1, 16], "input")
+    h = n.fc("trunk", x, 16, 12, "relu")
+    return n.graph([x], [n.fc("boxes", h, 12, boxes), n.fc("scores", h, 12, 3)])

@@ -458,23 +458,8 @@ def test_generated_code_trains_like_the_golden_model(fixture, tmp_path):
     write_stream(tmp_path / "train.ttds", x, y)
     write_stream(tmp_path / "test.ttds", x[:8], y[:8])
     cfg = RuntimeConfig(learning_rate=0.05 if opt == "sgd" else 0.01, epochs=1)
-    out = tc._run("host", tmp_path / "prog", tmp_path / "build", tmp_path / "run", cfg,
-                  {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"},
-                  sanitize=("address", "undefined"), defines={"TT_DUMP_TENSORS": "1"})
-    head_t = tg.tensors[tg.meta["train"]["prediction"]]
-    ev = np.frombuffer((tmp_path / "run" / "eval_out.bin").read_bytes(), head_t.dtype).reshape(16, -1)
-    ref = tc._forward_ref(tg, x[:8]).reshape(8, -1)
-    if head_t.dtype == "int8":
-        np.testing.assert_array_equal(ev[:8], ref)
-    else:
-        np.testing.assert_allclose(ev[:8], ref, rtol=1e-5, atol=1e-6)
+    out = tc._host_run_dumped(tmp_path, cfg)
+    tc._check_first_evaluation(tg, x, tmp_path)
     want, state = tc._golden(tg, x, y, cfg)
     np.testing.assert_allclose(np.frombuffer(out["losses.bin"], "<f4"), want, rtol=1e-5, atol=1e-6)
-    io = json.loads((tmp_path / "prog" / "io_layout.json").read_text())
-    for t in io["trained_tensors"]:
-        got = np.frombuffer(out["weights.bin"][t["offset"]:t["offset"] + t["nbytes"]], t["dtype"]).reshape(t["shape"])
-        exp = state[t["name"]]
-        if t["dtype"] == "float32":
-            assert float(np.max(np.abs(got - exp))) <= 1e-5 * max(float(np.max(np.abs(exp))), 1e-30), t["name"]
-        else:
-            np.testing.assert_array_equal(got, exp, err_msg=t["name"])
+    tc._check_trained(out, json.loads((tmp_path / "prog" / "io_layout.json").read_text()), state)

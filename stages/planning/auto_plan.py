@@ -209,7 +209,7 @@ def auto_search(ctx: StageContext, graph: Graph, mm: MemoryModel, upd, capacity:
         return (*plan_auto(mm, table, capacity, upd.search, upd.analysis.seed), None)
 
     reuse = upstream is not None and contrib.table_matches(upstream, gd, settings)
-    lazy = not reuse and len(contrib.units(graph, settings, trained_outputs(ctx.config))) > FULL_ANALYSIS_MAX_UNITS
+    lazy = not reuse and len(contrib.units(graph, settings, trained_outputs(ctx.config, graph))) > FULL_ANALYSIS_MAX_UNITS
     an = contrib.open_analysis(graph, ctx.config.get("data"), settings, cache=contrib.unit_cache_of(ctx),
                                known=upstream, progress=ctx.progress, loss=loss, estimate=lazy)
 
@@ -243,18 +243,18 @@ def auto_search(ctx: StageContext, graph: Graph, mm: MemoryModel, upd, capacity:
     return whole(table, result, record)
 
 
-def trained_outputs(config: Any) -> list[str] | None:
-    """The outputs train.outputs names (None: the model's single output)."""
-    outs = config.get("train.outputs")
-    return [h.name for h in loss_config(config)] if outs else None
+def trained_outputs(config: Any, graph: Graph) -> list[str] | None:
+    """The outputs train.outputs names (None: the model's single output), checked against the model's outputs
+    (losses.heads_from: a name that is no output is autodiff's one line, with a "did you mean")."""
+    loss = loss_config(config)
+    return None if isinstance(loss, str) else [h.name for h in heads_from(loss, list(graph.outputs))]
 
 
 def restrict_to_trained(mm: MemoryModel, graph: Graph, config: Any) -> None:
     """With train.outputs, the search offers only the layers whose result reaches a trained output (the others are
     pruned from training): `mm.layers` keeps those (in place, before any option is priced)."""
-    outs = trained_outputs(config)
+    outs = trained_outputs(config, graph)
     if outs:
-        heads_from(loss_config(config), list(graph.outputs))   # a name that is no output: autodiff's one line
         keep = set(contrib.trainable_layers(graph, outs))
         mm.layers = [lay for lay in mm.layers if lay.op_index in keep]
 

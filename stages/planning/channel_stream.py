@@ -29,6 +29,7 @@ from typing import Any
 from tinytrain.stages import ops
 from tinytrain.stages.model.ir import Graph, Op, numel
 from tinytrain.stages.planning.arena import depth_multiplier, element_bytes
+from tinytrain.stages.planning.abstract_program import merge_group
 
 ROLES = ops.HIDDEN_ROLES
 # the most filter taps a streamed depthwise gradient keeps (kernels_c/tt_hidden_stream.c TT_HS_MAX_TAPS): a larger
@@ -176,9 +177,8 @@ def _forward_of(name: str) -> tuple[str, int | None]:
 def merge_steps(steps: list[tuple], sizes: dict[str, int], graph: Graph, start: int = 0) -> dict[int, int]:
     """The reorder stage's hidden streams on the memory model's abstract program (steps: (type, SRAM inputs,
     outputs), in order; steps[start:] the backward): each chain becomes one step that reads and writes everything
-    its members do (so all of it lives across the loop, as the planner extends the lifetimes), its gradients
-    sized one plane (`sizes` updated); the steps between the members that the chain needs go before it, the others
-    after. Returns the old -> new index of every step."""
+    its members do (abstract_program.merge_group: all of it lives across the loop, as the planner extends the
+    lifetimes), its gradients sized one plane (`sizes` updated). Returns the old -> new index of every step."""
     remap = {j: j for j in range(len(steps))}
     j = start
     while j < len(steps):
@@ -189,35 +189,11 @@ def merge_steps(steps: list[tuple], sizes: dict[str, int], graph: Graph, start: 
         members, planes, c = found
         for t in planes:
             sizes[t] = numel(graph.tensors[_forward_of(t)[0]].shape) // c * FP32
-        last = max(members)
-        made = {t for k in members for t in steps[k][2]}
-        reads = {t for k in members for t in steps[k][1]}
-        before, after = [], []
-        for k in range(j, last + 1):
-            if k in members:
-                continue
-            # a step between the members: before the loop when a member reads what it writes, else after it
-            if set(steps[k][2]) & reads:
-                if set(steps[k][1]) & made:
-                    return remap  # feeds the loop and needs it: the planner would not gather it either
-                before.append(k)
-            else:
-                after.append(k)
-        ins = [t for k in members for t in steps[k][1] if t not in made]
-        outs = [t for k in members for t in steps[k][2]]
-        merged = ("hidden", list(dict.fromkeys(ins)), list(dict.fromkeys(outs)))
-        span = [steps[k] for k in before] + [merged] + [steps[k] for k in after]
-        new_at = {k: j + n for n, k in enumerate(before)}
-        new_at.update({k: j + len(before) for k in members})
-        new_at.update({k: j + len(before) + 1 + n for n, k in enumerate(after)})
-        shift = (last + 1 - j) - len(span)
-        for old, cur in remap.items():
-            if cur in new_at:
-                remap[old] = new_at[cur]
-            elif cur > last:
-                remap[old] = cur - shift
-        steps[j:last + 1] = span
-        j += len(before) + 1
+        merged = merge_group(steps, members, "hidden")
+        if merged is None:
+            return remap
+        remap = {old: merged[cur] for old, cur in remap.items()}
+        j = merged[members[0]] + 1
     return remap
 
 

@@ -8,7 +8,7 @@ the exact planner measures, without building graphs:
 Simulated peak of a plan (`simulate`, `estimate`)
   An abstract program of the training step, with only the tensors the planner puts in SRAM. Its backward is the
   op modules' own emission (OpDef.backward, stages/ops/backward.py), the one autodiff runs, through a builder that
-  records steps and sizes instead of ops (`_StepBuilder`); this module adds the exact planner's view of it:
+  records steps and sizes instead of ops (`StepBuilder`); this module adds the exact planner's view of it:
     forward              the inference ops (the final softmax / float-I/O dequantize that training drops are left
                          out); activations at their own itemsize (int8: 1 byte), graph input included.
     loss                 int8 head dequantized to fp32 (`deq/<head>`), labels (int32[1]) or an fp32 MSE target,
@@ -45,7 +45,7 @@ Simulated peak of a plan (`simulate`, `estimate`)
   between two 1x1 convs one hidden channel at a time, channel_stream.merge_steps; the search's region terms leave
   them out: an upper bound) mirrored, estimate / exact peak is in
   [0.98, 1.04], median 1.000 over the 160 cases. The position stream of a pooled head's gradient is mirrored as
-  one step holding its tensors whole-group (_merge_positions: with the model input fed row by row the MobileNetV2
+  one step holding its tensors whole-group (merge_positions: with the model input fed row by row the MobileNetV2
   TTE plan's peak is there); the exact planner's other orders are not.
 
 Per-option costs for the search (`bias_option`, `weight_cost`; an additive model, so that a knapsack applies)
@@ -73,7 +73,6 @@ What neither counts: code, stack and the runtime's own buffers (the board's `run
 from __future__ import annotations
 
 import math
-from functools import partial
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -81,18 +80,19 @@ import numpy as np
 
 from tinytrain.stages import autodiff
 from tinytrain.stages.model.ir import Graph, numel
-from tinytrain.stages.planning.arena import ALIGN, CHANNEL_SCRATCH_OPS, depth_multiplier
-from tinytrain.stages.ops import CONVERSION_OPS, FIRST_INPUT_ONLY, IN_PLACE_OPS, LOSS_DROPS, REGISTRY, TRAINABLE_OPS
-from tinytrain.stages.ops.backward import Dequantizer, gather, insert_masks, mask_bounds, output_mask, slice_shape
-from tinytrain.stages.ops import CLAMP_MASK, CONV2D, MASK_GRAD
+from tinytrain.stages.planning.arena import CHANNEL_SCRATCH_OPS, depth_multiplier
+from tinytrain.stages.ops import CONVERSION_OPS, LOSS_DROPS, REGISTRY, TRAINABLE_OPS
+from tinytrain.stages.ops.backward import gather, output_mask, slice_shape
+from tinytrain.stages.ops import CONV2D
 from tinytrain.stages.quant.qas import STATE_COUNT
 from tinytrain.stages.planning import channel_stream
+from tinytrain.stages.planning.abstract_program import (FP32, StepBuilder, aligned, fused_read, live_profile,
+                                                       mask_steps, merge_positions)
 from tinytrain.stages.planning.fp16_memory import RESIDENT_SCALARS, fp16_steps
 from tinytrain.stages.planning.streams import (MAX_ROW_OPS, fed_inputs, row_geometry, row_op_ok, sink_over_inputs,
                                               window_rows)
 from tinytrain.stages.planning.train_plan import RATIOS, TrainPlan, _has_bias, _in_channels
 
-FP32 = 4
 OPTIMIZER_STATE = STATE_COUNT
 WEIGHT_RATIOS = tuple(r for r in RATIOS if r > 0)
 LOSSES = autodiff.LOSSES
@@ -156,10 +156,6 @@ def short_name(name: str) -> str:
     return name.split(";")[0]
 
 
-def _aligned(n: int) -> int:
-    return -(-int(n) // ALIGN) * ALIGN
-
-
 class MemoryModel:
     """Memory of every option of one graph under one MemorySettings."""
 
@@ -193,10 +189,10 @@ class MemoryModel:
         master = self.s.master_copy and qas and is_weight and t.dtype == "int8"
         # autodiff: a master copy forces nearest rounding; otherwise QAS tensors keep a PRNG state when stochastic.
         prng = qas and not master and self.s.rounding == "stochastic"
-        return {"copy": _aligned(copy_elems * int(np.dtype(t.dtype).itemsize)),
-                "optimizer_state": st * _aligned(grad_elems * FP32) + (_aligned(4) if prng else 0),
-                "accumulator": _aligned(grad_elems * FP32) if self.s.batch_size > 1 else 0,
-                "master_copy": _aligned(grad_elems * FP32) if master else 0}
+        return {"copy": aligned(copy_elems * int(np.dtype(t.dtype).itemsize)),
+                "optimizer_state": st * aligned(grad_elems * FP32) + (aligned(4) if prng else 0),
+                "accumulator": aligned(grad_elems * FP32) if self.s.batch_size > 1 else 0,
+                "master_copy": aligned(grad_elems * FP32) if master else 0}
 
     def _weight_elems(self, op_index: int, n: int) -> tuple[int, int]:
         """(elements of the resident slice, elements of its gradient) for n trained input channels. The resident
@@ -232,7 +228,7 @@ class MemoryModel:
             ce, ge = self._weight_elems(i, n)
             w += sum(self._param_cost(name, ce, ge, is_weight=True).values())
         if self.s.optimizer == "adam" and (b or w):
-            b += _aligned(4)
+            b += aligned(4)
         return b, w
 
     # ---- the simulated training step ------------------------------------------------------------------------
@@ -282,7 +278,7 @@ class MemoryModel:
         steps = self._forward_steps(sizes)
         self._stream_rows(steps, sizes, set(), set())
         outs = [self._head] if self._head in sizes else []
-        return max(_live_profile(sizes, steps, [t for t in self.g.inputs if t in sizes], outs, self.g)[0],
+        return max(live_profile(sizes, steps, [t for t in self.g.inputs if t in sizes], outs, self.g)[0],
                    default=0)
 
     def _stream_rows(self, steps: list[tuple[str, list[str], list[str]]], sizes: dict[str, int],
@@ -335,8 +331,8 @@ class MemoryModel:
                     over = [merged]
                 trial = steps[:j] + over + steps[k + 1:n]
                 trial_sizes = {**sizes, **window}
-                live0 = _live_profile(sizes, steps[:n], inputs, outs, g)[0]
-                live1 = _live_profile(trial_sizes, trial, inputs, outs, g)[0]
+                live0 = live_profile(sizes, steps[:n], inputs, outs, g)[0]
+                live1 = live_profile(trial_sizes, trial, inputs, outs, g)[0]
                 before, after = max(live0, default=0), max(live1, default=0)
                 # kept when it lowers the peak, or its own steps without raising the peak (the stage's prune keeps a
                 # stream whose removal raises the arena: a chain below the forward's peak now may hold the peak once
@@ -407,7 +403,7 @@ class MemoryModel:
             else:
                 pending.append(grad)
 
-        sb = _StepBuilder(self, steps, sizes, share, update, wk, bias_on, pgrads,
+        sb = StepBuilder(self, steps, sizes, share, update, wk, bias_on, pgrads,
                           whole=lambda p: readers.get(p, 1) == 1)
         # ---- loss
         head_in = sb.deq.real_now(head)
@@ -458,11 +454,11 @@ class MemoryModel:
         if pending:
             steps.append(("update", pending, []))
         if (autodiff.MASKS if s.masks is None else s.masks):
-            k = _mask_steps(steps, n_fwd, sb.maskable, sizes, g)
+            k = mask_steps(steps, n_fwd, sb.maskable, sizes, g)
             windows = {i: (a + k, b + k) for i, (a, b) in windows.items()}   # the masks went into the forward
             n_fwd += k
         for dy, dz in positions:   # after the masks, which rewrite the steps that read activations
-            remap = _merge_positions(steps, dy, dz)
+            remap = merge_positions(steps, dy, dz)
             windows = {i: (remap.get(a, a), remap.get(b, b)) for i, (a, b) in windows.items()}
         if hidden and s.reorder and s.batch_size == 1 and not s.fp16_mixed:
             # reorder's hidden-channel streams (an inverted-residual backward one hidden channel at a time); in the
@@ -470,10 +466,10 @@ class MemoryModel:
             # its own term (weight_cost, _breaks_chains)
             remap = channel_stream.merge_steps(steps, sizes, g)
             windows = {i: (remap.get(a, a), remap.get(b, b)) for i, (a, b) in windows.items()}
-        live, end, held = _live_profile(sizes, steps, inputs, ["train/loss"], g)
+        live, end, held = live_profile(sizes, steps, inputs, ["train/loss"], g)
         if s.fp16_mixed:   # the fp16-mixed forms of the program (planning/fp16_memory.py): the smallest one
             forms = fp16_steps(steps, n_fwd, sizes, g, s.batch_size == 1, inputs, sb.streamed)
-            profiles = [(_live_profile(sizes, st, inputs, ["train/loss"], g), len(st) - len(steps))
+            profiles = [(live_profile(sizes, st, inputs, ["train/loss"], g), len(st) - len(steps))
                         for _, st in forms]
             (live, end, held), shift = min(profiles, key=lambda pr: max(pr[0][0], default=0))
             # a layer's backward steps: the last pass's, after whatever was inserted before them
@@ -481,7 +477,7 @@ class MemoryModel:
         transient = max(live, default=0)
         b, w = self._resident(biases, weights)
         if s.fp16_mixed:
-            b += RESIDENT_SCALARS * _aligned(4)
+            b += RESIDENT_SCALARS * aligned(4)
         return {"total": int(transient + b + w), "transient": int(transient), "bias_params": int(b),
                 "weights": int(w), "_live": live, "_end": end, "_held": held, "_windows": windows}
 
@@ -567,10 +563,10 @@ class MemoryModel:
         g = self.g
         x = g.ops[op_index].inputs[0]
         w = g.tensors[lay.weight]
-        t = _aligned(self._weight_elems(op_index, n)[1] * FP32)
+        t = aligned(self._weight_elems(op_index, n)[1] * FP32)
         depth = REGISTRY[lay.type].backward.slice_depth(g, g.ops[op_index])
         if w.dtype == "int8" and not fused_read(g, REGISTRY[f"{lay.type}_grad_weight"], 1, x, True, depth):
-            t += _aligned(numel(slice_shape(g, x, n, depth)) * FP32)
+            t += aligned(numel(slice_shape(g, x, n, depth)) * FP32)
         best = 0
         for e in (other.op_index for other in self.layers if other.op_index <= op_index):
             r = self._region(e, not self._breaks_chains(op_index))
@@ -613,238 +609,6 @@ class MemoryModel:
             "weight_options": [{"op": lay.op_index, "name": lay.name, "ratio": r, **self.weight_cost(lay.op_index, r)}
                                for lay in self.layers for r in WEIGHT_RATIOS],
         }
-
-
-class _StepBuilder:
-    """The BackwardBuilder (stages/ops/backward.py) of the abstract program: an op module's backward ops become
-    (type, SRAM inputs, outputs) steps; constants (flash) are not inputs. What the exact planner does to the graph
-    autodiff emits is applied here as the ops come: an int8 tensor's dequantization (backward.Dequantizer, autodiff's
-    too) is a step where a backward op first reads it, except where memplan.fused_dequantize fuses it into its
-    reader (`fused_read`: the reader reads the int8 tensor itself); `finish` places each layer's updates as the
-    reorder stage does."""
-
-    def __init__(self, model: "MemoryModel", steps: list, sizes: dict[str, int], share, update,
-                 wk: dict[str, int], bias_on: set[str], pgrads: dict[str, list[str]], whole):
-        self.m, self.g, self.steps, self.sizes, self._share, self._update = model, model.g, steps, sizes, share, update
-        self._wk, self._bias_on, self._pgrads, self._whole = wk, bias_on, pgrads, whole
-        self.bcast: set[str] = set()     # gradients that are a broadcast (mean_grad's): reorder streams them by position
-        self.maskable: set[int] = set()  # steps autodiff may turn into mask_grad (backward.mask_bounds)
-        self.deq = Dequantizer(self, fuses=partial(fused_read, self.g))
-        self._reads: dict[int, list[str]] = {}   # id(step) -> every tensor it reads (constants included)
-        self._marked: set[int] = set()           # id(step) of maskable steps
-        self._new: dict[str, str] = {}           # parameter gradient -> its parameter, until a step writes it
-        self._params: list[tuple[str, str, tuple]] = []   # (parameter, its gradient, the step writing it)
-        self.streamed: dict[str, int] = {}       # channel-streamed parameter gradient -> its channels
-
-    # ---- BackwardBuilder
-    def share(self, t: str | None, i: int) -> str | None:
-        return self._share(t, i)
-
-    def real(self, t: str) -> str:
-        return self.deq.real(t)
-
-    def real_slice(self, x: str, k: int, depth: int | None) -> str:
-        return self.deq.real_slice(x, k, depth)
-
-    def gradient(self, name: str, like: str) -> str:
-        self.sizes[name] = self.m._bytes(like, fp32=True) if like in self.g.tensors else self.sizes[like]
-        return name
-
-    def copy(self, name: str, shape: list[int]) -> str:
-        self.sizes[name] = numel(shape) * FP32
-        return name
-
-    def weight_channels(self, w: str) -> int:
-        return self._wk.get(w, 0)
-
-    def trains_bias(self, b: str | None) -> bool:
-        return b is not None and b in self._bias_on
-
-    def param_grad(self, p: str, i: int, shape: list[int]) -> str:
-        name = f"grad/{p}#{i}"
-        self.sizes[name] = numel(shape) * FP32
-        self._pgrads.setdefault(p, []).append(name)
-        self._new[name] = p
-        return name
-
-    def emit(self, type_: str, inputs: list[str], outputs: list[str], **attrs) -> None:
-        d = REGISTRY[type_]
-        reads = self.deq.reads(d, inputs)
-        step = (type_, [t for t in reads if t in self.sizes], list(outputs))
-        self._step(step, reads)
-        if len(inputs) == 2 and inputs[1] in self.g.tensors \
-                and mask_bounds(type_, attrs, self.g.tensors[inputs[1]]) is not None:
-            self._marked.add(id(step))
-        if d.broadcasts and len(outputs) == 1:
-            self.bcast.add(outputs[0])
-        self._params += [(self._new.pop(o), o, step) for o in outputs if o in self._new]
-
-    def _step(self, step: tuple, reads: list[str]) -> None:
-        self.steps.append(step)
-        self._reads[id(step)] = reads
-
-    def finish(self, start: int) -> None:
-        """Place the updates of the parameter gradients the op's backward wrote (steps[start:]), as the reorder
-        stage does: a whole gradient (no other layer shares the parameter) updates right after the last step that
-        reads the parameter (an input gradient reads the old weight), at once with batch_size > 1 (what runs then
-        is the accumulation); a `channel_stream` weight gradient (conv / FC, in-place updates at batch 1) is
-        computed right before its update, one output channel at a time."""
-        seg = self.steps[start:]
-        del self.steps[start:]
-        s = self.m.s
-        pos = {id(st): j for j, st in enumerate(seg)}
-        anchors: dict[int, list[tuple[str, tuple | None]]] = {}
-        moved: set[int] = set()
-        for p, gname, step in self._params:
-            if not self._whole(p):
-                continue
-            at = pos[id(step)]
-            if s.batch_size == 1:
-                at = max([at] + [j for j, st in enumerate(seg) if p in self._reads.get(id(st), ())])
-            streamed = s.reorder and s.batch_size == 1 and REGISTRY[step[0]].channel_stream
-            if streamed:
-                self.sizes[gname] //= int(self.g.tensors[p].shape[0])
-                self.streamed[gname] = int(self.g.tensors[p].shape[0])
-                moved.add(id(step))
-            anchors.setdefault(at, []).append((gname, step if streamed else None))
-        for j, st in enumerate(seg):
-            if id(st) not in moved:
-                self.steps.append(st)
-            for gname, streamed_step in anchors.get(j, ()):
-                if streamed_step is not None:
-                    self.steps.append(streamed_step)
-                self._update(gname)
-        for j in range(start, len(self.steps)):
-            if id(self.steps[j]) in self._marked:
-                self.maskable.add(j)
-        self._params.clear()
-        self._reads.clear()
-        self._marked.clear()
-
-
-def fused_read(g: Graph, reader, k: int, t: str, sliced: bool, depth: int | None) -> bool:
-    """memplan.fused_dequantize: a backward op (OpDef `reader`) reading the dequantized int8 tensor t (sliced: its
-    trained channels) as its operand k dequantizes it as it reads it, so the fp32 copy takes no SRAM: an input
-    gradient's weights (`grad_input`), a `fused_input` weight gradient's per-tensor 4-D input slice."""
-    if k != 1:
-        return False
-    if not sliced:
-        return reader.grad_input
-    xt = g.tensors[t]
-    return reader.fused_input and depth is None and xt.quant is not None and len(xt.quant.scale) == 1 \
-        and len(xt.shape) == 4
-
-
-def _mask_steps(steps: list[tuple[str, list[str], list[str]]], n_fwd: int, maskable: set[int],
-                sizes: dict[str, int], graph: Graph) -> int:
-    """autodiff._use_masks on the abstract program: a forward output y whose only readers after the forward
-    (steps[n_fwd:]) are masking steps (int8_clamp_grad, act_grad of relu / relu6 / relu_n1_to_1) gets a
-    `clamp_mask` step right after its producer (ceil(n/8) bytes) and those steps read the mask instead
-    (`mask_grad`, in place over dy). Returns how many steps went into the forward (backward.insert_masks, as
-    autodiff runs it)."""
-    def masks(j: int, y: str) -> bool | None:   # a masking step reading [dy, y] (its bounds are autodiff's)
-        return True if j in maskable and steps[j][1][1:] == [y] and steps[j][1][0] != y else None
-
-    def mask_step(y: str, _) -> tuple[tuple, str]:
-        sizes[f"mask/{y}"] = -(-numel(graph.tensors[y].shape) // 8)
-        return (CLAMP_MASK.name, [y], [f"mask/{y}"]), f"mask/{y}"
-
-    return insert_masks(steps, n_fwd, lambda st: (st[1], st[2]), masks, mask_step,
-                        lambda st, mask: (MASK_GRAD.name, [st[1][0], mask], list(st[2])))
-
-
-def _merge_positions(steps: list[tuple], dy: str, dz: str) -> dict[int, int]:
-    """The reorder stage's position stream on the abstract program: the step that makes the broadcast gradient dy
-    (mean_grad), the mask making dz and the steps reading dz become one step reading and writing all they do (the
-    planner keeps a stream's tensors for the whole group, without in-place sharing inside it); the steps between
-    them go after it (an update of a bias gradient the group makes), or before it when the group reads what they
-    make. Returns the old -> new index of every step."""
-    remap = {k: k for k in range(len(steps))}
-    m = next((k for k in range(len(steps)) if dy in steps[k][2]), None)
-    if m is None:
-        return remap
-    members = [m] + [k for k in range(m + 1, len(steps)) if dz in steps[k][2] or dz in steps[k][1]]
-    last = members[-1]
-    made = {t for k in members for t in steps[k][2]}
-    reads = {t for k in members for t in steps[k][1]}
-    others = [k for k in range(m, last + 1) if k not in members]
-    before = [k for k in others if set(steps[k][2]) & reads and not set(steps[k][1]) & made]
-    after = [k for k in others if k not in before]
-    merged = ("positions", list(dict.fromkeys(t for k in members for t in steps[k][1] if t not in made)),
-              list(dict.fromkeys(t for k in members for t in steps[k][2])))
-    span = [steps[k] for k in before] + [merged] + [steps[k] for k in after]
-    for n, k in enumerate(before):
-        remap[k] = m + n
-    for k in members:
-        remap[k] = m + len(before)
-    for n, k in enumerate(after):
-        remap[k] = m + len(before) + 1 + n
-    for k in range(last + 1, len(steps)):
-        remap[k] = k - (last + 1 - m - len(span))
-    steps[m:last + 1] = span
-    return remap
-
-
-def _live_profile(sizes: dict[str, int], steps: list[tuple[str, list[str], list[str]]], inputs: list[str],
-                  outputs: list[str], graph: Graph) -> tuple[list[int], dict[str, int], dict[str, int]]:
-    """(live transient bytes at each step, last step of each tensor, bytes of the buffer holding each tensor) of
-    `steps` run in order, with memplan.plan_memory's lifetimes and in-place sharing; each buffer counts its
-    aligned size, as the arena places it."""
-    n = max(len(steps), 1)
-    first: dict[str, int] = {}
-    end: dict[str, int] = {}
-    for t in inputs:
-        first[t], end[t] = 0, 0
-    for s, (_, ins, outs) in enumerate(steps):
-        for t in ins:
-            end[t] = s
-        for t in outs:
-            if t not in first:
-                first[t], end[t] = s, max(end.get(t, s), s)
-    for t in outputs:
-        if t in first:
-            end[t] = n - 1
-    # buffers as [size, start, end]
-    bufs: list[list[int]] = []
-    by: dict[str, list[int]] = {}
-    for t in inputs:
-        by[t] = [sizes[t], 0, end[t]]
-        bufs.append(by[t])
-    for s, (typ, ins, outs) in enumerate(steps):
-        taken: set[int] = set()
-        for t in outs:
-            if first[t] != s or t in by:
-                continue
-            host = None
-            if typ in IN_PLACE_OPS:
-                for c in (ins[:1] if typ in FIRST_INPUT_ONLY else ins):
-                    b = by.get(c)
-                    if b is None or id(b) in taken or c in outputs or end[c] != s or b[2] != s \
-                            or ins.count(c) != 1 or b[0] < sizes[t]:
-                        continue
-                    host = b
-                    break
-            if host is not None:
-                taken.add(id(host))
-                host[2] = max(host[2], end[t])
-                by[t] = host
-                # one output channel of scratch, as the planner counts it (a forward op's; the backward's
-                # depthwise input gradient, in place over dz, is modelled without it)
-                if typ in CHANNEL_SCRATCH_OPS and REGISTRY[typ].kind == "forward":
-                    tt = graph.tensors[t]
-                    bufs.append([numel(tt.shape[:-1]) * int(np.dtype(tt.dtype).itemsize), s, s])
-                continue
-            by[t] = [sizes[t], s, end[t]]
-            bufs.append(by[t])
-    diff = [0] * (n + 1)
-    for size, a, b in bufs:
-        diff[a] += _aligned(size)
-        diff[b + 1] -= _aligned(size)
-    live, acc = [], 0
-    for s in range(n):
-        acc += diff[s]
-        live.append(acc)
-    return live, end, {t: _aligned(b[0]) for t, b in by.items()}
 
 
 def kb(n: float) -> str:

@@ -41,9 +41,10 @@ class Background:
     """fn() computed in one forked process while the caller goes on (a core the caller's single-threaded work leaves
     idle); `result()` waits for it. Computed in this process instead, at `result()`, on one core, where fork is
     missing, or when the worker failed (a failure is then reported here, as it should be). Only for a pure fn.
-    Used in a `with` block, so that a caller that fails before asking for the result stops the worker."""
+    Used in a `with` block, so that a caller that fails before asking for the result stops the worker. `nice`: the
+    worker's niceness increment (os.nice), for work that should yield the CPU to the caller's."""
 
-    def __init__(self, fn: Callable[[], Any]):
+    def __init__(self, fn: Callable[[], Any], nice: int = 0):
         self.fn = fn
         self._pool: ProcessPoolExecutor | None = None
         self._future: Any = None
@@ -51,7 +52,7 @@ class Background:
             return
         try:
             self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"),
-                                             initializer=_set_child_fn, initargs=(lambda _: fn(),))
+                                             initializer=_set_child_fn, initargs=(lambda _: fn(), nice))
             self._future = self._pool.submit(_call_child_fn, None)
         except Exception:       # noqa: BLE001 -- computed here at result()
             self._future = None
@@ -87,8 +88,10 @@ class Background:
 _CHILD_FN: list[Callable[[Any], Any]] = []     # a worker's function (set by its initializer, in the child only)
 
 
-def _set_child_fn(fn: Callable[[Any], Any]) -> None:
+def _set_child_fn(fn: Callable[[Any], Any], nice: int = 0) -> None:
     _CHILD_FN[:] = [fn]
+    if nice:
+        os.nice(nice)
 
 
 def _call_child_fn(item: Any) -> Any:

@@ -34,11 +34,9 @@ STREAMABLE = set(ops.ROW_OPS) | set(ops.POOL_ROW_OPS) | set(ops.LOCAL_ROW_OPS)  
 
 
 def peak_step(memplan) -> int:
-    live = [0] * max(memplan.steps, 1)
-    for b in memplan.buffers:
-        for s in range(max(b.start, 0), min(b.end, len(live) - 1) + 1):
-            live[s] += b.size
-    return max(range(len(live)), key=lambda s: live[s])
+    """The first step at which the most bytes are live."""
+    live = [sum(d.values()) for d in memplan.live_by_role] or [0]
+    return max(range(len(live)), key=live.__getitem__)
 
 
 def explain(tg: Graph, memplan, top: int = 3) -> list[dict[str, Any]]:

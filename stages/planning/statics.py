@@ -18,8 +18,11 @@ One more depends on the plan, not only on the trained outputs, so the exact peak
 
   whole weights  a weight trained on a slice of its input channels is split (the frozen rest stays in flash, the
                  trained slice lives in the arena) when every reader has a split-weight kernel (split_weights);
-                 otherwise codegen keeps the whole weight in SRAM outside the arena (hand_landmark_full: 70.9 KB) The facts are read from the training graph exactly as codegen reads
-them, and tests/test_statics.py checks them against the symbols of the compiled program.
+                 otherwise codegen keeps the whole weight in SRAM outside the arena (hand_landmark_full: 70.9 KB).
+
+The facts are read from the training graph exactly as codegen reads them (for_model: from what autodiff builds
+the graph's heads and target input from), and tests/test_statics.py checks them against the symbols of the
+compiled program.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 
 from tinytrain.stages import ops
 from tinytrain.stages.model.ir import Graph, Op, numel
+from tinytrain.stages.train.losses import head_tensors, heads_from, target_input
 
 FLOAT = 4
 
@@ -36,32 +40,42 @@ def outside_arena(tg: Graph) -> list[dict[str, Any]]:
     """[{name, bytes, what}] of the model-sized static buffers codegen emits for this training graph."""
     meta = tg.meta["train"]
     lab = tg.tensors[meta["label_input"]]
-    if lab.dtype != "float32":          # class labels: one int32, no row
+    heads = [(h.get("output", j), tg.tensors[h["tensor"]]) for j, h in enumerate(meta.get("heads") or [])]
+    return _buffers(lab.dtype, lab.shape, meta.get("loss"), [(o, t.dtype, t.shape) for o, t in heads])
+
+
+def for_model(graph: Graph, settings: Any) -> list[dict[str, Any]]:
+    """outside_arena of the model's training graph, without building it: the trained outputs and their losses fix
+    these buffers, not which layers train, and they are read from what autodiff builds the graph's heads and
+    target input from (losses.head_tensors, losses.target_input)."""
+    heads = heads_from(list(settings.heads) or settings.loss, list(graph.outputs))
+    head_of, _ = head_tensors(graph, graph.ops, heads)
+    shapes = {h.name: list(graph.tensors[head_of[h.name]].shape) for h in heads}
+    _, shape, dtype = target_input(heads, shapes)
+    loss = heads[0].loss if len(heads) == 1 else "multi"
+    return _buffers(dtype, shape, loss, [(h.name, graph.tensors[head_of[h.name]].dtype, shapes[h.name])
+                                         for h in heads])
+
+
+def _buffers(label_dtype: str, label_shape: list[int], loss: str | None,
+             heads: list[tuple[Any, str, list[int]]]) -> list[dict[str, Any]]:
+    """The buffers of a training step with this target input, loss ("multi": several heads) and heads
+    ((output, dtype, shape) of the tensor each loss reads)."""
+    if label_dtype != "float32":          # class labels: one int32, no row
         return []
-    out = [{"name": "tt_target_row", "bytes": numel(lab.shape) * FLOAT,
-            "what": f"the driver's row of {numel(lab.shape)} float targets"}]
-    if meta.get("loss") == "mse" or not meta.get("heads"):
+    out = [{"name": "tt_target_row", "bytes": numel(label_shape) * FLOAT,
+            "what": f"the driver's row of {numel(label_shape)} float targets"}]
+    if loss == "mse" or not heads:
         return out
-    heads = [tg.tensors[h["tensor"]] for h in meta["heads"]]
-    for j, t in enumerate(heads):
-        out.append({"name": f"tt_eval_head{j}", "bytes": numel(t.shape) * (1 if t.dtype == "int8" else FLOAT),
-                    "what": f"the evaluation's copy of head {meta['heads'][j].get('output', j)!s}"})
-    biggest = max(numel(t.shape) for t in heads)
+    for j, (output, dtype, shape) in enumerate(heads):
+        out.append({"name": f"tt_eval_head{j}", "bytes": numel(shape) * (1 if dtype == "int8" else FLOAT),
+                    "what": f"the evaluation's copy of head {output!s}"})
+    biggest = max(numel(shape) for _, _, shape in heads)
     out.append({"name": "tt_eval_grad", "bytes": biggest * FLOAT, "what": "the evaluation's gradient scratch"})
-    if any(t.dtype == "int8" for t in heads):
+    if any(dtype == "int8" for _, dtype, _ in heads):
         out.append({"name": "tt_eval_pred", "bytes": biggest * FLOAT,
                     "what": "the evaluation's dequantized head"})
     return out
-
-
-def for_model(graph: Graph, settings: Any, qas: bool = True) -> list[dict[str, Any]]:
-    """outside_arena of the model's training graph. The trained outputs and their losses fix these buffers, not
-    which layers train: any plan that trains something gives the same list. The full plan's here: it trains
-    something for every trained output (autodiff drops what an untrained output alone reads)."""
-    from tinytrain.stages.planning.plan_exact import training_graph
-    from tinytrain.stages.planning.train_plan import TrainPlan
-
-    return outside_arena(training_graph(graph, TrainPlan.full(graph), settings, qas))
 
 
 def total(items: list[dict[str, Any]]) -> int:

@@ -53,7 +53,7 @@ import numpy as np
 from tinytrain.stages.quant import qas as qas_mod
 from tinytrain.stages.quant import rescale
 from tinytrain.stages.golden import train_step as te
-from tinytrain.stages.model.ir import Graph
+from tinytrain.stages.model.ir import Graph, canonical_json, npz_bytes
 from tinytrain.stages.ops import STEP_COUNTER
 from tinytrain.stages.planning.train_plan import TrainPlan
 from tinytrain.stages.train.losses import Head
@@ -118,41 +118,20 @@ class FrozenOps:
         read = {n for i, op in enumerate(tg.ops) if i not in self.ops for n in op.inputs if n is not None}
         self.frontier = produced & (read | set(tg.outputs))
         self.last = max(self.ops) if self.ops else -1
-        h = hashlib.sha256()
-        for i in sorted(self.ops):
-            op = tg.ops[i]
-            _digest(h, (i, op.type, op.inputs, op.outputs, op.attrs))
-            for n in list(op.inputs) + list(op.outputs):
-                if n is not None:
-                    t = tg.tensors[n]
-                    q = t.quant
-                    _digest(h, (n, t.shape, t.dtype, None if q is None else (q.scale, q.zero_point, q.axis),
-                                t.data))
+        # ir's one hashed form of a graph's structure (canonical_json) and of its constants (npz_bytes)
+        names = sorted({n for i in self.ops for n in tg.ops[i].inputs + tg.ops[i].outputs if n is not None})
+        structure = {"ops": [[i, tg.ops[i].type, tg.ops[i].inputs, tg.ops[i].outputs, tg.ops[i].attrs]
+                             for i in sorted(self.ops)],
+                     "tensors": {n: [tg.tensors[n].shape, tg.tensors[n].dtype,
+                                     tg.tensors[n].quant.to_json() if tg.tensors[n].quant else None]
+                                 for n in names}}
+        h = hashlib.sha256(canonical_json(structure).encode())
+        h.update(npz_bytes({n: tg.tensors[n].data for n in names if tg.tensors[n].data is not None}))
         self.fingerprint = h.hexdigest()
 
     @staticmethod
     def _constant(tg: Graph, name: str, state: dict[str, np.ndarray]) -> bool:
         return name not in state and tg.tensors[name].data is not None
-
-
-def _digest(h: Any, obj: Any) -> None:
-    """Feed `obj` (nested tuples, lists, dicts, arrays, scalars) into hash `h` without repr's elisions."""
-    if isinstance(obj, np.ndarray):
-        h.update(f"a{obj.dtype}{obj.shape}".encode())
-        h.update(np.ascontiguousarray(obj).tobytes())
-    elif isinstance(obj, dict):
-        h.update(b"{")
-        for k in sorted(obj, key=str):
-            _digest(h, k)
-            _digest(h, obj[k])
-        h.update(b"}")
-    elif isinstance(obj, (list, tuple)):
-        h.update(b"[")
-        for v in obj:
-            _digest(h, v)
-        h.update(b"]")
-    else:
-        h.update(f"{type(obj).__name__}:{obj!r};".encode())
 
 
 class PrefixCache:

@@ -208,10 +208,10 @@ def run_loss_op(op: Any, v, kernel, class_target: bool = False) -> list[np.ndarr
 
 # ---- the training graph's heads (used by stages/autodiff.py) -------------------------------------------------
 
-def prepare_heads(g: Any, fwd: list, heads: list[Head], int8: bool) -> tuple[list, dict[str, str]]:
-    """The training forward for `heads`: per head, the tensor its loss reads (a float-I/O model's final dequantize
-    and an inference-only softmax / logistic before a loss on logits are dropped), checked against its loss; then
-    ops that reach no trained head are pruned (outputs not trained cost nothing). Returns (ops, output -> tensor)."""
+def head_tensors(g: Any, fwd: list, heads: list[Head]) -> tuple[dict[str, str], set[int]]:
+    """(output -> the tensor its loss reads, the forward ops dropped): a float-I/O model's final dequantize of an
+    int8 head and an inference-only softmax / logistic before a loss on logits are dropped; each head is checked
+    against its loss."""
     readers: dict[str, int] = {}
     for op in fwd:
         for t in op.inputs:
@@ -230,7 +230,7 @@ def prepare_heads(g: Any, fwd: list, heads: list[Head], int8: bool) -> tuple[lis
     for h in heads:
         t = h.name
         i = producers.get(t)
-        if int8 and conversion(i) and g.tensors[fwd[i].inputs[0]].dtype == "int8":  # (int8 in: a dequantize)
+        if conversion(i) and g.tensors[fwd[i].inputs[0]].dtype == "int8":  # (int8 in: a dequantize)
             # Float I/O (quantize.io: float): the loss dequantizes the int8 head itself.
             drop.add(i)
             t = fwd[i].inputs[0]
@@ -243,6 +243,13 @@ def prepare_heads(g: Any, fwd: list, heads: list[Head], int8: bool) -> tuple[lis
             drop.add(i)
             t = op.inputs[0]
         head_of[h.name] = t
+    return head_of, drop
+
+
+def prepare_heads(g: Any, fwd: list, heads: list[Head]) -> tuple[list, dict[str, str]]:
+    """The training forward for `heads`: the ops head_tensors keeps, then those that reach no trained head are
+    pruned (outputs not trained cost nothing). Returns (ops, output -> tensor)."""
+    head_of, drop = head_tensors(g, fwd, heads)
     kept = [op for i, op in enumerate(fwd) if i not in drop]
     live = set(head_of.values())
     out, pruned = [], []
@@ -260,6 +267,17 @@ def prepare_heads(g: Any, fwd: list, heads: list[Head], int8: bool) -> tuple[lis
     return out[::-1], head_of
 
 
+def target_input(heads: list[Head], shapes: dict[str, list[int]]) -> tuple[str, list[int], str]:
+    """(name, shape, dtype) of the training step's target input, given each head's shape (the tensor its loss
+    reads). One head: `train/labels` int32 [1] (cross_entropy) or `train/target` shaped like the head. Several: one
+    float32 row `train/target` [1, K] holding every head's targets back to back (target_size)."""
+    if len(heads) == 1:
+        h = heads[0]
+        return ("train/labels", [1], "int32") if h.loss == "cross_entropy" else \
+            ("train/target", list(shapes[h.name]), "float32")
+    return "train/target", [1, sum(target_size(h.loss, shapes[h.name]) for h in heads)], "float32"
+
+
 def emit_losses(b: Any, heads: list[Head], head_of: dict[str, str], deq: Any,
                 contrib: dict[str, list[str]]) -> tuple[str, str, str]:
     """The loss ops of `heads` into builder `b` (autodiff's _Builder), int8 heads dequantized by `deq`
@@ -272,13 +290,8 @@ def emit_losses(b: Any, heads: list[Head], head_of: dict[str, str], deq: Any,
     # The loss reads real values: an int8 head is dequantized first (its gradient is that of the real value).
     ins = [deq.real_now(head_of[h.name]) for h in heads]
     loss_t = b.tensor("train/loss", [], role="output")
-    if single and heads[0].loss == "cross_entropy":
-        lab = b.tensor("train/labels", [1], role="input", dtype="int32")
-    elif single:
-        lab = b.tensor("train/target", g.tensors[head_of[heads[0].name]], role="input")
-    else:
-        k = sum(target_size(h.loss, list(g.tensors[head_of[h.name]].shape)) for h in heads)
-        lab = b.tensor("train/target", [1, k], role="input")
+    name, shape, dtype = target_input(heads, {h.name: list(g.tensors[head_of[h.name]].shape) for h in heads})
+    lab = b.tensor(name, shape, role="input", dtype=dtype)
     parts, off = [], 0
     for h, x in zip(heads, ins):
         t = head_of[h.name]
