@@ -197,11 +197,7 @@ def build_firmware(board: Board, program_dir: Path, out_dir: Path, *,
         spare: list[Path] = []
         if kernels is None:     # the whole library was asked for: compile only what the program can reach
             sources, spare = _reachable_library(work, sources, _support(board) + (_support(hboard) if hboard else []))
-        # the host board's instruction set, as the cache key's probe found it (boards.HOST_ISA_PROBE); the host
-        # evaluation build stays on the compiler's default target
-        isa = host_isa_flags(tool_identity(list(HOST_ISA_PROBE))) if board.host else ()
-        cflags = _cflags(board, defines or {}, (*isa, *extra_cflags), sanitize)
-        hflags = _cflags(hboard, defines or {}, extra_cflags, ()) if hboard else []
+        cflags, hflags = _build_cflags(board, hboard, defines or {}, extra_cflags, sanitize)
 
         def units_of(files: Sequence[Path]) -> tuple[list[_Unit], list[_Unit]]:
             return _units(board, cflags, hboard, hflags, files)
@@ -399,6 +395,16 @@ def _program_files(work: Path) -> list[Path]:
 
 def _library_files(work: Path) -> list[Path]:
     return [p.relative_to(work) for g in KERNEL_SOURCE_GLOBS for p in sorted((work / "src" / "kernels_c").glob(g))]
+
+
+def _build_cflags(board: Board, hboard: Board | None, defines: dict[str, str], extra: Sequence[str],
+                  sanitize: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The board's and the host evaluation build's compile flags: one rule for the build and its prewarm, so the
+    objects prewarm compiles are the ones the build looks up. The host board gets its instruction set as the cache
+    key's probe found it (boards.HOST_ISA_PROBE); the host evaluation build stays on the compiler's default target."""
+    isa = host_isa_flags(tool_identity(list(HOST_ISA_PROBE))) if board.host else ()
+    cflags = _cflags(board, defines, (*isa, *extra), sanitize)
+    return cflags, (_cflags(hboard, defines, extra, ()) if hboard else [])
 
 
 def _cflags(board: Board, defines: dict[str, str], extra: Sequence[str], sanitize: Sequence[str]) -> list[str]:
@@ -687,8 +693,7 @@ def prewarm(config: dict[str, Any], unit_cache_dir: Path) -> "Prewarm | None":
     defines = kernel_defines(config.get("target.kernels", "portable"))
     extra = list(config.get("target.cflags") or [])
     hboard = _host_eval_board() if not board.host and shutil.which(HOST_CC) else None
-    cflags = _cflags(board, defines, extra, ())
-    hflags = _cflags(hboard, defines, extra, ()) if hboard else []
+    cflags, hflags = _build_cflags(board, hboard, defines, extra, ())
     return Prewarm(ObjectCache(Path(unit_cache_dir) / "objects"), board, cflags, hboard, hflags)
 
 
