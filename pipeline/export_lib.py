@@ -138,7 +138,8 @@ def measure_library(model_c: Path) -> dict[str, dict[str, int]]:
     """Per MCU board: bytes of flash (code + constants + the .data image) and of static SRAM (.data + .bss, the
     arena included) that src/tt_model.c takes, compiled as the exported CMakeLists.txt compiles it. Empty when
     arm-none-eabi-gcc is not installed (the README then says so)."""
-    from tinytrain.stages.cross_compile import ARM_CC, SHF_ALLOC, SHF_WRITE, SHT_NOBITS, read_elf
+    from tinytrain.stages.cross_compile import ARM_CC
+    from tinytrain.stages.device.elf_size import SHF_ALLOC, SHF_WRITE, SHT_NOBITS, read_elf
 
     if shutil.which(ARM_CC) is None:
         return {}
