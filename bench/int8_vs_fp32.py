@@ -234,11 +234,19 @@ def mean_sd(v: list[float]) -> tuple[float, float]:
     return float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else 0.0
 
 
+def standard_error(sd: float, n: int) -> float:
+    """The standard error of a mean over n sample orders (sd: their sample standard deviation)."""
+    return sd / np.sqrt(n) if n > 1 else 0.0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("spec", nargs="?", default=str(REPO / "tinytrain.yaml.example"))
     ap.add_argument("--seeds", type=int, default=3, help="sample orders (seed 0 = the file order)")
     ap.add_argument("--epochs", type=int, default=None, help="default: the spec's train.epochs")
+    ap.add_argument("--lr", type=float, default=None,
+                    help="one learning rate for every optimizer instead of its usual one (e.g. a rate at which fp32 "
+                         "itself is stable)")
     ap.add_argument("--optimizers", default=",".join(USUAL_LR))
     ap.add_argument("--plans", default="auto,full", help="auto: the spec's own plan (whatever its scheme); full")
     ap.add_argument("--modes", default="default,nearest,stochastic,master",
@@ -265,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"int8_vs_fp32: unknown optimizer, plan or mode {bad[0]!r}", file=sys.stderr)
         return 2
+    if a.seeds < 1 or (a.lr is not None and not a.lr > 0):
+        print("int8_vs_fp32: --seeds wants at least 1 and --lr a positive number", file=sys.stderr)
+        return 2
     from tinytrain.stages.quant import rescale
     from tinytrain.stages.train.data import load_dataset
 
@@ -272,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, runs = [], []
     t0 = time.time()
     for kind in kinds:
-        lr = USUAL_LR[kind]
+        lr = a.lr if a.lr is not None else USUAL_LR[kind]
         for plan_name in plans:
             prep = prepare(Path(a.spec), kind, Path(a.work), plan_name, overrides)
             spec = prep["spec"]
@@ -314,23 +325,28 @@ def main(argv: list[str] | None = None) -> int:
                 gm, gs = mean_sd([a_ - f_ for a_, f_ in zip(acc, fp)])
                 rows.append((kind, lr, plan_name, label, im, isd, fm, fs, gs, int(np.max(sat))))
                 print(f"{kind:<8} lr {lr:<6g} {plan_name:<5} {label:<36} int8 {im:5.1f} ± {isd:3.1f}   "
-                      f"fp32 {fm:5.1f} ± {fs:3.1f}   gap {gm:+5.1f} ± {gs:3.1f}   saturated ≤ {rows[-1][-1]}  "
-                      f"[{time.time() - t0:.0f} s]", flush=True)
+                      f"fp32 {fm:5.1f} ± {fs:3.1f}   gap {gm:+5.1f} ± {standard_error(gs, len(seeds)):3.1f} "
+                      f"(sd {gs:3.1f})   saturated ≤ {rows[-1][-1]}  [{time.time() - t0:.0f} s]", flush=True)
+                if a.json:      # after every row: a long run interrupted keeps what it measured
+                    _write_json(Path(a.json), seeds, epochs, runs)
     print()
     print(table(rows, len(seeds), epochs, len(xt), a.no_rescale))
-    if a.json:
-        Path(a.json).write_text(json.dumps({"seeds": seeds, "epochs": epochs, "runs": runs}, indent=1) + "\n")
     return 0
 
 
+def _write_json(path: Path, seeds: list[int], epochs: int, runs: list[dict]) -> None:
+    path.write_text(json.dumps({"seeds": seeds, "epochs": epochs, "runs": runs}, indent=1) + "\n")
+
+
 def table(rows: list[tuple], n_seeds: int, epochs: int, n_test: int, no_rescale: bool = False) -> str:
-    out = ["| optimizer (lr) | plan | int8 update (default: the planner's choice) | int8 % | fp32 % | gap | "
-           "int8 weights at ±127 |", "|---|---|---|---|---|---|---|"]
+    out = ["| optimizer (lr) | plan | int8 update (default: the planner's choice) | int8 % | fp32 % | gap ± s.e. "
+           "(sd) | int8 weights at ±127 |", "|---|---|---|---|---|---|---|"]
     for kind, lr, plan, mode, im, isd, fm, fs, gs, sat in rows:
         out.append(f"| {kind} ({lr:g}) | {plan} | {mode} | {im:.1f} ± {isd:.1f} | {fm:.1f} ± {fs:.1f} | "
-                   f"{im - fm:+.1f} ± {gs:.1f} | {sat} |")
-    out.append(f"\n{n_seeds} sample orders, {epochs} epochs, batch 1, {n_test} test samples; ± is the standard "
-               f"deviation over the orders (the gap's: of int8 − fp32 per order)"
+                   f"{im - fm:+.1f} ± {standard_error(gs, n_seeds):.1f} ({gs:.1f}) | {sat} |")
+    out.append(f"\n{n_seeds} sample orders, {epochs} epochs, batch 1, {n_test} test samples; int8 and fp32: mean ± "
+               f"standard deviation over the orders; gap: mean of int8 − fp32 per order ± its standard error (its "
+               f"standard deviation)"
                + ("; the planner's rescale left out (--no-rescale)." if no_rescale else "."))
     return "\n".join(out)
 
