@@ -337,8 +337,8 @@ def main(argv: list[str] | None = None) -> int:
                     params, info = train_int8(qg, plan, kind, lr, rule, x, y, ords[s], epochs, s)
                     acc.append(accuracy_int8(qg, params, xt, yt))
                     sat.append(sum(info["saturated"].values()))
-                    runs.append({"optimizer": kind, "lr": lr, "plan": plan_name, "side": "int8", "mode": mode, "seed": s,
-                                 "choice": chosen, "accuracy": acc[-1], "saturated": info["saturated"]})
+                    runs.append({"optimizer": kind, "lr": lr, "plan": plan_name, "side": "int8", "mode": mode,
+                                 "seed": s, "choice": chosen, "accuracy": acc[-1], "saturated": info["saturated"]})
                 im, isd = mean_sd(acc)
                 # the gap per sample order (int8 and fp32 saw the same order): the orders' own spread cancels
                 gm, gs = mean_sd([a_ - f_ for a_, f_ in zip(acc, fp)])

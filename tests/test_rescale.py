@@ -154,20 +154,19 @@ def test_probe_reach_picks_wider_scales_and_saturation_drops(graph, data):
     assert B not in choice["weights"]                  # int32 biases have room
     after = uc.probe(rescale.apply(graph, choice), plan, **kw, output_reach=True)
     assert after[W]["saturated"] < before[W]["saturated"]
-    # the output's head-room: the smallest ×2^j that leaves at most OUTPUT_CLAMP_SHARE of its values clamped
+    # the output's head-room: the smallest ×2^j at which none of its values clamps
     over = after[W]["output_over"]
     assert len(over) == int(np.log2(rescale.MAX_FACTOR)) + 1 and over[0] == after[W]["output_clamped"] > 0
     assert all(a >= b for a, b in zip(over, over[1:]))
     both = rescale.choose(graph, before, after)
     assert both["weights"] == choice["weights"]
     j = int(np.log2(both["outputs"].get(_layer(graph, W).outputs[0], 1)))
-    assert over[j] <= rescale.OUTPUT_CLAMP_SHARE and (j == 0 or over[j - 1] > rescale.OUTPUT_CLAMP_SHARE)
+    assert over[j] == 0 and (j == 0 or over[j - 1] > 0)
 
 
-def test_output_factor_is_the_smallest_that_leaves_few_values_clamped():
-    t = rescale.OUTPUT_CLAMP_SHARE
+def test_output_factor_is_the_smallest_that_holds_every_value():
     assert rescale.output_factor([0.0] * 7) == 1
-    assert rescale.output_factor([0.3, 0.02, 2 * t, t, 0.0, 0.0, 0.0]) == 8
+    assert rescale.output_factor([0.3, 0.02, 1e-4, 0.0, 0.0, 0.0, 0.0]) == 8
     assert rescale.output_factor([0.3] * 7) == rescale.MAX_FACTOR
 
 

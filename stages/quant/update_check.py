@@ -624,8 +624,9 @@ def text(doc: dict[str, Any] | None) -> str:
     if not doc:
         return ""
     lines = ["", f"int8 updates (probe: {doc['probe_steps']} golden-model steps at lr {doc['learning_rate']:g}, "
-                 f"held-out train samples{', on the rescaled graph' if _widened(doc) else ''}; lost = |Δ| < 1/2 "
-                 f"step, erased by nearest rounding; at ±127: weights saturated after the probe):"]
+                 f"held-out train samples{', on the graph with its weights rescaled' if _widened(doc) else ''}; lost = "
+                 f"|Δ| < 1/2 step, erased by nearest rounding; at ±127: weights saturated after the probe; output "
+                 f"clamped: at the output's own scale, before any widening of it):"]
     width = max(len(n) for n in doc["tensors"])
     lines.append(f"  {'tensor':<{width}}  {'updates':>8} {'lost':>7} {'of mass':>8} {'median |Δ|':>11} "
                  f"{'at ±127':>8} {'output clamped':>15}")
