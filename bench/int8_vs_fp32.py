@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append((kind, lr, plan_name, label, im, isd, fm, fs, gs, int(np.max(sat)), len(seeds)))
                 print(f"{kind:<8} lr {lr:<6g} {plan_name:<5} {label:<36} int8 {im:5.1f} ± {isd:3.1f}   "
                       f"fp32 {fm:5.1f} ± {fs:3.1f}   gap {gm:+5.1f} ± {standard_error(gs, len(seeds)):3.1f} "
-                      f"(sd {gs:3.1f})   saturated ≤ {rows[-1][-1]}  [{time.time() - t0:.0f} s]", flush=True)
+                      f"(sd {gs:3.1f})   saturated ≤ {rows[-1][-2]}  [{time.time() - t0:.0f} s]", flush=True)
                 if a.json:      # after every row: a long run interrupted keeps what it measured
                     _write_json(Path(a.json), seeds, epochs, runs)
     print()
