@@ -1,7 +1,8 @@
 """Weights that are free to move (issue 17, item 2; stages/quant/rescale.py), pinned against the numpy golden model.
 
 A trained int8 weight the update probe moves past ±127 gets a wider per-channel scale (values requantised), its
-layer's int8 output a wider scale when it clamped, and every bias whose input or weight scale moved follows
+layer's int8 output the smallest wider scale at which the probe of the widened weights saw none of its values clamp
+(counted per factor, checked against the golden forward), and every bias whose input or weight scale moved follows
 (TFLite's int8 spec: s_b = s_in·s_w). Checked: the factors from the probe's reach, the rewrite against a direct
 requantisation, the bias rule and the shared-parameter groups (validate_int8 accepts the rescaled graph), the
 golden forward of the rescaled graph against the original within the rounding of the wider steps, the probe on
