@@ -1,9 +1,10 @@
 """tinytrain int8 training against PyTorch fp32 training of the same layers, on the same split and sample order
 (issue 17, item 4).
 
-    PYTHONPATH=... python bench/int8_vs_fp32.py [SPEC] [--seeds 3] [--epochs N] [--optimizers sgd,momentum,adam,rmsprop]
-        [--plans auto,full] [--modes default,nearest,stochastic,master] [--no-rescale] [--json out.json]
-        [--set KEY=VALUE ...]
+    PYTHONPATH=... python bench/int8_vs_fp32.py [SPEC] [--seeds 3] [--first-seed 0] [--epochs N] [--lr LR]
+        [--optimizers sgd,momentum,adam,rmsprop] [--plans auto,full] [--modes default,nearest,stochastic,master]
+        [--no-rescale] [--json out.json] [--set KEY=VALUE ...]
+    PYTHONPATH=... python bench/int8_vs_fp32.py --merge a.json b.json ...   # one table from runs shared out by order
 
 SPEC: tinytrain.yaml.example (digits) by default; bench/mbv2_tte.yaml for MobileNetV2 with the TTE sparse scheme
 (its `auto` row is the spec's own manual plan; write its data first with bench/make_mbv2_data.py, e.g. a larger
@@ -33,7 +34,9 @@ Both train on the spec's train.max_train_samples first samples (all when null) f
 Sample order: seed 0 is the train split's file order (what the firmware streams, every epoch the same); seed s > 0
 is a fixed seeded permutation of it, the same for both sides and every epoch. Accuracy: top-1 on the test split
 (int8 on the reference executor's int8 kernels, bit-exact to the device's forward). Prints mean ± spread (sample
-standard deviation over the seeds) per cell and the gap int8 − fp32.
+standard deviation over the seeds) per cell and the gap int8 − fp32: its mean over the orders (each order paired) ±
+its standard error, the resolution of the mean (the fp32-twin row gives the same for one ulp: where that is wide,
+fp32 itself is chaotic at the learning rate, and only many orders resolve a gap; --lr gives a rate where it is not).
 
 This is a benchmark (minutes), not a test: the accuracy claims of issue 17 live here.
 """
@@ -234,11 +237,22 @@ def mean_sd(v: list[float]) -> tuple[float, float]:
     return float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else 0.0
 
 
+def standard_error(sd: float, n: int) -> float:
+    """The standard error of a mean over n sample orders (sd: their sample standard deviation)."""
+    return sd / np.sqrt(n) if n > 1 else 0.0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("spec", nargs="?", default=str(REPO / "tinytrain.yaml.example"))
     ap.add_argument("--seeds", type=int, default=3, help="sample orders (seed 0 = the file order)")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="the orders are first-seed .. first-seed + seeds − 1 (to share the orders out between "
+                         "processes; each order's figures do not depend on the others)")
     ap.add_argument("--epochs", type=int, default=None, help="default: the spec's train.epochs")
+    ap.add_argument("--lr", type=float, default=None,
+                    help="one learning rate for every optimizer instead of its usual one (e.g. a rate at which fp32 "
+                         "itself is stable)")
     ap.add_argument("--optimizers", default=",".join(USUAL_LR))
     ap.add_argument("--plans", default="auto,full", help="auto: the spec's own plan (whatever its scheme); full")
     ap.add_argument("--modes", default="default,nearest,stochastic,master",
@@ -251,7 +265,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default="/tmp/tinytrain-int8-vs-fp32", help="build folder and cache of the bench")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a spec key (a path relative to the working directory), e.g. data.path=...")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                    help="print the table of earlier runs' --json files (paired per order) and exit; with --epochs and "
+                         "--test-samples for its footnote")
+    ap.add_argument("--test-samples", type=int, default=360, help="with --merge: the test split's size")
     a = ap.parse_args(argv)
+    if a.merge:
+        missing = [m for m in a.merge if not Path(m).is_file()]
+        if missing:
+            print(f"int8_vs_fp32: no such file {missing[0]}", file=sys.stderr)
+            return 2
+        print(table(merge([Path(m) for m in a.merge]), a.epochs or 3, a.test_samples))
+        return 0
     overrides = {}
     for kv in a.set:
         key, eq, value = kv.partition("=")
@@ -265,14 +290,18 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"int8_vs_fp32: unknown optimizer, plan or mode {bad[0]!r}", file=sys.stderr)
         return 2
+    if a.seeds < 1 or a.first_seed < 0 or (a.lr is not None and not a.lr > 0):
+        print("int8_vs_fp32: --seeds wants at least 1, --first-seed at least 0 and --lr a positive number",
+              file=sys.stderr)
+        return 2
     from tinytrain.stages.quant import rescale
     from tinytrain.stages.train.data import load_dataset
 
-    seeds = list(range(a.seeds))
+    seeds = list(range(a.first_seed, a.first_seed + a.seeds))
     rows, runs = [], []
     t0 = time.time()
     for kind in kinds:
-        lr = USUAL_LR[kind]
+        lr = a.lr if a.lr is not None else USUAL_LR[kind]
         for plan_name in plans:
             prep = prepare(Path(a.spec), kind, Path(a.work), plan_name, overrides)
             spec = prep["spec"]
@@ -289,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
             for s in seeds:
                 m, logits = train_fp32(prep["fgraph"], names, kind, lr, x, y, ords[s], epochs)
                 fp.append(accuracy_fp32(m, logits, xt, yt))
-                runs.append({"optimizer": kind, "plan": plan_name, "side": "fp32", "seed": s, "accuracy": fp[-1]})
+                runs.append({"optimizer": kind, "lr": lr, "plan": plan_name, "side": "fp32", "seed": s,
+                             "accuracy": fp[-1]})
             fm, fs = mean_sd(fp)
             for mode in modes:
                 rule = prep["qas"] if mode == "default" else MODES[mode]
@@ -301,38 +331,72 @@ def main(argv: list[str] | None = None) -> int:
                         m, logits = train_fp32(prep["fgraph"], names, kind, lr, x, y, ords[s], epochs, nudge=True)
                         acc.append(accuracy_fp32(m, logits, xt, yt))
                         sat.append(0)
-                        runs.append({"optimizer": kind, "plan": plan_name, "side": "fp32-twin", "seed": s,
+                        runs.append({"optimizer": kind, "lr": lr, "plan": plan_name, "side": "fp32-twin", "seed": s,
                                      "accuracy": acc[-1]})
                         continue
                     params, info = train_int8(qg, plan, kind, lr, rule, x, y, ords[s], epochs, s)
                     acc.append(accuracy_int8(qg, params, xt, yt))
                     sat.append(sum(info["saturated"].values()))
-                    runs.append({"optimizer": kind, "plan": plan_name, "side": "int8", "mode": mode, "seed": s,
-                                 "choice": chosen, "accuracy": acc[-1], "saturated": info["saturated"]})
+                    runs.append({"optimizer": kind, "lr": lr, "plan": plan_name, "side": "int8", "mode": mode,
+                                 "seed": s, "choice": chosen, "accuracy": acc[-1], "saturated": info["saturated"]})
                 im, isd = mean_sd(acc)
                 # the gap per sample order (int8 and fp32 saw the same order): the orders' own spread cancels
                 gm, gs = mean_sd([a_ - f_ for a_, f_ in zip(acc, fp)])
-                rows.append((kind, lr, plan_name, label, im, isd, fm, fs, gs, int(np.max(sat))))
+                rows.append((kind, lr, plan_name, label, im, isd, fm, fs, gs, int(np.max(sat)), len(seeds)))
                 print(f"{kind:<8} lr {lr:<6g} {plan_name:<5} {label:<36} int8 {im:5.1f} ± {isd:3.1f}   "
-                      f"fp32 {fm:5.1f} ± {fs:3.1f}   gap {gm:+5.1f} ± {gs:3.1f}   saturated ≤ {rows[-1][-1]}  "
-                      f"[{time.time() - t0:.0f} s]", flush=True)
+                      f"fp32 {fm:5.1f} ± {fs:3.1f}   gap {gm:+5.1f} ± {standard_error(gs, len(seeds)):3.1f} "
+                      f"(sd {gs:3.1f})   saturated ≤ {rows[-1][-2]}  [{time.time() - t0:.0f} s]", flush=True)
+                if a.json:      # after every row: a long run interrupted keeps what it measured
+                    _write_json(Path(a.json), seeds, epochs, runs)
     print()
-    print(table(rows, len(seeds), epochs, len(xt), a.no_rescale))
-    if a.json:
-        Path(a.json).write_text(json.dumps({"seeds": seeds, "epochs": epochs, "runs": runs}, indent=1) + "\n")
+    print(table(rows, epochs, len(xt), a.no_rescale))
     return 0
 
 
-def table(rows: list[tuple], n_seeds: int, epochs: int, n_test: int, no_rescale: bool = False) -> str:
-    out = ["| optimizer (lr) | plan | int8 update (default: the planner's choice) | int8 % | fp32 % | gap | "
-           "int8 weights at ±127 |", "|---|---|---|---|---|---|---|"]
-    for kind, lr, plan, mode, im, isd, fm, fs, gs, sat in rows:
-        out.append(f"| {kind} ({lr:g}) | {plan} | {mode} | {im:.1f} ± {isd:.1f} | {fm:.1f} ± {fs:.1f} | "
-                   f"{im - fm:+.1f} ± {gs:.1f} | {sat} |")
-    out.append(f"\n{n_seeds} sample orders, {epochs} epochs, batch 1, {n_test} test samples; ± is the standard "
-               f"deviation over the orders (the gap's: of int8 − fp32 per order)"
+def _write_json(path: Path, seeds: list[int], epochs: int, runs: list[dict]) -> None:
+    path.write_text(json.dumps({"seeds": seeds, "epochs": epochs, "runs": runs}, indent=1) + "\n")
+
+
+def table(rows: list[tuple], epochs: int, n_test: int, no_rescale: bool = False) -> str:
+    out = ["| optimizer (lr) | plan | int8 update (default: the planner's choice) | orders | int8 % | fp32 % | "
+           "gap ± s.e. (sd) | int8 weights at ±127 |", "|---|---|---|---|---|---|---|---|"]
+    for kind, lr, plan, mode, im, isd, fm, fs, gs, sat, n in rows:
+        out.append(f"| {kind} ({lr:g}) | {plan} | {mode} | {n} | {im:.1f} ± {isd:.1f} | {fm:.1f} ± {fs:.1f} | "
+                   f"{im - fm:+.1f} ± {standard_error(gs, n):.1f} ({gs:.1f}) | {sat} |")
+    out.append(f"\n{epochs} epochs, batch 1, {n_test} test samples; int8 and fp32: mean ± standard deviation over the "
+               f"sample orders; gap: mean of int8 − fp32 per order ± its standard error (its standard deviation)"
                + ("; the planner's rescale left out (--no-rescale)." if no_rescale else "."))
     return "\n".join(out)
+
+
+def merge(paths: list[Path]) -> list[tuple]:
+    """The table's rows from the JSON of several runs (e.g. the orders shared out with --first-seed): every int8 mode
+    and fp32 twin paired with fp32 on the orders both have. A run without `lr` took the optimizer's usual one."""
+    runs = [r for p in paths for r in json.loads(p.read_text())["runs"]]
+    fp: dict[tuple, dict[int, float]] = {}
+    other: dict[tuple, dict[int, dict]] = {}
+    for r in runs:
+        key = (r["optimizer"], float(r.get("lr", USUAL_LR[r["optimizer"]])), r["plan"])
+        if r["side"] == "fp32":
+            fp.setdefault(key, {})[r["seed"]] = r["accuracy"]
+        else:
+            mode = r.get("mode", "fp32-twin")
+            other.setdefault(key + (mode,), {})[r["seed"]] = r
+    rows = []
+    for (kind, lr, plan, mode), by_seed in other.items():
+        seeds = sorted(set(by_seed) & set(fp.get((kind, lr, plan), {})))
+        if not seeds:
+            continue
+        acc = [by_seed[s]["accuracy"] for s in seeds]
+        ref = [fp[(kind, lr, plan)][s] for s in seeds]
+        label = ("(fp32, parameters +1 ulp: the resolution)" if mode == "fp32-twin" else
+                 f"default: {by_seed[seeds[0]]['choice']}" if mode == "default" else mode)
+        sat = max((sum(by_seed[s].get("saturated", {}).values()) for s in seeds), default=0)
+        im, isd = mean_sd(acc)
+        fm, fs = mean_sd(ref)
+        rows.append((kind, lr, plan, label, im, isd, fm, fs, mean_sd([a - f for a, f in zip(acc, ref)])[1], sat,
+                     len(seeds)))
+    return rows
 
 
 if __name__ == "__main__":

@@ -207,6 +207,32 @@ def test_optimizers_keep_fp32_state_in_real_units(kind):
         np.testing.assert_array_equal(w, want)
 
 
+def test_momentum_buffer_is_torch_sgds_bit_for_bit():
+    """The int8 momentum update keeps PyTorch's SGD velocity (dampening 0, nesterov off, its defaults; the first
+    step's buffer is the gradient itself, as torch's clone), in fp32 and real units, bit for bit: the master copy then
+    follows torch's float weight to within its own float32 rounding, the int8 weight to within half a step."""
+    torch = pytest.importorskip("torch")
+    from tinytrain.stages.train.runtime_config import OPTIMIZER_DEFAULTS as D
+
+    rng = np.random.default_rng(4)
+    s = np.array([0.01, 0.02, 0.005], F32)
+    w = rng.integers(-60, 60, (3, 4)).astype(np.int8)
+    master = w.astype(F32)
+    buf = [np.zeros((3, 4), F32)]
+    p = torch.nn.Parameter(torch.tensor(w.astype(F32) * s[:, None]))
+    opt = torch.optim.SGD([p], lr=0.01, momentum=D.momentum, foreach=False)
+    assert opt.defaults["dampening"] == 0 and opt.defaults["nesterov"] is False
+    for _ in range(6):
+        g = (rng.standard_normal((3, 4)) * 3).astype(F32)
+        qas.qas_update("momentum", w, g, s, axis=0, n=None, state=buf,
+                       hp={"learning_rate": 0.01, "momentum": D.momentum}, master=master)
+        p.grad = torch.tensor(g)
+        opt.step()
+        np.testing.assert_array_equal(buf[0], opt.state[p]["momentum_buffer"].numpy())
+        np.testing.assert_allclose(master * s[:, None], p.detach().numpy(), rtol=1e-5, atol=1e-6)
+        assert np.all(np.abs(w * s[:, None] - p.detach().numpy()) <= s[:, None] / 2 + 1e-6)
+
+
 # ---- the int8 training graph -------------------------------------------------------------------------------
 
 def test_int8_graph_structure_and_scales():

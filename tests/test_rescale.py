@@ -1,7 +1,8 @@
 """Weights that are free to move (issue 17, item 2; stages/quant/rescale.py), pinned against the numpy golden model.
 
 A trained int8 weight the update probe moves past ±127 gets a wider per-channel scale (values requantised), its
-layer's int8 output a wider scale when it clamped, and every bias whose input or weight scale moved follows
+layer's int8 output the smallest wider scale at which the probe of the widened weights saw none of its values clamp
+(counted per factor, checked against the golden forward), and every bias whose input or weight scale moved follows
 (TFLite's int8 spec: s_b = s_in·s_w). Checked: the factors from the probe's reach, the rewrite against a direct
 requantisation, the bias rule and the shared-parameter groups (validate_int8 accepts the rescaled graph), the
 golden forward of the rescaled graph against the original within the rounding of the wider steps, the probe on
@@ -150,10 +151,45 @@ def test_probe_reach_picks_wider_scales_and_saturation_drops(graph, data):
     k = np.asarray(choice["weights"][W])
     assert np.all(127 * k >= np.minimum(reach, 127 * rescale.MAX_FACTOR)) and np.all(127 * k / 2 < reach[k > 1])
     assert np.all(k[reach <= 127] == 1)
-    assert choice["outputs"] == {_layer(graph, W).outputs[0]: int(k.max())}
+    assert choice["outputs"] == {}                     # outputs: measured on the widened graph, not inferred
     assert B not in choice["weights"]                  # int32 biases have room
-    after = uc.probe(rescale.apply(graph, choice), plan, **kw)
+    after = uc.probe(rescale.apply(graph, choice), plan, **kw, output_reach=True)
     assert after[W]["saturated"] < before[W]["saturated"]
+    # the output's head-room: the smallest ×2^j at which none of its values clamps
+    over = after[W]["output_over"]
+    assert len(over) == int(np.log2(rescale.MAX_FACTOR)) + 1 and over[0] == after[W]["output_clamped"] > 0
+    assert all(a >= b for a, b in zip(over, over[1:]))
+    both = rescale.choose(graph, before, after)
+    assert both["weights"] == choice["weights"]
+    j = int(np.log2(both["outputs"].get(_layer(graph, W).outputs[0], 1)))
+    assert over[j] == 0 and (j == 0 or over[j - 1] > 0)
+
+
+def test_output_factor_is_the_smallest_that_holds_every_value():
+    assert rescale.output_factor([0.0] * 7) == 1
+    assert rescale.output_factor([0.3, 0.02, 1e-4, 0.0, 0.0, 0.0, 0.0]) == 8
+    assert rescale.output_factor([0.3] * 7) == rescale.MAX_FACTOR
+
+
+def test_output_over_counts_the_clamps_of_the_output_widened_by_each_factor(graph, data):
+    """The probe's output_over against the golden forward of the graph whose output is widened by 2^j (rescale.apply):
+    one step, on a graph whose head output is narrowed 4-fold so that it clamps, the same counts."""
+    x, y, _ = data
+    out = _layer(graph, W).outputs[0]
+    narrow = rescale.apply(graph, {"weights": {}, "outputs": {out: 0.25}})
+    plan = TrainPlan.last_k(narrow, 1)
+    got = uc.probe(narrow, plan, loss="cross_entropy", optimizer="momentum", qas_enabled=True, learning_rate=0.01,
+                   x=x, y=y, steps=1, seed=5, output_reach=True)[W]["output_over"]
+    i = int(np.random.default_rng(5).permutation(len(x))[0])
+    t = narrow.tensors[out]
+    xq = te._feed(x[i:i + 1], narrow.tensors[narrow.inputs[0]])
+    want = []
+    for j in range(len(got)):
+        g = rescale.apply(narrow, {"weights": {}, "outputs": {out: 2 ** j}})
+        v = np.asarray(run_graph(g, {g.inputs[0]: xq}, keep_intermediates=True)[out])
+        want.append(float(np.sum(np.isin(v, uc._clamp_codes(g.tensors[out], "none")))) / v.size)
+    assert t.dtype == "int8" and want[0] > 0 and want[-1] == 0
+    assert got == want
 
 
 def test_reach_is_the_free_trajectory_of_the_updates(graph, data):

@@ -20,10 +20,13 @@ tensor:
   they carry); median_abs_delta in integer steps; saturated: elements at ±127 (int8) after the probe;
   output_clamped: share of the layer's int8 outputs at −128 or 127 over the probe (its gradient stops there), where
   that end is not its fused activation's own bound (ReLU's 0, ReLU6's 6: no wider scale moves those);
-  reach: per output channel of an int8 weight, the largest |q + ΣΔ| of its free trajectory (stages/quant/rescale.py).
+  reach: per output channel of an int8 weight, the largest |q + ΣΔ| of its free trajectory (stages/quant/rescale.py);
+  output_over (output_reach=True): per factor ×2^j, the share of the layer's outputs that would clamp with its
+  output scale that much wider (_OutputReach).
 sparse-plan's probe runs one pass over the train split's size (at most REACH_STEPS_MAX steps), first on the
-quantiser's graph to choose the head-room (stages/quant/rescale.py), then on the rescaled graph for the decision below
-(wider scales shrink every Δ in int8 steps); emulate-run's re-check runs PROBE_STEPS.
+quantiser's graph to choose the weights' head-room (stages/quant/rescale.py), then on the graph with those weights
+widened, for the outputs' head-room and the decision below (wider scales shrink every Δ in int8 steps; the outputs'
+wider scales are not probed again); emulate-run's re-check runs PROBE_STEPS.
 A tensor *vanishes* when lost_mass > LOST_THRESHOLD: the rounding erases most of its movement. (lost_fraction
 alone misleads: softmax cross-entropy gives most elements tiny but nonzero gradients every step, so SGD loses
 ~90 % of its update *elements* on the digits example yet matches fp32, its large updates surviving.)
@@ -174,10 +177,12 @@ _NOT_KEPT = np.array(None, dtype=object)
 
 def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabled: bool, learning_rate: float,
           x: np.ndarray, y: np.ndarray, steps: int = PROBE_STEPS, batch_size: int = 1,
-          seed: int = 0, prefix_cache: PrefixCache | None = None) -> dict[str, dict[str, Any]]:
+          seed: int = 0, prefix_cache: PrefixCache | None = None,
+          output_reach: bool = False) -> dict[str, dict[str, Any]]:
     """Per trained int8/int32 tensor: updates, lost, lost_fraction, lost_mass, median_abs_delta, saturated (see the
     module docstring). Empty for a float graph (nothing is rounded). `prefix_cache` (for this `x`): the frozen
-    prefix's values computed by an earlier probe of the same samples, and kept for a later one."""
+    prefix's values computed by an earlier probe of the same samples, and kept for a later one. `output_reach`:
+    also `output_over` per tensor (`_OutputReach`), for the output head-room (stages/quant/rescale.py)."""
     from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
 
     tg = build_training_graph(graph, plan, loss, OptimizerSpec(kind=optimizer), batch_size,
@@ -207,6 +212,7 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabl
     clamped = {p: [0, 0] for p in outputs}
     layer_act = {op.outputs[0]: op.attrs.get("act", "none") for op in graph.ops}
     ends = {o: _clamp_codes(graph.tensors[o], layer_act[o]) for o in outputs.values()}
+    wider = _OutputReach(tg, set(outputs.values()), layer_act) if output_reach else None
     n = len(x)
     order = np.random.default_rng(seed).permutation(n)
     # One BLAS thread: the probe's products are batch-1 sized, and a second thread only spins (MobileNetV2: 5.6 s
@@ -224,6 +230,8 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabl
                     v = np.asarray(last[o])
                     clamped[p][0] += int(np.sum(np.isin(v, ends[o])))
                     clamped[p][1] += int(v.size)
+                if wider is not None:
+                    wider.visit(last, {o: int(np.sum(np.isin(np.asarray(last[o]), ends[o]))) for o in ends})
             for op in tg.ops[int(meta["sample_ops"]):]:
                 if op.type == STEP_COUNTER.name:
                     state[op.inputs[0]][...] += 1
@@ -262,7 +270,52 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabl
         if name in reach:
             out[name]["reach"] = [round(float(r), 3) for r in reach[name]]
             out[name]["axis"] = axis[name]
+        if wider is not None and name in outputs:
+            out[name]["output_over"] = wider.shares(outputs[name], clamped[name][1])
     return out
+
+
+class _OutputReach:
+    """How much wider a trained layer's int8 output would have to be to stop clamping: `output_over[j]` is the share
+    of its values over the probe that clamp with the output scale ×2^j (j = 0: the scale as it is; rescale.py's
+    factors, up to MAX_FACTOR). Where a sample's output clamps at ×2^(j−1), its layer is run once more on the same
+    operands with the output scale ×2^j (the reference executor's int8 kernel, the output tensor's copy the only
+    change) and its values at that scale's clamp codes counted, until none clamps or the widest factor: exact counts,
+    the cost of a layer's forward only on the samples that clamp."""
+
+    def __init__(self, tg: Graph, outputs: set[str], layer_act: dict[str, str]):
+        from tinytrain.stages.model.ir import QuantParams
+
+        split = int(tg.meta["train"]["sample_ops"])
+        self.steps = int(np.log2(rescale.MAX_FACTOR))
+        self.counts = {o: np.zeros(self.steps + 1, np.int64) for o in outputs}
+        self.runs: dict[str, list[tuple[Graph, Any, int, list[int]]]] = {}
+        for i, op in enumerate(tg.ops[:split]):
+            o = op.outputs[0] if op.outputs else None
+            if o not in outputs or op.type not in te._FORWARD_OPS:
+                continue
+            t = tg.tensors[o]
+            self.runs[o] = []
+            for j in range(1, self.steps + 1):
+                wide = dataclasses.replace(t, quant=QuantParams([float(np.float32(s * 2 ** j)) for s in t.quant.scale],
+                                                                list(t.quant.zero_point), t.quant.axis))
+                g = Graph(tensors={**tg.tensors, o: wide}, ops=tg.ops, inputs=tg.inputs, outputs=tg.outputs,
+                          meta=tg.meta)
+                self.runs[o].append((g, op, i, _clamp_codes(wide, layer_act.get(o, "none"))))
+
+    def visit(self, values: dict[str, np.ndarray], clamped_now: dict[str, int]) -> None:
+        from tinytrain.stages.golden import forward as fwd_exec
+
+        for o, n in clamped_now.items():
+            self.counts[o][0] += n
+            for j, (g, op, i, ends) in enumerate(self.runs.get(o, ()), start=1):
+                if n == 0:
+                    break
+                n = int(np.sum(np.isin(np.asarray(fwd_exec.run_op(g, op, values, index=i, n=1)[0]), ends)))
+                self.counts[o][j] += n
+
+    def shares(self, o: str, total: int) -> list[float]:
+        return [float(c) / total if total else 0.0 for c in self.counts[o]]
 
 
 # A fused activation's own bounds (real values): an int8 code at one of them is the activation, not a clamp.
@@ -438,10 +491,14 @@ def check(graph: Graph, plan: TrainPlan, config: dict[str, Any], settings, analy
     if not first:
         return None
     # Head-room first (stages/quant/rescale.py): a channel the probe moved past ±127 gets a wider scale. Its
-    # updates then shrink k-fold in int8 steps, so the rounding is judged on the rescaled graph, probed again.
+    # updates then shrink k-fold in int8 steps, so the rounding is judged on the rescaled graph, probed again; that
+    # probe, whose weights are free to move, also measures how far the widened layers' outputs pass their range,
+    # which chooses the outputs' head-room.
     widen = rescale.choose(graph, first)
     wide = rescale.apply(graph, widen)
-    tensors = probe(wide, **kw) if wide is not graph else first
+    tensors = probe(wide, **kw, output_reach=True) if wide is not graph else first
+    widen = rescale.choose(graph, first, tensors) if wide is not graph else widen
+    wide = rescale.apply(graph, widen)
     doc = decide(tensors, qas_enabled=qas_on, rounding=settings.rounding, master_copy=settings.master_copy,
                  budget=budget, peak=peaks(wide, plan, settings, qas_on, exact_peak))
     # the loss the probe trained (a name, or the heads of train.outputs): emulate-run's recheck trains the same
@@ -546,8 +603,9 @@ def text(doc: dict[str, Any] | None) -> str:
     if not doc:
         return ""
     lines = ["", f"int8 updates (probe: {doc['probe_steps']} golden-model steps at lr {doc['learning_rate']:g}, "
-                 f"held-out train samples{', on the rescaled graph' if _widened(doc) else ''}; lost = |Δ| < 1/2 "
-                 f"step, erased by nearest rounding; at ±127: weights saturated after the probe):"]
+                 f"held-out train samples{', on the graph with its weights rescaled' if _widened(doc) else ''}; lost = "
+                 f"|Δ| < 1/2 step, erased by nearest rounding; at ±127: weights saturated after the probe; output "
+                 f"clamped: at the output's own scale, before any widening of it):"]
     width = max(len(n) for n in doc["tensors"])
     lines.append(f"  {'tensor':<{width}}  {'updates':>8} {'lost':>7} {'of mass':>8} {'median |Δ|':>11} "
                  f"{'at ±127':>8} {'output clamped':>15}")
