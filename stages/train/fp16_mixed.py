@@ -161,6 +161,7 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_
     # check_first: each trained gradient is unscaled (in place) as soon as it is made, so its update can follow
     step_grads = {op.inputs[1] for op in g.ops[split:] if op.type in ops.UPDATE_OPS}
     unscaled: dict[str, str] = {}
+    narrow = fp16_written(g, half - saved - step_grads, split)
     for i, op in enumerate(g.ops[:split]):
         if i == n_fwd:
             bounds.append(len(out))
@@ -188,6 +189,10 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_
                 after += [Op(f16.ROUND_F16, [raw], [r], {}), Op(f16.CAST_F32_F16, [r], [t], {})]
                 for o in g.ops[i + 1:n_fwd]:
                     o.inputs = [r if x == t else x for x in o.inputs]
+            elif t in narrow:   # written as fp16 by its kernel, read as fp16 by every reader: no fp32 copy
+                outs[-1] = t
+                del g.tensors[raw]
+                g.tensors[t].dtype = "float16"
             else:
                 after.append(Op(f16.ROUND_F16, [raw], [t], {}))
         out.append(Op(op.type, ins, outs, dict(op.attrs), op.source_index))
@@ -259,10 +264,44 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_
     meta["loss_scale"] = {**pol, "scale_tensor": scale, "good_steps_tensor": good, "skipped_steps_tensor": skipped,
                           "flag_tensor": flag, "fp16_tensors": len(saved),
                           "fp16_rounded_tensors": len(half) + len(rename), "gradients_fp16": bool(final_grads),
+                          "fp16_written": len(narrow),
                           "check_first": check_first}
     meta["runtime_defaults"] = dict(meta["runtime_defaults"])
     g.validate()
     return g
+
+
+def fp16_written(g: Graph, transient: set[str], split: int) -> set[str]:
+    """The `transient` tensors (fp16 values the sample phase makes and its next ops read) that are stored as fp16
+    by the kernel that writes them: its op can write fp16 (OpDef.fp16_output: fp32 arithmetic, one rounding per
+    element on store, the bits of the fp32 kernel followed by round_f16) and every reader reads fp16 at that operand
+    (OpDef.fp16_operands). Then no fp32 copy of the result ever exists and it takes 2 bytes per element; anywhere
+    else an fp32 result cast to fp16 would exist whole first, so it stays an fp32 slot rounded in place."""
+    readers: dict[str, list[tuple[Op, int]]] = {}
+    for op in g.ops:
+        for k, t in enumerate(op.inputs):
+            if t is not None:
+                readers.setdefault(t, []).append((op, k))
+    out = set()
+    for op in g.ops[:split]:
+        if op.type not in ops.FP16_OUTPUT_OPS or len(op.outputs) != 1:
+            continue
+        t = op.outputs[0]
+        rs = readers.get(t, [])
+        if t in transient and t not in g.outputs and rs \
+                and all(k in ops.FP16_OPERANDS.get(r.type, ()) for r, k in rs):
+            out.add(t)
+    # an in-place reader (mask_grad) whose own result stays fp32 could no longer write it over its 2-byte input:
+    # the pair would then cost more than two fp32 slots in one, so such a tensor stays fp32 (to a fixed point)
+    changed = True
+    while changed:
+        changed = False
+        for t in sorted(out):
+            if any(r.type in ops.IN_PLACE_OPS and k == 0 and r.outputs and r.outputs[0] not in out
+                   and g.tensors[r.outputs[0]].dtype == "float32" for r, k in readers[t]):
+                out.discard(t)
+                changed = True
+    return out
 
 
 def check_pass(g: Graph, backward: list[Op], grads: set[str], flag: str, new) -> list[Op]:
