@@ -107,6 +107,9 @@ def test_fused_results_are_two_bytes_in_the_plan_and_train_with_the_same_bits(tm
     conv_out = next(o for o, k in written.items() if k == "conv2d")
     assert g16.tensors[conv_out].nbytes == H * H * C_B * 2 and size[conv_out] <= H * H * C_B * 2 + 16
     assert p16.arena < p32.arena
+    # without the rounding ops between them, mean_grad -> mask_grad -> bias / 1x1 input gradient run one position
+    # at a time (the reorder stage's positions stream), in both backward passes
+    assert [st.kind for st in p16.streams].count("positions") == 2
     # the golden model: the same losses, loss scales and trained weights, bit for bit
     x = np.random.default_rng(0).standard_normal((6, H, H, 3)).astype(np.float32)
     y = np.arange(6) % CLASSES
@@ -184,3 +187,30 @@ def test_fp16_writing_kernels_give_the_golden_bits(tmp_path):
         seen.add(op.type)
         assert got.tobytes() == np.ascontiguousarray(want).tobytes(), op.type
     assert seen == {"conv2d", "clamp_mask", "mean", "mean_grad", "mask_grad", "bias_grad", "conv2d_grad_input"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler")
+def test_host_build_of_the_fused_graph_has_the_golden_bits(tmp_path):
+    """The whole generated program (plan, codegen's kernel choice, in-place and streamed forms) on the host: per-step
+    losses, loss scale and trained weights equal the golden model's bit for bit (~15 s: slow)."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_fp16_codegen import _golden, _host_run
+
+    from tinytrain.stages.train.runtime_config import RuntimeConfig
+
+    g16, _ = _graphs(tmp_path)
+    x = np.random.default_rng(2).standard_normal((8, H, H, 3)).astype(np.float32)
+    y = np.arange(8) % CLASSES
+    cfg = RuntimeConfig(learning_rate=0.05, epochs=1)
+    res, losses, weights, _ = _host_run(g16, x, y, tmp_path, cfg)
+    src = (tmp_path / "prog" / "tt_model.c").read_text()
+    for fn in ("tt_conv2d_f32_split_hy", "tt_clamp_mask_hy", "tt_mean_hw_hx_f32", "tt_mean_hw_grad_positions_f32_hy",
+               "tt_mask_grad_f16", "tt_bias_grad_acc_hy_f32", "tt_conv2d_grad_input_hdy_f32_split"):
+        assert f"{fn}(" in src, fn
+    state, scales, skipped, means = _golden(g16, x, y, cfg, 1)
+    assert losses.tobytes() == np.array(means, np.float32).tobytes()
+    assert res["skipped_steps"] == skipped[-1]
+    for name, got in weights.items():
+        assert got.tobytes() == state[name].tobytes(), name
