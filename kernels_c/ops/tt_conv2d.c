@@ -1461,7 +1461,7 @@ void tt_conv2d_f32_split_hy(const tt_conv_dims *d, float act_min, float act_max,
                     if (bias != 0) {
                         acc += bias[oc];
                     }
-                    yp[oc] = tt_f32_to_f16(tt_act_clamp(acc, act_min, act_max));
+                    yp[oc] = tt_f16_narrow(tt_act_clamp(acc, act_min, act_max));
                 }
             }
         }

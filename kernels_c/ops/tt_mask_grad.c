@@ -69,7 +69,7 @@ void tt_mask_grad_f16(int32_t n, int32_t bit_offset, const uint8_t *mask, const 
     for (i = 0; i < n; ++i, ++b) {
         const int keep = (int)((mask[b >> 3] >> (b & 7u)) & 1u);
         if (dzh != 0) {
-            dzh[i] = !keep ? (uint16_t)0u : dyh != 0 ? dyh[i] : tt_f32_to_f16(dyf[i]);
+            dzh[i] = !keep ? (uint16_t)0u : dyh != 0 ? dyh[i] : tt_f16_narrow(dyf[i]);
         } else {
             dzf[i] = !keep ? 0.0f : dyh != 0 ? tt_f16_read(dyh[i]) : dyf[i];
         }

@@ -85,7 +85,7 @@ static inline void tt_mean_hw_grad_any(int32_t batches, int32_t h, int32_t w, in
             for (ch = 0; ch < c; ++ch) {
                 const float v = dy[b * c + ch] / (float)count;
                 if (dxh != 0) {
-                    dxh[(b * count + i) * c + ch] = tt_f32_to_f16(v);
+                    dxh[(b * count + i) * c + ch] = tt_f16_narrow(v);
                 } else {
                     dxf[(b * count + i) * c + ch] = v;
                 }
