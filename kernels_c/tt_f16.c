@@ -1,5 +1,6 @@
 /* fp16-mixed training kernels (tt_f16.h). Integer-only conversions: bit-identical on every target. */
 #include "tt_f16.h"
+#include "tt_act_clamp.h"
 
 #include <string.h>
 
@@ -18,38 +19,7 @@ float tt_f16_to_f32(uint16_t h)
 
 uint16_t tt_f32_to_f16(float f)
 {
-    uint32_t x;
-    uint32_t sign, exp, man;
-    memcpy(&x, &f, 4);
-    sign = (x >> 16) & 0x8000u;
-    exp = (x >> 23) & 0xFFu;
-    man = x & 0x7FFFFFu;
-    if (exp == 0xFFu) {                                           /* Inf, NaN (quiet, top payload bits kept) */
-        return (uint16_t)(sign | 0x7C00u | (man ? (0x200u | (man >> 13)) : 0u));
-    }
-    if (exp >= 143u) {                                            /* >= 2^16: beyond 65504 -> Inf */
-        return (uint16_t)(sign | 0x7C00u);
-    }
-    if (exp >= 113u) {                                            /* normal fp16 range (2^-14 and up) */
-        uint32_t h = ((exp - 112u) << 10) | (man >> 13);
-        uint32_t rest = man & 0x1FFFu;
-        if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) {
-            ++h;                                                  /* a carry into the exponent is right, even to Inf */
-        }
-        return (uint16_t)(sign | h);
-    }
-    if (exp >= 102u) {                                            /* fp16 subnormal (or rounds up to the smallest normal) */
-        uint32_t m = man | 0x800000u;                             /* 24 significant bits */
-        uint32_t shift = 126u - exp;                              /* 14 .. 24 */
-        uint32_t h = m >> shift;
-        uint32_t rest = m & ((1u << shift) - 1u);
-        uint32_t half = 1u << (shift - 1u);
-        if (rest > half || (rest == half && (h & 1u))) {
-            ++h;
-        }
-        return (uint16_t)(sign | h);
-    }
-    return (uint16_t)sign;                                        /* below half the smallest subnormal: +-0 */
+    return tt_f16_narrow(f);
 }
 
 void tt_cast_f32_f16(uint32_t n, const float *x, uint16_t *y)
@@ -207,4 +177,43 @@ void tt_loss_scale_update(const tt_loss_scale_params *p, float *scale, int32_t *
         }
     }
     *scale = s;
+}
+
+/* db[c] (+)= sum over rows, in row order, of the widened dy[r, c]: tt_bias_grad_f32's and tt_bias_grad_acc_f32's
+ * sums (the one-channel shortcut of tt_bias_grad_f32 adds in the same order). */
+void tt_bias_grad_acc_hy_f32(int32_t rows, int32_t channels, const uint16_t *dy, float *db)
+{
+    int32_t r, c;
+    for (r = 0; r < rows; ++r) {
+        for (c = 0; c < channels; ++c) {
+            db[c] += tt_f16_read(dy[r * channels + c]);
+        }
+    }
+}
+
+void tt_bias_grad_hy_f32(int32_t rows, int32_t channels, const uint16_t *dy, float *db)
+{
+    int32_t c;
+    for (c = 0; c < channels; ++c) {
+        db[c] = 0.0f;
+    }
+    tt_bias_grad_acc_hy_f32(rows, channels, dy, db);
+}
+
+void tt_mean_hw_grad_positions_f32_hy(int32_t positions, int32_t count, int32_t c, const float *dy, uint16_t *dx)
+{
+    int32_t i, ch;
+    for (i = 0; i < positions; ++i) {
+        for (ch = 0; ch < c; ++ch) {
+            dx[i * c + ch] = tt_f16_narrow(dy[ch] / (float)count);
+        }
+    }
+}
+
+void tt_clamp_f32_hy(int32_t n, float lo, float hi, const float *x, uint16_t *y)
+{
+    int32_t i;
+    for (i = 0; i < n; ++i) {
+        y[i] = tt_f16_narrow(tt_act_clamp(x[i], lo, hi));
+    }
 }

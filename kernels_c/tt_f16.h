@@ -60,6 +60,45 @@ static inline float tt_f16_read(uint16_t h)
 }
 #endif
 
+/* fp16(f), round to nearest even (tt_f32_to_f16's body). Inline so that the kernels that write fp16 results
+ * themselves (fp16-mixed's fp16_output ops: ops/tt_conv2d.c, tt_mean.c, tt_mask*.c, ...) round each result where
+ * they store it, and link without tt_f16.c. */
+static inline uint16_t tt_f16_narrow(float f)
+{
+    uint32_t x;
+    uint32_t sign, exp, man;
+    memcpy(&x, &f, 4);
+    sign = (x >> 16) & 0x8000u;
+    exp = (x >> 23) & 0xFFu;
+    man = x & 0x7FFFFFu;
+    if (exp == 0xFFu) {                                           /* Inf, NaN (quiet, top payload bits kept) */
+        return (uint16_t)(sign | 0x7C00u | (man ? (0x200u | (man >> 13)) : 0u));
+    }
+    if (exp >= 143u) {                                            /* >= 2^16: beyond 65504 -> Inf */
+        return (uint16_t)(sign | 0x7C00u);
+    }
+    if (exp >= 113u) {                                            /* normal fp16 range (2^-14 and up) */
+        uint32_t h = ((exp - 112u) << 10) | (man >> 13);
+        uint32_t rest = man & 0x1FFFu;
+        if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) {
+            ++h;                                                  /* a carry into the exponent is right, even to Inf */
+        }
+        return (uint16_t)(sign | h);
+    }
+    if (exp >= 102u) {                                            /* fp16 subnormal (or rounds up to the smallest normal) */
+        uint32_t m = man | 0x800000u;                             /* 24 significant bits */
+        uint32_t shift = 126u - exp;                              /* 14 .. 24 */
+        uint32_t h = m >> shift;
+        uint32_t rest = m & ((1u << shift) - 1u);
+        uint32_t half = 1u << (shift - 1u);
+        if (rest > half || (rest == half && (h & 1u))) {
+            ++h;
+        }
+        return (uint16_t)(sign | h);
+    }
+    return (uint16_t)sign;                                        /* below half the smallest subnormal: +-0 */
+}
+
 float tt_f16_to_f32(uint16_t h);
 uint16_t tt_f32_to_f16(float f);
 
@@ -80,6 +119,17 @@ void tt_unscale_f32(uint32_t n, const float *g, float s, float *y);
 /* 1 when any element is Inf or NaN (by its exponent bits: independent of any fast-math setting). */
 int tt_nonfinite_f16(uint32_t n, const uint16_t *g);
 int tt_nonfinite_f32(uint32_t n, const float *g);
+
+/* fp16-mixed's fp16-reading / fp16-writing forms of small kernels (stages/ops/fp16_io.py), the bits of the fp32
+ * kernel preceded by tt_cast_f16_f32 or followed by tt_round_f16, without the fp32 copy:
+ * tt_bias_grad_f32 (ops/tt_bias_grad.c) / tt_bias_grad_acc_f32 (tt_stream.h) reading an fp16 dy;
+ * tt_mean_hw_grad_positions_f32 (tt_stream.h) writing an fp16 dx. */
+void tt_bias_grad_hy_f32(int32_t rows, int32_t channels, const uint16_t *dy, float *db);
+void tt_bias_grad_acc_hy_f32(int32_t rows, int32_t channels, const uint16_t *dy, float *db);
+void tt_mean_hw_grad_positions_f32_hy(int32_t positions, int32_t count, int32_t c, const float *dy, uint16_t *dx);
+/* tt_clamp_f32 (ops/tt_relu.c: relu, relu6) writing an fp16 y; y may start where x does (it writes behind what it
+ * reads). */
+void tt_clamp_f32_hy(int32_t n, float lo, float hi, const float *x, uint16_t *y);
 
 /* The loss-scale policy (train.loss_scale; GradScaler's). */
 typedef struct {

@@ -1,5 +1,6 @@
 /* 1-bit activation masks (declarations and layout: tt_mask.h). */
 #include "tt_mask.h"
+#include "tt_f16.h"
 
 #include <float.h>
 
@@ -38,6 +39,23 @@ void tt_clamp_mask_f32(int32_t n, float lo, float hi, const float *y, uint8_t *m
         int32_t k;
         for (k = 0; k < 8 && i < n; ++k, ++i) {
             const float v = y[i];
+            bits |= (uint32_t)(v > lo && (!bounded || v < hi)) << k;
+        }
+        mask[j] = (uint8_t)bits;
+    }
+}
+
+void tt_clamp_mask_hy(int32_t n, float lo, float hi, const uint16_t *y, uint8_t *mask)
+{
+    /* tt_clamp_mask_f32's loop on the widened values */
+    const int bounded = hi <= FLT_MAX;
+    int32_t i = 0;
+    int32_t j = 0;
+    for (; i < n; ++j) {
+        uint32_t bits = 0;
+        int32_t k;
+        for (k = 0; k < 8 && i < n; ++k, ++i) {
+            const float v = tt_f16_read(y[i]);
             bits |= (uint32_t)(v > lo && (!bounded || v < hi)) << k;
         }
         mask[j] = (uint8_t)bits;

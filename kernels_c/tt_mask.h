@@ -28,6 +28,15 @@ void tt_clamp_mask_f32(int32_t n, float lo, float hi, const float *y, uint8_t *m
  * (0 for a whole tensor; the element offset of a chunk of it). dz may be dy (in place). */
 void tt_mask_grad_f32(int32_t n, int32_t bit_offset, const uint8_t *mask, const float *dy, float *dz);
 
+/* fp16-mixed (issue 13): the two kernels above on fp16 tensors (binary16 bits, kernels_c/tt_f16.h), so that an
+ * fp16 result needs no fp32 copy. tt_clamp_mask_hy: y fp16, widened where it is compared (exact): the bits of
+ * tt_cast_f16_f32 + tt_clamp_mask_f32. tt_mask_grad_f16: exactly one of dyf (fp32) / dyh (fp16) and one of dzf /
+ * dzh is non-null; an fp16 dz holds the fp32 result rounded once (dy or +0: the bits of tt_mask_grad_f32 +
+ * tt_round_f16). dz may be dy when both have the same type (in place). */
+void tt_clamp_mask_hy(int32_t n, float lo, float hi, const uint16_t *y, uint8_t *mask);
+void tt_mask_grad_f16(int32_t n, int32_t bit_offset, const uint8_t *mask, const float *dyf, const uint16_t *dyh,
+                      float *dzf, uint16_t *dzh);
+
 #ifdef __cplusplus
 }
 #endif

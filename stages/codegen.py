@@ -61,7 +61,7 @@ from tinytrain.stages.c_emit.api_header import model_header
 from tinytrain.stages.c_emit.driver import driver_source
 from tinytrain.stages.c_emit import hidden_stream, row_feed
 from tinytrain.stages.c_emit.stream import stream_parts
-from tinytrain.stages.ops import ROW_OPS, UPDATE_OPS, conv_forward
+from tinytrain.stages.ops import ROW_OPS, UPDATE_OPS, conv_forward, fp16_io
 from tinytrain.stages.train.runtime_config import PROTOCOL
 from tinytrain.stages.planning.streams import MAX_ROW_OPS, Stream, pad_rows, row_geometry
 
@@ -495,20 +495,29 @@ class _Gen:
         for op in cons:
             if op.type == ops.BIAS_GRAD.name:
                 lines.append(f"  memset({self.loc(op.outputs[0])}, 0, {c * 4});")
+        # fp16-mixed: t1 / t2 may be fp16 (stages/train/fp16_mixed.fp16_written): their kernels' fp16 forms
+        h1 = self.g.tensors[t1].dtype == "float16"
         lines += [f"  for (p = 0; p < {count}; ++p) {{",
-                  f"    tt_mean_hw_grad_positions_f32(1, {count}, {c}, {self.loc(g)}, {self.loc(t1)});"]
+                  f"    tt_mean_hw_grad_positions_f32{'_hy' if h1 else ''}(1, {count}, {c}, {self.loc(g)}, "
+                  f"{self.loc(t1)});"]
         y = mask.inputs[1]
+        if (h1 or self.g.tensors[t2].dtype == "float16") and mask.type != ops.MASK_GRAD.name:
+            raise CodegenError(f"positions stream: {mask.type} on an fp16 gradient")
         if mask.type == ops.INT8_CLAMP_GRAD.name:
             lines.append(f"    tt_int8_clamp_grad_f32({c}, {int(mask.attrs['lo'])}, {int(mask.attrs['hi'])}, "
                          f"{self.loc(t1)}, {self.loc(y)} + p * {c}, {self.loc(t2)});")
         elif mask.type == ops.ACT_GRAD.name:
             lines.append(f"    tt_act_grad_f32({c}, {ACT_ENUM[mask.attrs['act']]}, {self.loc(t1)}, "
                          f"{self.loc(y)} + p * {c}, {self.loc(t2)});")
+        elif h1 or self.g.tensors[t2].dtype == "float16":
+            lines.append(f"    tt_mask_grad_f16({c}, p * {c}, {self.loc(y)}, {fp16_io.pair(self, t1)}, "
+                         f"{fp16_io.pair(self, t2, True)});")
         else:
             lines.append(f"    tt_mask_grad_f32({c}, p * {c}, {self.loc(y)}, {self.loc(t1)}, {self.loc(t2)});")
         for op in cons:
             if op.type == ops.BIAS_GRAD.name:
-                lines.append(f"    tt_bias_grad_acc_f32(1, {c}, {self.loc(t2)}, {self.loc(op.outputs[0])});")
+                fn = "tt_bias_grad_acc_hy_f32" if self.g.tensors[t2].dtype == "float16" else "tt_bias_grad_acc_f32"
+                lines.append(f"    {fn}(1, {c}, {self.loc(t2)}, {self.loc(op.outputs[0])});")
                 continue
             ci = self.g.tensors[op.outputs[0]].shape[3]
             d = self.uid("tt_cd")

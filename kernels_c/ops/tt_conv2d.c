@@ -69,6 +69,15 @@ void tt_conv2d_grad_weight_qx_f32_range(const tt_conv_dims *d, int32_t k, int32_
  * used (exact), so no fp32 copy of it exists: the bits of tt_cast_f16_f32 followed by tt_conv2d_grad_weight_f32_range. */
 void tt_conv2d_grad_weight_hx_f32_range(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dy,
                                         const uint16_t *x, float *dw);
+/* fp16-mixed (issue 13): tt_conv2d_f32_split writing each result as fp16 (binary16 bits), rounded once on store:
+ * the bits of tt_conv2d_f32_split followed by tt_round_f16, without the fp32 result ever existing (w_slice w, n 0:
+ * the whole weight). */
+void tt_conv2d_f32_split_hy(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
+                            const float *w_slice, int32_t n, const float *bias, uint16_t *y);
+/* tt_conv2d_grad_input_f32_split reading an fp16 dy (fp16-mixed), widened where it is used (exact): the bits of
+ * tt_cast_f16_f32 followed by it, without the fp32 copy of dy (w_slice w, n 0: the whole weight). */
+void tt_conv2d_grad_input_hdy_f32_split(const tt_conv_dims *d, const uint16_t *dy, const float *w,
+                                        const float *w_slice, int32_t n, float *dx);
 #endif /* TT_INTERFACE */
 
 /* One block of up to four output channels: weight rows (the split kernel's slice rows for input channels [0, n)),
@@ -1409,4 +1418,97 @@ void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const i
                                  int32_t n, const float *scale, const int32_t *zero_point, float *dx)
 {
     tt_gi_walk(d, dy, w, w_slice, n, scale, zero_point, dx, 1);
+}
+
+/* The loop of tt_conv2d_f32_split (the same sums in the same order) with its store rounded to fp16: the result
+ * is what the fp32 kernel and tt_round_f16 give, stored in 2 bytes. A copy rather than a shared body so that the
+ * fp32 kernel above stays as it is. */
+void tt_conv2d_f32_split_hy(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
+                            const float *w_slice, int32_t n, const float *bias, uint16_t *y)
+{
+    int32_t b, oy, ox, oc, ky, kx, ic;
+    for (b = 0; b < d->batches; ++b) {
+        for (oy = 0; oy < d->out_h; ++oy) {
+            const int32_t iy0 = oy * d->stride_h - d->pad_top;
+            for (ox = 0; ox < d->out_w; ++ox) {
+                const int32_t ix0 = ox * d->stride_w - d->pad_left;
+                uint16_t *yp = y + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
+                for (oc = 0; oc < d->out_c; ++oc) {
+                    float acc = 0.0f;
+                    for (ky = 0; ky < d->k_h; ++ky) {
+                        const int32_t iy = iy0 + ky * d->dilation_h;
+                        if (iy < 0 || iy >= d->in_h) {
+                            continue;
+                        }
+                        for (kx = 0; kx < d->k_w; ++kx) {
+                            const int32_t ix = ix0 + kx * d->dilation_w;
+                            const float *xp;
+                            const float *wp;
+                            if (ix < 0 || ix >= d->in_w) {
+                                continue;
+                            }
+                            xp = x + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
+                            wp = w_slice + ((oc * d->k_h + ky) * d->k_w + kx) * n;
+                            for (ic = 0; ic < n; ++ic) {
+                                acc += xp[ic] * wp[ic];
+                            }
+                            wp = w + ((oc * d->k_h + ky) * d->k_w + kx) * d->in_c;
+                            for (ic = n; ic < d->in_c; ++ic) {
+                                acc += xp[ic] * wp[ic];
+                            }
+                        }
+                    }
+                    if (bias != 0) {
+                        acc += bias[oc];
+                    }
+                    yp[oc] = tt_f16_narrow(tt_act_clamp(acc, act_min, act_max));
+                }
+            }
+        }
+    }
+}
+
+/* tt_gi_walk's float sums one input channel at a time: dx[p, ic] = 0, then per tap in (filter y, filter x) order
+ * += (sum over o, in order, of dy[p', o] * w[o, tap, ic]); channels [0, n) read the trained slice. tt_gi_walk keeps
+ * four channels' sums side by side, each in this order, so the bits are its. */
+void tt_conv2d_grad_input_hdy_f32_split(const tt_conv_dims *d, const uint16_t *dy, const float *w,
+                                        const float *w_slice, int32_t n, float *dx)
+{
+    int32_t b, iy, ix, ic, ky, kx, o;
+    const int32_t taps = d->k_h * d->k_w;
+    for (b = 0; b < d->batches; ++b) {
+        for (iy = 0; iy < d->in_h; ++iy) {
+            for (ix = 0; ix < d->in_w; ++ix) {
+                float *dxp = dx + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
+                for (ic = 0; ic < d->in_c; ++ic) {
+                    dxp[ic] = 0.0f;
+                }
+                for (ky = 0; ky < d->k_h; ++ky) {
+                    const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
+                    if (oy < 0) {
+                        continue;
+                    }
+                    for (kx = 0; kx < d->k_w; ++kx) {
+                        const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
+                        const int32_t tap = ky * d->k_w + kx;
+                        const uint16_t *dyp;
+                        if (ox < 0) {
+                            continue;
+                        }
+                        dyp = dy + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
+                        for (ic = 0; ic < d->in_c; ++ic) {
+                            const int32_t in_slice = ic < n;
+                            const float *wp = in_slice ? w_slice + tap * n + ic : w + tap * d->in_c + ic;
+                            const int32_t stride = taps * (in_slice ? n : d->in_c);
+                            float s = 0.0f;
+                            for (o = 0; o < d->out_c; ++o, wp += stride) {
+                                s += tt_f16_read(dyp[o]) * wp[0];
+                            }
+                            dxp[ic] += s;
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -3,6 +3,7 @@
  * dy itself: every element is read before it is written). */
 #include "tt_mask.h"
 #include "tt_simd.h"
+#include "tt_f16.h"
 #if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
 #include "tt_float_mve.h" /* target.kernels: mve - VPSEL under the mask bits, the same bits */
 #endif
@@ -55,5 +56,22 @@ void tt_mask_grad_f32(int32_t n, int32_t bit_offset, const uint8_t *mask, const 
     }
     for (; i < n; ++i, ++b) {
         dz[i] = ((mask[b >> 3] >> (b & 7u)) & 1u) ? dy[i] : 0.0f;
+    }
+}
+
+/* Element by element (every element is read before it is written, so in place is safe); a kept fp16 dy is copied
+ * as its bits (widening and rounding back is the identity), a dropped one is +0. */
+void tt_mask_grad_f16(int32_t n, int32_t bit_offset, const uint8_t *mask, const float *dyf, const uint16_t *dyh,
+                      float *dzf, uint16_t *dzh)
+{
+    int32_t i;
+    uint32_t b = (uint32_t)bit_offset;
+    for (i = 0; i < n; ++i, ++b) {
+        const int keep = (int)((mask[b >> 3] >> (b & 7u)) & 1u);
+        if (dzh != 0) {
+            dzh[i] = !keep ? (uint16_t)0u : dyh != 0 ? dyh[i] : tt_f16_narrow(dyf[i]);
+        } else {
+            dzf[i] = !keep ? 0.0f : dyh != 0 ? tt_f16_read(dyh[i]) : dyf[i];
+        }
     }
 }

@@ -1,5 +1,6 @@
 /* mean over H and W: int8 and float32, and mean_grad. */
 #include "tt_kernels.h"
+#include "tt_f16.h"
 
 #ifdef TT_INTERFACE
 /* MEAN over H and W of [B,H,W,C] -> [B,C]: QuantizedMeanOrSum; multiplier/shift already fold 1/count in
@@ -12,6 +13,11 @@ void tt_mean_hw_s8(const tt_mean_params_s8 *p, int32_t batches, int32_t h, int32
                    int8_t *y);
 void tt_mean_hw_f32(int32_t batches, int32_t h, int32_t w, int32_t c, const float *x, float *y);
 void tt_mean_hw_grad_f32(int32_t batches, int32_t h, int32_t w, int32_t c, const float *dy, float *dx);
+/* fp16-mixed (issue 13): the mean reading an fp16 x (widened where it is added: exact), and the gradient writing an
+ * fp16 dx (rounded once on store): the bits of tt_cast_f16_f32 + tt_mean_hw_f32 and of tt_mean_hw_grad_f32 +
+ * tt_round_f16, with no fp32 copy of the H*W-sized tensor. */
+void tt_mean_hw_hx_f32(int32_t batches, int32_t h, int32_t w, int32_t c, const uint16_t *x, float *y);
+void tt_mean_hw_grad_f32_hy(int32_t batches, int32_t h, int32_t w, int32_t c, const float *dy, uint16_t *dx);
 #endif /* TT_INTERFACE */
 
 /* reference_ops::QuantizedMeanOrSum (executor._quantized_mean): sum in int32, minus z_in * count, then the
@@ -34,8 +40,10 @@ void tt_mean_hw_s8(const tt_mean_params_s8 *p, int32_t batches, int32_t h, int32
     }
 }
 
-/* ReduceSumImpl order: a sequential float32 sum over the H*W positions, then / count (executor._mean). */
-void tt_mean_hw_f32(int32_t batches, int32_t h, int32_t w, int32_t c, const float *x, float *y)
+/* ReduceSumImpl order: a sequential float32 sum over the H*W positions, then / count (executor._mean). x is fp32
+ * (xf) or fp16 (xh, widened where it is added); inlined into both entry points with the other 0. */
+static inline void tt_mean_hw_any(int32_t batches, int32_t h, int32_t w, int32_t c, const float *xf,
+                                  const uint16_t *xh, float *y)
 {
     int32_t b, i, ch;
     const int32_t count = h * w;
@@ -45,9 +53,9 @@ void tt_mean_hw_f32(int32_t batches, int32_t h, int32_t w, int32_t c, const floa
             yb[ch] = 0.0f;
         }
         for (i = 0; i < count; ++i) {
-            const float *xp = x + (b * count + i) * c;
+            const int32_t at = (b * count + i) * c;
             for (ch = 0; ch < c; ++ch) {
-                yb[ch] += xp[ch];
+                yb[ch] += xh != 0 ? tt_f16_read(xh[at + ch]) : xf[at + ch];
             }
         }
         for (ch = 0; ch < c; ++ch) {
@@ -56,15 +64,42 @@ void tt_mean_hw_f32(int32_t batches, int32_t h, int32_t w, int32_t c, const floa
     }
 }
 
-void tt_mean_hw_grad_f32(int32_t batches, int32_t h, int32_t w, int32_t c, const float *dy, float *dx)
+void tt_mean_hw_f32(int32_t batches, int32_t h, int32_t w, int32_t c, const float *x, float *y)
+{
+    tt_mean_hw_any(batches, h, w, c, x, 0, y);
+}
+
+void tt_mean_hw_hx_f32(int32_t batches, int32_t h, int32_t w, int32_t c, const uint16_t *x, float *y)
+{
+    tt_mean_hw_any(batches, h, w, c, 0, x, y);
+}
+
+/* dx = dy / count at every position; dx fp32 (dxf) or fp16 (dxh: that quotient rounded once on store). */
+static inline void tt_mean_hw_grad_any(int32_t batches, int32_t h, int32_t w, int32_t c, const float *dy,
+                                       float *dxf, uint16_t *dxh)
 {
     int32_t b, i, ch;
     const int32_t count = h * w;
     for (b = 0; b < batches; ++b) {
         for (i = 0; i < count; ++i) {
             for (ch = 0; ch < c; ++ch) {
-                dx[(b * count + i) * c + ch] = dy[b * c + ch] / (float)count;
+                const float v = dy[b * c + ch] / (float)count;
+                if (dxh != 0) {
+                    dxh[(b * count + i) * c + ch] = tt_f16_narrow(v);
+                } else {
+                    dxf[(b * count + i) * c + ch] = v;
+                }
             }
         }
     }
+}
+
+void tt_mean_hw_grad_f32(int32_t batches, int32_t h, int32_t w, int32_t c, const float *dy, float *dx)
+{
+    tt_mean_hw_grad_any(batches, h, w, c, dy, dx, 0);
+}
+
+void tt_mean_hw_grad_f32_hy(int32_t batches, int32_t h, int32_t w, int32_t c, const float *dy, uint16_t *dx)
+{
+    tt_mean_hw_grad_any(batches, h, w, c, dy, 0, dx);
 }

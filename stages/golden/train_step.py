@@ -19,11 +19,13 @@ keys take meta["train"]["runtime_defaults"].
 
 from __future__ import annotations
 
+import collections
 from typing import Any, Callable
 
 import numpy as np
 
 from tinytrain.stages.golden import forward as fwd_exec
+from tinytrain.stages.golden import fp16 as fp16_ref
 from tinytrain.stages import ops
 from tinytrain.stages.quant import qas
 from tinytrain.stages.model.ir import Graph, Op
@@ -146,17 +148,31 @@ def run_sample(g: Graph, state: dict[str, np.ndarray], x1: np.ndarray, y1: np.nd
     values.update(state)
     values[x_name] = _feed(np.asarray(x1), g.tensors[x_name])
     values[lab_name] = np.asarray(y1).astype(lab_t.dtype).reshape([1] + list(lab_t.shape[1:]))
+    fp16 = meta.get("precision") == "fp16-mixed"
     for i, op in enumerate(g.ops[:split]):
+        # fp16-mixed: a kernel reads an fp16 tensor widened (exact) and writes an fp16 one rounded once (the C's
+        # fp16-reading / fp16-writing kernels: OpDef.fp16_operands, fp16_output), around its fp32 arithmetic
+        vals = _widened(op, values) if fp16 else values
         if op.type in _FORWARD_OPS:
-            outs = _forward(g, op, i, values) if forward_op is None else forward_op(g, op, values, index=i, n=1)
+            outs = _forward(g, op, i, vals) if forward_op is None else forward_op(g, op, vals, index=i, n=1)
         else:
-            v = lambda j, op=op: values[op.inputs[j]]  # noqa: E731
+            v = lambda j, op=op: vals[op.inputs[j]]  # noqa: E731
             outs = backward_op(op, v) if backward_op is not None else None
             if outs is None:
                 outs = _backward(op, v, shape, tensor)
         for name, arr in zip(op.outputs, outs):
-            values[name] = np.asarray(arr)
+            arr = np.asarray(arr)
+            if fp16 and g.tensors[name].dtype == "float16" and arr.dtype == np.float32:
+                arr = fp16_ref.to_f16(arr)
+            values[name] = arr
     return values
+
+
+def _widened(op: Op, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`values` with op's fp16 inputs widened to float32 (exact), for a kernel that computes in fp32."""
+    wide = {t: fp16_ref.to_f32(values[t]) for t in op.inputs
+            if t is not None and t in values and getattr(values[t], "dtype", None) == np.float16}
+    return collections.ChainMap(wide, values) if wide else values
 
 
 def train_step(train_graph: Graph, state: dict[str, np.ndarray], x_batch: np.ndarray, y_batch: np.ndarray,

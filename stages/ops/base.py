@@ -123,6 +123,10 @@ class OpDef:
     # a register where it uses it (`_hx_` / `_hy_` / `_f16` kernels), so a cast_f16_f32 read only there is fused
     # into it (stages/planning/fp16_memory.fused_widen) and the saved fp16 activation gets no fp32 copy
     fp16_operands: tuple[int, ...] = ()
+    # fp16-mixed: its C kernel can write its float result as fp16 itself (fp32 arithmetic, one rounding per element on
+    # store: the bits of its fp32 kernel followed by round_f16), so stages/train/fp16_mixed.py stores the result as
+    # fp16 where every reader reads fp16 at that operand (fp16_operands) and no fp32 copy of it ever exists
+    fp16_output: bool = False
     fused_input: bool = False      # a weight gradient that dequantizes a per-tensor int8 input (operand 1) as it
     #                                reads it (memplan.fused_input_dequantize: no fp32 copy of the saved input)
     optimizer: str | None = None   # update ops: the optimizer kind

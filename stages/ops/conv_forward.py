@@ -163,6 +163,9 @@ def c_conv2d(gen, op: Op, io: dict[str, str] | None = None) -> list[str]:
             return [f"tt_conv2d_s8_split({d}, &{q}, {xe}, {whole}, {part}, {n}, {bias}, {ye});"]
         return [f"tt_conv2d_s8({d}, &{q}, {xe}, {gen.loc(w)}, {bias}, {ye});"]
     lo, hi = FLOAT_BOUNDS[act]
+    if gen.g.tensors[y].dtype == "float16":   # fp16-mixed: rounded to fp16 on store (OpDef.fp16_output)
+        whole, part, n = gen.weight_args(w) if w in gen.split else (gen.loc(w), gen.loc(w), 0)
+        return [f"tt_conv2d_f32_split_hy({d}, {flit(lo)}, {flit(hi)}, {xe}, {whole}, {part}, {n}, {bias}, {ye});"]
     if w in gen.split:
         whole, part, n = gen.weight_args(w)
         return [f"tt_conv2d_f32_split({d}, {flit(lo)}, {flit(hi)}, {xe}, {whole}, {part}, {n}, {bias}, {ye});"]

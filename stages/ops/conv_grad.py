@@ -9,6 +9,7 @@ from __future__ import annotations
 from tinytrain.stages.c_emit.literals import CodegenError, flit
 from tinytrain.stages.model.geometry import out_size_and_pad
 from tinytrain.stages.model.ir import Op
+from tinytrain.stages.ops import fp16_io
 
 
 def c_transpose_conv_grad_input(gen, op: Op) -> list[str]:
@@ -56,6 +57,12 @@ def c_conv2d_grad_input(gen, op: Op, io: dict[str, str] | None = None) -> list[s
         dze, dxe = gen.loc(dz), gen.loc(dx)
     else:
         d, dze, dxe = io["d"], io["dz"], io["dx"]
+    if fp16_io.is_f16(gen, dz):   # fp16-mixed: dz widened as it is read (OpDef.fp16_operands)
+        if w in gen.fused:
+            raise CodegenError("conv2d_grad_input: an fp16 gradient with an int8 weight (fp16-mixed trains floats)")
+        whole, part, n = gen.weight_args(w) if w in gen.split else (gen.loc(w), gen.loc(w), 0)
+        dze = dze if io is not None else fp16_io.loc(gen, dz)
+        return [f"tt_conv2d_grad_input_hdy_f32_split({d}, {dze}, {whole}, {part}, {n}, {dxe});"]
     if w in gen.fused:
         wq = gen.fused[w]
         sc, zp = gen.dq_tables(wq, 0, gen.g.tensors[wq].shape[0])

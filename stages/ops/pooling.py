@@ -12,6 +12,7 @@ from tinytrain.stages.model.geometry import out_size_and_pad
 from tinytrain.stages.model.ir import Op
 from tinytrain.stages.golden.kernel_common import float_act, qparams
 from tinytrain.stages.ops.backward import geometry, input_backward
+from tinytrain.stages.ops import fp16_io
 from tinytrain.stages.ops.base import Builtin, OpDef, version_by_dtype
 from tinytrain.stages.ops.layer_common import padded, spatial, tap
 
@@ -185,6 +186,8 @@ def _c_mean(gen, op: Op) -> list[str]:
         name = gen.uid("tt_mp")
         gen.globals.append(f"static const tt_mean_params_s8 {name} = {{{z_in}, {z_out}, {mult}, {shift}}};")
         return [f"tt_mean_hw_s8(&{name}, {b}, {h}, {w}, {c}, {gen.loc(x)}, {gen.loc(y)});"]
+    if fp16_io.is_f16(gen, x):   # fp16-mixed: x widened as it is read (OpDef.fp16_operands)
+        return [f"tt_mean_hw_hx_f32({b}, {h}, {w}, {c}, {fp16_io.loc(gen, x)}, {gen.loc(y)});"]
     return [f"tt_mean_hw_f32({b}, {h}, {w}, {c}, {gen.loc(x)}, {gen.loc(y)});"]
 
 
@@ -210,7 +213,8 @@ def _c_mean_grad(gen, op: Op) -> list[str]:
     axes = sorted({int(v) % len(xs) for v in np.asarray(gen.g.tensors[op.inputs[1]].data).reshape(-1)})
     if len(xs) != 4 or axes != [1, 2]:
         raise CodegenError("mean_grad other than over H, W")
-    return [f"tt_mean_hw_grad_f32({xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {gen.loc(dy)}, {gen.loc(dx)});"]
+    fn = "tt_mean_hw_grad_f32_hy" if gen.g.tensors[dx].dtype == "float16" else "tt_mean_hw_grad_f32"
+    return [f"{fn}({xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {gen.loc(dy)}, {gen.loc(dx)});"]
 
 
 # ---- numpy kernels of the backward ops (the training executor's; v(j): the value of input j, shape(t): a
@@ -241,12 +245,12 @@ OPS = (
           differentiable=True, shared_qparams="first", forward=_max_pool2d, backward=_max_pool_backward,
           c=_c_max_pool2d, version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("mean", signature="x, axes -> y", attrs=("keep_dims",), tflite=(Builtin("MEAN", 2, 2),),
-          differentiable=True, clamp_masked=True, forward=_mean, backward=_mean_backward,
+          differentiable=True, clamp_masked=True, forward=_mean, backward=_mean_backward, fp16_operands=(0,),
           c=_c_mean, version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("average_pool2d_grad", kind="backward", of="average_pool2d", signature="dz -> dx",
           attrs=("the forward's pooling attrs",), c=_c_average_pool2d_grad, run=_run_average_pool2d_grad),
     OpDef("max_pool2d_grad", kind="backward", of="max_pool2d", signature="dz, x -> dx",
           attrs=("the forward's pooling attrs",), fp16_operands=(1,), c=_c_max_pool2d_grad, run=_run_max_pool2d_grad),
     OpDef("mean_grad", kind="backward", of="mean", signature="dy, axes -> dx", broadcasts=True, c=_c_mean_grad,
-          run=_run_mean_grad),
+          run=_run_mean_grad, fp16_output=True),
 )

@@ -11,6 +11,7 @@ from tinytrain.stages.golden import grad_ops as go
 from tinytrain.stages.c_emit.literals import ACT_ENUM, CodegenError, flit, numel
 from tinytrain.stages.model.ir import Op
 from tinytrain.stages.quant.qas import STATE_COUNT
+from tinytrain.stages.ops import fp16_io
 from tinytrain.stages.ops.base import OpDef
 from tinytrain.stages.ops.train_kernels import float_update, qas_update, run_batch_accumulate, run_step_counter
 
@@ -44,7 +45,8 @@ def _c_clamp_mask(gen, op: Op) -> list[str]:
     lo, hi = op.attrs["lo"], op.attrs.get("hi")
     if gen.is_int8(y):
         return [f"tt_clamp_mask_s8({n}, {int(lo)}, {int(hi)}, {gen.loc(y)}, {gen.loc(mask)});"]
-    return [f"tt_clamp_mask_f32({n}, {flit(lo)}, {flit(math.inf if hi is None else hi)}, {gen.loc(y)}, "
+    fn = "tt_clamp_mask_hy" if fp16_io.is_f16(gen, y) else "tt_clamp_mask_f32"   # fp16-mixed: y widened as read
+    return [f"{fn}({n}, {flit(lo)}, {flit(math.inf if hi is None else hi)}, {fp16_io.loc(gen, y)}, "
             f"{gen.loc(mask)});"]
 
 
@@ -52,6 +54,8 @@ def _c_mask_grad(gen, op: Op) -> list[str]:
     """dz = dy where the mask bit is set (in place over dy when the plan shares their buffer)."""
     dy, mask, dz = op.inputs[0], op.inputs[1], op.outputs[0]
     n = numel(gen.g.tensors[dy].shape)
+    if fp16_io.is_f16(gen, dy) or fp16_io.is_f16(gen, dz):   # fp16-mixed: fp16 dy and / or dz
+        return [f"tt_mask_grad_f16({n}, 0, {gen.loc(mask)}, {fp16_io.pair(gen, dy)}, {fp16_io.pair(gen, dz, True)});"]
     return [f"tt_mask_grad_f32({n}, 0, {gen.loc(mask)}, {gen.loc(dy)}, {gen.loc(dz)});"]
 
 
@@ -59,7 +63,8 @@ def _c_bias_grad(gen, op: Op) -> list[str]:
     dz, db = op.inputs[0], op.outputs[0]
     c = gen.g.tensors[dz].shape[-1]
     rows = numel(gen.g.tensors[dz].shape) // c
-    return [f"tt_bias_grad_f32({rows}, {c}, {gen.loc(dz)}, {gen.loc(db)});"]
+    fn = "tt_bias_grad_hy_f32" if fp16_io.is_f16(gen, dz) else "tt_bias_grad_f32"   # fp16-mixed: dz widened
+    return [f"{fn}({rows}, {c}, {fp16_io.loc(gen, dz)}, {gen.loc(db)});"]
 
 
 def _c_grad_accumulate(gen, op: Op) -> list[str]:
@@ -348,11 +353,12 @@ INT8_CLAMP_GRAD = OpDef("int8_clamp_grad", kind="backward", signature="dy, y_q -
                         in_place="first", hidden_role="mask", run=_run_int8_clamp_grad, c=_c_int8_clamp_grad)
 CLAMP_MASK = OpDef("clamp_mask", kind="aux", signature="y -> mask", attrs=("lo", "hi"),
                    note="uint8[ceil(n/8)], bit i = 1 where lo < y_i < hi", run=_run_clamp_mask,
-                   c=_c_clamp_mask)
+                   c=_c_clamp_mask, fp16_operands=(0,))
 MASK_GRAD = OpDef("mask_grad", kind="backward", signature="dy, mask -> dz", note="dz = dy where the bit is set",
-                  masks_gradient=True, in_place="first", hidden_role="mask", run=_run_mask_grad, c=_c_mask_grad)
+                  masks_gradient=True, in_place="first", hidden_role="mask", run=_run_mask_grad, c=_c_mask_grad,
+                  fp16_operands=(0,), fp16_output=True)
 BIAS_GRAD = OpDef("bias_grad", kind="backward", signature="dz -> db", hidden_role="sum", run=_run_bias_grad,
-                  c=_c_bias_grad)
+                  c=_c_bias_grad, fp16_operands=(0,))
 GRAD_ACCUMULATE = OpDef("grad_accumulate", kind="backward", signature="g0, g1, ... -> g",
                         note="a tensor read by several ops", in_place="any", c=_c_grad_accumulate,
                         run=_run_grad_accumulate)

@@ -10,7 +10,8 @@ What changes against fp32 (the rules are fp16_mixed's):
                      weight gradients' input, the activation mask) reads the copy itself (fused_widen), any other
                      first widens it into an fp32 temporary of its own.
                      Everything else (frozen prefix, gradients, the loss) keeps its fp32 bytes: fp16 values in fp32
-                     slots, rounded in place.
+                     slots, rounded in place, except the transients whose kernels write and read fp16 themselves
+                     (OpDef.fp16_output / fp16_operands: fp16_mixed.fp16_written), which take 2 bytes.
   the overflow check batch 1, "check_first": the backward runs twice, first with each update replaced by a check of
                      its gradient (the tensors renamed: the pass keeps nothing), then as fp32's with its in-place
                      updates. "one_pass": every update waits for the end of the backward, where the check reads all
@@ -76,6 +77,42 @@ def _saved_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], graph: 
     return out
 
 
+def _written_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], inputs: set[str]) -> list[Step]:
+    """`steps` with the transients fp16_mixed.fp16_written stores as 2-byte tensors renamed (h16/...) at half their
+    bytes: written by an op that can write fp16 (OpDef.fp16_output), read only at operands that read fp16
+    (OpDef.fp16_operands), not fed to an in-place reader whose own result stays fp32; in the forward only where the
+    gradient flows (a mask step reads it: the frozen prefix keeps fp32 results) and the backward does not read it
+    (saved: a cast's fp16 copy)."""
+    readers: dict[str, list[tuple[int, int]]] = {}
+    for j, (_, ins, _) in enumerate(steps):
+        for k, t in enumerate(ins):
+            readers.setdefault(t, []).append((j, k))
+    made = [t for typ, _, outs in steps if typ in ops.FP16_OUTPUT_OPS and len(outs) == 1 for t in outs]
+    out = set()
+    for t in made:
+        rs = readers.get(t, [])
+        if t in inputs or not rs or not all(k in ops.FP16_OPERANDS.get(steps[j][0], ()) for j, k in rs):
+            continue
+        producer = next(i for i, st in enumerate(steps) if t in st[2])
+        # a forward result the backward reads is saved (a cast's fp16 copy); one no mask reads is in the prefix
+        if producer < n_fwd and (any(j >= n_fwd for j, _ in rs)
+                                 or not any(steps[j][0] == ops.CLAMP_MASK.name for j, _ in rs)):
+            continue
+        out.add(t)
+    changed = True
+    while changed:
+        changed = False
+        for t in sorted(out):
+            if any(steps[j][0] in ops.IN_PLACE_OPS and k == 0 and steps[j][2] and steps[j][2][0] not in out
+                   for j, k in readers[t]):
+                out.discard(t)
+                changed = True
+    for t in out:
+        sizes[f"h16/{t}"] = -(-sizes[t] // 2)
+    return [(typ, [f"h16/{t}" if t in out else t for t in ins], [f"h16/{t}" if t in out else t for t in outs])
+            for typ, ins, outs in steps]
+
+
 def fp16_steps(steps: list[Step], n_fwd: int, sizes: dict[str, int], graph: Graph, batch1: bool,
                inputs: list[str], streamed: dict[str, int]) -> list[tuple[str, list[Step]]]:
     """The fp16-mixed forms of the abstract program `steps` (its first `n_fwd` steps: the forward, mask steps
@@ -83,7 +120,7 @@ def fp16_steps(steps: list[Step], n_fwd: int, sizes: dict[str, int], graph: Grap
     `streamed`: the parameter gradients fp32's program computes one output channel at a time ({name: channels}),
     whole again where their update waits (one_pass)."""
     n_head = n_fwd + 1   # the loss step
-    base = _saved_as_fp16(steps, n_head, sizes, graph, set(inputs))
+    base = _saved_as_fp16(_written_as_fp16(steps, n_fwd, sizes, set(inputs)), n_head, sizes, graph, set(inputs))
     head = next(k for k, st in enumerate(base) if st[0] == "loss") + 1
     if not batch1:
         return [("batch", base)]

@@ -13,8 +13,12 @@ Rules (what is stored in which type):
         planning/fp16_memory.fused_widen), so those make no fp32 copy; any other reader gets an fp32 temporary;
       - the trained parameters' gradients (batch 1), which wait for the overflow check: fp16 tensors or fp32 slots,
         whichever plans the smaller arena (`grads_fp16`; batch > 1: the fp32 accumulators);
-      - everything else lives for an op or two: an fp32 slot holding an fp16 value (`round_f16` in place, same
-        bits as a round trip through fp16 storage), so no second copy of it ever exists.
+      - everything else lives for an op or two. Where the op that makes it can write fp16 itself (OpDef.fp16_output:
+        fp32 arithmetic, one rounding per element on store) and every reader reads fp16 at that operand
+        (OpDef.fp16_operands), it is a 2-byte fp16 tensor (fp16_written: e.g. a conv's output before a global
+        mean, the mean's broadcast gradient and its masked form); otherwise an fp32 slot holding an fp16 value
+        (`round_f16` in place, same bits as a round trip through fp16 storage), so no second copy of it ever
+        exists (an fp32 result cast to fp16 afterwards would exist whole first).
   * weights: fp32. Trained weights are the fp32 master copy the update writes; the kernels read it as it is (no fp16
     copy: it would cost SRAM, and the dot products run in fp32 anyway); frozen weights stay fp32 in flash.
   * kept in fp32: the frozen prefix's activations that the backward does not read (half_tensors), the model
@@ -161,6 +165,7 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_
     # check_first: each trained gradient is unscaled (in place) as soon as it is made, so its update can follow
     step_grads = {op.inputs[1] for op in g.ops[split:] if op.type in ops.UPDATE_OPS}
     unscaled: dict[str, str] = {}
+    narrow = fp16_written(g, half - saved - step_grads, split)
     for i, op in enumerate(g.ops[:split]):
         if i == n_fwd:
             bounds.append(len(out))
@@ -188,6 +193,10 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_
                 after += [Op(f16.ROUND_F16, [raw], [r], {}), Op(f16.CAST_F32_F16, [r], [t], {})]
                 for o in g.ops[i + 1:n_fwd]:
                     o.inputs = [r if x == t else x for x in o.inputs]
+            elif t in narrow:   # written as fp16 by its kernel, read as fp16 by every reader: no fp32 copy
+                outs[-1] = t
+                del g.tensors[raw]
+                g.tensors[t].dtype = "float16"
             else:
                 after.append(Op(f16.ROUND_F16, [raw], [t], {}))
         out.append(Op(op.type, ins, outs, dict(op.attrs), op.source_index))
@@ -259,10 +268,44 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_
     meta["loss_scale"] = {**pol, "scale_tensor": scale, "good_steps_tensor": good, "skipped_steps_tensor": skipped,
                           "flag_tensor": flag, "fp16_tensors": len(saved),
                           "fp16_rounded_tensors": len(half) + len(rename), "gradients_fp16": bool(final_grads),
+                          "fp16_written": len(narrow),
                           "check_first": check_first}
     meta["runtime_defaults"] = dict(meta["runtime_defaults"])
     g.validate()
     return g
+
+
+def fp16_written(g: Graph, transient: set[str], split: int) -> set[str]:
+    """The `transient` tensors (fp16 values the sample phase makes and its next ops read) that are stored as fp16
+    by the kernel that writes them: its op can write fp16 (OpDef.fp16_output: fp32 arithmetic, one rounding per
+    element on store, the bits of the fp32 kernel followed by round_f16) and every reader reads fp16 at that operand
+    (OpDef.fp16_operands). Then no fp32 copy of the result ever exists and it takes 2 bytes per element; anywhere
+    else an fp32 result cast to fp16 would exist whole first, so it stays an fp32 slot rounded in place."""
+    readers: dict[str, list[tuple[Op, int]]] = {}
+    for op in g.ops:
+        for k, t in enumerate(op.inputs):
+            if t is not None:
+                readers.setdefault(t, []).append((op, k))
+    out = set()
+    for op in g.ops[:split]:
+        if op.type not in ops.FP16_OUTPUT_OPS or len(op.outputs) != 1:
+            continue
+        t = op.outputs[0]
+        rs = readers.get(t, [])
+        if t in transient and t not in g.outputs and rs \
+                and all(k in ops.FP16_OPERANDS.get(r.type, ()) for r, k in rs):
+            out.add(t)
+    # an in-place reader (mask_grad) whose own result stays fp32 could no longer write it over its 2-byte input:
+    # the pair would then cost more than two fp32 slots in one, so such a tensor stays fp32 (to a fixed point)
+    changed = True
+    while changed:
+        changed = False
+        for t in sorted(out):
+            if any(r.type in ops.IN_PLACE_OPS and k == 0 and r.outputs and r.outputs[0] not in out
+                   and g.tensors[r.outputs[0]].dtype == "float32" for r, k in readers[t]):
+                out.discard(t)
+                changed = True
+    return out
 
 
 def check_pass(g: Graph, backward: list[Op], grads: set[str], flag: str, new) -> list[Op]:
@@ -309,17 +352,23 @@ def memory_against_fp32(fp32: Graph, fp16: Graph, reorder: bool = True) -> dict[
 
     _, b32, _, _ = plan_schedules(fp32, reorder)
     _, b16, _, _ = plan_schedules(fp16, reorder)
-    saved16 = [t for t in fp16.tensors.values() if t.dtype == "float16"]
+    # the fp16 copies a cast makes (saved activations, gradients kept to the check); the results their kernels write
+    # as fp16 (fp16_written) are counted apart: they were fp32 slots, not saved tensors
+    cast = {o for op in fp16.ops if op.type == f16.CAST_F32_F16 for o in op.outputs}
+    saved16 = [t for t in fp16.tensors.values() if t.dtype == "float16" and t.name in cast]
+    written16 = [t for t in fp16.tensors.values() if t.dtype == "float16" and t.name not in cast]
     return {"arena_bytes": int(b16.arena), "arena_bytes_fp32": int(b32.arena),
             "arena_saving_bytes": int(b32.arena) - int(b16.arena),
             "saved_activation_bytes": sum(t.nbytes for t in saved16),
             "saved_activation_bytes_fp32": 2 * sum(t.nbytes for t in saved16),   # fp16 tensors: saved activations
             #                                                                       and the gradients kept to the check
             "fp16_tensors": len(saved16), "reorder": reorder,
+            "fp16_written_tensors": len(written16), "fp16_written_bytes": sum(t.nbytes for t in written16),
             "check_first": bool(fp16.meta["train"]["loss_scale"].get("check_first")),
             "note": "fp16 halves the activations kept for the backward; the Inf/NaN check runs before any update: "
                     "in a backward pass of its own (check_first: the updates then run in place, channel by channel, "
                     "as fp32's) or at the end of the backward, every trained gradient kept until then, whichever "
                     "plans the smaller arena. The weight gradients, activation masks and max-pool gradients read the "
-                    "saved fp16 activations themselves (no fp32 copy); where the frozen fp32 forward is the peak, "
-                    "fp16 saves nothing there"}
+                    "saved fp16 activations themselves (no fp32 copy); a transient result whose kernel writes fp16 "
+                    "and whose readers read it is a 2-byte tensor (fp16_written); where the frozen fp32 forward is "
+                    "the peak, fp16 saves nothing there"}
