@@ -1,6 +1,7 @@
 /* Hidden-channel streams: see tt_hidden_stream.h and stages/planning/channel_stream.py. */
 #include "tt_conv_taps.h"
 #include "tt_kernels.h"
+#include "tt_avx2.h"
 
 #define TT_HS_MAX_TAPS 64
 
@@ -172,6 +173,10 @@ void tt_hs_dw_grad_input_f32(const tt_conv_dims *d, const float *dy, const float
 
 void tt_hs_mask_grad_f32(int32_t P, int32_t C, int32_t c, const uint8_t *mask, const float *dy, float *dz)
 {
+#if TT_HOST_AVX2 /* the host build's branch-free select (same bits) */
+    tt_mask_grad_bits_f32(P, C, c, mask, dy, dz);
+    return;
+#endif
     int32_t p;
     for (p = 0; p < P; ++p) {
         const uint32_t b = (uint32_t)p * (uint32_t)C + (uint32_t)c;
