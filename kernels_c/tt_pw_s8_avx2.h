@@ -73,6 +73,63 @@ static inline void tt_pw_avx2_pairs(const int8_t *xp, int32_t C, __m256i z16, in
     xz[C] = 0;
 }
 
+/* Weight pairs (w[c], w[c+1]) of block rows [j0, j1), pairs [p0, C2), as two int16 in one 32-bit word of the
+ * packed block (zero for rows j >= n and for the missing partner of an odd last channel). */
+static inline void tt_pw_avx2_pack_rows(const int8_t *w, int32_t C, int32_t b0, int32_t n, int32_t j0, int32_t j1,
+                                        int32_t p0, int16_t *wp)
+{
+    const int32_t C2 = (C + 1) / 2;
+    int32_t j, c;
+    for (j = j0; j < j1; ++j) {
+        const int8_t *wr = w + (int64_t)(b0 + (j < n ? j : 0)) * C;
+        for (c = p0; c < C2; ++c) {
+            const int32_t w0 = j < n ? wr[2 * c] : 0, w1 = j < n && 2 * c + 1 < C ? wr[2 * c + 1] : 0;
+            const uint32_t pair = (uint32_t)(uint16_t)(int16_t)w0 | (uint32_t)(uint16_t)(int16_t)w1 << 16;
+            memcpy(wp + ((int64_t)c * TT_PW_AVX2_BLOCK + j) * 2, &pair, 4);
+        }
+    }
+}
+
+/* The block of output channels [b0, b0 + n) as int16 [C2][32][2]. The repacking is a transpose (pairs of input
+ * channels become rows), so eight full rows and 16 channels at a time go through an 8x8 transpose of 32-bit
+ * pairs in registers; the rest (channel tail, rows past n) word by word. Per call, so no state outlives it: at
+ * the small late-layer images the scalar transpose cost as much as the convolution itself. */
+static inline void tt_pw_avx2_pack(const int8_t *w, int32_t C, int32_t b0, int32_t n, int16_t *wp)
+{
+    const int32_t C16 = C & ~15;
+    int32_t j0, c, k;
+    for (j0 = 0; j0 < TT_PW_AVX2_BLOCK; j0 += 8) {
+        if (j0 + 8 > n) {
+            tt_pw_avx2_pack_rows(w, C, b0, n, j0, j0 + 8, 0, wp);
+            continue;
+        }
+        for (c = 0; c < C16; c += 16) {
+            __m256i r[8], t[8], u[8];
+            for (k = 0; k < 8; ++k) { /* row j0 + k: pairs c/2 .. c/2 + 7 as int32 lanes */
+                r[k] = _mm256_cvtepi8_epi16(
+                    _mm_loadu_si128((const __m128i *)(const void *)(w + (int64_t)(b0 + j0 + k) * C + c)));
+            }
+            for (k = 0; k < 8; k += 2) {
+                t[k] = _mm256_unpacklo_epi32(r[k], r[k + 1]);
+                t[k + 1] = _mm256_unpackhi_epi32(r[k], r[k + 1]);
+            }
+            for (k = 0; k < 8; k += 4) { /* u[k + i]: pair i (| i + 4) of rows k .. k + 3 */
+                u[k] = _mm256_unpacklo_epi64(t[k], t[k + 2]);
+                u[k + 1] = _mm256_unpackhi_epi64(t[k], t[k + 2]);
+                u[k + 2] = _mm256_unpacklo_epi64(t[k + 1], t[k + 3]);
+                u[k + 3] = _mm256_unpackhi_epi64(t[k + 1], t[k + 3]);
+            }
+            for (k = 0; k < 4; ++k) { /* pair k and pair k + 4 of the eight rows */
+                _mm256_storeu_si256((__m256i *)(void *)(wp + ((int64_t)(c / 2 + k) * TT_PW_AVX2_BLOCK + j0) * 2),
+                                    _mm256_permute2x128_si256(u[k], u[k + 4], 0x20));
+                _mm256_storeu_si256((__m256i *)(void *)(wp + ((int64_t)(c / 2 + k + 4) * TT_PW_AVX2_BLOCK + j0) * 2),
+                                    _mm256_permute2x128_si256(u[k], u[k + 4], 0x31));
+            }
+        }
+        tt_pw_avx2_pack_rows(w, C, b0, n, j0, j0 + 8, C16 / 2, wp);
+    }
+}
+
 /* tt_conv2d_s8 when the shape fits: 1x1, no padding, in_c <= TT_PW_AVX2_MAX_C, every output channel's
  * requantisation in the fast form. 1 when done, 0 when the portable kernel must run (nothing written). */
 static int tt_pw_s8_avx2(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
@@ -83,7 +140,7 @@ static int tt_pw_s8_avx2(const tt_conv_dims *d, const tt_requant_s8 *q, const in
     const __m256i lo = _mm256_set1_epi32(q->act_min), hi = _mm256_set1_epi32(q->act_max);
     int16_t wp[TT_PW_AVX2_MAX_C / 2 * 2 * TT_PW_AVX2_BLOCK];
     int16_t xz[TT_PW_AVX2_MAX_C + 16];
-    int32_t o, b0, c, j, k, bi, oy, ox;
+    int32_t o, b0, j, k, bi, oy, ox;
     if (!(d->k_h == 1 && d->k_w == 1 && d->pad_top == 0 && d->pad_left == 0 && C >= 1 &&
           C <= TT_PW_AVX2_MAX_C && OC >= 1 && d->stride_h >= 1 && d->stride_w >= 1 &&
           (d->out_h - 1) * d->stride_h < d->in_h && (d->out_w - 1) * d->stride_w < d->in_w)) {
@@ -100,11 +157,7 @@ static int tt_pw_s8_avx2(const tt_conv_dims *d, const tt_requant_s8 *q, const in
         const int32_t n = OC - b0 < TT_PW_AVX2_BLOCK ? OC - b0 : TT_PW_AVX2_BLOCK, nv = (n + 7) / 8;
         __m256i vb[4];
         tt_rq8 rq[4];
-        for (c = 0; c < 2 * C2; ++c) {
-            for (j = 0; j < TT_PW_AVX2_BLOCK; ++j) {
-                wp[((c / 2) * TT_PW_AVX2_BLOCK + j) * 2 + (c & 1)] = (int16_t)(c < C && j < n ? w[(int64_t)(b0 + j) * C + c] : 0);
-            }
-        }
+        tt_pw_avx2_pack(w, C, b0, n, wp);
         for (k = 0; k < 4; ++k) {
             int32_t bb[8];
             tt_requant_fast f[8];
