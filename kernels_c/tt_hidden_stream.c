@@ -2,6 +2,7 @@
 #include "tt_conv_taps.h"
 #include "tt_kernels.h"
 #include "tt_simd.h"
+#include "tt_avx2.h"
 
 #define TT_HS_MAX_TAPS 64
 
@@ -214,6 +215,10 @@ void tt_hs_dw_taps(int32_t taps, int32_t C, int32_t c, const float *w, const int
 
 void tt_hs_mask_grad_f32(int32_t P, int32_t C, int32_t c, const uint8_t *mask, const float *dy, float *dz)
 {
+#if TT_HOST_AVX2 /* the host build's branch-free select (same bits) */
+    tt_mask_grad_bits_f32(P, C, c, mask, dy, dz);
+    return;
+#endif
     int32_t p;
     uint32_t b = (uint32_t)c; /* the bit of element p * C + c */
     for (p = 0; p < P; ++p, b += (uint32_t)C) {

@@ -25,6 +25,7 @@
 #include "tt_train_ops.h"
 #include "tt_conv_common.h"
 #include "tt_f16.h"
+#include "tt_pw_s8_avx2.h"
 
 #ifdef TT_INTERFACE
 /* y[B,OH,OW,O] = requant(sum (x - z_x) * w + bias). bias may be NULL. int32 accumulation (never overflows for
@@ -826,6 +827,11 @@ TT_CONV_INLINE void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8
 void tt_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
                   const int32_t *bias, int8_t *y)
 {
+#if TT_HOST_AVX2 /* the host build's AVX2 kernel (same bytes), when the shape fits it */
+    if (tt_pw_s8_avx2(d, q, x, w, bias, y)) {
+        return;
+    }
+#endif
     tt_conv2d_s8_core(d, q, x, w, w, 0, bias, y);
 }
 

@@ -10,6 +10,7 @@
 #include "tt_conv_common.h"
 #include "tt_simd.h"
 #include "tt_f16.h"
+#include "tt_dw_s8_avx2.h"
 
 #ifdef TT_INTERFACE
 /* Output channel ic*M + m reads input channel ic. */
@@ -701,6 +702,11 @@ void tt_depthwise_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const
                             const int32_t *bias, int8_t *y)
 {
     int32_t b, ic;
+#if TT_HOST_AVX2 /* the host build's AVX2 kernel (same bytes), when the shape fits it */
+    if (tt_dw_s8_avx2(d, q, x, w, bias, y)) {
+        return;
+    }
+#endif
 #if TT_SIMD
     if (tt_dw16_fits(d)) {
         tt_dw16_conv(d, q, x, w, bias, y, 0);
@@ -741,6 +747,11 @@ void tt_depthwise_conv2d_f32(const tt_conv_dims *d, float act_min, float act_max
 void tt_depthwise_conv2d_s8_inplace(const tt_conv_dims *d, const tt_requant_s8 *q, int8_t *xy, const int8_t *w,
                                     const int32_t *bias, int8_t *scratch)
 {
+#if TT_HOST_AVX2 /* the host build's AVX2 kernel (same bytes), when the shape fits it */
+    if (tt_dw_s8_avx2(d, q, xy, w, bias, xy)) {
+        return;
+    }
+#endif
     int32_t b, c, p;
     const int32_t C = d->in_c, n_out = d->out_h * d->out_w;
 #if TT_SIMD
