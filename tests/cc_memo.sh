@@ -29,8 +29,8 @@ for a in "$@"; do
         -o) prev="-o"; continue ;;
         -o*) out=${a#-o}; continue ;;
         -c) compile=1 ;;
-        -E|-S|-M|-MM|-MD|-MMD|-MF*|-MT*|-MQ*|-fsyntax-only|-save-temps*|-flto*|-fprofile*|'-###'|-v|--*|-dump*|-print*|-x*|-wrapper|-B*|-specs*|--specs*)
-            plain=0 ;;
+        -E|-S|-M|-MM|-MD|-MMD|-MF*|-MT*|-MQ*|-fsyntax-only|-save-temps*|-flto*|-fprofile*|'-###'|-v|--*) plain=0 ;;
+        -dump*|-print*|-x*|-wrapper|-B*|-specs*) plain=0 ;;
         -*) ;;
         *.c) srcs+=("$a") ;;
         *) plain=0 ;;  # an object, a library, an option's separate value, a response file: not ours to split
@@ -47,7 +47,9 @@ opts=()
 for a in "${args[@]}"; do
     [[ $a == -* && $a != "-c" ]] || continue
     if [[ $compile != 1 ]]; then
-        case $a in -l*|-L*|-Wl,*|-T*|-nostartfiles|-nostdlib|-nodefaultlibs|-static|-shared|-rdynamic|-pie|-no-pie) continue ;; esac
+        case $a in
+            -l*|-L*|-Wl,*|-T*|-nostartfiles|-nostdlib|-nodefaultlibs|-static|-shared|-rdynamic|-pie|-no-pie) continue ;;
+        esac
     fi
     opts+=("$a")
 done

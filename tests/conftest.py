@@ -3,8 +3,8 @@
 - No test may read or fill the user's real tinytrain cache.
 - `fake_project`: a spec plus a table of tiny stage modules that log every call to a file, for
   engine tests that must tell "restored from the cache" from "ran" (also across processes).
-- The C compilers (`cc`, `arm-none-eabi-gcc`) are memoised per test run (tests/cc_memo.sh): hundreds of tests build
-  programs from the same kernel library with the same flags, and each unit is compiled once per run instead.
+- The C compilers (`cc`, `gcc`, `arm-none-eabi-gcc`) are memoised per test run (tests/cc_memo.sh): hundreds of
+  tests build programs from the same kernel library with the same flags, and each unit is compiled once per run.
   TINYTRAIN_TEST_NO_CC_MEMO=1 turns this off.
 """
 
@@ -26,7 +26,7 @@ import yaml
 from tinytrain.pipeline.stage_graph import StageDef
 
 
-MEMOISED_COMPILERS = ("cc", "arm-none-eabi-gcc")  # the names stages/cross_compile.py runs
+MEMOISED_COMPILERS = ("cc", "gcc", "arm-none-eabi-gcc")  # the names stages/cross_compile.py and the tests run
 
 
 @pytest.fixture(scope="session", autouse=True)
