@@ -3,11 +3,17 @@
 - No test may read or fill the user's real tinytrain cache.
 - `fake_project`: a spec plus a table of tiny stage modules that log every call to a file, for
   engine tests that must tell "restored from the cache" from "ran" (also across processes).
+- The C compilers (`cc`, `gcc`, `arm-none-eabi-gcc`) are memoised per test run (tests/cc_memo.sh): hundreds of
+  tests build programs from the same kernel library with the same flags, and each unit is compiled once per run.
+  TINYTRAIN_TEST_NO_CC_MEMO=1 turns this off.
 """
 
 from __future__ import annotations
 
 import copy
+import os
+import shlex
+import shutil
 import sys
 import textwrap
 import uuid
@@ -18,6 +24,34 @@ import pytest
 import yaml
 
 from tinytrain.pipeline.stage_graph import StageDef
+
+
+MEMOISED_COMPILERS = ("cc", "gcc", "arm-none-eabi-gcc")  # the names stages/cross_compile.py and the tests run
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _memoised_compilers(tmp_path_factory):
+    """Put tests/cc_memo.sh first on PATH under each compiler's name, for this process and its children. The
+    store is shared by the xdist workers of one run (a fresh run starts empty)."""
+    if os.environ.get("TINYTRAIN_TEST_NO_CC_MEMO") == "1":
+        yield
+        return
+    base = tmp_path_factory.getbasetemp()
+    store = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "cc-memo"
+    store.mkdir(exist_ok=True)
+    bin_dir = base / "cc-memo-bin"
+    bin_dir.mkdir(exist_ok=True)
+    template = (Path(__file__).resolve().parent / "cc_memo.sh").read_text()
+    for name in MEMOISED_COMPILERS:
+        real = shutil.which(name)
+        if real is None:
+            continue  # an absent compiler stays absent (tests skip or expect the error)
+        front = bin_dir / name
+        front.write_text(template.replace("@REAL@", shlex.quote(real)).replace("@STORE@", shlex.quote(str(store))))
+        front.chmod(0o755)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+        yield
 
 
 @pytest.fixture(autouse=True)
