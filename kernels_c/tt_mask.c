@@ -28,9 +28,12 @@ void tt_clamp_mask_s8(int32_t n, int32_t lo, int32_t hi, const int8_t *y, uint8_
     }
 }
 
-void tt_clamp_mask_f32(int32_t n, float lo, float hi, const float *y, uint8_t *mask)
+/* One mask walk for fp32 (yf) and fp16 (yh) values: inlined with one of them null. hi above every finite float
+ * (+INFINITY): no upper bound, so that +inf passes as in tt_act_grad_f32. */
+static inline __attribute__((always_inline)) void tt_clamp_mask_walk(int32_t n, float lo, float hi,
+                                                                     const float *yf, const uint16_t *yh,
+                                                                     uint8_t *mask)
 {
-    /* hi above every finite float (+INFINITY): no upper bound, so that +inf passes as in tt_act_grad_f32. */
     const int bounded = hi <= FLT_MAX;
     int32_t i = 0;
     int32_t j = 0;
@@ -38,26 +41,19 @@ void tt_clamp_mask_f32(int32_t n, float lo, float hi, const float *y, uint8_t *m
         uint32_t bits = 0;
         int32_t k;
         for (k = 0; k < 8 && i < n; ++k, ++i) {
-            const float v = y[i];
+            const float v = yh != 0 ? tt_f16_read(yh[i]) : yf[i];
             bits |= (uint32_t)(v > lo && (!bounded || v < hi)) << k;
         }
         mask[j] = (uint8_t)bits;
     }
 }
 
+void tt_clamp_mask_f32(int32_t n, float lo, float hi, const float *y, uint8_t *mask)
+{
+    tt_clamp_mask_walk(n, lo, hi, y, 0, mask);
+}
+
 void tt_clamp_mask_hy(int32_t n, float lo, float hi, const uint16_t *y, uint8_t *mask)
 {
-    /* tt_clamp_mask_f32's loop on the widened values */
-    const int bounded = hi <= FLT_MAX;
-    int32_t i = 0;
-    int32_t j = 0;
-    for (; i < n; ++j) {
-        uint32_t bits = 0;
-        int32_t k;
-        for (k = 0; k < 8 && i < n; ++k, ++i) {
-            const float v = tt_f16_read(y[i]);
-            bits |= (uint32_t)(v > lo && (!bounded || v < hi)) << k;
-        }
-        mask[j] = (uint8_t)bits;
-    }
+    tt_clamp_mask_walk(n, lo, hi, 0, y, mask);
 }

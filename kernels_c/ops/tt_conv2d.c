@@ -847,9 +847,12 @@ void tt_conv2d_f32(const tt_conv_dims *d, float act_min, float act_max, const fl
     tt_conv2d_f32_split(d, act_min, act_max, x, w, w, 0, bias, y);
 }
 
-/* Input channels [0, n) of filter row (oc, ky, kx) from w_slice, [n, in_c) from w: one sum in channel order. */
-void tt_conv2d_f32_split(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
-                         const float *w_slice, int32_t n, const float *bias, float *y)
+/* Input channels [0, n) of filter row (oc, ky, kx) from w_slice, [n, in_c) from w: one sum in channel order. The
+ * result is stored in fp32 (yf) or, rounded once, in fp16 (yh): inlined with one of them null, so each kernel below
+ * keeps only its own store. */
+TT_CONV_INLINE void tt_conv_f32_walk(const tt_conv_dims *d, float act_min, float act_max, const float *x,
+                                     const float *w, const float *w_slice, int32_t n, const float *bias, float *yf,
+                                     uint16_t *yh)
 {
     int32_t b, oy, ox, oc, ky, kx, ic;
     for (b = 0; b < d->batches; ++b) {
@@ -857,7 +860,7 @@ void tt_conv2d_f32_split(const tt_conv_dims *d, float act_min, float act_max, co
             const int32_t iy0 = oy * d->stride_h - d->pad_top;
             for (ox = 0; ox < d->out_w; ++ox) {
                 const int32_t ix0 = ox * d->stride_w - d->pad_left;
-                float *yp = y + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
+                const int32_t yp = ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
                 for (oc = 0; oc < d->out_c; ++oc) {
                     float acc = 0.0f;
                     for (ky = 0; ky < d->k_h; ++ky) {
@@ -886,11 +889,22 @@ void tt_conv2d_f32_split(const tt_conv_dims *d, float act_min, float act_max, co
                     if (bias != 0) {
                         acc += bias[oc];
                     }
-                    yp[oc] = tt_act_clamp(acc, act_min, act_max);
+                    acc = tt_act_clamp(acc, act_min, act_max);
+                    if (yh != 0) {
+                        yh[yp + oc] = tt_f16_narrow(acc);
+                    } else {
+                        yf[yp + oc] = acc;
+                    }
                 }
             }
         }
     }
+}
+
+void tt_conv2d_f32_split(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
+                         const float *w_slice, int32_t n, const float *bias, float *y)
+{
+    tt_conv_f32_walk(d, act_min, act_max, x, w, w_slice, n, bias, y, 0);
 }
 
 void tt_conv2d_grad_input_f32(const tt_conv_dims *d, const float *dy, const float *w, float *dx)
@@ -1339,11 +1353,19 @@ TT_GI_INLINE float tt_gi_w(const int qw, const float *wf, const int8_t *wq, int3
     return qw ? tt_dq(wq[i], zero_point[o], scale[o]) : wf[i];
 }
 
+/* dy[o] of the tap's output pixel, from the fp32 gradient or (fp16-mixed graphs) the fp16 one widened where it is
+ * read: inlined with one of the two pointers constant null. */
+TT_GI_INLINE float tt_gi_dy(const float *dyp, const uint16_t *dyhp, int32_t o)
+{
+    return dyhp != 0 ? tt_f16_read(dyhp[o]) : dyp[o];
+}
+
 /* The next output channel's row (only the pointer of the weight's kind moves: the other is null). */
 #define TT_GI_NEXT(qw, wf, wq, stride) ((qw) ? (void)((wq) += (stride)) : (void)((wf) += (stride)))
 
-TT_GI_INLINE void tt_gi_walk(const tt_conv_dims *d, const float *dy, const void *w, const void *w_slice, int32_t n,
-                             const float *scale, const int32_t *zero_point, float *dx, const int qw)
+TT_GI_INLINE void tt_gi_walk(const tt_conv_dims *d, const float *dy, const uint16_t *dyh, const void *w,
+                             const void *w_slice, int32_t n, const float *scale, const int32_t *zero_point, float *dx,
+                             const int qw)
 {
     int32_t b, iy, ix, ic, ky, kx, o;
     const int32_t taps = d->k_h * d->k_w;
@@ -1367,11 +1389,17 @@ TT_GI_INLINE void tt_gi_walk(const tt_conv_dims *d, const float *dy, const void 
                     for (kx = 0; kx < d->k_w; ++kx) {
                         const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
                         const int32_t tap = ky * d->k_w + kx;
-                        const float *dyp;
+                        const int32_t at_dy = ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
+                        const float *dyp = 0;
+                        const uint16_t *dyhp = 0;
                         if (ox < 0) {
                             continue;
                         }
-                        dyp = dy + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
+                        if (dyh != 0) {
+                            dyhp = dyh + at_dy;
+                        } else {
+                            dyp = dy + at_dy;
+                        }
                         ic = 0;
                         while (ic < d->in_c) {
                             /* channels [0, n) live in the trained slice, the rest in the whole weight */
@@ -1385,7 +1413,7 @@ TT_GI_INLINE void tt_gi_walk(const tt_conv_dims *d, const float *dy, const void 
                             if (ic + 4 <= lim) {
                                 float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
                                 for (o = 0; o < d->out_c; ++o) {
-                                    const float g = dyp[o];
+                                    const float g = tt_gi_dy(dyp, dyhp, o);
                                     s0 += g * tt_gi_w(qw, wfb, wqb, 0, scale, zero_point, o);
                                     s1 += g * tt_gi_w(qw, wfb, wqb, 1, scale, zero_point, o);
                                     s2 += g * tt_gi_w(qw, wfb, wqb, 2, scale, zero_point, o);
@@ -1400,7 +1428,7 @@ TT_GI_INLINE void tt_gi_walk(const tt_conv_dims *d, const float *dy, const void 
                             } else {
                                 float s = 0.0f;
                                 for (o = 0; o < d->out_c; ++o) {
-                                    s += dyp[o] * tt_gi_w(qw, wfb, wqb, 0, scale, zero_point, o);
+                                    s += tt_gi_dy(dyp, dyhp, o) * tt_gi_w(qw, wfb, wqb, 0, scale, zero_point, o);
                                     TT_GI_NEXT(qw, wfb, wqb, stride);
                                 }
                                 dxp[ic] += s;
@@ -1417,104 +1445,27 @@ TT_GI_INLINE void tt_gi_walk(const tt_conv_dims *d, const float *dy, const void 
 void tt_conv2d_grad_input_f32_split(const tt_conv_dims *d, const float *dy, const float *w, const float *w_slice,
                                     int32_t n, float *dx)
 {
-    tt_gi_walk(d, dy, w, w_slice, n, 0, 0, dx, 0);
+    tt_gi_walk(d, dy, 0, w, w_slice, n, 0, 0, dx, 0);
 }
 
 void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const int8_t *w, const int8_t *w_slice,
                                  int32_t n, const float *scale, const int32_t *zero_point, float *dx)
 {
-    tt_gi_walk(d, dy, w, w_slice, n, scale, zero_point, dx, 1);
+    tt_gi_walk(d, dy, 0, w, w_slice, n, scale, zero_point, dx, 1);
 }
 
-/* The loop of tt_conv2d_f32_split (the same sums in the same order) with its store rounded to fp16: the result
- * is what the fp32 kernel and tt_round_f16 give, stored in 2 bytes. A copy rather than a shared body so that the
- * fp32 kernel above stays as it is. */
+/* tt_conv2d_f32_split's sums in the same order, each result rounded once to fp16 as it is stored: what the fp32
+ * kernel followed by tt_round_f16 gives, in 2 bytes. */
 void tt_conv2d_f32_split_hy(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
                             const float *w_slice, int32_t n, const float *bias, uint16_t *y)
 {
-    int32_t b, oy, ox, oc, ky, kx, ic;
-    for (b = 0; b < d->batches; ++b) {
-        for (oy = 0; oy < d->out_h; ++oy) {
-            const int32_t iy0 = oy * d->stride_h - d->pad_top;
-            for (ox = 0; ox < d->out_w; ++ox) {
-                const int32_t ix0 = ox * d->stride_w - d->pad_left;
-                uint16_t *yp = y + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
-                for (oc = 0; oc < d->out_c; ++oc) {
-                    float acc = 0.0f;
-                    for (ky = 0; ky < d->k_h; ++ky) {
-                        const int32_t iy = iy0 + ky * d->dilation_h;
-                        if (iy < 0 || iy >= d->in_h) {
-                            continue;
-                        }
-                        for (kx = 0; kx < d->k_w; ++kx) {
-                            const int32_t ix = ix0 + kx * d->dilation_w;
-                            const float *xp;
-                            const float *wp;
-                            if (ix < 0 || ix >= d->in_w) {
-                                continue;
-                            }
-                            xp = x + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
-                            wp = w_slice + ((oc * d->k_h + ky) * d->k_w + kx) * n;
-                            for (ic = 0; ic < n; ++ic) {
-                                acc += xp[ic] * wp[ic];
-                            }
-                            wp = w + ((oc * d->k_h + ky) * d->k_w + kx) * d->in_c;
-                            for (ic = n; ic < d->in_c; ++ic) {
-                                acc += xp[ic] * wp[ic];
-                            }
-                        }
-                    }
-                    if (bias != 0) {
-                        acc += bias[oc];
-                    }
-                    yp[oc] = tt_f16_narrow(tt_act_clamp(acc, act_min, act_max));
-                }
-            }
-        }
-    }
+    tt_conv_f32_walk(d, act_min, act_max, x, w, w_slice, n, bias, 0, y);
 }
 
-/* tt_gi_walk's float sums one input channel at a time: dx[p, ic] = 0, then per tap in (filter y, filter x) order
- * += (sum over o, in order, of dy[p', o] * w[o, tap, ic]); channels [0, n) read the trained slice. tt_gi_walk keeps
- * four channels' sums side by side, each in this order, so the bits are its. */
+/* The float input gradient of an fp16 output gradient: tt_gi_walk reading dy widened per element (the bits of
+ * tt_conv2d_grad_input_f32_split on the widened dy). */
 void tt_conv2d_grad_input_hdy_f32_split(const tt_conv_dims *d, const uint16_t *dy, const float *w,
                                         const float *w_slice, int32_t n, float *dx)
 {
-    int32_t b, iy, ix, ic, ky, kx, o;
-    const int32_t taps = d->k_h * d->k_w;
-    for (b = 0; b < d->batches; ++b) {
-        for (iy = 0; iy < d->in_h; ++iy) {
-            for (ix = 0; ix < d->in_w; ++ix) {
-                float *dxp = dx + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
-                for (ic = 0; ic < d->in_c; ++ic) {
-                    dxp[ic] = 0.0f;
-                }
-                for (ky = 0; ky < d->k_h; ++ky) {
-                    const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
-                    if (oy < 0) {
-                        continue;
-                    }
-                    for (kx = 0; kx < d->k_w; ++kx) {
-                        const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
-                        const int32_t tap = ky * d->k_w + kx;
-                        const uint16_t *dyp;
-                        if (ox < 0) {
-                            continue;
-                        }
-                        dyp = dy + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
-                        for (ic = 0; ic < d->in_c; ++ic) {
-                            const int32_t in_slice = ic < n;
-                            const float *wp = in_slice ? w_slice + tap * n + ic : w + tap * d->in_c + ic;
-                            const int32_t stride = taps * (in_slice ? n : d->in_c);
-                            float s = 0.0f;
-                            for (o = 0; o < d->out_c; ++o, wp += stride) {
-                                s += tt_f16_read(dyp[o]) * wp[0];
-                            }
-                            dxp[ic] += s;
-                        }
-                    }
-                }
-            }
-        }
-    }
+    tt_gi_walk(d, 0, dy, w, w_slice, n, 0, 0, dx, 0);
 }
