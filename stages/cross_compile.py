@@ -213,8 +213,8 @@ def build_firmware(board: Board, program_dir: Path, out_dir: Path, *,
         # "auto": a first link with the smallest stack (so that whatever fits links), measured, then the real one
         ldflags = _ldflags(board, extra_cflags, sanitize, ALIGN if auto else stack_bytes)
         elf, mapfile = work / "firmware.elf", work / "firmware.map"
-        objects = [u.obj for u in units]
-        proc = _link(work, cc, cflags, ldflags, objects, elf, mapfile, board)
+        linked = [u.obj for u in units]
+        proc = _link(work, cc, cflags, ldflags, linked, elf, mapfile, board)
         while proc.returncode != 0 and spare:
             # The scan missed a file (e.g. a call from a header's inline function): add the files defining what
             # the linker could not find, or all the rest when none does, and link again.
@@ -231,21 +231,21 @@ def build_firmware(board: Board, program_dir: Path, out_dir: Path, *,
             units = sorted(units + fw, key=lambda u: order.get(str(u.src), len(order)))
             hunits = sorted(hunits + host, key=lambda u: order.get(str(u.src), len(order)))
             sources = [u.src for u in units]
-            objects = [u.obj for u in units]
-            proc = _link(work, cc, cflags, ldflags, objects, elf, mapfile, board)
+            linked = [u.obj for u in units]
+            proc = _link(work, cc, cflags, ldflags, linked, elf, mapfile, board)
         bound = None
         if auto and not board.host and proc.returncode == 0:
             bound, ldflags = _size_stack(board, extra_cflags, sanitize, elf)
-            proc = _link(work, cc, cflags, ldflags, objects, elf, mapfile, board)
+            proc = _link(work, cc, cflags, ldflags, linked, elf, mapfile, board)
             if proc.returncode == 0 and "deepest_chain" in bound and stack_bound(elf).bytes != bound["bytes"]:
                 raise StageFailed("the stack bound changed when the firmware was relinked with it")
         if proc.returncode != 0:
             overflows = {m.group(1): int(m.group(2)) for m in _OVERFLOW_RE.finditer(proc.stderr)}
             if overflows and not board.host:
-                size = _measure_unlimited(work, cc, cflags, ldflags, objects, board)
+                size = _measure_unlimited(work, cc, cflags, ldflags, linked, board)
                 if auto and bound is None:  # say what the program needs with the stack it would get
                     _, sized = _size_stack(board, extra_cflags, sanitize, work / "measure.elf")
-                    size = _measure_unlimited(work, cc, cflags, sized, objects, board)
+                    size = _measure_unlimited(work, cc, cflags, sized, linked, board)
                 raise _does_not_fit(board, size, overflows)
             raise StageFailed(_link_failure(board, proc.stderr))
         size = size_report(board, elf)
