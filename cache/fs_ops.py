@@ -28,13 +28,13 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def _new_tmp(folder: Path, tag: str = "") -> Path:
+def new_tmp(folder: Path, tag: str = "") -> Path:
     return folder / f"{TMP_PREFIX}{tag}{uuid.uuid4().hex[:16]}"
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _new_tmp(path.parent)
+    tmp = new_tmp(path.parent)
     try:
         with open(tmp, "xb") as f:
             f.write(data)
@@ -92,7 +92,7 @@ def _swap_in(new: Path, dest: Path) -> None:
 def _move_aside(dest: Path) -> Path | None:
     if not (dest.exists() or dest.is_symlink()):
         return None
-    old = _new_tmp(dest.parent, f"old-{dest.name}-")
+    old = new_tmp(dest.parent, f"old-{dest.name}-")
     try:
         os.rename(dest, old)
     except FileNotFoundError:

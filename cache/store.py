@@ -48,7 +48,7 @@ from tinytrain.cache.fs_ops import (
     _blob_sizes,
     _count_files,
     _fsync_dir,
-    _new_tmp,
+    new_tmp,
     _remove_any,
     _remove_empty_dirs,
     _swap_in,
@@ -126,7 +126,7 @@ class Cache:
                                     hint=hint) from None
         if not self.root.is_dir():
             raise CacheDirError(f"cache folder {self.root} is not a folder", hint=hint)
-        probe = _new_tmp(self.root, "probe-")
+        probe = new_tmp(self.root, "probe-")
         try:
             os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         except OSError as e:
@@ -406,7 +406,7 @@ class Cache:
         # blob is simply replaced: same bytes if it was good, repaired if it had rotted.
         cas = self.write_root / "cas"
         self._real_dirs(cas / "x", create=True)
-        tmp = _new_tmp(cas)
+        tmp = new_tmp(cas)
         try:
             digest, size = copy_hashing(src, tmp, fsync=True)
             final = self._blob_write_path(digest)
@@ -433,7 +433,7 @@ class Cache:
         dest.parent.mkdir(parents=True, exist_ok=True)
         with self.lock():
             self._sweep_stale_tmp_dirs(dest)
-            tmp = _new_tmp(dest.parent, f"{dest.name}-")
+            tmp = new_tmp(dest.parent, f"{dest.name}-")
             tmp.mkdir()
             try:
                 try:

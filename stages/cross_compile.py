@@ -38,7 +38,6 @@ the same digest (the emulate-run cache key depends on it).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -56,10 +55,12 @@ from typing import Any, Sequence
 from tinytrain.pipeline.contract import StageContext, StageResult, no_progress
 from tinytrain.pipeline.errors import StageFailed, UserError
 from tinytrain.stages.c_emit import ops_header
-from tinytrain.cache.keys import tool_identity
+from tinytrain.cache.fs_ops import new_tmp
+from tinytrain.cache.keys import tool_identity, tree_digest
 from tinytrain.stages.device.boards import BOARD_DIR, HOST_ISA_PROBE, Board, get_board, host_isa_flags
 from tinytrain.stages.device.elf_size import size_report
 from tinytrain.stages.device.stack_bound import ALIGN, StackBoundError, stack_bound
+from tinytrain.stages.planning.parallel import worker_count
 
 KERNELS_DIR = BOARD_DIR.parent  # kernels_c/
 # The kernel library's C files under kernels_c/: shared support, then one file per op (kernels_c/README.md).
@@ -470,7 +471,7 @@ def _compile_units(work: Path, units: list[_Unit], progress, objects: "ObjectCac
     keys: dict[_Unit, str] = {}
     todo = list(units)
     if objects is not None:
-        tree = _tree_digest(work)
+        tree = tree_digest(work / "src" / "kernels_c")
         program = {p.name for p in (work / "src" / "program").rglob("*") if p.is_file()}
         keys = {u: objects.key(u, tree) for u in units if objects.cacheable(u)}
         todo = [u for u in units if u not in keys or not objects.fetch(work, u, keys[u], program)]
@@ -595,7 +596,7 @@ class ObjectCache:
                 and not any(f.startswith(_PATH_FLAGS) for f in u.cflags))
 
     def key(self, u: "_Unit", tree: str) -> str:
-        doc = [_compiler_id(u.cc), u.cc, list(u.cflags), str(u.src), tree]
+        doc = [os.path.realpath(shutil.which(u.cc) or u.cc), tool_identity([u.cc, "--version"]), u.cc, list(u.cflags), str(u.src), tree]
         return hashlib.sha256(json.dumps(doc).encode()).hexdigest()
 
     def _paths(self, key: str) -> tuple[Path, Path]:
@@ -627,12 +628,13 @@ class ObjectCache:
         obj, meta = self._paths(key)
         try:
             obj.parent.mkdir(parents=True, exist_ok=True)
-            for dest, write in ((meta, lambda p: p.write_text(json.dumps({"headers": sorted({Path(d).name
-                                                                                            for d in deps})}))),
-                                (obj, lambda p: shutil.copyfile(work / u.obj, p))):
-                tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-                write(tmp)
-                tmp.replace(dest)   # the object last: a reader that finds it finds its headers too
+            # through the store's temporary names (its sweep removes those a killed build leaves), without fsync:
+            # an object lost to a crash is only compiled again. The object last: who finds it finds its headers.
+            for dest, data in ((meta, json.dumps({"headers": sorted({Path(d).name for d in deps})}).encode()),
+                               (obj, (work / u.obj).read_bytes())):
+                tmp = new_tmp(dest.parent)
+                tmp.write_bytes(data)
+                tmp.replace(dest)
         except OSError:
             pass    # a cache that cannot be written (full, read-only) only loses the object for later builds
 
@@ -650,28 +652,6 @@ def _dependencies(d_file: Path) -> list[str] | None:
         return None
     _, _, rest = text.partition(":")
     return [t for t in rest.replace("\\\n", " ").split() if t != "\\"]
-
-
-@functools.lru_cache(maxsize=None)
-def _compiler_id(cc: str) -> str:
-    """Where `cc` is and the first line of its --version: a new compiler does not find the old one's objects."""
-    path = shutil.which(cc) or cc
-    try:
-        out = subprocess.run([cc, "--version"], capture_output=True, text=True, errors="replace").stdout
-    except OSError:
-        out = ""
-    return f"{os.path.realpath(path)} {out.splitlines()[0] if out else ''}"
-
-
-def _tree_digest(work: Path) -> str:
-    """Every file of the staged kernel library (names and bytes)."""
-    h = hashlib.sha256()
-    root = work / "src" / "kernels_c"
-    for p in sorted(q for q in root.rglob("*") if q.is_file()):
-        h.update(str(p.relative_to(root)).encode() + b"\0")
-        h.update(p.read_bytes())
-        h.update(b"\0")
-    return h.hexdigest()
 
 
 def prewarm(config: dict[str, Any], unit_cache_dir: Path) -> "Prewarm | None":
@@ -700,7 +680,7 @@ def prewarm(config: dict[str, Any], unit_cache_dir: Path) -> "Prewarm | None":
 def _idle_core() -> bool:
     """Whether another core is idle now: fewer processes running besides this one than cores besides its own.
     One core: never."""
-    cores = os.cpu_count() or 1
+    cores = worker_count()
     return cores >= 2 and _running_now() - 1 < cores - 1
 
 
@@ -741,7 +721,7 @@ class Prewarm:
                                   _library_files(work) + _support(self.board))
                 units = sorted(fw + host + _host_support_units(self.hboard, self.hflags),
                                key=lambda u: -(work / u.src).stat().st_size)
-                tree = _tree_digest(work)
+                tree = tree_digest(work / "src" / "kernels_c")
                 for u in units:
                     key = self.objects.key(u, tree)
                     if self._stopped.is_set():

@@ -93,7 +93,8 @@ def test_prewarm_compiles_what_the_build_then_copies(tmp_path, counted, monkeypa
                         lambda work: [p for p in real(work) if p.name == "tt_relu.c"])
     started = prewarm({"target.board": "host", "target.kernels": "portable"}, tmp_path / "units")
     assert started is not None
-    started._thread.join()          # let it finish here (the runner stops it when cross-compile's turn comes)
+    started._thread.join(timeout=300)   # let it finish here (the runner stops it when cross-compile's turn comes)
+    assert not started._thread.is_alive()
     started.stop()
     assert started.compiled > 0
     del counted[:]
@@ -107,12 +108,12 @@ def test_prewarm_compiles_what_the_build_then_copies(tmp_path, counted, monkeypa
 
 
 def test_prewarm_runs_only_on_a_core_left_idle(tmp_path, monkeypatch):
-    monkeypatch.setattr(cross_compile.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(cross_compile, "worker_count", lambda: 2)
     monkeypatch.setattr(cross_compile, "_running_now", lambda: 2)     # this process and one other: no idle core
     assert not cross_compile._idle_core() and prewarm({"target.board": "host"}, tmp_path) is None
     monkeypatch.setattr(cross_compile, "_running_now", lambda: 1)     # this process alone
     assert cross_compile._idle_core()
-    monkeypatch.setattr(cross_compile.os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(cross_compile, "worker_count", lambda: 1)
     assert not cross_compile._idle_core()
 
 
