@@ -243,7 +243,8 @@ static inline int32_t tt_sum_s8(const int8_t *w, int32_t n)
     return s;
 }
 
-/* target.kernels: mve - Helium versions replace the three functions above for the code that includes this file. */
+/* target.kernels: mve - Helium versions replace the three dot products above (not tt_sum_s8) for the code that
+ * includes this file. */
 #if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
 #include "tt_dot_mve.h"
 #endif

@@ -217,13 +217,13 @@ void tt_hs_mask_grad_f32(int32_t P, int32_t C, int32_t c, const uint8_t *mask, c
 {
 #if TT_HOST_AVX2 /* the host build's branch-free select (same bits) */
     tt_mask_grad_bits_f32(P, C, c, mask, dy, dz);
-    return;
-#endif
+#else
     int32_t p;
     uint32_t b = (uint32_t)c; /* the bit of element p * C + c */
     for (p = 0; p < P; ++p, b += (uint32_t)C) {
         dz[p] = ((mask[b >> 3] >> (b & 7u)) & 1u) ? dy[p] : 0.0f;
     }
+#endif
 }
 
 void tt_hs_int8_clamp_grad_f32(int32_t P, int32_t C, int32_t c, int32_t lo, int32_t hi, const float *dy,

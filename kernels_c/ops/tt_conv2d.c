@@ -1339,14 +1339,7 @@ static void tt_gi1x1(const tt_conv_dims *d, const float *dy, const int8_t *w, co
     }
 }
 
-/* The input gradient's tap walk, written once for a float weight and an int8 one (dequantized per element by tt_dq
- * where it is read, the int8 kernels' 1x1 stride-1 case through tt_gi1x1): w / w_slice are of the kind the
- * constant qw names, so the always-inlined walker compiles to the plain loop of each (tt_gi_w and TT_GI_NEXT touch
- * only that kind's pointer; the other stays null). The bits of the loops it replaces. dx[p, ic] = 0, then
- * per tap in (filter y, filter x) order += s with s = sum over o, in order, of dy[p', o] * w[o, tap, ic]; channels
- * [0, n) read the trained slice [O,KH,KW,n], the rest the whole weight. Four input channels share a pass over o
- * (the loads of dy, scale and zero point): each keeps its own sum in order, the same float32 operations as one at
- * a time. */
+/* One weight of either kind (tt_gi_walk's constant qw names it; the other pointer is null). */
 TT_GI_INLINE float tt_gi_w(const int qw, const float *wf, const int8_t *wq, int32_t i, const float *scale,
                            const int32_t *zero_point, int32_t o)
 {
@@ -1363,6 +1356,14 @@ TT_GI_INLINE float tt_gi_dy(const float *dyp, const uint16_t *dyhp, int32_t o)
 /* The next output channel's row (only the pointer of the weight's kind moves: the other is null). */
 #define TT_GI_NEXT(qw, wf, wq, stride) ((qw) ? (void)((wq) += (stride)) : (void)((wf) += (stride)))
 
+/* The input gradient's tap walk, written once for a float weight and an int8 one (dequantized per element by tt_dq
+ * where it is read, the int8 kernels' 1x1 stride-1 case through tt_gi1x1): w / w_slice are of the kind the
+ * constant qw names, so the always-inlined walker compiles to the plain loop of each (tt_gi_w and TT_GI_NEXT touch
+ * only that kind's pointer; the other stays null). The bits of the loops it replaces. dx[p, ic] = 0, then
+ * per tap in (filter y, filter x) order += s with s = sum over o, in order, of dy[p', o] * w[o, tap, ic]; channels
+ * [0, n) read the trained slice [O,KH,KW,n], the rest the whole weight. Four input channels share a pass over o
+ * (the loads of dy, scale and zero point): each keeps its own sum in order, the same float32 operations as one at
+ * a time. */
 TT_GI_INLINE void tt_gi_walk(const tt_conv_dims *d, const float *dy, const uint16_t *dyh, const void *w,
                              const void *w_slice, int32_t n, const float *scale, const int32_t *zero_point, float *dx,
                              const int qw)

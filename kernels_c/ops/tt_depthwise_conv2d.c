@@ -795,9 +795,16 @@ void tt_depthwise_conv2d_grad_weight_f32(const tt_conv_dims *d, int32_t k, const
     tt_depthwise_conv2d_grad_weight_f32_taps(d, k, 0, d->k_h * d->k_w, dy, x, dw);
 }
 
-/* Taps [t0, t1) (t = ky * k_w + kx, the rows of the [KH*KW, k*M] gradient): each tap row is its own sum. */
-void tt_depthwise_conv2d_grad_weight_f32_taps(const tt_conv_dims *d, int32_t k, int32_t t0, int32_t t1,
-                                              const float *dy, const float *x, float *dw)
+/* x[i] from the fp32 input or the saved fp16 one, widened where it is read: inlined with the other pointer null. */
+TT_CONV_INLINE float tt_dw_gw_x(const float *xf, const uint16_t *xh, int32_t i)
+{
+    return xh != 0 ? tt_f16_read(xh[i]) : xf[i];
+}
+
+/* Taps [t0, t1) (t = ky * k_w + kx, the rows of the [KH*KW, k*M] gradient): each tap row is its own sum. x is fp32
+ * (xf) or fp16 (xh), the other null: the same sums in the same order either way. */
+TT_CONV_INLINE void tt_dw_gw_walk(const tt_conv_dims *d, int32_t k, int32_t t0, int32_t t1, const float *dy,
+                                  const float *xf, const uint16_t *xh, float *dw)
 {
     int32_t t, oc, i;
     const int32_t mult = d->depth_multiplier, n_out = k * mult, OC = d->out_c, xs = d->stride_w * d->in_c;
@@ -809,20 +816,33 @@ void tt_depthwise_conv2d_grad_weight_f32_taps(const tt_conv_dims *d, int32_t k, 
         }
         tt_tap_walk_init(d, t / d->k_w, t % d->k_w, &tw);
         while (tt_tap_walk_next(&tw)) {
-            const float *dyp = dy + tw.dy_px * OC, *xp = x + tw.x_px * d->in_c;
-            for (i = 0; i < tw.n; ++i, dyp += OC, xp += xs) {
+            const float *dyp = dy + tw.dy_px * OC;
+            const float *xp = xh != 0 ? 0 : xf + tw.x_px * d->in_c;
+            const uint16_t *xhp = xh != 0 ? xh + tw.x_px * d->in_c : 0;
+            for (i = 0; i < tw.n; ++i, dyp += OC) {
                 if (mult == 1) {
                     for (oc = 0; oc < n_out; ++oc) {
-                        dwp[oc] += dyp[oc] * xp[oc];
+                        dwp[oc] += dyp[oc] * tt_dw_gw_x(xp, xhp, oc);
                     }
                 } else {
                     for (oc = 0; oc < n_out; ++oc) {
-                        dwp[oc] += dyp[oc] * xp[oc / mult];
+                        dwp[oc] += dyp[oc] * tt_dw_gw_x(xp, xhp, oc / mult);
                     }
+                }
+                if (xh != 0) {
+                    xhp += xs;
+                } else {
+                    xp += xs;
                 }
             }
         }
     }
+}
+
+void tt_depthwise_conv2d_grad_weight_f32_taps(const tt_conv_dims *d, int32_t k, int32_t t0, int32_t t1,
+                                              const float *dy, const float *x, float *dw)
+{
+    tt_dw_gw_walk(d, k, t0, t1, dy, x, 0, dw);
 }
 
 /* ---- input gradient ----------------------------------------------------------------------------------------
@@ -1103,40 +1123,10 @@ void tt_depthwise_conv2d_grad_input_qw_f32_inplace(const tt_conv_dims *d, float 
     tt_dw_grad_input_inplace(d, dydx, 0, w, scale, zero_point, scratch);
 }
 
-/* tt_depthwise_conv2d_grad_weight_f32's loops and order of operations, x read as fp16 (fp16-mixed's saved input).
- * A loop of its own, not a pointer pair in the shared one, so that the float kernel's inner loop stays as it is. */
+/* tt_depthwise_conv2d_grad_weight_f32 with x read as fp16 (fp16-mixed's saved input), widened per element: the
+ * same sums in the same order. */
 void tt_depthwise_conv2d_grad_weight_hx_f32(const tt_conv_dims *d, int32_t k, const float *dy, const uint16_t *x,
                                             float *dw)
 {
-    int32_t t, oc, b, oy, ox;
-    const int32_t mult = d->depth_multiplier;
-    const int32_t n_out = k * mult;
-    for (t = 0; t < d->k_h * d->k_w; ++t) {
-        const int32_t ky = t / d->k_w, kx = t % d->k_w;
-        float *dwp = dw + t * n_out;
-        for (oc = 0; oc < n_out; ++oc) {
-            dwp[oc] = 0.0f;
-        }
-        for (b = 0; b < d->batches; ++b) {
-            for (oy = 0; oy < d->out_h; ++oy) {
-                const int32_t iy = oy * d->stride_h - d->pad_top + ky * d->dilation_h;
-                if (iy < 0 || iy >= d->in_h) {
-                    continue;
-                }
-                for (ox = 0; ox < d->out_w; ++ox) {
-                    const int32_t ix = ox * d->stride_w - d->pad_left + kx * d->dilation_w;
-                    const float *dyp;
-                    const uint16_t *xp;
-                    if (ix < 0 || ix >= d->in_w) {
-                        continue;
-                    }
-                    dyp = dy + ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
-                    xp = x + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
-                    for (oc = 0; oc < n_out; ++oc) {
-                        dwp[oc] += dyp[oc] * tt_f16_read(xp[oc / mult]);
-                    }
-                }
-            }
-        }
-    }
+    tt_dw_gw_walk(d, k, 0, d->k_h * d->k_w, dy, 0, x, dw);
 }

@@ -60,12 +60,13 @@ void tt_mask_grad_f32(int32_t n, int32_t bit_offset, const uint8_t *mask, const 
 }
 
 /* Element by element (every element is read before it is written, so in place is safe); a kept fp16 dy is copied
- * as its bits (widening and rounding back is the identity), a dropped one is +0. */
-void tt_mask_grad_f16(int32_t n, int32_t bit_offset, const uint8_t *mask, const float *dyf, const uint16_t *dyh,
-                      float *dzf, uint16_t *dzh)
+ * as its bits (widening and rounding back is the identity), a dropped one is +0. Inlined with each operand's other
+ * pointer constant null, so every form below has its own loop without per-element tests. */
+static inline __attribute__((always_inline)) void tt_mask_grad_walk(int32_t n, uint32_t b, const uint8_t *mask,
+                                                                    const float *dyf, const uint16_t *dyh,
+                                                                    float *dzf, uint16_t *dzh)
 {
     int32_t i;
-    uint32_t b = (uint32_t)bit_offset;
     for (i = 0; i < n; ++i, ++b) {
         const int keep = (int)((mask[b >> 3] >> (b & 7u)) & 1u);
         if (dzh != 0) {
@@ -73,5 +74,20 @@ void tt_mask_grad_f16(int32_t n, int32_t bit_offset, const uint8_t *mask, const 
         } else {
             dzf[i] = !keep ? 0.0f : dyh != 0 ? tt_f16_read(dyh[i]) : dyf[i];
         }
+    }
+}
+
+void tt_mask_grad_f16(int32_t n, int32_t bit_offset, const uint8_t *mask, const float *dyf, const uint16_t *dyh,
+                      float *dzf, uint16_t *dzh)
+{
+    const uint32_t b = (uint32_t)bit_offset;
+    if (dzh != 0 && dyh != 0) {
+        tt_mask_grad_walk(n, b, mask, 0, dyh, 0, dzh);
+    } else if (dzh != 0) {
+        tt_mask_grad_walk(n, b, mask, dyf, 0, 0, dzh);
+    } else if (dyh != 0) {
+        tt_mask_grad_walk(n, b, mask, 0, dyh, dzf, 0);
+    } else {
+        tt_mask_grad_f32(n, bit_offset, mask, dyf, dzf);
     }
 }
