@@ -128,7 +128,7 @@ def c_depthwise_conv2d_grad_weight(gen, op: Op) -> list[str]:
     xs = gen.g.tensors[x].shape
     k = int(op.attrs.get("in_channels") or xs[3])
     name = _grad_geo(gen, op, xs, ws, dz, True, mult=int(op.attrs.get("multiplier") or 0) or ws[3] // xs[3])
-    if x in gen.fused and gen.g.tensors[gen.fused[x]].dtype == "float16":   # fp16-mixed: the saved fp16 input itself
-        return [f"tt_depthwise_conv2d_grad_weight_hx_f32(&{name}, {k}, {gen.loc(dz)}, {gen.loc(gen.fused[x])}, "
+    if fp16_io.is_f16(gen, x):   # fp16-mixed: the saved fp16 input itself
+        return [f"tt_depthwise_conv2d_grad_weight_hx_f32(&{name}, {k}, {gen.loc(dz)}, {fp16_io.loc(gen, x)}, "
                 f"{gen.loc(dw)});"]
     return [f"tt_depthwise_conv2d_grad_weight_f32(&{name}, {k}, {gen.loc(dz)}, {gen.loc(x)}, {gen.loc(dw)});"]
