@@ -54,6 +54,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
+from tinytrain.cache.fs_ops import atomic_write_bytes  # noqa: E402
 from tinytrain.stages.golden import train_step as te  # noqa: E402
 from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph  # noqa: E402
 from tinytrain.stages.golden.forward import run_graph  # noqa: E402
@@ -275,7 +276,12 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             print(f"int8_vs_fp32: no such file {missing[0]}", file=sys.stderr)
             return 2
-        print(table(merge([Path(m) for m in a.merge]), a.epochs or 3, a.test_samples))
+        try:
+            rows = merge([Path(m) for m in a.merge])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"int8_vs_fp32: --merge needs this bench's --json files ({type(e).__name__}: {e})", file=sys.stderr)
+            return 2
+        print(table(rows, a.epochs or 3, a.test_samples))
         return 0
     overrides = {}
     for kv in a.set:
@@ -354,7 +360,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _write_json(path: Path, seeds: list[int], epochs: int, runs: list[dict]) -> None:
-    path.write_text(json.dumps({"seeds": seeds, "epochs": epochs, "runs": runs}, indent=1) + "\n")
+    # rewritten after every row so that an interrupted run keeps what it measured: atomically, or a Ctrl-C during
+    # the write would lose all of it
+    atomic_write_bytes(path, (json.dumps({"seeds": seeds, "epochs": epochs, "runs": runs}, indent=1) + "\n").encode())
 
 
 def table(rows: list[tuple], epochs: int, n_test: int, no_rescale: bool = False) -> str:
