@@ -13,7 +13,9 @@
 # A failed compile is never stored, so a warning under -Werror fails every time, and its messages are printed as
 # the real compiler prints them. The key: the real compiler (path, size, mtime), every option except the output's
 # name and the preprocessor's -D/-U/-I (their whole effect is in the text), and the preprocessed text without the
-# working-directory line that -g adds (each build compiles in its own scratch folder).
+# working-directory line that -g adds (each build compiles in its own scratch folder): so an object compiled with -g
+# (the ASan builds) names the folder of the build that first compiled it in its debug info. Tests read no debug
+# paths; the product's own object cache (stages/cross_compile.py, _PATH_FLAGS) never keeps such objects.
 set -u
 REAL=@REAL@
 STORE=@STORE@
@@ -31,6 +33,8 @@ for a in "$@"; do
         -c) compile=1 ;;
         -E|-S|-M|-MM|-MD|-MMD|-MF*|-MT*|-MQ*|-fsyntax-only|-save-temps*|-flto*|-fprofile*|'-###'|-v|--*) plain=0 ;;
         -dump*|-print*|-x*|-wrapper|-B*|-specs*) plain=0 ;;
+        # options that write files besides the object (a hit would not write them), or name a .c that is no source
+        -fdump-*|-fstack-usage|-fcallgraph-info*|-gsplit-dwarf|-Wa,*|-include|-imacros) plain=0 ;;
         -*) ;;
         *.c) srcs+=("$a") ;;
         *) plain=0 ;;  # an object, a library, an option's separate value, a response file: not ours to split
@@ -54,13 +58,20 @@ for a in "${args[@]}"; do
     opts+=("$a")
 done
 memo_compile() {
-    local src=$1 obj=$2 key keyed=() a rc err tmp
+    local src=$1 obj=$2 key keyed=() a rc err tmp pp
     for a in "${opts[@]}"; do
         case $a in -D*|-U*|-I*) ;; *) keyed+=("$a") ;; esac
     done
+    # a preprocessor that failed (or was killed) printed nothing to tell sources apart: compile, keep nothing
+    pp=$(mktemp "$STORE/.pp.XXXXXX")
+    if ! "$REAL" "${opts[@]}" -E "$src" -o "$pp" 2>/dev/null; then
+        rm -f "$pp"
+        "$REAL" "${opts[@]}" -c "$src" -o "$obj"
+        return $?
+    fi
     key=$({ stat -L -c '%n %s %Y' "$REAL"; printf '%s\n' "${keyed[@]}"
-            "$REAL" "${opts[@]}" -E "$src" 2>/dev/null | sed -e '2{/^# 1 ".*\/\/"$/d}'
-            echo "rc=${PIPESTATUS[0]}"; } | sha256sum | cut -c1-64)
+            sed -e '2{/^# 1 ".*\/\/"$/d}' "$pp"; } | sha256sum | cut -c1-64)
+    rm -f "$pp"
     if [[ -f $STORE/$key.o ]] && cp "$STORE/$key.o" "$obj"; then
         cat "$STORE/$key.err" >&2 2>/dev/null
         return 0
@@ -85,13 +96,17 @@ work=$(mktemp -d "$STORE/.link.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 link=()
 n=0
+worst=0
 for a in "${args[@]}"; do
     if [[ $a != -* && $a == *.c ]]; then
         n=$((n + 1))
-        memo_compile "$a" "$work/$n.o" || exit 1
+        memo_compile "$a" "$work/$n.o" || worst=$?   # every source, as gcc itself reports every one's errors
         link+=("$work/$n.o")
     else
         link+=("$a")
     fi
 done
+if [[ $worst != 0 ]]; then
+    exit "$worst"
+fi
 "$REAL" "${link[@]}" -o "$out"
