@@ -88,11 +88,16 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=300, help="example only: training samples of the one epoch")
     ap.add_argument("--precisions", default=None,
                     help="comma-separated (default: int8, fp32, fp16-mixed for the example; int8 for --mbv2)")
+    ap.add_argument("--kernels", default=",".join(KERNELS),
+                    help="comma-separated kernel variants to measure (default: portable,mve; the first is the baseline)")
     ap.add_argument("--no-cycles", action="store_true", help="skip the one-step trace (instructions only)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     from tinytrain.stages.device.boards import get_board
 
+    kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
+    if not kernels or any(k not in KERNELS for k in kernels):
+        ap.error(f"--kernels: choose among {', '.join(KERNELS)}")
     out = args.out or Path(tempfile.mkdtemp(prefix="m55-bench-"))
     out.mkdir(parents=True, exist_ok=True)
     if args.mbv2:
@@ -105,7 +110,7 @@ def main() -> int:
                     "train.precision": p}) for p in (args.precisions or ",".join(PRECISIONS)).split(",")]
     rows, same = [], True
     for label, spec, ov in groups:
-        group = [measure(spec, label.replace(" ", "-"), k, out, ov, not args.no_cycles) for k in KERNELS]
+        group = [measure(spec, label.replace(" ", "-"), k, out, ov, not args.no_cycles) for k in kernels]
         same &= len({r["weights_sha256"] for r in group}) == 1
         rows += group
     cyc = not args.no_cycles

@@ -3,6 +3,9 @@
 #include "tt_f16.h"
 
 #include <float.h>
+#if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
+#include "tt_f16_mve_ops.h" /* target.kernels: mve - integer compares on the bits, the same bits */
+#endif
 
 void tt_clamp_mask_s8(int32_t n, int32_t lo, int32_t hi, const int8_t *y, uint8_t *mask)
 {
@@ -50,10 +53,18 @@ static inline __attribute__((always_inline)) void tt_clamp_mask_walk(int32_t n, 
 
 void tt_clamp_mask_f32(int32_t n, float lo, float hi, const float *y, uint8_t *mask)
 {
+#ifdef TT_F16_MVE_OPS
+    tt_clamp_mask_mve(n, lo, hi, y, 0, mask);
+    return;
+#endif
     tt_clamp_mask_walk(n, lo, hi, y, 0, mask);
 }
 
 void tt_clamp_mask_hy(int32_t n, float lo, float hi, const uint16_t *y, uint8_t *mask)
 {
+#ifdef TT_F16_MVE_OPS
+    tt_clamp_mask_mve(n, lo, hi, 0, y, mask);
+    return;
+#endif
     tt_clamp_mask_walk(n, lo, hi, 0, y, mask);
 }

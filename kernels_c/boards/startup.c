@@ -33,6 +33,9 @@ extern uint32_t __vectors_start[], __vectors_end[], __flash_start[], __flash_end
 #define MPU_RASR 0xE000EDA0u /* PMSAv7 (ARMv7-M) */
 #define MPU_RLAR 0xE000EDA0u /* PMSAv8 (Armv8-M): the same address, a limit instead of a size */
 #define MPU_MAIR0 0xE000EDC0u
+#define FPU_FPDSCR 0xE000EF3Cu   /* the FPSCR defaults of a new floating-point context */
+/* FPSCR's mode bits: AHP (26), DN (25), FZ (24), RMode (23:22), FZ16 (19: Armv8.1-M with half precision) */
+#define FPSCR_MODE_BITS ((7u << 24) | (3u << 22) | (1u << 19))
 
 #if defined(__ARM_ARCH_8M_MAIN__) || defined(__ARM_ARCH_8M_BASE__)
 #define TT_PMSAV8 1 /* Armv8-M (and 8.1-M, for which gcc 12 defines __ARM_ARCH_8M_MAIN__ too) */
@@ -123,6 +126,19 @@ void Reset_Handler(void) {
      * coprocessor fields enable MVE (Helium). */
     REG32(SCB_CPACR) |= (0xFu << 20);
     __asm__ volatile("dsb\n\tisb" ::: "memory");
+#if defined(__ARM_FEATURE_FP16_SCALAR_ARITHMETIC)
+    /* The Cortex-M55: IEEE mode stated, not left to the reset values. Round to nearest even, NaN payloads kept
+     * (DN = 0), subnormals kept (FZ = 0, and FZ16 = 0: Helium's fp16 arithmetic takes FZ16 from FPSCR, while its
+     * fp32 arithmetic always flushes: kernels_c/tt_f16_mve.h), IEEE half precision (AHP = 0): the host's bits. Both
+     * the live FPSCR and FPDSCR, which the core copies into FPSCR for each new floating-point context (an exception
+     * handler's). tests/test_m55_f16_ops.py reads FPSCR in tt_main. */
+    REG32(FPU_FPDSCR) &= ~FPSCR_MODE_BITS;
+    {
+        uint32_t fpscr;
+        __asm__ volatile("vmrs %0, fpscr" : "=r"(fpscr));
+        __asm__ volatile("vmsr fpscr, %0" : : "r"(fpscr & ~FPSCR_MODE_BITS) : "memory");
+    }
+#endif
     init_memory();
     mpu_init();
     /* SysTick on the processor clock, interrupting on each 24-bit wrap so the count extends to

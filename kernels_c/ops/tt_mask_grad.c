@@ -6,6 +6,7 @@
 #include "tt_f16.h"
 #if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
 #include "tt_float_mve.h" /* target.kernels: mve - VPSEL under the mask bits, the same bits */
+#include "tt_f16_mve_ops.h"
 #endif
 
 void tt_mask_grad_f32(int32_t n, int32_t bit_offset, const uint8_t *mask, const float *dy, float *dz)
@@ -81,6 +82,12 @@ void tt_mask_grad_f16(int32_t n, int32_t bit_offset, const uint8_t *mask, const 
                       float *dzf, uint16_t *dzh)
 {
     const uint32_t b = (uint32_t)bit_offset;
+#ifdef TT_F16_MVE_OPS
+    if (dzh != 0 || dyh != 0) {
+        tt_mask_grad_f16_mve(n, bit_offset, mask, dyf, dyh, dzf, dzh);
+        return;
+    }
+#endif
     if (dzh != 0 && dyh != 0) {
         tt_mask_grad_walk(n, b, mask, 0, dyh, 0, dzh);
     } else if (dzh != 0) {

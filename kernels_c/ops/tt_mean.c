@@ -1,6 +1,9 @@
 /* mean over H and W: int8 and float32, and mean_grad. */
 #include "tt_kernels.h"
 #include "tt_f16.h"
+#if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
+#include "tt_f16_mve_ops.h" /* target.kernels: mve - the gradient's broadcast as vector copies, the same bits */
+#endif
 
 #ifdef TT_INTERFACE
 /* MEAN over H and W of [B,H,W,C] -> [B,C]: QuantizedMeanOrSum; multiplier/shift already fold 1/count in
@@ -101,5 +104,9 @@ void tt_mean_hw_grad_f32(int32_t batches, int32_t h, int32_t w, int32_t c, const
 
 void tt_mean_hw_grad_f32_hy(int32_t batches, int32_t h, int32_t w, int32_t c, const float *dy, uint16_t *dx)
 {
+#ifdef TT_F16_MVE_OPS
+    tt_mean_hw_grad_hy_mve(batches, h, w, c, dy, dx);
+    return;
+#endif
     tt_mean_hw_grad_any(batches, h, w, c, dy, 0, dx);
 }
