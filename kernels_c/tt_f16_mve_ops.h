@@ -82,28 +82,34 @@ static inline int32_t tt_key_f16_above(float hi)
     return tt_key_f16(h) + (tt_f16_widen(h) < hi ? 1 : 0);
 }
 
-/* Lane weights 1, 2, 4, ...: VADDV of those of the selected lanes packs a predicate into mask bits. */
+/* Lane weights 1, 2, 4, ...: the sum of those of the passing lanes (VADDV) is the byte of mask bits. */
 static const uint16_t tt_mve_bit_weights16[8] = {1u, 2u, 4u, 8u, 16u, 32u, 64u, 128u};
 static const uint32_t tt_mve_bit_weights32[8] = {1u, 2u, 4u, 8u, 16u, 32u, 64u, 128u};
 
-/* Lanes whose key lies strictly between klo and khi: keys from the signed bit patterns s (sign and magnitude). */
-static inline mve_pred16_t tt_key_between_s16(int16x8_t s, int16x8_t klo, int16x8_t khi, mve_pred16_t active)
+/* The lanes' weights where klo < key < khi, else 0, for sign-magnitude patterns s. All lane arithmetic, no
+ * predicates (gcc moves predicates through core registers at every use): key = (mag ^ t) - t with t = s >> 15 (0 or
+ * -1) negates the magnitude of a negative value; key > klo <=> the saturating klo - key is negative (the keys of
+ * NaNs reach +-0x7FFF, beyond the bounds' range, hence saturating). */
+static inline uint16x8_t tt_key_between_w16(int16x8_t s, int16x8_t klo, int16x8_t khi, uint16x8_t w)
 {
-    const int16x8_t mag = vandq_s16(s, vdupq_n_s16(0x7FFF));
-    const int16x8_t key = vpselq_s16(vnegq_s16(mag), s, vcmpltq_s16(s, vdupq_n_s16(0)));
-    return vcmpltq_m_s16(key, khi, vcmpgtq_m_s16(key, klo, active));
+    const int16x8_t t = vshrq_n_s16(s, 15);
+    const int16x8_t key = vsubq_s16(veorq_s16(vandq_s16(s, vdupq_n_s16(0x7FFF)), t), t);
+    const int16x8_t in = vandq_s16(vshrq_n_s16(vqsubq_s16(klo, key), 15), vshrq_n_s16(vqsubq_s16(key, khi), 15));
+    return vandq_u16(vreinterpretq_u16_s16(in), w);
 }
 
-static inline mve_pred16_t tt_key_between_s32(int32x4_t s, int32x4_t klo, int32x4_t khi, mve_pred16_t active)
+static inline uint32x4_t tt_key_between_w32(int32x4_t s, int32x4_t klo, int32x4_t khi, uint32x4_t w)
 {
-    const int32x4_t mag = vandq_s32(s, vdupq_n_s32(0x7FFFFFFF));
-    const int32x4_t key = vpselq_s32(vnegq_s32(mag), s, vcmpltq_s32(s, vdupq_n_s32(0)));
-    return vcmpltq_m_s32(key, khi, vcmpgtq_m_s32(key, klo, active));
+    const int32x4_t t = vshrq_n_s32(s, 31);
+    const int32x4_t key = vsubq_s32(veorq_s32(vandq_s32(s, vdupq_n_s32(0x7FFFFFFF)), t), t);
+    const int32x4_t in = vandq_s32(vshrq_n_s32(vqsubq_s32(klo, key), 31), vshrq_n_s32(vqsubq_s32(key, khi), 31));
+    return vandq_u32(vreinterpretq_u32_s32(in), w);
 }
 
 /* tt_clamp_mask_f32 / tt_clamp_mask_hy (tt_mask.c): bit i of mask (LSB first, ceil(n / 8) bytes, the last byte's
  * unused bits 0) = lo < y[i] < hi, or lo < y[i] when hi is above FLT_MAX (or NaN: the portable `hi <= FLT_MAX`
- * fails); y fp32 (yf) or fp16 (yh). A NaN y never passes; a NaN lo passes nothing. */
+ * fails); y fp32 (yf) or fp16 (yh). A NaN y never passes; a NaN lo passes nothing. The last, partial byte is loaded
+ * with zeros past n and its bits past n cleared. */
 static inline void tt_clamp_mask_mve(int32_t n, float lo, float hi, const float *yf, const uint16_t *yh,
                                      uint8_t *mask)
 {
@@ -117,10 +123,12 @@ static inline void tt_clamp_mask_mve(int32_t n, float lo, float hi, const float 
         const int16x8_t klo = vdupq_n_s16((int16_t)tt_key_f16_below(lo));
         const int16x8_t khi = vdupq_n_s16((int16_t)(bounded ? tt_key_f16_above(hi) : 0x7C01));
         const uint16x8_t w = vld1q_u16(tt_mve_bit_weights16);
-        for (i = 0, j = 0; i < n; i += 8, ++j) {
-            const mve_pred16_t t = vctp16q((uint32_t)(n - i));
-            const int16x8_t s = vreinterpretq_s16_u16(vldrhq_z_u16(yh + i, t));
-            mask[j] = (uint8_t)vaddvq_p_u16(w, tt_key_between_s16(s, klo, khi, t));
+        for (i = 0, j = 0; i + 8 <= n; i += 8, ++j) {
+            mask[j] = (uint8_t)vaddvq_u16(tt_key_between_w16(vreinterpretq_s16_u16(vld1q_u16(yh + i)), klo, khi, w));
+        }
+        if (i < n) {
+            const int16x8_t s = vreinterpretq_s16_u16(vldrhq_z_u16(yh + i, vctp16q((uint32_t)(n - i))));
+            mask[j] = (uint8_t)(vaddvq_u16(tt_key_between_w16(s, klo, khi, w)) & ((1u << (n - i)) - 1u));
         }
         return;
     }
@@ -129,12 +137,15 @@ static inline void tt_clamp_mask_mve(int32_t n, float lo, float hi, const float 
         const int32x4_t khi = vdupq_n_s32(bounded ? tt_key_f32(hi) : 0x7F800001);
         const uint32x4_t w0 = vld1q_u32(tt_mve_bit_weights32), w1 = vld1q_u32(tt_mve_bit_weights32 + 4);
         const int32_t *y = (const int32_t *)(const void *)yf;
-        for (i = 0, j = 0; i < n; i += 8, ++j) {
-            const mve_pred16_t t0 = vctp32q((uint32_t)(n - i));
-            const mve_pred16_t t1 = vctp32q(n - i > 4 ? (uint32_t)(n - i - 4) : 0u);
-            const mve_pred16_t p0 = tt_key_between_s32(vldrwq_z_s32(y + i, t0), klo, khi, t0);
-            const mve_pred16_t p1 = tt_key_between_s32(vldrwq_z_s32(y + i + 4, t1), klo, khi, t1);
-            mask[j] = (uint8_t)vaddvaq_p_u32(vaddvq_p_u32(w0, p0), w1, p1);
+        for (i = 0, j = 0; i + 8 <= n; i += 8, ++j) {
+            const uint32_t b = vaddvq_u32(tt_key_between_w32(vld1q_s32(y + i), klo, khi, w0));
+            mask[j] = (uint8_t)vaddvaq_u32(b, tt_key_between_w32(vld1q_s32(y + i + 4), klo, khi, w1));
+        }
+        if (i < n) {
+            const int32x4_t s0 = vldrwq_z_s32(y + i, vctp32q((uint32_t)(n - i)));
+            const int32x4_t s1 = vldrwq_z_s32(y + i + 4, vctp32q(n - i > 4 ? (uint32_t)(n - i - 4) : 0u));
+            const uint32_t b = vaddvq_u32(tt_key_between_w32(s0, klo, khi, w0));
+            mask[j] = (uint8_t)(vaddvaq_u32(b, tt_key_between_w32(s1, klo, khi, w1)) & ((1u << (n - i)) - 1u));
         }
     }
 }
@@ -177,7 +188,8 @@ static inline uint32x4_t tt_f16_read_x4_mve(uint32x4_t hb)
 
 /* tt_mask_grad_f16 (ops/tt_mask_grad.c) for the three forms that involve fp16 (dyf xor dyh, dzf xor dzh given):
  * dz[i] = mask bit (bit_offset + i) ? dy[i] (widened or rounded to dz's type) : +0. Every element is read before it
- * is written where the portable loop allows dz to be dy (fp16 -> fp16, fp32 -> fp16 in place). */
+ * is written where the portable loop allows dz to be dy (fp16 -> fp16, fp32 -> fp16 in place). Whole vectors
+ * unpredicated, the last partial one under a tail predicate. */
 static inline void tt_mask_grad_f16_mve(int32_t n, int32_t bit_offset, const uint8_t *mask, const float *dyf,
                                         const uint16_t *dyh, float *dzf, uint16_t *dzh)
 {
@@ -185,7 +197,11 @@ static inline void tt_mask_grad_f16_mve(int32_t n, int32_t bit_offset, const uin
     int32_t i;
     if (dzh != 0 && dyh != 0) {                           /* a kept fp16 is copied as its bits */
         const uint16x8_t zero = vdupq_n_u16(0);
-        for (i = 0; i < n; i += 8) {
+        for (i = 0; i + 8 <= n; i += 8) {
+            const mve_pred16_t keep = tt_mve_byte_pred16(tt_mask_bits8(mask, b0 + (uint32_t)i, n - i));
+            vst1q_u16(dzh + i, vpselq_u16(vld1q_u16(dyh + i), zero, keep));
+        }
+        if (i < n) {
             const mve_pred16_t t = vctp16q((uint32_t)(n - i));
             const mve_pred16_t keep = tt_mve_byte_pred16(tt_mask_bits8(mask, b0 + (uint32_t)i, n - i));
             vstrhq_p_u16(dzh + i, vpselq_u16(vldrhq_z_u16(dyh + i, t), zero, keep), t);
@@ -195,15 +211,25 @@ static inline void tt_mask_grad_f16_mve(int32_t n, int32_t bit_offset, const uin
     {
         const uint32x4_t zero = vdupq_n_u32(0);
         for (i = 0; i < n; i += 4) {
-            const uint32_t b = b0 + (uint32_t)i;
-            const mve_pred16_t t = vctp32q((uint32_t)(n - i));
-            const mve_pred16_t keep = tt_mve_nibble_pred[tt_mask_bits8(mask, b, n - i < 4 ? n - i : 4) & 0xFu];
+            const int32_t left = n - i;
+            const mve_pred16_t keep = tt_mve_nibble_pred[tt_mask_bits8(mask, b0 + (uint32_t)i, left < 4 ? left : 4)
+                                                         & 0xFu];
             if (dzh != 0) {                               /* fp32 -> fp16: rounded once on store */
-                const uint32x4_t x = vldrwq_z_u32((const uint32_t *)(const void *)(dyf + i), t);
-                vstrhq_p_u32(dzh + i, vpselq_u32(tt_f32_to_f16x4_mve(x), zero, keep), t);
+                const uint32_t *x = (const uint32_t *)(const void *)(dyf + i);
+                if (left >= 4) {
+                    vstrhq_u32(dzh + i, vpselq_u32(tt_f32_to_f16x4_mve(vldrwq_u32(x)), zero, keep));
+                } else {
+                    const mve_pred16_t t = vctp32q((uint32_t)left);
+                    vstrhq_p_u32(dzh + i, vpselq_u32(tt_f32_to_f16x4_mve(vldrwq_z_u32(x, t)), zero, keep), t);
+                }
             } else {                                      /* fp16 -> fp32: widened */
-                const uint32x4_t h = vldrhq_z_u32(dyh + i, t);
-                vstrwq_p_u32((uint32_t *)(void *)(dzf + i), vpselq_u32(tt_f16_read_x4_mve(h), zero, keep), t);
+                uint32_t *z = (uint32_t *)(void *)(dzf + i);
+                if (left >= 4) {
+                    vstrwq_u32(z, vpselq_u32(tt_f16_read_x4_mve(vldrhq_u32(dyh + i)), zero, keep));
+                } else {
+                    const mve_pred16_t t = vctp32q((uint32_t)left);
+                    vstrwq_p_u32(z, vpselq_u32(tt_f16_read_x4_mve(vldrhq_z_u32(dyh + i, t)), zero, keep), t);
+                }
             }
         }
     }
@@ -225,7 +251,10 @@ static inline void tt_mean_hw_grad_hy_mve(int32_t batches, int32_t h, int32_t w,
         }
         for (i = 1; i < count; ++i) {
             uint16_t *row = row0 + (size_t)i * (size_t)c;
-            for (ch = 0; ch < c; ch += 8) {
+            for (ch = 0; ch + 8 <= c; ch += 8) {
+                vst1q_u16(row + ch, vld1q_u16(row0 + ch));
+            }
+            if (ch < c) {
                 const mve_pred16_t t = vctp16q((uint32_t)(c - ch));
                 vstrhq_p_u16(row + ch, vldrhq_z_u16(row0 + ch, t), t);
             }
