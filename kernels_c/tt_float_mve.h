@@ -70,7 +70,8 @@ static const uint16_t tt_mve_nibble_pred[16] = {
     0xF000u, 0xF00Fu, 0xF0F0u, 0xF0FFu, 0xFF00u, 0xFF0Fu, 0xFFF0u, 0xFFFFu};
 
 /* dz[i] = mask bit (bit_offset + i) ? dy[i] : +0.0f (tt_mask.h's LSB-first bit order). Reads only the mask bytes
- * that hold bits of the n elements. dz may be dy. */
+ * that hold bits of the n elements. dz may be dy. Whole vectors unpredicated (a predicate that is not the select's
+ * costs moves through core registers), the last partial one under a tail predicate. */
 static inline void tt_mask_grad_f32_mve(int32_t n, int32_t bit_offset, const uint8_t *mask, const float *dy, float *dz)
 {
     const uint32_t *gb = (const uint32_t *)(const void *)dy;
@@ -85,9 +86,13 @@ static inline void tt_mask_grad_f32_mve(int32_t n, int32_t bit_offset, const uin
             bits |= (uint32_t)mask[(b >> 3) + 1u] << 8;  /* the four bits cross into the next byte, which holds some */
         }
         {
-            const mve_pred16_t t = vctp32q((uint32_t)left);
             const mve_pred16_t keep = tt_mve_nibble_pred[(bits >> sh) & 0xFu];
-            vstrwq_p_u32(db + i, vpselq_u32(vldrwq_z_u32(gb + i, t), zero, keep), t);
+            if (left >= 4) {
+                vstrwq_u32(db + i, vpselq_u32(vldrwq_u32(gb + i), zero, keep));
+            } else {
+                const mve_pred16_t t = vctp32q((uint32_t)left);
+                vstrwq_p_u32(db + i, vpselq_u32(vldrwq_z_u32(gb + i, t), zero, keep), t);
+            }
         }
     }
 }
