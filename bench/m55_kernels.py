@@ -4,6 +4,7 @@
 
     .venv/bin/python bench/m55_kernels.py [--samples 300] [--out /tmp/m55-bench]      # the example, three precisions
     .venv/bin/python bench/m55_kernels.py --mbv2 [--precisions int8,fp16-mixed] [--no-cycles]   # MobileNetV2 TTE
+    (--kernels mve: one variant only, e.g. to trace it again after a change; "vs portable" is then against itself)
 
 The example: tinytrain.yaml.example with one epoch of the first --samples training samples and a fixed 200 KB budget.
 --mbv2: bench/mbv2_tte.yaml (data from bench/make_mbv2_data.py, written when missing) with the M55's budget; int8
