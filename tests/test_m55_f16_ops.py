@@ -257,11 +257,11 @@ static uint32_t run(int mul, const uint16_t *bs, uint32_t nb, uint32_t *checked,
 }
 
 int tt_main(void) {
-    static uint16_t bs[40] = {0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x83FF, 0x0400, 0x3C00, 0xBC00, 0x3800, 0x1400,
+    static uint16_t bs[24] = {0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x83FF, 0x0400, 0x3C00, 0xBC00, 0x3800, 0x1400,
                               0x1000, 0x0C00, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00, 0x3C01, 0x3555, 0xC248, 0x0200, 0x2400};
     uint32_t n = 22, checked = 0, sub = 0, bad, flushed = 0, c2 = 0, s2 = 0;
     const uint32_t mode = fpscr() & ((7u << 24) | (3u << 22) | (1u << 19));
-    while (n < 40u) bs[n++] = (uint16_t)(next() & 0xFFFFu);
+    while (n < 24u) bs[n++] = (uint16_t)(next() & 0xFFFFu);
     bad = run(1, bs, n, &checked, &sub, 1) + run(0, bs, n, &checked, &sub, 1);
     __asm__ volatile("vmsr fpscr, %0" : : "r"(fpscr() | (1u << 19)) : "memory");   /* FZ16 = 1 */
     flushed = run(1, bs, n, &c2, &s2, 0);
@@ -291,7 +291,7 @@ def test_the_m55_starts_in_ieee_mode_and_its_fp16_arithmetic_is_the_portable_for
     mode, checked, subnormal, bad, flushed = int(m.group(1), 16), *map(int, m.groups()[1:])
     assert mode == 0                     # AHP, DN, FZ, RMode and FZ16 all 0 when tt_main starts
     assert bad == 0, ran.console[-2000:]
-    assert checked > 2 * 65536 * 30 and subnormal > 10_000   # subnormal results were really compared
+    assert checked > 2 * 65536 * 20 and subnormal > 10_000   # subnormal results were really compared
     assert flushed > 1000                # FZ16 = 1 would change them: the startup's setting matters
     dis = subprocess.run(["arm-none-eabi-objdump", "-d", "-marmv8.1-m.main", str(built.elf)], capture_output=True,
                          text=True, check=True).stdout
