@@ -18,15 +18,15 @@
  * ONE operation on fp16 operands, computed in fp32 and rounded to fp16 once (what the portable kernels do:
  * tt_f16_narrow(a op b) on widened operands), is the correctly rounded fp16 operation, i.e. what VADD.F16 / VSUB.F16 /
  * VMUL.F16 compute. For a product, the 11-bit significands multiply to at most 22 bits, exact in fp32's 24, and
- * every product of two fp16 values (2^-48 .. 2^32) is a normal fp32: one rounding. For a sum or difference, fp32's
- * p' = 24 >= 2p + 2 = 24 bits (p = 11) make the double rounding innocuous (Figueroa, "When is double rounding
- * innocuous?", SIGNUM 1995; also Boldo & Melquiond on emulating FMA): the fp32 sum rounds to the nearest fp16 as the
- * exact sum would, subnormal fp16 results included (fp32 has their range with 13+ bits to spare). Max / min / compare
- * are exact. Conditions: FPSCR.FZ16 = 0 (Helium's fp16 instructions take FZ16 from FPSCR - the only flush setting MVE
+ * every product of two fp16 values (2^-48 .. 2^32) is a normal fp32: the narrowing is the one rounding. For a sum or
+ * difference, fp32's p' = 24 >= 2p + 2 = 24 bits (p = 11) make the double rounding innocuous (S. A. Figueroa, "When
+ * is double rounding innocuous?", ACM SIGNUM Newsletter 30(3), 1995); and a result in fp16's subnormal range needs
+ * no rounding at all (both operands are multiples of 2^-24, so is their sum, and below 2^-14 that is an fp16 value,
+ * exact in fp32 too). Max / min / compare are exact. Conditions: FPSCR.FZ16 = 0 (Helium's fp16 instructions take FZ16 from FPSCR - the only flush setting MVE
  * honours, tt_f16_mve.h - and the board's startup clears it: kernels_c/boards/startup.c, tested by
  * tests/test_m55_f16_ops.py, which also checks VADD.F16 / VMUL.F16 against the widen-operate-narrow formula in QEMU on
- * random and edge operands); NaN lanes redone in integer code (MVE returns the default NaN 0x7E00, the portable code
- * the quiet first operand's payload); and Max/Min's +0 > -0 checked against the portable compare-and-select.
+ * random and edge operands); NaN lanes redone in integer code (MVE returns the default NaN 0x7E00, the portable
+ * widen-operate-narrow an operand's payload); and Max/Min's +0 > -0 checked against the portable compare-and-select.
  * fp32 vector arithmetic stays out entirely (it always flushes single-precision subnormals).
  *
  * The order-preserving key: for an IEEE value with bit pattern b (sign bit S, magnitude bits m), key = S ? -m : m.
@@ -37,7 +37,7 @@
  * largest fp16 value <= lo and hi by the smallest >= hi (no fp16 value lies between either pair, so the compares
  * are the same), found by a scalar round-to-nearest and one key step.
  *
- * Compares use vector operands, not the _n forms: gcc 12 stops with an internal error on vcmpq_n with a constant.
+ * The masks compare by lane arithmetic rather than VCMP (gcc 12 moves every predicate through a core register).
  * No floating-point vector instruction is emitted by the compiler (+nomve.fp); the conversions are tt_f16_mve.h's
  * instruction words. */
 #ifndef TT_F16_MVE_OPS_H
