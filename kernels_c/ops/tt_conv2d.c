@@ -1463,24 +1463,17 @@ TT_GI_INLINE void tt_gi1x1_bcast(int32_t P, int32_t c0, int32_t c1, int32_t o0, 
     }
 }
 
-/* Output channels [o0, o1) of the 1x1 input gradient (o0 0 and o1 O: the whole; tt_conv2d_grad_input_qw_f32_oc):
- * dy rows dys floats apart hold channels from o0 on; the sums start at 0 when o0 is 0, else continue from dx. */
-static void tt_gi1x1(int32_t P, int32_t IC, int32_t o0, int32_t o1, int32_t dys, const float *dy, const float *com,
-                     const int8_t *w, const int8_t *w_slice, int32_t n, const float *scale,
-                     const int32_t *zero_point, float *dx)
+/* Output channels [o0, o1) of the 1x1 input gradient in the dense form (o0 0 and o1 O: the whole;
+ * tt_conv2d_grad_input_qw_f32_oc): dy rows dys floats apart hold channels from o0 on; the sums start at 0 when o0
+ * is 0, else continue from dx. */
+static void tt_gi1x1(int32_t P, int32_t IC, int32_t o0, int32_t o1, int32_t dys, const float *dy, const int8_t *w,
+                     const int8_t *w_slice, int32_t n, const float *scale, const int32_t *zero_point, float *dx)
 {
     const int32_t O = o1 - o0;
     const int cont = o0 != 0;
     int32_t o, zz = 1;
     for (o = o0; o < o1; ++o) {
         zz = zz && zero_point[o] == 0;
-    }
-    if (com != 0 && P >= TT_GI_PB4) { /* each dequantized weight serves several pixels */
-        if (n > 0) {
-            tt_gi1x1_bcast(P, 0, n, o0, o1, dys, IC, dy, com, w_slice, n, scale, zero_point, dx, zz);
-        }
-        tt_gi1x1_bcast(P, n, IC, o0, o1, dys, IC, dy, com, w + n, IC, scale, zero_point, dx, zz);
-        return;
     }
     /* the weight part's rows, scales and zero points from output channel o0 on */
     if (zz) {
@@ -1531,7 +1524,7 @@ TT_GI_INLINE void tt_gi_walk(const tt_conv_dims *d, const float *dy, const uint1
     const int32_t taps = d->k_h * d->k_w;
     if (qw && taps == 1 && d->stride_h == 1 && d->stride_w == 1 && d->pad_top == 0 && d->pad_left == 0 &&
         d->out_h == d->in_h && d->out_w == d->in_w) {
-        tt_gi1x1(d->batches * d->in_h * d->in_w, d->in_c, 0, d->out_c, d->out_c, dy, 0, (const int8_t *)w,
+        tt_gi1x1(d->batches * d->in_h * d->in_w, d->in_c, 0, d->out_c, d->out_c, dy, (const int8_t *)w,
                  (const int8_t *)w_slice, n, scale, zero_point, dx);
         return;
     }
@@ -1615,11 +1608,34 @@ void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const i
     tt_gi_walk(d, dy, 0, w, w_slice, n, scale, zero_point, dx, 1);
 }
 
+/* The broadcast form over both weight parts; its own frame (not inlined: the stack bound takes the deepest of it and
+ * tt_gi1x1, not their sum). */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void tt_gi1x1_bc(int32_t pixels, int32_t in_c, int32_t o0, int32_t o1, const float *dy, const float *com,
+                        const int8_t *w, const int8_t *w_slice, int32_t n, const float *scale,
+                        const int32_t *zero_point, float *dx)
+{
+    int32_t o, part, zz = 1;
+    for (o = o0; o < o1; ++o) {
+        zz = zz && zero_point[o] == 0;
+    }
+    for (part = n > 0 ? 0 : 1; part < 2; ++part) { /* the trained slice's channels [0, n), then the rest */
+        tt_gi1x1_bcast(pixels, part ? n : 0, part ? in_c : n, o0, o1, o1 - o0, in_c, dy, com, part ? w + n : w_slice,
+                       part ? in_c : n, scale, zero_point, dx, zz);
+    }
+}
+
 void tt_conv2d_grad_input_qw_f32_oc(int32_t pixels, int32_t in_c, int32_t o0, int32_t o1, const float *dy,
                                     const float *com, const int8_t *w, const int8_t *w_slice, int32_t n,
                                     const float *scale, const int32_t *zero_point, float *dx)
 {
-    tt_gi1x1(pixels, in_c, o0, o1, o1 - o0, dy, com, w, w_slice, n, scale, zero_point, dx);
+    if (com == 0 || pixels < TT_GI_PB4) { /* no broadcast row, or too few pixels to reuse a dequantized block */
+        tt_gi1x1(pixels, in_c, o0, o1, o1 - o0, dy, w, w_slice, n, scale, zero_point, dx);
+    } else {
+        tt_gi1x1_bc(pixels, in_c, o0, o1, dy, com, w, w_slice, n, scale, zero_point, dx);
+    }
 }
 
 /* tt_conv2d_f32_split's sums in the same order, each result rounded once to fp16 as it is stored: what the fp32
