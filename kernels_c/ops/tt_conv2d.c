@@ -1377,7 +1377,7 @@ TT_GI_INLINE void tt_gi1x1_sums8(float *d, const float *gp, const uint8_t *lp, i
  * The same float32 products and sums in the same order either way (the note above). */
 TT_GI_INLINE void tt_gi1x1_bcast(int32_t P, int32_t c0, int32_t c1, int32_t o0, int32_t o1, int32_t dys, int32_t IC,
                                  const float *dy, const float *com, const int8_t *wb, int32_t stride,
-                                 const float *scale, const int32_t *zero_point, float *dx, const int zz)
+                                 const float *scale, const int32_t *zero_point, float *dx)
 {
     float r[TT_GI_OB * TT_GI_CB];
     uint8_t nz[TT_GI_PB * TT_GI_OB], cnt[TT_GI_PB], used[TT_GI_OB];
@@ -1419,14 +1419,20 @@ TT_GI_INLINE void tt_gi1x1_bcast(int32_t P, int32_t c0, int32_t c1, int32_t o0, 
                     const int8_t *wr = wb + o * stride + (ic - c0);
                     float *rr = r + used[t] * TT_GI_CB;
                     const float sc = scale[o], g = cr[used[t]];
-                    const int32_t z = zz ? 0 : zero_point[o];
-                    if (other == 0) {
-                        for (k = 0; k < nc; ++k) {
-                            rr[k] = g * tt_dqz(wr[k], z, sc, zz);
+                    const int32_t z = zero_point[o]; /* (q - 0): the zz form's value, no branch per element */
+                    if (nc == TT_GI_CB) {
+                        float e0 = tt_dq(wr[0], z, sc), e1 = tt_dq(wr[1], z, sc), e2 = tt_dq(wr[2], z, sc);
+                        float e3 = tt_dq(wr[3], z, sc), e4 = tt_dq(wr[4], z, sc), e5 = tt_dq(wr[5], z, sc);
+                        float e6 = tt_dq(wr[6], z, sc), e7 = tt_dq(wr[7], z, sc);
+                        if (other == 0) {
+                            e0 = g * e0; e1 = g * e1; e2 = g * e2; e3 = g * e3;
+                            e4 = g * e4; e5 = g * e5; e6 = g * e6; e7 = g * e7;
                         }
+                        rr[0] = e0; rr[1] = e1; rr[2] = e2; rr[3] = e3;
+                        rr[4] = e4; rr[5] = e5; rr[6] = e6; rr[7] = e7;
                     } else {
                         for (k = 0; k < nc; ++k) {
-                            rr[k] = tt_dqz(wr[k], z, sc, zz);
+                            rr[k] = other == 0 ? g * tt_dq(wr[k], z, sc) : tt_dq(wr[k], z, sc);
                         }
                     }
                 }
@@ -1617,13 +1623,10 @@ static void tt_gi1x1_bc(int32_t pixels, int32_t in_c, int32_t o0, int32_t o1, co
                         const int8_t *w, const int8_t *w_slice, int32_t n, const float *scale,
                         const int32_t *zero_point, float *dx)
 {
-    int32_t o, part, zz = 1;
-    for (o = o0; o < o1; ++o) {
-        zz = zz && zero_point[o] == 0;
-    }
+    int32_t part;
     for (part = n > 0 ? 0 : 1; part < 2; ++part) { /* the trained slice's channels [0, n), then the rest */
         tt_gi1x1_bcast(pixels, part ? n : 0, part ? in_c : n, o0, o1, o1 - o0, in_c, dy, com, part ? w + n : w_slice,
-                       part ? in_c : n, scale, zero_point, dx, zz);
+                       part ? in_c : n, scale, zero_point, dx);
     }
 }
 
