@@ -486,7 +486,8 @@ class _Gen:
             self.chunk_off, self.chunk_rows = {}, None
 
     def stream_positions(self, st: Stream) -> list[str]:
-        """mean_grad -> mask -> bias_grad / 1x1 conv2d_grad_input, one spatial position at a time."""
+        """mean_grad -> mask -> bias_grad / 1x1 conv2d_grad_input, one spatial position at a time (int8 weights:
+        a block of channels of every position at a time, _stream_positions_blocks; the same buffers)."""
         mean, mask, *cons = [self.g.ops[i] for i in st.ops]
         g, t1, t2 = mean.inputs[0], mean.outputs[0], mask.outputs[0]
         n, h, w, c = self.g.tensors[t1].shape
