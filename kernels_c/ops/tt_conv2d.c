@@ -1504,11 +1504,19 @@ TT_GI_INLINE void tt_gi1x1_bcast(int32_t P, int32_t c0, int32_t c1, int32_t o0, 
                     const int8_t *wr = wb + o * stride + (ic - c0);
                     float *rr = r + used[t] * TT_GI_CB;
                     const float sc = scale[o], g = cr[used[t]];
-                    const int32_t z = zero_point[o]; /* (q - 0): the zz form's value, no branch per element */
+                    const int32_t z = zero_point[o];
                     if (nc == TT_GI_CB) {
-                        float e0 = tt_dq(wr[0], z, sc), e1 = tt_dq(wr[1], z, sc), e2 = tt_dq(wr[2], z, sc);
-                        float e3 = tt_dq(wr[3], z, sc), e4 = tt_dq(wr[4], z, sc), e5 = tt_dq(wr[5], z, sc);
-                        float e6 = tt_dq(wr[6], z, sc), e7 = tt_dq(wr[7], z, sc);
+                        float e0, e1, e2, e3, e4, e5, e6, e7;
+                        if (z == 0) { /* f32(q - 0) * s == f32(q) * s: the row without the subtractions */
+                            e0 = tt_dqz(wr[0], 0, sc, 1); e1 = tt_dqz(wr[1], 0, sc, 1);
+                            e2 = tt_dqz(wr[2], 0, sc, 1); e3 = tt_dqz(wr[3], 0, sc, 1);
+                            e4 = tt_dqz(wr[4], 0, sc, 1); e5 = tt_dqz(wr[5], 0, sc, 1);
+                            e6 = tt_dqz(wr[6], 0, sc, 1); e7 = tt_dqz(wr[7], 0, sc, 1);
+                        } else {
+                            e0 = tt_dq(wr[0], z, sc); e1 = tt_dq(wr[1], z, sc); e2 = tt_dq(wr[2], z, sc);
+                            e3 = tt_dq(wr[3], z, sc); e4 = tt_dq(wr[4], z, sc); e5 = tt_dq(wr[5], z, sc);
+                            e6 = tt_dq(wr[6], z, sc); e7 = tt_dq(wr[7], z, sc);
+                        }
                         if (other == 0) {
                             e0 = g * e0; e1 = g * e1; e2 = g * e2; e3 = g * e3;
                             e4 = g * e4; e5 = g * e5; e6 = g * e6; e7 = g * e7;
