@@ -486,11 +486,14 @@ class _Gen:
             self.chunk_off, self.chunk_rows = {}, None
 
     def stream_positions(self, st: Stream) -> list[str]:
-        """mean_grad -> mask -> bias_grad / 1x1 conv2d_grad_input, one spatial position at a time."""
+        """mean_grad -> mask -> bias_grad / 1x1 conv2d_grad_input, one spatial position at a time (int8 weights:
+        a block of channels of every position at a time, _stream_positions_blocks; the same buffers)."""
         mean, mask, *cons = [self.g.ops[i] for i in st.ops]
         g, t1, t2 = mean.inputs[0], mean.outputs[0], mask.outputs[0]
         n, h, w, c = self.g.tensors[t1].shape
         count = h * w
+        if self._positions_by_channels(mask, cons, t1, t2, c, count):
+            return self._stream_positions_blocks(mean, mask, cons, c, count)
         lines = ["{ int32_t p;"]
         for op in cons:
             if op.type == ops.BIAS_GRAD.name:
@@ -525,6 +528,58 @@ class _Gen:
                                 f"0, 1}};")
             lines += ["    " + ln for ln in self.calls_of(
                 op, io={"d": f"&{d}", "dz": self.loc(t2), "dx": f"{self.loc(op.outputs[0])} + p * {ci}"})]
+        return lines + ["  }", "}"]
+
+    def _positions_by_channels(self, mask: Op, cons: Sequence[Op], t1: str, t2: str, c: int, count: int) -> bool:
+        """Whether the positions stream can run a block of channels of every position at a time: fp32 gradients,
+        every input gradient reading an int8 weight (tt_conv2d_grad_input_qw_f32_oc) and room in the one-position
+        buffers (c floats) for a block of count positions."""
+        if c // count < 1 or any(self.g.tensors[t].dtype != "float32" for t in (t1, t2)):
+            return False
+        if mask.type not in (ops.INT8_CLAMP_GRAD.name, ops.ACT_GRAD.name, ops.MASK_GRAD.name):
+            return False
+        return all(op.type == ops.BIAS_GRAD.name or op.inputs[1] in self.fused for op in cons)
+
+    def _stream_positions_blocks(self, mean: Op, mask: Op, cons: Sequence[Op], c: int, count: int) -> list[str]:
+        """The positions stream a block of kb output channels at a time (kb = c // count: the block of every
+        position fills the one-position buffer of t2): the mean gradient is the same row at every position, so
+        t1 holds it once; per block, the mask and the bias gradient per position (each bias sum still adds the
+        positions in order) and the input gradient of all positions over the block's channels (their sums carried
+        in dx from block to block: the bits of the whole call). Each weight element is dequantized once per block
+        of positions instead of once per position."""
+        g, t1, t2 = mean.inputs[0], mean.outputs[0], mask.outputs[0]
+        kb = c // count
+        y = mask.inputs[1]
+        l1, l2 = self.loc(t1), self.loc(t2)
+        lines = ["{ int32_t o, p;"]
+        for op in cons:
+            if op.type == ops.BIAS_GRAD.name:
+                lines.append(f"  memset({self.loc(op.outputs[0])}, 0, {c * 4});")
+        lines += [f"  tt_mean_hw_grad_positions_f32(1, {count}, {c}, {self.loc(g)}, {l1});",
+                  f"  for (o = 0; o < {c}; o += {kb}) {{",
+                  f"    const int32_t k = {c} - o < {kb} ? {c} - o : {kb};",
+                  f"    for (p = 0; p < {count}; ++p) {{"]
+        if mask.type == ops.INT8_CLAMP_GRAD.name:
+            lines.append(f"      tt_int8_clamp_grad_f32(k, {int(mask.attrs['lo'])}, {int(mask.attrs['hi'])}, "
+                         f"{l1} + o, {self.loc(y)} + p * {c} + o, {l2} + p * k);")
+        elif mask.type == ops.ACT_GRAD.name:
+            lines.append(f"      tt_act_grad_f32(k, {ACT_ENUM[mask.attrs['act']]}, {l1} + o, "
+                         f"{self.loc(y)} + p * {c} + o, {l2} + p * k);")
+        else:
+            lines.append(f"      tt_mask_grad_f32(k, p * {c} + o, {self.loc(y)}, {l1} + o, {l2} + p * k);")
+        for op in cons:
+            if op.type == ops.BIAS_GRAD.name:
+                lines.append(f"      tt_bias_grad_acc_f32(1, k, {l2} + p * k, {self.loc(op.outputs[0])} + o);")
+        lines.append("    }")
+        for op in cons:
+            if op.type == ops.BIAS_GRAD.name:
+                continue
+            wq = self.fused[op.inputs[1]]
+            ci = self.g.tensors[op.outputs[0]].shape[3]
+            sc, zp = self.dq_tables(wq, 0, self.g.tensors[wq].shape[0])
+            whole, part, n = self.weight_args(wq)
+            lines.append(f"    tt_conv2d_grad_input_qw_f32_oc({count}, {ci}, o, o + k, {l2}, {l1} + o, {whole}, "
+                         f"{part}, {n}, {sc}, {zp}, {self.loc(op.outputs[0])});")
         return lines + ["  }", "}"]
 
     def trained_slice(self, p: str, gname: str) -> tuple[int, int, int]:

@@ -469,6 +469,66 @@ def test_pointwise_gradients_skip_zero_gradients_bit_exactly(batch):
         np.testing.assert_array_equal(got.reshape(-1).view(np.uint32), want.reshape(-1).view(np.uint32))
 
 
+def test_pointwise_input_gradient_by_output_channel_ranges_bit_exactly(batch):
+    """The 1x1 int8-weight input gradient over output-channel ranges (the positions stream: a block of channels of
+    every position at a time, sums carried in dx) gives the bits of the float kernel on the dequantized weight,
+    with or without the broadcast row hint (com: masked copies of it take the shared product, other values the
+    plain one), split weights, zero points, +-0 gradients, many pixel blocks; and the fully connected int8-weight
+    input gradient (the same sums) the float FC kernel's bits."""
+    rng = np.random.default_rng(34)
+    cases, refs = [], []
+    for i in range(16):
+        pixels = int(rng.choice([1, 2, 3, 5, 16, 17, 40]))
+        c, o = int(rng.integers(1, 40)), int(rng.integers(1, 200))
+        com = rng.standard_normal(o).astype(np.float32)
+        mask = rng.random((pixels, o)) < rng.uniform(0.1, 1.0)
+        dy = np.where(mask, com, np.float32(0.0)).astype(np.float32)
+        if i % 3 == 1:   # some entries not copies of the row, some -0
+            other = rng.random((pixels, o)) < 0.2
+            dy[other] = rng.standard_normal(int(other.sum())).astype(np.float32)
+            dy[rng.random((pixels, o)) < 0.05] = -0.0
+        if i % 4 == 3:
+            dy = _sparse_grad(rng, (pixels, o))
+        wq = rng.integers(-127, 128, size=(o, 1, 1, c)).astype(np.int8)
+        scale = rng.uniform(0.001, 0.05, size=o).astype(np.float32)
+        zp = (np.zeros(o) if i % 2 else rng.integers(-3, 4, size=o)).astype(np.int32)
+        wf = ((wq.astype(np.int32) - zp.reshape(-1, 1, 1, 1)).astype(np.float32)
+              * scale.reshape(-1, 1, 1, 1)).astype(np.float32)
+        k = int(rng.integers(0, c + 1))
+        cuts = sorted({0, o, *(int(x) for x in rng.integers(1, o + 1, size=int(rng.integers(0, 4))))})
+        ranges = [(o0, o1, [np.ascontiguousarray(dy[:, o0:o1]), com[o0:o1], wq, np.ascontiguousarray(wq[..., :k]),
+                            scale, zp]) for o0, o1 in zip(cuts[:-1], cuts[1:])]
+        dims = [1, pixels, 1, c, pixels, 1, o, 1, 1, 1, 1, 1, 1, 0, 0, 1]
+        cases.append(dict(pixels=pixels, c=c, k=k, com=i % 2 == 0, ranges=ranges, dx=np.full((pixels, c), np.nan,
+                                                                                            np.float32)))
+        f = batch.add("conv2d_grad_input_f32", dims, [], [dy.reshape(1, pixels, 1, o), wf,
+                                                           np.zeros((1, pixels, 1, c), np.float32)])
+        fcq = batch.add("fc_grad_input_qw_f32", [pixels, c, o], [], [dy, wq, scale, zp,
+                                                                      np.zeros((pixels, c), np.float32)])
+        fcf = batch.add("fully_connected_grad_input_f32", [pixels, c, o], [],
+                        [dy, wf.reshape(o, c), np.zeros((pixels, c), np.float32)])
+        refs.append((f, fcq, fcf))
+    out = batch.run()
+    for (f, fcq, fcf) in refs:
+        np.testing.assert_array_equal(out[fcq][4].view(np.uint32), out[fcf][2].view(np.uint32))
+    # the ranges one after the other, dx carried from each call to the next (the first writes every element: NaN
+    # would survive an element it left out)
+    step = 0
+    while any(step < len(cs["ranges"]) for cs in cases):
+        ids = {}
+        for n, cs in enumerate(cases):
+            if step < len(cs["ranges"]):
+                o0, o1, bufs = cs["ranges"][step]
+                ids[n] = batch.add("conv2d_gi_qw_f32_oc", [cs["pixels"], cs["c"], o0, o1, cs["k"], int(cs["com"])],
+                                   [], bufs + [cs["dx"]])
+        res = batch.run()
+        for n, a in ids.items():
+            cases[n]["dx"] = res[a][6]
+        step += 1
+    for cs, (f, _, _) in zip(cases, refs):
+        np.testing.assert_array_equal(cs["dx"].reshape(-1).view(np.uint32), out[f][2].reshape(-1).view(np.uint32))
+
+
 @pytest.mark.parametrize("depthwise", [False, True])
 def test_conv_float_close(batch, depthwise):
     rng = np.random.default_rng(20 + depthwise)

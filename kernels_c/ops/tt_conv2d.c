@@ -61,6 +61,14 @@ void tt_conv2d_grad_weight_f32_range(const tt_conv_dims *d, int32_t k, int32_t o
  * split weight (w_slice / n as tt_conv2d_s8_split; w_slice 0 and n 0: w alone). */
 void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const int8_t *w, const int8_t *w_slice,
                                  int32_t n, const float *scale, const int32_t *zero_point, float *dx);
+/* The 1x1 stride-1 unpadded case of tt_conv2d_grad_input_qw_f32 (dx [pixels, in_c]) over output channels [o0, o1)
+ * only: dy [pixels, o1 - o0] holds their gradients; the sums start at 0 when o0 is 0, else they continue from dx.
+ * Calls for consecutive ranges covering [0, out_c) give the bits of the whole call (the positions stream: a block
+ * of output channels of every position at a time). com: 0, or a gradient row [o1 - o0] of which every nonzero
+ * dy[p, o] is likely a copy (the broadcast mean gradient; only a speed hint: any dy gives the same bits). */
+void tt_conv2d_grad_input_qw_f32_oc(int32_t pixels, int32_t in_c, int32_t o0, int32_t o1, const float *dy,
+                                    const float *com, const int8_t *w, const int8_t *w_slice, int32_t n,
+                                    const float *scale, const int32_t *zero_point, float *dx);
 /* conv2d weight gradient of output channels [o0, o1) reading the int8 input x (per-tensor scale / zero point,
  * d->in_c channels of which the first k are trained) and dequantizing each element where it is used: bits of
  * dequantize_slice followed by tt_conv2d_grad_weight_f32_range (ops/tt_conv2d.c). */
@@ -930,27 +938,6 @@ TT_GI_INLINE uint32_t tt_fbits(float f)
 /* Nonzero test without an FPU compare: +-0 are the only floats whose bits are zero after the sign. */
 #define TT_NZ(bits) (((bits) << 1) != 0u)
 
-/* Offsets (from oc) of the output channels in [oc, oe) where any of the np (1 or 4) gradient rows is nonzero. */
-TT_GI_INLINE int32_t tt_nz_list(const float *g0, const float *g1, const float *g2, const float *g3, int32_t np,
-                                int32_t oc, int32_t oe, uint8_t *nz)
-{
-    int32_t o, n = 0;
-    if (np == 4) {
-        for (o = oc; o < oe; ++o) {
-            if (TT_NZ(tt_fbits(g0[o]) | tt_fbits(g1[o]) | tt_fbits(g2[o]) | tt_fbits(g3[o]))) {
-                nz[n++] = (uint8_t)(o - oc);
-            }
-        }
-    } else {
-        for (o = oc; o < oe; ++o) {
-            if (TT_NZ(tt_fbits(g0[o]))) {
-                nz[n++] = (uint8_t)(o - oc);
-            }
-        }
-    }
-    return n;
-}
-
 /* Output channels [o0, o1): each output channel's gradient is its own sum (nothing is shared between channels),
  * so any split of [0, out_c) gives the bits of the whole call. The input is fp32 (xf) or int8 (xq, dequantized
  * where it is used: (float)(x - zero_point) * scale, the value dequantize_slice would have stored). */
@@ -1128,19 +1115,55 @@ void tt_conv2d_grad_weight_qx_f32_range(const tt_conv_dims *d, int32_t k, int32_
 
 /* ---- 1x1, stride 1, no padding: input pixel p reads output pixel p only ---------------------------------------
  * dx[p, ic] = 0 + s with s = sum over o, in order, of dy[p, o] * dq(w[o, ic]) (the general loop below with its
- * single tap). Blocks of four pixels x four input channels keep sixteen sums in registers and share each
- * dequantized weight between the four pixels: every sum still sees the same float32 operations in the same order.
+ * single tap). Calls may cover a range [o0, o1) of the output channels: the sums start at 0 at channel 0, else
+ * they continue from dx (consecutive ranges give the bits of the whole).
  * zz: all zero points are 0 (f32(q - 0) * s == f32(q) * s: the subtraction is dropped).
  *
  * Zero gradients are skipped (ReLU6 masks zero much of dy): for g = +-0 and a finite v (every dequantized weight
  * is finite) g * v is +-0, and adding +-0 to a sum that started at +0 leaves its bits unchanged (such a sum is
- * never -0: x + -x rounds to +0 and +0 + -0 is +0). So an output channel whose gradient is zero at every pixel of
- * the block is left out of the loop: the sums keep their bits. The output channels are scanned in chunks of
- * TT_NZ_CHUNK into a list of the nonzero ones (a few bytes of stack); the sums carry over between chunks in dx. */
+ * never -0: x + -x rounds to +0 and +0 + -0 is +0). So only listed output channels (nonzero somewhere) are summed.
+ *
+ * Dense form (tt_gi1x1_dense): blocks of four pixels x four input channels keep sixteen sums in registers and share
+ * each dequantized weight between the four pixels; the output channels are scanned in chunks of TT_NZ_CHUNK into a
+ * list of the nonzero ones (a few bytes of stack); the sums carry over between chunks in dx.
+ *
+ * Broadcast form (tt_gi1x1_bcast, the positions stream of a global average pool's gradient, MobileNetV2's head:
+ * every pixel's gradient is a masked copy of one row com): a block of TT_GI_OB output channels x TT_GI_CB input
+ * channels is dequantized once into a stack buffer for up to TT_GI_PB pixels, and when the block's nonzero
+ * gradients all have com's bits the buffer holds the products com[o] * dq(w) themselves, so each pixel only adds
+ * the rows its gradient keeps (the same float32 products: g * v with g == com[o]); each pixel keeps TT_GI_CB sums
+ * in registers over its list and carries them to the next block in dx. */
+#define TT_GI_OB 16
+#define TT_GI_CB 8
+#define TT_GI_PB 16
+#define TT_GI_PB4 4
+
 TT_GI_INLINE float tt_dqz(int8_t q, int32_t z, float sc, const int zz)
 {
     return zz ? (float)(int32_t)q * sc : (float)((int32_t)q - z) * sc;
 }
+
+/* Offsets (from oc) of the output channels in [oc, oe) where any of the np (1 or 4) gradient rows is nonzero. */
+TT_GI_INLINE int32_t tt_nz_list(const float *g0, const float *g1, const float *g2, const float *g3, int32_t np,
+                                int32_t oc, int32_t oe, uint8_t *nz)
+{
+    int32_t o, n = 0;
+    if (np == 4) {
+        for (o = oc; o < oe; ++o) {
+            if (TT_NZ(tt_fbits(g0[o]) | tt_fbits(g1[o]) | tt_fbits(g2[o]) | tt_fbits(g3[o]))) {
+                nz[n++] = (uint8_t)(o - oc);
+            }
+        }
+    } else {
+        for (o = oc; o < oe; ++o) {
+            if (TT_NZ(tt_fbits(g0[o]))) {
+                nz[n++] = (uint8_t)(o - oc);
+            }
+        }
+    }
+    return n;
+}
+
 
 /* One pixel (g0: its dy row, d0: its dx row), output channels oc + nz[0..n) of a chunk, input channels [c0, c1)
  * of one weight part (wb: its channel c0 of output channel 0, stride: bytes per output channel): eight input
@@ -1205,18 +1228,18 @@ TT_GI_INLINE void tt_gi1x1_px(const float *g0, float *d0, int32_t oc, const uint
  * output channels nonzero at any of them; when the gradients are so sparse that the four single-pixel lists hold
  * fewer than twice the entries of their union (a single-pixel pass costs about half a four-pixel one per listed
  * channel), each pixel takes its own pass instead. Either way each sum sees its nonzero products in order. */
-TT_GI_INLINE void tt_gi1x1_part(int32_t p0, int32_t p1, int32_t c0, int32_t c1, int32_t O, int32_t IC,
-                                const float *dy, const int8_t *wb, int32_t stride, const float *scale,
-                                const int32_t *zero_point, float *dx, const int zz)
+TT_GI_INLINE void tt_gi1x1_dense(int32_t p0, int32_t p1, int32_t c0, int32_t c1, int32_t O, int32_t dys, int cont,
+                                 int32_t IC, const float *dy, const int8_t *wb, int32_t stride, const float *scale,
+                                 const int32_t *zero_point, float *dx, const int zz)
 {
     uint8_t nz[TT_NZ_CHUNK];
     int32_t p = p0, ic, oc, j, n, q;
     for (; p + 4 <= p1; p += 4) {
-        const float *g0 = dy + p * O, *g1 = g0 + O, *g2 = g1 + O, *g3 = g2 + O;
+        const float *g0 = dy + p * dys, *g1 = g0 + dys, *g2 = g1 + dys, *g3 = g2 + dys;
         float *d0 = dx + p * IC, *d1 = d0 + IC, *d2 = d1 + IC, *d3 = d2 + IC;
         for (oc = 0; oc < O; oc += TT_NZ_CHUNK) {
             const int32_t oe = O - oc > TT_NZ_CHUNK ? oc + TT_NZ_CHUNK : O;
-            const int first = oc == 0;
+            const int first = oc == 0 && !cont;
             int32_t singles = 0;
             n = 0;
             for (j = oc; j < oe; ++j) {
@@ -1232,7 +1255,7 @@ TT_GI_INLINE void tt_gi1x1_part(int32_t p0, int32_t p1, int32_t c0, int32_t c1, 
             }
             if (singles < 2 * n) {
                 for (q = 0; q < 4; ++q) {
-                    const float *gq = g0 + q * O;
+                    const float *gq = g0 + q * dys;
                     const int32_t nq = tt_nz_list(gq, gq, gq, gq, 1, oc, oe, nz);
                     if (nq > 0 || first) {
                         tt_gi1x1_px(gq, d0 + q * IC, oc, nz, nq, oe - oc, first, c0, c1, wb, stride, scale,
@@ -1306,36 +1329,264 @@ TT_GI_INLINE void tt_gi1x1_part(int32_t p0, int32_t p1, int32_t c0, int32_t c1, 
     }
     /* Single pixels (MobileNetV2's classifier streams its input gradient one position at a time). */
     for (; p < p1; ++p) {
-        const float *g0 = dy + p * O;
+        const float *g0 = dy + p * dys;
         float *d0 = dx + p * IC;
         for (oc = 0; oc < O; oc += TT_NZ_CHUNK) {
             const int32_t oe = O - oc > TT_NZ_CHUNK ? oc + TT_NZ_CHUNK : O;
+            const int first = oc == 0 && !cont;
             n = tt_nz_list(g0, g0, g0, g0, 1, oc, oe, nz);
-            if (n > 0 || oc == 0) {
-                tt_gi1x1_px(g0, d0, oc, nz, n, oe - oc, oc == 0, c0, c1, wb, stride, scale, zero_point, zz);
+            if (n > 0 || first) {
+                tt_gi1x1_px(g0, d0, oc, nz, n, oe - oc, first, c0, c1, wb, stride, scale, zero_point, zz);
             }
         }
     }
 }
 
-static void tt_gi1x1(const tt_conv_dims *d, const float *dy, const int8_t *w, const int8_t *w_slice, int32_t n,
-                     const float *scale, const int32_t *zero_point, float *dx)
+/* The DSP build on a core with single-precision VFP (Cortex-M4F/M7): the sums of tt_gi1x1_sums8 in hand-written
+ * loops that move eight floats per VLDM / VSTM (the compiler issues one VLDR per float): the same VMUL / VADD, in
+ * the same order, on the same values. */
+#if TT_SIMD && defined(__ARM_FP) && (__ARM_FP & 4) && defined(__thumb2__)
+#define TT_GI_VFP_ASM 1
+static const float tt_gi_zero8[8]; /* +0.0f: the sums' start */
+
+/* d[0..8) = (first ? 0 : d) + r[lp[t]] rows summed in list order (n >= 1). */
+static inline void tt_gi_add_rows8(float *d, const uint8_t *lp, int32_t n, const float *r, int first)
 {
-    const int32_t P = d->batches * d->in_h * d->in_w, O = d->out_c, IC = d->in_c;
+    const float *src = first ? tt_gi_zero8 : d;
+    const float *row;
+    __asm__ volatile(
+        "vldmia   %[src], {s0-s7}\n\t"
+        "1:\n\t"
+        "ldrb     %[row], [%[lp]], #1\n\t"
+        "add      %[row], %[r], %[row], lsl #5\n\t"
+        "vldmia   %[row], {s8-s15}\n\t"
+        "vadd.f32 s0, s0, s8\n\t"
+        "vadd.f32 s1, s1, s9\n\t"
+        "vadd.f32 s2, s2, s10\n\t"
+        "vadd.f32 s3, s3, s11\n\t"
+        "vadd.f32 s4, s4, s12\n\t"
+        "vadd.f32 s5, s5, s13\n\t"
+        "vadd.f32 s6, s6, s14\n\t"
+        "vadd.f32 s7, s7, s15\n\t"
+        "subs     %[n], %[n], #1\n\t"
+        "bne      1b\n\t"
+        "vstmia   %[d], {s0-s7}\n\t"
+        : [lp] "+r"(lp), [n] "+r"(n), [row] "=&r"(row)
+        : [src] "r"(src), [r] "r"(r), [d] "r"(d)
+        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15",
+          "memory", "cc");
+}
+
+/* d[0..8) = (first ? 0 : d) + gp[j] * r[j] rows, j = lp[t] in list order (n >= 1). */
+static inline void tt_gi_mul_rows8(float *d, const float *gp, const uint8_t *lp, int32_t n, const float *r,
+                                   int first)
+{
+    const float *src = first ? tt_gi_zero8 : d;
+    const float *row, *g;
+    __asm__ volatile(
+        "vldmia   %[src], {s0-s7}\n\t"
+        "1:\n\t"
+        "ldrb     %[row], [%[lp]], #1\n\t"
+        "add      %[g], %[gp], %[row], lsl #2\n\t"
+        "add      %[row], %[r], %[row], lsl #5\n\t"
+        "vldr     s16, [%[g]]\n\t"
+        "vldmia   %[row], {s8-s15}\n\t"
+        "vmul.f32 s8, s16, s8\n\t"
+        "vmul.f32 s9, s16, s9\n\t"
+        "vmul.f32 s10, s16, s10\n\t"
+        "vmul.f32 s11, s16, s11\n\t"
+        "vmul.f32 s12, s16, s12\n\t"
+        "vmul.f32 s13, s16, s13\n\t"
+        "vmul.f32 s14, s16, s14\n\t"
+        "vmul.f32 s15, s16, s15\n\t"
+        "vadd.f32 s0, s0, s8\n\t"
+        "vadd.f32 s1, s1, s9\n\t"
+        "vadd.f32 s2, s2, s10\n\t"
+        "vadd.f32 s3, s3, s11\n\t"
+        "vadd.f32 s4, s4, s12\n\t"
+        "vadd.f32 s5, s5, s13\n\t"
+        "vadd.f32 s6, s6, s14\n\t"
+        "vadd.f32 s7, s7, s15\n\t"
+        "subs     %[n], %[n], #1\n\t"
+        "bne      1b\n\t"
+        "vstmia   %[d], {s0-s7}\n\t"
+        : [lp] "+r"(lp), [n] "+r"(n), [row] "=&r"(row), [g] "=&r"(g)
+        : [src] "r"(src), [r] "r"(r), [d] "r"(d), [gp] "r"(gp)
+        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15",
+          "s16", "memory", "cc");
+}
+#else
+#define TT_GI_VFP_ASM 0
+#endif
+
+/* TT_GI_CB sums of one pixel over its listed output channels (lp / n: the list; r: the block's rows, dequantized
+ * weights times the pixel's gradient gp (mul) or already multiplied by it (the broadcast row's products)). */
+TT_GI_INLINE void tt_gi1x1_sums8(float *d, const float *gp, const uint8_t *lp, int32_t n, const float *r, int first,
+                                 const int mul)
+{
+    float a0, a1, a2, a3, a4, a5, a6, a7;
+    int32_t t;
+#if TT_GI_VFP_ASM
+    if (mul) {
+        tt_gi_mul_rows8(d, gp, lp, n, r, first);
+    } else {
+        tt_gi_add_rows8(d, lp, n, r, first);
+    }
+    return;
+#endif
+    if (first) {
+        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0f;
+    } else {
+        a0 = d[0]; a1 = d[1]; a2 = d[2]; a3 = d[3]; a4 = d[4]; a5 = d[5]; a6 = d[6]; a7 = d[7];
+    }
+    for (t = 0; t < n; ++t) {
+        const int32_t j = lp[t];
+        const float *vr = r + j * TT_GI_CB;
+        if (mul) {
+            const float g = gp[j];
+            a0 += g * vr[0]; a1 += g * vr[1]; a2 += g * vr[2]; a3 += g * vr[3];
+            a4 += g * vr[4]; a5 += g * vr[5]; a6 += g * vr[6]; a7 += g * vr[7];
+        } else {
+            a0 += vr[0]; a1 += vr[1]; a2 += vr[2]; a3 += vr[3];
+            a4 += vr[4]; a5 += vr[5]; a6 += vr[6]; a7 += vr[7];
+        }
+    }
+    d[0] = a0; d[1] = a1; d[2] = a2; d[3] = a3; d[4] = a4; d[5] = a5; d[6] = a6; d[7] = a7;
+}
+
+/* The broadcast form (com given): pixels [0, P) in blocks of TT_GI_PB, output channels [o0, o1) in blocks of
+ * TT_GI_OB, input channels [c0, c1) of one weight part (wb / stride as tt_gi1x1_dense) in blocks of TT_GI_CB. Each
+ * pixel lists the block's output channels where its gradient is nonzero; when every listed gradient of every pixel
+ * of the block has com's bits (a masked copy of the row), the buffer holds com[o] * dq(w[o, ic]) once for all of
+ * them and each pixel only adds; otherwise it holds dq(w[o, ic]) and each pixel multiplies by its own gradient.
+ * The same float32 products and sums in the same order either way (the note above). */
+TT_GI_INLINE void tt_gi1x1_bcast(int32_t P, int32_t c0, int32_t c1, int32_t o0, int32_t o1, int32_t dys, int32_t IC,
+                                 const float *dy, const float *com, const int8_t *wb, int32_t stride,
+                                 const float *scale, const int32_t *zero_point, float *dx)
+{
+    float r[TT_GI_OB * TT_GI_CB];
+    uint8_t nz[TT_GI_PB * TT_GI_OB], cnt[TT_GI_PB], used[TT_GI_OB];
+    int32_t pb, ob, ic, j, t, p, k;
+    for (pb = 0; pb < P; pb += TT_GI_PB) {
+        const int32_t np = P - pb < TT_GI_PB ? P - pb : TT_GI_PB;
+        for (ob = o0; ob < o1; ob += TT_GI_OB) {
+            const int32_t no = o1 - ob < TT_GI_OB ? o1 - ob : TT_GI_OB;
+            const int first = ob == 0;
+            const float *cr = com + (ob - o0);
+            uint32_t all = 0, other = 0;
+            int32_t nu = 0;
+            for (p = 0; p < np; ++p) {
+                const float *gp = dy + (pb + p) * dys + (ob - o0);
+                uint8_t *lp = nz + p * TT_GI_OB;
+                int32_t n = 0;
+                for (j = 0; j < no; ++j) {
+                    const uint32_t b = tt_fbits(gp[j]);
+                    if (TT_NZ(b)) {
+                        lp[n++] = (uint8_t)j;
+                        all |= 1u << j;
+                        other |= b ^ tt_fbits(cr[j]);
+                    }
+                }
+                cnt[p] = (uint8_t)n;
+            }
+            if (all == 0 && !first) {
+                continue;
+            }
+            for (j = 0; j < no; ++j) {
+                if ((all >> j) & 1u) {
+                    used[nu++] = (uint8_t)j;
+                }
+            }
+            for (ic = c0; ic < c1; ic += TT_GI_CB) {
+                const int32_t nc = c1 - ic < TT_GI_CB ? c1 - ic : TT_GI_CB;
+                for (t = 0; t < nu; ++t) {
+                    const int32_t o = ob + used[t];
+                    const int8_t *wr = wb + o * stride + (ic - c0);
+                    float *rr = r + used[t] * TT_GI_CB;
+                    const float sc = scale[o], g = cr[used[t]];
+                    const int32_t z = zero_point[o];
+                    if (nc == TT_GI_CB) {
+                        float e0, e1, e2, e3, e4, e5, e6, e7;
+                        if (z == 0) { /* f32(q - 0) * s == f32(q) * s: the row without the subtractions */
+                            e0 = tt_dqz(wr[0], 0, sc, 1); e1 = tt_dqz(wr[1], 0, sc, 1);
+                            e2 = tt_dqz(wr[2], 0, sc, 1); e3 = tt_dqz(wr[3], 0, sc, 1);
+                            e4 = tt_dqz(wr[4], 0, sc, 1); e5 = tt_dqz(wr[5], 0, sc, 1);
+                            e6 = tt_dqz(wr[6], 0, sc, 1); e7 = tt_dqz(wr[7], 0, sc, 1);
+                        } else {
+                            e0 = tt_dq(wr[0], z, sc); e1 = tt_dq(wr[1], z, sc); e2 = tt_dq(wr[2], z, sc);
+                            e3 = tt_dq(wr[3], z, sc); e4 = tt_dq(wr[4], z, sc); e5 = tt_dq(wr[5], z, sc);
+                            e6 = tt_dq(wr[6], z, sc); e7 = tt_dq(wr[7], z, sc);
+                        }
+                        if (other == 0) {
+                            e0 = g * e0; e1 = g * e1; e2 = g * e2; e3 = g * e3;
+                            e4 = g * e4; e5 = g * e5; e6 = g * e6; e7 = g * e7;
+                        }
+                        rr[0] = e0; rr[1] = e1; rr[2] = e2; rr[3] = e3;
+                        rr[4] = e4; rr[5] = e5; rr[6] = e6; rr[7] = e7;
+                    } else {
+                        for (k = 0; k < nc; ++k) {
+                            rr[k] = other == 0 ? g * tt_dq(wr[k], z, sc) : tt_dq(wr[k], z, sc);
+                        }
+                    }
+                }
+                for (p = 0; p < np; ++p) {
+                    float *d = dx + (pb + p) * IC + ic;
+                    const float *gp = dy + (pb + p) * dys + (ob - o0);
+                    const uint8_t *lp = nz + p * TT_GI_OB;
+                    const int32_t n = cnt[p];
+                    if (n == 0) {
+                        if (first) {
+                            for (k = 0; k < nc; ++k) {
+                                d[k] = 0.0f;
+                            }
+                        }
+                    } else if (nc == TT_GI_CB) {
+                        if (other == 0) {
+                            tt_gi1x1_sums8(d, gp, lp, n, r, first, 0);
+                        } else {
+                            tt_gi1x1_sums8(d, gp, lp, n, r, first, 1);
+                        }
+                    } else {
+                        for (k = 0; k < nc; ++k) {
+                            float a = first ? 0.0f : d[k];
+                            for (t = 0; t < n; ++t) {
+                                const float *rr = r + lp[t] * TT_GI_CB;
+                                a += other == 0 ? rr[k] : gp[lp[t]] * rr[k];
+                            }
+                            d[k] = a;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* Output channels [o0, o1) of the 1x1 input gradient in the dense form (o0 0 and o1 O: the whole;
+ * tt_conv2d_grad_input_qw_f32_oc): dy rows dys floats apart hold channels from o0 on; the sums start at 0 when o0
+ * is 0, else continue from dx. */
+static void tt_gi1x1(int32_t P, int32_t IC, int32_t o0, int32_t o1, int32_t dys, const float *dy, const int8_t *w,
+                     const int8_t *w_slice, int32_t n, const float *scale, const int32_t *zero_point, float *dx)
+{
+    const int32_t O = o1 - o0;
+    const int cont = o0 != 0;
     int32_t o, zz = 1;
-    for (o = 0; o < O; ++o) {
+    for (o = o0; o < o1; ++o) {
         zz = zz && zero_point[o] == 0;
     }
+    /* the weight part's rows, scales and zero points from output channel o0 on */
     if (zz) {
         if (n > 0) {
-            tt_gi1x1_part(0, P, 0, n, O, IC, dy, w_slice, n, scale, zero_point, dx, 1);
+            tt_gi1x1_dense(0, P, 0, n, O, dys, cont, IC, dy, w_slice + o0 * n, n, scale + o0, zero_point + o0, dx,
+                           1);
         }
-        tt_gi1x1_part(0, P, n, IC, O, IC, dy, w + n, IC, scale, zero_point, dx, 1);
+        tt_gi1x1_dense(0, P, n, IC, O, dys, cont, IC, dy, w + n + o0 * IC, IC, scale + o0, zero_point + o0, dx, 1);
     } else {
         if (n > 0) {
-            tt_gi1x1_part(0, P, 0, n, O, IC, dy, w_slice, n, scale, zero_point, dx, 0);
+            tt_gi1x1_dense(0, P, 0, n, O, dys, cont, IC, dy, w_slice + o0 * n, n, scale + o0, zero_point + o0, dx,
+                           0);
         }
-        tt_gi1x1_part(0, P, n, IC, O, IC, dy, w + n, IC, scale, zero_point, dx, 0);
+        tt_gi1x1_dense(0, P, n, IC, O, dys, cont, IC, dy, w + n + o0 * IC, IC, scale + o0, zero_point + o0, dx, 0);
     }
 }
 
@@ -1372,7 +1623,8 @@ TT_GI_INLINE void tt_gi_walk(const tt_conv_dims *d, const float *dy, const uint1
     const int32_t taps = d->k_h * d->k_w;
     if (qw && taps == 1 && d->stride_h == 1 && d->stride_w == 1 && d->pad_top == 0 && d->pad_left == 0 &&
         d->out_h == d->in_h && d->out_w == d->in_w) {
-        tt_gi1x1(d, dy, (const int8_t *)w, (const int8_t *)w_slice, n, scale, zero_point, dx);
+        tt_gi1x1(d->batches * d->in_h * d->in_w, d->in_c, 0, d->out_c, d->out_c, dy, (const int8_t *)w,
+                 (const int8_t *)w_slice, n, scale, zero_point, dx);
         return;
     }
     for (b = 0; b < d->batches; ++b) {
@@ -1453,6 +1705,33 @@ void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const i
                                  int32_t n, const float *scale, const int32_t *zero_point, float *dx)
 {
     tt_gi_walk(d, dy, 0, w, w_slice, n, scale, zero_point, dx, 1);
+}
+
+/* The broadcast form over both weight parts; its own frame (not inlined: the stack bound takes the deepest of it and
+ * tt_gi1x1, not their sum). */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void tt_gi1x1_bc(int32_t pixels, int32_t in_c, int32_t o0, int32_t o1, const float *dy, const float *com,
+                        const int8_t *w, const int8_t *w_slice, int32_t n, const float *scale,
+                        const int32_t *zero_point, float *dx)
+{
+    int32_t part;
+    for (part = n > 0 ? 0 : 1; part < 2; ++part) { /* the trained slice's channels [0, n), then the rest */
+        tt_gi1x1_bcast(pixels, part ? n : 0, part ? in_c : n, o0, o1, o1 - o0, in_c, dy, com, part ? w + n : w_slice,
+                       part ? in_c : n, scale, zero_point, dx);
+    }
+}
+
+void tt_conv2d_grad_input_qw_f32_oc(int32_t pixels, int32_t in_c, int32_t o0, int32_t o1, const float *dy,
+                                    const float *com, const int8_t *w, const int8_t *w_slice, int32_t n,
+                                    const float *scale, const int32_t *zero_point, float *dx)
+{
+    if (com == 0 || pixels < TT_GI_PB4) { /* no broadcast row, or too few pixels to reuse a dequantized block */
+        tt_gi1x1(pixels, in_c, o0, o1, o1 - o0, dy, w, w_slice, n, scale, zero_point, dx);
+    } else {
+        tt_gi1x1_bc(pixels, in_c, o0, o1, dy, com, w, w_slice, n, scale, zero_point, dx);
+    }
 }
 
 /* tt_conv2d_f32_split's sums in the same order, each result rounded once to fp16 as it is stored: what the fp32

@@ -95,20 +95,13 @@ void tt_fully_connected_grad_input_f32(int32_t rows, int32_t depth, int32_t out_
     }
 }
 
-/* tt_fully_connected_grad_input_f32 on an int8 weight dequantized per element (tt_kernels.h). */
+/* tt_fully_connected_grad_input_f32 on an int8 weight dequantized per element (tt_kernels.h): each dx[r, d] is
+ * 0 + the products over o in order, which is the 1x1 conv input gradient of `rows` pixels (ops/tt_conv2d.c: its
+ * blocked, zero-skipping loops keep that order). */
 void tt_fully_connected_grad_input_qw_f32(int32_t rows, int32_t depth, int32_t out_c, const float *dy,
                                           const int8_t *w, const float *scale, const int32_t *zero_point, float *dx)
 {
-    int32_t r, d, o;
-    for (r = 0; r < rows; ++r) {
-        for (d = 0; d < depth; ++d) {
-            float s = 0.0f;
-            for (o = 0; o < out_c; ++o) {
-                s += dy[r * out_c + o] * ((float)((int32_t)w[o * depth + d] - zero_point[o]) * scale[o]);
-            }
-            dx[r * depth + d] = s;
-        }
-    }
+    tt_conv2d_grad_input_qw_f32_oc(rows, depth, 0, out_c, dy, 0, w, 0, 0, scale, zero_point, dx);
 }
 
 /* dw [out_c, k] = dy^T x[:, :k]. */

@@ -470,6 +470,13 @@ static void k_conv2d_grad_input_qw_f32(void) /* ints: dims, n; buffers: dy, w, w
     tt_conv2d_grad_input_qw_f32(&cd, F32(0), S8(1), S8(2), I[16], F32(3), I32(4), F32(5));
 }
 
+/* ints: pixels, in_c, o0, o1, n, com given; buffers: dy [pixels, o1-o0], com, w, w_slice, scale, zp, dx */
+static void k_conv2d_gi_qw_f32_oc(void)
+{
+    tt_conv2d_grad_input_qw_f32_oc(I[0], I[1], I[2], I[3], F32(0), I[5] ? F32(1) : 0, S8(2), S8(3), I[4], F32(4),
+                                   I32(5), F32(6));
+}
+
 static void k_dw_conv2d_grad_input_qw_f32(void) /* (op names: < 32 chars) buffers: dy, w, scale, zp, dx */
 {
     tt_conv_dims cd;
@@ -545,6 +552,11 @@ static void k_depthwise_conv2d_grad_weight_f32(void)
 static void k_fully_connected_grad_input_f32(void)
 {
     tt_fully_connected_grad_input_f32(I[0], I[1], I[2], F32(0), F32(1), F32(2));
+}
+
+static void k_fc_grad_input_qw_f32(void) /* ints: rows, depth, out_c; buffers: dy, w, scale, zp, dx */
+{
+    tt_fully_connected_grad_input_qw_f32(I[0], I[1], I[2], F32(0), S8(1), F32(2), I32(3), F32(4));
 }
 
 static void k_fully_connected_grad_weight_f32(void)
@@ -816,6 +828,7 @@ static const tt_driver_op KERNELS[] = {
 #ifndef TT_DRIVER_FORWARD_ONLY
     {"conv2d", "conv2d_grad_input_f32", k_conv2d_grad_input_f32},
     {"conv2d", "conv2d_grad_input_qw_f32", k_conv2d_grad_input_qw_f32},
+    {"conv2d", "conv2d_gi_qw_f32_oc", k_conv2d_gi_qw_f32_oc},
     {"conv2d", "conv2d_grad_weight_f32", k_conv2d_grad_weight_f32},
     {"conv2d", "conv2d_grad_weight_qx_f32", k_conv2d_grad_weight_qx_f32},
     {"depthwise_conv2d", "depthwise_conv2d_grad_input_f32", k_depthwise_conv2d_grad_input_f32},
@@ -826,6 +839,7 @@ static const tt_driver_op KERNELS[] = {
     {"transpose_conv", "transpose_conv_grad_input_f32", k_transpose_conv_grad_input_f32},
     {"transpose_conv", "transpose_conv_grad_weight_f32", k_transpose_conv_grad_weight_f32},
     {"fully_connected", "fully_connected_grad_input_f32", k_fully_connected_grad_input_f32},
+    {"fully_connected", "fc_grad_input_qw_f32", k_fc_grad_input_qw_f32},
     {"fully_connected", "fully_connected_grad_weight_f32", k_fully_connected_grad_weight_f32},
     {"bias_grad", "bias_grad_f32", k_bias_grad_f32},
     {"average_pool2d", "average_pool2d_grad_f32", k_average_pool2d_grad_f32},
