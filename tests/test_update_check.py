@@ -80,6 +80,22 @@ def test_sgd_probe_counts_exactly_the_updates_below_half_a_step(graph, data):
     assert got[W]["output_clamped"] == got[B]["output_clamped"] == float(np.sum((v == -128) | (v == 127))) / v.size
 
 
+def test_output_clamps_are_counted_once_per_layer_output_and_sample(graph, data, monkeypatch):
+    """The weight and the bias of a layer share its output: the probe counts that output's clamped codes once per
+    sample, and the same count is the head-room's share at the scale as it is (output_over[0])."""
+    x, y = data
+    # lr 0.5: the logits reach the ends of their int8 range within 5 steps (about a third of them then).
+    kw = dict(loss="cross_entropy", optimizer="sgd", qas_enabled=True, learning_rate=0.5, x=x, y=y, steps=5)
+    calls = []
+    real = np.isin
+    monkeypatch.setattr(uc.np, "isin", lambda a, b, **k: calls.append(np.shape(a)) or real(a, b, **k))
+    got = uc.probe(graph, TrainPlan.last_k(graph, 1), **kw)
+    out = next(op.outputs[0] for op in graph.ops if op.type == "fully_connected")
+    assert calls == [tuple(graph.tensors[out].shape)] * 5           # 5 samples, one trained layer
+    reach = uc.probe(graph, TrainPlan.last_k(graph, 1), **kw, output_reach=True)
+    assert got[W]["output_clamped"] == got[B]["output_clamped"] == reach[W]["output_over"][0] > 0
+
+
 def test_adam_below_half_a_step_loses_every_update(graph, data):
     """Adam's first step moves every element by lr·g/(|g|+eps)/s ≤ lr/s: with lr < min(s)/2 nearest rounding
     erases all of them, and the detector says so (the issue's Adam lr 0.001 case)."""
