@@ -18,7 +18,9 @@ from tinytrain.stages.device.boards import HOST_ISA_PROBE, host_isa_flags
 ROOT = Path(__file__).resolve().parents[1]
 KDIR = ROOT / "kernels_c"
 CHECK = ROOT / "tests" / "c" / "tt_avx2_check.c"
-CFLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off", "-O1", "-g",
+# -O0: under ASan and UBSan, gcc compiles tt_conv2d.c about 3x faster than at -O1 (the two builds took ~17 s of CPU at
+# -O1, ~5 s at -O0), the cases run in a fraction of a second either way, and no access is optimised away unchecked.
+CFLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off", "-O0", "-g",
           "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 SOURCES = [KDIR / "tt_common.c", KDIR / "ops" / "tt_conv2d.c", KDIR / "ops" / "tt_depthwise_conv2d.c",
            KDIR / "tt_hidden_stream.c", CHECK]
