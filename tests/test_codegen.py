@@ -97,6 +97,24 @@ def _run(board_name, prog: Path, build: Path, rundir: Path, cfg: RuntimeConfig, 
     return {n: (rundir / n).read_bytes() for n in ("results.json", "losses.bin", "weights.bin")}
 
 
+def _host_and_qemu(tmp_path: Path, cfg: RuntimeConfig) -> tuple[dict, dict]:
+    """tmp_path/prog trained on tmp_path's train.ttds / test.ttds natively and in QEMU (stm32f746-disco): the losses
+    and trained weights must be the same bytes. Returns both results.json without the instruction counts (the host
+    has no instruction counter: 0), for the caller to compare; the QEMU run's per-step count is checked here."""
+    data = {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"}
+    host = _run("host", tmp_path / "prog", tmp_path / "bh", tmp_path / "rh", cfg, data)
+    qemu = _run("stm32f746-disco", tmp_path / "prog", tmp_path / "bq", tmp_path / "rq", cfg, data)
+    assert qemu["losses.bin"] == host["losses.bin"]
+    assert qemu["weights.bin"] == host["weights.bin"]
+    rh, rq = json.loads(host["results.json"]), json.loads(qemu["results.json"])
+    assert rq["instructions_per_step_min"] > 0
+    for r in (rh, rq):
+        for k in ("instructions_total_train", "instructions_per_step_min", "instructions_per_step_max",
+                  "instructions_per_step_mean"):
+            r.pop(k)
+    return rh, rq
+
+
 def _host_run_dumped(tmp_path: Path, cfg: RuntimeConfig) -> dict:
     """tmp_path/prog trained on the host under ASan/UBSan on tmp_path's train.ttds / test.ttds, the evaluations'
     head outputs dumped (run/eval_out.bin)."""
@@ -234,17 +252,7 @@ def test_qemu_matches_host_bit_for_bit(tmp_path, digits_int8):
     x, y = _data(tg, 12, seed=3)
     write_stream(tmp_path / "train.ttds", x, y)
     write_stream(tmp_path / "test.ttds", x[:6], y[:6])
-    cfg = RuntimeConfig(learning_rate=0.05, epochs=1)
-    data = {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"}
-    host = _run("host", tmp_path / "prog", tmp_path / "bh", tmp_path / "rh", cfg, data)
-    qemu = _run("stm32f746-disco", tmp_path / "prog", tmp_path / "bq", tmp_path / "rq", cfg, data)
-    assert qemu["losses.bin"] == host["losses.bin"]
-    assert qemu["weights.bin"] == host["weights.bin"]
-    rh, rq = json.loads(host["results.json"]), json.loads(qemu["results.json"])
-    assert rq["instructions_per_step_min"] > 0
-    for k in ("instructions_total_train", "instructions_per_step_min", "instructions_per_step_max",
-              "instructions_per_step_mean"):
-        rh.pop(k), rq.pop(k)  # host has no instruction counter (0)
+    rh, rq = _host_and_qemu(tmp_path, RuntimeConfig(learning_rate=0.05, epochs=1))
     assert rq == rh
     assert rq["arena_bytes_used"] <= rq["arena_bytes_planned"] == mp.arena
 
@@ -459,17 +467,7 @@ def test_new_ops_qemu_matches_host_bit_for_bit(fixture, tmp_path):
     x, y = _data(tg, 8, seed=5)
     write_stream(tmp_path / "train.ttds", x, y)
     write_stream(tmp_path / "test.ttds", x[:4], y[:4])
-    cfg = RuntimeConfig(learning_rate=0.05, epochs=1)
-    data = {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"}
-    host = _run("host", tmp_path / "prog", tmp_path / "bh", tmp_path / "rh", cfg, data)
-    qemu = _run("stm32f746-disco", tmp_path / "prog", tmp_path / "bq", tmp_path / "rq", cfg, data)
-    assert qemu["losses.bin"] == host["losses.bin"]
-    assert qemu["weights.bin"] == host["weights.bin"]
-    rh, rq = json.loads(host["results.json"]), json.loads(qemu["results.json"])
-    for r in (rh, rq):
-        for k in ("instructions_total_train", "instructions_per_step_min", "instructions_per_step_max",
-                  "instructions_per_step_mean"):
-            r.pop(k)
+    rh, rq = _host_and_qemu(tmp_path, RuntimeConfig(learning_rate=0.05, epochs=1))
     assert rq == rh
 
 
