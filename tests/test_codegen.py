@@ -136,14 +136,14 @@ def _check_first_evaluation(tg, x, tmp_path: Path) -> tuple[np.ndarray, np.ndarr
     return ev, ref
 
 
-def _check_trained(out: dict, io: dict, state: dict) -> dict[str, np.ndarray]:
+def _check_trained(out: dict, io: dict, state: dict, exact: bool = False) -> dict[str, np.ndarray]:
     """weights.bin's trained tensors equal the golden model's: int8 / int32 bit for bit, float32 within 1e-5 of the
-    tensor's largest value. Returns them by name."""
+    tensor's largest value (bit for bit too when `exact`). Returns them by name."""
     trained = {}
     for t in io["trained_tensors"]:
         got = np.frombuffer(out["weights.bin"][t["offset"]:t["offset"] + t["nbytes"]], t["dtype"]).reshape(t["shape"])
         exp = state[t["name"]]
-        if t["dtype"] == "float32":
+        if t["dtype"] == "float32" and not exact:
             assert float(np.max(np.abs(got - exp))) <= 1e-5 * max(float(np.max(np.abs(exp))), 1e-30), t["name"]
         else:
             np.testing.assert_array_equal(got, exp, err_msg=t["name"])
