@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from test_sparse_plan import make_ctx
 from tinytrain.pipeline.contract import StageContext
-from tinytrain.pipeline.spec import UpdateSpec
 from tinytrain.pipeline.spec_data import DataSpec
 from tinytrain.stages.quant import qas
 from tinytrain.stages import sparse_plan as SP
@@ -231,17 +231,10 @@ def test_qas_off_warns_why_it_cannot_learn():
 # ---- the stage: plan.json, train_plan.json, plan.txt, the summary; emulate-run's run.json field -------------------
 
 def _stage(tmp: Path, graph: Graph, kind: str, budget_kb=None, **qas_cfg) -> tuple[dict, dict, str, str, Path]:
-    qdir = tmp / "quantize"
-    if not qdir.exists():
-        qdir.mkdir(parents=True)
-        graph.save(qdir)
-    out = tmp / f"out{len(list(tmp.glob('out*')))}"
-    out.mkdir()
-    cfg = {"train.update": UpdateSpec.model_validate({"scheme": "last_k", "k": 1, "budget_kb": budget_kb}),
-           "target.board": "host", "data": DIGITS, "train.optimizer.kind": kind,
-           "train.qas": {"enabled": True, "rounding": "nearest", "master_copy": False, **qas_cfg}}
-    res = SP.run(StageContext(config=cfg, inputs={"quantize/graph.json": qdir / "graph.json",
-                                                  "quantize/tensors.npz": qdir / "tensors.npz"}, out_dir=out))
+    ctx = make_ctx(tmp, graph, {"scheme": "last_k", "k": 1, "budget_kb": budget_kb}, data=DIGITS,
+                   **{"train.optimizer.kind": kind,
+                      "train.qas": {"enabled": True, "rounding": "nearest", "master_copy": False, **qas_cfg}})
+    res, out = SP.run(ctx), ctx.out_dir
     return (json.loads((out / "plan.json").read_text()), json.loads((out / "train_plan.json").read_text()),
             (out / "plan.txt").read_text(), res.summary, out)
 
