@@ -48,22 +48,7 @@ def _compare_all(g: Graph, path: Path, x: np.ndarray, fc_requant: str = "fixed_p
 
 
 def _compare(g: Graph, path: Path, x: np.ndarray, runner, fc_requant: str) -> int:
-    ours = run_graph(g, {g.inputs[0]: x}, keep_intermediates=True, fc_requant=fc_requant)
-    res = runner(path, [x])
-    checked, bad = 0, []
-    for name, t in g.tensors.items():
-        if t.data is not None:
-            continue
-        theirs = res.tensors[t.source_index].reshape(ours[name].shape)
-        checked += 1
-        if t.dtype == "float32":
-            atol = 1e-6 * max(1.0, float(np.abs(theirs).max(initial=0.0)))
-            if not np.allclose(ours[name], theirs, rtol=FLOAT_RTOL, atol=atol):
-                bad.append(f"{name}: float mismatch, max |diff| {float(np.abs(ours[name] - theirs).max())}")
-        elif not np.array_equal(ours[name], theirs):
-            bad.append(f"{name} ({t.dtype}): {int((ours[name] != theirs).sum())} elements differ")
-    assert not bad, bad
-    return checked
+    return len(oracle.compare_activations(g, path, x, runner, fc_requant, float_rtol=FLOAT_RTOL))
 
 
 @pytest.mark.parametrize("variant", ["float", "int8"])
