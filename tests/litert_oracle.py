@@ -43,6 +43,20 @@ class OracleResult:
     output_indices: list[int] = field(default_factory=list)
 
 
+def probe_batch(g: Any, sample: np.ndarray) -> np.ndarray:
+    """Inputs for compare_activations: the model's own sample, two wide random ones (x3 its scale), and for an int8
+    input all quantized by its parameters plus the two extremes (every element -128, every element 127)."""
+    inp = g.tensors[g.inputs[0]]
+    rng = np.random.default_rng(7)
+    x = np.concatenate([sample.astype(np.float32), (rng.normal(size=(2,) + sample.shape[1:]) * 3).astype(np.float32)])
+    if inp.dtype != "int8":
+        return x
+    s, z = inp.quant.scale[0], inp.quant.zero_point[0]
+    q = np.clip(np.round(x / s) + z, -128, 127).astype(np.int8)
+    edges = np.stack([np.full(sample.shape[1:], -128, np.int8), np.full(sample.shape[1:], 127, np.int8)])
+    return np.concatenate([q, edges])
+
+
 def compare_activations(g: Any, path: Path, x: np.ndarray, runner: Callable[..., OracleResult],
                         fc_requant: str = "fixed_point", float_rtol: float | None = None) -> list[str]:
     """Every activation of `g` (the IR read from `path`: its tensors without data), computed by our reference
