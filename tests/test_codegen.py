@@ -282,10 +282,7 @@ def test_qas_variants_bit_exact(fixture, rounding, master, opt, tmp_path):
                sanitize=("address", "undefined"))
     want, state = _golden(tg, x, y, cfg)
     np.testing.assert_allclose(np.frombuffer(out["losses.bin"], "<f4"), want, rtol=1e-5, atol=1e-6)
-    io = json.loads((tmp_path / "prog" / "io_layout.json").read_text())
-    for t in io["trained_tensors"]:
-        got = np.frombuffer(out["weights.bin"][t["offset"]:t["offset"] + t["nbytes"]], t["dtype"])
-        np.testing.assert_array_equal(got.reshape(t["shape"]), state[t["name"]], err_msg=t["name"])
+    _check_trained(out, json.loads((tmp_path / "prog" / "io_layout.json").read_text()), state, exact=True)
 
 
 # ---- split weights, fused weight dequantize, exact arena high-water (issue 5: MobileNetV2 on the board) --------
@@ -333,11 +330,8 @@ def test_split_weights_live_compact_in_the_arena_and_stay_bit_exact(fixture, tmp
     want, state = _golden(tg, x, y, cfg)
     np.testing.assert_allclose(np.frombuffer(out["losses.bin"], "<f4"), want, rtol=1e-5, atol=1e-6)
     io = json.loads((tmp_path / "prog" / "io_layout.json").read_text())
-    changed = 0
-    for t in io["trained_tensors"]:  # weights.bin holds the merged whole tensor
-        got = np.frombuffer(out["weights.bin"][t["offset"]:t["offset"] + t["nbytes"]], t["dtype"])
-        np.testing.assert_array_equal(got.reshape(t["shape"]), state[t["name"]], err_msg=t["name"])
-        changed += int(np.count_nonzero(got.reshape(t["shape"]) != tg.tensors[t["name"]].data))
+    trained = _check_trained(out, io, state, exact=True)  # weights.bin holds the merged whole tensor
+    changed = sum(int(np.count_nonzero(v != tg.tensors[n].data)) for n, v in trained.items())
     assert changed > 0
     res = json.loads(out["results.json"])
     end = max(b.offset + b.size for b in mp.buffers if b.size)
