@@ -547,12 +547,14 @@ class Cache:
     def stats(self) -> dict:
         blobs, blob_bytes = _count_files(self.cas_dir)
         entries, entry_bytes = _count_files(self.ac_dir)
+        units, unit_bytes = _count_files(self.root / "units")
         counters = self._read_counters()
         doc = {
             "root": str(self.root),
-            "size_bytes": blob_bytes + entry_bytes,
+            "size_bytes": blob_bytes + entry_bytes + unit_bytes,
             "entries": entries,
             "blobs": blobs,
+            "unit_files": units,
             "hits": int(counters.get("hits", 0)),
             "misses": int(counters.get("misses", 0)),
         }
@@ -571,7 +573,9 @@ class Cache:
 
     def gc(self, max_size: int | None = None, max_age_s: float | None = None) -> dict:
         """Drop entries last used more than max_age_s ago, then the least recently used until
-        the cache is at most max_size bytes, then every blob no entry references.
+        the cache is at most max_size bytes, then every blob no entry references. Sub-stage units
+        (StageContext.unit_cache_dir: measurement memos, compiled objects) count towards the size and
+        are dropped by the same rule, by their files' mtime (a unit's last use where its cache touches it).
 
         Nothing is followed: symlinks and special files found anywhere in the cache are reported
         and removed first (the link, never its target), and everything after walks with lstat."""
@@ -580,15 +584,18 @@ class Cache:
             unsafe = self._repair_unsafe()
             temps = self._sweep_temp_files(("cas", "ac", "last", "units"))
             entries = self._scan_entries()
+            units = self._scan_units()
             blob_sizes = _blob_sizes(self.cas_dir)
-            doomed = _choose_victims(entries, {d: size for d, (_, size) in blob_sizes.items()},
+            doomed = _choose_victims([*entries, *units], {d: size for d, (_, size) in blob_sizes.items()},
                                      max_size, max_age_s, time.time())
             for e in doomed:
-                with contextlib.suppress(FileNotFoundError):
-                    e.path.unlink()
-            doomed_paths = {e.path for e in doomed}
+                for path in e.paths:
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+            doomed_paths = {p for e in doomed for p in e.paths}
             live = {d for e in entries if e.path not in doomed_paths for d in e.digests}
             freed = sum(e.size for e in doomed)
+            units_removed = sum(len(e.paths) for e in doomed if isinstance(e, _UnitInfo))
             blobs_removed = 0
             for digest, (path, size) in blob_sizes.items():
                 if digest not in live:
@@ -598,10 +605,10 @@ class Cache:
                     freed += size
             _remove_empty_dirs(self.cas_dir)
             _remove_empty_dirs(self.ac_dir)
-            units = self._expire_units(max_age_s, time.time())
+            # Unit folders stay: their writers (sub-stage caches) make them without the store's lock.
         return {
-            "entries_removed": len(doomed),
-            "units_removed": units,
+            "entries_removed": sum(1 for e in doomed if isinstance(e, _EntryInfo)),
+            "units_removed": units_removed,
             "blobs_removed": blobs_removed,
             "temp_files_removed": temps,
             "unsafe_removed": unsafe,
@@ -621,17 +628,17 @@ class Cache:
             removed += 1
         return removed
 
-    def _expire_units(self, max_age_s: float | None, now: float) -> int:
-        """Sub-stage memo files (StageContext.unit_cache_dir) are small and content-keyed: only age drops them."""
-        if max_age_s is None:
-            return 0
-        removed = 0
+    def _scan_units(self) -> list["_UnitInfo"]:
+        """The sub-stage units (StageContext.unit_cache_dir): the files of one folder that share a name but for
+        the suffix are one unit (an ObjectCache object and its header list), kept or dropped together, so that
+        gc never leaves half of one behind."""
+        groups: dict[Path, list[tuple[Path, os.stat_result]]] = {}
         for p, st in safe_fs.walk(self.root / "units"):
-            if stat.S_ISREG(st.st_mode) and p.suffix == ".json" and now - st.st_mtime > max_age_s:
-                with contextlib.suppress(OSError):
-                    p.unlink()
-                    removed += 1
-        return removed
+            if stat.S_ISREG(st.st_mode) and not p.name.startswith(TMP_PREFIX):
+                groups.setdefault(p.with_suffix(""), []).append((p, st))
+        return [_UnitInfo(tuple(sorted(p for p, _ in files)), max(st.st_mtime for _, st in files),
+                          sum(st.st_size for _, st in files))
+                for _, files in sorted(groups.items())]
 
     def _sweep_temp_files(self, subs: tuple[str, ...]) -> int:
         # Safe to delete every temp file: all writers hold the lock we hold now.
@@ -735,10 +742,24 @@ class _EntryInfo:
     digests: frozenset
     readable: bool = True
 
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        return (self.path,)
 
-def _choose_victims(entries: list[_EntryInfo], blob_sizes: dict[str, int], max_size: int | None,
-                    max_age_s: float | None, now: float) -> list[_EntryInfo]:
-    def doomed_now(e: _EntryInfo) -> bool:
+
+@dataclass(frozen=True)
+class _UnitInfo:
+    """A sub-stage unit for gc: its files, their last modification, their bytes (it references no blob)."""
+    paths: tuple[Path, ...]
+    last_used: float
+    size: int
+    digests: frozenset = frozenset()
+    readable: bool = True
+
+
+def _choose_victims(entries: list[_EntryInfo | _UnitInfo], blob_sizes: dict[str, int], max_size: int | None,
+                    max_age_s: float | None, now: float) -> list[_EntryInfo | _UnitInfo]:
+    def doomed_now(e: _EntryInfo | _UnitInfo) -> bool:
         too_old = max_age_s is not None and now - e.last_used > max_age_s
         return not e.readable or too_old
 

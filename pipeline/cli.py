@@ -202,7 +202,8 @@ def _cmd_cache_stats(args: argparse.Namespace) -> int:
         print(json.dumps(st, indent=2, sort_keys=True))
         return EXIT_OK
     print(f"cache: {st['root']}")
-    print(f"size: {_human_bytes(st['size_bytes'])} in {st['entries']} entries, {st['blobs']} blobs")
+    print(f"size: {_human_bytes(st['size_bytes'])} in {st['entries']} entries, {st['blobs']} blobs, "
+          f"{st['unit_files']} unit files")
     print(f"last build: {st['hits']} hits, {st['misses']} misses")
     return EXIT_OK
 
@@ -213,7 +214,8 @@ def _cmd_cache_gc(args: argparse.Namespace) -> int:
     cache = _cache_only(args)
     res = cache.gc(max_size=parse_size(args.max_size) if args.max_size else None,
                    max_age_s=parse_age(args.max_age) if args.max_age else None)
-    print(f"removed {res['entries_removed']} entries and {res['blobs_removed']} blobs, freed "
+    print(f"removed {res['entries_removed']} entries, {res['blobs_removed']} blobs and {res['units_removed']} unit "
+          f"files, freed "
           f"{_human_bytes(res['bytes_freed'])}; cache is now {_human_bytes(res['size_bytes'])}")
     return EXIT_OK
 

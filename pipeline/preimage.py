@@ -90,19 +90,22 @@ def package_files_digest(pattern: str) -> str:
     return h.hexdigest()
 
 
-def tool_digests(stage: StageDef) -> dict[str, str]:
-    return {" ".join(cmd): tool_identity(list(cmd)) for cmd in stage.tools}
+def tool_digests(stage: StageDef, config: dict[str, Any]) -> dict[str, str]:
+    """{command: first output line} of the stage's tools that shape its output for this config slice
+    (`config_slice`; `Tool.applies`)."""
+    return {" ".join(t.cmd): tool_identity(list(t.cmd)) for t in stage.tools if t.applies(config)}
 
 
 def stage_preimage(stage: StageDef, spec: BaseModel, input_digests: Mapping[str, str], salt: str) -> dict[str, Any]:
     closure = module_closure(stage.impl) if stage.impl else None  # walked once: sources and libraries both need it
+    config = config_slice(spec, stage.config)
     return {
         "key_schema": KEY_SCHEMA_VERSION,
         "stage": stage.name,
         "impl": impl_digests(stage, closure),
-        "config": {p: slice_preimage(v, p) for p, v in config_slice(spec, stage.config).items()},
+        "config": {p: slice_preimage(v, p) for p, v in config.items()},
         "inputs": dict(sorted(input_digests.items())),
-        "tools": tool_digests(stage),
+        "tools": tool_digests(stage, config),
         "libraries": library_versions(stage.impl, closure) if stage.impl else {},
         "salt": salt,
     }

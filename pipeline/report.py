@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from tinytrain.cache.fs_ops import atomic_write_bytes
 from tinytrain.pipeline.stage_graph import STAGE_NAMES
+from tinytrain.stages.readable import human_count
 
 REPORT_NAME = "report.md"
 HTML_NAME = "report.html"
@@ -95,12 +96,7 @@ def pct(x: float | None, already_pct: bool = False) -> str:
 
 
 def count(n: float | None) -> str:
-    if n is None:
-        return "n/a"
-    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if n >= div:
-            return f"{n / div:.3g}{suffix}"
-    return f"{n:.0f}"
+    return "n/a" if n is None else human_count(n)
 
 
 def link(rel: str) -> str:

@@ -143,6 +143,9 @@ def build(spec: Spec, cache: Cache, log: BuildLog, *, until: str | None = None, 
                 result.outcomes, result.error = run.execute()
             finally:
                 drawn = run.early_picture.wait()
+                if run.early_picture.error:
+                    log.warning(f"warning: could not draw the per-layer memory chart: {run.early_picture.error}; "
+                                "the report goes without it")
         result.cache = cache.stats()
     result.duration_s = time.perf_counter() - t0
     if not dry_run:
@@ -153,8 +156,8 @@ def build(spec: Spec, cache: Cache, log: BuildLog, *, until: str | None = None, 
 def _write_record_and_report(result: BuildResult, log: BuildLog, layers_drawn: bool = False) -> None:
     """build/<name>/build.json (what ran, what was restored, the cache counters) and report.md: the final
     summary reads only artifacts, and this record is the artifact for the build itself. Never fails the
-    build: a report that cannot be written is a warning. `layers_drawn`: the per-layer chart is drawn already
-    (_EarlyPicture)."""
+    build: a report that cannot be written is a warning. `layers_drawn`: the per-layer chart is drawn already, or
+    could not be (_EarlyPicture)."""
     import json
 
     from tinytrain.pipeline.report import BUILD_RECORD, write_report
@@ -352,8 +355,9 @@ class _EarlyPicture:
     it yields the CPU to the stage it runs beside, QEMU, whose run is the build's critical path) draws it while the
     stages after them run (emulate-run waits on QEMU, one core, most of its time), instead of after the build. A
     process, not a thread: matplotlib's rc settings are global, and a stage drawing its own picture at the same time
-    must not see them change. The end of the build waits for it (Background draws it then where it could not fork);
-    when it failed the report draws the chart itself and says why."""
+    must not see them change. The end of the build waits for it (Background draws it then where it could not fork,
+    or once more when the forked draw failed); when that failed too, the chart is not drawn a third time: `error`
+    says why, the build warns and the report goes without it."""
 
     def __init__(self, folder: Path, selected: set[str]):
         from tinytrain.pipeline.report import LAYERS_PICTURE_STAGES
@@ -363,6 +367,7 @@ class _EarlyPicture:
         # only where a stage still runs after the chart's inputs (otherwise the report at the end is as early)
         self.wanted = self.waiting <= selected and bool(selected - self.waiting)
         self.proc: Background | None = None    # the process drawing it, once started
+        self.error: str | None = None          # why the chart could not be drawn (after wait)
 
     def stage_done(self, name: str) -> None:
         self.waiting.discard(name)
@@ -372,14 +377,20 @@ class _EarlyPicture:
             self.proc = Background(partial(write_layers_picture, self.folder), nice=10)
 
     def wait(self) -> bool:
-        """True when the chart was drawn here (the report need not draw it)."""
+        """True when the report need not draw the chart: it was drawn here, or drawing it failed twice (forked, then
+        in this process; `error` says why, and a chart of an earlier build is removed rather than shown)."""
         if self.proc is None:
             return False
         with self.proc:
             try:
                 self.proc.result()
-            except Exception:  # noqa: BLE001 -- the report draws it again and says why
-                return False
+            except Exception as e:  # noqa: BLE001 -- a chart is not worth a failed build, nor a third try
+                from tinytrain.pipeline.report import LAYERS_STEM
+
+                self.error = f"{type(e).__name__}: {e}"
+                for ext in (".svg", ".png"):
+                    with contextlib.suppress(OSError):
+                        (self.folder / LAYERS_STEM).with_suffix(ext).unlink(missing_ok=True)
         return True
 
 

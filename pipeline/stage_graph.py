@@ -8,8 +8,26 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
+from typing import Any
 
-from tinytrain.stages.device.boards import HOST_ISA_PROBE
+from tinytrain.stages.device.boards import BOARDS, HOST_ISA_PROBE
+
+
+@dataclass(frozen=True)
+class Tool:
+    """An external tool a stage runs, identified by the first line `cmd` prints (e.g. ("arm-none-eabi-gcc",
+    "--version")); that line is part of the stage's cache key, so a new compiler rebuilds.
+
+    `only_for`: (a dotted config path the stage reads, the values for which the tool's answer shapes the output).
+    For other values the tool stays out of the key: the host's ISA probe decides the host board's -march only, so a
+    new build machine must not invalidate Cortex-M firmware. None: the tool is always part of the key."""
+
+    cmd: tuple[str, ...]
+    only_for: tuple[str, tuple[Any, ...]] | None = None
+
+    def applies(self, config: dict[str, Any]) -> bool:
+        """Whether the tool is part of the key for this config slice ({dotted path: value})."""
+        return self.only_for is None or config[self.only_for[0]] in self.only_for[1]
 
 
 @dataclass(frozen=True)
@@ -24,9 +42,8 @@ class StageDef:
     # stage's implementation version, part of its cache key; no module list is kept by hand.
     impl: str | None
     description: str = ""
-    # Commands whose first output line identifies an external tool the stage runs (e.g.
-    # ("arm-none-eabi-gcc", "--version")); part of the cache key, so a new compiler rebuilds.
-    tools: tuple[tuple[str, ...], ...] = ()
+    # External tools the stage runs (`Tool`; a plain command tuple is a Tool that always applies).
+    tools: tuple[Tool | tuple[str, ...], ...] = ()
     # Globs (relative to the tinytrain package) of non-Python sources the stage uses, e.g. the C kernels it
     # compiles: part of the implementation version, so editing a kernel rebuilds.
     source_files: tuple[str, ...] = ()
@@ -34,6 +51,15 @@ class StageDef:
     # matching artifacts (to the stage's inputs and its cache key); one not named contributes all of its
     # artifacts. Precise reads keep a stage cached when an upstream stage reran but what it reads is unchanged.
     reads: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        tools = tuple(t if isinstance(t, Tool) else Tool(tuple(t)) for t in self.tools)
+        for t in tools:
+            # A condition on a field the stage does not read would let two different outputs share a key.
+            if t.only_for is not None and t.only_for[0] not in self.config:
+                raise ValueError(f"stage {self.name}: tool {' '.join(t.cmd)} depends on {t.only_for[0]}, "
+                                 "which is not in the stage's config")
+        object.__setattr__(self, "tools", tools)
 
     def reads_artifact(self, dep: str, name: str) -> bool:
         patterns = [r.split("/", 1)[1] for r in self.reads if r.split("/", 1)[0] == dep]
@@ -67,7 +93,9 @@ STAGES: tuple[StageDef, ...] = (
     StageDef("cross-compile", ("target.board", "target.cflags", "target.kernels"), ("codegen",),
              "tinytrain.stages.cross_compile",
              "ELF for the board, size report and fit check",
-             tools=(("arm-none-eabi-gcc", "--version"), ("cc", "--version"), HOST_ISA_PROBE),
+             # The ISA probe sets -march for the host board only (stages/device/boards.py).
+             tools=(("arm-none-eabi-gcc", "--version"), ("cc", "--version"),
+                    Tool(HOST_ISA_PROBE, ("target.board", tuple(b.name for b in BOARDS.values() if b.host)))),
              source_files=("kernels_c/*.c", "kernels_c/ops/*.c", "kernels_c/*.h", "kernels_c/boards/*")),
     # Runtime values only (they go into runtime.bin, never into the program): changing them reruns this stage
     # alone. `model` is read for the original file's tensor count (the .wof's n_buffers); train.optimizer for

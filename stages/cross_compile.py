@@ -38,6 +38,7 @@ the same digest (the emulate-run cache key depends on it).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -618,6 +619,11 @@ class ObjectCache:
             shutil.copyfile(obj, work / u.obj)
         except OSError:
             return False
+        # mtime is the object's last use for the store's gc (cache.store.Cache.gc, --max-age and LRU), as for
+        # the action entries; a cache that cannot be written keeps the old time.
+        for path in (meta, obj):
+            with contextlib.suppress(OSError):
+                os.utime(path)
         return True
 
     def store(self, work: Path, u: "_Unit", key: str) -> None:

@@ -20,6 +20,7 @@ from tinytrain.stages.model import state, uint8_output
 from tinytrain.stages.model.ir import Graph, Op
 from tinytrain.stages.model.prune import prune_graph
 from tinytrain.stages.model.tflite_reader import read_model
+from tinytrain.stages.readable import human_count
 
 ARTIFACTS = ("graph.json", "tensors.npz", "graph.txt", "summary.json")
 
@@ -162,24 +163,11 @@ def summary_line(s: dict[str, Any]) -> str:
             f"{human_count(s['macs'])} MACs, {s['dtype']}")
 
 
-def human_count(n: int) -> str:
-    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if n >= div:
-            return f"{_sig3(n / div)}{suffix}"
-    return str(int(n))
-
-
 def human_bytes(n: int) -> str:
     for div, suffix in ((1 << 30, "GB"), (1 << 20, "MB"), (1 << 10, "KB")):
         if n >= div:
             return f"{n / div:.1f} {suffix}"
     return f"{int(n)} B"
-
-
-def _sig3(x: float) -> str:
-    """Three significant digits: 1.13, 12.3, 123."""
-    decimals = 2 if x < 10 else 1 if x < 100 else 0
-    return f"{x:.{decimals}f}"
 
 
 def inspect(path: Path) -> str | None:

@@ -1,5 +1,7 @@
-"""A tiny PUT-capable HTTP cache on 127.0.0.1 (Bazel HTTP cache layout) that can also misbehave:
-require credentials, send an endless body, trickle bytes (slow loris), or answer 500."""
+"""A tiny PUT-capable HTTP cache on 127.0.0.1 (Bazel HTTP cache layout: GET/HEAD/PUT on /ac/<key> and /cas/<digest>,
+kept in the server's `blobs` dict; every request in `log` as (method, path, Authorization)) that can also misbehave:
+require credentials (`auth`), send an endless body or trickle bytes (slow loris; `modes[path]`), serve altered bytes
+(paths in `corrupt`), or answer every request with one status (`fail_with`, e.g. 500)."""
 
 from __future__ import annotations
 
@@ -44,6 +46,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._status(404)
             return
         mode = srv.modes.get(self.path)
+        if self.path in srv.corrupt:
+            data = data[:-1] + bytes([data[-1] ^ 0xFF])
         self.send_response(200)
         if mode != "endless":
             self.send_header("Content-Length", str(len(data)))
@@ -76,7 +80,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 def serving(auth: str | None = None, watchdog_s: float = 60):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
-    srv.blobs, srv.log, srv.modes, srv.fail_with, srv.auth = {}, [], {}, None, auth
+    srv.blobs, srv.log, srv.modes, srv.corrupt, srv.fail_with, srv.auth = {}, [], {}, set(), None, auth
     srv.stopping = threading.Event()
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()

@@ -5,6 +5,8 @@ test time, so no binary fixture is committed; the writer's output is read back b
 - `features_mlp(features, hidden, classes)`: [1, F] -> FC + relu -> FC -> softmax (a classifier on flat features).
 - `two_head_mlp(features)`: [1, F] -> FC + relu (shared trunk) -> `scores` [1, 3] (logits) and `boxes` [1, 4]
   (a detector's two heads: per-anchor scores and box regression), plus an untrained third output `aux`.
+- `without_softmax(graph)`: a classifier made a regression model (its final softmax removed in the IR: the layer
+  before it is the prediction).
 """
 
 from __future__ import annotations
@@ -62,6 +64,16 @@ def two_head_mlp(features: int = 16, hidden: int = 12, seed: int = 0) -> Graph:
     boxes = n.fc("boxes", h, hidden, 4)
     aux = n.fc("aux", x, features, 2)  # read from the input only: pruned when not trained
     return n.graph([x], [scores, boxes, aux])
+
+
+def without_softmax(g: Graph) -> Graph:
+    """`g` with its final softmax removed (in place): the softmax's input becomes the model's output."""
+    sm = g.ops[-1]
+    assert sm.type == "softmax"
+    g.ops.pop()
+    g.outputs = [sm.inputs[0]]
+    del g.tensors[sm.outputs[0]]
+    return g
 
 
 def write(graph: Graph, path: Path) -> Path:

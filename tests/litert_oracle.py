@@ -20,6 +20,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -40,6 +41,47 @@ class OracleResult:
     tensors: dict[int, np.ndarray] = field(default_factory=dict)
     input_indices: list[int] = field(default_factory=list)
     output_indices: list[int] = field(default_factory=list)
+
+
+def probe_batch(g: Any, sample: np.ndarray) -> np.ndarray:
+    """Inputs for compare_activations: the model's own sample, two wide random ones (x3 its scale), and for an int8
+    input all quantized by its parameters plus the two extremes (every element -128, every element 127)."""
+    inp = g.tensors[g.inputs[0]]
+    rng = np.random.default_rng(7)
+    x = np.concatenate([sample.astype(np.float32), (rng.normal(size=(2,) + sample.shape[1:]) * 3).astype(np.float32)])
+    if inp.dtype != "int8":
+        return x
+    s, z = inp.quant.scale[0], inp.quant.zero_point[0]
+    q = np.clip(np.round(x / s) + z, -128, 127).astype(np.int8)
+    edges = np.stack([np.full(sample.shape[1:], -128, np.int8), np.full(sample.shape[1:], 127, np.int8)])
+    return np.concatenate([q, edges])
+
+
+def compare_activations(g: Any, path: Path, x: np.ndarray, runner: Callable[..., OracleResult],
+                        fc_requant: str = "fixed_point", float_rtol: float | None = None) -> list[str]:
+    """Every activation of `g` (the IR read from `path`: its tensors without data), computed by our reference
+    executor, against the oracle's (`runner`: run_litert or run_tflm) tensor of the same file index. int8 / int32
+    bit for bit; float32 too, unless `float_rtol` is given (then within it, plus 1e-6 of the tensor's largest
+    magnitude). Returns the names checked, in the IR's order; asserts that none differs (listing all that do)."""
+    from tinytrain.stages.golden.forward import run_graph
+
+    ours = run_graph(g, {g.inputs[0]: x}, keep_intermediates=True, fc_requant=fc_requant)
+    res = runner(path, [x])
+    checked, bad = [], []
+    for name, t in g.tensors.items():
+        if t.data is not None:
+            continue
+        theirs = res.tensors[t.source_index].reshape(ours[name].shape)
+        checked.append(name)
+        if t.dtype == "float32" and float_rtol is not None:
+            atol = 1e-6 * max(1.0, float(np.abs(theirs).max(initial=0.0)))
+            if not np.allclose(ours[name], theirs, rtol=float_rtol, atol=atol):
+                bad.append(f"{name}: float mismatch, max |diff| {float(np.abs(ours[name] - theirs).max())}")
+        elif not np.array_equal(ours[name], theirs):
+            bad.append(f"{name} ({t.dtype}): {int((ours[name] != theirs).sum())} of {theirs.size} elements differ, "
+                       f"max |diff| {float(np.abs(ours[name].astype(np.float64) - theirs).max())}")
+    assert not bad, bad
+    return checked
 
 
 def tflm_available() -> bool:

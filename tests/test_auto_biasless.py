@@ -18,7 +18,7 @@ from tinytrain.stages import sparse_plan as SP
 from tinytrain.stages.model.ir import Graph
 from tinytrain.stages.planning.train_plan import TrainPlan
 
-from test_sparse_plan import FAST, FakeMeasure, graph_of, make_ctx, read  # noqa: F401  (fixtures' helpers)
+from test_sparse_plan import FAST, FakeMeasure, fake, graph_of, make_ctx, read  # noqa: F401  (fixtures, helpers)
 
 
 def biasless_classifier() -> Graph:
@@ -30,13 +30,6 @@ def biasless_classifier() -> Graph:
     del g.tensors[bias]
     g.validate()
     return g
-
-
-@pytest.fixture
-def fake(monkeypatch) -> FakeMeasure:
-    f = FakeMeasure()
-    monkeypatch.setattr(C, "make_measure", f.factory)
-    return f
 
 
 def test_biasless_classifier_region_is_empty_and_offers_its_weights():

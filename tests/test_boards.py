@@ -62,6 +62,14 @@ def _build(board: str, program: Path, out: Path, **kw):
     return build_firmware(get_board(board), program, out, kernels=[], **kw)
 
 
+def _failure(board: str, tmp: Path, name: str, source: str) -> pytest.ExceptionInfo:
+    """`source` built for `board` and run: the EmulationError it must end with."""
+    built = _build(board, _program(tmp, name, source), tmp / "out")
+    with pytest.raises(EmulationError) as e:
+        run_firmware(get_board(board), built.elf, tmp / "run", {}, timeout_s=10)
+    return e
+
+
 # ---- the registry ---------------------------------------------------------------------------------
 
 def test_registry_matches_linker_scripts_and_spec():
@@ -283,9 +291,7 @@ int tt_main(void) { char *p = malloc(16); return p == 0; }
 @needs_arm
 @pytest.mark.parametrize("board", ["stm32f746-disco", "m4-256k"])
 def test_bad_pointer_is_a_hardfault_with_registers(board, tmp_path):
-    built = _build(board, _program(tmp_path, "bad", BAD_POINTER), tmp_path / "out")
-    with pytest.raises(EmulationError) as e:
-        run_firmware(get_board(board), built.elf, tmp_path / "run", {}, timeout_s=10)
+    e = _failure(board, tmp_path, "bad", BAD_POINTER)
     msg = str(e.value)
     assert e.value.kind == "fault" and e.value.result.exit_code == 103
     assert "HardFault" in msg and "BFAR=0x30000000" in msg and "PC=0x" in msg
@@ -295,9 +301,7 @@ def test_bad_pointer_is_a_hardfault_with_registers(board, tmp_path):
 @needs_arm
 @pytest.mark.parametrize("board", ["m4-128k", "mps3-an547"])  # PMSAv7 and PMSAv8 MPUs
 def test_stack_overflow_is_caught(board, tmp_path):
-    built = _build(board, _program(tmp_path, "deep", RECURSE), tmp_path / "out")
-    with pytest.raises(EmulationError) as e:
-        run_firmware(get_board(board), built.elf, tmp_path / "run", {}, timeout_s=10)
+    e = _failure(board, tmp_path, "deep", RECURSE)
     assert e.value.kind == "fault" and "stack overflow" in str(e.value)
 
 
@@ -323,18 +327,14 @@ int tt_main(void) {
 @needs_arm
 @pytest.mark.parametrize("board", ["stm32f746-disco", "mps3-an547"])
 def test_write_to_const_data_faults(board, tmp_path):
-    built = _build(board, _program(tmp_path, "cw", CONST_WRITE), tmp_path / "out")
-    with pytest.raises(EmulationError) as e:
-        run_firmware(get_board(board), built.elf, tmp_path / "run", {}, timeout_s=10)
+    e = _failure(board, tmp_path, "cw", CONST_WRITE)
     assert e.value.kind == "fault" and "write to flash" in str(e.value)
 
 
 @needs_arm
 def test_pmsav8_mpu_maps_only_the_boards_memories(tmp_path):
     """mps3-an547: the MPU's background map is off, so memory QEMU has but the board's budget leaves out faults."""
-    built = _build("mps3-an547", _program(tmp_path, "far", UNMAPPED), tmp_path / "out")
-    with pytest.raises(EmulationError) as e:
-        run_firmware(get_board("mps3-an547"), built.elf, tmp_path / "run", {}, timeout_s=10)
+    e = _failure("mps3-an547", tmp_path, "far", UNMAPPED)
     msg = str(e.value)
     assert e.value.kind == "fault" and "MemManage: bad data address 0x21000000" in msg and "PC=0x" in msg
     assert "on mps3-an547" in msg
@@ -353,9 +353,7 @@ def test_hang_is_stopped_by_the_timeout(board, tmp_path):
 
 @pytest.mark.parametrize("board", [_board_param("host"), _board_param("m4-256k")])
 def test_program_failure_is_reported(board, tmp_path):
-    built = _build(board, _program(tmp_path, "fail", FAIL), tmp_path / "out")
-    with pytest.raises(EmulationError) as e:
-        run_firmware(get_board(board), built.elf, tmp_path / "run", {}, timeout_s=10)
+    e = _failure(board, tmp_path, "fail", FAIL)
     assert e.value.kind == "failed" and "loss is NaN at step 3 (exit code 1)" in str(e.value)
 
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import types
 from pathlib import Path
 
@@ -479,7 +480,7 @@ def test_gc_by_size_drops_least_recently_used_first(cache, tmp_path, monkeypatch
     assert cache.stats()["size_bytes"] <= total - 4000
     cache.gc(max_size=0)
     assert cache.stats() | {"root": ""} == {"root": "", "size_bytes": 0, "entries": 0, "blobs": 0,
-                                            "hits": 0, "misses": 0}
+                                            "unit_files": 0, "hits": 0, "misses": 0}
 
 
 def test_gc_removes_unreadable_entries_and_orphan_blobs(stored):
@@ -544,6 +545,45 @@ def test_gc_expires_old_unit_memos_and_clear_removes_them(tmp_path):
     assert not old.exists() and new.exists()
     cache.clear()
     assert not (cache.root / "units").exists()
+
+
+def _object_unit(cache: Cache, key: str, size: int, when: float) -> tuple[Path, Path]:
+    """An ObjectCache entry (cross-compile's compiled kernel object and its header list) in the cache's units."""
+    from tinytrain.stages.cross_compile import ObjectCache
+
+    obj, meta = ObjectCache(cache.units_dir / "cross-compile" / "objects")._paths(key)
+    obj.parent.mkdir(parents=True, exist_ok=True)
+    obj.write_bytes(b"o" * size)
+    meta.write_text('{"headers": []}')
+    for p in (obj, meta):
+        os.utime(p, (when, when))
+    return obj, meta
+
+
+def test_gc_counts_compiled_objects_and_drops_them_by_age_and_size(stored):
+    """cross-compile's objects in the unit cache are part of the cache's size and go by gc's rules (age, then least
+    recently used), the object and its header list together."""
+    cache, key, _ = stored
+    now = time.time()
+    old = _object_unit(cache, "ab" + "1" * 62, 5000, now - 7200)
+    lru = _object_unit(cache, "cd" + "2" * 62, 3000, now - 600)
+    fresh = _object_unit(cache, "ef" + "3" * 62, 3000, now - 10)
+    before = cache.stats()
+    units_bytes = sum(p.stat().st_size for p in (*old, *lru, *fresh))
+    assert before["unit_files"] == 6
+    entry_bytes = sum(len(d) for d in FILES.values()) + cache.entry_path(key).stat().st_size
+    assert before["size_bytes"] == entry_bytes + units_bytes
+    old_bytes = sum(p.stat().st_size for p in old)
+    report = cache.gc(max_age_s=3600)
+    assert (report["units_removed"], report["entries_removed"], report["bytes_freed"]) == (2, 0, old_bytes)
+    assert not any(p.exists() for p in old) and all(p.exists() for p in (*lru, *fresh))
+    # Over the size limit: the least recently used unit goes first (before the more recent entry and object).
+    cache.lookup(key)                                   # the entry: used now
+    report = cache.gc(max_size=cache.stats()["size_bytes"] - 1)
+    assert report["units_removed"] == 2 and report["entries_removed"] == 0
+    assert not any(p.exists() for p in lru) and all(p.exists() for p in fresh) and cache.lookup(key) is not None
+    cache.gc(max_size=0)
+    assert not [p for p in cache.units_dir.rglob("*") if p.is_file()] and cache.stats()["size_bytes"] == 0
 
 
 def test_library_versions_follow_the_third_party_imports_of_the_stage_code(tmp_path, monkeypatch):

@@ -182,3 +182,48 @@ def test_explain_names_the_edited_module_and_the_stage_reruns(fake_project, pkg_
     cli.write_text(cli.read_text() + "\n# edited\n")
     items = {i.stage.name: i for i in plan(spec, cache, fake_project.table())}
     assert items["a"].state == "cached"
+
+
+def _cross_compile_keys(tmp_path, monkeypatch, probe_answer: str) -> dict[str, str]:
+    """cross-compile's key per board with the host ISA probe answering `probe_answer` (other tools answer as here)."""
+    from tinytrain.pipeline import preimage
+    from tinytrain.pipeline.stage_graph import stage
+    from tinytrain.stages.device.boards import BOARD_NAMES, HOST_ISA_PROBE
+
+    real = preimage.tool_identity
+    monkeypatch.setattr(preimage, "tool_identity",
+                        lambda cmd: probe_answer if tuple(cmd) == HOST_ISA_PROBE else real(cmd))
+    (tmp_path / "net.tflite").write_bytes(b"model")
+    keys = {}
+    for board in BOARD_NAMES:
+        (tmp_path / "tinytrain.yaml").write_text(f"model: {{path: net.tflite}}\ntarget: {{board: {board}}}\n")
+        keys[board] = action_key(stage_preimage(stage("cross-compile"), load_spec(tmp_path / "tinytrain.yaml"), {}, ""))
+    return keys
+
+
+def test_the_host_isa_probe_keys_the_host_board_only(tmp_path, monkeypatch):
+    """A build machine whose CPU makes the probe answer otherwise rebuilds the host board's program (its -march
+    changes), and keeps every emulated board's firmware cached (their flags do not depend on this machine)."""
+    from tinytrain.stages.device.boards import BOARDS
+
+    plain = _cross_compile_keys(tmp_path, monkeypatch, "default")
+    avx2 = _cross_compile_keys(tmp_path, monkeypatch, "-march=x86-64-v3")
+    changed = {b for b in plain if plain[b] != avx2[b]}
+    assert changed == {b.name for b in BOARDS.values() if b.host} == {"host"}
+    assert len(set(plain.values())) == len(plain)    # and the boards' keys differ from each other
+
+
+def test_a_tool_enters_the_key_only_for_the_config_values_it_names(tmp_path):
+    import sys
+
+    from tinytrain.pipeline.stage_graph import StageDef, Tool
+
+    (tmp_path / "net.tflite").write_bytes(b"model")
+    python = (sys.executable, "--version")
+    st = StageDef("x", ("target.board",), (), None, tools=(Tool(python, ("target.board", ("m4-256k",))),))
+    for board, expect in (("m4-256k", {" ".join(python): f"Python {sys.version.split()[0]}"}), ("host", {})):
+        (tmp_path / "tinytrain.yaml").write_text(f"model: {{path: net.tflite}}\ntarget: {{board: {board}}}\n")
+        assert stage_preimage(st, load_spec(tmp_path / "tinytrain.yaml"), {}, "")["tools"] == expect
+    # A condition on a field the stage does not read (so not in its key) is refused when the table is made.
+    with pytest.raises(ValueError, match="not in the stage's config"):
+        StageDef("y", ("train.epochs",), (), None, tools=(Tool(python, ("target.board", ("host",))),))

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import http.server
 import json
 import logging
 import socket
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
+import fake_remote
+from fake_remote import url
 from tinytrain.cache.keys import action_key, sha256_bytes
 from tinytrain.cache.remote import RemoteCache
 from tinytrain.cache.store import Cache
@@ -19,82 +19,10 @@ from tinytrain.cache.store import Cache
 FILES = {"graph.json": b'{"ops":[]}', "sub/tensors.npz": b"\x01" * 500}
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    """GET/HEAD/PUT on /ac/<key> and /cas/<digest>, kept in the server's dict.
-    `server.corrupt` (paths) serves altered bytes; `server.fail_with` answers every request
-    with that status."""
-
-    def log_message(self, *args):  # keep pytest output clean
-        pass
-
-    def _known(self) -> bool:
-        parts = self.path.strip("/").split("/")
-        return len(parts) == 2 and parts[0] in ("ac", "cas")
-
-    def _prelude(self) -> bool:
-        self.server.log.append((self.command, self.path))
-        if self.server.fail_with:
-            self.send_error(self.server.fail_with)
-            return False
-        if not self._known():
-            self.send_error(400)
-            return False
-        return True
-
-    def do_GET(self):
-        self._serve(body=True)
-
-    def do_HEAD(self):
-        self._serve(body=False)
-
-    def _serve(self, body: bool):
-        if not self._prelude():
-            return
-        data = self.server.blobs.get(self.path)
-        if data is None:
-            self.send_error(404)
-            return
-        if self.path in self.server.corrupt:
-            data = data[:-1] + bytes([data[-1] ^ 0xFF])
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if body:
-            self.wfile.write(data)
-
-    def do_PUT(self):
-        if not self._prelude():
-            return
-        length = int(self.headers.get("Content-Length", "0"))
-        self.server.blobs[self.path] = self.rfile.read(length)
-        self.send_response(201)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-
 @pytest.fixture
 def server():
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.daemon_threads = True
-    srv.blobs, srv.log, srv.corrupt, srv.fail_with = {}, [], set(), None
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    # Bounded even if a test hangs: the server stops itself.
-    watchdog = threading.Timer(30, srv.shutdown)
-    watchdog.daemon = True
-    watchdog.start()
-    try:
+    with fake_remote.serving(watchdog_s=30) as srv:
         yield srv
-    finally:
-        watchdog.cancel()
-        srv.shutdown()
-        srv.server_close()
-        thread.join(timeout=5)
-
-
-def url(srv) -> str:
-    host, port = srv.server_address[:2]
-    return f"http://{host}:{port}/"
 
 
 def make_out(folder: Path) -> Path:
@@ -114,7 +42,7 @@ def store_one(tmp_path, remote, name="writer") -> tuple[Cache, str]:
 
 def test_write_uploads_blobs_then_the_entry(server, tmp_path):
     _, key = store_one(tmp_path, RemoteCache(url(server), write=True))
-    puts = [path for method, path in server.log if method == "PUT"]
+    puts = [path for method, path, _ in server.log if method == "PUT"]
     assert puts[-1] == f"/ac/{key}" and len(puts) == 1 + len(FILES)
     assert {f"/cas/{sha256_bytes(d)}" for d in FILES.values()} == set(puts[:-1])
     for d in FILES.values():
@@ -126,12 +54,12 @@ def test_blobs_the_server_has_are_not_uploaded_again(server, tmp_path):
     store_one(tmp_path, RemoteCache(url(server), write=True), "first")
     server.log.clear()
     store_one(tmp_path, RemoteCache(url(server), write=True), "second")
-    assert [m for m, _ in server.log] == ["HEAD"] * len(FILES) + ["PUT"]
+    assert [m for m, *_ in server.log] == ["HEAD"] * len(FILES) + ["PUT"]
 
 
 def test_read_only_remote_never_writes(server, tmp_path):
     store_one(tmp_path, RemoteCache(url(server), write=False))
-    assert not [m for m, _ in server.log if m == "PUT"] and not server.blobs
+    assert not [m for m, *_ in server.log if m == "PUT"] and not server.blobs
 
 
 def test_local_miss_reads_through_and_stores_locally(server, tmp_path):

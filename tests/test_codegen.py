@@ -97,6 +97,24 @@ def _run(board_name, prog: Path, build: Path, rundir: Path, cfg: RuntimeConfig, 
     return {n: (rundir / n).read_bytes() for n in ("results.json", "losses.bin", "weights.bin")}
 
 
+def _host_and_qemu(tmp_path: Path, cfg: RuntimeConfig) -> tuple[dict, dict]:
+    """tmp_path/prog trained on tmp_path's train.ttds / test.ttds natively and in QEMU (stm32f746-disco): the losses
+    and trained weights must be the same bytes. Returns both results.json without the instruction counts (the host
+    has no instruction counter: 0), for the caller to compare; the QEMU run's per-step count is checked here."""
+    data = {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"}
+    host = _run("host", tmp_path / "prog", tmp_path / "bh", tmp_path / "rh", cfg, data)
+    qemu = _run("stm32f746-disco", tmp_path / "prog", tmp_path / "bq", tmp_path / "rq", cfg, data)
+    assert qemu["losses.bin"] == host["losses.bin"]
+    assert qemu["weights.bin"] == host["weights.bin"]
+    rh, rq = json.loads(host["results.json"]), json.loads(qemu["results.json"])
+    assert rq["instructions_per_step_min"] > 0
+    for r in (rh, rq):
+        for k in ("instructions_total_train", "instructions_per_step_min", "instructions_per_step_max",
+                  "instructions_per_step_mean"):
+            r.pop(k)
+    return rh, rq
+
+
 def _host_run_dumped(tmp_path: Path, cfg: RuntimeConfig) -> dict:
     """tmp_path/prog trained on the host under ASan/UBSan on tmp_path's train.ttds / test.ttds, the evaluations'
     head outputs dumped (run/eval_out.bin)."""
@@ -118,14 +136,14 @@ def _check_first_evaluation(tg, x, tmp_path: Path) -> tuple[np.ndarray, np.ndarr
     return ev, ref
 
 
-def _check_trained(out: dict, io: dict, state: dict) -> dict[str, np.ndarray]:
+def _check_trained(out: dict, io: dict, state: dict, exact: bool = False) -> dict[str, np.ndarray]:
     """weights.bin's trained tensors equal the golden model's: int8 / int32 bit for bit, float32 within 1e-5 of the
-    tensor's largest value. Returns them by name."""
+    tensor's largest value (bit for bit too when `exact`). Returns them by name."""
     trained = {}
     for t in io["trained_tensors"]:
         got = np.frombuffer(out["weights.bin"][t["offset"]:t["offset"] + t["nbytes"]], t["dtype"]).reshape(t["shape"])
         exp = state[t["name"]]
-        if t["dtype"] == "float32":
+        if t["dtype"] == "float32" and not exact:
             assert float(np.max(np.abs(got - exp))) <= 1e-5 * max(float(np.max(np.abs(exp))), 1e-30), t["name"]
         else:
             np.testing.assert_array_equal(got, exp, err_msg=t["name"])
@@ -234,17 +252,7 @@ def test_qemu_matches_host_bit_for_bit(tmp_path, digits_int8):
     x, y = _data(tg, 12, seed=3)
     write_stream(tmp_path / "train.ttds", x, y)
     write_stream(tmp_path / "test.ttds", x[:6], y[:6])
-    cfg = RuntimeConfig(learning_rate=0.05, epochs=1)
-    data = {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"}
-    host = _run("host", tmp_path / "prog", tmp_path / "bh", tmp_path / "rh", cfg, data)
-    qemu = _run("stm32f746-disco", tmp_path / "prog", tmp_path / "bq", tmp_path / "rq", cfg, data)
-    assert qemu["losses.bin"] == host["losses.bin"]
-    assert qemu["weights.bin"] == host["weights.bin"]
-    rh, rq = json.loads(host["results.json"]), json.loads(qemu["results.json"])
-    assert rq["instructions_per_step_min"] > 0
-    for k in ("instructions_total_train", "instructions_per_step_min", "instructions_per_step_max",
-              "instructions_per_step_mean"):
-        rh.pop(k), rq.pop(k)  # host has no instruction counter (0)
+    rh, rq = _host_and_qemu(tmp_path, RuntimeConfig(learning_rate=0.05, epochs=1))
     assert rq == rh
     assert rq["arena_bytes_used"] <= rq["arena_bytes_planned"] == mp.arena
 
@@ -274,10 +282,7 @@ def test_qas_variants_bit_exact(fixture, rounding, master, opt, tmp_path):
                sanitize=("address", "undefined"))
     want, state = _golden(tg, x, y, cfg)
     np.testing.assert_allclose(np.frombuffer(out["losses.bin"], "<f4"), want, rtol=1e-5, atol=1e-6)
-    io = json.loads((tmp_path / "prog" / "io_layout.json").read_text())
-    for t in io["trained_tensors"]:
-        got = np.frombuffer(out["weights.bin"][t["offset"]:t["offset"] + t["nbytes"]], t["dtype"])
-        np.testing.assert_array_equal(got.reshape(t["shape"]), state[t["name"]], err_msg=t["name"])
+    _check_trained(out, json.loads((tmp_path / "prog" / "io_layout.json").read_text()), state, exact=True)
 
 
 # ---- split weights, fused weight dequantize, exact arena high-water (issue 5: MobileNetV2 on the board) --------
@@ -325,11 +330,8 @@ def test_split_weights_live_compact_in_the_arena_and_stay_bit_exact(fixture, tmp
     want, state = _golden(tg, x, y, cfg)
     np.testing.assert_allclose(np.frombuffer(out["losses.bin"], "<f4"), want, rtol=1e-5, atol=1e-6)
     io = json.loads((tmp_path / "prog" / "io_layout.json").read_text())
-    changed = 0
-    for t in io["trained_tensors"]:  # weights.bin holds the merged whole tensor
-        got = np.frombuffer(out["weights.bin"][t["offset"]:t["offset"] + t["nbytes"]], t["dtype"])
-        np.testing.assert_array_equal(got.reshape(t["shape"]), state[t["name"]], err_msg=t["name"])
-        changed += int(np.count_nonzero(got.reshape(t["shape"]) != tg.tensors[t["name"]].data))
+    trained = _check_trained(out, io, state, exact=True)  # weights.bin holds the merged whole tensor
+    changed = sum(int(np.count_nonzero(v != tg.tensors[n].data)) for n, v in trained.items())
     assert changed > 0
     res = json.loads(out["results.json"])
     end = max(b.offset + b.size for b in mp.buffers if b.size)
@@ -459,17 +461,7 @@ def test_new_ops_qemu_matches_host_bit_for_bit(fixture, tmp_path):
     x, y = _data(tg, 8, seed=5)
     write_stream(tmp_path / "train.ttds", x, y)
     write_stream(tmp_path / "test.ttds", x[:4], y[:4])
-    cfg = RuntimeConfig(learning_rate=0.05, epochs=1)
-    data = {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"}
-    host = _run("host", tmp_path / "prog", tmp_path / "bh", tmp_path / "rh", cfg, data)
-    qemu = _run("stm32f746-disco", tmp_path / "prog", tmp_path / "bq", tmp_path / "rq", cfg, data)
-    assert qemu["losses.bin"] == host["losses.bin"]
-    assert qemu["weights.bin"] == host["weights.bin"]
-    rh, rq = json.loads(host["results.json"]), json.loads(qemu["results.json"])
-    for r in (rh, rq):
-        for k in ("instructions_total_train", "instructions_per_step_min", "instructions_per_step_max",
-                  "instructions_per_step_mean"):
-            r.pop(k)
+    rh, rq = _host_and_qemu(tmp_path, RuntimeConfig(learning_rate=0.05, epochs=1))
     assert rq == rh
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from feature_models import without_softmax
 from test_sparse_plan import DIGITS, FAST, graph_of, make_ctx, read
 from tinytrain.pipeline.errors import UserError
 from tinytrain.pipeline.spec_data import DataSpec
@@ -33,13 +34,7 @@ MSE = {"train.loss": "mse"}
 
 
 def regression_float_model() -> Graph:
-    g = graph_of("digits_cnn_float")
-    sm = g.ops[-1]
-    assert sm.type == "softmax"
-    g.ops.pop()
-    g.outputs = [sm.inputs[0]]
-    del g.tensors[sm.outputs[0]]
-    return g
+    return without_softmax(graph_of("digits_cnn_float"))
 
 
 @pytest.fixture(scope="module")

@@ -399,10 +399,15 @@ def test_summary_of_a_hand_built_fc(tmp_path):
     assert load.summary_line(s) == "1 ops, 8 params (32 B), 6 MACs, float"
 
 
-@pytest.mark.parametrize("n, text", [(0, "0"), (999, "999"), (1234, "1.23k"), (12345, "12.3k"),
-                                     (1_130_000, "1.13M"), (2_500_000_000, "2.50G")])
+@pytest.mark.parametrize("n, text", [(0, "0"), (999, "999"), (999.4, "999"), (999.6, "1.00k"), (1000, "1.00k"),
+                                     (1234, "1.23k"), (9_996, "10.0k"), (12345, "12.3k"), (99_960, "100k"),
+                                     (999_999, "1.00M"), (1_130_000, "1.13M"), (1_920_000.5, "1.92M"),
+                                     (2_500_000_000, "2.50G"), (1.5e12, "1500G")])
 def test_human_count(n, text):
-    assert load.human_count(n) == text
+    """One format for every count a summary shows (load's params and MACs, emulate-run's instructions and cycles)."""
+    from tinytrain.stages.readable import human_count
+
+    assert human_count(n) == text
 
 
 def _run_stage(model_path: Path, out: Path, fmt: str = "auto"):

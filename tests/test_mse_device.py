@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from feature_models import without_softmax
 from test_codegen import (_check_first_evaluation, _check_trained, _golden,  # the same firmware/golden-model harness
-                          _host_run_dumped, _run)
+                          _host_and_qemu, _host_run_dumped)
 from tinytrain.pipeline.spec_data import DataSpec
 from tinytrain.stages import codegen, emulate_run
 from tinytrain.stages.autodiff import OptimizerSpec, build_training_graph
@@ -93,13 +94,7 @@ def test_regression_dataset_from_npz(tmp_path):
 
 def _regression_model(name: str) -> Graph:
     """The fixture with its final softmax removed in the IR: the FC output is the prediction."""
-    g = read_model(FIX / f"{name}.tflite")
-    sm = g.ops[-1]
-    assert sm.type == "softmax"
-    g.ops.pop()
-    g.outputs = [sm.inputs[0]]
-    del g.tensors[sm.outputs[0]]
-    return g
+    return without_softmax(read_model(FIX / f"{name}.tflite"))
 
 
 def _build(g: Graph, out: Path, opt: str = "sgd", lr: float = 0.01):
@@ -197,16 +192,7 @@ def test_mse_qemu_matches_host_bit_for_bit(tmp_path):
     x, t = _data(tg, 12, seed=3)
     write_stream(tmp_path / "train.ttds", x, None, targets=t)
     write_stream(tmp_path / "test.ttds", x[:6], None, targets=t[:6])
-    cfg = RuntimeConfig(learning_rate=0.01, epochs=1)
-    data = {"train.ttds": tmp_path / "train.ttds", "test.ttds": tmp_path / "test.ttds"}
-    host = _run("host", tmp_path / "prog", tmp_path / "bh", tmp_path / "rh", cfg, data)
-    qemu = _run("stm32f746-disco", tmp_path / "prog", tmp_path / "bq", tmp_path / "rq", cfg, data)
-    assert qemu["losses.bin"] == host["losses.bin"]
-    assert qemu["weights.bin"] == host["weights.bin"]
-    rh, rq = json.loads(host["results.json"]), json.loads(qemu["results.json"])
-    for k in ("instructions_total_train", "instructions_per_step_min", "instructions_per_step_max",
-              "instructions_per_step_mean"):
-        rh.pop(k), rq.pop(k)
+    rh, rq = _host_and_qemu(tmp_path, RuntimeConfig(learning_rate=0.01, epochs=1))
     assert rq == rh and rq["mse_before_bits"] != 0
 
 

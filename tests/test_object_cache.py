@@ -123,3 +123,21 @@ def test_a_cache_that_cannot_be_written_only_loses_the_objects(tmp_path):
     r = build_firmware(get_board("host"), _program(tmp_path), tmp_path / "out",
                        objects=ObjectCache(tmp_path / "not-a-folder" / "objects"))
     assert r.elf.is_file()
+
+
+def test_a_fetched_object_counts_as_used_for_the_stores_gc(tmp_path):
+    """fetch refreshes the object's mtime (its last use for `tinytrain cache gc`, as a lookup does for an entry)."""
+    import os
+
+    u = cross_compile._Unit("cc", ("-O2",), Path("src/kernels_c/tt_relu.c"), Path("obj/kernels_c/tt_relu.o"))
+    cache = ObjectCache(tmp_path / "objects")
+    obj, meta = cache._paths("ab" * 32)
+    obj.parent.mkdir(parents=True)
+    obj.write_bytes(b"object")
+    meta.write_text('{"headers": ["tt_kernels.h"]}')
+    for p in (obj, meta):
+        os.utime(p, (1000.0, 1000.0))
+    (tmp_path / "work" / "obj" / "kernels_c").mkdir(parents=True)
+    assert cache.fetch(tmp_path / "work", u, "ab" * 32, {"main.c"})
+    assert (tmp_path / "work" / u.obj).read_bytes() == b"object"
+    assert obj.stat().st_mtime > 1000.0 and meta.stat().st_mtime > 1000.0

@@ -225,6 +225,32 @@ def test_runner_draws_the_layer_chart_while_later_stages_run_with_the_reports_by
     assert not _EarlyPicture(early_dir, set(STAGE_NAMES) - {"codegen"}).wanted
 
 
+def test_a_failing_early_chart_is_drawn_once_more_at_most(tmp_path, monkeypatch):
+    """When the forked draw fails, Background draws the chart once more in this process; when that fails too, the
+    report does not try a third time: wait() says so (error), a chart left by an earlier build is removed, and the
+    report is written without it."""
+    from tinytrain.pipeline.runner import _EarlyPicture
+
+    root, tries = tmp_path / "b", tmp_path / "tries"
+    root.mkdir()
+    (root / "layers.svg").write_text("<svg>an earlier build's</svg>")
+
+    def broken(build_dir):
+        with open(tries, "a") as f:     # a file: the forked try counts too
+            f.write("try\n")
+        raise RuntimeError("no room for the chart")
+    monkeypatch.setattr(rp, "write_layers_picture", broken)
+    early = _EarlyPicture(root, set(STAGE_NAMES))
+    for stage in rp.LAYERS_PICTURE_STAGES:
+        early.stage_done(stage)
+    forked = early.proc is not None and early.proc._future is not None
+    assert early.wait() and early.error == "RuntimeError: no room for the chart"
+    assert tries.read_text().count("try") == (2 if forked else 1)
+    assert not (root / "layers.svg").exists()
+    text = rp.write_report(root, layers_picture=False).read_text()
+    assert "layers.svg" not in text and tries.read_text().count("try") == (2 if forked else 1)
+
+
 def test_report_of_a_partial_build_says_what_is_missing(tmp_path):
     root = tmp_path / "b"
     _w(root, "load/summary.json", {"ops": 3, "params": 10, "param_bytes": 40, "macs": 100, "dtype": "float",

@@ -57,22 +57,8 @@ def _batch(g: Graph, sample: np.ndarray) -> np.ndarray:
 
 def _compare(g: Graph, path: Path, x: np.ndarray, runner, fc_requant: str = "fixed_point") -> list[str]:
     """Every activation of g against the runtime's tensor of the same file index; returns the op types checked."""
-    ours = run_graph(g, {g.inputs[0]: x}, keep_intermediates=True, fc_requant=fc_requant)
-    res = runner(path, [x])
-    bad, seen = [], []
-    for op in g.ops:
-        name = op.outputs[0]
-        t = g.tensors[name]
-        theirs = res.tensors[t.source_index].reshape(ours[name].shape)
-        seen.append(op.type)
-        if t.dtype == "float32":
-            atol = 1e-6 * max(1.0, float(np.abs(theirs).max(initial=0.0)))
-            if not np.allclose(ours[name], theirs, rtol=FLOAT_RTOL, atol=atol):
-                bad.append(f"{op.type} {name}: max |diff| {float(np.abs(ours[name] - theirs).max())}")
-        elif not np.array_equal(ours[name], theirs):
-            bad.append(f"{op.type} {name}: {int((ours[name] != theirs).sum())} of {theirs.size} differ")
-    assert not bad, bad
-    return seen
+    checked = set(oracle.compare_activations(g, path, x, runner, fc_requant, float_rtol=FLOAT_RTOL))
+    return [op.type for op in g.ops if op.outputs[0] in checked]
 
 
 # ---- reader ------------------------------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from test_sparse_plan import make_ctx
 from tinytrain.pipeline.contract import StageContext
-from tinytrain.pipeline.spec import UpdateSpec
 from tinytrain.pipeline.spec_data import DataSpec
 from tinytrain.stages.quant import qas
 from tinytrain.stages import sparse_plan as SP
@@ -78,6 +78,22 @@ def test_sgd_probe_counts_exactly_the_updates_below_half_a_step(graph, data):
     out = next(op.outputs[0] for op in graph.ops if op.type == "fully_connected")
     v = np.asarray(values[out])
     assert got[W]["output_clamped"] == got[B]["output_clamped"] == float(np.sum((v == -128) | (v == 127))) / v.size
+
+
+def test_output_clamps_are_counted_once_per_layer_output_and_sample(graph, data, monkeypatch):
+    """The weight and the bias of a layer share its output: the probe counts that output's clamped codes once per
+    sample, and the same count is the head-room's share at the scale as it is (output_over[0])."""
+    x, y = data
+    # lr 0.5: the logits reach the ends of their int8 range within 5 steps (about a third of them then).
+    kw = dict(loss="cross_entropy", optimizer="sgd", qas_enabled=True, learning_rate=0.5, x=x, y=y, steps=5)
+    calls = []
+    real = np.isin
+    monkeypatch.setattr(uc.np, "isin", lambda a, b, **k: calls.append(np.shape(a)) or real(a, b, **k))
+    got = uc.probe(graph, TrainPlan.last_k(graph, 1), **kw)
+    out = next(op.outputs[0] for op in graph.ops if op.type == "fully_connected")
+    assert calls == [tuple(graph.tensors[out].shape)] * 5           # 5 samples, one trained layer
+    reach = uc.probe(graph, TrainPlan.last_k(graph, 1), **kw, output_reach=True)
+    assert got[W]["output_clamped"] == got[B]["output_clamped"] == reach[W]["output_over"][0] > 0
 
 
 def test_adam_below_half_a_step_loses_every_update(graph, data):
@@ -215,17 +231,10 @@ def test_qas_off_warns_why_it_cannot_learn():
 # ---- the stage: plan.json, train_plan.json, plan.txt, the summary; emulate-run's run.json field -------------------
 
 def _stage(tmp: Path, graph: Graph, kind: str, budget_kb=None, **qas_cfg) -> tuple[dict, dict, str, str, Path]:
-    qdir = tmp / "quantize"
-    if not qdir.exists():
-        qdir.mkdir(parents=True)
-        graph.save(qdir)
-    out = tmp / f"out{len(list(tmp.glob('out*')))}"
-    out.mkdir()
-    cfg = {"train.update": UpdateSpec.model_validate({"scheme": "last_k", "k": 1, "budget_kb": budget_kb}),
-           "target.board": "host", "data": DIGITS, "train.optimizer.kind": kind,
-           "train.qas": {"enabled": True, "rounding": "nearest", "master_copy": False, **qas_cfg}}
-    res = SP.run(StageContext(config=cfg, inputs={"quantize/graph.json": qdir / "graph.json",
-                                                  "quantize/tensors.npz": qdir / "tensors.npz"}, out_dir=out))
+    ctx = make_ctx(tmp, graph, {"scheme": "last_k", "k": 1, "budget_kb": budget_kb}, data=DIGITS,
+                   **{"train.optimizer.kind": kind,
+                      "train.qas": {"enabled": True, "rounding": "nearest", "master_copy": False, **qas_cfg}})
+    res, out = SP.run(ctx), ctx.out_dir
     return (json.loads((out / "plan.json").read_text()), json.loads((out / "train_plan.json").read_text()),
             (out / "plan.txt").read_text(), res.summary, out)
 

@@ -134,8 +134,9 @@ BOARD_NAMES: tuple[str, ...] = tuple(BOARDS)
 # compiler targets x86-64 and this machine runs it, else the compiler's default target. On MobileNetV2 it makes a
 # training step ~8 % faster (bench/speed.py); the bits stay the same (IEEE operations, -ffp-contract=off, no
 # -ffast-math). The choice depends on the build machine, so the probe that makes it is one of cross-compile's
-# `tools` (pipeline/stage_graph.py): its first output line is part of the cache key, and a cached host build is
-# never reused on a machine that would have chosen otherwise (nor run there). It prints the flags to add, or
+# `tools` for the host board (pipeline/stage_graph.py `Tool.only_for`): its first output line is part of that
+# board's cache key, and a cached host build is never reused on a machine that would have chosen otherwise (nor run
+# there); the other boards' keys leave it out (their firmware does not depend on this machine's CPU). It prints the flags to add, or
 # "default". Linux names the ISA's features in /proc/cpuinfo only when the OS supports them (AVX: XSAVE enabled);
 # LZCNT is "abm". Where there is no /proc/cpuinfo the default target stays.
 HOST_ISA_PROBE: tuple[str, ...] = ("sh", "-c", (

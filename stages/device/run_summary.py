@@ -9,13 +9,7 @@ from typing import Any, Mapping
 
 from tinytrain.pipeline.plots import Picture, loss_figure
 from tinytrain.stages.model import wof
-
-
-def human_count(n: float) -> str:
-    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if n >= div:
-            return f"{n / div:.3g}{suffix}"
-    return f"{n:.0f}"
+from tinytrain.stages.readable import human_count
 
 
 def _kb(n: int | None) -> str:

@@ -226,12 +226,13 @@ def probe(graph: Graph, plan: TrainPlan, *, loss: Any, optimizer: str, qas_enabl
             for i in idx:
                 last = te.run_sample(tg, state, x[i:i + 1], y[i:i + 1], prefix_cache.forward_op(prefix, int(i)),
                                      backward_op=te.numpy_backward)
+                # Once per output: a layer's weight and bias share it, and the head-room count reads it too.
+                at_ends = {o: int(np.sum(np.isin(np.asarray(last[o]), ends[o]))) for o in ends}
                 for p, o in outputs.items():
-                    v = np.asarray(last[o])
-                    clamped[p][0] += int(np.sum(np.isin(v, ends[o])))
-                    clamped[p][1] += int(v.size)
+                    clamped[p][0] += at_ends[o]
+                    clamped[p][1] += int(np.asarray(last[o]).size)
                 if wider is not None:
-                    wider.visit(last, {o: int(np.sum(np.isin(np.asarray(last[o]), ends[o]))) for o in ends})
+                    wider.visit(last, at_ends)
             for op in tg.ops[int(meta["sample_ops"]):]:
                 if op.type == STEP_COUNTER.name:
                     state[op.inputs[0]][...] += 1

@@ -1,7 +1,9 @@
-/* Host AVX2 kernel check (tests/test_host_avx2.py): the same program is built twice, with the host board's AVX2
- * flags and without, and both print one line per random case; the lines must agree byte for byte (the outputs'
- * FNV-1a hash). The AVX2 build also says per case whether the AVX2 kernel took it ("avx2 1") or left it to the
- * portable kernel ("avx2 0"), so the test knows both paths ran.
+/* Host AVX2 kernel check (tests/test_host_avx2.py): the AVX2 kernels (static, in their headers: this file is compiled
+ * with the host board's AVX2 flags and TT_USE_HOST_SIMD=1) against the portable kernels of the library (compiled
+ * without them), on the same random cases in one program. One line per case: the portable output's FNV-1a hash
+ * ("out") and the AVX2 kernel's ("avx2out"); "avx2 1" when the AVX2 kernel took the case, "avx2 0" when it left it
+ * to the portable kernel (then, in place, "kept 1" says it left the buffer as it was: the portable kernel runs on it
+ * next in the library's dispatch).
  *
  * Usage: tt_avx2_check SEED N. Cases: depthwise 3x3 (out of place and in place), 1x1 conv, hidden-stream mask
  * gradient. Shapes, zero points, activation ranges, per-channel multipliers and shifts (mostly the fast form,
@@ -16,6 +18,10 @@
 #include "tt_hidden_stream.h"
 #include "tt_dw_s8_avx2.h"
 #include "tt_pw_s8_avx2.h"
+
+#if !TT_HOST_AVX2
+#error "tt_avx2_check.c is compiled with the AVX2 flags (-march=x86-64-v3 -DTT_USE_HOST_SIMD=1)"
+#endif
 
 static uint64_t rng_state;
 
@@ -92,8 +98,9 @@ static void case_dw(int32_t i)
     tt_conv_dims d;
     const int32_t same = (int32_t)(rnd() % 2), inplace = (int32_t)(rnd() % 2);
     int32_t C = rnd() % 3 == 0 ? 16 * rint_in(1, 3) : rint_in(1, 40);
-    int32_t *m, *sh, *bias = 0, c, nx, ny, used = 0;
-    int8_t *x, *w, *y, *ref;
+    int32_t *m, *sh, *bias = 0, c, nx, ny, used, kept = 1;
+    int8_t *x, *w, *y;
+    uint64_t hfast;
     tt_requant_s8 q;
     memset(&d, 0, sizeof d);
     d.batches = inplace ? 1 : rint_in(1, 2);
@@ -127,28 +134,31 @@ static void case_dw(int32_t i)
     }
     if (inplace) {
         int8_t *scratch = (int8_t *)xmalloc((size_t)(d.out_h * d.out_w));
-        ref = (int8_t *)xmalloc((size_t)nx);
-        memcpy(ref, x, (size_t)nx);
-#if TT_HOST_AVX2
-        used = tt_dw_s8_avx2(&d, &q, ref, w, bias, ref);
-        memcpy(ref, x, (size_t)nx);
-#endif
-        tt_depthwise_conv2d_s8_inplace(&d, &q, ref, w, bias, scratch);
-        y = ref;
-        ref = 0;
-        free(scratch);
+        int8_t *fast = (int8_t *)xmalloc((size_t)nx);
+        memcpy(fast, x, (size_t)nx);
+        used = tt_dw_s8_avx2(&d, &q, fast, w, bias, fast);
+        kept = used ? 1 : memcmp(fast, x, (size_t)nx) == 0;
+        y = (int8_t *)xmalloc((size_t)nx);
+        memcpy(y, x, (size_t)nx);
+        tt_depthwise_conv2d_s8_inplace(&d, &q, y, w, bias, scratch);
         ny = d.out_h * d.out_w * C;
+        hfast = fnv(fast, (size_t)ny);
+        free(scratch);
+        free(fast);
     } else {
+        int8_t *fast = (int8_t *)xmalloc((size_t)ny);
         y = (int8_t *)xmalloc((size_t)ny);
-#if TT_HOST_AVX2
-        used = tt_dw_s8_avx2(&d, &q, x, w, bias, y);
-#endif
+        used = tt_dw_s8_avx2(&d, &q, x, w, bias, fast);
         tt_depthwise_conv2d_s8(&d, &q, x, w, bias, y);
+        hfast = used ? fnv(fast, (size_t)ny) : 0;
+        free(fast);
     }
-    printf("%d dw %s b%d %dx%dx%d s%d,%d p%d,%d zin %d zout %d act %d..%d pc %d avx2 %d out %016llx\n", (int)i,
+    printf("%d dw %s b%d %dx%dx%d s%d,%d p%d,%d zin %d zout %d act %d..%d pc %d avx2 %d kept %d out %016llx "
+           "avx2out %016llx\n", (int)i,
            inplace ? "inplace" : "copy", (int)d.batches, (int)d.in_h, (int)d.in_w, (int)C, (int)d.stride_h,
            (int)d.stride_w, (int)d.pad_top, (int)d.pad_left, (int)q.input_zero_point, (int)q.output_zero_point,
-           (int)q.act_min, (int)q.act_max, (int)q.per_channel, (int)used, (unsigned long long)fnv(y, (size_t)ny));
+           (int)q.act_min, (int)q.act_max, (int)q.per_channel, (int)used, (int)kept,
+           (unsigned long long)fnv(y, (size_t)ny), (unsigned long long)hfast);
     free(x);
     free(w);
     free(y);
@@ -161,8 +171,8 @@ static void case_pw(int32_t i)
 {
     tt_conv_dims d;
     const int32_t C = rnd() % 4 == 0 ? 16 * rint_in(1, 4) : rint_in(1, 70), OC = rnd() % 4 == 0 ? 8 * rint_in(1, 9) : rint_in(1, 70);
-    int32_t *m, *sh, *bias = 0, c, nx, ny, used = 0;
-    int8_t *x, *w, *y;
+    int32_t *m, *sh, *bias = 0, c, nx, ny, used;
+    int8_t *x, *w, *y, *fast;
     tt_requant_s8 q;
     memset(&d, 0, sizeof d);
     d.batches = rint_in(1, 2);
@@ -185,6 +195,7 @@ static void case_pw(int32_t i)
     x = (int8_t *)xmalloc((size_t)nx);
     w = (int8_t *)xmalloc((size_t)(OC * C));
     y = (int8_t *)xmalloc((size_t)ny);
+    fast = (int8_t *)xmalloc((size_t)ny);
     fill_s8(x, nx);
     fill_s8(w, OC * C);
     if (rnd() % 5 != 0) {
@@ -193,14 +204,13 @@ static void case_pw(int32_t i)
             bias[c] = rnd() % 10 == 0 ? (rnd() % 2 ? 40000 : -40000) : rint_in(-20000, 20000);
         }
     }
-#if TT_HOST_AVX2
-    used = tt_pw_s8_avx2(&d, &q, x, w, bias, y);
-#endif
+    used = tt_pw_s8_avx2(&d, &q, x, w, bias, fast);
     tt_conv2d_s8(&d, &q, x, w, bias, y);
-    printf("%d pw b%d %dx%dx%d->%d s%d,%d zin %d zout %d act %d..%d pc %d avx2 %d out %016llx\n", (int)i,
-           (int)d.batches, (int)d.in_h, (int)d.in_w, (int)C, (int)OC, (int)d.stride_h, (int)d.stride_w,
+    printf("%d pw b%d %dx%dx%d->%d s%d,%d zin %d zout %d act %d..%d pc %d avx2 %d out %016llx avx2out %016llx\n",
+           (int)i, (int)d.batches, (int)d.in_h, (int)d.in_w, (int)C, (int)OC, (int)d.stride_h, (int)d.stride_w,
            (int)q.input_zero_point, (int)q.output_zero_point, (int)q.act_min, (int)q.act_max, (int)q.per_channel,
-           (int)used, (unsigned long long)fnv(y, (size_t)ny));
+           (int)used, (unsigned long long)fnv(y, (size_t)ny), (unsigned long long)(used ? fnv(fast, (size_t)ny) : 0));
+    free(fast);
     free(x);
     free(w);
     free(y);
@@ -216,6 +226,7 @@ static void case_mask(int32_t i)
     const int32_t nbits = P * C, nbytes = (nbits + 7) / 8;
     uint8_t *mask = (uint8_t *)xmalloc((size_t)nbytes);
     float *dy = (float *)xmalloc(sizeof(float) * (size_t)P), *dz = (float *)xmalloc(sizeof(float) * (size_t)P);
+    float *fast = (float *)xmalloc(sizeof(float) * (size_t)P);
     int32_t p;
     for (p = 0; p < nbytes; ++p) {
         mask[p] = (uint8_t)rnd();
@@ -227,8 +238,10 @@ static void case_mask(int32_t i)
         memcpy(&dy[p], &u, 4);
     }
     tt_hs_mask_grad_f32(P, C, c, mask, dy, dz);
-    printf("%d mask P%d C%d c%d out %016llx\n", (int)i, (int)P, (int)C, (int)c,
-           (unsigned long long)fnv(dz, sizeof(float) * (size_t)P));
+    tt_mask_grad_bits_f32(P, C, c, mask, dy, fast);
+    printf("%d mask P%d C%d c%d avx2 1 out %016llx avx2out %016llx\n", (int)i, (int)P, (int)C, (int)c,
+           (unsigned long long)fnv(dz, sizeof(float) * (size_t)P), (unsigned long long)fnv(fast, sizeof(float) * (size_t)P));
+    free(fast);
     free(mask);
     free(dy);
     free(dz);
