@@ -120,17 +120,6 @@ void tt_unscale_f32(uint32_t n, const float *g, float s, float *y);
 int tt_nonfinite_f16(uint32_t n, const uint16_t *g);
 int tt_nonfinite_f32(uint32_t n, const float *g);
 
-/* fp16-mixed's fp16-reading / fp16-writing forms of small kernels (stages/ops/fp16_io.py), the bits of the fp32
- * kernel preceded by tt_cast_f16_f32 or followed by tt_round_f16, without the fp32 copy:
- * tt_bias_grad_f32 (ops/tt_bias_grad.c) / tt_bias_grad_acc_f32 (tt_stream.h) reading an fp16 dy;
- * tt_mean_hw_grad_positions_f32 (tt_stream.h) writing an fp16 dx. */
-void tt_bias_grad_hy_f32(int32_t rows, int32_t channels, const uint16_t *dy, float *db);
-void tt_bias_grad_acc_hy_f32(int32_t rows, int32_t channels, const uint16_t *dy, float *db);
-void tt_mean_hw_grad_positions_f32_hy(int32_t positions, int32_t count, int32_t c, const float *dy, uint16_t *dx);
-/* tt_clamp_f32 (ops/tt_relu.c: relu, relu6) writing an fp16 y; y may start where x does (it writes behind what it
- * reads). */
-void tt_clamp_f32_hy(int32_t n, float lo, float hi, const float *x, uint16_t *y);
-
 /* The loss-scale policy (train.loss_scale; GradScaler's). */
 typedef struct {
     int32_t dynamic;      /* 0: static scale */

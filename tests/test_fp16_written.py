@@ -146,6 +146,7 @@ def test_the_estimate_counts_the_fused_results_as_fp16(tmp_path):
 def _lib(tmp: Path) -> ctypes.CDLL:
     out = tmp / "libf16w.so"
     srcs = [KDIR / "tt_f16.c", KDIR / "tt_mask.c", KDIR / "ops" / "tt_mask_grad.c", KDIR / "ops" / "tt_mean.c",
+            KDIR / "ops" / "tt_bias_grad.c", KDIR / "ops" / "tt_relu.c",
             KDIR / "ops" / "tt_conv2d.c"]
     subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O1", "-ffp-contract=off", "-shared", "-fPIC",
                     f"-I{KDIR}", f"-I{ops_header.include_dir()}", *map(str, srcs), "-o", str(out)], check=True)
