@@ -99,12 +99,17 @@ def _written_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], input
                                  or not any(steps[j][0] == ops.CLAMP_MASK.name for j, _ in rs)):
             continue
         out.add(t)
+    # fp16_mixed.fp16_written's in-place rules: an in-place reader keeping an fp32 result, a channel-by-channel
+    # in-place op (depthwise) with an fp32 input
+    writer = {outs[0]: (typ, ins) for typ, ins, outs in steps if len(outs) == 1}
     changed = True
     while changed:
         changed = False
         for t in sorted(out):
-            if any(steps[j][0] in ops.IN_PLACE_OPS and k == 0 and steps[j][2] and steps[j][2][0] not in out
-                   for j, k in readers[t]):
+            typ, ins = writer[t]
+            if any(steps[j][0] in ops.IN_PLACE_OPS and (k == 0 or steps[j][0] not in ops.FIRST_INPUT_ONLY)
+                   and steps[j][2] and steps[j][2][0] not in out for j, k in readers[t]) \
+                    or (typ in ops.CHANNEL_SCRATCH_OPS and ins and ins[0] not in out):
                 out.discard(t)
                 changed = True
     for t in out:

@@ -296,16 +296,26 @@ def fp16_written(g: Graph, transient: set[str], split: int) -> set[str]:
                 and all(k in ops.FP16_OPERANDS.get(r.type, ()) for r, k in rs):
             out.add(t)
     # an in-place reader (mask_grad) whose own result stays fp32 could no longer write it over its 2-byte input:
-    # the pair would then cost more than two fp32 slots in one, so such a tensor stays fp32 (to a fixed point)
+    # the pair would then cost more than two fp32 slots in one, so such a tensor stays fp32; likewise a result of
+    # a channel-by-channel in-place op (depthwise) whose input stays fp32 (its kernels go fp16 -> fp16, so that the
+    # channel it copies over is the one it read) (to a fixed point)
+    writer = {op.outputs[0]: op for op in g.ops[:split] if len(op.outputs) == 1}
     changed = True
     while changed:
         changed = False
         for t in sorted(out):
-            if any(r.type in ops.IN_PLACE_OPS and k == 0 and r.outputs and r.outputs[0] not in out
-                   and g.tensors[r.outputs[0]].dtype == "float32" for r, k in readers[t]):
+            if any(_in_place_at(r, k) and r.outputs and r.outputs[0] not in out
+                   and g.tensors[r.outputs[0]].dtype == "float32" for r, k in readers[t]) \
+                    or (writer[t].type in ops.CHANNEL_SCRATCH_OPS and writer[t].inputs[0] not in out
+                        and g.tensors[writer[t].inputs[0]].dtype != "float16"):
                 out.discard(t)
                 changed = True
     return out
+
+
+def _in_place_at(op: Op, k: int) -> bool:
+    """Operand k of `op` may be the buffer its result is written over (memplan's in-place sharing)."""
+    return op.type in ops.IN_PLACE_OPS and (k == 0 or op.type not in ops.FIRST_INPUT_ONLY)
 
 
 def check_pass(g: Graph, backward: list[Op], grads: set[str], flag: str, new) -> list[Op]:
