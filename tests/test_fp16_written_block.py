@@ -4,7 +4,7 @@ fp16_operands, stages/train/fp16_mixed.fp16_written), as tests/test_fp16_written
 The model: conv A (3x3, relu6) -> expand (1x1, relu6; weight and bias trained) -> depthwise (3x3, relu6; bias
 trained) -> project (1x1; bias trained) -> add (with A's output) -> global mean -> FC1 (trained) -> FC2.
 Fused here, beyond the tail's: the expand and depthwise outputs (conv2d and depthwise_conv2d write fp16; depthwise,
-project conv2d and clamp_mask read it), the project's input gradient (conv2d_grad_input writes fp16), the depthwise
+project conv2d and clamp_mask read it), the project's output and the residual sum (add reads and writes fp16), the project's input gradient (conv2d_grad_input writes fp16), the depthwise
 input gradient (depthwise_conv2d_grad_input: fp16 -> fp16, in place), the expand's weight gradient reading the fp16
 dz, FC2's input gradient (fully_connected_grad_input writes fp16) and FC1's weight gradient reading it. The reference
 is the same graph with the fusion off (fp32 slots rounded in place by round_f16): the golden model must train with
@@ -106,7 +106,7 @@ def test_block_results_are_fp16_and_train_with_the_unfused_bits(tmp_path):
     written = _written(g16)
     assert not _written(ref)
     kinds = set(written.values())
-    assert {"conv2d", "depthwise_conv2d", "conv2d_grad_input", "depthwise_conv2d_grad_input",
+    assert {"conv2d", "depthwise_conv2d", "add", "conv2d_grad_input", "depthwise_conv2d_grad_input",
             "fully_connected_grad_input", "mask_grad"} <= kinds, kinds
     # the fp16 readers read them: no rounding op after them, and the plan gives 2 bytes per element
     assert not {t for op in g16.ops if op.type == "round_f16" for t in op.inputs} & set(written)
@@ -147,7 +147,7 @@ def test_the_estimate_meets_the_plan_with_the_block_fused(tmp_path):
 def _lib(tmp: Path) -> ctypes.CDLL:
     out = tmp / "libf16b.so"
     srcs = [KDIR / "ops" / "tt_conv2d.c", KDIR / "ops" / "tt_depthwise_conv2d.c",
-            KDIR / "ops" / "tt_fully_connected.c", KDIR / "tt_common.c"]
+            KDIR / "ops" / "tt_fully_connected.c", KDIR / "ops" / "tt_add.c", KDIR / "tt_common.c"]
     subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O1", "-ffp-contract=off", "-shared", "-fPIC",
                     f"-I{KDIR}", f"-I{ops_header.include_dir()}", *map(str, srcs), "-o", str(out)], check=True)
     return ctypes.CDLL(str(out))
@@ -198,13 +198,24 @@ def test_fp16_block_kernels_give_the_golden_bits(tmp_path):
             assert both.tobytes() == got.tobytes()
         elif op.type == "conv2d" and i16:
             wt, bias = _f32(ins[1]), _f32(ins[2])
-            got = np.zeros(want.shape, np.float32)
+            got = np.zeros(want.shape, np.float32)   # the project conv reads the depthwise's fp16 output
             lib.tt_conv2d_hx_f32_split(_dims(C_E, C_A, 1, 0), f(-np.inf), f(np.inf), _p(_h(ins[0])), _p(wt), _p(wt), 0,
                                        _p(bias), _p(got))
             hy = np.zeros(want.shape, np.float16)
             lib.tt_conv2d_hx_hy_split(_dims(C_E, C_A, 1, 0), f(-np.inf), f(np.inf), _p(_h(ins[0])), _p(wt), _p(wt), 0,
                                       _p(bias), _p(hy))
-            assert hy.tobytes() == f16ref.to_f16(want).tobytes()
+            assert hy.tobytes() == f16ref.to_f16(got).tobytes()   # the fp16-writing form: that sum, rounded
+            got = hy if o16 else got
+        elif op.type == "add" and o16:
+            a, b = (np.ascontiguousarray(t) for t in ins)
+            pa = (None, _p(a)) if a.dtype == np.float16 else (_p(_f32(a)), None)
+            pb = (None, _p(b)) if b.dtype == np.float16 else (_p(_f32(b)), None)
+            got = np.zeros(want.shape, np.float16)
+            lib.tt_add_f16(a.size, f(-np.inf), f(np.inf), *pa, *pb, None, _p(got))
+            over = _f32(a) if a.dtype != np.float16 else a.copy()   # written over operand a (in place)
+            po = (None, _p(over)) if over.dtype == np.float16 else (_p(over), None)
+            lib.tt_add_f16(a.size, f(-np.inf), f(np.inf), *po, *pb, None, _p(over))
+            assert over.view(np.uint8)[:got.nbytes].tobytes() == got.tobytes()
         elif op.type == "conv2d_grad_input" and o16:
             wt = _f32(ins[1])
             ci, co = T[op.outputs[0]].shape[3], T[op.inputs[0]].shape[3]
@@ -263,7 +274,7 @@ def test_fp16_block_kernels_give_the_golden_bits(tmp_path):
             continue
         seen.add(op.type)
         assert got.tobytes() == np.ascontiguousarray(want).tobytes(), op.type
-    assert seen == {"depthwise_conv2d", "conv2d", "conv2d_grad_input", "depthwise_conv2d_grad_input",
+    assert seen == {"depthwise_conv2d", "conv2d", "add", "conv2d_grad_input", "depthwise_conv2d_grad_input",
                     "conv2d_grad_weight", "fully_connected_grad_input", "fully_connected_grad_weight"}, seen
 
 
@@ -286,7 +297,7 @@ def test_host_build_of_the_fused_block_has_the_golden_bits(tmp_path):
     src = (tmp_path / "prog" / "tt_model.c").read_text()
     for fn in ("tt_depthwise_conv2d_hx_hy", "tt_conv2d_hx_f32_split", "tt_conv2d_grad_input_f32_split_hdx",
                "tt_depthwise_conv2d_grad_input_hdy_hdx", "tt_conv2d_grad_weight_hdy_hx_f32_range",
-               "tt_fully_connected_grad_input_f16", "tt_fully_connected_grad_weight_hdy_range"):
+               "tt_fully_connected_grad_input_f16", "tt_fully_connected_grad_weight_hdy_range", "tt_add_f16"):
         assert f"{fn}" in src, fn
     state, scales, skipped, means = _golden(g16, x, y, cfg, 1)
     assert losses.tobytes() == np.array(means, np.float32).tobytes()

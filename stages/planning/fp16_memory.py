@@ -77,12 +77,13 @@ def _saved_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], graph: 
     return out
 
 
-def _written_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], inputs: set[str]) -> list[Step]:
+def _written_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], inputs: set[str],
+                     flows: set[str] | None = None) -> list[Step]:
     """`steps` with the transients fp16_mixed.fp16_written stores as 2-byte tensors renamed (h16/...) at half their
     bytes: written by an op that can write fp16 (OpDef.fp16_output), read only at operands that read fp16
     (OpDef.fp16_operands), not fed to an in-place reader whose own result stays fp32; in the forward only where the
-    gradient flows (a mask step reads it: the frozen prefix keeps fp32 results) and the backward does not read it
-    (saved: a cast's fp16 copy)."""
+    gradient flows (`flows`: the forward results the gradient passes through; without it, those a mask step reads:
+    the frozen prefix keeps fp32 results) and the backward does not read it (saved: a cast's fp16 copy)."""
     readers: dict[str, list[tuple[int, int]]] = {}
     for j, (_, ins, _) in enumerate(steps):
         for k, t in enumerate(ins):
@@ -95,8 +96,9 @@ def _written_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], input
             continue
         producer = next(i for i, st in enumerate(steps) if t in st[2])
         # a forward result the backward reads is saved (a cast's fp16 copy); one no mask reads is in the prefix
-        if producer < n_fwd and (any(j >= n_fwd for j, _ in rs)
-                                 or not any(steps[j][0] == ops.CLAMP_MASK.name for j, _ in rs)):
+        in_prefix = t not in flows if flows is not None \
+            else not any(steps[j][0] == ops.CLAMP_MASK.name for j, _ in rs)
+        if producer < n_fwd and (any(j >= n_fwd for j, _ in rs) or in_prefix):
             continue
         out.add(t)
     # fp16_mixed.fp16_written's in-place rules: an in-place reader keeping an fp32 result, a channel-by-channel
@@ -119,13 +121,16 @@ def _written_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], input
 
 
 def fp16_steps(steps: list[Step], n_fwd: int, sizes: dict[str, int], graph: Graph, batch1: bool,
-               inputs: list[str], streamed: dict[str, int]) -> list[tuple[str, list[Step]]]:
+               inputs: list[str], streamed: dict[str, int], flows: set[str] | None = None
+               ) -> list[tuple[str, list[Step]]]:
     """The fp16-mixed forms of the abstract program `steps` (its first `n_fwd` steps: the forward, mask steps
     included; then the loss and the backward), each (name, steps); new tensors' bytes go into `sizes`.
     `streamed`: the parameter gradients fp32's program computes one output channel at a time ({name: channels}),
-    whole again where their update waits (one_pass)."""
+    whole again where their update waits (one_pass). `flows`: the forward results the gradient passes through
+    (outside the frozen prefix)."""
     n_head = n_fwd + 1   # the loss step
-    base = _saved_as_fp16(_written_as_fp16(steps, n_fwd, sizes, set(inputs)), n_head, sizes, graph, set(inputs))
+    base = _saved_as_fp16(_written_as_fp16(steps, n_fwd, sizes, set(inputs), flows), n_head, sizes, graph,
+                          set(inputs))
     head = next(k for k, st in enumerate(base) if st[0] == "loss") + 1
     if not batch1:
         return [("batch", base)]

@@ -292,6 +292,12 @@ def fp16_written(g: Graph, transient: set[str], split: int) -> set[str]:
             continue
         t = op.outputs[0]
         rs = readers.get(t, [])
+        # an element-wise op that may write over any operand (add) writes behind what it reads only where every
+        # operand has the result's shape (no broadcasting): its fp16 kernels take equal shapes
+        if op.type in ops.IN_PLACE_OPS and op.type not in ops.FIRST_INPUT_ONLY \
+                and any(x is not None and g.tensors[x].data is None and g.tensors[x].shape != g.tensors[t].shape
+                        for x in op.inputs):
+            continue
         if t in transient and t not in g.outputs and rs \
                 and all(k in ops.FP16_OPERANDS.get(r.type, ()) for r, k in rs):
             out.add(t)
