@@ -4,11 +4,13 @@ fp16_operands, stages/train/fp16_mixed.fp16_written), as tests/test_fp16_written
 The model: conv A (3x3, relu6) -> expand (1x1, relu6; weight and bias trained) -> depthwise (3x3, relu6; bias
 trained) -> project (1x1; bias trained) -> add (with A's output) -> global mean -> FC1 (trained) -> FC2.
 Fused here, beyond the tail's: the expand and depthwise outputs (conv2d and depthwise_conv2d write fp16; depthwise,
-project conv2d and clamp_mask read it), the project's output and the residual sum (add reads and writes fp16), the project's input gradient (conv2d_grad_input writes fp16), the depthwise
-input gradient (depthwise_conv2d_grad_input: fp16 -> fp16, in place), the expand's weight gradient reading the fp16
-dz, FC2's input gradient (fully_connected_grad_input writes fp16) and FC1's weight gradient reading it. The reference
+project conv2d and clamp_mask read it), the project's output and the residual sum (add reads and writes fp16), the
+project's input gradient (conv2d_grad_input writes fp16), the depthwise input gradient
+(depthwise_conv2d_grad_input: fp16 -> fp16, in place), the expand's weight gradient reading the fp16 dz, FC2's input
+gradient (fully_connected_grad_input writes fp16) and FC1's weight gradient reading it. The reference
 is the same graph with the fusion off (fp32 slots rounded in place by round_f16): the golden model must train with
-its bits, each new C kernel must give the golden model's values bit for bit, and the estimate must meet the plan."""
+its bits, each new C kernel must give the golden model's values bit for bit, and the estimate must meet the plan.
+With only the FC pair trained, the block is the frozen prefix, written as fp16 by the same kernels (row-streamed)."""
 
 from __future__ import annotations
 
@@ -299,6 +301,68 @@ def test_host_build_of_the_fused_block_has_the_golden_bits(tmp_path):
                "tt_depthwise_conv2d_grad_input_hdy_hdx", "tt_conv2d_grad_weight_hdy_hx_f32_range",
                "tt_fully_connected_grad_input_f16", "tt_fully_connected_grad_weight_hdy_range", "tt_add_f16"):
         assert f"{fn}" in src, fn
+    state, scales, skipped, means = _golden(g16, x, y, cfg, 1)
+    assert losses.tobytes() == np.array(means, np.float32).tobytes()
+    assert res["skipped_steps"] == skipped[-1]
+    for name, got in weights.items():
+        assert got.tobytes() == state[name].tobytes(), name
+
+
+def _prefix_graphs(tmp: Path):
+    """Only the FC pair trains: the block is the frozen prefix (conv A .. add, the mean), whose results its kernels
+    write as fp16 (fp16_mixed.prefix_results); the reference keeps the prefix fp32 (no fusion)."""
+    g = _block_model(tmp)
+    *_, f1, f2 = TrainPlan.trainable_ops(g)
+    plan = TrainPlan([LayerPlan(f1, bias=True, weight_ratio=1.0), LayerPlan(f2, bias=True, weight_ratio=1.0)])
+    tg = build_training_graph(g, plan, "cross_entropy", OptimizerSpec(kind="sgd"), 1, QASOptions(False))
+    fused = fp16_mixed.to_fp16_mixed(copy.deepcopy(tg), None, check_first=True)
+    plain = fp16_mixed.fp16_written
+    fp16_mixed.fp16_written = lambda *a: set()
+    try:
+        unfused = fp16_mixed.to_fp16_mixed(copy.deepcopy(tg), None, check_first=True)
+    finally:
+        fp16_mixed.fp16_written = plain
+    return g, plan, fused, unfused
+
+
+def test_the_frozen_prefix_is_fp16_where_its_kernels_write_it(tmp_path):
+    """The prefix's results are 2-byte tensors with no rounding op (its row streams stay whole), the model input
+    stays fp32, the arena falls, and the estimate meets the plan."""
+    from tinytrain.stages.planning.memory_model import MemoryModel, MemorySettings
+    from tinytrain.stages.planning.plan_exact import exact_peak
+
+    g, plan, g16, ref = _prefix_graphs(tmp_path)
+    pre = {"a", "e", "d", "p", "s"}
+    assert all(g16.tensors[t].dtype == "float16" for t in pre) and g16.tensors["x"].dtype == "float32"
+    assert all(ref.tensors[t].dtype == "float32" for t in pre)
+    assert not [op for op in g16.ops if op.type == "round_f16" and set(op.inputs) & pre]
+    _, p16, _, _ = plan_schedules(g16, True)
+    _, p32, _, _ = plan_schedules(ref, True)
+    assert p16.arena < p32.arena
+    st = MemorySettings(optimizer="sgd", batch_size=1, fp16_mixed=True)
+    est = MemoryModel(g, st).estimate(plan)["total"]
+    exact = exact_peak(g, plan, st, qas=False)["peak_bytes"]
+    assert 0.95 <= est / exact <= 1.05, (est, exact)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler")
+def test_host_build_of_the_fp16_prefix_has_the_golden_bits(tmp_path):
+    """The fp16 prefix on the host, row-streamed where the planner streams it: losses, loss scale and trained weights
+    equal the golden model's bit for bit (~15 s: slow)."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_fp16_codegen import _golden, _host_run
+
+    from tinytrain.stages.train.runtime_config import RuntimeConfig
+
+    _, _, g16, _ = _prefix_graphs(tmp_path)
+    x = np.random.default_rng(3).standard_normal((8, H, H, 3)).astype(np.float32)
+    y = np.arange(8) % CLASSES
+    cfg = RuntimeConfig(learning_rate=0.05, epochs=1)
+    res, losses, weights, mp = _host_run(g16, x, y, tmp_path, cfg)
+    src = (tmp_path / "prog" / "tt_model.c").read_text()
+    assert "tt_depthwise_conv2d_hx_hy" in src and "tt_add_f16" in src
     state, scales, skipped, means = _golden(g16, x, y, cfg, 1)
     assert losses.tobytes() == np.array(means, np.float32).tobytes()
     assert res["skipped_steps"] == skipped[-1]

@@ -185,9 +185,12 @@ def c_depthwise_conv2d(gen, op: Op, io: dict[str, str] | None = None) -> list[st
     bias = gen.loc(b) if b else "0"
     act = op.attrs.get("act", "none")
     if io is not None:
-        if fp16_io.is_f16(gen, x) or gen.g.tensors[y].dtype == "float16":
-            raise CodegenError(f"depthwise {y}: fp16 in a row stream (fp16-mixed keeps the frozen prefix fp32)")
         dd, xe, ye = gen.row_io(io, d, x, y)
+        if fp16_io.is_f16(gen, x) or gen.g.tensors[y].dtype == "float16":   # fp16-mixed's frozen prefix
+            if not (fp16_io.is_f16(gen, x) and gen.g.tensors[y].dtype == "float16"):
+                raise CodegenError(f"depthwise {y}: fp16 on one side only")
+            lo, hi = FLOAT_BOUNDS[act]
+            return [f"tt_depthwise_conv2d_hx_hy({dd}, {flit(lo)}, {flit(hi)}, {xe}, {gen.loc(w)}, {bias}, {ye});"]
         if gen.is_int8(x):
             q = gen.requant(x, w, y, act, o)
             return [f"tt_depthwise_conv2d_s8({dd}, &{q}, {xe}, {gen.loc(w)}, {bias}, {ye});"]

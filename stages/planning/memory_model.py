@@ -468,7 +468,7 @@ class MemoryModel:
             windows = {i: (remap.get(a, a), remap.get(b, b)) for i, (a, b) in windows.items()}
         live, end, held = live_profile(sizes, steps, inputs, ["train/loss"], g)
         if s.fp16_mixed:   # the fp16-mixed forms of the program (planning/fp16_memory.py): the smallest one
-            forms = fp16_steps(steps, n_fwd, sizes, g, s.batch_size == 1, inputs, sb.streamed, flows=needs)
+            forms = fp16_steps(steps, n_fwd, sizes, g, s.batch_size == 1, inputs, sb.streamed)
             profiles = [(live_profile(sizes, st, inputs, ["train/loss"], g), len(st) - len(steps))
                         for _, st in forms]
             (live, end, held), shift = min(profiles, key=lambda pr: max(pr[0][0], default=0))

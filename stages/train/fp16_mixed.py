@@ -67,20 +67,28 @@ def policy_from_config(cfg: Any) -> dict[str, Any]:
             "min_scale": float(cfg.min_scale), "max_scale": float(cfg.max_scale)}
 
 
+def prefix_results(g: Graph) -> set[str]:
+    """The float32 results of the frozen prefix (forward ops before the first that reads a trained parameter) that
+    the backward does not read: nothing of them is kept for the backward, and rounding ops between them would cut
+    their row streams (stages/planning/streams.py) and cost a window each, so they hold fp32 values, unrounded;
+    where their kernels write and read fp16 themselves (fp16_written) they are 2-byte tensors instead (fp32
+    arithmetic, each result rounded once as it is stored: no op of their own, the row streams intact)."""
+    meta = g.meta["train"]
+    n_fwd, split = int(meta["phases"]["forward"]), int(meta["sample_ops"])
+    trained = set(meta["trained"])
+    prefix = next((i for i, op in enumerate(g.ops[:n_fwd]) if trained & set(op.inputs)), n_fwd)
+    backward_reads = {t for op in g.ops[n_fwd:split] for t in op.inputs if t is not None}
+    return {t for op in g.ops[:prefix] for t in op.outputs
+            if t not in backward_reads and g.tensors[t].dtype == "float32" and g.tensors[t].data is None}
+
+
 def half_tensors(g: Graph) -> set[str]:
     """The float32 tensors the sample phase writes that fp16-mixed stores as fp16 (see the module's rules)."""
     meta = g.meta["train"]
     split = int(meta["sample_ops"])
     keep = {meta["prediction"], meta["loss_tensor"], *[hd["tensor"] for hd in meta.get("heads", [])]}
     keep.update(meta.get("accumulators", []))
-    # the frozen prefix (forward ops before the first that reads a trained parameter) runs as fp32 does, except
-    # for what the backward reads: nothing else of it is kept, so fp16 would save no memory, and its rounding ops
-    # would cut its row streams (stages/planning/streams.py) and cost a window each
-    n_fwd = int(meta["phases"]["forward"])
-    trained = set(meta["trained"])
-    prefix = next((i for i, op in enumerate(g.ops[:n_fwd]) if trained & set(op.inputs)), n_fwd)
-    backward_reads = {t for op in g.ops[n_fwd:split] for t in op.inputs if t is not None}
-    keep.update(t for op in g.ops[:prefix] for t in op.outputs if t not in backward_reads)
+    keep.update(prefix_results(g))   # the frozen prefix: fp32, or fp16 written by its kernels (prefix_results)
     out: set[str] = set()
     for op in g.ops[:split]:
         if op.type in _LOSS_TYPES:
@@ -165,7 +173,8 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_
     # check_first: each trained gradient is unscaled (in place) as soon as it is made, so its update can follow
     step_grads = {op.inputs[1] for op in g.ops[split:] if op.type in ops.UPDATE_OPS}
     unscaled: dict[str, str] = {}
-    narrow = fp16_written(g, half - saved - step_grads, split)
+    head_keep = {meta["prediction"], meta["loss_tensor"], *[hd["tensor"] for hd in meta.get("heads", [])]}
+    narrow = fp16_written(g, (half - saved - step_grads) | (prefix_results(g) - head_keep), split)
     for i, op in enumerate(g.ops[:split]):
         if i == n_fwd:
             bounds.append(len(out))
@@ -183,6 +192,8 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_
         for t in op.outputs:
             if t not in half:
                 outs.append(t)
+                if t in narrow:   # the frozen prefix's results its kernels write and read as fp16 (prefix_results)
+                    g.tensors[t].dtype = "float16"
                 continue
             raw = new(f"raw/{t}", g.tensors[t])
             outs.append(raw)
