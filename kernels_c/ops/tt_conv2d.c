@@ -1493,15 +1493,16 @@ void tt_conv2d_grad_input_hdy_f32_split(const tt_conv_dims *d, const uint16_t *d
  * The input gradient's sums of tt_gi_walk (float weight) for a block of at most TT_GI_HDX input channels of one
  * input pixel at a time, kept in fp32 until every tap has been added and then rounded once as they are stored:
  * dx[p, ic] = 0, then per tap in (filter y, filter x) order += s with s = sum over o, in order, of
- * dy[p', o] * w[o, tap, ic] (dy fp32, or fp16 widened where it is read). Each element's operations are tt_gi_walk's;
- * only which elements share a pass differs, which changes no bits. */
+ * dy[p', o] * w[o, tap, ic] (dy fp32, or fp16 widened once per tap into blocks of TT_GI_HDY floats). Each
+ * element's operations are tt_gi_walk's; only which elements share a pass differs, which changes no bits. */
 #define TT_GI_HDX 32
+#define TT_GI_HDY 64
 
 TT_GI_INLINE void tt_gi_walk_hdx(const tt_conv_dims *d, const float *dy, const uint16_t *dyh, const float *w,
                                  const float *w_slice, int32_t n, uint16_t *dx)
 {
-    float acc[TT_GI_HDX];
-    int32_t b, iy, ix, ic, c0, c1, ky, kx, o;
+    float acc[TT_GI_HDX], s[TT_GI_HDX], gw[TT_GI_HDY];
+    int32_t b, iy, ix, ic, c0, c1, ky, kx, o, o0, o1;
     const int32_t taps = d->k_h * d->k_w;
     for (b = 0; b < d->batches; ++b) {
         for (iy = 0; iy < d->in_h; ++iy) {
@@ -1521,23 +1522,38 @@ TT_GI_INLINE void tt_gi_walk_hdx(const tt_conv_dims *d, const float *dy, const u
                             const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
                             const int32_t tap = ky * d->k_w + kx;
                             const int32_t at_dy = ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
-                            const float *dyp;
-                            const uint16_t *dyhp;
                             if (ox < 0) {
                                 continue;
                             }
-                            dyp = dyh != 0 ? 0 : dy + at_dy;
-                            dyhp = dyh != 0 ? dyh + at_dy : 0;
                             for (ic = c0; ic < c1; ++ic) {
-                                /* channels [0, n) live in the trained slice, the rest in the whole weight */
-                                const int32_t in_slice = ic < n;
-                                const float *wp = in_slice ? w_slice + tap * n + ic : w + tap * d->in_c + ic;
-                                const int32_t stride = taps * (in_slice ? n : d->in_c);
-                                float s = 0.0f;
-                                for (o = 0; o < d->out_c; ++o, wp += stride) {
-                                    s += tt_gi_dy(dyp, dyhp, o) * *wp;
+                                s[ic - c0] = 0.0f;
+                            }
+                            for (o0 = 0; o0 < d->out_c; o0 = o1) {
+                                const float *g;
+                                o1 = d->out_c - o0 > TT_GI_HDY ? o0 + TT_GI_HDY : d->out_c;
+                                if (dyh != 0) {
+                                    for (o = o0; o < o1; ++o) {
+                                        gw[o - o0] = tt_f16_read(dyh[at_dy + o]);
+                                    }
+                                    g = gw;
+                                } else {
+                                    g = dy + at_dy + o0;
                                 }
-                                acc[ic - c0] += s;
+                                for (ic = c0; ic < c1; ++ic) {
+                                    /* channels [0, n) live in the trained slice, the rest in the whole weight */
+                                    const int32_t in_slice = ic < n;
+                                    const int32_t stride = taps * (in_slice ? n : d->in_c);
+                                    const float *wp = (in_slice ? w_slice + tap * n + ic : w + tap * d->in_c + ic) +
+                                                      o0 * stride;
+                                    float t = s[ic - c0];
+                                    for (o = 0; o < o1 - o0; ++o, wp += stride) {
+                                        t += g[o] * *wp;
+                                    }
+                                    s[ic - c0] = t;
+                                }
+                            }
+                            for (ic = c0; ic < c1; ++ic) {
+                                acc[ic - c0] += s[ic - c0];
                             }
                         }
                     }
@@ -1606,18 +1622,39 @@ void tt_conv2d_grad_weight_hdy_hx_f32_range(const tt_conv_dims *d, int32_t k, in
 
 /* tt_conv_f32_walk with x fp16: acc = 0, += x * w over the in-image taps in (filter y, filter x, input channel)
  * order (the trained slice's channels [0, n) first), + bias, the clamp; stored in fp32 (yf) or rounded once in
- * fp16 (yh). */
+ * fp16 (yh). The output pixel's in-image inputs are widened once into xw (TT_HX_FIELD floats on the stack) and
+ * every output channel reads them there (a larger field widens per product): the same products in the same order. */
+#define TT_HX_FIELD 512
+
 TT_CONV_INLINE void tt_conv_hx_walk(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x,
                                     const float *w, const float *w_slice, int32_t n, const float *bias, float *yf,
                                     uint16_t *yh)
 {
+    float xw[TT_HX_FIELD];
     int32_t b, oy, ox, oc, ky, kx, ic;
+    const int32_t field = d->k_h * d->k_w * d->in_c <= TT_HX_FIELD;
     for (b = 0; b < d->batches; ++b) {
         for (oy = 0; oy < d->out_h; ++oy) {
             const int32_t iy0 = oy * d->stride_h - d->pad_top;
             for (ox = 0; ox < d->out_w; ++ox) {
                 const int32_t ix0 = ox * d->stride_w - d->pad_left;
                 const int32_t yp = ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
+                for (ky = 0; ky < d->k_h && field; ++ky) {
+                    /* the in-image taps' inputs, tap after tap, each tap's in_c channels */
+                    const int32_t iy = iy0 + ky * d->dilation_h;
+                    for (kx = 0; kx < d->k_w; ++kx) {
+                        const int32_t ix = ix0 + kx * d->dilation_w;
+                        float *xt = xw + (ky * d->k_w + kx) * d->in_c;
+                        const uint16_t *xp;
+                        if (iy < 0 || iy >= d->in_h || ix < 0 || ix >= d->in_w) {
+                            continue;
+                        }
+                        xp = x + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
+                        for (ic = 0; ic < d->in_c; ++ic) {
+                            xt[ic] = tt_f16_read(xp[ic]);
+                        }
+                    }
+                }
                 for (oc = 0; oc < d->out_c; ++oc) {
                     float acc = 0.0f;
                     for (ky = 0; ky < d->k_h; ++ky) {
@@ -1627,19 +1664,29 @@ TT_CONV_INLINE void tt_conv_hx_walk(const tt_conv_dims *d, float act_min, float 
                         }
                         for (kx = 0; kx < d->k_w; ++kx) {
                             const int32_t ix = ix0 + kx * d->dilation_w;
-                            const uint16_t *xp;
                             const float *wp;
                             if (ix < 0 || ix >= d->in_w) {
                                 continue;
                             }
-                            xp = x + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
                             wp = w_slice + ((oc * d->k_h + ky) * d->k_w + kx) * n;
-                            for (ic = 0; ic < n; ++ic) {
-                                acc += tt_f16_read(xp[ic]) * wp[ic];
-                            }
-                            wp = w + ((oc * d->k_h + ky) * d->k_w + kx) * d->in_c;
-                            for (ic = n; ic < d->in_c; ++ic) {
-                                acc += tt_f16_read(xp[ic]) * wp[ic];
+                            if (field) {
+                                const float *xt = xw + (ky * d->k_w + kx) * d->in_c;
+                                for (ic = 0; ic < n; ++ic) {
+                                    acc += xt[ic] * wp[ic];
+                                }
+                                wp = w + ((oc * d->k_h + ky) * d->k_w + kx) * d->in_c;
+                                for (ic = n; ic < d->in_c; ++ic) {
+                                    acc += xt[ic] * wp[ic];
+                                }
+                            } else {
+                                const uint16_t *xp = x + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
+                                for (ic = 0; ic < n; ++ic) {
+                                    acc += tt_f16_read(xp[ic]) * wp[ic];
+                                }
+                                wp = w + ((oc * d->k_h + ky) * d->k_w + kx) * d->in_c;
+                                for (ic = n; ic < d->in_c; ++ic) {
+                                    acc += tt_f16_read(xp[ic]) * wp[ic];
+                                }
                             }
                         }
                     }
