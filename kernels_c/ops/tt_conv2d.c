@@ -1624,7 +1624,7 @@ void tt_conv2d_grad_weight_hdy_hx_f32_range(const tt_conv_dims *d, int32_t k, in
  * order (the trained slice's channels [0, n) first), + bias, the clamp; stored in fp32 (yf) or rounded once in
  * fp16 (yh). The output pixel's in-image inputs are widened once into xw (TT_HX_FIELD floats on the stack) and
  * every output channel reads them there (a larger field widens per product): the same products in the same order. */
-#define TT_HX_FIELD 512
+#define TT_HX_FIELD 256
 
 TT_CONV_INLINE void tt_conv_hx_walk(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x,
                                     const float *w, const float *w_slice, int32_t n, const float *bias, float *yf,
