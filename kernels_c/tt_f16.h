@@ -45,13 +45,23 @@ static inline float tt_f16_widen(uint16_t h)
  * (__ARM_FP bit 1: the Cortex-M55 board) one VCVTB.F32.F16: exact, fp16 subnormals kept (FP-to-FP conversions do
  * not flush half-precision inputs, FZ16 or not; the single-precision result is never subnormal). It differs from
  * tt_f16_widen only on a signalling NaN, which it quiets; tt_f32_to_f16 stores every NaN quiet, so no tensor the
- * kernels read holds one and the bits are the same everywhere. Elsewhere (the host): tt_f16_widen. */
+ * kernels read holds one and the bits are the same everywhere. Elsewhere: F16C's VCVTPH2PS where the target has it
+ * (below), else tt_f16_widen. */
 #if defined(__arm__) && defined(__ARM_FP) && (__ARM_FP & 2) && !defined(TT_F16_PORTABLE_READ)
 static inline float tt_f16_read(uint16_t h)
 {
     float f;
     __asm__("vmov %0, %1\n\tvcvtb.f32.f16 %0, %0" : "=t"(f) : "r"((uint32_t)h));
     return f;
+}
+#elif defined(__F16C__) && !defined(TT_F16_PORTABLE_READ)
+/* x86-64 with F16C (the host build's x86-64-v3): one VCVTPH2PS, the same bits but a signalling NaN's quieting, as on
+ * Arm (tests/test_fp16_read.py checks all 65,536 values); the per-element reads of the fp16 kernels were most of
+ * their host time with the portable widening's branches. */
+#include <immintrin.h>
+static inline float tt_f16_read(uint16_t h)
+{
+    return _cvtsh_ss(h);
 }
 #else
 static inline float tt_f16_read(uint16_t h)
