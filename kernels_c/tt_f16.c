@@ -18,7 +18,7 @@ float tt_f16_to_f32(uint16_t h)
 
 uint16_t tt_f32_to_f16(float f)
 {
-    return tt_f16_narrow(f);
+    return tt_f16_narrow_portable(f);
 }
 
 void tt_cast_f32_f16(uint32_t n, const float *x, uint16_t *y)

@@ -70,10 +70,8 @@ static inline float tt_f16_read(uint16_t h)
 }
 #endif
 
-/* fp16(f), round to nearest even (tt_f32_to_f16's body). Inline so that the kernels that write fp16 results
- * themselves (fp16-mixed's fp16_output ops: ops/tt_conv2d.c, tt_mean.c, tt_mask*.c, ...) round each result where
- * they store it, and link without tt_f16.c. */
-static inline uint16_t tt_f16_narrow(float f)
+/* fp16(f), round to nearest even (tt_f32_to_f16's body), in portable integer C. */
+static inline uint16_t tt_f16_narrow_portable(float f)
 {
     uint32_t x;
     uint32_t sign, exp, man;
@@ -108,6 +106,23 @@ static inline uint16_t tt_f16_narrow(float f)
     }
     return (uint16_t)sign;                                        /* below half the smallest subnormal: +-0 */
 }
+
+/* fp16(f) as the kernels that write fp16 results themselves store it (fp16-mixed's fp16_output ops:
+ * ops/tt_conv2d.c, tt_mean.c, tt_mask*.c, ...), inline so that they round each result where they store it and link
+ * without tt_f16.c: on x86-64 with F16C (the host build) one VCVTPS2PH with round to nearest even in the instruction
+ * (subnormal results kept, NaNs quiet with the top payload bits: tt_f16_narrow_portable's bits, checked by
+ * tests/test_fp16_read.py), elsewhere the portable rounding. */
+#if defined(__F16C__) && !defined(TT_F16_PORTABLE_READ)
+static inline uint16_t tt_f16_narrow(float f)
+{
+    return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+}
+#else
+static inline uint16_t tt_f16_narrow(float f)
+{
+    return tt_f16_narrow_portable(f);
+}
+#endif
 
 float tt_f16_to_f32(uint16_t h);
 uint16_t tt_f32_to_f16(float f);

@@ -1,6 +1,8 @@
-"""tt_f16_read (kernels_c/tt_f16.h), the widening every fp16-reading kernel uses, against the portable tt_f16_widen on
-all 65,536 fp16 values: built as the host build is (x86-64-v3: F16C's VCVTPH2PS) and portable. The only difference
-allowed is a signalling NaN coming back quiet, which no tensor holds (tt_f32_to_f16 stores every NaN quiet)."""
+"""tt_f16_read and tt_f16_narrow (kernels_c/tt_f16.h), the widening and rounding every fp16 kernel uses, against the
+portable integer forms, built as the host build is (x86-64-v3: F16C's VCVTPH2PS / VCVTPS2PH) and portable: the
+widening on all 65,536 fp16 values (the only difference allowed is a signalling NaN coming back quiet, which no tensor
+holds: every NaN is stored quiet), the rounding on every float32 whose low 16 bits are one of 24 patterns around the
+rounding points (and all high 16 bits: every exponent, sign, NaN and Inf; ~1.6 million values)."""
 
 from __future__ import annotations
 
@@ -28,6 +30,22 @@ int main(void)
             ++bad;
         }
     }
+    {
+        static const uint32_t lows[24] = {0u, 1u, 0x7FFu, 0x800u, 0x801u, 0xFFFu, 0x1000u, 0x1001u, 0x17FFu, 0x1800u,
+                                          0x1FFFu, 0x2000u, 0x2001u, 0x3FFFu, 0x4000u, 0x7FFFu, 0x8000u, 0x8001u,
+                                          0xBFFFu, 0xC000u, 0xEFFFu, 0xF000u, 0xFFFEu, 0xFFFFu};
+        uint32_t hi, k;
+        for (hi = 0; hi < 65536u; ++hi) {
+            for (k = 0; k < 24u; ++k) {
+                const uint32_t u = (hi << 16) | lows[k];
+                float f;
+                memcpy(&f, &u, 4);
+                if (tt_f16_narrow(f) != tt_f16_narrow_portable(f)) {
+                    ++bad;
+                }
+            }
+        }
+    }
     printf("%u\n", bad);
     return 0;
 }
@@ -36,7 +54,7 @@ int main(void)
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler")
 @pytest.mark.parametrize("flags", [["-march=x86-64-v3"], ["-DTT_F16_PORTABLE_READ"]], ids=["f16c", "portable"])
-def test_f16_read_equals_the_portable_widening(flags, tmp_path):
+def test_f16_read_and_narrow_equal_the_portable_forms(flags, tmp_path):
     if flags[0].startswith("-march") and platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("not an x86-64 host")
     (tmp_path / "r.c").write_text(SRC)
