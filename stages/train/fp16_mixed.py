@@ -21,8 +21,10 @@ Rules (what is stored in which type):
         exists (an fp32 result cast to fp16 afterwards would exist whole first).
   * weights: fp32. Trained weights are the fp32 master copy the update writes; the kernels read it as it is (no fp16
     copy: it would cost SRAM, and the dot products run in fp32 anyway); frozen weights stay fp32 in flash.
-  * kept in fp32: the frozen prefix's activations that the backward does not read (half_tensors), the model
-    input, the prediction (the loss's logits / output: evaluation reads it), the loss and the
+  * the frozen prefix's activations that the backward does not read (prefix_results): fp16 tensors where their
+    kernels write and read fp16 (fp16_written: no rounding op, so the prefix's row streams stay whole), else fp32
+    values, unrounded.
+  * kept in fp32: the model input, the prediction (the loss's logits / output: evaluation reads it), the loss and the
     loss op's own gradient before scaling, batch accumulators and optimizer state.
   * loss scaling: the loss's gradient is multiplied by the loss scale (`loss_scale_mul`) before it is stored in
     fp16, so small gradients stay above fp16's subnormal range; the step phase checks every trained gradient for
@@ -173,8 +175,8 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_
     # check_first: each trained gradient is unscaled (in place) as soon as it is made, so its update can follow
     step_grads = {op.inputs[1] for op in g.ops[split:] if op.type in ops.UPDATE_OPS}
     unscaled: dict[str, str] = {}
-    head_keep = {meta["prediction"], meta["loss_tensor"], *[hd["tensor"] for hd in meta.get("heads", [])]}
-    narrow = fp16_written(g, (half - saved - step_grads) | (prefix_results(g) - head_keep), split)
+    head = {meta["prediction"], meta["loss_tensor"], *[hd["tensor"] for hd in meta.get("heads", [])]}
+    narrow = fp16_written(g, (half - saved - step_grads) | (prefix_results(g) - head), split)
     for i, op in enumerate(g.ops[:split]):
         if i == n_fwd:
             bounds.append(len(out))
