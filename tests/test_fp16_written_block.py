@@ -150,7 +150,8 @@ def _lib(tmp: Path) -> ctypes.CDLL:
     out = tmp / "libf16b.so"
     srcs = [KDIR / "ops" / "tt_conv2d.c", KDIR / "ops" / "tt_depthwise_conv2d.c",
             KDIR / "ops" / "tt_fully_connected.c", KDIR / "ops" / "tt_add.c", KDIR / "tt_common.c"]
-    subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O1", "-ffp-contract=off", "-shared", "-fPIC",
+    # -O0: the layer files take ~4x longer to compile optimised, and the float operations are the same (SSE, no FMA)
+    subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O0", "-ffp-contract=off", "-shared", "-fPIC",
                     f"-I{KDIR}", f"-I{ops_header.include_dir()}", *map(str, srcs), "-o", str(out)], check=True)
     return ctypes.CDLL(str(out))
 
