@@ -1,6 +1,5 @@
 /* fp16-mixed training kernels (tt_f16.h). Integer-only conversions: bit-identical on every target. */
 #include "tt_f16.h"
-#include "tt_act_clamp.h"
 
 #include <string.h>
 
@@ -19,7 +18,7 @@ float tt_f16_to_f32(uint16_t h)
 
 uint16_t tt_f32_to_f16(float f)
 {
-    return tt_f16_narrow(f);
+    return tt_f16_narrow_portable(f);
 }
 
 void tt_cast_f32_f16(uint32_t n, const float *x, uint16_t *y)
@@ -177,43 +176,4 @@ void tt_loss_scale_update(const tt_loss_scale_params *p, float *scale, int32_t *
         }
     }
     *scale = s;
-}
-
-/* db[c] (+)= sum over rows, in row order, of the widened dy[r, c]: tt_bias_grad_f32's and tt_bias_grad_acc_f32's
- * sums (the one-channel shortcut of tt_bias_grad_f32 adds in the same order). */
-void tt_bias_grad_acc_hy_f32(int32_t rows, int32_t channels, const uint16_t *dy, float *db)
-{
-    int32_t r, c;
-    for (r = 0; r < rows; ++r) {
-        for (c = 0; c < channels; ++c) {
-            db[c] += tt_f16_read(dy[r * channels + c]);
-        }
-    }
-}
-
-void tt_bias_grad_hy_f32(int32_t rows, int32_t channels, const uint16_t *dy, float *db)
-{
-    int32_t c;
-    for (c = 0; c < channels; ++c) {
-        db[c] = 0.0f;
-    }
-    tt_bias_grad_acc_hy_f32(rows, channels, dy, db);
-}
-
-void tt_mean_hw_grad_positions_f32_hy(int32_t positions, int32_t count, int32_t c, const float *dy, uint16_t *dx)
-{
-    int32_t i, ch;
-    for (i = 0; i < positions; ++i) {
-        for (ch = 0; ch < c; ++ch) {
-            dx[i * c + ch] = tt_f16_narrow(dy[ch] / (float)count);
-        }
-    }
-}
-
-void tt_clamp_f32_hy(int32_t n, float lo, float hi, const float *x, uint16_t *y)
-{
-    int32_t i;
-    for (i = 0; i < n; ++i) {
-        y[i] = tt_f16_narrow(tt_act_clamp(x[i], lo, hi));
-    }
 }

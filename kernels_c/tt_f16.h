@@ -45,13 +45,23 @@ static inline float tt_f16_widen(uint16_t h)
  * (__ARM_FP bit 1: the Cortex-M55 board) one VCVTB.F32.F16: exact, fp16 subnormals kept (FP-to-FP conversions do
  * not flush half-precision inputs, FZ16 or not; the single-precision result is never subnormal). It differs from
  * tt_f16_widen only on a signalling NaN, which it quiets; tt_f32_to_f16 stores every NaN quiet, so no tensor the
- * kernels read holds one and the bits are the same everywhere. Elsewhere (the host): tt_f16_widen. */
+ * kernels read holds one and the bits are the same everywhere. Elsewhere: F16C's VCVTPH2PS where the target has it
+ * (below), else tt_f16_widen. */
 #if defined(__arm__) && defined(__ARM_FP) && (__ARM_FP & 2) && !defined(TT_F16_PORTABLE_READ)
 static inline float tt_f16_read(uint16_t h)
 {
     float f;
     __asm__("vmov %0, %1\n\tvcvtb.f32.f16 %0, %0" : "=t"(f) : "r"((uint32_t)h));
     return f;
+}
+#elif defined(__F16C__) && !defined(TT_F16_PORTABLE_READ)
+/* x86-64 with F16C (the host build's x86-64-v3): one VCVTPH2PS, the same bits but a signalling NaN's quieting, as on
+ * Arm (tests/test_fp16_read.py checks all 65,536 values); the per-element reads of the fp16 kernels were most of
+ * their host time with the portable widening's branches. */
+#include <immintrin.h>
+static inline float tt_f16_read(uint16_t h)
+{
+    return _cvtsh_ss(h);
 }
 #else
 static inline float tt_f16_read(uint16_t h)
@@ -60,10 +70,8 @@ static inline float tt_f16_read(uint16_t h)
 }
 #endif
 
-/* fp16(f), round to nearest even (tt_f32_to_f16's body). Inline so that the kernels that write fp16 results
- * themselves (fp16-mixed's fp16_output ops: ops/tt_conv2d.c, tt_mean.c, tt_mask*.c, ...) round each result where
- * they store it, and link without tt_f16.c. */
-static inline uint16_t tt_f16_narrow(float f)
+/* fp16(f), round to nearest even (tt_f32_to_f16's body), in portable integer C. */
+static inline uint16_t tt_f16_narrow_portable(float f)
 {
     uint32_t x;
     uint32_t sign, exp, man;
@@ -99,6 +107,23 @@ static inline uint16_t tt_f16_narrow(float f)
     return (uint16_t)sign;                                        /* below half the smallest subnormal: +-0 */
 }
 
+/* fp16(f) as the kernels that write fp16 results themselves store it (fp16-mixed's fp16_output ops:
+ * ops/tt_conv2d.c, tt_mean.c, tt_mask*.c, ...), inline so that they round each result where they store it and link
+ * without tt_f16.c: on x86-64 with F16C (the host build) one VCVTPS2PH with round to nearest even in the instruction
+ * (subnormal results kept, NaNs quiet with the top payload bits: tt_f16_narrow_portable's bits, checked by
+ * tests/test_fp16_read.py), elsewhere the portable rounding. */
+#if defined(__F16C__) && !defined(TT_F16_PORTABLE_READ)
+static inline uint16_t tt_f16_narrow(float f)
+{
+    return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+}
+#else
+static inline uint16_t tt_f16_narrow(float f)
+{
+    return tt_f16_narrow_portable(f);
+}
+#endif
+
 float tt_f16_to_f32(uint16_t h);
 uint16_t tt_f32_to_f16(float f);
 
@@ -119,17 +144,6 @@ void tt_unscale_f32(uint32_t n, const float *g, float s, float *y);
 /* 1 when any element is Inf or NaN (by its exponent bits: independent of any fast-math setting). */
 int tt_nonfinite_f16(uint32_t n, const uint16_t *g);
 int tt_nonfinite_f32(uint32_t n, const float *g);
-
-/* fp16-mixed's fp16-reading / fp16-writing forms of small kernels (stages/ops/fp16_io.py), the bits of the fp32
- * kernel preceded by tt_cast_f16_f32 or followed by tt_round_f16, without the fp32 copy:
- * tt_bias_grad_f32 (ops/tt_bias_grad.c) / tt_bias_grad_acc_f32 (tt_stream.h) reading an fp16 dy;
- * tt_mean_hw_grad_positions_f32 (tt_stream.h) writing an fp16 dx. */
-void tt_bias_grad_hy_f32(int32_t rows, int32_t channels, const uint16_t *dy, float *db);
-void tt_bias_grad_acc_hy_f32(int32_t rows, int32_t channels, const uint16_t *dy, float *db);
-void tt_mean_hw_grad_positions_f32_hy(int32_t positions, int32_t count, int32_t c, const float *dy, uint16_t *dx);
-/* tt_clamp_f32 (ops/tt_relu.c: relu, relu6) writing an fp16 y; y may start where x does (it writes behind what it
- * reads). */
-void tt_clamp_f32_hy(int32_t n, float lo, float hi, const float *x, uint16_t *y);
 
 /* The loss-scale policy (train.loss_scale; GradScaler's). */
 typedef struct {

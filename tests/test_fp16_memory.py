@@ -99,7 +99,8 @@ def test_batch_accumulation_keeps_one_check():
 
 
 def test_frozen_prefix_is_not_rounded():
-    """Ops before the first trained layer keep fp32 results (only what the backward reads is stored as fp16)."""
+    """Ops before the first trained layer get no rounding op: fp32 results, or fp16 ones their kernels write
+    themselves (fp16_mixed.prefix_results); what the backward reads is stored as fp16."""
     tg = _train_graph("dwsep_float", lambda g: TrainPlan.last_k(g, 1))
     trained = set(tg.meta["train"]["trained"])
     n_fwd = tg.meta["train"]["phases"]["forward"]

@@ -5,7 +5,8 @@ reads fp16 is a 2-byte tensor with no fp32 copy, and the arithmetic is unchanged
 The model is MobileNetV2's tail in small: conv A (3x3, relu6) -> conv B (1x1, relu6; only its bias trains) ->
 global mean -> FC. B's output (forward: conv2d writes fp16, clamp_mask and mean read it) and the mean's broadcast
 gradient and its masked form (backward: mean_grad and mask_grad write fp16, mask_grad, bias_grad and
-conv2d_grad_input read it) are the fused tensors; the reference is the same graph with the fusion off (fp32 slots
+conv2d_grad_input read it; B's input gradient, written as fp16 and read by A's mask_grad and weight gradient)
+are the fused tensors; the reference is the same graph with the fusion off (fp32 slots
 rounded in place by round_f16), which the golden model must match bit for bit, and the C kernels must match the
 golden model's values bit for bit."""
 
@@ -99,7 +100,7 @@ def test_fused_results_are_two_bytes_in_the_plan_and_train_with_the_same_bits(tm
     written = _written(g16)
     assert not _written(ref)
     kinds = sorted(set(written.values()))
-    assert kinds == ["conv2d", "mask_grad", "mean_grad"], kinds
+    assert kinds == ["conv2d", "conv2d_grad_input", "mask_grad", "mean_grad"], kinds
     assert g16.meta["train"]["loss_scale"]["fp16_written"] == len([o for o in written if not o.startswith("chk/")])
     # no rounding op follows them: the kernel rounds on store
     readers = {t for op in g16.ops if op.type == "round_f16" for t in op.inputs}
@@ -108,7 +109,7 @@ def test_fused_results_are_two_bytes_in_the_plan_and_train_with_the_same_bits(tm
     _, p16, _, _ = plan_schedules(g16, True)
     _, p32, _, _ = plan_schedules(ref, True)
     size = {t: bf.size for bf in p16.buffers for t in (bf.tensors or [bf.name])}
-    conv_out = next(o for o, k in written.items() if k == "conv2d")
+    conv_out = next(o for o, k in written.items() if k == "conv2d" and g16.tensors[o].shape[-1] == C_B)
     assert g16.tensors[conv_out].nbytes == H * H * C_B * 2 and size[conv_out] <= H * H * C_B * 2 + 16
     assert p16.arena < p32.arena
     # without the rounding ops between them, mean_grad -> mask_grad -> bias / 1x1 input gradient run one position
@@ -146,6 +147,7 @@ def test_the_estimate_counts_the_fused_results_as_fp16(tmp_path):
 def _lib(tmp: Path) -> ctypes.CDLL:
     out = tmp / "libf16w.so"
     srcs = [KDIR / "tt_f16.c", KDIR / "tt_mask.c", KDIR / "ops" / "tt_mask_grad.c", KDIR / "ops" / "tt_mean.c",
+            KDIR / "ops" / "tt_bias_grad.c", KDIR / "ops" / "tt_relu.c",
             KDIR / "ops" / "tt_conv2d.c"]
     subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O1", "-ffp-contract=off", "-shared", "-fPIC",
                     f"-I{KDIR}", f"-I{ops_header.include_dir()}", *map(str, srcs), "-o", str(out)], check=True)
@@ -175,10 +177,15 @@ def test_fp16_writing_kernels_give_the_golden_bits(tmp_path):
         ins = [np.ascontiguousarray(v[t]) if t is not None else None for t in op.inputs]   # C order (ctypes)
         want = v[op.outputs[0]] if op.outputs else None
         if op.type == "conv2d" and g16.tensors[op.outputs[0]].dtype == "float16":
-            xin, wt, bias = (np.ascontiguousarray(a, np.float32) for a in ins)
+            wt, bias = (np.ascontiguousarray(a, np.float32) for a in ins[1:])
             got = np.zeros(want.shape, np.uint16)
-            lib.tt_conv2d_f32_split_hy(_dims(1, H, H, C_A, H, H, C_B, 1, 1, 1, 1, 1, 1, 0, 0, 1), f(0.0), f(6.0),
-                                       _p(xin), _p(wt), _p(wt), 0, _p(bias), _p(got))
+            if ins[0].dtype == np.float16:   # B reads A's fp16 output
+                lib.tt_conv2d_hx_hy_split(_dims(1, H, H, C_A, H, H, C_B, 1, 1, 1, 1, 1, 1, 0, 0, 1), f(0.0), f(6.0),
+                                          _p(ins[0]), _p(wt), _p(wt), 0, _p(bias), _p(got))
+            else:   # A reads the fp32 model input
+                lib.tt_conv2d_f32_split_hy(_dims(1, H, H, 3, H, H, C_A, 3, 3, 1, 1, 1, 1, 1, 1, 1), f(0.0), f(6.0),
+                                           _p(np.ascontiguousarray(ins[0], np.float32)), _p(wt), _p(wt), 0, _p(bias),
+                                           _p(got))
         elif op.type == "clamp_mask" and ins[0].dtype == np.float16:
             got = np.zeros(want.shape, np.uint8)
             lib.tt_clamp_mask_hy(ins[0].size, f(op.attrs["lo"]), f(op.attrs["hi"]), _p(ins[0]), _p(got))
@@ -193,12 +200,17 @@ def test_fp16_writing_kernels_give_the_golden_bits(tmp_path):
             lib.tt_mask_grad_f16(ins[0].size, 0, _p(ins[1]), None, _p(ins[0]), None, _p(got))
         elif op.type == "bias_grad" and ins[0].dtype == np.float16:
             got = np.zeros(want.shape, np.float32)
-            lib.tt_bias_grad_hy_f32(ins[0].size // C_B, C_B, _p(ins[0]), _p(got))
+            lib.tt_bias_grad_hy_f32(ins[0].size // want.size, want.size, _p(ins[0]), _p(got))
         elif op.type == "conv2d_grad_input" and ins[0].dtype == np.float16:
-            got = np.zeros(want.shape, np.float32)
             wt = np.ascontiguousarray(ins[1], np.float32)
-            lib.tt_conv2d_grad_input_hdy_f32_split(_dims(1, H, H, C_A, H, H, C_B, 1, 1, 1, 1, 1, 1, 0, 0, 1),
-                                                   _p(ins[0]), _p(wt), _p(wt), 0, _p(got))
+            if want.dtype == np.float16:   # B's input gradient, read by A's fp16 mask_grad: written as fp16
+                got = np.zeros(want.shape, np.uint16)
+                lib.tt_conv2d_grad_input_hdy_split_hdx(_dims(1, H, H, C_A, H, H, C_B, 1, 1, 1, 1, 1, 1, 0, 0, 1),
+                                                       _p(ins[0]), _p(wt), _p(wt), 0, _p(got))
+            else:
+                got = np.zeros(want.shape, np.float32)
+                lib.tt_conv2d_grad_input_hdy_f32_split(_dims(1, H, H, C_A, H, H, C_B, 1, 1, 1, 1, 1, 1, 0, 0, 1),
+                                                       _p(ins[0]), _p(wt), _p(wt), 0, _p(got))
         else:
             continue
         seen.add(op.type)
@@ -224,7 +236,8 @@ def test_host_build_of_the_fused_graph_has_the_golden_bits(tmp_path):
     res, losses, weights, _ = _host_run(g16, x, y, tmp_path, cfg)
     src = (tmp_path / "prog" / "tt_model.c").read_text()
     for fn in ("tt_conv2d_f32_split_hy", "tt_clamp_mask_hy", "tt_mean_hw_hx_f32", "tt_mean_hw_grad_positions_f32_hy",
-               "tt_mask_grad_f16", "tt_bias_grad_acc_hy_f32", "tt_conv2d_grad_input_hdy_f32_split"):
+               "tt_mask_grad_f16", "tt_bias_grad_acc_hy_f32", "tt_conv2d_grad_input_hdy_split_hdx",
+               "tt_conv2d_grad_weight_hdy_f32_range", "tt_conv2d_hx_hy_split"):
         assert f"{fn}(" in src, fn
     state, scales, skipped, means = _golden(g16, x, y, cfg, 1)
     assert losses.tobytes() == np.array(means, np.float32).tobytes()

@@ -4,6 +4,7 @@
  * (grad_ops.unbroadcast / sub_grad / mul_grad). Shapes travel as tt_broadcast: the output's rank-4 shape and each
  * operand's element strides (0 along an axis the operand is broadcast over), computed by codegen. */
 #include "tt_broadcast.h"
+#include "tt_f16.h"
 
 #ifdef TT_INTERFACE
 /* Element-wise, equal shapes (n elements). */
@@ -19,6 +20,12 @@ void tt_add_f32(int32_t n, float act_min, float act_max, const float *a, const f
  * dy[i] over bc's output positions (a_stride: dx's strides, 0 on the broadcast axes); dx has dx_size elements.
  * When dx has dy's size it is a (signed) copy and dx may be dy; otherwise dx is zeroed first. */
 void tt_unbroadcast_f32(const tt_broadcast *bc, float sign, const float *dy, float *dx, int32_t dx_size);
+/* fp16-mixed (issue 13): tt_add_f32 with each operand and the result fp32 or fp16 (the f32 / f16 pointer pair of
+ * each, the other 0): operands widened where they are read, the result rounded once as it is stored (the bits of
+ * tt_add_f32 between tt_cast_f16_f32 and tt_round_f16). Equal shapes; y may start where a or b does (it writes
+ * behind what it reads). */
+void tt_add_f16(int32_t n, float act_min, float act_max, const float *af, const uint16_t *ah, const float *bf,
+                const uint16_t *bh, float *yf, uint16_t *yh);
 #endif /* TT_INTERFACE */
 
 /* add.cc / reference_integer_ops::AddElementwise (8-bit general path), as executor._add. */
@@ -70,4 +77,24 @@ void tt_add_f32_broadcast(const tt_broadcast *bc, float act_min, float act_max, 
 void tt_unbroadcast_f32(const tt_broadcast *bc, float sign, const float *dy, float *dx, int32_t dx_size)
 {
     tt_reduce_to_operand_f32(bc, sign, dy, 0, dx, dx_size);
+}
+
+void tt_add_f16(int32_t n, float act_min, float act_max, const float *af, const uint16_t *ah, const float *bf,
+                const uint16_t *bh, float *yf, uint16_t *yh)
+{
+    int32_t i;
+    for (i = 0; i < n; ++i) {
+        float v = (ah != 0 ? tt_f16_read(ah[i]) : af[i]) + (bh != 0 ? tt_f16_read(bh[i]) : bf[i]);
+        if (v < act_min) {
+            v = act_min;
+        }
+        if (v > act_max) {
+            v = act_max;
+        }
+        if (yh != 0) {
+            yh[i] = tt_f16_narrow(v);
+        } else {
+            yf[i] = v;
+        }
+    }
 }

@@ -87,6 +87,24 @@ void tt_conv2d_f32_split_hy(const tt_conv_dims *d, float act_min, float act_max,
  * tt_cast_f16_f32 followed by it, without the fp32 copy of dy (w_slice w, n 0: the whole weight). */
 void tt_conv2d_grad_input_hdy_f32_split(const tt_conv_dims *d, const uint16_t *dy, const float *w,
                                         const float *w_slice, int32_t n, float *dx);
+/* tt_conv2d_grad_input_f32_split (dy fp32) / tt_conv2d_grad_input_hdy_f32_split (dy fp16) writing an fp16 dx, each
+ * element's sum rounded once on store: the bits of the fp32-dx kernel followed by tt_round_f16, with no fp32 dx. */
+void tt_conv2d_grad_input_f32_split_hdx(const tt_conv_dims *d, const float *dy, const float *w, const float *w_slice,
+                                        int32_t n, uint16_t *dx);
+void tt_conv2d_grad_input_hdy_split_hdx(const tt_conv_dims *d, const uint16_t *dy, const float *w,
+                                        const float *w_slice, int32_t n, uint16_t *dx);
+/* tt_conv2d_grad_weight_f32_range / _hx_f32_range reading an fp16 dy (fp16-mixed: a gradient its kernel wrote as
+ * fp16), widened where it is used: the same sums in the same order. */
+void tt_conv2d_grad_weight_hdy_f32_range(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const uint16_t *dy,
+                                         const float *x, float *dw);
+void tt_conv2d_grad_weight_hdy_hx_f32_range(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1,
+                                            const uint16_t *dy, const uint16_t *x, float *dw);
+/* tt_conv2d_f32_split reading an fp16 x (widened where it is used: exact), writing y in fp32 or (_hy) in fp16,
+ * rounded once on store: the bits of tt_cast_f16_f32 + tt_conv2d_f32_split (+ tt_round_f16) with no fp32 x. */
+void tt_conv2d_hx_f32_split(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x, const float *w,
+                            const float *w_slice, int32_t n, const float *bias, float *y);
+void tt_conv2d_hx_hy_split(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x, const float *w,
+                           const float *w_slice, int32_t n, const float *bias, uint16_t *y);
 #endif /* TT_INTERFACE */
 
 /* One block of up to four output channels: weight rows (the split kernel's slice rows for input channels [0, n)),
@@ -1748,4 +1766,232 @@ void tt_conv2d_grad_input_hdy_f32_split(const tt_conv_dims *d, const uint16_t *d
                                         const float *w_slice, int32_t n, float *dx)
 {
     tt_gi_walk(d, 0, dy, w, w_slice, n, 0, 0, dx, 0);
+}
+
+/* ---- fp16-mixed: input gradients written as fp16, weight gradients of an fp16 dy (issue 13) -----------------
+ * The input gradient's sums of tt_gi_walk (float weight) for a block of at most TT_GI_HDX input channels of one
+ * input pixel at a time, kept in fp32 until every tap has been added and then rounded once as they are stored:
+ * dx[p, ic] = 0, then per tap in (filter y, filter x) order += s with s = sum over o, in order, of
+ * dy[p', o] * w[o, tap, ic] (dy fp32, or fp16 widened once per tap into blocks of TT_GI_HDY floats). Each
+ * element's operations are tt_gi_walk's; only which elements share a pass differs, which changes no bits. */
+#define TT_GI_HDX 32
+#define TT_GI_HDY 64
+
+TT_GI_INLINE void tt_gi_walk_hdx(const tt_conv_dims *d, const float *dy, const uint16_t *dyh, const float *w,
+                                 const float *w_slice, int32_t n, uint16_t *dx)
+{
+    float acc[TT_GI_HDX], s[TT_GI_HDX], gw[TT_GI_HDY];
+    int32_t b, iy, ix, ic, c0, c1, ky, kx, o, o0, o1;
+    const int32_t taps = d->k_h * d->k_w;
+    for (b = 0; b < d->batches; ++b) {
+        for (iy = 0; iy < d->in_h; ++iy) {
+            for (ix = 0; ix < d->in_w; ++ix) {
+                uint16_t *dxp = dx + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
+                for (c0 = 0; c0 < d->in_c; c0 = c1) {
+                    c1 = d->in_c - c0 > TT_GI_HDX ? c0 + TT_GI_HDX : d->in_c;
+                    for (ic = c0; ic < c1; ++ic) {
+                        acc[ic - c0] = 0.0f;
+                    }
+                    for (ky = 0; ky < d->k_h; ++ky) {
+                        const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
+                        if (oy < 0) {
+                            continue;
+                        }
+                        for (kx = 0; kx < d->k_w; ++kx) {
+                            const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
+                            const int32_t tap = ky * d->k_w + kx;
+                            const int32_t at_dy = ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
+                            if (ox < 0) {
+                                continue;
+                            }
+                            for (ic = c0; ic < c1; ++ic) {
+                                s[ic - c0] = 0.0f;
+                            }
+                            for (o0 = 0; o0 < d->out_c; o0 = o1) {
+                                const float *g;
+                                o1 = d->out_c - o0 > TT_GI_HDY ? o0 + TT_GI_HDY : d->out_c;
+                                if (dyh != 0) {
+                                    for (o = o0; o < o1; ++o) {
+                                        gw[o - o0] = tt_f16_read(dyh[at_dy + o]);
+                                    }
+                                    g = gw;
+                                } else {
+                                    g = dy + at_dy + o0;
+                                }
+                                for (ic = c0; ic < c1; ++ic) {
+                                    /* channels [0, n) live in the trained slice, the rest in the whole weight */
+                                    const int32_t in_slice = ic < n;
+                                    const int32_t stride = taps * (in_slice ? n : d->in_c);
+                                    const float *wp = (in_slice ? w_slice + tap * n + ic : w + tap * d->in_c + ic) +
+                                                      o0 * stride;
+                                    float t = s[ic - c0];
+                                    for (o = 0; o < o1 - o0; ++o, wp += stride) {
+                                        t += g[o] * *wp;
+                                    }
+                                    s[ic - c0] = t;
+                                }
+                            }
+                            for (ic = c0; ic < c1; ++ic) {
+                                acc[ic - c0] += s[ic - c0];
+                            }
+                        }
+                    }
+                    for (ic = c0; ic < c1; ++ic) {
+                        dxp[ic] = tt_f16_narrow(acc[ic - c0]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+void tt_conv2d_grad_input_f32_split_hdx(const tt_conv_dims *d, const float *dy, const float *w, const float *w_slice,
+                                        int32_t n, uint16_t *dx)
+{
+    tt_gi_walk_hdx(d, dy, 0, w, w_slice, n, dx);
+}
+
+void tt_conv2d_grad_input_hdy_split_hdx(const tt_conv_dims *d, const uint16_t *dy, const float *w,
+                                        const float *w_slice, int32_t n, uint16_t *dx)
+{
+    tt_gi_walk_hdx(d, 0, dy, w, w_slice, n, dx);
+}
+
+/* The weight gradient of output channels [o0, o1) with dy fp16: dw[o, tap, c] = 0, += dy[p, o] * x[p', c] over the
+ * tap's pixels in order (tt_tap_walk), dy widened once per pixel where it is read; x fp32 (xf) or fp16 (xh). The
+ * 1x1 stride-1 fast path of tt_conv2d_grad_weight_impl adds the same products in the same pixel order (a float x
+ * skips no pixel), so this gives its bits too. */
+TT_GI_INLINE void tt_gw_hdy_walk(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const uint16_t *dy,
+                                 const float *xf, const uint16_t *xh, float *dw)
+{
+    int32_t o, ky, kx, c;
+    for (o = o0; o < o1; ++o) {
+        for (ky = 0; ky < d->k_h; ++ky) {
+            for (kx = 0; kx < d->k_w; ++kx) {
+                float *dwp = dw + (((o - o0) * d->k_h + ky) * d->k_w + kx) * k;
+                tt_tap_walk tw;
+                for (c = 0; c < k; ++c) {
+                    dwp[c] = 0.0f;
+                }
+                tt_tap_walk_init(d, ky, kx, &tw);
+                while (tt_tap_walk_next(&tw)) {
+                    const uint16_t *g = dy + tw.dy_px * d->out_c + o;
+                    const int32_t xs = tw.x_step * d->in_c;
+                    int32_t i, at = tw.x_px * d->in_c;
+                    for (i = 0; i < tw.n; ++i, g += d->out_c, at += xs) {
+                        tt_gw_row(dwp, k, tt_f16_read(*g), xf, 0, xh, at, 1.0f, 0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+void tt_conv2d_grad_weight_hdy_f32_range(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const uint16_t *dy,
+                                         const float *x, float *dw)
+{
+    tt_gw_hdy_walk(d, k, o0, o1, dy, x, 0, dw);
+}
+
+void tt_conv2d_grad_weight_hdy_hx_f32_range(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1,
+                                            const uint16_t *dy, const uint16_t *x, float *dw)
+{
+    tt_gw_hdy_walk(d, k, o0, o1, dy, 0, x, dw);
+}
+
+/* tt_conv_f32_walk with x fp16: acc = 0, += x * w over the in-image taps in (filter y, filter x, input channel)
+ * order (the trained slice's channels [0, n) first), + bias, the clamp; stored in fp32 (yf) or rounded once in
+ * fp16 (yh). The output pixel's in-image inputs are widened once into xw (TT_HX_FIELD floats on the stack) and
+ * every output channel reads them there (a larger field widens per product): the same products in the same order. */
+#define TT_HX_FIELD 256
+
+TT_CONV_INLINE void tt_conv_hx_walk(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x,
+                                    const float *w, const float *w_slice, int32_t n, const float *bias, float *yf,
+                                    uint16_t *yh)
+{
+    float xw[TT_HX_FIELD];
+    int32_t b, oy, ox, oc, ky, kx, ic;
+    const int32_t field = d->k_h * d->k_w * d->in_c <= TT_HX_FIELD;
+    for (b = 0; b < d->batches; ++b) {
+        for (oy = 0; oy < d->out_h; ++oy) {
+            const int32_t iy0 = oy * d->stride_h - d->pad_top;
+            for (ox = 0; ox < d->out_w; ++ox) {
+                const int32_t ix0 = ox * d->stride_w - d->pad_left;
+                const int32_t yp = ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
+                for (ky = 0; ky < d->k_h && field; ++ky) {
+                    /* the in-image taps' inputs, tap after tap, each tap's in_c channels */
+                    const int32_t iy = iy0 + ky * d->dilation_h;
+                    for (kx = 0; kx < d->k_w; ++kx) {
+                        const int32_t ix = ix0 + kx * d->dilation_w;
+                        float *xt = xw + (ky * d->k_w + kx) * d->in_c;
+                        const uint16_t *xp;
+                        if (iy < 0 || iy >= d->in_h || ix < 0 || ix >= d->in_w) {
+                            continue;
+                        }
+                        xp = x + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
+                        for (ic = 0; ic < d->in_c; ++ic) {
+                            xt[ic] = tt_f16_read(xp[ic]);
+                        }
+                    }
+                }
+                for (oc = 0; oc < d->out_c; ++oc) {
+                    float acc = 0.0f;
+                    for (ky = 0; ky < d->k_h; ++ky) {
+                        const int32_t iy = iy0 + ky * d->dilation_h;
+                        if (iy < 0 || iy >= d->in_h) {
+                            continue;
+                        }
+                        for (kx = 0; kx < d->k_w; ++kx) {
+                            const int32_t ix = ix0 + kx * d->dilation_w;
+                            const float *wp;
+                            if (ix < 0 || ix >= d->in_w) {
+                                continue;
+                            }
+                            wp = w_slice + ((oc * d->k_h + ky) * d->k_w + kx) * n;
+                            if (field) {
+                                const float *xt = xw + (ky * d->k_w + kx) * d->in_c;
+                                for (ic = 0; ic < n; ++ic) {
+                                    acc += xt[ic] * wp[ic];
+                                }
+                                wp = w + ((oc * d->k_h + ky) * d->k_w + kx) * d->in_c;
+                                for (ic = n; ic < d->in_c; ++ic) {
+                                    acc += xt[ic] * wp[ic];
+                                }
+                            } else {
+                                const uint16_t *xp = x + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
+                                for (ic = 0; ic < n; ++ic) {
+                                    acc += tt_f16_read(xp[ic]) * wp[ic];
+                                }
+                                wp = w + ((oc * d->k_h + ky) * d->k_w + kx) * d->in_c;
+                                for (ic = n; ic < d->in_c; ++ic) {
+                                    acc += tt_f16_read(xp[ic]) * wp[ic];
+                                }
+                            }
+                        }
+                    }
+                    if (bias != 0) {
+                        acc += bias[oc];
+                    }
+                    acc = tt_act_clamp(acc, act_min, act_max);
+                    if (yh != 0) {
+                        yh[yp + oc] = tt_f16_narrow(acc);
+                    } else {
+                        yf[yp + oc] = acc;
+                    }
+                }
+            }
+        }
+    }
+}
+
+void tt_conv2d_hx_f32_split(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x, const float *w,
+                            const float *w_slice, int32_t n, const float *bias, float *y)
+{
+    tt_conv_hx_walk(d, act_min, act_max, x, w, w_slice, n, bias, y, 0);
+}
+
+void tt_conv2d_hx_hy_split(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x, const float *w,
+                           const float *w_slice, int32_t n, const float *bias, uint16_t *y)
+{
+    tt_conv_hx_walk(d, act_min, act_max, x, w, w_slice, n, bias, 0, y);
 }

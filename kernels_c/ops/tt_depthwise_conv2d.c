@@ -61,6 +61,20 @@ void tt_depthwise_channel_s8(const tt_conv_dims *d, const tt_requant_s8 *q, cons
                              int32_t bias, int32_t c, int8_t *out, int32_t out_stride);
 void tt_depthwise_conv2d_f32_inplace(const tt_conv_dims *d, float act_min, float act_max, float *xy,
                                      const float *w, const float *bias, float *scratch);
+/* fp16-mixed (issue 13): the float forward reading an fp16 x (widened where it is used: exact) and writing an fp16 y
+ * (each result rounded once on store), the bits of tt_cast_f16_f32 + tt_depthwise_conv2d_f32 + tt_round_f16 with
+ * neither fp32 tensor made; in place (y over x, depth multiplier 1) through one channel of fp16 scratch
+ * (out_h*out_w elements), as tt_depthwise_conv2d_f32_inplace. */
+void tt_depthwise_conv2d_hx_hy(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x,
+                               const float *w, const float *bias, uint16_t *y);
+void tt_depthwise_conv2d_hx_hy_inplace(const tt_conv_dims *d, float act_min, float act_max, uint16_t *xy,
+                                       const float *w, const float *bias, uint16_t *scratch);
+/* The float input gradient reading an fp16 dy and writing an fp16 dx (rounded once on store): the bits of
+ * tt_cast_f16_f32 + tt_depthwise_conv2d_grad_input_f32 + tt_round_f16; in place (dx over dy, depth multiplier 1)
+ * through one channel of fp16 scratch (in_h*in_w elements), as tt_depthwise_conv2d_grad_input_f32_inplace. */
+void tt_depthwise_conv2d_grad_input_hdy_hdx(const tt_conv_dims *d, const uint16_t *dy, const float *w, uint16_t *dx);
+void tt_depthwise_conv2d_grad_input_hdy_hdx_inplace(const tt_conv_dims *d, uint16_t *dydx, const float *w,
+                                                    uint16_t *scratch);
 #endif /* TT_INTERFACE */
 
 static inline int32_t tt_requant_one(const tt_requant_s8 *q, int32_t acc, int32_t oc)
@@ -1129,4 +1143,129 @@ void tt_depthwise_conv2d_grad_weight_hx_f32(const tt_conv_dims *d, int32_t k, co
                                             float *dw)
 {
     tt_dw_gw_walk(d, k, 0, d->k_h * d->k_w, dy, 0, x, dw);
+}
+
+/* ---- fp16-mixed: fp16 in, fp16 out (issue 13) ----------------------------------------------------------------
+ * Each element's float32 operations are those of the fp32 kernels above (tt_dw_generic's forward sum; the input
+ * gradient's s = 0, += dy * w over the taps that reach an output in (filter y, filter x) order, total = 0 + s, then
+ * + s of each later multiplier in m order), the fp16 operands widened where they are read and each result rounded
+ * once as it is stored. Written per element with tt_tap_window / tt_src_out (the walk the fp32 kernels speed up):
+ * which elements share a pass changes no bits. */
+
+/* Outputs of input channels [c0, c1) of one batch: out[(pixel) * ys + oc - c0 * M]. */
+static void tt_dw_hx_hy_batch(const tt_conv_dims *d, int32_t c0, int32_t c1, float act_min, float act_max,
+                              const uint16_t *x, const float *w, const float *bias, uint16_t *y, int32_t ys)
+{
+    int32_t oy, ox, ic, m, ky, kx;
+    const int32_t mult = d->depth_multiplier;
+    for (oy = 0; oy < d->out_h; ++oy) {
+        const int32_t iy0 = oy * d->stride_h - d->pad_top;
+        for (ox = 0; ox < d->out_w; ++ox) {
+            const int32_t ix0 = ox * d->stride_w - d->pad_left, yp = (oy * d->out_w + ox) * ys - c0 * mult;
+            int32_t k4[4];
+            tt_tap_window(d, iy0, ix0, k4);
+            for (ic = c0; ic < c1; ++ic) {
+                for (m = 0; m < mult; ++m) {
+                    const int32_t oc = ic * mult + m;
+                    float facc = 0.0f;
+                    for (ky = k4[0]; ky < k4[1]; ++ky) {
+                        for (kx = k4[2]; kx < k4[3]; ++kx) {
+                            const int32_t xi = ((iy0 + ky * d->dilation_h) * d->in_w + ix0 + kx * d->dilation_w) *
+                                               d->in_c + ic;
+                            facc += tt_f16_read(x[xi]) * w[(ky * d->k_w + kx) * d->out_c + oc];
+                        }
+                    }
+                    y[yp + oc] = tt_f16_narrow(tt_act_clamp(bias != 0 ? facc + bias[oc] : facc, act_min, act_max));
+                }
+            }
+        }
+    }
+}
+
+void tt_depthwise_conv2d_hx_hy(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x,
+                               const float *w, const float *bias, uint16_t *y)
+{
+    int32_t b;
+    for (b = 0; b < d->batches; ++b) {
+        tt_dw_hx_hy_batch(d, 0, d->in_c, act_min, act_max, x + b * d->in_h * d->in_w * d->in_c, w, bias,
+                          y + b * d->out_h * d->out_w * d->out_c, d->out_c);
+    }
+}
+
+void tt_depthwise_conv2d_hx_hy_inplace(const tt_conv_dims *d, float act_min, float act_max, uint16_t *xy,
+                                       const float *w, const float *bias, uint16_t *scratch)
+{
+    int32_t b, c, p;
+    const int32_t C = d->in_c, n_out = d->out_h * d->out_w;
+    for (b = 0; b < d->batches; ++b) {
+        const uint16_t *x = xy + b * d->in_h * d->in_w * C;
+        uint16_t *y = xy + b * n_out * C;
+        for (c = 0; c < C; ++c) {
+            tt_dw_hx_hy_batch(d, c, c + 1, act_min, act_max, x, w, bias, scratch, 1);
+            for (p = 0; p < n_out; ++p) {
+                y[p * C + c] = scratch[p];
+            }
+        }
+    }
+}
+
+/* Input channel ic of one batch: dx element (iy, ix) to out[(iy * in_w + ix) * os]. */
+static void tt_dw_gi_hdy_hdx_channel(const tt_conv_dims *d, const uint16_t *dy, const float *w, int32_t ic,
+                                     uint16_t *out, int32_t os)
+{
+    int32_t iy, ix, m, ky, kx;
+    const int32_t M = d->depth_multiplier, OC = d->out_c;
+    for (iy = 0; iy < d->in_h; ++iy) {
+        for (ix = 0; ix < d->in_w; ++ix) {
+            float total = 0.0f;
+            for (m = 0; m < M; ++m) {
+                const int32_t oc = ic * M + m;
+                float s = 0.0f;
+                for (ky = 0; ky < d->k_h; ++ky) {
+                    const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
+                    if (oy < 0) {
+                        continue;
+                    }
+                    for (kx = 0; kx < d->k_w; ++kx) {
+                        const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
+                        if (ox >= 0) {
+                            s += tt_f16_read(dy[(oy * d->out_w + ox) * OC + oc]) * w[(ky * d->k_w + kx) * OC + oc];
+                        }
+                    }
+                }
+                total = (m > 0 ? total : 0.0f) + s;
+            }
+            out[(iy * d->in_w + ix) * os] = tt_f16_narrow(total);
+        }
+    }
+}
+
+void tt_depthwise_conv2d_grad_input_hdy_hdx(const tt_conv_dims *d, const uint16_t *dy, const float *w, uint16_t *dx)
+{
+    int32_t b, ic;
+    for (b = 0; b < d->batches; ++b) {
+        for (ic = 0; ic < d->in_c; ++ic) {
+            tt_dw_gi_hdy_hdx_channel(d, dy + b * d->out_h * d->out_w * d->out_c, w, ic,
+                                     dx + b * d->in_h * d->in_w * d->in_c + ic, d->in_c);
+        }
+    }
+}
+
+/* Batch order and channel-by-channel copy of tt_dw_grad_input_inplace (its comment says why it is safe). */
+void tt_depthwise_conv2d_grad_input_hdy_hdx_inplace(const tt_conv_dims *d, uint16_t *dydx, const float *w,
+                                                    uint16_t *scratch)
+{
+    int32_t i, c, p;
+    const int32_t C = d->in_c, n_in = d->in_h * d->in_w, n_out = d->out_h * d->out_w;
+    const int32_t backwards = n_in > n_out;
+    for (i = 0; i < d->batches; ++i) {
+        const int32_t b = backwards ? d->batches - 1 - i : i;
+        uint16_t *dxb = dydx + b * n_in * C;
+        for (c = 0; c < C; ++c) {
+            tt_dw_gi_hdy_hdx_channel(d, dydx + b * n_out * C, w, c, scratch, 1);
+            for (p = 0; p < n_in; ++p) {
+                dxb[p * C + c] = scratch[p];
+            }
+        }
+    }
 }

@@ -31,6 +31,15 @@ void tt_fully_connected_grad_weight_f32_range(int32_t rows, int32_t depth, int32
 /* The same reading an fp16 x (fp16-mixed's saved activation itself: no fp32 copy of it is made). */
 void tt_fully_connected_grad_weight_hx_f32_range(int32_t rows, int32_t depth, int32_t out_c, int32_t k, int32_t o0,
                                                  int32_t o1, const float *dy, const uint16_t *x, float *dw);
+/* fp16-mixed (issue 13): the input gradient with dy and / or dx fp16 (the f32 / f16 pointer pair of each, the other
+ * 0): dy widened where it is read, dx rounded once as it is stored; the bits of tt_fully_connected_grad_input_f32
+ * between tt_cast_f16_f32 and tt_round_f16. The weight gradient reading an fp16 dy (x fp32 or fp16, the other 0):
+ * tt_fully_connected_grad_weight_f32_range's sums. */
+void tt_fully_connected_grad_input_f16(int32_t rows, int32_t depth, int32_t out_c, const float *dyf,
+                                       const uint16_t *dyh, const float *w, float *dxf, uint16_t *dxh);
+void tt_fully_connected_grad_weight_hdy_range(int32_t rows, int32_t depth, int32_t out_c, int32_t k, int32_t o0,
+                                              int32_t o1, const uint16_t *dy, const float *xf, const uint16_t *xh,
+                                              float *dw);
 #endif /* TT_INTERFACE */
 
 void tt_fully_connected_s8(int32_t rows, int32_t depth, int32_t out_c, const tt_requant_s8 *q, const int8_t *x,
@@ -151,4 +160,59 @@ void tt_fully_connected_grad_weight_hx_f32_range(int32_t rows, int32_t depth, in
                                                  int32_t o1, const float *dy, const uint16_t *x, float *dw)
 {
     tt_fc_grad_weight_impl(rows, depth, out_c, k, o0, o1, dy, 0, x, dw);
+}
+
+/* ---- fp16-mixed (issue 13) -------------------------------------------------------------------------------- */
+
+void tt_fully_connected_grad_input_f16(int32_t rows, int32_t depth, int32_t out_c, const float *dyf,
+                                       const uint16_t *dyh, const float *w, float *dxf, uint16_t *dxh)
+{
+    int32_t r, d, o;
+    for (r = 0; r < rows; ++r) {
+        for (d = 0; d < depth; ++d) {
+            float s = 0.0f;
+            if (dyh != 0) {
+                for (o = 0; o < out_c; ++o) {
+                    s += tt_f16_read(dyh[r * out_c + o]) * w[o * depth + d];
+                }
+            } else {
+                for (o = 0; o < out_c; ++o) {
+                    s += dyf[r * out_c + o] * w[o * depth + d];
+                }
+            }
+            if (dxh != 0) {
+                dxh[r * depth + d] = tt_f16_narrow(s);
+            } else {
+                dxf[r * depth + d] = s;
+            }
+        }
+    }
+}
+
+/* tt_fc_grad_weight_impl's order: each element ((0 + p_0) + p_1) + ... in r order, dy[r, o] widened once per row. */
+void tt_fully_connected_grad_weight_hdy_range(int32_t rows, int32_t depth, int32_t out_c, int32_t k, int32_t o0,
+                                              int32_t o1, const uint16_t *dy, const float *xf, const uint16_t *xh,
+                                              float *dw)
+{
+    int32_t r, d, o;
+    for (o = o0; o < o1; ++o) {
+        float *row = dw + (o - o0) * k;
+        for (d = 0; d < k; ++d) {
+            row[d] = 0.0f;
+        }
+        for (r = 0; r < rows; ++r) {
+            const float a = tt_f16_read(dy[r * out_c + o]);
+            if (xh != 0) {
+                const uint16_t *xr = xh + r * depth;
+                for (d = 0; d < k; ++d) {
+                    row[d] += a * tt_f16_read(xr[d]);
+                }
+            } else {
+                const float *xr = xf + r * depth;
+                for (d = 0; d < k; ++d) {
+                    row[d] += a * xr[d];
+                }
+            }
+        }
+    }
 }

@@ -21,6 +21,8 @@ void tt_mean_hw_grad_f32(int32_t batches, int32_t h, int32_t w, int32_t c, const
  * tt_round_f16, with no fp32 copy of the H*W-sized tensor. */
 void tt_mean_hw_hx_f32(int32_t batches, int32_t h, int32_t w, int32_t c, const uint16_t *x, float *y);
 void tt_mean_hw_grad_f32_hy(int32_t batches, int32_t h, int32_t w, int32_t c, const float *dy, uint16_t *dx);
+/* The positions stream's tt_mean_hw_grad_positions_f32 (tt_stream.h) writing an fp16 dx, rounded once on store. */
+void tt_mean_hw_grad_positions_f32_hy(int32_t positions, int32_t count, int32_t c, const float *dy, uint16_t *dx);
 #endif /* TT_INTERFACE */
 
 /* reference_ops::QuantizedMeanOrSum (executor._quantized_mean): sum in int32, minus z_in * count, then the
@@ -109,4 +111,14 @@ void tt_mean_hw_grad_f32_hy(int32_t batches, int32_t h, int32_t w, int32_t c, co
     return;
 #endif
     tt_mean_hw_grad_any(batches, h, w, c, dy, 0, dx);
+}
+
+void tt_mean_hw_grad_positions_f32_hy(int32_t positions, int32_t count, int32_t c, const float *dy, uint16_t *dx)
+{
+    int32_t i, ch;
+    for (i = 0; i < positions; ++i) {
+        for (ch = 0; ch < c; ++ch) {
+            dx[i * c + ch] = tt_f16_narrow(dy[ch] / (float)count);
+        }
+    }
 }

@@ -95,7 +95,7 @@ CONV2D = OpDef("conv2d", signature="x, w[O,KH,KW,I], b? -> y", attrs=_GEOMETRY +
                tflite=(Builtin("CONV_2D", 2, 3),), bias_required=True, layer=True, bn_fold=True,
                out_channel_axis=0, differentiable=True, clamp_masked=True, row_stream="conv", macs=_conv_macs,
                version=_conv_version, split_weight=1, fast_float="conv", forward=fw.conv2d, c=fw.c_conv2d,
-               backward=LayerBackward(), fp16_output=True)
+               backward=LayerBackward(), fp16_output=True, fp16_operands=(0,))
 TRANSPOSE_CONV = OpDef("transpose_conv", signature="x, w[O,KH,KW,I], b?, output_shape -> y",
                        attrs=("stride_h", "stride_w", "padding", "act"),
                        note="TFLite TRANSPOSE_CONV; the file's operand order is output_shape, w, x, b: the reader "
@@ -110,10 +110,10 @@ TRANSPOSE_CONV = OpDef("transpose_conv", signature="x, w[O,KH,KW,I], b?, output_
 CONV2D_GRAD_INPUT = OpDef("conv2d_grad_input", kind="backward", of="conv2d", signature="dz, w -> dx",
                           attrs=("the forward's geometry",), grad_input=True, split_weight=1, hidden_role="mix",
                           fast_float="pointwise_grad_input", run=_run_conv2d_grad_input, c=cg.c_conv2d_grad_input,
-                          fp16_operands=(0,))
+                          fp16_operands=(0,), fp16_output=True)
 CONV2D_GRAD_WEIGHT = OpDef("conv2d_grad_weight", kind="backward", of="conv2d", signature="dz, x -> dw",
                            attrs=("geometry", "in_channels", "w_shape"), note="k = in_channels: dw is w[..., :k]",
-                           channel_stream=True, fused_input=True, hidden_role="weight", fp16_operands=(1,),
+                           channel_stream=True, fused_input=True, hidden_role="weight", fp16_operands=(0, 1),
                            fast_float="pointwise_grad_weight",
                            run=_run_conv2d_grad_weight, c=cg.c_conv2d_grad_weight)
 
@@ -126,7 +126,7 @@ OPS = (
           # TinyEngine's scheme: one output channel into a scratch buffer, copied over the input channel it came
           # from (multiplier 1 only: memplan checks it).
           in_place="channel", version=_depthwise_version, fast_float="depthwise", forward=fw.depthwise_conv2d,
-          c=fw.c_depthwise_conv2d,
+          c=fw.c_depthwise_conv2d, fp16_operands=(0,), fp16_output=True,
           backward=LayerBackward(depthwise=True)),
     TRANSPOSE_CONV,
     # ---- backward
@@ -136,7 +136,7 @@ OPS = (
           attrs=("geometry", "depth_multiplier"), grad_input=True,
           # dx channel c depends on dz channel c only: the forward's channel-by-channel scheme
           in_place="channel", hidden_role="channel", run=_run_depthwise_conv2d_grad_input,
-          c=cg.c_depthwise_conv2d_grad_input),
+          c=cg.c_depthwise_conv2d_grad_input, fp16_operands=(0,), fp16_output=True),
     OpDef("depthwise_conv2d_grad_weight", kind="backward", of="depthwise_conv2d", signature="dz, x -> dw",
           attrs=("geometry", "in_channels"), note="dw is w[..., :k*M]", fp16_operands=(1,),
           run=_run_depthwise_conv2d_grad_weight, c=cg.c_depthwise_conv2d_grad_weight),

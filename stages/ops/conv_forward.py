@@ -10,6 +10,7 @@ from tinytrain.stages.golden import int8_arith as ia
 from tinytrain.stages.c_emit.literals import FLOAT_BOUNDS, CodegenError, flit
 from tinytrain.stages.model.geometry import out_size_and_pad
 from tinytrain.stages.model.ir import Op
+from tinytrain.stages.ops import fp16_io
 from tinytrain.stages.golden.kernel_common import float_act, qparams
 from tinytrain.stages.ops.layer_common import channel_multipliers, conv_geometry, padded, tap, weight_zp
 
@@ -163,9 +164,12 @@ def c_conv2d(gen, op: Op, io: dict[str, str] | None = None) -> list[str]:
             return [f"tt_conv2d_s8_split({d}, &{q}, {xe}, {whole}, {part}, {n}, {bias}, {ye});"]
         return [f"tt_conv2d_s8({d}, &{q}, {xe}, {gen.loc(w)}, {bias}, {ye});"]
     lo, hi = FLOAT_BOUNDS[act]
-    if gen.g.tensors[y].dtype == "float16":   # fp16-mixed: rounded to fp16 on store (OpDef.fp16_output)
+    hx, hy = fp16_io.is_f16(gen, x), gen.g.tensors[y].dtype == "float16"
+    if hx or hy:   # fp16-mixed: x widened as it is read, y rounded to fp16 on store (OpDef.fp16_operands / _output)
         whole, part, n = gen.weight_args(w) if w in gen.split else (gen.loc(w), gen.loc(w), 0)
-        return [f"tt_conv2d_f32_split_hy({d}, {flit(lo)}, {flit(hi)}, {xe}, {whole}, {part}, {n}, {bias}, {ye});"]
+        fn = {(False, True): "tt_conv2d_f32_split_hy", (True, False): "tt_conv2d_hx_f32_split",
+              (True, True): "tt_conv2d_hx_hy_split"}[hx, hy]
+        return [f"{fn}({d}, {flit(lo)}, {flit(hi)}, {xe}, {whole}, {part}, {n}, {bias}, {ye});"]
     if w in gen.split:
         whole, part, n = gen.weight_args(w)
         return [f"tt_conv2d_f32_split({d}, {flit(lo)}, {flit(hi)}, {xe}, {whole}, {part}, {n}, {bias}, {ye});"]
@@ -182,6 +186,11 @@ def c_depthwise_conv2d(gen, op: Op, io: dict[str, str] | None = None) -> list[st
     act = op.attrs.get("act", "none")
     if io is not None:
         dd, xe, ye = gen.row_io(io, d, x, y)
+        if fp16_io.is_f16(gen, x) or gen.g.tensors[y].dtype == "float16":   # fp16-mixed's frozen prefix
+            if not (fp16_io.is_f16(gen, x) and gen.g.tensors[y].dtype == "float16"):
+                raise CodegenError(f"depthwise {y}: fp16 on one side only")
+            lo, hi = FLOAT_BOUNDS[act]
+            return [f"tt_depthwise_conv2d_hx_hy({dd}, {flit(lo)}, {flit(hi)}, {xe}, {gen.loc(w)}, {bias}, {ye});"]
         if gen.is_int8(x):
             q = gen.requant(x, w, y, act, o)
             return [f"tt_depthwise_conv2d_s8({dd}, &{q}, {xe}, {gen.loc(w)}, {bias}, {ye});"]
@@ -198,6 +207,15 @@ def c_depthwise_conv2d(gen, op: Op, io: dict[str, str] | None = None) -> list[st
             return [f"tt_depthwise_conv2d_s8_inplace(&{d}, &{q}, {gen.loc(x)}, {gen.loc(w)}, {bias}, {scr});"]
         return [f"tt_depthwise_conv2d_s8(&{d}, &{q}, {gen.loc(x)}, {gen.loc(w)}, {bias}, {gen.loc(y)});"]
     lo, hi = FLOAT_BOUNDS[act]
+    if fp16_io.is_f16(gen, x) or gen.g.tensors[y].dtype == "float16":
+        # fp16-mixed: both fp16 (fp16_mixed.fp16_written keeps a channel-in-place op's operand and result alike)
+        if not (fp16_io.is_f16(gen, x) and gen.g.tensors[y].dtype == "float16"):
+            raise CodegenError(f"depthwise {y}: fp16 on one side only")
+        if inplace:
+            return [f"tt_depthwise_conv2d_hx_hy_inplace(&{d}, {flit(lo)}, {flit(hi)}, {gen.loc(x)}, {gen.loc(w)}, "
+                    f"{bias}, {scr});"]
+        return [f"tt_depthwise_conv2d_hx_hy(&{d}, {flit(lo)}, {flit(hi)}, {fp16_io.loc(gen, x)}, {gen.loc(w)}, "
+                f"{bias}, {gen.loc(y)});"]
     if inplace:
         return [f"tt_depthwise_conv2d_f32_inplace(&{d}, {flit(lo)}, {flit(hi)}, {gen.loc(x)}, {gen.loc(w)}, "
                 f"{bias}, {scr});"]

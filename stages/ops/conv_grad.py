@@ -57,12 +57,15 @@ def c_conv2d_grad_input(gen, op: Op, io: dict[str, str] | None = None) -> list[s
         dze, dxe = gen.loc(dz), gen.loc(dx)
     else:
         d, dze, dxe = io["d"], io["dz"], io["dx"]
-    if fp16_io.is_f16(gen, dz):   # fp16-mixed: dz widened as it is read (OpDef.fp16_operands)
+    hdy, hdx = fp16_io.is_f16(gen, dz), gen.g.tensors[dx].dtype == "float16"
+    if hdy or hdx:   # fp16-mixed: dz widened as it is read, dx rounded as it is stored (OpDef.fp16_operands / _output)
         if w in gen.fused:
             raise CodegenError("conv2d_grad_input: an fp16 gradient with an int8 weight (fp16-mixed trains floats)")
         whole, part, n = gen.weight_args(w) if w in gen.split else (gen.loc(w), gen.loc(w), 0)
         dze = dze if io is not None else fp16_io.loc(gen, dz)
-        return [f"tt_conv2d_grad_input_hdy_f32_split({d}, {dze}, {whole}, {part}, {n}, {dxe});"]
+        fn = {(True, False): "tt_conv2d_grad_input_hdy_f32_split", (False, True): "tt_conv2d_grad_input_f32_split_hdx",
+              (True, True): "tt_conv2d_grad_input_hdy_split_hdx"}[hdy, hdx]
+        return [f"{fn}({d}, {dze}, {whole}, {part}, {n}, {dxe});"]
     if w in gen.fused:
         wq = gen.fused[w]
         sc, zp = gen.dq_tables(wq, 0, gen.g.tensors[wq].shape[0])
@@ -83,7 +86,15 @@ def c_depthwise_conv2d_grad_input(gen, op: Op) -> list[str]:
     inplace = gen.same_place(dz, dx)
     if inplace and dx not in gen.scratch:
         raise CodegenError(f"in-place depthwise input gradient {dx} has no scratch buffer in the plan")
-    scr = f"(float *)(tt_arena + {gen.scratch[dx]})" if inplace else ""
+    scr = f"({gen.ctype(dx)} *)(tt_arena + {gen.scratch[dx]})" if inplace else ""
+    if fp16_io.is_f16(gen, dz) or gen.g.tensors[dx].dtype == "float16":
+        # fp16-mixed: both fp16 (fp16_mixed.fp16_written keeps a channel-in-place op's operand and result alike)
+        if not (fp16_io.is_f16(gen, dz) and gen.g.tensors[dx].dtype == "float16") or w in gen.fused:
+            raise CodegenError(f"depthwise input gradient {dx}: fp16 on one side only, or an int8 weight")
+        if inplace:
+            return [f"tt_depthwise_conv2d_grad_input_hdy_hdx_inplace(&{d}, {gen.loc(dx)}, {gen.loc(w)}, {scr});"]
+        return [f"tt_depthwise_conv2d_grad_input_hdy_hdx(&{d}, {fp16_io.loc(gen, dz)}, {gen.loc(w)}, "
+                f"{gen.loc(dx)});"]
     if w in gen.fused:
         wq = gen.fused[w]
         sc, zp = gen.dq_tables(wq, 3, ws[3])
@@ -101,6 +112,15 @@ def c_conv2d_grad_weight(gen, op: Op) -> list[str]:
     dz, x, dw = op.inputs[0], op.inputs[1], op.outputs[0]
     ws = list(op.attrs["w_shape"])
     k = int(op.attrs.get("in_channels") or ws[3])
+    if fp16_io.is_f16(gen, dz):   # fp16-mixed: dz written as fp16 by its kernel, widened as it is read
+        if x in gen.fused and gen.g.tensors[gen.fused[x]].dtype != "float16":
+            raise CodegenError(f"conv2d_grad_weight {dw}: an fp16 gradient with an int8 input (fp16-mixed trains "
+                               f"floats)")
+        hx = fp16_io.is_f16(gen, x)
+        d = _grad_geo(gen, op, gen.g.tensors[x].shape, ws, dz, False, in_c=gen.g.tensors[x].shape[3])
+        o0, o1 = ("o", "o + 1") if gen.chunk_rows is not None else ("0", str(ws[0]))
+        fn = "tt_conv2d_grad_weight_hdy_hx_f32_range" if hx else "tt_conv2d_grad_weight_hdy_f32_range"
+        return [f"{fn}(&{d}, {k}, {o0}, {o1}, {fp16_io.loc(gen, dz)}, {fp16_io.loc(gen, x)}, {gen.loc(dw)});"]
     if x in gen.fused and gen.g.tensors[gen.fused[x]].dtype == "float16":   # fp16-mixed: the saved fp16 input itself
         d = _grad_geo(gen, op, gen.g.tensors[x].shape, ws, dz, False, in_c=gen.g.tensors[x].shape[3])
         o0, o1 = ("o", "o + 1") if gen.chunk_rows is not None else ("0", str(ws[0]))

@@ -10,9 +10,10 @@ import numpy as np
 
 from tinytrain.stages.golden import grad_ops as go
 from tinytrain.stages.golden import int8_arith as ia
-from tinytrain.stages.c_emit.literals import FLOAT_BOUNDS, flit, numel
+from tinytrain.stages.c_emit.literals import FLOAT_BOUNDS, CodegenError, flit, numel
 from tinytrain.stages.model.ir import Op
 from tinytrain.stages.golden.kernel_common import float_act, qparams
+from tinytrain.stages.ops import fp16_io
 from tinytrain.stages.ops.base import Builtin, OpDef, input_dtype, version_by_dtype
 
 _NOTE = ("numpy broadcasting, either operand may be a constant such as BatchNorm's per-channel scale [C]; a "
@@ -138,6 +139,11 @@ def _c_add(gen, op: Op) -> list[str]:
         return [f"tt_add_s8_broadcast(&{p}, &{gen.bcast(y, a, b)}, {gen.loc(a)}, {gen.loc(b)}, "
                 f"{gen.loc(y)});"]
     lo, hi = FLOAT_BOUNDS[act]
+    if any(fp16_io.is_f16(gen, t) for t in (a, b, y)):   # fp16-mixed: OpDef.fp16_operands / fp16_output
+        if not (same and gen.g.tensors[a].shape == gen.g.tensors[y].shape):
+            raise CodegenError(f"add {y}: fp16 operands with broadcasting (fp16_mixed.fp16_written keeps them fp32)")
+        return [f"tt_add_f16({n}, {flit(lo)}, {flit(hi)}, {fp16_io.pair(gen, a)}, {fp16_io.pair(gen, b)}, "
+                f"{fp16_io.pair(gen, y, True)});"]
     if same:
         return [f"tt_add_f32({n}, {flit(lo)}, {flit(hi)}, {gen.loc(a)}, {gen.loc(b)}, {gen.loc(y)});"]
     return [f"tt_add_f32_broadcast(&{gen.bcast(y, a, b)}, {flit(lo)}, {flit(hi)}, {gen.loc(a)}, "
@@ -235,7 +241,8 @@ def _mul_version(graph, op) -> int:
 OPS = (
     OpDef("add", row_stream="local", signature="a, b -> y", attrs=("act",), tflite=(Builtin("ADD", 2, 2),), differentiable=True,
           clamp_masked=True, const_operands_per_tensor=True, in_place="any", bn_affine="shift", forward=_add,
-          backward=_add_sub_backward, c=_c_add, version=version_by_dtype({"int8": 2, "int16": 3})),
+          backward=_add_sub_backward, c=_c_add, version=version_by_dtype({"int8": 2, "int16": 3}),
+          fp16_operands=(0, 1), fp16_output=True),
     OpDef("mul", row_stream="local", signature="a, b -> y", attrs=("act",), note="a * b; " + _NOTE, tflite=(Builtin("MUL", 2, 2),),
           differentiable=True, clamp_masked=True, const_operands_per_tensor=True, bn_affine="scale", forward=_mul,
           backward=_mul_backward, c=_c_mul, version=_mul_version),

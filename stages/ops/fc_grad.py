@@ -4,14 +4,20 @@ dequantized slice holds only those) and computes one output channel `o` inside a
 
 from __future__ import annotations
 
-from tinytrain.stages.c_emit.literals import numel
+from tinytrain.stages.c_emit.literals import CodegenError, numel
 from tinytrain.stages.model.ir import Op
+from tinytrain.stages.ops import fp16_io
 
 
 def c_fully_connected_grad_input(gen, op: Op) -> list[str]:
     dz, w, dx = op.inputs[0], op.inputs[1], op.outputs[0]
     o, depth = gen.g.tensors[w].shape
     rows = numel(gen.g.tensors[dx].shape) // depth
+    if fp16_io.is_f16(gen, dz) or gen.g.tensors[dx].dtype == "float16":   # fp16-mixed (OpDef.fp16_operands / _output)
+        if w in gen.fused:
+            raise CodegenError(f"fully_connected_grad_input {dx}: an fp16 gradient with an int8 weight")
+        return [f"tt_fully_connected_grad_input_f16({rows}, {depth}, {o}, {fp16_io.pair(gen, dz)}, {gen.loc(w)}, "
+                f"{fp16_io.pair(gen, dx, True)});"]
     if w in gen.fused:
         wq = gen.fused[w]
         sc, zp = gen.dq_tables(wq, 0, o)
@@ -31,6 +37,12 @@ def c_fully_connected_grad_weight(gen, op: Op) -> list[str]:
         depth_arg = k
     else:
         depth_arg = depth
+    if fp16_io.is_f16(gen, dz):   # fp16-mixed: dz written as fp16 by its kernel (OpDef.fp16_operands)
+        if x in gen.fused and not fp16_io.is_f16(gen, x):
+            raise CodegenError(f"fully_connected_grad_weight {dw}: an fp16 gradient with an int8 input")
+        o0, o1 = ("o", "o + 1") if gen.chunk_rows is not None else ("0", str(o))
+        return [f"tt_fully_connected_grad_weight_hdy_range({rows}, {depth_arg}, {o}, {k}, {o0}, {o1}, "
+                f"{fp16_io.loc(gen, dz)}, {fp16_io.pair(gen, x)}, {gen.loc(dw)});"]
     if x in gen.fused:   # fp16-mixed: the saved fp16 input itself (fp16_memory.fused_widen)
         o0, o1 = ("o", "o + 1") if gen.chunk_rows is not None else ("0", str(o))
         return [f"tt_fully_connected_grad_weight_hx_f32_range({rows}, {depth_arg}, {o}, {k}, {o0}, {o1}, "

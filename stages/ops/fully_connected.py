@@ -113,10 +113,10 @@ def _fc_version(graph, op) -> int:
 
 FULLY_CONNECTED_GRAD_INPUT = OpDef("fully_connected_grad_input", kind="backward", of="fully_connected",
                                    signature="dz, w -> dx", grad_input=True, run=_run_fully_connected_grad_input,
-                                   c=fc_grad.c_fully_connected_grad_input)
+                                   c=fc_grad.c_fully_connected_grad_input, fp16_operands=(0,), fp16_output=True)
 FULLY_CONNECTED_GRAD_WEIGHT = OpDef("fully_connected_grad_weight", kind="backward", of="fully_connected",
                                     signature="dz, x -> dw", attrs=("in_channels",), channel_stream=True,
-                                    fp16_operands=(1,),
+                                    fp16_operands=(0, 1),
                                     run=_run_fully_connected_grad_weight, c=fc_grad.c_fully_connected_grad_weight)
 
 OPS = (

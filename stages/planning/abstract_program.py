@@ -228,8 +228,10 @@ def live_profile(sizes: dict[str, int], steps: list[tuple[str, list[str], list[s
                 # one output channel of scratch, as the planner counts it (a forward op's; the backward's
                 # depthwise input gradient, in place over dz, is modelled without it)
                 if typ in CHANNEL_SCRATCH_OPS and REGISTRY[typ].kind == "forward":
-                    tt = graph.tensors[t]
-                    bufs.append([numel(tt.shape[:-1]) * int(np.dtype(tt.dtype).itemsize), s, s])
+                    # fp16-mixed's 2-byte results (planning/fp16_memory: h16/<tensor>) take 2-byte scratch
+                    h16 = t.startswith("h16/") and t not in graph.tensors
+                    tt = graph.tensors[t[4:] if h16 else t]
+                    bufs.append([numel(tt.shape[:-1]) * (2 if h16 else int(np.dtype(tt.dtype).itemsize)), s, s])
                 continue
             by[t] = [sizes[t], s, end[t]]
             bufs.append(by[t])

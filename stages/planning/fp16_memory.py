@@ -10,8 +10,9 @@ What changes against fp32 (the rules are fp16_mixed's):
                      weight gradients' input, the activation mask) reads the copy itself (fused_widen), any other
                      first widens it into an fp32 temporary of its own.
                      Everything else (frozen prefix, gradients, the loss) keeps its fp32 bytes: fp16 values in fp32
-                     slots, rounded in place, except the transients whose kernels write and read fp16 themselves
-                     (OpDef.fp16_output / fp16_operands: fp16_mixed.fp16_written), which take 2 bytes.
+                     slots, rounded in place (the prefix: fp32 values), except the transients whose kernels write
+                     and read fp16 themselves (OpDef.fp16_output / fp16_operands: fp16_mixed.fp16_written), which
+                     take 2 bytes, in the frozen prefix too (fp16_mixed.prefix_results).
   the overflow check batch 1, "check_first": the backward runs twice, first with each update replaced by a check of
                      its gradient (the tensors renamed: the pass keeps nothing), then as fp32's with its in-place
                      updates. "one_pass": every update waits for the end of the backward, where the check reads all
@@ -77,34 +78,65 @@ def _saved_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], graph: 
     return out
 
 
-def _written_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], inputs: set[str]) -> list[Step]:
+def _written_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], inputs: set[str],
+                     graph: Graph) -> list[Step]:
     """`steps` with the transients fp16_mixed.fp16_written stores as 2-byte tensors renamed (h16/...) at half their
     bytes: written by an op that can write fp16 (OpDef.fp16_output), read only at operands that read fp16
-    (OpDef.fp16_operands), not fed to an in-place reader whose own result stays fp32; in the forward only where the
-    gradient flows (a mask step reads it: the frozen prefix keeps fp32 results) and the backward does not read it
-    (saved: a cast's fp16 copy)."""
+    (OpDef.fp16_operands), not fed to an in-place reader whose own result stays fp32; in the forward (the frozen
+    prefix too: fp16_mixed.prefix_results) only where the backward does not read it (saved: a cast's fp16 copy).
+    A row stream's step (memory_model._stream_rows) writes and reads through its ops, found in `graph`."""
     readers: dict[str, list[tuple[int, int]]] = {}
     for j, (_, ins, _) in enumerate(steps):
         for k, t in enumerate(ins):
             readers.setdefault(t, []).append((j, k))
-    made = [t for typ, _, outs in steps if typ in ops.FP16_OUTPUT_OPS and len(outs) == 1 for t in outs]
+    made_by = {o: op for op in graph.ops for o in op.outputs}
+    graph_readers: dict[str, list[tuple[str, int]]] = {}
+    for op in graph.ops:
+        for k, t in enumerate(op.inputs):
+            if t is not None:
+                graph_readers.setdefault(t, []).append((op.type, k))
+
+    def streamed(typ: str) -> bool:
+        return typ.startswith("stream_rows")
+
+    def reads_fp16(j: int, k: int, t: str) -> bool:
+        if streamed(steps[j][0]):
+            return t in graph_readers and all(kk in ops.FP16_OPERANDS.get(r, ()) for r, kk in graph_readers[t])
+        return k in ops.FP16_OPERANDS.get(steps[j][0], ())
+
+    writer: dict[str, tuple[str, str | None]] = {}   # t -> (the op type that writes it, that op's operand 0)
+    for typ, ins, outs in steps:
+        for t in outs:
+            if streamed(typ) and t in made_by:
+                writer[t] = (made_by[t].type, made_by[t].inputs[0])
+            elif len(outs) == 1:
+                writer[t] = (typ, ins[0] if ins else None)
     out = set()
-    for t in made:
+    for t, (typ, _) in writer.items():
         rs = readers.get(t, [])
-        if t in inputs or not rs or not all(k in ops.FP16_OPERANDS.get(steps[j][0], ()) for j, k in rs):
+        if typ not in ops.FP16_OUTPUT_OPS or t in inputs or not rs or not all(reads_fp16(j, k, t) for j, k in rs):
             continue
+        op = made_by.get(t)
+        shape = graph.tensors[t].shape if t in graph.tensors else None
+        if op is not None and op.type in ops.IN_PLACE_OPS and op.type not in ops.FIRST_INPUT_ONLY \
+                and any(x is not None and graph.tensors[x].data is None and graph.tensors[x].shape != shape
+                        for x in op.inputs):
+            continue   # broadcasting element-wise op: no fp16 form (fp16_mixed.fp16_written)
         producer = next(i for i, st in enumerate(steps) if t in st[2])
-        # a forward result the backward reads is saved (a cast's fp16 copy); one no mask reads is in the prefix
-        if producer < n_fwd and (any(j >= n_fwd for j, _ in rs)
-                                 or not any(steps[j][0] == ops.CLAMP_MASK.name for j, _ in rs)):
+        # a forward result the backward reads is saved (a cast's fp16 copy)
+        if producer < n_fwd and any(j >= n_fwd for j, _ in rs):
             continue
         out.add(t)
+    # fp16_mixed.fp16_written's in-place rules: an in-place reader keeping an fp32 result, a channel-by-channel
+    # in-place op (depthwise) with an fp32 input
     changed = True
     while changed:
         changed = False
         for t in sorted(out):
-            if any(steps[j][0] in ops.IN_PLACE_OPS and k == 0 and steps[j][2] and steps[j][2][0] not in out
-                   for j, k in readers[t]):
+            typ, x0 = writer[t]
+            if any(steps[j][0] in ops.IN_PLACE_OPS and (k == 0 or steps[j][0] not in ops.FIRST_INPUT_ONLY)
+                   and steps[j][2] and steps[j][2][0] not in out for j, k in readers[t]) \
+                    or (typ in ops.CHANNEL_SCRATCH_OPS and x0 is not None and x0 not in out):
                 out.discard(t)
                 changed = True
     for t in out:
@@ -120,7 +152,8 @@ def fp16_steps(steps: list[Step], n_fwd: int, sizes: dict[str, int], graph: Grap
     `streamed`: the parameter gradients fp32's program computes one output channel at a time ({name: channels}),
     whole again where their update waits (one_pass)."""
     n_head = n_fwd + 1   # the loss step
-    base = _saved_as_fp16(_written_as_fp16(steps, n_fwd, sizes, set(inputs)), n_head, sizes, graph, set(inputs))
+    base = _saved_as_fp16(_written_as_fp16(steps, n_fwd, sizes, set(inputs), graph), n_head, sizes, graph,
+                          set(inputs))
     head = next(k for k, st in enumerate(base) if st[0] == "loss") + 1
     if not batch1:
         return [("batch", base)]

@@ -21,8 +21,10 @@ Rules (what is stored in which type):
         exists (an fp32 result cast to fp16 afterwards would exist whole first).
   * weights: fp32. Trained weights are the fp32 master copy the update writes; the kernels read it as it is (no fp16
     copy: it would cost SRAM, and the dot products run in fp32 anyway); frozen weights stay fp32 in flash.
-  * kept in fp32: the frozen prefix's activations that the backward does not read (half_tensors), the model
-    input, the prediction (the loss's logits / output: evaluation reads it), the loss and the
+  * the frozen prefix's activations that the backward does not read (prefix_results): fp16 tensors where their
+    kernels write and read fp16 (fp16_written: no rounding op, so the prefix's row streams stay whole), else fp32
+    values, unrounded.
+  * kept in fp32: the model input, the prediction (the loss's logits / output: evaluation reads it), the loss and the
     loss op's own gradient before scaling, batch accumulators and optimizer state.
   * loss scaling: the loss's gradient is multiplied by the loss scale (`loss_scale_mul`) before it is stored in
     fp16, so small gradients stay above fp16's subnormal range; the step phase checks every trained gradient for
@@ -67,20 +69,28 @@ def policy_from_config(cfg: Any) -> dict[str, Any]:
             "min_scale": float(cfg.min_scale), "max_scale": float(cfg.max_scale)}
 
 
+def prefix_results(g: Graph) -> set[str]:
+    """The float32 results of the frozen prefix (forward ops before the first that reads a trained parameter) that
+    the backward does not read: nothing of them is kept for the backward, and rounding ops between them would cut
+    their row streams (stages/planning/streams.py) and cost a window each, so they hold fp32 values, unrounded;
+    where their kernels write and read fp16 themselves (fp16_written) they are 2-byte tensors instead (fp32
+    arithmetic, each result rounded once as it is stored: no op of their own, the row streams intact)."""
+    meta = g.meta["train"]
+    n_fwd, split = int(meta["phases"]["forward"]), int(meta["sample_ops"])
+    trained = set(meta["trained"])
+    prefix = next((i for i, op in enumerate(g.ops[:n_fwd]) if trained & set(op.inputs)), n_fwd)
+    backward_reads = {t for op in g.ops[n_fwd:split] for t in op.inputs if t is not None}
+    return {t for op in g.ops[:prefix] for t in op.outputs
+            if t not in backward_reads and g.tensors[t].dtype == "float32" and g.tensors[t].data is None}
+
+
 def half_tensors(g: Graph) -> set[str]:
     """The float32 tensors the sample phase writes that fp16-mixed stores as fp16 (see the module's rules)."""
     meta = g.meta["train"]
     split = int(meta["sample_ops"])
     keep = {meta["prediction"], meta["loss_tensor"], *[hd["tensor"] for hd in meta.get("heads", [])]}
     keep.update(meta.get("accumulators", []))
-    # the frozen prefix (forward ops before the first that reads a trained parameter) runs as fp32 does, except
-    # for what the backward reads: nothing else of it is kept, so fp16 would save no memory, and its rounding ops
-    # would cut its row streams (stages/planning/streams.py) and cost a window each
-    n_fwd = int(meta["phases"]["forward"])
-    trained = set(meta["trained"])
-    prefix = next((i for i, op in enumerate(g.ops[:n_fwd]) if trained & set(op.inputs)), n_fwd)
-    backward_reads = {t for op in g.ops[n_fwd:split] for t in op.inputs if t is not None}
-    keep.update(t for op in g.ops[:prefix] for t in op.outputs if t not in backward_reads)
+    keep.update(prefix_results(g))   # the frozen prefix: fp32, or fp16 written by its kernels (prefix_results)
     out: set[str] = set()
     for op in g.ops[:split]:
         if op.type in _LOSS_TYPES:
@@ -165,7 +175,8 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_
     # check_first: each trained gradient is unscaled (in place) as soon as it is made, so its update can follow
     step_grads = {op.inputs[1] for op in g.ops[split:] if op.type in ops.UPDATE_OPS}
     unscaled: dict[str, str] = {}
-    narrow = fp16_written(g, half - saved - step_grads, split)
+    head = {meta["prediction"], meta["loss_tensor"], *[hd["tensor"] for hd in meta.get("heads", [])]}
+    narrow = fp16_written(g, (half - saved - step_grads) | (prefix_results(g) - head), split)
     for i, op in enumerate(g.ops[:split]):
         if i == n_fwd:
             bounds.append(len(out))
@@ -183,6 +194,8 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_
         for t in op.outputs:
             if t not in half:
                 outs.append(t)
+                if t in narrow:   # the frozen prefix's results its kernels write and read as fp16 (prefix_results)
+                    g.tensors[t].dtype = "float16"
                 continue
             raw = new(f"raw/{t}", g.tensors[t])
             outs.append(raw)
@@ -292,20 +305,36 @@ def fp16_written(g: Graph, transient: set[str], split: int) -> set[str]:
             continue
         t = op.outputs[0]
         rs = readers.get(t, [])
+        # an element-wise op that may write over any operand (add) writes behind what it reads only where every
+        # operand has the result's shape (no broadcasting): its fp16 kernels take equal shapes
+        if op.type in ops.IN_PLACE_OPS and op.type not in ops.FIRST_INPUT_ONLY \
+                and any(x is not None and g.tensors[x].data is None and g.tensors[x].shape != g.tensors[t].shape
+                        for x in op.inputs):
+            continue
         if t in transient and t not in g.outputs and rs \
                 and all(k in ops.FP16_OPERANDS.get(r.type, ()) for r, k in rs):
             out.add(t)
     # an in-place reader (mask_grad) whose own result stays fp32 could no longer write it over its 2-byte input:
-    # the pair would then cost more than two fp32 slots in one, so such a tensor stays fp32 (to a fixed point)
+    # the pair would then cost more than two fp32 slots in one, so such a tensor stays fp32; likewise a result of
+    # a channel-by-channel in-place op (depthwise) whose input stays fp32 (its kernels go fp16 -> fp16, so that the
+    # channel it copies over is the one it read) (to a fixed point)
+    writer = {op.outputs[0]: op for op in g.ops[:split] if len(op.outputs) == 1}
     changed = True
     while changed:
         changed = False
         for t in sorted(out):
-            if any(r.type in ops.IN_PLACE_OPS and k == 0 and r.outputs and r.outputs[0] not in out
-                   and g.tensors[r.outputs[0]].dtype == "float32" for r, k in readers[t]):
+            if any(_in_place_at(r, k) and r.outputs and r.outputs[0] not in out
+                   and g.tensors[r.outputs[0]].dtype == "float32" for r, k in readers[t]) \
+                    or (writer[t].type in ops.CHANNEL_SCRATCH_OPS and writer[t].inputs[0] not in out
+                        and g.tensors[writer[t].inputs[0]].dtype != "float16"):
                 out.discard(t)
                 changed = True
     return out
+
+
+def _in_place_at(op: Op, k: int) -> bool:
+    """Operand k of `op` may be the buffer its result is written over (memplan's in-place sharing)."""
+    return op.type in ops.IN_PLACE_OPS and (k == 0 or op.type not in ops.FIRST_INPUT_ONLY)
 
 
 def check_pass(g: Graph, backward: list[Op], grads: set[str], flag: str, new) -> list[Op]:
