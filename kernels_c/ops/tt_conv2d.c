@@ -537,6 +537,135 @@ static void tt_pw4(const tt_conv_block *bk, const int8_t *x, int32_t xstep, int3
     tt_pw4_run(&f);
 }
 
+/* One pixel x four output channels with the block's weights widened once per call: tt_pw4w_fill writes the four
+ * weight rows as int16 lanes into a table on the stack ({w0, w2}, {w1, w3} of channel 0, then of channels 1-3, per
+ * four input channels), so the pixel loop sign-extends only the input: per four input channels one LDR and two
+ * SXTB16 of x, two LDM of four lane words (2 cycles each on the M7's 64-bit bus) and eight SMLAD, against the
+ * six loads and eight SXTB16 per sixteen MACs of tt_pw22_run; the word loop is unrolled twice (an odd count
+ * enters its second half). The sums start at the channels' `add` (one LDM); per channel {h, multiplier, e} come
+ * with two LDM of six and the requantization is tt_pw4_run's (doubled sum, SMMLAR, shift, SSAT). Table: 4 adds,
+ * 8 C / 4 lane words, 12 requantization words. r0 x, r1 the table, r2 words left, r3 the frame, r4-r7 the sums,
+ * r8 / r9 the input's lanes, r10-r12 / lr weight lanes (the requantization's constants after the loop). */
+#define TT_PW4W_MAXC 128
+
+typedef struct {
+    const int8_t *x;    /* the next pixel */
+    int32_t xadj;       /* xstep - C: x after a pixel's words to the next pixel */
+    int8_t *y;
+    int32_t ystep;
+    int32_t count;      /* pixels left */
+    const int32_t *tab; /* 4 adds, 2 C lane words, 4 x {h, multiplier, e} */
+    int32_t qw;         /* C / 4 */
+} tt_pw4w_frame;
+
+#define TT_PW4W_WORD                                                                                          \
+    "ldr    r8, [r0], #4\n\t"                                                                                 \
+    "ldm    r1!, {r10, r11, r12, lr}\n\t"                                                                     \
+    "sxtb16 r9, r8, ror #8\n\t"                                                                               \
+    "sxtb16 r8, r8\n\t"                                                                                       \
+    "smlad  r4, r8, r10, r4\n\t"                                                                              \
+    "smlad  r4, r9, r11, r4\n\t"                                                                              \
+    "smlad  r5, r8, r12, r5\n\t"                                                                              \
+    "smlad  r5, r9, lr, r5\n\t"                                                                               \
+    "ldm    r1!, {r10, r11, r12, lr}\n\t"                                                                     \
+    "smlad  r6, r8, r10, r6\n\t"                                                                              \
+    "smlad  r6, r9, r11, r6\n\t"                                                                              \
+    "smlad  r7, r8, r12, r7\n\t"                                                                              \
+    "smlad  r7, r9, lr, r7\n\t"
+
+/* The doubled sum acc, its constants h / m / e in three registers, the byte stored at st. */
+#define TT_PW4W_OUT(acc, h, m, e, st)                                                                         \
+    "add    " acc ", " acc ", " acc "\n\t"                                                                    \
+    "add    " h ", " h ", " acc ", asr #31\n\t"                                                               \
+    "smmlar " h ", " acc ", " m ", " h "\n\t"                                                                 \
+    "asr    " h ", " h ", " e "\n\t"                                                                          \
+    "ssat   " h ", #8, " h "\n\t"                                                                             \
+    "strb   " h ", " st "\n\t"
+
+__attribute__((naked, noinline)) static void tt_pw4w_run(__attribute__((unused)) tt_pw4w_frame *f)
+{
+    __asm__ volatile(
+        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
+        "mov    r3, r0\n\t"
+        "ldr    r0, [r3]\n\t"
+        "2:\n\t"
+        "ldr    r1, [r3, #20]\n\t"
+        "ldm    r1!, {r4, r5, r6, r7}\n\t"
+        "ldr    r2, [r3, #24]\n\t"
+        "lsrs   r2, r2, #1\n\t"
+        "adc    r2, r2, #0\n\t"
+        "bcs    5f\n\t"
+        "1:\n\t"
+        TT_PW4W_WORD
+        "5:\n\t"
+        TT_PW4W_WORD
+        "subs   r2, r2, #1\n\t"
+        "bne    1b\n\t"
+        "ldm    r1!, {r8, r9, r10, r11, r12, lr}\n\t"
+        "ldr    r2, [r3, #8]\n\t"
+        TT_PW4W_OUT("r4", "r8", "r9", "r10", "[r2]")
+        TT_PW4W_OUT("r5", "r11", "r12", "lr", "[r2, #1]")
+        "ldm    r1, {r8, r9, r10, r11, r12, lr}\n\t"
+        TT_PW4W_OUT("r6", "r8", "r9", "r10", "[r2, #2]")
+        TT_PW4W_OUT("r7", "r11", "r12", "lr", "[r2, #3]")
+        "ldr    r1, [r3, #12]\n\t"
+        "add    r2, r2, r1\n\t"
+        "str    r2, [r3, #8]\n\t"
+        "ldr    r1, [r3, #4]\n\t"
+        "add    r0, r0, r1\n\t"
+        "ldr    r2, [r3, #16]\n\t"
+        "subs   r2, r2, #1\n\t"
+        "str    r2, [r3, #16]\n\t"
+        "bne    2b\n\t"
+        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+}
+#undef TT_PW4W_WORD
+#undef TT_PW4W_OUT
+
+/* count (>= 1) pixels of C (4 <= C <= TT_PW4W_MAXC, C % 4 == 0) input bytes `xstep` apart against the block's four
+ * weight rows (the block's mm_ok == 2; a split weight's rows: input channels [0, n) from bk->ws), outputs `ystep`
+ * apart, through tt_pw4w_run. */
+static void tt_pw4w(const tt_conv_block *bk, int32_t n, const int8_t *x, int32_t xstep, int32_t C, int32_t count,
+                    int8_t *y, int32_t ystep)
+{
+    int32_t tab[4 + 2 * TT_PW4W_MAXC + 12];
+    int32_t *d = tab + 4;
+    int32_t j, k;
+    tt_pw4w_frame f;
+    for (k = 0; k < C; k += 4) {
+        for (j = 0; j < 4; ++j) {
+            uint32_t ww;
+            if (k >= n) {
+                ww = tt_ld32(bk->w[j] + k);
+            } else if (k + 4 <= n) {
+                ww = tt_ld32(bk->ws[j] + k);
+            } else { /* the word across the split */
+                int32_t b;
+                ww = 0;
+                for (b = 0; b < 4; ++b) {
+                    ww |= (uint32_t)(uint8_t)(k + b < n ? bk->ws[j][k + b] : bk->w[j][k + b]) << (8 * b);
+                }
+            }
+            *d++ = (int32_t)tt_sx02(ww);
+            *d++ = (int32_t)tt_sx13(ww);
+        }
+    }
+    for (j = 0; j < 4; ++j) {
+        tab[j] = bk->add[j];
+        *d++ = bk->mm[j].h;
+        *d++ = bk->mm[j].multiplier;
+        *d++ = bk->mm[j].e;
+    }
+    f.x = x;
+    f.xadj = xstep - C;
+    f.y = y;
+    f.ystep = ystep;
+    f.count = count;
+    f.tab = tab;
+    f.qw = C >> 2;
+    tt_pw4w_run(&f);
+}
+
 /* A k_h x k_w conv's interior run through tt_pw4 (im2col): each output's filter rows (contiguous: no split, no
  * dilation along x) copied side by side into a small buffer, zero-padded to whole words, the block's four weight
  * rows padded alike (zero products: the same sums). TT_I2C_K bytes per output at most; TT_I2C_P outputs per pass. */
@@ -694,6 +823,11 @@ TT_CONV_NOINLINE void tt_pointwise4(const tt_conv_block *bk, int32_t C, int32_t 
 #if TT_PW4_ASM
     if (bk->mm_ok == 2 && n == 0 && C == 8 && xstep == 8 && count > 0) {
         tt_pw4c8(bk, x, count, y, OC);
+        return;
+    }
+    if (bk->mm_ok == 2 && (C & 3) == 0 && C > 0 && C <= TT_PW4W_MAXC && count > 1) {
+        /* the widened weights' pass (a split weight's rows widened from its two parts) */
+        tt_pw4w(bk, n, x, xstep, C, count, y, OC);
         return;
     }
     if (bk->mm_ok == 2 && n == 0 && (C & 3) == 0 && C > 0 && count > 0) {
