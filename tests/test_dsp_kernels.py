@@ -169,6 +169,11 @@ def _random_layers(seed: int):
     out.append(Layer("conv", (1, 2, 6, 24, 2, 6, 12, 1, 1, 1, 1, 1, 1, 0, 0, 1), True))
     # eight input channels (one channel at a time over the pixels): runs of one pixel, batches, a last block of 3
     out.append(Layer("conv", (2, 3, 1, 8, 3, 1, 11, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    # eight input channels, pixel outside and channels inside: chunks of 16 channels and an odd last chunk, row by
+    # row, a batch; and a clamp narrower than int8 (the per-block path)
+    out.append(Layer("conv", (1, 3, 5, 8, 3, 5, 37, 1, 1, 1, 1, 1, 1, 0, 0, 1), True))
+    out.append(Layer("conv", (2, 2, 3, 8, 2, 3, 20, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    out.append(Layer("conv", (1, 2, 7, 8, 2, 7, 9, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 0, (-100, 90)))
     # split weights merged on the stack for the two-pixel pass (up to 64 input channels), odd pixel runs
     out.append(Layer("split", (1, 3, 5, 24, 3, 5, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 5))
     out.append(Layer("split", (2, 2, 3, 64, 2, 3, 6, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 13))
