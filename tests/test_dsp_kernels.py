@@ -177,10 +177,10 @@ def _random_layers(seed: int):
     # split weights merged on the stack for the two-pixel pass (up to 64 input channels), odd pixel runs
     out.append(Layer("split", (1, 3, 5, 24, 3, 5, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 5))
     out.append(Layer("split", (2, 2, 3, 64, 2, 3, 6, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 13))
-    # the widened-weight pass at its largest input depth (128) and just past it (132: the two-pixel pass), a split
+    # the widened-weight pass at its largest input depth (192) and just past it (196: the two-pixel pass), a split
     # one whose trained channels end inside a word
-    out.append(Layer("conv", (1, 2, 5, 128, 2, 5, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
-    out.append(Layer("conv", (1, 2, 3, 132, 2, 3, 4, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    out.append(Layer("conv", (1, 2, 5, 192, 2, 5, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    out.append(Layer("conv", (1, 2, 3, 196, 2, 3, 4, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
     out.append(Layer("split", (1, 3, 3, 36, 3, 3, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 17))
     # a stem-like 3x3 over 3 channels at stride 2 (its interior through the im2col buffer), whole and row by row
     out.append(Layer("conv", (1, 9, 21, 3, 5, 11, 8, 3, 3, 2, 2, 1, 1, 0, 0, 1), True))
