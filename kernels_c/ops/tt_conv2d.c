@@ -1024,13 +1024,16 @@ TT_CONV_INLINE void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8
             }
             bk.bias[j] = bias != 0 ? bias[oc] : 0;
             bk.add[j] = bk.bias[j] - zin * sw;
-            {
+            if (bk.mm_ok) { /* off from the start in the portable build: no set-up it never reads */
                 const tt_requant1 r = tt_requant_channel(q, oc);
+                bk.mm_ok = tt_requant_mm_init(&bk.mm[j], &r) && bk.add[j] > -(1 << 29) && bk.add[j] < (1 << 29) &&
+                           bk.bias[j] > -(1 << 29) && bk.bias[j] < (1 << 29);
+            }
+        }
+        if (!bk.mm_ok) { /* the fast form is read only without tt_requant_mm (tt_store4 / tt_store1) */
+            for (j = 0; j < 4; ++j) {
+                const tt_requant1 r = tt_requant_channel(q, oc0 + (j < bk.nb ? j : 0));
                 bk.fast &= tt_requant_fast_init(&bk.f[j], &r);
-                if (bk.mm_ok) { /* off from the start in the portable build: no set-up it never reads */
-                    bk.mm_ok = tt_requant_mm_init(&bk.mm[j], &r) && bk.add[j] > -(1 << 29) &&
-                               bk.add[j] < (1 << 29) && bk.bias[j] > -(1 << 29) && bk.bias[j] < (1 << 29);
-                }
             }
         }
         if (bk.mm_ok && lo == -128 && hi == 127) {
