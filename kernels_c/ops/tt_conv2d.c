@@ -653,8 +653,8 @@ static void tt_pw4(const tt_conv_block *bk, const int8_t *x, int32_t xstep, int3
  * weight rows as int16 lanes into a table on the stack ({w0, w2}, {w1, w3} of channel 0, then of channels 1-3, per
  * four input channels), so the pixel loop sign-extends only the input: per four input channels one LDR and two
  * SXTB16 of x, two LDM of four lane words (2 cycles each on the M7's 64-bit bus) and eight SMLAD, against the
- * six loads and eight SXTB16 per sixteen MACs of tt_pw22_run; the word loop is unrolled twice (an odd count
- * enters its second half). The sums start at the channels' `add` (one LDM); per channel {h, multiplier, e} come
+ * six loads and eight SXTB16 per sixteen MACs of tt_pw22_run; the word loop is unrolled four times (a count not a
+ * multiple of 4 enters it past the first count % 4 words' worth of bodies: three conditional branches). The sums start at the channels' `add` (one LDM); per channel {h, multiplier, e} come
  * with two LDM of six and the requantization is tt_pw4_run's (doubled sum, SMMLAR, shift, SSAT). Table: 4 adds,
  * 8 C / 4 lane words, 12 requantization words. r0 x, r1 the table, r2 words left, r3 the frame, r4-r7 the sums,
  * r8 / r9 the input's lanes, r10-r12 / lr weight lanes (the requantization's constants after the loop). Up to 192
@@ -706,12 +706,19 @@ __attribute__((naked, noinline)) static void tt_pw4w_run(__attribute__((unused))
         "ldr    r1, [r3, #20]\n\t"
         "ldm    r1!, {r4, r5, r6, r7}\n\t"
         "ldr    r2, [r3, #24]\n\t"
-        "lsrs   r2, r2, #1\n\t"
-        "adc    r2, r2, #0\n\t"
-        "bcs    5f\n\t"
+        "lsls   r9, r2, #31\n\t" /* N: bit 0 of the word count, C: bit 1 */
+        "add    r2, r2, #3\n\t"
+        "lsr    r2, r2, #2\n\t"
+        "bhi    6f\n\t"
+        "bcs    7f\n\t"
+        "bmi    8f\n\t"
         "1:\n\t"
         TT_PW4W_WORD
-        "5:\n\t"
+        "6:\n\t"
+        TT_PW4W_WORD
+        "7:\n\t"
+        TT_PW4W_WORD
+        "8:\n\t"
         TT_PW4W_WORD
         "subs   r2, r2, #1\n\t"
         "bne    1b\n\t"
