@@ -177,10 +177,14 @@ def _random_layers(seed: int):
     # split weights merged on the stack for the two-pixel pass (up to 64 input channels), odd pixel runs
     out.append(Layer("split", (1, 3, 5, 24, 3, 5, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 5))
     out.append(Layer("split", (2, 2, 3, 64, 2, 3, 6, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 13))
-    # the widened-weight pass at its largest input depth (192) and just past it (196: the two-pixel pass), a split
-    # one whose trained channels end inside a word
+    # the widened-weight pass at its largest one-part input depth (192), in two parts (196; 260 over more pixels than
+    # one group; a split one whose trained channels reach into the second part), past its largest (388: the
+    # two-pixel pass), and a split one whose trained channels end inside a word
     out.append(Layer("conv", (1, 2, 5, 192, 2, 5, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
     out.append(Layer("conv", (1, 2, 3, 196, 2, 3, 4, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    out.append(Layer("conv", (1, 3, 7, 260, 3, 7, 4, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    out.append(Layer("split", (1, 2, 9, 200, 2, 9, 4, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 150))
+    out.append(Layer("conv", (1, 1, 3, 388, 1, 3, 4, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
     out.append(Layer("split", (1, 3, 3, 36, 3, 3, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 17))
     # a stem-like 3x3 over 3 channels at stride 2 (its interior through the im2col buffer), whole and row by row
     out.append(Layer("conv", (1, 9, 21, 3, 5, 11, 8, 3, 3, 2, 2, 1, 1, 0, 0, 1), True))

@@ -670,6 +670,7 @@ typedef struct {
     int32_t count;      /* pixels left */
     const int32_t *tab; /* 4 adds, 2 C lane words, 4 x {h, multiplier, e} */
     int32_t qw;         /* C / 4 */
+    int32_t *sums;      /* a deep input's partial sums, 4 per pixel (tt_pw4w_raw_run writes, tt_pw4w_fin_run reads) */
 } tt_pw4w_frame;
 
 #define TT_PW4W_WORD                                                                                          \
@@ -696,6 +697,50 @@ typedef struct {
     "ssat   " h ", #8, " h "\n\t"                                                                             \
     "strb   " h ", " st "\n\t"
 
+/* The word loop over qw words (r2 its count, r0 x, r1 the weight lanes): unrolled four times, entered by three
+ * conditional branches on the count's low bits. */
+#define TT_PW4W_LOOP                                                                                          \
+    "ldr    r2, [r3, #24]\n\t"                                                                                \
+    "lsls   r9, r2, #31\n\t" /* N: bit 0 of the word count, C: bit 1 */                                      \
+    "add    r2, r2, #3\n\t"                                                                                   \
+    "lsr    r2, r2, #2\n\t"                                                                                   \
+    "bhi    6f\n\t"                                                                                           \
+    "bcs    7f\n\t"                                                                                           \
+    "bmi    8f\n\t"                                                                                           \
+    "1:\n\t"                                                                                                  \
+    TT_PW4W_WORD                                                                                              \
+    "6:\n\t"                                                                                                  \
+    TT_PW4W_WORD                                                                                              \
+    "7:\n\t"                                                                                                  \
+    TT_PW4W_WORD                                                                                              \
+    "8:\n\t"                                                                                                  \
+    TT_PW4W_WORD                                                                                              \
+    "subs   r2, r2, #1\n\t"                                                                                   \
+    "bne    1b\n\t"
+
+/* After the loop (r1 at the table's requantization words): the four outputs, y to the next pixel's. */
+#define TT_PW4W_STORE                                                                                         \
+    "ldm    r1!, {r8, r9, r10, r11, r12, lr}\n\t"                                                             \
+    "ldr    r2, [r3, #8]\n\t"                                                                                 \
+    TT_PW4W_OUT("r4", "r8", "r9", "r10", "[r2]")                                                              \
+    TT_PW4W_OUT("r5", "r11", "r12", "lr", "[r2, #1]")                                                         \
+    "ldm    r1, {r8, r9, r10, r11, r12, lr}\n\t"                                                              \
+    TT_PW4W_OUT("r6", "r8", "r9", "r10", "[r2, #2]")                                                          \
+    TT_PW4W_OUT("r7", "r11", "r12", "lr", "[r2, #3]")                                                         \
+    "ldr    r1, [r3, #12]\n\t"                                                                                \
+    "add    r2, r2, r1\n\t"                                                                                   \
+    "str    r2, [r3, #8]\n\t"
+
+/* x to the next pixel; the next pixel while any is left. */
+#define TT_PW4W_NEXT                                                                                          \
+    "ldr    r1, [r3, #4]\n\t"                                                                                 \
+    "add    r0, r0, r1\n\t"                                                                                   \
+    "ldr    r2, [r3, #16]\n\t"                                                                                \
+    "subs   r2, r2, #1\n\t"                                                                                   \
+    "str    r2, [r3, #16]\n\t"                                                                                \
+    "bne    2b\n\t"
+
+/* The whole input per pixel: sums from the adds, the outputs stored. */
 __attribute__((naked, noinline)) static void tt_pw4w_run(__attribute__((unused)) tt_pw4w_frame *f)
 {
     __asm__ volatile(
@@ -705,55 +750,61 @@ __attribute__((naked, noinline)) static void tt_pw4w_run(__attribute__((unused))
         "2:\n\t"
         "ldr    r1, [r3, #20]\n\t"
         "ldm    r1!, {r4, r5, r6, r7}\n\t"
-        "ldr    r2, [r3, #24]\n\t"
-        "lsls   r9, r2, #31\n\t" /* N: bit 0 of the word count, C: bit 1 */
-        "add    r2, r2, #3\n\t"
-        "lsr    r2, r2, #2\n\t"
-        "bhi    6f\n\t"
-        "bcs    7f\n\t"
-        "bmi    8f\n\t"
-        "1:\n\t"
-        TT_PW4W_WORD
-        "6:\n\t"
-        TT_PW4W_WORD
-        "7:\n\t"
-        TT_PW4W_WORD
-        "8:\n\t"
-        TT_PW4W_WORD
-        "subs   r2, r2, #1\n\t"
-        "bne    1b\n\t"
-        "ldm    r1!, {r8, r9, r10, r11, r12, lr}\n\t"
-        "ldr    r2, [r3, #8]\n\t"
-        TT_PW4W_OUT("r4", "r8", "r9", "r10", "[r2]")
-        TT_PW4W_OUT("r5", "r11", "r12", "lr", "[r2, #1]")
-        "ldm    r1, {r8, r9, r10, r11, r12, lr}\n\t"
-        TT_PW4W_OUT("r6", "r8", "r9", "r10", "[r2, #2]")
-        TT_PW4W_OUT("r7", "r11", "r12", "lr", "[r2, #3]")
-        "ldr    r1, [r3, #12]\n\t"
-        "add    r2, r2, r1\n\t"
-        "str    r2, [r3, #8]\n\t"
-        "ldr    r1, [r3, #4]\n\t"
-        "add    r0, r0, r1\n\t"
-        "ldr    r2, [r3, #16]\n\t"
-        "subs   r2, r2, #1\n\t"
-        "str    r2, [r3, #16]\n\t"
-        "bne    2b\n\t"
+        TT_PW4W_LOOP
+        TT_PW4W_STORE
+        TT_PW4W_NEXT
         "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
 }
+
+/* The first part of a deep input: sums from the adds, written to f->sums (four per pixel). */
+__attribute__((naked, noinline)) static void tt_pw4w_raw_run(__attribute__((unused)) tt_pw4w_frame *f)
+{
+    __asm__ volatile(
+        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
+        "mov    r3, r0\n\t"
+        "ldr    r0, [r3]\n\t"
+        "2:\n\t"
+        "ldr    r1, [r3, #20]\n\t"
+        "ldm    r1!, {r4, r5, r6, r7}\n\t"
+        TT_PW4W_LOOP
+        "ldr    r8, [r3, #28]\n\t"
+        "stm    r8!, {r4, r5, r6, r7}\n\t"
+        "str    r8, [r3, #28]\n\t"
+        TT_PW4W_NEXT
+        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+}
+
+/* The second part: sums from f->sums, the outputs stored. */
+__attribute__((naked, noinline)) static void tt_pw4w_fin_run(__attribute__((unused)) tt_pw4w_frame *f)
+{
+    __asm__ volatile(
+        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
+        "mov    r3, r0\n\t"
+        "ldr    r0, [r3]\n\t"
+        "2:\n\t"
+        "ldr    r1, [r3, #20]\n\t"
+        "add    r1, r1, #16\n\t"
+        "ldr    r8, [r3, #28]\n\t"
+        "ldm    r8!, {r4, r5, r6, r7}\n\t"
+        "str    r8, [r3, #28]\n\t"
+        TT_PW4W_LOOP
+        TT_PW4W_STORE
+        TT_PW4W_NEXT
+        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+}
+#undef TT_PW4W_LOOP
+#undef TT_PW4W_STORE
+#undef TT_PW4W_NEXT
 #undef TT_PW4W_WORD
 #undef TT_PW4W_OUT
 
-/* count (>= 1) pixels of C (4 <= C <= TT_PW4W_MAXC, C % 4 == 0) input bytes `xstep` apart against the block's four
- * weight rows (the block's mm_ok == 2; a split weight's rows: input channels [0, n) from bk->ws), outputs `ystep`
- * apart, through tt_pw4w_run. */
-static void tt_pw4w(const tt_conv_block *bk, int32_t n, const int8_t *x, int32_t xstep, int32_t C, int32_t count,
-                    int8_t *y, int32_t ystep)
+/* The table of tt_pw4w_run for input channels [k0, k1) of the block's four rows (a split weight's rows: channels
+ * [0, n) from bk->ws): the adds, the lane words, the requantization words. */
+static void tt_pw4w_fill(const tt_conv_block *bk, int32_t n, int32_t k0, int32_t k1, int32_t *tab)
 {
-    int32_t tab[4 + 2 * TT_PW4W_MAXC + 12];
     int32_t *d = tab + 4;
     int32_t j, k;
-    tt_pw4w_frame f;
-    for (k = 0; k < C; k += 4) {
+    for (k = k0; k < k1; k += 4) {
         for (j = 0; j < 4; ++j) {
             uint32_t ww;
             if (k >= n) {
@@ -777,14 +828,53 @@ static void tt_pw4w(const tt_conv_block *bk, int32_t n, const int8_t *x, int32_t
         *d++ = bk->mm[j].multiplier;
         *d++ = bk->mm[j].e;
     }
-    f.x = x;
+}
+
+/* Pixels per pass of a deep input (its partial sums on the stack). */
+#define TT_PW4W_GROUP 16
+
+/* count (>= 1) pixels of C (C % 4 == 0, 4 <= C <= 2 TT_PW4W_MAXC) input bytes `xstep` apart against the block's four
+ * weight rows (the block's mm_ok == 2; a split weight's rows: input channels [0, n) from bk->ws), outputs `ystep`
+ * apart, through tt_pw4w_run; a deeper input than the table holds in two parts (the first part's sums kept per
+ * pixel, TT_PW4W_GROUP pixels at a time: integer sums in another order, the same bits). */
+static void tt_pw4w(const tt_conv_block *bk, int32_t n, const int8_t *x, int32_t xstep, int32_t C, int32_t count,
+                    int8_t *y, int32_t ystep)
+{
+    int32_t tab[4 + 2 * TT_PW4W_MAXC + 12];
+    tt_pw4w_frame f;
     f.xadj = xstep - C;
-    f.y = y;
     f.ystep = ystep;
-    f.count = count;
     f.tab = tab;
-    f.qw = C >> 2;
-    tt_pw4w_run(&f);
+    f.sums = 0;
+    if (C <= TT_PW4W_MAXC) {
+        tt_pw4w_fill(bk, n, 0, C, tab);
+        f.x = x;
+        f.y = y;
+        f.count = count;
+        f.qw = C >> 2;
+        tt_pw4w_run(&f);
+    } else {
+        const int32_t h = ((C >> 1) + 3) & ~3; /* the first part's channels: [0, h), then [h, C) */
+        int32_t sums[4 * TT_PW4W_GROUP], p0;
+        for (p0 = 0; p0 < count; p0 += TT_PW4W_GROUP) {
+            const int32_t np = count - p0 < TT_PW4W_GROUP ? count - p0 : TT_PW4W_GROUP;
+            tt_pw4w_fill(bk, n, 0, h, tab);
+            f.x = x + p0 * xstep;
+            f.xadj = xstep - h;
+            f.count = np;
+            f.qw = h >> 2;
+            f.sums = sums;
+            tt_pw4w_raw_run(&f);
+            tt_pw4w_fill(bk, n, h, C, tab);
+            f.x = x + p0 * xstep + h;
+            f.xadj = xstep - (C - h);
+            f.y = y + p0 * ystep;
+            f.count = np;
+            f.qw = (C - h) >> 2;
+            f.sums = sums;
+            tt_pw4w_fin_run(&f);
+        }
+    }
 }
 
 /* A k_h x k_w conv's interior run through tt_pw4 (im2col): each output's filter rows (contiguous: no split, no
@@ -946,7 +1036,7 @@ TT_CONV_NOINLINE void tt_pointwise4(const tt_conv_block *bk, int32_t C, int32_t 
         tt_pw4c8(bk, x, count, y, OC);
         return;
     }
-    if (bk->mm_ok == 2 && (C & 3) == 0 && C > 0 && C <= TT_PW4W_MAXC && count > 1) {
+    if (bk->mm_ok == 2 && (C & 3) == 0 && C > 0 && C <= 2 * TT_PW4W_MAXC && count > 1) {
         /* the widened weights' pass (a split weight's rows widened from its two parts) */
         tt_pw4w(bk, n, x, xstep, C, count, y, OC);
         return;
