@@ -798,29 +798,56 @@ __attribute__((naked, noinline)) static void tt_pw4w_fin_run(__attribute__((unus
 #undef TT_PW4W_WORD
 #undef TT_PW4W_OUT
 
-/* The table of tt_pw4w_run for input channels [k0, k1) of the block's four rows (a split weight's rows: channels
- * [0, n) from bk->ws): the adds, the lane words, the requantization words. */
+/* `words` words of four rows widened into lane words at d (per word: row 0's {0, 2}, {1, 3}, then rows 1-3's); the
+ * end of what was written. */
+static int32_t *tt_pw4w_widen(int32_t *d, const int8_t *w0, const int8_t *w1, const int8_t *w2, const int8_t *w3,
+                              int32_t words)
+{
+    for (; words > 0; --words, d += 8) {
+        const uint32_t a = tt_ld32(w0), b = tt_ld32(w1), c = tt_ld32(w2), e = tt_ld32(w3);
+        w0 += 4;
+        w1 += 4;
+        w2 += 4;
+        w3 += 4;
+        d[0] = (int32_t)tt_sx02(a);
+        d[1] = (int32_t)tt_sx13(a);
+        d[2] = (int32_t)tt_sx02(b);
+        d[3] = (int32_t)tt_sx13(b);
+        d[4] = (int32_t)tt_sx02(c);
+        d[5] = (int32_t)tt_sx13(c);
+        d[6] = (int32_t)tt_sx02(e);
+        d[7] = (int32_t)tt_sx13(e);
+    }
+    return d;
+}
+
+/* The table of tt_pw4w_run for input channels [k0, k1) (multiples of 4) of the block's four rows (a split weight's
+ * rows: channels [0, n) from bk->ws): the adds, the lane words, the requantization words. */
 static void tt_pw4w_fill(const tt_conv_block *bk, int32_t n, int32_t k0, int32_t k1, int32_t *tab)
 {
     int32_t *d = tab + 4;
-    int32_t j, k;
-    for (k = k0; k < k1; k += 4) {
-        for (j = 0; j < 4; ++j) {
-            uint32_t ww;
-            if (k >= n) {
-                ww = tt_ld32(bk->w[j] + k);
-            } else if (k + 4 <= n) {
-                ww = tt_ld32(bk->ws[j] + k);
-            } else { /* the word across the split */
+    int32_t j, k = k0;
+    if (k < n) {
+        const int32_t whole = (k1 < n ? k1 : n) & ~3; /* the slice's whole words */
+        if (whole > k) {
+            d = tt_pw4w_widen(d, bk->ws[0] + k, bk->ws[1] + k, bk->ws[2] + k, bk->ws[3] + k, (whole - k) >> 2);
+            k = whole;
+        }
+        if (k < n && k < k1) { /* the word across the split */
+            for (j = 0; j < 4; ++j) {
+                uint32_t ww = 0;
                 int32_t b;
-                ww = 0;
                 for (b = 0; b < 4; ++b) {
                     ww |= (uint32_t)(uint8_t)(k + b < n ? bk->ws[j][k + b] : bk->w[j][k + b]) << (8 * b);
                 }
+                *d++ = (int32_t)tt_sx02(ww);
+                *d++ = (int32_t)tt_sx13(ww);
             }
-            *d++ = (int32_t)tt_sx02(ww);
-            *d++ = (int32_t)tt_sx13(ww);
+            k += 4;
         }
+    }
+    if (k < k1) {
+        d = tt_pw4w_widen(d, bk->w[0] + k, bk->w[1] + k, bk->w[2] + k, bk->w[3] + k, (k1 - k) >> 2);
     }
     for (j = 0; j < 4; ++j) {
         tab[j] = bk->add[j];
