@@ -480,9 +480,9 @@ static void tt_pw4c8(const tt_conv_block *bk, const int8_t *x, int32_t count, in
  * stream) with the pixel outside and the output channels inside: each pixel's eight bytes are sign-extended once
  * into four registers, then per output channel one LDM of eight table words {w lanes {0, 2}, {1, 3}, {4, 6}, {5, 7}
  * doubled, 2 add, h, multiplier, e}, four SMLAD (the doubled sum, started at 2 add), the one-SMMLAR requantization
- * and a post-incremented store: 16 cycles per output on the M7 model against 20 through tt_pw1c8_run, whose per-
- * channel calls also cost a frame each. The channels' loop needs no counter: the last channel's e carries bit 8
- * (ASR by a register reads its low byte only). Channels in chunks of TT_PWC8_CHUNK (the table on the stack).
+ * and a post-incremented store: ~14.5 cycles per output on the M7 model against 20 through tt_pw1c8_run, whose
+ * per-channel calls also cost a frame each. The channels' loop (two a pass; an odd count enters the second half)
+ * needs no counter: the last channel's e carries bit 8 (ASR by a register reads its low byte only). Channels in chunks of TT_PWC8_CHUNK (the table on the stack).
  * r0 / r3 / r8-r12 / lr the table words, r1 the table, r2 y, r4-r7 the pixel's lanes; the frame's address at [sp]. */
 #define TT_PWC8_CHUNK 16
 
@@ -493,7 +493,21 @@ typedef struct {
     int32_t yadj;       /* OC - the chunk's channels: y after a pixel's outputs to the next pixel's */
     int32_t count;      /* pixels left */
     const int32_t *tab; /* 8 words per channel */
+    int32_t odd;        /* the chunk's channel count is odd: the loop (two channels a pass) enters its second half */
 } tt_pwc8_frame;
+
+/* One output channel of tt_pwc8_run. */
+#define TT_PWC8_CHANNEL                                                                                       \
+    "ldm    r1!, {r0, r3, r8, r9, r10, r11, r12, lr}\n\t"                                                     \
+    "smlad  r10, r4, r0, r10\n\t"                                                                             \
+    "smlad  r10, r5, r3, r10\n\t"                                                                             \
+    "smlad  r10, r6, r8, r10\n\t"                                                                             \
+    "smlad  r10, r7, r9, r10\n\t"                                                                             \
+    "add    r11, r11, r10, asr #31\n\t"                                                                       \
+    "smmlar r11, r10, r12, r11\n\t"                                                                           \
+    "asr    r11, r11, lr\n\t"                                                                                 \
+    "ssat   r11, #8, r11\n\t"                                                                                 \
+    "strb   r11, [r2], #1\n\t"
 
 __attribute__((naked, noinline)) static void tt_pwc8_run(__attribute__((unused)) tt_pwc8_frame *f)
 {
@@ -514,17 +528,12 @@ __attribute__((naked, noinline)) static void tt_pwc8_run(__attribute__((unused))
         "sxtb16 r6, r9\n\t"
         "sxtb16 r7, r9, ror #8\n\t"
         "ldr    r1, [r0, #20]\n\t"
+        "ldr    r3, [r0, #24]\n\t"
+        "cbnz   r3, 5f\n\t"
         "1:\n\t"
-        "ldm    r1!, {r0, r3, r8, r9, r10, r11, r12, lr}\n\t"
-        "smlad  r10, r4, r0, r10\n\t"
-        "smlad  r10, r5, r3, r10\n\t"
-        "smlad  r10, r6, r8, r10\n\t"
-        "smlad  r10, r7, r9, r10\n\t"
-        "add    r11, r11, r10, asr #31\n\t"
-        "smmlar r11, r10, r12, r11\n\t"
-        "asr    r11, r11, lr\n\t"
-        "ssat   r11, #8, r11\n\t"
-        "strb   r11, [r2], #1\n\t"
+        TT_PWC8_CHANNEL
+        "5:\n\t"
+        TT_PWC8_CHANNEL
         "tst    lr, #256\n\t"
         "beq    1b\n\t"
         "ldr    r0, [sp]\n\t"
@@ -537,6 +546,7 @@ __attribute__((naked, noinline)) static void tt_pwc8_run(__attribute__((unused))
         "add    sp, sp, #4\n\t"
         "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
 }
+#undef TT_PWC8_CHANNEL
 
 /* tt_conv2d_s8 of a whole 1x1 conv over `pixels` contiguous pixels of eight input channels through tt_pwc8_run, when
  * every output channel has the one-SMMLAR requantization to the int8 range (the conditions of tt_conv2d_s8_core's
@@ -583,6 +593,7 @@ static int tt_pwc8(const tt_requant_s8 *q, int32_t OC, int32_t pixels, const int
         f.yadj = OC - nc;
         f.count = pixels;
         f.tab = tab;
+        f.odd = nc & 1;
         tt_pwc8_run(&f);
     }
     return 1;
