@@ -678,9 +678,10 @@ typedef struct {
     int32_t xadj;       /* xstep - C: x after a pixel's words to the next pixel */
     int8_t *y;
     int32_t ystep;
-    int32_t count;      /* pixels left */
+    uintptr_t end;      /* y's address after the last pixel (tt_pw4w_raw_run: the pixels left) */
     const int32_t *tab; /* 4 adds, 2 C lane words, 4 x {h, multiplier, e} */
-    int32_t qw;         /* C / 4 */
+    int32_t iters;      /* passes of the word loop: (C / 4 + 3) / 4 */
+    uint32_t entry;     /* C / 4 << 30: one LSLS #1 sets N to its bit 0 and C to its bit 1 (the loop's entry) */
     int32_t *sums;      /* a deep input's partial sums, 4 per pixel (tt_pw4w_raw_run writes, tt_pw4w_fin_run reads) */
 } tt_pw4w_frame;
 
@@ -711,10 +712,8 @@ typedef struct {
 /* The word loop over qw words (r2 its count, r0 x, r1 the weight lanes): unrolled four times, entered by three
  * conditional branches on the count's low bits. */
 #define TT_PW4W_LOOP                                                                                          \
-    "ldr    r2, [r3, #24]\n\t"                                                                                \
-    "lsls   r9, r2, #31\n\t" /* N: bit 0 of the word count, C: bit 1 */                                      \
-    "add    r2, r2, #3\n\t"                                                                                   \
-    "lsr    r2, r2, #2\n\t"                                                                                   \
+    "ldrd   r2, r9, [r3, #24]\n\t"                                                                            \
+    "lsls   r9, r9, #1\n\t" /* N: bit 0 of the word count, C: bit 1 */                                       \
     "bhi    6f\n\t"                                                                                           \
     "bcs    7f\n\t"                                                                                           \
     "bmi    8f\n\t"                                                                                           \
@@ -729,7 +728,8 @@ typedef struct {
     "subs   r2, r2, #1\n\t"                                                                                   \
     "bne    1b\n\t"
 
-/* After the loop (r1 at the table's requantization words): the four outputs, y to the next pixel's. */
+/* After the loop (r1 at the table's requantization words): the four outputs, y and x to the next pixel's; the next
+ * pixel until y reaches the end. */
 #define TT_PW4W_STORE                                                                                         \
     "ldm    r1!, {r8, r9, r10, r11, r12, lr}\n\t"                                                             \
     "ldr    r2, [r3, #8]\n\t"                                                                                 \
@@ -738,11 +738,15 @@ typedef struct {
     "ldm    r1, {r8, r9, r10, r11, r12, lr}\n\t"                                                              \
     TT_PW4W_OUT("r6", "r8", "r9", "r10", "[r2, #2]")                                                          \
     TT_PW4W_OUT("r7", "r11", "r12", "lr", "[r2, #3]")                                                         \
-    "ldr    r1, [r3, #12]\n\t"                                                                                \
+    "ldrd   r1, r8, [r3, #12]\n\t"                                                                            \
     "add    r2, r2, r1\n\t"                                                                                   \
-    "str    r2, [r3, #8]\n\t"
+    "str    r2, [r3, #8]\n\t"                                                                                 \
+    "ldr    r1, [r3, #4]\n\t"                                                                                 \
+    "add    r0, r0, r1\n\t"                                                                                   \
+    "cmp    r2, r8\n\t"                                                                                       \
+    "bne    2b\n\t"
 
-/* x to the next pixel; the next pixel while any is left. */
+/* tt_pw4w_raw_run: x to the next pixel; the next pixel while any is left. */
 #define TT_PW4W_NEXT                                                                                          \
     "ldr    r1, [r3, #4]\n\t"                                                                                 \
     "add    r0, r0, r1\n\t"                                                                                   \
@@ -763,7 +767,6 @@ __attribute__((naked, noinline)) static void tt_pw4w_run(__attribute__((unused))
         "ldm    r1!, {r4, r5, r6, r7}\n\t"
         TT_PW4W_LOOP
         TT_PW4W_STORE
-        TT_PW4W_NEXT
         "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
 }
 
@@ -778,9 +781,9 @@ __attribute__((naked, noinline)) static void tt_pw4w_raw_run(__attribute__((unus
         "ldr    r1, [r3, #20]\n\t"
         "ldm    r1!, {r4, r5, r6, r7}\n\t"
         TT_PW4W_LOOP
-        "ldr    r8, [r3, #28]\n\t"
+        "ldr    r8, [r3, #32]\n\t"
         "stm    r8!, {r4, r5, r6, r7}\n\t"
-        "str    r8, [r3, #28]\n\t"
+        "str    r8, [r3, #32]\n\t"
         TT_PW4W_NEXT
         "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
 }
@@ -795,12 +798,11 @@ __attribute__((naked, noinline)) static void tt_pw4w_fin_run(__attribute__((unus
         "2:\n\t"
         "ldr    r1, [r3, #20]\n\t"
         "add    r1, r1, #16\n\t"
-        "ldr    r8, [r3, #28]\n\t"
+        "ldr    r8, [r3, #32]\n\t"
         "ldm    r8!, {r4, r5, r6, r7}\n\t"
-        "str    r8, [r3, #28]\n\t"
+        "str    r8, [r3, #32]\n\t"
         TT_PW4W_LOOP
         TT_PW4W_STORE
-        TT_PW4W_NEXT
         "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
 }
 #undef TT_PW4W_LOOP
@@ -888,8 +890,9 @@ static void tt_pw4w(const tt_conv_block *bk, int32_t n, const int8_t *x, int32_t
         tt_pw4w_fill(bk, n, 0, C, tab);
         f.x = x;
         f.y = y;
-        f.count = count;
-        f.qw = C >> 2;
+        f.end = (uintptr_t)y + (uintptr_t)(count * ystep);
+        f.iters = ((C >> 2) + 3) >> 2;
+        f.entry = (uint32_t)(C >> 2) << 30;
         tt_pw4w_run(&f);
     } else {
         const int32_t h = ((C >> 1) + 3) & ~3; /* the first part's channels: [0, h), then [h, C) */
@@ -899,16 +902,18 @@ static void tt_pw4w(const tt_conv_block *bk, int32_t n, const int8_t *x, int32_t
             tt_pw4w_fill(bk, n, 0, h, tab);
             f.x = x + p0 * xstep;
             f.xadj = xstep - h;
-            f.count = np;
-            f.qw = h >> 2;
+            f.end = (uintptr_t)np;
+            f.iters = ((h >> 2) + 3) >> 2;
+            f.entry = (uint32_t)(h >> 2) << 30;
             f.sums = sums;
             tt_pw4w_raw_run(&f);
             tt_pw4w_fill(bk, n, h, C, tab);
             f.x = x + p0 * xstep + h;
             f.xadj = xstep - (C - h);
             f.y = y + p0 * ystep;
-            f.count = np;
-            f.qw = (C - h) >> 2;
+            f.end = (uintptr_t)f.y + (uintptr_t)(np * ystep);
+            f.iters = (((C - h) >> 2) + 3) >> 2;
+            f.entry = (uint32_t)((C - h) >> 2) << 30;
             f.sums = sums;
             tt_pw4w_fin_run(&f);
         }
