@@ -185,6 +185,10 @@ def _random_layers(seed: int):
     out.append(Layer("conv", (1, 3, 7, 260, 3, 7, 4, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
     out.append(Layer("split", (1, 2, 9, 200, 2, 9, 4, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 150))
     out.append(Layer("conv", (1, 1, 3, 388, 1, 3, 4, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    # biases too large for the one-SMMLAR form on a whole 1x1 conv (its weight sums then computed after all), a
+    # split one too
+    out.append(Layer("conv", (1, 3, 5, 16, 3, 5, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 0, (-128, 127), 31))
+    out.append(Layer("split", (1, 2, 5, 20, 2, 5, 4, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 6, (-128, 127), 31))
     out.append(Layer("split", (1, 3, 3, 36, 3, 3, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 17))
     # a stem-like 3x3 over 3 channels at stride 2 (its interior through the im2col buffer), whole and row by row
     out.append(Layer("conv", (1, 9, 21, 3, 5, 11, 8, 3, 3, 2, 2, 1, 1, 0, 0, 1), True))

@@ -1,6 +1,7 @@
 """The DSP forms of the small int8 ops of a training step (issue 14): tt_add_s8 (one SMMLAR per rescaling,
 tt_requant.h's tt_requant_mmx) and tt_clamp_mask_s8 (four bytes per SSUB8 / SEL pair) give the portable kernels'
-bytes.
+bytes; so do 1x1 convs whose blocks leave the widened-weight pass for the general requantization (a negative
+multiplier: the weight sums the pass skips are then computed after all).
 
 One program runs random cases of both kernels and writes every output to out.bin; it also checks
 tt_requant_mmx_apply against the reference rescaling (tt_multiply_by_quantized_multiplier_smaller_than_one_exp + z)
@@ -98,6 +99,38 @@ static int32_t run_ops(void)
             OUT[used++] = (uint8_t)Y[i];
         }
     }
+    for (c = 0; c < 6; ++c) { /* 1x1 convs (the widened-weight pass) with channels outside the one-SMMLAR form */
+        static int8_t W[24 * 40];
+        static int32_t bias[24], mult[24], shift[24];
+        const int32_t ic = 16 + 4 * c, oc = 24, hw = 12;
+        const tt_conv_dims d = {1, 3, 4, ic, 3, 4, oc, 1, 1, 1, 1, 1, 1, 0, 0, 1};
+        tt_requant_s8 q;
+        for (i = 0; i < oc; ++i) {
+            bias[i] = between(-3000, 3000);
+            mult[i] = 1073741824 + (int32_t)(rnd() >> 2);
+            shift[i] = -between(6, 9);
+            if (i % 4 == 1 && c % 2 == 0) {
+                mult[i] = -mult[i]; /* a negative multiplier: the block takes the general requantization */
+            }
+        }
+        for (i = 0; i < oc * ic; ++i) {
+            W[i] = (int8_t)between(-128, 127);
+        }
+        for (i = 0; i < hw * ic; ++i) {
+            A[i] = (int8_t)between(-128, 127);
+        }
+        q.input_zero_point = between(-20, 20);
+        q.output_zero_point = between(-10, 10);
+        q.act_min = -128;
+        q.act_max = 127;
+        q.multiplier = mult;
+        q.shift = shift;
+        q.per_channel = 1;
+        tt_conv2d_s8(&d, &q, A, W, bias, Y);
+        for (i = 0; i < hw * oc; ++i) {
+            OUT[used++] = (uint8_t)Y[i];
+        }
+    }
     for (c = 0; c < 40; ++c) {
         const int32_t n = c < 9 ? c + 1 : between(1, 300);
         int32_t lo = between(-140, 140), hi = between(-140, 140);
@@ -149,7 +182,8 @@ int main(int argc, char **argv)
 }
 """
 
-SOURCES = [KDIR / "ops" / "tt_add.c", KDIR / "tt_mask.c", KDIR / "tt_common.c", KDIR / "tt_f16.c"]
+KERNELS = ["ops/tt_add.c", "ops/tt_conv2d.c", "tt_mask.c", "tt_common.c", "tt_f16.c"]
+SOURCES = [KDIR / k for k in KERNELS]
 
 
 def _host(tmp: Path, dsp: bool) -> tuple[int, bytes]:
@@ -200,7 +234,7 @@ def test_small_ops_dsp_path_gives_portable_bytes_in_qemu(tmp_path):
         prog.mkdir()
         (prog / "prog.c").write_text(PROGRAM + MAIN_DEVICE.replace("COUNT", "20000"))
         built = build_firmware(board, prog, tmp_path / f"build-{kernels}",
-                               kernels=["ops/tt_add.c", "tt_mask.c", "tt_common.c", "tt_f16.c"],
+                               kernels=KERNELS,
                                defines={"TT_USE_DSP": "1"} if kernels == "dsp" else None)
         ran = run_firmware(board, built.elf, tmp_path / f"run-{kernels}", {}, timeout_s=300, results_name=None)
         got[kernels] = (int(re.search(r"@mmx (-?\d+)", ran.console)[1]), ran.files["out.bin"])

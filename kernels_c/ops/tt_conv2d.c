@@ -662,15 +662,17 @@ static void tt_pw4(const tt_conv_block *bk, const int8_t *x, int32_t xstep, int3
 
 /* One pixel x four output channels with the block's weights widened once per call: tt_pw4w_fill writes the four
  * weight rows as int16 lanes into a table on the stack ({w0, w2}, {w1, w3} of channel 0, then of channels 1-3, per
- * four input channels), so the pixel loop sign-extends only the input: per four input channels one LDR and two
- * SXTB16 of x, two LDM of four lane words (2 cycles each on the M7's 64-bit bus) and eight SMLAD, against the
- * six loads and eight SXTB16 per sixteen MACs of tt_pw22_run; the word loop is unrolled four times (a count not a
- * multiple of 4 enters it past the first count % 4 words' worth of bodies: three conditional branches). The sums start at the channels' `add` (one LDM); per channel {h, multiplier, e} come
- * with two LDM of six and the requantization is tt_pw4_run's (doubled sum, SMMLAR, shift, SSAT). Table: 4 adds,
- * 8 C / 4 lane words, 12 requantization words. r0 x, r1 the table, r2 words left, r3 the frame, r4-r7 the sums,
- * r8 / r9 the input's lanes, r10-r12 / lr weight lanes (the requantization's constants after the loop). Up to 192
- * input channels: a 1.6 KB table, which keeps the MobileNetV2 firmware's stack bound where it was (a deeper chain
- * elsewhere sets it). */
+ * four input channels), so the pixel loop extends only the input: per four input channels one LDR and two SXTAB16
+ * of x (which also subtract z_x: the sums are the reference's sum (x - z_x) * w, so no weight sums are needed), two
+ * LDM of four lane words (2 cycles each on the M7's 64-bit bus) and eight SMLAD, against the six loads and eight
+ * SXTB16 per sixteen MACs of tt_pw22_run. The word loop is unrolled four times (a count not a multiple of 4 enters
+ * it past the first count % 4 bodies: three conditional branches); the zero point's lanes sit in r3 during it (the
+ * frame's address is kept at [sp]). The sums start at the channels' biases (one LDM); per channel {h, multiplier,
+ * e} come with two LDM of six and the requantization is tt_pw4_run's (doubled sum, SMMLAR, shift, SSAT). Table:
+ * 4 biases, 8 C / 4 lane words, 12 requantization words. r0 x, r1 the table, r2 passes left, r3 the frame (the
+ * zero point's lanes in the loop), r4-r7 the sums, r8 / r9 the input's lanes, r10-r12 / lr weight lanes (the
+ * requantization's constants after the loop). Up to 192 input channels in one part: a 1.6 KB table, which keeps
+ * the MobileNetV2 firmware's stack bound where it was (a deeper chain elsewhere sets it). */
 #define TT_PW4W_MAXC 192
 
 typedef struct {
@@ -683,13 +685,14 @@ typedef struct {
     int32_t iters;      /* passes of the word loop: (C / 4 + 3) / 4 */
     uint32_t entry;     /* C / 4 << 30: one LSLS #1 sets N to its bit 0 and C to its bit 1 (the loop's entry) */
     int32_t *sums;      /* a deep input's partial sums, 4 per pixel (tt_pw4w_raw_run writes, tt_pw4w_fin_run reads) */
+    uint32_t zoff;      /* -z_x in both int16 lanes: SXTAB16 gives the input's lanes minus its zero point */
 } tt_pw4w_frame;
 
 #define TT_PW4W_WORD                                                                                          \
     "ldr    r8, [r0], #4\n\t"                                                                                 \
     "ldm    r1!, {r10, r11, r12, lr}\n\t"                                                                     \
-    "sxtb16 r9, r8, ror #8\n\t"                                                                               \
-    "sxtb16 r8, r8\n\t"                                                                                       \
+    "sxtab16 r9, r3, r8, ror #8\n\t"                                                                          \
+    "sxtab16 r8, r3, r8\n\t"                                                                                  \
     "smlad  r4, r8, r10, r4\n\t"                                                                              \
     "smlad  r4, r9, r11, r4\n\t"                                                                              \
     "smlad  r5, r8, r12, r5\n\t"                                                                              \
@@ -714,6 +717,7 @@ typedef struct {
 #define TT_PW4W_LOOP                                                                                          \
     "ldrd   r2, r9, [r3, #24]\n\t"                                                                            \
     "lsls   r9, r9, #1\n\t" /* N: bit 0 of the word count, C: bit 1 */                                       \
+    "ldr    r3, [r3, #36]\n\t" /* the zero point's lanes (the frame's address back from [sp] after) */       \
     "bhi    6f\n\t"                                                                                           \
     "bcs    7f\n\t"                                                                                           \
     "bmi    8f\n\t"                                                                                           \
@@ -726,7 +730,8 @@ typedef struct {
     "8:\n\t"                                                                                                  \
     TT_PW4W_WORD                                                                                              \
     "subs   r2, r2, #1\n\t"                                                                                   \
-    "bne    1b\n\t"
+    "bne    1b\n\t"                                                                                           \
+    "ldr    r3, [sp]\n\t"
 
 /* After the loop (r1 at the table's requantization words): the four outputs, y and x to the next pixel's; the next
  * pixel until y reaches the end. */
@@ -755,11 +760,13 @@ typedef struct {
     "str    r2, [r3, #16]\n\t"                                                                                \
     "bne    2b\n\t"
 
-/* The whole input per pixel: sums from the adds, the outputs stored. */
+/* The whole input per pixel: sums from the biases, the outputs stored. */
 __attribute__((naked, noinline)) static void tt_pw4w_run(__attribute__((unused)) tt_pw4w_frame *f)
 {
     __asm__ volatile(
         "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
+        "sub    sp, sp, #8\n\t"
+        "str    r0, [sp]\n\t"
         "mov    r3, r0\n\t"
         "ldr    r0, [r3]\n\t"
         "2:\n\t"
@@ -767,14 +774,17 @@ __attribute__((naked, noinline)) static void tt_pw4w_run(__attribute__((unused))
         "ldm    r1!, {r4, r5, r6, r7}\n\t"
         TT_PW4W_LOOP
         TT_PW4W_STORE
+        "add    sp, sp, #8\n\t"
         "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
 }
 
-/* The first part of a deep input: sums from the adds, written to f->sums (four per pixel). */
+/* The first part of a deep input: sums from the biases, written to f->sums (four per pixel). */
 __attribute__((naked, noinline)) static void tt_pw4w_raw_run(__attribute__((unused)) tt_pw4w_frame *f)
 {
     __asm__ volatile(
         "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
+        "sub    sp, sp, #8\n\t"
+        "str    r0, [sp]\n\t"
         "mov    r3, r0\n\t"
         "ldr    r0, [r3]\n\t"
         "2:\n\t"
@@ -785,6 +795,7 @@ __attribute__((naked, noinline)) static void tt_pw4w_raw_run(__attribute__((unus
         "stm    r8!, {r4, r5, r6, r7}\n\t"
         "str    r8, [r3, #32]\n\t"
         TT_PW4W_NEXT
+        "add    sp, sp, #8\n\t"
         "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
 }
 
@@ -793,6 +804,8 @@ __attribute__((naked, noinline)) static void tt_pw4w_fin_run(__attribute__((unus
 {
     __asm__ volatile(
         "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
+        "sub    sp, sp, #8\n\t"
+        "str    r0, [sp]\n\t"
         "mov    r3, r0\n\t"
         "ldr    r0, [r3]\n\t"
         "2:\n\t"
@@ -803,6 +816,7 @@ __attribute__((naked, noinline)) static void tt_pw4w_fin_run(__attribute__((unus
         "str    r8, [r3, #32]\n\t"
         TT_PW4W_LOOP
         TT_PW4W_STORE
+        "add    sp, sp, #8\n\t"
         "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
 }
 #undef TT_PW4W_LOOP
@@ -835,7 +849,7 @@ static int32_t *tt_pw4w_widen(int32_t *d, const int8_t *w0, const int8_t *w1, co
 }
 
 /* The table of tt_pw4w_run for input channels [k0, k1) (multiples of 4) of the block's four rows (a split weight's
- * rows: channels [0, n) from bk->ws): the adds, the lane words, the requantization words. */
+ * rows: channels [0, n) from bk->ws): the biases, the lane words, the requantization words. */
 static void tt_pw4w_fill(const tt_conv_block *bk, int32_t n, int32_t k0, int32_t k1, int32_t *tab)
 {
     int32_t *d = tab + 4;
@@ -863,7 +877,7 @@ static void tt_pw4w_fill(const tt_conv_block *bk, int32_t n, int32_t k0, int32_t
         d = tt_pw4w_widen(d, bk->w[0] + k, bk->w[1] + k, bk->w[2] + k, bk->w[3] + k, (k1 - k) >> 2);
     }
     for (j = 0; j < 4; ++j) {
-        tab[j] = bk->add[j];
+        tab[j] = bk->bias[j];
         *d++ = bk->mm[j].h;
         *d++ = bk->mm[j].multiplier;
         *d++ = bk->mm[j].e;
@@ -886,6 +900,7 @@ static void tt_pw4w(const tt_conv_block *bk, int32_t n, const int8_t *x, int32_t
     f.ystep = ystep;
     f.tab = tab;
     f.sums = 0;
+    f.zoff = (uint32_t)(uint16_t)(-bk->q->input_zero_point) * 0x00010001u;
     if (C <= TT_PW4W_MAXC) {
         tt_pw4w_fill(bk, n, 0, C, tab);
         f.x = x;
@@ -1113,6 +1128,20 @@ TT_CONV_NOINLINE void tt_pointwise4(const tt_conv_block *bk, int32_t C, int32_t 
     }
 }
 
+/* The sum of channel j's weights over the block's filter (a split weight: input channels [0, n) from its slice). */
+static int32_t tt_block_wsum(const tt_geom *g, const tt_conv_block *bk, int32_t j, int32_t n)
+{
+    const int32_t taps = g->k_h * g->k_w;
+    int32_t sw = 0, t;
+    if (n == 0) {
+        return tt_sum_s8(bk->w[j], taps * g->in_c);
+    }
+    for (t = 0; t < taps; ++t) {
+        sw += tt_sum_s8(bk->ws[j] + t * n, n) + tt_sum_s8(bk->w[j] + t * g->in_c + n, g->in_c - n);
+    }
+    return sw;
+}
+
 /* int8 conv, output channels in blocks of four (each input byte loaded once per block, the block's constants
  * hoisted out of the pixel loops) and the input zero point taken out of the inner loop: for an interior output,
  * sum (x - z) * w = sum x * w - z * sum w, with sum w of a channel computed once per call. Integer sums: any order
@@ -1129,7 +1158,15 @@ TT_CONV_INLINE void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8
     /* a 1x1 conv at stride 1 without padding: input pixel p makes output pixel p, both planes contiguous */
     const int32_t whole = pointwise && g.stride_h == 1 && g.stride_w == 1 && g.pad_top == 0 && g.pad_left == 0 &&
                           g.in_h == g.out_h && g.in_w == g.out_w;
-    int32_t oy_lo, oy_hi, ox_lo, ox_hi, oc0, b, oy, ox, j, t;
+#if TT_PW4_ASM
+    /* full blocks of a whole 1x1 conv that tt_pointwise4 hands to tt_pw4w, which subtracts z_x from the input and
+     * starts at the biases: their weight sums (the adds) are computed only if the block turns out not to go there */
+    const int32_t pw_bias = whole && (g.in_c & 3) == 0 && g.in_c != 8 && g.in_c <= 2 * TT_PW4W_MAXC &&
+                            batches * g.out_h * g.out_w > 1 && lo == -128 && hi == 127;
+#else
+    const int32_t pw_bias = 0;
+#endif
+    int32_t oy_lo, oy_hi, ox_lo, ox_hi, oc0, b, oy, ox, j, skip;
     tt_conv_block bk;
     tt_interior(g.out_h, g.in_h, g.stride_h, g.pad_top, g.k_h, g.dil_h, &oy_lo, &oy_hi);
     tt_interior(g.out_w, g.in_w, g.stride_w, g.pad_left, g.k_w, g.dil_w, &ox_lo, &ox_hi);
@@ -1150,20 +1187,13 @@ TT_CONV_INLINE void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8
         /* the DSP build's one-SMMLAR requantization (elsewhere its int64 emulation costs more than the fast form)
          * when the doubled sums fit int32: |raw or reference sum| <= K * 2^15 (|x - z_x| <= 255, |w| <= 128) */
         bk.mm_ok = TT_SIMD && K < (1 << 14);
+        skip = pw_bias && bk.nb == 4;
         for (j = 0; j < 4; ++j) {
             const int32_t oc = oc0 + (j < bk.nb ? j : 0); /* a short last block repeats its first row, unused */
-            int32_t sw = 0;
             bk.w[j] = w + oc * K;
             bk.ws[j] = w_slice + oc * taps * n;
-            if (n == 0) {
-                sw = tt_sum_s8(bk.w[j], K);
-            } else {
-                for (t = 0; t < taps; ++t) {
-                    sw += tt_sum_s8(bk.ws[j] + t * n, n) + tt_sum_s8(bk.w[j] + t * g.in_c + n, g.in_c - n);
-                }
-            }
             bk.bias[j] = bias != 0 ? bias[oc] : 0;
-            bk.add[j] = bk.bias[j] - zin * sw;
+            bk.add[j] = skip ? bk.bias[j] : bk.bias[j] - zin * tt_block_wsum(&g, &bk, j, n);
             if (bk.mm_ok) { /* off from the start in the portable build: no set-up it never reads */
                 const tt_requant1 r = tt_requant_channel(q, oc);
                 bk.mm_ok = tt_requant_mm_init(&bk.mm[j], &r) && bk.add[j] > -(1 << 29) && bk.add[j] < (1 << 29) &&
@@ -1178,6 +1208,11 @@ TT_CONV_INLINE void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8
         }
         if (bk.mm_ok && lo == -128 && hi == 127) {
             bk.mm_ok = 2;
+        }
+        if (skip && bk.mm_ok != 2) { /* not for tt_pw4w after all: the adds its paths read */
+            for (j = 0; j < 4; ++j) {
+                bk.add[j] = bk.bias[j] - zin * tt_block_wsum(&g, &bk, j, n);
+            }
         }
         if (whole && bk.nb == 4) {
             /* every pixel of every image in one run: the per-row calls' set-up once per block */
