@@ -552,38 +552,38 @@ __attribute__((naked, noinline)) static void tt_pwc8_run(__attribute__((unused))
 
 /* tt_conv2d_s8 of a whole 1x1 conv over `pixels` contiguous pixels of eight input channels through tt_pwc8_run, when
  * every output channel has the one-SMMLAR requantization to the int8 range (the conditions of tt_conv2d_s8_core's
- * mm_ok == 2, checked for all channels before anything is written); 0 (nothing done) otherwise. */
+ * mm_ok == 2, with |bias| < 2^28); 0 otherwise, after which the caller computes every output (the input is not the
+ * output's memory, so outputs already written are written again with the same bits). */
 static int tt_pwc8(const tt_requant_s8 *q, int32_t OC, int32_t pixels, const int8_t *x, const int8_t *w,
                    const int32_t *bias, int8_t *y)
 {
     int32_t tab[8 * TT_PWC8_CHUNK];
     const uint32_t zoff = (uint32_t)(uint16_t)(-q->input_zero_point) * 0x00010001u;
-    int32_t oc, c0, i;
+    int32_t oc, c0;
     tt_pwc8_frame f;
     if (q->act_min != -128 || q->act_max != 127 || pixels < 1) {
         return 0;
-    }
-    for (oc = 0; oc < OC; ++oc) { /* |b| < 2^28 keeps the doubled sum b + sum (x - z) w (|sum| < 2^18) in int32 */
-        const tt_requant1 r = tt_requant_channel(q, oc);
-        const int32_t b = bias != 0 ? bias[oc] : 0;
-        tt_requant_mm mm;
-        if (!tt_requant_mm_init(&mm, &r) || b <= -(1 << 28) || b >= (1 << 28)) {
-            return 0;
-        }
     }
     for (c0 = 0; c0 < OC; c0 += TT_PWC8_CHUNK) {
         const int32_t nc = OC - c0 < TT_PWC8_CHUNK ? OC - c0 : TT_PWC8_CHUNK;
         for (oc = c0; oc < c0 + nc; ++oc) {
             const tt_requant1 r = tt_requant_channel(q, oc);
-            const int8_t *wr = w + 8 * oc;
+            const int32_t b = bias != 0 ? bias[oc] : 0;
+            const uint32_t lo4 = tt_ld32(w + 8 * oc), hi4 = tt_ld32(w + 8 * oc + 4);
             int32_t *t = tab + 8 * (oc - c0);
             tt_requant_mm mm;
-            tt_requant_mm_init(&mm, &r);
-            for (i = 0; i < 4; ++i) { /* lanes {0, 2}, {1, 3}, {4, 6}, {5, 7}, doubled */
-                const int32_t k = (i >> 1) * 4 + (i & 1);
-                t[i] = (int32_t)tt_pack16(2 * wr[k], 2 * wr[k + 2]);
+            /* |b| < 2^28 keeps the doubled sum b + sum (x - z) w (|sum| < 2^18) in int32. A channel without the
+             * form: nothing more here, and the caller's blocks write every output again (the same bits) */
+            if (!tt_requant_mm_init(&mm, &r) || b <= -(1 << 28) || b >= (1 << 28)) {
+                return 0;
             }
-            t[4] = 2 * (bias != 0 ? bias[oc] : 0);
+            /* lanes {0, 2}, {1, 3}, {4, 6}, {5, 7}, doubled: a shift of both lanes, the low lane's top bit cleared
+             * out of the high lane's (even) bit 0 */
+            t[0] = (int32_t)(((uint32_t)tt_sx02(lo4) << 1) & 0xFFFEFFFFu);
+            t[1] = (int32_t)(((uint32_t)tt_sx13(lo4) << 1) & 0xFFFEFFFFu);
+            t[2] = (int32_t)(((uint32_t)tt_sx02(hi4) << 1) & 0xFFFEFFFFu);
+            t[3] = (int32_t)(((uint32_t)tt_sx13(hi4) << 1) & 0xFFFEFFFFu);
+            t[4] = 2 * b;
             t[5] = mm.h;
             t[6] = mm.multiplier;
             t[7] = mm.e | (oc == c0 + nc - 1 ? 256 : 0);
