@@ -169,7 +169,7 @@ def _random_layers(seed: int):
     out.append(Layer("conv", (1, 2, 6, 24, 2, 6, 12, 1, 1, 1, 1, 1, 1, 0, 0, 1), True))
     # eight input channels (one channel at a time over the pixels): runs of one pixel, batches, a last block of 3
     out.append(Layer("conv", (2, 3, 1, 8, 3, 1, 11, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
-    # eight input channels, pixel outside and channels inside: chunks of 16 channels and an odd last chunk, row by
+    # eight input channels, pixel outside and channels inside: chunks of 24 channels and an odd last chunk, row by
     # row, a batch; and a clamp narrower than int8 (the per-block path)
     out.append(Layer("conv", (1, 3, 5, 8, 3, 5, 37, 1, 1, 1, 1, 1, 1, 0, 0, 1), True))
     out.append(Layer("conv", (2, 2, 3, 8, 2, 3, 20, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))

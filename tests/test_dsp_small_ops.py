@@ -101,18 +101,18 @@ static int32_t run_ops(void)
     }
     for (c = 0; c < 6; ++c) { /* 1x1 convs (eight input channels, the widened-weight pass) with channels outside the
                                  one-SMMLAR form */
-        static int8_t W[24 * 40];
-        static int32_t bias[24], mult[24], shift[24];
-        const int32_t ic = c < 2 ? 8 : 16 + 4 * c, oc = 24, hw = 12;
+        static int8_t W[40 * 40];
+        static int32_t bias[40], mult[40], shift[40];
+        const int32_t ic = c < 2 ? 8 : 16 + 4 * c, oc = ic == 8 ? 40 : 24, hw = 12;
         const tt_conv_dims d = {1, 3, 4, ic, 3, 4, oc, 1, 1, 1, 1, 1, 1, 0, 0, 1};
         tt_requant_s8 q;
         for (i = 0; i < oc; ++i) {
             bias[i] = between(-3000, 3000);
             mult[i] = 1073741824 + (int32_t)(rnd() >> 2);
             shift[i] = -between(6, 9);
-            if (c % 2 == 0 && (ic == 8 ? i == 17 : i % 4 == 1)) {
-                /* a negative multiplier: the block takes the general requantization (eight input channels: the
-                 * second chunk of 16 output channels, after the first one's outputs are written) */
+            if (c % 2 == 0 && (ic == 8 ? i == 30 : i % 4 == 1)) {
+                /* a negative multiplier: the block takes the general requantization (eight input channels: in the
+                 * second chunk of 24 output channels, after the first one's outputs are written) */
                 mult[i] = -mult[i];
             }
         }

@@ -35,7 +35,7 @@ void tt_unbroadcast_f32(const tt_broadcast *bc, float sign, const float *dy, flo
         const int32_t v1 = (int32_t)(((uint32_t)(int32_t)a[i] << 21) - zs1);                                      \
         const int32_t v2 = (int32_t)(((uint32_t)(int32_t)b[i] << 21) - zs2);                                      \
         const int32_t s2 = 2 * (TT_ADD_MM(c1, sg1, v1) + TT_ADD_MM(c2, sg2, v2));                                 \
-        const int32_t v = TT_ADD_MM(co, 1, s2);                                                                    \
+        const int32_t v = TT_ADD_MM(co, 1, s2);                                                                   \
         y[i] = (int8_t)(full ? tt_ssat8(v) : tt_clamp32(v, lo, hi));                                              \
     } while (0)
 
@@ -64,8 +64,8 @@ static inline __attribute__((always_inline)) void tt_add_s8_mm(const tt_requant_
 
 /* tt_add_s8_mm with the shift signs and the clamp as constants: operand 1 is the one with shift 0 when only one
  * is (the sum r1 + r2 is symmetric), so three sign cases, each with and without the int8 range. */
-static void tt_add_s8_fast(const tt_requant_mmx *c1, const tt_requant_mmx *c2, const tt_requant_mmx *co, int32_t z1, int32_t z2,
-                           int32_t lo, int32_t hi, int32_t n, const int8_t *a, const int8_t *b, int8_t *y)
+static void tt_add_s8_fast(const tt_requant_mmx *c1, const tt_requant_mmx *c2, const tt_requant_mmx *co, int32_t z1,
+                           int32_t z2, int32_t lo, int32_t hi, int32_t n, const int8_t *a, const int8_t *b, int8_t *y)
 {
     const uint32_t zs1 = (uint32_t)z1 << 21, zs2 = (uint32_t)z2 << 21;
     const int full = lo == -128 && hi == 127;

@@ -479,12 +479,14 @@ static void tt_pw4c8(const tt_conv_block *bk, const int8_t *x, int32_t count, in
 /* A whole 1x1 conv of eight input channels (the first expand conv of MobileNet-like networks, row by row in a row
  * stream) with the pixel outside and the output channels inside: each pixel's eight bytes are sign-extended once
  * into four registers less the zero point (SXTAB16), then per output channel one LDM of eight table words {w lanes
- * {0, 2}, {1, 3}, {4, 6}, {5, 7} doubled, 2 bias, h, multiplier, e}, four SMLAD (the doubled sum, started at 2 bias), the one-SMMLAR requantization
- * and a post-incremented store: ~14.5 cycles per output on the M7 model against 20 through tt_pw1c8_run, whose
- * per-channel calls also cost a frame each. The channels' loop (two a pass; an odd count enters the second half)
- * needs no counter: the last channel's e carries bit 8 (ASR by a register reads its low byte only). Channels in chunks of TT_PWC8_CHUNK (the table on the stack).
- * r0 / r3 / r8-r12 / lr the table words, r1 the table, r2 y, r4-r7 the pixel's lanes; the frame's address at [sp]. */
-#define TT_PWC8_CHUNK 16
+ * {0, 2}, {1, 3}, {4, 6}, {5, 7} doubled, 2 bias, h, multiplier, e}, four SMLAD (the doubled sum, started at
+ * 2 bias), the one-SMMLAR requantization and a post-incremented store: ~14.5 cycles per output on the M7 model
+ * against 20 through tt_pw1c8_run, whose per-channel calls also cost a frame each. The channels' loop (two a pass;
+ * an odd count enters the second half) needs no counter: the last channel's e carries bit 8 (ASR by a register
+ * reads its low byte only). Channels in chunks of TT_PWC8_CHUNK (the 768-byte table on the stack; the pixel is
+ * extended again per chunk). r0 / r3 / r8-r12 / lr the table words, r1 the table, r2 y, r4-r7 the pixel's lanes;
+ * the frame's address at [sp]. */
+#define TT_PWC8_CHUNK 24
 
 typedef struct {
     const int8_t *x;    /* the next pixel */
