@@ -190,6 +190,8 @@ def _random_layers(seed: int):
     out.append(Layer("conv", (1, 3, 5, 16, 3, 5, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 0, (-128, 127), 31))
     out.append(Layer("split", (1, 2, 5, 20, 2, 5, 4, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 6, (-128, 127), 31))
     out.append(Layer("split", (1, 3, 3, 36, 3, 3, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 17))
+    # more pixels than input channels: the table's lanes and biases doubled (tt_pw4w_run2), a split one too
+    out.append(Layer("split", (1, 4, 9, 12, 4, 9, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 5))
     # a stem-like 3x3 over 3 channels at stride 2 (its interior through the im2col buffer), whole and row by row
     out.append(Layer("conv", (1, 9, 21, 3, 5, 11, 8, 3, 3, 2, 2, 1, 1, 0, 0, 1), True))
     out.append(Layer("conv", (2, 9, 21, 3, 5, 11, 12, 3, 3, 2, 2, 1, 1, 1, 1, 1), False))

@@ -707,9 +707,13 @@ typedef struct {
     "smlad  r7, r8, r12, r7\n\t"                                                                              \
     "smlad  r7, r9, lr, r7\n\t"
 
-/* The doubled sum acc, its constants h / m / e in three registers, the byte stored at st. */
+/* The sum acc doubled, its constants h / m / e in three registers, the byte stored at st. */
 #define TT_PW4W_OUT(acc, h, m, e, st)                                                                         \
     "add    " acc ", " acc ", " acc "\n\t"                                                                    \
+    TT_PW4W_OUT2(acc, h, m, e, st)
+
+/* The same for a sum that is already doubled (the weights' lanes and the biases doubled in the table). */
+#define TT_PW4W_OUT2(acc, h, m, e, st)                                                                        \
     "add    " h ", " h ", " acc ", asr #31\n\t"                                                               \
     "smmlar " h ", " acc ", " m ", " h "\n\t"                                                                 \
     "asr    " h ", " h ", " e "\n\t"                                                                          \
@@ -739,14 +743,14 @@ typedef struct {
 
 /* After the loop (r1 at the table's requantization words): the four outputs, y and x to the next pixel's; the next
  * pixel until y reaches the end. */
-#define TT_PW4W_STORE                                                                                         \
+#define TT_PW4W_STORE(OUT)                                                                                    \
     "ldm    r1!, {r8, r9, r10, r11, r12, lr}\n\t"                                                             \
     "ldr    r2, [r3, #8]\n\t"                                                                                 \
-    TT_PW4W_OUT("r4", "r8", "r9", "r10", "[r2]")                                                              \
-    TT_PW4W_OUT("r5", "r11", "r12", "lr", "[r2, #1]")                                                         \
+    OUT("r4", "r8", "r9", "r10", "[r2]")                                                                      \
+    OUT("r5", "r11", "r12", "lr", "[r2, #1]")                                                                 \
     "ldm    r1, {r8, r9, r10, r11, r12, lr}\n\t"                                                              \
-    TT_PW4W_OUT("r6", "r8", "r9", "r10", "[r2, #2]")                                                          \
-    TT_PW4W_OUT("r7", "r11", "r12", "lr", "[r2, #3]")                                                         \
+    OUT("r6", "r8", "r9", "r10", "[r2, #2]")                                                                  \
+    OUT("r7", "r11", "r12", "lr", "[r2, #3]")                                                                 \
     "ldrd   r1, r8, [r3, #12]\n\t"                                                                            \
     "add    r2, r2, r1\n\t"                                                                                   \
     "str    r2, [r3, #8]\n\t"                                                                                 \
@@ -777,7 +781,25 @@ __attribute__((naked, noinline)) static void tt_pw4w_run(__attribute__((unused))
         "ldr    r1, [r3, #20]\n\t"
         "ldm    r1!, {r4, r5, r6, r7}\n\t"
         TT_PW4W_LOOP
-        TT_PW4W_STORE
+        TT_PW4W_STORE(TT_PW4W_OUT)
+        "add    sp, sp, #8\n\t"
+        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+}
+
+/* tt_pw4w_run over a table whose lanes and biases are doubled (the sums arrive doubled: one ADD less per output). */
+__attribute__((naked, noinline)) static void tt_pw4w_run2(__attribute__((unused)) tt_pw4w_frame *f)
+{
+    __asm__ volatile(
+        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
+        "sub    sp, sp, #8\n\t"
+        "str    r0, [sp]\n\t"
+        "mov    r3, r0\n\t"
+        "ldr    r0, [r3]\n\t"
+        "2:\n\t"
+        "ldr    r1, [r3, #20]\n\t"
+        "ldm    r1!, {r4, r5, r6, r7}\n\t"
+        TT_PW4W_LOOP
+        TT_PW4W_STORE(TT_PW4W_OUT2)
         "add    sp, sp, #8\n\t"
         "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
 }
@@ -819,7 +841,7 @@ __attribute__((naked, noinline)) static void tt_pw4w_fin_run(__attribute__((unus
         "ldm    r8!, {r4, r5, r6, r7}\n\t"
         "str    r8, [r3, #32]\n\t"
         TT_PW4W_LOOP
-        TT_PW4W_STORE
+        TT_PW4W_STORE(TT_PW4W_OUT)
         "add    sp, sp, #8\n\t"
         "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
 }
@@ -828,11 +850,15 @@ __attribute__((naked, noinline)) static void tt_pw4w_fin_run(__attribute__((unus
 #undef TT_PW4W_NEXT
 #undef TT_PW4W_WORD
 #undef TT_PW4W_OUT
+#undef TT_PW4W_OUT2
 
-/* `words` words of four rows widened into lane words at d (per word: row 0's {0, 2}, {1, 3}, then rows 1-3's); the
- * end of what was written. */
-static int32_t *tt_pw4w_widen(int32_t *d, const int8_t *w0, const int8_t *w1, const int8_t *w2, const int8_t *w3,
-                              int32_t words)
+/* Two int16 lanes doubled (|2w| <= 256): both shifted, the low lane's top bit cleared out of the high lane's bit 0
+ * (0 in a doubled value). */
+#define TT_DBL16(v) ((int32_t)(((uint32_t)(v) << 1) & 0xFFFEFFFFu))
+
+static inline __attribute__((always_inline)) int32_t *
+tt_pw4w_widen_as(int32_t *d, const int8_t *w0, const int8_t *w1, const int8_t *w2, const int8_t *w3, int32_t words,
+                 int dbl)
 {
     for (; words > 0; --words, d += 8) {
         const uint32_t a = tt_ld32(w0), b = tt_ld32(w1), c = tt_ld32(w2), e = tt_ld32(w3);
@@ -840,28 +866,38 @@ static int32_t *tt_pw4w_widen(int32_t *d, const int8_t *w0, const int8_t *w1, co
         w1 += 4;
         w2 += 4;
         w3 += 4;
-        d[0] = (int32_t)tt_sx02(a);
-        d[1] = (int32_t)tt_sx13(a);
-        d[2] = (int32_t)tt_sx02(b);
-        d[3] = (int32_t)tt_sx13(b);
-        d[4] = (int32_t)tt_sx02(c);
-        d[5] = (int32_t)tt_sx13(c);
-        d[6] = (int32_t)tt_sx02(e);
-        d[7] = (int32_t)tt_sx13(e);
+        d[0] = dbl ? TT_DBL16(tt_sx02(a)) : (int32_t)tt_sx02(a);
+        d[1] = dbl ? TT_DBL16(tt_sx13(a)) : (int32_t)tt_sx13(a);
+        d[2] = dbl ? TT_DBL16(tt_sx02(b)) : (int32_t)tt_sx02(b);
+        d[3] = dbl ? TT_DBL16(tt_sx13(b)) : (int32_t)tt_sx13(b);
+        d[4] = dbl ? TT_DBL16(tt_sx02(c)) : (int32_t)tt_sx02(c);
+        d[5] = dbl ? TT_DBL16(tt_sx13(c)) : (int32_t)tt_sx13(c);
+        d[6] = dbl ? TT_DBL16(tt_sx02(e)) : (int32_t)tt_sx02(e);
+        d[7] = dbl ? TT_DBL16(tt_sx13(e)) : (int32_t)tt_sx13(e);
     }
     return d;
 }
 
+/* `words` words of four rows widened into lane words at d (per word: row 0's {0, 2}, {1, 3}, then rows 1-3's),
+ * doubled when dbl; the end of what was written. */
+static int32_t *tt_pw4w_widen(int32_t *d, const int8_t *w0, const int8_t *w1, const int8_t *w2, const int8_t *w3,
+                              int32_t words, int dbl)
+{
+    return dbl ? tt_pw4w_widen_as(d, w0, w1, w2, w3, words, 1) : tt_pw4w_widen_as(d, w0, w1, w2, w3, words, 0);
+}
+
 /* The table of tt_pw4w_run for input channels [k0, k1) (multiples of 4) of the block's four rows (a split weight's
- * rows: channels [0, n) from bk->ws): the biases, the lane words, the requantization words. */
-static void tt_pw4w_fill(const tt_conv_block *bk, int32_t n, int32_t k0, int32_t k1, int32_t *tab)
+ * rows: channels [0, n) from bk->ws): the biases, the lane words, the requantization words; dbl: lanes and biases
+ * doubled, for tt_pw4w_run2 (|2 bias| < 2^30: mm_ok's bound). */
+static void tt_pw4w_fill(const tt_conv_block *bk, int32_t n, int32_t k0, int32_t k1, int32_t *tab, int dbl)
 {
     int32_t *d = tab + 4;
     int32_t j, k = k0;
     if (k < n) {
         const int32_t whole = (k1 < n ? k1 : n) & ~3; /* the slice's whole words */
         if (whole > k) {
-            d = tt_pw4w_widen(d, bk->ws[0] + k, bk->ws[1] + k, bk->ws[2] + k, bk->ws[3] + k, (whole - k) >> 2);
+            d = tt_pw4w_widen(d, bk->ws[0] + k, bk->ws[1] + k, bk->ws[2] + k, bk->ws[3] + k, (whole - k) >> 2,
+                              dbl);
             k = whole;
         }
         if (k < n && k < k1) { /* the word across the split */
@@ -871,17 +907,17 @@ static void tt_pw4w_fill(const tt_conv_block *bk, int32_t n, int32_t k0, int32_t
                 for (b = 0; b < 4; ++b) {
                     ww |= (uint32_t)(uint8_t)(k + b < n ? bk->ws[j][k + b] : bk->w[j][k + b]) << (8 * b);
                 }
-                *d++ = (int32_t)tt_sx02(ww);
-                *d++ = (int32_t)tt_sx13(ww);
+                *d++ = dbl ? TT_DBL16(tt_sx02(ww)) : (int32_t)tt_sx02(ww);
+                *d++ = dbl ? TT_DBL16(tt_sx13(ww)) : (int32_t)tt_sx13(ww);
             }
             k += 4;
         }
     }
     if (k < k1) {
-        d = tt_pw4w_widen(d, bk->w[0] + k, bk->w[1] + k, bk->w[2] + k, bk->w[3] + k, (k1 - k) >> 2);
+        d = tt_pw4w_widen(d, bk->w[0] + k, bk->w[1] + k, bk->w[2] + k, bk->w[3] + k, (k1 - k) >> 2, dbl);
     }
     for (j = 0; j < 4; ++j) {
-        tab[j] = bk->bias[j];
+        tab[j] = dbl ? 2 * bk->bias[j] : bk->bias[j];
         *d++ = bk->mm[j].h;
         *d++ = bk->mm[j].multiplier;
         *d++ = bk->mm[j].e;
@@ -906,19 +942,25 @@ static void tt_pw4w(const tt_conv_block *bk, int32_t n, const int8_t *x, int32_t
     f.sums = 0;
     f.zoff = (uint32_t)(uint16_t)(-bk->q->input_zero_point) * 0x00010001u;
     if (C <= TT_PW4W_MAXC) {
-        tt_pw4w_fill(bk, n, 0, C, tab);
+        /* doubling the table costs ~4 C instructions, and saves 4 per pixel */
+        const int dbl = count > C;
+        tt_pw4w_fill(bk, n, 0, C, tab, dbl);
         f.x = x;
         f.y = y;
         f.end = (uintptr_t)y + (uintptr_t)(count * ystep);
         f.iters = ((C >> 2) + 3) >> 2;
         f.entry = (uint32_t)(C >> 2) << 30;
-        tt_pw4w_run(&f);
+        if (dbl) {
+            tt_pw4w_run2(&f);
+        } else {
+            tt_pw4w_run(&f);
+        }
     } else {
         const int32_t h = ((C >> 1) + 3) & ~3; /* the first part's channels: [0, h), then [h, C) */
         int32_t sums[4 * TT_PW4W_GROUP], p0;
         for (p0 = 0; p0 < count; p0 += TT_PW4W_GROUP) {
             const int32_t np = count - p0 < TT_PW4W_GROUP ? count - p0 : TT_PW4W_GROUP;
-            tt_pw4w_fill(bk, n, 0, h, tab);
+            tt_pw4w_fill(bk, n, 0, h, tab, 0);
             f.x = x + p0 * xstep;
             f.xadj = xstep - h;
             f.end = (uintptr_t)np;
@@ -926,7 +968,7 @@ static void tt_pw4w(const tt_conv_block *bk, int32_t n, const int8_t *x, int32_t
             f.entry = (uint32_t)(h >> 2) << 30;
             f.sums = sums;
             tt_pw4w_raw_run(&f);
-            tt_pw4w_fill(bk, n, h, C, tab);
+            tt_pw4w_fill(bk, n, h, C, tab, 0);
             f.x = x + p0 * xstep + h;
             f.xadj = xstep - (C - h);
             f.y = y + p0 * ystep;
