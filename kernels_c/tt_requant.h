@@ -134,4 +134,33 @@ static inline int32_t tt_requant_mm_apply(int32_t h, int32_t multiplier, int32_t
     return tt_smmlar(x2, multiplier, h + (x2 >> 31)) >> e;
 }
 
+/* tt_multiply_by_quantized_multiplier_smaller_than_one_exp(x, m, -e) + z (add's rescalings) for x2 = 2x, one SMMLAR:
+ * tt_requant_mm's form (derived above for a right shift e >= 1) extended to e == 0, where the reference is
+ * SRDHM(x, m) + z = floor((x*m + 2^30) / 2^31) + z = floor((x2*m + 2^31) / 2^32) + z, SMMLAR(x2, m, z) exactly with
+ * no sign term. So h = [e > 0] * 2^(e-1) + z * 2^e and the sign term (x2 >> 31) is masked by `neg` (-1 when e > 0,
+ * else 0). Needs m >= 0, 0 <= e <= 22 (|h| < 2^30 for |z| <= 128) and |x| < 2^30. */
+typedef struct {
+    int32_t h, multiplier, e, neg;
+} tt_requant_mmx;
+
+/* 1 and *o filled when (multiplier, shift = -e) has this form, else 0. */
+static inline int tt_requant_mmx_init(tt_requant_mmx *o, int32_t multiplier, int32_t shift, int32_t zero_point)
+{
+    const int32_t e = -shift;
+    if (multiplier < 0 || e < 0 || e > 22 || zero_point < -128 || zero_point > 128) {
+        o->h = o->multiplier = o->e = o->neg = 0;
+        return 0;
+    }
+    o->h = (int32_t)((e > 0 ? ((int64_t)1 << (e - 1)) : 0) + (int64_t)zero_point * ((int64_t)1 << e));
+    o->multiplier = multiplier;
+    o->e = e;
+    o->neg = e > 0 ? -1 : 0;
+    return 1;
+}
+
+static inline int32_t tt_requant_mmx_apply(const tt_requant_mmx *o, int32_t x2)
+{
+    return tt_smmlar(x2, o->multiplier, o->h + ((x2 >> 31) & o->neg)) >> o->e;
+}
+
 #endif /* TT_REQUANT_H */

@@ -169,9 +169,29 @@ def _random_layers(seed: int):
     out.append(Layer("conv", (1, 2, 6, 24, 2, 6, 12, 1, 1, 1, 1, 1, 1, 0, 0, 1), True))
     # eight input channels (one channel at a time over the pixels): runs of one pixel, batches, a last block of 3
     out.append(Layer("conv", (2, 3, 1, 8, 3, 1, 11, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    # eight input channels, pixel outside and channels inside: chunks of 24 channels and an odd last chunk, row by
+    # row, a batch; and a clamp narrower than int8 (the per-block path)
+    out.append(Layer("conv", (1, 3, 5, 8, 3, 5, 37, 1, 1, 1, 1, 1, 1, 0, 0, 1), True))
+    out.append(Layer("conv", (2, 2, 3, 8, 2, 3, 20, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    out.append(Layer("conv", (1, 2, 7, 8, 2, 7, 9, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 0, (-100, 90)))
     # split weights merged on the stack for the two-pixel pass (up to 64 input channels), odd pixel runs
     out.append(Layer("split", (1, 3, 5, 24, 3, 5, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 5))
     out.append(Layer("split", (2, 2, 3, 64, 2, 3, 6, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 13))
+    # the widened-weight pass at its largest one-part input depth (192), in two parts (196; 260 over more pixels than
+    # one group; a split one whose trained channels reach into the second part), past its largest (388: the
+    # two-pixel pass), and a split one whose trained channels end inside a word
+    out.append(Layer("conv", (1, 2, 5, 192, 2, 5, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    out.append(Layer("conv", (1, 2, 3, 196, 2, 3, 4, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    out.append(Layer("conv", (1, 3, 7, 260, 3, 7, 4, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    out.append(Layer("split", (1, 2, 9, 200, 2, 9, 4, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 150))
+    out.append(Layer("conv", (1, 1, 3, 388, 1, 3, 4, 1, 1, 1, 1, 1, 1, 0, 0, 1), False))
+    # biases too large for the one-SMMLAR form on a whole 1x1 conv (its weight sums then computed after all), a
+    # split one too
+    out.append(Layer("conv", (1, 3, 5, 16, 3, 5, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 0, (-128, 127), 31))
+    out.append(Layer("split", (1, 2, 5, 20, 2, 5, 4, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 6, (-128, 127), 31))
+    out.append(Layer("split", (1, 3, 3, 36, 3, 3, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 17))
+    # more pixels than input channels: the table's lanes and biases doubled (tt_pw4w_run2), a split one too
+    out.append(Layer("split", (1, 4, 9, 12, 4, 9, 8, 1, 1, 1, 1, 1, 1, 0, 0, 1), False, 5))
     # a stem-like 3x3 over 3 channels at stride 2 (its interior through the im2col buffer), whole and row by row
     out.append(Layer("conv", (1, 9, 21, 3, 5, 11, 8, 3, 3, 2, 2, 1, 1, 0, 0, 1), True))
     out.append(Layer("conv", (2, 9, 21, 3, 5, 11, 12, 3, 3, 2, 2, 1, 1, 1, 1, 1), False))

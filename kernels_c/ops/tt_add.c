@@ -5,6 +5,7 @@
  * operand's element strides (0 along an axis the operand is broadcast over), computed by codegen. */
 #include "tt_broadcast.h"
 #include "tt_f16.h"
+#include "tt_requant.h"
 
 #ifdef TT_INTERFACE
 /* Element-wise, equal shapes (n elements). */
@@ -28,10 +29,91 @@ void tt_add_f16(int32_t n, float act_min, float act_max, const float *af, const 
                 const uint16_t *bh, float *yf, uint16_t *yh);
 #endif /* TT_INTERFACE */
 
+#if TT_SIMD
+/* tt_requant_mmx_apply with the sign term's mask a constant where inlined (signed: c.neg != 0). */
+#define TT_ADD_MM(c, signed, x2) (tt_smmlar((x2), (c).multiplier, (signed) ? (c).h + ((x2) >> 31) : (c).h) >> (c).e)
+
+/* One element: the operands' doubled shifted differences v = 2 (x - z) 2^20 (|x - z| <= 255: |v| < 2^29), their
+ * rescaled values r (|r| <= |v| / 2 + 1, so the doubled sum 2 (r1 + r2) fits int32 too), the output's
+ * requantization with its zero point (a shift e >= 1: its sign term always), the clamp. v as (x << 21) - (z << 21)
+ * in unsigned arithmetic: one RSB with a shifted operand, and the value of the signed product. */
+#define TT_ADD1(i)                                                                                                \
+    do {                                                                                                          \
+        const int32_t v1 = (int32_t)(((uint32_t)(int32_t)a[i] << 21) - zs1);                                      \
+        const int32_t v2 = (int32_t)(((uint32_t)(int32_t)b[i] << 21) - zs2);                                      \
+        const int32_t s2 = 2 * (TT_ADD_MM(c1, sg1, v1) + TT_ADD_MM(c2, sg2, v2));                                 \
+        const int32_t v = TT_ADD_MM(co, 1, s2);                                                                   \
+        y[i] = (int8_t)(full ? tt_ssat8(v) : tt_clamp32(v, lo, hi));                                              \
+    } while (0)
+
+/* The elements of tt_add_s8 (left_shift 20) with the constants in registers; sg1 / sg2: the operands' shifts are
+ * not 0 (constants here, so the sign term costs nothing when it is absent); full: the clamp is int8's range (one
+ * SSAT). Four elements per pass (fewer loop branches). */
+static inline __attribute__((always_inline)) void tt_add_s8_mm(const tt_requant_mmx *pc1, const tt_requant_mmx *pc2,
+                                                               const tt_requant_mmx *pco, uint32_t zs1, uint32_t zs2,
+                                                               int sg1, int sg2, int32_t lo, int32_t hi, int full,
+                                                               int32_t n, const int8_t *a, const int8_t *b,
+                                                               int8_t *y)
+{
+    const tt_requant_mmx c1 = *pc1, c2 = *pc2, co = *pco;
+    int32_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        TT_ADD1(i);
+        TT_ADD1(i + 1);
+        TT_ADD1(i + 2);
+        TT_ADD1(i + 3);
+    }
+    for (; i < n; ++i) {
+        TT_ADD1(i);
+    }
+}
+#undef TT_ADD1
+
+/* tt_add_s8_mm with the shift signs and the clamp as constants: operand 1 is the one with shift 0 when only one
+ * is (the sum r1 + r2 is symmetric), so three sign cases, each with and without the int8 range. */
+static void tt_add_s8_fast(const tt_requant_mmx *c1, const tt_requant_mmx *c2, const tt_requant_mmx *co, int32_t z1,
+                           int32_t z2, int32_t lo, int32_t hi, int32_t n, const int8_t *a, const int8_t *b, int8_t *y)
+{
+    const uint32_t zs1 = (uint32_t)z1 << 21, zs2 = (uint32_t)z2 << 21;
+    const int full = lo == -128 && hi == 127;
+    if (c1->neg && !c2->neg) {
+        tt_add_s8_fast(c2, c1, co, z2, z1, lo, hi, n, b, a, y);
+    } else if (c1->neg) {
+        if (full) {
+            tt_add_s8_mm(c1, c2, co, zs1, zs2, 1, 1, lo, hi, 1, n, a, b, y);
+        } else {
+            tt_add_s8_mm(c1, c2, co, zs1, zs2, 1, 1, lo, hi, 0, n, a, b, y);
+        }
+    } else if (c2->neg) {
+        if (full) {
+            tt_add_s8_mm(c1, c2, co, zs1, zs2, 0, 1, lo, hi, 1, n, a, b, y);
+        } else {
+            tt_add_s8_mm(c1, c2, co, zs1, zs2, 0, 1, lo, hi, 0, n, a, b, y);
+        }
+    } else if (full) {
+        tt_add_s8_mm(c1, c2, co, zs1, zs2, 0, 0, lo, hi, 1, n, a, b, y);
+    } else {
+        tt_add_s8_mm(c1, c2, co, zs1, zs2, 0, 0, lo, hi, 0, n, a, b, y);
+    }
+}
+#endif
+
 /* add.cc / reference_integer_ops::AddElementwise (8-bit general path), as executor._add. */
 void tt_add_s8(const tt_add_params_s8 *p, int32_t n, const int8_t *a, const int8_t *b, int8_t *y)
 {
     int32_t i;
+#if TT_SIMD
+    {
+        tt_requant_mmx c1, c2, co;
+        if (p->left_shift == 20 && tt_requant_mmx_init(&c1, p->input1_multiplier, p->input1_shift, 0) &&
+            tt_requant_mmx_init(&c2, p->input2_multiplier, p->input2_shift, 0) &&
+            tt_requant_mmx_init(&co, p->output_multiplier, p->output_shift, p->output_zero_point) && co.e > 0) {
+            tt_add_s8_fast(&c1, &c2, &co, p->input1_zero_point, p->input2_zero_point, p->act_min, p->act_max, n, a,
+                           b, y);
+            return;
+        }
+    }
+#endif
     for (i = 0; i < n; ++i) {
         /* |x - z| <= 255, times 2^20 < 2^31: the shift cannot overflow. */
         const int32_t v1 = tt_wrap_shl32((int32_t)a[i] - p->input1_zero_point, (int)p->left_shift);

@@ -501,6 +501,133 @@ static void tt_pw4c8(const tt_conv_block *bk, const int8_t *x, int32_t count, in
     }
 }
 #undef TT_PW22_OUT
+
+/* A whole 1x1 conv of eight input channels (the first expand conv of MobileNet-like networks, row by row in a row
+ * stream) with the pixel outside and the output channels inside: each pixel's eight bytes are sign-extended once
+ * into four registers less the zero point (SXTAB16), then per output channel one LDM of eight table words {w lanes
+ * {0, 2}, {1, 3}, {4, 6}, {5, 7} doubled, 2 bias, h, multiplier, e}, four SMLAD (the doubled sum, started at
+ * 2 bias), the one-SMMLAR requantization and a post-incremented store: ~14.5 cycles per output on the M7 model
+ * against 20 through tt_pw1c8_run, whose per-channel calls also cost a frame each. The channels' loop (two a pass;
+ * an odd count enters the second half) needs no counter: the last channel's e carries bit 8 (ASR by a register
+ * reads its low byte only). Channels in chunks of TT_PWC8_CHUNK (the 768-byte table on the stack; the pixel is
+ * extended again per chunk). r0 / r3 / r8-r12 / lr the table words, r1 the table, r2 y, r4-r7 the pixel's lanes;
+ * the frame's address at [sp]. */
+#define TT_PWC8_CHUNK 24
+
+typedef struct {
+    const int8_t *x;    /* the next pixel */
+    int32_t xstep;
+    int8_t *y;          /* the first output of the chunk's channels */
+    int32_t yadj;       /* OC - the chunk's channels: y after a pixel's outputs to the next pixel's */
+    int32_t count;      /* pixels left */
+    const int32_t *tab; /* 8 words per channel */
+    int32_t odd;        /* the chunk's channel count is odd: the loop (two channels a pass) enters its second half */
+    uint32_t zoff;      /* -z_x in both int16 lanes: SXTAB16 gives the pixel's lanes minus the zero point */
+} tt_pwc8_frame;
+
+/* One output channel of tt_pwc8_run. */
+#define TT_PWC8_CHANNEL                                                                                       \
+    "ldm    r1!, {r0, r3, r8, r9, r10, r11, r12, lr}\n\t"                                                     \
+    "smlad  r10, r4, r0, r10\n\t"                                                                             \
+    "smlad  r10, r5, r3, r10\n\t"                                                                             \
+    "smlad  r10, r6, r8, r10\n\t"                                                                             \
+    "smlad  r10, r7, r9, r10\n\t"                                                                             \
+    "add    r11, r11, r10, asr #31\n\t"                                                                       \
+    "smmlar r11, r10, r12, r11\n\t"                                                                           \
+    "asr    r11, r11, lr\n\t"                                                                                 \
+    "ssat   r11, #8, r11\n\t"                                                                                 \
+    "strb   r11, [r2], #1\n\t"
+
+__attribute__((naked, noinline)) static void tt_pwc8_run(__attribute__((unused)) tt_pwc8_frame *f)
+{
+    __asm__ volatile(
+        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
+        "sub    sp, sp, #4\n\t"
+        "str    r0, [sp]\n\t"
+        "ldr    r2, [r0, #8]\n\t"
+        "2:\n\t"
+        "ldr    r1, [r0]\n\t"
+        "ldr    r8, [r1]\n\t"
+        "ldr    r9, [r1, #4]\n\t"
+        "ldr    r3, [r0, #4]\n\t"
+        "add    r1, r1, r3\n\t"
+        "str    r1, [r0]\n\t"
+        "ldr    r10, [r0, #28]\n\t"
+        "sxtab16 r4, r10, r8\n\t"
+        "sxtab16 r5, r10, r8, ror #8\n\t"
+        "sxtab16 r6, r10, r9\n\t"
+        "sxtab16 r7, r10, r9, ror #8\n\t"
+        "ldr    r1, [r0, #20]\n\t"
+        "ldr    r3, [r0, #24]\n\t"
+        "cbnz   r3, 5f\n\t"
+        "1:\n\t"
+        TT_PWC8_CHANNEL
+        "5:\n\t"
+        TT_PWC8_CHANNEL
+        "tst    lr, #256\n\t"
+        "beq    1b\n\t"
+        "ldr    r0, [sp]\n\t"
+        "ldr    r3, [r0, #12]\n\t"
+        "add    r2, r2, r3\n\t"
+        "ldr    r3, [r0, #16]\n\t"
+        "subs   r3, r3, #1\n\t"
+        "str    r3, [r0, #16]\n\t"
+        "bne    2b\n\t"
+        "add    sp, sp, #4\n\t"
+        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+}
+#undef TT_PWC8_CHANNEL
+
+/* tt_conv2d_s8 of a whole 1x1 conv over `pixels` contiguous pixels of eight input channels through tt_pwc8_run, when
+ * every output channel has the one-SMMLAR requantization to the int8 range (the conditions of tt_conv2d_s8_core's
+ * mm_ok == 2, with |bias| < 2^28); 0 otherwise, after which the caller computes every output (the input is not the
+ * output's memory, so outputs already written are written again with the same bits). */
+static int tt_pwc8(const tt_requant_s8 *q, int32_t OC, int32_t pixels, const int8_t *x, const int8_t *w,
+                   const int32_t *bias, int8_t *y)
+{
+    int32_t tab[8 * TT_PWC8_CHUNK];
+    const uint32_t zoff = (uint32_t)(uint16_t)(-q->input_zero_point) * 0x00010001u;
+    int32_t oc, c0;
+    tt_pwc8_frame f;
+    if (q->act_min != -128 || q->act_max != 127 || pixels < 1) {
+        return 0;
+    }
+    for (c0 = 0; c0 < OC; c0 += TT_PWC8_CHUNK) {
+        const int32_t nc = OC - c0 < TT_PWC8_CHUNK ? OC - c0 : TT_PWC8_CHUNK;
+        for (oc = c0; oc < c0 + nc; ++oc) {
+            const tt_requant1 r = tt_requant_channel(q, oc);
+            const int32_t b = bias != 0 ? bias[oc] : 0;
+            const uint32_t lo4 = tt_ld32(w + 8 * oc), hi4 = tt_ld32(w + 8 * oc + 4);
+            int32_t *t = tab + 8 * (oc - c0);
+            tt_requant_mm mm;
+            /* |b| < 2^28 keeps the doubled sum b + sum (x - z) w (|sum| < 2^18) in int32. A channel without the
+             * form: nothing more here, and the caller's blocks write every output again (the same bits) */
+            if (!tt_requant_mm_init(&mm, &r) || b <= -(1 << 28) || b >= (1 << 28)) {
+                return 0;
+            }
+            /* lanes {0, 2}, {1, 3}, {4, 6}, {5, 7}, doubled: a shift of both lanes, the low lane's top bit cleared
+             * out of the high lane's (even) bit 0 */
+            t[0] = (int32_t)(((uint32_t)tt_sx02(lo4) << 1) & 0xFFFEFFFFu);
+            t[1] = (int32_t)(((uint32_t)tt_sx13(lo4) << 1) & 0xFFFEFFFFu);
+            t[2] = (int32_t)(((uint32_t)tt_sx02(hi4) << 1) & 0xFFFEFFFFu);
+            t[3] = (int32_t)(((uint32_t)tt_sx13(hi4) << 1) & 0xFFFEFFFFu);
+            t[4] = 2 * b;
+            t[5] = mm.h;
+            t[6] = mm.multiplier;
+            t[7] = mm.e | (oc == c0 + nc - 1 ? 256 : 0);
+        }
+        f.x = x;
+        f.xstep = 8;
+        f.y = y + c0;
+        f.yadj = OC - nc;
+        f.count = pixels;
+        f.tab = tab;
+        f.odd = nc & 1;
+        f.zoff = zoff;
+        tt_pwc8_run(&f);
+    }
+    return 1;
+}
 #else
 #define TT_PW4_ASM 0
 #endif
@@ -561,6 +688,323 @@ static void tt_pw4(const tt_conv_block *bk, const int8_t *x, int32_t xstep, int3
     f.w0 = w0;
     f.ws = ws;
     tt_pw4_run(&f);
+}
+
+/* One pixel x four output channels with the block's weights widened once per call: tt_pw4w_fill writes the four
+ * weight rows as int16 lanes into a table on the stack ({w0, w2}, {w1, w3} of channel 0, then of channels 1-3, per
+ * four input channels), so the pixel loop extends only the input: per four input channels one LDR and two SXTAB16
+ * of x (which also subtract z_x: the sums are the reference's sum (x - z_x) * w, so no weight sums are needed), two
+ * LDM of four lane words (2 cycles each on the M7's 64-bit bus) and eight SMLAD, against the six loads and eight
+ * SXTB16 per sixteen MACs of tt_pw22_run. The word loop is unrolled four times (a count not a multiple of 4 enters
+ * it past the first count % 4 bodies: three conditional branches); the zero point's lanes sit in r3 during it (the
+ * frame's address is kept at [sp]). The sums start at the channels' biases (one LDM); per channel {h, multiplier,
+ * e} come with two LDM of six and the requantization is tt_pw4_run's (doubled sum, SMMLAR, shift, SSAT). Table:
+ * 4 biases, 8 C / 4 lane words, 12 requantization words. r0 x, r1 the table, r2 passes left, r3 the frame (the
+ * zero point's lanes in the loop), r4-r7 the sums, r8 / r9 the input's lanes, r10-r12 / lr weight lanes (the
+ * requantization's constants after the loop). Up to 192 input channels in one part: a 1.6 KB table, which keeps
+ * the MobileNetV2 firmware's stack bound where it was (a deeper chain elsewhere sets it). */
+#define TT_PW4W_MAXC 192
+
+typedef struct {
+    const int8_t *x;    /* the next pixel */
+    int32_t xadj;       /* xstep - C: x after a pixel's words to the next pixel */
+    int8_t *y;
+    int32_t ystep;
+    uintptr_t end;      /* y's address after the last pixel (tt_pw4w_raw_run: the pixels left) */
+    const int32_t *tab; /* 4 adds, 2 C lane words, 4 x {h, multiplier, e} */
+    int32_t iters;      /* passes of the word loop: (C / 4 + 3) / 4 */
+    uint32_t entry;     /* C / 4 << 30: one LSLS #1 sets N to its bit 0 and C to its bit 1 (the loop's entry) */
+    int32_t *sums;      /* a deep input's partial sums, 4 per pixel (tt_pw4w_raw_run writes, tt_pw4w_fin_run reads) */
+    uint32_t zoff;      /* -z_x in both int16 lanes: SXTAB16 gives the input's lanes minus its zero point */
+} tt_pw4w_frame;
+
+#define TT_PW4W_WORD                                                                                          \
+    "ldr    r8, [r0], #4\n\t"                                                                                 \
+    "ldm    r1!, {r10, r11, r12, lr}\n\t"                                                                     \
+    "sxtab16 r9, r3, r8, ror #8\n\t"                                                                          \
+    "sxtab16 r8, r3, r8\n\t"                                                                                  \
+    "smlad  r4, r8, r10, r4\n\t"                                                                              \
+    "smlad  r4, r9, r11, r4\n\t"                                                                              \
+    "smlad  r5, r8, r12, r5\n\t"                                                                              \
+    "smlad  r5, r9, lr, r5\n\t"                                                                               \
+    "ldm    r1!, {r10, r11, r12, lr}\n\t"                                                                     \
+    "smlad  r6, r8, r10, r6\n\t"                                                                              \
+    "smlad  r6, r9, r11, r6\n\t"                                                                              \
+    "smlad  r7, r8, r12, r7\n\t"                                                                              \
+    "smlad  r7, r9, lr, r7\n\t"
+
+/* The sum acc doubled, its constants h / m / e in three registers, the byte stored at st. */
+#define TT_PW4W_OUT(acc, h, m, e, st)                                                                         \
+    "add    " acc ", " acc ", " acc "\n\t"                                                                    \
+    TT_PW4W_OUT2(acc, h, m, e, st)
+
+/* The same for a sum that is already doubled (the weights' lanes and the biases doubled in the table). */
+#define TT_PW4W_OUT2(acc, h, m, e, st)                                                                        \
+    "add    " h ", " h ", " acc ", asr #31\n\t"                                                               \
+    "smmlar " h ", " acc ", " m ", " h "\n\t"                                                                 \
+    "asr    " h ", " h ", " e "\n\t"                                                                          \
+    "ssat   " h ", #8, " h "\n\t"                                                                             \
+    "strb   " h ", " st "\n\t"
+
+/* The word loop over qw words (r2 its count, r0 x, r1 the weight lanes): unrolled four times, entered by three
+ * conditional branches on the count's low bits. */
+#define TT_PW4W_LOOP                                                                                          \
+    "ldrd   r2, r9, [r3, #24]\n\t"                                                                            \
+    "lsls   r9, r9, #1\n\t" /* N: bit 0 of the word count, C: bit 1 */                                       \
+    "ldr    r3, [r3, #36]\n\t" /* the zero point's lanes (the frame's address back from [sp] after) */       \
+    "bhi    6f\n\t"                                                                                           \
+    "bcs    7f\n\t"                                                                                           \
+    "bmi    8f\n\t"                                                                                           \
+    "1:\n\t"                                                                                                  \
+    TT_PW4W_WORD                                                                                              \
+    "6:\n\t"                                                                                                  \
+    TT_PW4W_WORD                                                                                              \
+    "7:\n\t"                                                                                                  \
+    TT_PW4W_WORD                                                                                              \
+    "8:\n\t"                                                                                                  \
+    TT_PW4W_WORD                                                                                              \
+    "subs   r2, r2, #1\n\t"                                                                                   \
+    "bne    1b\n\t"                                                                                           \
+    "ldr    r3, [sp]\n\t"
+
+/* After the loop (r1 at the table's requantization words): the four outputs, y and x to the next pixel's; the next
+ * pixel until y reaches the end. */
+#define TT_PW4W_STORE(OUT)                                                                                    \
+    "ldm    r1!, {r8, r9, r10, r11, r12, lr}\n\t"                                                             \
+    "ldr    r2, [r3, #8]\n\t"                                                                                 \
+    OUT("r4", "r8", "r9", "r10", "[r2]")                                                                      \
+    OUT("r5", "r11", "r12", "lr", "[r2, #1]")                                                                 \
+    "ldm    r1, {r8, r9, r10, r11, r12, lr}\n\t"                                                              \
+    OUT("r6", "r8", "r9", "r10", "[r2, #2]")                                                                  \
+    OUT("r7", "r11", "r12", "lr", "[r2, #3]")                                                                 \
+    "ldrd   r1, r8, [r3, #12]\n\t"                                                                            \
+    "add    r2, r2, r1\n\t"                                                                                   \
+    "str    r2, [r3, #8]\n\t"                                                                                 \
+    "ldr    r1, [r3, #4]\n\t"                                                                                 \
+    "add    r0, r0, r1\n\t"                                                                                   \
+    "cmp    r2, r8\n\t"                                                                                       \
+    "bne    2b\n\t"
+
+/* tt_pw4w_raw_run: x to the next pixel; the next pixel while any is left. */
+#define TT_PW4W_NEXT                                                                                          \
+    "ldr    r1, [r3, #4]\n\t"                                                                                 \
+    "add    r0, r0, r1\n\t"                                                                                   \
+    "ldr    r2, [r3, #16]\n\t"                                                                                \
+    "subs   r2, r2, #1\n\t"                                                                                   \
+    "str    r2, [r3, #16]\n\t"                                                                                \
+    "bne    2b\n\t"
+
+/* The whole input per pixel: sums from the biases, the outputs stored. */
+__attribute__((naked, noinline)) static void tt_pw4w_run(__attribute__((unused)) tt_pw4w_frame *f)
+{
+    __asm__ volatile(
+        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
+        "sub    sp, sp, #8\n\t"
+        "str    r0, [sp]\n\t"
+        "mov    r3, r0\n\t"
+        "ldr    r0, [r3]\n\t"
+        "2:\n\t"
+        "ldr    r1, [r3, #20]\n\t"
+        "ldm    r1!, {r4, r5, r6, r7}\n\t"
+        TT_PW4W_LOOP
+        TT_PW4W_STORE(TT_PW4W_OUT)
+        "add    sp, sp, #8\n\t"
+        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+}
+
+/* tt_pw4w_run over a table whose lanes and biases are doubled (the sums arrive doubled: one ADD less per output). */
+__attribute__((naked, noinline)) static void tt_pw4w_run2(__attribute__((unused)) tt_pw4w_frame *f)
+{
+    __asm__ volatile(
+        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
+        "sub    sp, sp, #8\n\t"
+        "str    r0, [sp]\n\t"
+        "mov    r3, r0\n\t"
+        "ldr    r0, [r3]\n\t"
+        "2:\n\t"
+        "ldr    r1, [r3, #20]\n\t"
+        "ldm    r1!, {r4, r5, r6, r7}\n\t"
+        TT_PW4W_LOOP
+        TT_PW4W_STORE(TT_PW4W_OUT2)
+        "add    sp, sp, #8\n\t"
+        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+}
+
+/* The first part of a deep input: sums from the biases, written to f->sums (four per pixel). */
+__attribute__((naked, noinline)) static void tt_pw4w_raw_run(__attribute__((unused)) tt_pw4w_frame *f)
+{
+    __asm__ volatile(
+        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
+        "sub    sp, sp, #8\n\t"
+        "str    r0, [sp]\n\t"
+        "mov    r3, r0\n\t"
+        "ldr    r0, [r3]\n\t"
+        "2:\n\t"
+        "ldr    r1, [r3, #20]\n\t"
+        "ldm    r1!, {r4, r5, r6, r7}\n\t"
+        TT_PW4W_LOOP
+        "ldr    r8, [r3, #32]\n\t"
+        "stm    r8!, {r4, r5, r6, r7}\n\t"
+        "str    r8, [r3, #32]\n\t"
+        TT_PW4W_NEXT
+        "add    sp, sp, #8\n\t"
+        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+}
+
+/* The second part: sums from f->sums, the outputs stored. */
+__attribute__((naked, noinline)) static void tt_pw4w_fin_run(__attribute__((unused)) tt_pw4w_frame *f)
+{
+    __asm__ volatile(
+        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
+        "sub    sp, sp, #8\n\t"
+        "str    r0, [sp]\n\t"
+        "mov    r3, r0\n\t"
+        "ldr    r0, [r3]\n\t"
+        "2:\n\t"
+        "ldr    r1, [r3, #20]\n\t"
+        "add    r1, r1, #16\n\t"
+        "ldr    r8, [r3, #32]\n\t"
+        "ldm    r8!, {r4, r5, r6, r7}\n\t"
+        "str    r8, [r3, #32]\n\t"
+        TT_PW4W_LOOP
+        TT_PW4W_STORE(TT_PW4W_OUT)
+        "add    sp, sp, #8\n\t"
+        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+}
+#undef TT_PW4W_LOOP
+#undef TT_PW4W_STORE
+#undef TT_PW4W_NEXT
+#undef TT_PW4W_WORD
+#undef TT_PW4W_OUT
+#undef TT_PW4W_OUT2
+
+/* Two int16 lanes doubled (|2w| <= 256): both shifted, the low lane's top bit cleared out of the high lane's bit 0
+ * (0 in a doubled value). */
+#define TT_DBL16(v) ((int32_t)(((uint32_t)(v) << 1) & 0xFFFEFFFFu))
+
+static inline __attribute__((always_inline)) int32_t *
+tt_pw4w_widen_as(int32_t *d, const int8_t *w0, const int8_t *w1, const int8_t *w2, const int8_t *w3, int32_t words,
+                 int dbl)
+{
+    for (; words > 0; --words, d += 8) {
+        const uint32_t a = tt_ld32(w0), b = tt_ld32(w1), c = tt_ld32(w2), e = tt_ld32(w3);
+        w0 += 4;
+        w1 += 4;
+        w2 += 4;
+        w3 += 4;
+        d[0] = dbl ? TT_DBL16(tt_sx02(a)) : (int32_t)tt_sx02(a);
+        d[1] = dbl ? TT_DBL16(tt_sx13(a)) : (int32_t)tt_sx13(a);
+        d[2] = dbl ? TT_DBL16(tt_sx02(b)) : (int32_t)tt_sx02(b);
+        d[3] = dbl ? TT_DBL16(tt_sx13(b)) : (int32_t)tt_sx13(b);
+        d[4] = dbl ? TT_DBL16(tt_sx02(c)) : (int32_t)tt_sx02(c);
+        d[5] = dbl ? TT_DBL16(tt_sx13(c)) : (int32_t)tt_sx13(c);
+        d[6] = dbl ? TT_DBL16(tt_sx02(e)) : (int32_t)tt_sx02(e);
+        d[7] = dbl ? TT_DBL16(tt_sx13(e)) : (int32_t)tt_sx13(e);
+    }
+    return d;
+}
+
+/* `words` words of four rows widened into lane words at d (per word: row 0's {0, 2}, {1, 3}, then rows 1-3's),
+ * doubled when dbl; the end of what was written. */
+static int32_t *tt_pw4w_widen(int32_t *d, const int8_t *w0, const int8_t *w1, const int8_t *w2, const int8_t *w3,
+                              int32_t words, int dbl)
+{
+    return dbl ? tt_pw4w_widen_as(d, w0, w1, w2, w3, words, 1) : tt_pw4w_widen_as(d, w0, w1, w2, w3, words, 0);
+}
+
+/* The table of tt_pw4w_run for input channels [k0, k1) (multiples of 4) of the block's four rows (a split weight's
+ * rows: channels [0, n) from bk->ws): the biases, the lane words, the requantization words; dbl: lanes and biases
+ * doubled, for tt_pw4w_run2 (|2 bias| < 2^30: mm_ok's bound). */
+static void tt_pw4w_fill(const tt_conv_block *bk, int32_t n, int32_t k0, int32_t k1, int32_t *tab, int dbl)
+{
+    int32_t *d = tab + 4;
+    int32_t j, k = k0;
+    if (k < n) {
+        const int32_t whole = (k1 < n ? k1 : n) & ~3; /* the slice's whole words */
+        if (whole > k) {
+            d = tt_pw4w_widen(d, bk->ws[0] + k, bk->ws[1] + k, bk->ws[2] + k, bk->ws[3] + k, (whole - k) >> 2,
+                              dbl);
+            k = whole;
+        }
+        if (k < n && k < k1) { /* the word across the split */
+            for (j = 0; j < 4; ++j) {
+                uint32_t ww = 0;
+                int32_t b;
+                for (b = 0; b < 4; ++b) {
+                    ww |= (uint32_t)(uint8_t)(k + b < n ? bk->ws[j][k + b] : bk->w[j][k + b]) << (8 * b);
+                }
+                *d++ = dbl ? TT_DBL16(tt_sx02(ww)) : (int32_t)tt_sx02(ww);
+                *d++ = dbl ? TT_DBL16(tt_sx13(ww)) : (int32_t)tt_sx13(ww);
+            }
+            k += 4;
+        }
+    }
+    if (k < k1) {
+        d = tt_pw4w_widen(d, bk->w[0] + k, bk->w[1] + k, bk->w[2] + k, bk->w[3] + k, (k1 - k) >> 2, dbl);
+    }
+    for (j = 0; j < 4; ++j) {
+        tab[j] = dbl ? 2 * bk->bias[j] : bk->bias[j];
+        *d++ = bk->mm[j].h;
+        *d++ = bk->mm[j].multiplier;
+        *d++ = bk->mm[j].e;
+    }
+}
+
+/* Pixels per pass of a deep input (its partial sums on the stack). */
+#define TT_PW4W_GROUP 16
+
+/* count (>= 1) pixels of C (C % 4 == 0, 4 <= C <= 2 TT_PW4W_MAXC) input bytes `xstep` apart against the block's four
+ * weight rows (the block's mm_ok == 2; a split weight's rows: input channels [0, n) from bk->ws), outputs `ystep`
+ * apart, through tt_pw4w_run; a deeper input than the table holds in two parts (the first part's sums kept per
+ * pixel, TT_PW4W_GROUP pixels at a time: integer sums in another order, the same bits). */
+static void tt_pw4w(const tt_conv_block *bk, int32_t n, const int8_t *x, int32_t xstep, int32_t C, int32_t count,
+                    int8_t *y, int32_t ystep)
+{
+    int32_t tab[4 + 2 * TT_PW4W_MAXC + 12];
+    tt_pw4w_frame f;
+    f.xadj = xstep - C;
+    f.ystep = ystep;
+    f.tab = tab;
+    f.sums = 0;
+    f.zoff = (uint32_t)(uint16_t)(-bk->q->input_zero_point) * 0x00010001u;
+    if (C <= TT_PW4W_MAXC) {
+        /* doubling the table costs ~4 C instructions, and saves 4 per pixel */
+        const int dbl = count > C;
+        tt_pw4w_fill(bk, n, 0, C, tab, dbl);
+        f.x = x;
+        f.y = y;
+        f.end = (uintptr_t)y + (uintptr_t)(count * ystep);
+        f.iters = ((C >> 2) + 3) >> 2;
+        f.entry = (uint32_t)(C >> 2) << 30;
+        if (dbl) {
+            tt_pw4w_run2(&f);
+        } else {
+            tt_pw4w_run(&f);
+        }
+    } else {
+        const int32_t h = ((C >> 1) + 3) & ~3; /* the first part's channels: [0, h), then [h, C) */
+        int32_t sums[4 * TT_PW4W_GROUP], p0;
+        for (p0 = 0; p0 < count; p0 += TT_PW4W_GROUP) {
+            const int32_t np = count - p0 < TT_PW4W_GROUP ? count - p0 : TT_PW4W_GROUP;
+            tt_pw4w_fill(bk, n, 0, h, tab, 0);
+            f.x = x + p0 * xstep;
+            f.xadj = xstep - h;
+            f.end = (uintptr_t)np;
+            f.iters = ((h >> 2) + 3) >> 2;
+            f.entry = (uint32_t)(h >> 2) << 30;
+            f.sums = sums;
+            tt_pw4w_raw_run(&f);
+            tt_pw4w_fill(bk, n, h, C, tab, 0);
+            f.x = x + p0 * xstep + h;
+            f.xadj = xstep - (C - h);
+            f.y = y + p0 * ystep;
+            f.end = (uintptr_t)f.y + (uintptr_t)(np * ystep);
+            f.iters = (((C - h) >> 2) + 3) >> 2;
+            f.entry = (uint32_t)((C - h) >> 2) << 30;
+            f.sums = sums;
+            tt_pw4w_fin_run(&f);
+        }
+    }
 }
 
 /* A k_h x k_w conv's interior run through tt_pw4 (im2col): each output's filter rows (contiguous: no split, no
@@ -722,6 +1166,11 @@ TT_CONV_NOINLINE void tt_pointwise4(const tt_conv_block *bk, int32_t C, int32_t 
         tt_pw4c8(bk, x, count, y, OC);
         return;
     }
+    if (bk->mm_ok == 2 && (C & 3) == 0 && C > 0 && C <= 2 * TT_PW4W_MAXC && count > 1) {
+        /* the widened weights' pass (a split weight's rows widened from its two parts) */
+        tt_pw4w(bk, n, x, xstep, C, count, y, OC);
+        return;
+    }
     if (bk->mm_ok == 2 && n == 0 && (C & 3) == 0 && C > 0 && count > 0) {
         tt_pw4(bk, x, xstep, C, w0, C, count, y, OC);
         return;
@@ -751,6 +1200,20 @@ TT_CONV_NOINLINE void tt_pointwise4(const tt_conv_block *bk, int32_t C, int32_t 
     }
 }
 
+/* The sum of channel j's weights over the block's filter (a split weight: input channels [0, n) from its slice). */
+static int32_t tt_block_wsum(const tt_geom *g, const tt_conv_block *bk, int32_t j, int32_t n)
+{
+    const int32_t taps = g->k_h * g->k_w;
+    int32_t sw = 0, t;
+    if (n == 0) {
+        return tt_sum_s8(bk->w[j], taps * g->in_c);
+    }
+    for (t = 0; t < taps; ++t) {
+        sw += tt_sum_s8(bk->ws[j] + t * n, n) + tt_sum_s8(bk->w[j] + t * g->in_c + n, g->in_c - n);
+    }
+    return sw;
+}
+
 /* int8 conv, output channels in blocks of four (each input byte loaded once per block, the block's constants
  * hoisted out of the pixel loops) and the input zero point taken out of the inner loop: for an interior output,
  * sum (x - z) * w = sum x * w - z * sum w, with sum w of a channel computed once per call. Integer sums: any order
@@ -767,7 +1230,15 @@ TT_CONV_INLINE void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8
     /* a 1x1 conv at stride 1 without padding: input pixel p makes output pixel p, both planes contiguous */
     const int32_t whole = pointwise && g.stride_h == 1 && g.stride_w == 1 && g.pad_top == 0 && g.pad_left == 0 &&
                           g.in_h == g.out_h && g.in_w == g.out_w;
-    int32_t oy_lo, oy_hi, ox_lo, ox_hi, oc0, b, oy, ox, j, t;
+#if TT_PW4_ASM
+    /* full blocks of a whole 1x1 conv that tt_pointwise4 hands to tt_pw4w, which subtracts z_x from the input and
+     * starts at the biases: their weight sums (the adds) are computed only if the block turns out not to go there */
+    const int32_t pw_bias = whole && (g.in_c & 3) == 0 && g.in_c != 8 && g.in_c <= 2 * TT_PW4W_MAXC &&
+                            batches * g.out_h * g.out_w > 1 && lo == -128 && hi == 127;
+#else
+    const int32_t pw_bias = 0;
+#endif
+    int32_t oy_lo, oy_hi, ox_lo, ox_hi, oc0, b, oy, ox, j, skip;
     tt_conv_block bk;
     tt_interior(g.out_h, g.in_h, g.stride_h, g.pad_top, g.k_h, g.dil_h, &oy_lo, &oy_hi);
     tt_interior(g.out_w, g.in_w, g.stride_w, g.pad_left, g.k_w, g.dil_w, &ox_lo, &ox_hi);
@@ -775,6 +1246,11 @@ TT_CONV_INLINE void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8
         n = 0;
         w_slice = w;
     }
+#if TT_PW4_ASM
+    if (whole && n == 0 && g.in_c == 8 && tt_pwc8(q, OC, batches * g.out_h * g.out_w, x, w, bias, y)) {
+        return;
+    }
+#endif
     for (oc0 = 0; oc0 < OC; oc0 += 4) {
         bk.nb = OC - oc0 < 4 ? OC - oc0 : 4;
         bk.q = q;
@@ -783,31 +1259,32 @@ TT_CONV_INLINE void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8
         /* the DSP build's one-SMMLAR requantization (elsewhere its int64 emulation costs more than the fast form)
          * when the doubled sums fit int32: |raw or reference sum| <= K * 2^15 (|x - z_x| <= 255, |w| <= 128) */
         bk.mm_ok = TT_SIMD && K < (1 << 14);
+        skip = pw_bias && bk.nb == 4;
         for (j = 0; j < 4; ++j) {
             const int32_t oc = oc0 + (j < bk.nb ? j : 0); /* a short last block repeats its first row, unused */
-            int32_t sw = 0;
             bk.w[j] = w + oc * K;
             bk.ws[j] = w_slice + oc * taps * n;
-            if (n == 0) {
-                sw = tt_sum_s8(bk.w[j], K);
-            } else {
-                for (t = 0; t < taps; ++t) {
-                    sw += tt_sum_s8(bk.ws[j] + t * n, n) + tt_sum_s8(bk.w[j] + t * g.in_c + n, g.in_c - n);
-                }
-            }
             bk.bias[j] = bias != 0 ? bias[oc] : 0;
-            bk.add[j] = bk.bias[j] - zin * sw;
-            {
+            bk.add[j] = skip ? bk.bias[j] : bk.bias[j] - zin * tt_block_wsum(&g, &bk, j, n);
+            if (bk.mm_ok) { /* off from the start in the portable build: no set-up it never reads */
                 const tt_requant1 r = tt_requant_channel(q, oc);
+                bk.mm_ok = tt_requant_mm_init(&bk.mm[j], &r) && bk.add[j] > -(1 << 29) && bk.add[j] < (1 << 29) &&
+                           bk.bias[j] > -(1 << 29) && bk.bias[j] < (1 << 29);
+            }
+        }
+        if (!bk.mm_ok) { /* the fast form is read only without tt_requant_mm (tt_store4 / tt_store1) */
+            for (j = 0; j < 4; ++j) {
+                const tt_requant1 r = tt_requant_channel(q, oc0 + (j < bk.nb ? j : 0));
                 bk.fast &= tt_requant_fast_init(&bk.f[j], &r);
-                if (bk.mm_ok) { /* off from the start in the portable build: no set-up it never reads */
-                    bk.mm_ok = tt_requant_mm_init(&bk.mm[j], &r) && bk.add[j] > -(1 << 29) &&
-                               bk.add[j] < (1 << 29) && bk.bias[j] > -(1 << 29) && bk.bias[j] < (1 << 29);
-                }
             }
         }
         if (bk.mm_ok && lo == -128 && hi == 127) {
             bk.mm_ok = 2;
+        }
+        if (skip && bk.mm_ok != 2) { /* not for tt_pw4w after all: the adds its paths read */
+            for (j = 0; j < 4; ++j) {
+                bk.add[j] = bk.bias[j] - zin * tt_block_wsum(&g, &bk, j, n);
+            }
         }
         if (whole && bk.nb == 4) {
             /* every pixel of every image in one run: the per-row calls' set-up once per block */
