@@ -725,6 +725,123 @@ TT_CONV_NOINLINE void tt_pointwise4(const tt_conv_block *bk, int32_t C, int32_t 
     }
 }
 
+#if TT_PW4_ASM
+/* ---- small-K convs by rows of im2col (the stem: 3x3 over 3 channels) ------------------------------------------
+ * A conv whose filter window is at most TT_I2C_K bytes (no split, no dilation along x, whole blocks of four output
+ * channels, the int8 range), one output row at a time: each output's window is copied once into a row buffer,
+ * border outputs included (their taps outside the image hold z_x), and every block of four channels then runs
+ * tt_pw4 over the whole buffer. The sum over all taps of x * w plus bias - z_x * (sum w) is the reference's sum
+ * of (x - z_x) * w over the in-image taps (the padding's z_x * w cancel): the same int32, the same bits, with no
+ * per-output reference loop at the border and the windows copied once for all blocks instead of once per block. */
+#define TT_I2C_ROW 896   /* bytes of the row buffer: up to 32 outputs of a 28-byte window per pass */
+#define TT_I2C_BLOCKS 4  /* blocks of four channels set up together (their windows shared) */
+
+/* The window of output (oy, ox) with bounds checks into dst (K bytes; z_x outside the image). */
+static void tt_i2c_pad_px(const tt_geom *g, const int8_t *xb, int32_t oy, int32_t ox, int8_t zin, int8_t *dst)
+{
+    const int32_t C = g->in_c, iy0 = oy * g->stride_h - g->pad_top, ix0 = ox * g->stride_w - g->pad_left;
+    int32_t ky, kx;
+    for (ky = 0; ky < g->k_h; ++ky) {
+        const int32_t iy = iy0 + ky * g->dil_h;
+        for (kx = 0; kx < g->k_w; ++kx, dst += C) {
+            const int32_t ix = ix0 + kx;
+            if (iy < 0 || iy >= g->in_h || ix < 0 || ix >= g->in_w) {
+                memset(dst, zin, (size_t)C);
+            } else {
+                memcpy(dst, xb + (iy * g->in_w + ix) * C, (size_t)C);
+            }
+        }
+    }
+}
+
+/* Whether tt_i2c_rows takes the conv (before anything is written): the geometry, and every channel's
+ * requantization in tt_pw4's form (tt_requant_mm, the int8 range, |bias| small enough for the doubled sums). */
+static int tt_i2c_rows_fit(const tt_geom *g, const tt_requant_s8 *q, const int32_t *bias)
+{
+    const int32_t K = g->k_h * g->k_w * g->in_c;
+    int32_t oc;
+    if (g->k_h * g->k_w == 1 || g->dil_w != 1 || K > TT_I2C_K || (g->out_c & 3) != 0 || q->act_min != -128 ||
+        q->act_max != 127 || g->out_w <= 0) {
+        return 0;
+    }
+    for (oc = 0; oc < g->out_c; ++oc) {
+        const tt_requant1 r = tt_requant_channel(q, oc);
+        const int32_t b = bias != 0 ? bias[oc] : 0;
+        tt_requant_mm mm;
+        /* |bias - z_x * sum w| < 2^29 follows: |z_x * sum w| <= 128 * 128 * TT_I2C_K < 2^28 */
+        if (!tt_requant_mm_init(&mm, &r) || b <= -(1 << 28) || b >= (1 << 28)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The conv of tt_conv2d_s8 (no split) when tt_i2c_rows_fit says so. */
+static void tt_i2c_rows(const tt_conv_dims *d, const tt_geom *g, const tt_requant_s8 *q, const int8_t *x,
+                        const int8_t *w, const int32_t *bias, int8_t *y)
+{
+    const int32_t C = g->in_c, KH = g->k_h, row = g->k_w * C, K = KH * row, Kp = (K + 3) & ~3, OC = g->out_c;
+    const int32_t xrow = g->dil_h * g->in_w * C, xstep = g->stride_w * C, P = TT_I2C_ROW / Kp;
+    const int32_t zin = q->input_zero_point;
+    int8_t xbuf[TT_I2C_ROW], wbuf[TT_I2C_BLOCKS * 4 * TT_I2C_K];
+    tt_conv_block bks[TT_I2C_BLOCKS];
+    int32_t oy_lo, oy_hi, ox_lo, ox_hi, oc0, nbk, k, j, b, oy, p0, p;
+    tt_interior(g->out_h, g->in_h, g->stride_h, g->pad_top, g->k_h, g->dil_h, &oy_lo, &oy_hi);
+    tt_interior(g->out_w, g->in_w, g->stride_w, g->pad_left, g->k_w, 1, &ox_lo, &ox_hi);
+    for (p = 0; p < P; ++p) {
+        tt_i2c_zero_tail(xbuf + p * Kp, Kp);
+    }
+    for (oc0 = 0; oc0 < OC; oc0 += 4 * TT_I2C_BLOCKS) {
+        nbk = (OC - oc0) / 4 < TT_I2C_BLOCKS ? (OC - oc0) / 4 : TT_I2C_BLOCKS;
+        for (k = 0; k < nbk; ++k) {
+            tt_conv_block *const bk = &bks[k];
+            bk->nb = 4;
+            bk->q = q;
+            bk->oc0 = oc0 + 4 * k;
+            bk->fast = 1;
+            bk->mm_ok = 2;
+            for (j = 0; j < 4; ++j) {
+                const int32_t oc = bk->oc0 + j;
+                const tt_requant1 r = tt_requant_channel(q, oc);
+                int8_t *const wr = wbuf + (4 * k + j) * Kp;
+                bk->w[j] = bk->ws[j] = w + oc * K;
+                bk->bias[j] = bias != 0 ? bias[oc] : 0;
+                bk->add[j] = bk->bias[j] - zin * tt_sum_s8(bk->w[j], K);
+                (void)tt_requant_mm_init(&bk->mm[j], &r); /* checked by tt_i2c_rows_fit */
+                tt_i2c_zero_tail(wr, Kp);
+                tt_i2c_fill(wr, Kp, bk->w[j], 0, 1, 1, K, 0);
+            }
+        }
+        for (b = 0; b < d->batches; ++b) {
+            const int8_t *const xb = x + b * g->in_h * g->in_w * C;
+            for (oy = 0; oy < g->out_h; ++oy) {
+                const int32_t row_in = oy >= oy_lo && oy < oy_hi;
+                int8_t *const yrow = y + ((b * g->out_h + oy) * g->out_w) * OC;
+                for (p0 = 0; p0 < g->out_w; p0 += P) {
+                    const int32_t np = g->out_w - p0 < P ? g->out_w - p0 : P;
+                    const int32_t a = row_in && ox_lo > p0 ? ox_lo : p0;               /* interior run [a, e) */
+                    const int32_t e = row_in ? (ox_hi < p0 + np ? ox_hi : p0 + np) : a;
+                    for (p = p0; p < p0 + np; ++p) {
+                        if (p < a || p >= e) {
+                            tt_i2c_pad_px(g, xb, oy, p, (int8_t)zin, xbuf + (p - p0) * Kp);
+                        } else {
+                            tt_i2c_fill(xbuf + (p - p0) * Kp, Kp,
+                                        xb + ((oy * g->stride_h - g->pad_top) * g->in_w + p * g->stride_w -
+                                              g->pad_left) * C,
+                                        xstep, e - p, KH, row, xrow);
+                            p = e - 1;
+                        }
+                    }
+                    for (k = 0; k < nbk; ++k) {
+                        tt_pw4(&bks[k], xbuf, Kp, Kp, wbuf + 4 * k * Kp, Kp, np, yrow + p0 * OC + bks[k].oc0, OC);
+                    }
+                }
+            }
+        }
+    }
+}
+#endif
+
 /* int8 conv, output channels in blocks of four (each input byte loaded once per block, the block's constants
  * hoisted out of the pixel loops) and the input zero point taken out of the inner loop: for an interior output,
  * sum (x - z) * w = sum x * w - z * sum w, with sum w of a channel computed once per call. Integer sums: any order
@@ -743,6 +860,12 @@ TT_CONV_INLINE void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8
                           g.in_h == g.out_h && g.in_w == g.out_w;
     int32_t oy_lo, oy_hi, ox_lo, ox_hi, oc0, b, oy, ox, j, t;
     tt_conv_block bk;
+#if TT_PW4_ASM
+    if (n <= 0 && tt_i2c_rows_fit(&g, q, bias)) {
+        tt_i2c_rows(d, &g, q, x, w, bias, y);
+        return;
+    }
+#endif
     tt_interior(g.out_h, g.in_h, g.stride_h, g.pad_top, g.k_h, g.dil_h, &oy_lo, &oy_hi);
     tt_interior(g.out_w, g.in_w, g.stride_w, g.pad_left, g.k_w, g.dil_w, &ox_lo, &ox_hi);
     if (n <= 0) {
