@@ -431,26 +431,41 @@ static inline void tt_dw16_pairs(const int16_t *p0, const int16_t *p1, const int
 /* Requantizes n doubled sums acc[i] (+ 2 * bias) to out[i * stride]: c = {2 * bias, h, multiplier, e} of a
  * tt_requant_mm channel, the output range the full int8 one ([-128, 127]: one SSAT). */
 #if defined(__arm__) && defined(__GNUC__) && defined(__OPTIMIZE__)
-/* Written out: 10 instructions per output (GCC's loop of the C below reloaded its constants from the stack). */
+/* Written out, two outputs per pass (one LDRD of their sums, the second stored at [out, stride]): 8 instructions
+ * per output, an odd n's first output alone (GCC's loop of the C below reloaded its constants from the stack).
+ * n >= 1; acc word-aligned (LDRD). */
+#define TT_RQ_OUT(acc, t, addr)                                                                               \
+    "add    " acc ", " acc ", r5\n\t"                                                                         \
+    "add    " t ", r6, " acc ", asr #31\n\t"                                                                  \
+    "smmlar " t ", " acc ", r7, " t "\n\t"                                                                     \
+    "asr    " t ", " t ", r8\n\t"                                                                              \
+    "ssat   " t ", #8, " t "\n\t"                                                                              \
+    "strb   " t ", " addr "\n\t"
+
 __attribute__((naked, noinline)) static void tt_rq_run_s8(TT_ASM_ARG const int32_t *args)
 {
     /* args: acc, out, stride, n, 2 * bias, h, multiplier, e */
     __asm__ volatile(
-        "push   {r4, r5, r6, r7, r8, r9, lr}\n\t"
+        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
         "ldm    r0, {r1, r2, r3, r4, r5, r6, r7, r8}\n\t"
-        "1:\n\t"
+        "tst    r4, #1\n\t"
+        "beq    1f\n\t"
         "ldr    r0, [r1], #4\n\t"
-        "add    r0, r0, r5\n\t"
-        "add    r9, r6, r0, asr #31\n\t"
-        "smmlar r9, r0, r7, r9\n\t"
-        "asr    r9, r9, r8\n\t"
-        "ssat   r9, #8, r9\n\t"
-        "strb   r9, [r2]\n\t"
+        TT_RQ_OUT("r0", "r9", "[r2]")
         "add    r2, r2, r3\n\t"
         "subs   r4, r4, #1\n\t"
+        "beq    2f\n\t"
+        "1:\n\t"
+        "ldrd   r0, r10, [r1], #8\n\t"
+        TT_RQ_OUT("r0", "r9", "[r2]")
+        TT_RQ_OUT("r10", "r11", "[r2, r3]")
+        "add    r2, r2, r3, lsl #1\n\t"
+        "subs   r4, r4, #2\n\t"
         "bne    1b\n\t"
-        "pop    {r4, r5, r6, r7, r8, r9, pc}\n\t");
+        "2:\n\t"
+        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
 }
+#undef TT_RQ_OUT
 
 static inline void tt_rq_run(const int32_t *acc, int8_t *out, int32_t stride, int32_t n, int32_t bias2,
                              const tt_requant_mm *o)
