@@ -814,8 +814,9 @@ __attribute__((naked, noinline)) static void tt_i2c22_run(__attribute__((unused)
 }
 #undef TT_I2C22_OUT
 
-/* The window of output (oy, ox) with bounds checks into dst (K bytes; z_x outside the image). */
-static void tt_i2c_pad_px(const tt_geom *g, const int8_t *xb, int32_t oy, int32_t ox, int8_t zin, int8_t *dst)
+/* The window of output (oy, ox) with bounds checks into dst (K bytes; z_x outside the image). Byte loops (a tap
+ * is a few channels: no library calls). */
+__attribute__((noinline, optimize("no-tree-loop-distribute-patterns"))) static void tt_i2c_pad_px(const tt_geom *g, const int8_t *xb, int32_t oy, int32_t ox, int8_t zin, int8_t *dst)
 {
     const int32_t C = g->in_c, iy0 = oy * g->stride_h - g->pad_top, ix0 = ox * g->stride_w - g->pad_left;
     int32_t ky, kx;
@@ -823,10 +824,16 @@ static void tt_i2c_pad_px(const tt_geom *g, const int8_t *xb, int32_t oy, int32_
         const int32_t iy = iy0 + ky * g->dil_h;
         for (kx = 0; kx < g->k_w; ++kx, dst += C) {
             const int32_t ix = ix0 + kx;
+            int32_t c;
             if (iy < 0 || iy >= g->in_h || ix < 0 || ix >= g->in_w) {
-                memset(dst, zin, (size_t)C);
+                for (c = 0; c < C; ++c) {
+                    dst[c] = zin;
+                }
             } else {
-                memcpy(dst, xb + (iy * g->in_w + ix) * C, (size_t)C);
+                const int8_t *const src = xb + (iy * g->in_w + ix) * C;
+                for (c = 0; c < C; ++c) {
+                    dst[c] = src[c];
+                }
             }
         }
     }
