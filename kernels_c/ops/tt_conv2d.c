@@ -735,7 +735,7 @@ TT_CONV_NOINLINE void tt_pointwise4(const tt_conv_block *bk, int32_t C, int32_t 
  * (x - z_x) * w over the in-image taps (the padding's z_x * w cancel): the same int32, the same bits, with no
  * per-output reference loop at the border, each window copied and widened once for all channels, and no
  * sign-extension in the MAC loop (11 instructions per window word for two outputs x two channels, 16 MACs). */
-#define TT_I2C_PASS 12   /* outputs per pass (even) */
+#define TT_I2C_PASS 8    /* outputs per pass (even) */
 #define TT_I2C_CH 16     /* output channels set up together (their windows shared) */
 
 /* Two outputs x two channels over int16 windows, the int8 range (tt_requant_mm, one SMMLAR): per pixel pair and
