@@ -529,9 +529,20 @@ typedef struct {
     int32_t a[6];
 } tt_dw16_setup;
 
-static void tt_dw16_set_up(const int8_t *wc, int32_t WS, int32_t bias, const tt_requant1 *r, tt_dw16_setup *s)
+/* zr: 0, or z_x when the rows hold raw x (tt_dw4_fill): the constant is then bias - z_x * (sum of the nine taps),
+ * the sum taken from the taps loaded here. */
+TT_CONV_INLINE void tt_dw16_set_up(const int8_t *wc, int32_t WS, int32_t bias, int32_t zr, const tt_requant1 *r,
+                                   tt_dw16_setup *s)
 {
-    int32_t ky;
+    int32_t ky, sw = 0;
+    for (ky = 0; ky < 3; ++ky) {
+        /* doubled taps (|2w| <= 256 fits a lane): the sums come out doubled, as tt_requant_mm takes them */
+        const int32_t w0 = 2 * wc[(3 * ky) * WS], w1 = 2 * wc[(3 * ky + 1) * WS], w2 = 2 * wc[(3 * ky + 2) * WS];
+        s->a[2 * ky] = (int32_t)tt_pack16(w0, w1);
+        s->a[2 * ky + 1] = (int32_t)tt_pack16(w1, w2);
+        sw += w0 + w1 + w2;
+    }
+    bias -= zr * (sw >> 1);
     s->q.r = r;
     s->q.bias = bias;
     s->q.lo = r->lo;
@@ -539,12 +550,6 @@ static void tt_dw16_set_up(const int8_t *wc, int32_t WS, int32_t bias, const tt_
     /* one SMMLAR (tt_requant_mm) when 2 * (sum + bias) fits: |sum| <= 9 * 255 * 256 / 2 < 2^20 */
     s->q.fast = tt_requant_mm_init(&s->q.mm, r) && bias > -(1 << 29) && bias < (1 << 29);
     s->q.full = s->q.fast && s->q.lo == -128 && s->q.hi == 127;
-    for (ky = 0; ky < 3; ++ky) {
-        /* doubled taps (|2w| <= 256 fits a lane): the sums come out doubled, as tt_requant_mm takes them */
-        const int32_t w0 = 2 * wc[(3 * ky) * WS], w1 = 2 * wc[(3 * ky + 1) * WS], w2 = 2 * wc[(3 * ky + 2) * WS];
-        s->a[2 * ky] = (int32_t)tt_pack16(w0, w1);
-        s->a[2 * ky + 1] = (int32_t)tt_pack16(w1, w2);
-    }
 }
 
 /* Whether tt_dw16_channel takes its small-map path: the channel's whole padded input plane fits the buffer (so it
@@ -649,7 +654,7 @@ static void tt_dw16_conv(const tt_conv_dims *d, const tt_requant_s8 *q, const in
     for (c = 0; c < C; ++c) {
         const tt_requant1 r = tt_requant_channel(q, c);
         tt_dw16_setup su;
-        tt_dw16_set_up(w + c, C, bias != 0 ? bias[c] : 0, &r, &su);
+        tt_dw16_set_up(w + c, C, bias != 0 ? bias[c] : 0, 0, &r, &su);
         for (b = 0; b < d->batches; ++b) {
             const int8_t *xb = x + b * g.in_h * g.in_w * C;
             int8_t *yb = y + b * n_out * C;
@@ -851,17 +856,13 @@ static void tt_dw4_conv(const tt_conv_dims *d, const tt_requant_s8 *q, const int
 {
     const tt_geom g = tt_geom_of(d);
     const int32_t C = g.in_c, n_in = g.in_h * g.in_w, n_out = g.out_h * g.out_w, zin = q->input_zero_point;
-    int32_t b, c0, j, t;
+    int32_t b, c0, j;
     for (c0 = 0; c0 < C; c0 += 4) {
         tt_requant1 r[4];
         tt_dw16_setup su[4];
         for (j = 0; j < 4; ++j) {
-            int32_t sw = 0;
-            for (t = 0; t < 9; ++t) {
-                sw += w[t * C + c0 + j];
-            }
             r[j] = tt_requant_channel(q, c0 + j);
-            tt_dw16_set_up(w + c0 + j, C, (bias != 0 ? bias[c0 + j] : 0) - zin * sw, &r[j], &su[j]);
+            tt_dw16_set_up(w + c0 + j, C, bias != 0 ? bias[c0 + j] : 0, zin, &r[j], &su[j]);
         }
         for (b = 0; b < d->batches; ++b) {
             tt_dw4_group(&g, x + b * n_in * C + c0, su, zin, y + b * n_out * C + c0);
