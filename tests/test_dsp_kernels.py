@@ -228,3 +228,32 @@ def test_dsp_kernels_in_qemu_give_the_portable_bits_on_random_shapes(tmp_path):
     from tinytrain.stages.device.stack_bound import stack_bound
 
     assert stack_bound(tmp_path / "build-dsp" / "firmware.elf").bytes < 4096
+
+
+@needs_arm
+def test_small_window_convs_and_channel_group_depthwise_in_qemu_give_the_portable_bits(tmp_path):
+    """The DSP build's row-im2col conv (a window of at most 32 bytes, whole blocks of four output channels: the stem;
+    border outputs padded with z_x) and the four-channel depthwise (in_c % 4 == 0), on the Cortex-M7 board in QEMU:
+    padding on every side, strides 1 and 2, 1x3 / 3x1 / 2x2 windows, batches, whole and row by row, in place, wide
+    rows and more than sixteen output channels; the portable kernels' bytes."""
+    km = _kernels_m7()
+    Layer = km.Layer
+    layers = []
+    for b, h, w, ic, oc, kh, kw, s, rows in ((1, 9, 21, 3, 16, 3, 3, 2, True), (2, 7, 13, 3, 8, 3, 3, 1, False),
+                                             (1, 6, 40, 2, 24, 3, 3, 2, True), (1, 5, 9, 4, 4, 1, 3, 1, False),
+                                             (1, 8, 11, 1, 12, 3, 1, 2, False), (1, 6, 7, 6, 36, 2, 2, 1, True)):
+        oh, pt = out_size_and_pad("same", h, kh, s)
+        ow, pl = out_size_and_pad("same", w, kw, s)
+        layers.append(Layer("conv", (b, h, w, ic, oh, ow, oc, kh, kw, s, s, 1, 1, pt, pl, 1), rows))
+    for kind, b, h, w, c, s, rows in (("dw", 1, 5, 70, 8, 1, True), ("dw", 1, 6, 67, 12, 2, True),
+                                      ("dw", 2, 9, 9, 16, 1, False), ("dw_inplace", 2, 10, 20, 8, 1, False),
+                                      ("dw_inplace", 1, 12, 40, 4, 2, False), ("dw_inplace", 1, 5, 5, 20, 2, False)):
+        oh, pt = out_size_and_pad("same", h, 3, s)
+        ow, pl = out_size_and_pad("same", w, 3, s)
+        layers.append(Layer(kind, (b, h, w, c, oh, ow, c, 3, 3, s, s, 1, 1, pt, pl, 1), rows))
+    layers.append(Layer("conv", (1, 9, 21, 3, 5, 11, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1), False, act=(-100, 90)))
+    layers.append(Layer("conv", (1, 9, 21, 3, 5, 11, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1), False, bias_bits=31))
+    _, port = km.run(layers, "portable", tmp_path)
+    _, dsp = km.run(layers, "dsp", tmp_path)
+    assert len(port) == len(dsp) > 0
+    assert dsp == port

@@ -382,6 +382,54 @@ def test_depthwise_int8_wide_rows_in_place_bit_exact(batch, dsp_driver):
     _assert_depthwise_both_builds(batch, dsp_driver, refs)
 
 
+def test_depthwise_int8_channel_groups_bit_exact(batch, dsp_driver):
+    """Whole words of channels (in_c % 4 == 0): the DSP build's depthwise takes four channels at a time (their ring
+    rows filled together, raw x padded with z_x), whole, in place (a small map; one strip per row, strides 1 and 2,
+    batches) and one output row per call as a row stream calls it (the rows it reads, its top padding); identical
+    to the executor, both builds, under ASan / UBSan."""
+    rng = np.random.default_rng(414)
+    refs = []
+    for i, (w, c, s, n, h) in enumerate(((5, 4, 1, 1, 6), (9, 8, 2, 2, 9), (33, 12, 1, 1, 5), (40, 16, 2, 1, 7),
+                                         (64, 8, 1, 1, 4), (70, 4, 2, 2, 5), (16, 48, 1, 2, 16), (16, 20, 2, 1, 16),
+                                         (31, 4, 1, 1, 3), (8, 24, 1, 1, 8))):
+        act = ("relu6", "none")[i % 2]
+        oh, pt = out_size_and_pad("same", h, 3, s, 1)
+        ow, pl = out_size_and_pad("same", w, 3, s, 1)
+        attrs = dict(stride_h=s, stride_w=s, dilation_h=1, dilation_w=1, padding="same", act=act,
+                     depth_multiplier=1)
+        dims = [n, h, w, c, oh, ow, c, 3, 3, s, s, 1, 1, pt, pl, 1]
+        sx, zx = _f32s(0.05), int(rng.integers(-128, 128))
+        sws = rng.uniform(0.002, 0.03, size=c).astype(np.float32)
+        sy, zy = _f32s(0.3), int(rng.integers(-60, 60))
+        x = rng.integers(-128, 128, size=(n, h, w, c)).astype(np.int8)
+        wq = rng.integers(-127, 128, size=(1, 3, 3, c)).astype(np.int8)
+        b = rng.integers(-3000, 3000, size=c).astype(np.int32) if i % 3 else None
+        xt = Tensor("x", [n, h, w, c], "int8", quant=_q(sx, zx))
+        wt = Tensor("w", [1, 3, 3, c], "int8", role="weight", quant=_q(sws, [0] * c, 3), data=wq)
+        bt = Tensor("b", [c], "int32", role="bias", quant=_q(sx * sws, [0] * c), data=b) if b is not None else None
+        yt = Tensor("y", [n, oh, ow, c], "int8", quant=_q(sy, zy))
+        ref = _run("depthwise_conv2d", [xt, wt, bt], yt, attrs, {"x": x})
+        pairs = [ia.quantize_multiplier(float(sx) * float(v) / float(sy)) for v in sws]
+        lo, hi = ia.activation_range(act, sy, zy)
+        tail = [zx, zy, lo, hi, 1]
+        mult = np.array([p[0] for p in pairs], np.int32)
+        shift = np.array([p[1] for p in pairs], np.int32)
+        refs.append(("y", batch.add("depthwise_conv2d_s8", dims + tail, [],
+                                    [x, wq, b, mult, shift, np.zeros((n, oh, ow, c), np.int8)]), ref))
+        if oh * ow <= h * w:
+            refs.append(("xy", batch.add("depthwise_conv2d_s8_inplace", dims + tail, [],
+                                         [x.copy(), wq, b, mult, shift, np.zeros(oh * ow, np.int8)]), ref))
+        if n == 1:
+            for r in range(oh):  # one output row per call over the input rows it reads (tt_stream.c's calls)
+                top = r * s - pt
+                r0, r1 = max(top, 0), min(top + 2, h - 1)
+                rd = [1, r1 - r0 + 1, w, c, 1, ow, c, 3, 3, s, s, 1, 1, pt - r * s + r0, pl, 1]
+                refs.append(("y", batch.add("depthwise_conv2d_s8", rd + tail, [],
+                                            [np.ascontiguousarray(x[:, r0:r1 + 1]), wq, b, mult, shift,
+                                             np.zeros((1, 1, ow, c), np.int8)]), ref[:, r:r + 1]))
+    _assert_depthwise_both_builds(batch, dsp_driver, refs)
+
+
 def test_grad_input_qw_equals_float_kernel_on_dequantized_weight(batch):
     """conv / depthwise input gradients reading int8 weights (blocked over input channels, tap lists) give the bits
     of the float kernels on the dequantized weight: the same float32 operations in the same order."""

@@ -1214,6 +1214,245 @@ static int32_t tt_block_wsum(const tt_geom *g, const tt_conv_block *bk, int32_t 
     return sw;
 }
 
+#if TT_PW4_ASM
+/* ---- small-K convs by rows of im2col (the stem: 3x3 over 3 channels) ------------------------------------------
+ * A conv whose filter window is at most TT_I2C_K bytes (no split, no dilation along x, whole blocks of four output
+ * channels, the int8 range), output row by output row: the windows of a pass of outputs are copied once, border
+ * outputs included (their taps outside the image hold z_x), widened to int16 lanes once (SXTB16: each window word
+ * as its bytes 0/2 and 1/3), and every pair of output channels then runs tt_i2c22_run over them with its weights
+ * widened alike at set-up. The sum over all taps of x * w plus bias - z_x * (sum w) is the reference's sum of
+ * (x - z_x) * w over the in-image taps (the padding's z_x * w cancel): the same int32, the same bits, with no
+ * per-output reference loop at the border, each window copied and widened once for all channels, and no
+ * sign-extension in the MAC loop (11 instructions per window word for two outputs x two channels, 16 MACs). */
+#define TT_I2C_PASS 8    /* outputs per pass (even) */
+#define TT_I2C_CH 16     /* output channels set up together (their windows shared) */
+
+/* Two outputs x two channels over int16 windows, the int8 range (tt_requant_mm, one SMMLAR): per pixel pair and
+ * window word one LDM of the pair's four widened words, two LDRD of the channels' and eight SMLAD. The sums start
+ * at the channels' constants (bias - z_x * sum w); per pair the four outputs are requantized as tt_store4 does
+ * (doubled, SMMLAR with h - [x < 0], shift, SSAT) and stored, pixel 1's first (ystep 0 lets an odd last pixel's
+ * dummy partner be overwritten). r1 x, r2 w, r3 words left, r4-r7 the sums (pixel 0 / 1, channel 0 / 1), r8-r11
+ * the window words, r12 / lr a channel's weight words; the frame pointer at [sp]. */
+typedef struct {
+    const int16_t *x; /* 0: per pixel pair and window word: p0 (bytes 0/2), p0 (1/3), p1 (0/2), p1 (1/3) */
+    const int16_t *w; /* 4: per window word: c0 (0/2), c0 (1/3), c1 (0/2), c1 (1/3) */
+    int32_t words;    /* 8: window words */
+    int32_t pairs;    /* 12: pixel pairs left */
+    int8_t *y;        /* 16: pixel 0's output of channel 0 (channel 1 the next byte) */
+    int32_t ystep;    /* 20: bytes from pixel 0's outputs to pixel 1's, and half the step to the next pair */
+    int32_t add[2];   /* 24: the channels' constants */
+    int32_t hme[6];   /* 32: {h, multiplier, e} of channel 0, then of channel 1 */
+} tt_i2c22_frame;
+
+#define TT_I2C22_OUT(acc, addr)                                                                               \
+    "add    " acc ", " acc ", " acc "\n\t"                                                                    \
+    "add    r11, r8, " acc ", asr #31\n\t"                                                                    \
+    "smmlar r11, " acc ", r9, r11\n\t"                                                                         \
+    "asr    r11, r11, r10\n\t"                                                                                \
+    "ssat   r11, #8, r11\n\t"                                                                                 \
+    "strb   r11, " addr "\n\t"
+
+__attribute__((naked, noinline)) static void tt_i2c22_run(__attribute__((unused)) tt_i2c22_frame *f)
+{
+    __asm__ volatile(
+        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
+        "sub    sp, sp, #8\n\t"
+        "str    r0, [sp]\n\t"
+        "ldr    r1, [r0]\n\t"
+        "2:\n\t"
+        "ldr    r12, [sp]\n\t"
+        "ldr    r2, [r12, #4]\n\t"
+        "ldr    r3, [r12, #8]\n\t"
+        "ldrd   r4, r5, [r12, #24]\n\t"
+        "mov    r6, r4\n\t"
+        "mov    r7, r5\n\t"
+        "1:\n\t"
+        "ldm    r1!, {r8, r9, r10, r11}\n\t"
+        "ldrd   r12, lr, [r2], #8\n\t"
+        "smlad  r4, r8, r12, r4\n\t"
+        "smlad  r4, r9, lr, r4\n\t"
+        "smlad  r6, r10, r12, r6\n\t"
+        "smlad  r6, r11, lr, r6\n\t"
+        "ldrd   r12, lr, [r2], #8\n\t"
+        "smlad  r5, r8, r12, r5\n\t"
+        "smlad  r5, r9, lr, r5\n\t"
+        "smlad  r7, r10, r12, r7\n\t"
+        "smlad  r7, r11, lr, r7\n\t"
+        "subs   r3, r3, #1\n\t"
+        "bne    1b\n\t"
+        "ldr    r12, [sp]\n\t"
+        "ldr    lr, [r12, #16]\n\t"
+        "ldr    r3, [r12, #20]\n\t"
+        "add    r12, r12, #32\n\t"
+        "ldm    r12!, {r8, r9, r10}\n\t"
+        "add    r2, lr, r3\n\t"
+        TT_I2C22_OUT("r6", "[r2]")
+        TT_I2C22_OUT("r4", "[lr]")
+        "ldm    r12, {r8, r9, r10}\n\t"
+        TT_I2C22_OUT("r7", "[r2, #1]")
+        TT_I2C22_OUT("r5", "[lr, #1]")
+        "ldr    r12, [sp]\n\t"
+        "add    lr, lr, r3, lsl #1\n\t"
+        "str    lr, [r12, #16]\n\t"
+        "ldr    r3, [r12, #12]\n\t"
+        "subs   r3, r3, #1\n\t"
+        "str    r3, [r12, #12]\n\t"
+        "bne    2b\n\t"
+        "add    sp, sp, #8\n\t"
+        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+}
+#undef TT_I2C22_OUT
+
+/* The window of output (oy, ox) with bounds checks into dst (K bytes; z_x outside the image). Byte loops (a tap
+ * is a few channels: no library calls). */
+__attribute__((noinline, optimize("no-tree-loop-distribute-patterns"))) static void tt_i2c_pad_px(const tt_geom *g, const int8_t *xb, int32_t oy, int32_t ox, int8_t zin, int8_t *dst)
+{
+    const int32_t C = g->in_c, iy0 = oy * g->stride_h - g->pad_top, ix0 = ox * g->stride_w - g->pad_left;
+    int32_t ky, kx;
+    for (ky = 0; ky < g->k_h; ++ky) {
+        const int32_t iy = iy0 + ky * g->dil_h;
+        for (kx = 0; kx < g->k_w; ++kx, dst += C) {
+            const int32_t ix = ix0 + kx;
+            int32_t c;
+            if (iy < 0 || iy >= g->in_h || ix < 0 || ix >= g->in_w) {
+                for (c = 0; c < C; ++c) {
+                    dst[c] = zin;
+                }
+            } else {
+                const int8_t *const src = xb + (iy * g->in_w + ix) * C;
+                for (c = 0; c < C; ++c) {
+                    dst[c] = src[c];
+                }
+            }
+        }
+    }
+}
+
+/* Windows of `n` outputs (Kp bytes each, n even) widened into tt_i2c22_run's pixel-pair layout. */
+static void tt_i2c_widen_x(const int8_t *src, int32_t Kp, int32_t n, int16_t *dst)
+{
+    const int32_t words = Kp >> 2;
+    int32_t p, k;
+    for (p = 0; p < n; p += 2, src += 2 * Kp) {
+        for (k = 0; k < words; ++k, dst += 8) {
+            const uint32_t u = tt_ld32(src + 4 * k), v = tt_ld32(src + Kp + 4 * k);
+            const int16x2_t w4[4] = {tt_sx02(u), tt_sx13(u), tt_sx02(v), tt_sx13(v)};
+            memcpy(dst, w4, sizeof w4);
+        }
+    }
+}
+
+/* Whether tt_i2c_rows takes the conv (before anything is written): the geometry, and every channel's
+ * requantization in tt_i2c22_run's form (tt_requant_mm, the int8 range, |bias| small enough for the doubled
+ * sums). */
+static int tt_i2c_rows_fit(const tt_geom *g, const tt_requant_s8 *q, const int32_t *bias)
+{
+    const int32_t K = g->k_h * g->k_w * g->in_c;
+    int32_t oc;
+    if (g->k_h * g->k_w == 1 || g->dil_w != 1 || K > TT_I2C_K || (g->out_c & 3) != 0 || q->act_min != -128 ||
+        q->act_max != 127 || g->out_w <= 0) {
+        return 0;
+    }
+    for (oc = 0; oc < g->out_c; ++oc) {
+        const tt_requant1 r = tt_requant_channel(q, oc);
+        const int32_t b = bias != 0 ? bias[oc] : 0;
+        tt_requant_mm mm;
+        /* |bias - z_x * sum w| < 2^29 follows: |z_x * sum w| <= 128 * 128 * TT_I2C_K < 2^28 */
+        if (!tt_requant_mm_init(&mm, &r) || b <= -(1 << 28) || b >= (1 << 28)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The conv of tt_conv2d_s8 (no split) when tt_i2c_rows_fit says so. */
+static void tt_i2c_rows(const tt_conv_dims *d, const tt_geom *g, const tt_requant_s8 *q, const int8_t *x,
+                        const int8_t *w, const int32_t *bias, int8_t *y)
+{
+    const int32_t C = g->in_c, KH = g->k_h, row = g->k_w * C, K = KH * row, Kp = (K + 3) & ~3, OC = g->out_c;
+    const int32_t xrow = g->dil_h * g->in_w * C, xstep = g->stride_w * C, words = Kp >> 2;
+    const int32_t zin = q->input_zero_point;
+    int8_t win[(TT_I2C_PASS + 1) * TT_I2C_K];           /* the pass's windows (and an odd pass's dummy) */
+    int16_t xs[TT_I2C_PASS * TT_I2C_K];                  /* widened: one int16 per window byte */
+    int16_t ws[TT_I2C_CH * TT_I2C_K];                    /* the channels' weights, widened, by channel pairs */
+    int32_t cst[TT_I2C_CH][4];                           /* add, h, multiplier, e */
+    tt_i2c22_frame f;
+    int32_t oy_lo, oy_hi, ox_lo, ox_hi, oc0, nch, j, k, b, oy, p0, p;
+    tt_interior(g->out_h, g->in_h, g->stride_h, g->pad_top, g->k_h, g->dil_h, &oy_lo, &oy_hi);
+    tt_interior(g->out_w, g->in_w, g->stride_w, g->pad_left, g->k_w, 1, &ox_lo, &ox_hi);
+    memset(win, 0, sizeof win); /* the windows' tails past K and the dummy stay zero */
+    f.words = words;
+    f.ystep = OC;
+    for (oc0 = 0; oc0 < OC; oc0 += TT_I2C_CH) {
+        nch = OC - oc0 < TT_I2C_CH ? OC - oc0 : TT_I2C_CH;
+        for (j = 0; j < nch; ++j) {
+            const int32_t oc = oc0 + j;
+            const tt_requant1 r = tt_requant_channel(q, oc);
+            const int8_t *const wr = w + oc * K;
+            int16_t *const wd = ws + (j >> 1) * 8 * words + (j & 1) * 4;
+            int8_t wp[TT_I2C_K];
+            tt_requant_mm mm;
+            (void)tt_requant_mm_init(&mm, &r); /* checked by tt_i2c_rows_fit */
+            cst[j][0] = (bias != 0 ? bias[oc] : 0) - zin * tt_sum_s8(wr, K);
+            cst[j][1] = mm.h;
+            cst[j][2] = mm.multiplier;
+            cst[j][3] = mm.e;
+            memset(wp, 0, sizeof wp);
+            memcpy(wp, wr, (size_t)K);
+            for (k = 0; k < words; ++k) {
+                const uint32_t u = tt_ld32(wp + 4 * k);
+                const int16x2_t w2[2] = {tt_sx02(u), tt_sx13(u)};
+                memcpy(wd + 8 * k, w2, sizeof w2);
+            }
+        }
+        for (b = 0; b < d->batches; ++b) {
+            const int8_t *const xb = x + b * g->in_h * g->in_w * C;
+            for (oy = 0; oy < g->out_h; ++oy) {
+                const int32_t row_in = oy >= oy_lo && oy < oy_hi;
+                int8_t *const yrow = y + ((b * g->out_h + oy) * g->out_w) * OC + oc0;
+                for (p0 = 0; p0 < g->out_w; p0 += TT_I2C_PASS) {
+                    const int32_t np = g->out_w - p0 < TT_I2C_PASS ? g->out_w - p0 : TT_I2C_PASS;
+                    const int32_t a = row_in && ox_lo > p0 ? ox_lo : p0;               /* interior run [a, e) */
+                    const int32_t e = row_in ? (ox_hi < p0 + np ? ox_hi : p0 + np) : a;
+                    for (p = p0; p < p0 + np; ++p) {
+                        if (p < a || p >= e) {
+                            tt_i2c_pad_px(g, xb, oy, p, (int8_t)zin, win + (p - p0) * Kp);
+                        } else {
+                            tt_i2c_fill(win + (p - p0) * Kp, Kp,
+                                        xb + ((oy * g->stride_h - g->pad_top) * g->in_w + p * g->stride_w -
+                                              g->pad_left) * C,
+                                        xstep, e - p, KH, row, xrow);
+                            p = e - 1;
+                        }
+                    }
+                    tt_i2c_widen_x(win, Kp, (np + 1) & ~1, xs);
+                    for (j = 0; j < nch; j += 2) {
+                        f.w = ws + (j >> 1) * 8 * words;
+                        f.add[0] = cst[j][0];
+                        f.add[1] = cst[j + 1][0];
+                        memcpy(f.hme, &cst[j][1], 3 * sizeof(int32_t));
+                        memcpy(f.hme + 3, &cst[j + 1][1], 3 * sizeof(int32_t));
+                        f.x = xs;
+                        f.y = yrow + p0 * OC + j;
+                        f.pairs = np >> 1;
+                        if (f.pairs > 0) {
+                            tt_i2c22_run(&f);
+                        }
+                        if (np & 1) { /* the odd last output with the zero dummy: its outputs overwritten */
+                            f.x = xs + (np >> 1) * 8 * words;
+                            f.pairs = 1;
+                            f.ystep = 0;
+                            tt_i2c22_run(&f);
+                            f.ystep = OC;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+#endif
+
 /* int8 conv, output channels in blocks of four (each input byte loaded once per block, the block's constants
  * hoisted out of the pixel loops) and the input zero point taken out of the inner loop: for an interior output,
  * sum (x - z) * w = sum x * w - z * sum w, with sum w of a channel computed once per call. Integer sums: any order
@@ -1240,6 +1479,12 @@ TT_CONV_INLINE void tt_conv2d_s8_core(const tt_conv_dims *d, const tt_requant_s8
 #endif
     int32_t oy_lo, oy_hi, ox_lo, ox_hi, oc0, b, oy, ox, j, skip;
     tt_conv_block bk;
+#if TT_PW4_ASM
+    if (n <= 0 && tt_i2c_rows_fit(&g, q, bias)) {
+        tt_i2c_rows(d, &g, q, x, w, bias, y);
+        return;
+    }
+#endif
     tt_interior(g.out_h, g.in_h, g.stride_h, g.pad_top, g.k_h, g.dil_h, &oy_lo, &oy_hi);
     tt_interior(g.out_w, g.in_w, g.stride_w, g.pad_left, g.k_w, g.dil_w, &ox_lo, &ox_hi);
     if (n <= 0) {

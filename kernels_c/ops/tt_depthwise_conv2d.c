@@ -445,26 +445,41 @@ static inline void tt_dw16_pairs(const int16_t *p0, const int16_t *p1, const int
 /* Requantizes n doubled sums acc[i] (+ 2 * bias) to out[i * stride]: c = {2 * bias, h, multiplier, e} of a
  * tt_requant_mm channel, the output range the full int8 one ([-128, 127]: one SSAT). */
 #if defined(__arm__) && defined(__GNUC__) && defined(__OPTIMIZE__)
-/* Written out: 10 instructions per output (GCC's loop of the C below reloaded its constants from the stack). */
+/* Written out, two outputs per pass (one LDRD of their sums, the second stored at [out, stride]): 8 instructions
+ * per output, an odd n's first output alone (GCC's loop of the C below reloaded its constants from the stack).
+ * n >= 1; acc word-aligned (LDRD). */
+#define TT_RQ_OUT(acc, t, addr)                                                                               \
+    "add    " acc ", " acc ", r5\n\t"                                                                         \
+    "add    " t ", r6, " acc ", asr #31\n\t"                                                                  \
+    "smmlar " t ", " acc ", r7, " t "\n\t"                                                                     \
+    "asr    " t ", " t ", r8\n\t"                                                                              \
+    "ssat   " t ", #8, " t "\n\t"                                                                              \
+    "strb   " t ", " addr "\n\t"
+
 __attribute__((naked, noinline)) static void tt_rq_run_s8(TT_ASM_ARG const int32_t *args)
 {
     /* args: acc, out, stride, n, 2 * bias, h, multiplier, e */
     __asm__ volatile(
-        "push   {r4, r5, r6, r7, r8, r9, lr}\n\t"
+        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
         "ldm    r0, {r1, r2, r3, r4, r5, r6, r7, r8}\n\t"
-        "1:\n\t"
+        "tst    r4, #1\n\t"
+        "beq    1f\n\t"
         "ldr    r0, [r1], #4\n\t"
-        "add    r0, r0, r5\n\t"
-        "add    r9, r6, r0, asr #31\n\t"
-        "smmlar r9, r0, r7, r9\n\t"
-        "asr    r9, r9, r8\n\t"
-        "ssat   r9, #8, r9\n\t"
-        "strb   r9, [r2]\n\t"
+        TT_RQ_OUT("r0", "r9", "[r2]")
         "add    r2, r2, r3\n\t"
         "subs   r4, r4, #1\n\t"
+        "beq    2f\n\t"
+        "1:\n\t"
+        "ldrd   r0, r10, [r1], #8\n\t"
+        TT_RQ_OUT("r0", "r9", "[r2]")
+        TT_RQ_OUT("r10", "r11", "[r2, r3]")
+        "add    r2, r2, r3, lsl #1\n\t"
+        "subs   r4, r4, #2\n\t"
         "bne    1b\n\t"
-        "pop    {r4, r5, r6, r7, r8, r9, pc}\n\t");
+        "2:\n\t"
+        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
 }
+#undef TT_RQ_OUT
 
 static inline void tt_rq_run(const int32_t *acc, int8_t *out, int32_t stride, int32_t n, int32_t bias2,
                              const tt_requant_mm *o)
@@ -528,9 +543,20 @@ typedef struct {
     int32_t a[6];
 } tt_dw16_setup;
 
-static void tt_dw16_set_up(const int8_t *wc, int32_t WS, int32_t bias, const tt_requant1 *r, tt_dw16_setup *s)
+/* zr: 0, or z_x when the rows hold raw x (tt_dw4_fill): the constant is then bias - z_x * (sum of the nine taps),
+ * the sum taken from the taps loaded here. */
+TT_CONV_INLINE void tt_dw16_set_up(const int8_t *wc, int32_t WS, int32_t bias, int32_t zr, const tt_requant1 *r,
+                                   tt_dw16_setup *s)
 {
-    int32_t ky;
+    int32_t ky, sw = 0;
+    for (ky = 0; ky < 3; ++ky) {
+        /* doubled taps (|2w| <= 256 fits a lane): the sums come out doubled, as tt_requant_mm takes them */
+        const int32_t w0 = 2 * wc[(3 * ky) * WS], w1 = 2 * wc[(3 * ky + 1) * WS], w2 = 2 * wc[(3 * ky + 2) * WS];
+        s->a[2 * ky] = (int32_t)tt_pack16(w0, w1);
+        s->a[2 * ky + 1] = (int32_t)tt_pack16(w1, w2);
+        sw += w0 + w1 + w2;
+    }
+    bias -= zr * (sw >> 1);
     s->q.r = r;
     s->q.bias = bias;
     s->q.lo = r->lo;
@@ -538,12 +564,6 @@ static void tt_dw16_set_up(const int8_t *wc, int32_t WS, int32_t bias, const tt_
     /* one SMMLAR (tt_requant_mm) when 2 * (sum + bias) fits: |sum| <= 9 * 255 * 256 / 2 < 2^20 */
     s->q.fast = tt_requant_mm_init(&s->q.mm, r) && bias > -(1 << 29) && bias < (1 << 29);
     s->q.full = s->q.fast && s->q.lo == -128 && s->q.hi == 127;
-    for (ky = 0; ky < 3; ++ky) {
-        /* doubled taps (|2w| <= 256 fits a lane): the sums come out doubled, as tt_requant_mm takes them */
-        const int32_t w0 = 2 * wc[(3 * ky) * WS], w1 = 2 * wc[(3 * ky + 1) * WS], w2 = 2 * wc[(3 * ky + 2) * WS];
-        s->a[2 * ky] = (int32_t)tt_pack16(w0, w1);
-        s->a[2 * ky + 1] = (int32_t)tt_pack16(w1, w2);
-    }
 }
 
 /* Whether tt_dw16_channel takes its small-map path: the channel's whole padded input plane fits the buffer (so it
@@ -648,7 +668,7 @@ static void tt_dw16_conv(const tt_conv_dims *d, const tt_requant_s8 *q, const in
     for (c = 0; c < C; ++c) {
         const tt_requant1 r = tt_requant_channel(q, c);
         tt_dw16_setup su;
-        tt_dw16_set_up(w + c, C, bias != 0 ? bias[c] : 0, &r, &su);
+        tt_dw16_set_up(w + c, C, bias != 0 ? bias[c] : 0, 0, &r, &su);
         for (b = 0; b < d->batches; ++b) {
             const int8_t *xb = x + b * g.in_h * g.in_w * C;
             int8_t *yb = y + b * n_out * C;
@@ -662,6 +682,204 @@ static void tt_dw16_conv(const tt_conv_dims *d, const tt_requant_s8 *q, const in
                     yb[p * C + c] = scratch[p];
                 }
             }
+        }
+    }
+}
+
+/* ---- 3x3 depth multiplier 1, four channels at a time (the DSP build, in_c % 4 == 0) -----------------------------
+ * tt_dw16_channel's pair loop and requantization, with the ring rows of a group of four channels converted
+ * together: one word load takes a pixel's four channels (contiguous in NHWC), SXTB16 splits them into int16 lanes and
+ * PKHBT / PKHTB regroup two neighbouring pixels per channel, ~2 instructions per element against a byte gather per
+ * element (tt_dw16_fill), and the group's set-up, fill calls and loop bookkeeping are shared by four channels. The
+ * ring holds raw x with z_x where a tap falls outside the image, and a channel's constant is bias - z_x * (sum of
+ * its nine weights): every output is the reference's int32 sum of (x - z_x) * w over its in-image taps (the
+ * padding's z_x * w cancel), the same bits. */
+#define TT_DW4_RS TT_DW16_BUF /* int16 of one channel's ring (or small plane) in the group's buffer */
+
+/* PKHBT lo(a) | lo(b) << 16 and PKHTB hi(a) >> 16 | hi(b): two pixels' int16 of one channel in a word (spelled out:
+ * GCC builds them from a UXTH / AND and an ORR). */
+static inline uint32_t tt_pkhbt(uint32_t a, uint32_t b)
+{
+#if defined(__arm__) && defined(__GNUC__)
+    uint32_t r;
+    __asm__("pkhbt %0, %1, %2, lsl #16" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+#else
+    return (a & 0xFFFFu) | (b << 16);
+#endif
+}
+
+static inline uint32_t tt_pkhtb(uint32_t a, uint32_t b)
+{
+#if defined(__arm__) && defined(__GNUC__)
+    uint32_t r;
+    __asm__("pkhtb %0, %1, %2, asr #16" : "=r"(r) : "r"(b), "r"(a));
+    return r;
+#else
+    return (a >> 16) | (b & 0xFFFF0000u);
+#endif
+}
+
+/* Ring rows `dst` + j * TT_DW4_RS (channels c0 + j, j < 4; span columns from input column ix0) from input row iy;
+ * xg: the batch's input at channel c0 (pixel stride C, C % 4 == 0). */
+static void tt_dw4_fill(int16_t *dst, const int8_t *xg, int32_t C, int32_t in_h, int32_t in_w, int32_t iy,
+                        int32_t ix0, int32_t span, int32_t zin)
+{
+    int16_t *const d1 = dst + TT_DW4_RS, *const d2 = d1 + TT_DW4_RS, *const d3 = d2 + TT_DW4_RS;
+    const int16_t z = (int16_t)zin;
+    int32_t i, a = span, b = span;
+    dst[span] = d1[span] = d2[span] = d3[span] = 0; /* read, never used, as in tt_dw16_fill */
+    if (iy >= 0 && iy < in_h) {
+        a = ix0 < 0 ? (-ix0 < span ? -ix0 : span) : 0; /* first in-image column of the span */
+        b = in_w - ix0 < span ? in_w - ix0 : span;      /* one past the last */
+        b = b > a ? b : a;
+    }
+    for (i = 0; i < a; ++i) {
+        dst[i] = d1[i] = d2[i] = d3[i] = z;
+    }
+    if (a < b) {
+        const int8_t *src = xg + ((int32_t)iy * in_w + ix0 + a) * C;
+        const int32_t C2 = 2 * C;
+        if ((uintptr_t)(dst + i) & 2u) { /* one column first: the pairs' word stores aligned */
+            dst[i] = src[0];
+            d1[i] = src[1];
+            d2[i] = src[2];
+            d3[i] = src[3];
+            ++i;
+            src += C;
+        }
+        for (; i + 2 <= b; i += 2, src += C2) {
+            const uint32_t u = tt_ld32(src), v = tt_ld32(src + C);
+            const uint32_t e0 = (uint32_t)tt_sx02(u), o0 = (uint32_t)tt_sx13(u);
+            const uint32_t e1 = (uint32_t)tt_sx02(v), o1 = (uint32_t)tt_sx13(v);
+            const uint32_t c0 = tt_pkhbt(e0, e1), c2 = tt_pkhtb(e0, e1);
+            const uint32_t c1 = tt_pkhbt(o0, o1), c3 = tt_pkhtb(o0, o1);
+            memcpy(dst + i, &c0, 4);
+            memcpy(d1 + i, &c1, 4);
+            memcpy(d2 + i, &c2, 4);
+            memcpy(d3 + i, &c3, 4);
+        }
+        if (i < b) {
+            dst[i] = src[0];
+            d1[i] = src[1];
+            d2[i] = src[2];
+            d3[i] = src[3];
+            ++i;
+        }
+    }
+    for (; i < span; ++i) {
+        dst[i] = d1[i] = d2[i] = d3[i] = z;
+    }
+}
+
+/* Whether tt_dw4_conv serves the geometry (beyond tt_dw16_fits): whole words of channels, and in place (y == x)
+ * only where the outputs never land on input not yet read: a small map (its planes read in full first) or one strip
+ * per row with out_w <= in_w and pad_top <= 2 (output row oy, written once input rows up to oy * s_h - pad_top + 2
+ * are in the ring, ends at pixel (oy + 1) * out_w <= (oy * s_h - pad_top + 3) * in_w, where the rows still to be
+ * read start; with several batches the outputs of batch b end before batch b + 1's input, n_out <= n_in). */
+static int tt_dw4_fits(const tt_geom *g, int inplace)
+{
+    if ((g->in_c & 3) != 0) {
+        return 0;
+    }
+    if (!inplace) {
+        return 1;
+    }
+    if (g->out_h * g->out_w > g->in_h * g->in_w) {
+        return 0;
+    }
+    return tt_dw16_small(g) || (g->out_w <= TT_DW16_STRIP && g->out_w <= g->in_w && g->pad_top <= 2);
+}
+
+/* One group of four channels of one batch: xg at channel c0 of the batch's input, su[j] channel c0 + j's set-up
+ * (its constant the raw-x one above), output pixel p of channel c0 + j to out[p * C + j]. tt_dw16_channel's two
+ * schemes (a small map as one padded plane, else strips over a ring of three rows), the rows filled for the four
+ * channels at once. */
+static void tt_dw4_group(const tt_geom *g, const int8_t *xg, const tt_dw16_setup *su, int32_t zin, int8_t *out)
+{
+    int16_t buf[4 * TT_DW4_RS];
+    int32_t acc[TT_DW16_ACC];
+    int32_t tag[3];
+    const int32_t S = g->stride_w, C = g->in_c;
+    int32_t ky, ox0, oy, j;
+    if (tt_dw16_small(g)) {
+        const int32_t span = (g->out_w - 1) * S + 3, rows = (g->out_h - 1) * g->stride_h + 3;
+        const int32_t count = (g->out_h - 1) * span + g->out_w, pairs = (count + 1) >> 1;
+        int32_t i;
+        for (i = 0; i < rows; ++i) {
+            tt_dw4_fill(buf + i * span, xg, C, g->in_h, g->in_w, i - g->pad_top, -g->pad_left, span, zin);
+        }
+        for (j = 0; j < 4; ++j) {
+            int16_t *const p = buf + j * TT_DW4_RS;
+            for (i = rows * span; i < rows * span + 8; ++i) {
+                p[i] = 0;
+            }
+            tt_dw16_pairs(p, p + span, p + 2 * span, su[j].a, S, pairs, acc);
+            for (oy = 0; oy < g->out_h; ++oy) {
+                tt_dw16_store(&su[j].q, acc + oy * span, g->out_w, out + oy * g->out_w * C + j, C);
+            }
+        }
+        return;
+    }
+    for (ox0 = 0; ox0 < g->out_w; ox0 += TT_DW16_STRIP) {
+        const int32_t nx = g->out_w - ox0 < TT_DW16_STRIP ? g->out_w - ox0 : TT_DW16_STRIP;
+        const int32_t ix0 = ox0 * S - g->pad_left, span = (nx - 1) * S + 3;
+        int32_t slot0 = 0, first = -g->pad_top;
+        tag[0] = tag[1] = tag[2] = INT32_MIN;
+        for (oy = 0; oy < g->out_h; ++oy) {
+            const int32_t iy0 = oy * g->stride_h - g->pad_top;
+            int32_t sl[3];
+            while (first < iy0) {
+                ++first;
+                slot0 = slot0 == 2 ? 0 : slot0 + 1;
+            }
+            for (ky = 0; ky < 3; ++ky) {
+                const int32_t iy = iy0 + ky, slot = slot0 + ky >= 3 ? slot0 + ky - 3 : slot0 + ky;
+                if (tag[slot] != iy) {
+                    tt_dw4_fill(buf + slot * TT_DW16_W, xg, C, g->in_h, g->in_w, iy, ix0, span, zin);
+                    tag[slot] = iy;
+                }
+                sl[ky] = slot * TT_DW16_W;
+            }
+            for (j = 0; j < 4; ++j) {
+                const int16_t *const cb = buf + j * TT_DW4_RS;
+                const int16_t *const r0 = cb + sl[0], *const r1 = cb + sl[1], *const r2 = cb + sl[2];
+                const int32_t *const a = su[j].a;
+                if (nx >= 2) {
+                    tt_dw16_pairs(r0, r1, r2, a, S, nx >> 1, acc);
+                }
+                if (nx & 1) {
+                    const int32_t o = (nx - 1) * S;
+                    int32_t s0 = __smlad(tt_dw16_ld(r0 + o), a[0], 0);
+                    s0 = __smlabt(r0[o + 2], a[1], s0);
+                    s0 = __smlad(tt_dw16_ld(r1 + o), a[2], s0);
+                    s0 = __smlabt(r1[o + 2], a[3], s0);
+                    s0 = __smlad(tt_dw16_ld(r2 + o), a[4], s0);
+                    s0 = __smlabt(r2[o + 2], a[5], s0);
+                    acc[nx - 1] = s0;
+                }
+                tt_dw16_store(&su[j].q, acc, nx, out + (oy * g->out_w + ox0) * C + j, C);
+            }
+        }
+    }
+}
+
+/* Every group of four channels of every batch (y may be x: tt_dw4_fits says when). */
+static void tt_dw4_conv(const tt_conv_dims *d, const tt_requant_s8 *q, const int8_t *x, const int8_t *w,
+                        const int32_t *bias, int8_t *y)
+{
+    const tt_geom g = tt_geom_of(d);
+    const int32_t C = g.in_c, n_in = g.in_h * g.in_w, n_out = g.out_h * g.out_w, zin = q->input_zero_point;
+    int32_t b, c0, j;
+    for (c0 = 0; c0 < C; c0 += 4) {
+        tt_requant1 r[4];
+        tt_dw16_setup su[4];
+        for (j = 0; j < 4; ++j) {
+            r[j] = tt_requant_channel(q, c0 + j);
+            tt_dw16_set_up(w + c0 + j, C, bias != 0 ? bias[c0 + j] : 0, zin, &r[j], &su[j]);
+        }
+        for (b = 0; b < d->batches; ++b) {
+            tt_dw4_group(&g, x + b * n_in * C + c0, su, zin, y + b * n_out * C + c0);
         }
     }
 }
@@ -723,7 +941,12 @@ void tt_depthwise_conv2d_s8(const tt_conv_dims *d, const tt_requant_s8 *q, const
 #endif
 #if TT_SIMD
     if (tt_dw16_fits(d)) {
-        tt_dw16_conv(d, q, x, w, bias, y, 0);
+        const tt_geom g = tt_geom_of(d);
+        if (tt_dw4_fits(&g, 0)) {
+            tt_dw4_conv(d, q, x, w, bias, y);
+        } else {
+            tt_dw16_conv(d, q, x, w, bias, y, 0);
+        }
         return;
     }
 #endif
@@ -770,7 +993,12 @@ void tt_depthwise_conv2d_s8_inplace(const tt_conv_dims *d, const tt_requant_s8 *
     const int32_t C = d->in_c, n_out = d->out_h * d->out_w;
 #if TT_SIMD
     if (tt_dw16_fits(d)) {
-        tt_dw16_conv(d, q, xy, w, bias, xy, scratch);
+        const tt_geom g = tt_geom_of(d);
+        if (tt_dw4_fits(&g, 1)) {
+            tt_dw4_conv(d, q, xy, w, bias, xy);
+        } else {
+            tt_dw16_conv(d, q, xy, w, bias, xy, scratch);
+        }
         return;
     }
 #endif
