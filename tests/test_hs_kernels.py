@@ -1,0 +1,133 @@
+"""The hidden-channel stream's per-channel kernels against numpy, bit for bit, on the host under ASan + UBSan.
+
+- tt_depthwise_conv2d_grad_input_channel_f32 (its own paths for SAME 3x3 stride 1 and any 3x3 stride 2, and the
+  general walk): the golden model's depthwise_conv2d_grad_input (stages/golden/grad_ops.py adds dy * w tap after tap
+  in (filter y, filter x) order onto zeros, in float32: the C kernel's sum, term for term), channel by channel, for
+  float taps and int8 taps (dequantized as tt_dq does), pixel strides, the `add` form (out + s).
+
+The C side reads the cases numpy wrote and writes what the kernel returned; the expected bits come from numpy only.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinytrain.stages.c_emit import ops_header
+from tinytrain.stages.golden import grad_ops as go
+from tinytrain.stages.model.geometry import out_size_and_pad
+
+ROOT = Path(__file__).resolve().parents[1]
+KDIR = ROOT / "kernels_c"
+FLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off", "-O1", "-g",
+         "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+F32 = np.float32
+
+DRIVER = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "tt_kernels.h"
+static int32_t rd_i(FILE *f) { int32_t v; if (fread(&v, 4, 1, f) != 1) exit(3); return v; }
+static void *rd(FILE *f, size_t n) { void *p = malloc(n ? n : 1); if (n && fread(p, 1, n, f) != n) exit(3); return p; }
+int main(int argc, char **argv)
+{
+    FILE *in = fopen(argv[1], "rb"), *out = fopen(argv[2], "wb");
+    int32_t n, i;
+    if (argc != 3 || !in || !out) return 2;
+    n = rd_i(in);
+    for (i = 0; i < n; ++i) {
+        tt_conv_dims d;
+        int32_t *dd = (int32_t *)&d, j, c, os, add, q, npx, z;
+        float sc, *dy, *w, *dx;
+        int8_t *wq;
+        for (j = 0; j < 16; ++j) dd[j] = rd_i(in);
+        c = rd_i(in); os = rd_i(in); add = rd_i(in); q = rd_i(in); z = rd_i(in);
+        if (fread(&sc, 4, 1, in) != 1) return 3;
+        npx = d.in_h * d.in_w;
+        dy = rd(in, 4u * (size_t)(d.out_h * d.out_w * d.out_c));
+        w = rd(in, 4u * (size_t)(d.k_h * d.k_w * d.out_c));
+        wq = rd(in, (size_t)(d.k_h * d.k_w * d.out_c));
+        dx = rd(in, 4u * (size_t)(npx * os));
+        if (q) tt_depthwise_conv2d_grad_input_channel_f32(&d, dy + c, 0, 0, wq + c, z, sc, dx, os, add);
+        else tt_depthwise_conv2d_grad_input_channel_f32(&d, dy + c, w + c, d.out_c, 0, 0, 0.0f, dx, os, add);
+        fwrite(dx, 4, (size_t)(npx * os), out);
+        free(dy); free(w); free(wq); free(dx);
+    }
+    fclose(in);
+    fclose(out);
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory) -> Path:
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no host C compiler")
+    d = tmp_path_factory.mktemp("hs_kernels")
+    (d / "drv.c").write_text(DRIVER)
+    exe = d / "drv"
+    srcs = [KDIR / "ops" / "tt_depthwise_conv2d.c", KDIR / "tt_common.c", KDIR / "tt_f16.c"]
+    cmd = [cc, *FLAGS, f"-I{KDIR}", f"-I{ops_header.include_dir()}", *map(str, srcs), str(d / "drv.c"), "-lm",
+           "-o", str(exe)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    return exe
+
+
+def _values(rng, n) -> np.ndarray:
+    """Random float32 of either sign with some +0 and -0 (masked gradients), so the sums' zero signs matter."""
+    v = rng.standard_normal(n).astype(F32)
+    v[rng.random(n) < 0.15] = 0.0
+    v[rng.random(n) < 0.05] = -0.0
+    return v
+
+
+def test_depthwise_channel_input_gradient_matches_numpy_bits(driver, tmp_path):
+    rng = np.random.default_rng(14)
+    cases, blob = [], [np.int32(0).tobytes()]
+    for i in range(160):
+        kh, kw = (3, 3) if i % 5 else (int(rng.integers(1, 6)), int(rng.integers(1, 6)))
+        s = 1 + i % 2 if i % 7 else 3
+        dil = 2 if i % 11 == 0 else 1
+        h, w = int(rng.integers(1, 11)), int(rng.integers(1, 11))
+        padding = "same" if i % 4 else "valid"
+        if h - (kh - 1) * dil < 1 or w - (kw - 1) * dil < 1:
+            padding = "same"
+        oh, pt = out_size_and_pad(padding, h, kh, s, dil)
+        ow, pl = out_size_and_pad(padding, w, kw, s, dil)
+        ch = int(rng.integers(1, 4))
+        c, os_, add, q = int(rng.integers(0, ch)), int(rng.integers(1, 3)), int(i % 3 == 0), int(i % 2)
+        dims = [1, h, w, ch, oh, ow, ch, kh, kw, s, s, dil, dil, pt, pl, 1]
+        dy = _values(rng, oh * ow * ch)
+        wf = _values(rng, kh * kw * ch)
+        wq = rng.integers(-128, 128, size=kh * kw * ch).astype(np.int8)
+        z, sc = int(rng.integers(-3, 4)), F32(rng.uniform(0.01, 0.1))
+        dx0 = _values(rng, h * w * os_)
+        blob += [np.array(dims + [c, os_, add, q, z], np.int32).tobytes(), np.array([sc], F32).tobytes(),
+                 dy.tobytes(), wf.tobytes(), wq.tobytes(), dx0.tobytes()]
+        # the taps of channel c as the kernel reads them: float, or int8 dequantized (tt_dq: float(q - z) * scale)
+        taps = ((wq.reshape(-1, ch)[:, c].astype(np.int32) - z).astype(F32) * sc if q
+                else wf.reshape(-1, ch)[:, c]).astype(F32)
+        attrs = dict(stride_h=s, stride_w=s, dilation_h=dil, dilation_w=dil, padding=padding)
+        g = go.depthwise_conv2d_grad_input(dy.reshape(1, oh, ow, ch)[..., c:c + 1], taps.reshape(1, kh, kw, 1),
+                                           (1, h, w, 1), attrs).reshape(-1)
+        want = dx0.copy()
+        plane = want.reshape(h * w, os_)[:, 0]
+        want.reshape(h * w, os_)[:, 0] = (plane + g if add else F32(0.0) + g).astype(F32)
+        cases.append((h * w * os_, want, (h, w, kh, kw, s, dil, padding, add, q)))
+    blob[0] = np.int32(len(cases)).tobytes()
+    (tmp_path / "in.bin").write_bytes(b"".join(blob))
+    subprocess.run([str(driver), str(tmp_path / "in.bin"), str(tmp_path / "out.bin")], check=True)
+    got = np.frombuffer((tmp_path / "out.bin").read_bytes(), F32)
+    assert got.size == sum(n for n, _, _ in cases)
+    at = 0
+    for n, want, info in cases:
+        np.testing.assert_array_equal(got[at:at + n].view(np.uint32), want.view(np.uint32), err_msg=str(info))
+        at += n
+    assert {(k[2], k[4]) for _, _, k in cases} >= {(3, 1), (3, 2)}  # both 3x3 paths ran
