@@ -56,6 +56,7 @@ def _program(cases: list[dict]) -> str:
          tt_hs_pw_grad_in_f32({P}, {K}, {C}, o, DZ, {wq_args}, {n}, SC, ZP, DH1);
          tt_hs_dw_taps(9, {C}, o, {'WF' if fw else '0'}, WQ, SC, ZP, wc);
          tt_depthwise_conv2d_grad_input_channel_f32(&dd, DH1, wc, 1, 0, 0, 0.0f, DH2, 1, 0);
+         for (j = 0; j < {PA}; ++j) if ((j * 7 + o) % 5 < 2) DH2[j] = (j & 1) ? -0.0f : 0.0f; /* masked pixels */
          tt_hs_pw_grad_in_acc_f32({PA}, {IC}, o, DH2, {acc_args}, {n}, SC, ZP, DX);
          if (tt_write(fd, DH1, {4 * P}) != 0 || tt_write(fd, DH2, {4 * PA}) != 0) return 3;
        }}

@@ -1,5 +1,7 @@
 """The hidden-channel stream's per-channel kernels against numpy, bit for bit, on the host under ASan + UBSan.
 
+- tt_hs_mask_grad_f32 (channel c of a 1-bit mask) and tt_hs_pw_grad_in_acc_f32 (channel c's share of the 1x1 input
+  gradient, zero gradients skipped): numpy's float32 select and multiply-add.
 - tt_depthwise_conv2d_grad_input_channel_f32 (its own paths for SAME 3x3 stride 1 and any 3x3 stride 2, and the
   general walk): the golden model's depthwise_conv2d_grad_input (stages/golden/grad_ops.py adds dy * w tap after tap
   in (filter y, filter x) order onto zeros, in float32: the C kernel's sum, term for term), channel by channel, for
@@ -31,6 +33,7 @@ DRIVER = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include "tt_kernels.h"
+#include "tt_hidden_stream.h"
 static int32_t rd_i(FILE *f) { int32_t v; if (fread(&v, 4, 1, f) != 1) exit(3); return v; }
 static void *rd(FILE *f, size_t n) { void *p = malloc(n ? n : 1); if (n && fread(p, 1, n, f) != n) exit(3); return p; }
 int main(int argc, char **argv)
@@ -41,9 +44,34 @@ int main(int argc, char **argv)
     n = rd_i(in);
     for (i = 0; i < n; ++i) {
         tt_conv_dims d;
-        int32_t *dd = (int32_t *)&d, j, c, os, add, q, npx, z;
+        int32_t *dd = (int32_t *)&d, j, c, os, add, q, npx, z, kind = rd_i(in);
         float sc, *dy, *w, *dx;
         int8_t *wq;
+        if (kind == 1) { /* mask: P, C, c, mask bytes, dy */
+            int32_t P = rd_i(in), C = rd_i(in), cc = rd_i(in);
+            uint8_t *m = rd(in, (size_t)((P * C + 7) / 8));
+            dy = rd(in, 4u * (size_t)P);
+            dx = malloc(4u * (size_t)P);
+            tt_hs_mask_grad_f32(P, C, cc, m, dy, dx);
+            fwrite(dx, 4, (size_t)P, out);
+            free(m); free(dy); free(dx);
+            continue;
+        }
+        if (kind == 2) { /* 1x1 input gradient accumulated: P, IC, c, C, n, dh, wq [C, IC], part [C, n], scale, zp, dx */
+            int32_t P = rd_i(in), IC = rd_i(in), cc = rd_i(in), C = rd_i(in), n = rd_i(in);
+            float *dh = rd(in, 4u * (size_t)P), *scale;
+            int8_t *part;
+            int32_t *zp;
+            wq = rd(in, (size_t)(C * IC));
+            part = rd(in, (size_t)(C * n));
+            scale = rd(in, 4u * (size_t)C);
+            zp = rd(in, 4u * (size_t)C);
+            dx = rd(in, 4u * (size_t)(P * IC));
+            tt_hs_pw_grad_in_acc_f32(P, IC, cc, dh, 0, 0, wq, n ? part : 0, n, scale, zp, dx);
+            fwrite(dx, 4, (size_t)(P * IC), out);
+            free(dh); free(wq); free(part); free(scale); free(zp); free(dx);
+            continue;
+        }
         for (j = 0; j < 16; ++j) dd[j] = rd_i(in);
         c = rd_i(in); os = rd_i(in); add = rd_i(in); q = rd_i(in); z = rd_i(in);
         if (fread(&sc, 4, 1, in) != 1) return 3;
@@ -72,7 +100,7 @@ def driver(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("hs_kernels")
     (d / "drv.c").write_text(DRIVER)
     exe = d / "drv"
-    srcs = [KDIR / "ops" / "tt_depthwise_conv2d.c", KDIR / "tt_common.c", KDIR / "tt_f16.c"]
+    srcs = [KDIR / "ops" / "tt_depthwise_conv2d.c", KDIR / "tt_common.c", KDIR / "tt_f16.c", KDIR / "tt_hidden_stream.c"]
     cmd = [cc, *FLAGS, f"-I{KDIR}", f"-I{ops_header.include_dir()}", *map(str, srcs), str(d / "drv.c"), "-lm",
            "-o", str(exe)]
     res = subprocess.run(cmd, capture_output=True, text=True)
@@ -88,9 +116,72 @@ def _values(rng, n) -> np.ndarray:
     return v
 
 
+def _run(driver, tmp_path, cases, blob) -> list[np.ndarray]:
+    (tmp_path / "in.bin").write_bytes(np.int32(len(cases)).tobytes() + b"".join(blob))
+    subprocess.run([str(driver), str(tmp_path / "in.bin"), str(tmp_path / "out.bin")], check=True)
+    got = np.frombuffer((tmp_path / "out.bin").read_bytes(), F32)
+    assert got.size == sum(w.size for w, _ in cases)
+    out, at = [], 0
+    for want, _ in cases:
+        out.append(got[at:at + want.size])
+        at += want.size
+    return out
+
+
+def _check(driver, tmp_path, cases, blob) -> None:
+    for got, (want, info) in zip(_run(driver, tmp_path, cases, blob), cases):
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=str(info))
+
+
+def test_hidden_mask_matches_numpy_bits(driver, tmp_path):
+    """tt_hs_mask_grad_f32: channel c of a 1-bit masked gradient (bit p * C + c, LSB first); dy kept bit for bit
+    (-0, NaN) or +0. C a multiple of 8 (one bit position, no branch) and not."""
+    rng = np.random.default_rng(15)
+    cases, blob = [], []
+    for i in range(60):
+        P, C = int(rng.integers(1, 70)), 8 * int(rng.integers(1, 40)) if i % 2 else int(rng.integers(1, 50))
+        c = int(rng.integers(0, C))
+        bits = rng.integers(0, 2, size=P * C).astype(np.uint8)
+        dy = _values(rng, P)
+        dy[rng.random(P) < 0.05] = np.nan
+        keep = bits.reshape(P, C)[:, c].astype(bool)
+        want = np.where(keep, dy, F32(0.0)).astype(F32)
+        blob += [np.array([1, P, C, c], np.int32).tobytes(), np.packbits(bits, bitorder="little").tobytes(),
+                 dy.tobytes()]
+        cases.append((want, (P, C, c)))
+    _check(driver, tmp_path, cases, blob)
+
+
+def test_hidden_input_gradient_accumulation_matches_numpy_bits(driver, tmp_path):
+    """tt_hs_pw_grad_in_acc_f32 with int8 weights (whole or split): channel c's share dx[p, i] += dh[p] * w(c, i)
+    added onto dx as numpy adds it in float32; dh with many +-0 (masked: those pixels are skipped) and dx as the
+    stream leaves it between channels (never -0)."""
+    rng = np.random.default_rng(16)
+    cases, blob = [], []
+    for i in range(60):
+        P, IC, C = int(rng.integers(1, 150)), int(rng.integers(1, 70)), int(rng.integers(1, 9))
+        c, n = int(rng.integers(0, C)), (int(rng.integers(1, IC + 1)) if i % 3 == 0 else 0)
+        dh = _values(rng, P)
+        dh[rng.random(P) < 0.4] = 0.0
+        wq = rng.integers(-128, 128, size=(C, IC)).astype(np.int8)
+        part = rng.integers(-128, 128, size=(C, n)).astype(np.int8)
+        scale = rng.uniform(0.01, 0.1, size=C).astype(F32)
+        zp = rng.integers(-3, 4, size=C).astype(np.int32)
+        dx = _values(rng, P * IC)
+        dx[dx == 0] = 0.0  # never -0 (dx starts at +0 and a sum never makes -0 from a +0 start)
+        row = wq[c].copy()
+        row[:n] = part[c]
+        wr = (row.astype(np.int32) - zp[c]).astype(F32) * scale[c]
+        want = (dx.reshape(P, IC) + dh.reshape(P, 1) * wr.reshape(1, IC)).astype(F32).reshape(-1)
+        blob += [np.array([2, P, IC, c, C, n], np.int32).tobytes(), dh.tobytes(), wq.tobytes(), part.tobytes(),
+                 scale.tobytes(), zp.tobytes(), dx.tobytes()]
+        cases.append((want, (P, IC, c, n)))
+    _check(driver, tmp_path, cases, blob)
+
+
 def test_depthwise_channel_input_gradient_matches_numpy_bits(driver, tmp_path):
     rng = np.random.default_rng(14)
-    cases, blob = [], [np.int32(0).tobytes()]
+    cases, blob = [], []
     for i in range(160):
         kh, kw = (3, 3) if i % 5 else (int(rng.integers(1, 6)), int(rng.integers(1, 6)))
         s = 1 + i % 2 if i % 7 else 3
@@ -109,7 +200,7 @@ def test_depthwise_channel_input_gradient_matches_numpy_bits(driver, tmp_path):
         wq = rng.integers(-128, 128, size=kh * kw * ch).astype(np.int8)
         z, sc = int(rng.integers(-3, 4)), F32(rng.uniform(0.01, 0.1))
         dx0 = _values(rng, h * w * os_)
-        blob += [np.array(dims + [c, os_, add, q, z], np.int32).tobytes(), np.array([sc], F32).tobytes(),
+        blob += [np.array([0] + dims + [c, os_, add, q, z], np.int32).tobytes(), np.array([sc], F32).tobytes(),
                  dy.tobytes(), wf.tobytes(), wq.tobytes(), dx0.tobytes()]
         # the taps of channel c as the kernel reads them: float, or int8 dequantized (tt_dq: float(q - z) * scale)
         taps = ((wq.reshape(-1, ch)[:, c].astype(np.int32) - z).astype(F32) * sc if q
@@ -120,14 +211,6 @@ def test_depthwise_channel_input_gradient_matches_numpy_bits(driver, tmp_path):
         want = dx0.copy()
         plane = want.reshape(h * w, os_)[:, 0]
         want.reshape(h * w, os_)[:, 0] = (plane + g if add else F32(0.0) + g).astype(F32)
-        cases.append((h * w * os_, want, (h, w, kh, kw, s, dil, padding, add, q)))
-    blob[0] = np.int32(len(cases)).tobytes()
-    (tmp_path / "in.bin").write_bytes(b"".join(blob))
-    subprocess.run([str(driver), str(tmp_path / "in.bin"), str(tmp_path / "out.bin")], check=True)
-    got = np.frombuffer((tmp_path / "out.bin").read_bytes(), F32)
-    assert got.size == sum(n for n, _, _ in cases)
-    at = 0
-    for n, want, info in cases:
-        np.testing.assert_array_equal(got[at:at + n].view(np.uint32), want.view(np.uint32), err_msg=str(info))
-        at += n
-    assert {(k[2], k[4]) for _, _, k in cases} >= {(3, 1), (3, 2)}  # both 3x3 paths ran
+        cases.append((want, (h, w, kh, kw, s, dil, padding, add, q)))
+    _check(driver, tmp_path, cases, blob)
+    assert {(k[2], k[4]) for _, k in cases} >= {(3, 1), (3, 2)}  # both 3x3 paths ran
