@@ -270,13 +270,15 @@ void tt_hs_dw_taps(int32_t taps, int32_t C, int32_t c, const float *w, const int
     }
 }
 
-void tt_hs_mask_grad_f32(int32_t P, int32_t C, int32_t c, const uint8_t *mask, const float *dy, float *dz)
+/* The mask of channel c (tt_hs_mask_grad_f32) and, when db != 0 (a constant once inlined), its sum db[0] = 0 + the
+ * masked values in pixel order, as tt_bias_grad_f32 sums one channel (s = 0, s += dz[p]; db = s). */
+static inline __attribute__((always_inline)) void tt_hs_mask_walk(int32_t P, int32_t C, int32_t c,
+                                                                  const uint8_t *mask, const float *dy, float *dz,
+                                                                  float *db)
 {
-#if TT_HOST_AVX2 /* the host build's branch-free select (same bits) */
-    tt_mask_grad_bits_f32(P, C, c, mask, dy, dz);
-#else
     int32_t p;
     uint32_t b = (uint32_t)c; /* the bit of element p * C + c */
+    float s = 0.0f;
     if ((C & 7) == 0) {
         /* every element's bit sits at c & 7 of its byte, C / 8 bytes apart: dy's bits kept or cleared (+0) by a
          * mask of all ones / zeros made from the bit, no branch; four elements per pass */
@@ -288,6 +290,11 @@ void tt_hs_mask_grad_f32(int32_t P, int32_t C, int32_t c, const uint8_t *mask, c
         memcpy(&u, dy + p + (j), 4);                                                                              \
         u &= (uint32_t)((int32_t)((uint32_t)m[(j) * step] << up) >> 31);                                          \
         memcpy(dz + p + (j), &u, 4);                                                                              \
+        if (db != 0) {                                                                                            \
+            float v;                                                                                              \
+            memcpy(&v, &u, 4);                                                                                    \
+            s += v;                                                                                               \
+        }                                                                                                         \
     } while (0)
         for (p = 0; p + 4 <= P; p += 4, m += 4 * step) {
             TT_HS_MASK1(0);
@@ -299,12 +306,32 @@ void tt_hs_mask_grad_f32(int32_t P, int32_t C, int32_t c, const uint8_t *mask, c
             TT_HS_MASK1(0);
         }
 #undef TT_HS_MASK1
-        return;
+    } else {
+        for (p = 0; p < P; ++p, b += (uint32_t)C) {
+            dz[p] = ((mask[b >> 3] >> (b & 7u)) & 1u) ? dy[p] : 0.0f;
+            if (db != 0) {
+                s += dz[p];
+            }
+        }
     }
-    for (p = 0; p < P; ++p, b += (uint32_t)C) {
-        dz[p] = ((mask[b >> 3] >> (b & 7u)) & 1u) ? dy[p] : 0.0f;
+    if (db != 0) {
+        db[0] = s;
     }
+}
+
+void tt_hs_mask_grad_f32(int32_t P, int32_t C, int32_t c, const uint8_t *mask, const float *dy, float *dz)
+{
+#if TT_HOST_AVX2 /* the host build's branch-free select (same bits) */
+    tt_mask_grad_bits_f32(P, C, c, mask, dy, dz);
+#else
+    tt_hs_mask_walk(P, C, c, mask, dy, dz, 0);
 #endif
+}
+
+void tt_hs_mask_bias_grad_f32(int32_t P, int32_t C, int32_t c, const uint8_t *mask, const float *dy, float *dz,
+                              float *db)
+{
+    tt_hs_mask_walk(P, C, c, mask, dy, dz, db);
 }
 
 void tt_hs_int8_clamp_grad_f32(int32_t P, int32_t C, int32_t c, int32_t lo, int32_t hi, const float *dy,

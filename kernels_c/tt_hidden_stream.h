@@ -43,6 +43,10 @@ void tt_hs_dw_taps(int32_t taps, int32_t C, int32_t c, const float *w, const int
 void tt_hs_mask_grad_f32(int32_t P, int32_t C, int32_t c, const uint8_t *mask, const float *dy, float *dz);
 void tt_hs_int8_clamp_grad_f32(int32_t P, int32_t C, int32_t c, int32_t lo, int32_t hi, const float *dy,
                                const int8_t *y, float *dx);
+/* tt_hs_mask_grad_f32 followed by the channel's bias gradient tt_bias_grad_f32(P, 1, dz, db): db[0] = 0 + dz[0]
+ * + dz[1] + ... in pixel order, summed as the plane is masked (one pass). */
+void tt_hs_mask_bias_grad_f32(int32_t P, int32_t C, int32_t c, const uint8_t *mask, const float *dy, float *dz,
+                              float *db);
 
 #ifdef __cplusplus
 }

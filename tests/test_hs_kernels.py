@@ -1,6 +1,6 @@
 """The hidden-channel stream's per-channel kernels against numpy, bit for bit, on the host under ASan + UBSan.
 
-- tt_hs_mask_grad_f32 (channel c of a 1-bit mask) and tt_hs_pw_grad_in_acc_f32 (channel c's share of the 1x1 input
+- tt_hs_mask_grad_f32 (channel c of a 1-bit mask; with its bias sum: tt_hs_mask_bias_grad_f32) and tt_hs_pw_grad_in_acc_f32 (channel c's share of the 1x1 input
   gradient, zero gradients skipped): numpy's float32 select and multiply-add.
 - tt_depthwise_conv2d_grad_input_channel_f32 (its own paths for SAME 3x3 stride 1 and any 3x3 stride 2, and the
   general walk): the golden model's depthwise_conv2d_grad_input (stages/golden/grad_ops.py adds dy * w tap after tap
@@ -49,11 +49,15 @@ int main(int argc, char **argv)
         int8_t *wq;
         if (kind == 1) { /* mask: P, C, c, mask bytes, dy */
             int32_t P = rd_i(in), C = rd_i(in), cc = rd_i(in);
+            float db = 0.0f;
             uint8_t *m = rd(in, (size_t)((P * C + 7) / 8));
             dy = rd(in, 4u * (size_t)P);
             dx = malloc(4u * (size_t)P);
             tt_hs_mask_grad_f32(P, C, cc, m, dy, dx);
             fwrite(dx, 4, (size_t)P, out);
+            tt_hs_mask_bias_grad_f32(P, C, cc, m, dy, dx, &db); /* the same plane and its sum */
+            fwrite(dx, 4, (size_t)P, out);
+            fwrite(&db, 4, 1, out);
             free(m); free(dy); free(dx);
             continue;
         }
@@ -135,7 +139,8 @@ def _check(driver, tmp_path, cases, blob) -> None:
 
 def test_hidden_mask_matches_numpy_bits(driver, tmp_path):
     """tt_hs_mask_grad_f32: channel c of a 1-bit masked gradient (bit p * C + c, LSB first); dy kept bit for bit
-    (-0, NaN) or +0. C a multiple of 8 (one bit position, no branch) and not."""
+    (-0, NaN) or +0. C a multiple of 8 (one bit position, no branch) and not. tt_hs_mask_bias_grad_f32: the same
+    plane and its sum in pixel order (the bias gradient)."""
     rng = np.random.default_rng(15)
     cases, blob = [], []
     for i in range(60):
@@ -145,7 +150,11 @@ def test_hidden_mask_matches_numpy_bits(driver, tmp_path):
         dy = _values(rng, P)
         dy[rng.random(P) < 0.05] = np.nan
         keep = bits.reshape(P, C)[:, c].astype(bool)
-        want = np.where(keep, dy, F32(0.0)).astype(F32)
+        plane = np.where(keep, dy, F32(0.0)).astype(F32)
+        total = F32(0.0)
+        for v in plane:  # the bias gradient's sum: pixel order, float32
+            total = F32(total + v)
+        want = np.concatenate([plane, plane, np.array([total], F32)])
         blob += [np.array([1, P, C, c], np.int32).tobytes(), np.packbits(bits, bitorder="little").tobytes(),
                  dy.tobytes()]
         cases.append((want, (P, C, c)))

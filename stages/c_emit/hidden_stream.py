@@ -45,6 +45,16 @@ def _mask(gen, op: Op, c: int) -> list[str]:
             f"{gen.loc(dy)}, {gen.loc(m)}, {gen.loc(dz)});"]
 
 
+def _mask_sum(gen, op: Op, sop: Op, c: int) -> list[str] | None:
+    """A 1-bit mask whose plane a bias gradient sums next: both in one pass (tt_hs_mask_bias_grad_f32), or None."""
+    dy, m, dz = op.inputs[0], op.inputs[1], op.outputs[0]
+    if gen.g.tensors[m].dtype != "uint8" or ROLES.get(sop.type) != "sum" or sop.inputs[0] != dz:
+        return None
+    p = numel(gen.g.tensors[dy].shape) // c
+    return [f"tt_hs_mask_bias_grad_f32({p}, {c}, o, {gen.loc(m)}, {gen.loc(dy)}, {gen.loc(dz)}, "
+            f"{gen.loc(sop.outputs[0])} + o);"]
+
+
 def _depthwise(gen, op: Op, c: int) -> list[str]:
     dz, w, dx = op.inputs[0], op.inputs[1], op.outputs[0]
     a = op.attrs
@@ -112,11 +122,18 @@ def stream_hidden(gen, st: Stream) -> list[str]:
         raise CodegenError(f"hidden stream {st.ops}: does not start with a 1x1 input gradient")
     updates = {op.inputs[1]: op for op in members if op.type in ops.UPDATE_OPS}
     body, ends, rows, zero = _start(gen, start, c), [], [], []
-    for op in members[1:]:
+    rest = [op for op in members[1:] if op.type not in ops.UPDATE_OPS]
+    fused: set[int] = set()  # ops already emitted with the one before them
+    for j, op in enumerate(rest):
         role = ROLES.get(op.type)
-        if op.type in ops.UPDATE_OPS:
+        if j in fused:
             continue
         if role == "mask":
+            both = _mask_sum(gen, op, rest[j + 1], c) if j + 1 < len(rest) else None
+            if both is not None:
+                body += both
+                fused.add(j + 1)
+                continue
             body += _mask(gen, op, c)
         elif role == "channel":
             body += _depthwise(gen, op, c)
