@@ -344,3 +344,65 @@ void tt_hs_int8_clamp_grad_f32(int32_t P, int32_t C, int32_t c, int32_t lo, int3
         dx[p] = (v > lo && v < hi) ? dy[p] : 0.0f;
     }
 }
+
+void tt_hs_dequant_rows(int32_t P, int32_t IC, int32_t k, const int8_t *x, float scale, int32_t zero_point,
+                        float *xf)
+{
+    int32_t p, c;
+    for (p = 0; p < P; ++p, x += IC, xf += k) {
+        for (c = 0; c < k; ++c) {
+            xf[c] = (float)((int32_t)x[c] - zero_point) * scale;
+        }
+    }
+}
+
+/* Sixteen (eight, four, one) sums per pass over the listed pixels, each over the pixels in order. */
+#define TT_HS_GW_BLOCK(W, M)                                                                                         \
+    for (; c + (W) <= k; c += (W)) {                                                                              \
+        M(TT_HS_GW_DECL)                                                                                          \
+        for (j = 0; j < n; ++j) {                                                                                 \
+            const float g = dh[pc + nz[j]];                                                                       \
+            const float *xr = xf + (pc + nz[j]) * k + c;                                                          \
+            M(TT_HS_GW_MAC)                                                                                       \
+        }                                                                                                         \
+        M(TT_HS_GW_PUT)                                                                                           \
+    }
+#define TT_HS_GW_DECL(i) float a##i = first ? 0.0f : dw[c + (i)];
+#define TT_HS_GW_MAC(i) a##i += g * xr[i];
+#define TT_HS_GW_PUT(i) dw[c + (i)] = a##i;
+#define TT_HS_GW16(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12) M(13) M(14) M(15)
+#define TT_HS_GW8(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
+#define TT_HS_GW4(M) M(0) M(1) M(2) M(3)
+#define TT_HS_GW1(M) M(0)
+void tt_hs_pw_grad_w_f32(int32_t P, int32_t k, const float *dh, const float *xf, float *dw)
+{
+    uint8_t nz[TT_HS_CHUNK];
+    int32_t pc, p, c, j, n;
+    for (pc = 0; pc < P; pc += TT_HS_CHUNK) {
+        const int32_t pe = P - pc > TT_HS_CHUNK ? pc + TT_HS_CHUNK : P;
+        const int first = pc == 0;
+        n = 0;
+        for (p = pc; p < pe; ++p) {
+            uint32_t u;
+            memcpy(&u, dh + p, 4);
+            nz[n] = (uint8_t)(p - pc);
+            n += (u << 1) != 0u; /* not +-0 */
+        }
+        if (n == 0 && !first) {
+            continue;
+        }
+        c = 0;
+        TT_HS_GW_BLOCK(16, TT_HS_GW16)
+        TT_HS_GW_BLOCK(8, TT_HS_GW8)
+        TT_HS_GW_BLOCK(4, TT_HS_GW4)
+        TT_HS_GW_BLOCK(1, TT_HS_GW1)
+    }
+}
+#undef TT_HS_GW_BLOCK
+#undef TT_HS_GW_DECL
+#undef TT_HS_GW_MAC
+#undef TT_HS_GW_PUT
+#undef TT_HS_GW16
+#undef TT_HS_GW8
+#undef TT_HS_GW4
+#undef TT_HS_GW1

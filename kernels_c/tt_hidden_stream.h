@@ -48,6 +48,15 @@ void tt_hs_int8_clamp_grad_f32(int32_t P, int32_t C, int32_t c, int32_t lo, int3
 void tt_hs_mask_bias_grad_f32(int32_t P, int32_t C, int32_t c, const uint8_t *mask, const float *dy, float *dz,
                               float *db);
 
+/* Row o of a 1x1 weight gradient over P pixels from a float copy of its int8 input: tt_hs_dequant_rows writes
+ * xf[p * k + c] = (float)(x[p * IC + c] - zero_point) * scale for c < k (tt_conv2d_grad_weight_qx_f32_range's value
+ * per element) once per stream; tt_hs_pw_grad_w_f32 then gives dw[c] = 0 + sum over p, in order, of
+ * dh[p] * xf[p * k + c] for c < k: the bits of tt_conv2d_grad_weight_qx_f32_range on a one-channel dz (pixels whose
+ * dh is +-0 are skipped as there: every xf is finite, so they would add +-0 to a sum that is never -0). */
+void tt_hs_dequant_rows(int32_t P, int32_t IC, int32_t k, const int8_t *x, float scale, int32_t zero_point,
+                        float *xf);
+void tt_hs_pw_grad_w_f32(int32_t P, int32_t k, const float *dh, const float *xf, float *dw);
+
 #ifdef __cplusplus
 }
 #endif

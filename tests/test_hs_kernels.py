@@ -2,6 +2,8 @@
 
 - tt_hs_mask_grad_f32 (channel c of a 1-bit mask; with its bias sum: tt_hs_mask_bias_grad_f32) and tt_hs_pw_grad_in_acc_f32 (channel c's share of the 1x1 input
   gradient, zero gradients skipped): numpy's float32 select and multiply-add.
+- tt_conv2d_grad_weight_qx_f32_range (1x1, one output row) and the stream's float-copy pair tt_hs_dequant_rows +
+  tt_hs_pw_grad_w_f32: numpy's float32 sum over the pixels in order.
 - tt_depthwise_conv2d_grad_input_channel_f32 (its own paths for SAME 3x3 stride 1 and any 3x3 stride 2, and the
   general walk): the golden model's depthwise_conv2d_grad_input (stages/golden/grad_ops.py adds dy * w tap after tap
   in (filter y, filter x) order onto zeros, in float32: the C kernel's sum, term for term), channel by channel, for
@@ -76,6 +78,24 @@ int main(int argc, char **argv)
             free(dh); free(wq); free(part); free(scale); free(zp); free(dx);
             continue;
         }
+        if (kind == 3) { /* 1x1 weight gradient row: P, IC, k, z, scale, dh, x [P, IC] */
+            int32_t P = rd_i(in), IC = rd_i(in), k = rd_i(in), zz = rd_i(in);
+            float s1, *dh, *xf, *dw;
+            int8_t *x;
+            const tt_conv_dims g = {1, 1, P, IC, 1, P, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1};
+            if (fread(&s1, 4, 1, in) != 1) return 3;
+            dh = rd(in, 4u * (size_t)P);
+            x = rd(in, (size_t)(P * IC));
+            xf = malloc(4u * (size_t)(P * k + 1));
+            dw = malloc(4u * (size_t)(k + 1));
+            tt_conv2d_grad_weight_qx_f32_range(&g, k, 0, 1, dh, x, s1, zz, dw);
+            fwrite(dw, 4, (size_t)k, out);
+            tt_hs_dequant_rows(P, IC, k, x, s1, zz, xf);
+            tt_hs_pw_grad_w_f32(P, k, dh, xf, dw);
+            fwrite(dw, 4, (size_t)k, out);
+            free(dh); free(x); free(xf); free(dw);
+            continue;
+        }
         for (j = 0; j < 16; ++j) dd[j] = rd_i(in);
         c = rd_i(in); os = rd_i(in); add = rd_i(in); q = rd_i(in); z = rd_i(in);
         if (fread(&sc, 4, 1, in) != 1) return 3;
@@ -104,7 +124,8 @@ def driver(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("hs_kernels")
     (d / "drv.c").write_text(DRIVER)
     exe = d / "drv"
-    srcs = [KDIR / "ops" / "tt_depthwise_conv2d.c", KDIR / "tt_common.c", KDIR / "tt_f16.c", KDIR / "tt_hidden_stream.c"]
+    srcs = [KDIR / "ops" / "tt_depthwise_conv2d.c", KDIR / "ops" / "tt_conv2d.c", KDIR / "tt_common.c",
+            KDIR / "tt_f16.c", KDIR / "tt_hidden_stream.c"]
     cmd = [cc, *FLAGS, f"-I{KDIR}", f"-I{ops_header.include_dir()}", *map(str, srcs), str(d / "drv.c"), "-lm",
            "-o", str(exe)]
     res = subprocess.run(cmd, capture_output=True, text=True)
@@ -185,6 +206,28 @@ def test_hidden_input_gradient_accumulation_matches_numpy_bits(driver, tmp_path)
         blob += [np.array([2, P, IC, c, C, n], np.int32).tobytes(), dh.tobytes(), wq.tobytes(), part.tobytes(),
                  scale.tobytes(), zp.tobytes(), dx.tobytes()]
         cases.append((want, (P, IC, c, n)))
+    _check(driver, tmp_path, cases, blob)
+
+
+def test_pointwise_weight_gradient_row_matches_numpy_bits(driver, tmp_path):
+    """Row o of a 1x1 weight gradient with int8 input x: tt_conv2d_grad_weight_qx_f32_range on a one-channel dz and
+    the hidden stream's tt_hs_dequant_rows + tt_hs_pw_grad_w_f32 both give dw[c] = 0 + sum over pixels, in order,
+    of dh[p] * ((float)(x[p, c] - z) * scale) as numpy sums it in float32 (dh with many +-0: skipped pixels)."""
+    rng = np.random.default_rng(17)
+    cases, blob = [], []
+    for i in range(40):
+        P, IC = int(rng.integers(1, 150)), int(rng.integers(1, 70))
+        k, z, sc = int(rng.integers(0, IC + 1)), int(rng.integers(-4, 5)), F32(rng.uniform(0.01, 0.1))
+        dh = _values(rng, P)
+        dh[rng.random(P) < 0.4] = 0.0
+        x = rng.integers(-128, 128, size=(P, IC)).astype(np.int8)
+        xdq = (x[:, :k].astype(np.int32) - z).astype(F32) * sc
+        acc = np.zeros(k, F32)
+        for p in range(P):
+            acc = (acc + dh[p] * xdq[p]).astype(F32)
+        blob += [np.array([3, P, IC, k, z], np.int32).tobytes(), np.array([sc], F32).tobytes(), dh.tobytes(),
+                 x.tobytes()]
+        cases.append((np.concatenate([acc, acc]), (P, IC, k)))
     _check(driver, tmp_path, cases, blob)
 
 
