@@ -265,8 +265,18 @@ void tt_hs_dw_taps(int32_t taps, int32_t C, int32_t c, const float *w, const int
                    const int32_t *zero_point, float *wc)
 {
     int32_t t;
-    for (t = 0; t < taps && t < TT_HS_MAX_TAPS; ++t) {
-        wc[t] = w != 0 ? w[t * C + c] : tt_dq(wq[t * C + c], zero_point[c], scale[c]);
+    const int32_t n = taps < TT_HS_MAX_TAPS ? taps : TT_HS_MAX_TAPS;
+    if (w != 0) {
+        for (t = 0; t < n; ++t) {
+            wc[t] = w[t * C + c];
+        }
+    } else {
+        const int32_t z = zero_point[c];
+        const float sc = scale[c];
+        const int8_t *q = wq + c;
+        for (t = 0; t < n; ++t, q += C) {
+            wc[t] = tt_dq(*q, z, sc);
+        }
     }
 }
 

@@ -1178,18 +1178,27 @@ TT_CONV_INLINE int32_t tt_dw_gi_fast3(const tt_conv_dims *d, const float *dyc, c
     const int32_t same1 = S == 1 && d->pad_top == 1 && d->pad_left == 1 && d->out_h == H && d->out_w == W && W >= 2 &&
                           H >= 2;
     float w9[9];
+    const float *w = w9;
     int32_t j;
     if (d->k_h != 3 || d->k_w != 3 || d->dilation_h != 1 || d->dilation_w != 1 || d->stride_h != S ||
         !(same1 || S == 2)) {
         return 0;
     }
-    for (j = 0; j < 9; ++j) {
-        w9[j] = wc != 0 ? wc[j * w_stride] : tt_dq(wq[j * d->out_c], z, sc);
+    if (wc != 0 && w_stride == 1) {
+        w = wc; /* already nine floats in a row (the hidden streams' taps) */
+    } else if (wc != 0) {
+        for (j = 0; j < 9; ++j) {
+            w9[j] = wc[j * w_stride];
+        }
+    } else {
+        for (j = 0; j < 9; ++j) {
+            w9[j] = tt_dq(wq[j * d->out_c], z, sc);
+        }
     }
     if (same1) {
-        (add ? tt_dw_gi_same3_add : tt_dw_gi_same3_set)(dyc, w9, d->out_c, H, W, out, os);
+        (add ? tt_dw_gi_same3_add : tt_dw_gi_same3_set)(dyc, w, d->out_c, H, W, out, os);
     } else {
-        (add ? tt_dw_gi_s2_add : tt_dw_gi_s2_set)(d, dyc, w9, out, os);
+        (add ? tt_dw_gi_s2_add : tt_dw_gi_s2_set)(d, dyc, w, out, os);
     }
     return 1;
 }
