@@ -92,6 +92,24 @@ static inline __attribute__((always_inline)) void tt_hs_rows8(float *q, int32_t 
 #undef TT_HS_TAIL
 #endif
 
+/* Column c of the weight as K floats (K <= TT_HS_MAX_TAPS), dequantized once: the same float per (k, c) as the
+ * whole kernel's per element. */
+static void tt_hs_column(int32_t K, int32_t C, int32_t c, const float *w, const float *wpart, const int8_t *wq,
+                         const int8_t *part, int32_t n, const float *scale, const int32_t *zero_point, float *wk)
+{
+    int32_t k;
+    if (w == 0 && n == 0) {
+        const int8_t *q = wq + c;
+        for (k = 0; k < K; ++k, q += C) {
+            wk[k] = tt_dq(*q, zero_point[k], scale[k]);
+        }
+    } else {
+        for (k = 0; k < K; ++k) {
+            wk[k] = tt_hs_w(w, wpart, wq, part, n, C, k, c, w != 0 ? 1.0f : scale[k], w != 0 ? 0 : zero_point[k]);
+        }
+    }
+}
+
 void tt_hs_pw_grad_in_f32(int32_t P, int32_t K, int32_t C, int32_t c, const float *dz, const float *w,
                           const float *wpart, const int8_t *wq, const int8_t *part, int32_t n, const float *scale,
                           const int32_t *zero_point, float *dh)
@@ -99,17 +117,7 @@ void tt_hs_pw_grad_in_f32(int32_t P, int32_t K, int32_t C, int32_t c, const floa
     int32_t p, k;
     float wk[TT_HS_MAX_TAPS];
     if (K <= TT_HS_MAX_TAPS) {
-        /* the column dequantized once: the same float per (k, c) as per element */
-        if (w == 0 && n == 0) {
-            const int8_t *q = wq + c;
-            for (k = 0; k < K; ++k, q += C) {
-                wk[k] = tt_dq(*q, zero_point[k], scale[k]);
-            }
-        } else {
-            for (k = 0; k < K; ++k) {
-                wk[k] = tt_hs_w(w, wpart, wq, part, n, C, k, c, w != 0 ? 1.0f : scale[k], w != 0 ? 0 : zero_point[k]);
-            }
-        }
+        tt_hs_column(K, C, c, w, wpart, wq, part, n, scale, zero_point, wk);
         p = 0;
 #if TT_VFP_PAIRS
         for (; p + 8 <= P; p += 8) {
@@ -416,3 +424,70 @@ void tt_hs_pw_grad_w_f32(int32_t P, int32_t k, const float *dh, const float *xf,
 #undef TT_HS_GW8
 #undef TT_HS_GW4
 #undef TT_HS_GW1
+
+void tt_hs_pw_grad_in_mask_f32(int32_t P, int32_t K, int32_t C, int32_t c, const float *dz, const float *w,
+                               const float *wpart, const int8_t *wq, const int8_t *part, int32_t n,
+                               const float *scale, const int32_t *zero_point, const uint8_t *mask, float *dh,
+                               float *db)
+{
+    float wk[TT_HS_MAX_TAPS];
+    uint8_t on[TT_HS_CHUNK];
+    int32_t pc, p, k, j, m;
+    if (K > TT_HS_MAX_TAPS) {
+        tt_hs_pw_grad_in_f32(P, K, C, c, dz, w, wpart, wq, part, n, scale, zero_point, dh);
+        tt_hs_mask_walk(P, C, c, mask, dh, dh, db);
+        return;
+    }
+    tt_hs_column(K, C, c, w, wpart, wq, part, n, scale, zero_point, wk);
+    for (pc = 0; pc < P; pc += TT_HS_CHUNK) {
+        const int32_t pe = P - pc > TT_HS_CHUNK ? pc + TT_HS_CHUNK : P;
+        const float *q = dz + pc * K;
+        uint32_t b = (uint32_t)pc * (uint32_t)C + (uint32_t)c; /* the mask bit of element p * C + c */
+        m = 0;
+        for (p = pc; p < pe; ++p, b += (uint32_t)C) {
+            on[m] = (uint8_t)(p - pc);
+            m += (mask[b >> 3] >> (b & 7u)) & 1u;
+            dh[p] = 0.0f; /* masked out: what mask_grad writes */
+        }
+        j = 0;
+#if TT_VFP_PAIRS
+        for (; j + 8 <= m; j += 8) {
+            float t[8];
+            tt_hs_rows8((float *)(uintptr_t)q, K, wk, q, t, on + j); /* read only: dh != 0 */
+            for (k = 0; k < 8; ++k) {
+                dh[pc + on[j + k]] = t[k];
+            }
+        }
+#endif
+        for (; j + 4 <= m; j += 4) { /* four listed pixels share each weight load, each its own sum in order */
+            const float *g0 = q + on[j] * K, *g1 = q + on[j + 1] * K, *g2 = q + on[j + 2] * K, *g3 = q + on[j + 3] * K;
+            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+            for (k = 0; k < K; ++k) {
+                const float v = wk[k];
+                s0 += g0[k] * v;
+                s1 += g1[k] * v;
+                s2 += g2[k] * v;
+                s3 += g3[k] * v;
+            }
+            dh[pc + on[j]] = 0.0f + s0;
+            dh[pc + on[j + 1]] = 0.0f + s1;
+            dh[pc + on[j + 2]] = 0.0f + s2;
+            dh[pc + on[j + 3]] = 0.0f + s3;
+        }
+        for (; j < m; ++j) {
+            const float *g = q + on[j] * K;
+            float s = 0.0f;
+            for (k = 0; k < K; ++k) {
+                s += g[k] * wk[k];
+            }
+            dh[pc + on[j]] = 0.0f + s;
+        }
+    }
+    if (db != 0) {
+        float s = 0.0f;
+        for (p = 0; p < P; ++p) {
+            s += dh[p];
+        }
+        db[0] = s;
+    }
+}

@@ -48,6 +48,14 @@ void tt_hs_int8_clamp_grad_f32(int32_t P, int32_t C, int32_t c, int32_t lo, int3
 void tt_hs_mask_bias_grad_f32(int32_t P, int32_t C, int32_t c, const uint8_t *mask, const float *dy, float *dz,
                               float *db);
 
+/* tt_hs_pw_grad_in_f32 followed by tt_hs_mask_grad_f32 on its plane (mask of the [P, C] tensor, channel c), and
+ * when db != 0 the bias sum of tt_hs_mask_bias_grad_f32: the sums of the pixels whose bit is set (the same sums),
+ * +0 for the others, without computing what the mask drops. */
+void tt_hs_pw_grad_in_mask_f32(int32_t P, int32_t K, int32_t C, int32_t c, const float *dz, const float *w,
+                               const float *wpart, const int8_t *wq, const int8_t *part, int32_t n,
+                               const float *scale, const int32_t *zero_point, const uint8_t *mask, float *dh,
+                               float *db);
+
 /* Row o of a 1x1 weight gradient over P pixels from a float copy of its int8 input: tt_hs_dequant_rows writes
  * xf[p * k + c] = (float)(x[p * IC + c] - zero_point) * scale for c < k (tt_conv2d_grad_weight_qx_f32_range's value
  * per element) once per stream; tt_hs_pw_grad_w_f32 then gives dw[c] = 0 + sum over p, in order, of

@@ -2,6 +2,8 @@
 
 - tt_hs_mask_grad_f32 (channel c of a 1-bit mask; with its bias sum: tt_hs_mask_bias_grad_f32) and tt_hs_pw_grad_in_acc_f32 (channel c's share of the 1x1 input
   gradient, zero gradients skipped): numpy's float32 select and multiply-add.
+- tt_hs_pw_grad_in_mask_f32 (the stream's start and first mask in one, the masked pixels not computed): numpy's
+  float32 sums.
 - tt_conv2d_grad_weight_qx_f32_range (1x1, one output row) and the stream's float-copy pair tt_hs_dequant_rows +
   tt_hs_pw_grad_w_f32: numpy's float32 sum over the pixels in order.
 - tt_depthwise_conv2d_grad_input_channel_f32 (its own paths for SAME 3x3 stride 1 and any 3x3 stride 2, and the
@@ -76,6 +78,21 @@ int main(int argc, char **argv)
             tt_hs_pw_grad_in_acc_f32(P, IC, cc, dh, 0, 0, wq, n ? part : 0, n, scale, zp, dx);
             fwrite(dx, 4, (size_t)(P * IC), out);
             free(dh); free(wq); free(part); free(scale); free(zp); free(dx);
+            continue;
+        }
+        if (kind == 4) { /* 1x1 input gradient of channel c, masked, with its sum: P, K, C, c, dz, wq [K, C], scale, zp, mask */
+            int32_t P = rd_i(in), K = rd_i(in), C = rd_i(in), cc = rd_i(in);
+            float *dz = rd(in, 4u * (size_t)(P * K)), *scale, *dh = malloc(4u * (size_t)P), db = 0.0f;
+            int32_t *zp;
+            uint8_t *m;
+            wq = rd(in, (size_t)(K * C));
+            scale = rd(in, 4u * (size_t)K);
+            zp = rd(in, 4u * (size_t)K);
+            m = rd(in, (size_t)((P * C + 7) / 8));
+            tt_hs_pw_grad_in_mask_f32(P, K, C, cc, dz, 0, 0, wq, 0, 0, scale, zp, m, dh, &db);
+            fwrite(dh, 4, (size_t)P, out);
+            fwrite(&db, 4, 1, out);
+            free(dz); free(scale); free(dh); free(zp); free(m); free(wq);
             continue;
         }
         if (kind == 3) { /* 1x1 weight gradient row: P, IC, k, z, scale, dh, x [P, IC] */
@@ -228,6 +245,34 @@ def test_pointwise_weight_gradient_row_matches_numpy_bits(driver, tmp_path):
         blob += [np.array([3, P, IC, k, z], np.int32).tobytes(), np.array([sc], F32).tobytes(), dh.tobytes(),
                  x.tobytes()]
         cases.append((np.concatenate([acc, acc]), (P, IC, k)))
+    _check(driver, tmp_path, cases, blob)
+
+
+def test_masked_pointwise_input_gradient_matches_numpy_bits(driver, tmp_path):
+    """tt_hs_pw_grad_in_mask_f32: channel c of the 1x1 input gradient (int8 weight [K, C] dequantized per output
+    channel k), 0 + the sum over k in order, for the pixels whose mask bit is set, +0 for the others, and the
+    plane's sum in pixel order: numpy's float32 loops."""
+    rng = np.random.default_rng(18)
+    cases, blob = [], []
+    for i in range(40):
+        P, K, C = int(rng.integers(1, 150)), int(rng.integers(1, 70)), int(rng.integers(1, 20))
+        c = int(rng.integers(0, C))
+        dz = _values(rng, P * K)
+        wq = rng.integers(-128, 128, size=(K, C)).astype(np.int8)
+        scale = rng.uniform(0.01, 0.1, size=K).astype(F32)
+        zp = rng.integers(-3, 4, size=K).astype(np.int32)
+        bits = (rng.random(P * C) < 0.6).astype(np.uint8)
+        col = (wq[:, c].astype(np.int32) - zp).astype(F32) * scale
+        s = np.zeros(P, F32)
+        for k in range(K):
+            s = (s + dz.reshape(P, K)[:, k] * col[k]).astype(F32)
+        plane = np.where(bits.reshape(P, C)[:, c].astype(bool), (F32(0.0) + s).astype(F32), F32(0.0))
+        total = F32(0.0)
+        for v in plane:
+            total = F32(total + v)
+        blob += [np.array([4, P, K, C, c], np.int32).tobytes(), dz.tobytes(), wq.tobytes(), scale.tobytes(),
+                 zp.tobytes(), np.packbits(bits, bitorder="little").tobytes()]
+        cases.append((np.concatenate([plane, np.array([total], F32)]), (P, K, C, c)))
     _check(driver, tmp_path, cases, blob)
 
 

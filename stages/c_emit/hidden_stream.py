@@ -37,6 +37,27 @@ def _start(gen, op: Op, c: int) -> list[str]:
     return [f"tt_hs_pw_grad_in_f32({p}, {k}, {c}, o, {gen.loc(dz)}, {_weight(gen, w, 0, k)}, {gen.loc(h)});"]
 
 
+def _start_mask(gen, start: Op, rest: list[Op], c: int) -> tuple[list[str], int] | None:
+    """The start's plane read only by a 1-bit mask right after it (and that mask's plane summed next by a bias
+    gradient): one call that computes only the pixels the mask keeps (tt_hs_pw_grad_in_mask_f32), and how many
+    ops of `rest` it covers; or None."""
+    dz, w, h = start.inputs[0], start.inputs[1], start.outputs[0]
+    if not rest or ROLES.get(rest[0].type) != "mask" or rest[0].inputs[0] != h:
+        return None
+    mop = rest[0]
+    if gen.g.tensors[mop.inputs[1]].dtype != "uint8" or sum(h in op.inputs for op in rest) != 1:
+        return None
+    k = int(gen.g.tensors[dz].shape[3])
+    p = numel(gen.g.tensors[dz].shape) // k
+    if p != numel(gen.g.tensors[h].shape) // c:
+        return None
+    sop = rest[1] if len(rest) > 1 else None
+    summed = sop is not None and ROLES.get(sop.type) == "sum" and sop.inputs[0] == mop.outputs[0]
+    db = f"{gen.loc(sop.outputs[0])} + o" if summed else "0"
+    return ([f"tt_hs_pw_grad_in_mask_f32({p}, {k}, {c}, o, {gen.loc(dz)}, {_weight(gen, w, 0, k)}, "
+             f"{gen.loc(mop.inputs[1])}, {gen.loc(mop.outputs[0])}, {db});"], 2 if summed else 1)
+
+
 def _mask(gen, op: Op, c: int) -> list[str]:
     dy, m, dz = op.inputs[0], op.inputs[1], op.outputs[0]
     p = numel(gen.g.tensors[dy].shape) // c
@@ -151,9 +172,15 @@ def stream_hidden(gen, st: Stream) -> list[str]:
     if ROLES.get(start.type) != "mix":
         raise CodegenError(f"hidden stream {st.ops}: does not start with a 1x1 input gradient")
     updates = {op.inputs[1]: op for op in members if op.type in ops.UPDATE_OPS}
-    body, ends, rows, zero = _start(gen, start, c), [], [], []
     rest = [op for op in members[1:] if op.type not in ops.UPDATE_OPS]
     fused: set[int] = set()  # ops already emitted with the one before them
+    first = _start_mask(gen, start, rest, c)
+    if first is not None:
+        body, n_fused = first
+        fused.update(range(n_fused))
+    else:
+        body = _start(gen, start, c)
+    ends, rows, zero = [], [], []
     taken: list[tuple[int, int]] = []  # idle arena room given to float copies (_weight_row)
     for j, op in enumerate(rest):
         role = ROLES.get(op.type)
