@@ -43,6 +43,27 @@ void tt_hs_dw_taps(int32_t taps, int32_t C, int32_t c, const float *w, const int
 void tt_hs_mask_grad_f32(int32_t P, int32_t C, int32_t c, const uint8_t *mask, const float *dy, float *dz);
 void tt_hs_int8_clamp_grad_f32(int32_t P, int32_t C, int32_t c, int32_t lo, int32_t hi, const float *dy,
                                const int8_t *y, float *dx);
+/* tt_hs_mask_grad_f32 followed by the channel's bias gradient tt_bias_grad_f32(P, 1, dz, db): db[0] = 0 + dz[0]
+ * + dz[1] + ... in pixel order, summed as the plane is masked (one pass). */
+void tt_hs_mask_bias_grad_f32(int32_t P, int32_t C, int32_t c, const uint8_t *mask, const float *dy, float *dz,
+                              float *db);
+
+/* tt_hs_pw_grad_in_f32 followed by tt_hs_mask_grad_f32 on its plane (mask of the [P, C] tensor, channel c), and
+ * when db != 0 the bias sum of tt_hs_mask_bias_grad_f32: the sums of the pixels whose bit is set (the same sums),
+ * +0 for the others, without computing what the mask drops. */
+void tt_hs_pw_grad_in_mask_f32(int32_t P, int32_t K, int32_t C, int32_t c, const float *dz, const float *w,
+                               const float *wpart, const int8_t *wq, const int8_t *part, int32_t n,
+                               const float *scale, const int32_t *zero_point, const uint8_t *mask, float *dh,
+                               float *db);
+
+/* Row o of a 1x1 weight gradient over P pixels from a float copy of its int8 input: tt_hs_dequant_rows writes
+ * xf[p * k + c] = (float)(x[p * IC + c] - zero_point) * scale for c < k (tt_conv2d_grad_weight_qx_f32_range's value
+ * per element) once per stream; tt_hs_pw_grad_w_f32 then gives dw[c] = 0 + sum over p, in order, of
+ * dh[p] * xf[p * k + c] for c < k: the bits of tt_conv2d_grad_weight_qx_f32_range on a one-channel dz (pixels whose
+ * dh is +-0 are skipped as there: every xf is finite, so they would add +-0 to a sum that is never -0). */
+void tt_hs_dequant_rows(int32_t P, int32_t IC, int32_t k, const int8_t *x, float scale, int32_t zero_point,
+                        float *xf);
+void tt_hs_pw_grad_w_f32(int32_t P, int32_t k, const float *dh, const float *xf, float *dw);
 
 #ifdef __cplusplus
 }

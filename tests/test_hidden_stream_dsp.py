@@ -1,7 +1,7 @@
 """The hidden-channel stream kernels and the depthwise one-channel input gradient in the DSP build (`kernels: dsp`:
 float pairs moved by VLDM / VSTM, eight pixels per pass) give the portable build's bytes on random chain shapes, run
 on the Cortex-M7 board in QEMU: odd pixel counts and odd channel counts (the pair loops' tails), split int8 weights,
-float weights, strides 1 and 2, padding or none. The DSP firmware runs fewer instructions in total (an inequality on
+float weights, strides 1 and 2, padding or none; the masked start (tt_hs_pw_grad_in_mask_f32) on random masks. The DSP firmware runs fewer instructions in total (an inequality on
 QEMU's deterministic counts, no timing). The portable kernels themselves are checked against the golden model by
 tests/test_hidden_stream.py and tests/test_kernels_c.py."""
 
@@ -54,8 +54,12 @@ def _program(cases: list[dict]) -> str:
        memset(DX, 0, sizeof DX);
        for (o = 0; o < {C}; ++o) {{
          tt_hs_pw_grad_in_f32({P}, {K}, {C}, o, DZ, {wq_args}, {n}, SC, ZP, DH1);
+         fill((int8_t *)MK, {(P * C + 7) // 8}, 12u + (uint32_t)o);
+         tt_hs_pw_grad_in_mask_f32({P}, {K}, {C}, o, DZ, {wq_args}, {n}, SC, ZP, MK, DH3, DB);
+         if (tt_write(fd, DH3, {4 * P}) != 0 || tt_write(fd, DB, 4) != 0) return 3;
          tt_hs_dw_taps(9, {C}, o, {'WF' if fw else '0'}, WQ, SC, ZP, wc);
          tt_depthwise_conv2d_grad_input_channel_f32(&dd, DH1, wc, 1, 0, 0, 0.0f, DH2, 1, 0);
+         for (j = 0; j < {PA}; ++j) if ((j * 7 + o) % 5 < 2) DH2[j] = (j & 1) ? -0.0f : 0.0f; /* masked pixels */
          tt_hs_pw_grad_in_acc_f32({PA}, {IC}, o, DH2, {acc_args}, {n}, SC, ZP, DX);
          if (tt_write(fd, DH1, {4 * P}) != 0 || tt_write(fd, DH2, {4 * PA}) != 0) return 3;
        }}
@@ -70,6 +74,8 @@ static uint32_t rnd(void) { state = state * 1664525u + 1013904223u; return state
 static void fill(int8_t *p, int32_t n, uint32_t seed) { int32_t i; state = seed; for (i = 0; i < n; ++i) p[i] = (int8_t)(rnd() & 0xFF); }
 /* a quarter zeros (as masked gradients), the rest of either sign */
 static void fillf(float *p, int32_t n, uint32_t seed) { int32_t i; state = seed; for (i = 0; i < n; ++i) { uint32_t r = rnd(); p[i] = (r & 3u) == 0 ? 0.0f : ((float)(int32_t)(r & 0xFFFF) - 32768.0f) * 1e-4f; } }
+static uint8_t MK[512];
+static float DH3[128], DB[1];
 static float DZ[2048], DH1[128], DH2[128], DX[2048], WF[256], WF2[128], WF3[256], WF4[128], SC[32];
 static int8_t WQ[256], WQ2[128], WQ3[256], WQ4[128], XQ[2048];
 static int32_t ZP[32];

@@ -1714,7 +1714,31 @@ TT_GI_INLINE void tt_gw1x1(int32_t P, int32_t O, int32_t IC, int32_t k, int32_t 
             if (n == 0 && !first) {
                 continue;
             }
-            for (c = 0; c + 8 <= k; c += 8) {
+            c = 0;
+            if (xq != 0) {
+                /* int8 x: sixteen sums per pass over the listed pixels (the list and row walk cost per pixel is
+                 * shared by twice the channels); each sum sees the same products in the same order */
+                const int32_t z = zero_point;
+                for (; c + 16 <= k; c += 16) {
+#define TT_GW16_V(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12) M(13) M(14) M(15)
+#define TT_GW16_DECL(i) float b##i = first ? 0.0f : dwp[c + (i)];
+#define TT_GW16_MAC(i) b##i += gp * ((float)((int32_t)xr[i] - z) * scale);
+#define TT_GW16_PUT(i) dwp[c + (i)] = b##i;
+                    TT_GW16_V(TT_GW16_DECL)
+                    for (j = 0; j < n; ++j) {
+                        const int32_t pp = pc + nz[j];
+                        const float gp = g[pp * O];
+                        const int8_t *xr = xq + pp * IC + c;
+                        TT_GW16_V(TT_GW16_MAC)
+                    }
+                    TT_GW16_V(TT_GW16_PUT)
+#undef TT_GW16_V
+#undef TT_GW16_DECL
+#undef TT_GW16_MAC
+#undef TT_GW16_PUT
+                }
+            }
+            for (; c + 8 <= k; c += 8) {
                 float a0, a1, a2, a3, a4, a5, a6, a7;
                 if (first) {
                     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0f;

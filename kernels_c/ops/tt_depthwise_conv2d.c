@@ -1204,9 +1204,250 @@ TT_CONV_INLINE void tt_dw_gi_row3(const float *const *rdy, const float *const *r
 }
 #undef TT_DW_GI_TAP
 
-void tt_depthwise_conv2d_grad_input_channel_f32(const tt_conv_dims *d, const float *dyc, const float *wc,
-                                                 int32_t w_stride, const int8_t *wq, int32_t z, float sc, float *out,
-                                                 int32_t os, int32_t add)
+/* ---- 3x3 undilated planes with paths of their own -------------------------------------------------------------
+ * The sums of the general walk below, term for term, with the taps in registers and no search per pixel. A pixel's
+ * sum starts at 0 and adds each term; with `add` 0 it starts at the first term instead: 0 + p differs from p only
+ * when p is -0, and then only until a later term that is not -0 is added (the sum is then the same), and the store
+ * 0 + s maps a final -0 to +0 either way. With `add` the store is out + s, which tells -0 from +0: the sum keeps
+ * its 0 start there. */
+#define TT_DW_S3_FIRST(x) (add ? 0.0f + (x) : (x))
+
+/* SAME 3x3 stride 1 (pad 1, output the input's size): input pixel (iy, ix) reads output rows iy + 1, iy, iy - 1
+ * (filter rows 0, 1, 2) and in each the columns ix + 1, ix, ix - 1 (filter columns 0, 1, 2), those inside the
+ * plane, in that order. One input row: a, b, c the three output rows (a absent on the last input row, c on the
+ * first: hasA / hasC, constants once inlined), w the nine taps. The row's first and last pixels drop their missing
+ * column; the interior keeps each output row's last three columns in registers (one load per output row and
+ * pixel), three pixels per pass so that the registers rotate by renaming. W >= 2. */
+#define TT_DW_S3_TERMS(has, p, z, m, w0, w1, w2)                                                                    \
+    if (has) {                                                                                                    \
+        t += (p) * (w0);                                                                                          \
+        t += (z) * (w1);                                                                                          \
+        t += (m) * (w2);                                                                                          \
+    }
+#define TT_DW_S3_PIX(ix, am, az, ap, bm, bz, bp, cm, cz, cp)                                                        \
+    do {                                                                                                          \
+        float t = TT_DW_S3_FIRST(hasA ? (ap) * wa0 : (bp) * wb0);                                                 \
+        if (hasA) {                                                                                               \
+            t += (az) * wa1;                                                                                      \
+            t += (am) * wa2;                                                                                      \
+            t += (bp) * wb0;                                                                                      \
+        }                                                                                                         \
+        t += (bz) * wb1;                                                                                          \
+        t += (bm) * wb2;                                                                                          \
+        TT_DW_S3_TERMS(hasC, cp, cz, cm, wc0, wc1, wc2)                                                           \
+        tt_dw_gi_put(o + (ix) * os, t, add);                                                                      \
+    } while (0)
+/* the row's last pixel: columns ix (z) and ix - 1 (m) */
+#define TT_DW_S3_LAST(ix, am, az, bm, bz, cm, cz)                                                                   \
+    do {                                                                                                          \
+        float t = TT_DW_S3_FIRST(hasA ? (az) * wa1 : (bz) * wb1);                                                 \
+        if (hasA) {                                                                                               \
+            t += (am) * wa2;                                                                                      \
+            t += (bz) * wb1;                                                                                      \
+        }                                                                                                         \
+        t += (bm) * wb2;                                                                                          \
+        if (hasC) {                                                                                               \
+            t += (cz) * wc1;                                                                                      \
+            t += (cm) * wc2;                                                                                      \
+        }                                                                                                         \
+        tt_dw_gi_put(o + (ix) * os, t, add);                                                                      \
+    } while (0)
+#define TT_DW_S3_LOAD(ix, av, bv, cv)                                                                               \
+    do {                                                                                                          \
+        av = hasA ? a[(ix) * C] : 0.0f;                                                                           \
+        bv = b[(ix) * C];                                                                                         \
+        cv = hasC ? c[(ix) * C] : 0.0f;                                                                           \
+    } while (0)
+TT_CONV_INLINE void tt_dw_gi_same3_row(const float *a, const float *b, const float *c, const float *w, int32_t C,
+                                       int32_t W, float *o, int32_t os, const int32_t add, const int32_t hasA,
+                                       const int32_t hasC)
+{
+    const float wa0 = w[0], wa1 = w[1], wa2 = w[2], wb0 = w[3], wb1 = w[4], wb2 = w[5];
+    const float wc0 = w[6], wc1 = w[7], wc2 = w[8];
+    float am, az, ap, bm, bz, bp, cm, cz, cp;
+    int32_t ix;
+    TT_DW_S3_LOAD(0, am, bm, cm);
+    TT_DW_S3_LOAD(1, az, bz, cz);
+    {
+        /* pixel 0: columns 1 (z) and 0 (m), no column -1 */
+        float t = TT_DW_S3_FIRST(hasA ? az * wa0 : bz * wb0);
+        if (hasA) {
+            t += am * wa1;
+            t += bz * wb0;
+        }
+        t += bm * wb1;
+        if (hasC) {
+            t += cz * wc0;
+            t += cm * wc1;
+        }
+        tt_dw_gi_put(o, t, add);
+    }
+    /* from here (m, z) = columns (ix - 1, ix) */
+    for (ix = 1; ix + 3 < W; ix += 3) {
+        TT_DW_S3_LOAD(ix + 1, ap, bp, cp);
+        TT_DW_S3_PIX(ix, am, az, ap, bm, bz, bp, cm, cz, cp);
+        TT_DW_S3_LOAD(ix + 2, am, bm, cm);
+        TT_DW_S3_PIX(ix + 1, az, ap, am, bz, bp, bm, cz, cp, cm);
+        TT_DW_S3_LOAD(ix + 3, az, bz, cz);
+        TT_DW_S3_PIX(ix + 2, ap, am, az, bp, bm, bz, cp, cm, cz);
+    }
+    if (ix == W - 1) {
+        TT_DW_S3_LAST(ix, am, az, bm, bz, cm, cz);
+    } else if (ix == W - 2) {
+        TT_DW_S3_LOAD(ix + 1, ap, bp, cp);
+        TT_DW_S3_PIX(ix, am, az, ap, bm, bz, bp, cm, cz, cp);
+        TT_DW_S3_LAST(ix + 1, az, ap, bz, bp, cz, cp);
+    } else {
+        TT_DW_S3_LOAD(ix + 1, ap, bp, cp);
+        TT_DW_S3_PIX(ix, am, az, ap, bm, bz, bp, cm, cz, cp);
+        TT_DW_S3_LOAD(ix + 2, am, bm, cm);
+        TT_DW_S3_PIX(ix + 1, az, ap, am, bz, bp, bm, cz, cp, cm);
+        TT_DW_S3_LAST(ix + 2, ap, am, bp, bm, cp, cm);
+    }
+}
+#undef TT_DW_S3_TERMS
+#undef TT_DW_S3_PIX
+#undef TT_DW_S3_LAST
+#undef TT_DW_S3_LOAD
+
+/* The SAME stride-1 plane (H, W >= 2), rows by the output rows they reach. */
+TT_CONV_INLINE void tt_dw_gi_same3(const float *dyc, const float *w, int32_t C, int32_t H, int32_t W, float *out,
+                                   int32_t os, const int32_t add)
+{
+    const int32_t rs = W * C;
+    int32_t iy;
+    tt_dw_gi_same3_row(dyc + rs, dyc, 0, w, C, W, out, os, add, 1, 0);
+    for (iy = 1; iy < H - 1; ++iy) {
+        tt_dw_gi_same3_row(dyc + (iy + 1) * rs, dyc + iy * rs, dyc + (iy - 1) * rs, w, C, W, out + iy * W * os, os,
+                           add, 1, 1);
+    }
+    tt_dw_gi_same3_row(0, dyc + (H - 1) * rs, dyc + (H - 2) * rs, w, C, W, out + (H - 1) * W * os, os, add, 0, 1);
+}
+
+/* Stride 2, one input row: output rows ra (taps wa[0..2]) and, when two (a constant once inlined), rb (taps
+ * wb[0..2]), in filter-row order. Input column ix at t = ix + pl reads, when t is even, output columns t / 2
+ * (tap 0) and t / 2 - 1 (tap 2), when odd (t - 1) / 2 (tap 1), each where it lies in [0, OW): the list
+ * tt_dw_gi_list gives, in its order, without a division per pixel. */
+TT_CONV_INLINE void tt_dw_gi_s2_row(const float *ra, const float *wa, const float *rb, const float *wb,
+                                    const int32_t two, int32_t C, int32_t OW, int32_t pl, int32_t W, float *o,
+                                    int32_t os, const int32_t add)
+{
+    const float a0 = wa[0], a1 = wa[1], a2 = wa[2];
+    const float b0 = two ? wb[0] : 0.0f, b1 = two ? wb[1] : 0.0f, b2 = two ? wb[2] : 0.0f;
+    int32_t ix;
+    for (ix = 0; ix < W; ++ix) {
+        const int32_t t = ix + pl, j = t >> 1;
+        float s = 0.0f;
+        if (t & 1) {
+            if (j < OW) {
+                s += ra[j * C] * a1;
+                if (two) {
+                    s += rb[j * C] * b1;
+                }
+            }
+        } else {
+            const int32_t k0 = j < OW, k2 = j >= 1 && j <= OW;
+            if (k0) {
+                s += ra[j * C] * a0;
+            }
+            if (k2) {
+                s += ra[(j - 1) * C] * a2;
+            }
+            if (two) {
+                if (k0) {
+                    s += rb[j * C] * b0;
+                }
+                if (k2) {
+                    s += rb[(j - 1) * C] * b2;
+                }
+            }
+        }
+        tt_dw_gi_put(o + ix * os, s, add);
+    }
+}
+
+/* A stride-2 plane, any padding: input row iy at t = iy + pad_top reads output rows t / 2 (filter row 0) and
+ * t / 2 - 1 (row 2) when t is even, (t - 1) / 2 (row 1) when odd, those in [0, OH). */
+TT_CONV_INLINE void tt_dw_gi_s2(const tt_conv_dims *d, const float *dyc, const float *w, float *out, int32_t os,
+                                const int32_t add)
+{
+    const int32_t C = d->out_c, OH = d->out_h, OW = d->out_w, W = d->in_w, pl = d->pad_left, rs = OW * C;
+    int32_t iy, ix;
+    for (iy = 0; iy < d->in_h; ++iy) {
+        const int32_t t = iy + d->pad_top, j = t >> 1;
+        const int32_t k0 = !(t & 1) && j < OH, k2 = !(t & 1) && j >= 1 && j <= OH, k1 = (t & 1) && j < OH;
+        float *o = out + iy * W * os;
+        if (k0 && k2) {
+            tt_dw_gi_s2_row(dyc + j * rs, w, dyc + (j - 1) * rs, w + 6, 1, C, OW, pl, W, o, os, add);
+        } else if (k0 || k1 || k2) {
+            tt_dw_gi_s2_row(dyc + (k2 ? j - 1 : j) * rs, w + (k0 ? 0 : k1 ? 3 : 6), 0, 0, 0, C, OW, pl, W, o, os,
+                            add);
+        } else {
+            for (ix = 0; ix < W; ++ix) {
+                tt_dw_gi_put(o + ix * os, 0.0f, add);
+            }
+        }
+    }
+}
+
+/* One function per (plane kind, add): `add` a constant in each. */
+TT_CONV_NOINLINE void tt_dw_gi_same3_set(const float *dyc, const float *w, int32_t C, int32_t H, int32_t W,
+                                         float *out, int32_t os)
+{
+    tt_dw_gi_same3(dyc, w, C, H, W, out, os, 0);
+}
+TT_CONV_NOINLINE void tt_dw_gi_same3_add(const float *dyc, const float *w, int32_t C, int32_t H, int32_t W,
+                                         float *out, int32_t os)
+{
+    tt_dw_gi_same3(dyc, w, C, H, W, out, os, 1);
+}
+TT_CONV_NOINLINE void tt_dw_gi_s2_set(const tt_conv_dims *d, const float *dyc, const float *w, float *out, int32_t os)
+{
+    tt_dw_gi_s2(d, dyc, w, out, os, 0);
+}
+TT_CONV_NOINLINE void tt_dw_gi_s2_add(const tt_conv_dims *d, const float *dyc, const float *w, float *out, int32_t os)
+{
+    tt_dw_gi_s2(d, dyc, w, out, os, 1);
+}
+#undef TT_DW_S3_FIRST
+
+/* The 3x3 undilated planes with a path of their own (SAME stride 1, any stride 2): their nine taps gathered
+ * (int8: dequantized, tt_dq's value) and the plane run for `add` as a constant. 0: not such a plane. */
+TT_CONV_INLINE int32_t tt_dw_gi_fast3(const tt_conv_dims *d, const float *dyc, const float *wc, int32_t w_stride,
+                                      const int8_t *wq, int32_t z, float sc, float *out, int32_t os, int32_t add)
+{
+    const int32_t S = d->stride_w, W = d->in_w, H = d->in_h;
+    const int32_t same1 = S == 1 && d->pad_top == 1 && d->pad_left == 1 && d->out_h == H && d->out_w == W && W >= 2 &&
+                          H >= 2;
+    float w9[9];
+    const float *w = w9;
+    int32_t j;
+    if (d->k_h != 3 || d->k_w != 3 || d->dilation_h != 1 || d->dilation_w != 1 || d->stride_h != S ||
+        !(same1 || S == 2)) {
+        return 0;
+    }
+    if (wc != 0 && w_stride == 1) {
+        w = wc; /* already nine floats in a row (the hidden streams' taps) */
+    } else if (wc != 0) {
+        for (j = 0; j < 9; ++j) {
+            w9[j] = wc[j * w_stride];
+        }
+    } else {
+        for (j = 0; j < 9; ++j) {
+            w9[j] = tt_dq(wq[j * d->out_c], z, sc);
+        }
+    }
+    if (same1) {
+        (add ? tt_dw_gi_same3_add : tt_dw_gi_same3_set)(dyc, w, d->out_c, H, W, out, os);
+    } else {
+        (add ? tt_dw_gi_s2_add : tt_dw_gi_s2_set)(d, dyc, w, out, os);
+    }
+    return 1;
+}
+
+/* Every other filter: the taps per input row and pixel, as the header of this section says. */
+TT_CONV_NOINLINE void tt_dw_gi_channel(const tt_conv_dims *d, const float *dyc, const float *wc, int32_t w_stride,
+                                       const int8_t *wq, int32_t z, float sc, float *out, int32_t os, int32_t add)
 {
     int32_t iy, ix, ky, kx, r, j, nr, nc;
     const int32_t C = d->out_c, OW = d->out_w, KW = d->k_w, S = d->stride_w, dil = d->dilation_w;
@@ -1285,6 +1526,15 @@ void tt_depthwise_conv2d_grad_input_channel_f32(const tt_conv_dims *d, const flo
             }
             tt_dw_gi_put(out + (iy * W + ix) * os, s, add);
         }
+    }
+}
+
+void tt_depthwise_conv2d_grad_input_channel_f32(const tt_conv_dims *d, const float *dyc, const float *wc,
+                                                 int32_t w_stride, const int8_t *wq, int32_t z, float sc, float *out,
+                                                 int32_t os, int32_t add)
+{
+    if (!tt_dw_gi_fast3(d, dyc, wc, w_stride, wq, z, sc, out, os, add)) {
+        tt_dw_gi_channel(d, dyc, wc, w_stride, wq, z, sc, out, os, add);
     }
 }
 
