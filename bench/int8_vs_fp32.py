@@ -44,8 +44,10 @@ This is a benchmark (minutes), not a test: the accuracy claims of issue 17 live 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -95,9 +97,11 @@ def prepare(spec_path: Path, kind: str, work: Path, plan: str, overrides: dict |
         fgraph = dequantize_graph(qgraph)
     q = r.spec.train.qas
     qas = tp.get("qas") or {"enabled": q.enabled, "rounding": q.rounding, "master_copy": q.master_copy}
+    budget = json.loads(r.stages["sparse-plan"].artifacts["plan.json"].read_text()).get("budget_bytes")
     return {"spec": r.spec, "qgraph": qgraph, "fgraph": fgraph, "plan": TrainPlan.from_json(tp),
             "qas": QASOptions(bool(qas["enabled"]), str(qas["rounding"]), bool(qas["master_copy"])),
-            "rescale": tp.get("rescale"), "summary": r.stages["sparse-plan"].summary}
+            "rescale": tp.get("rescale"), "summary": r.stages["sparse-plan"].summary, "budget_bytes": budget,
+            "train_plan": r.stages["sparse-plan"].artifacts["train_plan.json"].read_bytes()}
 
 
 def choice_text(prep: dict) -> str:
@@ -149,8 +153,7 @@ def train_int8(qgraph: Graph, plan: TrainPlan, kind: str, lr: float, rule: QASOp
         for i in order:
             te.train_step(tg, state, x[i:i + 1], y[i:i + 1], runtime)
     params = {n: state[n] for n in tg.meta["train"]["trained"]}
-    return params, {"saturated": {n: int(np.sum(np.abs(p.astype(np.int64)) >= 127)) for n, p in params.items()
-                                  if p.dtype == np.int8}}
+    return params, {"saturated": _saturated(params)}
 
 
 def accuracy_int8(qgraph: Graph, params: dict[str, np.ndarray], x, y) -> float:
@@ -173,6 +176,154 @@ def _with(graph: Graph, params: dict[str, np.ndarray]) -> Graph:
         g.tensors[name] = copy.copy(graph.tensors[name])
         g.tensors[name].data = np.asarray(arr, graph.tensors[name].data.dtype)
     return g
+
+
+# ---- int8: the native host build ---------------------------------------------------------------------------
+
+# How each int8 mode is asked of a real build: the spec keys sparse-plan and autodiff read. `default` leaves the
+# spec's own (the planner may then replace nearest rounding by a master copy or stochastic rounding). A build that
+# asks for stochastic rounding or a master copy keeps it (update_check.decide); one that asks for nearest rounding
+# gets the planner's remedy when the rounding would erase the updates, so `nearest` cannot always be built: the
+# host engine then says so (ModeNotBuilt) and only the golden engine can force it.
+MODE_KEYS = {"default": {},
+             "nearest": {"train.qas.rounding": "nearest", "train.qas.master_copy": False},
+             "stochastic": {"train.qas.rounding": "stochastic", "train.qas.master_copy": False},
+             "master": {"train.qas.rounding": "nearest", "train.qas.master_copy": True}}
+HOST_TIMEOUT_S = 3600.0
+
+
+class ModeNotBuilt(Exception):
+    """The mode's spec keys build another update rule (the planner replaced it)."""
+
+
+def prepare_host(spec_path: Path, kind: str, work: Path, plan: str, mode: str, overrides: dict | None,
+                 budget_bytes: int | None) -> dict:
+    """The spec built for the `host` board up to cross-compile, with optimizer `kind`, plan "full" or the spec's
+    own, the mode's spec keys, and the spec board's memory budget (`budget_bytes`, sparse-plan's plan.json; the
+    host board has no limit, and the budget decides the auto plan and the planner's master copy vs stochastic
+    rounding). Gives the native firmware, its io_layout, the int8 graph as autodiff trained it (rescaled), the plan
+    and the update rule the build compiled; the same keys as `prepare` where they mean the same."""
+    from tinytrain.pipeline.api import build
+
+    over = {**(overrides or {}), **MODE_KEYS[mode], "train.optimizer.kind": kind, "target.board": "host",
+            "build.out_dir": str(work / "build-host"), "build.cache_dir": str(work / "cache")}
+    if plan == "full":
+        over["train.update.scheme"] = "full"
+    if budget_bytes is not None:
+        over["train.update.budget_kb"] = budget_bytes / 1024   # resolve_budget: int(round(kb * 1024)), exact
+    r = build(spec_path, until="cross-compile", **over)
+    tp_path = r.stages["sparse-plan"].artifacts["train_plan.json"]
+    tp = json.loads(tp_path.read_text())
+    q = r.spec.train.qas
+    qas = tp.get("qas") or {"enabled": q.enabled, "rounding": q.rounding, "master_copy": q.master_copy}
+    rule = QASOptions(bool(qas["enabled"]), str(qas["rounding"]), bool(qas["master_copy"]))
+    if mode not in ("default", "fp32-twin") and rule != MODES[mode]:
+        raise ModeNotBuilt(f"the spec keys of mode {mode} build {_rule_name(rule)} (the planner's choice, "
+                           f"train_plan.json); only --engine golden forces {mode}")
+    from tinytrain.stages.quant import rescale
+
+    qgraph = rescale.planned(Graph.load(r.stages["quantize"].folder), tp_path)
+    layout = json.loads(r.stages["codegen"].artifacts["io_layout.json"].read_text())
+    return {"spec": r.spec, "elf": r.stages["cross-compile"].artifacts["firmware.elf"], "layout": layout,
+            "qgraph": qgraph, "plan": TrainPlan.from_json(tp), "qas": rule, "rescale": tp.get("rescale"),
+            "train_plan": tp_path.read_bytes(), "overrides": over, "spec_path": spec_path, "streams": None}
+
+
+def _rule_name(rule: QASOptions) -> str:
+    return "the fp32 master copy" if rule.master_copy else f"{rule.rounding} rounding"
+
+
+def _host_streams(hb: dict, n: int) -> tuple[dict[str, bytes], np.ndarray, np.ndarray]:
+    """emulate-run's own run files for this build (test.ttds; the train samples quantized as the stage streams
+    them), and the first `n` train records (x, y) to permute per order. Made once per build."""
+    from tinytrain.stages import emulate_run as er
+    from tinytrain.stages.train.data import read_stream
+
+    if hb["streams"] is None:
+        rc = er.runtime_config(_runtime_cfg(hb, 0.01, 1, 0))
+        files, _ = er.run_files(hb["spec"].data, hb["layout"], rc, hb["qgraph"])
+        with tempfile.TemporaryDirectory(prefix="tinytrain-bench-") as tmp:
+            p = Path(tmp) / "train.ttds"
+            p.write_bytes(files["train.ttds"])
+            x, y = read_stream(p)
+        hb["streams"] = (files, x, y)
+    files, x, y = hb["streams"]
+    return files, x[:n], y[:n]
+
+
+def _runtime_cfg(hb: dict, lr: float, epochs: int, seed: int) -> dict:
+    """The runtime keys emulate-run's runtime_config reads, for one run: every record of the stream (the order's
+    n samples), the optimizer's hyper-parameters from the spec."""
+    return {"train.learning_rate": lr, "train.epochs": epochs, "train.seed": seed, "train.batch_size": 1,
+            "train.optimizer": hb["spec"].train.optimizer, "train.max_train_samples": 0}
+
+
+def train_host(hb: dict, lr: float, order: np.ndarray, epochs: int, seed: int, n: int
+               ) -> tuple[dict[str, np.ndarray], dict, float]:
+    """One run of the build's native firmware: the first `n` train samples in `order` (the stream written in that
+    order: the firmware trains in file order, every epoch the same), `epochs` epochs at `lr`, runtime seed `seed`
+    (the stochastic rounding's PRNG, as the golden engine's), then the test split evaluated by the firmware.
+    Returns the trained tensors (graph names -> arrays, from weights.bin), the saturation counts and the accuracy
+    (results.json acc_after)."""
+    from tinytrain.stages import emulate_run as er
+    from tinytrain.stages.device import export
+    from tinytrain.stages.device.boards import get_board
+    from tinytrain.stages.device.launch import run_firmware
+    from tinytrain.stages.train.data import write_stream
+    from tinytrain.stages.train.runtime_config import FLAG_EVAL_AFTER
+
+    files, x, y = _host_streams(hb, n)
+    rc = dataclasses.replace(er.runtime_config(_runtime_cfg(hb, lr, epochs, seed)), flags=FLAG_EVAL_AFTER)
+    with tempfile.TemporaryDirectory(prefix="tinytrain-bench-") as tmp:
+        p = Path(tmp) / "train.ttds"
+        write_stream(p, x[order], y[order])
+        run = {**files, "train.ttds": p.read_bytes(), "runtime.bin": rc.to_bytes()}
+        exe = er._private_copy(hb["elf"], Path(tmp))
+        result = run_firmware(get_board("host"), exe, Path(tmp) / "run", run, HOST_TIMEOUT_S, losses_name=None)
+    out = er.collect(result, hb["layout"], rc)
+    entries = hb["layout"]["trained_tensors"]
+    names = export.resolve(hb["qgraph"], entries)
+    params = {names[k]: v for k, v in export.parse_weights(entries, out["weights"]).items()}
+    acc = out["results"]["acc_after"]
+    return params, {"saturated": _saturated(params), "weights_bin": out["weights"]}, \
+        int(acc["correct"]) / int(acc["total"])
+
+
+def stage_run(hb: dict, lr: float, epochs: int, n: int) -> tuple[float, bytes]:
+    """The pipeline's own emulate-run of the build on the file order (seed 0, the gate off): run.json's accuracy
+    after training and weights.bin. The bench's direct runs must reproduce it (--check)."""
+    from tinytrain.pipeline.api import build
+
+    r = build(hb["spec_path"], until="emulate-run", **hb["overrides"], **{
+        "train.learning_rate": lr, "train.epochs": epochs, "train.seed": 0, "train.gate.enabled": False,
+        "train.max_train_samples": n})
+    a = r.stages["emulate-run"].artifacts
+    acc = json.loads(a["run.json"].read_text())["accuracy"]["after"]
+    return int(acc["correct"]) / int(acc["total"]), a["weights.bin"].read_bytes()
+
+
+def _saturated(params: dict[str, np.ndarray]) -> dict[str, int]:
+    return {n: int(np.sum(np.abs(p.astype(np.int64)) >= 127)) for n, p in params.items() if p.dtype == np.int8}
+
+
+def check_host(hb: dict, kind: str, lr: float, params: dict, info: dict, acc: float, x, y, xt, yt, order,
+               epochs: int, seed: int) -> str | None:
+    """--check: the golden engine on the host build's own graph, plan and update rule, same order and seed, must end
+    with the firmware's trained tensors bit for bit and its accuracy; order 0 (the file order) must also be what the
+    pipeline's emulate-run stage gives (run.json's accuracy, weights.bin). The difference in words, or None."""
+    gold, _ = train_int8(hb["qgraph"], hb["plan"], kind, lr, hb["qas"], x, y, order, epochs, seed)
+    differ = sorted(n for n in set(gold) | set(params)
+                    if n not in gold or n not in params or not np.array_equal(gold[n], params[n]))
+    if differ:
+        return f"the golden model's trained tensors differ from the firmware's: {', '.join(differ)}"
+    g_acc = accuracy_int8(hb["qgraph"], gold, xt, yt)
+    if g_acc != acc:
+        return f"accuracy: firmware {acc:.4f}, golden model {g_acc:.4f}"
+    if seed == 0 and np.array_equal(order, np.arange(len(order))):
+        s_acc, s_weights = stage_run(hb, lr, epochs, len(order))
+        if s_acc != acc or s_weights != info["weights_bin"]:
+            return f"the pipeline's emulate-run gives {s_acc:.4f} (weights equal: {s_weights == info['weights_bin']})"
+    return None
 
 
 # ---- fp32: PyTorch -------------------------------------------------------------------------------------
@@ -262,6 +413,13 @@ def main(argv: list[str] | None = None) -> int:
                          "parameters one ulp off, whose gap to fp32 is the comparison's resolution")
     ap.add_argument("--no-rescale", action="store_true",
                     help="train the quantize stage's graph as it is (the planner's rescale left out), to compare")
+    ap.add_argument("--engine", choices=("host", "golden"), default="host",
+                    help="what trains the int8 side: host (default), the real build's native firmware; golden, the "
+                         "numpy golden model (bit-identical, ~1000x slower on MobileNetV2)")
+    ap.add_argument("--check", action="store_true",
+                    help="with --engine host: also train every int8 cell and order with the golden model and require "
+                         "the same trained tensors and accuracy, and order 0 with the pipeline's own emulate-run "
+                         "(run.json, weights.bin); exit 1 on any difference")
     ap.add_argument("--json", default=None, help="write every run's figures here")
     ap.add_argument("--work", default="/tmp/tinytrain-int8-vs-fp32", help="build folder and cache of the bench")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -296,6 +454,14 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"int8_vs_fp32: unknown optimizer, plan or mode {bad[0]!r}", file=sys.stderr)
         return 2
+    if a.engine == "host" and a.no_rescale:
+        print("int8_vs_fp32: --no-rescale needs --engine golden (a build always trains the planner's scales)",
+              file=sys.stderr)
+        return 2
+    if a.check and a.engine != "host":
+        print("int8_vs_fp32: --check compares the host engine with the golden one: use it with --engine host",
+              file=sys.stderr)
+        return 2
     if a.seeds < 1 or a.first_seed < 0 or (a.lr is not None and not a.lr > 0):
         print("int8_vs_fp32: --seeds wants at least 1, --first-seed at least 0 and --lr a positive number",
               file=sys.stderr)
@@ -328,9 +494,27 @@ def main(argv: list[str] | None = None) -> int:
                              "accuracy": fp[-1]})
             fm, fs = mean_sd(fp)
             for mode in modes:
-                rule = prep["qas"] if mode == "default" else MODES[mode]
-                label = (f"default: {chosen}" if mode == "default" else
-                         "(fp32, parameters +1 ulp: the resolution)" if mode == "fp32-twin" else mode)
+                rule, label, host, choice = prep["qas"] if mode == "default" else MODES[mode], mode, None, chosen
+                if a.engine == "host" and mode != "fp32-twin":
+                    try:
+                        host = prepare_host(Path(a.spec), kind, Path(a.work), plan_name, mode, overrides,
+                                            prep["budget_bytes"])
+                    except ModeNotBuilt as e:
+                        print(f"{kind:<8} lr {lr:<6g} {plan_name:<5} {mode:<36} not measured: {e}", flush=True)
+                        continue
+                    # the host build plans with the spec board's budget: its plan must be the one the golden
+                    # engine trains (the spec's board), or the row would compare another build
+                    if mode == "default" and host["train_plan"] != prep["train_plan"]:
+                        print(f"int8_vs_fp32: the host build of {kind} {plan_name} planned otherwise than the "
+                              f"spec's board (train_plan.json differs)", file=sys.stderr)
+                        return 1
+                    rule, choice = host["qas"], choice_text(host)
+                    if mode != "default":
+                        label = f"{mode}: {choice}"
+                if mode == "default":
+                    label = f"default: {choice}"
+                elif mode == "fp32-twin":
+                    label = "(fp32, parameters +1 ulp: the resolution)"
                 acc, sat = [], []
                 for s in seeds:
                     if mode == "fp32-twin":
@@ -340,11 +524,22 @@ def main(argv: list[str] | None = None) -> int:
                         runs.append({"optimizer": kind, "lr": lr, "plan": plan_name, "side": "fp32-twin", "seed": s,
                                      "accuracy": acc[-1]})
                         continue
-                    params, info = train_int8(qg, plan, kind, lr, rule, x, y, ords[s], epochs, s)
-                    acc.append(accuracy_int8(qg, params, xt, yt))
+                    if host is not None:
+                        params, info, acc_s = train_host(host, lr, ords[s], epochs, s, len(x))
+                        if a.check:
+                            bad = check_host(host, kind, lr, params, info, acc_s, x, y, xt, yt, ords[s], epochs, s)
+                            if bad:
+                                print(f"int8_vs_fp32: --check: {kind} {plan_name} {mode} order {s}: {bad}",
+                                      file=sys.stderr)
+                                return 1
+                    else:
+                        params, info = train_int8(qg, plan, kind, lr, rule, x, y, ords[s], epochs, s)
+                        acc_s = accuracy_int8(qg, params, xt, yt)
+                    acc.append(acc_s)
                     sat.append(sum(info["saturated"].values()))
                     runs.append({"optimizer": kind, "lr": lr, "plan": plan_name, "side": "int8", "mode": mode,
-                                 "seed": s, "choice": chosen, "accuracy": acc[-1], "saturated": info["saturated"]})
+                                 "engine": a.engine, "seed": s, "choice": choice, "accuracy": acc[-1],
+                                 "saturated": info["saturated"]})
                 im, isd = mean_sd(acc)
                 # the gap per sample order (int8 and fp32 saw the same order): the orders' own spread cancels
                 gm, gs = mean_sd([a_ - f_ for a_, f_ in zip(acc, fp)])
@@ -397,8 +592,10 @@ def merge(paths: list[Path]) -> list[tuple]:
             continue
         acc = [by_seed[s]["accuracy"] for s in seeds]
         ref = [fp[(kind, lr, plan)][s] for s in seeds]
+        first = by_seed[seeds[0]]
         label = ("(fp32, parameters +1 ulp: the resolution)" if mode == "fp32-twin" else
-                 f"default: {by_seed[seeds[0]]['choice']}" if mode == "default" else mode)
+                 f"default: {first['choice']}" if mode == "default" else
+                 f"{mode}: {first['choice']}" if first.get("engine") == "host" else mode)
         sat = max((sum(by_seed[s].get("saturated", {}).values()) for s in seeds), default=0)
         im, isd = mean_sd(acc)
         fm, fs = mean_sd(ref)
