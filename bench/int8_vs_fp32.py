@@ -71,7 +71,14 @@ MODES = {"default": None, "nearest": QASOptions(True, "nearest", False),
          # not int8: fp32 again with every trained parameter moved by one float32 ulp at the start. Its gap to fp32
          # is the comparison's own resolution: where training amplifies a last-bit difference (a chaotic run), no
          # int8 rule can be told from fp32 more finely than that.
-         "fp32-twin": None}
+         "fp32-twin": None,
+         # not int8 either: fp32 with every trained int8 weight clamped after each step to the real values of ±127 at
+         # the scales the int8 side trains with (the planner's rescale included). Its gap to fp32 is what the weights'
+         # saturation alone costs (the issue's digits diagnosis: clamping fp32 reproduced most of momentum's drop).
+         "fp32-clamp": None}
+FP32_MODES = ("fp32-twin", "fp32-clamp")
+FP32_LABEL = {"fp32-twin": "(fp32, parameters +1 ulp: the resolution)",
+              "fp32-clamp": "(fp32, weights clamped to the int8 range)"}
 EVAL_BATCH = 256
 
 
@@ -217,7 +224,7 @@ def prepare_host(spec_path: Path, kind: str, work: Path, plan: str, mode: str, o
     q = r.spec.train.qas
     qas = tp.get("qas") or {"enabled": q.enabled, "rounding": q.rounding, "master_copy": q.master_copy}
     rule = QASOptions(bool(qas["enabled"]), str(qas["rounding"]), bool(qas["master_copy"]))
-    if mode not in ("default", "fp32-twin") and rule != MODES[mode]:
+    if mode != "default" and mode not in FP32_MODES and rule != MODES[mode]:
         raise ModeNotBuilt(f"the spec keys of mode {mode} build {_rule_name(rule)} (the planner's choice, "
                            f"train_plan.json); only --engine golden forces {mode}")
     from tinytrain.stages.quant import rescale
@@ -328,8 +335,25 @@ def check_host(hb: dict, kind: str, lr: float, params: dict, info: dict, acc: fl
 
 # ---- fp32: PyTorch -------------------------------------------------------------------------------------
 
+def weight_limits(qgraph: Graph, names: dict[str, int | None]) -> dict[str, np.ndarray]:
+    """Per trained int8 weight of `qgraph` (the scales the int8 side trains with), the real value of ±127 per
+    element (its channel's scale × 127, broadcast along the quantisation axis): the range an int8 weight cannot
+    leave. For the fp32-clamp mode."""
+    out = {}
+    for n in names:
+        t = qgraph.tensors[n]
+        if t.dtype != "int8" or t.quant is None:
+            continue
+        s = np.asarray(t.quant.scale, np.float32) * np.float32(127)
+        shape = [1] * len(t.shape)
+        if s.size > 1:
+            shape[t.quant.axis] = -1
+        out[n] = np.broadcast_to(s.reshape(shape), tuple(t.shape)).copy()
+    return out
+
+
 def train_fp32(fgraph: Graph, names: dict[str, int | None], kind: str, lr: float, x, y, order, epochs: int,
-               nudge: bool = False):
+               nudge: bool = False, limits: dict[str, np.ndarray] | None = None):
     import torch
     import torch.nn.functional as F
     from torch_mirror import TorchMirror
@@ -352,6 +376,7 @@ def train_fp32(fgraph: Graph, names: dict[str, int | None], kind: str, lr: float
            "adam": lambda: torch.optim.Adam(params, lr=lr, betas=(D.beta1, D.beta2), eps=D.eps),
            "rmsprop": lambda: torch.optim.RMSprop(params, lr=lr, alpha=D.alpha, eps=D.eps)}[kind]()
     logits = _logits_tensor(fgraph)
+    lim_t = {n: torch.tensor(v) for n, v in (limits or {}).items()}
     xt, yt = torch.tensor(np.asarray(x, np.float32)), torch.tensor(np.asarray(y, np.int64))
     for _ in range(epochs):
         for i in order:
@@ -362,6 +387,11 @@ def train_fp32(fgraph: Graph, names: dict[str, int | None], kind: str, lr: float
                 if k is not None:
                     m.param(n).grad[..., k:] = 0
             opt.step()
+            if limits:       # fp32-clamp: the weights kept inside the int8 range (nothing else of int8)
+                with torch.no_grad():
+                    for n, lim in lim_t.items():
+                        p = m.param(n)
+                        p.copy_(torch.minimum(torch.maximum(p, -lim), lim))
     return m, logits
 
 
@@ -410,7 +440,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="default,nearest,stochastic,master",
                     help="default: the planner's choice with the spec's defaults; nearest, stochastic, master: that "
                          "update rule forced (the planner's rescale still applies); fp32-twin: fp32 with the trained "
-                         "parameters one ulp off, whose gap to fp32 is the comparison's resolution")
+                         "parameters one ulp off, whose gap to fp32 is the comparison's resolution; fp32-clamp: fp32 "
+                         "with the trained int8 weights' range (±127 at the scales the int8 side trains with), what "
+                         "saturation alone costs")
     ap.add_argument("--no-rescale", action="store_true",
                     help="train the quantize stage's graph as it is (the planner's rescale left out), to compare")
     ap.add_argument("--engine", choices=("host", "golden"), default="host",
@@ -495,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
             fm, fs = mean_sd(fp)
             for mode in modes:
                 rule, label, host, choice = prep["qas"] if mode == "default" else MODES[mode], mode, None, chosen
-                if a.engine == "host" and mode != "fp32-twin":
+                if a.engine == "host" and mode not in FP32_MODES:
                     try:
                         host = prepare_host(Path(a.spec), kind, Path(a.work), plan_name, mode, overrides,
                                             prep["budget_bytes"])
@@ -513,15 +545,17 @@ def main(argv: list[str] | None = None) -> int:
                         label = f"{mode}: {choice}"
                 if mode == "default":
                     label = f"default: {choice}"
-                elif mode == "fp32-twin":
-                    label = "(fp32, parameters +1 ulp: the resolution)"
+                elif mode in FP32_MODES:
+                    label = FP32_LABEL[mode]
                 acc, sat = [], []
                 for s in seeds:
-                    if mode == "fp32-twin":
-                        m, logits = train_fp32(prep["fgraph"], names, kind, lr, x, y, ords[s], epochs, nudge=True)
+                    if mode in FP32_MODES:
+                        lim = weight_limits(qg, names) if mode == "fp32-clamp" else None
+                        m, logits = train_fp32(prep["fgraph"], names, kind, lr, x, y, ords[s], epochs,
+                                               nudge=mode == "fp32-twin", limits=lim)
                         acc.append(accuracy_fp32(m, logits, xt, yt))
                         sat.append(0)
-                        runs.append({"optimizer": kind, "lr": lr, "plan": plan_name, "side": "fp32-twin", "seed": s,
+                        runs.append({"optimizer": kind, "lr": lr, "plan": plan_name, "side": mode, "seed": s,
                                      "accuracy": acc[-1]})
                         continue
                     if host is not None:
@@ -583,7 +617,7 @@ def merge(paths: list[Path]) -> list[tuple]:
         if r["side"] == "fp32":
             fp.setdefault(key, {})[r["seed"]] = r["accuracy"]
         else:
-            mode = r.get("mode", "fp32-twin")
+            mode = r.get("mode", r["side"])
             other.setdefault(key + (mode,), {})[r["seed"]] = r
     rows = []
     for (kind, lr, plan, mode), by_seed in other.items():
@@ -593,7 +627,7 @@ def merge(paths: list[Path]) -> list[tuple]:
         acc = [by_seed[s]["accuracy"] for s in seeds]
         ref = [fp[(kind, lr, plan)][s] for s in seeds]
         first = by_seed[seeds[0]]
-        label = ("(fp32, parameters +1 ulp: the resolution)" if mode == "fp32-twin" else
+        label = (FP32_LABEL[mode] if mode in FP32_MODES else
                  f"default: {first['choice']}" if mode == "default" else
                  f"{mode}: {first['choice']}" if first.get("engine") == "host" else mode)
         sat = max((sum(by_seed[s].get("saturated", {}).values()) for s in seeds), default=0)
