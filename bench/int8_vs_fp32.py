@@ -1,28 +1,41 @@
 """tinytrain int8 training against PyTorch fp32 training of the same layers, on the same split and sample order
 (issue 17, item 4).
 
-    PYTHONPATH=... python bench/int8_vs_fp32.py [SPEC] [--seeds 3] [--first-seed 0] [--epochs N] [--lr LR]
-        [--optimizers sgd,momentum,adam,rmsprop] [--plans auto,full] [--modes default,nearest,stochastic,master]
-        [--no-rescale] [--json out.json] [--set KEY=VALUE ...]
+    PYTHONPATH=... python bench/int8_vs_fp32.py [SPEC] [--engine host|golden] [--check] [--seeds 3] [--first-seed 0]
+        [--epochs N] [--lr LR] [--optimizers sgd,momentum,adam,rmsprop] [--plans auto,full]
+        [--modes default,nearest,stochastic,master,fp32-twin,fp32-clamp] [--no-rescale] [--json out.json]
+        [--set KEY=VALUE ...]
     PYTHONPATH=... python bench/int8_vs_fp32.py --merge a.json b.json ...   # one table from runs shared out by order
 
 SPEC: tinytrain.yaml.example (digits) by default; bench/mbv2_tte.yaml for MobileNetV2 with the TTE sparse scheme
 (its `auto` row is the spec's own manual plan; write its data first with bench/make_mbv2_data.py, e.g. a larger
-test split: `make_mbv2_data.py --test-per-class 40 --out build/bench-data/mbv2_synth_t40.npz` and
-`--set data.path=build/bench-data/mbv2_synth_t40.npz`; --set overrides any spec key, as `tinytrain build --set`).
+test split: `make_mbv2_data.py --test-per-class 100 --out build/bench-data/mbv2_synth_t100.npz` and
+`--set data.path=build/bench-data/mbv2_synth_t100.npz`; --set overrides any spec key, as `tinytrain build --set`).
 For every optimizer at its usual learning rate (SGD 0.01, momentum 0.9 at 0.01, Adam 0.001, RMSProp 0.001) and
 plan (`auto`: the spec's own plan as sparse-plan picks it for that optimizer; `full`):
-  int8   the quantize stage's int8 graph, with the scales sparse-plan widened for head-room (stages/quant/rescale.py;
-         --no-rescale leaves them out), trained by the numpy golden model (stages/golden/train_step.py) with the
-         update rule of the mode: `default` is the planner's choice from the spec's defaults (train_plan.json: the
-         fp32 master copy or stochastic rounding where nearest rounding would erase the updates), printed per row;
-         nearest / stochastic / master force that rule. The golden model is what the device runs:
-         tests/test_codegen.py pins the generated C's trained int8/int32 tensors to it bit for bit after 20 steps
-         (QEMU identical to the host build; tests/test_rescale.py does the same on a rescaled graph), so this is the
-         device's training without a build per cell (a build and a QEMU run per cell would take hours on the shared
-         machine). The golden model runs an int8 graph's fp32 backward in the C kernels' order
-         (stages/golden/train_step.py EXACT_PRECISIONS: matrix products, bias sums and the loss as the C sums
-         them), so those last-bit differences no longer move a rounding;
+  int8   the quantize stage's int8 graph with the scales sparse-plan widened for head-room (stages/quant/rescale.py),
+         trained with the update rule of the mode: `default` is the planner's choice from the spec's defaults
+         (train_plan.json: the fp32 master copy or stochastic rounding where nearest rounding would erase the
+         updates), printed per row; nearest / stochastic / master ask for that rule. Two engines train it:
+    host (the default)  the real pipeline: the spec built for the `host` board up to cross-compile (sparse-plan
+         given the spec board's memory budget, train.update.budget_kb, so that it plans what the spec's board gets:
+         the bench stops if the default build's train_plan.json differs from the spec board's), the mode asked
+         through its spec keys (MODE_KEYS: train.qas.rounding / master_copy), and per sample order the native
+         firmware run on emulate-run's own run files with the train split's first n samples written in that order
+         (the firmware trains in file order) and the order's seed as the runtime seed (stochastic rounding's PRNG);
+         the trained tensors from its weights.bin, the accuracy from its results.json (the test split evaluated by
+         the firmware). A MobileNetV2 step takes milliseconds. A build that asks for nearest rounding where the
+         planner sees the updates vanish gets the planner's remedy instead: that mode is then reported as not
+         measured (only the golden engine can force it). --no-rescale needs the golden engine.
+    golden (--engine golden)  the numpy golden model (stages/golden/train_step.py) on the same graph, plan and rule
+         (prepare()'s: the spec board's build; the forced modes keep the default's plan and scales), test accuracy
+         on the reference executor's int8 kernels; minutes per MobileNetV2 order. It is what the device runs:
+         tests/test_codegen.py pins the generated C's trained int8/int32 tensors to it bit for bit (QEMU identical
+         to the host build; tests/test_rescale.py on a rescaled graph), and the golden model runs an int8 graph's
+         fp32 backward in the C kernels' order (stages/golden/train_step.py EXACT_PRECISIONS).
+    --check (host engine) trains every int8 cell and order with the golden model too and requires the firmware's
+         trained tensors bit for bit and its accuracy, and on order 0 the pipeline's own emulate-run (run.json's
+         accuracy, weights.bin); tests/test_int8_bench_host.py does the same on digits (slow).
   fp32   the load stage's float model (a model that comes int8, like the zoo's MobileNetV2: its int8 graph
          dequantized) mirrored in PyTorch (tests/torch_mirror.py), the same layers trained (a weight trained on a
          slice of its input channels gets its other channels' gradient zeroed), batch 1, softmax cross-entropy on
@@ -30,13 +43,15 @@ plan (`auto`: the spec's own plan as sparse-plan picks it for that optimizer; `f
   fp32-twin (mode) fp32 again with every trained parameter one float32 ulp up at the start: its gap to fp32 is the
          comparison's resolution. A training that amplifies a last-bit difference (a learning rate at the edge of
          divergence) ends elsewhere for any perturbation, int8 rounding or one ulp alike.
+  fp32-clamp (mode) fp32 with every trained int8 weight clamped after each step to the real values of ±127 at the
+         scales the int8 side trains with: what the weights' saturation alone costs.
 Both train on the spec's train.max_train_samples first samples (all when null) for train.epochs epochs.
 Sample order: seed 0 is the train split's file order (what the firmware streams, every epoch the same); seed s > 0
-is a fixed seeded permutation of it, the same for both sides and every epoch. Accuracy: top-1 on the test split
-(int8 on the reference executor's int8 kernels, bit-exact to the device's forward). Prints mean ± spread (sample
-standard deviation over the seeds) per cell and the gap int8 − fp32: its mean over the orders (each order paired) ±
-its standard error, the resolution of the mean (the fp32-twin row gives the same for one ulp: where that is wide,
-fp32 itself is chaotic at the learning rate, and only many orders resolve a gap; --lr gives a rate where it is not).
+is a fixed seeded permutation of it, the same for both sides and every epoch. Accuracy: top-1 on the test split.
+Prints mean ± spread (sample standard deviation over the seeds) per cell and the gap int8 − fp32: its mean over the
+orders (each order paired) ± its standard error, the resolution of the mean (the fp32-twin row gives the same for
+one ulp: where that is wide, fp32 itself is chaotic at the learning rate, and only many orders resolve a gap; --lr
+gives a rate where it is not).
 
 This is a benchmark (minutes), not a test: the accuracy claims of issue 17 live here.
 """
