@@ -562,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
                     label = f"default: {choice}"
                 elif mode in FP32_MODES:
                     label = FP32_LABEL[mode]
-                acc, sat = [], []
+                acc, sat, start = [], [], None
                 for s in seeds:
                     if mode in FP32_MODES:
                         lim = weight_limits(qg, names) if mode == "fp32-clamp" else None
@@ -586,13 +586,16 @@ def main(argv: list[str] | None = None) -> int:
                         acc_s = accuracy_int8(qg, params, xt, yt)
                     acc.append(acc_s)
                     sat.append(sum(info["saturated"].values()))
+                    g_start = host["qgraph"] if host is not None else qg
+                    start = sum(_saturated({n: g_start.tensors[n].data for n in params}).values())
                     runs.append({"optimizer": kind, "lr": lr, "plan": plan_name, "side": "int8", "mode": mode,
                                  "engine": a.engine, "seed": s, "choice": choice, "accuracy": acc[-1],
-                                 "saturated": info["saturated"]})
+                                 "saturated": info["saturated"], "saturated_start": start})
                 im, isd = mean_sd(acc)
                 # the gap per sample order (int8 and fp32 saw the same order): the orders' own spread cancels
                 gm, gs = mean_sd([a_ - f_ for a_, f_ in zip(acc, fp)])
-                rows.append((kind, lr, plan_name, label, im, isd, fm, fs, gs, int(np.max(sat)), len(seeds)))
+                rows.append((kind, lr, plan_name, label, im, isd, fm, fs, gs, _sat_text(int(np.max(sat)), start),
+                             len(seeds)))
                 print(f"{kind:<8} lr {lr:<6g} {plan_name:<5} {label:<36} int8 {im:5.1f} ± {isd:3.1f}   "
                       f"fp32 {fm:5.1f} ± {fs:3.1f}   gap {gm:+5.1f} ± {standard_error(gs, len(seeds)):3.1f} "
                       f"(sd {gs:3.1f})   saturated ≤ {rows[-1][-2]}  [{time.time() - t0:.0f} s]", flush=True)
@@ -603,6 +606,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _sat_text(after: int, start: int | None) -> str:
+    """The table's saturation cell: the most int8 weights at ±127 after training over the orders, and how many were
+    there before training (per-channel quantisation puts each channel's largest weight at ±127)."""
+    return f"{after}" if start is None else f"{after} (start {start})"
+
+
 def _write_json(path: Path, seeds: list[int], epochs: int, runs: list[dict]) -> None:
     # rewritten after every row so that an interrupted run keeps what it measured: atomically, or a Ctrl-C during
     # the write would lose all of it
@@ -611,7 +620,7 @@ def _write_json(path: Path, seeds: list[int], epochs: int, runs: list[dict]) -> 
 
 def table(rows: list[tuple], epochs: int, n_test: int, no_rescale: bool = False) -> str:
     out = ["| optimizer (lr) | plan | int8 update (default: the planner's choice) | orders | int8 % | fp32 % | "
-           "gap ± s.e. (sd) | int8 weights at ±127 |", "|---|---|---|---|---|---|---|---|"]
+           "gap ± s.e. (sd) | int8 weights at ±127 after (start) |", "|---|---|---|---|---|---|---|---|"]
     for kind, lr, plan, mode, im, isd, fm, fs, gs, sat, n in rows:
         out.append(f"| {kind} ({lr:g}) | {plan} | {mode} | {n} | {im:.1f} ± {isd:.1f} | {fm:.1f} ± {fs:.1f} | "
                    f"{im - fm:+.1f} ± {standard_error(gs, n):.1f} ({gs:.1f}) | {sat} |")
@@ -645,7 +654,8 @@ def merge(paths: list[Path]) -> list[tuple]:
         label = (FP32_LABEL[mode] if mode in FP32_MODES else
                  f"default: {first['choice']}" if mode == "default" else
                  f"{mode}: {first['choice']}" if first.get("engine") == "host" else mode)
-        sat = max((sum(by_seed[s].get("saturated", {}).values()) for s in seeds), default=0)
+        sat = _sat_text(max((sum(by_seed[s].get("saturated", {}).values()) for s in seeds), default=0),
+                        by_seed[seeds[0]].get("saturated_start"))
         im, isd = mean_sd(acc)
         fm, fs = mean_sd(ref)
         rows.append((kind, lr, plan, label, im, isd, fm, fs, mean_sd([a - f for a, f in zip(acc, ref)])[1], sat,
