@@ -11,11 +11,11 @@ from tinytrain.stages import ops
 from tinytrain.stages.c_emit.literals import CodegenError, flit
 from tinytrain.stages.model.geometry import out_size_and_pad
 from tinytrain.stages.model.ir import Op, numel
+from tinytrain.stages.planning.arena import ALIGN
 from tinytrain.stages.planning.channel_stream import MAX_TAPS
 from tinytrain.stages.planning.streams import Stream
 
 ROLES = ops.HIDDEN_ROLES
-_ALIGN = 16  # offsets of the float copies in idle arena room
 
 
 def _weight(gen, w: str, axis: int, channels: int) -> str:
@@ -119,7 +119,7 @@ def _free_arena(gen, st: Stream, need: int, taken: list[tuple[int, int]]) -> int
     """An arena offset of `need` bytes that no buffer of the memory plan holds while stream `st` runs (its schedule
     steps [a, b]: buffers live over [start, end], both inclusive) nor `taken` (offset, size) already gives out, or
     None. The plan is not changed: the arena's size and every planned buffer stay as they are; the stream only
-    uses room that sits idle during it."""
+    uses room that sits idle during it. Offsets are rounded up to the plan's buffer alignment (arena.ALIGN)."""
     pos = {i: s for s, i in enumerate(gen.order)}
     a, b = min(pos[i] for i in st.ops), max(pos[i] for i in st.ops)
     used = sorted([(int(buf["offset"]), int(buf["offset"]) + int(buf["size"])) for buf in gen.plan["buffers"]
@@ -129,7 +129,7 @@ def _free_arena(gen, st: Stream, need: int, taken: list[tuple[int, int]]) -> int
     for lo, hi in used:
         if lo - at >= need:
             break
-        at = max(at, (hi + _ALIGN - 1) // _ALIGN * _ALIGN)
+        at = max(at, -(-hi // ALIGN) * ALIGN)
     return at if at + need <= gen.arena else None
 
 
