@@ -214,3 +214,15 @@ def test_float_copy_lies_in_room_idle_over_the_stream(tmp_path):
     for buf in live:
         assert at + need <= buf["offset"] or buf["offset"] + buf["size"] <= at, buf["name"]
 
+
+def test_float16_member_is_refused():
+    """The hidden-channel kernels are fp32: a float16 tensor in the stream is a CodegenError, not wrong C."""
+    from tinytrain.stages.c_emit.hidden_stream import stream_hidden
+    from tinytrain.stages.c_emit.literals import CodegenError
+    tg, mp, (st,) = _copy_case()
+    gen = codegen._Gen(tg, mp.order, mp.to_json())
+    assert stream_hidden(gen, st)   # fp32: C
+    plane = tg.ops[st.ops[0]].outputs[0]   # the start's hidden-gradient plane
+    tg.tensors[plane].dtype = "float16"
+    with pytest.raises(CodegenError, match="float16"):
+        stream_hidden(gen, st)

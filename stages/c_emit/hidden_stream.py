@@ -165,9 +165,24 @@ def _weight_row(gen, gop: Op, uop: Op, c: int, st: Stream, pre: list[str],
     return grad + gen.update_row(uop, dw, c)
 
 
+def _check_fp32(gen, st: Stream, members: list[Op]) -> None:
+    """The tt_hs_* kernels read and write fp32 (their int8 operands through fused dequantizes): a float16 tensor
+    of a member op, or one a member reads through a fused widen, has no hidden-stream C. The one exception is the
+    weight gradient's saved input, which _weight_row reads as fp16 itself (tt_conv2d_grad_weight_hx_f32_range)."""
+    for op in members:
+        for t in [*op.inputs, *op.outputs]:
+            if t is None or (ROLES.get(op.type) == "weight" and len(op.inputs) > 1 and t == op.inputs[1]):
+                continue
+            for name in (t, gen.fused.get(t)):
+                if name is not None and gen.g.tensors[name].dtype == "float16":
+                    raise CodegenError(f"hidden stream {st.ops}: {op.type} tensor {name} is float16 "
+                                       f"(the hidden-channel kernels are fp32 only)")
+
+
 def stream_hidden(gen, st: Stream) -> list[str]:
     c = int(st.info["channels"])
     members = [gen.g.ops[i] for i in st.ops]
+    _check_fp32(gen, st, members)
     start = members[0]
     if ROLES.get(start.type) != "mix":
         raise CodegenError(f"hidden stream {st.ops}: does not start with a 1x1 input gradient")
