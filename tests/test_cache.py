@@ -570,6 +570,24 @@ def test_gc_spares_a_unit_writers_temp_file_in_flight(cache):
     assert (folder / "ab12.json").read_bytes() == b"{}" and cache.stats()["unit_files"] == 1
 
 
+def test_a_unit_memo_read_counts_as_a_use_for_gc(tmp_path):
+    """UnitCache.get refreshes the memo's mtime: gc drops memos by last use (age, least recently used first), not
+    by when they were written."""
+    from tinytrain.stages.planning.contribution_cache import UnitCache
+
+    cache = Cache(tmp_path / "c")
+    memos = UnitCache(cache.units_dir / "sparse-plan" / "contribution")
+    read, unread = "ab" + "1" * 62, "cd" + "2" * 62
+    old = time.time() - 7200
+    for key in (read, unread):
+        memos.put(key, {"accuracy": 0.5})
+        os.utime(memos._path(key), (old, old))
+    assert memos.get(read) == {"accuracy": 0.5}
+    assert memos._path(read).stat().st_mtime > old + 3600
+    assert cache.gc(max_age_s=3600)["units_removed"] == 1
+    assert memos.get(read) == {"accuracy": 0.5} and memos.get(unread) is None
+
+
 def _object_unit(cache: Cache, key: str, size: int, when: float) -> tuple[Path, Path]:
     """An ObjectCache entry (cross-compile's compiled kernel object and its header list) in the cache's units."""
     from tinytrain.stages.cross_compile import ObjectCache
