@@ -4,8 +4,9 @@ Layout under the root:
     cas/<aa>/<sha256>       one blob per distinct artifact content
     ac/<aa>/<key>.json      action entry: outputs (name -> digest, size), summary, metrics, preimage
     last/<scope-hash>.json  the last preimage seen per "<spec name>/<stage>", for `explain`
+    units/<stage>/...       sub-stage units (memos, compiled objects), written without the lock
     stats.json              hits and misses of the last build
-    lock                    flock'ed by every writer
+    lock                    flock'ed by every writer of cas/, ac/ and last/
 
 Crash safety rests on two rules: every file is written to a `.tmp-*` file in its final folder and
 renamed into place, and a store writes all blobs before the action entry. A process killed at
@@ -63,6 +64,13 @@ log = logging.getLogger("tinytrain.cache")
 
 # A materialisation temp dir older than this belongs to a dead process, not a slow one.
 _STALE_TMP_DIR_S = 600.0
+# A temp file under units/ younger than this may still be in flight: the sub-stage caches write there without the
+# store's lock (UnitCache.put, cross_compile.ObjectCache.store). Their temp file lives from its creation to its
+# rename, one write of bytes already in memory (a memo of a few KB, an object of at most a few MB): milliseconds,
+# seconds on a slow network disk. Ten minutes also covers a writer paused in between (a stopped process, a busy
+# machine), as for the materialisation dirs above; the only cost is that a temp file a killed build left stays
+# until a later gc.
+UNIT_TMP_MIN_AGE_S = 600.0
 # An action entry is a small JSON document; a bigger file in ac/ is not one of ours.
 MAX_ENTRY_BYTES = 16 << 20
 _READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
@@ -516,8 +524,8 @@ class Cache:
     def begin_build(self) -> None:
         with self.lock():
             if not self.read_only:
-                # Temp files left by a process killed mid-write (e.g. a download): every writer
-                # holds this lock, so any temp file we can see now is stale.
+                # Temp files left by a process killed mid-write (e.g. a download): every writer of these
+                # holds this lock, so any temp file we can see now is stale (units/: gc, by age).
                 self._sweep_temp_files(("cas", "ac", "last"))
             self._write_counters({"hits": 0, "misses": 0, "started": time.time()})
 
@@ -641,9 +649,13 @@ class Cache:
                 for _, files in sorted(groups.items())]
 
     def _sweep_temp_files(self, subs: tuple[str, ...]) -> int:
-        # Safe to delete every temp file: all writers hold the lock we hold now.
+        """Remove the temp files under `subs` (and the root's) that no writer is still writing. Every writer of
+        cas/, ac/ and last/ holds the lock we hold now: all of theirs are stale. The sub-stage caches write units/
+        without it: theirs only once older than UNIT_TMP_MIN_AGE_S (a clock set back keeps them too)."""
         removed = 0
-        found = [p for sub in subs for p, _ in safe_fs.walk(self.root / sub) if p.name.startswith(TMP_PREFIX)]
+        units, now = self.root / "units", time.time()
+        found = [p for sub in subs for p, st in safe_fs.walk(self.root / sub) if p.name.startswith(TMP_PREFIX)
+                 and (units not in p.parents or now - st.st_mtime >= UNIT_TMP_MIN_AGE_S)]
         found += [p for p in self.root.glob(f"{TMP_PREFIX}*")]
         for p in found:
             with contextlib.suppress(OSError):

@@ -547,6 +547,47 @@ def test_gc_expires_old_unit_memos_and_clear_removes_them(tmp_path):
     assert not (cache.root / "units").exists()
 
 
+def test_gc_spares_a_unit_writers_temp_file_in_flight(cache):
+    """The sub-stage caches write units/ without the store's lock: a gc during a build must not delete the temp
+    file a unit writer is about to rename (UnitCache.put, ObjectCache.store), only one old enough to be a dead
+    writer's. Temp files of the locked folders go whatever their age."""
+    from tinytrain.cache.fs_ops import new_tmp
+
+    folder = cache.units_dir / "sparse-plan" / "contribution" / "ab"
+    folder.mkdir(parents=True)
+    in_flight = new_tmp(folder)
+    in_flight.write_bytes(b"{}")
+    dead = new_tmp(folder)
+    dead.write_bytes(b"{")
+    old = time.time() - store_mod.UNIT_TMP_MIN_AGE_S - 1
+    os.utime(dead, (old, old))
+    cas_tmp = new_tmp(cache.cas_dir)
+    cas_tmp.parent.mkdir(parents=True, exist_ok=True)
+    cas_tmp.write_bytes(b"x")
+    report = cache.gc()
+    assert report["temp_files_removed"] == 2 and not dead.exists() and not cas_tmp.exists()
+    in_flight.replace(folder / "ab12.json")          # the writer finishes: its memo is in place
+    assert (folder / "ab12.json").read_bytes() == b"{}" and cache.stats()["unit_files"] == 1
+
+
+def test_a_unit_memo_read_counts_as_a_use_for_gc(tmp_path):
+    """UnitCache.get refreshes the memo's mtime: gc drops memos by last use (age, least recently used first), not
+    by when they were written."""
+    from tinytrain.stages.planning.contribution_cache import UnitCache
+
+    cache = Cache(tmp_path / "c")
+    memos = UnitCache(cache.units_dir / "sparse-plan" / "contribution")
+    read, unread = "ab" + "1" * 62, "cd" + "2" * 62
+    old = time.time() - 7200
+    for key in (read, unread):
+        memos.put(key, {"accuracy": 0.5})
+        os.utime(memos._path(key), (old, old))
+    assert memos.get(read) == {"accuracy": 0.5}
+    assert memos._path(read).stat().st_mtime > old + 3600
+    assert cache.gc(max_age_s=3600)["units_removed"] == 1
+    assert memos.get(read) == {"accuracy": 0.5} and memos.get(unread) is None
+
+
 def _object_unit(cache: Cache, key: str, size: int, when: float) -> tuple[Path, Path]:
     """An ObjectCache entry (cross-compile's compiled kernel object and its header list) in the cache's units."""
     from tinytrain.stages.cross_compile import ObjectCache

@@ -244,3 +244,25 @@ def test_host_build_of_the_fused_graph_has_the_golden_bits(tmp_path):
     assert res["skipped_steps"] == skipped[-1]
     for name, got in weights.items():
         assert got.tobytes() == state[name].tobytes(), name
+
+
+def test_the_plan_and_the_estimate_share_the_in_place_and_broadcast_rules():
+    """fp16_written and its estimate (planning/fp16_memory) ask the same two predicates: which operand an op may
+    write its result over, and whether an element-wise op that may write over any operand broadcasts one (then its
+    result has no fp16 form: the fp16 kernels take equal shapes)."""
+    from tinytrain.stages.planning import fp16_memory
+
+    assert fp16_memory.in_place_at is fp16_mixed.in_place_at
+    assert fp16_memory.broadcasts_in_place is fp16_mixed.broadcasts_in_place
+    ts = {n: Tensor(n, s, "float32") for n, s in
+          (("a", [1, 4, 4, 8]), ("row", [1, 1, 1, 8]), ("y", [1, 4, 4, 8]), ("m", [1, 1, 1, 8]))}
+    ts["k"] = Tensor("k", [8], "float32", role="const", data=np.ones(8, np.float32))
+    g = Graph(ts, [], ["a"], ["y"])
+    assert not fp16_mixed.broadcasts_in_place(g, Op("add", ["a", "a"], ["y"]), "y")
+    assert fp16_mixed.broadcasts_in_place(g, Op("add", ["a", "row"], ["y"]), "y")
+    assert not fp16_mixed.broadcasts_in_place(g, Op("add", ["a", "k"], ["y"]), "y")   # a constant is no operand
+    assert not fp16_mixed.broadcasts_in_place(g, Op("mask_grad", ["a", "m"], ["y"]), "y")  # writes over dy only
+    assert not fp16_mixed.broadcasts_in_place(g, Op("conv2d", ["a", "row"], ["y"]), "y")   # not in place
+    assert fp16_mixed.in_place_at("add", 0) and fp16_mixed.in_place_at("add", 1)
+    assert fp16_mixed.in_place_at("mask_grad", 0) and not fp16_mixed.in_place_at("mask_grad", 1)
+    assert not fp16_mixed.in_place_at("conv2d", 0)

@@ -144,3 +144,85 @@ def test_mbv2_block_chains_end_in_the_expand_input_gradient():
         (gw, upd), = c["weights"]
         assert tg.ops[upd].inputs[0] == tg.ops[c["ends"][0]].inputs[1].removeprefix("deq/")  # the same expand weight
     assert any(not c["ends"] and not c["weights"] and len(c["planes"]) == 4 for c in chains.values())
+
+
+def _fake_gen(bufs, arena, order=tuple(range(10, 20))):
+    """A stand-in for codegen's generator with just what _free_arena reads: a schedule and a plan's buffers
+    (offset, size, first step, last step)."""
+    from types import SimpleNamespace
+    return SimpleNamespace(order=list(order), arena=arena,
+                           plan={"buffers": [dict(offset=o, size=n, start=a, end=b) for o, n, a, b in bufs]})
+
+
+def test_free_arena_finds_only_room_idle_over_the_stream():
+    """_free_arena on a hand-made plan. The stream is ops 15, 14, 16: schedule steps 4..6 (its ops' positions in
+    the order, not their numbers)."""
+    from types import SimpleNamespace
+
+    from tinytrain.stages.c_emit.hidden_stream import _free_arena
+    from tinytrain.stages.planning.arena import ALIGN
+    assert ALIGN == 16   # the offsets below are written for it
+    st = SimpleNamespace(ops=[15, 14, 16])
+    bufs = [(0, 32, 0, 4),      # ends at the stream's first step: live
+            (32, 16, 6, 9),     # starts at its last step: live
+            (48, 64, 0, 3),     # dies the step before it: idle
+            (112, 64, 7, 9),    # born the step after it: idle
+            (176, 80, 0, 9),    # live across the whole stream
+            (0, 0, 5, 5)]       # empty: holds nothing
+    gen = _fake_gen(bufs, 256)
+    assert _free_arena(gen, st, 16, []) == 48      # neither touching buffer's room is given out
+    assert _free_arena(gen, st, 128, []) == 48     # the idle gap [48, 176) is exactly 128 bytes
+    assert _free_arena(gen, st, 129, []) is None   # past the live buffer at 176 only 80 bytes remain: none
+    assert _free_arena(_fake_gen(bufs, 256 + 129), st, 129, []) == 256   # a larger arena: room at its very end
+    # room already given to an earlier copy (sizes need not be aligned: 48 + 60 rounds up to 112)
+    assert _free_arena(gen, st, 64, [(48, 60)]) == 112
+    assert _free_arena(gen, st, 65, [(48, 60)]) is None
+    assert _free_arena(gen, st, 64, [(48, 64), (112, 64)]) is None
+    # an unaligned end: the next offset is rounded up to ALIGN, and the gap measured from there
+    gen = _fake_gen([(0, 20, 4, 6), (40, 24, 5, 5)], 128)
+    assert _free_arena(gen, st, 8, []) == 32
+    assert _free_arena(gen, st, 9, []) == 64
+
+
+def _copy_case():
+    """The CASES entry whose expand layer's int8 input the stream copies to floats in idle arena room."""
+    v = CASES["int8-split-momentum-stochastic-nomask"]
+    tg = _block(**v)
+    order, streams, hidden = _hidden_plan(tg)
+    return tg, plan_memory(tg, order, MemOptions(), streams), hidden
+
+
+def test_float_copy_lies_in_room_idle_over_the_stream(tmp_path):
+    """No compiler: the generated C of the copy case dequantizes the expand input once (tt_hs_dequant_rows), to an
+    aligned offset of the arena whose [offset, offset + need) meets no planned buffer live over the stream's steps."""
+    import re
+
+    from tinytrain.stages.planning.arena import ALIGN
+    tg, mp, (st,) = _copy_case()
+    doc = mp.to_json()
+    codegen.generate(tg, mp.order, doc, tmp_path / "prog")
+    prog = (tmp_path / "prog" / "tt_model.c").read_text()
+    calls = re.findall(r"tt_hs_dequant_rows\((\d+), (\d+), (\d+), .*\(tt_arena \+ (\d+)\)\)\);", prog)
+    assert len(calls) == 1
+    p, _, k, at = map(int, calls[0])
+    need = p * k * 4
+    assert at % ALIGN == 0 and at + need <= doc["arena_bytes"]
+    pos = [mp.order.index(i) for i in st.ops]
+    a, b = min(pos), max(pos)
+    live = [buf for buf in doc["buffers"] if buf["size"] > 0 and buf["start"] <= b and buf["end"] >= a]
+    assert live
+    for buf in live:
+        assert at + need <= buf["offset"] or buf["offset"] + buf["size"] <= at, buf["name"]
+
+
+def test_float16_member_is_refused():
+    """The hidden-channel kernels are fp32: a float16 tensor in the stream is a CodegenError, not wrong C."""
+    from tinytrain.stages.c_emit.hidden_stream import stream_hidden
+    from tinytrain.stages.c_emit.literals import CodegenError
+    tg, mp, (st,) = _copy_case()
+    gen = codegen._Gen(tg, mp.order, mp.to_json())
+    assert stream_hidden(gen, st)   # fp32: C
+    plane = tg.ops[st.ops[0]].outputs[0]   # the start's hidden-gradient plane
+    tg.tensors[plane].dtype = "float16"
+    with pytest.raises(CodegenError, match="float16"):
+        stream_hidden(gen, st)

@@ -11,11 +11,11 @@ from tinytrain.stages import ops
 from tinytrain.stages.c_emit.literals import CodegenError, flit
 from tinytrain.stages.model.geometry import out_size_and_pad
 from tinytrain.stages.model.ir import Op, numel
+from tinytrain.stages.planning.arena import ALIGN
 from tinytrain.stages.planning.channel_stream import MAX_TAPS
 from tinytrain.stages.planning.streams import Stream
 
 ROLES = ops.HIDDEN_ROLES
-_ALIGN = 16  # offsets of the float copies in idle arena room
 
 
 def _weight(gen, w: str, axis: int, channels: int) -> str:
@@ -119,7 +119,7 @@ def _free_arena(gen, st: Stream, need: int, taken: list[tuple[int, int]]) -> int
     """An arena offset of `need` bytes that no buffer of the memory plan holds while stream `st` runs (its schedule
     steps [a, b]: buffers live over [start, end], both inclusive) nor `taken` (offset, size) already gives out, or
     None. The plan is not changed: the arena's size and every planned buffer stay as they are; the stream only
-    uses room that sits idle during it."""
+    uses room that sits idle during it. Offsets are rounded up to the plan's buffer alignment (arena.ALIGN)."""
     pos = {i: s for s, i in enumerate(gen.order)}
     a, b = min(pos[i] for i in st.ops), max(pos[i] for i in st.ops)
     used = sorted([(int(buf["offset"]), int(buf["offset"]) + int(buf["size"])) for buf in gen.plan["buffers"]
@@ -129,7 +129,7 @@ def _free_arena(gen, st: Stream, need: int, taken: list[tuple[int, int]]) -> int
     for lo, hi in used:
         if lo - at >= need:
             break
-        at = max(at, (hi + _ALIGN - 1) // _ALIGN * _ALIGN)
+        at = max(at, -(-hi // ALIGN) * ALIGN)
     return at if at + need <= gen.arena else None
 
 
@@ -165,9 +165,24 @@ def _weight_row(gen, gop: Op, uop: Op, c: int, st: Stream, pre: list[str],
     return grad + gen.update_row(uop, dw, c)
 
 
+def _check_fp32(gen, st: Stream, members: list[Op]) -> None:
+    """The tt_hs_* kernels read and write fp32 (their int8 operands through fused dequantizes): a float16 tensor
+    of a member op, or one a member reads through a fused widen, has no hidden-stream C. The one exception is the
+    weight gradient's saved input, which _weight_row reads as fp16 itself (tt_conv2d_grad_weight_hx_f32_range)."""
+    for op in members:
+        for t in [*op.inputs, *op.outputs]:
+            if t is None or (ROLES.get(op.type) == "weight" and len(op.inputs) > 1 and t == op.inputs[1]):
+                continue
+            for name in (t, gen.fused.get(t)):
+                if name is not None and gen.g.tensors[name].dtype == "float16":
+                    raise CodegenError(f"hidden stream {st.ops}: {op.type} tensor {name} is float16 "
+                                       f"(the hidden-channel kernels are fp32 only)")
+
+
 def stream_hidden(gen, st: Stream) -> list[str]:
     c = int(st.info["channels"])
     members = [gen.g.ops[i] for i in st.ops]
+    _check_fp32(gen, st, members)
     start = members[0]
     if ROLES.get(start.type) != "mix":
         raise CodegenError(f"hidden stream {st.ops}: does not start with a 1x1 input gradient")

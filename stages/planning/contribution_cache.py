@@ -7,6 +7,7 @@ classification keys stay valid). A unit whose inputs did not change is never mea
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -92,6 +93,10 @@ class UnitCache:
         doc = entry.get("unit") if isinstance(entry, dict) else None
         if (isinstance(doc, dict) and entry.get("key") == key and _is_unit(doc) and plausible_unit(doc)
                 and entry.get("digest") == _unit_digest(key, doc)):
+            # mtime is the memo's last use for the store's gc (cache.store.Cache.gc: --max-age and least recently
+            # used first), as ObjectCache.fetch does for objects; a cache that cannot be written keeps the old time.
+            with contextlib.suppress(OSError):
+                os.utime(path)
             return doc
         self.dropped += 1
         path.unlink(missing_ok=True)

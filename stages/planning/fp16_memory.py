@@ -27,6 +27,7 @@ from __future__ import annotations
 from tinytrain.stages import ops
 from tinytrain.stages.model.ir import Graph
 from tinytrain.stages.ops import fp16 as f16
+from tinytrain.stages.train.fp16_mixed import broadcasts_in_place, in_place_at
 
 Step = tuple[str, list[str], list[str]]
 RESIDENT_SCALARS = 3
@@ -117,10 +118,7 @@ def _written_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], input
         if typ not in ops.FP16_OUTPUT_OPS or t in inputs or not rs or not all(reads_fp16(j, k, t) for j, k in rs):
             continue
         op = made_by.get(t)
-        shape = graph.tensors[t].shape if t in graph.tensors else None
-        if op is not None and op.type in ops.IN_PLACE_OPS and op.type not in ops.FIRST_INPUT_ONLY \
-                and any(x is not None and graph.tensors[x].data is None and graph.tensors[x].shape != shape
-                        for x in op.inputs):
+        if op is not None and broadcasts_in_place(graph, op, t):
             continue   # broadcasting element-wise op: no fp16 form (fp16_mixed.fp16_written)
         producer = next(i for i, st in enumerate(steps) if t in st[2])
         # a forward result the backward reads is saved (a cast's fp16 copy)
@@ -134,8 +132,7 @@ def _written_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], input
         changed = False
         for t in sorted(out):
             typ, x0 = writer[t]
-            if any(steps[j][0] in ops.IN_PLACE_OPS and (k == 0 or steps[j][0] not in ops.FIRST_INPUT_ONLY)
-                   and steps[j][2] and steps[j][2][0] not in out for j, k in readers[t]) \
+            if any(in_place_at(steps[j][0], k) and steps[j][2] and steps[j][2][0] not in out for j, k in readers[t]) \
                     or (typ in ops.CHANNEL_SCRATCH_OPS and x0 is not None and x0 not in out):
                 out.discard(t)
                 changed = True

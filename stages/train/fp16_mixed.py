@@ -305,11 +305,7 @@ def fp16_written(g: Graph, transient: set[str], split: int) -> set[str]:
             continue
         t = op.outputs[0]
         rs = readers.get(t, [])
-        # an element-wise op that may write over any operand (add) writes behind what it reads only where every
-        # operand has the result's shape (no broadcasting): its fp16 kernels take equal shapes
-        if op.type in ops.IN_PLACE_OPS and op.type not in ops.FIRST_INPUT_ONLY \
-                and any(x is not None and g.tensors[x].data is None and g.tensors[x].shape != g.tensors[t].shape
-                        for x in op.inputs):
+        if broadcasts_in_place(g, op, t):
             continue
         if t in transient and t not in g.outputs and rs \
                 and all(k in ops.FP16_OPERANDS.get(r.type, ()) for r, k in rs):
@@ -323,7 +319,7 @@ def fp16_written(g: Graph, transient: set[str], split: int) -> set[str]:
     while changed:
         changed = False
         for t in sorted(out):
-            if any(_in_place_at(r, k) and r.outputs and r.outputs[0] not in out
+            if any(in_place_at(r.type, k) and r.outputs and r.outputs[0] not in out
                    and g.tensors[r.outputs[0]].dtype == "float32" for r, k in readers[t]) \
                     or (writer[t].type in ops.CHANNEL_SCRATCH_OPS and writer[t].inputs[0] not in out
                         and g.tensors[writer[t].inputs[0]].dtype != "float16"):
@@ -332,9 +328,19 @@ def fp16_written(g: Graph, transient: set[str], split: int) -> set[str]:
     return out
 
 
-def _in_place_at(op: Op, k: int) -> bool:
-    """Operand k of `op` may be the buffer its result is written over (memplan's in-place sharing)."""
-    return op.type in ops.IN_PLACE_OPS and (k == 0 or op.type not in ops.FIRST_INPUT_ONLY)
+def in_place_at(op_type: str, k: int) -> bool:
+    """Operand k of an op of type `op_type` may be the buffer its result is written over (memplan's in-place
+    sharing). fp16_written's fixed point and its estimate (planning/fp16_memory) both ask it."""
+    return op_type in ops.IN_PLACE_OPS and (k == 0 or op_type not in ops.FIRST_INPUT_ONLY)
+
+
+def broadcasts_in_place(g: Graph, op: Op, result: str) -> bool:
+    """`op` is an element-wise op that may write over any operand (add) and one of its activation operands has not
+    the shape of its `result` (broadcasting). Such an op writes behind what it reads only without broadcasting: its
+    fp16 kernels take equal shapes, so `result` has no fp16 form (fp16_written; planning/fp16_memory likewise)."""
+    return op.type in ops.IN_PLACE_OPS and op.type not in ops.FIRST_INPUT_ONLY \
+        and any(x is not None and g.tensors[x].data is None and g.tensors[x].shape != g.tensors[result].shape
+                for x in op.inputs)
 
 
 def check_pass(g: Graph, backward: list[Op], grads: set[str], flag: str, new) -> list[Op]:
