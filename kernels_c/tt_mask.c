@@ -102,16 +102,16 @@ void tt_clamp_mask_f32(int32_t n, float lo, float hi, const float *y, uint8_t *m
 {
 #ifdef TT_F16_MVE_OPS
     tt_clamp_mask_mve(n, lo, hi, y, 0, mask);
-    return;
-#endif
+#else
     tt_clamp_mask_walk(n, lo, hi, y, 0, mask);
+#endif
 }
 
 void tt_clamp_mask_hy(int32_t n, float lo, float hi, const uint16_t *y, uint8_t *mask)
 {
 #ifdef TT_F16_MVE_OPS
     tt_clamp_mask_mve(n, lo, hi, 0, y, mask);
-    return;
-#endif
+#else
     tt_clamp_mask_walk(n, lo, hi, 0, y, mask);
+#endif
 }

@@ -485,6 +485,9 @@ static inline void tt_rq_run(const int32_t *acc, int8_t *out, int32_t stride, in
                              const tt_requant_mm *o)
 {
     int32_t args[8];
+    if (n <= 0) { /* tt_rq_run_s8's loop takes n >= 1 (from 0 its count never ends) */
+        return;
+    }
     args[0] = (int32_t)(intptr_t)acc;
     args[1] = (int32_t)(intptr_t)out;
     args[2] = stride;

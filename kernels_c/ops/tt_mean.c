@@ -108,9 +108,9 @@ void tt_mean_hw_grad_f32_hy(int32_t batches, int32_t h, int32_t w, int32_t c, co
 {
 #ifdef TT_F16_MVE_OPS
     tt_mean_hw_grad_hy_mve(batches, h, w, c, dy, dx);
-    return;
-#endif
+#else
     tt_mean_hw_grad_any(batches, h, w, c, dy, 0, dx);
+#endif
 }
 
 void tt_mean_hw_grad_positions_f32_hy(int32_t positions, int32_t count, int32_t c, const float *dy, uint16_t *dx)
