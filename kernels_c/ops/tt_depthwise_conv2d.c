@@ -1630,27 +1630,41 @@ void tt_depthwise_conv2d_grad_weight_hx_f32(const tt_conv_dims *d, int32_t k, co
  * once as it is stored. Written per element with tt_tap_window / tt_src_out (the walk the fp32 kernels speed up):
  * which elements share a pass changes no bits. */
 
-/* Outputs of input channels [c0, c1) of one batch: out[(pixel) * ys + oc - c0 * M]. */
+/* Outputs of input channels [c0, c1) of one batch: out[(pixel) * ys + oc - c0 * M]. The taps are walked by pointer
+ * steps from the window's first in-image tap (no index arithmetic per tap). */
 static void tt_dw_hx_hy_batch(const tt_conv_dims *d, int32_t c0, int32_t c1, float act_min, float act_max,
                               const uint16_t *x, const float *w, const float *bias, uint16_t *y, int32_t ys)
 {
     int32_t oy, ox, ic, m, ky, kx;
-    const int32_t mult = d->depth_multiplier;
+    const int32_t mult = d->depth_multiplier, C = d->in_c, OC = d->out_c;
+    const int32_t xcol = d->dilation_w * C, xrow = d->dilation_h * d->in_w * C, wrow = d->k_w * OC;
     for (oy = 0; oy < d->out_h; ++oy) {
         const int32_t iy0 = oy * d->stride_h - d->pad_top;
         for (ox = 0; ox < d->out_w; ++ox) {
             const int32_t ix0 = ox * d->stride_w - d->pad_left, yp = (oy * d->out_w + ox) * ys - c0 * mult;
             int32_t k4[4];
+            const uint16_t *x0;
+            const float *w0;
             tt_tap_window(d, iy0, ix0, k4);
+            if (k4[0] >= k4[1] || k4[2] >= k4[3]) {
+                k4[1] = k4[0];                             /* no in-image tap: the sum is +0, no pointer formed */
+                x0 = x;
+                w0 = w;
+            } else {
+                x0 = x + ((iy0 + k4[0] * d->dilation_h) * d->in_w + ix0 + k4[2] * d->dilation_w) * C;
+                w0 = w + (k4[0] * d->k_w + k4[2]) * OC;
+            }
             for (ic = c0; ic < c1; ++ic) {
                 for (m = 0; m < mult; ++m) {
                     const int32_t oc = ic * mult + m;
+                    const uint16_t *xr = x0 + ic;
+                    const float *wr = w0 + oc;
                     float facc = 0.0f;
-                    for (ky = k4[0]; ky < k4[1]; ++ky) {
-                        for (kx = k4[2]; kx < k4[3]; ++kx) {
-                            const int32_t xi = ((iy0 + ky * d->dilation_h) * d->in_w + ix0 + kx * d->dilation_w) *
-                                               d->in_c + ic;
-                            facc += tt_f16_read(x[xi]) * w[(ky * d->k_w + kx) * d->out_c + oc];
+                    for (ky = k4[0]; ky < k4[1]; ++ky, xr += xrow, wr += wrow) {
+                        const uint16_t *xp = xr;
+                        const float *wp = wr;
+                        for (kx = k4[2]; kx < k4[3]; ++kx, xp += xcol, wp += OC) {
+                            facc += tt_f16_read(*xp) * *wp;
                         }
                     }
                     y[yp + oc] = tt_f16_narrow(tt_act_clamp(bias != 0 ? facc + bias[oc] : facc, act_min, act_max));
@@ -1687,28 +1701,54 @@ void tt_depthwise_conv2d_hx_hy_inplace(const tt_conv_dims *d, float act_min, flo
     }
 }
 
-/* Input channel ic of one batch: dx element (iy, ix) to out[(iy * in_w + ix) * os]. */
+/* Input channel ic of one batch: dx element (iy, ix) to out[(iy * in_w + ix) * os]. The rows and columns of taps
+ * that reach an output are listed once per input row / pixel (tt_dw_gi_list, as tt_dw_gi_channel does; in tap order),
+ * not searched per tap and multiplier; a filter wider than TT_DW_ROWS takes the per-tap search. */
 static void tt_dw_gi_hdy_hdx_channel(const tt_conv_dims *d, const uint16_t *dy, const float *w, int32_t ic,
                                      uint16_t *out, int32_t os)
 {
-    int32_t iy, ix, m, ky, kx;
-    const int32_t M = d->depth_multiplier, OC = d->out_c;
+    int32_t iy, ix, m, ky, kx, r, j, nr, nc;
+    const int32_t M = d->depth_multiplier, OC = d->out_c, OW = d->out_w, KW = d->k_w;
+    int32_t rk[TT_DW_ROWS], ro[TT_DW_ROWS], ck[TT_DW_ROWS], co[TT_DW_ROWS];
+    if (d->k_h > TT_DW_ROWS || KW > TT_DW_ROWS) {
+        for (iy = 0; iy < d->in_h; ++iy) {
+            for (ix = 0; ix < d->in_w; ++ix) {
+                float total = 0.0f;
+                for (m = 0; m < M; ++m) {
+                    const int32_t oc = ic * M + m;
+                    float s = 0.0f;
+                    for (ky = 0; ky < d->k_h; ++ky) {
+                        const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
+                        if (oy < 0) {
+                            continue;
+                        }
+                        for (kx = 0; kx < KW; ++kx) {
+                            const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, OW);
+                            if (ox >= 0) {
+                                s += tt_f16_read(dy[(oy * OW + ox) * OC + oc]) * w[(ky * KW + kx) * OC + oc];
+                            }
+                        }
+                    }
+                    total = (m > 0 ? total : 0.0f) + s;
+                }
+                out[(iy * d->in_w + ix) * os] = tt_f16_narrow(total);
+            }
+        }
+        return;
+    }
     for (iy = 0; iy < d->in_h; ++iy) {
+        nr = tt_dw_gi_list(iy, d->pad_top, d->k_h, d->dilation_h, d->stride_h, d->out_h, rk, ro);
         for (ix = 0; ix < d->in_w; ++ix) {
             float total = 0.0f;
+            nc = tt_dw_gi_list(ix, d->pad_left, KW, d->dilation_w, d->stride_w, OW, ck, co);
             for (m = 0; m < M; ++m) {
                 const int32_t oc = ic * M + m;
                 float s = 0.0f;
-                for (ky = 0; ky < d->k_h; ++ky) {
-                    const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
-                    if (oy < 0) {
-                        continue;
-                    }
-                    for (kx = 0; kx < d->k_w; ++kx) {
-                        const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
-                        if (ox >= 0) {
-                            s += tt_f16_read(dy[(oy * d->out_w + ox) * OC + oc]) * w[(ky * d->k_w + kx) * OC + oc];
-                        }
+                for (r = 0; r < nr; ++r) {
+                    const uint16_t *g = dy + ro[r] * OW * OC + oc;
+                    const float *wr = w + rk[r] * KW * OC + oc;
+                    for (j = 0; j < nc; ++j) {
+                        s += tt_f16_read(g[co[j] * OC]) * wr[ck[j] * OC];
                     }
                 }
                 total = (m > 0 ? total : 0.0f) + s;
