@@ -109,10 +109,23 @@ static inline uint16_t tt_f16_narrow_portable(float f)
 
 /* fp16(f) as the kernels that write fp16 results themselves store it (fp16-mixed's fp16_output ops:
  * ops/tt_conv2d.c, tt_mean.c, tt_mask*.c, ...), inline so that they round each result where they store it and link
- * without tt_f16.c: on x86-64 with F16C (the host build) one VCVTPS2PH with round to nearest even in the instruction
- * (subnormal results kept, NaNs quiet with the top payload bits: tt_f16_narrow_portable's bits, checked by
- * tests/test_fp16_read.py), elsewhere the portable rounding. */
-#if defined(__F16C__) && !defined(TT_F16_PORTABLE_READ)
+ * without tt_f16.c. On an Arm FPU with the half-precision conversions (the Cortex-M55 board) one scalar
+ * VCVTB.F16.F32: it rounds by FPSCR.RMode (nearest even: the board's startup states RMode = 0, AHP = 0, DN = 0),
+ * keeps fp16 subnormal results (FZ16 = 0) and fp32 subnormal inputs (FZ = 0; they round to +-0 or the smallest
+ * subnormal as the portable code does), overflows to +-Inf, and with DN = 0 turns a NaN into the quiet NaN with its
+ * top payload bits: tt_f16_narrow_portable's bits on every fp32 value (tests/test_m55_f16.py checks 2.8 M of them
+ * in QEMU, every sign, exponent and rounding boundary). VCVTB writes only the low half of its register, hence the
+ * 16-bit truncation. On x86-64 with F16C (the host build) one VCVTPS2PH with round to nearest even in the instruction
+ * (the same bits, checked by tests/test_fp16_read.py); elsewhere the portable rounding. */
+#if defined(__arm__) && defined(__ARM_FP) && (__ARM_FP & 2) && !defined(TT_F16_PORTABLE_READ)
+static inline uint16_t tt_f16_narrow(float f)
+{
+    uint32_t bits;
+    __asm__("vcvtb.f16.f32 %0, %0" : "+t"(f));
+    memcpy(&bits, &f, 4);
+    return (uint16_t)bits;
+}
+#elif defined(__F16C__) && !defined(TT_F16_PORTABLE_READ)
 static inline uint16_t tt_f16_narrow(float f)
 {
     return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);

@@ -2,7 +2,8 @@
 scalar conversions of kernels_c/tt_f16.c, in QEMU on the Cortex-M55: all 65,536 fp16 values, about 2.8 million fp32
 values (every sign and exponent with the mantissas where rounding changes, and random bit patterns), in place and out
 of place, every length 0..67; plus the same program on the host (portable only) giving the same output bytes, and
-numpy's float16 for every value numpy converts the same way (all but NaN payloads).
+numpy's float16 for every value numpy converts the same way (all but NaN payloads). The kernels' per-element
+conversions (tt_f16_read, tt_f16_narrow: scalar VCVTBs on the M55) are checked on the same values.
 
 tests/test_fp16_kernels.py checks the portable scalar conversions against numpy on their own."""
 
@@ -63,6 +64,7 @@ static void check_f32(uint32_t n) {
     for (i = 0; i < n; ++i) {
         uint16_t want = tt_f32_to_f16(xf[i]);
         if (yh[i] != want) miss("cast_f32_f16", bits(xf[i]), yh[i], want);
+        if (tt_f16_narrow(xf[i]) != want) miss("f16_narrow", bits(xf[i]), tt_f16_narrow(xf[i]), want);
         if (bits(yf[i]) != bits(tt_f16_to_f32(want))) miss("round_f16", bits(xf[i]), bits(yf[i]), bits(tt_f16_to_f32(want)));
     }
     memcpy(yf, xf, n * 4u);                              /* in place: the fp16 results over the start of the floats */
@@ -201,6 +203,7 @@ def _run(board: str, tmp: Path, defines: dict[str, str], sanitize: tuple[str, ..
         dis = subprocess.run(["arm-none-eabi-objdump", "-d", "-marmv8.1-m.main", str(built.elf)], capture_output=True,
                              text=True, check=True).stdout
         assert ("vcvtb.f32.f16" in dis) == ("TT_USE_MVE" in defines)
+        assert re.search(r"vcvtb\.f16\.f32\s+s\d+, s\d+", dis)  # tt_f16_narrow: the scalar VCVTB on every M55 build
     return ran, int(m.group(1)), int(m.group(2)), int(m.group(3))
 
 

@@ -1633,32 +1633,128 @@ void tt_depthwise_conv2d_grad_weight_hx_f32(const tt_conv_dims *d, int32_t k, co
  * once as it is stored. Written per element with tt_tap_window / tt_src_out (the walk the fp32 kernels speed up):
  * which elements share a pass changes no bits. */
 
+/* One output pixel's outputs of input channels [c0, c1) of one batch: out[(pixel) * ys + oc - c0 * M]. The taps
+ * are walked by pointer steps from the window's first in-image tap (no index arithmetic per tap). */
+TT_CONV_INLINE void tt_dw_hx_hy_px(const tt_conv_dims *d, int32_t oy, int32_t ox, int32_t c0, int32_t c1,
+                                   float act_min, float act_max, const uint16_t *x, const float *w, const float *bias,
+                                   uint16_t *y, int32_t ys)
+{
+    int32_t ic, m, ky, kx;
+    const int32_t mult = d->depth_multiplier, C = d->in_c, OC = d->out_c;
+    const int32_t xcol = d->dilation_w * C, xrow = d->dilation_h * d->in_w * C, wrow = d->k_w * OC;
+    const int32_t iy0 = oy * d->stride_h - d->pad_top, ix0 = ox * d->stride_w - d->pad_left;
+    const int32_t yp = (oy * d->out_w + ox) * ys - c0 * mult;
+    int32_t k4[4];
+    const uint16_t *x0;
+    const float *w0;
+    tt_tap_window(d, iy0, ix0, k4);
+    if (k4[0] >= k4[1] || k4[2] >= k4[3]) {
+        k4[1] = k4[0];                                     /* no in-image tap: the sum is +0, no pointer formed */
+        x0 = x;
+        w0 = w;
+    } else {
+        x0 = x + ((iy0 + k4[0] * d->dilation_h) * d->in_w + ix0 + k4[2] * d->dilation_w) * C;
+        w0 = w + (k4[0] * d->k_w + k4[2]) * OC;
+    }
+    for (ic = c0; ic < c1; ++ic) {
+        for (m = 0; m < mult; ++m) {
+            const int32_t oc = ic * mult + m;
+            const uint16_t *xr = x0 + ic;
+            const float *wr = w0 + oc;
+            float facc = 0.0f;
+            for (ky = k4[0]; ky < k4[1]; ++ky, xr += xrow, wr += wrow) {
+                const uint16_t *xp = xr;
+                const float *wp = wr;
+                for (kx = k4[2]; kx < k4[3]; ++kx, xp += xcol, wp += OC) {
+                    facc += tt_f16_read(*xp) * *wp;
+                }
+            }
+            y[yp + oc] = tt_f16_narrow(tt_act_clamp(bias != 0 ? facc + bias[oc] : facc, act_min, act_max));
+        }
+    }
+}
+
+/* 3x3, dilation 1, multiplier 1: channel ic's outputs, the nine weights in registers, and along an output row whose
+ * window is inside the image the widened 3x3 inputs slide: a stride-1 step widens one new column (3 inputs), a
+ * stride-2 step two, instead of nine per output. The sum is the generic one's (taps in (ky, kx) order from +0);
+ * pixels whose window leaves the image take tt_dw_hx_hy_px. */
+static void tt_dw_hx_hy_3x3(const tt_conv_dims *d, int32_t ic, int32_t c0, float act_min, float act_max,
+                            const uint16_t *x, const float *w, const float *bias, uint16_t *y, int32_t ys)
+{
+    const int32_t C = d->in_c, OC = d->out_c, W = d->in_w, S = d->stride_w;
+    const float w00 = w[0 * OC + ic], w01 = w[1 * OC + ic], w02 = w[2 * OC + ic];
+    const float w10 = w[3 * OC + ic], w11 = w[4 * OC + ic], w12 = w[5 * OC + ic];
+    const float w20 = w[6 * OC + ic], w21 = w[7 * OC + ic], w22 = w[8 * OC + ic];
+    const float b = bias != 0 ? bias[ic] : 0.0f;
+    int32_t oy, ox;
+    for (oy = 0; oy < d->out_h; ++oy) {
+        const int32_t iy0 = oy * d->stride_h - d->pad_top;
+        int32_t prev = -2;                                 /* the output column the window below holds, or -2 */
+        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, b0 = 0.0f, b1 = 0.0f, b2 = 0.0f, e0 = 0.0f, e1 = 0.0f, e2 = 0.0f;
+        for (ox = 0; ox < d->out_w; ++ox) {
+            const int32_t ix0 = ox * S - d->pad_left;
+            float facc;
+            if (iy0 < 0 || iy0 + 2 >= d->in_h || ix0 < 0 || ix0 + 2 >= W) {
+                tt_dw_hx_hy_px(d, oy, ox, ic, ic + 1, act_min, act_max, x, w, bias, y + (ic - c0), ys);
+                prev = -2;
+                continue;
+            }
+            {
+                /* columns a, b, e of the window: input columns ix0, ix0 + 1, ix0 + 2 of rows iy0 .. iy0 + 2 */
+                const uint16_t *xp = x + (iy0 * W + ix0) * C + ic;
+                const int32_t rs = W * C;
+                if (prev == ox - 1 && S == 1) {
+                    a0 = b0; a1 = b1; a2 = b2;
+                    b0 = e0; b1 = e1; b2 = e2;
+                } else if (prev == ox - 1 && S == 2) {
+                    a0 = e0; a1 = e1; a2 = e2;
+                    b0 = tt_f16_read(xp[C]);
+                    b1 = tt_f16_read(xp[rs + C]);
+                    b2 = tt_f16_read(xp[2 * rs + C]);
+                } else {
+                    a0 = tt_f16_read(xp[0]);
+                    a1 = tt_f16_read(xp[rs]);
+                    a2 = tt_f16_read(xp[2 * rs]);
+                    b0 = tt_f16_read(xp[C]);
+                    b1 = tt_f16_read(xp[rs + C]);
+                    b2 = tt_f16_read(xp[2 * rs + C]);
+                }
+                e0 = tt_f16_read(xp[2 * C]);
+                e1 = tt_f16_read(xp[rs + 2 * C]);
+                e2 = tt_f16_read(xp[2 * rs + 2 * C]);
+            }
+            prev = ox;
+            facc = 0.0f;
+            facc += a0 * w00;
+            facc += b0 * w01;
+            facc += e0 * w02;
+            facc += a1 * w10;
+            facc += b1 * w11;
+            facc += e1 * w12;
+            facc += a2 * w20;
+            facc += b2 * w21;
+            facc += e2 * w22;
+            y[(oy * d->out_w + ox) * ys + ic - c0] =
+                tt_f16_narrow(tt_act_clamp(bias != 0 ? facc + b : facc, act_min, act_max));
+        }
+    }
+}
+
 /* Outputs of input channels [c0, c1) of one batch: out[(pixel) * ys + oc - c0 * M]. */
 static void tt_dw_hx_hy_batch(const tt_conv_dims *d, int32_t c0, int32_t c1, float act_min, float act_max,
                               const uint16_t *x, const float *w, const float *bias, uint16_t *y, int32_t ys)
 {
-    int32_t oy, ox, ic, m, ky, kx;
-    const int32_t mult = d->depth_multiplier;
+    int32_t oy, ox, ic;
+    if (d->k_h == 3 && d->k_w == 3 && d->dilation_h == 1 && d->dilation_w == 1 && d->depth_multiplier == 1 &&
+        (d->stride_w == 1 || d->stride_w == 2)) {
+        for (ic = c0; ic < c1; ++ic) {
+            tt_dw_hx_hy_3x3(d, ic, c0, act_min, act_max, x, w, bias, y, ys);
+        }
+        return;
+    }
     for (oy = 0; oy < d->out_h; ++oy) {
-        const int32_t iy0 = oy * d->stride_h - d->pad_top;
         for (ox = 0; ox < d->out_w; ++ox) {
-            const int32_t ix0 = ox * d->stride_w - d->pad_left, yp = (oy * d->out_w + ox) * ys - c0 * mult;
-            int32_t k4[4];
-            tt_tap_window(d, iy0, ix0, k4);
-            for (ic = c0; ic < c1; ++ic) {
-                for (m = 0; m < mult; ++m) {
-                    const int32_t oc = ic * mult + m;
-                    float facc = 0.0f;
-                    for (ky = k4[0]; ky < k4[1]; ++ky) {
-                        for (kx = k4[2]; kx < k4[3]; ++kx) {
-                            const int32_t xi = ((iy0 + ky * d->dilation_h) * d->in_w + ix0 + kx * d->dilation_w) *
-                                               d->in_c + ic;
-                            facc += tt_f16_read(x[xi]) * w[(ky * d->k_w + kx) * d->out_c + oc];
-                        }
-                    }
-                    y[yp + oc] = tt_f16_narrow(tt_act_clamp(bias != 0 ? facc + bias[oc] : facc, act_min, act_max));
-                }
-            }
+            tt_dw_hx_hy_px(d, oy, ox, c0, c1, act_min, act_max, x, w, bias, y, ys);
         }
     }
 }
@@ -1690,28 +1786,54 @@ void tt_depthwise_conv2d_hx_hy_inplace(const tt_conv_dims *d, float act_min, flo
     }
 }
 
-/* Input channel ic of one batch: dx element (iy, ix) to out[(iy * in_w + ix) * os]. */
+/* Input channel ic of one batch: dx element (iy, ix) to out[(iy * in_w + ix) * os]. The rows and columns of taps
+ * that reach an output are listed once per input row / pixel (tt_dw_gi_list, as tt_dw_gi_channel does; in tap order),
+ * not searched per tap and multiplier; a filter wider than TT_DW_ROWS takes the per-tap search. */
 static void tt_dw_gi_hdy_hdx_channel(const tt_conv_dims *d, const uint16_t *dy, const float *w, int32_t ic,
                                      uint16_t *out, int32_t os)
 {
-    int32_t iy, ix, m, ky, kx;
-    const int32_t M = d->depth_multiplier, OC = d->out_c;
+    int32_t iy, ix, m, ky, kx, r, j, nr, nc;
+    const int32_t M = d->depth_multiplier, OC = d->out_c, OW = d->out_w, KW = d->k_w;
+    int32_t rk[TT_DW_ROWS], ro[TT_DW_ROWS], ck[TT_DW_ROWS], co[TT_DW_ROWS];
+    if (d->k_h > TT_DW_ROWS || KW > TT_DW_ROWS) {
+        for (iy = 0; iy < d->in_h; ++iy) {
+            for (ix = 0; ix < d->in_w; ++ix) {
+                float total = 0.0f;
+                for (m = 0; m < M; ++m) {
+                    const int32_t oc = ic * M + m;
+                    float s = 0.0f;
+                    for (ky = 0; ky < d->k_h; ++ky) {
+                        const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
+                        if (oy < 0) {
+                            continue;
+                        }
+                        for (kx = 0; kx < KW; ++kx) {
+                            const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, OW);
+                            if (ox >= 0) {
+                                s += tt_f16_read(dy[(oy * OW + ox) * OC + oc]) * w[(ky * KW + kx) * OC + oc];
+                            }
+                        }
+                    }
+                    total = (m > 0 ? total : 0.0f) + s;
+                }
+                out[(iy * d->in_w + ix) * os] = tt_f16_narrow(total);
+            }
+        }
+        return;
+    }
     for (iy = 0; iy < d->in_h; ++iy) {
+        nr = tt_dw_gi_list(iy, d->pad_top, d->k_h, d->dilation_h, d->stride_h, d->out_h, rk, ro);
         for (ix = 0; ix < d->in_w; ++ix) {
             float total = 0.0f;
+            nc = tt_dw_gi_list(ix, d->pad_left, KW, d->dilation_w, d->stride_w, OW, ck, co);
             for (m = 0; m < M; ++m) {
                 const int32_t oc = ic * M + m;
                 float s = 0.0f;
-                for (ky = 0; ky < d->k_h; ++ky) {
-                    const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
-                    if (oy < 0) {
-                        continue;
-                    }
-                    for (kx = 0; kx < d->k_w; ++kx) {
-                        const int32_t ox = tt_src_out(ix, d->pad_left, kx, d->dilation_w, d->stride_w, d->out_w);
-                        if (ox >= 0) {
-                            s += tt_f16_read(dy[(oy * d->out_w + ox) * OC + oc]) * w[(ky * d->k_w + kx) * OC + oc];
-                        }
+                for (r = 0; r < nr; ++r) {
+                    const uint16_t *g = dy + ro[r] * OW * OC + oc;
+                    const float *wr = w + rk[r] * KW * OC + oc;
+                    for (j = 0; j < nc; ++j) {
+                        s += tt_f16_read(g[co[j] * OC]) * wr[ck[j] * OC];
                     }
                 }
                 total = (m > 0 ? total : 0.0f) + s;
