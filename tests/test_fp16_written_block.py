@@ -279,6 +279,15 @@ def test_fp16_block_kernels_give_the_golden_bits(tmp_path):
         assert got.tobytes() == np.ascontiguousarray(want).tobytes(), op.type
     assert seen == {"depthwise_conv2d", "conv2d", "add", "conv2d_grad_input", "depthwise_conv2d_grad_input",
                     "conv2d_grad_weight", "fully_connected_grad_input", "fully_connected_grad_weight"}, seen
+    # an fp32 result written over an fp16 operand (a buffer big enough for the result): tt_add_f16 runs from the end,
+    # so every element it reads is still the operand's (a forward loop would read elements it has already overwritten)
+    rng = np.random.default_rng(5)
+    a16 = rng.standard_normal(37).astype(np.float16)
+    b32 = rng.standard_normal(37).astype(np.float32)
+    buf = np.zeros(37, np.float32)
+    buf.view(np.float16)[:37] = a16
+    lib.tt_add_f16(37, f(-np.inf), f(np.inf), None, _p(buf), _p(b32), None, _p(buf), None)
+    assert buf.tobytes() == (a16.astype(np.float32) + b32).tobytes()
 
 
 @pytest.mark.slow

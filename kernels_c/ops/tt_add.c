@@ -23,8 +23,8 @@ void tt_add_f32(int32_t n, float act_min, float act_max, const float *a, const f
 void tt_unbroadcast_f32(const tt_broadcast *bc, float sign, const float *dy, float *dx, int32_t dx_size);
 /* fp16-mixed (issue 13): tt_add_f32 with each operand and the result fp32 or fp16 (the f32 / f16 pointer pair of
  * each, the other 0): operands widened where they are read, the result rounded once as it is stored (the bits of
- * tt_add_f32 between tt_cast_f16_f32 and tt_round_f16). Equal shapes; y may start where a or b does (it writes
- * behind what it reads). */
+ * tt_add_f32 between tt_cast_f16_f32 and tt_round_f16). Equal shapes; y may start where a or b does (an fp32
+ * result over an fp16 operand is written from the end, any other pair behind what it reads). */
 void tt_add_f16(int32_t n, float act_min, float act_max, const float *af, const uint16_t *ah, const float *bf,
                 const uint16_t *bh, float *yf, uint16_t *yh);
 #endif /* TT_INTERFACE */
@@ -164,8 +164,12 @@ void tt_unbroadcast_f32(const tt_broadcast *bc, float sign, const float *dy, flo
 void tt_add_f16(int32_t n, float act_min, float act_max, const float *af, const uint16_t *ah, const float *bf,
                 const uint16_t *bh, float *yf, uint16_t *yh)
 {
-    int32_t i;
-    for (i = 0; i < n; ++i) {
+    /* An fp32 result written over an fp16 operand runs from the end: y[i] covers that operand's elements 2i and
+     * 2i + 1, which a forward loop would not have read yet (a narrower or equal result writes behind what it reads) */
+    const int32_t back = yf != 0 && (ah != 0 || bh != 0);
+    int32_t k;
+    for (k = 0; k < n; ++k) {
+        const int32_t i = back ? n - 1 - k : k;
         float v = (ah != 0 ? tt_f16_read(ah[i]) : af[i]) + (bh != 0 ? tt_f16_read(bh[i]) : bf[i]);
         if (v < act_min) {
             v = act_min;
