@@ -60,7 +60,9 @@ void tt_mask_grad_f32(int32_t n, int32_t bit_offset, const uint8_t *mask, const 
     }
 }
 
-/* Element by element (every element is read before it is written, so in place is safe); a kept fp16 dy is copied
+/* Element by element: in place is safe where dz is no wider than dy (each element read before it is written); an fp32
+ * dz over an fp16 dy would overwrite elements 2i, 2i + 1 unread, and is never planned (fp16_mixed.fp16_written keeps
+ * a dy fp32 whose in-place reader writes fp32). A kept fp16 dy is copied
  * as its bits (widening and rounding back is the identity), a dropped one is +0. Inlined with each operand's other
  * pointer constant null, so every form below has its own loop without per-element tests. */
 static inline __attribute__((always_inline)) void tt_mask_grad_walk(int32_t n, uint32_t b, const uint8_t *mask,
