@@ -46,15 +46,15 @@ static inline float tt_f16_widen(uint16_t h)
  * not flush half-precision inputs, FZ16 or not; the single-precision result is never subnormal). It differs from
  * tt_f16_widen only on a signalling NaN, which it quiets; tt_f32_to_f16 stores every NaN quiet, so no tensor the
  * kernels read holds one and the bits are the same everywhere. Elsewhere: F16C's VCVTPH2PS where the target has it
- * (below), else tt_f16_widen. */
-#if defined(__arm__) && defined(__ARM_FP) && (__ARM_FP & 2) && !defined(TT_F16_PORTABLE_READ)
+ * (below), else tt_f16_widen. TT_F16_PORTABLE (tests) selects the portable widening and narrowing both. */
+#if defined(__arm__) && defined(__ARM_FP) && (__ARM_FP & 2) && !defined(TT_F16_PORTABLE)
 static inline float tt_f16_read(uint16_t h)
 {
     float f;
     __asm__("vmov %0, %1\n\tvcvtb.f32.f16 %0, %0" : "=t"(f) : "r"((uint32_t)h));
     return f;
 }
-#elif defined(__F16C__) && !defined(TT_F16_PORTABLE_READ)
+#elif defined(__F16C__) && !defined(TT_F16_PORTABLE)
 /* x86-64 with F16C (the host build's x86-64-v3): one VCVTPH2PS, the same bits but a signalling NaN's quieting, as on
  * Arm (tests/test_fp16_read.py checks all 65,536 values); the per-element reads of the fp16 kernels were most of
  * their host time with the portable widening's branches. */
@@ -117,7 +117,7 @@ static inline uint16_t tt_f16_narrow_portable(float f)
  * in QEMU, every sign, exponent and rounding boundary). VCVTB writes only the low half of its register, hence the
  * 16-bit truncation. On x86-64 with F16C (the host build) one VCVTPS2PH with round to nearest even in the instruction
  * (the same bits, checked by tests/test_fp16_read.py); elsewhere the portable rounding. */
-#if defined(__arm__) && defined(__ARM_FP) && (__ARM_FP & 2) && !defined(TT_F16_PORTABLE_READ)
+#if defined(__arm__) && defined(__ARM_FP) && (__ARM_FP & 2) && !defined(TT_F16_PORTABLE)
 static inline uint16_t tt_f16_narrow(float f)
 {
     uint32_t bits;
@@ -125,7 +125,7 @@ static inline uint16_t tt_f16_narrow(float f)
     memcpy(&bits, &f, 4);
     return (uint16_t)bits;
 }
-#elif defined(__F16C__) && !defined(TT_F16_PORTABLE_READ)
+#elif defined(__F16C__) && !defined(TT_F16_PORTABLE)
 static inline uint16_t tt_f16_narrow(float f)
 {
     return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);

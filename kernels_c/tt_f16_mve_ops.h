@@ -177,7 +177,7 @@ static inline mve_pred16_t tt_mve_byte_pred16(uint32_t x)
  * the widening of the quieted value. */
 static inline uint32x4_t tt_f16_read_x4_mve(uint32x4_t hb)
 {
-#if defined(TT_F16_PORTABLE_READ)
+#if defined(TT_F16_PORTABLE)
     return tt_f16_to_f32x4_mve(hb);
 #else
     const uint32x4_t f = tt_mve_vcvtb_f32_f16(hb);

@@ -53,7 +53,7 @@ int main(void)
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler")
-@pytest.mark.parametrize("flags", [["-march=x86-64-v3"], ["-DTT_F16_PORTABLE_READ"]], ids=["f16c", "portable"])
+@pytest.mark.parametrize("flags", [["-march=x86-64-v3"], ["-DTT_F16_PORTABLE"]], ids=["f16c", "portable"])
 def test_f16_read_and_narrow_equal_the_portable_forms(flags, tmp_path):
     if flags[0].startswith("-march") and platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("not an x86-64 host")
