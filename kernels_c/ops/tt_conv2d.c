@@ -1892,7 +1892,8 @@ void tt_conv2d_grad_weight_qx_f32_range(const tt_conv_dims *d, int32_t k, int32_
  * list of the nonzero ones (a few bytes of stack); the sums carry over between chunks in dx.
  *
  * Broadcast form (tt_gi1x1_bcast, the positions stream of a global average pool's gradient, MobileNetV2's head:
- * every pixel's gradient is a masked copy of one row com): a block of TT_GI_OB output channels x TT_GI_CB input
+ * every pixel's gradient is a masked copy of one row com; the plain entry compares pixel 0's row, and with at least
+ * TT_GI_PB4 pixels either entry takes this form): a block of TT_GI_OB output channels x TT_GI_CB input
  * channels is dequantized once into a stack buffer for up to TT_GI_PB pixels, and when the block's nonzero
  * gradients all have com's bits the buffer holds the products com[o] * dq(w) themselves, so each pixel only adds
  * the rows its gradient keeps (the same float32 products: g * v with g == com[o]); each pixel keeps TT_GI_CB sums
@@ -2354,6 +2355,37 @@ static void tt_gi1x1(int32_t P, int32_t IC, int32_t o0, int32_t o1, int32_t dys,
     }
 }
 
+/* The broadcast form over both weight parts; its own frame (not inlined: the stack bound takes the deepest of it and
+ * tt_gi1x1, not their sum). */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void tt_gi1x1_bc(int32_t pixels, int32_t in_c, int32_t o0, int32_t o1, const float *dy, const float *com,
+                        const int8_t *w, const int8_t *w_slice, int32_t n, const float *scale,
+                        const int32_t *zero_point, float *dx)
+{
+    int32_t part;
+    for (part = n > 0 ? 0 : 1; part < 2; ++part) { /* the trained slice's channels [0, n), then the rest */
+        tt_gi1x1_bcast(pixels, part ? n : 0, part ? in_c : n, o0, o1, o1 - o0, in_c, dy, com, part ? w + n : w_slice,
+                       part ? in_c : n, scale, zero_point, dx);
+    }
+}
+
+/* The 1x1 input gradient of output channels [o0, o1) for pixels [0, P) (dy rows o1 - o0 floats apart): with enough
+ * pixels to reuse a dequantized block, the broadcast form, com or (none given) pixel 0's row as the row compared
+ * (blocks whose listed gradients all have its bits add precomputed products, the others multiply: the same
+ * products and sums either way, the note above); with few pixels, the dense form. */
+static void tt_gi1x1_any(int32_t P, int32_t IC, int32_t o0, int32_t o1, const float *dy, const float *com,
+                         const int8_t *w, const int8_t *w_slice, int32_t n, const float *scale,
+                         const int32_t *zero_point, float *dx)
+{
+    if (P < TT_GI_PB4) {
+        tt_gi1x1(P, IC, o0, o1, o1 - o0, dy, w, w_slice, n, scale, zero_point, dx);
+    } else {
+        tt_gi1x1_bc(P, IC, o0, o1, dy, com != 0 ? com : dy, w, w_slice, n, scale, zero_point, dx);
+    }
+}
+
 /* One weight of either kind (tt_gi_walk's constant qw names it; the other pointer is null). */
 TT_GI_INLINE float tt_gi_w(const int qw, const float *wf, const int8_t *wq, int32_t i, const float *scale,
                            const int32_t *zero_point, int32_t o)
@@ -2387,8 +2419,8 @@ TT_GI_INLINE void tt_gi_walk(const tt_conv_dims *d, const float *dy, const uint1
     const int32_t taps = d->k_h * d->k_w;
     if (qw && taps == 1 && d->stride_h == 1 && d->stride_w == 1 && d->pad_top == 0 && d->pad_left == 0 &&
         d->out_h == d->in_h && d->out_w == d->in_w) {
-        tt_gi1x1(d->batches * d->in_h * d->in_w, d->in_c, 0, d->out_c, d->out_c, dy, (const int8_t *)w,
-                 (const int8_t *)w_slice, n, scale, zero_point, dx);
+        tt_gi1x1_any(d->batches * d->in_h * d->in_w, d->in_c, 0, d->out_c, dy, 0, (const int8_t *)w,
+                     (const int8_t *)w_slice, n, scale, zero_point, dx);
         return;
     }
     for (b = 0; b < d->batches; ++b) {
@@ -2471,31 +2503,11 @@ void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const i
     tt_gi_walk(d, dy, 0, w, w_slice, n, scale, zero_point, dx, 1);
 }
 
-/* The broadcast form over both weight parts; its own frame (not inlined: the stack bound takes the deepest of it and
- * tt_gi1x1, not their sum). */
-#if defined(__GNUC__)
-__attribute__((noinline))
-#endif
-static void tt_gi1x1_bc(int32_t pixels, int32_t in_c, int32_t o0, int32_t o1, const float *dy, const float *com,
-                        const int8_t *w, const int8_t *w_slice, int32_t n, const float *scale,
-                        const int32_t *zero_point, float *dx)
-{
-    int32_t part;
-    for (part = n > 0 ? 0 : 1; part < 2; ++part) { /* the trained slice's channels [0, n), then the rest */
-        tt_gi1x1_bcast(pixels, part ? n : 0, part ? in_c : n, o0, o1, o1 - o0, in_c, dy, com, part ? w + n : w_slice,
-                       part ? in_c : n, scale, zero_point, dx);
-    }
-}
-
 void tt_conv2d_grad_input_qw_f32_oc(int32_t pixels, int32_t in_c, int32_t o0, int32_t o1, const float *dy,
                                     const float *com, const int8_t *w, const int8_t *w_slice, int32_t n,
                                     const float *scale, const int32_t *zero_point, float *dx)
 {
-    if (com == 0 || pixels < TT_GI_PB4) { /* no broadcast row, or too few pixels to reuse a dequantized block */
-        tt_gi1x1(pixels, in_c, o0, o1, o1 - o0, dy, w, w_slice, n, scale, zero_point, dx);
-    } else {
-        tt_gi1x1_bc(pixels, in_c, o0, o1, dy, com, w, w_slice, n, scale, zero_point, dx);
-    }
+    tt_gi1x1_any(pixels, in_c, o0, o1, dy, com, w, w_slice, n, scale, zero_point, dx);
 }
 
 /* tt_conv2d_f32_split's sums in the same order, each result rounded once to fp16 as it is stored: what the fp32
