@@ -3,7 +3,8 @@ Cortex-M7 board in QEMU: the DSP build's hand-written VLDM / VSTM loops (add-onl
 copy of the broadcast row, multiply-add rows when some are not) give the bits of the float kernel on the dequantized
 weight, computed in the same firmware, and the portable build's bytes; so does the plain entry
 (tt_conv2d_grad_input_qw_f32, which compares pixel 0's row instead of a broadcast one). Random shapes: pixel counts around the
-16-pixel block, output-channel ranges with sums carried in dx, split weights, zero points, -0 and foreign gradients.
+16-pixel block, output-channel ranges with sums carried in dx, split weights, zero points, -0 and foreign gradients,
+dense foreign gradients (pixel pairs sharing one list: tt_gi_mul_rows8x2).
 Host-side coverage of the same C (ASan / UBSan): tests/test_kernels_c.py."""
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ CASES = [(16, 24, 40, 0, False, "pure", (0, 40)),
          (5, 8, 20, 0, False, "impure", (0, 20)),
          (21, 13, 33, 3, True, "impure", (0, 16, 33)),
          (4, 9, 18, 0, True, "negzero", (0, 7, 18)),
-         (33, 40, 12, 0, False, "pure", (0, 12))]
+         (33, 40, 12, 0, False, "pure", (0, 12)),
+         (16, 24, 40, 0, False, "dense", (0, 40)),
+         (7, 16, 33, 5, True, "dense", (0, 20, 33)),
+         (21, 9, 18, 0, True, "dense", (0, 18))]
 
 
 def _program() -> str:
@@ -51,6 +55,7 @@ def _program() -> str:
             DY[i * {o} + j] = r < 3u ? 0.0f : COM[j];
             if ({int(kind == 'impure')} && r == 3u) DY[i * {o} + j] = frand();
             if ({int(kind == 'negzero')} && r == 4u) DY[i * {o} + j] = -0.0f;
+            if ({int(kind == 'dense')}) DY[i * {o} + j] = frand() + 9.0f; /* nonzero: pixel pairs of one list */
         }}
         for (j = 0; j < {o}; ++j) for (i = 0; i < {c}; ++i) {{
             const int8_t q = i < {n} ? WS[j * {n} + i] : W[j * {c} + i];
