@@ -2281,12 +2281,8 @@ TT_GI_INLINE void tt_gi1x1_sums8(float *d, const float *gp, const uint8_t *lp, i
 }
 
 /* Two pixels' TT_GI_CB sums each over one list (their gradients gp0 / gp1, dense rows r of dequantized weights):
- * the multiplying form of tt_gi1x1_sums8 for both, each row read once. Out of line: inlined, its twelve registers
- * made the broadcast loop's other paths spill. */
-#if defined(__GNUC__)
-__attribute__((noinline))
-#endif
-static void tt_gi1x1_sums8x2(float *d0, float *d1, const float *gp0, const float *gp1, const uint8_t *lp,
+ * the multiplying form of tt_gi1x1_sums8 for both, each row read once. */
+TT_GI_INLINE void tt_gi1x1_sums8x2(float *d0, float *d1, const float *gp0, const float *gp1, const uint8_t *lp,
                                    int32_t n, const float *r, int first)
 {
 #if TT_GI_VFP_ASM
