@@ -1892,8 +1892,7 @@ void tt_conv2d_grad_weight_qx_f32_range(const tt_conv_dims *d, int32_t k, int32_
  * list of the nonzero ones (a few bytes of stack); the sums carry over between chunks in dx.
  *
  * Broadcast form (tt_gi1x1_bcast, the positions stream of a global average pool's gradient, MobileNetV2's head:
- * every pixel's gradient is a masked copy of one row com; the plain entry compares pixel 0's row, and with at least
- * TT_GI_PB4 pixels either entry takes this form): a block of TT_GI_OB output channels x TT_GI_CB input
+ * every pixel's gradient is a masked copy of one row com): a block of TT_GI_OB output channels x TT_GI_CB input
  * channels is dequantized once into a stack buffer for up to TT_GI_PB pixels, and when the block's nonzero
  * gradients all have com's bits the buffer holds the products com[o] * dq(w) themselves, so each pixel only adds
  * the rows its gradient keeps (the same float32 products: g * v with g == com[o]); each pixel keeps TT_GI_CB sums
@@ -2180,67 +2179,6 @@ static inline void tt_gi_mul_rows8(float *d, const float *gp, const uint8_t *lp,
         : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15",
           "s16", "memory", "cc");
 }
-
-/* Two pixels over one list: d0 / d1 = (first ? 0 : d0 / d1) + g0[j] / g1[j] * r[j] rows, j = lp[t] in list order
- * (n >= 1); each row loaded once for both (the same VMUL / VADD per sum as tt_gi_mul_rows8, in the same order). */
-static inline void tt_gi_mul_rows8x2(float *d0, float *d1, const float *g0, const float *g1, const uint8_t *lp,
-                                     int32_t n, const float *r, int first)
-{
-    const float *src0 = first ? tt_gi_zero8 : d0, *src1 = first ? tt_gi_zero8 : d1;
-    uint32_t row, j, k;
-    __asm__ volatile(
-        "vldmia   %[src0], {s0-s7}\n\t"
-        "vldmia   %[src1], {s8-s15}\n\t"
-        "1:\n\t"
-        "ldrb     %[j], [%[lp]], #1\n\t"
-        "add      %[row], %[r], %[j], lsl #5\n\t"
-        "add      %[k], %[g1], %[j], lsl #2\n\t"
-        "add      %[j], %[g0], %[j], lsl #2\n\t"
-        "vldmia   %[row], {s16-s23}\n\t"
-        "vldr     s24, [%[j]]\n\t"
-        "vldr     s25, [%[k]]\n\t"
-        "vmul.f32 s26, s24, s16\n\t"
-        "vmul.f32 s27, s25, s16\n\t"
-        "vmul.f32 s28, s24, s17\n\t"
-        "vmul.f32 s29, s25, s17\n\t"
-        "vadd.f32 s0, s0, s26\n\t"
-        "vadd.f32 s8, s8, s27\n\t"
-        "vadd.f32 s1, s1, s28\n\t"
-        "vadd.f32 s9, s9, s29\n\t"
-        "vmul.f32 s26, s24, s18\n\t"
-        "vmul.f32 s27, s25, s18\n\t"
-        "vmul.f32 s28, s24, s19\n\t"
-        "vmul.f32 s29, s25, s19\n\t"
-        "vadd.f32 s2, s2, s26\n\t"
-        "vadd.f32 s10, s10, s27\n\t"
-        "vadd.f32 s3, s3, s28\n\t"
-        "vadd.f32 s11, s11, s29\n\t"
-        "vmul.f32 s26, s24, s20\n\t"
-        "vmul.f32 s27, s25, s20\n\t"
-        "vmul.f32 s28, s24, s21\n\t"
-        "vmul.f32 s29, s25, s21\n\t"
-        "vadd.f32 s4, s4, s26\n\t"
-        "vadd.f32 s12, s12, s27\n\t"
-        "vadd.f32 s5, s5, s28\n\t"
-        "vadd.f32 s13, s13, s29\n\t"
-        "vmul.f32 s26, s24, s22\n\t"
-        "vmul.f32 s27, s25, s22\n\t"
-        "vmul.f32 s28, s24, s23\n\t"
-        "vmul.f32 s29, s25, s23\n\t"
-        "vadd.f32 s6, s6, s26\n\t"
-        "vadd.f32 s14, s14, s27\n\t"
-        "vadd.f32 s7, s7, s28\n\t"
-        "vadd.f32 s15, s15, s29\n\t"
-        "subs     %[n], %[n], #1\n\t"
-        "bne      1b\n\t"
-        "vstmia   %[d0], {s0-s7}\n\t"
-        "vstmia   %[d1], {s8-s15}\n\t"
-        : [lp] "+r"(lp), [n] "+r"(n), [row] "=&r"(row), [j] "=&r"(j), [k] "=&r"(k)
-        : [src0] "r"(src0), [src1] "r"(src1), [r] "r"(r), [d0] "r"(d0), [d1] "r"(d1), [g0] "r"(g0), [g1] "r"(g1)
-        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15",
-          "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "s24", "s25", "s26", "s27", "s28", "s29", "memory",
-          "cc");
-}
 #else
 #define TT_GI_VFP_ASM 0
 #endif
@@ -2280,40 +2218,6 @@ TT_GI_INLINE void tt_gi1x1_sums8(float *d, const float *gp, const uint8_t *lp, i
     d[0] = a0; d[1] = a1; d[2] = a2; d[3] = a3; d[4] = a4; d[5] = a5; d[6] = a6; d[7] = a7;
 }
 
-/* Two pixels' TT_GI_CB sums each over one list (their gradients gp0 / gp1, dense rows r of dequantized weights):
- * the multiplying form of tt_gi1x1_sums8 for both, each row read once. */
-TT_GI_INLINE void tt_gi1x1_sums8x2(float *d0, float *d1, const float *gp0, const float *gp1, const uint8_t *lp,
-                                   int32_t n, const float *r, int first)
-{
-#if TT_GI_VFP_ASM
-    tt_gi_mul_rows8x2(d0, d1, gp0, gp1, lp, n, r, first);
-#else
-    tt_gi1x1_sums8(d0, gp0, lp, n, r, first, 1);
-    tt_gi1x1_sums8(d1, gp1, lp, n, r, first, 1);
-#endif
-}
-
-/* The pixel pairs of tt_gi1x1_bcast's multiplying rows: pixels 2i and 2i + 1 (lists nz + p TT_GI_OB of cnt[p]
- * entries) take one pass over their list (pair[i] 1) when both list the same channels (a dense gradient); else
- * each its own (a union would add +-0 products that cost more than the pair saves on sparse lists). Out of line:
- * the broadcast loop's registers stay as they are. */
-#if defined(__GNUC__)
-__attribute__((noinline))
-#endif
-static void tt_gi_pairs(int32_t np, const uint8_t *nz, const uint8_t *cnt, uint8_t *pair)
-{
-    int32_t p, t;
-    pair[(np - 1) >> 1] = 0; /* an odd last pixel has no pair */
-    for (p = 0; p + 1 < np; p += 2) {
-        const uint8_t *la = nz + p * TT_GI_OB, *lb = la + TT_GI_OB;
-        int same = cnt[p] == cnt[p + 1] && cnt[p] > 0;
-        for (t = 0; same && t < cnt[p]; ++t) {
-            same = la[t] == lb[t];
-        }
-        pair[p >> 1] = (uint8_t)same;
-    }
-}
-
 /* The broadcast form (com given): pixels [0, P) in blocks of TT_GI_PB, output channels [o0, o1) in blocks of
  * TT_GI_OB, input channels [c0, c1) of one weight part (wb / stride as tt_gi1x1_dense) in blocks of TT_GI_CB. Each
  * pixel lists the block's output channels where its gradient is nonzero; when every listed gradient of every pixel
@@ -2325,7 +2229,7 @@ TT_GI_INLINE void tt_gi1x1_bcast(int32_t P, int32_t c0, int32_t c1, int32_t o0, 
                                  const float *scale, const int32_t *zero_point, float *dx)
 {
     float r[TT_GI_OB * TT_GI_CB];
-    uint8_t nz[TT_GI_PB * TT_GI_OB], cnt[TT_GI_PB], used[TT_GI_OB], pair[TT_GI_PB / 2];
+    uint8_t nz[TT_GI_PB * TT_GI_OB], cnt[TT_GI_PB], used[TT_GI_OB];
     int32_t pb, ob, ic, j, t, p, k;
     for (pb = 0; pb < P; pb += TT_GI_PB) {
         const int32_t np = P - pb < TT_GI_PB ? P - pb : TT_GI_PB;
@@ -2356,9 +2260,6 @@ TT_GI_INLINE void tt_gi1x1_bcast(int32_t P, int32_t c0, int32_t c1, int32_t o0, 
                 if ((all >> j) & 1u) {
                     used[nu++] = (uint8_t)j;
                 }
-            }
-            if (other != 0) {
-                tt_gi_pairs(np, nz, cnt, pair);
             }
             for (ic = c0; ic < c1; ic += TT_GI_CB) {
                 const int32_t nc = c1 - ic < TT_GI_CB ? c1 - ic : TT_GI_CB;
@@ -2391,26 +2292,6 @@ TT_GI_INLINE void tt_gi1x1_bcast(int32_t P, int32_t c0, int32_t c1, int32_t o0, 
                             rr[k] = other == 0 ? g * tt_dq(wr[k], z, sc) : tt_dq(wr[k], z, sc);
                         }
                     }
-                }
-                if (other != 0 && nc == TT_GI_CB) { /* multiplying rows, pixel pairs of one list together */
-                    for (p = 0; p < np; ++p) {
-                        float *d = dx + (pb + p) * IC + ic;
-                        const float *gp = dy + (pb + p) * dys + (ob - o0);
-                        const int32_t n = cnt[p];
-                        if (n == 0) {
-                            if (first) {
-                                for (k = 0; k < TT_GI_CB; ++k) {
-                                    d[k] = 0.0f;
-                                }
-                            }
-                        } else if ((p & 1) == 0 && pair[p >> 1]) { /* p + 1 < np, the same list */
-                            tt_gi1x1_sums8x2(d, d + IC, gp, gp + dys, nz + p * TT_GI_OB, n, r, first);
-                            ++p;
-                        } else {
-                            tt_gi1x1_sums8(d, gp, nz + p * TT_GI_OB, n, r, first, 1);
-                        }
-                    }
-                    continue;
                 }
                 for (p = 0; p < np; ++p) {
                     float *d = dx + (pb + p) * IC + ic;
@@ -2473,37 +2354,6 @@ static void tt_gi1x1(int32_t P, int32_t IC, int32_t o0, int32_t o1, int32_t dys,
     }
 }
 
-/* The broadcast form over both weight parts; its own frame (not inlined: the stack bound takes the deepest of it and
- * tt_gi1x1, not their sum). */
-#if defined(__GNUC__)
-__attribute__((noinline))
-#endif
-static void tt_gi1x1_bc(int32_t pixels, int32_t in_c, int32_t o0, int32_t o1, const float *dy, const float *com,
-                        const int8_t *w, const int8_t *w_slice, int32_t n, const float *scale,
-                        const int32_t *zero_point, float *dx)
-{
-    int32_t part;
-    for (part = n > 0 ? 0 : 1; part < 2; ++part) { /* the trained slice's channels [0, n), then the rest */
-        tt_gi1x1_bcast(pixels, part ? n : 0, part ? in_c : n, o0, o1, o1 - o0, in_c, dy, com, part ? w + n : w_slice,
-                       part ? in_c : n, scale, zero_point, dx);
-    }
-}
-
-/* The 1x1 input gradient of output channels [o0, o1) for pixels [0, P) (dy rows o1 - o0 floats apart): with enough
- * pixels to reuse a dequantized block, the broadcast form, com or (none given) pixel 0's row as the row compared
- * (blocks whose listed gradients all have its bits add precomputed products, the others multiply: the same
- * products and sums either way, the note above); with few pixels, the dense form. */
-static void tt_gi1x1_any(int32_t P, int32_t IC, int32_t o0, int32_t o1, const float *dy, const float *com,
-                         const int8_t *w, const int8_t *w_slice, int32_t n, const float *scale,
-                         const int32_t *zero_point, float *dx)
-{
-    if (P < TT_GI_PB4) {
-        tt_gi1x1(P, IC, o0, o1, o1 - o0, dy, w, w_slice, n, scale, zero_point, dx);
-    } else {
-        tt_gi1x1_bc(P, IC, o0, o1, dy, com != 0 ? com : dy, w, w_slice, n, scale, zero_point, dx);
-    }
-}
-
 /* One weight of either kind (tt_gi_walk's constant qw names it; the other pointer is null). */
 TT_GI_INLINE float tt_gi_w(const int qw, const float *wf, const int8_t *wq, int32_t i, const float *scale,
                            const int32_t *zero_point, int32_t o)
@@ -2537,8 +2387,8 @@ TT_GI_INLINE void tt_gi_walk(const tt_conv_dims *d, const float *dy, const uint1
     const int32_t taps = d->k_h * d->k_w;
     if (qw && taps == 1 && d->stride_h == 1 && d->stride_w == 1 && d->pad_top == 0 && d->pad_left == 0 &&
         d->out_h == d->in_h && d->out_w == d->in_w) {
-        tt_gi1x1_any(d->batches * d->in_h * d->in_w, d->in_c, 0, d->out_c, dy, 0, (const int8_t *)w,
-                     (const int8_t *)w_slice, n, scale, zero_point, dx);
+        tt_gi1x1(d->batches * d->in_h * d->in_w, d->in_c, 0, d->out_c, d->out_c, dy, (const int8_t *)w,
+                 (const int8_t *)w_slice, n, scale, zero_point, dx);
         return;
     }
     for (b = 0; b < d->batches; ++b) {
@@ -2621,11 +2471,31 @@ void tt_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const i
     tt_gi_walk(d, dy, 0, w, w_slice, n, scale, zero_point, dx, 1);
 }
 
+/* The broadcast form over both weight parts; its own frame (not inlined: the stack bound takes the deepest of it and
+ * tt_gi1x1, not their sum). */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void tt_gi1x1_bc(int32_t pixels, int32_t in_c, int32_t o0, int32_t o1, const float *dy, const float *com,
+                        const int8_t *w, const int8_t *w_slice, int32_t n, const float *scale,
+                        const int32_t *zero_point, float *dx)
+{
+    int32_t part;
+    for (part = n > 0 ? 0 : 1; part < 2; ++part) { /* the trained slice's channels [0, n), then the rest */
+        tt_gi1x1_bcast(pixels, part ? n : 0, part ? in_c : n, o0, o1, o1 - o0, in_c, dy, com, part ? w + n : w_slice,
+                       part ? in_c : n, scale, zero_point, dx);
+    }
+}
+
 void tt_conv2d_grad_input_qw_f32_oc(int32_t pixels, int32_t in_c, int32_t o0, int32_t o1, const float *dy,
                                     const float *com, const int8_t *w, const int8_t *w_slice, int32_t n,
                                     const float *scale, const int32_t *zero_point, float *dx)
 {
-    tt_gi1x1_any(pixels, in_c, o0, o1, dy, com, w, w_slice, n, scale, zero_point, dx);
+    if (com == 0 || pixels < TT_GI_PB4) { /* no broadcast row, or too few pixels to reuse a dequantized block */
+        tt_gi1x1(pixels, in_c, o0, o1, o1 - o0, dy, w, w_slice, n, scale, zero_point, dx);
+    } else {
+        tt_gi1x1_bc(pixels, in_c, o0, o1, dy, com, w, w_slice, n, scale, zero_point, dx);
+    }
 }
 
 /* tt_conv2d_f32_split's sums in the same order, each result rounded once to fp16 as it is stored: what the fp32
