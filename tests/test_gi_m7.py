@@ -1,8 +1,10 @@
 """The 1x1 int8-weight input gradient's broadcast form (the positions stream, ops/tt_conv2d.c tt_gi1x1_bcast) on the
 Cortex-M7 board in QEMU: the DSP build's hand-written VLDM / VSTM loops (add-only rows when every gradient is a masked
 copy of the broadcast row, multiply-add rows when some are not) give the bits of the float kernel on the dequantized
-weight, computed in the same firmware, and the portable build's bytes. Random shapes: pixel counts around the
-16-pixel block, output-channel ranges with sums carried in dx, split weights, zero points, -0 and foreign gradients.
+weight, computed in the same firmware, and the portable build's bytes; so does the plain entry
+(tt_conv2d_grad_input_qw_f32, which compares pixel 0's row instead of a broadcast one). Random shapes: pixel counts around the
+16-pixel block, output-channel ranges with sums carried in dx, split weights, zero points, -0 and foreign gradients,
+dense foreign gradients (pixel pairs sharing one list: tt_gi_mul_rows8x2).
 Host-side coverage of the same C (ASan / UBSan): tests/test_kernels_c.py."""
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ CASES = [(16, 24, 40, 0, False, "pure", (0, 40)),
          (5, 8, 20, 0, False, "impure", (0, 20)),
          (21, 13, 33, 3, True, "impure", (0, 16, 33)),
          (4, 9, 18, 0, True, "negzero", (0, 7, 18)),
-         (33, 40, 12, 0, False, "pure", (0, 12))]
+         (33, 40, 12, 0, False, "pure", (0, 12)),
+         (16, 24, 40, 0, False, "dense", (0, 40)),
+         (7, 16, 33, 5, True, "dense", (0, 20, 33)),
+         (21, 9, 18, 0, True, "dense", (0, 18))]
 
 
 def _program() -> str:
@@ -50,6 +55,7 @@ def _program() -> str:
             DY[i * {o} + j] = r < 3u ? 0.0f : COM[j];
             if ({int(kind == 'impure')} && r == 3u) DY[i * {o} + j] = frand();
             if ({int(kind == 'negzero')} && r == 4u) DY[i * {o} + j] = -0.0f;
+            if ({int(kind == 'dense')}) DY[i * {o} + j] = frand() + 9.0f; /* nonzero: pixel pairs of one list */
         }}
         for (j = 0; j < {o}; ++j) for (i = 0; i < {c}; ++i) {{
             const int8_t q = i < {n} ? WS[j * {n} + i] : W[j * {c} + i];
@@ -57,7 +63,10 @@ def _program() -> str:
         }}
         for (i = 0; i < {p} * {c}; ++i) DX[i] = 12345.0f;{calls}
         tt_conv2d_grad_input_f32(&d, DY, WF, DXF);
-        if (tt_write(fd, DX, {p * c * 4}) != 0 || tt_write(fd, DXF, {p * c * 4}) != 0) return 3;
+        for (i = 0; i < {p} * {c}; ++i) DX2[i] = 12345.0f;
+        tt_conv2d_grad_input_qw_f32(&d, DY, W, {'WS' if n else 'W'}, {n}, SC, Z, DX2);
+        if (tt_write(fd, DX, {p * c * 4}) != 0 || tt_write(fd, DXF, {p * c * 4}) != 0 ||
+            tt_write(fd, DX2, {p * c * 4}) != 0) return 3;
     }}""")
     return f"""#include <stdint.h>
 #include "tt_platform.h"
@@ -66,7 +75,7 @@ def _program() -> str:
 static uint32_t state = 1u;
 static uint32_t rnd(void) {{ state = state * 1664525u + 1013904223u; return state >> 8; }}
 static float frand(void) {{ return (float)((int32_t)(rnd() & 0xFFFF) - 32768) / 4096.0f; }}
-static float DY[{px * oc}], CH[{px * oc}], COM[{oc}], SC[{oc}], WF[{oc * ic}], DX[{px * ic}], DXF[{px * ic}];
+static float DY[{px * oc}], CH[{px * oc}], COM[{oc}], SC[{oc}], WF[{oc * ic}], DX[{px * ic}], DXF[{px * ic}], DX2[{px * ic}];
 static int8_t W[{oc * ic}], WS[{oc * ic}];
 static int32_t Z[{oc}];
 
@@ -105,6 +114,8 @@ def test_broadcast_input_gradient_in_qemu_gives_the_float_kernels_bits(tmp_path)
     for p, c, *_ in CASES:
         got = np.frombuffer(dsp, "<u4", p * c, pos)
         want = np.frombuffer(dsp, "<u4", p * c, pos + 4 * p * c)
+        plain = np.frombuffer(dsp, "<u4", p * c, pos + 8 * p * c)  # tt_conv2d_grad_input_qw_f32: no broadcast row
         np.testing.assert_array_equal(got, want)
-        pos += 8 * p * c
+        np.testing.assert_array_equal(plain, want)
+        pos += 12 * p * c
     assert pos == len(dsp)
