@@ -711,7 +711,7 @@ typedef struct {
     int8_t *y;
     int32_t ystep;
     uintptr_t end;      /* y's address after the last pixel (tt_pw4w_raw_run: the pixels left) */
-    const int32_t *tab; /* 4 adds, 2 C lane words, 4 x {h, multiplier, e} */
+    const int32_t *tab; /* 4 biases (doubled for run2), 2 C lane words, 4 x {h, multiplier, e} */
     int32_t iters;      /* passes of the word loop: (C / 4 + 3) / 4 */
     uint32_t entry;     /* C / 4 << 30: one LSLS #1 sets N to its bit 0 and C to its bit 1 (the loop's entry) */
     int32_t *sums;      /* a deep input's partial sums, 4 per pixel (tt_pw4w_raw_run writes, tt_pw4w_fin_run reads) */
@@ -1149,9 +1149,6 @@ static int32_t tt_conv_border(const tt_geom *g, const int8_t *xb, const int8_t *
     return acc;
 }
 
-/* Input channels up to which a split 1x1 weight's block is merged on the stack for the SIMD passes. */
-#define TT_PW_SPLIT_C 64
-
 /* 1x1 conv, four output channels, over `count` pixels spaced `xstep` input bytes apart (output pixels are
  * consecutive): the channel block's constants stay put while the pixels stream by. */
 
@@ -1171,20 +1168,8 @@ TT_CONV_NOINLINE void tt_pointwise4(const tt_conv_block *bk, int32_t C, int32_t 
         tt_pw4w(bk, n, x, xstep, C, count, y, OC);
         return;
     }
-    if (bk->mm_ok == 2 && n == 0 && (C & 3) == 0 && C > 0 && count > 0) {
+    if (bk->mm_ok == 2 && n == 0 && (C & 3) == 0 && C > 0 && count > 0) { /* one pixel, or C > 2 TT_PW4W_MAXC */
         tt_pw4(bk, x, xstep, C, w0, C, count, y, OC);
-        return;
-    }
-    if (bk->mm_ok == 2 && n > 0 && (C & 3) == 0 && C <= TT_PW_SPLIT_C && count > 1) {
-        /* a split weight: the block's four rows merged (slice channels, then the frozen ones) into one small
-         * buffer, then the whole-weight pass over them */
-        int8_t wbuf[4 * TT_PW_SPLIT_C];
-        int32_t j;
-        for (j = 0; j < 4; ++j) {
-            memcpy(wbuf + j * C, bk->ws[j], (size_t)n);
-            memcpy(wbuf + j * C + n, bk->w[j] + n, (size_t)rest);
-        }
-        tt_pw4(bk, x, xstep, C, wbuf, C, count, y, OC);
         return;
     }
 #endif
@@ -1372,15 +1357,17 @@ static void tt_i2c_rows(const tt_conv_dims *d, const tt_geom *g, const tt_requan
     const int32_t C = g->in_c, KH = g->k_h, row = g->k_w * C, K = KH * row, Kp = (K + 3) & ~3, OC = g->out_c;
     const int32_t xrow = g->dil_h * g->in_w * C, xstep = g->stride_w * C, words = Kp >> 2;
     const int32_t zin = q->input_zero_point;
-    int8_t win[(TT_I2C_PASS + 1) * TT_I2C_K];           /* the pass's windows (and an odd pass's dummy) */
-    int16_t xs[TT_I2C_PASS * TT_I2C_K];                  /* widened: one int16 per window byte */
-    int16_t ws[TT_I2C_CH * TT_I2C_K];                    /* the channels' weights, widened, by channel pairs */
+    int8_t win[(TT_I2C_PASS + 1) * TT_I2C_K];           /* the pass's windows (an odd pass's dummy is a slot < PASS) */
+    /* word-aligned by request, not by gcc's habit: tt_i2c22_run reads them with LDM / LDRD, which fault otherwise */
+    int16_t xs[TT_I2C_PASS * TT_I2C_K] __attribute__((aligned(4)));  /* widened: one int16 per window byte */
+    int16_t ws[TT_I2C_CH * TT_I2C_K] __attribute__((aligned(4)));    /* the weights, widened, by channel pairs */
     int32_t cst[TT_I2C_CH][4];                           /* add, h, multiplier, e */
     tt_i2c22_frame f;
     int32_t oy_lo, oy_hi, ox_lo, ox_hi, oc0, nch, j, k, b, oy, p0, p;
     tt_interior(g->out_h, g->in_h, g->stride_h, g->pad_top, g->k_h, g->dil_h, &oy_lo, &oy_hi);
     tt_interior(g->out_w, g->in_w, g->stride_w, g->pad_left, g->k_w, 1, &ox_lo, &ox_hi);
-    memset(win, 0, sizeof win); /* the windows' tails past K and the dummy stay zero */
+    memset(win, 0, sizeof win); /* the windows' tails past K stay zero (a dummy may hold an old window: its outputs
+                                 * are overwritten) */
     f.words = words;
     f.ystep = OC;
     for (oc0 = 0; oc0 < OC; oc0 += TT_I2C_CH) {
@@ -1665,7 +1652,7 @@ void tt_conv2d_grad_weight_f32(const tt_conv_dims *d, int32_t k, const float *dy
     tt_conv2d_grad_weight_f32_range(d, k, 0, d->out_c, dy, x, dw);
 }
 
-/* Zero-gradient skipping (the note at tt_gi1x1_part). */
+/* Zero-gradient skipping (the note above tt_gi1x1_dense). */
 #define TT_NZ_CHUNK 128
 
 TT_GI_INLINE uint32_t tt_fbits(float f)
@@ -1694,7 +1681,7 @@ TT_GI_INLINE void tt_gw1x1(int32_t P, int32_t O, int32_t IC, int32_t k, int32_t 
                            const float *xf, const int8_t *xq, const uint16_t *xh, float scale, int32_t zero_point,
                            float *dw)
 {
-    /* Pixels where dy[p, o] is +-0 are skipped, the sums keep their bits (see tt_gi1x1_part's note: every x here
+    /* Pixels where dy[p, o] is +-0 are skipped, the sums keep their bits (see the note above tt_gi1x1_dense: every x here
      * is finite when it is dequantized from int8; a float x could be inf or NaN, so only xq skips). */
     uint8_t nz[TT_NZ_CHUNK];
     int32_t o, c, pc, j, n;
