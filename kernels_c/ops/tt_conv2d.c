@@ -1582,14 +1582,74 @@ void tt_conv2d_f32(const tt_conv_dims *d, float act_min, float act_max, const fl
     tt_conv2d_f32_split(d, act_min, act_max, x, w, w, 0, bias, y);
 }
 
-/* Input channels [0, n) of filter row (oc, ky, kx) from w_slice, [n, in_c) from w: one sum in channel order. The
- * result is stored in fp32 (yf) or, rounded once, in fp16 (yh): inlined with one of them null, so each kernel below
- * keeps only its own store. */
+/* One element of a float tensor held in fp32 (f) or fp16 (h, widened where it is read): inlined with one of the two
+ * pointers constant null, so each caller compiles to the plain read of its own kind. */
+TT_CONV_INLINE float tt_f_or_h(const float *f, const uint16_t *h, int32_t i)
+{
+    return h != 0 ? tt_f16_read(h[i]) : f[i];
+}
+
+/* Output channel oc's sum at one output pixel (input origin iy0, ix0): acc = 0, += x * w over the in-image taps in
+ * (filter y, filter x, input channel) order, input channels [0, n) of filter row (oc, ky, kx) from w_slice,
+ * [n, in_c) from w. x is fp32 (xf) or fp16 (xh), read through tt_f_or_h with the other pointer null. */
+TT_CONV_INLINE float tt_conv_px1(const tt_conv_dims *d, int32_t b, int32_t iy0, int32_t ix0, const float *xf,
+                                 const uint16_t *xh, const float *w, const float *w_slice, int32_t n, int32_t oc)
+{
+    float acc = 0.0f;
+    int32_t ky, kx, ic;
+    for (ky = 0; ky < d->k_h; ++ky) {
+        const int32_t iy = iy0 + ky * d->dilation_h;
+        if (iy < 0 || iy >= d->in_h) {
+            continue;
+        }
+        for (kx = 0; kx < d->k_w; ++kx) {
+            const int32_t ix = ix0 + kx * d->dilation_w;
+            const int32_t at = ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
+            const float *xfp = 0, *wp;
+            const uint16_t *xhp = 0;
+            if (ix < 0 || ix >= d->in_w) {
+                continue;
+            }
+            if (xh != 0) {
+                xhp = xh + at;
+            } else {
+                xfp = xf + at;
+            }
+            wp = w_slice + ((oc * d->k_h + ky) * d->k_w + kx) * n;
+            for (ic = 0; ic < n; ++ic) {
+                acc += tt_f_or_h(xfp, xhp, ic) * wp[ic];
+            }
+            wp = w + ((oc * d->k_h + ky) * d->k_w + kx) * d->in_c;
+            for (ic = n; ic < d->in_c; ++ic) {
+                acc += tt_f_or_h(xfp, xhp, ic) * wp[ic];
+            }
+        }
+    }
+    return acc;
+}
+
+/* A float forward conv's tail for the output element at of channel oc: + bias (if any), the clamp, then stored in fp32
+ * (yf) or rounded once to fp16 (yh); inlined with one of the two null, so each kernel keeps only its own store. */
+TT_CONV_INLINE void tt_conv_out(float v, const float *bias, int32_t oc, float act_min, float act_max, float *yf,
+                                uint16_t *yh, int32_t at)
+{
+    if (bias != 0) {
+        v += bias[oc];
+    }
+    v = tt_act_clamp(v, act_min, act_max);
+    if (yh != 0) {
+        yh[at] = tt_f16_narrow(v);
+    } else {
+        yf[at] = v;
+    }
+}
+
+/* The fp32-input forward conv: each output channel's sum by tt_conv_px1, then tt_conv_out. */
 TT_CONV_INLINE void tt_conv_f32_walk(const tt_conv_dims *d, float act_min, float act_max, const float *x,
                                      const float *w, const float *w_slice, int32_t n, const float *bias, float *yf,
                                      uint16_t *yh)
 {
-    int32_t b, oy, ox, oc, ky, kx, ic;
+    int32_t b, oy, ox, oc;
     for (b = 0; b < d->batches; ++b) {
         for (oy = 0; oy < d->out_h; ++oy) {
             const int32_t iy0 = oy * d->stride_h - d->pad_top;
@@ -1597,39 +1657,8 @@ TT_CONV_INLINE void tt_conv_f32_walk(const tt_conv_dims *d, float act_min, float
                 const int32_t ix0 = ox * d->stride_w - d->pad_left;
                 const int32_t yp = ((b * d->out_h + oy) * d->out_w + ox) * d->out_c;
                 for (oc = 0; oc < d->out_c; ++oc) {
-                    float acc = 0.0f;
-                    for (ky = 0; ky < d->k_h; ++ky) {
-                        const int32_t iy = iy0 + ky * d->dilation_h;
-                        if (iy < 0 || iy >= d->in_h) {
-                            continue;
-                        }
-                        for (kx = 0; kx < d->k_w; ++kx) {
-                            const int32_t ix = ix0 + kx * d->dilation_w;
-                            const float *xp;
-                            const float *wp;
-                            if (ix < 0 || ix >= d->in_w) {
-                                continue;
-                            }
-                            xp = x + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
-                            wp = w_slice + ((oc * d->k_h + ky) * d->k_w + kx) * n;
-                            for (ic = 0; ic < n; ++ic) {
-                                acc += xp[ic] * wp[ic];
-                            }
-                            wp = w + ((oc * d->k_h + ky) * d->k_w + kx) * d->in_c;
-                            for (ic = n; ic < d->in_c; ++ic) {
-                                acc += xp[ic] * wp[ic];
-                            }
-                        }
-                    }
-                    if (bias != 0) {
-                        acc += bias[oc];
-                    }
-                    acc = tt_act_clamp(acc, act_min, act_max);
-                    if (yh != 0) {
-                        yh[yp + oc] = tt_f16_narrow(acc);
-                    } else {
-                        yf[yp + oc] = acc;
-                    }
+                    tt_conv_out(tt_conv_px1(d, b, iy0, ix0, x, 0, w, w_slice, n, oc), bias, oc, act_min, act_max, yf,
+                                yh, yp + oc);
                 }
             }
         }
@@ -2348,13 +2377,6 @@ TT_GI_INLINE float tt_gi_w(const int qw, const float *wf, const int8_t *wq, int3
     return qw ? tt_dq(wq[i], zero_point[o], scale[o]) : wf[i];
 }
 
-/* dy[o] of the tap's output pixel, from the fp32 gradient or (fp16-mixed graphs) the fp16 one widened where it is
- * read: inlined with one of the two pointers constant null. */
-TT_GI_INLINE float tt_gi_dy(const float *dyp, const uint16_t *dyhp, int32_t o)
-{
-    return dyhp != 0 ? tt_f16_read(dyhp[o]) : dyp[o];
-}
-
 /* The next output channel's row (only the pointer of the weight's kind moves: the other is null). */
 #define TT_GI_NEXT(qw, wf, wq, stride) ((qw) ? (void)((wq) += (stride)) : (void)((wf) += (stride)))
 
@@ -2417,7 +2439,7 @@ TT_GI_INLINE void tt_gi_walk(const tt_conv_dims *d, const float *dy, const uint1
                             if (ic + 4 <= lim) {
                                 float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
                                 for (o = 0; o < d->out_c; ++o) {
-                                    const float g = tt_gi_dy(dyp, dyhp, o);
+                                    const float g = tt_f_or_h(dyp, dyhp, o);
                                     s0 += g * tt_gi_w(qw, wfb, wqb, 0, scale, zero_point, o);
                                     s1 += g * tt_gi_w(qw, wfb, wqb, 1, scale, zero_point, o);
                                     s2 += g * tt_gi_w(qw, wfb, wqb, 2, scale, zero_point, o);
@@ -2432,7 +2454,7 @@ TT_GI_INLINE void tt_gi_walk(const tt_conv_dims *d, const float *dy, const uint1
                             } else {
                                 float s = 0.0f;
                                 for (o = 0; o < d->out_c; ++o) {
-                                    s += tt_gi_dy(dyp, dyhp, o) * tt_gi_w(qw, wfb, wqb, 0, scale, zero_point, o);
+                                    s += tt_f_or_h(dyp, dyhp, o) * tt_gi_w(qw, wfb, wqb, 0, scale, zero_point, o);
                                     TT_GI_NEXT(qw, wfb, wqb, stride);
                                 }
                                 dxp[ic] += s;
@@ -2685,7 +2707,7 @@ TT_CONV_INLINE void tt_conv_hx_walk(const tt_conv_dims *d, float act_min, float 
                                     const float *w, const float *w_slice, int32_t n, const float *bias, float *yf,
                                     uint16_t *yh)
 {
-    int32_t b, oy, ox, oc, ky, kx, ic, j;
+    int32_t b, oy, ox, oc, j;
     for (b = 0; b < d->batches; ++b) {
         for (oy = 0; oy < d->out_h; ++oy) {
             const int32_t iy0 = oy * d->stride_h - d->pad_top;
@@ -2698,44 +2720,11 @@ TT_CONV_INLINE void tt_conv_hx_walk(const tt_conv_dims *d, float act_min, float 
                     if (d->out_c - oc >= 4) {
                         tt_conv_hx_px(d, b, iy0, ix0, x, w, w_slice, n, oc, acc);
                     } else {                                   /* the last out_c % 4 channels, one at a time */
-                        float a = 0.0f;
                         nb = 1;
-                        for (ky = 0; ky < d->k_h; ++ky) {
-                            const int32_t iy = iy0 + ky * d->dilation_h;
-                            if (iy < 0 || iy >= d->in_h) {
-                                continue;
-                            }
-                            for (kx = 0; kx < d->k_w; ++kx) {
-                                const int32_t ix = ix0 + kx * d->dilation_w;
-                                const uint16_t *xp;
-                                const float *wp;
-                                if (ix < 0 || ix >= d->in_w) {
-                                    continue;
-                                }
-                                xp = x + ((b * d->in_h + iy) * d->in_w + ix) * d->in_c;
-                                wp = w_slice + ((oc * d->k_h + ky) * d->k_w + kx) * n;
-                                for (ic = 0; ic < n; ++ic) {
-                                    a += tt_f16_read(xp[ic]) * wp[ic];
-                                }
-                                wp = w + ((oc * d->k_h + ky) * d->k_w + kx) * d->in_c;
-                                for (ic = n; ic < d->in_c; ++ic) {
-                                    a += tt_f16_read(xp[ic]) * wp[ic];
-                                }
-                            }
-                        }
-                        acc[0] = a;
+                        acc[0] = tt_conv_px1(d, b, iy0, ix0, 0, x, w, w_slice, n, oc);
                     }
                     for (j = 0; j < nb; ++j, ++oc) {
-                        float v = acc[j];
-                        if (bias != 0) {
-                            v += bias[oc];
-                        }
-                        v = tt_act_clamp(v, act_min, act_max);
-                        if (yh != 0) {
-                            yh[yp + oc] = tt_f16_narrow(v);
-                        } else {
-                            yf[yp + oc] = v;
-                        }
+                        tt_conv_out(acc[j], bias, oc, act_min, act_max, yf, yh, yp + oc);
                     }
                 }
             }
