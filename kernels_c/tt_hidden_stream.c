@@ -161,6 +161,47 @@ void tt_hs_pw_grad_in_f32(int32_t P, int32_t K, int32_t C, int32_t c, const floa
 }
 
 
+/* Rows of q (n elements each) += g[row] * v[i], four rows a pass sharing each load of v (each element still gets one
+ * add): rows j of q (g[j]) for j < 4, or rows ix[j] when listed (ix a constant null or not once inlined). */
+static inline __attribute__((always_inline)) void tt_hs_rows4(float *q, int32_t n, const float *v, const float *g,
+                                                             const uint8_t *ix)
+{
+#define TT_HS_IX(j) (ix != 0 ? (int32_t)ix[j] : (j))
+    const float g0 = g[TT_HS_IX(0)], g1 = g[TT_HS_IX(1)], g2 = g[TT_HS_IX(2)], g3 = g[TT_HS_IX(3)];
+    float *d0 = q + TT_HS_IX(0) * n, *d1 = q + TT_HS_IX(1) * n, *d2 = q + TT_HS_IX(2) * n, *d3 = q + TT_HS_IX(3) * n;
+#undef TT_HS_IX
+    int32_t i;
+    for (i = 0; i < n; ++i) {
+        const float w = v[i];
+        d0[i] += g0 * w;
+        d1[i] += g1 * w;
+        d2[i] += g2 * w;
+        d3[i] += g3 * w;
+    }
+}
+
+/* One row d (n elements) += g * v[i]. */
+static inline __attribute__((always_inline)) void tt_hs_row1(float *d, int32_t n, const float *v, float g)
+{
+    int32_t i;
+    for (i = 0; i < n; ++i) {
+        d[i] += g * v[i];
+    }
+}
+
+/* Lists in nz, in order, the offsets i of g[0, m) whose value is not +-0; returns how many. */
+static inline __attribute__((always_inline)) int32_t tt_hs_list_nz(const float *g, int32_t m, uint8_t *nz)
+{
+    int32_t i, n = 0;
+    for (i = 0; i < m; ++i) {
+        uint32_t u;
+        memcpy(&u, g + i, 4);
+        nz[n] = (uint8_t)i;
+        n += (u << 1) != 0u; /* not +-0 */
+    }
+    return n;
+}
+
 /* tt_hs_pw_grad_in_acc_f32's rows with a finite weight row wr (int8 dequantized): a pixel whose gradient is +-0
  * adds +-0 to each of its dx elements, which leaves them as they are (dx starts at +0 and an IEEE sum of two
  * values never gives -0 unless both are -0, so dx is never -0; NaN and Inf stay), so such pixels are skipped. The
@@ -169,18 +210,12 @@ void tt_hs_pw_grad_in_f32(int32_t P, int32_t K, int32_t C, int32_t c, const floa
 static void tt_hs_acc_nz(int32_t P, int32_t IC, const float *dh, const float *wr, float *dx)
 {
     uint8_t nz[TT_HS_CHUNK];
-    int32_t pc, p, i, j, n;
+    int32_t pc, j, n;
     for (pc = 0; pc < P; pc += TT_HS_CHUNK) {
         const int32_t pe = P - pc > TT_HS_CHUNK ? pc + TT_HS_CHUNK : P;
         const float *g = dh + pc;
         float *q = dx + pc * IC;
-        n = 0;
-        for (p = pc; p < pe; ++p) {
-            uint32_t u;
-            memcpy(&u, dh + p, 4);
-            nz[n] = (uint8_t)(p - pc);
-            n += (u << 1) != 0u; /* not +-0 */
-        }
+        n = tt_hs_list_nz(g, pe - pc, nz);
         j = 0;
 #if TT_VFP_PAIRS
         for (; j + 8 <= n; j += 8) {
@@ -188,22 +223,10 @@ static void tt_hs_acc_nz(int32_t P, int32_t IC, const float *dh, const float *wr
         }
 #endif
         for (; j + 4 <= n; j += 4) {
-            const float g0 = g[nz[j]], g1 = g[nz[j + 1]], g2 = g[nz[j + 2]], g3 = g[nz[j + 3]];
-            float *d0 = q + nz[j] * IC, *d1 = q + nz[j + 1] * IC, *d2 = q + nz[j + 2] * IC, *d3 = q + nz[j + 3] * IC;
-            for (i = 0; i < IC; ++i) {
-                const float v = wr[i];
-                d0[i] += g0 * v;
-                d1[i] += g1 * v;
-                d2[i] += g2 * v;
-                d3[i] += g3 * v;
-            }
+            tt_hs_rows4(q, IC, wr, g, nz + j);
         }
         for (; j < n; ++j) {
-            const float g0 = g[nz[j]];
-            float *d0 = q + nz[j] * IC;
-            for (i = 0; i < IC; ++i) {
-                d0[i] += g0 * wr[i];
-            }
+            tt_hs_row1(q + nz[j] * IC, IC, wr, g[nz[j]]);
         }
     }
 }
@@ -238,22 +261,10 @@ void tt_hs_pw_grad_in_acc_f32(int32_t P, int32_t IC, int32_t c, const float *dh,
 #endif
         /* four pixels at a time share each weight load (every element still gets one add per channel) */
         for (; p + 4 <= P; p += 4) {
-            const float g0 = dh[p], g1 = dh[p + 1], g2 = dh[p + 2], g3 = dh[p + 3];
-            float *d0 = dx + p * IC, *d1 = d0 + IC, *d2 = d1 + IC, *d3 = d2 + IC;
-            for (i = 0; i < IC; ++i) {
-                const float v = wr[i];
-                d0[i] += g0 * v;
-                d1[i] += g1 * v;
-                d2[i] += g2 * v;
-                d3[i] += g3 * v;
-            }
+            tt_hs_rows4(dx + p * IC, IC, wr, dh + p, 0);
         }
         for (; p < P; ++p) {
-            const float g = dh[p];
-            float *d = dx + p * IC;
-            for (i = 0; i < IC; ++i) {
-                d[i] += g * wr[i];
-            }
+            tt_hs_row1(dx + p * IC, IC, wr, dh[p]);
         }
         return;
     }
@@ -395,17 +406,11 @@ void tt_hs_dequant_rows(int32_t P, int32_t IC, int32_t k, const int8_t *x, float
 void tt_hs_pw_grad_w_f32(int32_t P, int32_t k, const float *dh, const float *xf, float *dw)
 {
     uint8_t nz[TT_HS_CHUNK];
-    int32_t pc, p, c, j, n;
+    int32_t pc, c, j, n;
     for (pc = 0; pc < P; pc += TT_HS_CHUNK) {
         const int32_t pe = P - pc > TT_HS_CHUNK ? pc + TT_HS_CHUNK : P;
         const int first = pc == 0;
-        n = 0;
-        for (p = pc; p < pe; ++p) {
-            uint32_t u;
-            memcpy(&u, dh + p, 4);
-            nz[n] = (uint8_t)(p - pc);
-            n += (u << 1) != 0u; /* not +-0 */
-        }
+        n = tt_hs_list_nz(dh + pc, pe - pc, nz);
         if (n == 0 && !first) {
             continue;
         }
