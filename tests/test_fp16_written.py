@@ -78,15 +78,20 @@ def _graphs(tmp: Path):
     g = _tail_model(tmp)
     plan = _plan(g)
     tg = build_training_graph(g, plan, "cross_entropy", OptimizerSpec(kind="sgd"), 1, QASOptions(False))
-    policy = {"kind": "dynamic", "init_scale": 2.0 ** 12, "growth_interval": 2}
-    fused_graph = fp16_mixed.to_fp16_mixed(copy.deepcopy(tg), policy, check_first=True)
+    return _fused_and_unfused(tg, {"kind": "dynamic", "init_scale": 2.0 ** 12, "growth_interval": 2})
+
+
+def _fused_and_unfused(tg: Graph, policy):
+    """The fp16-mixed form of training graph tg with the fp16-written fusion, and the reference without it (its fp32
+    slots rounded in place by round_f16). Shared with tests/test_fp16_written_block.py."""
+    fused = fp16_mixed.to_fp16_mixed(copy.deepcopy(tg), policy, check_first=True)
     plain = fp16_mixed.fp16_written
     fp16_mixed.fp16_written = lambda *a: set()
     try:
         unfused = fp16_mixed.to_fp16_mixed(copy.deepcopy(tg), policy, check_first=True)
     finally:
         fp16_mixed.fp16_written = plain
-    return fused_graph, unfused
+    return fused, unfused
 
 
 def _written(g: Graph) -> dict[str, str]:
@@ -116,14 +121,20 @@ def test_fused_results_are_two_bytes_in_the_plan_and_train_with_the_same_bits(tm
     # at a time (the reorder stage's positions stream), in both backward passes
     assert [st.kind for st in p16.streams].count("positions") == 2
     # the golden model: the same losses, loss scales and trained weights, bit for bit
-    x = np.random.default_rng(0).standard_normal((6, H, H, 3)).astype(np.float32)
-    y = np.arange(6) % CLASSES
-    states = []
+    _assert_trains_alike(g16, ref, H, CLASSES)
+
+
+def _assert_trains_alike(g16: Graph, ref: Graph, h: int, classes: int):
+    """The golden model trains fused graph g16 and its reference ref (input [1, h, h, 3], `classes` labels) six SGD
+    steps with the same losses, trained weights and loss scale, bit for bit."""
+    x = np.random.default_rng(0).standard_normal((6, h, h, 3)).astype(np.float32)
+    y = np.arange(6) % classes
+    runs = []
     for g in (g16, ref):
         st = te.init_state(g, {"learning_rate": 0.05})
         losses = [te.train_step(g, st, x[i:i + 1], y[i:i + 1], {"learning_rate": 0.05}) for i in range(6)]
-        states.append((np.array(losses, np.float32), st))
-    (l16, s16), (l32, s32) = states
+        runs.append((np.array(losses, np.float32), st))
+    (l16, s16), (l32, s32) = runs
     assert l16.tobytes() == l32.tobytes()
     for name in g16.meta["train"]["trained"]:
         assert s16[name].tobytes() == s32[name].tobytes(), name

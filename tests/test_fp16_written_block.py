@@ -14,7 +14,6 @@ With only the FC pair trained, the block is the frozen prefix, written as fp16 b
 
 from __future__ import annotations
 
-import copy
 import ctypes
 import shutil
 import subprocess
@@ -32,7 +31,7 @@ from tinytrain.stages.model.tflite_reader import read_model
 from tinytrain.stages.model.tflite_writer import write_model
 from tinytrain.stages.planning.train_plan import LayerPlan, TrainPlan
 from tinytrain.stages.reorder import plan_schedules
-from tinytrain.stages.train import fp16_mixed
+from test_fp16_written import _assert_trains_alike, _fused_and_unfused, _written  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 KDIR = ROOT / "kernels_c"
@@ -87,20 +86,7 @@ def _plan(g: Graph) -> TrainPlan:
 def _graphs(tmp: Path):
     g = _block_model(tmp)
     tg = build_training_graph(g, _plan(g), "cross_entropy", OptimizerSpec(kind="sgd"), 1, QASOptions(False))
-    policy = {"kind": "dynamic", "init_scale": 2.0 ** 12, "growth_interval": 2}
-    fused = fp16_mixed.to_fp16_mixed(copy.deepcopy(tg), policy, check_first=True)
-    plain = fp16_mixed.fp16_written
-    fp16_mixed.fp16_written = lambda *a: set()
-    try:
-        unfused = fp16_mixed.to_fp16_mixed(copy.deepcopy(tg), policy, check_first=True)
-    finally:
-        fp16_mixed.fp16_written = plain
-    return g, fused, unfused
-
-
-def _written(g: Graph) -> dict[str, str]:
-    return {o: op.type for op in g.ops for o in op.outputs
-            if g.tensors[o].dtype == "float16" and op.type != "cast_f32_f16"}
+    return (g, *_fused_and_unfused(tg, {"kind": "dynamic", "init_scale": 2.0 ** 12, "growth_interval": 2}))
 
 
 def test_block_results_are_fp16_and_train_with_the_unfused_bits(tmp_path):
@@ -120,19 +106,7 @@ def test_block_results_are_fp16_and_train_with_the_unfused_bits(tmp_path):
     assert dwgi and all(g16.tensors[op.inputs[0]].dtype == g16.tensors[op.outputs[0]].dtype == "float16"
                         for op in dwgi)
     # the golden model: the same losses, loss scales and trained weights as the unfused graph, bit for bit
-    x = np.random.default_rng(0).standard_normal((6, H, H, 3)).astype(np.float32)
-    y = np.arange(6) % CLASSES
-    runs = []
-    for g in (g16, ref):
-        st = te.init_state(g, {"learning_rate": 0.05})
-        losses = [te.train_step(g, st, x[i:i + 1], y[i:i + 1], {"learning_rate": 0.05}) for i in range(6)]
-        runs.append((np.array(losses, np.float32), st))
-    (l16, s16), (l32, s32) = runs
-    assert l16.tobytes() == l32.tobytes()
-    for name in g16.meta["train"]["trained"]:
-        assert s16[name].tobytes() == s32[name].tobytes(), name
-    scale = g16.meta["train"]["loss_scale"]["scale_tensor"]
-    assert s16[scale].tobytes() == s32[scale].tobytes()
+    _assert_trains_alike(g16, ref, H, CLASSES)
 
 
 def test_the_estimate_meets_the_plan_with_the_block_fused(tmp_path):
@@ -325,14 +299,7 @@ def _prefix_graphs(tmp: Path):
     *_, f1, f2 = TrainPlan.trainable_ops(g)
     plan = TrainPlan([LayerPlan(f1, bias=True, weight_ratio=1.0), LayerPlan(f2, bias=True, weight_ratio=1.0)])
     tg = build_training_graph(g, plan, "cross_entropy", OptimizerSpec(kind="sgd"), 1, QASOptions(False))
-    fused = fp16_mixed.to_fp16_mixed(copy.deepcopy(tg), None, check_first=True)
-    plain = fp16_mixed.fp16_written
-    fp16_mixed.fp16_written = lambda *a: set()
-    try:
-        unfused = fp16_mixed.to_fp16_mixed(copy.deepcopy(tg), None, check_first=True)
-    finally:
-        fp16_mixed.fp16_written = plain
-    return g, plan, fused, unfused
+    return (g, plan, *_fused_and_unfused(tg, None))
 
 
 def test_the_frozen_prefix_is_fp16_where_its_kernels_write_it(tmp_path):
