@@ -1838,21 +1838,14 @@ TT_GI_INLINE void tt_gw_row(float *dw, int32_t k, float g, const float *xf, cons
     }
 }
 
-static void tt_conv2d_grad_weight_impl(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dy,
-                                       const float *xf, const int8_t *xq, const uint16_t *xh, float scale,
-                                       int32_t zero_point, float *dw)
+/* The weight gradient's general walk: dw[o, tap, c] = 0, += dy[p, o] * x[p', c] over the tap's pixels in order
+ * (tt_tap_walk), for output channels [o0, o1). dy is fp32 (dyf) or fp16 (dyh, widened once per pixel where it is
+ * read), through tt_f_or_h with the other pointer constant null; x as tt_gw_row takes it. */
+TT_GI_INLINE void tt_gw_walk(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dyf,
+                             const uint16_t *dyh, const float *xf, const int8_t *xq, const uint16_t *xh, float scale,
+                             int32_t zero_point, float *dw)
 {
     int32_t o, ky, kx, c;
-    if (d->k_h == 1 && d->k_w == 1 && d->stride_h == 1 && d->stride_w == 1 && d->pad_top == 0 &&
-        d->pad_left == 0 && d->out_h == d->in_h && d->out_w == d->in_w) {
-        const int32_t P = d->batches * d->in_h * d->in_w;
-        if (xq != 0) {
-            tt_gw1x1(P, d->out_c, d->in_c, k, o0, o1, dy, 0, xq, 0, scale, zero_point, dw);
-        } else {
-            tt_gw1x1(P, d->out_c, d->in_c, k, o0, o1, dy, xf, 0, xh, 1.0f, 0, dw);
-        }
-        return;
-    }
     for (o = o0; o < o1; ++o) {
         for (ky = 0; ky < d->k_h; ++ky) {
             for (kx = 0; kx < d->k_w; ++kx) {
@@ -1863,16 +1856,32 @@ static void tt_conv2d_grad_weight_impl(const tt_conv_dims *d, int32_t k, int32_t
                 }
                 tt_tap_walk_init(d, ky, kx, &tw);
                 while (tt_tap_walk_next(&tw)) {
-                    const float *g = dy + tw.dy_px * d->out_c + o;
                     const int32_t xs = tw.x_step * d->in_c;
-                    int32_t i, at = tw.x_px * d->in_c;
+                    int32_t i, g = tw.dy_px * d->out_c + o, at = tw.x_px * d->in_c;
                     for (i = 0; i < tw.n; ++i, g += d->out_c, at += xs) {
-                        tt_gw_row(dwp, k, *g, xf, xq, xh, at, scale, zero_point);
+                        tt_gw_row(dwp, k, tt_f_or_h(dyf, dyh, g), xf, xq, xh, at, scale, zero_point);
                     }
                 }
             }
         }
     }
+}
+
+static void tt_conv2d_grad_weight_impl(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dy,
+                                       const float *xf, const int8_t *xq, const uint16_t *xh, float scale,
+                                       int32_t zero_point, float *dw)
+{
+    if (d->k_h == 1 && d->k_w == 1 && d->stride_h == 1 && d->stride_w == 1 && d->pad_top == 0 &&
+        d->pad_left == 0 && d->out_h == d->in_h && d->out_w == d->in_w) {
+        const int32_t P = d->batches * d->in_h * d->in_w;
+        if (xq != 0) {
+            tt_gw1x1(P, d->out_c, d->in_c, k, o0, o1, dy, 0, xq, 0, scale, zero_point, dw);
+        } else {
+            tt_gw1x1(P, d->out_c, d->in_c, k, o0, o1, dy, xf, 0, xh, 1.0f, 0, dw);
+        }
+        return;
+    }
+    tt_gw_walk(d, k, o0, o1, dy, 0, xf, xq, xh, scale, zero_point, dw);
 }
 
 void tt_conv2d_grad_weight_f32_range(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dy,
@@ -2613,45 +2622,19 @@ void tt_conv2d_grad_input_hdy_split_hdx(const tt_conv_dims *d, const uint16_t *d
 }
 
 /* The weight gradient of output channels [o0, o1) with dy fp16: dw[o, tap, c] = 0, += dy[p, o] * x[p', c] over the
- * tap's pixels in order (tt_tap_walk), dy widened once per pixel where it is read; x fp32 (xf) or fp16 (xh). The
+ * tap's pixels in order (tt_gw_walk), dy widened once per pixel where it is read; x fp32 or fp16. The
  * 1x1 stride-1 fast path of tt_conv2d_grad_weight_impl adds the same products in the same pixel order (a float x
  * skips no pixel), so this gives its bits too. */
-TT_GI_INLINE void tt_gw_hdy_walk(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const uint16_t *dy,
-                                 const float *xf, const uint16_t *xh, float *dw)
-{
-    int32_t o, ky, kx, c;
-    for (o = o0; o < o1; ++o) {
-        for (ky = 0; ky < d->k_h; ++ky) {
-            for (kx = 0; kx < d->k_w; ++kx) {
-                float *dwp = dw + (((o - o0) * d->k_h + ky) * d->k_w + kx) * k;
-                tt_tap_walk tw;
-                for (c = 0; c < k; ++c) {
-                    dwp[c] = 0.0f;
-                }
-                tt_tap_walk_init(d, ky, kx, &tw);
-                while (tt_tap_walk_next(&tw)) {
-                    const uint16_t *g = dy + tw.dy_px * d->out_c + o;
-                    const int32_t xs = tw.x_step * d->in_c;
-                    int32_t i, at = tw.x_px * d->in_c;
-                    for (i = 0; i < tw.n; ++i, g += d->out_c, at += xs) {
-                        tt_gw_row(dwp, k, tt_f16_read(*g), xf, 0, xh, at, 1.0f, 0);
-                    }
-                }
-            }
-        }
-    }
-}
-
 void tt_conv2d_grad_weight_hdy_f32_range(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const uint16_t *dy,
                                          const float *x, float *dw)
 {
-    tt_gw_hdy_walk(d, k, o0, o1, dy, x, 0, dw);
+    tt_gw_walk(d, k, o0, o1, 0, dy, x, 0, 0, 1.0f, 0, dw);
 }
 
 void tt_conv2d_grad_weight_hdy_hx_f32_range(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1,
                                             const uint16_t *dy, const uint16_t *x, float *dw)
 {
-    tt_gw_hdy_walk(d, k, o0, o1, dy, 0, x, dw);
+    tt_gw_walk(d, k, o0, o1, 0, dy, 0, 0, x, 1.0f, 0, dw);
 }
 
 /* tt_conv_f32_walk with x fp16: acc = 0, += x * w over the in-image taps in (filter y, filter x, input channel)
