@@ -110,6 +110,41 @@ static void tt_hs_column(int32_t K, int32_t C, int32_t c, const float *w, const 
     }
 }
 
+/* dh[r] = 0 + the sum over k, in order, of q[r, k] * v[k] (rows of K elements) for four rows r sharing each load of v:
+ * r = j for j < 4, or r = ix[j] when listed (ix a constant null or not once inlined). */
+static inline __attribute__((always_inline)) void tt_hs_dots4(const float *q, int32_t K, const float *v,
+                                                             const uint8_t *ix, float *dh)
+{
+#define TT_HS_IX(j) (ix != 0 ? (int32_t)ix[j] : (j))
+    const float *g0 = q + TT_HS_IX(0) * K, *g1 = q + TT_HS_IX(1) * K, *g2 = q + TT_HS_IX(2) * K;
+    const float *g3 = q + TT_HS_IX(3) * K;
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    int32_t k;
+    for (k = 0; k < K; ++k) {
+        const float w = v[k];
+        s0 += g0[k] * w;
+        s1 += g1[k] * w;
+        s2 += g2[k] * w;
+        s3 += g3[k] * w;
+    }
+    dh[TT_HS_IX(0)] = 0.0f + s0;
+    dh[TT_HS_IX(1)] = 0.0f + s1;
+    dh[TT_HS_IX(2)] = 0.0f + s2;
+    dh[TT_HS_IX(3)] = 0.0f + s3;
+#undef TT_HS_IX
+}
+
+/* 0 + the sum over k, in order, of g[k] * v[k]. */
+static inline __attribute__((always_inline)) float tt_hs_dot1(const float *g, int32_t K, const float *v)
+{
+    float s = 0.0f;
+    int32_t k;
+    for (k = 0; k < K; ++k) {
+        s += g[k] * v[k];
+    }
+    return 0.0f + s;
+}
+
 void tt_hs_pw_grad_in_f32(int32_t P, int32_t K, int32_t C, int32_t c, const float *dz, const float *w,
                           const float *wpart, const int8_t *wq, const int8_t *part, int32_t n, const float *scale,
                           const int32_t *zero_point, float *dh)
@@ -126,27 +161,10 @@ void tt_hs_pw_grad_in_f32(int32_t P, int32_t K, int32_t C, int32_t c, const floa
 #endif
         /* four pixels at a time share each weight load; each keeps its own sum over k in order */
         for (; p + 4 <= P; p += 4) {
-            const float *g0 = dz + p * K, *g1 = g0 + K, *g2 = g1 + K, *g3 = g2 + K;
-            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-            for (k = 0; k < K; ++k) {
-                const float v = wk[k];
-                s0 += g0[k] * v;
-                s1 += g1[k] * v;
-                s2 += g2[k] * v;
-                s3 += g3[k] * v;
-            }
-            dh[p] = 0.0f + s0;
-            dh[p + 1] = 0.0f + s1;
-            dh[p + 2] = 0.0f + s2;
-            dh[p + 3] = 0.0f + s3;
+            tt_hs_dots4(dz + p * K, K, wk, 0, dh + p);
         }
         for (; p < P; ++p) {
-            const float *g = dz + p * K;
-            float s = 0.0f;
-            for (k = 0; k < K; ++k) {
-                s += g[k] * wk[k];
-            }
-            dh[p] = 0.0f + s;
+            dh[p] = tt_hs_dot1(dz + p * K, K, wk);
         }
         return;
     }
@@ -437,7 +455,7 @@ void tt_hs_pw_grad_in_mask_f32(int32_t P, int32_t K, int32_t C, int32_t c, const
 {
     float wk[TT_HS_MAX_TAPS];
     uint8_t on[TT_HS_CHUNK];
-    int32_t pc, p, k, j, m;
+    int32_t pc, p, j, m;
     if (K > TT_HS_MAX_TAPS) {
         tt_hs_pw_grad_in_f32(P, K, C, c, dz, w, wpart, wq, part, n, scale, zero_point, dh);
         tt_hs_mask_walk(P, C, c, mask, dh, dh, db);
@@ -458,6 +476,7 @@ void tt_hs_pw_grad_in_mask_f32(int32_t P, int32_t K, int32_t C, int32_t c, const
 #if TT_VFP_PAIRS
         for (; j + 8 <= m; j += 8) {
             float t[8];
+            int32_t k;
             tt_hs_rows8((float *)(uintptr_t)q, K, wk, q, t, on + j); /* read only: dh != 0 */
             for (k = 0; k < 8; ++k) {
                 dh[pc + on[j + k]] = t[k];
@@ -465,27 +484,10 @@ void tt_hs_pw_grad_in_mask_f32(int32_t P, int32_t K, int32_t C, int32_t c, const
         }
 #endif
         for (; j + 4 <= m; j += 4) { /* four listed pixels share each weight load, each its own sum in order */
-            const float *g0 = q + on[j] * K, *g1 = q + on[j + 1] * K, *g2 = q + on[j + 2] * K, *g3 = q + on[j + 3] * K;
-            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-            for (k = 0; k < K; ++k) {
-                const float v = wk[k];
-                s0 += g0[k] * v;
-                s1 += g1[k] * v;
-                s2 += g2[k] * v;
-                s3 += g3[k] * v;
-            }
-            dh[pc + on[j]] = 0.0f + s0;
-            dh[pc + on[j + 1]] = 0.0f + s1;
-            dh[pc + on[j + 2]] = 0.0f + s2;
-            dh[pc + on[j + 3]] = 0.0f + s3;
+            tt_hs_dots4(q, K, wk, on + j, dh + pc);
         }
         for (; j < m; ++j) {
-            const float *g = q + on[j] * K;
-            float s = 0.0f;
-            for (k = 0; k < K; ++k) {
-                s += g[k] * wk[k];
-            }
-            dh[pc + on[j]] = 0.0f + s;
+            dh[pc + on[j]] = tt_hs_dot1(q + on[j] * K, K, wk);
         }
     }
     if (db != 0) {
