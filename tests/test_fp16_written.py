@@ -36,10 +36,9 @@ KDIR = ROOT / "kernels_c"
 H, C_A, C_B, CLASSES = 6, 8, 24, 5
 
 
-def _tail_model(tmp: Path) -> Graph:
-    rng = np.random.default_rng(3)
-    ts: dict[str, Tensor] = {}
-
+def _makers(ts: dict[str, Tensor], rng):
+    """A small float model's tensor makers, each adding to ts and giving the name: t (any role), w (a random weight of
+    standard deviation `scale`), b (a random bias). Shared with tests/test_fp16_written_block.py."""
     def t(name, shape, role="activation", data=None):
         ts[name] = Tensor(name, list(shape), "float32", role=role, data=data)
         return name
@@ -49,6 +48,13 @@ def _tail_model(tmp: Path) -> Graph:
 
     def b(name, n):
         return t(name, [n], "bias", (rng.standard_normal(n) * 0.1).astype(np.float32))
+
+    return t, w, b
+
+
+def _tail_model(tmp: Path) -> Graph:
+    ts: dict[str, Tensor] = {}
+    t, w, b = _makers(ts, np.random.default_rng(3))
 
     geo = {"stride_h": 1, "stride_w": 1, "dilation_h": 1, "dilation_w": 1, "act": "relu6"}
     x = t("x", [1, H, H, 3], "input")

@@ -31,7 +31,7 @@ from tinytrain.stages.model.tflite_reader import read_model
 from tinytrain.stages.model.tflite_writer import write_model
 from tinytrain.stages.planning.train_plan import LayerPlan, TrainPlan
 from tinytrain.stages.reorder import plan_schedules
-from test_fp16_written import _assert_trains_alike, _fused_and_unfused, _written  # noqa: E402
+from test_fp16_written import _assert_trains_alike, _fused_and_unfused, _makers, _written  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 KDIR = ROOT / "kernels_c"
@@ -39,18 +39,8 @@ H, C_A, C_E, HID, CLASSES = 6, 8, 16, 12, 5
 
 
 def _block_model(tmp: Path) -> Graph:
-    rng = np.random.default_rng(5)
     ts: dict[str, Tensor] = {}
-
-    def t(name, shape, role="activation", data=None):
-        ts[name] = Tensor(name, list(shape), "float32", role=role, data=data)
-        return name
-
-    def w(name, shape, scale):
-        return t(name, shape, "weight", (rng.standard_normal(shape) * scale).astype(np.float32))
-
-    def b(name, n):
-        return t(name, [n], "bias", (rng.standard_normal(n) * 0.1).astype(np.float32))
+    t, w, b = _makers(ts, np.random.default_rng(5))
 
     geo = {"stride_h": 1, "stride_w": 1, "dilation_h": 1, "dilation_w": 1}
     x = t("x", [1, H, H, 3], "input")
