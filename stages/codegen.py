@@ -50,7 +50,7 @@ import numpy as np
 
 from tinytrain.stages.golden import int8_arith as ia
 from tinytrain.stages import ops
-from tinytrain.stages.c_emit.literals import ACT_ENUM, CTYPE, CodegenError, c_array, flit, numel
+from tinytrain.stages.c_emit.literals import ACT_ENUM, CTYPE, CodegenError, c_array, numel
 from tinytrain.stages.c_emit.program import api_parts, head_captures, program
 from tinytrain.stages.model.geometry import out_size_and_pad
 from tinytrain.stages.model.ir import Graph, Op, Tensor
@@ -506,17 +506,11 @@ class _Gen:
         y = mask.inputs[1]
         if (h1 or self.g.tensors[t2].dtype == "float16") and mask.type != ops.MASK_GRAD.name:
             raise CodegenError(f"positions stream: {mask.type} on an fp16 gradient")
-        if mask.type == ops.INT8_CLAMP_GRAD.name:
-            lines.append(f"    tt_int8_clamp_grad_f32({c}, {int(mask.attrs['lo'])}, {int(mask.attrs['hi'])}, "
-                         f"{self.loc(t1)}, {self.loc(y)} + p * {c}, {self.loc(t2)});")
-        elif mask.type == ops.ACT_GRAD.name:
-            lines.append(f"    tt_act_grad_f32({c}, {ACT_ENUM[mask.attrs['act']]}, {self.loc(t1)}, "
-                         f"{self.loc(y)} + p * {c}, {self.loc(t2)});")
-        elif h1 or self.g.tensors[t2].dtype == "float16":
+        if mask.type == ops.MASK_GRAD.name and (h1 or self.g.tensors[t2].dtype == "float16"):
             lines.append(f"    tt_mask_grad_f16({c}, p * {c}, {self.loc(y)}, {fp16_io.pair(self, t1)}, "
                          f"{fp16_io.pair(self, t2, True)});")
         else:
-            lines.append(f"    tt_mask_grad_f32({c}, p * {c}, {self.loc(y)}, {self.loc(t1)}, {self.loc(t2)});")
+            lines.append("    " + self._position_mask_call(mask, str(c), self.loc(t1), f"p * {c}", self.loc(t2)))
         for op in cons:
             if op.type == ops.BIAS_GRAD.name:
                 fn = "tt_bias_grad_acc_hy_f32" if self.g.tensors[t2].dtype == "float16" else "tt_bias_grad_acc_f32"
@@ -529,6 +523,17 @@ class _Gen:
             lines += ["    " + ln for ln in self.calls_of(
                 op, io={"d": f"&{d}", "dz": self.loc(t2), "dx": f"{self.loc(op.outputs[0])} + p * {ci}"})]
         return lines + ["  }", "}"]
+
+    def _position_mask_call(self, mask: Op, n: str, dy: str, at: str, dz: str) -> str:
+        """The fp32 call of the positions stream's mask op over n gradient elements dy -> dz; `at`: the index of the
+        first of them in the forward output (or its bit mask) the op reads."""
+        y = self.loc(mask.inputs[1])
+        if mask.type == ops.INT8_CLAMP_GRAD.name:
+            return (f"tt_int8_clamp_grad_f32({n}, {int(mask.attrs['lo'])}, {int(mask.attrs['hi'])}, {dy}, "
+                    f"{y} + {at}, {dz});")
+        if mask.type == ops.ACT_GRAD.name:
+            return f"tt_act_grad_f32({n}, {ACT_ENUM[mask.attrs['act']]}, {dy}, {y} + {at}, {dz});"
+        return f"tt_mask_grad_f32({n}, {at}, {y}, {dy}, {dz});"
 
     def _positions_by_channels(self, mask: Op, cons: Sequence[Op], t1: str, t2: str, c: int, count: int) -> bool:
         """Whether the positions stream can run a block of channels of every position at a time: fp32 gradients,
@@ -549,7 +554,6 @@ class _Gen:
         of positions instead of once per position."""
         g, t1, t2 = mean.inputs[0], mean.outputs[0], mask.outputs[0]
         kb = c // count
-        y = mask.inputs[1]
         l1, l2 = self.loc(t1), self.loc(t2)
         lines = ["{ int32_t o, p;"]
         for op in cons:
@@ -559,14 +563,7 @@ class _Gen:
                   f"  for (o = 0; o < {c}; o += {kb}) {{",
                   f"    const int32_t k = {c} - o < {kb} ? {c} - o : {kb};",
                   f"    for (p = 0; p < {count}; ++p) {{"]
-        if mask.type == ops.INT8_CLAMP_GRAD.name:
-            lines.append(f"      tt_int8_clamp_grad_f32(k, {int(mask.attrs['lo'])}, {int(mask.attrs['hi'])}, "
-                         f"{l1} + o, {self.loc(y)} + p * {c} + o, {l2} + p * k);")
-        elif mask.type == ops.ACT_GRAD.name:
-            lines.append(f"      tt_act_grad_f32(k, {ACT_ENUM[mask.attrs['act']]}, {l1} + o, "
-                         f"{self.loc(y)} + p * {c} + o, {l2} + p * k);")
-        else:
-            lines.append(f"      tt_mask_grad_f32(k, p * {c} + o, {self.loc(y)}, {l1} + o, {l2} + p * k);")
+        lines.append("      " + self._position_mask_call(mask, "k", f"{l1} + o", f"p * {c} + o", f"{l2} + p * k"))
         for op in cons:
             if op.type == ops.BIAS_GRAD.name:
                 lines.append(f"      tt_bias_grad_acc_f32(1, k, {l2} + p * k, {self.loc(op.outputs[0])} + o);")
