@@ -663,5 +663,16 @@ def merge(paths: list[Path]) -> list[tuple]:
     return rows
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """main() with a user's error (a spec that does not load, an override the spec refuses, a build that fails) as
+    one line and exit 2, as `tinytrain build` gives it."""
+    from tinytrain.pipeline.errors import TinytrainError
+    try:
+        return main(argv)
+    except TinytrainError as e:
+        print(f"int8_vs_fp32: {e}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

@@ -26,9 +26,10 @@ import int8_vs_fp32 as bench  # noqa: E402
 @pytest.mark.parametrize("argv, says", [
     (["--no-rescale"], "--no-rescale needs --engine golden"),
     (["--engine", "golden", "--check"], "--check compares the host engine"),
+    (["/nonexistent/spec.yaml", "--seeds", "1"], "spec file not found"),
 ])
 def test_refusals(argv, says, capsys):
-    assert bench.main(argv) == 2
+    assert bench.cli(argv) == 2
     err = capsys.readouterr().err
     assert says in err and err.count("\n") == 1
 
