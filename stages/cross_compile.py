@@ -39,6 +39,7 @@ the same digest (the emulate-run cache key depends on it).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -317,15 +318,23 @@ def _link_host_eval(work: Path, hunits: list["_Unit"], failed: dict["_Unit", str
     return {"built": True, "elf": HOST_EVAL_ELF, "compiler": HOST_CC, "cflags": hflags, "ldflags": ldflags}
 
 
+_STAGE_IGNORE = shutil.ignore_patterns("__pycache__", "*.py", "*.pyc")
+
+
+def _stage_library(src: Path) -> None:
+    """The kernel library as every build compiles it, under `src/kernels_c` (the build's stage and the prewarm
+    share it: ObjectCache keys hash this tree, so the two must stage the very same bytes)."""
+    shutil.copytree(KERNELS_DIR, src / "kernels_c", ignore=_STAGE_IGNORE)
+    # tt_kernels.h includes the op prototypes gathered from the op files' interface blocks
+    ops_header.write(src / "kernels_c", src / "kernels_c" / "ops")
+
+
 def _stage_sources(work: Path, board: Board, program_dir: Path, kernels: Sequence[str] | None) -> list[Path]:
     """Copy program, kernel library and board support under `work/src/` and return the .c files
     to compile, relative to `work` (in a fixed order: program, kernels, board)."""
     src = work / "src"
-    ignore = shutil.ignore_patterns("__pycache__", "*.py", "*.pyc")
-    shutil.copytree(program_dir, src / "program", ignore=ignore)
-    shutil.copytree(KERNELS_DIR, src / "kernels_c", ignore=ignore)
-    # tt_kernels.h includes the op prototypes gathered from the op files' interface blocks
-    ops_header.write(src / "kernels_c", src / "kernels_c" / "ops")
+    shutil.copytree(program_dir, src / "program", ignore=_STAGE_IGNORE)
+    _stage_library(src)
     program = _program_files(work)
     if not program:
         raise StageFailed(f"no C sources (*.c) in {program_dir}")
@@ -578,6 +587,12 @@ def _sha256(path: Path) -> str:
 
 # ---- compiled library objects, kept across builds -----------------------------------------------------------
 
+@functools.lru_cache(maxsize=None)
+def _compiler_path(cc: str) -> str:
+    """The compiler file `cc` runs (one PATH search per compiler, not per compiled unit), part of an object's key."""
+    return os.path.realpath(shutil.which(cc) or cc)
+
+
 class ObjectCache:
     """Compiled kernel-library objects in the runner's unit cache (StageContext.unit_cache_dir), so that a build
     compiles only its own program: an object is a function of the compiler, its flags and the staged kernel library
@@ -597,7 +612,7 @@ class ObjectCache:
                 and not any(f.startswith(_PATH_FLAGS) for f in u.cflags))
 
     def key(self, u: "_Unit", tree: str) -> str:
-        doc = [os.path.realpath(shutil.which(u.cc) or u.cc), tool_identity([u.cc, "--version"]), u.cc, list(u.cflags), str(u.src), tree]
+        doc = [_compiler_path(u.cc), tool_identity([u.cc, "--version"]), u.cc, list(u.cflags), str(u.src), tree]
         return hashlib.sha256(json.dumps(doc).encode()).hexdigest()
 
     def _paths(self, key: str) -> tuple[Path, Path]:
@@ -719,9 +734,7 @@ class Prewarm:
             with tempfile.TemporaryDirectory(prefix="tt-prewarm-") as tmp:
                 work = Path(tmp)
                 src = work / "src"
-                shutil.copytree(KERNELS_DIR, src / "kernels_c", ignore=shutil.ignore_patterns("__pycache__", "*.py",
-                                                                                                "*.pyc"))
-                ops_header.write(src / "kernels_c", src / "kernels_c" / "ops")
+                _stage_library(src)
                 (src / "program").mkdir()
                 fw, host = _units(self.board, self.cflags, self.hboard, self.hflags,
                                   _library_files(work) + _support(self.board))
