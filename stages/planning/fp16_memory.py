@@ -106,8 +106,10 @@ def _written_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], input
         return k in ops.FP16_OPERANDS.get(steps[j][0], ())
 
     writer: dict[str, tuple[str, str | None]] = {}   # t -> (the op type that writes it, that op's operand 0)
-    for typ, ins, outs in steps:
+    producer: dict[str, int] = {}                     # t -> the first step that writes it
+    for j, (typ, ins, outs) in enumerate(steps):
         for t in outs:
+            producer.setdefault(t, j)
             if streamed(typ) and t in made_by:
                 writer[t] = (made_by[t].type, made_by[t].inputs[0])
             elif len(outs) == 1:
@@ -120,9 +122,8 @@ def _written_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], input
         op = made_by.get(t)
         if op is not None and broadcasts_in_place(graph, op, t):
             continue   # broadcasting element-wise op: no fp16 form (fp16_mixed.fp16_written)
-        producer = next(i for i, st in enumerate(steps) if t in st[2])
         # a forward result the backward reads is saved (a cast's fp16 copy)
-        if producer < n_fwd and any(j >= n_fwd for j, _ in rs):
+        if producer[t] < n_fwd and any(j >= n_fwd for j, _ in rs):
             continue
         out.add(t)
     # fp16_mixed.fp16_written's in-place rules: an in-place reader keeping an fp32 result, a channel-by-channel
