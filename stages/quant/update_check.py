@@ -497,9 +497,11 @@ def check(graph: Graph, plan: TrainPlan, config: dict[str, Any], settings, analy
     # which chooses the outputs' head-room.
     widen = rescale.choose(graph, first)
     wide = rescale.apply(graph, widen)
-    tensors = probe(wide, **kw, output_reach=True) if wide is not graph else first
-    widen = rescale.choose(graph, first, tensors) if wide is not graph else widen
-    wide = rescale.apply(graph, widen)
+    tensors = first
+    if wide is not graph:   # the second probe, and the outputs' factors it measured
+        tensors = probe(wide, **kw, output_reach=True)
+        widen = rescale.choose(graph, first, tensors)
+        wide = rescale.apply(graph, widen)
     doc = decide(tensors, qas_enabled=qas_on, rounding=settings.rounding, master_copy=settings.master_copy,
                  budget=budget, peak=peaks(wide, plan, settings, qas_on, exact_peak))
     # the loss the probe trained (a name, or the heads of train.outputs): emulate-run's recheck trains the same
