@@ -8,7 +8,9 @@
  * loops in another order (no sum can overflow, see ops/tt_conv2d.c's header), then tt_requant.h's fast
  * requantisation lane by lane, so their bytes equal the portable kernels' by construction (and by test:
  * tests/test_host_avx2.py). Each returns 0 when a shape or a channel's requantisation does not fit it, and its
- * portable kernel runs instead. No global state: scratch lives on the stack with a stated bound. */
+ * portable kernel runs instead. This file's own tt_mask_grad_bits_f32 (the hidden stream's mask gradient) does no
+ * arithmetic on floats: it selects each float's bits or +0 by its mask bit. No global state: scratch lives on the
+ * stack with a stated bound. */
 #ifndef TT_AVX2_H
 #define TT_AVX2_H
 

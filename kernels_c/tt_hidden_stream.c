@@ -20,6 +20,8 @@ static inline float tt_hs_w(const float *w, const float *wpart, const int8_t *wq
 }
 
 
+/* Row j of a listed block: row j itself, or row ix[j] when the rows are listed (ix != 0); the row walkers below. */
+#define TT_HS_IX(j) (ix != 0 ? (int32_t)ix[j] : (j))
 #if TT_VFP_PAIRS
 /* Eight rows j (row j at q + j * n, or at q + ix[j] * n with g[ix[j]]) against the vector v[0 .. n), two elements
  * per pass, each row's pair and v's in one VLDM, eight sums in registers. dh != 0: dh[j] = 0 + sum over i, in order, of row_j[i] * v[i] (the 1x1 input
@@ -42,13 +44,11 @@ static inline float tt_hs_w(const float *w, const float *wpart, const int8_t *wq
 static inline __attribute__((always_inline)) void tt_hs_rows8(float *q, int32_t n, const float *v, const float *g,
                                                              float *dh, const uint8_t *ix)
 {
-#define TT_HS_IX(j) (ix != 0 ? (int32_t)ix[j] : (j)) /* rows j of q (g[j]), or rows ix[j] when listed */
     float *r0 = q + TT_HS_IX(0) * n, *r1 = q + TT_HS_IX(1) * n, *r2 = q + TT_HS_IX(2) * n, *r3 = q + TT_HS_IX(3) * n;
     float *r4 = q + TT_HS_IX(4) * n, *r5 = q + TT_HS_IX(5) * n, *r6 = q + TT_HS_IX(6) * n, *r7 = q + TT_HS_IX(7) * n;
     float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f, s4 = 0.0f, s5 = 0.0f, s6 = 0.0f, s7 = 0.0f;
     const float g0 = g[TT_HS_IX(0)], g1 = g[TT_HS_IX(1)], g2 = g[TT_HS_IX(2)], g3 = g[TT_HS_IX(3)];
     const float g4 = g[TT_HS_IX(4)], g5 = g[TT_HS_IX(5)], g6 = g[TT_HS_IX(6)], g7 = g[TT_HS_IX(7)];
-#undef TT_HS_IX
     int32_t i;
     for (i = 0; i + 2 <= n; i += 2) {
         register float v0 __asm__("s14"), v1 __asm__("s15"), a0 __asm__("s16"), a1 __asm__("s17");
@@ -115,7 +115,6 @@ static void tt_hs_column(int32_t K, int32_t C, int32_t c, const float *w, const 
 static inline __attribute__((always_inline)) void tt_hs_dots4(const float *q, int32_t K, const float *v,
                                                              const uint8_t *ix, float *dh)
 {
-#define TT_HS_IX(j) (ix != 0 ? (int32_t)ix[j] : (j))
     const float *g0 = q + TT_HS_IX(0) * K, *g1 = q + TT_HS_IX(1) * K, *g2 = q + TT_HS_IX(2) * K;
     const float *g3 = q + TT_HS_IX(3) * K;
     float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
@@ -131,7 +130,6 @@ static inline __attribute__((always_inline)) void tt_hs_dots4(const float *q, in
     dh[TT_HS_IX(1)] = 0.0f + s1;
     dh[TT_HS_IX(2)] = 0.0f + s2;
     dh[TT_HS_IX(3)] = 0.0f + s3;
-#undef TT_HS_IX
 }
 
 /* 0 + the sum over k, in order, of g[k] * v[k]. */
@@ -184,10 +182,8 @@ void tt_hs_pw_grad_in_f32(int32_t P, int32_t K, int32_t C, int32_t c, const floa
 static inline __attribute__((always_inline)) void tt_hs_rows4(float *q, int32_t n, const float *v, const float *g,
                                                              const uint8_t *ix)
 {
-#define TT_HS_IX(j) (ix != 0 ? (int32_t)ix[j] : (j))
     const float g0 = g[TT_HS_IX(0)], g1 = g[TT_HS_IX(1)], g2 = g[TT_HS_IX(2)], g3 = g[TT_HS_IX(3)];
     float *d0 = q + TT_HS_IX(0) * n, *d1 = q + TT_HS_IX(1) * n, *d2 = q + TT_HS_IX(2) * n, *d3 = q + TT_HS_IX(3) * n;
-#undef TT_HS_IX
     int32_t i;
     for (i = 0; i < n; ++i) {
         const float w = v[i];
