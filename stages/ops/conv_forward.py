@@ -186,9 +186,7 @@ def c_depthwise_conv2d(gen, op: Op, io: dict[str, str] | None = None) -> list[st
     act = op.attrs.get("act", "none")
     if io is not None:
         dd, xe, ye = gen.row_io(io, d, x, y)
-        if fp16_io.is_f16(gen, x) or gen.g.tensors[y].dtype == "float16":   # fp16-mixed's frozen prefix
-            if not (fp16_io.is_f16(gen, x) and gen.g.tensors[y].dtype == "float16"):
-                raise CodegenError(f"depthwise {y}: fp16 on one side only")
+        if fp16_io.both_f16(gen, x, y, "depthwise"):   # fp16-mixed's frozen prefix
             lo, hi = FLOAT_BOUNDS[act]
             return [f"tt_depthwise_conv2d_hx_hy({dd}, {flit(lo)}, {flit(hi)}, {xe}, {gen.loc(w)}, {bias}, {ye});"]
         if gen.is_int8(x):
@@ -207,10 +205,7 @@ def c_depthwise_conv2d(gen, op: Op, io: dict[str, str] | None = None) -> list[st
             return [f"tt_depthwise_conv2d_s8_inplace(&{d}, &{q}, {gen.loc(x)}, {gen.loc(w)}, {bias}, {scr});"]
         return [f"tt_depthwise_conv2d_s8(&{d}, &{q}, {gen.loc(x)}, {gen.loc(w)}, {bias}, {gen.loc(y)});"]
     lo, hi = FLOAT_BOUNDS[act]
-    if fp16_io.is_f16(gen, x) or gen.g.tensors[y].dtype == "float16":
-        # fp16-mixed: both fp16 (fp16_mixed.fp16_written keeps a channel-in-place op's operand and result alike)
-        if not (fp16_io.is_f16(gen, x) and gen.g.tensors[y].dtype == "float16"):
-            raise CodegenError(f"depthwise {y}: fp16 on one side only")
+    if fp16_io.both_f16(gen, x, y, "depthwise"):
         if inplace:
             return [f"tt_depthwise_conv2d_hx_hy_inplace(&{d}, {flit(lo)}, {flit(hi)}, {gen.loc(x)}, {gen.loc(w)}, "
                     f"{bias}, {scr});"]

@@ -87,10 +87,9 @@ def c_depthwise_conv2d_grad_input(gen, op: Op) -> list[str]:
     if inplace and dx not in gen.scratch:
         raise CodegenError(f"in-place depthwise input gradient {dx} has no scratch buffer in the plan")
     scr = f"({gen.ctype(dx)} *)(tt_arena + {gen.scratch[dx]})" if inplace else ""
-    if fp16_io.is_f16(gen, dz) or gen.g.tensors[dx].dtype == "float16":
-        # fp16-mixed: both fp16 (fp16_mixed.fp16_written keeps a channel-in-place op's operand and result alike)
-        if not (fp16_io.is_f16(gen, dz) and gen.g.tensors[dx].dtype == "float16") or w in gen.fused:
-            raise CodegenError(f"depthwise input gradient {dx}: fp16 on one side only, or an int8 weight")
+    if fp16_io.both_f16(gen, dz, dx, "depthwise input gradient"):
+        if w in gen.fused:
+            raise CodegenError(f"depthwise input gradient {dx}: fp16 with an int8 weight")
         if inplace:
             return [f"tt_depthwise_conv2d_grad_input_hdy_hdx_inplace(&{d}, {gen.loc(dx)}, {gen.loc(w)}, {scr});"]
         return [f"tt_depthwise_conv2d_grad_input_hdy_hdx(&{d}, {fp16_io.loc(gen, dz)}, {gen.loc(w)}, "

@@ -9,6 +9,8 @@ kernel from the tensors' dtypes through the functions here.
 
 from __future__ import annotations
 
+from tinytrain.stages.c_emit.literals import CodegenError
+
 
 def _source(gen, name: str) -> str:
     """The fp16 tensor the kernel reads for `name`: itself, or the source of an fp32 widening that the kernel does
@@ -34,3 +36,13 @@ def pair(gen, name: str, out: bool = False) -> str:
     if is_f16(gen, name):
         return f"({const}float *)0, {loc(gen, name)}"
     return f"{loc(gen, name)}, ({const}uint16_t *)0"
+
+
+def both_f16(gen, src: str, dst: str, what: str) -> bool:
+    """Whether a kernel that goes fp16 -> fp16 or fp32 -> fp32 only (a channel-by-channel in-place op:
+    fp16_mixed.fp16_written keeps its operand and result alike) runs its fp16 form; fp16 on one side only is a
+    planning bug, refused."""
+    h_src, h_dst = is_f16(gen, src), gen.g.tensors[dst].dtype == "float16"
+    if h_src != h_dst:
+        raise CodegenError(f"{what} {dst}: fp16 on one side only")
+    return h_src
