@@ -122,10 +122,11 @@ void tt_fully_connected_grad_weight_f32(int32_t rows, int32_t depth, int32_t out
 
 /* Rows [o0, o1) of dw (each its own sums: any split gives the bits of the whole call); dw points at row o0.
  * Each element is ((0 + p_0) + p_1) + ... in r order; the loop over d is innermost so that it vectorises (the
- * common case is one row: dw = dy[o] * x). x is fp32 (xf) or fp16 (xh, widened where it is used: exact, so the
- * bits of the fp32 kernel on its fp32 copy). */
+ * common case is one row: dw = dy[o] * x). dy and x are each fp32 (dyf, xf) or fp16 (dyh, xh, widened where they
+ * are used: exact, so the bits of the fp32 kernel on their fp32 copies); dy[r, o] is widened once per row. */
 static void tt_fc_grad_weight_impl(int32_t rows, int32_t depth, int32_t out_c, int32_t k, int32_t o0, int32_t o1,
-                                   const float *dy, const float *xf, const uint16_t *xh, float *dw)
+                                   const float *dyf, const uint16_t *dyh, const float *xf, const uint16_t *xh,
+                                   float *dw)
 {
     int32_t r, d, o;
     for (o = o0; o < o1; ++o) {
@@ -134,7 +135,7 @@ static void tt_fc_grad_weight_impl(int32_t rows, int32_t depth, int32_t out_c, i
             row[d] = 0.0f;
         }
         for (r = 0; r < rows; ++r) {
-            const float a = dy[r * out_c + o];
+            const float a = dyh != 0 ? tt_f16_read(dyh[r * out_c + o]) : dyf[r * out_c + o];
             if (xh != 0) {
                 const uint16_t *xr = xh + r * depth;
                 for (d = 0; d < k; ++d) {
@@ -153,13 +154,13 @@ static void tt_fc_grad_weight_impl(int32_t rows, int32_t depth, int32_t out_c, i
 void tt_fully_connected_grad_weight_f32_range(int32_t rows, int32_t depth, int32_t out_c, int32_t k, int32_t o0,
                                               int32_t o1, const float *dy, const float *x, float *dw)
 {
-    tt_fc_grad_weight_impl(rows, depth, out_c, k, o0, o1, dy, x, 0, dw);
+    tt_fc_grad_weight_impl(rows, depth, out_c, k, o0, o1, dy, 0, x, 0, dw);
 }
 
 void tt_fully_connected_grad_weight_hx_f32_range(int32_t rows, int32_t depth, int32_t out_c, int32_t k, int32_t o0,
                                                  int32_t o1, const float *dy, const uint16_t *x, float *dw)
 {
-    tt_fc_grad_weight_impl(rows, depth, out_c, k, o0, o1, dy, 0, x, dw);
+    tt_fc_grad_weight_impl(rows, depth, out_c, k, o0, o1, dy, 0, 0, x, dw);
 }
 
 /* ---- fp16-mixed (issue 13) -------------------------------------------------------------------------------- */
@@ -189,30 +190,10 @@ void tt_fully_connected_grad_input_f16(int32_t rows, int32_t depth, int32_t out_
     }
 }
 
-/* tt_fc_grad_weight_impl's order: each element ((0 + p_0) + p_1) + ... in r order, dy[r, o] widened once per row. */
+/* tt_fc_grad_weight_impl with an fp16 dy. */
 void tt_fully_connected_grad_weight_hdy_range(int32_t rows, int32_t depth, int32_t out_c, int32_t k, int32_t o0,
                                               int32_t o1, const uint16_t *dy, const float *xf, const uint16_t *xh,
                                               float *dw)
 {
-    int32_t r, d, o;
-    for (o = o0; o < o1; ++o) {
-        float *row = dw + (o - o0) * k;
-        for (d = 0; d < k; ++d) {
-            row[d] = 0.0f;
-        }
-        for (r = 0; r < rows; ++r) {
-            const float a = tt_f16_read(dy[r * out_c + o]);
-            if (xh != 0) {
-                const uint16_t *xr = xh + r * depth;
-                for (d = 0; d < k; ++d) {
-                    row[d] += a * tt_f16_read(xr[d]);
-                }
-            } else {
-                const float *xr = xf + r * depth;
-                for (d = 0; d < k; ++d) {
-                    row[d] += a * xr[d];
-                }
-            }
-        }
-    }
+    tt_fc_grad_weight_impl(rows, depth, out_c, k, o0, o1, 0, dy, xf, xh, dw);
 }
