@@ -24,6 +24,7 @@ import pytest
 from test_codegen import _data  # the same random int8 / float samples and labels
 from tinytrain.stages import codegen
 from tinytrain.stages.c_emit import ops_header
+from tinytrain.stages.c_emit.literals import flit
 from tinytrain.stages.golden import grad_ops as go
 from tinytrain.stages.golden import train_step as te
 from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
@@ -266,7 +267,7 @@ def _c_floats(a) -> str:
     for v in a:
         v = float(v)
         out.append("NAN" if np.isnan(v) else ("INFINITY" if v == np.inf else ("(-INFINITY)" if v == -np.inf
-                                                                                else codegen.flit(v))))
+                                                                                else flit(v))))
     return ", ".join(out)
 
 
@@ -292,8 +293,8 @@ def test_c_kernels_match_numpy(tmp_path, act, simd):
             f"static float dy[{n}] = {{{_c_floats(dy)}}};\n")
     src = tmp_path / "drv.c"
     src.write_text("#include <math.h>\n" + _DRIVER % dict(data=data, n=n, nb=(n + 7) // 8, lo=lo, hi=hi,
-                                                         flo=codegen.flit(flo),
-                                                         fhi="INFINITY" if fhi is None else codegen.flit(fhi)))
+                                                         flo=flit(flo),
+                                                         fhi="INFINITY" if fhi is None else flit(fhi)))
     exe = tmp_path / "drv"
     simd_flags = ["-DTT_USE_HOST_SIMD=1"] if simd else []
     cmd = [cc, *CFLAGS, *simd_flags, "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{KDIR}",
