@@ -32,20 +32,27 @@ def new_tmp(folder: Path, tag: str = "") -> Path:
     return folder / f"{TMP_PREFIX}{tag}{uuid.uuid4().hex[:16]}"
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Write `data` to `path` through a temp file renamed into place: a reader sees the old file or the new one,
+    never half of one. `durable` also fsyncs the file and its folder, so that the new bytes survive a power loss
+    once this returns: what the cache keeps (entries, `last/`) needs that, since a later build trusts them. A file
+    that the next build writes again anyway (the build record, the report, the build's counters) does not: after a
+    crash it is at worst stale or gone, and two fsyncs per write are a disk flush each on every build."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = new_tmp(path.parent)
     try:
         with open(tmp, "xb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
 def copy_hashing(src: Path, dst: Path, *, fsync: bool) -> tuple[str, int]:

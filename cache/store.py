@@ -5,7 +5,7 @@ Layout under the root:
     ac/<aa>/<key>.json      action entry: outputs (name -> digest, size), summary, metrics, preimage
     last/<scope-hash>.json  the last preimage seen per "<spec name>/<stage>", for `explain`
     units/<stage>/...       sub-stage units (memos, compiled objects), written without the lock
-    stats.json              hits and misses of the last build
+    stats.json              the last build's counters: hits, misses, entries stored and their bytes
     lock                    flock'ed by every writer of cas/, ac/ and last/
 
 Crash safety rests on two rules: every file is written to a `.tmp-*` file in its final folder and
@@ -394,6 +394,7 @@ class Cache:
                     raise
                 self._go_read_only(e.strerror)
                 self._store_locked(entry, files)
+            self._bump(stored=1, stored_bytes=sum(o.size for o in entry.outputs))
         if self.remote is not None and getattr(self.remote, "write", False):
             self._upload(entry)
         return entry
@@ -527,19 +528,20 @@ class Cache:
                 # Temp files left by a process killed mid-write (e.g. a download): every writer of these
                 # holds this lock, so any temp file we can see now is stale (units/: gc, by age).
                 self._sweep_temp_files(("cas", "ac", "last"))
-            self._write_counters({"hits": 0, "misses": 0, "started": time.time()})
+            self._write_counters({"hits": 0, "misses": 0, "stored": 0, "stored_bytes": 0, "started": time.time()})
 
     def note_hit(self, key: str) -> None:
-        self._bump("hits")
+        self._bump(hits=1)
 
     def note_miss(self, key: str) -> None:
-        self._bump("misses")
+        self._bump(misses=1)
 
-    def _bump(self, field: str) -> None:
+    def _bump(self, **add: int) -> None:
         # Read-modify-write under the lock: parallel stage processes count into one build.
         with self.lock():
             counters = self._read_counters()
-            counters[field] = int(counters.get(field, 0)) + 1
+            for field, n in add.items():
+                counters[field] = int(counters.get(field, 0)) + n
             self._write_counters(counters)
 
     def _read_counters(self) -> dict:
@@ -550,9 +552,14 @@ class Cache:
         return doc if isinstance(doc, dict) else {"hits": 0, "misses": 0}
 
     def _write_counters(self, counters: dict) -> None:
-        atomic_write_bytes(self.write_root / "stats.json", json.dumps(counters, sort_keys=True).encode())
+        # Not durable (fs_ops.atomic_write_bytes): counters of one build, which the next build starts afresh; an
+        # fsync here would be two disk flushes per stage.
+        atomic_write_bytes(self.write_root / "stats.json", json.dumps(counters, sort_keys=True).encode(),
+                           durable=False)
 
     def stats(self) -> dict:
+        """`tinytrain cache stats`: the store's size (a walk of cas/, ac/ and units/) and the last build's hits and
+        misses."""
         blobs, blob_bytes = _count_files(self.cas_dir)
         entries, entry_bytes = _count_files(self.ac_dir)
         units, unit_bytes = _count_files(self.root / "units")
@@ -566,6 +573,19 @@ class Cache:
             "hits": int(counters.get("hits", 0)),
             "misses": int(counters.get("misses", 0)),
         }
+        return self._where(doc)
+
+    def build_summary(self) -> dict:
+        """The cache's part of a build's record (build.json): this build's counters, hits, misses, the entries it
+        stored and their outputs' bytes (`stored`, `stored_bytes`; a restored stage is a hit), read from stats.json
+        without walking the store: `stats` lists every file of it, 0.1 s of CPU for a cache of 11,000 files on a
+        warm local disk, more on a cold or network one, on every build, for figures no build needs."""
+        counters = self._read_counters()
+        return self._where({"root": str(self.root),
+                            **{k: int(counters.get(k, 0)) for k in ("hits", "misses", "stored", "stored_bytes")}})
+
+    def _where(self, doc: dict) -> dict:
+        """`doc` with why the folder is read-only and the remote cache, if any."""
         if self.read_only:
             doc["read_only"] = self.read_only_reason
         if self.remote is not None:

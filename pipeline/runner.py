@@ -146,7 +146,7 @@ def build(spec: Spec, cache: Cache, log: BuildLog, *, until: str | None = None, 
                 if run.early_picture.error:
                     log.warning(f"warning: could not draw the per-layer memory chart: {run.early_picture.error}; "
                                 "the report goes without it")
-        result.cache = cache.stats()
+        result.cache = cache.build_summary()
     result.duration_s = time.perf_counter() - t0
     if not dry_run:
         _write_record_and_report(result, log, layers_drawn=drawn)
@@ -164,8 +164,10 @@ def _write_record_and_report(result: BuildResult, log: BuildLog, layers_drawn: b
 
     folder = Path(result.out_dir)
     try:
+        # not durable, like the report: every build writes its own record (fs_ops.atomic_write_bytes)
         atomic_write_bytes(folder / BUILD_RECORD,
-                           (json.dumps(result.to_json(), indent=1, sort_keys=True, default=str) + "\n").encode())
+                           (json.dumps(result.to_json(), indent=1, sort_keys=True, default=str) + "\n").encode(),
+                           durable=False)
         write_report(folder, layers_picture=not layers_drawn)
     except Exception as e:  # noqa: BLE001 - the build's own outcome matters more than its report
         log.warning(f"warning: could not write the build report in {folder}: {type(e).__name__}: {e}")

@@ -207,7 +207,10 @@ def build_firmware(board: Board, program_dir: Path, out_dir: Path, *,
 
         units, hunits = units_of(sources)
         hunits += _host_support_units(hboard, hflags)
-        failed = _compile_units(work, units + hunits, progress, objects)
+        # The staged library's digest (part of every ObjectCache key), once: a link retry below compiles more files
+        # of the same staged tree.
+        tree = tree_digest(work / "src" / "kernels_c") if objects is not None else None
+        failed = _compile_units(work, units + hunits, progress, objects, tree)
         _raise_compile_failures(cc, [failed[u] for u in units if u in failed])
         progress(f"linking for {board.name}", 0.95)
         auto = stack_bytes == "auto"
@@ -227,7 +230,7 @@ def build_firmware(board: Board, program_dir: Path, out_dir: Path, *,
             more = [f for f in spare if _defined_names((work / f).read_text(errors="replace")) & missing] or spare
             spare = [f for f in spare if f not in more]
             fw, host = units_of(more)
-            failed.update(_compile_units(work, fw + host, progress, objects))
+            failed.update(_compile_units(work, fw + host, progress, objects, tree))
             _raise_compile_failures(cc, [failed[u] for u in fw if u in failed])
             # Library files keep their place in the link order (program, library, board support).
             order = {str(f): i for i, f in enumerate(_stage_order(work, board))}
@@ -470,18 +473,19 @@ def _object(src: Path, obj_dir: str) -> Path:
     return Path(obj_dir) / src.relative_to("src").with_suffix(".o")
 
 
-def _compile_units(work: Path, units: list[_Unit], progress, objects: "ObjectCache | None" = None
-                   ) -> dict[_Unit, str]:
+def _compile_units(work: Path, units: list[_Unit], progress, objects: "ObjectCache | None" = None,
+                   tree: str | None = None) -> dict[_Unit, str]:
     """Compile every unit, as many at a time as there are cores (each gcc is one process on one core); returns
     the failed units with their compiler output. The largest files start first, so a long one does not run alone
     at the end while the other cores idle. With `objects`, a library unit compiled before (by an earlier build, or
-    by `prewarm` while this build's earlier stages ran) is copied from there, and one compiled here is kept."""
+    by `prewarm` while this build's earlier stages ran) is copied from there, and one compiled here is kept; `tree`:
+    the staged library's tree_digest (work/src/kernels_c), which those objects' keys hash (None: computed here)."""
     for u in units:
         (work / u.obj).parent.mkdir(parents=True, exist_ok=True)
     keys: dict[_Unit, str] = {}
     todo = list(units)
     if objects is not None:
-        tree = tree_digest(work / "src" / "kernels_c")
+        tree = tree if tree is not None else tree_digest(work / "src" / "kernels_c")
         program = {p.name for p in (work / "src" / "program").rglob("*") if p.is_file()}
         keys = {u: objects.key(u, tree) for u in units if objects.cacheable(u)}
         todo = [u for u in units if u not in keys or not objects.fetch(work, u, keys[u], program)]

@@ -446,6 +446,25 @@ def test_stats_counts_hits_misses_entries_blobs_and_size(stored, tmp_path):
     assert (cache.stats()["hits"], cache.stats()["misses"]) == (0, 0)
 
 
+def test_entries_are_fsynced_the_build_counters_and_reports_are_not(cache, tmp_path, monkeypatch):
+    """What the cache keeps survives a power cut (fsync); the counters of one build and the files every build
+    writes again (report, build.json: durable=False) are only atomic, without a disk flush per write."""
+    from tinytrain.cache.fs_ops import atomic_write_bytes
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real(fd))
+    cache.begin_build()
+    cache.note_hit("0" * 64)
+    cache.note_miss("1" * 64)
+    atomic_write_bytes(tmp_path / "report.md", b"new", durable=False)
+    assert synced == [] and (tmp_path / "report.md").read_bytes() == b"new"
+    assert (cache.build_summary()["hits"], cache.build_summary()["misses"]) == (1, 1)
+    cache.store("2" * 64, {}, make_out(tmp_path / "out"), "s", {}, 0)
+    assert len(synced) >= len(FILES) + 1     # every blob and the entry (and their folders)
+    assert (cache.build_summary()["stored"], cache.build_summary()["stored_bytes"]) == \
+        (1, sum(len(d) for d in FILES.values()))
+
+
 def _store_at(cache: Cache, tmp_path: Path, monkeypatch, key: str, files: dict, when: float) -> ActionEntry:
     monkeypatch.setattr(store_mod, "time", types.SimpleNamespace(time=lambda: when))
     entry = cache.store(key, {"k": key}, make_out(tmp_path / key[:4], files), "s", {}, 0)

@@ -215,6 +215,27 @@ def test_float_copy_lies_in_room_idle_over_the_stream(tmp_path):
         assert at + need <= buf["offset"] or buf["offset"] + buf["size"] <= at, buf["name"]
 
 
+def test_fused_input_lives_until_the_stream_ends():
+    """The expand weight gradient reads the block's int8 input through a fused dequantize (no fp32 copy): inside
+    the hidden stream it reads it on every channel's pass, so the int8 buffer lives to the stream's last step (it
+    ended at the gradient's own step, before the stream's end) and counts in every step's live bytes."""
+    from tinytrain.stages.planning.arena import fused_dequantize
+    tg, mp, (st,) = _copy_case()
+    fused = fused_dequantize(tg)
+    pos = [mp.order.index(i) for i in st.ops]
+    a, b = min(pos), max(pos)
+    by_tensor = {t: buf for buf in mp.buffers for t in buf.tensors}
+    srcs = {fused[t] for i in st.ops for t in tg.ops[i].inputs if t in fused and fused[t] in by_tensor}
+    assert srcs   # the case reads one (the weight gradient is not the stream's last op)
+    for src in srcs:
+        buf = by_tensor[src]
+        assert buf.start <= a and buf.end >= b, (src, buf.start, buf.end, a, b)
+        for s in range(a, b + 1):
+            assert mp.live_by_role[s][buf.role] >= buf.size
+    # every other buffer live while the stream runs meets it in time: none may sit over it
+    check_plan(mp)
+
+
 def test_float16_member_is_refused():
     """The hidden-channel kernels are fp32: a float16 tensor in the stream is a CodegenError, not wrong C."""
     from tinytrain.stages.c_emit.hidden_stream import stream_hidden

@@ -267,6 +267,22 @@ def test_result_json_is_plain_json(fake_project):
     assert doc["cache"]["misses"] == 2
 
 
+def test_build_record_counts_this_build_without_walking_the_store(fake_project, monkeypatch):
+    """build.json's cache part is this build's counters: what it stored (entries, their outputs' bytes) and
+    restored (hits), not a walk of the whole store (that is `tinytrain cache stats`)."""
+    from tinytrain.cache import store
+
+    def no_walk(folder):
+        raise AssertionError(f"a build walked {folder}")
+    monkeypatch.setattr(store, "_count_files", no_walk)
+    first = _build(fake_project, until="b").to_json()["cache"]
+    stored = sum(p.stat().st_size for stage in ("a", "b") for p in (fake_project.out / stage).rglob("*")
+                 if p.is_file() and p.name != "manifest.json")
+    assert (first["hits"], first["misses"], first["stored"], first["stored_bytes"]) == (0, 2, 2, stored)
+    again = _build(fake_project, until="b").to_json()["cache"]
+    assert (again["hits"], again["misses"], again["stored"], again["stored_bytes"]) == (2, 0, 0, 0)
+
+
 def test_cache_dir_precedence(fake_project, tmp_path, monkeypatch):
     spec = load_spec(fake_project.spec_path)
     assert Path(open_cache(spec).root) == _cache_root()

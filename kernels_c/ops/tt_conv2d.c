@@ -2138,32 +2138,32 @@ TT_GI_INLINE void tt_gi1x1_dense(int32_t p0, int32_t p1, int32_t c0, int32_t c1,
 #define TT_GI_VFP_ASM 1
 static const float tt_gi_zero8[8]; /* +0.0f: the sums' start */
 
+/* The loop both share: s0-s7 start from src; for each listed channel j = lp[t] (row = r + 32 j bytes), GET runs
+ * with j in %[row] (mul: loads gp[j] into s16), the row is loaded into s8-s15, SCALE runs (mul: s8-s15 *= s16), and
+ * s8-s15 are added to s0-s7; s0-s7 are stored to d. Operands: lp, n (counted down), row, src, r, d. */
+#define TT_GI_ROWS8_ASM(GET, SCALE)                                                                             \
+    "vldmia   %[src], {s0-s7}\n\t"                                                                              \
+    "1:\n\t"                                                                                                    \
+    "ldrb     %[row], [%[lp]], #1\n\t" GET                                                                      \
+    "add      %[row], %[r], %[row], lsl #5\n\t"                                                                 \
+    "vldmia   %[row], {s8-s15}\n\t" SCALE                                                                       \
+    "vadd.f32 s0, s0, s8\n\tvadd.f32 s1, s1, s9\n\tvadd.f32 s2, s2, s10\n\tvadd.f32 s3, s3, s11\n\t"             \
+    "vadd.f32 s4, s4, s12\n\tvadd.f32 s5, s5, s13\n\tvadd.f32 s6, s6, s14\n\tvadd.f32 s7, s7, s15\n\t"           \
+    "subs     %[n], %[n], #1\n\t"                                                                               \
+    "bne      1b\n\t"                                                                                           \
+    "vstmia   %[d], {s0-s7}\n\t"
+#define TT_GI_ROWS8_CLOBBERS \
+    "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15", "memory", "cc"
+
 /* d[0..8) = (first ? 0 : d) + r[lp[t]] rows summed in list order (n >= 1). */
 static inline void tt_gi_add_rows8(float *d, const uint8_t *lp, int32_t n, const float *r, int first)
 {
     const float *src = first ? tt_gi_zero8 : d;
     const float *row;
-    __asm__ volatile(
-        "vldmia   %[src], {s0-s7}\n\t"
-        "1:\n\t"
-        "ldrb     %[row], [%[lp]], #1\n\t"
-        "add      %[row], %[r], %[row], lsl #5\n\t"
-        "vldmia   %[row], {s8-s15}\n\t"
-        "vadd.f32 s0, s0, s8\n\t"
-        "vadd.f32 s1, s1, s9\n\t"
-        "vadd.f32 s2, s2, s10\n\t"
-        "vadd.f32 s3, s3, s11\n\t"
-        "vadd.f32 s4, s4, s12\n\t"
-        "vadd.f32 s5, s5, s13\n\t"
-        "vadd.f32 s6, s6, s14\n\t"
-        "vadd.f32 s7, s7, s15\n\t"
-        "subs     %[n], %[n], #1\n\t"
-        "bne      1b\n\t"
-        "vstmia   %[d], {s0-s7}\n\t"
-        : [lp] "+r"(lp), [n] "+r"(n), [row] "=&r"(row)
-        : [src] "r"(src), [r] "r"(r), [d] "r"(d)
-        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15",
-          "memory", "cc");
+    __asm__ volatile(TT_GI_ROWS8_ASM("", "")
+                     : [lp] "+r"(lp), [n] "+r"(n), [row] "=&r"(row)
+                     : [src] "r"(src), [r] "r"(r), [d] "r"(d)
+                     : TT_GI_ROWS8_CLOBBERS);
 }
 
 /* d[0..8) = (first ? 0 : d) + gp[j] * r[j] rows, j = lp[t] in list order (n >= 1). */
@@ -2172,37 +2172,15 @@ static inline void tt_gi_mul_rows8(float *d, const float *gp, const uint8_t *lp,
 {
     const float *src = first ? tt_gi_zero8 : d;
     const float *row, *g;
-    __asm__ volatile(
-        "vldmia   %[src], {s0-s7}\n\t"
-        "1:\n\t"
-        "ldrb     %[row], [%[lp]], #1\n\t"
-        "add      %[g], %[gp], %[row], lsl #2\n\t"
-        "add      %[row], %[r], %[row], lsl #5\n\t"
-        "vldr     s16, [%[g]]\n\t"
-        "vldmia   %[row], {s8-s15}\n\t"
-        "vmul.f32 s8, s16, s8\n\t"
-        "vmul.f32 s9, s16, s9\n\t"
-        "vmul.f32 s10, s16, s10\n\t"
-        "vmul.f32 s11, s16, s11\n\t"
-        "vmul.f32 s12, s16, s12\n\t"
-        "vmul.f32 s13, s16, s13\n\t"
-        "vmul.f32 s14, s16, s14\n\t"
-        "vmul.f32 s15, s16, s15\n\t"
-        "vadd.f32 s0, s0, s8\n\t"
-        "vadd.f32 s1, s1, s9\n\t"
-        "vadd.f32 s2, s2, s10\n\t"
-        "vadd.f32 s3, s3, s11\n\t"
-        "vadd.f32 s4, s4, s12\n\t"
-        "vadd.f32 s5, s5, s13\n\t"
-        "vadd.f32 s6, s6, s14\n\t"
-        "vadd.f32 s7, s7, s15\n\t"
-        "subs     %[n], %[n], #1\n\t"
-        "bne      1b\n\t"
-        "vstmia   %[d], {s0-s7}\n\t"
-        : [lp] "+r"(lp), [n] "+r"(n), [row] "=&r"(row), [g] "=&r"(g)
-        : [src] "r"(src), [r] "r"(r), [d] "r"(d), [gp] "r"(gp)
-        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15",
-          "s16", "memory", "cc");
+    __asm__ volatile(TT_GI_ROWS8_ASM("add      %[g], %[gp], %[row], lsl #2\n\t"
+                                     "vldr     s16, [%[g]]\n\t",
+                                     "vmul.f32 s8, s16, s8\n\tvmul.f32 s9, s16, s9\n\t"
+                                     "vmul.f32 s10, s16, s10\n\tvmul.f32 s11, s16, s11\n\t"
+                                     "vmul.f32 s12, s16, s12\n\tvmul.f32 s13, s16, s13\n\t"
+                                     "vmul.f32 s14, s16, s14\n\tvmul.f32 s15, s16, s15\n\t")
+                     : [lp] "+r"(lp), [n] "+r"(n), [row] "=&r"(row), [g] "=&r"(g)
+                     : [src] "r"(src), [r] "r"(r), [d] "r"(d), [gp] "r"(gp)
+                     : TT_GI_ROWS8_CLOBBERS, "s16");
 }
 #else
 #define TT_GI_VFP_ASM 0
@@ -2213,16 +2191,15 @@ static inline void tt_gi_mul_rows8(float *d, const float *gp, const uint8_t *lp,
 TT_GI_INLINE void tt_gi1x1_sums8(float *d, const float *gp, const uint8_t *lp, int32_t n, const float *r, int first,
                                  const int mul)
 {
-    float a0, a1, a2, a3, a4, a5, a6, a7;
-    int32_t t;
 #if TT_GI_VFP_ASM
     if (mul) {
         tt_gi_mul_rows8(d, gp, lp, n, r, first);
     } else {
         tt_gi_add_rows8(d, lp, n, r, first);
     }
-    return;
-#endif
+#else
+    float a0, a1, a2, a3, a4, a5, a6, a7;
+    int32_t t;
     if (first) {
         a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0f;
     } else {
@@ -2241,6 +2218,7 @@ TT_GI_INLINE void tt_gi1x1_sums8(float *d, const float *gp, const uint8_t *lp, i
         }
     }
     d[0] = a0; d[1] = a1; d[2] = a2; d[3] = a3; d[4] = a4; d[5] = a5; d[6] = a6; d[7] = a7;
+#endif
 }
 
 /* The broadcast form (com given): pixels [0, P) in blocks of TT_GI_PB, output channels [o0, o1) in blocks of

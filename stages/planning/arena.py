@@ -348,6 +348,7 @@ def plan_memory(graph: Graph, order: list[int] | None = None, options: MemOption
                 if t in first:
                     first[t] = min(first[t], a)
             for t in list(op.inputs) + list(op.outputs):
+                t = fused.get(t, t)  # a fused reader reads the int8/fp16 source on every pass of the stream
                 if t is not None and t in end:
                     end[t] = max(end[t], b)
 
