@@ -1,0 +1,241 @@
+#if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
+#include "tt_fvec_mve.h"
+/* Helium fp32-vector weight gradients of fp16-mixed (tt_fvec_gw.h): conv2d's tt_gw_walk and the fully connected
+ * tt_fc_grad_weight_impl, which is the same sum (a 1x1 conv over `rows` pixels).
+ *
+ * The portable loop: for each output channel o and tap, dw[o, tap, c] = +0, then += dy[p, o] * x[p', c] for every
+ * pixel of the tap's walk (tt_tap_walk: rows in order, out-of-image taps not in it, no pixel skipped for a zero dy),
+ * one product and one sum per step, rounded twice (-ffp-contract=off). Here four consecutive input channels c are
+ * the lanes of a vector, up to sixteen channels (four accumulators) per pass over the walk, dy[p, o] widened once
+ * per pixel and multiplied in as a scalar (VMUL.F32 Qd, Qn, Rm), then VADD: each lane adds exactly its channel's
+ * products in the portable order, starting at +0.
+ *
+ * Why that gives the portable bits (tt_fvec_mve.h): every accumulator starts at +0 and every product has an fp16
+ * factor; the other factor is fp16 too (fp16-mixed's dy and saved x: the products are in G(2^-48), no check), or an
+ * fp32 operand that passes the check below (a fp32 dy column or fp32 x). So no lane ever holds a subnormal and
+ * Helium's forced flush-to-zero changes nothing. NaN operands can come out as the default NaN (tt_fvec_mve.h). */
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function" /* tt_conv_common.h's statics that this unit does not call */
+#include "tt_conv_common.h"
+#pragma GCC diagnostic pop
+#include "tt_f16.h"
+#include "tt_fvec_gw.h"
+
+#define TT_FVEC_GW_INLINE static inline __attribute__((always_inline))
+
+/* 1 when dy[r * stride] for r < rows are all +-0 or finite with |v| >= 2^-79: tt_fvec_ok's condition on a strided
+ * column, gathered four rows at a time. m = the magnitude's bits shifted left once: the value is allowed when m is 0
+ * or 48 << 24 <= m < 255 << 24, i.e. when min(m - 1) (0 wraps to the maximum) >= (48 << 24) - 1 and max(m) is below
+ * the Inf/NaN exponent. */
+static int32_t tt_fvec_gw_ok_col(const float *v, int32_t rows, int32_t stride)
+{
+    const uint32_t *u = (const uint32_t *)(const void *)v;
+    const uint32x4_t step = vdupq_n_u32((uint32_t)(4 * stride));
+    uint32x4_t off = vmulq_n_u32(vidupq_n_u32(0u, 1), (uint32_t)stride);
+    uint32x4_t lo = vdupq_n_u32(0xFFFFFFFFu), hi = vdupq_n_u32(0u);
+    int32_t r;
+    for (r = 0; r < rows; r += 4) {
+        const mve_pred16_t p = vctp32q((uint32_t)(rows - r));
+        const uint32x4_t m = vshlq_n_u32(vldrwq_gather_shifted_offset_z_u32(u, off, p), 1); /* idle lanes: 0 */
+        lo = vminq_u32(lo, vsubq_u32(m, vdupq_n_u32(1u)));
+        hi = vmaxq_u32(hi, m);
+        off = vaddq_u32(off, step);
+    }
+    return vminvq_u32(0xFFFFFFFFu, lo) >= (48u << 24) - 1u && vmaxvq_u32(0u, hi) < (255u << 24);
+}
+
+/* The fp32 operands a call reads satisfy tt_fvec_mve.h's condition: dy's columns [o0, o1) of every output pixel
+ * (rows dy_rows, dy_c channels), x's channels [0, k) of every input pixel (rows x_rows, x_c channels). Every pixel is
+ * checked, read or not (a pixel no tap reads only makes the check stricter). */
+static int32_t tt_fvec_gw_ok(const float *dyf, int32_t dy_rows, int32_t dy_c, int32_t o0, int32_t o1,
+                             const float *xf, int32_t x_rows, int32_t x_c, int32_t k)
+{
+    int32_t i;
+    if (dyf != 0) {
+        if (o1 - o0 == dy_c) {
+            if (!tt_fvec_ok(dyf, dy_rows * dy_c)) {
+                return 0;
+            }
+        } else {
+            for (i = o0; i < o1; ++i) {
+                if (!tt_fvec_gw_ok_col(dyf + i, dy_rows, dy_c)) {
+                    return 0;
+                }
+            }
+        }
+    }
+    if (xf != 0) {
+        if (k == x_c) {
+            return tt_fvec_ok(xf, x_rows * x_c);
+        }
+        for (i = 0; i < x_rows; ++i) {
+            if (!tt_fvec_ok(xf + i * x_c, k)) {
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+/* dy[g] as the portable loop reads it (tt_f_or_h): exact. */
+TT_FVEC_GW_INLINE float tt_fvec_gw_dy(const float *dyf, const uint16_t *dyh, int32_t g)
+{
+    return dyh != 0 ? tt_f16_read(dyh[g]) : dyf[g];
+}
+
+/* x[i .. i + 4) as four fp32 lanes (exact); with p (not all lanes) the idle lanes read nothing and hold +0. */
+TT_FVEC_GW_INLINE float32x4_t tt_fvec_gw_x(const float *xf, const uint16_t *xh, int32_t i, int full, mve_pred16_t p)
+{
+    if (xh != 0) {
+        return full ? tt_fvec_ld_h4(xh + i) : vreinterpretq_f32_u32(tt_mve_vcvtb_f32_f16(vldrhq_z_u32(xh + i, p)));
+    }
+    return full ? vldrwq_f32(xf + i) : vldrwq_z_f32(xf + i, p);
+}
+
+/* acc + dy * x: one VMUL (by the scalar) and one VADD, the portable `dw[c] += g * x` rounded twice. */
+TT_FVEC_GW_INLINE float32x4_t tt_fvec_gw_mac(float32x4_t acc, float32x4_t x, float g)
+{
+    return vaddq_f32(acc, vmulq_n_f32(x, g));
+}
+
+/* One pass over tap (ky, kx)'s walk for output channel o: input channels [c0, c0 + 4 * nv), the last vector's lanes
+ * limited to `last` (1..4; full: 4 and no predicate), written to dwp[c0 ..]. */
+TT_FVEC_GW_INLINE void tt_fvec_gw_pass(const tt_conv_dims *d, int32_t ky, int32_t kx, int32_t o, const float *dyf,
+                                       const uint16_t *dyh, const float *xf, const uint16_t *xh, int32_t c0,
+                                       const int nv, const int full, int32_t last, float *dwp)
+{
+    const mve_pred16_t p = vctp32q((uint32_t)last);
+    const int32_t ic = d->in_c, oc = d->out_c;
+    float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
+    tt_tap_walk tw;
+    tt_tap_walk_init(d, ky, kx, &tw);
+    while (tt_tap_walk_next(&tw)) {
+        const int32_t xs = tw.x_step * ic;
+        int32_t i, g = tw.dy_px * oc + o, at = tw.x_px * ic + c0;
+        for (i = 0; i < tw.n; ++i, g += oc, at += xs) {
+            const float gv = tt_fvec_gw_dy(dyf, dyh, g);
+            if (nv == 1) {
+                a0 = tt_fvec_gw_mac(a0, tt_fvec_gw_x(xf, xh, at, full, p), gv);
+            } else if (nv == 2) {
+                a0 = tt_fvec_gw_mac(a0, tt_fvec_gw_x(xf, xh, at, 1, p), gv);
+                a1 = tt_fvec_gw_mac(a1, tt_fvec_gw_x(xf, xh, at + 4, full, p), gv);
+            } else if (nv == 3) {
+                a0 = tt_fvec_gw_mac(a0, tt_fvec_gw_x(xf, xh, at, 1, p), gv);
+                a1 = tt_fvec_gw_mac(a1, tt_fvec_gw_x(xf, xh, at + 4, 1, p), gv);
+                a2 = tt_fvec_gw_mac(a2, tt_fvec_gw_x(xf, xh, at + 8, full, p), gv);
+            } else {
+                a0 = tt_fvec_gw_mac(a0, tt_fvec_gw_x(xf, xh, at, 1, p), gv);
+                a1 = tt_fvec_gw_mac(a1, tt_fvec_gw_x(xf, xh, at + 4, 1, p), gv);
+                a2 = tt_fvec_gw_mac(a2, tt_fvec_gw_x(xf, xh, at + 8, 1, p), gv);
+                a3 = tt_fvec_gw_mac(a3, tt_fvec_gw_x(xf, xh, at + 12, full, p), gv);
+            }
+        }
+    }
+    dwp += c0;
+    if (nv >= 2) {
+        vstrwq_f32(dwp, a0);
+    }
+    if (nv >= 3) {
+        vstrwq_f32(dwp + 4, a1);
+    }
+    if (nv >= 4) {
+        vstrwq_f32(dwp + 8, a2);
+    }
+    {
+        const float32x4_t al = nv == 1 ? a0 : nv == 2 ? a1 : nv == 3 ? a2 : a3;
+        if (full) {
+            vstrwq_f32(dwp + 4 * (nv - 1), al);
+        } else {
+            vstrwq_p_f32(dwp + 4 * (nv - 1), al, p);
+        }
+    }
+}
+
+/* Every channel of one tap: sixteen at a time, then the rest (1..15) in one pass of as many vectors as they need. */
+TT_FVEC_GW_INLINE void tt_fvec_gw_tap(const tt_conv_dims *d, int32_t k, int32_t ky, int32_t kx, int32_t o,
+                                      const float *dyf, const uint16_t *dyh, const float *xf, const uint16_t *xh,
+                                      float *dwp)
+{
+    int32_t c = 0, rest;
+    for (; c + 16 <= k; c += 16) {
+        tt_fvec_gw_pass(d, ky, kx, o, dyf, dyh, xf, xh, c, 4, 1, 4, dwp);
+    }
+    rest = k - c;
+    switch ((rest + 3) / 4) {
+    case 1:
+        tt_fvec_gw_pass(d, ky, kx, o, dyf, dyh, xf, xh, c, 1, 0, rest, dwp);
+        break;
+    case 2:
+        tt_fvec_gw_pass(d, ky, kx, o, dyf, dyh, xf, xh, c, 2, 0, rest - 4, dwp);
+        break;
+    case 3:
+        tt_fvec_gw_pass(d, ky, kx, o, dyf, dyh, xf, xh, c, 3, 0, rest - 8, dwp);
+        break;
+    case 4:
+        tt_fvec_gw_pass(d, ky, kx, o, dyf, dyh, xf, xh, c, 4, 0, rest - 12, dwp);
+        break;
+    default:
+        break;
+    }
+}
+
+/* The walk, one specialization per operand kind (dy and x each fp32 or fp16, null pointers constant). */
+TT_FVEC_GW_INLINE void tt_fvec_gw_walk(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dyf,
+                                       const uint16_t *dyh, const float *xf, const uint16_t *xh, float *dw)
+{
+    int32_t o, ky, kx;
+    for (o = o0; o < o1; ++o) {
+        for (ky = 0; ky < d->k_h; ++ky) {
+            for (kx = 0; kx < d->k_w; ++kx) {
+                tt_fvec_gw_tap(d, k, ky, kx, o, dyf, dyh, xf, xh, dw + (((o - o0) * d->k_h + ky) * d->k_w + kx) * k);
+            }
+        }
+    }
+}
+
+static void tt_fvec_gw_run(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dyf,
+                           const uint16_t *dyh, const float *xf, const uint16_t *xh, float *dw)
+{
+    if (dyh != 0 && xh != 0) {
+        tt_fvec_gw_walk(d, k, o0, o1, 0, dyh, 0, xh, dw);
+    } else if (dyh != 0) {
+        tt_fvec_gw_walk(d, k, o0, o1, 0, dyh, xf, 0, dw);
+    } else {
+        tt_fvec_gw_walk(d, k, o0, o1, dyf, 0, 0, xh, dw);
+    }
+}
+
+int32_t tt_fvec_gw_conv(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dyf,
+                        const uint16_t *dyh, const float *xf, const uint16_t *xh, float *dw)
+{
+    if (dyh == 0 && xh == 0) {
+        return 0; /* two fp32 factors: their product can be subnormal whatever the check */
+    }
+    if (!tt_fvec_gw_ok(dyf, d->batches * d->out_h * d->out_w, d->out_c, o0, o1, xf, d->batches * d->in_h * d->in_w,
+                       d->in_c, k)) {
+        return 0;
+    }
+    tt_fvec_gw_run(d, k, o0, o1, dyf, dyh, xf, xh, dw);
+    return 1;
+}
+
+int32_t tt_fvec_gw_fc(int32_t rows, int32_t depth, int32_t out_c, int32_t k, int32_t o0, int32_t o1,
+                      const float *dyf, const uint16_t *dyh, const float *xf, const uint16_t *xh, float *dw)
+{
+    /* the rows as one image row of `rows` pixels: the 1x1 conv walk visits them in order */
+    const tt_conv_dims d = {1, 1, rows, depth, 1, rows, out_c, 1, 1, 1, 1, 1, 1, 0, 0, 1};
+    return tt_fvec_gw_conv(&d, k, o0, o1, dyf, dyh, xf, xh, dw);
+}
+
+#if defined(TT_FVEC_GW_TEST)
+void tt_fvec_gw_conv_unchecked(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dyf,
+                               const uint16_t *dyh, const float *xf, const uint16_t *xh, float *dw)
+{
+    tt_fvec_gw_run(d, k, o0, o1, dyf, dyh, xf, xh, dw);
+}
+#endif
+
+#else
+typedef int tt_fvec_gw_unused;
+#endif
