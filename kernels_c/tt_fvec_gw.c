@@ -99,51 +99,79 @@ TT_FVEC_GW_INLINE float32x4_t tt_fvec_gw_mac(float32x4_t acc, float32x4_t x, flo
     return vaddq_f32(acc, vmulq_n_f32(x, g));
 }
 
+/* The sums of one pass, up to four vectors of channels. */
+typedef struct {
+    float32x4_t a0, a1, a2, a3;
+} tt_fvec_gw_acc;
+
+/* n pixels of a run: dy[g], dy[g + gs], ... times x[at ..], x[at + xs ..], ... added to the pass's sums, pixel by
+ * pixel; nv vectors of channels, the last one's lanes limited by p unless full. */
+TT_FVEC_GW_INLINE void tt_fvec_gw_px(tt_fvec_gw_acc *acc, int32_t n, int32_t g, int32_t gs, int32_t at, int32_t xs,
+                                     const float *dyf, const uint16_t *dyh, const float *xf, const uint16_t *xh,
+                                     const int nv, const int full, mve_pred16_t p)
+{
+    float32x4_t a0 = acc->a0, a1 = acc->a1, a2 = acc->a2, a3 = acc->a3;
+    int32_t i;
+    for (i = 0; i < n; ++i, g += gs, at += xs) {
+        const float gv = tt_fvec_gw_dy(dyf, dyh, g);
+        if (nv == 1) {
+            a0 = tt_fvec_gw_mac(a0, tt_fvec_gw_x(xf, xh, at, full, p), gv);
+        } else if (nv == 2) {
+            a0 = tt_fvec_gw_mac(a0, tt_fvec_gw_x(xf, xh, at, 1, p), gv);
+            a1 = tt_fvec_gw_mac(a1, tt_fvec_gw_x(xf, xh, at + 4, full, p), gv);
+        } else if (nv == 3) {
+            a0 = tt_fvec_gw_mac(a0, tt_fvec_gw_x(xf, xh, at, 1, p), gv);
+            a1 = tt_fvec_gw_mac(a1, tt_fvec_gw_x(xf, xh, at + 4, 1, p), gv);
+            a2 = tt_fvec_gw_mac(a2, tt_fvec_gw_x(xf, xh, at + 8, full, p), gv);
+        } else {
+            a0 = tt_fvec_gw_mac(a0, tt_fvec_gw_x(xf, xh, at, 1, p), gv);
+            a1 = tt_fvec_gw_mac(a1, tt_fvec_gw_x(xf, xh, at + 4, 1, p), gv);
+            a2 = tt_fvec_gw_mac(a2, tt_fvec_gw_x(xf, xh, at + 8, 1, p), gv);
+            a3 = tt_fvec_gw_mac(a3, tt_fvec_gw_x(xf, xh, at + 12, full, p), gv);
+        }
+    }
+    acc->a0 = a0;
+    acc->a1 = a1;
+    acc->a2 = a2;
+    acc->a3 = a3;
+}
+
 /* One pass over tap (ky, kx)'s walk for output channel o: input channels [c0, c0 + 4 * nv), the last vector's lanes
- * limited to `last` (1..4; full: 4 and no predicate), written to dwp[c0 ..]. */
+ * limited to `last` (1..4; full: 4 and no predicate), written to dwp[c0 ..]. flat: a 1x1 stride-1 unpadded conv,
+ * whose walk is every pixel in order, run as one row. */
 TT_FVEC_GW_INLINE void tt_fvec_gw_pass(const tt_conv_dims *d, int32_t ky, int32_t kx, int32_t o, const float *dyf,
                                        const uint16_t *dyh, const float *xf, const uint16_t *xh, int32_t c0,
-                                       const int nv, const int full, int32_t last, float *dwp)
+                                       const int nv, const int full, int32_t last, int flat, float *dwp)
 {
     const mve_pred16_t p = vctp32q((uint32_t)last);
     const int32_t ic = d->in_c, oc = d->out_c;
-    float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
-    tt_tap_walk tw;
-    tt_tap_walk_init(d, ky, kx, &tw);
-    while (tt_tap_walk_next(&tw)) {
-        const int32_t xs = tw.x_step * ic;
-        int32_t i, g = tw.dy_px * oc + o, at = tw.x_px * ic + c0;
-        for (i = 0; i < tw.n; ++i, g += oc, at += xs) {
-            const float gv = tt_fvec_gw_dy(dyf, dyh, g);
-            if (nv == 1) {
-                a0 = tt_fvec_gw_mac(a0, tt_fvec_gw_x(xf, xh, at, full, p), gv);
-            } else if (nv == 2) {
-                a0 = tt_fvec_gw_mac(a0, tt_fvec_gw_x(xf, xh, at, 1, p), gv);
-                a1 = tt_fvec_gw_mac(a1, tt_fvec_gw_x(xf, xh, at + 4, full, p), gv);
-            } else if (nv == 3) {
-                a0 = tt_fvec_gw_mac(a0, tt_fvec_gw_x(xf, xh, at, 1, p), gv);
-                a1 = tt_fvec_gw_mac(a1, tt_fvec_gw_x(xf, xh, at + 4, 1, p), gv);
-                a2 = tt_fvec_gw_mac(a2, tt_fvec_gw_x(xf, xh, at + 8, full, p), gv);
-            } else {
-                a0 = tt_fvec_gw_mac(a0, tt_fvec_gw_x(xf, xh, at, 1, p), gv);
-                a1 = tt_fvec_gw_mac(a1, tt_fvec_gw_x(xf, xh, at + 4, 1, p), gv);
-                a2 = tt_fvec_gw_mac(a2, tt_fvec_gw_x(xf, xh, at + 8, 1, p), gv);
-                a3 = tt_fvec_gw_mac(a3, tt_fvec_gw_x(xf, xh, at + 12, full, p), gv);
-            }
+    tt_fvec_gw_acc acc;
+    acc.a0 = vdupq_n_f32(0.0f);
+    acc.a1 = acc.a0;
+    acc.a2 = acc.a0;
+    acc.a3 = acc.a0;
+    if (flat) {
+        tt_fvec_gw_px(&acc, d->batches * d->in_h * d->in_w, o, oc, c0, ic, dyf, dyh, xf, xh, nv, full, p);
+    } else {
+        tt_tap_walk tw;
+        tt_tap_walk_init(d, ky, kx, &tw);
+        while (tt_tap_walk_next(&tw)) {
+            tt_fvec_gw_px(&acc, tw.n, tw.dy_px * oc + o, oc, tw.x_px * ic + c0, tw.x_step * ic, dyf, dyh, xf, xh, nv,
+                          full, p);
         }
     }
     dwp += c0;
     if (nv >= 2) {
-        vstrwq_f32(dwp, a0);
+        vstrwq_f32(dwp, acc.a0);
     }
     if (nv >= 3) {
-        vstrwq_f32(dwp + 4, a1);
+        vstrwq_f32(dwp + 4, acc.a1);
     }
     if (nv >= 4) {
-        vstrwq_f32(dwp + 8, a2);
+        vstrwq_f32(dwp + 8, acc.a2);
     }
     {
-        const float32x4_t al = nv == 1 ? a0 : nv == 2 ? a1 : nv == 3 ? a2 : a3;
+        const float32x4_t al = nv == 1 ? acc.a0 : nv == 2 ? acc.a1 : nv == 3 ? acc.a2 : acc.a3;
         if (full) {
             vstrwq_f32(dwp + 4 * (nv - 1), al);
         } else {
@@ -155,25 +183,25 @@ TT_FVEC_GW_INLINE void tt_fvec_gw_pass(const tt_conv_dims *d, int32_t ky, int32_
 /* Every channel of one tap: sixteen at a time, then the rest (1..15) in one pass of as many vectors as they need. */
 TT_FVEC_GW_INLINE void tt_fvec_gw_tap(const tt_conv_dims *d, int32_t k, int32_t ky, int32_t kx, int32_t o,
                                       const float *dyf, const uint16_t *dyh, const float *xf, const uint16_t *xh,
-                                      float *dwp)
+                                      int flat, float *dwp)
 {
     int32_t c = 0, rest;
     for (; c + 16 <= k; c += 16) {
-        tt_fvec_gw_pass(d, ky, kx, o, dyf, dyh, xf, xh, c, 4, 1, 4, dwp);
+        tt_fvec_gw_pass(d, ky, kx, o, dyf, dyh, xf, xh, c, 4, 1, 4, flat, dwp);
     }
     rest = k - c;
     switch ((rest + 3) / 4) {
     case 1:
-        tt_fvec_gw_pass(d, ky, kx, o, dyf, dyh, xf, xh, c, 1, 0, rest, dwp);
+        tt_fvec_gw_pass(d, ky, kx, o, dyf, dyh, xf, xh, c, 1, 0, rest, flat, dwp);
         break;
     case 2:
-        tt_fvec_gw_pass(d, ky, kx, o, dyf, dyh, xf, xh, c, 2, 0, rest - 4, dwp);
+        tt_fvec_gw_pass(d, ky, kx, o, dyf, dyh, xf, xh, c, 2, 0, rest - 4, flat, dwp);
         break;
     case 3:
-        tt_fvec_gw_pass(d, ky, kx, o, dyf, dyh, xf, xh, c, 3, 0, rest - 8, dwp);
+        tt_fvec_gw_pass(d, ky, kx, o, dyf, dyh, xf, xh, c, 3, 0, rest - 8, flat, dwp);
         break;
     case 4:
-        tt_fvec_gw_pass(d, ky, kx, o, dyf, dyh, xf, xh, c, 4, 0, rest - 12, dwp);
+        tt_fvec_gw_pass(d, ky, kx, o, dyf, dyh, xf, xh, c, 4, 0, rest - 12, flat, dwp);
         break;
     default:
         break;
@@ -184,11 +212,14 @@ TT_FVEC_GW_INLINE void tt_fvec_gw_tap(const tt_conv_dims *d, int32_t k, int32_t 
 TT_FVEC_GW_INLINE void tt_fvec_gw_walk(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dyf,
                                        const uint16_t *dyh, const float *xf, const uint16_t *xh, float *dw)
 {
+    const int flat = d->k_h == 1 && d->k_w == 1 && d->stride_h == 1 && d->stride_w == 1 && d->pad_top == 0 &&
+                     d->pad_left == 0 && d->out_h == d->in_h && d->out_w == d->in_w;
     int32_t o, ky, kx;
     for (o = o0; o < o1; ++o) {
         for (ky = 0; ky < d->k_h; ++ky) {
             for (kx = 0; kx < d->k_w; ++kx) {
-                tt_fvec_gw_tap(d, k, ky, kx, o, dyf, dyh, xf, xh, dw + (((o - o0) * d->k_h + ky) * d->k_w + kx) * k);
+                tt_fvec_gw_tap(d, k, ky, kx, o, dyf, dyh, xf, xh, flat,
+                               dw + (((o - o0) * d->k_h + ky) * d->k_w + kx) * k);
             }
         }
     }
