@@ -1818,6 +1818,15 @@ TT_GI_INLINE void tt_gw1x1(int32_t P, int32_t O, int32_t IC, int32_t k, int32_t 
     }
 }
 
+/* The weight gradients with an fp16 dy or x run Helium's fp32 vectors under `target.kernels: mve` (tt_fvec_gw.c: the
+ * same bits; 0 when an fp32 operand fails its check, and the portable loop runs). */
+#if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
+#include "tt_fvec_gw.h"
+#define TT_FVEC_GW 1
+#else
+#define TT_FVEC_GW 0
+#endif
+
 /* dw[c] += g * x[at + c] for c < k, x float, int8 (dequantized) or fp16 (widened): one loop per kind. */
 TT_GI_INLINE void tt_gw_row(float *dw, int32_t k, float g, const float *xf, const int8_t *xq, const uint16_t *xh,
                             int32_t at, float scale, int32_t zero_point)
@@ -1893,6 +1902,11 @@ void tt_conv2d_grad_weight_f32_range(const tt_conv_dims *d, int32_t k, int32_t o
 void tt_conv2d_grad_weight_hx_f32_range(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const float *dy,
                                         const uint16_t *x, float *dw)
 {
+#if TT_FVEC_GW
+    if (tt_fvec_gw_conv(d, k, o0, o1, dy, 0, 0, x, dw)) {
+        return;
+    }
+#endif
     tt_conv2d_grad_weight_impl(d, k, o0, o1, dy, 0, 0, x, 1.0f, 0, dw);
 }
 
@@ -2606,12 +2620,22 @@ void tt_conv2d_grad_input_hdy_split_hdx(const tt_conv_dims *d, const uint16_t *d
 void tt_conv2d_grad_weight_hdy_f32_range(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const uint16_t *dy,
                                          const float *x, float *dw)
 {
+#if TT_FVEC_GW
+    if (tt_fvec_gw_conv(d, k, o0, o1, 0, dy, x, 0, dw)) {
+        return;
+    }
+#endif
     tt_gw_walk(d, k, o0, o1, 0, dy, x, 0, 0, 1.0f, 0, dw);
 }
 
 void tt_conv2d_grad_weight_hdy_hx_f32_range(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1,
                                             const uint16_t *dy, const uint16_t *x, float *dw)
 {
+#if TT_FVEC_GW
+    if (tt_fvec_gw_conv(d, k, o0, o1, 0, dy, 0, x, dw)) {
+        return;
+    }
+#endif
     tt_gw_walk(d, k, o0, o1, 0, dy, 0, 0, x, 1.0f, 0, dw);
 }
 

@@ -9,6 +9,14 @@
 #include "tt_kernels.h"
 #include "tt_dot.h"
 #include "tt_f16.h"
+/* The fp16 weight gradients run Helium's fp32 vectors under `target.kernels: mve` (tt_fvec_gw.c: the same bits; 0
+ * when an fp32 operand fails its check, and the portable loop runs). */
+#if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
+#include "tt_fvec_gw.h"
+#define TT_FVEC_GW 1
+#else
+#define TT_FVEC_GW 0
+#endif
 
 #ifdef TT_INTERFACE
 /* x viewed as [rows, depth], w [out_c, depth], y [rows, out_c] (fixed-point requantization, TFLM's path). */
@@ -160,6 +168,11 @@ void tt_fully_connected_grad_weight_f32_range(int32_t rows, int32_t depth, int32
 void tt_fully_connected_grad_weight_hx_f32_range(int32_t rows, int32_t depth, int32_t out_c, int32_t k, int32_t o0,
                                                  int32_t o1, const float *dy, const uint16_t *x, float *dw)
 {
+#if TT_FVEC_GW
+    if (tt_fvec_gw_fc(rows, depth, out_c, k, o0, o1, dy, 0, 0, x, dw)) {
+        return;
+    }
+#endif
     tt_fc_grad_weight_impl(rows, depth, out_c, k, o0, o1, dy, 0, 0, x, dw);
 }
 
@@ -195,5 +208,10 @@ void tt_fully_connected_grad_weight_hdy_range(int32_t rows, int32_t depth, int32
                                               int32_t o1, const uint16_t *dy, const float *xf, const uint16_t *xh,
                                               float *dw)
 {
+#if TT_FVEC_GW
+    if (tt_fvec_gw_fc(rows, depth, out_c, k, o0, o1, 0, dy, xf, xh, dw)) {
+        return;
+    }
+#endif
     tt_fc_grad_weight_impl(rows, depth, out_c, k, o0, o1, 0, dy, xf, xh, dw);
 }
