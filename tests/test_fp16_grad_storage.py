@@ -285,6 +285,19 @@ def test_example_act_grad_reads_and_writes_fp16_with_the_same_bits():
     _trains_alike(g16, ref, (8, 8, 1), 10)
 
 
+@pytest.mark.parametrize("grads_fp16", [True, False])
+def test_bias_gradients_are_stored_as_the_weight_gradients_are(grads_fp16):
+    """The trained gradients wait for the overflow check in the one-pass forms, stored whichever way plans the smaller
+    arena (fp16_mixed.to_fp16_mixed's grads_fp16): the bias gradients follow the same choice as the weight gradients
+    (fp16 tensors, or fp32 slots holding fp16 values)."""
+    tg = fp16_mixed.to_fp16_mixed(_digits_full(), grads_fp16=grads_fp16, check_first=False)
+    trained = tg.meta["train"]["trained"]
+    kinds = {tg.tensors[d["gradient"]].dtype for d in trained.values()}
+    assert kinds == {"float16" if grads_fp16 else "float32"}
+    biases = [d["gradient"] for p, d in trained.items() if tg.tensors[p].role == "bias"]
+    assert len(biases) == 3
+
+
 def _trains_alike(g16: Graph, ref: Graph, shape, classes: int, steps: int = 6):
     from tinytrain.stages.golden import train_step as te
 
@@ -370,23 +383,45 @@ def test_broadcasting_add_and_its_gradient_are_fp16_with_the_same_bits(tmp_path)
 
 # ---- host C == golden, QEMU == host (slow: each builds a firmware) ---------------------------------------------
 
+def _with_a_head(path: Path, tmp: Path, classes: int = 3) -> Graph:
+    """The model at `path` (one NHWC feature-map output) with a global mean and an FC classifier after it, so that it
+    trains on class labels (the training stream's targets)."""
+    g = read_model(path)
+    ts = dict(g.tensors)
+    t, w, b = _makers(ts, np.random.default_rng(2))
+    out = g.outputs[0]
+    ts[out].role = "activation"
+    c = ts[out].shape[-1]
+    axes = t("head/axes", [2], "const", np.array([1, 2], np.int32))
+    ts[axes].dtype = "int32"
+    ops = list(g.ops) + [
+        Op("mean", [out, axes], [t("head/m", [1, c])], {"keep_dims": False}),
+        Op("fully_connected", ["head/m", w("head/w", [classes, c], 0.5), b("head/b", classes)],
+           [t("head/y", [1, classes], "output")], {"act": "none", "keep_num_dims": False})]
+    h = Graph(ts, ops, list(g.inputs), ["head/y"])
+    h.validate()
+    write_model(h, tmp / "headed.tflite")
+    return read_model(tmp / "headed.tflite")
+
+
 @needs_cc
 @pytest.mark.slow
-@pytest.mark.parametrize("which", ["broadcast", "bn_input"])
+@pytest.mark.parametrize("which", ["broadcast", "bn_input", "bn_input_prefix"])
 def test_host_matches_golden_with_a_broadcasting_add(which, tmp_path):
     """The graph above, and the fixture with a broadcasting add (tests/fixtures/ops/bn_input_float.tflite: a
-    per-channel constant added to the input), compiled for the host: the golden model's losses, loss scale and
-    trained weights, bit for bit."""
+    per-channel constant added to the input, with a classifier head) compiled for the host: the golden model's
+    losses, loss scale and trained weights, bit for bit. Every layer trained, the add's result is saved for the
+    conv's weight gradient (fp32, cast); with the head alone trained (bn_input_prefix) it is a frozen-prefix result
+    the conv reads as fp16, which the broadcasting add writes itself."""
     from test_codegen import _data
     from test_fp16_codegen import _golden, _host_run, _scale
 
     from tinytrain.stages.train.runtime_config import RuntimeConfig
 
-    if which == "broadcast":
-        g = _broadcast_model(tmp_path)
-    else:
-        g = read_model(FIX / "ops" / "bn_input_float.tflite")
-    plan = _bcast_plan(g) if which == "broadcast" else TrainPlan.full(g)
+    g = _broadcast_model(tmp_path) if which == "broadcast" else _with_a_head(FIX / "ops" / "bn_input_float.tflite",
+                                                                          tmp_path)
+    plan = {"broadcast": _bcast_plan, "bn_input": TrainPlan.full,
+            "bn_input_prefix": lambda g: TrainPlan.last_k(g, 1)}[which](g)
     tg = build_training_graph(g, plan, "cross_entropy", OptimizerSpec(kind="momentum"), 1)
     tg = fp16_mixed.to_fp16_mixed(tg, {"kind": "dynamic", "init_scale": 2.0 ** 20, "growth_interval": 2})
     x, y = _data(tg, 10)
@@ -395,6 +430,8 @@ def test_host_matches_golden_with_a_broadcasting_add(which, tmp_path):
     src = (tmp_path / "prog" / "tt_model.c").read_text()
     if which == "broadcast":
         assert "tt_add_f16_broadcast(" in src and "tt_unbroadcast_f16(" in src
+    if which == "bn_input_prefix":
+        assert "tt_add_f16_broadcast(" in src
     state, scales, skipped, means = _golden(tg, x, y, cfg, 1)
     assert losses.tobytes() == np.array(means, np.float32).tobytes()
     assert _scale(res) == scales[-1] and res["skipped_steps"] == skipped[-1]
