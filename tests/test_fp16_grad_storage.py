@@ -255,6 +255,20 @@ def test_add_gradient_forms_give_the_fp32_reduction_rounded(lib, dshape):
         assert _bits(buf.view(np.float32)) == _bits(ref)
 
 
+@pytest.mark.parametrize("dshape", SMALL + [(3, 4, 1), (5,)])
+def test_the_golden_add_gradient_sums_in_the_c_order(lib, dshape):
+    """stages/golden/fp16_exact.unbroadcast (the golden model's add_grad for fp16-mixed and int8 graphs) gives
+    tt_unbroadcast_f32's bits on fp32 data (numpy's axis sums associate differently: their last bits differ)."""
+    from tinytrain.stages.golden import fp16_exact
+
+    dz = np.random.default_rng(len(dshape)).standard_normal(OUT).astype(np.float32)
+    n = int(np.prod(dshape))
+    padded = (1,) * (4 - len(dshape)) + tuple(dshape)
+    got = np.empty(n, np.float32)
+    lib.tt_unbroadcast_f32(ctypes.byref(_bc(OUT, padded)), ctypes.c_float(1.0), _p(dz), _p(got), n)
+    assert _bits(fp16_exact.unbroadcast(dz, dshape)) == _bits(got)
+
+
 # ---- the graphs ---------------------------------------------------------------------------------------------------
 
 def _written(g: Graph) -> dict[str, str]:

@@ -249,6 +249,11 @@ def _mul_version(graph, op) -> int:
     return {"int16": 4}.get(input_dtype(graph, op), 1)
 
 
+# named: the golden model's C-order kernel table (stages/ops/fp16.exact_kernels) spells it through its definition
+ADD_GRAD = OpDef("add_grad", kind="backward", of="add", signature="dz -> da?, db?", attrs=("which",),
+                 note="unbroadcast to each operand's shape", c=_c_add_grad, run=_run_add_grad, fp16_operands=(0,),
+                 fp16_output=True)
+
 OPS = (
     OpDef("add", row_stream="local", signature="a, b -> y", attrs=("act",), tflite=(Builtin("ADD", 2, 2),), differentiable=True,
           clamp_masked=True, const_operands_per_tensor=True, in_place="any", bn_affine="shift", forward=_add,
@@ -260,9 +265,7 @@ OPS = (
     OpDef("sub", row_stream="local", signature="a, b -> y", attrs=("act",), note="a - b; " + _NOTE, tflite=(Builtin("SUB", 2, 2),),
           differentiable=True, clamp_masked=True, const_operands_per_tensor=True, bn_affine="unshift", forward=_sub,
           backward=_add_sub_backward, c=_c_sub, version=version_by_dtype({"int8": 2, "int16": 3})),
-    OpDef("add_grad", kind="backward", of="add", signature="dz -> da?, db?", attrs=("which",),
-          note="unbroadcast to each operand's shape", c=_c_add_grad, run=_run_add_grad, fp16_operands=(0,),
-          fp16_output=True),
+    ADD_GRAD,
     OpDef("mul_grad", kind="backward", of="mul", signature="dz, other -> d",
           note="one op per operand that needs a gradient: unbroadcast(dz*other)", c=_c_mul_grad, run=_run_mul_grad),
     OpDef("sub_grad", kind="backward", of="sub", signature="dz -> da?, db?", attrs=("which",),
