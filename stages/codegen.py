@@ -500,14 +500,27 @@ class _Gen:
                 lines.append(f"  memset({self.loc(op.outputs[0])}, 0, {c * 4});")
         # fp16-mixed: t1 / t2 may be fp16 (stages/train/fp16_mixed.fp16_written): their kernels' fp16 forms
         h1 = self.g.tensors[t1].dtype == "float16"
-        lines += [f"  for (p = 0; p < {count}; ++p) {{",
-                  f"    tt_mean_hw_grad_positions_f32{'_hy' if h1 else ''}(1, {count}, {c}, {self.loc(g)}, "
-                  f"{self.loc(t1)});"]
+        if fp16_io.is_f16(self, g):   # an fp16 dy (OpDef.fp16_operands): the pointer-pair form
+            grad = (f"tt_mean_hw_grad_positions_f16(1, {count}, {c}, {fp16_io.pair(self, g)}, "
+                    f"{fp16_io.pair(self, t1, True)});")
+        else:
+            grad = (f"tt_mean_hw_grad_positions_f32{'_hy' if h1 else ''}(1, {count}, {c}, {self.loc(g)}, "
+                    f"{self.loc(t1)});")
+        if self.same_place(t1, t2):   # the mask op writes over t1: its row is made again at every position
+            lines += [f"  for (p = 0; p < {count}; ++p) {{", f"    {grad}"]
+        else:   # the same row at every position: its quotients once
+            lines += [f"  {grad}", f"  for (p = 0; p < {count}; ++p) {{"]
         y = mask.inputs[1]
-        if (h1 or self.g.tensors[t2].dtype == "float16") and mask.type != ops.MASK_GRAD.name:
+        h2 = h1 or self.g.tensors[t2].dtype == "float16"
+        if h2 and mask.type not in (ops.MASK_GRAD.name, ops.ACT_GRAD.name):
             raise CodegenError(f"positions stream: {mask.type} on an fp16 gradient")
-        if mask.type == ops.MASK_GRAD.name and (h1 or self.g.tensors[t2].dtype == "float16"):
+        if mask.type == ops.MASK_GRAD.name and h2:
             lines.append(f"    tt_mask_grad_f16({c}, p * {c}, {self.loc(y)}, {fp16_io.pair(self, t1)}, "
+                         f"{fp16_io.pair(self, t2, True)});")
+        elif h2:   # act_grad: the forward output's position p, fp16 (the saved tensor itself) or fp32
+            yp = (f"(const float *)0, {fp16_io.loc(self, y)} + p * {c}" if fp16_io.is_f16(self, y)
+                  else f"{self.loc(y)} + p * {c}, (const uint16_t *)0")
+            lines.append(f"    tt_act_grad_f16({c}, {ACT_ENUM[mask.attrs['act']]}, {fp16_io.pair(self, t1)}, {yp}, "
                          f"{fp16_io.pair(self, t2, True)});")
         else:
             lines.append("    " + self._position_mask_call(mask, str(c), self.loc(t1), f"p * {c}", self.loc(t2)))

@@ -40,7 +40,8 @@ def test_check_first_plans_below_fp32_and_below_the_one_pass_forms():
         arenas[cf, gf] = plan.arena
         if cf:
             assert sum(st.kind == "channels" for st in plan.streams) >= 2   # in the check pass and the real one
-            assert name.startswith("in_place_update")
+            # each conv weight gradient's update runs in its channel stream, whichever order plans smaller
+            assert name.startswith("in_place_update") or name.endswith("+streams"), name
     best = to_fp16_mixed(copy.deepcopy(fp32))
     assert best.meta["train"]["loss_scale"]["check_first"] is True
     assert arenas[True, None] < a32 < min(arenas[False, True], arenas[False, False])

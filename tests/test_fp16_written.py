@@ -111,7 +111,7 @@ def test_fused_results_are_two_bytes_in_the_plan_and_train_with_the_same_bits(tm
     written = _written(g16)
     assert not _written(ref)
     kinds = sorted(set(written.values()))
-    assert kinds == ["conv2d", "conv2d_grad_input", "mask_grad", "mean_grad"], kinds
+    assert kinds == ["conv2d", "conv2d_grad_input", "fully_connected_grad_input", "mask_grad", "mean_grad"], kinds
     assert g16.meta["train"]["loss_scale"]["fp16_written"] == len([o for o in written if not o.startswith("chk/")])
     # no rounding op follows them: the kernel rounds on store
     readers = {t for op in g16.ops if op.type == "round_f16" for t in op.inputs}
@@ -252,7 +252,7 @@ def test_host_build_of_the_fused_graph_has_the_golden_bits(tmp_path):
     cfg = RuntimeConfig(learning_rate=0.05, epochs=1)
     res, losses, weights, _ = _host_run(g16, x, y, tmp_path, cfg)
     src = (tmp_path / "prog" / "tt_model.c").read_text()
-    for fn in ("tt_conv2d_f32_split_hy", "tt_clamp_mask_hy", "tt_mean_hw_hx_f32", "tt_mean_hw_grad_positions_f32_hy",
+    for fn in ("tt_conv2d_f32_split_hy", "tt_clamp_mask_hy", "tt_mean_hw_hx_f32", "tt_mean_hw_grad_positions_f16",
                "tt_mask_grad_f16", "tt_bias_grad_acc_hy_f32", "tt_conv2d_grad_input_hdy_split_hdx",
                "tt_conv2d_grad_weight_hdy_f32_range", "tt_conv2d_hx_hy_split"):
         assert f"{fn}(" in src, fn
@@ -265,18 +265,22 @@ def test_host_build_of_the_fused_graph_has_the_golden_bits(tmp_path):
 
 def test_the_plan_and_the_estimate_share_the_in_place_and_broadcast_rules():
     """fp16_written and its estimate (planning/fp16_memory) ask the same two predicates: which operand an op may
-    write its result over, and whether an element-wise op that may write over any operand broadcasts one (then its
-    result has no fp16 form: the fp16 kernels take equal shapes)."""
+    write its result over, and whether an element-wise op that may write over any operand broadcasts one large
+    enough to host its fp16 result (then its result stays fp32: a broadcast element is read again after the result
+    covered it)."""
     from tinytrain.stages.planning import fp16_memory
 
     assert fp16_memory.in_place_at is fp16_mixed.in_place_at
     assert fp16_memory.broadcasts_in_place is fp16_mixed.broadcasts_in_place
     ts = {n: Tensor(n, s, "float32") for n, s in
-          (("a", [1, 4, 4, 8]), ("row", [1, 1, 1, 8]), ("y", [1, 4, 4, 8]), ("m", [1, 1, 1, 8]))}
+          (("a", [1, 4, 4, 8]), ("row", [1, 1, 1, 8]), ("y", [1, 4, 4, 8]), ("m", [1, 1, 1, 8]),
+           ("half", [1, 2, 4, 8]))}
     ts["k"] = Tensor("k", [8], "float32", role="const", data=np.ones(8, np.float32))
     g = Graph(ts, [], ["a"], ["y"])
     assert not fp16_mixed.broadcasts_in_place(g, Op("add", ["a", "a"], ["y"]), "y")
-    assert fp16_mixed.broadcasts_in_place(g, Op("add", ["a", "row"], ["y"]), "y")
+    # a broadcast operand whose fp32 bytes could hold an fp16 y: the planner might write y over it
+    assert fp16_mixed.broadcasts_in_place(g, Op("add", ["a", "half"], ["y"]), "y")
+    assert not fp16_mixed.broadcasts_in_place(g, Op("add", ["a", "row"], ["y"]), "y")   # too small to host y
     assert not fp16_mixed.broadcasts_in_place(g, Op("add", ["a", "k"], ["y"]), "y")   # a constant is no operand
     assert not fp16_mixed.broadcasts_in_place(g, Op("mask_grad", ["a", "m"], ["y"]), "y")  # writes over dy only
     assert not fp16_mixed.broadcasts_in_place(g, Op("conv2d", ["a", "row"], ["y"]), "y")   # not in place

@@ -271,7 +271,7 @@ def test_host_build_of_the_fused_block_has_the_golden_bits(tmp_path):
     cfg = RuntimeConfig(learning_rate=0.05, epochs=1)
     res, losses, weights, _ = _host_run(g16, x, y, tmp_path, cfg)
     src = (tmp_path / "prog" / "tt_model.c").read_text()
-    for fn in ("tt_depthwise_conv2d_hx_hy", "tt_conv2d_hx_hy_split", "tt_conv2d_grad_input_f32_split_hdx",
+    for fn in ("tt_depthwise_conv2d_hx_hy", "tt_conv2d_hx_hy_split", "tt_conv2d_grad_input_hdy_split_hdx",
                "tt_depthwise_conv2d_grad_input_hdy_hdx", "tt_conv2d_grad_weight_hdy_hx_f32_range",
                "tt_fully_connected_grad_input_f16", "tt_fully_connected_grad_weight_hdy_range", "tt_add_f16"):
         assert f"{fn}" in src, fn

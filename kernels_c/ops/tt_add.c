@@ -27,6 +27,17 @@ void tt_unbroadcast_f32(const tt_broadcast *bc, float sign, const float *dy, flo
  * result over an fp16 operand is written from the end, any other pair behind what it reads). */
 void tt_add_f16(int32_t n, float act_min, float act_max, const float *af, const uint16_t *ah, const float *bf,
                 const uint16_t *bh, float *yf, uint16_t *yh);
+/* tt_add_f16 with broadcasting (tt_add_f32_broadcast's loop, the same sums): y may start where an operand of y's
+ * shape does (an fp32 y over an fp16 one is written from the end), never over a broadcast operand (codegen refuses
+ * that plan). */
+void tt_add_f16_broadcast(const tt_broadcast *bc, float act_min, float act_max, const float *af, const uint16_t *ah,
+                          const float *bf, const uint16_t *bh, float *yf, uint16_t *yh);
+/* tt_unbroadcast_f32 with dy and dx each fp32 or fp16 (the f32 / f16 pointer pair of each, the other 0): dy widened
+ * where it is read (exact), each dx element summed in fp32 in tt_unbroadcast_f32's order (its positions in dy's
+ * row-major order, from +0) and rounded once as it is stored. dx_size == dy's size: a (signed) copy, where dx may
+ * be dy (an fp32 dx over an fp16 dy is written from the end). */
+void tt_unbroadcast_f16(const tt_broadcast *bc, float sign, const float *dyf, const uint16_t *dyh, float *dxf,
+                        uint16_t *dxh, int32_t dx_size);
 #endif /* TT_INTERFACE */
 
 #if TT_SIMD
@@ -181,6 +192,106 @@ void tt_add_f16(int32_t n, float act_min, float act_max, const float *af, const 
             yh[i] = tt_f16_narrow(v);
         } else {
             yf[i] = v;
+        }
+    }
+}
+
+/* Element k of the output (row-major over bc->shape) at its 4-D index: the operands' offsets follow from it. */
+static inline void tt_bc_index(const tt_broadcast *bc, int32_t k, int32_t idx[4])
+{
+    idx[3] = k % bc->shape[3];
+    k /= bc->shape[3];
+    idx[2] = k % bc->shape[2];
+    k /= bc->shape[2];
+    idx[1] = k % bc->shape[1];
+    idx[0] = k / bc->shape[1];
+}
+
+void tt_add_f16_broadcast(const tt_broadcast *bc, float act_min, float act_max, const float *af, const uint16_t *ah,
+                          const float *bf, const uint16_t *bh, float *yf, uint16_t *yh)
+{
+    const int32_t n = bc->shape[0] * bc->shape[1] * bc->shape[2] * bc->shape[3];
+    const int32_t back = yf != 0 && (ah != 0 || bh != 0);   /* as tt_add_f16 */
+    int32_t k;
+    for (k = 0; k < n; ++k) {
+        const int32_t i = back ? n - 1 - k : k;
+        int32_t x[4];
+        int32_t ja, jb;
+        float v;
+        tt_bc_index(bc, i, x);
+        ja = TT_BC_OFF(bc->a_stride, x[0], x[1], x[2], x[3]);
+        jb = TT_BC_OFF(bc->b_stride, x[0], x[1], x[2], x[3]);
+        v = (ah != 0 ? tt_f16_read(ah[ja]) : af[ja]) + (bh != 0 ? tt_f16_read(bh[jb]) : bf[jb]);
+        if (v < act_min) {
+            v = act_min;
+        }
+        if (v > act_max) {
+            v = act_max;
+        }
+        if (yh != 0) {
+            yh[i] = tt_f16_narrow(v);
+        } else {
+            yf[i] = v;
+        }
+    }
+}
+
+void tt_unbroadcast_f16(const tt_broadcast *bc, float sign, const float *dyf, const uint16_t *dyh, float *dxf,
+                        uint16_t *dxh, int32_t dx_size)
+{
+    const int32_t total = bc->shape[0] * bc->shape[1] * bc->shape[2] * bc->shape[3];
+    int32_t on[4], in[4], d, o0, o1, o2, o3, i0, i1, i2, i3;
+    if (dx_size == total) {   /* a (signed) copy: dx[i] = sign * dy[i], as tt_unbroadcast_f32 writes it */
+        const int32_t back = dxf != 0 && dyh != 0;
+        int32_t k;
+        for (k = 0; k < total; ++k) {
+            const int32_t i = back ? total - 1 - k : k;
+            if (dxh != 0 && dyh != 0 && sign == 1.0f) {
+                dxh[i] = dyh[i];   /* 1 * an fp16 value rounds back to its bits */
+                continue;
+            }
+            {
+                const float v = sign * (dyh != 0 ? tt_f16_read(dyh[i]) : dyf[i]);
+                if (dxh != 0) {
+                    dxh[i] = tt_f16_narrow(v);
+                } else {
+                    dxf[i] = v;
+                }
+            }
+        }
+        return;
+    }
+    /* each dx element's sum in a register: its dy positions in row-major order are the broadcast axes' (inner
+     * loops) under the kept axes' (outer loops), the order tt_reduce_to_operand_f32 adds them in */
+    for (d = 0; d < 4; ++d) {
+        const int32_t bcast = bc->a_stride[d] == 0 && bc->shape[d] > 1;
+        on[d] = bcast ? 1 : bc->shape[d];
+        in[d] = bcast ? bc->shape[d] : 1;
+    }
+    for (o0 = 0; o0 < on[0]; ++o0) {
+        for (o1 = 0; o1 < on[1]; ++o1) {
+            for (o2 = 0; o2 < on[2]; ++o2) {
+                for (o3 = 0; o3 < on[3]; ++o3) {
+                    const int32_t j = TT_BC_OFF(bc->a_stride, o0, o1, o2, o3);
+                    float acc = 0.0f;
+                    for (i0 = 0; i0 < in[0]; ++i0) {
+                        for (i1 = 0; i1 < in[1]; ++i1) {
+                            for (i2 = 0; i2 < in[2]; ++i2) {
+                                for (i3 = 0; i3 < in[3]; ++i3) {
+                                    const int32_t k = ((((o0 + i0) * bc->shape[1] + (o1 + i1)) * bc->shape[2] +
+                                                        (o2 + i2)) * bc->shape[3]) + (o3 + i3);
+                                    acc += sign * (dyh != 0 ? tt_f16_read(dyh[k]) : dyf[k]);
+                                }
+                            }
+                        }
+                    }
+                    if (dxh != 0) {
+                        dxh[j] = tt_f16_narrow(acc);
+                    } else {
+                        dxf[j] = acc;
+                    }
+                }
+            }
         }
     }
 }

@@ -3,7 +3,7 @@
 fp16-mixed rounds every op's fp32 result to fp16, so a last-bit difference in an fp32 sum (numpy's matrix products
 and pairwise sums add in another order than kernels_c's loops) can move an fp16 rounding and the runs apart. Here the
 ops a float training step uses whose golden kernel sums differently (grad_ops' fully_connected_grad_input /
-_weight, conv2d_grad_input / _weight, bias_grad) and the softmax cross-entropy (tt_math.h's own expf / logf,
+_weight, conv2d_grad_input / _weight, bias_grad, add_grad's reduction of a broadcast operand) and the softmax cross-entropy (tt_math.h's own expf / logf,
 ported operation for operation) add in exactly kernels_c's order, vectorised only across independent sums, so the
 golden model gives the C's bits. Used by stages/golden/train_step.py for graphs of precision fp16-mixed and
 int8 (EXACT_PRECISIONS: an int8/int32 update rounds its fp32 step, which a last-bit sum difference can move); any
@@ -135,6 +135,23 @@ def bias_grad(dy) -> np.ndarray:
     return db
 
 
+def unbroadcast(dy, shape) -> np.ndarray:
+    """tt_unbroadcast_f32 (add_grad): a dx of dy's size is dy; a smaller one sums, for each of its elements, its dy
+    positions in dy's row-major order from +0 (the broadcast axes, in order, are the inner ones of that order)."""
+    dy = np.asarray(dy, F32)
+    shape = tuple(int(d) for d in shape)
+    if int(np.prod(shape, dtype=np.int64)) == dy.size:
+        return dy.reshape(shape).copy()
+    xs = (1,) * (dy.ndim - len(shape)) + shape
+    bcast = [d for d in range(dy.ndim) if xs[d] == 1 and dy.shape[d] != 1]
+    kept = [d for d in range(dy.ndim) if d not in bcast]
+    t = np.transpose(dy, kept + bcast).reshape(int(np.prod([dy.shape[d] for d in kept], dtype=np.int64)), -1)
+    acc = np.zeros(t.shape[0], F32)
+    for i in range(t.shape[1]):
+        acc = acc + t[:, i]
+    return acc.reshape(shape)
+
+
 def _geo(x_shape, kh, kw, a):
     sh, sw = int(a["stride_h"]), int(a["stride_w"])
     dh, dw = int(a.get("dilation_h", 1)), int(a.get("dilation_w", 1))
@@ -204,6 +221,10 @@ def run_softmax_ce(op, v, shape):
 
 def run_bias_grad(op, v, shape):
     return [bias_grad(v(0))]
+
+
+def run_add_grad(op, v, shape):
+    return [unbroadcast(v(0), shape(o)) for o in op.outputs]
 
 
 def run_fc_grad_input(op, v, shape):

@@ -140,10 +140,13 @@ def _c_add(gen, op: Op) -> list[str]:
                 f"{gen.loc(y)});"]
     lo, hi = FLOAT_BOUNDS[act]
     if any(fp16_io.is_f16(gen, t) for t in (a, b, y)):   # fp16-mixed: OpDef.fp16_operands / fp16_output
-        if not (same and gen.g.tensors[a].shape == gen.g.tensors[y].shape):
-            raise CodegenError(f"add {y}: fp16 operands with broadcasting (fp16_mixed.fp16_written keeps them fp32)")
-        return [f"tt_add_f16({n}, {flit(lo)}, {flit(hi)}, {fp16_io.pair(gen, a)}, {fp16_io.pair(gen, b)}, "
-                f"{fp16_io.pair(gen, y, True)});"]
+        args = f"{fp16_io.pair(gen, a)}, {fp16_io.pair(gen, b)}, {fp16_io.pair(gen, y, True)}"
+        if same and gen.g.tensors[a].shape == gen.g.tensors[y].shape:
+            return [f"tt_add_f16({n}, {flit(lo)}, {flit(hi)}, {args});"]
+        # the broadcasting kernel writes behind what it reads only over an operand of y's shape
+        if any(gen.g.tensors[t].shape != gen.g.tensors[y].shape and gen.same_place(t, y) for t in (a, b)):
+            raise CodegenError(f"add {y}: planned over its broadcast operand (no fp16 kernel writes there)")
+        return [f"tt_add_f16_broadcast(&{gen.bcast(y, a, b)}, {flit(lo)}, {flit(hi)}, {args});"]
     if same:
         return [f"tt_add_f32({n}, {flit(lo)}, {flit(hi)}, {gen.loc(a)}, {gen.loc(b)}, {gen.loc(y)});"]
     return [f"tt_add_f32_broadcast(&{gen.bcast(y, a, b)}, {flit(lo)}, {flit(hi)}, {gen.loc(a)}, "
@@ -191,6 +194,14 @@ def _c_add_grad(gen, op: Op) -> list[str]:
     dz = op.inputs[0]
     lines = []
     for o in op.outputs:
+        if fp16_io.is_f16(gen, dz) or gen.g.tensors[o].dtype == "float16":   # fp16-mixed (OpDef.fp16_operands /
+            if gen.same_place(dz, o) and gen.g.tensors[dz].dtype == gen.g.tensors[o].dtype:   # _output)
+                lines.append(f"/* {o} aliases {dz} */")
+                continue
+            n = numel(gen.g.tensors[o].shape)
+            lines.append(f"tt_unbroadcast_f16(&{gen.bcast(dz, o)}, 1.0f, {fp16_io.pair(gen, dz)}, "
+                         f"{fp16_io.pair(gen, o, True)}, {n});")
+            continue
         lines += _c_unbroadcast(gen, dz, o, 1.0)
     return lines
 
@@ -238,6 +249,11 @@ def _mul_version(graph, op) -> int:
     return {"int16": 4}.get(input_dtype(graph, op), 1)
 
 
+# named: the golden model's C-order kernel table (stages/ops/fp16.exact_kernels) spells it through its definition
+ADD_GRAD = OpDef("add_grad", kind="backward", of="add", signature="dz -> da?, db?", attrs=("which",),
+                 note="unbroadcast to each operand's shape", c=_c_add_grad, run=_run_add_grad, fp16_operands=(0,),
+                 fp16_output=True)
+
 OPS = (
     OpDef("add", row_stream="local", signature="a, b -> y", attrs=("act",), tflite=(Builtin("ADD", 2, 2),), differentiable=True,
           clamp_masked=True, const_operands_per_tensor=True, in_place="any", bn_affine="shift", forward=_add,
@@ -249,8 +265,7 @@ OPS = (
     OpDef("sub", row_stream="local", signature="a, b -> y", attrs=("act",), note="a - b; " + _NOTE, tflite=(Builtin("SUB", 2, 2),),
           differentiable=True, clamp_masked=True, const_operands_per_tensor=True, bn_affine="unshift", forward=_sub,
           backward=_add_sub_backward, c=_c_sub, version=version_by_dtype({"int8": 2, "int16": 3})),
-    OpDef("add_grad", kind="backward", of="add", signature="dz -> da?, db?", attrs=("which",),
-          note="unbroadcast to each operand's shape", c=_c_add_grad, run=_run_add_grad),
+    ADD_GRAD,
     OpDef("mul_grad", kind="backward", of="mul", signature="dz, other -> d",
           note="one op per operand that needs a gradient: unbroadcast(dz*other)", c=_c_mul_grad, run=_run_mul_grad),
     OpDef("sub_grad", kind="backward", of="sub", signature="dz -> da?, db?", attrs=("which",),

@@ -22,7 +22,7 @@ import numpy as np
 from tinytrain.stages.c_emit.literals import flit, numel
 from tinytrain.stages.golden import fp16 as h
 from tinytrain.stages.model.ir import Op
-from tinytrain.stages.ops import conv, training
+from tinytrain.stages.ops import conv, elementwise, training
 from tinytrain.stages.ops import fully_connected as fc
 from tinytrain.stages.ops.base import OpDef
 
@@ -45,6 +45,7 @@ def exact_kernels() -> dict:
     from tinytrain.stages.golden import fp16_exact as ex
 
     return {training.SOFTMAX_CE_LOSS.name: ex.run_softmax_ce, training.BIAS_GRAD.name: ex.run_bias_grad,
+            elementwise.ADD_GRAD.name: ex.run_add_grad,
             fc.FULLY_CONNECTED_GRAD_INPUT.name: ex.run_fc_grad_input,
             fc.FULLY_CONNECTED_GRAD_WEIGHT.name: ex.run_fc_grad_weight,
             conv.CONV2D_GRAD_INPUT.name: ex.run_conv2d_grad_input,

@@ -213,6 +213,9 @@ def _c_mean_grad(gen, op: Op) -> list[str]:
     axes = sorted({int(v) % len(xs) for v in np.asarray(gen.g.tensors[op.inputs[1]].data).reshape(-1)})
     if len(xs) != 4 or axes != [1, 2]:
         raise CodegenError("mean_grad other than over H, W")
+    if fp16_io.is_f16(gen, dy):   # fp16-mixed: dy widened as it is read (OpDef.fp16_operands), dx either
+        return [f"tt_mean_hw_grad_f16({xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {fp16_io.pair(gen, dy)}, "
+                f"{fp16_io.pair(gen, dx, True)});"]
     fn = "tt_mean_hw_grad_f32_hy" if gen.g.tensors[dx].dtype == "float16" else "tt_mean_hw_grad_f32"
     return [f"{fn}({xs[0]}, {xs[1]}, {xs[2]}, {xs[3]}, {gen.loc(dy)}, {gen.loc(dx)});"]
 
@@ -252,5 +255,5 @@ OPS = (
     OpDef("max_pool2d_grad", kind="backward", of="max_pool2d", signature="dz, x -> dx",
           attrs=("the forward's pooling attrs",), fp16_operands=(1,), c=_c_max_pool2d_grad, run=_run_max_pool2d_grad),
     OpDef("mean_grad", kind="backward", of="mean", signature="dy, axes -> dx", broadcasts=True, c=_c_mean_grad,
-          run=_run_mean_grad, fp16_output=True),
+          run=_run_mean_grad, fp16_operands=(0,), fp16_output=True),
 )

@@ -25,6 +25,9 @@ RUNTIME_FIELDS = {"learning_rate": "learning_rate", "momentum": "momentum", "bet
 def _c_act_grad(gen, op: Op) -> list[str]:
     dy, y, dx = op.inputs[0], op.inputs[1], op.outputs[0]
     n = numel(gen.g.tensors[dy].shape)
+    if fp16_io.is_f16(gen, dy) or gen.g.tensors[dx].dtype == "float16":   # fp16-mixed: fp16 dy and / or dx
+        return [f"tt_act_grad_f16({n}, {ACT_ENUM[op.attrs['act']]}, {fp16_io.pair(gen, dy)}, {fp16_io.pair(gen, y)}, "
+                f"{fp16_io.pair(gen, dx, True)});"]
     if y in gen.fused:   # fp16-mixed: the saved fp16 output itself (planning/fp16_memory.fused_widen)
         return [f"tt_act_grad_hy_f32({n}, {ACT_ENUM[op.attrs['act']]}, {gen.loc(dy)}, {gen.loc(gen.fused[y])}, "
                 f"{gen.loc(dx)});"]
@@ -347,7 +350,7 @@ LOSS_SUM = "loss_sum"   # the op adding several heads' losses (stages/train/loss
 # that they spell these ops through their definitions (GRAD_ACCUMULATE.name), never by a string of their own.
 ACT_GRAD = OpDef("act_grad", kind="backward", signature="dy, y -> dz", attrs=("act",),
                  note="mask from the forward output y; tanh: dy*(1 - y^2)", masks_gradient=True, in_place="any",
-                 fp16_operands=(1,), run=_run_act_grad, c=_c_act_grad)
+                 fp16_operands=(0, 1), fp16_output=True, run=_run_act_grad, c=_c_act_grad)
 INT8_CLAMP_GRAD = OpDef("int8_clamp_grad", kind="backward", signature="dy, y_q -> dz", attrs=("lo", "hi"),
                         note="straight-through estimator: dz = dy where lo < y_q < hi, else 0", masks_gradient=True,
                         in_place="first", hidden_role="mask", run=_run_int8_clamp_grad, c=_c_int8_clamp_grad)

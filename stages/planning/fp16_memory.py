@@ -112,7 +112,7 @@ def _written_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], input
             producer.setdefault(t, j)
             if streamed(typ) and t in made_by:
                 writer[t] = (made_by[t].type, made_by[t].inputs[0])
-            elif len(outs) == 1:
+            elif len(outs) == 1 or typ in ops.FP16_OUTPUT_OPS:   # each result of a multi-result op (add_grad)
                 writer[t] = (typ, ins[0] if ins else None)
     out = set()
     for t, (typ, _) in writer.items():

@@ -301,20 +301,20 @@ def fp16_written(g: Graph, transient: set[str], split: int) -> set[str]:
                 readers.setdefault(t, []).append((op, k))
     out = set()
     for op in g.ops[:split]:
-        if op.type not in ops.FP16_OUTPUT_OPS or len(op.outputs) != 1:
+        if op.type not in ops.FP16_OUTPUT_OPS:
             continue
-        t = op.outputs[0]
-        rs = readers.get(t, [])
-        if broadcasts_in_place(g, op, t):
-            continue
-        if t in transient and t not in g.outputs and rs \
-                and all(k in ops.FP16_OPERANDS.get(r.type, ()) for r, k in rs):
-            out.add(t)
+        for t in op.outputs:   # each result of its own (add_grad: one per operand)
+            rs = readers.get(t, [])
+            if broadcasts_in_place(g, op, t):
+                continue
+            if t in transient and t not in g.outputs and rs \
+                    and all(k in ops.FP16_OPERANDS.get(r.type, ()) for r, k in rs):
+                out.add(t)
     # an in-place reader (mask_grad) whose own result stays fp32 could no longer write it over its 2-byte input:
     # the pair would then cost more than two fp32 slots in one, so such a tensor stays fp32; likewise a result of
     # a channel-by-channel in-place op (depthwise) whose input stays fp32 (its kernels go fp16 -> fp16, so that the
     # channel it copies over is the one it read) (to a fixed point)
-    writer = {op.outputs[0]: op for op in g.ops[:split] if len(op.outputs) == 1}
+    writer = {t: op for op in g.ops[:split] for t in op.outputs}
     changed = True
     while changed:
         changed = False
@@ -335,12 +335,17 @@ def in_place_at(op_type: str, k: int) -> bool:
 
 
 def broadcasts_in_place(g: Graph, op: Op, result: str) -> bool:
-    """`op` is an element-wise op that may write over any operand (add) and one of its activation operands has not
-    the shape of its `result` (broadcasting). Such an op writes behind what it reads only without broadcasting: its
-    fp16 kernels take equal shapes, so `result` has no fp16 form (fp16_written; planning/fp16_memory likewise)."""
-    return op.type in ops.IN_PLACE_OPS and op.type not in ops.FIRST_INPUT_ONLY \
-        and any(x is not None and g.tensors[x].data is None and g.tensors[x].shape != g.tensors[result].shape
-                for x in op.inputs)
+    """`op` is an element-wise op that may write over any operand (add) and one of its activation operands is
+    broadcast to `result`'s shape while its fp32 bytes could hold `result` as fp16 (at least half its elements): the
+    planner might then write an fp16 `result` over that operand, which no kernel can do (a broadcast element is read
+    again after the result has covered it), so `result` stays fp32 (fp16_written; planning/fp16_memory likewise).
+    A smaller broadcast operand (a row, a per-channel vector) cannot host it: such an add writes fp16
+    (tt_add_f16_broadcast, behind what it reads over its operand of `result`'s shape)."""
+    if op.type not in ops.IN_PLACE_OPS or op.type in ops.FIRST_INPUT_ONLY:
+        return False
+    n = int(np.prod(g.tensors[result].shape, dtype=np.int64))
+    return any(x is not None and g.tensors[x].data is None and g.tensors[x].shape != g.tensors[result].shape
+               and 2 * int(np.prod(g.tensors[x].shape, dtype=np.int64)) >= n for x in op.inputs)
 
 
 def check_pass(g: Graph, backward: list[Op], grads: set[str], flag: str, new) -> list[Op]:
