@@ -219,19 +219,27 @@ def _case(rng, kind: int, tiny: float | None = None, dy_scale: float | None = No
     return blob, want
 
 
-def _run(tmp: Path, defines: dict[str, str], blob: bytes, cases: int):
+@pytest.fixture(scope="module")
+def firmware(tmp_path_factory):
+    """The test program built for the M55 without and with Helium (once for the module): {"portable"|"mve": elf}."""
     from tinytrain.stages.cross_compile import build_firmware
+    from tinytrain.stages.device.boards import get_board
+
+    tmp = tmp_path_factory.mktemp("fvec_gi")
+    prog = tmp / "prog"
+    prog.mkdir()
+    (prog / "gi.c").write_text(PROG)
+    b = get_board(BOARD)
+    return {name: build_firmware(b, prog, tmp / f"build-{name}", kernels=KERNELS, defines=defines).elf
+            for name, defines in (("portable", {}), ("mve", {"TT_USE_MVE": "1"}))}
+
+
+def _run(firmware, name: str, tmp: Path, blob: bytes, cases: int):
     from tinytrain.stages.device.boards import get_board
     from tinytrain.stages.device.launch import run_firmware
 
-    prog = tmp / "prog"
-    prog.mkdir(exist_ok=True)
-    (prog / "gi.c").write_text(PROG)
-    b = get_board(BOARD)
-    tag = "-".join(["m55", *defines])
-    built = build_firmware(b, prog, tmp / f"build-{tag}", kernels=KERNELS, defines=defines)
-    ran = run_firmware(b, built.elf, tmp / f"run-{tag}", {"cases.bin": np.int32(cases).tobytes() + blob},
-                       timeout_s=120)
+    ran = run_firmware(get_board(BOARD), firmware[name], tmp / f"run-{name}",
+                       {"cases.bin": np.int32(cases).tobytes() + blob}, timeout_s=120)
     return ran.files["out.bin"], np.frombuffer(ran.files["flags.bin"], "<i4")
 
 
@@ -250,12 +258,12 @@ def _suite():
 
 
 @needs_arm
-def test_helium_input_gradient_equals_portable_and_numpy_in_qemu(tmp_path):
+def test_helium_input_gradient_equals_portable_and_numpy_in_qemu(firmware, tmp_path):
     suite = _suite()
     blob = b"".join(c[0] for c in suite)
     want = b"".join(c[1] for c in suite)
-    port, _ = _run(tmp_path, {}, blob, len(suite))
-    mve, flags = _run(tmp_path, {"TT_USE_MVE": "1"}, blob, len(suite))
+    port, _ = _run(firmware, "portable", tmp_path, blob, len(suite))
+    mve, flags = _run(firmware, "mve", tmp_path, blob, len(suite))
     assert port == want   # the portable kernels against numpy's float32 arithmetic in their order
     assert mve == port    # Helium (or its fallback) against the portable kernels, byte for byte
     # the Helium walk ran exactly where the operands allow it, and the fallback everywhere else
@@ -263,7 +271,7 @@ def test_helium_input_gradient_equals_portable_and_numpy_in_qemu(tmp_path):
 
 
 @needs_arm
-def test_the_unchecked_helium_walk_differs_where_the_check_refuses(tmp_path):
+def test_the_unchecked_helium_walk_differs_where_the_check_refuses(firmware, tmp_path):
     """Operands that fail the check (a weight 1e-37 with an fp16 dy; fp32 dy and weights near 2^-70, each passing
     tt_fvec_ok) make subnormal products: MVE flushes them, so without the check the bits would differ."""
     rng = np.random.default_rng(5)
@@ -278,8 +286,8 @@ def test_the_unchecked_helium_walk_differs_where_the_check_refuses(tmp_path):
         head = np.array([kind, 0, *dims, len(dyb), len(w), 0], "<i4").tobytes()
         blobs.append(head + dyb + b"\0" * (-len(dyb) % 4) + w.tobytes())
     blob = b"".join(blobs)
-    port, _ = _run(tmp_path, {}, blob, 2)
-    mve, _ = _run(tmp_path, {"TT_USE_MVE": "1"}, blob, 2)
+    port, _ = _run(firmware, "portable", tmp_path, blob, 2)
+    mve, _ = _run(firmware, "mve", tmp_path, blob, 2)
     port_f, mve_f = np.frombuffer(port, np.float32).reshape(2, -1), np.frombuffer(mve, np.float32).reshape(2, -1)
     for k in range(2):
         assert np.all(port_f[k] != 0)   # the scalar FPU keeps the subnormal products
