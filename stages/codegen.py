@@ -61,7 +61,7 @@ from tinytrain.stages.c_emit.api_header import model_header
 from tinytrain.stages.c_emit.driver import driver_source
 from tinytrain.stages.c_emit import hidden_stream, row_feed
 from tinytrain.stages.c_emit.stream import stream_parts
-from tinytrain.stages.ops import ROW_OPS, UPDATE_OPS, conv_forward, fp16_io
+from tinytrain.stages.ops import ROW_OPS, UPDATE_OPS, conv_forward, conv_grad, fp16_io
 from tinytrain.stages.train.runtime_config import PROTOCOL
 from tinytrain.stages.planning.streams import MAX_ROW_OPS, Stream, pad_rows, row_geometry
 
@@ -506,6 +506,7 @@ class _Gen:
         else:
             grad = (f"tt_mean_hw_grad_positions_f32{'_hy' if h1 else ''}(1, {count}, {c}, {self.loc(g)}, "
                     f"{self.loc(t1)});")
+        loop = len(lines)   # where the position loop's block starts (declarations go before it)
         if self.same_place(t1, t2):   # the mask op writes over t1: its row is made again at every position
             lines += [f"  for (p = 0; p < {count}; ++p) {{", f"    {grad}"]
         else:   # the same row at every position: its quotients once
@@ -533,8 +534,12 @@ class _Gen:
             d = self.uid("tt_cd")
             self.globals.append(f"static const tt_conv_dims {d} = {{1, 1, 1, {ci}, 1, 1, {c}, 1, 1, 1, 1, 1, 1, 0, "
                                 f"0, 1}};")
-            lines += ["    " + ln for ln in self.calls_of(
-                op, io={"d": f"&{d}", "dz": self.loc(t2), "dx": f"{self.loc(op.outputs[0])} + p * {ci}"})]
+            io = {"d": f"&{d}", "dz": self.loc(t2), "dx": f"{self.loc(op.outputs[0])} + p * {ci}"}
+            if conv_grad.reuses_weight_check(self, op):   # the kernel checks the weight at the first position only
+                io["w_ok"] = self.uid("tt_gi_ok")
+                lines.insert(loop, f"  int32_t {io['w_ok']} = -1;")
+                loop += 1
+            lines += ["    " + ln for ln in self.calls_of(op, io=io)]
         return lines + ["  }", "}"]
 
     def _position_mask_call(self, mask: Op, n: str, dy: str, at: str, dz: str) -> str:

@@ -253,7 +253,7 @@ def test_host_build_of_the_fused_graph_has_the_golden_bits(tmp_path):
     res, losses, weights, _ = _host_run(g16, x, y, tmp_path, cfg)
     src = (tmp_path / "prog" / "tt_model.c").read_text()
     for fn in ("tt_conv2d_f32_split_hy", "tt_clamp_mask_hy", "tt_mean_hw_hx_f32", "tt_mean_hw_grad_positions_f16",
-               "tt_mask_grad_f16", "tt_bias_grad_acc_hy_f32", "tt_conv2d_grad_input_hdy_split_hdx",
+               "tt_mask_grad_f16", "tt_bias_grad_acc_hy_f32", "tt_conv2d_grad_input_hdy_split_hdx_rep",
                "tt_conv2d_grad_weight_hdy_f32_range", "tt_conv2d_hx_hy_split"):
         assert f"{fn}(" in src, fn
     state, scales, skipped, means = _golden(g16, x, y, cfg, 1)

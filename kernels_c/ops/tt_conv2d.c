@@ -93,6 +93,10 @@ void tt_conv2d_grad_input_f32_split_hdx(const tt_conv_dims *d, const float *dy, 
                                         int32_t n, uint16_t *dx);
 void tt_conv2d_grad_input_hdy_split_hdx(const tt_conv_dims *d, const uint16_t *dy, const float *w,
                                         const float *w_slice, int32_t n, uint16_t *dx);
+/* tt_conv2d_grad_input_hdy_split_hdx called again and again with the same weight (the positions stream: one input
+ * pixel per call): *w_ok is -1 at the first call and keeps what the kernel learnt about the weight for the next. */
+void tt_conv2d_grad_input_hdy_split_hdx_rep(const tt_conv_dims *d, const uint16_t *dy, const float *w,
+                                            const float *w_slice, int32_t n, int32_t *w_ok, uint16_t *dx);
 /* tt_conv2d_grad_weight_f32_range / _hx_f32_range reading an fp16 dy (fp16-mixed: a gradient its kernel wrote as
  * fp16), widened where it is used: the same sums in the same order. */
 void tt_conv2d_grad_weight_hdy_f32_range(const tt_conv_dims *d, int32_t k, int32_t o0, int32_t o1, const uint16_t *dy,
@@ -2516,11 +2520,21 @@ void tt_conv2d_f32_split_hy(const tt_conv_dims *d, float act_min, float act_max,
     tt_conv_f32_walk(d, act_min, act_max, x, w, w_slice, n, bias, 0, y);
 }
 
+#if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
+#include "tt_fvec_gi.h" /* the fp16-mixed input gradients on Helium, where their operands allow it */
+#define TT_FVEC_GI 1
+#endif
+
 /* The float input gradient of an fp16 output gradient: tt_gi_walk reading dy widened per element (the bits of
  * tt_conv2d_grad_input_f32_split on the widened dy). */
 void tt_conv2d_grad_input_hdy_f32_split(const tt_conv_dims *d, const uint16_t *dy, const float *w,
                                         const float *w_slice, int32_t n, float *dx)
 {
+#ifdef TT_FVEC_GI
+    if (tt_fvec_gi(d, 0, dy, w, w_slice, n, dx, 0)) {
+        return;
+    }
+#endif
     tt_gi_walk(d, 0, dy, w, w_slice, n, 0, 0, dx, 0);
 }
 
@@ -2604,12 +2618,41 @@ TT_GI_INLINE void tt_gi_walk_hdx(const tt_conv_dims *d, const float *dy, const u
 void tt_conv2d_grad_input_f32_split_hdx(const tt_conv_dims *d, const float *dy, const float *w, const float *w_slice,
                                         int32_t n, uint16_t *dx)
 {
+#ifdef TT_FVEC_GI
+    if (tt_fvec_gi(d, dy, 0, w, w_slice, n, 0, dx)) {
+        return;
+    }
+#endif
     tt_gi_walk_hdx(d, dy, 0, w, w_slice, n, dx);
 }
 
 void tt_conv2d_grad_input_hdy_split_hdx(const tt_conv_dims *d, const uint16_t *dy, const float *w,
                                         const float *w_slice, int32_t n, uint16_t *dx)
 {
+#ifdef TT_FVEC_GI
+    if (tt_fvec_gi(d, 0, dy, w, w_slice, n, 0, dx)) {
+        return;
+    }
+#endif
+    tt_gi_walk_hdx(d, 0, dy, w, w_slice, n, dx);
+}
+
+/* The positions stream's call, once per input pixel with the same weight: the weight's check for the Helium walk
+ * runs at the first call and *w_ok (-1 before it) keeps its answer for the others. Elsewhere, the portable walk. */
+void tt_conv2d_grad_input_hdy_split_hdx_rep(const tt_conv_dims *d, const uint16_t *dy, const float *w,
+                                            const float *w_slice, int32_t n, int32_t *w_ok, uint16_t *dx)
+{
+#ifdef TT_FVEC_GI
+    if (*w_ok < 0) {
+        *w_ok = tt_fvec_gi_w_ok_hdy(d, w, w_slice, n);
+    }
+    if (*w_ok) {
+        tt_fvec_gi_run(d, 0, dy, w, w_slice, n, 0, dx);
+        return;
+    }
+#else
+    (void)w_ok;
+#endif
     tt_gi_walk_hdx(d, 0, dy, w, w_slice, n, dx);
 }
 

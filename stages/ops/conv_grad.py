@@ -50,7 +50,16 @@ def _grad_geo(gen, op: Op, x_shape, w_shape, dy: str, depthwise: bool, in_c: int
     return name
 
 
+def reuses_weight_check(gen, op: Op) -> bool:
+    """Whether c_conv2d_grad_input, called once per input pixel with the same weight (the positions stream, io=),
+    takes the name of an int32 (declared -1 before the loop) that keeps the kernel's weight check for the next call:
+    fp16 dy and dx (tt_conv2d_grad_input_hdy_split_hdx_rep; the Helium walk checks its weight once per stream)."""
+    return fp16_io.is_f16(gen, op.inputs[0]) and gen.g.tensors[op.outputs[0]].dtype == "float16"
+
+
 def c_conv2d_grad_input(gen, op: Op, io: dict[str, str] | None = None) -> list[str]:
+    """io (the positions stream): the dims, dz and dx expressions of one input pixel, and "w_ok" where
+    reuses_weight_check holds."""
     dz, w, dx = op.inputs[0], op.inputs[1], op.outputs[0]
     if io is None:
         d = "&" + _grad_geo(gen, op, gen.g.tensors[dx].shape, gen.g.tensors[w].shape, dz, False)
@@ -65,6 +74,8 @@ def c_conv2d_grad_input(gen, op: Op, io: dict[str, str] | None = None) -> list[s
         dze = dze if io is not None else fp16_io.loc(gen, dz)
         fn = {(True, False): "tt_conv2d_grad_input_hdy_f32_split", (False, True): "tt_conv2d_grad_input_f32_split_hdx",
               (True, True): "tt_conv2d_grad_input_hdy_split_hdx"}[hdy, hdx]
+        if io is not None and "w_ok" in io:
+            return [f"{fn}_rep({d}, {dze}, {whole}, {part}, {n}, &{io['w_ok']}, {dxe});"]
         return [f"{fn}({d}, {dze}, {whole}, {part}, {n}, {dxe});"]
     if w in gen.fused:
         wq = gen.fused[w]
