@@ -9,8 +9,10 @@ vector loop run without its operand check gives different bits on those operands
 
 from __future__ import annotations
 
+import re
 import shutil
 import struct
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -342,7 +344,21 @@ def _run(tmp: Path, defines: dict[str, str], blob: bytes) -> dict[str, bytes]:
     (prog / "raw.c").write_text(RAW)
     b = get_board(BOARD)
     built = build_firmware(b, prog, tmp / f"build-{tag}", kernels=KERNELS, defines=defines)
-    return run_firmware(b, built.elf, tmp / f"run-{tag}", {"cases.bin": blob}, timeout_s=120).files
+    files = run_firmware(b, built.elf, tmp / f"run-{tag}", {"cases.bin": blob}, timeout_s=120).files
+    return {**files, "elf": built.elf}
+
+
+def _float_vector_ops(elf: Path) -> dict[str, set[str]]:
+    """Function -> the floating-point vector instructions (Q-register operands) in it."""
+    dis = subprocess.run(["arm-none-eabi-objdump", "-d", "-marmv8.1-m.main", str(elf)], capture_output=True,
+                         text=True, check=True).stdout
+    out: dict[str, set[str]] = {}
+    for part in re.split(r"\n(?=[0-9a-f]+ <)", dis):
+        m = re.match(r"[0-9a-f]+ <(\w+)>:", part)
+        ops = set(re.findall(r"\t(v\w+)\.[fF](?:16|32)[.\w]*\s+q\d", part))
+        if m and ops:
+            out[m.group(1)] = ops
+    return out
 
 
 @needs_arm
@@ -363,3 +379,11 @@ def test_helium_forward_conv_equals_the_portable_kernels_in_qemu(tmp_path):
         elif c.differs:
             assert y != yp, (c.kind, c.dims)                       # without the check these bits would change
     assert sum(c.ran for c in cases) >= 20 and sum(c.differs for c in cases) >= 5
+    # float vector instructions only in the hand-written units, and there one VMUL and one VADD per product, never a
+    # fused VFMA (the portable C rounds twice); the portable build has none
+    ops = _float_vector_ops(mve["elf"])
+    assert ops and all(f.startswith(("tt_fc_", "tt_fvec_", "tt_raw_")) for f in ops), ops
+    allowed = {"vmul", "vadd", "vcmp", "vcvtb"}
+    assert set().union(*ops.values()) <= allowed | {a + p for a in allowed for p in "te"}, ops  # (t/e: predicated)
+    assert {"vmul", "vadd"} <= set().union(*ops.values())
+    assert not _float_vector_ops(port["elf"])
