@@ -200,6 +200,37 @@ TT_FC_INLINE void tt_fc_out(const float32x4_t *acc, int32_t K, const float *bias
     }
 }
 
+/* A 1x1 conv's four in-image pixels (x at xh / xf + offs, the lanes' distances), every block of four output
+ * channels in [0, oc_end): the sums as tt_fc_sums gives them (one tap, every lane in the image, so no predicate and
+ * no tap bookkeeping), then tt_fc_out. One function per (x kind, y kind): the per-block work left is the loops'. */
+TT_FC_INLINE void tt_fc_pw(int half, const tt_conv_dims *d, const uint16_t *xh, const float *xf, uint32x4_t offs,
+                           const float *w, const float *w_slice, int32_t n, int32_t oc_end, const float *bias,
+                           float32x4_t lo, float32x4_t hi, float *yf, uint16_t *yh, int32_t at, uint32x4_t yoffs)
+{
+    int32_t oc;
+    for (oc = 0; oc < oc_end; oc += 4) {
+        float32x4_t acc[4];
+        acc[0] = acc[1] = acc[2] = acc[3] = vdupq_n_f32(0.0f);
+        tt_fc_chans(half, xh, xf, offs, 0xFFFFu, 1, w_slice + oc * n, n, 0, n, 4, acc);
+        tt_fc_chans(half, xh, xf, offs, 0xFFFFu, 1, w + oc * d->in_c, d->in_c, n, d->in_c, 4, acc);
+        tt_fc_out(acc, 4, bias, oc, lo, hi, yf, yh, at + oc, yoffs, 0xFFFFu);
+    }
+}
+
+#define TT_FC_PW(name, HALF, YF, YH)                                                                               \
+    static void name(const tt_conv_dims *d, const uint16_t *xh, const float *xf, uint32x4_t offs, const float *w, \
+                     const float *w_slice, int32_t n, int32_t oc_end, const float *bias, float32x4_t lo,         \
+                     float32x4_t hi, float *yf, uint16_t *yh, int32_t at, uint32x4_t yoffs)                       \
+    {                                                                                                             \
+        (void)yf;                                                                                                 \
+        (void)yh;                                                                                                 \
+        tt_fc_pw(HALF, d, xh, xf, offs, w, w_slice, n, oc_end, bias, lo, hi, YF, YH, at, yoffs);                 \
+    }
+TT_FC_PW(tt_fc_pw_hf, 1, yf, 0)
+TT_FC_PW(tt_fc_pw_hh, 1, 0, yh)
+TT_FC_PW(tt_fc_pw_fh, 0, 0, yh)
+#undef TT_FC_PW
+
 /* The whole conv: output rows, four pixels at a time, output channels four at a time (then the last out_c % 4). */
 TT_FC_INLINE void tt_fc_run(const tt_conv_dims *d0, float act_min, float act_max, const uint16_t *xh,
                             const float *xf, const float *w, const float *w_slice, int32_t n, const float *bias,
@@ -210,17 +241,21 @@ TT_FC_INLINE void tt_fc_run(const tt_conv_dims *d0, float act_min, float act_max
     const tt_fc_sums_fn *sums = xh != 0 ? hx : fx;
     const float32x4_t lo = vdupq_n_f32(act_min), hi = vdupq_n_f32(act_max);
     tt_conv_dims d = *d0;
-    uint32x4_t yoffs;
+    uint32x4_t yoffs, xoffs;
     int32x4_t lane;
-    int32_t b, oy, ox, oc;
+    int32_t b, oy, ox, oc, pw;
     if (d.k_h == 1 && d.k_w == 1 && d.stride_h == 1 && d.stride_w == 1 && d.pad_top == 0 && d.pad_left == 0 &&
         d.in_h == d.out_h && d.in_w == d.out_w) {
         /* every pixel's x and y are contiguous: one row of them, so only the image's last block is partial */
         d.in_w = d.out_w = d.batches * d.out_h * d.out_w;
         d.in_h = d.out_h = d.batches = 1;
     }
+    /* 1x1 with every output pixel's input in the image: full blocks take tt_fc_pw */
+    pw = d.k_h == 1 && d.k_w == 1 && d.pad_top == 0 && d.pad_left == 0 && (d.out_h - 1) * d.stride_h < d.in_h &&
+         (d.out_w - 1) * d.stride_w < d.in_w;
     yoffs = vmulq_n_u32(vidupq_n_u32(0u, 1), (uint32_t)d.out_c);
     lane = vmulq_n_s32(vreinterpretq_s32_u32(vidupq_n_u32(0u, 1)), d.stride_w);
+    xoffs = vreinterpretq_u32_s32(vmulq_n_s32(lane, d.in_c));
     for (b = 0; b < d.batches; ++b) {
         for (oy = 0; oy < d.out_h; ++oy) {
             const int32_t iy0 = oy * d.stride_h - d.pad_top;
@@ -229,7 +264,19 @@ TT_FC_INLINE void tt_fc_run(const tt_conv_dims *d0, float act_min, float act_max
                 const int32x4_t ix0 = vaddq_n_s32(lane, ox * d.stride_w - d.pad_left);
                 const int32_t at = ((b * d.out_h + oy) * d.out_w + ox) * d.out_c;
                 float32x4_t acc[4];
-                for (oc = 0; oc < d.out_c; oc += 4) {
+                oc = 0;
+                if (pw && d.out_w - ox >= 4) {
+                    const int32_t px = ((b * d.in_h + iy0) * d.in_w + ox * d.stride_w) * d.in_c;
+                    oc = d.out_c & ~3;
+                    if (xh == 0) {
+                        tt_fc_pw_fh(&d, 0, xf + px, xoffs, w, w_slice, n, oc, bias, lo, hi, 0, yh, at, yoffs);
+                    } else if (yh != 0) {
+                        tt_fc_pw_hh(&d, xh + px, 0, xoffs, w, w_slice, n, oc, bias, lo, hi, 0, yh, at, yoffs);
+                    } else {
+                        tt_fc_pw_hf(&d, xh + px, 0, xoffs, w, w_slice, n, oc, bias, lo, hi, yf, 0, at, yoffs);
+                    }
+                }
+                for (; oc < d.out_c; oc += 4) {
                     const int32_t K = d.out_c - oc < 4 ? d.out_c - oc : 4;
                     sums[K - 1](&d, xh, xf, w, w_slice, n, oc, b, iy0, ix0, live, acc);
                     tt_fc_out(acc, K, bias, oc, lo, hi, yf, yh, at + oc, yoffs, live);

@@ -216,7 +216,7 @@ def _weights(rng, shape, floor=BOUND):
 def _cases(seed: int = 13) -> list[Case]:
     rng = np.random.default_rng(seed)
     cases: list[Case] = []
-    shapes = [((1, 1), 1, 1, 0, True), ((1, 1), 2, 1, 0, False), ((3, 3), 1, 1, 1, False), ((3, 3), 2, 1, 1, False),
+    shapes = [((1, 1), 1, 1, 0, True), ((1, 1), 2, 1, 0, True), ((3, 3), 1, 1, 1, False), ((3, 3), 2, 1, 1, False),
               ((1, 3), 1, 1, 1, False), ((3, 3), 1, 2, 2, False), ((5, 5), 2, 1, 2, False), ((3, 3), 2, 1, 0, True)]
     bounds = [(0.0, 6.0), (-np.inf, np.inf), (-1.0, 1.0), (0.0, np.inf)]
     for i in range(24):
@@ -241,6 +241,12 @@ def _cases(seed: int = 13) -> list[Case]:
             bias[0], bias[-1] = np.float32(2.0 ** -103), np.float32(-0.0)   # the bias bound (exponent 24), -0
         lo, hi = bounds[i % len(bounds)]
         cases.append(Case(kind, d, x, w, ws, n, bias, lo, hi, ran=1))
+    for kind, stride in ((HX_HY, 1), (HX_F32, 2)):   # 1x1 blocks of four pixels and channels with a trained slice
+        d = dict(b=1, ih=4, iw=9, ic=13, oh=4 // stride, ow=(9 + stride - 1) // stride, oc=12, kh=1, kw=1, sh=stride,
+                 sw=stride, dh=1, dw=1, pt=0, pl=0)
+        bias = (rng.standard_normal(12) * 0.5).astype(np.float32)
+        cases.append(Case(kind, d, _f16x(rng, (1, 4, 9, 13)), _weights(rng, (12, 1, 1, 13)),
+                          _weights(rng, (12, 1, 1, 5)), 5, bias, 0.0, 6.0, ran=1))
     cases += _declined(rng)
     return cases
 
