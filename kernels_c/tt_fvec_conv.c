@@ -200,36 +200,34 @@ TT_FC_INLINE void tt_fc_out(const float32x4_t *acc, int32_t K, const float *bias
     }
 }
 
-/* A 1x1 conv's four in-image pixels (x at xh / xf + offs, the lanes' distances), every block of four output
- * channels in [0, oc_end): the sums as tt_fc_sums gives them (one tap, every lane in the image, so no predicate and
- * no tap bookkeeping), then tt_fc_out. One function per (x kind, y kind): the per-block work left is the loops'. */
-TT_FC_INLINE void tt_fc_pw(int half, const tt_conv_dims *d, const uint16_t *xh, const float *xf, uint32x4_t offs,
-                           const float *w, const float *w_slice, int32_t n, int32_t oc_end, const float *bias,
-                           float32x4_t lo, float32x4_t hi, float *yf, uint16_t *yh, int32_t at, uint32x4_t yoffs)
+/* A 1x1 conv's sums of output channels [oc, oc + 4) at four in-image pixels (x at xh / xf + offs, the lanes'
+ * distances; ws, w: the channels' slice and whole-weight rows): tt_fc_sums' sums without its tap bookkeeping (one
+ * tap, every lane in the image). A function of its own per x kind, so that its loop keeps the accumulators in
+ * registers (inlined into the caller, the clamp and store vectors crowded them out). */
+TT_FC_INLINE void tt_fc_pw(int half, const uint16_t *xh, const float *xf, uint32x4_t offs, const float *ws, int32_t n,
+                           const float *w, int32_t in_c, float32x4_t *out)
 {
-    int32_t oc;
-    for (oc = 0; oc < oc_end; oc += 4) {
-        float32x4_t acc[4];
-        acc[0] = acc[1] = acc[2] = acc[3] = vdupq_n_f32(0.0f);
-        tt_fc_chans(half, xh, xf, offs, 0xFFFFu, 1, w_slice + oc * n, n, 0, n, 4, acc);
-        tt_fc_chans(half, xh, xf, offs, 0xFFFFu, 1, w + oc * d->in_c, d->in_c, n, d->in_c, 4, acc);
-        tt_fc_out(acc, 4, bias, oc, lo, hi, yf, yh, at + oc, yoffs, 0xFFFFu);
-    }
+    float32x4_t acc[4];
+    acc[0] = acc[1] = acc[2] = acc[3] = vdupq_n_f32(0.0f);
+    tt_fc_chans(half, xh, xf, offs, 0xFFFFu, 1, ws, n, 0, n, 4, acc);
+    tt_fc_chans(half, xh, xf, offs, 0xFFFFu, 1, w, in_c, n, in_c, 4, acc);
+    out[0] = acc[0];
+    out[1] = acc[1];
+    out[2] = acc[2];
+    out[3] = acc[3];
 }
 
-#define TT_FC_PW(name, HALF, YF, YH)                                                                               \
-    static void name(const tt_conv_dims *d, const uint16_t *xh, const float *xf, uint32x4_t offs, const float *w, \
-                     const float *w_slice, int32_t n, int32_t oc_end, const float *bias, float32x4_t lo,         \
-                     float32x4_t hi, float *yf, uint16_t *yh, int32_t at, uint32x4_t yoffs)                       \
-    {                                                                                                             \
-        (void)yf;                                                                                                 \
-        (void)yh;                                                                                                 \
-        tt_fc_pw(HALF, d, xh, xf, offs, w, w_slice, n, oc_end, bias, lo, hi, YF, YH, at, yoffs);                 \
-    }
-TT_FC_PW(tt_fc_pw_hf, 1, yf, 0)
-TT_FC_PW(tt_fc_pw_hh, 1, 0, yh)
-TT_FC_PW(tt_fc_pw_fh, 0, 0, yh)
-#undef TT_FC_PW
+static __attribute__((noinline)) void tt_fc_pw_h(const uint16_t *xh, uint32x4_t offs, const float *ws, int32_t n,
+                                                 const float *w, int32_t in_c, float32x4_t *out)
+{
+    tt_fc_pw(1, xh, 0, offs, ws, n, w, in_c, out);
+}
+
+static __attribute__((noinline)) void tt_fc_pw_f(const float *xf, uint32x4_t offs, const float *ws, int32_t n,
+                                                 const float *w, int32_t in_c, float32x4_t *out)
+{
+    tt_fc_pw(0, 0, xf, offs, ws, n, w, in_c, out);
+}
 
 /* The whole conv: output rows, four pixels at a time, output channels four at a time (then the last out_c % 4). */
 TT_FC_INLINE void tt_fc_run(const tt_conv_dims *d0, float act_min, float act_max, const uint16_t *xh,
@@ -265,15 +263,15 @@ TT_FC_INLINE void tt_fc_run(const tt_conv_dims *d0, float act_min, float act_max
                 const int32_t at = ((b * d.out_h + oy) * d.out_w + ox) * d.out_c;
                 float32x4_t acc[4];
                 oc = 0;
-                if (pw && d.out_w - ox >= 4) {
+                if (pw && d.out_w - ox >= 4) {   /* 1x1, four pixels in the image: the channel blocks of four */
                     const int32_t px = ((b * d.in_h + iy0) * d.in_w + ox * d.stride_w) * d.in_c;
-                    oc = d.out_c & ~3;
-                    if (xh == 0) {
-                        tt_fc_pw_fh(&d, 0, xf + px, xoffs, w, w_slice, n, oc, bias, lo, hi, 0, yh, at, yoffs);
-                    } else if (yh != 0) {
-                        tt_fc_pw_hh(&d, xh + px, 0, xoffs, w, w_slice, n, oc, bias, lo, hi, 0, yh, at, yoffs);
-                    } else {
-                        tt_fc_pw_hf(&d, xh + px, 0, xoffs, w, w_slice, n, oc, bias, lo, hi, yf, 0, at, yoffs);
+                    for (; oc + 4 <= d.out_c; oc += 4) {
+                        if (xh != 0) {
+                            tt_fc_pw_h(xh + px, xoffs, w_slice + oc * n, n, w + oc * d.in_c, d.in_c, acc);
+                        } else {
+                            tt_fc_pw_f(xf + px, xoffs, w_slice + oc * n, n, w + oc * d.in_c, d.in_c, acc);
+                        }
+                        tt_fc_out(acc, 4, bias, oc, lo, hi, yf, yh, at + oc, yoffs, live);
                     }
                 }
                 for (; oc < d.out_c; oc += 4) {
