@@ -26,6 +26,10 @@
 #include "tt_conv_common.h"
 #include "tt_f16.h"
 #include "tt_pw_s8_avx2.h"
+#if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
+#include "tt_fvec_conv.h"   /* fp16-mixed's forward sums on Helium, the portable bits (tt_fvec_conv.c) */
+#define TT_FVEC_CONV 1
+#endif
 
 #ifdef TT_INTERFACE
 /* y[B,OH,OW,O] = requant(sum (x - z_x) * w + bias). bias may be NULL. int32 accumulation (never overflows for
@@ -2517,6 +2521,11 @@ void tt_conv2d_grad_input_qw_f32_oc(int32_t pixels, int32_t in_c, int32_t o0, in
 void tt_conv2d_f32_split_hy(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
                             const float *w_slice, int32_t n, const float *bias, uint16_t *y)
 {
+#ifdef TT_FVEC_CONV
+    if (tt_fvec_conv2d_fx_hy(d, act_min, act_max, x, w, w_slice, n, bias, y)) {
+        return;
+    }
+#endif
     tt_conv_f32_walk(d, act_min, act_max, x, w, w_slice, n, bias, 0, y);
 }
 
@@ -2763,11 +2772,21 @@ TT_CONV_INLINE void tt_conv_hx_walk(const tt_conv_dims *d, float act_min, float 
 void tt_conv2d_hx_f32_split(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x, const float *w,
                             const float *w_slice, int32_t n, const float *bias, float *y)
 {
+#ifdef TT_FVEC_CONV
+    if (tt_fvec_conv2d_hx(d, act_min, act_max, x, w, w_slice, n, bias, y, 0)) {
+        return;
+    }
+#endif
     tt_conv_hx_walk(d, act_min, act_max, x, w, w_slice, n, bias, y, 0);
 }
 
 void tt_conv2d_hx_hy_split(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x, const float *w,
                            const float *w_slice, int32_t n, const float *bias, uint16_t *y)
 {
+#ifdef TT_FVEC_CONV
+    if (tt_fvec_conv2d_hx(d, act_min, act_max, x, w, w_slice, n, bias, 0, y)) {
+        return;
+    }
+#endif
     tt_conv_hx_walk(d, act_min, act_max, x, w, w_slice, n, bias, 0, y);
 }

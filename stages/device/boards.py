@@ -90,10 +90,13 @@ _M7_FLAGS = ("-mthumb", "-mcpu=cortex-m7", "-mfpu=fpv5-sp-d16", "-mfloat-abi=har
 _M4_FLAGS = ("-mthumb", "-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard")
 # gcc 12's -mcpu=cortex-m55 is the full core (MVE with floating point, double-precision FPU, scalar fp16
 # arithmetic), as the AN547's M55 is configured and QEMU emulates it. +nomve.fp keeps MVE's floating-point
-# vector instructions out: they always flush subnormals to zero (architecturally; QEMU does too), while the
-# scalar FPU and the host keep them, and gcc -O2 auto-vectorizes plain float loops with them (tt_conv2d.c), so
-# results would no longer be the host's bits. Integer MVE (__ARM_FEATURE_MVE == 1, `kernels: mve`) and scalar
-# fp16 (__ARM_FEATURE_FP16_SCALAR_ARITHMETIC) stay. -mfpu=auto takes the FPU from the CPU name.
+# vector instructions out of the compiler's hands: they always flush subnormals to zero (architecturally; QEMU does
+# too), while the scalar FPU and the host keep them, and gcc -O2 would auto-vectorize plain float loops with them
+# (tt_conv2d.c), so results would no longer be the host's bits. The one exception is written by hand: the
+# kernels_c/tt_fvec_*.c units (`kernels: mve` only) switch MVE floating point on for themselves, auto-vectorizer off,
+# and use it only where kernels_c/tt_fvec_mve.h's operand condition proves that no lane can see a subnormal
+# (otherwise their portable loop runs). Integer MVE (__ARM_FEATURE_MVE == 1, `kernels: mve`) and scalar fp16
+# (__ARM_FEATURE_FP16_SCALAR_ARITHMETIC) stay. -mfpu=auto takes the FPU from the CPU name.
 _M55_FLAGS = ("-mthumb", "-mcpu=cortex-m55+nomve.fp", "-mfpu=auto", "-mfloat-abi=hard")
 KB = 1024
 
