@@ -1,19 +1,24 @@
 #if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
 #include "tt_fvec_mve.h"
-/* Helium runs of fp16-mixed's depthwise forward (fp16 x, fp16 y) and input gradient (fp16 dy, fp16 dx) for
- * `target.kernels: mve` (tt_fvec_dw.h has the interface; ops/tt_depthwise_conv2d.c builds the tap tables and runs
- * the border pixels with its portable code).
+/* Helium kernels of fp16-mixed's depthwise forward (fp16 x, fp16 y) and input gradient (fp16 dy, fp16 dx) for
+ * `target.kernels: mve` (interface: tt_fvec_dw.h; ops/tt_depthwise_conv2d.c calls them per channel when
+ * tt_fvec_dw_ok allows and runs its portable loops otherwise).
  *
- * Lanes are pixels of ONE channel (four consecutive outputs along x, or four input pixels of one stride phase),
- * read with halfword gathers: the in-place kernels compute one channel at a time into one channel of scratch (their
- * memory contract), and a channel's pixels are in_c elements apart. A tap's weight is one scalar for all four lanes
- * (VMUL.F32 Qd, Qn, Rm).
+ * Lanes are pixels of ONE channel: four consecutive outputs of an output row (forward), or four consecutive input
+ * pixels of one stride phase of an input row (input gradient), read with halfword gathers (a channel's pixels are
+ * in_c elements apart). One channel at a time is what the in-place kernels' memory contract allows (one channel of
+ * scratch), and a row of lanes covers the small planes of the trained layers (4x4, 8x8) without scalar leftovers.
+ * A tap's weight is one scalar for all lanes (VMUL.F32 Qd, Qn, Rm). Lanes whose tap falls outside the image (padding)
+ * get that tap predicated off; lane vectors wholly inside run without predicates, two at a time.
  *
  * Why the bits are the portable loops' (tt_fvec_mve.h's argument, checked for this kernel):
  *  - every product is fp16 x (widened exactly by VCVTB, which keeps fp16 subnormals) times an fp32 weight that
  *    passed tt_fvec_ok, and each lane's sum starts at +0: so every operand and every rounded product and sum is zero
  *    or normal (in G(2^-126)) and Helium's flush-to-zero never fires; one VMUL and one VADD per tap, taps in the
- *    order of the caller's table, which lists the portable loop's order (ops/tt_depthwise_conv2d.c);
+ *    portable loop's order (the channel functions below say how their tables list them);
+ *  - a tap the portable loop skips (outside the image) is a predicated-off gather here: the lane adds +0 * w = +-0
+ *    (w finite), which leaves its sum unchanged because the sum is never -0 (it starts at +0, and in round to
+ *    nearest a sum is -0 only when both addends are);
  *  - the bias passed tt_fvec_ok, so s + bias is in G(2^-126) too;
  *  - the clamp compares a zero / normal / infinite / default-NaN lane with bounds that tt_fvec_dw_ok found zero,
  *    normal or infinite, so no compare sees a subnormal; a NaN lane fails both compares and stays, as in
@@ -23,8 +28,7 @@
  *    arithmetic, i.e. the default NaN (0x7FC00000), which both narrow to 0x7E00 (tt_f32_to_f16x4_mve's fix-up would
  *    change nothing). A NaN fp16 *input* loses its payload (the default NaN comes out): tt_fvec_mve.h says why
  *    fp16-mixed does not see that.
- * The input gradient's `total = 0 + s` (depth multiplier 1) is s itself: s starts at +0, and in round to nearest a
- * sum is -0 only when both addends are, so s is never -0, and 0 + s = s for every other s. */
+ * The input gradient's `total = 0 + s` (depth multiplier 1) is s itself, s never being -0. */
 
 #include "tt_fvec_dw.h"
 
@@ -37,37 +41,91 @@ static int32_t tt_fvec_dw_bound_ok(float f)
     return b == 0u || (b >= 0x00800000u && b <= 0x7F800000u);
 }
 
-int32_t tt_fvec_dw_ok(const float *w, int32_t nw, const float *bias, int32_t nb, float lo, float hi)
+int32_t tt_fvec_dw_ok(const tt_conv_dims *d, const float *w, const float *bias, float lo, float hi)
 {
-    return tt_fvec_dw_bound_ok(lo) && tt_fvec_dw_bound_ok(hi) && tt_fvec_ok(w, nw) &&
-           (bias == 0 || tt_fvec_ok(bias, nb));
+    const int32_t taps = d->k_h * d->k_w;
+    return d->depth_multiplier == 1 && taps <= TT_FVEC_DW_TAPS && d->k_h <= TT_FVEC_DW_SIDE &&
+           d->k_w <= TT_FVEC_DW_SIDE && tt_fvec_dw_bound_ok(lo) && tt_fvec_dw_bound_ok(hi) &&
+           tt_fvec_ok(w, taps * d->out_c) && (bias == 0 || tt_fvec_ok(bias, d->out_c));
 }
 
-/* One lane vector's sum: s = +0, += widen(gather) * wt[t] in t order (p: the active lanes, inactive ones read
- * nothing and sum +0). */
-static inline float32x4_t tt_fvec_dw_sum(const uint16_t *src, const int32_t *off, const float *wt, int32_t nt,
-                                         uint32x4_t lofs, mve_pred16_t p)
+/* p[k] as an address: a row's first tap may lie before the tensor (left / top padding); only in-image lanes are read. */
+static inline const uint16_t *tt_fvec_dw_at(const uint16_t *p, int32_t k)
 {
+    return (const uint16_t *)((uintptr_t)p + (uintptr_t)((intptr_t)k * 2));
+}
+
+/* One row of lanes (tt_fvec_dw_row's arguments) as a set of constants. */
+typedef struct {
+    const uint16_t *src;          /* lane 0's element of tap offset 0 */
+    const int32_t *off, *tc;      /* per tap: element offset, column coordinate (lane 0) */
+    const float *wt;              /* per tap: weight */
+    int32_t nt, lstep;            /* taps; elements from one lane to the next */
+    int32_t col0, cstep, lim;     /* lane i's tap t is in the image iff (col0 + i * cstep + tc[t]) < lim (unsigned) */
+    int32_t tcmin, tcspan;        /* min of tc over the taps, max - min */
+    const float *bias;
+    int32_t clamp;
+    float lo, hi;
+    uint16_t *out;
+    int32_t ostep;
+} tt_fvec_dw_rowp;
+
+/* Bias, clamp, narrowing and store of one lane vector (p: the active lanes). */
+static inline void tt_fvec_dw_out(const tt_fvec_dw_rowp *r, float32x4_t v, uint16_t *out, uint32x4_t oofs,
+                                  mve_pred16_t p)
+{
+    uint32x4_t h;
+    if (r->bias != 0) {
+        v = vaddq_n_f32(v, *r->bias);
+    }
+    if (r->clamp) {
+        /* v < lo as lo > v: the LT condition is true for unordered operands (N != V), GT is not */
+        const float32x4_t lo = vdupq_n_f32(r->lo), hi = vdupq_n_f32(r->hi);
+        v = vpselq_f32(lo, v, vcmpgtq_f32(lo, v));
+        v = vpselq_f32(hi, v, vcmpgtq_f32(v, hi));
+    }
+    h = tt_mve_vcvtb_f16_f32(vreinterpretq_u32_f32(v));
+    if (p == 0xFFFFu && r->ostep == 1) {
+        vstrhq_u32(out, h);
+    } else if (p == 0xFFFFu) {
+        vstrhq_scatter_shifted_offset_u32(out, oofs, h);
+    } else if (r->ostep == 1) {
+        vstrhq_p_u32(out, h, p);
+    } else {
+        vstrhq_scatter_shifted_offset_p_u32(out, oofs, h, p);
+    }
+}
+
+/* One lane vector whose lanes may have taps outside the image: tap t is read (and added) in the lanes where
+ * col + tc[t] < lim; elsewhere the gather gives +0 and the lane adds +-0, which leaves its sum as it is (the sum is
+ * never -0: tt_fvec_dw.c's header) - the portable loops skip those taps. p: the active lanes. */
+static inline float32x4_t tt_fvec_dw_sum_edge(const tt_fvec_dw_rowp *r, const uint16_t *src, uint32x4_t lofs,
+                                              uint32x4_t col, mve_pred16_t p)
+{
+    const uint32x4_t lim = vdupq_n_u32((uint32_t)r->lim);
     float32x4_t s = vdupq_n_f32(0.0f);
     int32_t t;
-    for (t = 0; t < nt; ++t) {
-        const uint32x4_t h = vldrhq_gather_shifted_offset_z_u32(src + off[t], lofs, p);
-        s = vaddq_f32(s, vmulq_n_f32(vreinterpretq_f32_u32(tt_mve_vcvtb_f32_f16(h)), wt[t]));
+    for (t = 0; t < r->nt; ++t) {
+        const mve_pred16_t in = vcmphiq_u32(lim, vaddq_n_u32(col, (uint32_t)r->tc[t])) & p;
+        const uint32x4_t h = vldrhq_gather_shifted_offset_z_u32(tt_fvec_dw_at(src, r->off[t]), lofs, in);
+        s = vaddq_f32(s, vmulq_n_f32(vreinterpretq_f32_u32(tt_mve_vcvtb_f32_f16(h)), r->wt[t]));
     }
     return s;
 }
 
-/* Two full lane vectors (8 lanes: the second starts 4 * lstep further), each tap's weight read once. */
-static inline void tt_fvec_dw_sum8(const uint16_t *src, const int32_t *off, const float *wt, int32_t nt,
-                                   uint32x4_t lofs, int32_t l4, float32x4_t *s0, float32x4_t *s1)
+/* Two lane vectors (8 lanes, the second 4 * lstep further) with every tap in the image: each tap's weight read
+ * once, no predicates. */
+static inline void tt_fvec_dw_sum8(const tt_fvec_dw_rowp *r, const uint16_t *src, uint32x4_t lofs, float32x4_t *s0,
+                                   float32x4_t *s1)
 {
+    const int32_t l4 = 4 * r->lstep;
     float32x4_t a = vdupq_n_f32(0.0f), b = vdupq_n_f32(0.0f);
     int32_t t;
-    for (t = 0; t < nt; ++t) {
-        const uint16_t *p = src + off[t];
-        const float w = wt[t];
-        const uint32x4_t h0 = vldrhq_gather_shifted_offset_u32(p, lofs);
-        const uint32x4_t h1 = vldrhq_gather_shifted_offset_u32(p + l4, lofs);
+    for (t = 0; t < r->nt; ++t) {
+        const uint16_t *q = tt_fvec_dw_at(src, r->off[t]);
+        const float w = r->wt[t];
+        const uint32x4_t h0 = vldrhq_gather_shifted_offset_u32(q, lofs);
+        const uint32x4_t h1 = vldrhq_gather_shifted_offset_u32(q + l4, lofs);
         a = vaddq_f32(a, vmulq_n_f32(vreinterpretq_f32_u32(tt_mve_vcvtb_f32_f16(h0)), w));
         b = vaddq_f32(b, vmulq_n_f32(vreinterpretq_f32_u32(tt_mve_vcvtb_f32_f16(h1)), w));
     }
@@ -75,49 +133,155 @@ static inline void tt_fvec_dw_sum8(const uint16_t *src, const int32_t *off, cons
     *s1 = b;
 }
 
-/* Bias, clamp, narrowing and store of one lane vector (p: the active lanes). */
-static inline void tt_fvec_dw_out(float32x4_t v, const float *bias, int32_t clamp, float32x4_t lo, float32x4_t hi,
-                                  uint16_t *out, int32_t ostep, uint32x4_t oofs, mve_pred16_t p)
-{
-    uint32x4_t h;
-    if (bias != 0) {
-        v = vaddq_n_f32(v, *bias);
-    }
-    if (clamp) {
-        /* v < lo as lo > v: the LT condition is true for unordered operands (N != V), GT is not */
-        v = vpselq_f32(lo, v, vcmpgtq_f32(lo, v));
-        v = vpselq_f32(hi, v, vcmpgtq_f32(v, hi));
-    }
-    h = tt_mve_vcvtb_f16_f32(vreinterpretq_u32_f32(v));
-    if (p == 0xFFFFu && ostep == 1) {
-        vstrhq_u32(out, h);
-    } else if (p == 0xFFFFu) {
-        vstrhq_scatter_shifted_offset_u32(out, oofs, h);
-    } else if (ostep == 1) {
-        vstrhq_p_u32(out, h, p);
-    } else {
-        vstrhq_scatter_shifted_offset_p_u32(out, oofs, h, p);
-    }
-}
-
-void tt_fvec_dw_run(const uint16_t *src, const int32_t *off, const float *wt, int32_t nt, int32_t lstep, int32_t n,
-                    const float *bias, int32_t clamp, float lo, float hi, uint16_t *out, int32_t ostep)
+/* n lanes: lane i reads src[off[t] + i * lstep] for its in-image taps, in t order, and writes out[i * ostep]. */
+static void tt_fvec_dw_row(const tt_fvec_dw_rowp *r, int32_t n)
 {
     const uint32x4_t lane = vidupq_n_u32(0u, 1);
-    const uint32x4_t lofs = vmulq_n_u32(lane, (uint32_t)lstep), oofs = vmulq_n_u32(lane, (uint32_t)ostep);
-    const float32x4_t lov = vdupq_n_f32(lo), hiv = vdupq_n_f32(hi);
-    const mve_pred16_t all = 0xFFFFu;
+    const uint32x4_t lofs = vmulq_n_u32(lane, (uint32_t)r->lstep), oofs = vmulq_n_u32(lane, (uint32_t)r->ostep);
+    const uint32x4_t cl = vmulq_n_u32(lane, (uint32_t)r->cstep);
+    /* a lane vector is inside when every lane's col + tcmin < lim - tcspan (unsigned: col + tcmin >= 0 too) */
+    const uint32x4_t inner = vdupq_n_u32((uint32_t)(r->lim - r->tcspan > 0 ? r->lim - r->tcspan : 0));
     int32_t i = 0;
     for (; i + 8 <= n; i += 8) {
+        const uint16_t *src = tt_fvec_dw_at(r->src, i * r->lstep);
+        const uint32x4_t c0 = vaddq_n_u32(cl, (uint32_t)(r->col0 + i * r->cstep));
+        const uint32x4_t c1 = vaddq_n_u32(cl, (uint32_t)(r->col0 + (i + 4) * r->cstep));
+        const mve_pred16_t in = vcmphiq_u32(inner, vaddq_n_u32(c0, (uint32_t)r->tcmin)) &
+                                vcmphiq_u32(inner, vaddq_n_u32(c1, (uint32_t)r->tcmin));
         float32x4_t s0, s1;
-        tt_fvec_dw_sum8(src + i * lstep, off, wt, nt, lofs, 4 * lstep, &s0, &s1);
-        tt_fvec_dw_out(s0, bias, clamp, lov, hiv, out + i * ostep, ostep, oofs, all);
-        tt_fvec_dw_out(s1, bias, clamp, lov, hiv, out + (i + 4) * ostep, ostep, oofs, all);
+        if (in == 0xFFFFu) {
+            tt_fvec_dw_sum8(r, src, lofs, &s0, &s1);
+        } else {
+            s0 = tt_fvec_dw_sum_edge(r, src, lofs, c0, 0xFFFFu);
+            s1 = tt_fvec_dw_sum_edge(r, tt_fvec_dw_at(src, 4 * r->lstep), lofs, c1, 0xFFFFu);
+        }
+        tt_fvec_dw_out(r, s0, r->out + i * r->ostep, oofs, 0xFFFFu);
+        tt_fvec_dw_out(r, s1, r->out + (i + 4) * r->ostep, oofs, 0xFFFFu);
     }
     for (; i < n; i += 4) {
         const mve_pred16_t p = vctp32q((uint32_t)(n - i));
-        tt_fvec_dw_out(tt_fvec_dw_sum(src + i * lstep, off, wt, nt, lofs, p), bias, clamp, lov, hiv,
-                       out + i * ostep, ostep, oofs, p);
+        const uint32x4_t c = vaddq_n_u32(cl, (uint32_t)(r->col0 + i * r->cstep));
+        tt_fvec_dw_out(r, tt_fvec_dw_sum_edge(r, tt_fvec_dw_at(r->src, i * r->lstep), lofs, c, p),
+                       r->out + i * r->ostep, oofs, p);
+    }
+}
+
+/* The forward of one channel: output (oy, ox) is lane ox of row oy; its taps (ky, kx) in (filter y, filter x) order,
+ * the filter rows outside the image left out of the row's tap range (ky outer in the table, so they are its ends),
+ * the columns outside the image predicated off per lane: the taps and order of tt_dw_hx_hy_px / tt_dw_hx_hy_3x3. */
+void tt_fvec_dw_hx_hy_channel(const tt_conv_dims *d, const uint16_t *xc, const float *wc, const float *bc, float lo,
+                              float hi, uint16_t *yc, int32_t ys)
+{
+    const int32_t C = d->in_c, W = d->in_w, H = d->in_h, KW = d->k_w, KH = d->k_h, dh = d->dilation_h;
+    int32_t off[TT_FVEC_DW_TAPS], tc[TT_FVEC_DW_TAPS];
+    float wt[TT_FVEC_DW_TAPS];
+    int32_t ky, kx, oy;
+    tt_fvec_dw_rowp r;
+    for (ky = 0; ky < KH; ++ky) {
+        for (kx = 0; kx < KW; ++kx) {
+            off[ky * KW + kx] = (ky * dh * W + kx * d->dilation_w) * C;
+            tc[ky * KW + kx] = kx * d->dilation_w;
+            wt[ky * KW + kx] = wc[(ky * KW + kx) * C];
+        }
+    }
+    r.lstep = d->stride_w * C;
+    r.col0 = -d->pad_left;
+    r.cstep = d->stride_w;
+    r.lim = W;
+    r.tcmin = 0;
+    r.tcspan = (KW - 1) * d->dilation_w;
+    r.bias = bc;
+    r.clamp = 1;
+    r.lo = lo;
+    r.hi = hi;
+    r.ostep = ys;
+    for (oy = 0; oy < d->out_h; ++oy) {
+        const int32_t iy0 = oy * d->stride_h - d->pad_top;
+        int32_t ky0 = 0, ky1 = KH;
+        while (ky0 < ky1 && iy0 + ky0 * dh < 0) {
+            ++ky0;
+        }
+        while (ky1 > ky0 && iy0 + (ky1 - 1) * dh >= H) {
+            --ky1;
+        }
+        r.src = tt_fvec_dw_at(xc, (iy0 * W - d->pad_left) * C);
+        r.off = off + ky0 * KW;
+        r.tc = tc + ky0 * KW;
+        r.wt = wt + ky0 * KW;
+        r.nt = (ky1 - ky0) * KW;
+        r.out = yc + oy * d->out_w * ys;
+        tt_fvec_dw_row(&r, d->out_w);
+    }
+}
+
+/* The input gradient of one channel, stride phase by stride phase: the input pixels (fy + a * S_h, fx + b * S_w) of
+ * phase (fy, fx) are lane b of lane row a. The taps through which such a pixel can reach an output are the filter
+ * rows ky with (fy + pad_top - ky * dil_h) divisible by S_h and the columns kx likewise (tt_dw_gi_list's test, the
+ * same for the whole phase), reaching output (ty[ky] + a, tx[kx] + b); listed rows outer, both ascending: the order
+ * of tt_dw_gi_list's lists and tt_dw_gi_hdy_hdx_px's loops. A row tap reaches an output row in [0, OH) for a
+ * contiguous range of the list (ty falls as ky grows): the lane row's tap range; a column tap outside [0, OW) is
+ * predicated off per lane. Depth multiplier 1: total = 0 + s = s (header). */
+void tt_fvec_dw_gi_channel(const tt_conv_dims *d, const uint16_t *dyc, const float *wc, uint16_t *outc, int32_t os)
+{
+    const int32_t OC = d->out_c, OW = d->out_w, OH = d->out_h, KW = d->k_w, SH = d->stride_h, SW = d->stride_w;
+    int32_t off[TT_FVEC_DW_TAPS], tc[TT_FVEC_DW_TAPS];
+    float wt[TT_FVEC_DW_TAPS];
+    int32_t ty[TT_FVEC_DW_SIDE], tx[TT_FVEC_DW_SIDE], kxs[TT_FVEC_DW_SIDE];
+    int32_t fy, fx, ky, kx, a, nfy, nfx, i, j, r0, r1;
+    tt_fvec_dw_rowp r;
+    r.lstep = OC;
+    r.col0 = 0;
+    r.cstep = 1;
+    r.lim = OW;
+    r.bias = 0;
+    r.clamp = 0;
+    r.lo = 0.0f;
+    r.hi = 0.0f;
+    r.ostep = SW * os;
+    for (fy = 0; fy < SH && fy < d->in_h; ++fy) {
+        for (fx = 0; fx < SW && fx < d->in_w; ++fx) {
+            nfx = 0;
+            for (kx = 0; kx < KW; ++kx) {
+                const int32_t t = fx + d->pad_left - kx * d->dilation_w;
+                if (t % SW == 0) {
+                    tx[nfx] = t / SW;
+                    kxs[nfx++] = kx;
+                }
+            }
+            nfy = 0;
+            for (ky = 0; ky < d->k_h; ++ky) {
+                const int32_t t = fy + d->pad_top - ky * d->dilation_h;
+                if (t % SH == 0) {
+                    ty[nfy] = t / SH;
+                    for (j = 0; j < nfx; ++j) {
+                        i = nfy * nfx + j;
+                        off[i] = (ty[nfy] * OW + tx[j]) * OC;
+                        tc[i] = tx[j];
+                        wt[i] = wc[(ky * KW + kxs[j]) * OC];
+                    }
+                    ++nfy;
+                }
+            }
+            r.tcmin = nfx > 0 ? tx[nfx - 1] : 0;
+            r.tcspan = nfx > 0 ? tx[0] - tx[nfx - 1] : 0;
+            for (a = 0; fy + a * SH < d->in_h; ++a) {
+                r0 = 0;
+                r1 = nfy;
+                while (r0 < r1 && ty[r0] + a >= OH) {
+                    ++r0;
+                }
+                while (r1 > r0 && ty[r1 - 1] + a < 0) {
+                    --r1;
+                }
+                r.src = dyc + a * OW * OC;
+                r.off = off + r0 * nfx;
+                r.tc = tc + r0 * nfx;
+                r.wt = wt + r0 * nfx;
+                r.nt = (r1 - r0) * nfx;
+                r.out = outc + ((fy + a * SH) * d->in_w + fx) * os;
+                tt_fvec_dw_row(&r, (d->in_w - fx + SW - 1) / SW);
+            }
+        }
     }
 }
 

@@ -83,11 +83,10 @@ int tt_main(void) {
         else if (kind == 2) tt_depthwise_conv2d_grad_input_hdy_hdx(&d, xs, ws, dst);
         else if (kind == 3) { tt_depthwise_conv2d_grad_input_hdy_hdx_inplace(&d, xs, ws, scr); memcpy(dst, xs, 2u * (uint32_t)n_dst); }
         else {
-            /* the raw vector run, no operand check (Helium build); the portable build runs the kernel it stands for:
-               a 1x1 depthwise conv over one channel of n pixels, no bias, clamp to (lo, hi) */
+            /* the vector kernel without its operand check (Helium build), the portable kernel otherwise: a 1x1
+               depthwise conv of one channel of n pixels, no bias, clamp to (lo, hi) */
 #if RAW_VECTOR
-            const int32_t off = 0;
-            tt_fvec_dw_run(xs, &off, ws, 1, 1, n_in, 0, 1, lo, hi, dst, 1);
+            tt_fvec_dw_hx_hy_channel(&d, xs, ws, 0, lo, hi, dst, 1);
 #else
             tt_depthwise_conv2d_hx_hy(&d, lo, hi, xs, ws, 0, dst);
 #endif

@@ -13,9 +13,10 @@
 #include "tt_dw_s8_avx2.h"
 #if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
 #include "tt_fvec_dw.h"
-#define TT_DW_FVEC 1 /* fp16-mixed's depthwise runs on Helium where tt_fvec_dw_ok allows (tt_fvec_dw.c) */
+/* fp16-mixed's depthwise forward and input gradient run on Helium where tt_fvec_dw_ok allows (tt_fvec_dw.c) */
+#define TT_DW_FVEC(d, w, bias, lo, hi) tt_fvec_dw_ok(d, w, bias, lo, hi)
 #else
-#define TT_DW_FVEC 0
+#define TT_DW_FVEC(d, w, bias, lo, hi) 0
 #endif
 
 #ifdef TT_INTERFACE
@@ -1746,80 +1747,11 @@ static void tt_dw_hx_hy_3x3(const tt_conv_dims *d, int32_t ic, int32_t c0, float
     }
 }
 
-#if TT_DW_FVEC
-/* Helium (tt_fvec_dw.c; depth multiplier 1, at most TT_FVEC_DW_TAPS taps, operands checked by the caller): channel
- * ic's outputs whose filter columns are all in the image, row by row, each lane (one output pixel) adding the
- * in-image taps in (filter y, filter x) order from +0: the order of tt_dw_hx_hy_px and tt_dw_hx_hy_3x3; the other
- * columns run tt_dw_hx_hy_px. The tap table is rebuilt when the in-image filter rows change (top / bottom border). */
-static void tt_dw_hx_hy_vec(const tt_conv_dims *d, int32_t ic, int32_t c0, float act_min, float act_max,
-                            const uint16_t *x, const float *w, const float *bias, uint16_t *y, int32_t ys)
-{
-    const int32_t C = d->in_c, KW = d->k_w, S = d->stride_w;
-    int32_t off[TT_FVEC_DW_TAPS];
-    float wt[TT_FVEC_DW_TAPS];
-    int32_t ox_lo, ox_hi, oy, ox, ky, kx, k4[4], rk0 = -1, rk1 = -1, nt = 0;
-    tt_interior(d->out_w, d->in_w, S, d->pad_left, KW, d->dilation_w, &ox_lo, &ox_hi);
-    for (oy = 0; oy < d->out_h; ++oy) {
-        const int32_t iy0 = oy * d->stride_h - d->pad_top;
-        if (ox_hi > ox_lo) {
-            const int32_t ix0 = ox_lo * S - d->pad_left;
-            tt_tap_window(d, iy0, ix0, k4);                 /* columns: all KW (interior); rows: the in-image ones */
-            if (k4[0] != rk0 || k4[1] != rk1) {
-                nt = 0;
-                for (ky = k4[0]; ky < k4[1]; ++ky) {
-                    for (kx = 0; kx < KW; ++kx, ++nt) {
-                        off[nt] = ((ky - k4[0]) * d->dilation_h * d->in_w + kx * d->dilation_w) * C;
-                        wt[nt] = w[(ky * KW + kx) * C + ic];
-                    }
-                }
-                rk0 = k4[0];
-                rk1 = k4[1];
-            }
-            tt_fvec_dw_run(nt > 0 ? x + ((iy0 + k4[0] * d->dilation_h) * d->in_w + ix0) * C + ic : x, off, wt, nt,
-                           S * C, ox_hi - ox_lo, bias != 0 ? bias + ic : 0, 1, act_min, act_max,
-                           y + (oy * d->out_w + ox_lo) * ys + (ic - c0), ys);
-        }
-        for (ox = 0; ox < d->out_w; ++ox) {
-            if (ox == ox_lo && ox_hi > ox_lo) {
-                ox = ox_hi - 1;
-                continue;
-            }
-            tt_dw_hx_hy_px(d, oy, ox, ic, ic + 1, act_min, act_max, x, w, bias, y + (ic - c0), ys);
-        }
-    }
-}
-#endif
-
-/* Whether tt_dw_hx_hy_batch may run tt_dw_hx_hy_vec (Helium builds only; else the constant 0). */
-static int32_t tt_dw_hx_hy_fvec(const tt_conv_dims *d, float act_min, float act_max, const float *w,
-                                const float *bias)
-{
-#if TT_DW_FVEC
-    return d->depth_multiplier == 1 && d->k_h * d->k_w <= TT_FVEC_DW_TAPS &&
-           tt_fvec_dw_ok(w, d->k_h * d->k_w * d->out_c, bias, d->out_c, act_min, act_max);
-#else
-    (void)d, (void)act_min, (void)act_max, (void)w, (void)bias;
-    return 0;
-#endif
-}
-
-/* Outputs of input channels [c0, c1) of one batch: out[(pixel) * ys + oc - c0 * M]; vec: tt_dw_hx_hy_fvec's
- * answer. */
+/* Outputs of input channels [c0, c1) of one batch: out[(pixel) * ys + oc - c0 * M]. */
 static void tt_dw_hx_hy_batch(const tt_conv_dims *d, int32_t c0, int32_t c1, float act_min, float act_max,
-                              const uint16_t *x, const float *w, const float *bias, uint16_t *y, int32_t ys,
-                              int32_t vec)
+                              const uint16_t *x, const float *w, const float *bias, uint16_t *y, int32_t ys)
 {
     int32_t oy, ox, ic;
-#if TT_DW_FVEC
-    if (vec) {
-        for (ic = c0; ic < c1; ++ic) {
-            tt_dw_hx_hy_vec(d, ic, c0, act_min, act_max, x, w, bias, y, ys);
-        }
-        return;
-    }
-#else
-    (void)vec;
-#endif
     if (d->k_h == 3 && d->k_w == 3 && d->dilation_h == 1 && d->dilation_w == 1 && d->depth_multiplier == 1 &&
         (d->stride_w == 1 || d->stride_w == 2)) {
         for (ic = c0; ic < c1; ++ic) {
@@ -1838,10 +1770,22 @@ void tt_depthwise_conv2d_hx_hy(const tt_conv_dims *d, float act_min, float act_m
                                const float *w, const float *bias, uint16_t *y)
 {
     int32_t b;
-    const int32_t vec = tt_dw_hx_hy_fvec(d, act_min, act_max, w, bias);
+#if defined(TT_FVEC_DW_H)
+    if (TT_DW_FVEC(d, w, bias, act_min, act_max)) {
+        int32_t c;
+        const int32_t C = d->in_c;
+        for (b = 0; b < d->batches; ++b) {
+            for (c = 0; c < C; ++c) {
+                tt_fvec_dw_hx_hy_channel(d, x + b * d->in_h * d->in_w * C + c, w + c, bias != 0 ? bias + c : 0,
+                                         act_min, act_max, y + b * d->out_h * d->out_w * C + c, C);
+            }
+        }
+        return;
+    }
+#endif
     for (b = 0; b < d->batches; ++b) {
         tt_dw_hx_hy_batch(d, 0, d->in_c, act_min, act_max, x + b * d->in_h * d->in_w * d->in_c, w, bias,
-                          y + b * d->out_h * d->out_w * d->out_c, d->out_c, vec);
+                          y + b * d->out_h * d->out_w * d->out_c, d->out_c);
     }
 }
 
@@ -1850,48 +1794,25 @@ void tt_depthwise_conv2d_hx_hy_inplace(const tt_conv_dims *d, float act_min, flo
 {
     int32_t b, c, p;
     const int32_t C = d->in_c, n_out = d->out_h * d->out_w;
-    const int32_t vec = tt_dw_hx_hy_fvec(d, act_min, act_max, w, bias);
+    const int32_t vec = TT_DW_FVEC(d, w, bias, act_min, act_max);
+    (void)vec;
     for (b = 0; b < d->batches; ++b) {
         const uint16_t *x = xy + b * d->in_h * d->in_w * C;
         uint16_t *y = xy + b * n_out * C;
         for (c = 0; c < C; ++c) {
-            tt_dw_hx_hy_batch(d, c, c + 1, act_min, act_max, x, w, bias, scratch, 1, vec);
-#if TT_DW_FVEC
+#if defined(TT_FVEC_DW_H)
             if (vec) {
+                tt_fvec_dw_hx_hy_channel(d, x + c, w + c, bias != 0 ? bias + c : 0, act_min, act_max, scratch, 1);
                 tt_fvec_dw_put(scratch, n_out, y + c, C);
                 continue;
             }
 #endif
+            tt_dw_hx_hy_batch(d, c, c + 1, act_min, act_max, x, w, bias, scratch, 1);
             for (p = 0; p < n_out; ++p) {
                 y[p * C + c] = scratch[p];
             }
         }
     }
-}
-
-/* dx element (iy, ix) of input channel ic: tt_dw_gi_hdy_hdx_channel's pixel, its filter rows listed (nr, rk, ro). */
-TT_CONV_INLINE void tt_dw_gi_hdy_hdx_px(const tt_conv_dims *d, const uint16_t *dy, const float *w, int32_t ic,
-                                        int32_t iy, int32_t ix, int32_t nr, const int32_t *rk, const int32_t *ro,
-                                        uint16_t *out, int32_t os)
-{
-    int32_t m, r, j, nc;
-    const int32_t M = d->depth_multiplier, OC = d->out_c, OW = d->out_w, KW = d->k_w;
-    int32_t ck[TT_DW_ROWS], co[TT_DW_ROWS];
-    float total = 0.0f;
-    nc = tt_dw_gi_list(ix, d->pad_left, KW, d->dilation_w, d->stride_w, OW, ck, co);
-    for (m = 0; m < M; ++m) {
-        const int32_t oc = ic * M + m;
-        float s = 0.0f;
-        for (r = 0; r < nr; ++r) {
-            const uint16_t *g = dy + ro[r] * OW * OC + oc;
-            const float *wr = w + rk[r] * KW * OC + oc;
-            for (j = 0; j < nc; ++j) {
-                s += tt_f16_read(g[co[j] * OC]) * wr[ck[j] * OC];
-            }
-        }
-        total = (m > 0 ? total : 0.0f) + s;
-    }
-    out[(iy * d->in_w + ix) * os] = tt_f16_narrow(total);
 }
 
 /* Input channel ic of one batch: dx element (iy, ix) to out[(iy * in_w + ix) * os]. The rows and columns of taps
@@ -1900,9 +1821,9 @@ TT_CONV_INLINE void tt_dw_gi_hdy_hdx_px(const tt_conv_dims *d, const uint16_t *d
 static void tt_dw_gi_hdy_hdx_channel(const tt_conv_dims *d, const uint16_t *dy, const float *w, int32_t ic,
                                      uint16_t *out, int32_t os)
 {
-    int32_t iy, ix, m, ky, kx, nr;
+    int32_t iy, ix, m, ky, kx, r, j, nr, nc;
     const int32_t M = d->depth_multiplier, OC = d->out_c, OW = d->out_w, KW = d->k_w;
-    int32_t rk[TT_DW_ROWS], ro[TT_DW_ROWS];
+    int32_t rk[TT_DW_ROWS], ro[TT_DW_ROWS], ck[TT_DW_ROWS], co[TT_DW_ROWS];
     if (d->k_h > TT_DW_ROWS || KW > TT_DW_ROWS) {
         for (iy = 0; iy < d->in_h; ++iy) {
             for (ix = 0; ix < d->in_w; ++ix) {
@@ -1932,93 +1853,36 @@ static void tt_dw_gi_hdy_hdx_channel(const tt_conv_dims *d, const uint16_t *dy, 
     for (iy = 0; iy < d->in_h; ++iy) {
         nr = tt_dw_gi_list(iy, d->pad_top, d->k_h, d->dilation_h, d->stride_h, d->out_h, rk, ro);
         for (ix = 0; ix < d->in_w; ++ix) {
-            tt_dw_gi_hdy_hdx_px(d, dy, w, ic, iy, ix, nr, rk, ro, out, os);
-        }
-    }
-}
-
-#if TT_DW_FVEC
-/* Helium (tt_fvec_dw.c) for depth multiplier 1, filters of at most TT_DW_ROWS rows and columns, stride_w <= 4,
- * operands checked by the caller: input channel ic as tt_dw_gi_hdy_hdx_channel computes it. The input pixels of one
- * stride phase (ix = f, f + S, ...) share one column list where every tap of the phase reaches an output: the taps kx
- * with (f + pad_left - kx * dil) divisible by S (tt_dw_gi_list's test), ascending, at output columns that grow by one
- * from one pixel of the phase to the next. So along an input row each phase's interior pixels [a, b] are one run
- * whose lanes add the listed rows' and columns' taps in tt_dw_gi_list's order, the sum tt_dw_gi_hdy_hdx_px makes
- * (with m = 0 only, total = 0 + s = s: tt_fvec_dw.c); the other pixels (and a row whose taps exceed the table) run
- * tt_dw_gi_hdy_hdx_px. */
-static void tt_dw_gi_hdy_hdx_vec(const tt_conv_dims *d, const uint16_t *dy, const float *w, int32_t ic,
-                                 uint16_t *out, int32_t os)
-{
-    const int32_t OC = d->out_c, OW = d->out_w, KW = d->k_w, S = d->stride_w, dil = d->dilation_w;
-    const int32_t pl = d->pad_left, W = d->in_w;
-    int32_t rk[TT_DW_ROWS], ro[TT_DW_ROWS], ck[4][TT_DW_ROWS], nf[4], a[4], b[4], run[4];
-    int32_t off[TT_FVEC_DW_TAPS];
-    float wt[TT_FVEC_DW_TAPS];
-    int32_t f, kx, iy, ix, r, j, nr, nt;
-    for (f = 0; f < S; ++f) {
-        /* the phase's taps, and its pixels (f mod S) whose taps all reach an output column in [0, OW) */
-        int32_t lo = 0, hi = W - 1;
-        nf[f] = 0;
-        for (kx = 0; kx < KW; ++kx) {
-            if ((f + pl - kx * dil) % S == 0) {
-                ck[f][nf[f]++] = kx;
-            }
-        }
-        if (nf[f] > 0) {
-            lo = ck[f][nf[f] - 1] * dil - pl > 0 ? ck[f][nf[f] - 1] * dil - pl : 0;
-            hi = (OW - 1) * S + ck[f][0] * dil - pl < W - 1 ? (OW - 1) * S + ck[f][0] * dil - pl : W - 1;
-        }
-        a[f] = lo + ((f - lo) % S + S) % S;                          /* first ix >= lo with ix = f (mod S) */
-        b[f] = hi - ((hi - f) % S + S) % S;                          /* last ix <= hi with ix = f (mod S) */
-    }
-    for (iy = 0; iy < d->in_h; ++iy) {
-        nr = tt_dw_gi_list(iy, d->pad_top, d->k_h, d->dilation_h, d->stride_h, d->out_h, rk, ro);
-        for (f = 0; f < S; ++f) {
-            run[f] = a[f] <= b[f] && nr * nf[f] <= TT_FVEC_DW_TAPS;
-            if (!run[f]) {
-                continue;
-            }
-            nt = 0;
-            for (r = 0; r < nr; ++r) {
-                for (j = 0; j < nf[f]; ++j, ++nt) {
-                    off[nt] = (ro[r] * OW + (a[f] + pl - ck[f][j] * dil) / S) * OC;
-                    wt[nt] = w[(rk[r] * KW + ck[f][j]) * OC + ic];
+            float total = 0.0f;
+            nc = tt_dw_gi_list(ix, d->pad_left, KW, d->dilation_w, d->stride_w, OW, ck, co);
+            for (m = 0; m < M; ++m) {
+                const int32_t oc = ic * M + m;
+                float s = 0.0f;
+                for (r = 0; r < nr; ++r) {
+                    const uint16_t *g = dy + ro[r] * OW * OC + oc;
+                    const float *wr = w + rk[r] * KW * OC + oc;
+                    for (j = 0; j < nc; ++j) {
+                        s += tt_f16_read(g[co[j] * OC]) * wr[ck[j] * OC];
+                    }
                 }
+                total = (m > 0 ? total : 0.0f) + s;
             }
-            tt_fvec_dw_run(dy + ic, off, wt, nt, OC, (b[f] - a[f]) / S + 1, 0, 0, 0.0f, 0.0f,
-                           out + (iy * W + a[f]) * os, S * os);
-        }
-        for (ix = 0, f = 0; ix < W; ++ix, f = f + 1 < S ? f + 1 : 0) {
-            if (!run[f] || ix < a[f] || ix > b[f]) {
-                tt_dw_gi_hdy_hdx_px(d, dy, w, ic, iy, ix, nr, rk, ro, out, os);
-            }
+            out[(iy * d->in_w + ix) * os] = tt_f16_narrow(total);
         }
     }
-}
-#endif
-
-/* Whether the input gradient may run tt_dw_gi_hdy_hdx_vec (Helium builds only; else the constant 0). */
-static int32_t tt_dw_gi_hdy_hdx_fvec(const tt_conv_dims *d, const float *w)
-{
-#if TT_DW_FVEC
-    return d->depth_multiplier == 1 && d->k_h <= TT_DW_ROWS && d->k_w <= TT_DW_ROWS && d->stride_w <= 4 &&
-           tt_fvec_dw_ok(w, d->k_h * d->k_w * d->out_c, 0, 0, 0.0f, 0.0f);
-#else
-    (void)d, (void)w;
-    return 0;
-#endif
 }
 
 void tt_depthwise_conv2d_grad_input_hdy_hdx(const tt_conv_dims *d, const uint16_t *dy, const float *w, uint16_t *dx)
 {
     int32_t b, ic;
-    const int32_t vec = tt_dw_gi_hdy_hdx_fvec(d, w);
+    const int32_t vec = TT_DW_FVEC(d, w, 0, 0.0f, 0.0f);
+    (void)vec;
     for (b = 0; b < d->batches; ++b) {
         for (ic = 0; ic < d->in_c; ++ic) {
-#if TT_DW_FVEC
+#if defined(TT_FVEC_DW_H)
             if (vec) {
-                tt_dw_gi_hdy_hdx_vec(d, dy + b * d->out_h * d->out_w * d->out_c, w, ic,
-                                     dx + b * d->in_h * d->in_w * d->in_c + ic, d->in_c);
+                tt_fvec_dw_gi_channel(d, dy + b * d->out_h * d->out_w * d->out_c + ic, w + ic,
+                                      dx + b * d->in_h * d->in_w * d->in_c + ic, d->in_c);
                 continue;
             }
 #endif
@@ -2026,7 +1890,6 @@ void tt_depthwise_conv2d_grad_input_hdy_hdx(const tt_conv_dims *d, const uint16_
                                      dx + b * d->in_h * d->in_w * d->in_c + ic, d->in_c);
         }
     }
-    (void)vec;
 }
 
 /* Batch order and channel-by-channel copy of tt_dw_grad_input_inplace (its comment says why it is safe). */
@@ -2035,15 +1898,15 @@ void tt_depthwise_conv2d_grad_input_hdy_hdx_inplace(const tt_conv_dims *d, uint1
 {
     int32_t i, c, p;
     const int32_t C = d->in_c, n_in = d->in_h * d->in_w, n_out = d->out_h * d->out_w;
-    const int32_t backwards = n_in > n_out, vec = tt_dw_gi_hdy_hdx_fvec(d, w);
+    const int32_t backwards = n_in > n_out, vec = TT_DW_FVEC(d, w, 0, 0.0f, 0.0f);
     (void)vec;
     for (i = 0; i < d->batches; ++i) {
         const int32_t b = backwards ? d->batches - 1 - i : i;
         uint16_t *dxb = dydx + b * n_in * C;
         for (c = 0; c < C; ++c) {
-#if TT_DW_FVEC
+#if defined(TT_FVEC_DW_H)
             if (vec) {
-                tt_dw_gi_hdy_hdx_vec(d, dydx + b * n_out * C, w, c, scratch, 1);
+                tt_fvec_dw_gi_channel(d, dydx + b * n_out * C + c, w + c, scratch, 1);
                 tt_fvec_dw_put(scratch, n_in, dxb + c, C);
                 continue;
             }
