@@ -55,11 +55,17 @@ static inline const uint16_t *tt_fvec_dw_at(const uint16_t *p, int32_t k)
     return (const uint16_t *)((uintptr_t)p + (uintptr_t)((intptr_t)k * 2));
 }
 
+/* A tap of a row of lanes: its element offset from the row's src and its weight (one LDRD in the loops). */
+typedef struct {
+    int32_t off;
+    float w;
+} tt_fvec_dw_tap;
+
 /* One row of lanes (tt_fvec_dw_row's arguments) as a set of constants. */
 typedef struct {
     const uint16_t *src;          /* lane 0's element of tap offset 0 */
-    const int32_t *off, *tc;      /* per tap: element offset, column coordinate (lane 0) */
-    const float *wt;              /* per tap: weight */
+    const tt_fvec_dw_tap *tap;    /* the taps, in the order each lane adds them */
+    const int32_t *tc;            /* per tap: its column coordinate for lane 0 */
     int32_t nt, lstep;            /* taps; elements from one lane to the next */
     int32_t col0, cstep, lim;     /* lane i's tap t is in the image iff (col0 + i * cstep + tc[t]) < lim (unsigned) */
     int32_t tcmin, tcspan;        /* min of tc over the taps, max - min */
@@ -106,26 +112,95 @@ static inline float32x4_t tt_fvec_dw_sum_edge(const tt_fvec_dw_rowp *r, const ui
     float32x4_t s = vdupq_n_f32(0.0f);
     int32_t t;
     for (t = 0; t < r->nt; ++t) {
-        const mve_pred16_t in = vcmphiq_u32(lim, vaddq_n_u32(col, (uint32_t)r->tc[t])) & p;
-        const uint32x4_t h = vldrhq_gather_shifted_offset_z_u32(tt_fvec_dw_at(src, r->off[t]), lofs, in);
-        s = vaddq_f32(s, vmulq_n_f32(vreinterpretq_f32_u32(tt_mve_vcvtb_f32_f16(h)), r->wt[t]));
+        const tt_fvec_dw_tap k = r->tap[t];
+        /* (a predicated compare for a tail: an AND of predicates would take a trip through a core register) */
+        const uint32x4_t c = vaddq_n_u32(col, (uint32_t)r->tc[t]);
+        const mve_pred16_t in = p == 0xFFFFu ? vcmphiq_u32(lim, c) : vcmphiq_m_u32(lim, c, p);
+        const uint32x4_t h = vldrhq_gather_shifted_offset_z_u32(tt_fvec_dw_at(src, k.off), lofs, in);
+        s = vaddq_f32(s, vmulq_n_f32(vreinterpretq_f32_u32(tt_mve_vcvtb_f32_f16(h)), k.w));
     }
     return s;
 }
 
-/* Two lane vectors (8 lanes, the second 4 * lstep further) with every tap in the image: each tap's weight read
- * once, no predicates. */
-static inline void tt_fvec_dw_sum8(const tt_fvec_dw_rowp *r, const uint16_t *src, uint32x4_t lofs, float32x4_t *s0,
-                                   float32x4_t *s1)
+/* The gather of base[ofs] in the lanes where lim > c (unsigned), +0 in the others: one VPT (compare and predicate)
+ * and the predicated gather (a false-predicated lane of a load is zeroed). Written out because gcc 12 moves every
+ * compare's predicate through a core register (VMRS, SXTH, VMSR) before a VPST. Qd differs from the offset register
+ * (early clobber: a gather with Qd = Qm is UNPREDICTABLE). gcc 12 has no name for VPR in a clobber list: the only
+ * caller, tt_fvec_dw_sum8_edge, runs where no predicate is live (tt_fvec_dw_row's unpredicated 8-lane blocks). */
+static inline uint32x4_t tt_fvec_dw_gather_in(const uint16_t *base, uint32x4_t ofs, uint32x4_t lim, uint32x4_t c)
 {
-    const int32_t l4 = 4 * r->lstep;
+    uint32x4_t h;
+    __asm__("vpt.u32 hi, %q2, %q3\n\tvldrht.u32 %q0, [%1, %q4, uxtw #1]"
+            : "=&w"(h)
+            : "r"(base), "w"(lim), "w"(c), "w"(ofs)
+            : "memory");
+    return h;
+}
+
+/* Two lane vectors (8 lanes at lane offsets lofs and lofs4, lane columns c0 and c0 + 4 * cstep) some of whose taps
+ * fall outside the image, as tt_fvec_dw_sum_edge does them, each tap read once. The row's fields are copied to
+ * locals (the gathers' memory clobber would reload them every tap). */
+static inline void tt_fvec_dw_sum8_edge(const tt_fvec_dw_rowp *r, const uint16_t *src, uint32x4_t lofs,
+                                        uint32x4_t lofs4, uint32x4_t c0, float32x4_t *s0, float32x4_t *s1)
+{
+    const uint32x4_t lim = vdupq_n_u32((uint32_t)r->lim);
+    const uint32_t c4 = (uint32_t)(4 * r->cstep);
+    const tt_fvec_dw_tap *k = r->tap, *e = r->tap + r->nt;
+    const int32_t *tc = r->tc;
     float32x4_t a = vdupq_n_f32(0.0f), b = vdupq_n_f32(0.0f);
-    int32_t t;
-    for (t = 0; t < r->nt; ++t) {
-        const uint16_t *q = tt_fvec_dw_at(src, r->off[t]);
-        const float w = r->wt[t];
+    for (; k < e; ++k, ++tc) {
+        const uint16_t *q = tt_fvec_dw_at(src, k->off);
+        const float w = k->w;
+        const uint32x4_t c = vaddq_n_u32(c0, (uint32_t)*tc);
+        const uint32x4_t h0 = tt_fvec_dw_gather_in(q, lofs, lim, c);
+        const uint32x4_t h1 = tt_fvec_dw_gather_in(q, lofs4, lim, vaddq_n_u32(c, c4));
+        a = vaddq_f32(a, vmulq_n_f32(vreinterpretq_f32_u32(tt_mve_vcvtb_f32_f16(h0)), w));
+        b = vaddq_f32(b, vmulq_n_f32(vreinterpretq_f32_u32(tt_mve_vcvtb_f32_f16(h1)), w));
+    }
+    *s0 = a;
+    *s1 = b;
+}
+
+/* One full lane vector (lane columns c0): tt_fvec_dw_sum8_edge's loop for four lanes. */
+static inline float32x4_t tt_fvec_dw_sum4_edge(const tt_fvec_dw_rowp *r, const uint16_t *src, uint32x4_t lofs,
+                                               uint32x4_t c0)
+{
+    const uint32x4_t lim = vdupq_n_u32((uint32_t)r->lim);
+    const tt_fvec_dw_tap *k = r->tap, *e = r->tap + r->nt;
+    const int32_t *tc = r->tc;
+    float32x4_t a = vdupq_n_f32(0.0f);
+    for (; k < e; ++k, ++tc) {
+        const uint32x4_t c = vaddq_n_u32(c0, (uint32_t)*tc);
+        const uint32x4_t h = tt_fvec_dw_gather_in(tt_fvec_dw_at(src, k->off), lofs, lim, c);
+        a = vaddq_f32(a, vmulq_n_f32(vreinterpretq_f32_u32(tt_mve_vcvtb_f32_f16(h)), k->w));
+    }
+    return a;
+}
+
+/* One full lane vector with every tap in the image. */
+static inline float32x4_t tt_fvec_dw_sum4(const tt_fvec_dw_rowp *r, const uint16_t *src, uint32x4_t lofs)
+{
+    const tt_fvec_dw_tap *k = r->tap, *e = r->tap + r->nt;
+    float32x4_t a = vdupq_n_f32(0.0f);
+    for (; k < e; ++k) {
+        const uint32x4_t h = vldrhq_gather_shifted_offset_u32(tt_fvec_dw_at(src, k->off), lofs);
+        a = vaddq_f32(a, vmulq_n_f32(vreinterpretq_f32_u32(tt_mve_vcvtb_f32_f16(h)), k->w));
+    }
+    return a;
+}
+
+/* Two lane vectors (8 lanes: lane offsets lofs and lofs4) with every tap in the image: each tap read once, no
+ * predicates. */
+static inline void tt_fvec_dw_sum8(const tt_fvec_dw_rowp *r, const uint16_t *src, uint32x4_t lofs, uint32x4_t lofs4,
+                                   float32x4_t *s0, float32x4_t *s1)
+{
+    float32x4_t a = vdupq_n_f32(0.0f), b = vdupq_n_f32(0.0f);
+    const tt_fvec_dw_tap *k = r->tap, *e = r->tap + r->nt;
+    for (; k < e; ++k) {
+        const uint16_t *q = tt_fvec_dw_at(src, k->off);
+        const float w = k->w;
         const uint32x4_t h0 = vldrhq_gather_shifted_offset_u32(q, lofs);
-        const uint32x4_t h1 = vldrhq_gather_shifted_offset_u32(q + l4, lofs);
+        const uint32x4_t h1 = vldrhq_gather_shifted_offset_u32(q, lofs4);
         a = vaddq_f32(a, vmulq_n_f32(vreinterpretq_f32_u32(tt_mve_vcvtb_f32_f16(h0)), w));
         b = vaddq_f32(b, vmulq_n_f32(vreinterpretq_f32_u32(tt_mve_vcvtb_f32_f16(h1)), w));
     }
@@ -138,6 +213,7 @@ static void tt_fvec_dw_row(const tt_fvec_dw_rowp *r, int32_t n)
 {
     const uint32x4_t lane = vidupq_n_u32(0u, 1);
     const uint32x4_t lofs = vmulq_n_u32(lane, (uint32_t)r->lstep), oofs = vmulq_n_u32(lane, (uint32_t)r->ostep);
+    const uint32x4_t lofs4 = vaddq_n_u32(lofs, (uint32_t)(4 * r->lstep));
     const uint32x4_t cl = vmulq_n_u32(lane, (uint32_t)r->cstep);
     /* a lane vector is inside when every lane's col + tcmin < lim - tcspan (unsigned: col + tcmin >= 0 too) */
     const uint32x4_t inner = vdupq_n_u32((uint32_t)(r->lim - r->tcspan > 0 ? r->lim - r->tcspan : 0));
@@ -150,15 +226,22 @@ static void tt_fvec_dw_row(const tt_fvec_dw_rowp *r, int32_t n)
                                 vcmphiq_u32(inner, vaddq_n_u32(c1, (uint32_t)r->tcmin));
         float32x4_t s0, s1;
         if (in == 0xFFFFu) {
-            tt_fvec_dw_sum8(r, src, lofs, &s0, &s1);
+            tt_fvec_dw_sum8(r, src, lofs, lofs4, &s0, &s1);
         } else {
-            s0 = tt_fvec_dw_sum_edge(r, src, lofs, c0, 0xFFFFu);
-            s1 = tt_fvec_dw_sum_edge(r, tt_fvec_dw_at(src, 4 * r->lstep), lofs, c1, 0xFFFFu);
+            tt_fvec_dw_sum8_edge(r, src, lofs, lofs4, c0, &s0, &s1);
         }
         tt_fvec_dw_out(r, s0, r->out + i * r->ostep, oofs, 0xFFFFu);
         tt_fvec_dw_out(r, s1, r->out + (i + 4) * r->ostep, oofs, 0xFFFFu);
     }
-    for (; i < n; i += 4) {
+    if (i + 4 <= n) {
+        const uint16_t *src = tt_fvec_dw_at(r->src, i * r->lstep);
+        const uint32x4_t c0 = vaddq_n_u32(cl, (uint32_t)(r->col0 + i * r->cstep));
+        const mve_pred16_t in = vcmphiq_u32(inner, vaddq_n_u32(c0, (uint32_t)r->tcmin));
+        tt_fvec_dw_out(r, in == 0xFFFFu ? tt_fvec_dw_sum4(r, src, lofs) : tt_fvec_dw_sum4_edge(r, src, lofs, c0),
+                       r->out + i * r->ostep, oofs, 0xFFFFu);
+        i += 4;
+    }
+    if (i < n) {
         const mve_pred16_t p = vctp32q((uint32_t)(n - i));
         const uint32x4_t c = vaddq_n_u32(cl, (uint32_t)(r->col0 + i * r->cstep));
         tt_fvec_dw_out(r, tt_fvec_dw_sum_edge(r, tt_fvec_dw_at(r->src, i * r->lstep), lofs, c, p),
@@ -173,15 +256,15 @@ void tt_fvec_dw_hx_hy_channel(const tt_conv_dims *d, const uint16_t *xc, const f
                               float hi, uint16_t *yc, int32_t ys)
 {
     const int32_t C = d->in_c, W = d->in_w, H = d->in_h, KW = d->k_w, KH = d->k_h, dh = d->dilation_h;
-    int32_t off[TT_FVEC_DW_TAPS], tc[TT_FVEC_DW_TAPS];
-    float wt[TT_FVEC_DW_TAPS];
+    tt_fvec_dw_tap tap[TT_FVEC_DW_TAPS];
+    int32_t tc[TT_FVEC_DW_TAPS];
     int32_t ky, kx, oy;
     tt_fvec_dw_rowp r;
     for (ky = 0; ky < KH; ++ky) {
         for (kx = 0; kx < KW; ++kx) {
-            off[ky * KW + kx] = (ky * dh * W + kx * d->dilation_w) * C;
+            tap[ky * KW + kx].off = (ky * dh * W + kx * d->dilation_w) * C;
+            tap[ky * KW + kx].w = wc[(ky * KW + kx) * C];
             tc[ky * KW + kx] = kx * d->dilation_w;
-            wt[ky * KW + kx] = wc[(ky * KW + kx) * C];
         }
     }
     r.lstep = d->stride_w * C;
@@ -205,9 +288,8 @@ void tt_fvec_dw_hx_hy_channel(const tt_conv_dims *d, const uint16_t *xc, const f
             --ky1;
         }
         r.src = tt_fvec_dw_at(xc, (iy0 * W - d->pad_left) * C);
-        r.off = off + ky0 * KW;
+        r.tap = tap + ky0 * KW;
         r.tc = tc + ky0 * KW;
-        r.wt = wt + ky0 * KW;
         r.nt = (ky1 - ky0) * KW;
         r.out = yc + oy * d->out_w * ys;
         tt_fvec_dw_row(&r, d->out_w);
@@ -224,8 +306,8 @@ void tt_fvec_dw_hx_hy_channel(const tt_conv_dims *d, const uint16_t *xc, const f
 void tt_fvec_dw_gi_channel(const tt_conv_dims *d, const uint16_t *dyc, const float *wc, uint16_t *outc, int32_t os)
 {
     const int32_t OC = d->out_c, OW = d->out_w, OH = d->out_h, KW = d->k_w, SH = d->stride_h, SW = d->stride_w;
-    int32_t off[TT_FVEC_DW_TAPS], tc[TT_FVEC_DW_TAPS];
-    float wt[TT_FVEC_DW_TAPS];
+    tt_fvec_dw_tap tap[TT_FVEC_DW_TAPS];
+    int32_t tc[TT_FVEC_DW_TAPS];
     int32_t ty[TT_FVEC_DW_SIDE], tx[TT_FVEC_DW_SIDE], kxs[TT_FVEC_DW_SIDE];
     int32_t fy, fx, ky, kx, a, nfy, nfx, i, j, r0, r1;
     tt_fvec_dw_rowp r;
@@ -255,9 +337,9 @@ void tt_fvec_dw_gi_channel(const tt_conv_dims *d, const uint16_t *dyc, const flo
                     ty[nfy] = t / SH;
                     for (j = 0; j < nfx; ++j) {
                         i = nfy * nfx + j;
-                        off[i] = (ty[nfy] * OW + tx[j]) * OC;
+                        tap[i].off = (ty[nfy] * OW + tx[j]) * OC;
+                        tap[i].w = wc[(ky * KW + kxs[j]) * OC];
                         tc[i] = tx[j];
-                        wt[i] = wc[(ky * KW + kxs[j]) * OC];
                     }
                     ++nfy;
                 }
@@ -274,9 +356,8 @@ void tt_fvec_dw_gi_channel(const tt_conv_dims *d, const uint16_t *dyc, const flo
                     --r1;
                 }
                 r.src = dyc + a * OW * OC;
-                r.off = off + r0 * nfx;
+                r.tap = tap + r0 * nfx;
                 r.tc = tc + r0 * nfx;
-                r.wt = wt + r0 * nfx;
                 r.nt = (r1 - r0) * nfx;
                 r.out = outc + ((fy + a * SH) * d->in_w + fx) * os;
                 tt_fvec_dw_row(&r, (d->in_w - fx + SW - 1) / SW);
