@@ -44,12 +44,12 @@ static int32_t tt_fvec_dw_bound_ok(float f)
 int32_t tt_fvec_dw_ok(const tt_conv_dims *d, const float *w, const float *bias, float lo, float hi)
 {
     const int32_t taps = d->k_h * d->k_w;
-    return d->depth_multiplier == 1 && taps <= TT_FVEC_DW_TAPS && d->k_h <= TT_FVEC_DW_SIDE &&
-           d->k_w <= TT_FVEC_DW_SIDE && tt_fvec_dw_bound_ok(lo) && tt_fvec_dw_bound_ok(hi) &&
+    return d->depth_multiplier == 1 && taps <= TT_FVEC_DW_TAPS && tt_fvec_dw_bound_ok(lo) && tt_fvec_dw_bound_ok(hi) &&
            tt_fvec_ok(w, taps * d->out_c) && (bias == 0 || tt_fvec_ok(bias, d->out_c));
 }
 
-/* p[k] as an address: a row's first tap may lie before the tensor (left / top padding); only in-image lanes are read. */
+/* p[k] as an address: a row's first tap may lie before the tensor (left / top padding); only in-image lanes are
+ * read. */
 static inline const uint16_t *tt_fvec_dw_at(const uint16_t *p, int32_t k)
 {
     return (const uint16_t *)((uintptr_t)p + (uintptr_t)((intptr_t)k * 2));
@@ -308,7 +308,7 @@ void tt_fvec_dw_gi_channel(const tt_conv_dims *d, const uint16_t *dyc, const flo
     const int32_t OC = d->out_c, OW = d->out_w, OH = d->out_h, KW = d->k_w, SH = d->stride_h, SW = d->stride_w;
     tt_fvec_dw_tap tap[TT_FVEC_DW_TAPS];
     int32_t tc[TT_FVEC_DW_TAPS];
-    int32_t ty[TT_FVEC_DW_SIDE], tx[TT_FVEC_DW_SIDE], kxs[TT_FVEC_DW_SIDE];
+    int32_t ty[TT_FVEC_DW_TAPS], tx[TT_FVEC_DW_TAPS], kxs[TT_FVEC_DW_TAPS];
     int32_t fy, fx, ky, kx, a, nfy, nfx, i, j, r0, r1;
     tt_fvec_dw_rowp r;
     r.lstep = OC;

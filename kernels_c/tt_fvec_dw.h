@@ -8,15 +8,14 @@
 
 #include "tt_kernels.h"
 
-/* Most filter taps (k_h * k_w) the vector kernels take; their tap tables live on the stack (a 3x3 filter has 9). */
-#define TT_FVEC_DW_TAPS 16
-/* Most filter rows and most filter columns (the input gradient's tap lists). */
-#define TT_FVEC_DW_SIDE 8
+/* Most filter taps (k_h * k_w) the vector kernels take (so also most rows and columns): their tap tables live on the
+ * stack of the forward's deepest call chain. A 3x3 filter has 9; larger filters take the portable loops. */
+#define TT_FVEC_DW_TAPS 9
 
-/* 1 when the vector kernels may serve a call with these operands: depth multiplier 1, at most TT_FVEC_DW_TAPS taps
- * and TT_FVEC_DW_SIDE rows and columns; every weight (k_h * k_w * out_c) and bias (out_c; bias 0: none) passes
- * tt_fvec_ok (+-0 or finite with |v| >= 2^-79); the clamp bounds lo, hi are +-0, normal or infinite (not NaN, not
- * subnormal: Helium's compare would flush a subnormal bound). 0: the caller runs its portable loop. */
+/* 1 when the vector kernels may serve a call with these operands: depth multiplier 1, at most TT_FVEC_DW_TAPS taps;
+ * every weight (k_h * k_w * out_c) and bias (out_c; bias 0: none) passes tt_fvec_ok (+-0 or finite with
+ * |v| >= 2^-79); the clamp bounds lo, hi are +-0, normal or infinite (not NaN, not subnormal: Helium's compare would
+ * flush a subnormal bound). 0: the caller runs its portable loop. */
 int32_t tt_fvec_dw_ok(const tt_conv_dims *d, const float *w, const float *bias, float lo, float hi);
 
 /* One channel of tt_depthwise_conv2d_hx_hy (one batch): xc, wc, bc (0: no bias) point at the channel's first input

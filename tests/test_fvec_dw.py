@@ -7,8 +7,9 @@ weights down to the 2^-79 bound of tt_fvec_ok:
  - the Helium bytes equal the portable kernels' bytes, and numpy's float32 sums in the kernels' tap order give the
    same (a NaN as a NaN);
  - weights that fail tt_fvec_ok (a subnormal, or 1e-36 whose products are subnormal) still give the portable bytes
-   (the fallback ran), while the raw vector run on such an input gives other bytes (Helium flushes the subnormal
-   product: -0 instead of a negative subnormal, whose fp16 is -0 against +0) - the guard is needed;
+   (the fallback ran), while the vector kernel called without its check on such an input gives other bytes (Helium
+   flushes the subnormal product to -0, and +0 + -0 = +0 where the portable sum keeps a negative subnormal, whose
+   fp16 is -0) - the guard is needed;
  - a NaN input with a payload comes out as the default NaN from Helium and with its payload from the portable code:
    the vector path is what ran for each kernel form;
  - the in-place forms write nothing past their one channel of scratch."""
@@ -79,9 +80,9 @@ int tt_main(void) {
         const int32_t n_scr = gi ? d.in_h * d.in_w : d.out_h * d.out_w;   /* one channel */
         for (int32_t i = 0; i < NCANARY; ++i) scr[n_scr + i] = CANARY;
         if (kind == 0) tt_depthwise_conv2d_hx_hy(&d, lo, hi, xs, ws, bs, dst);
-        else if (kind == 1) { tt_depthwise_conv2d_hx_hy_inplace(&d, lo, hi, xs, ws, bs, scr); memcpy(dst, xs, 2u * (uint32_t)n_dst); }
+        else if (kind == 1) tt_depthwise_conv2d_hx_hy_inplace(&d, lo, hi, xs, ws, bs, scr);
         else if (kind == 2) tt_depthwise_conv2d_grad_input_hdy_hdx(&d, xs, ws, dst);
-        else if (kind == 3) { tt_depthwise_conv2d_grad_input_hdy_hdx_inplace(&d, xs, ws, scr); memcpy(dst, xs, 2u * (uint32_t)n_dst); }
+        else if (kind == 3) tt_depthwise_conv2d_grad_input_hdy_hdx_inplace(&d, xs, ws, scr);
         else {
             /* the vector kernel without its operand check (Helium build), the portable kernel otherwise: a 1x1
                depthwise conv of one channel of n pixels, no bias, clamp to (lo, hi) */
@@ -91,6 +92,7 @@ int tt_main(void) {
             tt_depthwise_conv2d_hx_hy(&d, lo, hi, xs, ws, 0, dst);
 #endif
         }
+        if (kind == 1 || kind == 3) memcpy(dst, xs, 2u * (uint32_t)n_dst);   /* the result over the operand */
         for (int32_t i = 0; i < NCANARY; ++i) if (scr[n_scr + i] != CANARY) tt_fail("scratch overrun");
         k += (2 * n_dst + 3) & ~3;
     }
@@ -124,7 +126,7 @@ def _geometry(rng, kind: int, plain: bool = False) -> dict:
         return _geometry(rng, kind, plain)
     batches = 2 if rng.random() < 0.25 else 1
     if kind == FWD_INPLACE and out_h * out_w > in_h * in_w:
-        batches = 1   # y over x: a later batch's x would be overwritten first (memplan keeps such in place to one batch)
+        batches = 1   # y over x batch by batch: a larger y would overwrite the next batch's x before it is read
     return dict(batches=batches, in_h=in_h, in_w=in_w, in_c=c, out_h=out_h, out_w=out_w, out_c=c * mult, k_h=k_h,
                 k_w=k_w, stride_h=s, stride_w=s, dilation_h=dil, dilation_w=dil, pad_top=pt, pad_left=pl, mult=mult)
 
