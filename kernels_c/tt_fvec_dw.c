@@ -55,7 +55,8 @@ static inline const uint16_t *tt_fvec_dw_at(const uint16_t *p, int32_t k)
     return (const uint16_t *)((uintptr_t)p + (uintptr_t)((intptr_t)k * 2));
 }
 
-/* A tap of a row of lanes: its element offset from the row's src and its weight (one LDRD in the loops). */
+/* A tap of a row of lanes: its element offset from the row's src and its weight, side by side (one pointer walks
+ * them in the loops). */
 typedef struct {
     int32_t off;
     float w;
