@@ -126,15 +126,14 @@ static inline float32x4_t tt_fvec_dw_sum_edge(const tt_fvec_dw_rowp *r, const ui
 /* The gather of base[ofs] in the lanes where lim > c (unsigned), +0 in the others: one VPT (compare and predicate)
  * and the predicated gather (a false-predicated lane of a load is zeroed). Written out because gcc 12 moves every
  * compare's predicate through a core register (VMRS, SXTH, VMSR) before a VPST. Qd differs from the offset register
- * (early clobber: a gather with Qd = Qm is UNPREDICTABLE). gcc 12 has no name for VPR in a clobber list: the only
- * caller, tt_fvec_dw_sum8_edge, runs where no predicate is live (tt_fvec_dw_row's unpredicated 8-lane blocks). */
+ * (early clobber: a gather with Qd = Qm is UNPREDICTABLE); VPR is clobbered (gcc's name for it: "p0"). */
 static inline uint32x4_t tt_fvec_dw_gather_in(const uint16_t *base, uint32x4_t ofs, uint32x4_t lim, uint32x4_t c)
 {
     uint32x4_t h;
     __asm__("vpt.u32 hi, %q2, %q3\n\tvldrht.u32 %q0, [%1, %q4, uxtw #1]"
             : "=&w"(h)
             : "r"(base), "w"(lim), "w"(c), "w"(ofs)
-            : "memory");
+            : "memory", "p0");
     return h;
 }
 
