@@ -86,10 +86,14 @@ static inline void tt_fvec_dw_out(const tt_fvec_dw_rowp *r, float32x4_t v, uint1
         v = vaddq_n_f32(v, *r->bias);
     }
     if (r->clamp) {
-        /* v < lo as lo > v: the LT condition is true for unordered operands (N != V), GT is not */
+        /* tt_act_clamp: v < lo tested as lo > v (the LT condition is true for unordered operands, GT is not, so a NaN
+         * lane stays), then v > hi; each a VPT and a predicated VMOV (the intrinsics' VPSEL would move each
+         * predicate through a core register, tt_fvec_dw_gather_in says why) */
         const float32x4_t lo = vdupq_n_f32(r->lo), hi = vdupq_n_f32(r->hi);
-        v = vpselq_f32(lo, v, vcmpgtq_f32(lo, v));
-        v = vpselq_f32(hi, v, vcmpgtq_f32(v, hi));
+        __asm__("vpt.f32 gt, %q1, %q0\n\tvmovt %q0, %q1\n\tvpt.f32 gt, %q0, %q2\n\tvmovt %q0, %q2"
+                : "+w"(v)
+                : "w"(lo), "w"(hi)
+                : "p0");
     }
     h = tt_mve_vcvtb_f16_f32(vreinterpretq_u32_f32(v));
     if (p == 0xFFFFu && r->ostep == 1) {
