@@ -11,6 +11,13 @@
 #include "tt_simd.h"
 #include "tt_f16.h"
 #include "tt_dw_s8_avx2.h"
+#if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
+#include "tt_fvec_dw.h"
+/* fp16-mixed's depthwise forward and input gradient run on Helium where tt_fvec_dw_ok allows (tt_fvec_dw.c) */
+#define TT_DW_FVEC(d, w, bias, lo, hi) tt_fvec_dw_ok(d, w, bias, lo, hi)
+#else
+#define TT_DW_FVEC(d, w, bias, lo, hi) 0
+#endif
 
 #ifdef TT_INTERFACE
 /* Output channel ic*M + m reads input channel ic. */
@@ -1763,6 +1770,19 @@ void tt_depthwise_conv2d_hx_hy(const tt_conv_dims *d, float act_min, float act_m
                                const float *w, const float *bias, uint16_t *y)
 {
     int32_t b;
+#if defined(TT_FVEC_DW_H)
+    if (TT_DW_FVEC(d, w, bias, act_min, act_max)) {
+        int32_t c;
+        const int32_t C = d->in_c;
+        for (b = 0; b < d->batches; ++b) {
+            for (c = 0; c < C; ++c) {
+                tt_fvec_dw_hx_hy_channel(d, x + b * d->in_h * d->in_w * C + c, w + c, bias != 0 ? bias + c : 0,
+                                         act_min, act_max, y + b * d->out_h * d->out_w * C + c, C);
+            }
+        }
+        return;
+    }
+#endif
     for (b = 0; b < d->batches; ++b) {
         tt_dw_hx_hy_batch(d, 0, d->in_c, act_min, act_max, x + b * d->in_h * d->in_w * d->in_c, w, bias,
                           y + b * d->out_h * d->out_w * d->out_c, d->out_c);
@@ -1774,10 +1794,19 @@ void tt_depthwise_conv2d_hx_hy_inplace(const tt_conv_dims *d, float act_min, flo
 {
     int32_t b, c, p;
     const int32_t C = d->in_c, n_out = d->out_h * d->out_w;
+    const int32_t vec = TT_DW_FVEC(d, w, bias, act_min, act_max);
+    (void)vec;
     for (b = 0; b < d->batches; ++b) {
         const uint16_t *x = xy + b * d->in_h * d->in_w * C;
         uint16_t *y = xy + b * n_out * C;
         for (c = 0; c < C; ++c) {
+#if defined(TT_FVEC_DW_H)
+            if (vec) {
+                tt_fvec_dw_hx_hy_channel(d, x + c, w + c, bias != 0 ? bias + c : 0, act_min, act_max, scratch, 1);
+                tt_fvec_dw_put(scratch, n_out, y + c, C);
+                continue;
+            }
+#endif
             tt_dw_hx_hy_batch(d, c, c + 1, act_min, act_max, x, w, bias, scratch, 1);
             for (p = 0; p < n_out; ++p) {
                 y[p * C + c] = scratch[p];
@@ -1846,8 +1875,17 @@ static void tt_dw_gi_hdy_hdx_channel(const tt_conv_dims *d, const uint16_t *dy, 
 void tt_depthwise_conv2d_grad_input_hdy_hdx(const tt_conv_dims *d, const uint16_t *dy, const float *w, uint16_t *dx)
 {
     int32_t b, ic;
+    const int32_t vec = TT_DW_FVEC(d, w, 0, 0.0f, 0.0f);
+    (void)vec;
     for (b = 0; b < d->batches; ++b) {
         for (ic = 0; ic < d->in_c; ++ic) {
+#if defined(TT_FVEC_DW_H)
+            if (vec) {
+                tt_fvec_dw_gi_channel(d, dy + b * d->out_h * d->out_w * d->out_c + ic, w + ic,
+                                      dx + b * d->in_h * d->in_w * d->in_c + ic, d->in_c);
+                continue;
+            }
+#endif
             tt_dw_gi_hdy_hdx_channel(d, dy + b * d->out_h * d->out_w * d->out_c, w, ic,
                                      dx + b * d->in_h * d->in_w * d->in_c + ic, d->in_c);
         }
@@ -1860,11 +1898,19 @@ void tt_depthwise_conv2d_grad_input_hdy_hdx_inplace(const tt_conv_dims *d, uint1
 {
     int32_t i, c, p;
     const int32_t C = d->in_c, n_in = d->in_h * d->in_w, n_out = d->out_h * d->out_w;
-    const int32_t backwards = n_in > n_out;
+    const int32_t backwards = n_in > n_out, vec = TT_DW_FVEC(d, w, 0, 0.0f, 0.0f);
+    (void)vec;
     for (i = 0; i < d->batches; ++i) {
         const int32_t b = backwards ? d->batches - 1 - i : i;
         uint16_t *dxb = dydx + b * n_in * C;
         for (c = 0; c < C; ++c) {
+#if defined(TT_FVEC_DW_H)
+            if (vec) {
+                tt_fvec_dw_gi_channel(d, dydx + b * n_out * C + c, w + c, scratch, 1);
+                tt_fvec_dw_put(scratch, n_in, dxb + c, C);
+                continue;
+            }
+#endif
             tt_dw_gi_hdy_hdx_channel(d, dydx + b * n_out * C, w, c, scratch, 1);
             for (p = 0; p < n_in; ++p) {
                 dxb[p * C + c] = scratch[p];
