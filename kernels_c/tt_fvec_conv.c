@@ -173,8 +173,23 @@ TT_FC_SUMS(tt_fc_sums_f3, 0, 3)
 TT_FC_SUMS(tt_fc_sums_f4, 0, 4)
 #undef TT_FC_SUMS
 
-typedef void (*tt_fc_sums_fn)(const tt_conv_dims *, const uint16_t *, const float *, const float *, const float *,
-                              int32_t, int32_t, int32_t, int32_t, int32x4_t, mve_pred16_t, float32x4_t *);
+/* The block's sums by direct calls (a switch, not a table of function pointers: the stack bound,
+ * stages/device/stack_bound.py, cannot follow an indirect call and would fall back to the board's default stack). */
+static void tt_fc_sums_k(int half, int32_t K, const tt_conv_dims *d, const uint16_t *xh, const float *xf,
+                         const float *w, const float *w_slice, int32_t n, int32_t oc, int32_t b, int32_t iy0,
+                         int32x4_t ix0, mve_pred16_t live, float32x4_t *out)
+{
+    switch (half * 4 + K) {
+    case 1: tt_fc_sums_f1(d, xh, xf, w, w_slice, n, oc, b, iy0, ix0, live, out); break;
+    case 2: tt_fc_sums_f2(d, xh, xf, w, w_slice, n, oc, b, iy0, ix0, live, out); break;
+    case 3: tt_fc_sums_f3(d, xh, xf, w, w_slice, n, oc, b, iy0, ix0, live, out); break;
+    case 4: tt_fc_sums_f4(d, xh, xf, w, w_slice, n, oc, b, iy0, ix0, live, out); break;
+    case 5: tt_fc_sums_h1(d, xh, xf, w, w_slice, n, oc, b, iy0, ix0, live, out); break;
+    case 6: tt_fc_sums_h2(d, xh, xf, w, w_slice, n, oc, b, iy0, ix0, live, out); break;
+    case 7: tt_fc_sums_h3(d, xh, xf, w, w_slice, n, oc, b, iy0, ix0, live, out); break;
+    default: tt_fc_sums_h4(d, xh, xf, w, w_slice, n, oc, b, iy0, ix0, live, out); break;
+    }
+}
 
 /* tt_conv_out for K channels at the lanes of `live`: + bias, the clamp, the store (fp32 to yf or fp16 to yh) at
  * element at + k of each lane's pixel (yoffs: the pixels' distances). */
@@ -234,9 +249,6 @@ TT_FC_INLINE void tt_fc_run(const tt_conv_dims *d0, float act_min, float act_max
                             const float *xf, const float *w, const float *w_slice, int32_t n, const float *bias,
                             float *yf, uint16_t *yh)
 {
-    const tt_fc_sums_fn hx[4] = {tt_fc_sums_h1, tt_fc_sums_h2, tt_fc_sums_h3, tt_fc_sums_h4};
-    const tt_fc_sums_fn fx[4] = {tt_fc_sums_f1, tt_fc_sums_f2, tt_fc_sums_f3, tt_fc_sums_f4};
-    const tt_fc_sums_fn *sums = xh != 0 ? hx : fx;
     const float32x4_t lo = vdupq_n_f32(act_min), hi = vdupq_n_f32(act_max);
     tt_conv_dims d = *d0;
     uint32x4_t yoffs, xoffs;
@@ -276,7 +288,7 @@ TT_FC_INLINE void tt_fc_run(const tt_conv_dims *d0, float act_min, float act_max
                 }
                 for (; oc < d.out_c; oc += 4) {
                     const int32_t K = d.out_c - oc < 4 ? d.out_c - oc : 4;
-                    sums[K - 1](&d, xh, xf, w, w_slice, n, oc, b, iy0, ix0, live, acc);
+                    tt_fc_sums_k(xh != 0, K, &d, xh, xf, w, w_slice, n, oc, b, iy0, ix0, live, acc);
                     tt_fc_out(acc, K, bias, oc, lo, hi, yf, yh, at + oc, yoffs, live);
                 }
             }

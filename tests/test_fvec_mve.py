@@ -172,3 +172,27 @@ def test_guarded_vector_sums_are_the_scalar_fpus_and_unguarded_ones_are_not(ran)
     assert differs.sum() > 100
     # where they differ, the scalar FPU kept a subnormal somewhere that Helium flushed
     assert (np.abs(bad[differs, 1].view(np.float32)) < 2.0 ** -80).all()
+
+
+def test_the_vector_kernels_make_no_indirect_call(tmp_path):
+    """Every tt_fvec_*.c unit, built for `kernels: mve` with the board's flags, calls only named functions: the stack
+    bound (stages/device/stack_bound.py) cannot follow a call through a register, and one such call makes every
+    mps3-an547 build fall back to the board's 16 KB default stack in its SRAM figure (a table of function pointers in
+    tt_fvec_conv.c once did: +14.5 KB on MobileNetV2)."""
+    import subprocess
+
+    from tinytrain.stages.c_emit import ops_header
+    from tinytrain.stages.device.boards import get_board
+
+    root = Path(__file__).resolve().parents[1]
+    units = sorted((root / "kernels_c").glob("tt_fvec_*.c"))
+    assert units
+    flags = [*get_board(BOARD).cflags, "-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off", "-O3",
+             "-DTT_USE_MVE=1", f"-I{root / 'kernels_c'}", f"-I{ops_header.include_dir()}"]
+    for unit in units:
+        obj = tmp_path / (unit.stem + ".o")
+        subprocess.run(["arm-none-eabi-gcc", *flags, "-c", "-o", str(obj), str(unit)], check=True)
+        dis = subprocess.run(["arm-none-eabi-objdump", "-d", "-marmv8.1-m.main", str(obj)], capture_output=True,
+                             text=True, check=True).stdout
+        through_register = [ln for ln in dis.splitlines() if re.search(r"\t(blx|bx)\s+r\d+\b", ln)]
+        assert not through_register, (unit.name, through_register[:3])
