@@ -282,8 +282,10 @@ class TargetSpec(_Strict):
         default="host", description=describe_boards())
     kernels: Literal["portable", "dsp", "mve"] = Field(
         default="portable", description="portable C99; Cortex-M DSP (ACLE) variants; or mve: the DSP variants plus "
-                                        "Helium (MVE) int8 dot products, fp16 conversions and float gradient "
-                                        "masks, on boards with MVE (same results as portable)")
+                                        "Helium (MVE) int8 dot products, fp16 conversions, float gradient "
+                                        "masks and fp16-mixed's conv/depthwise dot products (fp32 vector "
+                                        "arithmetic where its operands provably keep the portable bits), on "
+                                        "boards with MVE (same results as portable)")
     cflags: list[str] = Field(default_factory=list, description="extra compiler flags")
     timeout_s: float = Field(default=600.0, gt=0, description="emulator run time limit, seconds")
 
