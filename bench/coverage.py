@@ -89,6 +89,7 @@ class Row:
     cut: list | None = None                           # model.outputs, when the build was retried with a cut
     suggested_cut: list | None = None                 # the cut load's error suggested (see stages/model/prune.py)
     dequantized: bool = False                         # a float precision of an int8 model: its dequantized copy
+    int8_file: bool = False                           # ... or the int8 file itself (stateful: no float copy)
     arena: int | None = None                          # fp16-mixed: the training arena (bytes) ...
     arena_fp32: int | None = None                     # ... and the fp32 graph's of the same plan
     loss_scale: float | None = None                   # fp16-mixed: the final loss scale ...
@@ -195,6 +196,17 @@ def float_copy(model: Path, cache: Path) -> Path | None:
     return out
 
 
+def is_int8(model: Path) -> bool:
+    """Whether tinytrain reads `model` as an int8 model (its weights int8 with quantization parameters)."""
+    from tinytrain.stages.model.tflite_reader import read_model
+
+    try:
+        g = read_model(model)
+    except Exception:
+        return False
+    return any(t.data is not None and t.quant is not None and t.dtype == "int8" for t in g.tensors.values())
+
+
 # ---- spec and data --------------------------------------------------------------------------------
 
 def smooth_images(shape: tuple[int, ...], n: int, rng: np.random.Generator) -> np.ndarray:
@@ -284,6 +296,8 @@ def run_one(model: Path, label: str, work: Path, timeout: float, cut: list | Non
         flt = float_copy(model, floats)
         if flt is not None:
             model, row.dequantized = flt, True
+        else:
+            row.int8_file = is_int8(model)
     try:
         row.inputs, row.outputs = model_io(model)
     except Exception as e:  # not even a flatbuffer we can open: say so and go on
@@ -411,7 +425,7 @@ def result_text(r: Row) -> str:
 
 def _model_text(r: Row) -> str:
     return (r.model + (f" (model.outputs: {', '.join(r.cut)})" if r.cut else "")
-            + (" (dequantized)" if r.dequantized else ""))
+            + (" (dequantized)" if r.dequantized else "") + (" (int8 file)" if r.int8_file else ""))
 
 
 def _scale_text(r: Row) -> str:
@@ -453,7 +467,10 @@ def markdown(rows: list[Row], versions: dict[str, str], date: str, board: str = 
     lines += ["", f"{n_ok} of {len(rows)} builds train {where} (a `-cut` row is a second build of the "
                   f"model above it, cut where load's error suggested"
                   + ("; a `dequantized` row trains the int8 model's float copy, made by the benchmark"
-                     if any(r.dequantized for r in rows) else "") + ")."]
+                     if any(r.dequantized for r in rows) else "")
+                  + ("; an `int8 file` row is a stateful int8 model built as it is (the benchmark cannot write its "
+                     "float copy: tflite_writer writes no resource variables)" if any(r.int8_file for r in rows)
+                     else "") + ")."]
     return "\n".join(lines) + "\n"
 
 

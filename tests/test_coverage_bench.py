@@ -86,6 +86,8 @@ def test_float_copy_dequantizes_int8_weights_only(cov, tmp_path):
     assert all(t.dtype != "int8" for t in f.tensors.values())
     assert cov.float_copy(fixtures / "convnet_float.tflite", tmp_path) is None
     assert cov.float_copy(fixtures / "stateful" / "stream_kws_int8.tflite", tmp_path) is None
+    assert cov.is_int8(fixtures / "stateful" / "stream_kws_int8.tflite")
+    assert not cov.is_int8(fixtures / "convnet_float.tflite")
 
 
 def test_fp16_mixed_table_has_arena_and_loss_scale(cov):
