@@ -34,11 +34,13 @@ terminal, bench/coverage.json and bench/coverage.md (a Markdown table, also past
 
 `--precision int8|fp32|fp16-mixed` states `train.precision` in every spec (left out, the spec leaves it out: int8
 for these models, the default) and writes bench/coverage_<precision>.json/.md instead; `--board` sets the board
-(fp16-mixed needs one with half precision: `host` or `mps3-an547`). A float precision of an int8 model file
-(microWakeWord's) trains its float copy: the bench dequantizes the weights
-(stages/planning/contribution_measure.dequantize_graph, as bench/precision.py makes MobileNetV2's) into a .tflite
-under the cache folder, and the row says so (`dequantized`). An fp16-mixed row also gives the training arena against
-the fp32 graph of the same plan (autodiff/precision.json) and the final loss scale with the steps it skipped.
+(fp16-mixed needs one with half precision: `host` or `mps3-an547`). A float precision of a stateless int8 model
+file trains its float copy: the bench dequantizes the weights (stages/planning/contribution_measure.dequantize_graph,
+as bench/precision.py makes MobileNetV2's) into a .tflite under the cache folder, and the row says so
+(`dequantized`). A stateful one (microWakeWord's) has no float copy (tflite_writer writes no resource variables): it
+is built as it is and marked `int8 file` (fp16-mixed: autodiff refuses it; fp32: it trains int8). An fp16-mixed row
+also gives the training arena against the fp32 graph of the same plan (autodiff/precision.json) and the final loss
+scale with the steps it skipped.
 """
 
 from __future__ import annotations
@@ -186,8 +188,9 @@ def float_copy(model: Path, cache: Path) -> Path | None:
         g = read_model(model)
     except Exception:
         return None
-    if g.meta.get("state") or not any(t.data is not None and t.quant is not None and t.dtype in ("int8", "int16", "uint8")
-               for t in g.tensors.values()):
+    quantized = any(t.data is not None and t.quant is not None and t.dtype in ("int8", "int16", "uint8")
+                    for t in g.tensors.values())
+    if g.meta.get("state") or not quantized:
         return None
     out = cache / f"{model.stem}-float.tflite"
     if not out.is_file():
