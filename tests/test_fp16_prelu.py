@@ -143,3 +143,36 @@ def test_host_build_of_the_fp16_blazeblock_has_the_golden_bits(tmp_path):
     assert res["skipped_steps"] == skipped[-1]
     for name, got in weights.items():
         assert got.tobytes() == state[name].tobytes(), name
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("cc") is None or shutil.which("arm-none-eabi-gcc") is None
+                    or shutil.which("qemu-system-arm") is None, reason="no cc / arm-none-eabi-gcc / qemu-system-arm")
+@pytest.mark.parametrize("scheme", ["full", "last_k"])
+def test_fp16_blazeblock_trains_in_qemu_with_the_host_bits(tmp_path, scheme):
+    """The fixture built for the host and for the Cortex-M55 in QEMU (every layer trained; only the FC, the block a
+    frozen fp16 prefix): the per-step losses, the trained weights, the loss scale and the skipped steps are the same
+    bits (tt_f16_read / tt_f16_narrow are VCVTB on the M55, integer C on the host)."""
+    import json
+
+    import tinytrain
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((16, H, H, 3)).astype(np.float32)
+    y = rng.integers(0, CLASSES, 16)
+    np.savez(tmp_path / "d.npz", x_train=x[:12], y_train=y[:12], x_test=x[12:], y_test=y[12:])
+    runs = {}
+    for board in ("host", "mps3-an547"):
+        r = tinytrain.build({
+            "name": f"prelu-block-{scheme}-{board}", "model": {"path": str(FIX / "prelu_block_float.tflite")},
+            "data": {"source": "npz", "path": str(tmp_path / "d.npz"), "task": "classification"},
+            "train": {"precision": "fp16-mixed", "loss": "cross_entropy", "epochs": 2,
+                      "update": {"scheme": scheme, **({"k": 1} if scheme == "last_k" else {})}},
+            "target": {"board": board}, "build": {"out_dir": str(tmp_path / "build"), "cache_dir": str(tmp_path / "c")}})
+        runs[board] = (json.loads(r.artifact("emulate-run", "run.json").read_text()),
+                       r.artifact("emulate-run", "weights.bin").read_bytes(),
+                       r.artifact("codegen", "tt_model.c").read_text())
+    (host, hw, src), (dev, dw, _) = runs["host"], runs["mps3-an547"]
+    assert "tt_prelu_f16" in src
+    assert dev["loss"]["per_step"] == host["loss"]["per_step"] and dw == hw
+    assert dev["loss_scale"] == host["loss_scale"]
