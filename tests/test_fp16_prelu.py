@@ -168,7 +168,8 @@ def test_fp16_blazeblock_trains_in_qemu_with_the_host_bits(tmp_path, scheme):
             "data": {"source": "npz", "path": str(tmp_path / "d.npz"), "task": "classification"},
             "train": {"precision": "fp16-mixed", "loss": "cross_entropy", "epochs": 2,
                       "update": {"scheme": scheme, **({"k": 1} if scheme == "last_k" else {})}},
-            "target": {"board": board}, "build": {"out_dir": str(tmp_path / "build"), "cache_dir": str(tmp_path / "c")}})
+            "target": {"board": board},
+            "build": {"out_dir": str(tmp_path / "build"), "cache_dir": str(tmp_path / "c")}})
         runs[board] = (json.loads(r.artifact("emulate-run", "run.json").read_text()),
                        r.artifact("emulate-run", "weights.bin").read_bytes(),
                        r.artifact("codegen", "tt_model.c").read_text())
