@@ -4,6 +4,7 @@
     python bench/coverage.py --only face_det    # models whose name contains this text
     python bench/coverage.py --timeout 120
     python bench/coverage.py --only alexa --merge   # re-run rows, keep the others of bench/coverage.json
+    python bench/coverage.py --precision fp16-mixed --board mps3-an547   # bench/coverage_fp16-mixed.{md,json}
 
 The models come from the package index only (plus one control, below), downloaded with pip into a cache folder (never committed):
   - the .tflite files inside the MediaPipe wheel (`mediapipe==0.10.14`, the version tests/fixtures/thirdparty
@@ -30,6 +31,16 @@ Each build runs as `tinytrain build --json` in a subprocess with a private, empt
 per model: the furthest stage that completed, the board's SRAM/flash use (cross-compile/size.json), the loss
 (epoch means, emulate-run/run.json) and the one-line reason a build stopped. Results: a rich table on the
 terminal, bench/coverage.json and bench/coverage.md (a Markdown table, also pasted into the README).
+
+`--precision int8|fp32|fp16-mixed` states `train.precision` in every spec (left out, the spec leaves it out: int8
+for these models, the default) and writes bench/coverage_<precision>.json/.md instead; `--board` sets the board
+(fp16-mixed needs one with half precision: `host` or `mps3-an547`). A float precision of a stateless int8 model
+file trains its float copy: the bench dequantizes the weights (stages/planning/contribution_measure.dequantize_graph,
+as bench/precision.py makes MobileNetV2's) into a .tflite under the cache folder, and the row says so
+(`dequantized`). A stateful one (microWakeWord's) has no float copy (tflite_writer writes no resource variables): it
+is built as it is and marked `int8 file` (fp16-mixed: autodiff refuses it; fp32: it trains int8). An fp16-mixed row
+also gives the training arena against the fp32 graph of the same plan (autodiff/precision.json) and the final loss
+scale with the steps it skipped.
 """
 
 from __future__ import annotations
@@ -79,6 +90,12 @@ class Row:
     seconds: float = 0.0
     cut: list | None = None                           # model.outputs, when the build was retried with a cut
     suggested_cut: list | None = None                 # the cut load's error suggested (see stages/model/prune.py)
+    dequantized: bool = False                         # a float precision of an int8 model: its dequantized copy
+    int8_file: bool = False                           # ... or the int8 file itself (stateful: no float copy)
+    arena: int | None = None                          # fp16-mixed: the training arena (bytes) ...
+    arena_fp32: int | None = None                     # ... and the fp32 graph's of the same plan
+    loss_scale: float | None = None                   # fp16-mixed: the final loss scale ...
+    skipped_steps: int | None = None                  # ... and the steps skipped for an Inf/NaN gradient
 
 
 # ---- models ---------------------------------------------------------------------------------------
@@ -158,6 +175,41 @@ def output_names(path: Path) -> list[str]:
     return [sg.Tensors(int(i)).Name().decode() for i in sg.OutputsAsNumpy()]
 
 
+def float_copy(model: Path, cache: Path) -> Path | None:
+    """The float copy of an int8 model file (its weights dequantized, QUANTIZE/DEQUANTIZE dropped:
+    dequantize_graph), written once under `cache`; None for a float model, one tinytrain cannot load, and a stateful
+    one (microWakeWord's): tflite_writer writes no resource variables, so its copy would be a different model (each
+    state variable an input of its own, nothing streamed). That one is built as it is: autodiff refuses it."""
+    from tinytrain.stages.model.tflite_reader import read_model
+    from tinytrain.stages.model.tflite_writer import write_model
+    from tinytrain.stages.planning.contribution_measure import dequantize_graph
+
+    try:
+        g = read_model(model)
+    except Exception:
+        return None
+    quantized = any(t.data is not None and t.quant is not None and t.dtype in ("int8", "int16", "uint8")
+                    for t in g.tensors.values())
+    if g.meta.get("state") or not quantized:
+        return None
+    out = cache / f"{model.stem}-float.tflite"
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_model(dequantize_graph(g), out)
+    return out
+
+
+def is_int8(model: Path) -> bool:
+    """Whether tinytrain reads `model` as an int8 model (its weights int8 with quantization parameters)."""
+    from tinytrain.stages.model.tflite_reader import read_model
+
+    try:
+        g = read_model(model)
+    except Exception:
+        return False
+    return any(t.data is not None and t.quant is not None and t.dtype == "int8" for t in g.tensors.values())
+
+
 # ---- spec and data --------------------------------------------------------------------------------
 
 def smooth_images(shape: tuple[int, ...], n: int, rng: np.random.Generator) -> np.ndarray:
@@ -216,7 +268,8 @@ def write_data(path: Path, inputs: list, outputs: list, seed: int = 0, steps: in
 
 
 def spec_text(name: str, model: Path, data: Path, task: str, out_dir: Path, cut: list | None = None,
-              sequence_length: int | None = None, first_output: str | None = None, sigmoid: str | None = None) -> str:
+              sequence_length: int | None = None, first_output: str | None = None, sigmoid: str | None = None,
+              board: str = BOARD, precision: str | None = None) -> str:
     loss = {"outputs": [{"name": sigmoid, "loss": "bce"}]} if sigmoid else \
         {"outputs": [{"name": first_output, "loss": "mse"}]} if task == "outputs" else \
         {"loss": "cross_entropy" if task == "classification" else "mse"}
@@ -225,8 +278,9 @@ def spec_text(name: str, model: Path, data: Path, task: str, out_dir: Path, cut:
         "model": {"path": str(model)} | ({"outputs": cut} if cut else {})
                  | ({"sequence_length": sequence_length} if sequence_length else {}),
         "data": {"source": "npz", "path": str(data), "task": task},
-        "train": {"update": {"scheme": "auto"}, **loss, "epochs": 2},
-        "target": {"board": BOARD},
+        "train": {"update": {"scheme": "auto"}, **loss, "epochs": 2}
+                 | ({"precision": precision} if precision else {}),
+        "target": {"board": board},
         "build": {"out_dir": str(out_dir)},
     }
     return json.dumps(spec, indent=1)   # JSON is YAML
@@ -234,11 +288,19 @@ def spec_text(name: str, model: Path, data: Path, task: str, out_dir: Path, cut:
 
 # ---- one build ------------------------------------------------------------------------------------
 
-def run_one(model: Path, label: str, work: Path, timeout: float, cut: list | None = None) -> Row:
+def run_one(model: Path, label: str, work: Path, timeout: float, cut: list | None = None, board: str = BOARD,
+            precision: str | None = None, floats: Path | None = None) -> Row:
     """One build. With `cut` (model.outputs), the outputs are those tensors: their shapes come from the load
-    stage of the first, uncut build (`io_of_cut`)."""
+    stage of the first, uncut build (`io_of_cut`). A float `precision` builds an int8 model's float copy (written
+    under `floats`)."""
     name = model.stem + ("-cut" if cut else "")
     row = Row(model=name, source=label, cut=cut)
+    if precision in ("fp32", "fp16-mixed") and floats is not None:
+        flt = float_copy(model, floats)
+        if flt is not None:
+            model, row.dequantized = flt, True
+        else:
+            row.int8_file = is_int8(model)
     try:
         row.inputs, row.outputs = model_io(model)
     except Exception as e:  # not even a flatbuffer we can open: say so and go on
@@ -256,7 +318,7 @@ def run_one(model: Path, label: str, work: Path, timeout: float, cut: list | Non
     row.loss = "bce" if sigmoid else "cross_entropy" if row.task == "classification" else "mse"
     spec = folder / "spec.yaml"
     spec.write_text(spec_text(name, model, folder / "data.npz", row.task, folder / "build", cut, steps, first,
-                              sigmoid))
+                              sigmoid, board, precision))
     cmd = [sys.executable, "-m", "tinytrain", "build", str(spec), "--json", "--cache-dir", str(folder / "cache")]
     t0 = time.monotonic()
     try:
@@ -310,6 +372,13 @@ def _read_artifacts(row: Row, build: Path, done: list[str]) -> None:
         means = loss.get("epoch_mean") or [loss.get("first"), loss.get("last")]
         row.loss_before, row.loss_after = means[0], means[-1]
         row.board = row.board or json.loads(run.read_text()).get("board", "")
+        scale = json.loads(run.read_text()).get("loss_scale") or {}
+        row.loss_scale, row.skipped_steps = scale.get("final"), scale.get("skipped_steps")
+    plan, prec = build / "reorder" / "memplan.json", build / "autodiff" / "precision.json"
+    if plan.is_file():
+        row.arena = int(json.loads(plan.read_text())["arena_bytes"])
+    if prec.is_file():
+        row.arena_fp32 = json.loads(prec.read_text()).get("arena_bytes_fp32")
 
 
 def _short_paths(text: str, model: Path, folder: Path) -> str:
@@ -357,38 +426,65 @@ def result_text(r: Row) -> str:
     return "trains"
 
 
-def table_rows(rows: list[Row]) -> list[list[str]]:
-    return [[r.source, r.model + (f" (model.outputs: {', '.join(r.cut)})" if r.cut else ""), _io_text(r.inputs),
-             _io_text(r.outputs), r.furthest, _kb(r.sram_used), _kb(r.flash_used), r.board, r.loss,
-             _loss(r.loss_before), _loss(r.loss_after), result_text(r)] for r in rows]
+def _model_text(r: Row) -> str:
+    return (r.model + (f" (model.outputs: {', '.join(r.cut)})" if r.cut else "")
+            + (" (dequantized)" if r.dequantized else "") + (" (int8 file)" if r.int8_file else ""))
 
 
-HEADERS = ["wheel", "model", "inputs", "outputs", "furthest stage", "SRAM KB", "flash KB", "board", "loss",
-           "loss before", "loss after", "result / reason it stops"]
+def _scale_text(r: Row) -> str:
+    return "" if r.loss_scale is None else f"{r.loss_scale:g} ({r.skipped_steps})"
 
 
-def markdown(rows: list[Row], versions: dict[str, str], date: str) -> str:
+def headers(precision: str | None) -> list[str]:
+    """The table's columns; fp16-mixed adds its arena against fp32's on the same plan and the loss scale."""
+    extra = ["arena KB", "fp32 same plan KB", "loss scale (skipped)"] if precision == "fp16-mixed" else []
+    return ["wheel", "model", "inputs", "outputs", "furthest stage", "SRAM KB", "flash KB", *extra, "board", "loss",
+            "loss before", "loss after", "result / reason it stops"]
+
+
+def table_rows(rows: list[Row], precision: str | None = None) -> list[list[str]]:
+    def extra(r: Row) -> list[str]:
+        return [_kb(r.arena), _kb(r.arena_fp32), _scale_text(r)] if precision == "fp16-mixed" else []
+
+    return [[r.source, _model_text(r), _io_text(r.inputs), _io_text(r.outputs), r.furthest, _kb(r.sram_used),
+             _kb(r.flash_used), *extra(r), r.board, r.loss, _loss(r.loss_before), _loss(r.loss_after), result_text(r)]
+            for r in rows]
+
+
+def _setting(board: str, precision: str | None) -> str:
+    return f"board {board}, `scheme: auto`" + (f", `train.precision: {precision}`" if precision else "")
+
+
+def markdown(rows: list[Row], versions: dict[str, str], date: str, board: str = BOARD,
+             precision: str | None = None) -> str:
     def cell(s: str) -> str:
         return s.replace("|", "\\|")
 
+    heads = headers(precision)
     lines = [f"Coverage run of {date}; wheels: " + ", ".join(f"{k} {v}" for k, v in versions.items()) +
-             f"; board {BOARD}, `scheme: auto`, synthetic data.", "",
-             "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += ["| " + " | ".join(cell(c) for c in r) + " |" for r in table_rows(rows)]
+             f"; {_setting(board, precision)}, synthetic data.", "",
+             "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    lines += ["| " + " | ".join(cell(c) for c in r) + " |" for r in table_rows(rows, precision)]
     n_ok = sum(result_text(r) == "trains" for r in rows)
-    lines += ["", f"{n_ok} of {len(rows)} builds train in QEMU on {BOARD} (a `-cut` row is a second build of the "
-                  f"model above it, cut where load's error suggested)."]
+    where = "on the host" if board == "host" else f"in QEMU on {board}"
+    lines += ["", f"{n_ok} of {len(rows)} builds train {where} (a `-cut` row is a second build of the "
+                  f"model above it, cut where load's error suggested"
+                  + ("; a `dequantized` row trains the int8 model's float copy, made by the benchmark"
+                     if any(r.dequantized for r in rows) else "")
+                  + ("; an `int8 file` row is a stateful int8 model built as it is (the benchmark cannot write its "
+                     "float copy: tflite_writer writes no resource variables)" if any(r.int8_file for r in rows)
+                     else "") + ")."]
     return "\n".join(lines) + "\n"
 
 
-def print_table(rows: list[Row]) -> None:
+def print_table(rows: list[Row], board: str = BOARD, precision: str | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"tinytrain coverage ({BOARD}, scheme auto)")
-    for h in HEADERS:
+    t = Table(title=f"tinytrain coverage ({_setting(board, precision)})")
+    for h in headers(precision):
         t.add_column(h, overflow="fold")
-    for r in table_rows(rows):
+    for r in table_rows(rows, precision):
         t.add_row(*r)
     Console(width=max(Console().width, 200)).print(t)
 
@@ -413,6 +509,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per model build")
     ap.add_argument("--only", default=None, help="benchmark only models whose file name contains this text")
     ap.add_argument("--out", type=Path, default=HERE, help="folder for coverage.json and coverage.md")
+    ap.add_argument("--precision", choices=("int8", "fp32", "fp16-mixed"), default=None,
+                    help="train.precision of every build (left out: the spec's default, int8 for these models); "
+                         "writes coverage_<precision>.json/.md")
+    ap.add_argument("--board", default=BOARD, help=f"target.board of every build (default {BOARD}; fp16-mixed "
+                                                   "needs half precision: host or mps3-an547)")
     ap.add_argument("--merge", action="store_true",
                     help="keep the other rows of the existing coverage.json (with --only: re-run some rows)")
     a = ap.parse_args(argv)
@@ -426,22 +527,26 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="tt-coverage-") as tmp:
         for i, (model, label) in enumerate(models, 1):
             print(f"[{i}/{len(models)}] {label}/{model.name} ...", flush=True)
-            rows.append(run_one(model, label, Path(tmp), a.timeout))
+            rows.append(run_one(model, label, Path(tmp), a.timeout, board=a.board, precision=a.precision,
+                                floats=a.cache / "float-copies" / label))
             r = rows[-1]
             print(f"    {r.furthest} in {r.seconds} s: {result_text(r)}", flush=True)
             if r.suggested_cut:  # load named a cut that leaves the unsupported ops out: try it too
                 print(f"    retrying with model.outputs {r.suggested_cut} ...", flush=True)
-                rows.append(run_one(model, label, Path(tmp), a.timeout, cut=r.suggested_cut))
+                rows.append(run_one(model, label, Path(tmp), a.timeout, cut=r.suggested_cut, board=a.board,
+                                    precision=a.precision, floats=a.cache / "float-copies" / label))
                 r = rows[-1]
                 print(f"    {r.furthest} in {r.seconds} s: {result_text(r)}", flush=True)
     date = _dt.date.today().isoformat()
-    if a.merge and (a.out / "coverage.json").exists():
-        rows = merged(rows, json.loads((a.out / "coverage.json").read_text())["models"])
-    print_table(rows)
+    stem = "coverage" + (f"_{a.precision}" if a.precision else "")
+    js = a.out / f"{stem}.json"
+    if a.merge and js.exists():
+        rows = merged(rows, json.loads(js.read_text())["models"])
+    print_table(rows, a.board, a.precision)
     a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "coverage.json").write_text(json.dumps({"date": date, "board": BOARD, "wheels": versions,
-                                                     "models": [asdict(r) for r in rows]}, indent=1) + "\n")
-    (a.out / "coverage.md").write_text(markdown(rows, versions, date))
+    js.write_text(json.dumps({"date": date, "board": a.board, "precision": a.precision, "wheels": versions,
+                              "models": [asdict(r) for r in rows]}, indent=1) + "\n")
+    (a.out / f"{stem}.md").write_text(markdown(rows, versions, date, a.board, a.precision))
     return 0
 
 

@@ -529,15 +529,22 @@ def _link(work: Path, cc: str, cflags: list[str], ldflags: list[str], objects: l
     return subprocess.run(cmd, cwd=work, capture_output=True, text=True, errors="replace")
 
 
+# The regions of the measuring link: as large as fits below every board's SRAM origin (0x20000000) from its flash
+# origin (0 or 0x01000000), so no program the compiler can emit overflows them.
+MEASURE_REGION = 256 * 1024 * 1024
+
+
 def _measure_unlimited(work: Path, cc: str, cflags: list[str], ldflags: list[str], objects: list[Path],
                        board: Board) -> dict[str, Any]:
-    """Link once more with the regions as large as QEMU's RAMs (4 MB each), only to measure what
-    the program would need; the result is reported, never shipped."""
+    """Link once more with regions of MEASURE_REGION bytes, only to measure what the program would need; the
+    result is reported, never shipped. (4 MB regions, QEMU's RAMs, were too small for a float model's weights:
+    MediaPipe's hand_landmark_full in fp16-mixed has 10 MB of fp32 constants, and its build stopped on this link's
+    own overflow instead of saying by how much the board's flash is short.)"""
     roomy = work / "measure.ld"
     roomy.write_text(
         "MEMORY {\n"
-        f"  FLASH (rx) : ORIGIN = {board.flash_origin:#x}, LENGTH = 4M\n"
-        f"  RAM (rwx) : ORIGIN = {board.sram_origin:#x}, LENGTH = 4M\n"
+        f"  FLASH (rx) : ORIGIN = {board.flash_origin:#x}, LENGTH = {MEASURE_REGION}\n"
+        f"  RAM (rwx) : ORIGIN = {board.sram_origin:#x}, LENGTH = {MEASURE_REGION}\n"
         "}\n"
         'REGION_ALIAS("VECTORS", FLASH);\n'
         f"__stack_size = DEFINED(__stack_size) ? __stack_size : {board.stack_bytes};\n"

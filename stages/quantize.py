@@ -53,11 +53,13 @@ def run(ctx: StageContext) -> StageResult:
     if ptq.is_quantized(graph):
         return _passthrough(ctx, graph, data_spec, out, spec)
     if not spec.enabled:
+        graph, notes = float_graph(graph)
         graph.save(out)
         (out / "graph.txt").write_text(graph.to_text())
-        report = {"mode": "float (quantize.enabled: false)", "tensors": [], "model": {}, "notes": []}
+        report = {"mode": "float (quantize.enabled: false)", "tensors": [], "model": {}, "notes": notes}
         _write_report(out, report)
-        return StageResult(summary="float: quantization disabled, float graph passed through",
+        unpacked = f"; {len(notes)} compressed constants unpacked to float32" if notes else ""
+        return StageResult(summary=f"float: quantization disabled, float graph passed through{unpacked}",
                            metrics={"quantized": False})
     if data_spec is None:
         raise QuantizeError("quantize needs calibration data but the spec has no `data` section",
@@ -74,6 +76,17 @@ def run(ctx: StageContext) -> StageResult:
     _save(out, qgraph)
     _write_report(out, report)
     return StageResult(summary=summary_line(report), metrics=_metrics(report))
+
+
+def float_graph(graph: Graph) -> tuple[Graph, list[str]]:
+    """The float graph fp32 and fp16-mixed train (quantize.enabled: false): the loaded graph with the weights a
+    file stores as float16 or int8 behind a DEQUANTIZE (TFLite's float16 and weight-only quantization, MediaPipe's
+    models) unpacked to float32 constants, so their layers can train (and the master weights are fp32); frozen ones
+    then sit in flash as float32 too. Returns the graph and one note per unpacked constant."""
+    notes = ptq.dequantize_constants(graph)
+    if notes:
+        graph.validate()
+    return graph, notes
 
 
 def quantize_model(graph: Graph, calib: np.ndarray, spec: QuantizeSpec, x_eval: np.ndarray | None = None,

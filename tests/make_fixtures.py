@@ -115,6 +115,23 @@ def build_softmax_sweep():
     return keras.Model(x, [a, b], name="softmax_sweep")
 
 
+def build_prelu_block():
+    # MediaPipe's BlazeBlock in small (face_landmark, hand_recrop): PReLU after the convs and after the residual add,
+    # one slope per channel (shared over H, W: a PRELU with alpha [1, 1, C]); slopes away from Keras' zeros.
+    def prelu():
+        return layers.PReLU(alpha_initializer=keras.initializers.RandomUniform(0.05, 0.5, seed=SEED),
+                            shared_axes=[1, 2])
+
+    x = _input((8, 8, 3))
+    a = prelu()(layers.Conv2D(8, 3, padding="same", bias_initializer=_bias())(x))
+    h = prelu()(layers.DepthwiseConv2D(3, padding="same", bias_initializer=_bias())(a))
+    h = layers.Conv2D(8, 1, bias_initializer=_bias())(h)
+    h = prelu()(layers.Add()([a, h]))
+    h = layers.GlobalAveragePooling2D()(h)
+    y = layers.Dense(5, activation="softmax", bias_initializer=_bias())(h)
+    return keras.Model(x, y, name="prelu_block")
+
+
 MODELS = {
     "mlp": build_mlp,
     "convnet": build_convnet,
@@ -122,6 +139,7 @@ MODELS = {
     "dwsep": build_dwsep,
     "mbv2_block": build_mbv2_block,
     "softmax_sweep": build_softmax_sweep,
+    "prelu_block": build_prelu_block,
 }
 
 

@@ -254,6 +254,26 @@ def test_too_big_for_flash_says_by_how_much(tmp_path):
     assert "SRAM over" not in msg
 
 
+# 6 MB of constants: more than the measuring link's regions were (4 MB), as a float model's weights are
+HUGE_FLASH = r"""
+#include "tt_platform.h"
+const uint8_t frozen_weights[6 * 1024 * 1024] = {1, 2, 3};
+int tt_main(void) { volatile const uint8_t *p = frozen_weights; return p[2] - 3; }
+"""
+
+
+@needs_arm
+def test_far_too_big_for_flash_still_says_by_how_much(tmp_path):
+    """A program of many MB (MediaPipe's hand_landmark_full in fp16-mixed: 10 MB of fp32 weights) gets the
+    board's shortfall, not the measuring link's own overflow ("linking for mps3-an547 failed")."""
+    with pytest.raises(UserError) as e:
+        _build("mps3-an547", _program(tmp_path, "blob", HUGE_FLASH), tmp_path / "out")
+    msg = str(e.value)
+    m = re.search(r"flash over by (\d+\.\d) KB \((\d+) bytes\)", msg)
+    assert m, msg
+    assert 4 * 1024 * 1024 < int(m.group(2)) < 4 * 1024 * 1024 + 64 * 1024 and "frozen_weights 6144.0 KB" in msg
+
+
 # ---- failures at run time --------------------------------------------------------------------------
 
 BAD_POINTER = r"""

@@ -16,6 +16,7 @@ from tinytrain.stages.golden import int8_arith as ia
 from tinytrain.stages.c_emit.literals import CodegenError, flit, numel
 from tinytrain.stages.model.ir import Op
 from tinytrain.stages.golden.kernel_common import qparams
+from tinytrain.stages.ops import fp16_io
 from tinytrain.stages.ops.backward import clamp_backward, unary_backward
 from tinytrain.stages.ops.base import Builtin, OpDef, version_by_dtype
 
@@ -254,6 +255,8 @@ def _c_prelu(gen, op: Op) -> list[str]:
         gen.globals.append(f"static const tt_prelu_params_s8 {name} = {{{z_in}, {z_a}, {z_out}, {m1}, {sh1}, "
                             f"{m2}, {sh2}}};")
         return [f"tt_prelu_s8(&{name}, &{bc}, {gen.loc(x)}, {gen.loc(al)}, {gen.loc(y)});"]
+    if fp16_io.is_f16(gen, x) or gen.g.tensors[y].dtype == "float16":   # fp16-mixed: OpDef.fp16_operands / _output
+        return [f"tt_prelu_f16(&{bc}, {fp16_io.pair(gen, x)}, {gen.loc(al)}, {fp16_io.pair(gen, y, True)});"]
     return [f"tt_prelu_f32(&{bc}, {gen.loc(x)}, {gen.loc(al)}, {gen.loc(y)});"]
 
 
@@ -344,7 +347,7 @@ OPS = (
     OpDef("prelu", row_stream="local", signature="x, alpha -> y",
           note="alpha constant, broadcast over x without the batch axis; y = x >= 0 ? x : x * alpha",
           tflite=(Builtin("PRELU", 2, 2),), differentiable=True, clamp_masked=True, const_operands_per_tensor=True,
-          forward=_prelu, backward=_prelu_backward, c=_c_prelu),
+          forward=_prelu, backward=_prelu_backward, c=_c_prelu, fp16_operands=(0,), fp16_output=True),
     OpDef("logistic_grad", kind="backward", of="logistic", signature="dy, y -> dx", note="dy*(1 - y)*y",
           c=_c_unary_grad, run=_run_logistic_grad),
     OpDef("tanh_grad", kind="backward", of="tanh", signature="dy, y -> dx", note="dy*(1 - y^2)", c=_c_unary_grad,

@@ -57,7 +57,7 @@ def prepare(graph: Graph) -> tuple[Graph, list[str]]:
     MUL/ADD pairs are folded and standalone ReLUs fused. Returns the graph and notes."""
     g = copy.deepcopy(graph)
     notes: list[str] = []
-    notes += _dequantize_constants(g)
+    notes += dequantize_constants(g)
     _check_finite(g)
     _set_param_roles(g)
     notes += _unshare_params(g)
@@ -71,7 +71,10 @@ def prepare(graph: Graph) -> tuple[Graph, list[str]]:
     return g, notes
 
 
-def _dequantize_constants(g: Graph) -> list[str]:
+def dequantize_constants(g: Graph) -> list[str]:
+    """In place: each constant a file stores compressed behind an unpacking op (a DEQUANTIZE of float16 or int8
+    weights) becomes the float32 constant the op makes, with the stored constant's role (weight / bias), and the op
+    goes. Float training needs this as int8 calibration does: a layer trains only constant weights. Returns notes."""
     notes = []
     keep = []
     for op in g.ops:
