@@ -357,3 +357,48 @@ def test_host_matches_golden_with_fp16_sums_and_sub_mul_gradients(which, tmp_pat
     assert _scale(res) == scales[-1] and res["skipped_steps"] == skipped[-1]
     for name, got in weights.items():
         assert got.tobytes() == state[name].tobytes(), name
+
+
+@needs_cc
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
+                    reason="no arm-none-eabi-gcc / qemu-system-arm")
+def test_the_m55_gives_the_golden_bits_with_fp16_sums_and_depthwise_dz(tmp_path):
+    """The block with every layer trained built for the Cortex-M55 board (mps3-an547, QEMU): the golden model's
+    per-step losses and trained weights, bit for bit, as the host gives them (~10 s: slow)."""
+    import json
+
+    from test_codegen import _data
+    from test_fp16_codegen import _golden
+
+    from tinytrain.stages import codegen
+    from tinytrain.stages.cross_compile import build_firmware
+    from tinytrain.stages.device.boards import get_board
+    from tinytrain.stages.device.launch import run_firmware
+    from tinytrain.stages.train import fp16_mixed
+    from tinytrain.stages.train.data import write_stream
+    from tinytrain.stages.train.runtime_config import RuntimeConfig
+
+    g, plan = MODELS["block"](tmp_path)
+    tg = build_training_graph(g, plan, "cross_entropy", OptimizerSpec(kind="momentum"), 1)
+    tg = fp16_mixed.to_fp16_mixed(tg, {"kind": "dynamic", "init_scale": 2.0 ** 20, "growth_interval": 2})
+    x, y = _data(tg, 6)
+    cfg = RuntimeConfig(learning_rate=0.01, epochs=1, momentum=0.9)
+    _, mp, _, _ = plan_schedules(tg, True)
+    codegen.generate(tg, mp.order, mp.to_json(), tmp_path / "prog")
+    src = (tmp_path / "prog" / "tt_model.c").read_text()
+    assert "tt_sum_f16(" in src and "tt_depthwise_conv2d_grad_weight_hdy_f32(" in src
+    write_stream(tmp_path / "train.ttds", x, y)
+    write_stream(tmp_path / "test.ttds", x[:4], y[:4])
+    board = get_board("mps3-an547")
+    b = build_firmware(board, tmp_path / "prog", tmp_path / "build")
+    run_firmware(board, b.elf, tmp_path / "run", {"runtime.bin": cfg.to_bytes(), "train.ttds": tmp_path / "train.ttds",
+                                                  "test.ttds": tmp_path / "test.ttds"}, 600)
+    losses = np.frombuffer((tmp_path / "run" / "losses.bin").read_bytes(), "<f4")
+    io = json.loads((tmp_path / "prog" / "io_layout.json").read_text())
+    wb = (tmp_path / "run" / "weights.bin").read_bytes()
+    state, _, _, means = _golden(tg, x, y, cfg, 1)
+    assert losses.tobytes() == np.array(means, np.float32).tobytes()
+    for t in io["trained_tensors"]:
+        got = np.frombuffer(wb[t["offset"]:t["offset"] + t["nbytes"]], t["dtype"]).reshape(t["shape"])
+        assert got.tobytes() == state[t["name"]].tobytes(), t["name"]
