@@ -18,6 +18,10 @@ What changes against fp32 (the rules are fp16_mixed's):
                      updates. "one_pass": every update waits for the end of the backward, where the check reads all
                      gradients. With batch > 1 the updates already wait for the batch: only the saved activations
                      change.
+  order              the exact planner also plans the memory-greedy order (schedule.memory_greedy_order), which
+                     moves the saved activations' casts past the forward steps that free more, and reorders a backward
+                     that runs in one pass (one_pass, batch > 1): the casts are placed by its rule, and those forms
+                     are also priced in its order (`_greedy`).
 to_fp16_mixed plans its forms and keeps the smallest arena, so the estimate is the smallest of the forms here.
 The loss scale, its good-steps and skipped-steps counters are 3 resident 4-byte scalars (RESIDENT_SCALARS).
 """
@@ -151,7 +155,8 @@ def _written_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], input
     out = set()
     for t, (typ, _) in writer.items():
         rs = readers.get(t, [])
-        if (typ not in ops.FP16_OUTPUT_OPS and typ != POSITIONS) or t in inputs or not rs or not all(reads_fp16(j, k, t) for j, k in rs):
+        if (typ not in ops.FP16_OUTPUT_OPS and typ != POSITIONS) or t in inputs or not rs \
+                or not all(reads_fp16(j, k, t) for j, k in rs):
             continue
         op = made_by.get(t)
         if op is not None and broadcasts_in_place(graph, op, t):
