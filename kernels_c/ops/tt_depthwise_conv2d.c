@@ -38,6 +38,11 @@ void tt_depthwise_conv2d_grad_weight_f32_taps(const tt_conv_dims *d, int32_t k, 
  * widened input. */
 void tt_depthwise_conv2d_grad_weight_hx_f32(const tt_conv_dims *d, int32_t k, const float *dy, const uint16_t *x,
                                             float *dw);
+/* fp16-mixed: the same gradient reading an fp16 output gradient dy (each element widened where it is used: exact)
+ * and x fp32 (xf) or fp16 (xh), the other 0: the bits of tt_depthwise_conv2d_grad_weight_f32 on the widened values,
+ * with no fp32 copy of dy. */
+void tt_depthwise_conv2d_grad_weight_hdy_f32(const tt_conv_dims *d, int32_t k, const uint16_t *dy, const float *xf,
+                                             const uint16_t *xh, float *dw);
 /* The input gradient reading the int8 weight, dequantized where it is read (as tt_conv2d_grad_input_qw_f32:
  * bits of the dequantized weight's float kernel, no fp32 copy of the weight). */
 void tt_depthwise_conv2d_grad_input_qw_f32(const tt_conv_dims *d, const float *dy, const int8_t *w,
@@ -1053,10 +1058,18 @@ TT_CONV_INLINE float tt_dw_gw_x(const float *xf, const uint16_t *xh, int32_t i)
     return xh != 0 ? tt_f16_read(xh[i]) : xf[i];
 }
 
-/* Taps [t0, t1) (t = ky * k_w + kx, the rows of the [KH*KW, k*M] gradient): each tap row is its own sum. x is fp32
- * (xf) or fp16 (xh), the other null: the same sums in the same order either way. */
-TT_CONV_INLINE void tt_dw_gw_walk(const tt_conv_dims *d, int32_t k, int32_t t0, int32_t t1, const float *dy,
-                                  const float *xf, const uint16_t *xh, float *dw)
+/* dy[i] from the fp32 output gradient or the fp16 one, widened where it is read: inlined with the other pointer
+ * null. */
+TT_CONV_INLINE float tt_dw_gw_dy(const float *dyf, const uint16_t *dyh, int32_t i)
+{
+    return dyh != 0 ? tt_f16_read(dyh[i]) : dyf[i];
+}
+
+/* Taps [t0, t1) (t = ky * k_w + kx, the rows of the [KH*KW, k*M] gradient): each tap row is its own sum. dy is
+ * fp32 (dyf) or fp16 (dyh), x fp32 (xf) or fp16 (xh), the other of each null: the same sums in the same order
+ * every way. */
+TT_CONV_INLINE void tt_dw_gw_walk(const tt_conv_dims *d, int32_t k, int32_t t0, int32_t t1, const float *dyf,
+                                  const uint16_t *dyh, const float *xf, const uint16_t *xh, float *dw)
 {
     int32_t t, oc, i;
     const int32_t mult = d->depth_multiplier, n_out = k * mult, OC = d->out_c, xs = d->stride_w * d->in_c;
@@ -1068,18 +1081,24 @@ TT_CONV_INLINE void tt_dw_gw_walk(const tt_conv_dims *d, int32_t k, int32_t t0, 
         }
         tt_tap_walk_init(d, t / d->k_w, t % d->k_w, &tw);
         while (tt_tap_walk_next(&tw)) {
-            const float *dyp = dy + tw.dy_px * OC;
+            const float *dyp = dyh != 0 ? 0 : dyf + tw.dy_px * OC;
+            const uint16_t *dyhp = dyh != 0 ? dyh + tw.dy_px * OC : 0;
             const float *xp = xh != 0 ? 0 : xf + tw.x_px * d->in_c;
             const uint16_t *xhp = xh != 0 ? xh + tw.x_px * d->in_c : 0;
-            for (i = 0; i < tw.n; ++i, dyp += OC) {
+            for (i = 0; i < tw.n; ++i) {
                 if (mult == 1) {
                     for (oc = 0; oc < n_out; ++oc) {
-                        dwp[oc] += dyp[oc] * tt_dw_gw_x(xp, xhp, oc);
+                        dwp[oc] += tt_dw_gw_dy(dyp, dyhp, oc) * tt_dw_gw_x(xp, xhp, oc);
                     }
                 } else {
                     for (oc = 0; oc < n_out; ++oc) {
-                        dwp[oc] += dyp[oc] * tt_dw_gw_x(xp, xhp, oc / mult);
+                        dwp[oc] += tt_dw_gw_dy(dyp, dyhp, oc) * tt_dw_gw_x(xp, xhp, oc / mult);
                     }
+                }
+                if (dyh != 0) {
+                    dyhp += OC;
+                } else {
+                    dyp += OC;
                 }
                 if (xh != 0) {
                     xhp += xs;
@@ -1094,7 +1113,7 @@ TT_CONV_INLINE void tt_dw_gw_walk(const tt_conv_dims *d, int32_t k, int32_t t0, 
 void tt_depthwise_conv2d_grad_weight_f32_taps(const tt_conv_dims *d, int32_t k, int32_t t0, int32_t t1,
                                               const float *dy, const float *x, float *dw)
 {
-    tt_dw_gw_walk(d, k, t0, t1, dy, x, 0, dw);
+    tt_dw_gw_walk(d, k, t0, t1, dy, 0, x, 0, dw);
 }
 
 /* ---- input gradient ----------------------------------------------------------------------------------------
@@ -1630,7 +1649,19 @@ void tt_depthwise_conv2d_grad_input_qw_f32_inplace(const tt_conv_dims *d, float 
 void tt_depthwise_conv2d_grad_weight_hx_f32(const tt_conv_dims *d, int32_t k, const float *dy, const uint16_t *x,
                                             float *dw)
 {
-    tt_dw_gw_walk(d, k, 0, d->k_h * d->k_w, dy, 0, x, dw);
+    tt_dw_gw_walk(d, k, 0, d->k_h * d->k_w, dy, 0, 0, x, dw);
+}
+
+/* The output gradient read as fp16 (written so by its kernel: fp16_mixed.fp16_written), x either (the f32 / f16
+ * pair, the other 0). */
+void tt_depthwise_conv2d_grad_weight_hdy_f32(const tt_conv_dims *d, int32_t k, const uint16_t *dy, const float *xf,
+                                             const uint16_t *xh, float *dw)
+{
+    if (xh != 0) {
+        tt_dw_gw_walk(d, k, 0, d->k_h * d->k_w, 0, dy, 0, xh, dw);
+    } else {
+        tt_dw_gw_walk(d, k, 0, d->k_h * d->k_w, 0, dy, xf, 0, dw);
+    }
 }
 
 /* ---- fp16-mixed: fp16 in, fp16 out (issue 13) ----------------------------------------------------------------

@@ -3,7 +3,8 @@
 fp16-mixed rounds every op's fp32 result to fp16, so a last-bit difference in an fp32 sum (numpy's matrix products
 and pairwise sums add in another order than kernels_c's loops) can move an fp16 rounding and the runs apart. Here the
 ops a float training step uses whose golden kernel sums differently (grad_ops' fully_connected_grad_input /
-_weight, conv2d_grad_input / _weight, bias_grad, add_grad's reduction of a broadcast operand) and the softmax cross-entropy (tt_math.h's own expf / logf,
+_weight, conv2d_grad_input / _weight, bias_grad, the reduction of a broadcast operand by add_grad, sub_grad and
+mul_grad) and the softmax cross-entropy (tt_math.h's own expf / logf,
 ported operation for operation) add in exactly kernels_c's order, vectorised only across independent sums, so the
 golden model gives the C's bits. Used by stages/golden/train_step.py for graphs of precision fp16-mixed and
 int8 (EXACT_PRECISIONS: an int8/int32 update rounds its fp32 step, which a last-bit sum difference can move); any
@@ -225,6 +226,19 @@ def run_bias_grad(op, v, shape):
 
 def run_add_grad(op, v, shape):
     return [unbroadcast(v(0), shape(o)) for o in op.outputs]
+
+
+def run_sub_grad(op, v, shape):
+    """tt_unbroadcast_f32 with sign -1 for operand b: each term negated before it is summed (a sum negated after
+    would turn the +0 of an exact cancellation into -0)."""
+    dz = np.asarray(v(0), F32)
+    return [unbroadcast(-dz if int(j) == 1 else dz, shape(o)) for o, j in zip(op.outputs, op.attrs["which"])]
+
+
+def run_mul_grad(op, v, shape):
+    """tt_mul_grad_f32: unbroadcast(dz * other), each product in fp32, summed in tt_unbroadcast_f32's order."""
+    dz, other = np.asarray(v(0), F32), np.asarray(v(1), F32)
+    return [unbroadcast(dz * other, shape(op.outputs[0]))]
 
 
 def run_fc_grad_input(op, v, shape):

@@ -138,7 +138,7 @@ OPS = (
           in_place="channel", hidden_role="channel", run=_run_depthwise_conv2d_grad_input,
           c=cg.c_depthwise_conv2d_grad_input, fp16_operands=(0,), fp16_output=True),
     OpDef("depthwise_conv2d_grad_weight", kind="backward", of="depthwise_conv2d", signature="dz, x -> dw",
-          attrs=("geometry", "in_channels"), note="dw is w[..., :k*M]", fp16_operands=(1,),
+          attrs=("geometry", "in_channels"), note="dw is w[..., :k*M]", fp16_operands=(0, 1),
           run=_run_depthwise_conv2d_grad_weight, c=cg.c_depthwise_conv2d_grad_weight),
     OpDef("transpose_conv_grad_input", kind="backward", of="transpose_conv", signature="dz, w -> dx",
           attrs=("the forward's attrs",), note="the conv2d of dz with w of the same geometry",

@@ -158,6 +158,12 @@ def c_depthwise_conv2d_grad_weight(gen, op: Op) -> list[str]:
     xs = gen.g.tensors[x].shape
     k = int(op.attrs.get("in_channels") or xs[3])
     name = _grad_geo(gen, op, xs, ws, dz, True, mult=int(op.attrs.get("multiplier") or 0) or ws[3] // xs[3])
+    if fp16_io.is_f16(gen, dz):   # fp16-mixed: dz written as fp16 by its kernel, widened as it is read; x either
+        if x in gen.fused and gen.g.tensors[gen.fused[x]].dtype != "float16":
+            raise CodegenError(f"depthwise_conv2d_grad_weight {dw}: an fp16 gradient with an int8 input (fp16-mixed "
+                               f"trains floats)")
+        return [f"tt_depthwise_conv2d_grad_weight_hdy_f32(&{name}, {k}, {fp16_io.loc(gen, dz)}, "
+                f"{fp16_io.pair(gen, x)}, {gen.loc(dw)});"]
     if fp16_io.is_f16(gen, x):   # fp16-mixed: the saved fp16 input itself
         return [f"tt_depthwise_conv2d_grad_weight_hx_f32(&{name}, {k}, {gen.loc(dz)}, {fp16_io.loc(gen, x)}, "
                 f"{gen.loc(dw)});"]

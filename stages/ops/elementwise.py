@@ -210,13 +210,25 @@ def _c_sub_grad(gen, op: Op) -> list[str]:
     dz = op.inputs[0]
     lines = []
     for o, j in zip(op.outputs, op.attrs["which"]):
-        lines += _c_unbroadcast(gen, dz, o, -1.0 if int(j) == 1 else 1.0)
+        sign = -1.0 if int(j) == 1 else 1.0
+        if fp16_io.is_f16(gen, dz) or gen.g.tensors[o].dtype == "float16":   # fp16-mixed (OpDef.fp16_operands /
+            if sign > 0 and gen.same_place(dz, o) and gen.g.tensors[dz].dtype == gen.g.tensors[o].dtype:   # _output)
+                lines.append(f"/* {o} aliases {dz} */")
+                continue
+            lines.append(f"tt_unbroadcast_f16(&{gen.bcast(dz, o)}, {flit(sign)}, {fp16_io.pair(gen, dz)}, "
+                         f"{fp16_io.pair(gen, o, True)}, {numel(gen.g.tensors[o].shape)});")
+            continue
+        lines += _c_unbroadcast(gen, dz, o, sign)
     return lines
 
 
 def _c_mul_grad(gen, op: Op) -> list[str]:
     dz, other, d = op.inputs[0], op.inputs[1], op.outputs[0]
     n = numel(gen.g.tensors[d].shape)
+    if any(fp16_io.is_f16(gen, t) for t in (dz, other)) or gen.g.tensors[d].dtype == "float16":   # fp16-mixed:
+        # OpDef.fp16_operands (dz, and other: a saved fp16 activation read itself) / fp16_output
+        return [f"tt_mul_grad_f16(&{gen.bcast(dz, d, other)}, {fp16_io.pair(gen, dz)}, {fp16_io.pair(gen, other)}, "
+                f"{fp16_io.pair(gen, d, True)}, {n});"]
     return [f"tt_mul_grad_f32(&{gen.bcast(dz, d, other)}, {gen.loc(dz)}, {gen.loc(other)}, {gen.loc(d)}, "
             f"{n});"]
 
@@ -249,10 +261,16 @@ def _mul_version(graph, op) -> int:
     return {"int16": 4}.get(input_dtype(graph, op), 1)
 
 
-# named: the golden model's C-order kernel table (stages/ops/fp16.exact_kernels) spells it through its definition
+# named: the golden model's C-order kernel table (stages/ops/fp16.exact_kernels) spells them through their definitions
 ADD_GRAD = OpDef("add_grad", kind="backward", of="add", signature="dz -> da?, db?", attrs=("which",),
                  note="unbroadcast to each operand's shape", c=_c_add_grad, run=_run_add_grad, fp16_operands=(0,),
                  fp16_output=True)
+MUL_GRAD = OpDef("mul_grad", kind="backward", of="mul", signature="dz, other -> d",
+                 note="one op per operand that needs a gradient: unbroadcast(dz*other)", c=_c_mul_grad,
+                 run=_run_mul_grad, fp16_operands=(0, 1), fp16_output=True)
+SUB_GRAD = OpDef("sub_grad", kind="backward", of="sub", signature="dz -> da?, db?", attrs=("which",),
+                 note="a: +dz, b: -dz; unbroadcast as add_grad", c=_c_sub_grad, run=_run_sub_grad,
+                 fp16_operands=(0,), fp16_output=True)
 
 OPS = (
     OpDef("add", row_stream="local", signature="a, b -> y", attrs=("act",), tflite=(Builtin("ADD", 2, 2),), differentiable=True,
@@ -266,8 +284,6 @@ OPS = (
           differentiable=True, clamp_masked=True, const_operands_per_tensor=True, bn_affine="unshift", forward=_sub,
           backward=_add_sub_backward, c=_c_sub, version=version_by_dtype({"int8": 2, "int16": 3})),
     ADD_GRAD,
-    OpDef("mul_grad", kind="backward", of="mul", signature="dz, other -> d",
-          note="one op per operand that needs a gradient: unbroadcast(dz*other)", c=_c_mul_grad, run=_run_mul_grad),
-    OpDef("sub_grad", kind="backward", of="sub", signature="dz -> da?, db?", attrs=("which",),
-          note="a: +dz, b: -dz; unbroadcast as add_grad", c=_c_sub_grad, run=_run_sub_grad),
+    MUL_GRAD,
+    SUB_GRAD,
 )

@@ -45,7 +45,8 @@ def exact_kernels() -> dict:
     from tinytrain.stages.golden import fp16_exact as ex
 
     return {training.SOFTMAX_CE_LOSS.name: ex.run_softmax_ce, training.BIAS_GRAD.name: ex.run_bias_grad,
-            elementwise.ADD_GRAD.name: ex.run_add_grad,
+            elementwise.ADD_GRAD.name: ex.run_add_grad, elementwise.SUB_GRAD.name: ex.run_sub_grad,
+            elementwise.MUL_GRAD.name: ex.run_mul_grad,
             fc.FULLY_CONNECTED_GRAD_INPUT.name: ex.run_fc_grad_input,
             fc.FULLY_CONNECTED_GRAD_WEIGHT.name: ex.run_fc_grad_weight,
             conv.CONV2D_GRAD_INPUT.name: ex.run_conv2d_grad_input,

@@ -74,6 +74,14 @@ def _c_grad_accumulate(gen, op: Op) -> list[str]:
     y = op.outputs[0]
     n = numel(gen.g.tensors[y].shape)
     ptrs = gen.uid("tt_g")
+    if any(fp16_io.is_f16(gen, t) for t in op.inputs) or gen.g.tensors[y].dtype == "float16":
+        # fp16-mixed (OpDef.fp16_operands: every share / fp16_output): each share's pointer of its type, the other 0
+        hs = [fp16_io.is_f16(gen, t) for t in op.inputs]
+        xf = ", ".join("(const float *)0" if h else gen.loc(t) for t, h in zip(op.inputs, hs))
+        xh = ", ".join(fp16_io.loc(gen, t) if h else "(const uint16_t *)0" for t, h in zip(op.inputs, hs))
+        return [f"{{ const float *const {ptrs}f[{len(op.inputs)}] = {{{xf}}};",
+                f"  const uint16_t *const {ptrs}h[{len(op.inputs)}] = {{{xh}}};",
+                f"  tt_sum_f16({len(op.inputs)}, {ptrs}f, {ptrs}h, {n}, {fp16_io.pair(gen, y, True)}); }}"]
     return [f"{{ const float *const {ptrs}[{len(op.inputs)}] = {{{', '.join(gen.loc(t) for t in op.inputs)}}};",
             f"  tt_sum_f32({len(op.inputs)}, {ptrs}, {n}, {gen.loc(y)}); }}"]
 
@@ -346,6 +354,9 @@ def _run_loss_sum(op, v, shape, tensor):
 _LOSS_ATTRS = ("offset", "weight")
 LOSS_SUM = "loss_sum"   # the op adding several heads' losses (stages/train/losses.py emits it)
 
+# fp16_operands of a variadic op (grad_accumulate: tt_sum_f16 reads every share as fp16 or fp32)
+EVERY_OPERAND = range(1 << 16)
+
 # The gradient plumbing autodiff and the memory model add themselves (masks, sums, the step counter): named, so
 # that they spell these ops through their definitions (GRAD_ACCUMULATE.name), never by a string of their own.
 ACT_GRAD = OpDef("act_grad", kind="backward", signature="dy, y -> dz", attrs=("act",),
@@ -364,7 +375,7 @@ BIAS_GRAD = OpDef("bias_grad", kind="backward", signature="dz -> db", hidden_rol
                   c=_c_bias_grad, fp16_operands=(0,))
 GRAD_ACCUMULATE = OpDef("grad_accumulate", kind="backward", signature="g0, g1, ... -> g",
                         note="a tensor read by several ops", in_place="any", c=_c_grad_accumulate,
-                        run=_run_grad_accumulate)
+                        run=_run_grad_accumulate, fp16_operands=EVERY_OPERAND, fp16_output=True)
 BATCH_ACCUMULATE = OpDef("batch_accumulate", kind="aux", signature="acc, g -> acc", eager=True,
                          c=_c_batch_accumulate, run=run_batch_accumulate)
 STEP_COUNTER = OpDef("step_counter", kind="aux", signature="step -> step", c=_c_step_counter, run=run_step_counter)

@@ -18,6 +18,10 @@ What changes against fp32 (the rules are fp16_mixed's):
                      updates. "one_pass": every update waits for the end of the backward, where the check reads all
                      gradients. With batch > 1 the updates already wait for the batch: only the saved activations
                      change.
+  order              the exact planner also plans the memory-greedy order (schedule.memory_greedy_order), which
+                     moves the saved activations' casts past the forward steps that free more, and reorders a backward
+                     that runs in one pass (one_pass, batch > 1): the casts are placed by its rule, and those forms
+                     are also priced in its order (`_greedy`).
 to_fp16_mixed plans its forms and keeps the smallest arena, so the estimate is the smallest of the forms here.
 The loss scale, its good-steps and skipped-steps counters are 3 resident 4-byte scalars (RESIDENT_SCALARS).
 """
@@ -30,6 +34,7 @@ from tinytrain.stages.ops import fp16 as f16
 from tinytrain.stages.train.fp16_mixed import broadcasts_in_place, in_place_at
 
 Step = tuple[str, list[str], list[str]]
+POSITIONS = "positions"   # abstract_program.merge_positions' step: a pooled head's gradient one position at a time
 RESIDENT_SCALARS = 3
 
 
@@ -60,8 +65,40 @@ def _saved_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], graph: 
             if t in producer and t not in inputs and t in graph.tensors and graph.tensors[t].dtype == "float32" \
                     and graph.tensors[t].data is None:
                 saved.add(t)
+    # the casts run where the exact planner's memory-greedy order puts them (schedule.memory_greedy_order: among the
+    # ready ops the smallest allocated - freed bytes, then the smallest allocation, ties to the earlier op, which a
+    # cast is): before a forward step only when that scores no worse, else later, its fp32 value living on until then
+    remaining: dict[str, int] = {}
+    for _, ins, _ in steps[:n_fwd]:
+        for t in ins:
+            remaining[t] = remaining.get(t, 0) + 1
+    live = set(inputs)
+
+    def key(ins: list[str], outs: list[str]) -> tuple[int, int]:
+        alloc = sum(sizes.get(t, 0) for t in set(outs) if t not in live)
+        freed = sum(sizes.get(t, 0) for t in set(ins) if remaining.get(t, 0) == ins.count(t) and t not in pending)
+        return alloc - freed, alloc
+
+    def cast(t: str) -> Step:
+        sizes[f"f16/{t}"] = -(-sizes[t] // 2)
+        return f16.CAST_F32_F16, [t], [f"f16/{t}"]
+
+    def cast_key(t: str) -> tuple[int, int]:
+        half = sizes[f"f16/{t}"] if f"f16/{t}" in sizes else -(-sizes[t] // 2)
+        return half - (sizes[t] if remaining.get(t, 0) == 0 else 0), half
+
+    pending: list[str] = []
     out: list[Step] = []
     for i, (typ, ins, outs) in enumerate(steps):
+        while pending and (i >= n_fwd or min(map(cast_key, pending)) <= key(ins, outs)):
+            t = min(pending, key=lambda c: (cast_key(c), producer[c]))
+            pending.remove(t)
+            out.append(cast(t))
+        if i < n_fwd:
+            for t in ins:
+                remaining[t] = remaining.get(t, 0) - 1
+            live.update(outs)
+            pending += [t for t in outs if t in saved]
         if i >= n_fwd:
             direct = ops.FP16_OPERANDS.get(typ, ())   # operands whose kernel reads the fp16 tensor (fused_widen)
             widened = {}
@@ -72,10 +109,7 @@ def _saved_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], graph: 
                     out.append((f16.CAST_F16_F32, [f"f16/{t}"], [widened[t]]))
             ins = [f"f16/{t}" if t in saved and k in direct else widened.get(t, t) for k, t in enumerate(ins)]
         out.append((typ, list(ins), list(outs)))
-        for t in outs:
-            if t in saved:
-                sizes[f"f16/{t}"] = -(-sizes[t] // 2)
-                out.append((f16.CAST_F32_F16, [t], [f"f16/{t}"]))
+    out += [cast(t) for t in pending]
     return out
 
 
@@ -101,6 +135,8 @@ def _written_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], input
         return typ.startswith("stream_rows")
 
     def reads_fp16(j: int, k: int, t: str) -> bool:
+        if steps[j][0] == POSITIONS:   # mean_grad -> mask -> bias / 1x1 input gradient: fp16 at each gradient operand
+            return True
         if streamed(steps[j][0]):
             return t in graph_readers and all(kk in ops.FP16_OPERANDS.get(r, ()) for r, kk in graph_readers[t])
         return k in ops.FP16_OPERANDS.get(steps[j][0], ())
@@ -112,12 +148,15 @@ def _written_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], input
             producer.setdefault(t, j)
             if streamed(typ) and t in made_by:
                 writer[t] = (made_by[t].type, made_by[t].inputs[0])
+            elif typ == POSITIONS:   # a backward stream's results: its ops (mean_grad, act_grad / mask_grad, the 1x1
+                writer[t] = (typ, ins[0])   # input gradient) each write fp16 (bias_grad's: a parameter's gradient)
             elif len(outs) == 1 or typ in ops.FP16_OUTPUT_OPS:   # each result of a multi-result op (add_grad)
                 writer[t] = (typ, ins[0] if ins else None)
     out = set()
     for t, (typ, _) in writer.items():
         rs = readers.get(t, [])
-        if typ not in ops.FP16_OUTPUT_OPS or t in inputs or not rs or not all(reads_fp16(j, k, t) for j, k in rs):
+        if (typ not in ops.FP16_OUTPUT_OPS and typ != POSITIONS) or t in inputs or not rs \
+                or not all(reads_fp16(j, k, t) for j, k in rs):
             continue
         op = made_by.get(t)
         if op is not None and broadcasts_in_place(graph, op, t):
@@ -154,7 +193,7 @@ def fp16_steps(steps: list[Step], n_fwd: int, sizes: dict[str, int], graph: Grap
                           set(inputs))
     head = next(k for k, st in enumerate(base) if st[0] == "loss") + 1
     if not batch1:
-        return [("batch", base)]
+        return [("batch", base), ("batch/greedy", _greedy(base, head, sizes))]
     backward = base[head:]
     grads = [t for typ, ins, _ in backward if typ == "update" for t in ins]
     whole = {t: f"whole/{t}" for t in grads if t in streamed}
@@ -175,4 +214,73 @@ def fp16_steps(steps: list[Step], n_fwd: int, sizes: dict[str, int], graph: Grap
                 rename[t] = f"chk/{t}"
                 sizes[rename[t]] = sizes[t]
         check.append((typ, ins, [rename[t] for t in outs]))
-    return [("one_pass", one_pass), ("check_first", base[:head] + check + backward)]
+    return [("one_pass", one_pass), ("one_pass/greedy", _greedy(one_pass, head, sizes)),
+            ("check_first", base[:head] + check + backward)]
+
+
+class Reordered(list):
+    """A form's steps reordered (_greedy); `position[k]`: where step k of the form in its own order went, so that
+    memory_model moves each layer's backward window with its steps."""
+    position: list[int]
+
+
+def _greedy(form: list[Step], head: int, sizes: dict[str, int]) -> Reordered:
+    """`form` with its backward (the steps from `head`: one pass) in schedule.memory_greedy_order's order, which the
+    exact planner also plans: among the steps whose inputs are made, the one with the smallest allocated - freed
+    bytes, then the smallest allocation, then the earliest. A step waits for every earlier step that writes what it
+    reads or writes and for every earlier reader of what it writes (the program's order on each tensor); tensors
+    made before the backward are live throughout (not counted)."""
+    steps = form[head:]
+    last_write: dict[str, int] = {}
+    readers: dict[str, list[int]] = {}
+    preds: list[set[int]] = []
+    for j, (_, ins, outs) in enumerate(steps):
+        p = {last_write[t] for t in ins + outs if t in last_write}
+        p.update(r for t in outs for r in readers.get(t, ()))
+        preds.append(p)
+        for t in ins:
+            readers.setdefault(t, []).append(j)
+        for t in outs:
+            last_write[t] = j
+            readers[t] = []
+    made = {t for _, _, outs in steps for t in outs}
+    remaining: dict[str, int] = {}
+    for _, ins, _ in steps:
+        for t in ins:
+            if t in made:
+                remaining[t] = remaining.get(t, 0) + 1
+    succs: list[list[int]] = [[] for _ in steps]
+    for j, p in enumerate(preds):
+        for i in p:
+            succs[i].append(j)
+    waiting = [len(p) for p in preds]
+    ready = [j for j, n in enumerate(waiting) if n == 0]
+    live: set[str] = set()
+    order: list[int] = []
+
+    def key(j: int) -> tuple[int, int, int]:
+        _, ins, outs = steps[j]
+        alloc = sum(sizes.get(t, 0) for t in set(outs) if t not in live)
+        freed = sum(sizes.get(t, 0) for t in set(ins) if t in remaining and remaining[t] == ins.count(t))
+        freed += sum(sizes.get(t, 0) for t in set(outs) if remaining.get(t, 0) == 0)
+        return alloc - freed, alloc, j
+
+    while ready:
+        j = min(ready, key=key)
+        ready.remove(j)
+        order.append(j)
+        for k in succs[j]:
+            waiting[k] -= 1
+            if waiting[k] == 0:
+                ready.append(k)
+        _, ins, outs = steps[j]
+        for t in ins:
+            if t in remaining:
+                remaining[t] -= 1
+        live.update(t for t in outs if remaining.get(t, 0) > 0)
+        live.difference_update(t for t in ins if remaining.get(t) == 0)
+    out = Reordered(form[:head] + [steps[j] for j in order])
+    out.position = list(range(head)) + [0] * len(steps)
+    for k, j in enumerate(order):
+        out.position[head + j] = head + k
+    return out

@@ -469,11 +469,14 @@ class MemoryModel:
         live, end, held = live_profile(sizes, steps, inputs, ["train/loss"], g)
         if s.fp16_mixed:   # the fp16-mixed forms of the program (planning/fp16_memory.py): the smallest one
             forms = fp16_steps(steps, n_fwd, sizes, g, s.batch_size == 1, inputs, sb.streamed)
-            profiles = [(live_profile(sizes, st, inputs, ["train/loss"], g), len(st) - len(steps))
-                        for _, st in forms]
-            (live, end, held), shift = min(profiles, key=lambda pr: max(pr[0][0], default=0))
+            profiles = [(live_profile(sizes, st, inputs, ["train/loss"], g), len(st) - len(steps),
+                         getattr(st, "position", None)) for _, st in forms]
+            (live, end, held), shift, moved = min(profiles, key=lambda pr: max(pr[0][0], default=0))
             # a layer's backward steps: the last pass's, after whatever was inserted before them
             windows = {i: (a + shift, b + shift) for i, (a, b) in windows.items()}
+            if moved is not None:   # a form in the memory-greedy order: the span of the window's steps' new places
+                windows = {i: (min(moved[a:b + 1]), max(moved[a:b + 1])) if moved[a:b + 1] else (a, b)
+                           for i, (a, b) in windows.items()}
         transient = max(live, default=0)
         b, w = self._resident(biases, weights)
         if s.fp16_mixed:
