@@ -8,23 +8,19 @@ from __future__ import annotations
 
 import ctypes
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tinytrain.stages.c_emit import ops_header
+from kernel_lib import host_kernel_lib  # noqa: E402 (tests/ is on sys.path)
 
 KDIR = Path(__file__).resolve().parents[1] / "kernels_c"
 
 
 def _lib(tmp: Path):
     out = tmp / "libconvh.so"
-    srcs = [KDIR / "ops" / "tt_conv2d.c", KDIR / "ops" / "tt_depthwise_conv2d.c", KDIR / "tt_common.c"]
-    subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O0", "-ffp-contract=off", "-shared", "-fPIC",
-                    f"-I{KDIR}", f"-I{ops_header.include_dir()}", *map(str, srcs), "-o", str(out)], check=True)
-    return ctypes.CDLL(str(out))
+    return host_kernel_lib(out, ["ops/tt_conv2d.c", "ops/tt_depthwise_conv2d.c", "tt_common.c"])
 
 
 def _p(a: np.ndarray):

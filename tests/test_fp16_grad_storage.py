@@ -13,7 +13,6 @@ import copy
 import ctypes
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import numpy as np
 import pytest
 
 from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
-from tinytrain.stages.c_emit import ops_header
+from kernel_lib import host_kernel_lib  # noqa: E402 (tests/ is on sys.path)
 from tinytrain.stages.model.ir import Graph, Op
 from tinytrain.stages.model.tflite_reader import read_model
 from tinytrain.stages.model.tflite_writer import write_model
@@ -46,11 +45,8 @@ def lib(tmp_path_factory):
     if shutil.which("cc") is None:
         pytest.skip("no host C compiler")
     out = tmp_path_factory.mktemp("f16g") / "libf16g.so"
-    srcs = [KDIR / "tt_f16.c", KDIR / "tt_common.c", KDIR / "ops" / "tt_act_grad.c", KDIR / "ops" / "tt_mean.c",
-            KDIR / "ops" / "tt_add.c"]
-    subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O1", "-ffp-contract=off", "-shared", "-fPIC",
-                    f"-I{KDIR}", f"-I{ops_header.include_dir()}", *map(str, srcs), "-o", str(out)], check=True)
-    return ctypes.CDLL(str(out))
+    return host_kernel_lib(out, ["tt_f16.c", "tt_common.c", "ops/tt_act_grad.c", "ops/tt_mean.c", "ops/tt_add.c"],
+                           "-O1")
 
 
 def _p(a):

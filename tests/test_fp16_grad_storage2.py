@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import numpy as np
 import pytest
 
 from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
-from tinytrain.stages.c_emit import ops_header
+from kernel_lib import host_kernel_lib  # noqa: E402 (tests/ is on sys.path)
 from tinytrain.stages.golden import grad_ops
 from tinytrain.stages.model.ir import Graph, Op
 from tinytrain.stages.model.tflite_reader import read_model
@@ -44,12 +43,8 @@ def lib(tmp_path_factory):
     if shutil.which("cc") is None:
         pytest.skip("no host C compiler")
     out = tmp_path_factory.mktemp("f16g2") / "libf16g2.so"
-    srcs = [KDIR / "tt_f16.c", KDIR / "tt_common.c", KDIR / "tt_train_ops.c", KDIR / "ops" / "tt_grad_accumulate.c",
-            KDIR / "ops" / "tt_mul.c", KDIR / "ops" / "tt_add.c", KDIR / "ops" / "tt_depthwise_conv2d.c"]
-    # -O0: the depthwise file takes long to compile optimised, and the float operations are the same (SSE, no FMA)
-    subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O0", "-ffp-contract=off", "-shared", "-fPIC",
-                    f"-I{KDIR}", f"-I{ops_header.include_dir()}", *map(str, srcs), "-o", str(out)], check=True)
-    return ctypes.CDLL(str(out))
+    return host_kernel_lib(out, ["tt_f16.c", "tt_common.c", "tt_train_ops.c", "ops/tt_grad_accumulate.c",
+                                 "ops/tt_mul.c", "ops/tt_add.c", "ops/tt_depthwise_conv2d.c"])
 
 
 def _ptrs(arrays, ctype):

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import ctypes
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
-from tinytrain.stages.c_emit import ops_header
+from kernel_lib import host_kernel_lib  # noqa: E402 (tests/ is on sys.path)
 from tinytrain.stages.golden import fp16 as f16ref
-from tinytrain.stages.golden import train_step as te
 from tinytrain.stages.model.tflite_reader import read_model
 from tinytrain.stages.planning.train_plan import LayerPlan, TrainPlan
 from tinytrain.stages.reorder import plan_schedules
@@ -88,10 +86,7 @@ def test_a_trained_blazeblock_writes_its_prelus_as_fp16_with_the_unfused_bits():
 
 def _lib(tmp: Path) -> ctypes.CDLL:
     out = tmp / "libprelu16.so"
-    srcs = [KDIR / "ops" / "tt_prelu.c", KDIR / "tt_common.c"]
-    subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O1", "-ffp-contract=off", "-shared", "-fPIC",
-                    f"-I{KDIR}", f"-I{ops_header.include_dir()}", *map(str, srcs), "-o", str(out)], check=True)
-    return ctypes.CDLL(str(out))
+    return host_kernel_lib(out, ["ops/tt_prelu.c", "tt_common.c"], "-O1")
 
 
 class _Bc(ctypes.Structure):

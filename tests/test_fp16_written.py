@@ -15,14 +15,13 @@ from __future__ import annotations
 import copy
 import ctypes
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
-from tinytrain.stages.c_emit import ops_header
+from kernel_lib import host_kernel_lib  # noqa: E402 (tests/ is on sys.path)
 from tinytrain.stages.golden import train_step as te
 from tinytrain.stages.model.ir import Graph, Op, Tensor
 from tinytrain.stages.model.tflite_reader import read_model
@@ -163,12 +162,8 @@ def test_the_estimate_counts_the_fused_results_as_fp16(tmp_path):
 
 def _lib(tmp: Path) -> ctypes.CDLL:
     out = tmp / "libf16w.so"
-    srcs = [KDIR / "tt_f16.c", KDIR / "tt_mask.c", KDIR / "ops" / "tt_mask_grad.c", KDIR / "ops" / "tt_mean.c",
-            KDIR / "ops" / "tt_bias_grad.c", KDIR / "ops" / "tt_relu.c",
-            KDIR / "ops" / "tt_conv2d.c"]
-    subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O1", "-ffp-contract=off", "-shared", "-fPIC",
-                    f"-I{KDIR}", f"-I{ops_header.include_dir()}", *map(str, srcs), "-o", str(out)], check=True)
-    return ctypes.CDLL(str(out))
+    return host_kernel_lib(out, ["tt_f16.c", "tt_mask.c", "ops/tt_mask_grad.c", "ops/tt_mean.c",
+                                 "ops/tt_bias_grad.c", "ops/tt_relu.c", "ops/tt_conv2d.c"], "-O1")
 
 
 def _p(a: np.ndarray):

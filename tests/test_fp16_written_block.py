@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import ctypes
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
-from tinytrain.stages.c_emit import ops_header
+from kernel_lib import host_kernel_lib  # noqa: E402 (tests/ is on sys.path)
 from tinytrain.stages.golden import fp16 as f16ref
 from tinytrain.stages.golden import train_step as te
 from tinytrain.stages.model.ir import Graph, Op, Tensor
@@ -112,12 +111,8 @@ def test_the_estimate_meets_the_plan_with_the_block_fused(tmp_path):
 
 def _lib(tmp: Path) -> ctypes.CDLL:
     out = tmp / "libf16b.so"
-    srcs = [KDIR / "ops" / "tt_conv2d.c", KDIR / "ops" / "tt_depthwise_conv2d.c",
-            KDIR / "ops" / "tt_fully_connected.c", KDIR / "ops" / "tt_add.c", KDIR / "tt_common.c"]
-    # -O0: the layer files take ~4x longer to compile optimised, and the float operations are the same (SSE, no FMA)
-    subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O0", "-ffp-contract=off", "-shared", "-fPIC",
-                    f"-I{KDIR}", f"-I{ops_header.include_dir()}", *map(str, srcs), "-o", str(out)], check=True)
-    return ctypes.CDLL(str(out))
+    return host_kernel_lib(out, ["ops/tt_conv2d.c", "ops/tt_depthwise_conv2d.c", "ops/tt_fully_connected.c",
+                                 "ops/tt_add.c", "tt_common.c"])
 
 
 def _p(a: np.ndarray):
