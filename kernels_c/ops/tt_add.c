@@ -3,6 +3,7 @@
  * Element-wise binary ops with numpy broadcasting (ADD, SUB, MUL), int8 and float32, and their backward
  * (grad_ops.unbroadcast / sub_grad / mul_grad). Shapes travel as tt_broadcast: the output's rank-4 shape and each
  * operand's element strides (0 along an axis the operand is broadcast over), computed by codegen. */
+#include "tt_act_clamp.h"
 #include "tt_broadcast.h"
 #include "tt_f16.h"
 #include "tt_requant.h"
@@ -172,6 +173,17 @@ void tt_unbroadcast_f32(const tt_broadcast *bc, float sign, const float *dy, flo
     tt_reduce_to_operand_f32(bc, sign, dy, 0, dx, dx_size);
 }
 
+/* The fp16-mixed adds' result: the activation clamp, then stored in fp32 (yf) or rounded once to fp16 (yh). */
+static inline void tt_add_f16_out(float v, float act_min, float act_max, float *yf, uint16_t *yh, int32_t i)
+{
+    v = tt_act_clamp(v, act_min, act_max);
+    if (yh != 0) {
+        yh[i] = tt_f16_narrow(v);
+    } else {
+        yf[i] = v;
+    }
+}
+
 void tt_add_f16(int32_t n, float act_min, float act_max, const float *af, const uint16_t *ah, const float *bf,
                 const uint16_t *bh, float *yf, uint16_t *yh)
 {
@@ -182,17 +194,7 @@ void tt_add_f16(int32_t n, float act_min, float act_max, const float *af, const 
     for (k = 0; k < n; ++k) {
         const int32_t i = back ? n - 1 - k : k;
         float v = (ah != 0 ? tt_f16_read(ah[i]) : af[i]) + (bh != 0 ? tt_f16_read(bh[i]) : bf[i]);
-        if (v < act_min) {
-            v = act_min;
-        }
-        if (v > act_max) {
-            v = act_max;
-        }
-        if (yh != 0) {
-            yh[i] = tt_f16_narrow(v);
-        } else {
-            yf[i] = v;
-        }
+        tt_add_f16_out(v, act_min, act_max, yf, yh, i);
     }
 }
 
@@ -222,17 +224,7 @@ void tt_add_f16_broadcast(const tt_broadcast *bc, float act_min, float act_max, 
         ja = TT_BC_OFF(bc->a_stride, x[0], x[1], x[2], x[3]);
         jb = TT_BC_OFF(bc->b_stride, x[0], x[1], x[2], x[3]);
         v = (ah != 0 ? tt_f16_read(ah[ja]) : af[ja]) + (bh != 0 ? tt_f16_read(bh[jb]) : bf[jb]);
-        if (v < act_min) {
-            v = act_min;
-        }
-        if (v > act_max) {
-            v = act_max;
-        }
-        if (yh != 0) {
-            yh[i] = tt_f16_narrow(v);
-        } else {
-            yf[i] = v;
-        }
+        tt_add_f16_out(v, act_min, act_max, yf, yh, i);
     }
 }
 
