@@ -63,7 +63,8 @@ def test_float_precisions_train_the_int8_file_s_dequantized_copy(tmp_path, preci
     r = _build(tmp_path, precision)
     src = read_model(MODEL)
     want = _expected_floats(src)
-    assert r.stages["quantize"].summary == f"int8 model file: training its dequantized float copy, {len(want)} constants"
+    summary = f"int8 model file: training its dequantized float copy, {len(want)} constants"
+    assert r.stages["quantize"].summary == summary
     rep = json.loads(r.artifact("quantize", "report.json").read_text())
     assert rep["notes"] == [r.stages["quantize"].summary] and "dequantized" in rep["mode"]
     q = Graph.load(r.artifact("quantize", "graph.json").parent)
