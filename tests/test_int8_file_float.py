@@ -122,3 +122,27 @@ def test_a_stateful_int8_model_is_refused_in_float_with_one_line(tmp_path, preci
     assert STATEFUL.name in errors[0] and "stateful int8" in errors[0]
     assert "train.precision: int8" in errors[0] and "float model file" in errors[0]
     assert not (tmp_path / "build" / "kws" / "sparse-plan").exists()
+
+
+@pytest.mark.parametrize("name", ["mbv2_block_int8", "residual_int8", "convnet_int8_floatio", "mlp_f16",
+                                  "prelu_block_f16"])
+def test_the_dequantized_copy_is_a_float_graph_computing_what_the_file_computes(name):
+    """No int8 / float16 tensor and no conversion op left (an unpacking DEQUANTIZE of float16 weights is folded),
+    and on the fixture's input the copy's output is the file's to within the int8 model's rounding."""
+    from tinytrain.stages.quant.dequantize import dequantize_graph
+
+    g = read_model(FIX / f"{name}.tflite")
+    f = dequantize_graph(g)
+    assert all(t.dtype in ("float32", "int32", "int64") for t in f.tensors.values())
+    assert not any(op.type in ("quantize", "dequantize") for op in f.ops)
+    base = name.replace("_floatio", "").rsplit("_", 1)[0]
+    x = np.load(FIX / f"{base}.input.npy").astype(np.float32)
+    t_in, t_out = g.tensors[g.inputs[0]], g.tensors[g.outputs[0]]
+    xg = x if t_in.dtype != "int8" else \
+        np.clip(np.round(x / t_in.quant.scale[0]) + t_in.quant.zero_point[0], -128, 127).astype(np.int8)
+    want = np.asarray(run_graph(g, {g.inputs[0]: xg})[g.outputs[0]], np.float64)
+    if t_out.dtype == "int8":
+        want = (want - t_out.quant.zero_point[0]) * t_out.quant.scale[0]
+    got = run_graph(f, {f.inputs[0]: x})[f.outputs[0]]
+    tol = 0 if name.endswith("_f16") else 0.05 * np.max(np.abs(want))
+    assert np.max(np.abs(got - want)) <= tol

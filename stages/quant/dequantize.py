@@ -3,7 +3,8 @@
 
 Every constant with quantization parameters becomes its real value, (q - zero_point) x scale per channel, as a
 float32 constant; float16 constants become float32; activations become float32 and the activations' QUANTIZE /
-DEQUANTIZE ops disappear (their output is their input: in float they are the identity up to int8 rounding).
+DEQUANTIZE ops disappear (their output is their input: in float they are the identity up to int8 rounding), and
+a DEQUANTIZE that unpacks a constant (float16 or weight-only int8 weights) is folded into the float32 constant.
 Tensor names, roles and source indices are kept; int32 / int64 tensors that are not quantized values (shapes,
 indices) stay as they are.
 """
@@ -16,6 +17,7 @@ import numpy as np
 
 from tinytrain.stages.model.ir import Graph
 from tinytrain.stages.ops import CONVERSION_OPS  # the registry's float <-> int8 conversions
+from tinytrain.stages.quant import ptq
 
 QUANTIZED_DTYPES = ("int8", "int16", "int32", "uint8")
 
@@ -23,6 +25,9 @@ QUANTIZED_DTYPES = ("int8", "int16", "int32", "uint8")
 def dequantize_graph(graph: Graph) -> Graph:
     """The float copy of `graph` (see the module). A float graph comes back unchanged (a copy)."""
     g = copy.deepcopy(graph)
+    # Constants a file stores compressed behind an unpacking DEQUANTIZE (float16 / weight-only int8) first become
+    # the float32 constants the op makes: a DEQUANTIZE of a float32 constant would be no graph at all.
+    ptq.dequantize_constants(g)
     alias: dict[str, str] = {}
     keep = []
     for op in g.ops:
