@@ -146,3 +146,17 @@ def test_the_dequantized_copy_is_a_float_graph_computing_what_the_file_computes(
     got = run_graph(f, {f.inputs[0]: x})[f.outputs[0]]
     tol = 0 if name.endswith("_f16") else 0.05 * np.max(np.abs(want))
     assert np.max(np.abs(got - want)) <= tol
+
+
+@pytest.mark.slow
+def test_fp32_on_the_int8_file_trains_float_on_the_host(tmp_path):
+    """The whole pipeline on the host board: fp32 on the int8 file runs float training whose losses are finite and
+    differ from the int8 (QAS) run's on the same data and order."""
+    losses = {}
+    for precision in ("fp32", "int8"):
+        (tmp_path / precision).mkdir()
+        r = _build(tmp_path / precision, precision, until="emulate-run")
+        run = json.loads(r.artifact("emulate-run", "run.json").read_text())
+        losses[precision] = run["loss"]["epoch_mean"]
+    assert np.all(np.isfinite(losses["fp32"])) and losses["fp32"] != losses["int8"]
+    assert losses["fp32"][-1] < losses["fp32"][0]
