@@ -35,10 +35,9 @@ terminal, bench/coverage.json and bench/coverage.md (a Markdown table, also past
 `--precision int8|fp32|fp16-mixed` states `train.precision` in every spec (left out, the spec leaves it out: int8
 for these models, the default) and writes bench/coverage_<precision>.json/.md instead; `--board` sets the board
 (fp16-mixed needs one with half precision: `host` or `mps3-an547`). A float precision of a stateless int8 model
-file trains its float copy: the bench dequantizes the weights (stages/planning/contribution_measure.dequantize_graph,
-as bench/precision.py makes MobileNetV2's) into a .tflite under the cache folder, and the row says so
-(`dequantized`). A stateful one (microWakeWord's) has no float copy (tflite_writer writes no resource variables): it
-is built as it is and marked `int8 file` (fp16-mixed: autodiff refuses it; fp32: it trains int8). An fp16-mixed row
+file trains its dequantized float copy, made by the pipeline's quantize stage (stages/quant/dequantize.py), and the
+row says so (`dequantized`, from the stage's metrics); a stateful one (microWakeWord's) has no float copy: quantize
+refuses it with one line, the row's reason. An fp16-mixed row
 also gives the training arena against the fp32 graph of the same plan (autodiff/precision.json) and the final loss
 scale with the steps it skipped.
 """
@@ -91,7 +90,6 @@ class Row:
     cut: list | None = None                           # model.outputs, when the build was retried with a cut
     suggested_cut: list | None = None                 # the cut load's error suggested (see stages/model/prune.py)
     dequantized: bool = False                         # a float precision of an int8 model: its dequantized copy
-    int8_file: bool = False                           # ... or the int8 file itself (stateful: no float copy)
     arena: int | None = None                          # fp16-mixed: the training arena (bytes) ...
     arena_fp32: int | None = None                     # ... and the fp32 graph's of the same plan
     loss_scale: float | None = None                   # fp16-mixed: the final loss scale ...
@@ -175,41 +173,6 @@ def output_names(path: Path) -> list[str]:
     return [sg.Tensors(int(i)).Name().decode() for i in sg.OutputsAsNumpy()]
 
 
-def float_copy(model: Path, cache: Path) -> Path | None:
-    """The float copy of an int8 model file (its weights dequantized, QUANTIZE/DEQUANTIZE dropped:
-    dequantize_graph), written once under `cache`; None for a float model, one tinytrain cannot load, and a stateful
-    one (microWakeWord's): tflite_writer writes no resource variables, so its copy would be a different model (each
-    state variable an input of its own, nothing streamed). That one is built as it is: autodiff refuses it."""
-    from tinytrain.stages.model.tflite_reader import read_model
-    from tinytrain.stages.model.tflite_writer import write_model
-    from tinytrain.stages.planning.contribution_measure import dequantize_graph
-
-    try:
-        g = read_model(model)
-    except Exception:
-        return None
-    quantized = any(t.data is not None and t.quant is not None and t.dtype in ("int8", "int16", "uint8")
-                    for t in g.tensors.values())
-    if g.meta.get("state") or not quantized:
-        return None
-    out = cache / f"{model.stem}-float.tflite"
-    if not out.is_file():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_model(dequantize_graph(g), out)
-    return out
-
-
-def is_int8(model: Path) -> bool:
-    """Whether tinytrain reads `model` as an int8 model (its weights int8 with quantization parameters)."""
-    from tinytrain.stages.model.tflite_reader import read_model
-
-    try:
-        g = read_model(model)
-    except Exception:
-        return False
-    return any(t.data is not None and t.quant is not None and t.dtype == "int8" for t in g.tensors.values())
-
-
 # ---- spec and data --------------------------------------------------------------------------------
 
 def smooth_images(shape: tuple[int, ...], n: int, rng: np.random.Generator) -> np.ndarray:
@@ -289,18 +252,11 @@ def spec_text(name: str, model: Path, data: Path, task: str, out_dir: Path, cut:
 # ---- one build ------------------------------------------------------------------------------------
 
 def run_one(model: Path, label: str, work: Path, timeout: float, cut: list | None = None, board: str = BOARD,
-            precision: str | None = None, floats: Path | None = None) -> Row:
+            precision: str | None = None) -> Row:
     """One build. With `cut` (model.outputs), the outputs are those tensors: their shapes come from the load
-    stage of the first, uncut build (`io_of_cut`). A float `precision` builds an int8 model's float copy (written
-    under `floats`)."""
+    stage of the first, uncut build (`io_of_cut`)."""
     name = model.stem + ("-cut" if cut else "")
     row = Row(model=name, source=label, cut=cut)
-    if precision in ("fp32", "fp16-mixed") and floats is not None:
-        flt = float_copy(model, floats)
-        if flt is not None:
-            model, row.dequantized = flt, True
-        else:
-            row.int8_file = is_int8(model)
     try:
         row.inputs, row.outputs = model_io(model)
     except Exception as e:  # not even a flatbuffer we can open: say so and go on
@@ -361,6 +317,9 @@ def _done_stages(build: Path) -> list[str]:
 def _read_artifacts(row: Row, build: Path, done: list[str]) -> None:
     reached = [s for s in STAGES if s in done]
     row.furthest = reached[-1] if reached else "-"
+    quantize = build / "quantize" / "manifest.json"
+    if quantize.is_file():  # a float precision of an int8 model file: quantize trains its dequantized copy
+        row.dequantized = bool(json.loads(quantize.read_text()).get("metrics", {}).get("dequantized_int8"))
     size = build / "cross-compile" / "size.json"
     if size.is_file():
         s = json.loads(size.read_text())
@@ -428,7 +387,7 @@ def result_text(r: Row) -> str:
 
 def _model_text(r: Row) -> str:
     return (r.model + (f" (model.outputs: {', '.join(r.cut)})" if r.cut else "")
-            + (" (dequantized)" if r.dequantized else "") + (" (int8 file)" if r.int8_file else ""))
+            + (" (dequantized)" if r.dequantized else ""))
 
 
 def _scale_text(r: Row) -> str:
@@ -469,11 +428,8 @@ def markdown(rows: list[Row], versions: dict[str, str], date: str, board: str = 
     where = "on the host" if board == "host" else f"in QEMU on {board}"
     lines += ["", f"{n_ok} of {len(rows)} builds train {where} (a `-cut` row is a second build of the "
                   f"model above it, cut where load's error suggested"
-                  + ("; a `dequantized` row trains the int8 model's float copy, made by the benchmark"
-                     if any(r.dequantized for r in rows) else "")
-                  + ("; an `int8 file` row is a stateful int8 model built as it is (the benchmark cannot write its "
-                     "float copy: tflite_writer writes no resource variables)" if any(r.int8_file for r in rows)
-                     else "") + ")."]
+                  + ("; a `dequantized` row trains the int8 model's dequantized float copy (the quantize stage)"
+                     if any(r.dequantized for r in rows) else "") + ")."]
     return "\n".join(lines) + "\n"
 
 
@@ -527,14 +483,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="tt-coverage-") as tmp:
         for i, (model, label) in enumerate(models, 1):
             print(f"[{i}/{len(models)}] {label}/{model.name} ...", flush=True)
-            rows.append(run_one(model, label, Path(tmp), a.timeout, board=a.board, precision=a.precision,
-                                floats=a.cache / "float-copies" / label))
+            rows.append(run_one(model, label, Path(tmp), a.timeout, board=a.board, precision=a.precision))
             r = rows[-1]
             print(f"    {r.furthest} in {r.seconds} s: {result_text(r)}", flush=True)
             if r.suggested_cut:  # load named a cut that leaves the unsupported ops out: try it too
                 print(f"    retrying with model.outputs {r.suggested_cut} ...", flush=True)
                 rows.append(run_one(model, label, Path(tmp), a.timeout, cut=r.suggested_cut, board=a.board,
-                                    precision=a.precision, floats=a.cache / "float-copies" / label))
+                                    precision=a.precision))
                 r = rows[-1]
                 print(f"    {r.furthest} in {r.seconds} s: {result_text(r)}", flush=True)
     date = _dt.date.today().isoformat()

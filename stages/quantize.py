@@ -2,7 +2,9 @@
 samples of the train split, with a report of what int8 costs (DESIGN §3, §6, §8.2).
 
 Artifacts
-  graph.json, tensors.npz   the int8 IR (for an already-int8 model: the validated input IR)
+  graph.json, tensors.npz   the int8 IR (for an already-int8 model: the validated input IR); with
+                            quantize.enabled: false the float IR (for an int8 model file: its dequantized
+                            float copy, stages/quant/dequantize.py)
   graph.txt                 one line per op
   model_int8.tflite         the int8 IR written as .tflite (LiteRT / TFLite Micro run it)
   report.json, report.txt   per tensor: scale, zero point, calibrated range, clipped fraction and
@@ -29,6 +31,7 @@ from tinytrain.pipeline.spec_quantize import QuantizeSpec
 from tinytrain.stages import ops
 from tinytrain.stages.quant import calibrate
 from tinytrain.stages.quant import ptq
+from tinytrain.stages.quant.dequantize import dequantize_graph, dequantized_constants
 from tinytrain.stages.model import state
 from tinytrain.stages.model.ir import Graph
 
@@ -49,18 +52,14 @@ def run(ctx: StageContext) -> StageResult:
     data_spec = ctx.config.get("data")
     out = Path(ctx.out_dir)
     graph = Graph.load(ctx.input_dir("load"))
+    int8_file = ptq.is_quantized(graph)
+    if int8_file and not spec.enabled:
+        refuse_stateful_float(graph)
     state.refuse_training(graph, "quantize")
-    if ptq.is_quantized(graph):
+    if int8_file and spec.enabled:
         return _passthrough(ctx, graph, data_spec, out, spec)
     if not spec.enabled:
-        graph, notes = float_graph(graph)
-        graph.save(out)
-        (out / "graph.txt").write_text(graph.to_text())
-        report = {"mode": "float (quantize.enabled: false)", "tensors": [], "model": {}, "notes": notes}
-        _write_report(out, report)
-        unpacked = f"; {len(notes)} compressed constants unpacked to float32" if notes else ""
-        return StageResult(summary=f"float: quantization disabled, float graph passed through{unpacked}",
-                           metrics={"quantized": False})
+        return _float(out, graph, int8_file)
     if data_spec is None:
         raise QuantizeError("quantize needs calibration data but the spec has no `data` section",
                             hint="add data: {source: digits} (or npz / images), or quantize.enabled: false")
@@ -76,6 +75,40 @@ def run(ctx: StageContext) -> StageResult:
     _save(out, qgraph)
     _write_report(out, report)
     return StageResult(summary=summary_line(report), metrics=_metrics(report))
+
+
+def _float(out: Path, graph: Graph, int8_file: bool) -> StageResult:
+    """quantize.enabled: false (train.precision fp32 / fp16-mixed): the float graph they train. An int8 model file
+    gives its dequantized float copy (the int8 weights x their scales as float32 constants, the activations'
+    quantize / dequantize gone), so what trains is what the precision says, never int8 under a float label."""
+    if int8_file:
+        fgraph = dequantize_graph(graph)
+        n = dequantized_constants(graph, fgraph)
+        note = f"int8 model file: training its dequantized float copy, {n} constants"
+        graph, notes = fgraph, [note]
+        mode, summary = "float (quantize.enabled: false): int8 model file dequantized", note
+    else:
+        graph, notes = float_graph(graph)
+        mode = "float (quantize.enabled: false)"
+        unpacked = f"; {len(notes)} compressed constants unpacked to float32" if notes else ""
+        summary = f"float: quantization disabled, float graph passed through{unpacked}"
+    graph.save(out)
+    (out / "graph.txt").write_text(graph.to_text())
+    _write_report(out, {"mode": mode, "tensors": [], "model": {}, "notes": notes})
+    return StageResult(summary=summary, metrics={"quantized": False, "dequantized_int8": int8_file})
+
+
+def refuse_stateful_float(graph: Graph) -> None:
+    """A stateful int8 model (state variables, unrolled or not) has no float copy to train: its state is stored as
+    int8 bytes between invocations and its one-invocation program (meta["unrolled"]["step"]) is int8. One line
+    naming the file and the ways out."""
+    svars = graph.meta.get("state") or graph.meta.get("unrolled", {}).get("variables")
+    if not svars:
+        return
+    where = graph.meta.get("file") or "the model file"
+    raise QuantizeError(f"{where}: a stateful int8 model ({len(svars)} state variables) cannot be trained in float "
+                        f"(its state is int8 between invocations): set train.precision: int8, or give a float "
+                        f"model file")
 
 
 def float_graph(graph: Graph) -> tuple[Graph, list[str]]:

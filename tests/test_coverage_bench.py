@@ -68,26 +68,22 @@ def test_precision_and_board_reach_the_spec(cov, tmp_path):
     assert "precision" not in plain["train"] and plain["target"]["board"] == "stm32f746-disco"
 
 
-def test_float_copy_dequantizes_int8_weights_only(cov, tmp_path):
-    """An int8 model's float copy has float32 weights equal to the int8 ones dequantized; a float model and a
-    stateful int8 model (whose resource variables the writer cannot write) get no copy."""
-    from tinytrain.stages.model.tflite_reader import read_model
+def test_dequantized_rows_come_from_the_quantize_stage(cov, tmp_path):
+    """A float precision of an int8 model file: the row is marked `dequantized` because the build's quantize stage
+    trained the dequantized float copy (its metrics), not because the benchmark made one; int8 is not marked."""
+    import tinytrain
 
-    fixtures = REPO / "tests" / "fixtures"
-    src = fixtures / "convnet_int8.tflite"
-    out = cov.float_copy(src, tmp_path)
-    assert out is not None and out.is_file()
-    q, f = read_model(src), read_model(out)
-    for name, t in q.tensors.items():
-        if t.data is not None and t.dtype == "int8" and t.quant is not None and len(t.quant.scale) == 1:
-            want = (t.data.astype(np.float64) - t.quant.zero_point[0]) * t.quant.scale[0]
-            assert f.tensors[name].dtype == "float32"
-            np.testing.assert_allclose(f.tensors[name].data, want, rtol=1e-6)
-    assert all(t.dtype != "int8" for t in f.tensors.values())
-    assert cov.float_copy(fixtures / "convnet_float.tflite", tmp_path) is None
-    assert cov.float_copy(fixtures / "stateful" / "stream_kws_int8.tflite", tmp_path) is None
-    assert cov.is_int8(fixtures / "stateful" / "stream_kws_int8.tflite")
-    assert not cov.is_int8(fixtures / "convnet_float.tflite")
+    model = REPO / "tests" / "fixtures" / "convnet_int8.tflite"
+    marks = {}
+    for precision in ("fp32", "int8"):
+        spec = tmp_path / f"{precision}.yaml"
+        spec.write_text(json.dumps({"name": precision, "model": {"path": str(model)},
+                                    "train": {"precision": precision}, "build": {"out_dir": str(tmp_path / "b")}}))
+        r = tinytrain.build(spec, until="quantize", cache_dir=tmp_path / "cache")
+        row = cov.Row(model="convnet_int8", source="s")
+        cov._read_artifacts(row, r.artifact("quantize", "graph.json").parent.parent, ["load", "quantize"])
+        marks[precision] = row.dequantized
+    assert marks == {"fp32": True, "int8": False}
 
 
 def test_fp16_mixed_table_has_arena_and_loss_scale(cov):

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -119,6 +120,9 @@ def for_training(graph: Graph, sequence_length: int | None, where: str) -> Graph
             raise ModelError(f"{where}: model.sequence_length is set but the model has no state variables (it is "
                              f"not a stateful streaming model)", hint="remove model.sequence_length")
         return graph
+    # The file's name, for refusals of later stages that see only the graph (quantize: a stateful int8 model has
+    # no float copy to train).
+    graph.meta["file"] = Path(where).name
     if sequence_length is None:
         return graph
     try:

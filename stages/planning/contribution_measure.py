@@ -27,7 +27,7 @@ from tinytrain.pipeline.errors import UserError
 from tinytrain.stages.golden import fast_float
 from tinytrain.stages.planning.frozen_prefix import FrozenPrefix
 from tinytrain.stages.model.ir import Graph
-from tinytrain.stages.ops import CONVERSION_OPS  # the registry's float <-> int8 conversions
+from tinytrain.stages.quant.dequantize import dequantize_graph  # noqa: F401 -- its callers import it from here too
 from tinytrain.stages.train.losses import DROPS, Head, heads_from
 from tinytrain.stages.planning.train_plan import TrainPlan
 
@@ -63,46 +63,6 @@ class AnalysisSettings:
         d = asdict(self)
         d.pop("max_layers")
         return d
-
-
-def dequantize_graph(graph: Graph) -> Graph:
-    """The float graph an int8 graph stands for: constants with quantization parameters become their real values
-    (float32), activations float32, and QUANTIZE/DEQUANTIZE ops disappear (their output is their input). Tensor
-    names are kept. A float graph comes back unchanged (a copy)."""
-    g = copy.deepcopy(graph)
-    alias: dict[str, str] = {}
-    keep = []
-    for op in g.ops:
-        if op.type in CONVERSION_OPS and g.tensors[op.inputs[0]].data is None:
-            src = op.inputs[0]
-            alias[op.outputs[0]] = alias.get(src, src)
-            continue
-        op.inputs = [alias.get(t, t) if t else t for t in op.inputs]
-        keep.append(op)
-    g.ops = keep
-    g.outputs = [alias.get(t, t) for t in g.outputs]
-    for name in alias:
-        g.tensors.pop(name, None)
-    for t in g.tensors.values():
-        if t.data is not None:
-            if t.quant is not None and t.dtype in ("int8", "int16", "int32", "uint8"):
-                q = t.quant
-                scale = np.asarray(q.scale, np.float64)
-                zp = np.asarray(q.zero_point, np.float64)
-                if len(q.scale) > 1:
-                    shape = [1] * t.data.ndim
-                    shape[q.axis] = -1
-                    scale, zp = scale.reshape(shape), zp.reshape(shape)
-                t.data = ((np.asarray(t.data, np.float64) - zp) * scale).astype(np.float32)
-                t.dtype, t.quant = "float32", None
-            elif t.dtype == "float16":
-                t.data, t.dtype = t.data.astype(np.float32), "float32"
-        elif t.dtype in ("int8", "int16", "uint8", "float16"):
-            t.dtype, t.quant = "float32", None
-    for name in g.outputs:
-        g.tensors[name].role = "output"
-    g.validate()
-    return g
 
 
 # ---- the task: what a unit trains and how it is scored ---------------------------------------------------------

@@ -135,8 +135,10 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_
     grads_fp16 = bool(grads_fp16) and not check_first
     meta = g.meta["train"]
     if meta.get("precision") != "float32":
-        raise UserError(f"train.precision fp16-mixed trains a float model, but this training graph is "
-                        f"{meta.get('precision')}: set quantize.enabled: false (or leave it out)")
+        # The pipeline cannot get here (quantize gives fp16-mixed a float graph, an int8 file's dequantized copy).
+        raise UserError(f"train.precision fp16-mixed trains a float graph, but this training graph is "
+                        f"{meta.get('precision')}: build it from the quantize stage's float graph "
+                        f"(stages/quant/dequantize.py dequantizes an int8 one)")
     pol = policy_from_config(loss_scale)
     split = int(meta["sample_ops"])
     ph = meta["phases"]
