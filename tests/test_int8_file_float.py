@@ -160,3 +160,21 @@ def test_fp32_on_the_int8_file_trains_float_on_the_host(tmp_path):
         losses[precision] = run["loss"]["epoch_mean"]
     assert np.all(np.isfinite(losses["fp32"])) and losses["fp32"] != losses["int8"]
     assert losses["fp32"][-1] < losses["fp32"][0]
+
+
+def test_the_wof_leaves_out_what_the_int8_file_stores_in_another_dtype(tmp_path):
+    """A .wof holds each tensor in the model file's own dtype: the dequantized copy's trained float32 weights have no
+    place in the int8 file's tensor slots, so wof_data lists them as not in the .wof instead of writing float32 bytes
+    where a reader expects int8 ones; a float model's weights still go in."""
+    from tinytrain.stages.device import export
+
+    res = _build(tmp_path, "fp32", until="quantize")
+    g = Graph.load(res.out_dir / "quantize")
+    weights = [n for n, t in g.tensors.items() if t.role == "weight" and t.source_index is not None]
+    assert weights and all(g.meta["dtype_in_file"][n] == "int8" for n in weights)
+    data, missing = export.wof_data(g, {n: g.tensors[n].data for n in weights})
+    assert data == {} and sorted(missing) == sorted(weights)
+    flt = read_model(Path(__file__).parent / "fixtures" / "convnet_float.tflite")
+    w = next(n for n, t in flt.tensors.items() if t.role == "weight" and t.source_index is not None)
+    data, missing = export.wof_data(flt, {w: flt.tensors[w].data})
+    assert list(data) == [flt.tensors[w].source_index] and missing == []

@@ -95,12 +95,14 @@ def original_weights(graph: Graph, layout: Sequence[Mapping[str, Any]]) -> dict[
 def wof_data(graph: Graph, trained: Mapping[str, np.ndarray],
              names: Mapping[str, str] | None = None) -> tuple[dict[int, bytes], list[str]]:
     """({original tensor index: little-endian bytes}, names of trained tensors the original model
-    file does not have, which a .wof cannot hold)."""
+    file does not have, or has in another dtype (an int8 file's dequantized copy: meta dtype_in_file), which a .wof
+    cannot hold)."""
     data: dict[int, bytes] = {}
     missing: list[str] = []
+    other_dtype = graph.meta.get("dtype_in_file", {})
     for lname, arr in trained.items():
         t = graph.tensors[(names or {}).get(lname, lname)]
-        if t.source_index is None:
+        if t.source_index is None or t.name in other_dtype:
             missing.append(lname)
             continue
         data[int(t.source_index)] = np.ascontiguousarray(arr, dtype=np.dtype(t.dtype).newbyteorder("<")).tobytes()

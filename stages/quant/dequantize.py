@@ -41,9 +41,11 @@ def dequantize_graph(graph: Graph) -> Graph:
     g.outputs = [alias.get(t, t) for t in g.outputs]
     for name in alias:
         g.tensors.pop(name, None)
+    in_file: dict[str, str] = {}   # constants whose dtype in the model file is no longer theirs
     for t in g.tensors.values():
         if t.data is not None:
             if t.quant is not None and t.dtype in QUANTIZED_DTYPES:
+                in_file[t.name] = t.dtype
                 q = t.quant
                 scale = np.asarray(q.scale, np.float64)
                 zp = np.asarray(q.zero_point, np.float64)
@@ -54,6 +56,7 @@ def dequantize_graph(graph: Graph) -> Graph:
                 t.data = ((np.asarray(t.data, np.float64) - zp) * scale).astype(np.float32)
                 t.dtype, t.quant = "float32", None
             elif t.dtype == "float16":
+                in_file[t.name] = t.dtype
                 t.data, t.dtype = t.data.astype(np.float32), "float32"
         elif t.dtype in ("int8", "int16", "uint8", "float16"):
             t.dtype, t.quant = "float32", None
@@ -61,6 +64,10 @@ def dequantize_graph(graph: Graph) -> Graph:
         g.tensors[name].role = "output"
     # A uint8 output load read as its int8 source (stages/model/uint8_output.py) is a float output now.
     g.meta.pop("output_uint8", None)
+    # A .wof holds a tensor in the model file's own dtype (stages/model/wof.py): trained float32 values of a tensor the
+    # file stores as int8 have no place there (export.wof_data lists them as not in the .wof).
+    if in_file:
+        g.meta["dtype_in_file"] = {**g.meta.get("dtype_in_file", {}), **in_file}
     g.validate()
     return g
 
