@@ -156,6 +156,10 @@ def _c_pool(gen, op: Op, kind: str) -> list[str]:
         lo, hi = ia.activation_range(act, *gen.qp(y))
         return [f"tt_{kind}_s8(&{d}, {lo}, {hi}, {gen.loc(x)}, {gen.loc(y)});"]
     lo, hi = FLOAT_BOUNDS[act]
+    if kind == "max_pool2d" and (fp16_io.is_f16(gen, x) or gen.g.tensors[y].dtype == "float16"):
+        # fp16-mixed: OpDef.fp16_operands / fp16_output (max_pool2d only)
+        return [f"tt_max_pool2d_f16(&{d}, {flit(lo)}, {flit(hi)}, {fp16_io.pair(gen, x)}, "
+                f"{fp16_io.pair(gen, y, True)});"]
     return [f"tt_{kind}_f32(&{d}, {flit(lo)}, {flit(hi)}, {gen.loc(x)}, {gen.loc(y)});"]
 
 
@@ -246,7 +250,7 @@ OPS = (
           c=_c_average_pool2d, version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("max_pool2d", row_stream="pool", signature="x -> y", attrs=_POOL, tflite=(Builtin("MAX_POOL_2D", 1, 1),),
           differentiable=True, shared_qparams="first", forward=_max_pool2d, backward=_max_pool_backward,
-          c=_c_max_pool2d, version=version_by_dtype({"int8": 2, "int16": 3})),
+          c=_c_max_pool2d, version=version_by_dtype({"int8": 2, "int16": 3}), fp16_operands=(0,), fp16_output=True),
     OpDef("mean", signature="x, axes -> y", attrs=("keep_dims",), tflite=(Builtin("MEAN", 2, 2),),
           differentiable=True, clamp_masked=True, forward=_mean, backward=_mean_backward, fp16_operands=(0,),
           c=_c_mean, version=version_by_dtype({"int8": 2, "int16": 3})),
