@@ -20,7 +20,7 @@ import pytest
 
 from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
 from tinytrain.stages.c_emit import ops_header
-from tinytrain.stages.model.ir import Graph, Op
+from tinytrain.stages.model.ir import Graph, Op, Tensor
 from tinytrain.stages.model.tflite_reader import read_model
 from tinytrain.stages.model.tflite_writer import write_model
 from tinytrain.stages.planning.train_plan import LayerPlan, TrainPlan
@@ -41,7 +41,7 @@ def lib(tmp_path_factory):
         pytest.skip("no host C compiler")
     out = tmp_path_factory.mktemp("f16ops") / "libf16ops.so"
     srcs = [KDIR / "tt_f16.c", KDIR / "tt_common.c", KDIR / "ops" / "tt_relu.c",
-            KDIR / "ops" / "tt_max_pool2d.c"]
+            KDIR / "ops" / "tt_max_pool2d.c", KDIR / "ops" / "tt_pad.c"]
     subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O1", "-ffp-contract=off", "-shared", "-fPIC",
                     f"-I{KDIR}", f"-I{ops_header.include_dir()}", *map(str, srcs), "-o", str(out)], check=True)
     return ctypes.CDLL(str(out))
@@ -149,10 +149,41 @@ def test_max_pool_forms_give_the_fp32_kernel_rounded(lib, geo):
             assert _bits(y) == _bits(_f16(ref32) if hy else ref32), (hx, hy)
 
 
+# ---- pad and pad_grad (tt_pad_f16, tt_pad_grad_f16) -------------------------------------------------------------
+
+PADS = np.array([[0, 0], [1, 2], [2, 0], [0, 1]], np.int32)   # before, after of each NHWC dim
+
+
+def test_pad_and_pad_grad_forms_give_the_fp32_kernels_rounded(lib):
+    """pad: np.pad with 0.0 on the widened x; pad_grad: dy's slice at the pads; both equal to tt_pad_f32 /
+    tt_pad_grad_f32 on the widened operand, and in each of the four forms rounded where the result is fp16, on every
+    fp16 class of value (an fp16 -> fp16 copy keeps the bits: the quiet NaNs' payloads too)."""
+    shape = (1, 4, 3, 5)
+    x16 = _halves(np.random.default_rng(21), int(np.prod(shape))).reshape(shape)
+    ref32 = np.pad(x16.astype(np.float32), PADS, constant_values=np.float32(0))
+    dy16 = _halves(np.random.default_rng(22), ref32.size).reshape(ref32.shape)
+    gref32 = dy16.astype(np.float32)[:, 1:1 + shape[1], 2:2 + shape[2], 0:shape[3]]
+    dims = np.array(shape, np.int32)
+    pads = np.ascontiguousarray(PADS.reshape(-1))
+    slot, gslot = np.empty(ref32.shape, np.float32), np.empty(shape, np.float32)
+    lib.tt_pad_f32(_p(dims), _p(pads), ctypes.c_float(0.0), _p(x16.astype(np.float32)), _p(slot))
+    lib.tt_pad_grad_f32(_p(dims), _p(pads), _p(dy16.astype(np.float32)), _p(gslot))
+    assert _bits(slot) == _bits(ref32) and _bits(gslot) == _bits(gref32)
+    for hx in (False, True):
+        for hy in (False, True):
+            x = np.ascontiguousarray(x16) if hx else x16.astype(np.float32)
+            y = np.full(ref32.shape, 7, np.float16 if hy else np.float32)
+            lib.tt_pad_f16(_p(dims), _p(pads), ctypes.c_float(0.0), *_pair(x, hx), *_pair(y, hy))
+            assert _bits(y) == _bits(_f16(ref32) if hy else ref32), ("pad", hx, hy)
+            dy = np.ascontiguousarray(dy16) if hx else dy16.astype(np.float32)
+            dx = np.full(shape, 7, np.float16 if hy else np.float32)
+            lib.tt_pad_grad_f16(_p(dims), _p(pads), *_pair(dy, hx), *_pair(dx, hy))
+            assert _bits(dx) == _bits(_f16(gref32) if hy else gref32), ("pad_grad", hx, hy)
+
+
 # ---- the graph: conv -> relu6 -> pad -> max_pool2d -> conv -> relu -> mean -> FC -----------------------------------
 
 def _model(tmp: Path) -> Graph:
-    from tinytrain.stages.model.ir import Tensor
     ts: dict[str, Tensor] = {}
     t, w, b = _makers(ts, np.random.default_rng(11))
     geo = {"stride_h": 1, "stride_w": 1, "dilation_h": 1, "dilation_w": 1, "act": "none"}
@@ -164,8 +195,8 @@ def _model(tmp: Path) -> Graph:
               [t("q", [1, H + 2, H + 2, C_A])], {}),
            Op("max_pool2d", ["q"], [t("m", [1, H // 2 + 1, H // 2 + 1, C_A])],
               {"filter_h": 2, "filter_w": 2, "stride_h": 2, "stride_w": 2, "padding": "valid", "act": "none"}),
-           Op("conv2d", ["m", w("c/w", [C_B, 1, 1, C_A], 0.5), b("c/b", C_B)], [t("c", [1, H // 2 + 1, H // 2 + 1, C_B])],
-              {**geo, "padding": "valid"}),
+           Op("conv2d", ["m", w("c/w", [C_B, 1, 1, C_A], 0.5), b("c/b", C_B)],
+              [t("c", [1, H // 2 + 1, H // 2 + 1, C_B])], {**geo, "padding": "valid"}),
            Op("relu", ["c"], [t("s", [1, H // 2 + 1, H // 2 + 1, C_B])], {}),
            Op("mean", ["s", t("axes", [2], "const", np.array([1, 2], np.int32))], [t("u", [1, C_B])],
               {"keep_dims": False}),
@@ -201,8 +232,8 @@ def _by_writer(g16: Graph, g: Graph) -> dict[str, str]:
 
 
 def test_the_frozen_prefix_is_fp16_through_the_clamps(tmp_path):
-    """Only the FC trains: the max pool writes fp16 for the conv, the relu reads the conv's fp16 result and writes fp16
-    for the mean; no rounding op follows
+    """Only the FC trains: every result of the prefix is a 2-byte tensor (relu6 and relu read the convs' fp16 results,
+    pad and the max pool read and write fp16); no rounding op follows
     the fp16 results (the kernels round on store), the arena falls and the estimate meets the plan. (The reference
     keeps a frozen prefix's results fp32, unrounded: fp16_mixed.prefix_results; the slow host test checks these bits
     against the golden model.)"""
@@ -212,7 +243,7 @@ def test_the_frozen_prefix_is_fp16_through_the_clamps(tmp_path):
     g, plan, g16, ref = _graphs(tmp_path, _head_only)
     assert [op.type for op in g.ops][:6] == ["conv2d", "relu6", "pad", "max_pool2d", "conv2d", "relu"]
     written = _written(g16)
-    assert all(g16.tensors[t].dtype == "float16" for t in ("m", "c", "s")), written
+    assert all(g16.tensors[t].dtype == "float16" for t in ("a", "r", "q", "m", "c", "s")), written
     assert g16.tensors["x"].dtype == "float32" and not _written(ref)
     assert not [op for op in g16.ops if op.type == "round_f16" and set(op.inputs) & set(written)]
     _, p16, _, _ = plan_schedules(g16, True)
@@ -221,14 +252,18 @@ def test_the_frozen_prefix_is_fp16_through_the_clamps(tmp_path):
     st = MemorySettings(optimizer="sgd", batch_size=1, fp16_mixed=True)
     est = MemoryModel(g, st).estimate(plan)["total"]
     exact = exact_peak(g, plan, st, qas=False)["peak_bytes"]
-    # measured 2,464 / 2,176 B (before max_pool2d wrote fp16 both were 2,544 B): the estimate still counts the
-    # pooled result in the row stream as fp32 (planning/fp16_memory is not this change's), so it stays above the plan
-    assert 1.0 <= est / exact <= 1.15, (est, exact)
+    # measured 2,016 / 1,600 B (before relu6, pad and max_pool2d read and wrote fp16 both were 2,544 B): the plan
+    # falls further than the estimate, which still counts part of the prefix's row stream at fp32's size
+    # (planning/fp16_memory is not this change's); it stays above the plan, as a budget check needs
+    assert 1.0 <= est / exact <= 1.3, (est, exact)
 
 
 def test_every_layer_trained_trains_with_the_unfused_bits(tmp_path):
+    """Every layer trains: relu6 reads the conv's fp16 result and pad_grad writes an fp16 gradient (read by relu6's
+    mask_grad), and the fused graph trains with the unfused graph's bits."""
     _, _, g16, ref = _graphs(tmp_path, _all_layers)
-    assert _written(g16)
+    written = _written(g16)
+    assert {"relu6", "pad_grad"} <= set(written.values()), written
     _assert_trains_alike(g16, ref, H, CLASSES)
 
 
@@ -249,7 +284,9 @@ def test_host_build_has_the_golden_bits(tmp_path, plan_of):
     res, losses, weights, _ = _host_run(g16, x, y, tmp_path, cfg)
     src = (tmp_path / "prog" / "tt_model.c").read_text()
     if plan_of is _head_only:
-        assert "tt_clamp_f16" in src and "tt_max_pool2d_f16" in src
+        assert "tt_clamp_f16" in src and "tt_max_pool2d_f16" in src and "tt_pad_f16" in src
+    else:
+        assert "tt_pad_grad_f16" in src
     state, scales, skipped, means = _golden(g16, x, y, cfg, 1)
     assert losses.tobytes() == np.array(means, np.float32).tobytes()
     assert res["skipped_steps"] == skipped[-1]
