@@ -27,7 +27,7 @@ from tinytrain.stages.planning.train_plan import LayerPlan, TrainPlan
 from tinytrain.stages.reorder import plan_schedules
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_fp16_grad_storage import _bits, _f16, _halves, _p, _pair  # noqa: E402
+from test_fp16_grad_storage import _bits, _bits_nan_as_one, _f16, _halves, _p, _pair  # noqa: E402
 from test_fp16_written import _assert_trains_alike, _fused_and_unfused, _makers, _written  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,6 +149,26 @@ def test_max_pool_forms_give_the_fp32_kernel_rounded(lib, geo):
             assert _bits(y) == _bits(_f16(ref32) if hy else ref32), (hx, hy)
 
 
+def test_max_pool_grad_reads_an_fp16_dy_with_the_fp32_sums(lib):
+    """tt_max_pool2d_grad_hdy (overlapping windows: dx sums several dy in fp32) on an fp16 dy, the forward input fp32
+    or fp16, gives tt_max_pool2d_grad_f32's bits on the widened dy; the summed values' NaNs compared as NaN-ness."""
+    h, w, c, k, st, pad = 7, 6, 5, 3, 2, 1
+    oh, ow = (h + 2 * pad - k) // st + 1, (w + 2 * pad - k) // st + 1
+    d = _PoolDims(1, h, w, c, oh, ow, k, k, st, st, pad, pad)
+    rng = np.random.default_rng(31)
+    x16 = _halves(rng, h * w * c, nan=False).reshape(h, w, c)
+    dy16 = _halves(rng, oh * ow * c).reshape(oh, ow, c)
+    want = np.empty((h, w, c), np.float32)
+    with np.errstate(all="ignore"):
+        lib.tt_max_pool2d_grad_f32(ctypes.byref(d), _p(dy16.astype(np.float32)), _p(x16.astype(np.float32)),
+                                   _p(want))
+        for hx in (False, True):
+            x = np.ascontiguousarray(x16) if hx else x16.astype(np.float32)
+            dx = np.full((h, w, c), 7, np.float32)
+            lib.tt_max_pool2d_grad_hdy(ctypes.byref(d), _p(np.ascontiguousarray(dy16)), *_pair(x, hx), _p(dx))
+            assert _bits_nan_as_one(dx) == _bits_nan_as_one(want), hx
+
+
 # ---- pad and pad_grad (tt_pad_f16, tt_pad_grad_f16) -------------------------------------------------------------
 
 PADS = np.array([[0, 0], [1, 2], [2, 0], [0, 1]], np.int32)   # before, after of each NHWC dim
@@ -264,6 +284,9 @@ def test_every_layer_trained_trains_with_the_unfused_bits(tmp_path):
     _, _, g16, ref = _graphs(tmp_path, _all_layers)
     written = _written(g16)
     assert {"relu6", "pad_grad"} <= set(written.values()), written
+    # the max pool's gradient reads its fp16 dy (the 1x1 conv's input gradient) itself
+    mpg = [op for op in g16.ops if op.type == "max_pool2d_grad"]
+    assert mpg and all(g16.tensors[op.inputs[0]].dtype == "float16" for op in mpg)
     _assert_trains_alike(g16, ref, H, CLASSES)
 
 
@@ -286,7 +309,7 @@ def test_host_build_has_the_golden_bits(tmp_path, plan_of):
     if plan_of is _head_only:
         assert "tt_clamp_f16" in src and "tt_max_pool2d_f16" in src and "tt_pad_f16" in src
     else:
-        assert "tt_pad_grad_f16" in src
+        assert "tt_pad_grad_f16" in src and "tt_max_pool2d_grad_hdy" in src
     state, scales, skipped, means = _golden(g16, x, y, cfg, 1)
     assert losses.tobytes() == np.array(means, np.float32).tobytes()
     assert res["skipped_steps"] == skipped[-1]

@@ -21,6 +21,10 @@ void tt_max_pool2d_grad_f32(const tt_pool_dims *d, const float *dy, const float 
 void tt_max_pool2d_grad_s8(const tt_pool_dims *d, const float *dy, const int8_t *x, float *dx);
 /* the same with an fp16 forward input (fp16-mixed's saved activation itself: widened where it is compared, exact) */
 void tt_max_pool2d_grad_f16(const tt_pool_dims *d, const float *dy, const uint16_t *x, float *dx);
+/* fp16-mixed: an fp16 dy (widened where it is added: exact, the fp32 sums of tt_max_pool2d_grad_f32 in the same
+ * order) with a float forward input, fp32 (xf) or fp16 (xh; the other 0); dx fp32 (overlapping windows sum into it). */
+void tt_max_pool2d_grad_hdy(const tt_pool_dims *d, const uint16_t *dy, const float *xf, const uint16_t *xh,
+                            float *dx);
 #endif /* TT_INTERFACE */
 
 void tt_max_pool2d_s8(const tt_pool_dims *d, int32_t act_min, int32_t act_max, const int8_t *x, int8_t *y)
@@ -92,7 +96,8 @@ static float tt__pool_in(const void *x, int32_t idx, int32_t kind)
 
 /* All of dy goes to the window's first maximum in row-major tap order (strict >: ties keep the earlier tap),
  * as TFLite and PyTorch pick it. */
-static void tt__max_pool2d_grad(const tt_pool_dims *d, const float *dy, const void *x, int32_t kind, float *dx)
+static void tt__max_pool2d_grad(const tt_pool_dims *d, const float *dy, const uint16_t *dyh, const void *x,
+                                int32_t kind, float *dx)
 {
     int32_t i, b, oy, ox, c, iy, ix;
     tt_pool_window w;
@@ -112,22 +117,33 @@ static void tt__max_pool2d_grad(const tt_pool_dims *d, const float *dy, const vo
             }
         }
         if (best_i >= 0) {
-            dx[best_i] += dy[TT_POOL_OUT(d, b, oy, ox, c)];
+            const int32_t o = TT_POOL_OUT(d, b, oy, ox, c);
+            dx[best_i] += dyh != 0 ? tt_f16_read(dyh[o]) : dy[o];
         }
     }
 }
 
 void tt_max_pool2d_grad_f32(const tt_pool_dims *d, const float *dy, const float *x, float *dx)
 {
-    tt__max_pool2d_grad(d, dy, x, 0, dx);
+    tt__max_pool2d_grad(d, dy, 0, x, 0, dx);
 }
 
 void tt_max_pool2d_grad_s8(const tt_pool_dims *d, const float *dy, const int8_t *x, float *dx)
 {
-    tt__max_pool2d_grad(d, dy, x, 1, dx);
+    tt__max_pool2d_grad(d, dy, 0, x, 1, dx);
 }
 
 void tt_max_pool2d_grad_f16(const tt_pool_dims *d, const float *dy, const uint16_t *x, float *dx)
 {
-    tt__max_pool2d_grad(d, dy, x, 2, dx);
+    tt__max_pool2d_grad(d, dy, 0, x, 2, dx);
+}
+
+void tt_max_pool2d_grad_hdy(const tt_pool_dims *d, const uint16_t *dy, const float *xf, const uint16_t *xh,
+                            float *dx)
+{
+    if (xh != 0) {
+        tt__max_pool2d_grad(d, 0, dy, xh, 2, dx);
+    } else {
+        tt__max_pool2d_grad(d, 0, dy, xf, 0, dx);
+    }
 }

@@ -206,6 +206,8 @@ def _c_max_pool2d_grad(gen, op: Op) -> list[str]:
     d = _c_pool_dims(gen, op, x)
     if gen.is_int8(x):
         return [f"tt_max_pool2d_grad_s8(&{d}, {gen.loc(dy)}, {gen.loc(x)}, {gen.loc(dx)});"]
+    if fp16_io.is_f16(gen, dy):   # fp16-mixed: an fp16 dy (OpDef.fp16_operands), widened where it is added
+        return [f"tt_max_pool2d_grad_hdy(&{d}, {fp16_io.loc(gen, dy)}, {fp16_io.pair(gen, x)}, {gen.loc(dx)});"]
     if x in gen.fused:   # fp16-mixed: the saved fp16 input itself (planning/fp16_memory.fused_widen)
         return [f"tt_max_pool2d_grad_f16(&{d}, {gen.loc(dy)}, {gen.loc(gen.fused[x])}, {gen.loc(dx)});"]
     return [f"tt_max_pool2d_grad_f32(&{d}, {gen.loc(dy)}, {gen.loc(x)}, {gen.loc(dx)});"]
@@ -257,7 +259,8 @@ OPS = (
     OpDef("average_pool2d_grad", kind="backward", of="average_pool2d", signature="dz -> dx",
           attrs=("the forward's pooling attrs",), c=_c_average_pool2d_grad, run=_run_average_pool2d_grad),
     OpDef("max_pool2d_grad", kind="backward", of="max_pool2d", signature="dz, x -> dx",
-          attrs=("the forward's pooling attrs",), fp16_operands=(1,), c=_c_max_pool2d_grad, run=_run_max_pool2d_grad),
+          attrs=("the forward's pooling attrs",), fp16_operands=(0, 1), c=_c_max_pool2d_grad,
+          run=_run_max_pool2d_grad),
     OpDef("mean_grad", kind="backward", of="mean", signature="dy, axes -> dx", broadcasts=True, c=_c_mean_grad,
           run=_run_mean_grad, fp16_operands=(0,), fp16_output=True),
 )
