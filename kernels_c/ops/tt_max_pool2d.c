@@ -1,4 +1,4 @@
-/* max_pool2d: int8 and float32, and max_pool2d_grad (float or int8 forward input); conventions:
+/* max_pool2d: int8, float32 and fp16-mixed, and max_pool2d_grad (float or int8 forward input); conventions:
  * ops/tt_average_pool2d.c's header. */
 #include "tt_act_clamp.h"
 #include "tt_f16.h"
@@ -10,12 +10,21 @@
 #ifdef TT_INTERFACE
 void tt_max_pool2d_s8(const tt_pool_dims *d, int32_t act_min, int32_t act_max, const int8_t *x, int8_t *y);
 void tt_max_pool2d_f32(const tt_pool_dims *d, float act_min, float act_max, const float *x, float *y);
+/* fp16-mixed (OpDef.fp16_operands / fp16_output): x read as fp32 (xf) or fp16 (xh, widened where it is compared:
+ * exact, the order kept), y written as fp32 (yf) or fp16 (yh, rounded once on store): the bits of tt_max_pool2d_f32
+ * on the widened x followed by tt_round_f16. The other pointer of each pair is 0; y never shares x's buffer. */
+void tt_max_pool2d_f16(const tt_pool_dims *d, float act_min, float act_max, const float *xf, const uint16_t *xh,
+                       float *yf, uint16_t *yh);
 /* All of dy goes to the window's first maximum in row-major tap order (strict >). */
 void tt_max_pool2d_grad_f32(const tt_pool_dims *d, const float *dy, const float *x, float *dx);
 /* the same with the int8 forward input (ties: first maximum in row-major tap order, strict >) */
 void tt_max_pool2d_grad_s8(const tt_pool_dims *d, const float *dy, const int8_t *x, float *dx);
 /* the same with an fp16 forward input (fp16-mixed's saved activation itself: widened where it is compared, exact) */
 void tt_max_pool2d_grad_f16(const tt_pool_dims *d, const float *dy, const uint16_t *x, float *dx);
+/* fp16-mixed: an fp16 dy (widened where it is added: exact, the fp32 sums of tt_max_pool2d_grad_f32 in the same
+ * order) with a float forward input, fp32 (xf) or fp16 (xh; the other 0); dx fp32 (overlapping windows sum into it). */
+void tt_max_pool2d_grad_hdy(const tt_pool_dims *d, const uint16_t *dy, const float *xf, const uint16_t *xh,
+                            float *dx);
 #endif /* TT_INTERFACE */
 
 void tt_max_pool2d_s8(const tt_pool_dims *d, int32_t act_min, int32_t act_max, const int8_t *x, int8_t *y)
@@ -52,6 +61,31 @@ void tt_max_pool2d_f32(const tt_pool_dims *d, float act_min, float act_max, cons
     }
 }
 
+void tt_max_pool2d_f16(const tt_pool_dims *d, float act_min, float act_max, const float *xf, const uint16_t *xh,
+                       float *yf, uint16_t *yh)
+{
+    int32_t b, oy, ox, c, iy, ix;
+    tt_pool_window w;
+    TT_POOL_FOR_EACH_OUTPUT(d, b, oy, ox, c, w) {
+        float best = -FLT_MAX; /* as tt_max_pool2d_f32 */
+        int32_t first = 1;
+        TT_POOL_FOR_EACH_TAP(w, iy, ix) {
+            const int32_t idx = TT_POOL_IN(d, b, iy, ix, c);
+            const float v = xh != 0 ? tt_f16_read(xh[idx]) : xf[idx];
+            if ((first && !w.clipped) || v > best) {
+                best = v;
+            }
+            first = 0;
+        }
+        best = tt_act_clamp(best, act_min, act_max);
+        if (yh != 0) {
+            yh[TT_POOL_OUT(d, b, oy, ox, c)] = tt_f16_narrow(best);
+        } else {
+            yf[TT_POOL_OUT(d, b, oy, ox, c)] = best;
+        }
+    }
+}
+
 /* The forward input of a max pool is float32, int8 or fp16 (kind 0, 1, 2); int8 -> float and fp16 -> float are
  * exact and keep the order, so one window search serves all and picks the same tap. */
 static float tt__pool_in(const void *x, int32_t idx, int32_t kind)
@@ -62,7 +96,8 @@ static float tt__pool_in(const void *x, int32_t idx, int32_t kind)
 
 /* All of dy goes to the window's first maximum in row-major tap order (strict >: ties keep the earlier tap),
  * as TFLite and PyTorch pick it. */
-static void tt__max_pool2d_grad(const tt_pool_dims *d, const float *dy, const void *x, int32_t kind, float *dx)
+static void tt__max_pool2d_grad(const tt_pool_dims *d, const float *dy, const uint16_t *dyh, const void *x,
+                                int32_t kind, float *dx)
 {
     int32_t i, b, oy, ox, c, iy, ix;
     tt_pool_window w;
@@ -82,22 +117,33 @@ static void tt__max_pool2d_grad(const tt_pool_dims *d, const float *dy, const vo
             }
         }
         if (best_i >= 0) {
-            dx[best_i] += dy[TT_POOL_OUT(d, b, oy, ox, c)];
+            const int32_t o = TT_POOL_OUT(d, b, oy, ox, c);
+            dx[best_i] += dyh != 0 ? tt_f16_read(dyh[o]) : dy[o];
         }
     }
 }
 
 void tt_max_pool2d_grad_f32(const tt_pool_dims *d, const float *dy, const float *x, float *dx)
 {
-    tt__max_pool2d_grad(d, dy, x, 0, dx);
+    tt__max_pool2d_grad(d, dy, 0, x, 0, dx);
 }
 
 void tt_max_pool2d_grad_s8(const tt_pool_dims *d, const float *dy, const int8_t *x, float *dx)
 {
-    tt__max_pool2d_grad(d, dy, x, 1, dx);
+    tt__max_pool2d_grad(d, dy, 0, x, 1, dx);
 }
 
 void tt_max_pool2d_grad_f16(const tt_pool_dims *d, const float *dy, const uint16_t *x, float *dx)
 {
-    tt__max_pool2d_grad(d, dy, x, 2, dx);
+    tt__max_pool2d_grad(d, dy, 0, x, 2, dx);
+}
+
+void tt_max_pool2d_grad_hdy(const tt_pool_dims *d, const uint16_t *dy, const float *xf, const uint16_t *xh,
+                            float *dx)
+{
+    if (xh != 0) {
+        tt__max_pool2d_grad(d, 0, dy, xh, 2, dx);
+    } else {
+        tt__max_pool2d_grad(d, 0, dy, xf, 0, dx);
+    }
 }

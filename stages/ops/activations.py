@@ -293,8 +293,10 @@ def _c_clamp(gen, op: Op) -> list[str]:
         qlo, qhi = ia.relu_op_range(lo, hi, s_out, z_out)
         return [f"tt_relu_s8({n}, {z_in}, {z_out}, {mult}, {shift}, {qlo}, {qhi}, {gen.loc(x)}, "
                 f"{gen.loc(y)});"]
-    fn = "tt_clamp_f32_hy" if gen.g.tensors[y].dtype == "float16" else "tt_clamp_f32"   # fp16-mixed: fp16 y
-    return [f"{fn}({n}, {flit(lo)}, {flit(math.inf if hi is None else hi)}, {gen.loc(x)}, {gen.loc(y)});"]
+    lims = f"{flit(lo)}, {flit(math.inf if hi is None else hi)}"
+    if fp16_io.is_f16(gen, x) or gen.g.tensors[y].dtype == "float16":   # fp16-mixed: OpDef.fp16_operands / _output
+        return [f"tt_clamp_f16({n}, {lims}, {fp16_io.pair(gen, x)}, {fp16_io.pair(gen, y, True)});"]
+    return [f"tt_clamp_f32({n}, {lims}, {gen.loc(x)}, {gen.loc(y)});"]
 
 
 # ---- numpy kernels of the backward ops (the training executor's; v(j): the value of input j, shape(t): a
@@ -326,10 +328,10 @@ def _run_prelu_grad(op, v, shape, tensor):
 
 OPS = (
     OpDef("relu", row_stream="local", signature="x -> y", tflite=(Builtin("RELU", 1, 1),), differentiable=True,
-          op_clamp=_CLAMPS["relu"], in_place="any", forward=_clamp, c=_c_clamp, fp16_output=True,
+          op_clamp=_CLAMPS["relu"], in_place="any", forward=_clamp, c=_c_clamp, fp16_operands=(0,), fp16_output=True,
           version=version_by_dtype({"int8": 2, "int16": 3}), backward=clamp_backward(_CLAMPS["relu"])),
     OpDef("relu6", row_stream="local", signature="x -> y", tflite=(Builtin("RELU6", 1, 1),), differentiable=True,
-          op_clamp=_CLAMPS["relu6"], in_place="any", forward=_clamp, c=_c_clamp, fp16_output=True,
+          op_clamp=_CLAMPS["relu6"], in_place="any", forward=_clamp, c=_c_clamp, fp16_operands=(0,), fp16_output=True,
           version=version_by_dtype({"int8": 2, "int16": 3}), backward=clamp_backward(_CLAMPS["relu6"])),
     OpDef("logistic", row_stream="local", signature="x -> y", note="int8: output fixed at (1/256, -128)",
           tflite=(Builtin("LOGISTIC", 1, 1),), differentiable=True, fixed_output=_FIXED_OUTPUT["logistic"],

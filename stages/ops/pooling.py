@@ -156,6 +156,10 @@ def _c_pool(gen, op: Op, kind: str) -> list[str]:
         lo, hi = ia.activation_range(act, *gen.qp(y))
         return [f"tt_{kind}_s8(&{d}, {lo}, {hi}, {gen.loc(x)}, {gen.loc(y)});"]
     lo, hi = FLOAT_BOUNDS[act]
+    if kind == "max_pool2d" and (fp16_io.is_f16(gen, x) or gen.g.tensors[y].dtype == "float16"):
+        # fp16-mixed: OpDef.fp16_operands / fp16_output (max_pool2d only)
+        return [f"tt_max_pool2d_f16(&{d}, {flit(lo)}, {flit(hi)}, {fp16_io.pair(gen, x)}, "
+                f"{fp16_io.pair(gen, y, True)});"]
     return [f"tt_{kind}_f32(&{d}, {flit(lo)}, {flit(hi)}, {gen.loc(x)}, {gen.loc(y)});"]
 
 
@@ -202,6 +206,8 @@ def _c_max_pool2d_grad(gen, op: Op) -> list[str]:
     d = _c_pool_dims(gen, op, x)
     if gen.is_int8(x):
         return [f"tt_max_pool2d_grad_s8(&{d}, {gen.loc(dy)}, {gen.loc(x)}, {gen.loc(dx)});"]
+    if fp16_io.is_f16(gen, dy):   # fp16-mixed: an fp16 dy (OpDef.fp16_operands), widened where it is added
+        return [f"tt_max_pool2d_grad_hdy(&{d}, {fp16_io.loc(gen, dy)}, {fp16_io.pair(gen, x)}, {gen.loc(dx)});"]
     if x in gen.fused:   # fp16-mixed: the saved fp16 input itself (planning/fp16_memory.fused_widen)
         return [f"tt_max_pool2d_grad_f16(&{d}, {gen.loc(dy)}, {gen.loc(gen.fused[x])}, {gen.loc(dx)});"]
     return [f"tt_max_pool2d_grad_f32(&{d}, {gen.loc(dy)}, {gen.loc(x)}, {gen.loc(dx)});"]
@@ -246,14 +252,15 @@ OPS = (
           c=_c_average_pool2d, version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("max_pool2d", row_stream="pool", signature="x -> y", attrs=_POOL, tflite=(Builtin("MAX_POOL_2D", 1, 1),),
           differentiable=True, shared_qparams="first", forward=_max_pool2d, backward=_max_pool_backward,
-          c=_c_max_pool2d, version=version_by_dtype({"int8": 2, "int16": 3})),
+          c=_c_max_pool2d, version=version_by_dtype({"int8": 2, "int16": 3}), fp16_operands=(0,), fp16_output=True),
     OpDef("mean", signature="x, axes -> y", attrs=("keep_dims",), tflite=(Builtin("MEAN", 2, 2),),
           differentiable=True, clamp_masked=True, forward=_mean, backward=_mean_backward, fp16_operands=(0,),
           c=_c_mean, version=version_by_dtype({"int8": 2, "int16": 3})),
     OpDef("average_pool2d_grad", kind="backward", of="average_pool2d", signature="dz -> dx",
           attrs=("the forward's pooling attrs",), c=_c_average_pool2d_grad, run=_run_average_pool2d_grad),
     OpDef("max_pool2d_grad", kind="backward", of="max_pool2d", signature="dz, x -> dx",
-          attrs=("the forward's pooling attrs",), fp16_operands=(1,), c=_c_max_pool2d_grad, run=_run_max_pool2d_grad),
+          attrs=("the forward's pooling attrs",), fp16_operands=(0, 1), c=_c_max_pool2d_grad,
+          run=_run_max_pool2d_grad),
     OpDef("mean_grad", kind="backward", of="mean", signature="dy, axes -> dx", broadcasts=True, c=_c_mean_grad,
           run=_run_mean_grad, fp16_operands=(0,), fp16_output=True),
 )

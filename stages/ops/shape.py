@@ -10,6 +10,7 @@ from tinytrain.stages.golden import int8_arith as ia
 from tinytrain.stages.c_emit.literals import FLOAT_BOUNDS, CodegenError, flit, numel
 from tinytrain.stages.model.ir import Op
 from tinytrain.stages.golden.kernel_common import float_act, qparams
+from tinytrain.stages.ops import fp16_io
 from tinytrain.stages.ops.backward import input_backward
 from tinytrain.stages.ops.base import Builtin, OpDef, input_dtype, output_dtype, version_by_dtype
 from tinytrain.stages.ops.movement import forward_call, grad_call
@@ -132,12 +133,16 @@ def _c_pad(gen, op: Op) -> list[str]:
     shp, pd = _c_pads(gen, x, p)
     if gen.is_int8(x):
         return [f"tt_pad_s8({shp}, {pd}, {gen.qp(y)[1]}, {gen.loc(x)}, {gen.loc(y)});"]
+    if fp16_io.is_f16(gen, x) or gen.g.tensors[y].dtype == "float16":   # fp16-mixed: OpDef.fp16_operands / _output
+        return [f"tt_pad_f16({shp}, {pd}, 0.0f, {fp16_io.pair(gen, x)}, {fp16_io.pair(gen, y, True)});"]
     return [f"tt_pad_f32({shp}, {pd}, 0.0f, {gen.loc(x)}, {gen.loc(y)});"]
 
 
 def _c_pad_grad(gen, op: Op) -> list[str]:
     dy, p, dx = op.inputs[0], op.inputs[1], op.outputs[0]
     shp, pd = _c_pads(gen, dx, p)
+    if fp16_io.is_f16(gen, dy) or gen.g.tensors[dx].dtype == "float16":   # fp16-mixed: fp16 gradients
+        return [f"tt_pad_grad_f16({shp}, {pd}, {fp16_io.pair(gen, dy)}, {fp16_io.pair(gen, dx, True)});"]
     return [f"tt_pad_grad_f32({shp}, {pd}, {gen.loc(dy)}, {gen.loc(dx)});"]
 
 
@@ -259,7 +264,8 @@ def _strided_slice_version(graph, op) -> int:
 
 PAD = OpDef("pad", row_stream="local", signature="x, paddings[N,2] -> y",
             tflite=(Builtin("PAD", 2, 2), Builtin("PADV2", 2, 3)), differentiable=True, shared_qparams="first",
-            forward=_pad, backward=_pad_backward, c=_c_pad, version=version_by_dtype({"int8": 2, "int16": 3}))
+            forward=_pad, backward=_pad_backward, c=_c_pad, version=version_by_dtype({"int8": 2, "int16": 3}),
+            fp16_operands=(0,), fp16_output=True)
 STRIDED_SLICE = OpDef("strided_slice", signature="x, begin, end, strides -> y",
                       attrs=("starts", "stops", "strides", "begin_mask", "end_mask", "ellipsis_mask",
                              "new_axis_mask", "shrink_axis_mask", "offset"),
@@ -284,7 +290,8 @@ OPS = (
     STRIDED_SLICE,
     OpDef("reshape_grad", kind="backward", of="reshape", signature="dy -> dx", in_place="any", c=_c_reshape_grad,
           run=_run_reshape_grad),
-    OpDef("pad_grad", kind="backward", of="pad", signature="dy, paddings -> dx", c=_c_pad_grad, run=_run_pad_grad),
+    OpDef("pad_grad", kind="backward", of="pad", signature="dy, paddings -> dx", c=_c_pad_grad, run=_run_pad_grad,
+          fp16_operands=(0,), fp16_output=True),
     OpDef("concatenation_grad", kind="backward", of="concatenation", signature="dz -> dx0?, dx1?, ...",
           attrs=("axis", "sizes", "which"), c=_c_concatenation_grad, run=_run_concatenation_grad),
     OpDef("strided_slice_grad", kind="backward", of="strided_slice", signature="dy -> dx",
