@@ -296,10 +296,17 @@ TT_FC_INLINE void tt_fc_run(const tt_conv_dims *d0, float act_min, float act_max
     }
 }
 
-int32_t tt_fvec_conv2d_hx(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x, const float *w,
-                          const float *w_slice, int32_t n, const float *bias, float *yf, uint16_t *yh)
+int32_t tt_fvec_conv2d_wcheck(const tt_conv_dims *d, float act_min, float act_max, const float *w,
+                              const float *w_slice, int32_t n, const float *bias)
 {
-    if (tt_fc_emin_w(d, w, w_slice, n) < 48 || !tt_fc_tail_ok(d, act_min, act_max, bias)) {
+    return tt_fc_tail_ok(d, act_min, act_max, bias) ? tt_fc_emin_w(d, w, w_slice, n) : 0;
+}
+
+int32_t tt_fvec_conv2d_hx_ew(int32_t ew, const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x,
+                             const float *w, const float *w_slice, int32_t n, const float *bias, float *yf,
+                             uint16_t *yh)
+{
+    if (ew < 48) {
         return 0;
     }
     if (yh != 0) {
@@ -310,15 +317,29 @@ int32_t tt_fvec_conv2d_hx(const tt_conv_dims *d, float act_min, float act_max, c
     return 1;
 }
 
-int32_t tt_fvec_conv2d_fx_hy(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
-                             const float *w_slice, int32_t n, const float *bias, uint16_t *y)
+int32_t tt_fvec_conv2d_fx_hy_ew(int32_t ew, const tt_conv_dims *d, float act_min, float act_max, const float *x,
+                                const float *w, const float *w_slice, int32_t n, const float *bias, uint16_t *y)
 {
-    const int32_t ex = tt_fc_emin(x, d->batches * d->in_h * d->in_w * d->in_c), ew = tt_fc_emin_w(d, w, w_slice, n);
-    if (ex < 1 || ew < 1 || ex + ew < 174 || !tt_fc_tail_ok(d, act_min, act_max, bias)) {
+    const int32_t ex = tt_fc_emin(x, d->batches * d->in_h * d->in_w * d->in_c);
+    if (ex < 1 || ew < 1 || ex + ew < 174) {
         return 0;
     }
     tt_fc_run(d, act_min, act_max, 0, x, w, w_slice, n, bias, 0, y);
     return 1;
+}
+
+int32_t tt_fvec_conv2d_hx(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x, const float *w,
+                          const float *w_slice, int32_t n, const float *bias, float *yf, uint16_t *yh)
+{
+    return tt_fvec_conv2d_hx_ew(tt_fvec_conv2d_wcheck(d, act_min, act_max, w, w_slice, n, bias), d, act_min, act_max,
+                                x, w, w_slice, n, bias, yf, yh);
+}
+
+int32_t tt_fvec_conv2d_fx_hy(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
+                             const float *w_slice, int32_t n, const float *bias, uint16_t *y)
+{
+    return tt_fvec_conv2d_fx_hy_ew(tt_fvec_conv2d_wcheck(d, act_min, act_max, w, w_slice, n, bias), d, act_min,
+                                   act_max, x, w, w_slice, n, bias, y);
 }
 
 #else

@@ -369,6 +369,8 @@ class _Gen:
         feed = row_feed.RowFeed(self, st, [row_geometry(self.g, op) for op in ops], sources, outside)
         rows = feed.rows()
         cases: list[str] = []
+        oks = self.uid("tt_rows_ok")   # the kernels' weight checks, kept for the stream run (reuses_weight_check)
+        n_ok = 0
         for k, op in enumerate(ops):
             geo = feed.geos[k + feed.n]
             window = int(st.info["windows"].get(op.outputs[0], 0)) if k < len(ops) - 1 else 0
@@ -379,6 +381,9 @@ class _Gen:
                         f"{window}}}")
             if op.type in ROW_OPS:   # its C takes a row view of its dims struct
                 io = {"d": "&d", "x": "xs[0]", "y": "y"}
+                if conv_forward.reuses_weight_check(self, op):
+                    io["w_ok"] = f"{oks}[{n_ok}]"
+                    n_ok += 1
                 call = self.calls_of(op, io=io)
                 body = ["{", "    tt_conv_dims d;", f"    d = {io['dims']};", "    d.in_h = in_rows;",
                         "    d.pad_top = pad_top;", "    d.out_h = out_rows;", *[f"    {c}" for c in call], "}"]
@@ -395,7 +400,11 @@ class _Gen:
             *cases, "    default:", "        break;", "    }", "}"]))
         wins = feed.bufs() + [f"(uint8_t *){self.loc(op.outputs[0])}" for op in ops[:-1]]
         exts = [feed.ext(t) for t in outside]
-        return [f"{{ uint8_t *const {bufs}[{len(wins)}] = {{{', '.join(wins)}}};",
+        reset: list[str] = []
+        if n_ok:   # -1: not checked yet in this run (the weights may be trained between runs)
+            self.globals.append(f"static int32_t {oks}[{n_ok}];")
+            reset = [f"{{ int32_t i; for (i = 0; i < {n_ok}; ++i) {oks}[i] = -1; }}"]
+        return [*reset, f"{{ uint8_t *const {bufs}[{len(wins)}] = {{{', '.join(wins)}}};",
                 f"  const uint8_t *const {ext}[{len(exts)}] = {{{', '.join(exts)}}};",
                 f"  tt_stream_rows({table}, {len(rows)}, {ext}, {bufs}, "
                 f"(uint8_t *){self.loc(ops[-1].outputs[0])}, {fn}, {feed.ctx()}); }}", *feed.after()]

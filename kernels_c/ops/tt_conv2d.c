@@ -113,6 +113,17 @@ void tt_conv2d_hx_f32_split(const tt_conv_dims *d, float act_min, float act_max,
                             const float *w_slice, int32_t n, const float *bias, float *y);
 void tt_conv2d_hx_hy_split(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x, const float *w,
                            const float *w_slice, int32_t n, const float *bias, uint16_t *y);
+/* The three fp16 forms above called again and again with the same weight, bias and clamp (a row stream:
+ * codegen.stream_rows, a few rows per call): *w_ok is -1 at the stream's first call and keeps the Helium kernel's
+ * weight check (tt_fvec_conv2d_wcheck) for the others. Elsewhere, the plain kernels. */
+void tt_conv2d_f32_split_hy_rep(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
+                                const float *w_slice, int32_t n, const float *bias, int32_t *w_ok, uint16_t *y);
+void tt_conv2d_hx_f32_split_rep(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x,
+                                const float *w, const float *w_slice, int32_t n, const float *bias, int32_t *w_ok,
+                                float *y);
+void tt_conv2d_hx_hy_split_rep(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x,
+                               const float *w, const float *w_slice, int32_t n, const float *bias, int32_t *w_ok,
+                               uint16_t *y);
 #endif /* TT_INTERFACE */
 
 /* One block of up to four output channels: weight rows (the split kernel's slice rows for input channels [0, n)),
@@ -2529,6 +2540,22 @@ void tt_conv2d_f32_split_hy(const tt_conv_dims *d, float act_min, float act_max,
     tt_conv_f32_walk(d, act_min, act_max, x, w, w_slice, n, bias, 0, y);
 }
 
+void tt_conv2d_f32_split_hy_rep(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
+                                const float *w_slice, int32_t n, const float *bias, int32_t *w_ok, uint16_t *y)
+{
+#ifdef TT_FVEC_CONV
+    if (*w_ok < 0) {
+        *w_ok = tt_fvec_conv2d_wcheck(d, act_min, act_max, w, w_slice, n, bias);
+    }
+    if (tt_fvec_conv2d_fx_hy_ew(*w_ok, d, act_min, act_max, x, w, w_slice, n, bias, y)) {   /* x checked per call */
+        return;
+    }
+#else
+    (void)w_ok;
+#endif
+    tt_conv_f32_walk(d, act_min, act_max, x, w, w_slice, n, bias, 0, y);
+}
+
 #if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
 #include "tt_fvec_gi.h" /* the fp16-mixed input gradients on Helium, where their operands allow it */
 #define TT_FVEC_GI 1
@@ -2787,6 +2814,40 @@ void tt_conv2d_hx_hy_split(const tt_conv_dims *d, float act_min, float act_max, 
     if (tt_fvec_conv2d_hx(d, act_min, act_max, x, w, w_slice, n, bias, 0, y)) {
         return;
     }
+#endif
+    tt_conv_hx_walk(d, act_min, act_max, x, w, w_slice, n, bias, 0, y);
+}
+
+void tt_conv2d_hx_f32_split_rep(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x,
+                                const float *w, const float *w_slice, int32_t n, const float *bias, int32_t *w_ok,
+                                float *y)
+{
+#ifdef TT_FVEC_CONV
+    if (*w_ok < 0) {
+        *w_ok = tt_fvec_conv2d_wcheck(d, act_min, act_max, w, w_slice, n, bias);
+    }
+    if (tt_fvec_conv2d_hx_ew(*w_ok, d, act_min, act_max, x, w, w_slice, n, bias, y, 0)) {
+        return;
+    }
+#else
+    (void)w_ok;
+#endif
+    tt_conv_hx_walk(d, act_min, act_max, x, w, w_slice, n, bias, y, 0);
+}
+
+void tt_conv2d_hx_hy_split_rep(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x,
+                               const float *w, const float *w_slice, int32_t n, const float *bias, int32_t *w_ok,
+                               uint16_t *y)
+{
+#ifdef TT_FVEC_CONV
+    if (*w_ok < 0) {
+        *w_ok = tt_fvec_conv2d_wcheck(d, act_min, act_max, w, w_slice, n, bias);
+    }
+    if (tt_fvec_conv2d_hx_ew(*w_ok, d, act_min, act_max, x, w, w_slice, n, bias, 0, y)) {
+        return;
+    }
+#else
+    (void)w_ok;
 #endif
     tt_conv_hx_walk(d, act_min, act_max, x, w, w_slice, n, bias, 0, y);
 }
