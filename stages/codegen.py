@@ -392,6 +392,8 @@ class _Gen:
             else:
                 body = self._row_view_call(op, geo)
             cases += [f"    case {k + feed.n}:", *[f"        {c}" for c in body], "        break;"]
+        if n_ok:   # the callback's weight-check flags (reset below before every run)
+            self.globals.append(f"static int32_t {oks}[{n_ok}];")
         self.globals.append(f"static const tt_row_op {table}[{len(rows)}] = {{{', '.join(rows)}}};")
         self.globals.append("\n".join([
             f"static void {fn}(void *ctx, int32_t k, const uint8_t *const *xs, int32_t in_rows, int32_t pad_top,",
@@ -402,7 +404,6 @@ class _Gen:
         exts = [feed.ext(t) for t in outside]
         reset: list[str] = []
         if n_ok:   # -1: not checked yet in this run (the weights may be trained between runs)
-            self.globals.append(f"static int32_t {oks}[{n_ok}];")
             reset = [f"{{ int32_t i; for (i = 0; i < {n_ok}; ++i) {oks}[i] = -1; }}"]
         return [*reset, f"{{ uint8_t *const {bufs}[{len(wins)}] = {{{', '.join(wins)}}};",
                 f"  const uint8_t *const {ext}[{len(exts)}] = {{{', '.join(exts)}}};",
