@@ -87,7 +87,8 @@ int tt_main(void) {
         for (int32_t t = 0; t < 2; ++t) {
             memset(rep32, 0xA5, yb);
             if (kind == 0) tt_conv2d_hx_f32_split_rep(&d, lo, hi, x, w, ws, n, bias, &ok, (float *)(void *)rep32);
-            else if (kind == 1) tt_conv2d_hx_hy_split_rep(&d, lo, hi, x, w, ws, n, bias, &ok, (uint16_t *)(void *)rep32);
+            else if (kind == 1)
+                tt_conv2d_hx_hy_split_rep(&d, lo, hi, x, w, ws, n, bias, &ok, (uint16_t *)(void *)rep32);
             else tt_conv2d_f32_split_hy_rep(&d, lo, hi, x, w, ws, n, bias, &ok, (uint16_t *)(void *)rep32);
             if (memcmp(rep32, y, yn * (kind == 0 ? 4u : 2u)) != 0) tt_fail("a _rep kernel wrote other bytes");
         }
