@@ -202,6 +202,7 @@ void tt_fvec_gi_run(const tt_conv_dims *d, const float *dy, const uint16_t *dyh,
                     const float *wb = (c0 < n ? w_slice : w) + c0;
                     const int32_t stride = taps * rowlen;
                     nc = lim - c0 > TT_FVEC_GI_C ? TT_FVEC_GI_C : lim - c0;
+                    int32_t first = 1;
                     tt_fvec_gi_zero(acc, nc);
                     for (ky = 0; ky < d->k_h; ++ky) {
                         const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
@@ -215,7 +216,12 @@ void tt_fvec_gi_run(const tt_conv_dims *d, const float *dy, const uint16_t *dyh,
                             if (ox < 0) {
                                 continue;
                             }
-                            tt_fvec_gi_zero(s, nc);
+                            /* the first in-image tap sums straight into acc (+0): acc = 0 + s is s, s never being
+                             * -0 (it starts at +0, and a sum is -0 only when both addends are) */
+                            float *const sp = first ? acc : s;
+                            if (!first) {
+                                tt_fvec_gi_zero(s, nc);
+                            }
                             for (o0 = 0; o0 < out_c; o0 += no) {
                                 const float *g = gw;
                                 if (dyh != 0) { /* widened TT_FVEC_GI_O at a time (exact) */
@@ -227,12 +233,13 @@ void tt_fvec_gi_run(const tt_conv_dims *d, const float *dy, const uint16_t *dyh,
                                     no = out_c - o0;
                                     g = dy + at_dy + o0;
                                 }
-                                tt_fvec_gi_sums(s, nc, g, no, wb + (o0 * taps + tap) * rowlen, stride);
+                                tt_fvec_gi_sums(sp, nc, g, no, wb + (o0 * taps + tap) * rowlen, stride);
                             }
-                            for (i = 0; i < nc; i += 4) {
+                            for (i = 0; !first && i < nc; i += 4) {
                                 const mve_pred16_t p = vctp32q((uint32_t)(nc - i));
                                 vstrwq_p_f32(acc + i, vaddq_f32(vldrwq_z_f32(acc + i, p), vldrwq_z_f32(s + i, p)), p);
                             }
+                            first = 0;
                         }
                     }
                     if (dxh != 0) {
