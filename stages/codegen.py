@@ -209,6 +209,18 @@ class _Gen:
         self.state.append({"name": name, "expr": expr, "nbytes": int(nbytes), "dtype": self.g.tensors[name].dtype,
                            "role": role})
 
+    def const_check_flag(self, *names: str) -> str | None:
+        """The name of a static int32_t, -1 at start, in which a kernel keeps its check of operands that never change
+        (the *_rep kernels): every one of `names` const data in flash, which no step writes. None when one is written
+        (a trained weight or bias, a split weight's slice): its kernel checks it at every call."""
+        for n in names:
+            self.loc(n)
+            if self.locs[n].kind != "flash":
+                return None
+        flag = self.uid("tt_const_ok")
+        self.globals.append(f"static int32_t {flag} = -1; /* the check of {', '.join(names)} (const) */")
+        return flag
+
     def weight_args(self, w: str) -> tuple[str, str, int]:
         """(whole weight, trained slice or 0, n) of a weight a split-aware kernel reads."""
         slice_ = self.loc(w)

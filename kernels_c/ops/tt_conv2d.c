@@ -97,8 +97,11 @@ void tt_conv2d_grad_input_f32_split_hdx(const tt_conv_dims *d, const float *dy, 
                                         int32_t n, uint16_t *dx);
 void tt_conv2d_grad_input_hdy_split_hdx(const tt_conv_dims *d, const uint16_t *dy, const float *w,
                                         const float *w_slice, int32_t n, uint16_t *dx);
-/* tt_conv2d_grad_input_hdy_split_hdx called again and again with the same weight (the positions stream: one input
- * pixel per call): *w_ok is -1 at the first call and keeps what the kernel learnt about the weight for the next. */
+/* tt_conv2d_grad_input_hdy_split_hdx / _hdy_f32_split called again and again with the same weight (the positions
+ * stream: one input pixel per call; a const weight: every step): *w_ok is -1 at the first call and keeps what the
+ * kernel learnt about the weight for the next. */
+void tt_conv2d_grad_input_hdy_f32_split_rep(const tt_conv_dims *d, const uint16_t *dy, const float *w,
+                                            const float *w_slice, int32_t n, int32_t *w_ok, float *dx);
 void tt_conv2d_grad_input_hdy_split_hdx_rep(const tt_conv_dims *d, const uint16_t *dy, const float *w,
                                             const float *w_slice, int32_t n, int32_t *w_ok, uint16_t *dx);
 /* tt_conv2d_grad_weight_f32_range / _hx_f32_range reading an fp16 dy (fp16-mixed: a gradient its kernel wrote as
@@ -2570,6 +2573,23 @@ void tt_conv2d_grad_input_hdy_f32_split(const tt_conv_dims *d, const uint16_t *d
     if (tt_fvec_gi(d, 0, dy, w, w_slice, n, dx, 0)) {
         return;
     }
+#endif
+    tt_gi_walk(d, 0, dy, w, w_slice, n, 0, 0, dx, 0);
+}
+
+void tt_conv2d_grad_input_hdy_f32_split_rep(const tt_conv_dims *d, const uint16_t *dy, const float *w,
+                                            const float *w_slice, int32_t n, int32_t *w_ok, float *dx)
+{
+#ifdef TT_FVEC_GI
+    if (*w_ok < 0) {
+        *w_ok = tt_fvec_gi_w_ok_hdy(d, w, w_slice, n);
+    }
+    if (*w_ok) {
+        tt_fvec_gi_run(d, 0, dy, w, w_slice, n, dx, 0);
+        return;
+    }
+#else
+    (void)w_ok;
 #endif
     tt_gi_walk(d, 0, dy, w, w_slice, n, 0, 0, dx, 0);
 }

@@ -183,8 +183,10 @@ def c_conv2d(gen, op: Op, io: dict[str, str] | None = None) -> list[str]:
         whole, part, n = gen.weight_args(w) if w in gen.split else (gen.loc(w), gen.loc(w), 0)
         fn = {(False, True): "tt_conv2d_f32_split_hy", (True, False): "tt_conv2d_hx_f32_split",
               (True, True): "tt_conv2d_hx_hy_split"}[hx, hy]
-        if io is not None and "w_ok" in io:   # reuses_weight_check
-            return [f"{fn}_rep({d}, {flit(lo)}, {flit(hi)}, {xe}, {whole}, {part}, {n}, {bias}, &{io['w_ok']}, {ye});"]
+        # the weight check kept: per row-stream run (reuses_weight_check), or for good where weight and bias are const
+        ok = io.get("w_ok") if io is not None else gen.const_check_flag(w, *([b] if b else []))
+        if ok is not None:
+            return [f"{fn}_rep({d}, {flit(lo)}, {flit(hi)}, {xe}, {whole}, {part}, {n}, {bias}, &{ok}, {ye});"]
         return [f"{fn}({d}, {flit(lo)}, {flit(hi)}, {xe}, {whole}, {part}, {n}, {bias}, {ye});"]
     if w in gen.split:
         whole, part, n = gen.weight_args(w)
