@@ -14,10 +14,11 @@
  * weight, the same for the four lanes, is a scalar operand (VMUL.F32 Qd, Qn, Rm): one gather serves four channels,
  * one weight load four pixels. Each lane adds its products with one VMUL and one VADD in the portable loop's order
  * (filter y, filter x, input channel; the trained slice's channels [0, n) first, then [n, in_c) of the whole
- * weight) from +0, then + bias, the clamp (compare and select, as tt_act_clamp, NaN kept) and the store (fp32, or fp16 by
- * tt_f16_mve.h's VCVTB with its NaN fix-up: tt_f16_narrow's bits). A tap outside the image (padding, lanes past
- * the row's end) loads +0 into its lanes: the product is +-0, and adding +-0 leaves an accumulator that starts at +0
- * unchanged (it can never be -0: a sum is -0 only when both addends are), which is the portable loop's skipping.
+ * weight) from +0, then + bias, the clamp (compare and select, as tt_act_clamp, NaN kept) and the store (fp32, or
+ * fp16 by tt_f16_mve.h's VCVTB: tt_f16_narrow's bits, tt_fc_out says why no NaN fix-up is needed). A tap outside the
+ * image (padding, lanes past the row's end) loads +0 into its lanes: the product is +-0, and adding +-0 leaves an
+ * accumulator that starts at +0 unchanged (it can never be -0: a sum is -0 only when both addends are), which is the
+ * portable loop's skipping.
  *
  * Why the bits are the portable ones (tt_fvec_mve.h's argument, G(q) = the integer multiples of q; this file checks
  * its own, equivalent or wider, condition with one integer pass per operand, tt_fc_emin):
@@ -203,11 +204,17 @@ TT_FC_INLINE void tt_fc_out(const float32x4_t *acc, int32_t K, const float *bias
             v = vaddq_n_f32(v, bias[oc + k]);
         }
         /* lo > v, not v < lo: a vector LT (N != V) holds for unordered operands, GT (as C's < and >) does not,
-         * so a NaN passes the clamp as in tt_act_clamp */
-        v = vpselq_f32(lo, v, vcmpgtq_f32(lo, v));
-        v = vpselq_f32(hi, v, vcmpgtq_f32(v, hi));
+         * so a NaN passes the clamp as in tt_act_clamp. Each bound a VPT and a predicated VMOV (gcc's VPSEL form
+         * moves every compare's predicate through a core register: VMRS, VMSR; tt_fvec_dw.c does the same). */
+        __asm__("vpt.f32 gt, %q1, %q0\n\tvmovt %q0, %q1\n\tvpt.f32 gt, %q0, %q2\n\tvmovt %q0, %q2"
+                : "+w"(v)
+                : "w"(lo), "w"(hi)
+                : "p0");
         if (yh != 0) {
-            vstrhq_scatter_shifted_offset_p_u32(yh + at + k, yoffs, tt_f32_to_f16x4_mve(vreinterpretq_u32_f32(v)),
+            /* VCVTB alone: a NaN lane here is Helium's default NaN (vector arithmetic made it or replaced an x
+             * NaN's payload; a NaN bound is never selected), which VCVTB and tt_f16_narrow both make 0x7E00, so
+             * tt_f32_to_f16x4_mve's NaN fix-up would change nothing */
+            vstrhq_scatter_shifted_offset_p_u32(yh + at + k, yoffs, tt_mve_vcvtb_f16_f32(vreinterpretq_u32_f32(v)),
                                                 live);
         } else {
             vstrwq_scatter_shifted_offset_p_f32(yf + at + k, yoffs, v, live);
@@ -296,10 +303,17 @@ TT_FC_INLINE void tt_fc_run(const tt_conv_dims *d0, float act_min, float act_max
     }
 }
 
-int32_t tt_fvec_conv2d_hx(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x, const float *w,
-                          const float *w_slice, int32_t n, const float *bias, float *yf, uint16_t *yh)
+int32_t tt_fvec_conv2d_wcheck(const tt_conv_dims *d, float act_min, float act_max, const float *w,
+                              const float *w_slice, int32_t n, const float *bias)
 {
-    if (tt_fc_emin_w(d, w, w_slice, n) < 48 || !tt_fc_tail_ok(d, act_min, act_max, bias)) {
+    return tt_fc_tail_ok(d, act_min, act_max, bias) ? tt_fc_emin_w(d, w, w_slice, n) : 0;
+}
+
+int32_t tt_fvec_conv2d_hx_ew(int32_t ew, const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x,
+                             const float *w, const float *w_slice, int32_t n, const float *bias, float *yf,
+                             uint16_t *yh)
+{
+    if (ew < 48) {
         return 0;
     }
     if (yh != 0) {
@@ -310,15 +324,29 @@ int32_t tt_fvec_conv2d_hx(const tt_conv_dims *d, float act_min, float act_max, c
     return 1;
 }
 
-int32_t tt_fvec_conv2d_fx_hy(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
-                             const float *w_slice, int32_t n, const float *bias, uint16_t *y)
+int32_t tt_fvec_conv2d_fx_hy_ew(int32_t ew, const tt_conv_dims *d, float act_min, float act_max, const float *x,
+                                const float *w, const float *w_slice, int32_t n, const float *bias, uint16_t *y)
 {
-    const int32_t ex = tt_fc_emin(x, d->batches * d->in_h * d->in_w * d->in_c), ew = tt_fc_emin_w(d, w, w_slice, n);
-    if (ex < 1 || ew < 1 || ex + ew < 174 || !tt_fc_tail_ok(d, act_min, act_max, bias)) {
+    const int32_t ex = tt_fc_emin(x, d->batches * d->in_h * d->in_w * d->in_c);
+    if (ex < 1 || ew < 1 || ex + ew < 174) {
         return 0;
     }
     tt_fc_run(d, act_min, act_max, 0, x, w, w_slice, n, bias, 0, y);
     return 1;
+}
+
+int32_t tt_fvec_conv2d_hx(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x, const float *w,
+                          const float *w_slice, int32_t n, const float *bias, float *yf, uint16_t *yh)
+{
+    return tt_fvec_conv2d_hx_ew(tt_fvec_conv2d_wcheck(d, act_min, act_max, w, w_slice, n, bias), d, act_min, act_max,
+                                x, w, w_slice, n, bias, yf, yh);
+}
+
+int32_t tt_fvec_conv2d_fx_hy(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
+                             const float *w_slice, int32_t n, const float *bias, uint16_t *y)
+{
+    return tt_fvec_conv2d_fx_hy_ew(tt_fvec_conv2d_wcheck(d, act_min, act_max, w, w_slice, n, bias), d, act_min,
+                                   act_max, x, w, w_slice, n, bias, y);
 }
 
 #else

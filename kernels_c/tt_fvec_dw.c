@@ -62,12 +62,19 @@ typedef struct {
     float w;
 } tt_fvec_dw_tap;
 
-/* One row of lanes (tt_fvec_dw_row's arguments) as a set of constants. */
+/* The rows of lanes of one channel (or stride phase) as a set of constants (tt_fvec_dw_rows' argument); src, tap, tc,
+ * nt and out are lane row 0's, and the row function sets them for each row. */
 typedef struct {
     const uint16_t *src;          /* lane 0's element of tap offset 0 */
     const tt_fvec_dw_tap *tap;    /* the taps, in the order each lane adds them */
     const int32_t *tc;            /* per tap: its column coordinate for lane 0 */
     int32_t nt, lstep;            /* taps; elements from one lane to the next */
+    int32_t rows, n;              /* lane rows, lanes per row */
+    int32_t rsrc, rout;           /* elements from one lane row to the next in src and out */
+    /* the taps come in nlr listed rows of ntr taps; listed row j reaches lane row a iff rc[j] + a * rs < rlim
+     * (unsigned), for a contiguous range of j (rc is monotonic) */
+    const int32_t *rc;
+    int32_t nlr, ntr, rs, rlim;
     int32_t col0, cstep, lim;     /* lane i's tap t is in the image iff (col0 + i * cstep + tc[t]) < lim (unsigned) */
     int32_t tcmin, tcspan;        /* min of tc over the taps, max - min */
     const float *bias;
@@ -212,44 +219,63 @@ static inline void tt_fvec_dw_sum8(const tt_fvec_dw_rowp *r, const uint16_t *src
     *s1 = b;
 }
 
-/* n lanes: lane i reads src[off[t] + i * lstep] for its in-image taps, in t order, and writes out[i * ostep]. */
-static void tt_fvec_dw_row(const tt_fvec_dw_rowp *r, int32_t n)
+/* Every lane row of r: lane i of row a reads src[a * rsrc + off[t] + i * lstep] for its in-image taps (the listed
+ * rows that reach row a), in t order, and writes out[a * rout + i * ostep]. The lane vectors and bounds are set up
+ * once for all rows (a small plane has few lanes per row, so a set-up per row cost as much as its sums). */
+static void tt_fvec_dw_rows(const tt_fvec_dw_rowp *r0)
 {
     const uint32x4_t lane = vidupq_n_u32(0u, 1);
-    const uint32x4_t lofs = vmulq_n_u32(lane, (uint32_t)r->lstep), oofs = vmulq_n_u32(lane, (uint32_t)r->ostep);
-    const uint32x4_t lofs4 = vaddq_n_u32(lofs, (uint32_t)(4 * r->lstep));
-    const uint32x4_t cl = vmulq_n_u32(lane, (uint32_t)r->cstep);
+    const uint32x4_t lofs = vmulq_n_u32(lane, (uint32_t)r0->lstep), oofs = vmulq_n_u32(lane, (uint32_t)r0->ostep);
+    const uint32x4_t lofs4 = vaddq_n_u32(lofs, (uint32_t)(4 * r0->lstep));
+    const uint32x4_t cl = vmulq_n_u32(lane, (uint32_t)r0->cstep);
     /* a lane vector is inside when every lane's col + tcmin < lim - tcspan (unsigned: col + tcmin >= 0 too) */
-    const uint32x4_t inner = vdupq_n_u32((uint32_t)(r->lim - r->tcspan > 0 ? r->lim - r->tcspan : 0));
-    int32_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const uint16_t *src = tt_fvec_dw_at(r->src, i * r->lstep);
-        const uint32x4_t c0 = vaddq_n_u32(cl, (uint32_t)(r->col0 + i * r->cstep));
-        const uint32x4_t c1 = vaddq_n_u32(cl, (uint32_t)(r->col0 + (i + 4) * r->cstep));
-        const mve_pred16_t in = vcmphiq_u32(inner, vaddq_n_u32(c0, (uint32_t)r->tcmin)) &
-                                vcmphiq_u32(inner, vaddq_n_u32(c1, (uint32_t)r->tcmin));
-        float32x4_t s0, s1;
-        if (in == 0xFFFFu) {
-            tt_fvec_dw_sum8(r, src, lofs, lofs4, &s0, &s1);
-        } else {
-            tt_fvec_dw_sum8_edge(r, src, lofs, lofs4, c0, &s0, &s1);
+    const uint32x4_t inner = vdupq_n_u32((uint32_t)(r0->lim - r0->tcspan > 0 ? r0->lim - r0->tcspan : 0));
+    const int32_t n = r0->n;
+    tt_fvec_dw_rowp row = *r0;
+    const tt_fvec_dw_rowp *r = &row;
+    int32_t a;
+    for (a = 0; a < r0->rows; ++a) {
+        int32_t j0 = 0, j1 = r0->nlr, i = 0;
+        while (j0 < j1 && (uint32_t)(r0->rc[j0] + a * r0->rs) >= (uint32_t)r0->rlim) {
+            ++j0;
         }
-        tt_fvec_dw_out(r, s0, r->out + i * r->ostep, oofs, 0xFFFFu);
-        tt_fvec_dw_out(r, s1, r->out + (i + 4) * r->ostep, oofs, 0xFFFFu);
-    }
-    if (i + 4 <= n) {
-        const uint16_t *src = tt_fvec_dw_at(r->src, i * r->lstep);
-        const uint32x4_t c0 = vaddq_n_u32(cl, (uint32_t)(r->col0 + i * r->cstep));
-        const mve_pred16_t in = vcmphiq_u32(inner, vaddq_n_u32(c0, (uint32_t)r->tcmin));
-        tt_fvec_dw_out(r, in == 0xFFFFu ? tt_fvec_dw_sum4(r, src, lofs) : tt_fvec_dw_sum4_edge(r, src, lofs, c0),
-                       r->out + i * r->ostep, oofs, 0xFFFFu);
-        i += 4;
-    }
-    if (i < n) {
-        const mve_pred16_t p = vctp32q((uint32_t)(n - i));
-        const uint32x4_t c = vaddq_n_u32(cl, (uint32_t)(r->col0 + i * r->cstep));
-        tt_fvec_dw_out(r, tt_fvec_dw_sum_edge(r, tt_fvec_dw_at(r->src, i * r->lstep), lofs, c, p),
-                       r->out + i * r->ostep, oofs, p);
+        while (j1 > j0 && (uint32_t)(r0->rc[j1 - 1] + a * r0->rs) >= (uint32_t)r0->rlim) {
+            --j1;
+        }
+        row.src = tt_fvec_dw_at(r0->src, a * r0->rsrc);
+        row.out = r0->out + a * r0->rout;
+        row.tap = r0->tap + j0 * r0->ntr;
+        row.tc = r0->tc + j0 * r0->ntr;
+        row.nt = (j1 - j0) * r0->ntr;
+        for (; i + 8 <= n; i += 8) {
+            const uint16_t *src = tt_fvec_dw_at(r->src, i * r->lstep);
+            const uint32x4_t c0 = vaddq_n_u32(cl, (uint32_t)(r->col0 + i * r->cstep));
+            const uint32x4_t c1 = vaddq_n_u32(cl, (uint32_t)(r->col0 + (i + 4) * r->cstep));
+            const mve_pred16_t in = vcmphiq_u32(inner, vaddq_n_u32(c0, (uint32_t)r->tcmin)) &
+                                    vcmphiq_u32(inner, vaddq_n_u32(c1, (uint32_t)r->tcmin));
+            float32x4_t s0, s1;
+            if (in == 0xFFFFu) {
+                tt_fvec_dw_sum8(r, src, lofs, lofs4, &s0, &s1);
+            } else {
+                tt_fvec_dw_sum8_edge(r, src, lofs, lofs4, c0, &s0, &s1);
+            }
+            tt_fvec_dw_out(r, s0, r->out + i * r->ostep, oofs, 0xFFFFu);
+            tt_fvec_dw_out(r, s1, r->out + (i + 4) * r->ostep, oofs, 0xFFFFu);
+        }
+        if (i + 4 <= n) {
+            const uint16_t *src = tt_fvec_dw_at(r->src, i * r->lstep);
+            const uint32x4_t c0 = vaddq_n_u32(cl, (uint32_t)(r->col0 + i * r->cstep));
+            const mve_pred16_t in = vcmphiq_u32(inner, vaddq_n_u32(c0, (uint32_t)r->tcmin));
+            tt_fvec_dw_out(r, in == 0xFFFFu ? tt_fvec_dw_sum4(r, src, lofs) : tt_fvec_dw_sum4_edge(r, src, lofs, c0),
+                           r->out + i * r->ostep, oofs, 0xFFFFu);
+            i += 4;
+        }
+        if (i < n) {
+            const mve_pred16_t p = vctp32q((uint32_t)(n - i));
+            const uint32x4_t c = vaddq_n_u32(cl, (uint32_t)(r->col0 + i * r->cstep));
+            tt_fvec_dw_out(r, tt_fvec_dw_sum_edge(r, tt_fvec_dw_at(r->src, i * r->lstep), lofs, c, p),
+                           r->out + i * r->ostep, oofs, p);
+        }
     }
 }
 
@@ -259,12 +285,13 @@ static void tt_fvec_dw_row(const tt_fvec_dw_rowp *r, int32_t n)
 void tt_fvec_dw_hx_hy_channel(const tt_conv_dims *d, const uint16_t *xc, const float *wc, const float *bc, float lo,
                               float hi, uint16_t *yc, int32_t ys)
 {
-    const int32_t C = d->in_c, W = d->in_w, H = d->in_h, KW = d->k_w, KH = d->k_h, dh = d->dilation_h;
+    const int32_t C = d->in_c, W = d->in_w, KW = d->k_w, KH = d->k_h, dh = d->dilation_h;
     tt_fvec_dw_tap tap[TT_FVEC_DW_TAPS];
-    int32_t tc[TT_FVEC_DW_TAPS];
-    int32_t ky, kx, oy;
+    int32_t tc[TT_FVEC_DW_TAPS], rc[TT_FVEC_DW_TAPS];
+    int32_t ky, kx;
     tt_fvec_dw_rowp r;
     for (ky = 0; ky < KH; ++ky) {
+        rc[ky] = ky * dh - d->pad_top;   /* the input row of filter row ky for output row 0 */
         for (kx = 0; kx < KW; ++kx) {
             tap[ky * KW + kx].off = (ky * dh * W + kx * d->dilation_w) * C;
             tap[ky * KW + kx].w = wc[(ky * KW + kx) * C];
@@ -282,22 +309,23 @@ void tt_fvec_dw_hx_hy_channel(const tt_conv_dims *d, const uint16_t *xc, const f
     r.lo = lo;
     r.hi = hi;
     r.ostep = ys;
-    for (oy = 0; oy < d->out_h; ++oy) {
-        const int32_t iy0 = oy * d->stride_h - d->pad_top;
-        int32_t ky0 = 0, ky1 = KH;
-        while (ky0 < ky1 && iy0 + ky0 * dh < 0) {
-            ++ky0;
-        }
-        while (ky1 > ky0 && iy0 + (ky1 - 1) * dh >= H) {
-            --ky1;
-        }
-        r.src = tt_fvec_dw_at(xc, (iy0 * W - d->pad_left) * C);
-        r.tap = tap + ky0 * KW;
-        r.tc = tc + ky0 * KW;
-        r.nt = (ky1 - ky0) * KW;
-        r.out = yc + oy * d->out_w * ys;
-        tt_fvec_dw_row(&r, d->out_w);
-    }
+    /* output row oy: input rows from oy * stride_h - pad_top; the filter rows outside the image are left out of the
+     * row's tap range (ky outer in the table, so they are its ends) */
+    r.src = tt_fvec_dw_at(xc, (-d->pad_top * W - d->pad_left) * C);
+    r.tap = tap;
+    r.tc = tc;
+    r.nt = KH * KW;
+    r.out = yc;
+    r.rows = d->out_h;
+    r.n = d->out_w;
+    r.rsrc = d->stride_h * W * C;
+    r.rout = d->out_w * ys;
+    r.rc = rc;
+    r.nlr = KH;
+    r.ntr = KW;
+    r.rs = d->stride_h;
+    r.rlim = d->in_h;
+    tt_fvec_dw_rows(&r);
 }
 
 /* The input gradient of one channel, stride phase by stride phase: the input pixels (fy + a * S_h, fx + b * S_w) of
@@ -313,7 +341,7 @@ void tt_fvec_dw_gi_channel(const tt_conv_dims *d, const uint16_t *dyc, const flo
     tt_fvec_dw_tap tap[TT_FVEC_DW_TAPS];
     int32_t tc[TT_FVEC_DW_TAPS];
     int32_t ty[TT_FVEC_DW_TAPS], tx[TT_FVEC_DW_TAPS], kxs[TT_FVEC_DW_TAPS];
-    int32_t fy, fx, ky, kx, a, nfy, nfx, i, j, r0, r1;
+    int32_t fy, fx, ky, kx, nfy, nfx, i, j;
     tt_fvec_dw_rowp r;
     r.lstep = OC;
     r.col0 = 0;
@@ -350,22 +378,22 @@ void tt_fvec_dw_gi_channel(const tt_conv_dims *d, const uint16_t *dyc, const flo
             }
             r.tcmin = nfx > 0 ? tx[nfx - 1] : 0;
             r.tcspan = nfx > 0 ? tx[0] - tx[nfx - 1] : 0;
-            for (a = 0; fy + a * SH < d->in_h; ++a) {
-                r0 = 0;
-                r1 = nfy;
-                while (r0 < r1 && ty[r0] + a >= OH) {
-                    ++r0;
-                }
-                while (r1 > r0 && ty[r1 - 1] + a < 0) {
-                    --r1;
-                }
-                r.src = dyc + a * OW * OC;
-                r.tap = tap + r0 * nfx;
-                r.tc = tc + r0 * nfx;
-                r.nt = (r1 - r0) * nfx;
-                r.out = outc + ((fy + a * SH) * d->in_w + fx) * os;
-                tt_fvec_dw_row(&r, (d->in_w - fx + SW - 1) / SW);
-            }
+            /* lane row a: the listed rows with 0 <= ty + a < OH (ty falls as the list goes on: a contiguous range) */
+            r.src = dyc;
+            r.tap = tap;
+            r.tc = tc;
+            r.nt = nfy * nfx;
+            r.out = outc + (fy * d->in_w + fx) * os;
+            r.rows = (d->in_h - fy + SH - 1) / SH;
+            r.n = (d->in_w - fx + SW - 1) / SW;
+            r.rsrc = OW * OC;
+            r.rout = SH * d->in_w * os;
+            r.rc = ty;
+            r.nlr = nfy;
+            r.ntr = nfx;
+            r.rs = 1;
+            r.rlim = OH;
+            tt_fvec_dw_rows(&r);
         }
     }
 }

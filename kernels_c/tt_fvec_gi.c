@@ -6,8 +6,9 @@
  * The order, lane by lane, is the portable one: for each input pixel and input channel, acc = 0; for each in-image
  * tap in (filter y, filter x) order, s = 0, then s += dy[p', o] * w[o, tap, ic] for o = 0, 1, ... (one VMUL, then
  * one VADD: the portable code is compiled without contraction), then acc += s; dx = acc (fp32) or its fp16 rounding
- * by the portable tt_f16_narrow. Only which channels share a pass differs (blocks of 32 channels that never straddle
- * n, four per vector, the lanes beyond a block's end predicated off), which changes no element's operations.
+ * (VCVTB, tt_f16_narrow's bits: see the store). Only which channels share a pass differs (blocks of 32 channels that
+ * never straddle n, four per vector, the lanes beyond a block's end predicated off), which changes no element's
+ * operations.
  *
  * Why the lanes give the portable bits (tt_fvec_mve.h's argument, G(q) = the integer multiples of q):
  *  - fp16 dy (hdy): every dy is fp16-valued (G(2^-24)); the walk runs only when every weight it reads is +-0 or
@@ -157,6 +158,15 @@ static void tt_fvec_gi_sums(float *s, int32_t nc, const float *g, int32_t no, co
     }
 }
 
+/* g[0..no) = the fp16 values h[0..no) widened (exact) */
+static inline void tt_fvec_gi_widen(float *g, const uint16_t *h, int32_t no)
+{
+    int32_t i;
+    for (i = 0; i < no; i += 4) {
+        vstrwq_f32(g + i, tt_fvec_ld_h4_z(h + i, no - i < 4 ? no - i : 4));
+    }
+}
+
 /* v[0..nc) = +0 */
 static inline void tt_fvec_gi_zero(float *v, int32_t nc)
 {
@@ -171,17 +181,28 @@ void tt_fvec_gi_run(const tt_conv_dims *d, const float *dy, const uint16_t *dyh,
 {
     float acc[TT_FVEC_GI_C], s[TT_FVEC_GI_C], gw[TT_FVEC_GI_O];
     const int32_t taps = d->k_h * d->k_w, in_c = d->in_c, out_c = d->out_c;
+    /* one tap and at most TT_FVEC_GI_O output channels (a 1x1 conv): an fp16 dy pixel is widened once for all the
+     * pixel's channel blocks rather than once per block */
+    const int32_t once = dyh != 0 && taps == 1 && out_c <= TT_FVEC_GI_O;
     int32_t b, iy, ix, c0, nc, ky, kx, o0, no, i;
     for (b = 0; b < d->batches; ++b) {
         for (iy = 0; iy < d->in_h; ++iy) {
             for (ix = 0; ix < d->in_w; ++ix) {
                 const int32_t at_dx = ((b * d->in_h + iy) * d->in_w + ix) * in_c;
+                if (once) {
+                    const int32_t oy = tt_src_out(iy, d->pad_top, 0, d->dilation_h, d->stride_h, d->out_h);
+                    const int32_t ox = tt_src_out(ix, d->pad_left, 0, d->dilation_w, d->stride_w, d->out_w);
+                    if (oy >= 0 && ox >= 0) {
+                        tt_fvec_gi_widen(gw, dyh + ((b * d->out_h + oy) * d->out_w + ox) * out_c, out_c);
+                    }
+                }
                 for (c0 = 0; c0 < in_c; c0 += nc) {
                     /* channels [0, n) live in the trained slice, the rest in the whole weight: a block is in one */
                     const int32_t lim = c0 < n ? n : in_c, rowlen = c0 < n ? n : in_c;
                     const float *wb = (c0 < n ? w_slice : w) + c0;
                     const int32_t stride = taps * rowlen;
                     nc = lim - c0 > TT_FVEC_GI_C ? TT_FVEC_GI_C : lim - c0;
+                    int32_t first = 1;
                     tt_fvec_gi_zero(acc, nc);
                     for (ky = 0; ky < d->k_h; ++ky) {
                         const int32_t oy = tt_src_out(iy, d->pad_top, ky, d->dilation_h, d->stride_h, d->out_h);
@@ -195,29 +216,39 @@ void tt_fvec_gi_run(const tt_conv_dims *d, const float *dy, const uint16_t *dyh,
                             if (ox < 0) {
                                 continue;
                             }
-                            tt_fvec_gi_zero(s, nc);
+                            /* the first in-image tap sums straight into acc (+0): acc = 0 + s is s, s never being
+                             * -0 (it starts at +0, and a sum is -0 only when both addends are) */
+                            float *const sp = first ? acc : s;
+                            if (!first) {
+                                tt_fvec_gi_zero(s, nc);
+                            }
                             for (o0 = 0; o0 < out_c; o0 += no) {
                                 const float *g = gw;
                                 if (dyh != 0) { /* widened TT_FVEC_GI_O at a time (exact) */
                                     no = out_c - o0 > TT_FVEC_GI_O ? TT_FVEC_GI_O : out_c - o0;
-                                    for (i = 0; i < no; i += 4) {
-                                        vstrwq_f32(gw + i, tt_fvec_ld_h4_z(dyh + at_dy + o0 + i, no - i < 4 ? no - i : 4));
+                                    if (!once) {
+                                        tt_fvec_gi_widen(gw, dyh + at_dy + o0, no);
                                     }
                                 } else {
                                     no = out_c - o0;
                                     g = dy + at_dy + o0;
                                 }
-                                tt_fvec_gi_sums(s, nc, g, no, wb + (o0 * taps + tap) * rowlen, stride);
+                                tt_fvec_gi_sums(sp, nc, g, no, wb + (o0 * taps + tap) * rowlen, stride);
                             }
-                            for (i = 0; i < nc; i += 4) {
+                            for (i = 0; !first && i < nc; i += 4) {
                                 const mve_pred16_t p = vctp32q((uint32_t)(nc - i));
                                 vstrwq_p_f32(acc + i, vaddq_f32(vldrwq_z_f32(acc + i, p), vldrwq_z_f32(s + i, p)), p);
                             }
+                            first = 0;
                         }
                     }
                     if (dxh != 0) {
-                        for (i = 0; i < nc; ++i) {
-                            dxh[at_dx + c0 + i] = tt_f16_narrow(acc[i]);
+                        /* VCVTB.F16.F32: tt_f16_narrow's bits on every lane here (a NaN lane can only be Helium's
+                         * default NaN, which both narrow to 0x7E00; FZ16 does not apply: tt_fvec_dw.c's header) */
+                        for (i = 0; i < nc; i += 4) {
+                            const mve_pred16_t p = vctp32q((uint32_t)(nc - i));
+                            vstrhq_p_u32(dxh + at_dx + c0 + i,
+                                         tt_mve_vcvtb_f16_f32(vreinterpretq_u32_f32(vldrwq_z_f32(acc + i, p))), p);
                         }
                     } else {
                         for (i = 0; i < nc; i += 4) {

@@ -209,6 +209,18 @@ class _Gen:
         self.state.append({"name": name, "expr": expr, "nbytes": int(nbytes), "dtype": self.g.tensors[name].dtype,
                            "role": role})
 
+    def const_check_flag(self, *names: str) -> str | None:
+        """The name of a static int32_t, -1 at start, in which a kernel keeps its check of operands that never change
+        (the *_rep kernels): every one of `names` const data in flash, which no step writes. None when one is written
+        (a trained weight or bias, a split weight's slice): its kernel checks it at every call."""
+        for n in names:
+            self.loc(n)
+            if self.locs[n].kind != "flash":
+                return None
+        flag = self.uid("tt_const_ok")
+        self.globals.append(f"static int32_t {flag} = -1; /* the check of {', '.join(names)} (const) */")
+        return flag
+
     def weight_args(self, w: str) -> tuple[str, str, int]:
         """(whole weight, trained slice or 0, n) of a weight a split-aware kernel reads."""
         slice_ = self.loc(w)
@@ -369,6 +381,8 @@ class _Gen:
         feed = row_feed.RowFeed(self, st, [row_geometry(self.g, op) for op in ops], sources, outside)
         rows = feed.rows()
         cases: list[str] = []
+        oks = self.uid("tt_rows_ok")   # the kernels' weight checks, kept for the stream run (reuses_weight_check)
+        n_ok = 0
         for k, op in enumerate(ops):
             geo = feed.geos[k + feed.n]
             window = int(st.info["windows"].get(op.outputs[0], 0)) if k < len(ops) - 1 else 0
@@ -379,6 +393,9 @@ class _Gen:
                         f"{window}}}")
             if op.type in ROW_OPS:   # its C takes a row view of its dims struct
                 io = {"d": "&d", "x": "xs[0]", "y": "y"}
+                if conv_forward.reuses_weight_check(self, op):
+                    io["w_ok"] = f"{oks}[{n_ok}]"
+                    n_ok += 1
                 call = self.calls_of(op, io=io)
                 body = ["{", "    tt_conv_dims d;", f"    d = {io['dims']};", "    d.in_h = in_rows;",
                         "    d.pad_top = pad_top;", "    d.out_h = out_rows;", *[f"    {c}" for c in call], "}"]
@@ -387,6 +404,8 @@ class _Gen:
             else:
                 body = self._row_view_call(op, geo)
             cases += [f"    case {k + feed.n}:", *[f"        {c}" for c in body], "        break;"]
+        if n_ok:   # the callback's weight-check flags (reset below before every run)
+            self.globals.append(f"static int32_t {oks}[{n_ok}];")
         self.globals.append(f"static const tt_row_op {table}[{len(rows)}] = {{{', '.join(rows)}}};")
         self.globals.append("\n".join([
             f"static void {fn}(void *ctx, int32_t k, const uint8_t *const *xs, int32_t in_rows, int32_t pad_top,",
@@ -395,7 +414,10 @@ class _Gen:
             *cases, "    default:", "        break;", "    }", "}"]))
         wins = feed.bufs() + [f"(uint8_t *){self.loc(op.outputs[0])}" for op in ops[:-1]]
         exts = [feed.ext(t) for t in outside]
-        return [f"{{ uint8_t *const {bufs}[{len(wins)}] = {{{', '.join(wins)}}};",
+        reset: list[str] = []
+        if n_ok:   # -1: not checked yet in this run (the weights may be trained between runs)
+            reset = [f"{{ int32_t i; for (i = 0; i < {n_ok}; ++i) {oks}[i] = -1; }}"]
+        return [*reset, f"{{ uint8_t *const {bufs}[{len(wins)}] = {{{', '.join(wins)}}};",
                 f"  const uint8_t *const {ext}[{len(exts)}] = {{{', '.join(exts)}}};",
                 f"  tt_stream_rows({table}, {len(rows)}, {ext}, {bufs}, "
                 f"(uint8_t *){self.loc(ops[-1].outputs[0])}, {fn}, {feed.ctx()}); }}", *feed.after()]

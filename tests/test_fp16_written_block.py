@@ -325,6 +325,8 @@ def test_host_build_of_the_fp16_prefix_has_the_golden_bits(tmp_path):
     res, losses, weights, mp = _host_run(g16, x, y, tmp_path, cfg)
     src = (tmp_path / "prog" / "tt_model.c").read_text()
     assert "tt_depthwise_conv2d_hx_hy" in src and "tt_add_f16" in src
+    # the row streams' fp16 kernels check their weights once per stream run (conv_forward.reuses_weight_check)
+    assert "tt_depthwise_conv2d_hx_hy_rep(" in src and "] = -1; }" in src
     state, scales, skipped, means = _golden(g16, x, y, cfg, 1)
     assert losses.tobytes() == np.array(means, np.float32).tobytes()
     assert res["skipped_steps"] == skipped[-1]

@@ -32,7 +32,7 @@ PROG = r"""
 #include "tt_kernels.h"
 #include "tt_platform.h"
 
-static uint32_t buf32[60 * 1024], out32[12 * 1024];
+static uint32_t buf32[60 * 1024], out32[12 * 1024], rep32[4 * 1024];
 #define buf ((uint8_t *)buf32)
 
 #if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
@@ -81,6 +81,17 @@ int tt_main(void) {
         else if (kind == 1) tt_conv2d_hx_hy_split(&d, lo, hi, x, w, ws, n, bias, (uint16_t *)(void *)y);
         else tt_conv2d_f32_split_hy(&d, lo, hi, x, w, ws, n, bias, (uint16_t *)(void *)y);
         k += yb;
+        /* a row stream's form (_rep): the weight check at the first call, its answer kept for the second; both
+         * write what the plain kernel wrote */
+        int32_t ok = -1;
+        for (int32_t t = 0; t < 2; ++t) {
+            memset(rep32, 0xA5, yb);
+            if (kind == 0) tt_conv2d_hx_f32_split_rep(&d, lo, hi, x, w, ws, n, bias, &ok, (float *)(void *)rep32);
+            else if (kind == 1)
+                tt_conv2d_hx_hy_split_rep(&d, lo, hi, x, w, ws, n, bias, &ok, (uint16_t *)(void *)rep32);
+            else tt_conv2d_f32_split_hy_rep(&d, lo, hi, x, w, ws, n, bias, &ok, (uint16_t *)(void *)rep32);
+            if (memcmp(rep32, y, yn * (kind == 0 ? 4u : 2u)) != 0) tt_fail("a _rep kernel wrote other bytes");
+        }
 #ifdef HELIUM
         int32_t ran;
         uint8_t *yr = (uint8_t *)raw32 + r + 4;
@@ -101,12 +112,15 @@ int tt_main(void) {
 }
 """
 
-# tt_fc_run unguarded: tt_fvec_conv.c compiled again inside this unit (its functions are static), its two public
+# tt_fc_run unguarded: tt_fvec_conv.c compiled again inside this unit (its functions are static), its public
 # functions renamed so that they do not clash with the library's.
 RAW = r"""
 #if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
 #define tt_fvec_conv2d_hx tt_raw_checked_hx
 #define tt_fvec_conv2d_fx_hy tt_raw_checked_fx_hy
+#define tt_fvec_conv2d_wcheck tt_raw_wcheck
+#define tt_fvec_conv2d_hx_ew tt_raw_hx_ew
+#define tt_fvec_conv2d_fx_hy_ew tt_raw_fx_hy_ew
 #include "tt_fvec_conv.c"
 void tt_raw_hx(const tt_conv_dims *d, float lo, float hi, const uint16_t *x, const float *w, const float *ws, int32_t n,
                const float *bias, float *yf, uint16_t *yh);

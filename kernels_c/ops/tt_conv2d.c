@@ -97,8 +97,11 @@ void tt_conv2d_grad_input_f32_split_hdx(const tt_conv_dims *d, const float *dy, 
                                         int32_t n, uint16_t *dx);
 void tt_conv2d_grad_input_hdy_split_hdx(const tt_conv_dims *d, const uint16_t *dy, const float *w,
                                         const float *w_slice, int32_t n, uint16_t *dx);
-/* tt_conv2d_grad_input_hdy_split_hdx called again and again with the same weight (the positions stream: one input
- * pixel per call): *w_ok is -1 at the first call and keeps what the kernel learnt about the weight for the next. */
+/* tt_conv2d_grad_input_hdy_split_hdx / _hdy_f32_split called again and again with the same weight (the positions
+ * stream: one input pixel per call; a const weight: every step): *w_ok is -1 at the first call and keeps what the
+ * kernel learnt about the weight for the next. */
+void tt_conv2d_grad_input_hdy_f32_split_rep(const tt_conv_dims *d, const uint16_t *dy, const float *w,
+                                            const float *w_slice, int32_t n, int32_t *w_ok, float *dx);
 void tt_conv2d_grad_input_hdy_split_hdx_rep(const tt_conv_dims *d, const uint16_t *dy, const float *w,
                                             const float *w_slice, int32_t n, int32_t *w_ok, uint16_t *dx);
 /* tt_conv2d_grad_weight_f32_range / _hx_f32_range reading an fp16 dy (fp16-mixed: a gradient its kernel wrote as
@@ -113,6 +116,17 @@ void tt_conv2d_hx_f32_split(const tt_conv_dims *d, float act_min, float act_max,
                             const float *w_slice, int32_t n, const float *bias, float *y);
 void tt_conv2d_hx_hy_split(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x, const float *w,
                            const float *w_slice, int32_t n, const float *bias, uint16_t *y);
+/* The three fp16 forms above called again and again with the same weight, bias and clamp (a row stream:
+ * codegen.stream_rows, a few rows per call): *w_ok is -1 at the stream's first call and keeps the Helium kernel's
+ * weight check (tt_fvec_conv2d_wcheck) for the others. Elsewhere, the plain kernels. */
+void tt_conv2d_f32_split_hy_rep(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
+                                const float *w_slice, int32_t n, const float *bias, int32_t *w_ok, uint16_t *y);
+void tt_conv2d_hx_f32_split_rep(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x,
+                                const float *w, const float *w_slice, int32_t n, const float *bias, int32_t *w_ok,
+                                float *y);
+void tt_conv2d_hx_hy_split_rep(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x,
+                               const float *w, const float *w_slice, int32_t n, const float *bias, int32_t *w_ok,
+                               uint16_t *y);
 #endif /* TT_INTERFACE */
 
 /* One block of up to four output channels: weight rows (the split kernel's slice rows for input channels [0, n)),
@@ -2529,6 +2543,22 @@ void tt_conv2d_f32_split_hy(const tt_conv_dims *d, float act_min, float act_max,
     tt_conv_f32_walk(d, act_min, act_max, x, w, w_slice, n, bias, 0, y);
 }
 
+void tt_conv2d_f32_split_hy_rep(const tt_conv_dims *d, float act_min, float act_max, const float *x, const float *w,
+                                const float *w_slice, int32_t n, const float *bias, int32_t *w_ok, uint16_t *y)
+{
+#ifdef TT_FVEC_CONV
+    if (*w_ok < 0) {
+        *w_ok = tt_fvec_conv2d_wcheck(d, act_min, act_max, w, w_slice, n, bias);
+    }
+    if (tt_fvec_conv2d_fx_hy_ew(*w_ok, d, act_min, act_max, x, w, w_slice, n, bias, y)) {   /* x checked per call */
+        return;
+    }
+#else
+    (void)w_ok;
+#endif
+    tt_conv_f32_walk(d, act_min, act_max, x, w, w_slice, n, bias, 0, y);
+}
+
 #if defined(TT_USE_MVE) && TT_USE_MVE && defined(__ARM_FEATURE_MVE)
 #include "tt_fvec_gi.h" /* the fp16-mixed input gradients on Helium, where their operands allow it */
 #define TT_FVEC_GI 1
@@ -2543,6 +2573,23 @@ void tt_conv2d_grad_input_hdy_f32_split(const tt_conv_dims *d, const uint16_t *d
     if (tt_fvec_gi(d, 0, dy, w, w_slice, n, dx, 0)) {
         return;
     }
+#endif
+    tt_gi_walk(d, 0, dy, w, w_slice, n, 0, 0, dx, 0);
+}
+
+void tt_conv2d_grad_input_hdy_f32_split_rep(const tt_conv_dims *d, const uint16_t *dy, const float *w,
+                                            const float *w_slice, int32_t n, int32_t *w_ok, float *dx)
+{
+#ifdef TT_FVEC_GI
+    if (*w_ok < 0) {
+        *w_ok = tt_fvec_gi_w_ok_hdy(d, w, w_slice, n);
+    }
+    if (*w_ok) {
+        tt_fvec_gi_run(d, 0, dy, w, w_slice, n, dx, 0);
+        return;
+    }
+#else
+    (void)w_ok;
 #endif
     tt_gi_walk(d, 0, dy, w, w_slice, n, 0, 0, dx, 0);
 }
@@ -2787,6 +2834,40 @@ void tt_conv2d_hx_hy_split(const tt_conv_dims *d, float act_min, float act_max, 
     if (tt_fvec_conv2d_hx(d, act_min, act_max, x, w, w_slice, n, bias, 0, y)) {
         return;
     }
+#endif
+    tt_conv_hx_walk(d, act_min, act_max, x, w, w_slice, n, bias, 0, y);
+}
+
+void tt_conv2d_hx_f32_split_rep(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x,
+                                const float *w, const float *w_slice, int32_t n, const float *bias, int32_t *w_ok,
+                                float *y)
+{
+#ifdef TT_FVEC_CONV
+    if (*w_ok < 0) {
+        *w_ok = tt_fvec_conv2d_wcheck(d, act_min, act_max, w, w_slice, n, bias);
+    }
+    if (tt_fvec_conv2d_hx_ew(*w_ok, d, act_min, act_max, x, w, w_slice, n, bias, y, 0)) {
+        return;
+    }
+#else
+    (void)w_ok;
+#endif
+    tt_conv_hx_walk(d, act_min, act_max, x, w, w_slice, n, bias, y, 0);
+}
+
+void tt_conv2d_hx_hy_split_rep(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x,
+                               const float *w, const float *w_slice, int32_t n, const float *bias, int32_t *w_ok,
+                               uint16_t *y)
+{
+#ifdef TT_FVEC_CONV
+    if (*w_ok < 0) {
+        *w_ok = tt_fvec_conv2d_wcheck(d, act_min, act_max, w, w_slice, n, bias);
+    }
+    if (tt_fvec_conv2d_hx_ew(*w_ok, d, act_min, act_max, x, w, w_slice, n, bias, 0, y)) {
+        return;
+    }
+#else
+    (void)w_ok;
 #endif
     tt_conv_hx_walk(d, act_min, act_max, x, w, w_slice, n, bias, 0, y);
 }

@@ -79,6 +79,10 @@ void tt_depthwise_conv2d_f32_inplace(const tt_conv_dims *d, float act_min, float
  * (out_h*out_w elements), as tt_depthwise_conv2d_f32_inplace. */
 void tt_depthwise_conv2d_hx_hy(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x,
                                const float *w, const float *bias, uint16_t *y);
+/* tt_depthwise_conv2d_hx_hy called again and again with the same weight, bias and clamp (a row stream): *w_ok is -1
+ * at the stream's first call and keeps tt_fvec_dw_ok's answer for the others. Elsewhere, the plain kernel. */
+void tt_depthwise_conv2d_hx_hy_rep(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x,
+                                   const float *w, const float *bias, int32_t *w_ok, uint16_t *y);
 void tt_depthwise_conv2d_hx_hy_inplace(const tt_conv_dims *d, float act_min, float act_max, uint16_t *xy,
                                        const float *w, const float *bias, uint16_t *scratch);
 /* The float input gradient reading an fp16 dy and writing an fp16 dx (rounded once on store): the bits of
@@ -1797,12 +1801,14 @@ static void tt_dw_hx_hy_batch(const tt_conv_dims *d, int32_t c0, int32_t c1, flo
     }
 }
 
-void tt_depthwise_conv2d_hx_hy(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x,
-                               const float *w, const float *bias, uint16_t *y)
+/* vec: tt_fvec_dw_ok's answer for these operands (0 where there are no Helium kernels) */
+static void tt_dw_hx_hy(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x, const float *w,
+                        const float *bias, int32_t vec, uint16_t *y)
 {
     int32_t b;
+    (void)vec;
 #if defined(TT_FVEC_DW_H)
-    if (TT_DW_FVEC(d, w, bias, act_min, act_max)) {
+    if (vec) {
         int32_t c;
         const int32_t C = d->in_c;
         for (b = 0; b < d->batches; ++b) {
@@ -1818,6 +1824,21 @@ void tt_depthwise_conv2d_hx_hy(const tt_conv_dims *d, float act_min, float act_m
         tt_dw_hx_hy_batch(d, 0, d->in_c, act_min, act_max, x + b * d->in_h * d->in_w * d->in_c, w, bias,
                           y + b * d->out_h * d->out_w * d->out_c, d->out_c);
     }
+}
+
+void tt_depthwise_conv2d_hx_hy(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x,
+                               const float *w, const float *bias, uint16_t *y)
+{
+    tt_dw_hx_hy(d, act_min, act_max, x, w, bias, TT_DW_FVEC(d, w, bias, act_min, act_max), y);
+}
+
+void tt_depthwise_conv2d_hx_hy_rep(const tt_conv_dims *d, float act_min, float act_max, const uint16_t *x,
+                                   const float *w, const float *bias, int32_t *w_ok, uint16_t *y)
+{
+    if (*w_ok < 0) {
+        *w_ok = TT_DW_FVEC(d, w, bias, act_min, act_max);
+    }
+    tt_dw_hx_hy(d, act_min, act_max, x, w, bias, *w_ok, y);
 }
 
 void tt_depthwise_conv2d_hx_hy_inplace(const tt_conv_dims *d, float act_min, float act_max, uint16_t *xy,

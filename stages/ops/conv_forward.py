@@ -150,6 +150,20 @@ def transpose_conv(ctx) -> list[np.ndarray]:
 
 # ---- C (gen: codegen's generator; io: a row stream's sub-problem, codegen.stream_rows)
 
+def reuses_weight_check(gen, op: Op) -> bool:
+    """Whether op's row-stream call (io=, codegen.stream_rows) takes the name of an int32 that the stream sets to -1
+    before its first row and the kernel keeps its weight check in: the fp16 forms with a float weight
+    (tt_conv2d_*_rep, tt_depthwise_conv2d_hx_hy_rep; the Helium kernels check weight, bias and clamp once per
+    stream run, which stays right for a trained weight: no update runs inside a forward stream)."""
+    x, w, y = op.inputs[0], op.inputs[1], op.outputs[0]
+    if gen.is_int8(x) or gen.is_int8(w):
+        return False
+    hx, hy = fp16_io.is_f16(gen, x), gen.g.tensors[y].dtype == "float16"
+    if op.type == "depthwise_conv2d":
+        return hx and hy
+    return op.type == "conv2d" and (hx or hy)
+
+
 def c_conv2d(gen, op: Op, io: dict[str, str] | None = None) -> list[str]:
     x, w, b = op.inputs[0], op.inputs[1], op.inputs[2] if len(op.inputs) > 2 else None
     y = op.outputs[0]
@@ -169,6 +183,10 @@ def c_conv2d(gen, op: Op, io: dict[str, str] | None = None) -> list[str]:
         whole, part, n = gen.weight_args(w) if w in gen.split else (gen.loc(w), gen.loc(w), 0)
         fn = {(False, True): "tt_conv2d_f32_split_hy", (True, False): "tt_conv2d_hx_f32_split",
               (True, True): "tt_conv2d_hx_hy_split"}[hx, hy]
+        # the weight check kept: per row-stream run (reuses_weight_check), or for good where weight and bias are const
+        ok = io.get("w_ok") if io is not None else gen.const_check_flag(w, *([b] if b else []))
+        if ok is not None:
+            return [f"{fn}_rep({d}, {flit(lo)}, {flit(hi)}, {xe}, {whole}, {part}, {n}, {bias}, &{ok}, {ye});"]
         return [f"{fn}({d}, {flit(lo)}, {flit(hi)}, {xe}, {whole}, {part}, {n}, {bias}, {ye});"]
     if w in gen.split:
         whole, part, n = gen.weight_args(w)
@@ -188,6 +206,9 @@ def c_depthwise_conv2d(gen, op: Op, io: dict[str, str] | None = None) -> list[st
         dd, xe, ye = gen.row_io(io, d, x, y)
         if fp16_io.both_f16(gen, x, y, "depthwise"):   # fp16-mixed's frozen prefix
             lo, hi = FLOAT_BOUNDS[act]
+            if "w_ok" in io:   # reuses_weight_check
+                return [f"tt_depthwise_conv2d_hx_hy_rep({dd}, {flit(lo)}, {flit(hi)}, {xe}, {gen.loc(w)}, {bias}, "
+                        f"&{io['w_ok']}, {ye});"]
             return [f"tt_depthwise_conv2d_hx_hy({dd}, {flit(lo)}, {flit(hi)}, {xe}, {gen.loc(w)}, {bias}, {ye});"]
         if gen.is_int8(x):
             q = gen.requant(x, w, y, act, o)

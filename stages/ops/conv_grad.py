@@ -76,6 +76,10 @@ def c_conv2d_grad_input(gen, op: Op, io: dict[str, str] | None = None) -> list[s
               (True, True): "tt_conv2d_grad_input_hdy_split_hdx"}[hdy, hdx]
         if io is not None and "w_ok" in io:
             return [f"{fn}_rep({d}, {dze}, {whole}, {part}, {n}, &{io['w_ok']}, {dxe});"]
+        if io is None and hdy:   # an fp16 dy: only the weight is checked, and a const weight once for good
+            ok = gen.const_check_flag(w)
+            if ok is not None:
+                return [f"{fn}_rep({d}, {dze}, {whole}, {part}, {n}, &{ok}, {dxe});"]
         return [f"{fn}({d}, {dze}, {whole}, {part}, {n}, {dxe});"]
     if w in gen.fused:
         wq = gen.fused[w]
