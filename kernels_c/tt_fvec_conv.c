@@ -69,10 +69,16 @@ static int32_t tt_fc_emin(const float *v, int32_t n)
 static int32_t tt_fc_emin_w(const tt_conv_dims *d, const float *w, const float *w_slice, int32_t n)
 {
     const int32_t rows = d->out_c * d->k_h * d->k_w;
-    int32_t e = tt_fc_emin(w, rows * d->in_c);
-    if (n > 0 && w_slice != w) {
-        const int32_t es = tt_fc_emin(w_slice, rows * n);
-        e = es < e ? es : e;
+    int32_t e, r;
+    if (n <= 0 || w_slice == w) {
+        return tt_fc_emin(w, rows * d->in_c);
+    }
+    /* a trained slice: the kernel reads its n channels from w_slice and only channels [n, in_c) of each row of w, so
+     * a value of w's first n columns (the pretrained frozen copy, never read) must not turn Helium off */
+    e = tt_fc_emin(w_slice, rows * n);
+    for (r = 0; r < rows && n < d->in_c; ++r) {
+        const int32_t er = tt_fc_emin(w + r * d->in_c + n, d->in_c - n);
+        e = er < e ? er : e;
     }
     return e;
 }

@@ -19,7 +19,8 @@
  *  - a tap the portable loop skips (outside the image) is a predicated-off gather here: the lane adds +0 * w = +-0
  *    (w finite), which leaves its sum unchanged because the sum is never -0 (it starts at +0, and in round to
  *    nearest a sum is -0 only when both addends are);
- *  - the bias passed tt_fvec_ok, so s + bias is in G(2^-126) too;
+ *  - the bias is +-0 or finite with a biased exponent >= 24 (a multiple of 2^-126: its ulp is), so s + bias is in
+ *    G(2^-126) too (the forward conv's bias rule);
  *  - the clamp compares a zero / normal / infinite / default-NaN lane with bounds that tt_fvec_dw_ok found zero,
  *    normal or infinite, so no compare sees a subnormal; a NaN lane fails both compares and stays, as in
  *    tt_act_clamp; the selected bound is the bound's own bits;
@@ -41,11 +42,26 @@ static int32_t tt_fvec_dw_bound_ok(float f)
     return b == 0u || (b >= 0x00800000u && b <= 0x7F800000u);
 }
 
+/* +-0 or finite with a biased exponent >= 24: a bias in G(2^-126) (a weight needs tt_fvec_ok's 48: it is a factor). */
+static int32_t tt_fvec_dw_bias_ok(const float *bias, int32_t n)
+{
+    int32_t i;
+    for (i = 0; i < n; ++i) {
+        uint32_t b;
+        __builtin_memcpy(&b, &bias[i], 4);
+        b &= 0x7FFFFFFFu;
+        if (b != 0u && (b < (24u << 23) || b >= 0x7F800000u)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 int32_t tt_fvec_dw_ok(const tt_conv_dims *d, const float *w, const float *bias, float lo, float hi)
 {
     const int32_t taps = d->k_h * d->k_w;
     return d->depth_multiplier == 1 && taps <= TT_FVEC_DW_TAPS && tt_fvec_dw_bound_ok(lo) && tt_fvec_dw_bound_ok(hi) &&
-           tt_fvec_ok(w, taps * d->out_c) && (bias == 0 || tt_fvec_ok(bias, d->out_c));
+           tt_fvec_ok(w, taps * d->out_c) && (bias == 0 || tt_fvec_dw_bias_ok(bias, d->out_c));
 }
 
 /* p[k] as an address: a row's first tap may lie before the tensor (left / top padding); only in-image lanes are

@@ -261,6 +261,13 @@ def _cases(seed: int = 13) -> list[Case]:
         bias = (rng.standard_normal(12) * 0.5).astype(np.float32)
         cases.append(Case(kind, d, _f16x(rng, (1, 4, 9, 13)), _weights(rng, (12, 1, 1, 13)),
                           _weights(rng, (12, 1, 1, 5)), 5, bias, 0.0, 6.0, ran=1))
+    # with a trained slice the whole weight's first n columns are never read: a subnormal or an Inf there (the
+    # pretrained frozen copy) must not turn Helium off
+    d = dict(b=1, ih=4, iw=9, ic=13, oh=4, ow=9, oc=12, kh=1, kw=1, sh=1, sw=1, dh=1, dw=1, pt=0, pl=0)
+    w_unread = _weights(rng, (12, 1, 1, 13))
+    w_unread[0, 0, 0, 0], w_unread[5, 0, 0, 4] = np.float32(1e-40), np.float32(np.inf)
+    cases.append(Case(HX_HY, d, _f16x(rng, (1, 4, 9, 13)), w_unread, _weights(rng, (12, 1, 1, 5)), 5, None, 0.0, 6.0,
+                      ran=1))
     cases += _declined(rng)
     return cases
 
