@@ -17,7 +17,9 @@ class QuantizeSpec(SpecModel):
     """Post-training int8 quantization (TFLite int8 spec) calibrated on samples of `data`."""
 
     enabled: bool = Field(default=True, description="false: a float model stays float (the stage passes the "
-                                                    "graph through and only reports); int8 models always pass")
+                                                    "graph through and only reports); an int8 model file is "
+                                                    "dequantized to its float copy (a stateful one is refused); "
+                                                    "true: an int8 model file passes through as it is")
     calibration: Literal["minmax", "percentile", "mse"] = Field(
         default="minmax",
         description="activation range per tensor: minmax = observed min/max; percentile = clip at "
