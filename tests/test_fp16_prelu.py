@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
+from fp16_plan_checks import estimate_over_exact, fp16_arena_falls  # noqa: E402
 from kernel_lib import host_kernel_lib  # noqa: E402 (tests/ is on sys.path)
 from tinytrain.stages.golden import fp16 as f16ref
 from tinytrain.stages.model.tflite_reader import read_model
 from tinytrain.stages.planning.train_plan import LayerPlan, TrainPlan
-from tinytrain.stages.reorder import plan_schedules
 from test_fp16_written import _assert_trains_alike, _fused_and_unfused, _written  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,9 +57,6 @@ def test_the_frozen_blazeblock_is_fp16_through_its_prelus():
     tensor with no rounding op (its row streams stay whole), the arena falls and the estimate meets the plan. (The
     reference keeps a frozen prefix's results fp32, unrounded: fp16_mixed.prefix_results; the slow host test below
     checks these bits against the golden model.)"""
-    from tinytrain.stages.planning.memory_model import MemoryModel, MemorySettings
-    from tinytrain.stages.planning.plan_exact import exact_peak
-
     g, plan, g16, ref = _graphs(_head_only)
     block = [op.outputs[0] for op in g.ops[:7]]
     assert [op.type for op in g.ops[:7]] == ["conv2d", "prelu", "depthwise_conv2d", "prelu", "conv2d", "add", "prelu"]
@@ -67,13 +64,9 @@ def test_the_frozen_blazeblock_is_fp16_through_its_prelus():
     assert set(block) <= set(written), {t: g16.tensors[t].dtype for t in block}
     assert not _written(ref)
     assert not [op for op in g16.ops if op.type == "round_f16" and set(op.inputs) & set(block)]
-    _, p16, _, _ = plan_schedules(g16, True)
-    _, p32, _, _ = plan_schedules(ref, True)
-    assert p16.arena < p32.arena
-    st = MemorySettings(optimizer="sgd", batch_size=1, fp16_mixed=True)
-    est = MemoryModel(g, st).estimate(plan)["total"]
-    exact = exact_peak(g, plan, st, qas=False)["peak_bytes"]
-    assert 0.95 <= est / exact <= 1.05, (est, exact)
+    fp16_arena_falls(g16, ref)
+    ratio = estimate_over_exact(g, plan)
+    assert 0.95 <= ratio <= 1.05, ratio
 
 
 def test_a_trained_blazeblock_writes_its_prelus_as_fp16_with_the_unfused_bits():

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
+from fp16_plan_checks import estimate_over_exact, fp16_arena_falls  # noqa: E402
 from kernel_lib import host_kernel_lib  # noqa: E402 (tests/ is on sys.path)
 from tinytrain.stages.golden import fp16 as f16ref
 from tinytrain.stages.golden import train_step as te
@@ -29,7 +30,6 @@ from tinytrain.stages.model.ir import Graph, Op, Tensor
 from tinytrain.stages.model.tflite_reader import read_model
 from tinytrain.stages.model.tflite_writer import write_model
 from tinytrain.stages.planning.train_plan import LayerPlan, TrainPlan
-from tinytrain.stages.reorder import plan_schedules
 from test_fp16_written import _assert_trains_alike, _fused_and_unfused, _makers, _written  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,9 +87,7 @@ def test_block_results_are_fp16_and_train_with_the_unfused_bits(tmp_path):
             "fully_connected_grad_input", "mask_grad"} <= kinds, kinds
     # the fp16 readers read them: no rounding op after them, and the plan gives 2 bytes per element
     assert not {t for op in g16.ops if op.type == "round_f16" for t in op.inputs} & set(written)
-    _, p16, _, _ = plan_schedules(g16, True)
-    _, p32, _, _ = plan_schedules(ref, True)
-    assert p16.arena < p32.arena
+    fp16_arena_falls(g16, ref)
     # the depthwise input gradient is fp16 -> fp16 and written over its input (the channel-in-place rule)
     dwgi = [op for op in g16.ops if op.type == "depthwise_conv2d_grad_input"]
     assert dwgi and all(g16.tensors[op.inputs[0]].dtype == g16.tensors[op.outputs[0]].dtype == "float16"
@@ -99,14 +97,9 @@ def test_block_results_are_fp16_and_train_with_the_unfused_bits(tmp_path):
 
 
 def test_the_estimate_meets_the_plan_with_the_block_fused(tmp_path):
-    from tinytrain.stages.planning.memory_model import MemoryModel, MemorySettings
-    from tinytrain.stages.planning.plan_exact import exact_peak
-
     g = _block_model(tmp_path)
-    st = MemorySettings(optimizer="sgd", batch_size=1, fp16_mixed=True)
-    est = MemoryModel(g, st).estimate(_plan(g))["total"]
-    exact = exact_peak(g, _plan(g), st, qas=False)["peak_bytes"]
-    assert 0.95 <= est / exact <= 1.05, (est, exact)
+    ratio = estimate_over_exact(g, _plan(g))
+    assert 0.95 <= ratio <= 1.05, ratio
 
 
 def _lib(tmp: Path) -> ctypes.CDLL:
@@ -290,21 +283,14 @@ def _prefix_graphs(tmp: Path):
 def test_the_frozen_prefix_is_fp16_where_its_kernels_write_it(tmp_path):
     """The prefix's results are 2-byte tensors with no rounding op (its row streams stay whole), the model input
     stays fp32, the arena falls, and the estimate meets the plan."""
-    from tinytrain.stages.planning.memory_model import MemoryModel, MemorySettings
-    from tinytrain.stages.planning.plan_exact import exact_peak
-
     g, plan, g16, ref = _prefix_graphs(tmp_path)
     pre = {"a", "e", "d", "p", "s"}
     assert all(g16.tensors[t].dtype == "float16" for t in pre) and g16.tensors["x"].dtype == "float32"
     assert all(ref.tensors[t].dtype == "float32" for t in pre)
     assert not [op for op in g16.ops if op.type == "round_f16" and set(op.inputs) & pre]
-    _, p16, _, _ = plan_schedules(g16, True)
-    _, p32, _, _ = plan_schedules(ref, True)
-    assert p16.arena < p32.arena
-    st = MemorySettings(optimizer="sgd", batch_size=1, fp16_mixed=True)
-    est = MemoryModel(g, st).estimate(plan)["total"]
-    exact = exact_peak(g, plan, st, qas=False)["peak_bytes"]
-    assert 0.95 <= est / exact <= 1.05, (est, exact)
+    fp16_arena_falls(g16, ref)
+    ratio = estimate_over_exact(g, plan)
+    assert 0.95 <= ratio <= 1.05, ratio
 
 
 @pytest.mark.slow
