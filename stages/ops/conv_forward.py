@@ -158,10 +158,13 @@ def reuses_weight_check(gen, op: Op) -> bool:
     x, w, y = op.inputs[0], op.inputs[1], op.outputs[0]
     if gen.is_int8(x) or gen.is_int8(w):
         return False
+    from tinytrain.stages import ops   # the registry (this module is imported while it is being built)
+
     hx, hy = fp16_io.is_f16(gen, x), gen.g.tensors[y].dtype == "float16"
-    if op.type == "depthwise_conv2d":
+    kind = ops.get(op.type).fast_float   # "conv" (conv2d) or "depthwise": the op names live in ops/conv.py
+    if kind == "depthwise":
         return hx and hy
-    return op.type == "conv2d" and (hx or hy)
+    return kind == "conv" and (hx or hy)
 
 
 def c_conv2d(gen, op: Op, io: dict[str, str] | None = None) -> list[str]:
