@@ -205,7 +205,19 @@ def _reference(dims, n, dy, w, ws, f16_out: bool) -> bytes:
         return np.where(np.isnan(dx), np.uint32(0x7FC00000), dx.view(np.uint32)).tobytes()
 
 
-def _case(rng, kind: int, tiny: float | None = None, dy_scale: float | None = None):
+def _pinned(rng, n: int, e: int) -> np.ndarray:
+    """n fp32 values whose nonzero ones all have biased exponent e (any mantissa, either sign), about a tenth zeros
+    (never the first: the smallest exponent is e even in a one-element tensor)."""
+    v = ((1.0 + rng.random(n)) * 2.0 ** (e - 127) * rng.choice([-1.0, 1.0], n)).astype(np.float32)
+    v = np.where(rng.random(n) < 0.1, np.float32(0.0), v).astype(np.float32)
+    if n:
+        v[0] = np.float32(1.5 * 2.0 ** (e - 127))
+    return v
+
+
+def _case(rng, kind: int, tiny: float | None = None, dy_scale: float | None = None,
+          exps: tuple[int, int] | None = None):
+    """exps: (dy's, w's) biased exponents, every nonzero value pinned to them (fp32 dy only)."""
     dims, n = _dims(rng, kind)
     b, ih, iw, ic, oh, ow, oc, kh, kw = dims[:9]
     if kind == REP:   # the positions stream: a 1x1 stride-1 conv, dy the input pixel's own row
@@ -214,10 +226,15 @@ def _case(rng, kind: int, tiny: float | None = None, dy_scale: float | None = No
     ndy = b * oh * ow * oc
     w = _weights(rng, oc * dims[7] * dims[8] * ic, tiny)
     ws = _weights(rng, oc * dims[7] * dims[8] * n, tiny if n else None) if n else np.zeros(0, np.float32)
+    if exps is not None:
+        w = _pinned(rng, w.size, exps[1])
+        ws = _pinned(rng, ws.size, exps[1])
     if kind in (F32DY_HDX, RAW_F32DY_F32DX):
         scale = np.float32(dy_scale if dy_scale is not None else 1.0)
         dy = (rng.standard_normal(ndy) * scale).astype(np.float32)
         dy = np.where(rng.random(ndy) < 0.1, np.float32(0.0), dy).astype(np.float32)
+        if exps is not None:
+            dy = _pinned(rng, ndy, exps[0])
         dyb, dyv = dy.tobytes(), dy
     else:
         dyh = _f16_dy(rng, ndy)
@@ -266,6 +283,10 @@ def _suite():
         for tiny in (1e-30, 1e-40):
             out.append((*_case(rng, kind, tiny=tiny), 0))
     out.append((*_case(rng, F32DY_HDX, dy_scale=2.0 ** -90), 0))   # dy tiny: 2^-90 * |w| can be subnormal
+    # the fp32-dy bound at its edge (tt_fvec_gi.c: the smallest exponents of dy and w must sum to 151, products >=
+    # 2^-103): 150 declines, 151 runs, whichever side holds the small exponent
+    for e_dy, e_w, flag in ((24, 126, 0), (25, 126, 1), (126, 24, 0), (126, 25, 1)):
+        out.append((*_case(rng, F32DY_HDX, exps=(e_dy, e_w)), flag))
     return out
 
 
