@@ -43,6 +43,7 @@ PROG = r"""
 
 static uint32_t buf32[56 * 1024], out32[32 * 1024];   /* sizes: _cases asserts that its cases fit */
 static uint32_t xs32[12 * 1024], ws32[1024], bs32[256], scr32[1024];
+static int32_t flags32[256];   /* tt_fvec_dw_ok's answer per case (Helium build; -1 elsewhere) */
 #define CANARY 0xA5A5u
 #define NCANARY 16
 
@@ -77,6 +78,11 @@ int tt_main(void) {
             memcpy(bs, p, 4u * (uint32_t)d.out_c);
             p += 4 * d.out_c;
         }
+#if RAW_VECTOR   /* the check the kernels make: the forward's with its bias and bounds, the input gradient's without */
+        flags32[c] = kind >= 4 ? -1 : gi ? tt_fvec_dw_ok(&d, ws, 0, 0.0f, 0.0f) : tt_fvec_dw_ok(&d, ws, bs, lo, hi);
+#else
+        flags32[c] = -1;
+#endif
         const int32_t n_scr = gi ? d.in_h * d.in_w : d.out_h * d.out_w;   /* one channel */
         for (int32_t i = 0; i < NCANARY; ++i) scr[n_scr + i] = CANARY;
         if (kind == 0 && c % 2 == 0) tt_depthwise_conv2d_hx_hy(&d, lo, hi, xs, ws, bs, dst);
@@ -102,6 +108,7 @@ int tt_main(void) {
         for (int32_t i = 0; i < NCANARY; ++i) if (scr[n_scr + i] != CANARY) tt_fail("scratch overrun");
         k += (2 * n_dst + 3) & ~3;
     }
+    if (tt_write_file("flags.bin", flags32, (size_t)cases * 4u) != 0) return 1;
     return tt_write_file("out.bin", out, (size_t)k) == 0 ? 0 : 1;
 }
 """
@@ -232,7 +239,10 @@ def _case(rng, kind: int, fail: bool = False, nan: bool = False):
             + x.astype("<u2").tobytes() + w.astype("<f4").tobytes() + (b"" if bias is None else bias.tobytes()))
     n_dst = g["batches"] * (g["in_h"] * g["in_w"] * g["in_c"] if gi else g["out_h"] * g["out_w"] * g["out_c"])
     assert max(len(x), n_dst) <= 2 * 12 * 1024 and max(g["in_h"] * g["in_w"], g["out_h"] * g["out_w"]) + 16 <= 2048
-    return blob, want, n_dst
+    # where the vector path may run: multiplier 1, at most TT_FVEC_DW_TAPS (9) taps, every weight checked fine (the
+    # bounds and biases drawn here always are)
+    ok = int(kind != RAW and not fail and g["mult"] == 1 and g["k_h"] * g["k_w"] <= 9)
+    return blob, want, ok, n_dst
 
 
 def _cases(seed: int = 13):
@@ -242,10 +252,10 @@ def _cases(seed: int = 13):
             + [(k, False, True) for k in (FWD, FWD_INPLACE, GI, GI_INPLACE)] + [(RAW, False, False)])
     cases = []
     for kind, fail, nan in spec:
-        blob, want, n = _case(rng, kind, fail, nan)
-        cases.append((kind, fail, nan, blob, want, n))
+        blob, want, ok, n = _case(rng, kind, fail, nan)
+        cases.append((kind, fail, nan, blob, want, ok, n))
     blob = np.int32(len(cases)).tobytes() + b"".join(c[3] for c in cases)
-    assert len(blob) <= 56 * 4096 and sum((2 * c[5] + 3) & ~3 for c in cases) <= 32 * 4096   # PROG's buffers
+    assert len(blob) <= 56 * 4096 and sum((2 * c[6] + 3) & ~3 for c in cases) <= 32 * 4096   # PROG's buffers
     return cases, blob
 
 
@@ -264,7 +274,7 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.array_equal(na, nb) and np.array_equal(a[~na], b[~nb]))
 
 
-def _run(tmp: Path, defines: dict[str, str], blob: bytes) -> bytes:
+def _run(tmp: Path, defines: dict[str, str], blob: bytes) -> tuple[bytes, np.ndarray]:
     from tinytrain.stages.cross_compile import build_firmware
     from tinytrain.stages.device.boards import get_board
     from tinytrain.stages.device.launch import run_firmware
@@ -276,15 +286,19 @@ def _run(tmp: Path, defines: dict[str, str], blob: bytes) -> bytes:
     tag = "-".join([BOARD, *defines]) or BOARD
     built = build_firmware(b, prog, tmp / f"build-{tag}", kernels=KERNELS, defines=defines)
     ran = run_firmware(b, built.elf, tmp / f"run-{tag}", {"cases.bin": blob}, timeout_s=120)
-    return ran.files["out.bin"]
+    return ran.files["out.bin"], np.frombuffer(ran.files["flags.bin"], "<i4")
 
 
 @needs_arm
 def test_helium_depthwise_fp16_equals_the_portable_kernels_in_qemu(tmp_path):
     cases, blob = _cases()
-    mve = _split(_run(tmp_path, {"TT_USE_MVE": "1", "TT_USE_DSP": "1"}, blob), cases)
-    port = _split(_run(tmp_path, {}, blob), cases)
-    for (kind, fail, nan, _, want, _), m, p in zip(cases, mve, port):
+    out, flags = _run(tmp_path, {"TT_USE_MVE": "1", "TT_USE_DSP": "1"}, blob)
+    mve = _split(out, cases)
+    port = _split(_run(tmp_path, {}, blob)[0], cases)
+    # the vector path ran on exactly the cases where it may (and on enough of them, of every kind)
+    assert [int(f) for f in flags] == [c[5] if c[0] != RAW else -1 for c in cases]
+    assert all(sum(c[5] for c in cases if c[0] == k) >= 15 for k in (FWD, FWD_INPLACE, GI, GI_INPLACE))
+    for (kind, fail, nan, _, want, _, _), m, p in zip(cases, mve, port):
         if kind == RAW:
             # the unguarded vector run on products that are fp32 subnormals: Helium flushes them (-0, fp16 +0
             # after the +0 start) where the portable kernel keeps them (fp16 -0): the guard is needed
