@@ -816,83 +816,71 @@ typedef struct {
     "str    r2, [r3, #16]\n\t"                                                                                \
     "bne    2b\n\t"
 
+/* The four pixel loops' common frame: registers saved, the frame pointer kept at [sp], the pixel count in r0, the
+ * loop label and the table pointer in r1; and the way out. */
+#define TT_PW4W_ENTER                                                                                             \
+    "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"                                                          \
+    "sub    sp, sp, #8\n\t"                                                                                       \
+    "str    r0, [sp]\n\t"                                                                                         \
+    "mov    r3, r0\n\t"                                                                                           \
+    "ldr    r0, [r3]\n\t"                                                                                         \
+    "2:\n\t"                                                                                                      \
+    "ldr    r1, [r3, #20]\n\t"
+#define TT_PW4W_LEAVE                                                                                             \
+    "add    sp, sp, #8\n\t"                                                                                       \
+    "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t"
+
 /* The whole input per pixel: sums from the biases, the outputs stored. */
 __attribute__((naked, noinline)) static void tt_pw4w_run(__attribute__((unused)) tt_pw4w_frame *f)
 {
     __asm__ volatile(
-        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
-        "sub    sp, sp, #8\n\t"
-        "str    r0, [sp]\n\t"
-        "mov    r3, r0\n\t"
-        "ldr    r0, [r3]\n\t"
-        "2:\n\t"
-        "ldr    r1, [r3, #20]\n\t"
+        TT_PW4W_ENTER
         "ldm    r1!, {r4, r5, r6, r7}\n\t"
         TT_PW4W_LOOP
         TT_PW4W_STORE(TT_PW4W_OUT)
-        "add    sp, sp, #8\n\t"
-        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+        TT_PW4W_LEAVE);
 }
 
 /* tt_pw4w_run over a table whose lanes and biases are doubled (the sums arrive doubled: one ADD less per output). */
 __attribute__((naked, noinline)) static void tt_pw4w_run2(__attribute__((unused)) tt_pw4w_frame *f)
 {
     __asm__ volatile(
-        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
-        "sub    sp, sp, #8\n\t"
-        "str    r0, [sp]\n\t"
-        "mov    r3, r0\n\t"
-        "ldr    r0, [r3]\n\t"
-        "2:\n\t"
-        "ldr    r1, [r3, #20]\n\t"
+        TT_PW4W_ENTER
         "ldm    r1!, {r4, r5, r6, r7}\n\t"
         TT_PW4W_LOOP
         TT_PW4W_STORE(TT_PW4W_OUT2)
-        "add    sp, sp, #8\n\t"
-        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+        TT_PW4W_LEAVE);
 }
 
 /* The first part of a deep input: sums from the biases, written to f->sums (four per pixel). */
 __attribute__((naked, noinline)) static void tt_pw4w_raw_run(__attribute__((unused)) tt_pw4w_frame *f)
 {
     __asm__ volatile(
-        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
-        "sub    sp, sp, #8\n\t"
-        "str    r0, [sp]\n\t"
-        "mov    r3, r0\n\t"
-        "ldr    r0, [r3]\n\t"
-        "2:\n\t"
-        "ldr    r1, [r3, #20]\n\t"
+        TT_PW4W_ENTER
         "ldm    r1!, {r4, r5, r6, r7}\n\t"
         TT_PW4W_LOOP
         "ldr    r8, [r3, #32]\n\t"
         "stm    r8!, {r4, r5, r6, r7}\n\t"
         "str    r8, [r3, #32]\n\t"
         TT_PW4W_NEXT
-        "add    sp, sp, #8\n\t"
-        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+        TT_PW4W_LEAVE);
 }
 
 /* The second part: sums from f->sums, the outputs stored. */
 __attribute__((naked, noinline)) static void tt_pw4w_fin_run(__attribute__((unused)) tt_pw4w_frame *f)
 {
     __asm__ volatile(
-        "push   {r4, r5, r6, r7, r8, r9, r10, r11, lr}\n\t"
-        "sub    sp, sp, #8\n\t"
-        "str    r0, [sp]\n\t"
-        "mov    r3, r0\n\t"
-        "ldr    r0, [r3]\n\t"
-        "2:\n\t"
-        "ldr    r1, [r3, #20]\n\t"
+        TT_PW4W_ENTER
         "add    r1, r1, #16\n\t"
         "ldr    r8, [r3, #32]\n\t"
         "ldm    r8!, {r4, r5, r6, r7}\n\t"
         "str    r8, [r3, #32]\n\t"
         TT_PW4W_LOOP
         TT_PW4W_STORE(TT_PW4W_OUT)
-        "add    sp, sp, #8\n\t"
-        "pop    {r4, r5, r6, r7, r8, r9, r10, r11, pc}\n\t");
+        TT_PW4W_LEAVE);
 }
+#undef TT_PW4W_ENTER
+#undef TT_PW4W_LEAVE
 #undef TT_PW4W_LOOP
 #undef TT_PW4W_STORE
 #undef TT_PW4W_NEXT
