@@ -39,6 +39,13 @@ void tt_add_f16_broadcast(const tt_broadcast *bc, float act_min, float act_max, 
  * be dy (an fp32 dx over an fp16 dy is written from the end). */
 void tt_unbroadcast_f16(const tt_broadcast *bc, float sign, const float *dyf, const uint16_t *dyh, float *dxf,
                         uint16_t *dxh, int32_t dx_size);
+/* tt_reduce_to_operand_f32 (tt_broadcast.h) with each operand fp32 or fp16 (pointer pairs, the other 0; other may be
+ * absent): v = sign * dy[k] (* other), each dx element's sum in fp32 from +0 in dy's row-major order (a register per
+ * element: its broadcast axes are the inner loops), rounded once as it is stored; dx_size == dy's size: dx = v.
+ * add_grad / sub_grad (tt_unbroadcast_f16) and mul_grad (tt_mul_grad_f16) reduce through it. dx shares no buffer
+ * with dy or other. */
+void tt_reduce_to_operand_f16(const tt_broadcast *bc, float sign, const float *dyf, const uint16_t *dyh,
+                              const float *of, const uint16_t *oh, float *dxf, uint16_t *dxh, int32_t dx_size);
 #endif /* TT_INTERFACE */
 
 #if TT_SIMD
@@ -232,7 +239,6 @@ void tt_unbroadcast_f16(const tt_broadcast *bc, float sign, const float *dyf, co
                         uint16_t *dxh, int32_t dx_size)
 {
     const int32_t total = bc->shape[0] * bc->shape[1] * bc->shape[2] * bc->shape[3];
-    int32_t on[4], in[4], d, o0, o1, o2, o3, i0, i1, i2, i3;
     if (dx_size == total) {   /* a (signed) copy: dx[i] = sign * dy[i], as tt_unbroadcast_f32 writes it */
         const int32_t back = dxf != 0 && dyh != 0;
         int32_t k;
@@ -253,10 +259,19 @@ void tt_unbroadcast_f16(const tt_broadcast *bc, float sign, const float *dyf, co
         }
         return;
     }
+    tt_reduce_to_operand_f16(bc, sign, dyf, dyh, 0, 0, dxf, dxh, dx_size);
+}
+
+void tt_reduce_to_operand_f16(const tt_broadcast *bc, float sign, const float *dyf, const uint16_t *dyh,
+                              const float *of, const uint16_t *oh, float *dxf, uint16_t *dxh, int32_t dx_size)
+{
+    const int32_t total = bc->shape[0] * bc->shape[1] * bc->shape[2] * bc->shape[3];
+    const int32_t other = of != 0 || oh != 0;
+    int32_t on[4], in[4], d, o0, o1, o2, o3, i0, i1, i2, i3;
     /* each dx element's sum in a register: its dy positions in row-major order are the broadcast axes' (inner
      * loops) under the kept axes' (outer loops), the order tt_reduce_to_operand_f32 adds them in */
     for (d = 0; d < 4; ++d) {
-        const int32_t bcast = bc->a_stride[d] == 0 && bc->shape[d] > 1;
+        const int32_t bcast = dx_size != total && bc->a_stride[d] == 0 && bc->shape[d] > 1;
         on[d] = bcast ? 1 : bc->shape[d];
         in[d] = bcast ? bc->shape[d] : 1;
     }
@@ -272,7 +287,18 @@ void tt_unbroadcast_f16(const tt_broadcast *bc, float sign, const float *dyf, co
                                 for (i3 = 0; i3 < in[3]; ++i3) {
                                     const int32_t k = ((((o0 + i0) * bc->shape[1] + (o1 + i1)) * bc->shape[2] +
                                                         (o2 + i2)) * bc->shape[3]) + (o3 + i3);
-                                    acc += sign * (dyh != 0 ? tt_f16_read(dyh[k]) : dyf[k]);
+                                    float v = sign * (dyh != 0 ? tt_f16_read(dyh[k]) : dyf[k]);
+                                    if (other) {
+                                        const int32_t jb = TT_BC_OFF(bc->b_stride, o0 + i0, o1 + i1, o2 + i2,
+                                                                     o3 + i3);
+                                        v = v * (oh != 0 ? tt_f16_read(oh[jb]) : of[jb]);
+                                    }
+                                    if (dx_size == total) {   /* one term: the value itself, as the fp32 kernel's
+                                                                 direct store (no +0 that would turn -0 into +0) */
+                                        acc = v;
+                                    } else {
+                                        acc += v;
+                                    }
                                 }
                             }
                         }

@@ -53,58 +53,8 @@ void tt_mul_grad_f32(const tt_broadcast *bc, const float *dy, const float *other
     tt_reduce_to_operand_f32(bc, 1.0f, dy, other, d, d_size);
 }
 
-/* One product dy[k] * other[jb] of either operand type: inlined with the unused pointers constant 0. */
-static inline float tt_mul_grad_term(const float *dyf, const uint16_t *dyh, const float *of, const uint16_t *oh,
-                                     int32_t k, int32_t jb)
-{
-    return (dyh != 0 ? tt_f16_read(dyh[k]) : dyf[k]) * (oh != 0 ? tt_f16_read(oh[jb]) : of[jb]);
-}
-
 void tt_mul_grad_f16(const tt_broadcast *bc, const float *dyf, const uint16_t *dyh, const float *of,
                      const uint16_t *oh, float *df, uint16_t *dh, int32_t d_size)
 {
-    const int32_t total = bc->shape[0] * bc->shape[1] * bc->shape[2] * bc->shape[3];
-    int32_t on[4], in[4], d, o0, o1, o2, o3, i0, i1, i2, i3;
-    /* d's element j: the sum of its products over the axes it is broadcast along (none: one product), those axes
-     * the inner loops under the kept ones, which is their order in dy's row-major walk (tt_reduce_to_operand_f32) */
-    for (d = 0; d < 4; ++d) {
-        const int32_t bcast = d_size != total && bc->a_stride[d] == 0 && bc->shape[d] > 1;
-        on[d] = bcast ? 1 : bc->shape[d];
-        in[d] = bcast ? bc->shape[d] : 1;
-    }
-    for (o0 = 0; o0 < on[0]; ++o0) {
-        for (o1 = 0; o1 < on[1]; ++o1) {
-            for (o2 = 0; o2 < on[2]; ++o2) {
-                for (o3 = 0; o3 < on[3]; ++o3) {
-                    const int32_t j = TT_BC_OFF(bc->a_stride, o0, o1, o2, o3);
-                    float acc;
-                    if (d_size == total) {
-                        acc = tt_mul_grad_term(dyf, dyh, of, oh,
-                                               ((o0 * bc->shape[1] + o1) * bc->shape[2] + o2) * bc->shape[3] + o3,
-                                               TT_BC_OFF(bc->b_stride, o0, o1, o2, o3));
-                    } else {
-                        acc = 0.0f;
-                        for (i0 = 0; i0 < in[0]; ++i0) {
-                            for (i1 = 0; i1 < in[1]; ++i1) {
-                                for (i2 = 0; i2 < in[2]; ++i2) {
-                                    for (i3 = 0; i3 < in[3]; ++i3) {
-                                        const int32_t k = ((((o0 + i0) * bc->shape[1] + (o1 + i1)) * bc->shape[2] +
-                                                            (o2 + i2)) * bc->shape[3]) + (o3 + i3);
-                                        acc += tt_mul_grad_term(dyf, dyh, of, oh, k,
-                                                                TT_BC_OFF(bc->b_stride, o0 + i0, o1 + i1, o2 + i2,
-                                                                          o3 + i3));
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    if (dh != 0) {
-                        dh[j] = tt_f16_narrow(acc);
-                    } else {
-                        df[j] = acc;
-                    }
-                }
-            }
-        }
-    }
+    tt_reduce_to_operand_f16(bc, 1.0f, dyf, dyh, of, oh, df, dh, d_size);   /* 1 * dy is dy: the same products */
 }
