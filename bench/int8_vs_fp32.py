@@ -105,7 +105,7 @@ def prepare(spec_path: Path, kind: str, work: Path, plan: str, overrides: dict |
     (the load stage's, or the int8 one dequantized when the model came quantized), the plan and the planner's
     choice (train_plan.json: `qas` when it changed the spec's rule, `rescale` when it widened scales)."""
     from tinytrain.pipeline.api import build
-    from tinytrain.stages.planning.contribution_measure import dequantize_graph
+    from tinytrain.stages.quant.dequantize import dequantize_graph
 
     over = {**(overrides or {}), "train.optimizer.kind": kind, "build.out_dir": str(work / "build"),
             "build.cache_dir": str(work / "cache")}

@@ -18,7 +18,7 @@ name of its own, so all stay cached) and prints one row per precision:
   loss scale  fp16-mixed: the final scale and the steps skipped for an Inf/NaN gradient
 --mbv2: bench/mbv2_tte.yaml's model and sparse scheme instead (data: bench/make_mbv2_data.py, made when missing);
 int8 is the zoo's int8 model, fp32 and fp16-mixed its float copy (the int8 weights dequantized,
-stages/planning/contribution_measure.dequantize_graph, written as a .tflite under build/bench-data/).
+stages/quant/dequantize.dequantize_graph, written as a .tflite under build/bench-data/).
 fp16-mixed needs a board with half precision (`host`, `mps3-an547`): on another board that row says why it is
 refused. Memory and instruction counts are deterministic; host ms are CPU time and move with the machine's load.
 Benchmarks measure; nothing here asserts.
@@ -77,7 +77,7 @@ def _mbv2_spec(precision: str, board: str) -> dict[str, Any]:
     from tinytrain.stages.model import zoo
     from tinytrain.stages.model.tflite_reader import read_model
     from tinytrain.stages.model.tflite_writer import write_model
-    from tinytrain.stages.planning.contribution_measure import dequantize_graph
+    from tinytrain.stages.quant.dequantize import dequantize_graph
 
     npz = DATA / "mbv2_synth.npz"
     if not npz.is_file():

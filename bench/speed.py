@@ -13,7 +13,7 @@
    load matters little)
    against PyTorch on one thread training the same float graph (tests/torch_mirror.py: forward, cross-entropy,
    backward, SGD on the tensors the firmware trains; the int8 MobileNetV2 as the float graph it stands for,
-   stages/contribution.dequantize_graph; a final softmax dropped, as the firmware's fused loss takes logits),
+   stages/quant/dequantize.dequantize_graph; a final softmax dropped, as the firmware's fused loss takes logits),
    best of 5 runs of ~0.5 s each (CPU time of its one thread, torch.set_num_threads(1)). PyTorch computes the
    whole weight gradient of a tensor the firmware trains only a channel slice of (bench/mbv2_tte.yaml's
    weight_ratio), so it does somewhat more work there. `--only host` runs this part alone (about a minute).
@@ -150,7 +150,7 @@ def torch_step_ms(host_build: Any) -> float:
 
     from tinytrain.stages.model.ir import Graph
 
-    from tinytrain.stages.planning.contribution import dequantize_graph
+    from tinytrain.stages.quant.dequantize import dequantize_graph
 
     torch.set_num_threads(1)
     g = dequantize_graph(Graph.load(host_build.out_dir / "load"))  # an int8 model: the float graph it stands for

@@ -70,7 +70,7 @@ _STALE_TMP_DIR_S = 600.0
 # seconds on a slow network disk. Ten minutes also covers a writer paused in between (a stopped process, a busy
 # machine), as for the materialisation dirs above; the only cost is that a temp file a killed build left stays
 # until a later gc.
-UNIT_TMP_MIN_AGE_S = 600.0
+UNIT_TMP_MIN_AGE_S = _STALE_TMP_DIR_S
 # An action entry is a small JSON document; a bigger file in ac/ is not one of ours.
 MAX_ENTRY_BYTES = 16 << 20
 _READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)

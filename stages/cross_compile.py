@@ -479,13 +479,12 @@ def _compile_units(work: Path, units: list[_Unit], progress, objects: "ObjectCac
     the failed units with their compiler output. The largest files start first, so a long one does not run alone
     at the end while the other cores idle. With `objects`, a library unit compiled before (by an earlier build, or
     by `prewarm` while this build's earlier stages ran) is copied from there, and one compiled here is kept; `tree`:
-    the staged library's tree_digest (work/src/kernels_c), which those objects' keys hash (None: computed here)."""
+    the staged library's tree_digest (work/src/kernels_c), which those objects' keys hash (given with `objects`)."""
     for u in units:
         (work / u.obj).parent.mkdir(parents=True, exist_ok=True)
     keys: dict[_Unit, str] = {}
     todo = list(units)
     if objects is not None:
-        tree = tree if tree is not None else tree_digest(work / "src" / "kernels_c")
         program = {p.name for p in (work / "src" / "program").rglob("*") if p.is_file()}
         keys = {u: objects.key(u, tree) for u in units if objects.cacheable(u)}
         todo = [u for u in units if u not in keys or not objects.fetch(work, u, keys[u], program)]

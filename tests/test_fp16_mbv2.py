@@ -24,7 +24,7 @@ def _spec(tmp: Path, board: str) -> dict:
     from tinytrain.stages.model import zoo
     from tinytrain.stages.model.tflite_reader import read_model
     from tinytrain.stages.model.tflite_writer import write_model
-    from tinytrain.stages.planning.contribution_measure import dequantize_graph
+    from tinytrain.stages.quant.dequantize import dequantize_graph
 
     sys.path.insert(0, str(BENCH))
     try:

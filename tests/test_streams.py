@@ -150,7 +150,7 @@ VARIANTS = {
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no host C compiler")
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_stream_variants_match_golden_model(variant, tmp_path):
-    from tinytrain.stages.planning.contribution import dequantize_graph
+    from tinytrain.stages.quant.dequantize import dequantize_graph
 
     v = VARIANTS[variant]
     g, plan = _mbv2_tte()

@@ -184,42 +184,26 @@ def _c_mul(gen, op: Op) -> list[str]:
 
 
 def _c_unbroadcast(gen, dz: str, d: str, sign: float) -> list[str]:
+    """d = sign * dz reduced to d's shape: add_grad's and sub_grad's call per operand, fp32 or (fp16-mixed: OpDef
+    fp16_operands / fp16_output) fp16 on either side."""
+    n = numel(gen.g.tensors[d].shape)
+    if fp16_io.is_f16(gen, dz) or gen.g.tensors[d].dtype == "float16":
+        if sign > 0 and gen.same_place(dz, d) and gen.g.tensors[dz].dtype == gen.g.tensors[d].dtype:
+            return [f"/* {d} aliases {dz} */"]
+        return [f"tt_unbroadcast_f16(&{gen.bcast(dz, d)}, {flit(sign)}, {fp16_io.pair(gen, dz)}, "
+                f"{fp16_io.pair(gen, d, True)}, {n});"]
     if sign > 0 and gen.g.tensors[d].shape == gen.g.tensors[dz].shape:
         return gen.copy_call(dz, d)
-    n = numel(gen.g.tensors[d].shape)
     return [f"tt_unbroadcast_f32(&{gen.bcast(dz, d)}, {flit(sign)}, {gen.loc(dz)}, {gen.loc(d)}, {n});"]
 
 
 def _c_add_grad(gen, op: Op) -> list[str]:
-    dz = op.inputs[0]
-    lines = []
-    for o in op.outputs:
-        if fp16_io.is_f16(gen, dz) or gen.g.tensors[o].dtype == "float16":   # fp16-mixed (OpDef.fp16_operands /
-            if gen.same_place(dz, o) and gen.g.tensors[dz].dtype == gen.g.tensors[o].dtype:   # _output)
-                lines.append(f"/* {o} aliases {dz} */")
-                continue
-            n = numel(gen.g.tensors[o].shape)
-            lines.append(f"tt_unbroadcast_f16(&{gen.bcast(dz, o)}, 1.0f, {fp16_io.pair(gen, dz)}, "
-                         f"{fp16_io.pair(gen, o, True)}, {n});")
-            continue
-        lines += _c_unbroadcast(gen, dz, o, 1.0)
-    return lines
+    return [ln for o in op.outputs for ln in _c_unbroadcast(gen, op.inputs[0], o, 1.0)]
 
 
 def _c_sub_grad(gen, op: Op) -> list[str]:
-    dz = op.inputs[0]
-    lines = []
-    for o, j in zip(op.outputs, op.attrs["which"]):
-        sign = -1.0 if int(j) == 1 else 1.0
-        if fp16_io.is_f16(gen, dz) or gen.g.tensors[o].dtype == "float16":   # fp16-mixed (OpDef.fp16_operands /
-            if sign > 0 and gen.same_place(dz, o) and gen.g.tensors[dz].dtype == gen.g.tensors[o].dtype:   # _output)
-                lines.append(f"/* {o} aliases {dz} */")
-                continue
-            lines.append(f"tt_unbroadcast_f16(&{gen.bcast(dz, o)}, {flit(sign)}, {fp16_io.pair(gen, dz)}, "
-                         f"{fp16_io.pair(gen, o, True)}, {numel(gen.g.tensors[o].shape)});")
-            continue
-        lines += _c_unbroadcast(gen, dz, o, sign)
-    return lines
+    return [ln for o, j in zip(op.outputs, op.attrs["which"])
+            for ln in _c_unbroadcast(gen, op.inputs[0], o, -1.0 if int(j) == 1 else 1.0)]
 
 
 def _c_mul_grad(gen, op: Op) -> list[str]:

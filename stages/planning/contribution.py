@@ -82,6 +82,7 @@ from tinytrain.stages.planning.contribution_cache import (
     plausible_unit,
     unit_key,
 )
+from tinytrain.stages.quant.dequantize import dequantize_graph
 from tinytrain.stages.planning.contribution_measure import (
     EVAL_BATCH,
     AnalysisSettings,
@@ -89,7 +90,6 @@ from tinytrain.stages.planning.contribution_measure import (
     Measure,
     Task,
     check_task,
-    dequantize_graph,
     evaluate,
     evaluate_heads,
     evaluate_mse,

@@ -27,7 +27,7 @@ from tinytrain.pipeline.errors import UserError
 from tinytrain.stages.golden import fast_float
 from tinytrain.stages.planning.frozen_prefix import FrozenPrefix
 from tinytrain.stages.model.ir import Graph
-from tinytrain.stages.quant.dequantize import dequantize_graph  # noqa: F401 -- its callers import it from here too
+from tinytrain.stages.quant.dequantize import dequantize_graph
 from tinytrain.stages.train.losses import DROPS, Head, heads_from
 from tinytrain.stages.planning.train_plan import TrainPlan
 
