@@ -29,7 +29,7 @@ from tinytrain.stages.reorder import plan_schedules
 from tinytrain.stages.train import fp16_mixed
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_fp16_written import _fused_and_unfused, _makers  # noqa: E402
+from test_fp16_written import _fused_and_unfused, _makers, _written  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 KDIR = ROOT / "kernels_c"
@@ -266,10 +266,6 @@ def test_the_golden_add_gradient_sums_in_the_c_order(lib, dshape):
 
 
 # ---- the graphs ---------------------------------------------------------------------------------------------------
-
-def _written(g: Graph) -> dict[str, str]:
-    return {o: op.type for op in g.ops for o in op.outputs
-            if g.tensors[o].dtype == "float16" and op.type != "cast_f32_f16"}
 
 
 def _digits_full():

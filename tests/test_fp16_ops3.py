@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,7 +18,6 @@ import numpy as np
 import pytest
 
 from tinytrain.stages.autodiff import OptimizerSpec, QASOptions, build_training_graph
-from tinytrain.stages.c_emit import ops_header
 from tinytrain.stages.model.ir import Graph, Op, Tensor
 from tinytrain.stages.model.tflite_reader import read_model
 from tinytrain.stages.model.tflite_writer import write_model
@@ -27,6 +25,7 @@ from tinytrain.stages.planning.train_plan import LayerPlan, TrainPlan
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fp16_plan_checks import estimate_over_exact, fp16_arena_falls  # noqa: E402
+from kernel_lib import host_kernel_lib  # noqa: E402
 from test_fp16_grad_storage import _bits, _bits_nan_as_one, _f16, _halves, _p, _pair  # noqa: E402
 from test_fp16_written import _assert_trains_alike, _fused_and_unfused, _makers, _written  # noqa: E402
 
@@ -40,11 +39,8 @@ def lib(tmp_path_factory):
     if shutil.which("cc") is None:
         pytest.skip("no host C compiler")
     out = tmp_path_factory.mktemp("f16ops") / "libf16ops.so"
-    srcs = [KDIR / "tt_f16.c", KDIR / "tt_common.c", KDIR / "ops" / "tt_relu.c",
-            KDIR / "ops" / "tt_max_pool2d.c", KDIR / "ops" / "tt_pad.c"]
-    subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O1", "-ffp-contract=off", "-shared", "-fPIC",
-                    f"-I{KDIR}", f"-I{ops_header.include_dir()}", *map(str, srcs), "-o", str(out)], check=True)
-    return ctypes.CDLL(str(out))
+    return host_kernel_lib(out, ["tt_f16.c", "tt_common.c", "ops/tt_relu.c", "ops/tt_max_pool2d.c", "ops/tt_pad.c"],
+                           "-O1")
 
 
 # ---- relu / relu6 (tt_clamp_f16) ----------------------------------------------------------------------------------
@@ -167,6 +163,22 @@ def test_max_pool_grad_reads_an_fp16_dy_with_the_fp32_sums(lib):
             dx = np.full((h, w, c), 7, np.float32)
             lib.tt_max_pool2d_grad_hdy(ctypes.byref(d), _p(np.ascontiguousarray(dy16)), *_pair(x, hx), _p(dx))
             assert _bits_nan_as_one(dx) == _bits_nan_as_one(want), hx
+    # and numpy's: each dy to its window's first maximum (strict >, taps in row-major order, padding taps skipped),
+    # added in fp32 in output order (the reference above shares the kernels' walk, so it cannot catch a wrong tap)
+    ref = np.zeros((h, w, c), np.float32)
+    xf, dyf = x16.astype(np.float32), dy16.astype(np.float32)
+    with np.errstate(all="ignore"):
+        for oy in range(oh):
+            for ox in range(ow):
+                for ch in range(c):
+                    best = None
+                    for ky in range(k):
+                        for kx in range(k):
+                            iy, ix = oy * st - pad + ky, ox * st - pad + kx
+                            if 0 <= iy < h and 0 <= ix < w and (best is None or xf[iy, ix, ch] > xf[best][ch]):
+                                best = (iy, ix)
+                    ref[best][ch] = np.float32(ref[best][ch] + dyf[oy, ox, ch])
+    assert _bits_nan_as_one(want) == _bits_nan_as_one(ref)
 
 
 # ---- pad and pad_grad (tt_pad_f16, tt_pad_grad_f16) -------------------------------------------------------------
