@@ -84,13 +84,20 @@ def prefix_results(g: Graph) -> set[str]:
             if t not in backward_reads and g.tensors[t].dtype == "float32" and g.tensors[t].data is None}
 
 
-def half_tensors(g: Graph) -> set[str]:
-    """The float32 tensors the sample phase writes that fp16-mixed stores as fp16 (see the module's rules)."""
+def _head_tensors(meta: dict) -> set[str]:
+    """The prediction, the loss and every head's tensor: kept fp32."""
+    return {meta["prediction"], meta["loss_tensor"], *[hd["tensor"] for hd in meta.get("heads", [])]}
+
+
+def half_tensors(g: Graph, prefix: set[str] | None = None) -> set[str]:
+    """The float32 tensors the sample phase writes that fp16-mixed stores as fp16 (see the module's rules); prefix:
+    prefix_results(g) where the caller has it already."""
     meta = g.meta["train"]
     split = int(meta["sample_ops"])
-    keep = {meta["prediction"], meta["loss_tensor"], *[hd["tensor"] for hd in meta.get("heads", [])]}
+    keep = _head_tensors(meta)
     keep.update(meta.get("accumulators", []))
-    keep.update(prefix_results(g))   # the frozen prefix: fp32, or fp16 written by its kernels (prefix_results)
+    # the frozen prefix: fp32, or fp16 written by its kernels (prefix_results)
+    keep.update(prefix_results(g) if prefix is None else prefix)
     out: set[str] = set()
     for op in g.ops[:split]:
         if op.type in _LOSS_TYPES:
@@ -143,7 +150,8 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_
     split = int(meta["sample_ops"])
     ph = meta["phases"]
     n_fwd, n_loss = int(ph["forward"]), int(ph["loss"])
-    half = half_tensors(g)
+    prefix = prefix_results(g)
+    half = half_tensors(g, prefix)
 
     def new(name: str, like: Tensor, dtype: str = "float32", role: str | None = None, data=None) -> str:
         base, k = name, 1
@@ -177,8 +185,7 @@ def to_fp16_mixed(g: Graph, loss_scale: Any = None, reorder: bool = True, grads_
     # check_first: each trained gradient is unscaled (in place) as soon as it is made, so its update can follow
     step_grads = {op.inputs[1] for op in g.ops[split:] if op.type in ops.UPDATE_OPS}
     unscaled: dict[str, str] = {}
-    head = {meta["prediction"], meta["loss_tensor"], *[hd["tensor"] for hd in meta.get("heads", [])]}
-    narrow = fp16_written(g, (half - saved - step_grads) | (prefix_results(g) - head), split)
+    narrow = fp16_written(g, (half - saved - step_grads) | (prefix - _head_tensors(meta)), split)
     for i, op in enumerate(g.ops[:split]):
         if i == n_fwd:
             bounds.append(len(out))
