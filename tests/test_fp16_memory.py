@@ -70,7 +70,7 @@ def test_kernels_read_fp16_so_the_arena_is_below_fp32(name, plan):
     for op in tg.ops:
         for k, t in enumerate(op.inputs):
             src = next((o for o in tg.ops if t in o.outputs and o.type == f16.CAST_F16_F32), None)
-            if src is not None and k in ops.FP16_OPERANDS.get(op.type, ()):
+            if src is not None and ops.reads_fp16(op.type, k):
                 assert fused[t] == src.inputs[0] and t not in sizes          # never materialised
                 assert tg.tensors[src.inputs[0]].dtype == "float16"
     assert fused, "no widening was fused"

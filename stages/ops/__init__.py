@@ -109,6 +109,13 @@ CHANNEL_GRAD_OPS = names(lambda d: d.channel_stream)
 HIDDEN_ROLES = MappingProxyType({d.name: d.hidden_role for d in REGISTRY.values() if d.hidden_role is not None})
 GRAD_INPUT_OPS = names(lambda d: d.grad_input)
 FP16_OPERANDS = MappingProxyType({d.name: d.fp16_operands for d in REGISTRY.values() if d.fp16_operands})
+
+
+def reads_fp16(op_type: str, k: int) -> bool:
+    """Whether op_type's C kernel reads an fp16 tensor itself at operand k (OpDef.fp16_operands; "all": any)."""
+    ks = FP16_OPERANDS.get(op_type, ())
+    return ks == "all" or k in ks
+
 FP16_OUTPUT_OPS = names(lambda d: d.fp16_output)
 FLOAT_UPDATE_OPS = names(lambda d: d.kind == "update" and not d.qas)
 QAS_UPDATE_OPS = names(lambda d: d.kind == "update" and d.qas)

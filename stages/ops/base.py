@@ -121,8 +121,9 @@ class OpDef:
     grad_input: bool = False       # an input gradient reading the weights as operand 1 (fused int8 dequantize)
     # fp16-mixed (issue 13): the operands at which its C kernel reads an fp16 tensor itself, widening each element in
     # a register where it uses it (`_hx_` / `_hy_` / `_f16` kernels), so a cast_f16_f32 read only there is fused
-    # into it (stages/planning/fp16_memory.fused_widen) and the saved fp16 activation gets no fp32 copy
-    fp16_operands: tuple[int, ...] = ()
+    # into it (stages/planning/fp16_memory.fused_widen) and the saved fp16 activation gets no fp32 copy; "all":
+    # every operand (a variadic op). Asked through ops.reads_fp16.
+    fp16_operands: tuple[int, ...] | str = ()
     # fp16-mixed: its C kernel can write its float result as fp16 itself (fp32 arithmetic, one rounding per element on
     # store: the bits of its fp32 kernel followed by round_f16), so stages/train/fp16_mixed.py stores the result as
     # fp16 where every reader reads fp16 at that operand (fp16_operands) and no fp32 copy of it ever exists

@@ -354,8 +354,6 @@ def _run_loss_sum(op, v, shape, tensor):
 _LOSS_ATTRS = ("offset", "weight")
 LOSS_SUM = "loss_sum"   # the op adding several heads' losses (stages/train/losses.py emits it)
 
-# fp16_operands of a variadic op (grad_accumulate: tt_sum_f16 reads every share as fp16 or fp32)
-EVERY_OPERAND = range(1 << 16)
 
 # The gradient plumbing autodiff and the memory model add themselves (masks, sums, the step counter): named, so
 # that they spell these ops through their definitions (GRAD_ACCUMULATE.name), never by a string of their own.
@@ -375,7 +373,8 @@ BIAS_GRAD = OpDef("bias_grad", kind="backward", signature="dz -> db", hidden_rol
                   c=_c_bias_grad, fp16_operands=(0,))
 GRAD_ACCUMULATE = OpDef("grad_accumulate", kind="backward", signature="g0, g1, ... -> g",
                         note="a tensor read by several ops", in_place="any", c=_c_grad_accumulate,
-                        run=_run_grad_accumulate, fp16_operands=EVERY_OPERAND, fp16_output=True)
+                        run=_run_grad_accumulate, fp16_operands="all",   # tt_sum_f16: each share fp16 or fp32
+                        fp16_output=True)
 BATCH_ACCUMULATE = OpDef("batch_accumulate", kind="aux", signature="acc, g -> acc", eager=True,
                          c=_c_batch_accumulate, run=run_batch_accumulate)
 STEP_COUNTER = OpDef("step_counter", kind="aux", signature="step -> step", c=_c_step_counter, run=run_step_counter)

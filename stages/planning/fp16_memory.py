@@ -51,7 +51,7 @@ def fused_widen(graph: Graph, readers: dict[str, list[tuple[str, int]]]) -> dict
         if graph.tensors[x].dtype != "float16" or y in graph.outputs:
             continue
         rs = readers.get(y, [])
-        if rs and all(k in ops.FP16_OPERANDS.get(t, ()) for t, k in rs):
+        if rs and all(ops.reads_fp16(t, k) for t, k in rs):
             out[y] = x
     return out
 
@@ -100,14 +100,14 @@ def _saved_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], graph: 
             live.update(outs)
             pending += [t for t in outs if t in saved]
         if i >= n_fwd:
-            direct = ops.FP16_OPERANDS.get(typ, ())   # operands whose kernel reads the fp16 tensor (fused_widen)
             widened = {}
             for k, t in enumerate(ins):
-                if t in saved and t not in widened and k not in direct:
+                if t in saved and t not in widened and not ops.reads_fp16(typ, k):   # fused_widen
                     widened[t] = f"f32/{t}@{i}"
                     sizes[widened[t]] = sizes[t]
                     out.append((f16.CAST_F16_F32, [f"f16/{t}"], [widened[t]]))
-            ins = [f"f16/{t}" if t in saved and k in direct else widened.get(t, t) for k, t in enumerate(ins)]
+            ins = [f"f16/{t}" if t in saved and ops.reads_fp16(typ, k) else widened.get(t, t)
+                   for k, t in enumerate(ins)]
         out.append((typ, list(ins), list(outs)))
     out += [cast(t) for t in pending]
     return out
@@ -138,8 +138,8 @@ def _written_as_fp16(steps: list[Step], n_fwd: int, sizes: dict[str, int], input
         if steps[j][0] == POSITIONS:   # mean_grad -> mask -> bias / 1x1 input gradient: fp16 at each gradient operand
             return True
         if streamed(steps[j][0]):
-            return t in graph_readers and all(kk in ops.FP16_OPERANDS.get(r, ()) for r, kk in graph_readers[t])
-        return k in ops.FP16_OPERANDS.get(steps[j][0], ())
+            return t in graph_readers and all(ops.reads_fp16(r, kk) for r, kk in graph_readers[t])
+        return ops.reads_fp16(steps[j][0], k)
 
     writer: dict[str, tuple[str, str | None]] = {}   # t -> (the op type that writes it, that op's operand 0)
     producer: dict[str, int] = {}                     # t -> the first step that writes it

@@ -317,7 +317,7 @@ def fp16_written(g: Graph, transient: set[str], split: int) -> set[str]:
             if broadcasts_in_place(g, op, t):
                 continue
             if t in transient and t not in g.outputs and rs \
-                    and all(k in ops.FP16_OPERANDS.get(r.type, ()) for r, k in rs):
+                    and all(ops.reads_fp16(r.type, k) for r, k in rs):
                 out.add(t)
     # an in-place reader (mask_grad) whose own result stays fp32 could no longer write it over its 2-byte input:
     # the pair would then cost more than two fp32 slots in one, so such a tensor stays fp32; likewise a result of
